@@ -1,0 +1,3 @@
+from stellafleet.cli import main
+
+raise SystemExit(main())

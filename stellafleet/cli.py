@@ -1,0 +1,165 @@
+"""The `stella` command line: argparse wiring; each command is a function returning an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import shlex
+import sys
+import traceback
+from collections.abc import Sequence
+
+from stellafleet import __version__
+from stellafleet.errors import EXIT_INTERRUPTED, EXIT_USAGE, StellaError
+
+COMMAND_MODULES = (
+    "fleet",
+    "plan",
+    "run",
+    "runs",
+    "watch",
+    "clean",
+    "observatory",
+    "commit",
+    "pipelines",
+    "demo",
+)
+
+EXIT_CODES_HELP = """\
+exit codes:
+  0    everything asked succeeded
+  1    a task failed or was skipped
+  2    usage error, invalid plan, or wrong environment (nothing ran)
+  3    the spend limit stopped the fleet before every task ran
+  4    --watch: a watched branch ended red, stalled, or never showed CI
+  130  interrupted
+"""
+
+_GLOBAL_WITH_VALUE = {"--spend-limit", "--config", "-C"}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        raise StellaError(f"{self.prog}: {message}", exit_code=EXIT_USAGE)
+
+
+def _spend_limit(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of dollars: {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of dollars: {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="stella",
+        description="Run many AI coding-agent workers at once against one git repository.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"stella {__version__}")
+    parser.add_argument(
+        "--spend-limit",
+        type=_spend_limit,
+        metavar="USD",
+        help="cap the dollars the whole command may spend (env: STELLA_SPEND_LIMIT); goes before the command",
+    )
+    parser.add_argument("--config", metavar="FILE", help="use this config file instead of .stella/config.toml")
+    parser.add_argument("-C", dest="directory", metavar="DIR", help="run as if started in DIR")
+    verbosity = parser.add_mutually_exclusive_group()
+    verbosity.add_argument("-v", "--verbose", action="count", default=0, help="more output")
+    verbosity.add_argument("-q", "--quiet", action="store_true", help="less output")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(f"stellafleet.commands.{name}")
+        module.add_parser(sub)
+    return parser
+
+
+def misplaced_spend_limit(argv: Sequence[str]) -> str | None:
+    """The corrected command line when --spend-limit follows the subcommand, else None."""
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token in _GLOBAL_WITH_VALUE:
+            i += 2
+            continue
+        if token.startswith("-"):
+            i += 1
+            continue
+        break
+    command_at = i
+    for j in range(command_at + 1, len(args)):
+        token = args[j]
+        if token == "--":
+            return None
+        if token == "--spend-limit" or token.startswith("--spend-limit="):
+            if token == "--spend-limit":
+                moved = args[j : j + 2]
+                rest = args[:j] + args[j + 2 :]
+            else:
+                moved = ["--spend-limit", token.split("=", 1)[1]]
+                rest = args[:j] + args[j + 1 :]
+            return shlex.join(["stella", *rest[:command_at], *moved, *rest[command_at:]])
+    return None
+
+
+def _apply_env_defaults(args: argparse.Namespace) -> None:
+    if args.spend_limit is None and os.environ.get("STELLA_SPEND_LIMIT"):
+        try:
+            args.spend_limit = _spend_limit(os.environ["STELLA_SPEND_LIMIT"])
+        except argparse.ArgumentTypeError as exc:
+            raise StellaError(f"STELLA_SPEND_LIMIT: {exc}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    corrected = misplaced_spend_limit(argv)
+    if corrected is not None:
+        print(
+            "stella: error: --spend-limit is a global option and goes before the command; run:\n"
+            f"  {corrected}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    args: argparse.Namespace | None = None
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose > 1 else logging.INFO if args.verbose else logging.WARNING,
+            format="stella: %(message)s",
+        )
+        _apply_env_defaults(args)
+        if args.directory:
+            try:
+                os.chdir(args.directory)
+            except OSError as exc:
+                raise StellaError(f"-C {args.directory}: {exc.strerror}") from None
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_USAGE
+        return int(args.func(args))
+    except StellaError as exc:
+        print(f"stella: error: {exc}" if "\n" not in str(exc) else str(exc), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("stella: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug: say so in one line, details only when asked
+        if args is not None and args.verbose:
+            traceback.print_exc()
+        print(
+            f"stella: internal error: {type(exc).__name__}: {exc} (a bug in stella; rerun with -v for details)",
+            file=sys.stderr,
+        )
+        return 1

@@ -1,0 +1,16 @@
+"""`stella clean` (being built)."""
+
+from __future__ import annotations
+
+import argparse
+
+from stellafleet.errors import StellaError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("clean", help="(not built yet)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    raise StellaError("stella clean is not built yet")

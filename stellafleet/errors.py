@@ -1,0 +1,47 @@
+"""The one user-facing error type and the exit codes every command returns."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_TASK_FAILED = 1
+EXIT_USAGE = 2
+EXIT_SPEND_LIMIT = 3
+EXIT_WATCH_RED = 4
+EXIT_INTERRUPTED = 130
+
+
+class StellaError(Exception):
+    """An error the user can act on: printed as one line, never as a traceback."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class PlanError(StellaError):
+    """A plan that cannot run; carries every problem found, each a full line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class ClaimConflict(StellaError):
+    """A path is held by another live attempt."""
+
+    def __init__(self, message: str, *, path: str = "", holder_task: str = "", holder_run: str = "") -> None:
+        super().__init__(message, exit_code=EXIT_TASK_FAILED)
+        self.path = path
+        self.holder_task = holder_task
+        self.holder_run = holder_run
+
+
+class GitError(StellaError):
+    """A git command failed; the message carries git's own words."""

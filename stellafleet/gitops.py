@@ -1,0 +1,212 @@
+"""Every git call stella makes goes through this module (plumbum underneath)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from plumbum import ProcessExecutionError, local
+from plumbum.commands.processes import CommandNotFound
+
+from stellafleet.errors import GitError, StellaError
+
+
+def _git_cmd():  # type: ignore[no-untyped-def]
+    try:
+        return local["git"]
+    except CommandNotFound:
+        raise StellaError("git is not installed or not on PATH: install git and try again") from None
+
+
+def git(
+    *args: str,
+    cwd: Path | str,
+    env: Mapping[str, str] | None = None,
+    stdin: str | None = None,
+    check: bool = True,
+) -> str:
+    """Run git in cwd and return stdout; a failure raises GitError with git's own message."""
+    cmd = _git_cmd()[list(args)].with_cwd(str(cwd))
+    if env:
+        cmd = cmd.with_env(**env)
+    try:
+        retcode, out, err = (cmd if stdin is None else cmd << stdin).run(retcode=None)
+    except OSError as exc:
+        raise GitError(f"git {args[0] if args else ''}: {exc}") from None
+    if check and retcode != 0:
+        detail = (err or out).strip().splitlines()
+        message = detail[-1] if detail else f"exit status {retcode}"
+        raise GitError(f"git {' '.join(args[:2])}: {message}")
+    return str(out)
+
+
+def git_ok(*args: str, cwd: Path | str) -> bool:
+    """True when the git command exits 0."""
+    cmd = _git_cmd()[list(args)].with_cwd(str(cwd))
+    retcode, _, _ = cmd.run(retcode=None)
+    return retcode == 0
+
+
+# --- repository facts ---
+
+
+def repo_root(cwd: Path | str) -> Path:
+    """The top of the work tree containing cwd; a clear error outside a repository."""
+    if not Path(cwd).is_dir():
+        raise StellaError(f"{cwd}: no such directory")
+    try:
+        out = git("rev-parse", "--show-toplevel", cwd=cwd)
+    except GitError:
+        raise StellaError(
+            f"{Path(cwd).resolve()} is not inside a git repository: run stella in a repository "
+            "(or create one with `git init` and make a first commit)"
+        ) from None
+    return Path(out.strip())
+
+
+def common_dir(root: Path) -> Path:
+    """The shared .git directory (the same for the main tree and every worktree)."""
+    out = git("rev-parse", "--git-common-dir", cwd=root).strip()
+    path = Path(out)
+    return path if path.is_absolute() else (root / path).resolve()
+
+
+def has_commits(root: Path) -> bool:
+    return git_ok("rev-parse", "--verify", "-q", "HEAD^{commit}", cwd=root)
+
+
+def resolve_commit(root: Path, ref: str) -> str:
+    """The full SHA of ref; a clear error when it names no commit."""
+    try:
+        return git("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", cwd=root).strip()
+    except GitError:
+        raise StellaError(f"{ref!r} does not name a commit in {root}") from None
+
+
+def head_commit(root: Path) -> str:
+    return git("rev-parse", "HEAD", cwd=root).strip()
+
+
+def current_branch(root: Path) -> str | None:
+    """The checked-out branch name, or None on a detached HEAD."""
+    out = git("symbolic-ref", "-q", "--short", "HEAD", cwd=root, check=False).strip()
+    return out or None
+
+
+def branch_exists(root: Path, branch: str) -> bool:
+    return git_ok("show-ref", "--verify", "-q", f"refs/heads/{branch}", cwd=root)
+
+
+def ensure_excluded(root: Path, patterns: Sequence[str]) -> list[str]:
+    """Add patterns to .git/info/exclude (never a tracked file); returns those added."""
+    exclude = common_dir(root) / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    existing = exclude.read_text().splitlines() if exclude.exists() else []
+    missing = [p for p in patterns if p not in existing]
+    if missing:
+        with exclude.open("a") as fh:
+            if existing and existing[-1] != "":
+                fh.write("\n")
+            fh.write("# stella fleet state\n" if "# stella fleet state" not in existing else "")
+            fh.write("".join(f"{p}\n" for p in missing))
+    return missing
+
+
+def status_porcelain(path: Path) -> list[str]:
+    """`git status --porcelain` lines for a work tree (empty when clean)."""
+    out = git("status", "--porcelain", "--untracked-files=normal", cwd=path)
+    return [line for line in out.splitlines() if line]
+
+
+# --- worktrees and branches of isolated tasks ---
+
+_SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def slugify(text: str, limit: int = 40) -> str:
+    slug = _SLUG_UNSAFE.sub("-", text).strip("-.").lower()
+    return (slug[:limit].rstrip("-.") or "task")
+
+
+def task_hash(run_id: str, task_id: str) -> str:
+    """16 hex characters from the run and task ids: re-runs reusing ids never collide."""
+    return hashlib.sha256(f"{run_id}\0{task_id}".encode()).hexdigest()[:16]
+
+
+def isolated_name(run_id: str, task_id: str) -> str:
+    return f"{slugify(task_id)}-{task_hash(run_id, task_id)}"
+
+
+@dataclass(frozen=True)
+class Worktree:
+    path: Path
+    head: str | None
+    branch: str | None
+
+
+def worktree_add(root: Path, path: Path, branch: str, base_commit: str) -> None:
+    git("worktree", "add", "-q", "-b", branch, str(path), base_commit, cwd=root)
+
+
+def worktree_list(root: Path) -> list[Worktree]:
+    out = git("worktree", "list", "--porcelain", cwd=root)
+    trees: list[Worktree] = []
+    path: Path | None = None
+    head: str | None = None
+    branch: str | None = None
+    for line in [*out.splitlines(), ""]:
+        if line.startswith("worktree "):
+            path = Path(line[len("worktree ") :])
+        elif line.startswith("HEAD "):
+            head = line[len("HEAD ") :]
+        elif line.startswith("branch "):
+            branch = line[len("branch ") :].removeprefix("refs/heads/")
+        elif not line and path is not None:
+            trees.append(Worktree(path, head, branch))
+            path, head, branch = None, None, None
+    return trees
+
+
+def worktree_remove(root: Path, path: Path, *, force: bool = False) -> None:
+    args = ["worktree", "remove", *(["--force"] if force else []), str(path)]
+    git(*args, cwd=root)
+
+
+def worktree_prune(root: Path) -> None:
+    git("worktree", "prune", cwd=root)
+
+
+def branch_delete(root: Path, branch: str, *, force: bool = False) -> None:
+    git("branch", "-D" if force else "-d", branch, cwd=root)
+
+
+def branches_matching(root: Path, pattern: str) -> list[str]:
+    out = git("branch", "--list", pattern, "--format=%(refname:short)", cwd=root)
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def is_ancestor(root: Path, commit: str, of: str) -> bool:
+    return git_ok("merge-base", "--is-ancestor", commit, of, cwd=root)
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    message: str
+    committed_at_ms: int
+
+
+def commits_between(root: Path, base: str, tip: str) -> list[CommitInfo]:
+    """Commits reachable from tip and not from base, oldest first."""
+    out = git("log", "--reverse", "--format=%H%x1f%ct%x1f%s%x1e", f"{base}..{tip}", cwd=root)
+    commits = []
+    for record in out.split("\x1e"):
+        record = record.strip()
+        if not record:
+            continue
+        sha, ctime, subject = record.split("\x1f", 2)
+        commits.append(CommitInfo(sha, subject, int(ctime) * 1000))
+    return commits

@@ -1,0 +1,46 @@
+"""Where stella keeps its state inside a repository (DESIGN section 5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+EXCLUDED_DIRS = (".stella/private/", ".stella/worktrees/")
+
+
+@dataclass(frozen=True)
+class StatePaths:
+    root: Path
+
+    @property
+    def stella_dir(self) -> Path:
+        return self.root / ".stella"
+
+    @property
+    def config_file(self) -> Path:
+        return self.stella_dir / "config.toml"
+
+    @property
+    def private(self) -> Path:
+        return self.stella_dir / "private"
+
+    @property
+    def fleet_db(self) -> Path:
+        return self.private / "fleet.db"
+
+    @property
+    def store_db(self) -> Path:
+        return self.private / "store.db"
+
+    @property
+    def worktrees(self) -> Path:
+        return self.stella_dir / "worktrees"
+
+    def log_file(self, run_id: str, task_id: str) -> Path:
+        return self.private / "logs" / run_id / f"{task_id}.log"
+
+    def transcript_file(self, run_id: str, task_id: str) -> Path:
+        return self.private / "transcripts" / run_id / f"{task_id}.jsonl"
+
+    def result_file(self, run_id: str, task_id: str, attempt_id: int) -> Path:
+        return self.private / "results" / run_id / f"{task_id}-{attempt_id}.json"

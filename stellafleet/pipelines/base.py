@@ -1,0 +1,68 @@
+"""The pipeline protocol: how a worker process turns a task into work."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Protocol
+
+from stellafleet.config import Config
+from stellafleet.workerenv import WorkerContext
+
+
+@dataclass
+class PipelineResult:
+    success: bool
+    summary: str
+    error: str | None = None
+    spend_usd: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    steps: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PipelineResult:
+        return cls(
+            success=bool(data.get("success")),
+            summary=str(data.get("summary") or ""),
+            error=data.get("error"),
+            spend_usd=float(data.get("spend_usd") or 0.0),
+            input_tokens=int(data.get("input_tokens") or 0),
+            output_tokens=int(data.get("output_tokens") or 0),
+            steps=int(data.get("steps") or 0),
+        )
+
+
+class SpendReporter(Protocol):
+    def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None: ...
+
+
+class Pipeline(Protocol):
+    name: ClassVar[str]
+    description: ClassVar[str]
+
+    def preflight(self, config: Config) -> str | None:
+        """None when ready; otherwise what to install or configure."""
+        ...
+
+    def version(self) -> str | None: ...
+
+    def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult: ...
+
+
+class NullSpend:
+    """A SpendReporter that only adds up, for runs outside a fleet."""
+
+    def __init__(self) -> None:
+        self.usd = 0.0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.steps = 0
+
+    def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None:
+        self.usd += usd
+        self.input_tokens += input_tokens
+        self.output_tokens += output_tokens
+        self.steps += steps
