@@ -70,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="USD",
         help="cap the dollars the whole command may spend (env: STELLA_SPEND_LIMIT); goes before the command",
     )
-    parser.add_argument("--config", metavar="FILE", help="use this config file instead of .stella/config.toml")
+    parser.add_argument(
+        "--config", metavar="FILE", help="use this config file instead of .stella/config.toml"
+    )
     parser.add_argument("-C", dest="directory", metavar="DIR", help="run as if started in DIR")
     verbosity = parser.add_mutually_exclusive_group()
     verbosity.add_argument("-v", "--verbose", action="count", default=0, help="more output")
@@ -159,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args is not None and args.verbose:
             traceback.print_exc()
         print(
-            f"stella: internal error: {type(exc).__name__}: {exc} (a bug in stella; rerun with -v for details)",
+            f"stella: internal error: {type(exc).__name__}: {exc} (a bug; rerun with -v for details)",
             file=sys.stderr,
         )
         return 1

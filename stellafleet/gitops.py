@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from plumbum import ProcessExecutionError, local
+from plumbum import local
 from plumbum.commands.processes import CommandNotFound
 
 from stellafleet.errors import GitError, StellaError
@@ -128,7 +128,7 @@ _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 def slugify(text: str, limit: int = 40) -> str:
     slug = _SLUG_UNSAFE.sub("-", text).strip("-.").lower()
-    return (slug[:limit].rstrip("-.") or "task")
+    return slug[:limit].rstrip("-.") or "task"
 
 
 def task_hash(run_id: str, task_id: str) -> str:

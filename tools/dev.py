@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Bootstrap a local virtualenv and run the demo or the whole test suite.
+
+    python3 tools/dev.py demo     # a real fleet, offline, in a scratch repository
+    python3 tools/dev.py test     # the whole suite: pytest, ruff, mypy
+
+Needs only Python 3.11+, pip and git. The virtualenv lives in .venv/ and is
+refreshed whenever pyproject.toml changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+STAMP = VENV / ".stella-installed"
+
+
+def _bin(name: str) -> str:
+    return str(VENV / ("Scripts" if os.name == "nt" else "bin") / name)
+
+
+def _run(*cmd: str) -> int:
+    print("+", " ".join(cmd), flush=True)
+    return subprocess.call(cmd, cwd=ROOT)
+
+
+def ensure_venv() -> None:
+    if sys.version_info < (3, 11):  # noqa: UP036 - this script must speak to older Pythons
+        sys.exit(f"stellafleet needs Python 3.11 or newer; this is {sys.version.split()[0]}")
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == wanted:
+        return
+    if not (VENV / "bin" / "python").exists() and not (VENV / "Scripts" / "python.exe").exists():
+        print(f"creating {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    quiet = [] if os.environ.get("CI") else ["-q"]
+    if _run(_bin("python"), "-m", "pip", "install", *quiet, "--upgrade", "pip") != 0:
+        sys.exit("could not upgrade pip in .venv")
+    if _run(_bin("python"), "-m", "pip", "install", *quiet, "-e", ".[dev]") != 0:
+        sys.exit("could not install stellafleet and its test dependencies into .venv")
+    STAMP.write_text(wanted)
+
+
+def test(extra: list[str]) -> int:
+    workers = os.environ.get("STELLA_TEST_WORKERS", "2")
+    steps = [
+        [_bin("ruff"), "check", "stellafleet", "tests", "bench", "tools"],
+        [_bin("ruff"), "format", "--check", "stellafleet", "tests", "bench", "tools"],
+        [_bin("mypy")],
+        [_bin("python"), "-m", "pytest", "-n", workers, *extra],
+    ]
+    failed = []
+    for step in steps:
+        if _run(*step) != 0:
+            failed.append(Path(step[0]).name if step[0] != _bin("python") else "pytest")
+    if failed:
+        print(f"FAILED: {', '.join(failed)}", flush=True)
+        return 1
+    print("all checks passed: ruff, mypy, pytest", flush=True)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {"demo", "test", "venv"}:
+        print(__doc__)
+        return 2
+    ensure_venv()
+    if argv[0] == "demo":
+        return _run(_bin("stella"), "demo", *argv[1:])
+    if argv[0] == "test":
+        return test(argv[1:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
