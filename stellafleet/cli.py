@@ -43,7 +43,7 @@ _GLOBAL_WITH_VALUE = {"--spend-limit", "--config", "-C"}
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        raise StellaError(f"{self.prog}: {message}", exit_code=EXIT_USAGE)
+        raise StellaError(f"{message} (see `{self.prog} --help`)", exit_code=EXIT_USAGE)
 
 
 def _spend_limit(text: str) -> float:

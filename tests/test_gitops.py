@@ -1,0 +1,90 @@
+"""The small git helpers, on real repositories."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from stellafleet import gitops
+from stellafleet.errors import GitError, StellaError
+
+
+def sh(*args: str, cwd: Path) -> str:
+    return subprocess.run(args, cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    sh("git", "init", "-q", "-b", "main", cwd=root)
+    sh("git", "config", "user.name", "t", cwd=root)
+    sh("git", "config", "user.email", "t@example.invalid", cwd=root)
+    (root / "README").write_text("hello\n")
+    sh("git", "add", "README", cwd=root)
+    sh("git", "commit", "-qm", "first", cwd=root)
+    return root
+
+
+def test_repository_facts(repo: Path, tmp_path: Path) -> None:
+    (repo / "sub").mkdir()
+    assert gitops.repo_root(repo / "sub") == repo.resolve()
+    assert gitops.has_commits(repo)
+    assert gitops.current_branch(repo) == "main"
+    head = gitops.head_commit(repo)
+    assert gitops.resolve_commit(repo, "main") == head
+    with pytest.raises(StellaError, match="does not name a commit"):
+        gitops.resolve_commit(repo, "no-such-ref")
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    with pytest.raises(StellaError, match="not inside a git repository"):
+        gitops.repo_root(outside)
+
+
+def test_empty_repository_has_no_commits(tmp_path: Path) -> None:
+    sh("git", "init", "-q", cwd=tmp_path)
+    assert not gitops.has_commits(tmp_path)
+
+
+def test_exclude_is_written_once_and_never_to_a_tracked_file(repo: Path) -> None:
+    assert gitops.ensure_excluded(repo, [".stella/private/", ".stella/worktrees/"]) == [
+        ".stella/private/",
+        ".stella/worktrees/",
+    ]
+    assert gitops.ensure_excluded(repo, [".stella/private/", ".stella/worktrees/"]) == []
+    (repo / ".stella/private").mkdir(parents=True)
+    (repo / ".stella/private/fleet.db").write_text("x")
+    assert gitops.status_porcelain(repo) == []
+    assert not (repo / ".gitignore").exists()
+
+
+def test_isolated_names_are_stable_and_distinct() -> None:
+    name = gitops.isolated_name("r-1", "docs")
+    assert name.startswith("docs-") and len(name.split("-")[-1]) == 16
+    assert gitops.isolated_name("r-1", "docs") == name
+    assert gitops.isolated_name("r-2", "docs") != name
+    assert gitops.slugify("Fix: the /weird/ name!") == "fix-the-weird-name"
+
+
+def test_worktree_lifecycle_and_commits_between(repo: Path) -> None:
+    base = gitops.head_commit(repo)
+    path = repo / ".stella/worktrees/docs-x"
+    gitops.worktree_add(repo, path, "fleet/docs-x", base)
+    (path / "doc.md").write_text("doc\n")
+    sh("git", "add", "doc.md", cwd=path)
+    sh("git", "commit", "-qm", "write the doc", cwd=path)
+    commits = gitops.commits_between(repo, base, "fleet/docs-x")
+    assert [c.message for c in commits] == ["write the doc"]
+    assert any(t.branch == "fleet/docs-x" and t.path == path for t in gitops.worktree_list(repo))
+    assert gitops.branches_matching(repo, "fleet/*") == ["fleet/docs-x"]
+    assert not gitops.is_ancestor(repo, commits[0].sha, "main")
+    gitops.worktree_remove(repo, path)
+    gitops.branch_delete(repo, "fleet/docs-x", force=True)
+    assert gitops.branches_matching(repo, "fleet/*") == []
+
+
+def test_git_failure_carries_gits_message(repo: Path) -> None:
+    with pytest.raises(GitError, match="git branch"):
+        gitops.git("branch", "-d", "no-such-branch", cwd=repo)
