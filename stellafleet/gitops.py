@@ -210,3 +210,24 @@ def commits_between(root: Path, base: str, tip: str) -> list[CommitInfo]:
         sha, ctime, subject = record.split("\x1f", 2)
         commits.append(CommitInfo(sha, subject, int(ctime) * 1000))
     return commits
+
+# --- clean ---
+
+
+def main_worktree_root(cwd: Path | str) -> Path:
+    """The main working tree's root, even when cwd is inside a linked worktree (stella's state lives there)."""
+    root = repo_root(cwd)
+    common = common_dir(root)
+    return common.parent if common.name == ".git" else root
+
+
+def ref_commit(root: Path, ref: str) -> str | None:
+    """The commit ref names, or None when it names none (a deleted branch, a typo)."""
+    out = git("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", cwd=root, check=False).strip()
+    return out or None
+
+
+def commits_ahead(root: Path, base: str, tip: str) -> int:
+    """How many commits tip has that base does not."""
+    return int(git("rev-list", "--count", f"{base}..{tip}", cwd=root).strip() or 0)
+

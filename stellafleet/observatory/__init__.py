@@ -1,0 +1,1 @@
+"""`stella observatory`: a local web dashboard over the fleet ledger."""

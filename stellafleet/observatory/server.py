@@ -1,0 +1,204 @@
+"""The observatory's HTTP server: one static page plus a small read-only JSON API over the ledger.
+
+Standard library only (ThreadingHTTPServer): the dashboard is a single page with no build step, serves
+one user on loopback, and reads a SQLite file; a web framework would add dependencies and nothing a
+reader would notice. Every response carries a strict Content-Security-Policy (no inline script, scripts
+only from this server), and the page builds its DOM with textContent, so model-written text cannot run.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import json
+import logging
+import socket
+import time
+from functools import cache
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from stellafleet.errors import EXIT_USAGE, StellaError
+from stellafleet.observatory import views
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+DEFAULT_POLL_MS = 1500
+PAGE_LIMIT_DEFAULT = 25
+PAGE_LIMIT_MAX = 200
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+STATIC_FILES = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/index.html": ("index.html", "text/html; charset=utf-8"),
+    "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/static/app.css": ("app.css", "text/css; charset=utf-8"),
+}
+LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
+
+
+@cache
+def _static(name: str) -> bytes:
+    return (resources.files("stellafleet.observatory") / "static" / name).read_bytes()
+
+
+def is_loopback(host: str) -> bool:
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ObservatoryServer(ThreadingHTTPServer):
+    """Serves the dashboard for one ledger file; the ledger is opened read-only per request."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(
+        self, address: tuple[str, int], ledger_path: Path, *, poll_ms: int = DEFAULT_POLL_MS
+    ) -> None:
+        self.ledger_path = ledger_path
+        self.poll_ms = poll_ms
+        self.loopback_only = is_loopback(address[0])
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, ObservatoryHandler)
+
+    @property
+    def url(self) -> str:
+        host, port = str(self.server_address[0]), self.server_address[1]
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{port}/"
+
+
+class ObservatoryHandler(BaseHTTPRequestHandler):
+    server: ObservatoryServer
+    server_version = "stella-observatory"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet by default; -vv shows requests
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def _headers(self, status: int, content_type: str, length: int, *, cache_static: bool = False) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(length))
+        self.send_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("X-Frame-Options", "DENY")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("Cache-Control", "no-cache" if cache_static else "no-store")
+        self.end_headers()
+
+    def _send(self, status: int, body: bytes, content_type: str, *, head: bool = False) -> None:
+        self._headers(
+            status, content_type, len(body), cache_static=content_type.startswith(("text/css", "text/j"))
+        )
+        if not head:
+            self.wfile.write(body)
+
+    def _send_json(self, status: int, payload: dict[str, Any], *, head: bool = False) -> None:
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        self._send(status, body, "application/json; charset=utf-8", head=head)
+
+    def _host_allowed(self) -> bool:
+        """Refuse other Host names on loopback: a rebinding DNS name must not read the ledger."""
+        if not self.server.loopback_only:
+            return True
+        host = (self.headers.get("Host") or "").strip().lower()
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        return name in LOOPBACK_NAMES or is_loopback(name)
+
+    def do_HEAD(self) -> None:
+        self._route(head=True)
+
+    def do_GET(self) -> None:
+        self._route(head=False)
+
+    def _route(self, *, head: bool) -> None:
+        if not self._host_allowed():
+            self._send_json(HTTPStatus.MISDIRECTED_REQUEST, {"error": "unexpected Host header"}, head=head)
+            return
+        parts = urlsplit(self.path)
+        path = parts.path
+        if path in STATIC_FILES:
+            name, content_type = STATIC_FILES[path]
+            self._send(HTTPStatus.OK, _static(name), content_type, head=head)
+        elif path == "/api/runs":
+            self._api_runs(parse_qs(parts.query), head=head)
+        elif path.startswith("/api/runs/") and len(path) > len("/api/runs/"):
+            self._api_run(unquote(path[len("/api/runs/") :]), head=head)
+        elif path == "/favicon.ico":
+            self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon", head=True)
+        else:
+            self._send_json(HTTPStatus.NOT_FOUND, {"error": f"no such page: {path}"}, head=head)
+
+    def _int_param(self, query: dict[str, list[str]], name: str, default: int, low: int, high: int) -> int:
+        raw = query.get(name, [str(default)])[-1]
+        try:
+            value = int(raw)
+        except ValueError:
+            raise StellaError(f"{name} must be a whole number, not {raw!r}") from None
+        if not low <= value <= high:
+            raise StellaError(f"{name} must be between {low} and {high}, not {value}")
+        return value
+
+    def _api_runs(self, query: dict[str, list[str]], *, head: bool) -> None:
+        try:
+            limit = self._int_param(query, "limit", PAGE_LIMIT_DEFAULT, 1, PAGE_LIMIT_MAX)
+            offset = self._int_param(query, "offset", 0, 0, 2**62)
+        except StellaError as exc:
+            self._send_json(HTTPStatus.BAD_REQUEST, {"error": str(exc)}, head=head)
+            return
+        try:
+            page = views.runs_page(self.server.ledger_path, limit=limit, offset=offset, now_ms=_now_ms())
+        except StellaError as exc:
+            self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}, head=head)
+            return
+        page["poll_ms"] = self.server.poll_ms
+        self._send_json(HTTPStatus.OK, page, head=head)
+
+    def _api_run(self, ref: str, *, head: bool) -> None:
+        if not self.server.ledger_path.exists():
+            self._send_json(HTTPStatus.NOT_FOUND, {"error": "no fleet runs recorded yet"}, head=head)
+            return
+        try:
+            detail = views.load_run(self.server.ledger_path, ref, now_ms=_now_ms())
+        except StellaError as exc:
+            self._send_json(HTTPStatus.NOT_FOUND, {"error": str(exc)}, head=head)
+            return
+        detail["poll_ms"] = self.server.poll_ms
+        self._send_json(HTTPStatus.OK, detail, head=head)
+
+
+def make_server(
+    ledger_path: Path, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, poll_ms: int = DEFAULT_POLL_MS
+) -> ObservatoryServer:
+    """Bind the dashboard (port 0 picks a free one); a taken port is one clear StellaError (exit 2)."""
+    try:
+        return ObservatoryServer((host, port), ledger_path, poll_ms=poll_ms)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise StellaError(
+                f"port {port} on {host} is already in use: stop what holds it or pick another with --port",
+                exit_code=EXIT_USAGE,
+            ) from None
+        raise StellaError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}", exit_code=EXIT_USAGE
+        ) from None

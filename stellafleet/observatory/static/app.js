@@ -1,0 +1,421 @@
+// stella observatory: renders the fleet ledger's JSON API.
+// Every value from the ledger (prompts, summaries, errors, branch names) comes from models or plans, so
+// the DOM is built with createElement + textContent only; nothing is ever parsed as HTML.
+"use strict";
+
+(function () {
+  const PAGE_SIZE = 25;
+  const IDLE_POLL_MS = 10000;
+  const STATUSES = new Set([
+    "running", "succeeded", "failed", "skipped", "pending", "interrupted", "spend_limited",
+    "green", "red", "stalled", "no_ci", "error", "removed", "kept",
+  ]);
+
+  let timer = null;
+  let generation = 0;
+  let lastRendered = "";
+  const openDetails = new Set();
+
+  // --- DOM helpers (text only) ---
+
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    if (props) {
+      for (const [key, value] of Object.entries(props)) {
+        if (value === null || value === undefined || value === false) continue;
+        if (key === "className") node.className = value;
+        else if (key === "text") node.textContent = String(value);
+        else if (key === "href") node.setAttribute("href", value);
+        else node.setAttribute(key, String(value));
+      }
+    }
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined || child === false) continue;
+      node.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function badge(status, extra) {
+    const known = STATUSES.has(status) ? status : "other";
+    return el("span", { className: "badge st-" + known + (extra ? " " + extra : ""), text: status || "unknown" });
+  }
+
+  function safeHref(url) {
+    try {
+      const parsed = new URL(String(url));
+      return parsed.protocol === "https:" || parsed.protocol === "http:" ? parsed.href : null;
+    } catch (_) {
+      return null;
+    }
+  }
+
+  function extLink(url, label) {
+    const href = safeHref(url);
+    if (!href) return el("span", { text: url || "" });
+    return el("a", { href: href, rel: "noopener noreferrer", target: "_blank", text: label || url });
+  }
+
+  // --- formatting ---
+
+  function pad(n) {
+    return String(n).padStart(2, "0");
+  }
+
+  function fmtTime(ms) {
+    if (ms === null || ms === undefined) return "—";
+    const d = new Date(ms);
+    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " +
+      pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+  }
+
+  function fmtDuration(ms) {
+    if (ms === null || ms === undefined) return "—";
+    const s = ms / 1000;
+    if (s < 10) return s.toFixed(1) + "s";
+    const total = Math.round(s);
+    const h = Math.floor(total / 3600);
+    const m = Math.floor((total % 3600) / 60);
+    const sec = total % 60;
+    if (h) return h + "h " + pad(m) + "m";
+    if (m) return m + "m " + pad(sec) + "s";
+    return sec + "s";
+  }
+
+  function fmtUsd(x) {
+    const v = Number(x || 0);
+    if (v > 0 && v < 0.01) return "$" + v.toFixed(4);
+    return "$" + v.toFixed(2);
+  }
+
+  function fmtSpend(run) {
+    const spent = fmtUsd(run.spend_usd);
+    if (run.spend_limit_usd === null || run.spend_limit_usd === undefined) return spent + " (no limit)";
+    return spent + " / " + fmtUsd(run.spend_limit_usd);
+  }
+
+  function shortSha(sha) {
+    return sha ? String(sha).slice(0, 10) : "";
+  }
+
+  function fmtBase(run) {
+    const parts = [];
+    if (run.base_ref) parts.push(run.base_ref);
+    if (run.base_commit) parts.push("@ " + shortSha(run.base_commit));
+    return parts.join(" ") || "—";
+  }
+
+  function taskCounts(tasks) {
+    const wrap = el("span", { className: "counts" });
+    const shown = [["succeeded", "ok"], ["failed", "failed"], ["skipped", "skipped"]];
+    for (const [key, label] of shown) {
+      wrap.appendChild(el("span", { className: "count c-" + key, title: key, text: (tasks[key] || 0) + " " + label }));
+    }
+    for (const key of ["running", "pending", "interrupted"]) {
+      if (tasks[key]) wrap.appendChild(el("span", { className: "count c-" + key, text: tasks[key] + " " + key }));
+    }
+    return wrap;
+  }
+
+  function runStatus(run) {
+    const wrap = el("span", { className: "status" }, badge(run.status));
+    if (run.live) wrap.appendChild(el("span", { className: "tag live-tag", text: "live" }));
+    if (run.stale) wrap.appendChild(el("span", { className: "tag stale-tag", title: "its fleet process is gone", text: "fleet gone" }));
+    return wrap;
+  }
+
+  // --- data ---
+
+  async function getJSON(url) {
+    const response = await fetch(url, { cache: "no-store", headers: { Accept: "application/json" } });
+    let body = null;
+    try {
+      body = await response.json();
+    } catch (_) {
+      body = null;
+    }
+    if (!response.ok) {
+      const error = new Error((body && body.error) || "HTTP " + response.status);
+      error.status = response.status;
+      throw error;
+    }
+    return body;
+  }
+
+  function route() {
+    const hash = location.hash.replace(/^#/, "") || "/";
+    const match = hash.match(/^\/runs\/([^?]+)/);
+    if (match) return { view: "run", id: decodeURIComponent(match[1]) };
+    const page = Number((hash.match(/[?&]page=(\d+)/) || [])[1] || 1);
+    return { view: "list", page: Math.max(1, page) };
+  }
+
+  function setBanner(text) {
+    const banner = document.getElementById("banner");
+    banner.textContent = text || "";
+    banner.hidden = !text;
+  }
+
+  function setLive(on) {
+    document.getElementById("live-indicator").hidden = !on;
+  }
+
+  function schedule(ms) {
+    clearTimeout(timer);
+    timer = setTimeout(refresh, ms);
+  }
+
+  async function refresh() {
+    const gen = ++generation;
+    const where = route();
+    let next = IDLE_POLL_MS;
+    try {
+      if (where.view === "run") {
+        const data = await getJSON("/api/runs/" + encodeURIComponent(where.id));
+        if (gen !== generation) return;
+        showRun(data);
+        next = data.run.live ? data.poll_ms : IDLE_POLL_MS;
+      } else {
+        const offset = (where.page - 1) * PAGE_SIZE;
+        const data = await getJSON("/api/runs?limit=" + PAGE_SIZE + "&offset=" + offset);
+        if (gen !== generation) return;
+        showList(data, where.page);
+        next = data.runs.some((r) => r.live) ? data.poll_ms : IDLE_POLL_MS;
+      }
+      setBanner("");
+    } catch (error) {
+      if (gen !== generation) return;
+      if (error.status === 404 && where.view === "run") {
+        showMissingRun(where.id, error.message);
+        setBanner("");
+      } else {
+        setBanner("Cannot load from the observatory server (" + error.message + "); retrying.");
+        next = 3000;
+      }
+    }
+    if (gen === generation) schedule(next);
+  }
+
+  function unchanged(view, data) {
+    const copy = Object.assign({}, data, { now_ms: 0 });
+    const key = view + JSON.stringify(copy);
+    if (key === lastRendered) return true;
+    lastRendered = key;
+    return false;
+  }
+
+  // --- runs list ---
+
+  function showList(data, page) {
+    document.getElementById("runs-card").hidden = false;
+    document.getElementById("run-view").hidden = true;
+    document.getElementById("ledger-path").textContent = "ledger: " + data.ledger;
+    setLive(data.runs.some((r) => r.live));
+    if (unchanged("list", data)) return;
+    const body = document.getElementById("runs-body");
+    const pager = document.getElementById("pager");
+    if (!data.total) {
+      body.replaceChildren(emptyState(data));
+      pager.replaceChildren();
+      return;
+    }
+    const head = el("tr", null, ["Run", "Started", "Duration", "Status", "Tasks", "Spend", "Pipeline", "Base"].map(
+      (h) => el("th", { scope: "col", text: h })));
+    const rows = data.runs.map((run) => el("tr", { className: "run-row", "data-run-id": run.id },
+      el("td", null, el("a", { className: "run-link", href: "#/runs/" + encodeURIComponent(run.id), text: run.id })),
+      el("td", { title: run.created_at_ms ? new Date(run.created_at_ms).toISOString() : "" , text: fmtTime(run.created_at_ms) }),
+      el("td", { text: fmtDuration(run.duration_ms) }),
+      el("td", null, runStatus(run)),
+      el("td", null, taskCounts(run.tasks)),
+      el("td", { text: fmtSpend(run) }),
+      el("td", { text: run.pipeline || "—" }),
+      el("td", { className: "mono", text: fmtBase(run) })));
+    body.replaceChildren(el("table", { id: "runs-table", className: "grid" }, el("thead", null, head), el("tbody", null, rows)));
+    const pages = Math.max(1, Math.ceil(data.total / data.limit));
+    const first = data.offset + 1;
+    const last = data.offset + data.runs.length;
+    pager.replaceChildren(
+      page > 1 ? el("a", { className: "page-prev", href: "#/?page=" + (page - 1), text: "← Newer" }) : el("span", { className: "muted", text: "← Newer" }),
+      el("span", { className: "page-info", text: first + "–" + last + " of " + data.total + " runs (page " + page + " of " + pages + ")" }),
+      page < pages ? el("a", { className: "page-next", href: "#/?page=" + (page + 1), text: "Older →" }) : el("span", { className: "muted", text: "Older →" }));
+  }
+
+  function emptyState(data) {
+    return el("div", { className: "empty", id: "empty-state" },
+      el("p", { text: data.ledger_exists ? "The ledger has no fleet runs yet." : "No fleet runs recorded yet: there is no ledger at " + data.ledger + "." }),
+      el("p", { text: "Start a fleet in this repository, and it shows up here while it runs:" }),
+      el("pre", { className: "command", text: data.start_hint }));
+  }
+
+  // --- one run ---
+
+  function showMissingRun(id, message) {
+    document.getElementById("runs-card").hidden = true;
+    document.getElementById("run-view").hidden = false;
+    lastRendered = "";
+    setLive(false);
+    document.getElementById("run-body").replaceChildren(el("p", { className: "empty", text: message || "No run " + id }));
+  }
+
+  function kv(pairs) {
+    return el("dl", { className: "kv" }, pairs.filter((p) => p[1] !== null && p[1] !== undefined && p[1] !== "").map(
+      ([k, v]) => [el("dt", { text: k }), el("dd", null, v instanceof Node ? v : String(v))]));
+  }
+
+  function rememberOpen(node, key) {
+    node.setAttribute("data-key", key);
+    if (openDetails.has(key)) node.open = true;
+    node.addEventListener("toggle", () => (node.open ? openDetails.add(key) : openDetails.delete(key)));
+    return node;
+  }
+
+  function showRun(data) {
+    document.getElementById("runs-card").hidden = true;
+    document.getElementById("run-view").hidden = false;
+    setLive(data.run.live);
+    if (unchanged("run", data)) return;
+    const run = data.run;
+    const parts = [];
+    parts.push(el("h2", { className: "run-title" }, "Fleet run ", el("span", { className: "mono", id: "run-id", text: run.id }), " ", runStatus(run)));
+    parts.push(kv([
+      ["Started", fmtTime(run.created_at_ms)],
+      ["Finished", run.finished_at_ms ? fmtTime(run.finished_at_ms) : (run.live ? "still running" : "—")],
+      ["Duration", fmtDuration(run.duration_ms)],
+      ["Tasks", taskCounts(run.tasks)],
+      ["Attempts", run.attempts_total],
+      ["Spend", fmtSpend(run)],
+      ["Pipeline", run.pipeline],
+      ["Base", fmtBase(run)],
+      ["Plan", run.plan_path],
+      ["Max concurrency", run.max_concurrency],
+      ["Command", run.argv && run.argv.length ? "stella " + run.argv.join(" ") : null],
+      ["Exit code", run.exit_code],
+      ["Reason", run.reason],
+    ]));
+    parts.push(el("h3", { text: "Waves" }));
+    if (!data.waves.length) parts.push(el("p", { className: "muted", text: "No tasks recorded yet." }));
+    for (const wave of data.waves) {
+      parts.push(el("section", { className: "wave", "data-wave": wave.wave === null ? "" : wave.wave },
+        el("h4", { text: wave.wave === null ? "Not scheduled" : "Wave " + wave.wave }),
+        wave.tasks.map((task) => taskCard(run, task))));
+    }
+    parts.push(branchesSection(data.branches));
+    parts.push(commitsSection(data.commits));
+    if (data.cleanups.length) parts.push(cleanupsSection(data.cleanups));
+    document.getElementById("run-body").replaceChildren(...parts);
+  }
+
+  function taskCard(run, task) {
+    const head = el("header", { className: "task-head" },
+      el("span", { className: "task-id mono", text: task.id }),
+      el("span", { className: "task-title", text: task.title || "" }),
+      badge(task.status),
+      el("span", { className: "tag", text: task.isolation || "shared" }));
+    const card = el("article", { className: "task", "data-task-id": task.id }, head);
+    if (task.reason) {
+      card.appendChild(el("p", { className: "reason" }, el("strong", { text: task.status === "skipped" ? "Skipped: " : "Reason: " }), el("span", { className: "reason-text", text: task.reason })));
+    }
+    card.appendChild(kv([
+      ["Branch", task.branch],
+      ["Worktree", task.worktree],
+      ["Depends on", task.depends_on && task.depends_on.length ? task.depends_on.join(", ") : null],
+      ["Claims", task.claims && task.claims.length ? task.claims.join(", ") : null],
+      ["Pipeline", task.pipeline],
+      ["Model", task.model],
+      ["Spend", task.attempts.length ? fmtUsd(task.spend_usd) : null],
+      ["CI", task.ci ? ciSummary(task.ci) : null],
+    ]));
+    if (task.prompt) {
+      card.appendChild(rememberOpen(el("details", { className: "prompt" }, el("summary", { text: "Prompt" }), el("pre", { text: task.prompt })), "prompt:" + run.id + ":" + task.id));
+    }
+    if (!task.attempts.length) {
+      card.appendChild(el("p", { className: "muted", text: "No attempt yet." }));
+    }
+    for (const attempt of task.attempts) card.appendChild(attemptBlock(attempt));
+    if (task.commits.length) {
+      card.appendChild(el("ul", { className: "commits" }, task.commits.map((c) => el("li", null,
+        el("span", { className: "mono", text: shortSha(c.sha) }), " ", el("span", { text: c.message || "" })))));
+    }
+    return card;
+  }
+
+  function attemptBlock(a) {
+    const facts = [
+      "attempt #" + a.id,
+      fmtDuration(a.duration_ms),
+      fmtUsd(a.spend_usd),
+      (a.input_tokens || 0) + " in / " + (a.output_tokens || 0) + " out tokens",
+      (a.steps || 0) + " steps",
+    ];
+    if (a.exit_code !== null && a.exit_code !== undefined) facts.push("exit " + a.exit_code);
+    if (a.pid) facts.push("pid " + a.pid);
+    const block = el("div", { className: "attempt", "data-attempt-id": a.id },
+      el("div", { className: "attempt-head" }, badge(a.outcome), el("span", { className: "muted", text: facts.join(" · ") })));
+    if (a.summary) block.appendChild(el("p", { className: "summary", text: a.summary }));
+    if (a.error) block.appendChild(el("pre", { className: "error", text: a.error }));
+    const files = [a.log_path ? "log: " + a.log_path : null, a.transcript_path ? "transcript: " + a.transcript_path : null].filter(Boolean);
+    if (files.length) block.appendChild(el("p", { className: "files mono", text: files.join("   ") }));
+    return block;
+  }
+
+  function ciSummary(ci) {
+    const wrap = el("span", { className: "ci" }, badge(ci.state));
+    if (ci.conclusion) wrap.appendChild(el("span", { text: " " + ci.conclusion }));
+    if (ci.pr_url) wrap.appendChild(el("span", null, " ", extLink(ci.pr_url, ci.pr_number ? "PR #" + ci.pr_number : "pull request")));
+    if (ci.reason) wrap.appendChild(el("span", { className: "muted", text: " " + ci.reason }));
+    return wrap;
+  }
+
+  function table(id, headers, rows) {
+    return el("table", { id: id, className: "grid" },
+      el("thead", null, el("tr", null, headers.map((h) => el("th", { scope: "col", text: h })))),
+      el("tbody", null, rows));
+  }
+
+  function branchesSection(branches) {
+    const section = el("section", { className: "branches" }, el("h3", { text: "Branches and worktrees" }));
+    if (!branches.length) {
+      section.appendChild(el("p", { className: "muted", text: "No branch recorded: shared-tree tasks that commit land on the current branch." }));
+      return section;
+    }
+    section.appendChild(table("branches-table", ["Branch", "Worktree", "Tasks", "Commits", "CI"], branches.map((b) => el("tr", null,
+      el("td", { className: "mono", text: b.branch }),
+      el("td", { className: "mono", text: b.worktree || "—" }),
+      el("td", { text: b.tasks.join(", ") }),
+      el("td", { text: b.commits }),
+      el("td", null, b.ci ? ciSummary(b.ci) : el("span", { className: "muted", text: "not watched" }))))));
+    return section;
+  }
+
+  function commitsSection(commits) {
+    const section = el("section", { className: "all-commits" }, el("h3", { text: "Commits" }));
+    if (!commits.length) {
+      section.appendChild(el("p", { className: "muted", text: "No commits recorded." }));
+      return section;
+    }
+    section.appendChild(table("commits-table", ["Commit", "Task", "Branch", "Message", "When"], commits.map((c) => el("tr", null,
+      el("td", { className: "mono", title: c.sha, text: shortSha(c.sha) }),
+      el("td", { text: c.task_id || "" }),
+      el("td", { className: "mono", text: c.branch || "" }),
+      el("td", { text: c.message || "" }),
+      el("td", { text: fmtTime(c.committed_at_ms) })))));
+    return section;
+  }
+
+  function cleanupsSection(cleanups) {
+    return el("section", { className: "cleanups" }, el("h3", { text: "Clean-up" }),
+      table("cleanups-table", ["When", "Kind", "Target", "Action", "Reason"], cleanups.map((c) => el("tr", null,
+        el("td", { text: fmtTime(c.at_ms) }),
+        el("td", { text: c.kind }),
+        el("td", { className: "mono", text: c.target }),
+        el("td", null, badge(c.action)),
+        el("td", { text: c.reason || "" })))));
+  }
+
+  window.addEventListener("hashchange", () => {
+    lastRendered = "";
+    window.scrollTo(0, 0);
+    refresh();
+  });
+  document.addEventListener("DOMContentLoaded", refresh);
+})();

@@ -1,0 +1,212 @@
+"""Build fleet ledgers with realistic content through the Ledger API (tests, docs screenshots, benches)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from stellafleet.clock import wall_ms
+from stellafleet.ledger import Ledger
+
+
+@dataclass(frozen=True)
+class SampleTask:
+    """Just what Ledger.add_tasks reads from a plan task."""
+
+    id: str
+    prompt: str
+    title: str = ""
+    depends_on: tuple[str, ...] = ()
+    claims: tuple[str, ...] = ()
+    isolation: str = "shared"
+    pipeline: str | None = None
+    model: str | None = None
+    timeout: float | None = None
+
+
+class StepClock:
+    """A settable epoch-ms clock for the ledger, so recorded times are whatever the builder says."""
+
+    def __init__(self, start_ms: int) -> None:
+        self.ms = start_ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def advance(self, seconds: float) -> int:
+        self.ms += int(seconds * 1000)
+        return self.ms
+
+
+BASE_COMMIT = "3f2a9c1e5b7d4f60a1b2c3d4e5f60718293a4b5c"
+HOUR_MS = 3_600_000
+
+
+def build_sample_ledger(
+    path: Path, *, start_ms: int | None = None, live_pid: int | None = None
+) -> dict[str, str]:
+    """Three runs: a finished success with an isolated branch and CI, a failure with a skip, and (when
+    live_pid is given) a run in progress owned by that pid, started now.
+
+    Returns the run ids by role: {"ok", "failed", "running"}.
+    """
+    clock = StepClock(wall_ms() - 4 * HOUR_MS if start_ms is None else start_ms)
+    ids: dict[str, str] = {}
+    with Ledger.open(path, now_ms=clock) as ledger:
+        ids["ok"] = _finished_run(ledger, clock)
+        clock.advance(2 * HOUR_MS / 1000)
+        ids["failed"] = _failed_run(ledger, clock)
+        if live_pid is not None:
+            clock.ms = max(clock.ms + 1000, wall_ms())  # a live fleet started just now, by a live process
+            ids["running"] = _running_run(ledger, clock, live_pid)
+    return ids
+
+
+def _finished_run(ledger: Ledger, clock: StepClock) -> str:
+    run_id = "r-20261130-091500-1a2b"
+    ledger.create_run(
+        run_id=run_id,
+        plan_path="feature-buildout.toml",
+        plan_sha256="ab" * 32,
+        base_ref="main",
+        base_commit=BASE_COMMIT,
+        max_concurrency=3,
+        spend_limit_usd=6.0,
+        pipeline="plain",
+        argv=["--spend-limit", "6", "fleet", "--plan", "feature-buildout.toml"],
+        root="/home/dev/shop",
+        pid=4100,
+    )
+    tasks = [
+        SampleTask(
+            "schema",
+            "Add a migration creating the receipts table",
+            "Add the migration",
+            claims=("src/store/schema.rs",),
+        ),
+        SampleTask(
+            "reader", "Add Store::receipts_for_execution", "Read path", ("schema",), ("src/store/read.rs",)
+        ),
+        SampleTask(
+            "docs",
+            "Rewrite docs/receipts.md against the new table",
+            "Rewrite the receipts page",
+            ("reader",),
+            isolation="isolated",
+        ),
+    ]
+    ledger.add_tasks(run_id, tasks, {"schema": 1, "reader": 2, "docs": 3})
+    work = [
+        ("schema", 42.0, 0.41, "Added migration 0007 creating receipts with an execution_id foreign key."),
+        ("reader", 65.0, 0.87, "Store::receipts_for_execution reads receipts ordered by created_at."),
+        ("docs", 80.0, 1.12, "Rewrote docs/receipts.md twice; kept the task-oriented structure."),
+    ]
+    for n, (task_id, seconds, usd, summary) in enumerate(work):
+        branch = worktree = None
+        if task_id == "docs":
+            branch, worktree = "fleet/docs-5c1d7e9a0b2f4a6c", ".stella/worktrees/docs-5c1d7e9a0b2f4a6c"
+            ledger.set_task_workspace(run_id, task_id, branch, worktree)
+        ledger.set_task_status(run_id, task_id, "running")
+        attempt = ledger.start_attempt(run_id, task_id, pipeline="plain", branch=branch, worktree=worktree)
+        ledger.set_attempt_pid(attempt, 4200 + n)
+        ledger.add_spend(
+            attempt, usd, input_tokens=int(usd * 90_000), output_tokens=int(usd * 6_000), steps=9 + n
+        )
+        clock.advance(seconds)
+        ledger.record_commit(
+            sha=f"{n + 1:x}" * 40,
+            run_id=run_id,
+            task_id=task_id,
+            attempt_id=attempt,
+            branch=branch or "main",
+            message=summary.split(";")[0].rstrip("."),
+            committed_at_ms=clock.ms,
+        )
+        ledger.finish_attempt(
+            attempt, outcome="succeeded", exit_code=0, summary=summary, cpu_seconds=seconds / 3
+        )
+        ledger.set_task_status(run_id, task_id, "succeeded")
+    ledger.upsert_ci(
+        run_id=run_id,
+        branch="fleet/docs-5c1d7e9a0b2f4a6c",
+        task_id="docs",
+        head_sha="3" * 40,
+        pr_url="https://github.com/example/shop/pull/412",
+        pr_number=412,
+        state="green",
+        conclusion="success",
+        reason=None,
+        run_urls=["https://github.com/example/shop/actions/runs/1"],
+    )
+    clock.advance(2)
+    ledger.finish_run(run_id, "succeeded", exit_code=0)
+    return run_id
+
+
+def _failed_run(ledger: Ledger, clock: StepClock) -> str:
+    run_id = "r-20261130-111500-7c4e"
+    ledger.create_run(
+        run_id=run_id,
+        plan_path=None,
+        plan_sha256=None,
+        base_ref="main",
+        base_commit=BASE_COMMIT,
+        max_concurrency=2,
+        spend_limit_usd=None,
+        pipeline="plain",
+        argv=["fleet", "Fix the lint warnings"],
+        root="/home/dev/shop",
+        pid=5100,
+    )
+    tasks = [
+        SampleTask("writer", "Record one receipt row per model call", "Write path"),
+        SampleTask("report", "Summarise receipts per day", "Daily report", ("writer",)),
+        SampleTask("lint", "Fix the lint warnings in store/", "Fix lint warnings"),
+    ]
+    ledger.add_tasks(run_id, tasks, {"writer": 1, "lint": 1, "report": 2})
+    writer = ledger.start_attempt(run_id, "writer", pipeline="plain")
+    lint = ledger.start_attempt(run_id, "lint", pipeline="plain")
+    ledger.add_spend(writer, 0.35, input_tokens=30_000, output_tokens=2_000, steps=6)
+    ledger.add_spend(lint, 0.12, input_tokens=11_000, output_tokens=900, steps=3)
+    clock.advance(31)
+    ledger.finish_attempt(
+        writer,
+        outcome="failed",
+        exit_code=1,
+        summary="Could not find the engine's emit path.",
+        error="tests failed: test_emit_records_receipt (AssertionError: 0 != 1)",
+    )
+    ledger.set_task_status(run_id, "writer", "failed", "tests failed")
+    ledger.finish_attempt(lint, outcome="succeeded", exit_code=0, summary="Fixed 7 warnings in store/.")
+    ledger.set_task_status(run_id, "lint", "succeeded")
+    ledger.set_task_status(run_id, "report", "skipped", "dependency failed: writer")
+    clock.advance(1)
+    ledger.finish_run(run_id, "failed", exit_code=1, reason="1 task failed, 1 skipped")
+    return run_id
+
+
+def _running_run(ledger: Ledger, clock: StepClock, pid: int) -> str:
+    run_id = "r-20261130-121500-9f3a"
+    ledger.create_run(
+        run_id=run_id,
+        plan_path="release-prep.toml",
+        plan_sha256="cd" * 32,
+        base_ref="main",
+        base_commit=BASE_COMMIT,
+        max_concurrency=2,
+        spend_limit_usd=5.0,
+        pipeline="command",
+        argv=["fleet", "--plan", "release-prep.toml"],
+        root="/home/dev/shop",
+        pid=pid,
+    )
+    tasks = [
+        SampleTask("bump", "Bump the workspace version to 1.4.0", "Bump the version and changelog"),
+        SampleTask("notes", "Update the release notes for 1.4.0", "Update the release notes page", ("bump",)),
+    ]
+    ledger.add_tasks(run_id, tasks, {"bump": 1, "notes": 2})
+    ledger.set_task_status(run_id, "bump", "running")
+    attempt = ledger.start_attempt(run_id, "bump", pipeline="command")
+    ledger.set_attempt_pid(attempt, pid)
+    ledger.add_spend(attempt, 0.05, input_tokens=4_000, output_tokens=300, steps=1)
+    return run_id
