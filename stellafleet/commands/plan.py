@@ -1,16 +1,205 @@
-"""`stella plan` (being built)."""
+"""`stella plan`: check, show and inspect plan files without running anything."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from typing import Any
 
-from stellafleet.errors import StellaError
+from stellafleet import graph, planschema
+from stellafleet.errors import EXIT_OK, EXIT_USAGE, PlanError, StellaError
+from stellafleet.plan import Plan, load_plan
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("plan", help="(not built yet)")
-    parser.set_defaults(func=run)
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="check and show plan files (nothing runs)",
+        description="Check plan files and show their waves and graph; nothing runs.",
+    )
+    parser.set_defaults(func=lambda args: _usage(parser))
+    sub = parser.add_subparsers(dest="plan_command", metavar="SUBCOMMAND")
+
+    check = sub.add_parser("check", help="validate plans; print each problem; exit 2 on any")
+    check.add_argument("files", nargs="+", metavar="FILE")
+    check.set_defaults(func=check_command)
+
+    show = sub.add_parser("show", help="the waves and each task's dependencies, claims and isolation")
+    show.add_argument("file", metavar="FILE")
+    show.add_argument(
+        "--max-concurrency",
+        type=_positive_int,
+        metavar="N",
+        help="group the waves as a fleet with this many workers would (default: no limit)",
+    )
+    show.add_argument("--json", action="store_true", help="print one JSON document")
+    show.set_defaults(func=show_command)
+
+    listing = sub.add_parser("list", help="doit's own `list` view of the compiled task graph")
+    listing.add_argument("file", metavar="FILE")
+    listing.set_defaults(func=list_command)
+
+    info = sub.add_parser("info", help="doit's own `info` view of one task of the compiled graph")
+    info.add_argument("file", metavar="FILE")
+    info.add_argument("task", metavar="TASK")
+    info.set_defaults(func=info_command)
+
+    schema = sub.add_parser("schema", help="print the bundled plan JSON Schema")
+    schema.set_defaults(func=schema_command)
 
 
-def run(args: argparse.Namespace) -> int:
-    raise StellaError("stella plan is not built yet")
+def check_command(args: argparse.Namespace) -> int:
+    """Check every file, print every problem (and warning); 2 if any file has a problem."""
+    code = EXIT_OK
+    for name in args.files:
+        try:
+            plan = load_plan(name)
+        except PlanError as exc:
+            for problem in exc.problems:
+                print(problem)
+            code = EXIT_USAGE
+            continue
+        for warning in plan.warnings:
+            print(f"warning: {warning}")
+        waves = len(plan.waves(len(plan.tasks)))
+        print(f"ok: {name} ({_count(len(plan.tasks), 'task')}, {_count(waves, 'wave')})")
+    return code
+
+
+def show_command(args: argparse.Namespace) -> int:
+    plan = load_plan(args.file)
+    limit: int | None = args.max_concurrency
+    waves = plan.waves(limit or len(plan.tasks))
+    if args.json:
+        print(json.dumps(_document(plan, limit, waves), indent=2, ensure_ascii=False))
+        return EXIT_OK
+    heading = f"{args.file}: {_count(len(plan.tasks), 'task')} in {_count(len(waves), 'wave')} " + (
+        f"(max concurrency {limit})" if limit else "(no concurrency limit)"
+    )
+    if sys.stdout.isatty():
+        _show_rich(plan, waves, heading)
+    else:
+        _show_plain(plan, waves, heading)
+    for warning in plan.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return EXIT_OK
+
+
+def list_command(args: argparse.Namespace) -> int:
+    plan = load_plan(args.file)
+    return _doit(plan, ["list"])
+
+
+def info_command(args: argparse.Namespace) -> int:
+    plan = load_plan(args.file)
+    plan.task(args.task)  # a clear error with a "did you mean" before doit sees it
+    return _doit(plan, ["info", args.task])
+
+
+def schema_command(args: argparse.Namespace) -> int:
+    sys.stdout.write(planschema.schema_text())
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def _doit(plan: Plan, argv: list[str]) -> int:
+    code, out, err = graph.doit_view(plan, argv)
+    sys.stdout.write(out)
+    if code != 0:
+        raise StellaError(err.strip().removeprefix("ERROR: ") or f"doit {argv[0]} failed (exit {code})")
+    return EXIT_OK
+
+
+def _details(plan: Plan, task_id: str) -> list[tuple[str, str]]:
+    task = plan.task(task_id)
+    rows = [
+        ("depends on", ", ".join(task.depends_on) or "-"),
+        ("claims", ", ".join(task.claims) or "-"),
+        ("isolation", task.isolation),
+    ]
+    rows.extend(
+        (key, str(value))
+        for key, value in (("pipeline", task.pipeline), ("model", task.model), ("timeout", task.timeout))
+        if value is not None
+    )
+    return rows
+
+
+def _show_plain(plan: Plan, waves: list[list[str]], heading: str) -> None:
+    print(heading)
+    for number, wave in enumerate(waves, start=1):
+        print(f"\nwave {number}")
+        for task_id in wave:
+            print(f"  {task_id}  {plan.task(task_id).title}")
+            for key, value in _details(plan, task_id):
+                print(f"      {key}: {value}")
+
+
+def _show_rich(plan: Plan, waves: list[list[str]], heading: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=heading, title_justify="left")
+    for column in ("wave", "task", "title", "depends on", "claims", "isolation"):
+        table.add_column(column, overflow="fold")
+    for number, wave in enumerate(waves, start=1):
+        for position, task_id in enumerate(wave):
+            task = plan.task(task_id)
+            table.add_row(
+                str(number) if position == 0 else "",
+                task_id,
+                task.title,
+                ", ".join(task.depends_on) or "-",
+                "\n".join(task.claims) or "-",
+                task.isolation,
+                end_section=position == len(wave) - 1,
+            )
+    Console().print(table)
+
+
+def _document(plan: Plan, limit: int | None, waves: list[list[str]]) -> dict[str, Any]:
+    wave_of = {task_id: number for number, wave in enumerate(waves, start=1) for task_id in wave}
+    return {
+        "plan": plan.source,
+        "sha256": plan.sha256,
+        "max_concurrency": limit,
+        "waves": waves,
+        "tasks": [
+            {
+                "id": task.id,
+                "title": task.title,
+                "prompt": task.prompt,
+                "depends_on": list(task.depends_on),
+                "claims": list(task.claims),
+                "isolation": task.isolation,
+                "pipeline": task.pipeline,
+                "model": task.model,
+                "timeout": task.timeout,
+                "wave": wave_of[task.id],
+            }
+            for task in plan.tasks
+        ],
+        "warnings": list(plan.warnings),
+    }
