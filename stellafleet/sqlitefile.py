@@ -39,10 +39,14 @@ class Schema:
         return len(self.migrations)
 
 
-def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
-    """A connection to an existing file (never creates one) in autocommit mode; transactions are explicit."""
-    mode = "ro" if readonly else "rw"
-    uri = f"file:{quote(str(path.resolve()))}?mode={mode}"
+def connect(path: Path, *, readonly: bool, immutable: bool = False) -> sqlite3.Connection:
+    """A connection to an existing file (never creates one) in autocommit mode; transactions are explicit.
+
+    ``immutable`` reads the main file alone, taking no locks and creating no -wal/-shm files: for looking
+    at a file that may not be ours without leaving a trace.
+    """
+    mode = "ro" if readonly or immutable else "rw"
+    uri = f"file:{quote(str(path.resolve()))}?mode={mode}" + ("&immutable=1" if immutable else "")
     conn = sqlite3.connect(
         uri,
         uri=True,
@@ -78,6 +82,7 @@ def open_database(path: Path, schema: Schema, *, readonly: bool = False) -> sqli
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists():
             _create_atomically(path, schema)
+    _precheck(path, schema)
     try:
         conn = connect(path, readonly=readonly)
     except sqlite3.Error as exc:
@@ -142,18 +147,43 @@ def _identity(conn: sqlite3.Connection) -> tuple[int, int, list[str]]:
     return int(application_id), int(version), tables
 
 
-def _check_and_migrate(conn: sqlite3.Connection, path: Path, schema: Schema, *, readonly: bool) -> None:
-    try:
-        application_id, version, tables = _identity(conn)
-    except sqlite3.DatabaseError as exc:
-        raise StellaError(
-            f"{path} is not a {schema.label} ({exc}); stella leaves it untouched: move it away and run again"
-        ) from None
+def _precheck(path: Path, schema: Schema) -> None:
+    """Refuse a foreign or newer file before opening it normally, which could leave -wal/-shm files beside it.
+
+    Reads the 100-byte SQLite header directly (application id at offset 68, user_version at 60). The main
+    file may lag behind its write-ahead log, so this only refuses what is certain; the normal open checks
+    again.
+    """
+    with open(path, "rb") as fh:
+        header = fh.read(100)
+    if not header:
+        return  # an empty file: may become ours
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        raise _not_a_database(path, schema, "not a SQLite database")
+    application_id = int.from_bytes(header[68:72], "big")
+    version = int.from_bytes(header[60:64], "big")
+    tables: list[str] = []
+    if application_id != schema.application_id:
+        try:  # only to name the tables in the message; immutable=1 takes no locks and writes nothing
+            conn = connect(path, readonly=True, immutable=True)
+            try:
+                tables = _identity(conn)[2]
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            return  # let the normal open judge it
+    _refuse_foreign(path, schema, application_id, version, tables)
+
+
+def _not_a_database(path: Path, schema: Schema, exc: Exception | str) -> StellaError:
+    return StellaError(
+        f"{path} is not a {schema.label} ({exc}); stella leaves it untouched: move it away and run again"
+    )
+
+
+def _refuse_foreign(path: Path, schema: Schema, application_id: int, version: int, tables: list[str]) -> None:
     if application_id == 0 and version == 0 and not tables:
-        if readonly:
-            raise StellaError(f"the {schema.label} at {path} is empty: nothing has been recorded there yet")
-        _initialise_empty(conn, path, schema)
-        return
+        return  # empty: may become ours
     if application_id != schema.application_id:
         listed = ", ".join(tables[:6]) + (", ..." if len(tables) > 6 else "")
         raise StellaError(
@@ -165,6 +195,19 @@ def _check_and_migrate(conn: sqlite3.Connection, path: Path, schema: Schema, *, 
             f"the {schema.label} at {path} has schema version {version}, newer than this stella understands "
             f"({schema.version}): upgrade stellafleet to use it"
         )
+
+
+def _check_and_migrate(conn: sqlite3.Connection, path: Path, schema: Schema, *, readonly: bool) -> None:
+    try:
+        application_id, version, tables = _identity(conn)
+    except sqlite3.DatabaseError as exc:
+        raise _not_a_database(path, schema, exc) from None
+    if application_id == 0 and version == 0 and not tables:
+        if readonly:
+            raise StellaError(f"the {schema.label} at {path} is empty: nothing has been recorded there yet")
+        _initialise_empty(conn, path, schema)
+        return
+    _refuse_foreign(path, schema, application_id, version, tables)
     if version < schema.version:
         if readonly:
             raise StellaError(
