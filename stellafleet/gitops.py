@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,3 +232,141 @@ def commits_ahead(root: Path, base: str, tip: str) -> int:
     """How many commits tip has that base does not."""
     return int(git("rev-list", "--count", f"{base}..{tip}", cwd=root).strip() or 0)
 
+
+# --- commit plumbing (commit lane) ---
+# A commit of exactly some paths, built in a temporary index so the user's own index (staged work) is
+# never read or swept in; HEAD moves only by compare-and-swap.
+
+
+def _with_index(index_file: Path) -> dict[str, str]:
+    return {"GIT_INDEX_FILE": str(index_file)}
+
+
+def read_tree_into(root: Path, index_file: Path, commit: str | None) -> None:
+    """Seed index_file with commit's tree (an empty index when commit is None: an unborn branch)."""
+    args = ["read-tree", commit] if commit else ["read-tree", "--empty"]
+    git(*args, cwd=root, env=_with_index(index_file))
+
+
+def stage_paths(root: Path, index_file: Path, paths: Sequence[str]) -> None:
+    """Put the work tree's version of each path into index_file; a path missing on disk is removed."""
+    git(
+        "update-index", "--add", "--remove", "-z", "--stdin",
+        cwd=root, env=_with_index(index_file), stdin="".join(f"{p}\0" for p in paths),
+    )  # fmt: skip
+
+
+def write_tree(root: Path, index_file: Path) -> str:
+    return git("write-tree", cwd=root, env=_with_index(index_file)).strip()
+
+
+def tree_of(root: Path, commit: str) -> str:
+    return git("rev-parse", f"{commit}^{{tree}}", cwd=root).strip()
+
+
+def commit_tree(root: Path, tree: str, parent: str | None, message: str) -> str:
+    """A commit object for tree (author and committer from the user's git config); returns its SHA."""
+    args = ["commit-tree", tree, *(["-p", parent] if parent else []), "-F", "-"]
+    return git(*args, cwd=root, stdin=message if message.endswith("\n") else message + "\n").strip()
+
+
+def update_head_cas(root: Path, new: str, old: str | None, reflog_message: str) -> None:
+    """Move HEAD (through the branch it points at) to new only if it is still old; GitError otherwise."""
+    try:
+        git("update-ref", "-m", reflog_message, "HEAD", new, old or "", cwd=root)
+    except GitError as exc:
+        now = ref_commit(root, "HEAD")
+        raise GitError(
+            f"HEAD moved while committing (expected {(old or 'no commit')[:12]}, found "
+            f"{(now or 'no commit')[:12]}); nothing was committed: try again ({exc})"
+        ) from None
+
+
+def tree_entries(root: Path, commit: str, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """path -> (mode, object SHA) for those of paths present in commit's tree."""
+    out = git("ls-tree", "-z", "--full-tree", commit, "--", *paths, cwd=root)
+    entries: dict[str, tuple[str, str]] = {}
+    for record in out.split("\0"):
+        if not record:
+            continue
+        meta, path = record.split("\t", 1)
+        mode, _kind, sha = meta.split()
+        entries[path] = (mode, sha)
+    return entries
+
+
+def set_index_entries(
+    root: Path, entries: Mapping[str, tuple[str, str]], removed: Sequence[str], *, null_oid: str
+) -> None:
+    """Set (or remove) exactly these entries of the real index, then refresh its stat data.
+
+    Other entries, and so the user's other staged changes, are left as they are. A concurrent git
+    command holding index.lock is waited out for a few seconds.
+    """
+    lines = [f"{mode} {sha}\t{path}\0" for path, (mode, sha) in entries.items()]
+    lines += [f"0 {null_oid}\t{path}\0" for path in removed]
+    for attempt in range(100):
+        try:
+            git("update-index", "-z", "--index-info", cwd=root, stdin="".join(lines))
+            break
+        except GitError as exc:
+            if "index.lock" not in str(exc) or attempt == 99:
+                raise
+            time.sleep(0.05)
+    # --refresh only rewrites stat data of entries whose content matches the work tree; it exits 1
+    # when some entry (the user's unstaged work) does not, which is expected here.
+    git("update-index", "-q", "--refresh", cwd=root, check=False)
+
+
+# --- engine tools ---
+
+
+def _git_status_out(*args: str, cwd: Path | str) -> tuple[int, str, str]:
+    cmd = _git_cmd()[list(args)].with_cwd(str(cwd))
+    try:
+        retcode, out, err = cmd.run(retcode=None)
+    except OSError as exc:
+        raise GitError(f"git {args[0] if args else ''}: {exc}") from None
+    return int(retcode), str(out), str(err)
+
+
+def ls_files(root: Path, pathspecs: Sequence[str] = (), *, untracked: bool = True) -> list[str]:
+    """Tracked files (and untracked, not ignored ones) matching pathspecs, relative to root."""
+    args = ["ls-files", "-z", "--cached"]
+    if untracked:
+        args += ["--others", "--exclude-standard"]
+    out = git(*args, "--", *pathspecs, cwd=root)
+    return [p for p in out.split("\0") if p]
+
+
+def grep(
+    root: Path,
+    pattern: str,
+    pathspecs: Sequence[str] = (),
+    *,
+    ignore_case: bool = False,
+    fixed: bool = False,
+    untracked: bool = True,
+) -> str:
+    """`git grep -n` output (path:line:text) for an extended regex; empty when nothing matches."""
+    args = ["grep", "-n", "-I", "--no-color", "--full-name"]
+    if untracked:
+        args.append("--untracked")
+    args.append("-F" if fixed else "-E")
+    if ignore_case:
+        args.append("-i")
+    retcode, out, err = _git_status_out(*args, "-e", pattern, "--", *pathspecs, cwd=root)
+    if retcode == 1 and not err.strip():
+        return ""
+    if retcode != 0:
+        detail = err.strip().splitlines()
+        raise GitError(f"git grep: {detail[-1] if detail else f'exit status {retcode}'}")
+    return out
+
+
+def diff(root: Path, paths: Sequence[str] = (), *, staged: bool = False) -> str:
+    """`git diff` of the work tree (or of the index with staged=True), limited to paths when given."""
+    args = ["diff", "--no-color", "--no-ext-diff"]
+    if staged:
+        args.append("--cached")
+    return git(*args, "--", *paths, cwd=root)
