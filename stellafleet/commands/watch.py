@@ -1,16 +1,49 @@
-"""`stella watch` (being built)."""
+"""`stella watch [RUN]`: push a past run's branches again, follow their CI, exit 4 unless all end green."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
-from stellafleet.errors import StellaError
+from stellafleet import gitops
+from stellafleet.config import load_config
+from stellafleet.errors import EXIT_USAGE, StellaError
+from stellafleet.ledger import Ledger
+from stellafleet.paths import StatePaths
+from stellafleet.watch import watch_run
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("watch", help="(not built yet)")
+    parser = subparsers.add_parser(
+        "watch",
+        help="watch a run's branches through CI again (pushes, opens or updates PRs; exit 4 if any ends red)",
+        description=(
+            "Push every branch of RUN that holds successful work, open or update its pull request with gh "
+            "(not for the default branch), and follow its CI to the end, keeping the PR's status current. "
+            "Exit 0 when every watched branch ends green, 4 when one ends red, stalls or never shows CI, "
+            "2 when gh is missing or not logged in or there is no remote to push to. Settings: [watch] in "
+            ".stella/config.toml (poll_interval, appear_timeout, stall_timeout, total_timeout, remote, "
+            "force_push, repo)."
+        ),
+    )
+    parser.add_argument("run_ref", nargs="?", metavar="RUN", help="run id or unique prefix (default: latest)")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON document with each branch's outcome"
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise StellaError("stella watch is not built yet")
+    root = gitops.main_worktree_root(Path.cwd())
+    db = StatePaths(root).fleet_db
+    if not db.exists():
+        raise StellaError(f"no fleet has run in {root} yet: nothing to watch", exit_code=EXIT_USAGE)
+    config_file = Path(args.config) if getattr(args, "config", None) else None
+    config = load_config(root, config_file=config_file)
+    with Ledger.open(db, readonly=True) as ledger:
+        run_id = ledger.resolve_run_id(args.run_ref)
+    result = watch_run(root, run_id, config=config, json_mode=args.json)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    return result.exit_code

@@ -1,0 +1,1 @@
+"""Fakes shipped with the package so tests (ours and users') can stand in for outside tools."""

@@ -1,0 +1,272 @@
+"""A scriptable stand-in for the GitHub CLI (`gh`), for tests of `stella watch`.
+
+Use it in-process (``FakeGh`` is a ``stellafleet.gh.GhRunner``) or as the ``gh`` executable:
+``install(bin_dir)`` writes a ``gh`` script into bin_dir that runs ``python -m stellafleet.testing.fake_gh``.
+Put bin_dir first on PATH and set ``FAKE_GH_SCRIPT`` (a JSON file: the script below) and ``FAKE_GH_STATE``
+(a JSON file where it keeps its pull requests, counters and a log of every call, for assertions).
+
+It answers ``auth status``, ``pr list``, ``pr create``, ``pr edit``, ``pr view`` and ``run list`` with the
+JSON shapes gh documents, printing only the fields asked for with ``--json``.
+
+The script (every key optional)::
+
+    {
+      "repo": "octo/widgets",          # used in the URLs it prints
+      "auth": "ok" | "logged_out",
+      "prs": [{"number": 7, "headRefName": "fleet/x", "body": "..."}],    # pull requests already open
+      "runs": {"<commit sha>" or "*": [snapshot, snapshot, ...]},
+          # successive `gh run list --commit SHA` calls get successive snapshots; the last one repeats.
+          # A snapshot is a list of runs (gh's field names; missing fields are filled in) or a reply.
+          # "{n}" in a run's string fields becomes the call number, for a run that keeps progressing.
+      "replies": {"pr create": [reply, ...]}
+          # canned replies for "<group> <verb>", used before the built-in behaviour; the last repeats.
+          # A reply is {"exit": 1, "stdout": "", "stderr": "..."}, or null for the built-in behaviour.
+    }
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from stellafleet.gh import GhResult
+
+NOT_LOGGED_IN = "You are not logged into any GitHub hosts. To log in, run: gh auth login\n"
+
+
+def _parse(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """Positional words and --flag values (every flag watch uses takes a value)."""
+    words: list[str] = []
+    flags: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token.startswith("--") and "=" in token:
+            key, value = token[2:].split("=", 1)
+            flags[key] = value
+        elif token.startswith("--") or token in ("-R", "-B", "-H", "-t", "-b"):
+            short = {"-R": "repo", "-B": "base", "-H": "head", "-t": "title", "-b": "body"}
+            flags[short.get(token, token[2:])] = args[i + 1] if i + 1 < len(args) else ""
+            i += 1
+        else:
+            words.append(token)
+        i += 1
+    return words, flags
+
+
+def _pick(item: Mapping[str, Any], fields: str | None) -> dict[str, Any]:
+    if not fields:
+        return dict(item)
+    return {name: item.get(name) for name in fields.split(",") if name}
+
+
+class FakeGh:
+    """Answers gh commands from a script; keeps state in memory or in a JSON file shared across processes."""
+
+    def __init__(
+        self,
+        script: Mapping[str, Any] | None = None,
+        *,
+        state_path: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.script: dict[str, Any] = dict(script or {})
+        self.state_path = state_path
+        self.env = env
+        self._memory: dict[str, Any] | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> FakeGh:
+        env = os.environ if env is None else env
+        script_file = env.get("FAKE_GH_SCRIPT")
+        script = json.loads(Path(script_file).read_text()) if script_file else {}
+        state = env.get("FAKE_GH_STATE")
+        return cls(script, state_path=Path(state) if state else None, env=env)
+
+    # --- state ---
+
+    def state(self) -> dict[str, Any]:
+        if self.state_path is not None and self.state_path.exists():
+            loaded: dict[str, Any] = json.loads(self.state_path.read_text())
+            return loaded
+        if self._memory is None:
+            prs = [self._fill_pr(dict(pr)) for pr in self.script.get("prs", [])]
+            self._memory = {"calls": [], "counters": {}, "prs": prs}
+        return self._memory
+
+    def _save(self, state: dict[str, Any]) -> None:
+        self._memory = state
+        if self.state_path is not None:
+            tmp = self.state_path.with_name(self.state_path.name + ".tmp")
+            tmp.write_text(json.dumps(state, indent=1))
+            os.replace(tmp, self.state_path)
+
+    @property
+    def calls(self) -> list[list[str]]:
+        return [call["args"] for call in self.state()["calls"]]
+
+    @property
+    def prs(self) -> list[dict[str, Any]]:
+        return list(self.state()["prs"])
+
+    @property
+    def repo(self) -> str:
+        return str(self.script.get("repo", "octo/widgets"))
+
+    def _fill_pr(self, pr: dict[str, Any]) -> dict[str, Any]:
+        number = int(pr.get("number", 1))
+        pr.setdefault("url", f"https://github.com/{self.repo}/pull/{number}")
+        pr.setdefault("title", f"PR {number}")
+        pr.setdefault("body", "")
+        pr.setdefault("state", "OPEN")
+        pr.setdefault("baseRefName", "main")
+        pr.setdefault("isDraft", False)
+        return pr
+
+    def _next(self, state: dict[str, Any], key: str, sequence: Sequence[Any]) -> tuple[Any, int]:
+        count = int(state["counters"].get(key, 0))
+        state["counters"][key] = count + 1
+        return sequence[min(count, len(sequence) - 1)], count + 1
+
+    # --- the runner ---
+
+    def run(self, args: Sequence[str], *, cwd: Path) -> GhResult:
+        state = self.state()
+        call: dict[str, Any] = {"args": list(args), "cwd": str(cwd)}
+        if self.env is not None:
+            call["prompt_disabled"] = self.env.get("GH_PROMPT_DISABLED") == "1"
+        state["calls"].append(call)
+        words, flags = _parse(args)
+        key = " ".join(words[:2])
+        replies = self.script.get("replies", {}).get(key)
+        reply = self._next(state, f"reply {key}", replies)[0] if replies else None
+        if reply is not None:
+            result = GhResult(int(reply.get("exit", 0)), reply.get("stdout", ""), reply.get("stderr", ""))
+        else:
+            handler = {
+                "auth status": self._auth_status,
+                "pr list": self._pr_list,
+                "pr create": self._pr_create,
+                "pr edit": self._pr_edit,
+                "pr view": self._pr_view,
+                "run list": self._run_list,
+            }.get(key)
+            if handler is None:
+                result = GhResult(1, "", f'unknown command "{key}" for "gh"\n')
+            else:
+                result = handler(state, words, flags)
+        self._save(state)
+        return result
+
+    def _auth_status(self, state: dict[str, Any], words: list[str], flags: dict[str, str]) -> GhResult:
+        if self.script.get("auth", "ok") == "logged_out":
+            return GhResult(1, "", NOT_LOGGED_IN)
+        return GhResult(0, "github.com\n  ✓ Logged in to github.com account octo (GH_TOKEN)\n", "")
+
+    def _find(self, state: dict[str, Any], ref: str) -> dict[str, Any] | None:
+        for pr in state["prs"]:
+            if ref in (str(pr["number"]), pr["url"]) or (ref == pr["headRefName"] and pr["state"] == "OPEN"):
+                return pr
+        return None
+
+    def _pr_list(self, state: dict[str, Any], words: list[str], flags: dict[str, str]) -> GhResult:
+        wanted = flags.get("state", "open").upper()
+        found = [
+            _pick(pr, flags.get("json"))
+            for pr in state["prs"]
+            if ("head" not in flags or pr["headRefName"] == flags["head"]) and wanted in ("ALL", pr["state"])
+        ]
+        return GhResult(0, json.dumps(found) + "\n", "")
+
+    def _pr_create(self, state: dict[str, Any], words: list[str], flags: dict[str, str]) -> GhResult:
+        head, base = flags.get("head", ""), flags.get("base", "main")
+        if not head or "title" not in flags or "body" not in flags:
+            return GhResult(
+                1, "", "must provide `--title` and `--body` (and `--head`) when not running interactively\n"
+            )
+        existing = self._find(state, head)
+        if existing is not None:
+            message = f'a pull request for branch "{head}" into branch "{base}" already exists:'
+            return GhResult(1, "", f"{message}\n{existing['url']}\n")
+        number = max([0, *(int(pr["number"]) for pr in state["prs"])]) + 1
+        pr = self._fill_pr(
+            {
+                "number": number,
+                "headRefName": head,
+                "baseRefName": base,
+                "title": flags["title"],
+                "body": flags["body"],
+            }
+        )
+        state["prs"].append(pr)
+        return GhResult(0, pr["url"] + "\n", "")
+
+    def _pr_edit(self, state: dict[str, Any], words: list[str], flags: dict[str, str]) -> GhResult:
+        pr = self._find(state, words[2] if len(words) > 2 else "")
+        if pr is None:
+            return GhResult(1, "", f"GraphQL: Could not resolve to a PullRequest ({' '.join(words[2:3])})\n")
+        for field in ("body", "title"):
+            if field in flags:
+                pr[field] = flags[field]
+        return GhResult(0, pr["url"] + "\n", "")
+
+    def _pr_view(self, state: dict[str, Any], words: list[str], flags: dict[str, str]) -> GhResult:
+        pr = self._find(state, words[2] if len(words) > 2 else "")
+        if pr is None:
+            return GhResult(1, "", f'no pull requests found for branch "{" ".join(words[2:3])}"\n')
+        return GhResult(0, json.dumps(_pick(pr, flags.get("json"))) + "\n", "")
+
+    def _run_list(self, state: dict[str, Any], words: list[str], flags: dict[str, str]) -> GhResult:
+        sha = flags.get("commit", "")
+        runs = self.script.get("runs", {})
+        sequence = runs.get(sha) or runs.get("*") or [[]]
+        snapshot, n = self._next(state, f"run list {sha}", sequence)
+        if isinstance(snapshot, dict):
+            return GhResult(
+                int(snapshot.get("exit", 0)), snapshot.get("stdout", ""), snapshot.get("stderr", "")
+            )
+        listed = [_pick(self._fill_run(run, i, sha, n), flags.get("json")) for i, run in enumerate(snapshot)]
+        return GhResult(0, json.dumps(listed) + "\n", "")
+
+    def _fill_run(self, run: Mapping[str, Any], index: int, sha: str, n: int) -> dict[str, Any]:
+        filled = {k: (v.replace("{n}", str(n)) if isinstance(v, str) else v) for k, v in run.items()}
+        run_id = int(filled.setdefault("databaseId", 1000 + index))
+        filled.setdefault("attempt", 1)
+        filled.setdefault("status", "completed")
+        filled.setdefault("conclusion", "success" if filled["status"] == "completed" else "")
+        filled.setdefault("updatedAt", "2026-01-01T00:00:00Z")
+        filled.setdefault("url", f"https://github.com/{self.repo}/actions/runs/{run_id}")
+        filled.setdefault("name", "CI")
+        filled.setdefault("workflowName", filled["name"])
+        filled.setdefault("headSha", sha)
+        filled.setdefault("event", "push")
+        return filled
+
+
+def install(bin_dir: Path, *, python: str | None = None) -> Path:
+    """Write an executable `gh` into bin_dir that runs this fake; returns its path."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    package_parent = Path(__file__).resolve().parents[2]
+    script = bin_dir / "gh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'PYTHONPATH="{package_parent}${{PYTHONPATH:+:$PYTHONPATH}}" '
+        f'exec "{python or sys.executable}" -m stellafleet.testing.fake_gh "$@"\n'
+    )
+    script.chmod(0o755)
+    return script
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    result = FakeGh.from_env().run(list(sys.argv[1:] if argv is None else argv), cwd=Path.cwd())
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    return result.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
