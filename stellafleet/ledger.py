@@ -554,3 +554,17 @@ class Ledger:
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (run_id, task_id, kind, target, action, reason, self._now_ms()),
             )
+
+    # --- fleet (the run's own reads while it works) ---
+
+    def attempt_spend(self, attempt_id: int) -> float:
+        """Dollars recorded so far for one attempt (0 for an unknown attempt)."""
+        rows = self._read("SELECT spend_usd FROM attempts WHERE id = ?", (attempt_id,))
+        return float(rows[0][0]) if rows else 0.0
+
+    def running_progress(self, run_id: str) -> dict[str, tuple[int, float]]:
+        """task id -> (steps, dollars) of the run's attempts that are still running."""
+        rows = self._read(
+            "SELECT task_id, steps, spend_usd FROM attempts WHERE run_id = ? AND outcome = 'running'", (run_id,)
+        )
+        return {str(row[0]): (int(row[1]), float(row[2])) for row in rows}

@@ -1,16 +1,45 @@
-"""`stella commit` (being built)."""
+"""`stella commit -m MSG PATH ...`: inside a worker, commit exactly these paths for its task."""
 
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
-from stellafleet.errors import StellaError
+from stellafleet.errors import EXIT_OK
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("commit", help="(not built yet)")
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "commit",
+        help="inside a fleet worker: commit exactly these paths through the commit lane",
+        description=(
+            "Commit exactly the named paths (deleted ones as deletions) for this worker's task. In the "
+            "shared tree the commit goes through the workspace-wide commit lane, so it never sweeps in "
+            "another worker's files or the user's own changes; it is recorded in the fleet ledger. "
+            "Works only inside a process started by `stella fleet`."
+        ),
+    )
+    parser.add_argument("-m", "--message", required=True, metavar="MSG", help="the commit message")
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="files to commit")
     parser.set_defaults(func=run)
 
 
+def workspace_relative(workspace: Path, given: str, cwd: Path) -> str:
+    """A path given relative to cwd, spelled relative to the workspace (absolute paths pass through)."""
+    if os.path.isabs(given):
+        return given
+    full = os.path.normpath(os.path.join(cwd, given))
+    return os.path.relpath(full, os.path.realpath(workspace))
+
+
 def run(args: argparse.Namespace) -> int:
-    raise StellaError("stella commit is not built yet")
+    from stellafleet.commit import commit_paths
+    from stellafleet.workerenv import WorkerContext
+
+    ctx = WorkerContext.from_env()  # outside a worker: a clear StellaError, exit 2
+    cwd = Path(os.path.realpath(os.getcwd()))
+    paths = [workspace_relative(ctx.workspace, given, cwd) for given in args.paths]
+    sha = commit_paths(ctx, paths, args.message)
+    print(sha)
+    return EXIT_OK

@@ -1,16 +1,75 @@
-"""`stella fleet` (being built)."""
+"""`stella fleet`: run many workers at once against this repository."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from stellafleet.errors import StellaError
 
+DESCRIPTION = """\
+Run a fleet: every prompt (or every task of --plan FILE) gets its own worker process. Tasks run in
+dependency order, in waves of at most --max-concurrency; shared tasks work in the repository root under
+file claims, isolated tasks in their own worktree on a fleet/<slug>-<hash> branch from the pinned base.
+Ctrl-C once: launch nothing more and wait for running workers; twice: stop them.
+The spend limit is global: stella --spend-limit USD fleet ...
+"""
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("fleet", help="(not built yet)")
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "fleet",
+        help="run a fleet of workers (inline prompts or --plan FILE)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "prompts", nargs="*", metavar="PROMPT", help="inline prompts; they become tasks t1, t2, ..."
+    )
+    parser.add_argument("--plan", metavar="FILE", help="a plan file (.toml, .json, .yaml, .yml)")
+    parser.add_argument(
+        "--max-concurrency",
+        type=_positive_int,
+        metavar="N",
+        help="workers at once (default: the governor's number)",
+    )
+    parser.add_argument("--base-ref", metavar="REF", help="branch isolated tasks from REF (default: HEAD)")
+    parser.add_argument(
+        "--pipeline", metavar="VARIANT", help="pipeline for tasks that name none (default: plain, the engine)"
+    )
+    parser.add_argument("--watch", action="store_true", help="after the fan-out, follow each branch's CI")
+    parser.add_argument("--dry-run", action="store_true", help="show the waves and workspaces, run nothing")
+    parser.add_argument("--json", action="store_true", help="print one JSON result document instead")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise StellaError("stella fleet is not built yet")
+    from stellafleet.fleet import FleetOptions, run_fleet
+
+    if args.watch and args.dry_run:
+        raise StellaError("--watch and --dry-run do not go together: a dry run has nothing to watch")
+    options = FleetOptions(
+        prompts=list(args.prompts),
+        plan_path=args.plan,
+        max_concurrency=args.max_concurrency,
+        base_ref=args.base_ref,
+        pipeline=args.pipeline,
+        watch=args.watch,
+        dry_run=args.dry_run,
+        json_mode=args.json,
+        quiet=args.quiet,
+        spend_limit=args.spend_limit,
+        config_file=args.config,
+        argv=["stella", *sys.argv[1:]],
+    )
+    return run_fleet(options)

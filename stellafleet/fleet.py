@@ -1,0 +1,331 @@
+"""One fleet run, the control: check, plan, pin the base, record the run, run the waves, finish.
+
+The per-task work lives in dispatch.py and everything the user sees in reporter.py; this module decides
+the order of things and the run's outcome. Nothing is written (ledger, exclude file, worktrees) until
+every check has passed, so a run that exits 2 leaves no trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from stellafleet import gitops
+from stellafleet.config import Config, load_config
+from stellafleet.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SPEND_LIMIT,
+    EXIT_TASK_FAILED,
+    EXIT_USAGE,
+    StellaError,
+)
+from stellafleet.governor import Decision, decide
+from stellafleet.paths import EXCLUDED_DIRS, StatePaths
+from stellafleet.plan import Plan, load_plan, plan_from_prompts
+from stellafleet.reporter import Reporter, make_reporter, print_dry_run
+
+DEFAULT_PIPELINE = "plain"
+SPEND_STOP_PREFIX = "spend limit reached"
+INTERRUPTED = "interrupted"
+
+
+@dataclass
+class FleetOptions:
+    prompts: Sequence[str] = ()
+    plan_path: str | None = None
+    max_concurrency: int | None = None
+    base_ref: str | None = None
+    pipeline: str | None = None
+    watch: bool = False
+    dry_run: bool = False
+    json_mode: bool = False
+    quiet: bool = False
+    spend_limit: float | None = None
+    config_file: str | None = None
+    argv: Sequence[str] = field(default_factory=list)
+    cwd: Path | None = None
+
+
+def new_run_id(now: float | None = None) -> str:
+    """`r-YYYYMMDD-HHMMSS-xxxx`: UTC time of the start and 4 random hex digits."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    return f"r-{stamp}-{secrets.token_hex(2)}"
+
+
+def check_environment(cwd: Path) -> Path:
+    """The repository root; StellaError (exit 2) when git is missing, cwd is no repository, or it is empty."""
+    root = gitops.repo_root(cwd)  # says so when git is missing or cwd is not in a repository
+    if not gitops.has_commits(root):
+        raise StellaError(
+            f"the repository {root} has no commits yet: a fleet branches from a commit, so make a first "
+            "commit (e.g. `git commit --allow-empty -m init`) and run again"
+        )
+    return root
+
+
+def build_plan(opts: FleetOptions, root: Path) -> Plan:
+    if opts.plan_path and opts.prompts:
+        raise StellaError("give either prompts or --plan FILE, not both (put the prompts into the plan)")
+    if opts.plan_path:
+        return load_plan(opts.plan_path, root=root)
+    if not opts.prompts:
+        raise StellaError('nothing to run: give prompts (stella fleet "Fix the tests") or --plan FILE')
+    return plan_from_prompts(list(opts.prompts))
+
+
+def pipeline_problems(plan: Plan, default: str, config: Config, spend_limit: float | None) -> list[str]:
+    """Everything missing before the named pipelines can run (empty: ready)."""
+    from stellafleet import pipelines
+
+    names = sorted({task.pipeline or default for task in plan.tasks})
+    installed = pipelines.available()
+    unknown = [name for name in names if name not in installed]
+    if unknown:
+        return [
+            f"unknown pipeline {name!r}: installed pipelines are {', '.join(installed) or 'none'}"
+            for name in unknown
+        ]
+    checker = getattr(pipelines, "preflight", None)
+    if checker is not None:
+        problems = list(checker(names, config))
+    else:
+        problems = [
+            f"{name}: {problem}"
+            for name in names
+            if (problem := pipelines.load(name).preflight(config)) is not None
+        ]
+    if spend_limit is not None and DEFAULT_PIPELINE in names and not problems:
+        problems.extend(_unpriced_models(plan, default, config))
+    return problems
+
+
+def _unpriced_models(plan: Plan, default: str, config: Config) -> list[str]:
+    """With a spend limit, every model the built-in engine will call needs a known price."""
+    from stellafleet.engine.pricing import price_for, unknown_price_message
+
+    provider = config.get("engine.provider")
+    models = {
+        task.model or config.get("engine.model")
+        for task in plan.tasks
+        if (task.pipeline or default) == DEFAULT_PIPELINE
+    }
+    return [
+        unknown_price_message(model)
+        for model in sorted(m for m in models if isinstance(m, str) and m)
+        if price_for(model, config, provider=provider) is None
+    ]
+
+
+def pipeline_entries(names: Sequence[str]) -> dict[str, str]:
+    """name -> "module:attr", so each worker imports its pipeline without scanning installed metadata."""
+    from stellafleet import pipelines
+
+    installed = pipelines.available()
+    return {name: installed[name].value for name in names if name in installed}
+
+
+def check_watch_ready(root: Path, config: Config) -> None:
+    """--watch: gh and a remote must be ready before anything runs (exit 2 otherwise)."""
+    from stellafleet import gh, watch
+
+    settings = watch.WatchSettings.from_config(config)
+    watch.preflight(root, gh.GitHub(gh.PlumbumGh(), root, repo=settings.repo), settings)
+
+
+@dataclass
+class Prepared:
+    """Everything checked and decided before a run starts; nothing written yet."""
+
+    opts: FleetOptions
+    root: Path
+    config: Config
+    plan: Plan
+    default_pipeline: str
+    concurrency: Decision
+    base_ref: str
+    base_commit: str
+    run_id: str
+    waves: list[list[str]]
+    problems: list[str]
+
+    @property
+    def spend_guard(self) -> float | None:
+        limit = self.opts.spend_limit
+        return None if limit is None else limit / self.concurrency.value
+
+    def task_rows(self) -> list[dict[str, Any]]:
+        from stellafleet.dispatch import workspace_for
+
+        rows = []
+        wave_of = {task_id: n for n, wave in enumerate(self.waves, start=1) for task_id in wave}
+        for task in self.plan.tasks:
+            ws = workspace_for(self.root, self.run_id, task)
+            rows.append(
+                {
+                    "id": task.id,
+                    "title": task.title,
+                    "wave": wave_of.get(task.id),
+                    "isolation": task.isolation,
+                    "pipeline": task.pipeline or self.default_pipeline,
+                    "depends_on": list(task.depends_on),
+                    "claims": list(task.claims),
+                    "worktree": str(ws.path.relative_to(self.root)) if ws.isolated else None,
+                    "branch": ws.branch,
+                }
+            )
+        return rows
+
+    def preview(self) -> dict[str, Any]:
+        return {
+            "dry_run": True,
+            "run_id": self.run_id,
+            "concurrency": self.concurrency.describe(),
+            "max_concurrency": self.concurrency.value,
+            "base_ref": self.base_ref,
+            "base_commit": self.base_commit,
+            "spend_limit_usd": self.opts.spend_limit,
+            "spend_guard_usd": self.spend_guard,
+            "waves": self.waves,
+            "tasks": self.task_rows(),
+            "problems": self.problems,
+        }
+
+
+def prepare(opts: FleetOptions) -> Prepared:
+    """Every check before a run, in the order a user would fix them; StellaError (exit 2) on the first."""
+    root = check_environment(opts.cwd or Path.cwd())
+    config = load_config(root, config_file=Path(opts.config_file) if opts.config_file else None)
+    plan = build_plan(opts, root)
+    default = opts.pipeline or config.get("fleet.pipeline") or DEFAULT_PIPELINE
+    if not isinstance(default, str):
+        raise StellaError(f"config: fleet.pipeline must be a pipeline name, not {default!r}")
+    problems = pipeline_problems(plan, default, config, opts.spend_limit)
+    concurrency = decide(config, opts.max_concurrency)
+    base_ref = opts.base_ref or "HEAD"
+    base_commit = gitops.resolve_commit(root, base_ref)
+    label = opts.base_ref or gitops.current_branch(root) or "HEAD"
+    return Prepared(
+        opts=opts,
+        root=root,
+        config=config,
+        plan=plan,
+        default_pipeline=default,
+        concurrency=concurrency,
+        base_ref=label,
+        base_commit=base_commit,
+        run_id=new_run_id(),
+        waves=plan.waves(concurrency.value),
+        problems=problems,
+    )
+
+
+class Interrupts:
+    """Ctrl-C once: launch nothing more and let running workers finish. Twice: stop their process trees."""
+
+    def __init__(self, request_stop: Any, stop_workers: Any, running: Any, emit: Any) -> None:
+        self.count = 0
+        self._request_stop = request_stop
+        self._stop_workers = stop_workers
+        self._running = running
+        self._emit = emit
+
+    def handle(self, signum: int, frame: object) -> None:
+        self.count += 1
+        running = len(self._running())
+        plural = "worker" if running == 1 else "workers"
+        if self.count == 1 and signum == signal.SIGINT:
+            self._request_stop(INTERRUPTED)
+            self._emit(
+                "notice",
+                {
+                    "text": f"interrupt: launching nothing more; waiting for {running} running {plural}; "
+                    "press Ctrl-C again to stop them"
+                },
+            )
+            return
+        self._request_stop(INTERRUPTED)
+        self._stop_workers()
+        self._emit("notice", {"text": f"interrupt: stopping {running} running {plural}"})
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old_int = signal.signal(signal.SIGINT, self.handle)
+        old_term = signal.signal(signal.SIGTERM, self.handle)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
+
+
+def run_fleet(opts: FleetOptions, *, out: IO[str] | None = None, reporter: Reporter | None = None) -> int:
+    """`stella fleet`: the exit code of the run (see errors.py)."""
+    out = out or sys.stdout
+    prepared = prepare(opts)
+    for warning in prepared.plan.warnings:
+        print(f"stella fleet: warning: {warning}", file=sys.stderr)
+    if opts.dry_run:
+        print_dry_run(prepared.preview(), json_mode=opts.json_mode, stream=out)
+        return EXIT_USAGE if prepared.problems else EXIT_OK
+    if prepared.problems:
+        raise StellaError(
+            "cannot start the fleet:\n" + "\n".join(f"  {problem}" for problem in prepared.problems)
+        )
+    if opts.watch:
+        check_watch_ready(prepared.root, prepared.config)
+    from stellafleet.fleetrun import FleetRun
+
+    return FleetRun(prepared, out=out, reporter=reporter).run()
+
+
+def exit_status(
+    interrupted: bool, stopped: str | None, statuses: Mapping[str, str]
+) -> tuple[str, int, str | None]:
+    """The run's (status, exit code, reason) from how it ended."""
+    if interrupted:
+        return "interrupted", EXIT_INTERRUPTED, INTERRUPTED
+    if stopped and stopped.startswith(SPEND_STOP_PREFIX):
+        return "spend_limited", EXIT_SPEND_LIMIT, stopped
+    bad = {status: sum(1 for s in statuses.values() if s == status) for status in ("failed", "skipped")}
+    if any(status != "succeeded" for status in statuses.values()):
+        others = sum(1 for s in statuses.values() if s not in ("succeeded", "failed", "skipped"))
+        parts = [f"{n} {status}" for status, n in bad.items() if n] + (
+            [f"{others} interrupted"] if others else []
+        )
+        return "failed", EXIT_TASK_FAILED, ", ".join(parts)
+    return "succeeded", EXIT_OK, None
+
+
+def ensure_state_dirs(root: Path) -> StatePaths:
+    paths = StatePaths(root)
+    gitops.ensure_excluded(root, EXCLUDED_DIRS)
+    paths.private.mkdir(parents=True, exist_ok=True)
+    paths.worktrees.mkdir(parents=True, exist_ok=True)
+    return paths
+
+
+def make_run_reporter(prepared: Prepared, out: IO[str]) -> Reporter:
+    from stellafleet.ledger import Ledger
+
+    fleet_db = StatePaths(prepared.root).fleet_db
+    run_id = prepared.run_id
+
+    def probe() -> Mapping[str, tuple[int, float]]:
+        with Ledger.open(fleet_db, readonly=True) as ledger:
+            return ledger.running_progress(run_id)
+
+    return make_reporter(
+        json_mode=prepared.opts.json_mode, quiet=prepared.opts.quiet, probe=probe, stream=out
+    )

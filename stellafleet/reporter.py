@@ -1,0 +1,306 @@
+"""What a fleet run shows while it works: an event sink, like doit's reporter.
+
+The control and the dispatcher only emit events (`event(name, data)`); a reporter decides how they look:
+a live rich display on a terminal, plain lines for CI logs, or one JSON document at the end. Events come
+from many dispatch threads, so every reporter serialises them.
+
+Events: run_start, wave_start, attempt_start, attempt_end, task_skipped, wave_end, notice; the final
+document (see fleet.result_document) goes to `finish`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import IO, Any, Protocol
+
+# task id -> (steps, spend in dollars) of running attempts, for the live display
+ProgressProbe = Callable[[], Mapping[str, tuple[int, float]]]
+
+
+class Reporter(Protocol):
+    def event(self, name: str, data: Mapping[str, Any]) -> None: ...
+
+    def finish(self, doc: Mapping[str, Any]) -> None: ...
+
+
+def money(usd: float | None) -> str:
+    return "-" if usd is None else f"${usd:.2f}"
+
+
+def elapsed_text(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def one_line(text: str | None, limit: int = 100) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def run_headline(doc: Mapping[str, Any]) -> str:
+    counts: dict[str, int] = {}
+    for task in doc.get("tasks", []):
+        counts[task["status"]] = counts.get(task["status"], 0) + 1
+    parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no tasks"
+    limit = doc.get("spend_limit_usd")
+    spend = money(doc.get("spend_usd")) + (f" of {money(limit)}" if limit else "")
+    reason = f" ({doc['reason']})" if doc.get("reason") else ""
+    return f"run {doc['run_id']} {doc['status']}{reason}: {parts}; spend {spend}; exit {doc['exit_code']}"
+
+
+def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
+    """task, wave, status, spend, summary-or-reason, branch: one row per task."""
+    rows = []
+    for task in doc.get("tasks", []):
+        detail = task.get("summary") if task["status"] == "succeeded" else task.get("reason")
+        rows.append(
+            (
+                task["id"],
+                str(task.get("wave") or "-"),
+                task["status"],
+                money(task.get("spend_usd") or 0.0),
+                one_line(detail or task.get("summary"), 80),
+                task.get("branch") or "",
+            )
+        )
+    return rows
+
+
+class _Sink:
+    """Serialises events from many threads onto `on_<name>` methods."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def event(self, name: str, data: Mapping[str, Any]) -> None:
+        handler = getattr(self, f"on_{name}", None)
+        if handler is not None:
+            with self._lock:
+                handler(data)
+
+
+class PlainReporter(_Sink):
+    """One line per happening: readable in CI logs and pipes."""
+
+    def __init__(self, stream: IO[str] | None = None, *, quiet: bool = False) -> None:
+        super().__init__()
+        self.stream = stream or sys.stdout
+        self.quiet = quiet
+
+    def _say(self, text: str, *, always: bool = False) -> None:
+        if always or not self.quiet:
+            print(text, file=self.stream, flush=True)
+
+    def on_run_start(self, data: Mapping[str, Any]) -> None:
+        self._say(f"stella fleet: {data['concurrency']}")
+        waves = data.get("waves") or []
+        limit = data.get("spend_limit_usd")
+        spend = (
+            f"; spend limit {money(limit)}, {money(data.get('spend_guard_usd'))} per worker" if limit else ""
+        )
+        self._say(
+            f"run {data['run_id']}: {len(data.get('tasks', []))} tasks in {len(waves)} waves; "
+            f"base {data['base_ref']} at {str(data['base_commit'])[:12]}{spend}"
+        )
+
+    def on_wave_start(self, data: Mapping[str, Any]) -> None:
+        self._say(f"wave {data['wave']}: {', '.join(data['tasks'])}")
+
+    def on_attempt_start(self, data: Mapping[str, Any]) -> None:
+        where = f"isolated on {data['branch']}" if data.get("branch") else "shared tree"
+        self._say(f"  started {data['task']} ({where}, pid {data.get('pid')})")
+
+    def on_attempt_end(self, data: Mapping[str, Any]) -> None:
+        outcome = data["outcome"]
+        detail = data.get("summary") if outcome == "succeeded" else data.get("error") or data.get("summary")
+        self._say(
+            f"  {outcome} {data['task']} after {elapsed_text(data.get('elapsed_s') or 0.0)} "
+            f"({money(data.get('spend_usd'))}): {one_line(detail, 160)}",
+            always=outcome != "succeeded",
+        )
+
+    def on_task_skipped(self, data: Mapping[str, Any]) -> None:
+        self._say(f"  skipped {data['task']}: {data['reason']}", always=True)
+
+    def on_notice(self, data: Mapping[str, Any]) -> None:
+        self._say(f"stella fleet: {data['text']}", always=True)
+
+    def finish(self, doc: Mapping[str, Any]) -> None:
+        with self._lock:
+            if not self.quiet:
+                rows = [("task", "wave", "status", "spend", "summary / reason", "branch"), *summary_rows(doc)]
+                widths = [max(len(row[i]) for row in rows) for i in range(5)]
+                print("", file=self.stream)
+                for row in rows:
+                    cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:5])]
+                    print(("  ".join(cells) + "  " + row[5]).rstrip(), file=self.stream)
+                print("", file=self.stream)
+            print(run_headline(doc), file=self.stream, flush=True)
+
+
+class JsonReporter(_Sink):
+    """Silent while running (notices go to stderr); one JSON document at the end."""
+
+    def __init__(self, stream: IO[str] | None = None, *, err: IO[str] | None = None) -> None:
+        super().__init__()
+        self.stream = stream or sys.stdout
+        self.err = err or sys.stderr
+
+    def on_notice(self, data: Mapping[str, Any]) -> None:
+        print(f"stella fleet: {data['text']}", file=self.err, flush=True)
+
+    def finish(self, doc: Mapping[str, Any]) -> None:
+        with self._lock:
+            json.dump(doc, self.stream, indent=2, sort_keys=False, default=str)
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+class LiveReporter(_Sink):
+    """A rich live view: the wave and one line per running worker; finished tasks scroll above it."""
+
+    def __init__(self, *, probe: ProgressProbe | None = None, stream: IO[str] | None = None) -> None:
+        super().__init__()
+        from rich.console import Console
+        from rich.live import Live
+
+        self.console = Console(file=stream or sys.stdout)
+        self.probe = probe
+        self._running: dict[str, tuple[float, str]] = {}  # task -> (start, title)
+        self._wave = 0
+        self._waves = 0
+        self._progress: Mapping[str, tuple[int, float]] = {}
+        self._probed_at = 0.0
+        self._live = Live(
+            console=self.console, get_renderable=self._render, refresh_per_second=4, transient=True
+        )
+        self._started = False
+
+    def _render(self) -> Any:
+        from rich.table import Table
+
+        now = time.monotonic()
+        if self.probe is not None and now - self._probed_at >= 1.0:
+            self._probed_at = now
+            # a busy or half-written ledger never breaks the display
+            with contextlib.suppress(Exception):
+                self._progress = self.probe()
+        grid = Table.grid(padding=(0, 2))
+        # No reporter lock here: this runs under Live's own lock, and handlers print through Live.
+        running = dict(self._running)
+        spent = sum(spend for _, spend in self._progress.values())
+        grid.add_row(
+            f"[bold]wave {self._wave}/{self._waves or '?'}[/]",
+            f"{len(running)} running",
+            "",
+            money(spent),
+            "",
+        )
+        for task, (started, title) in running.items():
+            steps, spend = self._progress.get(task, (0, 0.0))
+            grid.add_row(f"  {task}", elapsed_text(now - started), f"{steps} steps", money(spend), title)
+        return grid
+
+    def on_run_start(self, data: Mapping[str, Any]) -> None:
+        self.console.print(f"stella fleet: {data['concurrency']}")
+        self.console.print(
+            f"run {data['run_id']}: {len(data.get('tasks', []))} tasks, base {data['base_ref']} "
+            f"at {str(data['base_commit'])[:12]}",
+            highlight=False,
+        )
+        self._waves = len(data.get("waves") or [])
+        self._live.start()
+        self._started = True
+
+    def on_wave_start(self, data: Mapping[str, Any]) -> None:
+        self._wave = int(data["wave"])
+        self.console.print(f"[bold]wave {self._wave}[/]: {', '.join(data['tasks'])}", highlight=False)
+
+    def on_attempt_start(self, data: Mapping[str, Any]) -> None:
+        self._running[data["task"]] = (time.monotonic(), one_line(data.get("title"), 50))
+
+    def on_attempt_end(self, data: Mapping[str, Any]) -> None:
+        self._running.pop(data["task"], None)
+        outcome = data["outcome"]
+        color = {"succeeded": "green", "failed": "red"}.get(outcome, "yellow")
+        detail = data.get("summary") if outcome == "succeeded" else data.get("error") or data.get("summary")
+        self.console.print(
+            f"  [{color}]{outcome}[/] {data['task']} after {elapsed_text(data.get('elapsed_s') or 0.0)} "
+            f"({money(data.get('spend_usd'))}): {one_line(detail, 120)}",
+            highlight=False,
+            markup=True,
+        )
+
+    def on_task_skipped(self, data: Mapping[str, Any]) -> None:
+        self.console.print(f"  [yellow]skipped[/] {data['task']}: {data['reason']}", highlight=False)
+
+    def on_notice(self, data: Mapping[str, Any]) -> None:
+        self.console.print(f"[bold yellow]stella fleet:[/] {data['text']}", highlight=False)
+
+    def finish(self, doc: Mapping[str, Any]) -> None:
+        from rich.table import Table
+
+        with self._lock:
+            if self._started:
+                self._live.stop()
+            table = Table(title=None, show_lines=False)
+            for column in ("task", "wave", "status", "spend", "summary / reason", "branch"):
+                table.add_column(column, overflow="fold")
+            colors = {"succeeded": "green", "failed": "red", "interrupted": "yellow", "skipped": "yellow"}
+            for row in summary_rows(doc):
+                status = f"[{colors.get(row[2], 'white')}]{row[2]}[/]"
+                table.add_row(row[0], row[1], status, row[3], row[4], row[5])
+            self.console.print(table)
+            self.console.print(run_headline(doc), highlight=False)
+
+
+def make_reporter(
+    *, json_mode: bool, quiet: bool, probe: ProgressProbe | None = None, stream: IO[str] | None = None
+) -> Reporter:
+    out = stream or sys.stdout
+    if json_mode:
+        return JsonReporter(out)
+    if not quiet and out.isatty():
+        return LiveReporter(probe=probe, stream=out)
+    return PlainReporter(out, quiet=quiet)
+
+
+def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str] | None = None) -> None:
+    """The waves and workspaces a run would use, without running anything."""
+    out = stream or sys.stdout
+    if json_mode:
+        json.dump(doc, out, indent=2)
+        out.write("\n")
+        return
+    print(f"stella fleet --dry-run: {doc['concurrency']}", file=out)
+    print(
+        f"base {doc['base_ref']} at {str(doc['base_commit'])[:12]}; nothing runs, nothing is recorded",
+        file=out,
+    )
+    tasks = {task["id"]: task for task in doc["tasks"]}
+    for number, wave in enumerate(doc["waves"], start=1):
+        print(f"wave {number}:", file=out)
+        for task_id in wave:
+            task = tasks[task_id]
+            if task["isolation"] == "isolated":
+                where = f"isolated: {task['worktree']} on {task['branch']}"
+            else:
+                where = "shared tree"
+            deps = f"; after {', '.join(task['depends_on'])}" if task["depends_on"] else ""
+            claims = f"; claims {', '.join(task['claims'])}" if task["claims"] else ""
+            print(f"  {task_id} [{task['pipeline']}] {where}{deps}{claims}", file=out)
+    if any(task["isolation"] == "isolated" for task in doc["tasks"]):
+        print(
+            f"(branch hashes come from the run id: this preview used {doc['run_id']}; "
+            "a real run gets its own)",
+            file=out,
+        )
+    for problem in doc.get("problems", []):
+        print(f"problem: {problem}", file=out)
