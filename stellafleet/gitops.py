@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -231,6 +232,73 @@ def ref_commit(root: Path, ref: str) -> str | None:
 def commits_ahead(root: Path, base: str, tip: str) -> int:
     """How many commits tip has that base does not."""
     return int(git("rev-list", "--count", f"{base}..{tip}", cwd=root).strip() or 0)
+
+
+# --- watch ---
+
+# Pushing must never wait for a password or a host-key question: it fails instead, with git's words.
+_NON_INTERACTIVE_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
+
+
+@dataclass(frozen=True)
+class PushResult:
+    remote: str
+    branch: str
+    flag: str  # git's porcelain flag: " " fast-forward, "*" new, "+" forced, "=" up to date
+    summary: str
+
+
+def remote_names(root: Path) -> list[str]:
+    return [line.strip() for line in git("remote", cwd=root).splitlines() if line.strip()]
+
+
+def default_branch(root: Path, remote: str) -> str | None:
+    """The remote's default branch (what its HEAD points at), or None when it cannot be told."""
+    out = git("symbolic-ref", "-q", "--short", f"refs/remotes/{remote}/HEAD", cwd=root, check=False).strip()
+    if out.startswith(f"{remote}/"):
+        return out[len(remote) + 1 :]
+    env = _push_env()
+    cmd = _git_cmd()["ls-remote", "--symref", remote, "HEAD"].with_cwd(str(root)).with_env(**env)
+    retcode, stdout, _ = cmd.run(retcode=None)
+    if retcode == 0:
+        for line in str(stdout).splitlines():
+            if line.startswith("ref: refs/heads/") and line.endswith("\tHEAD"):
+                return line[len("ref: refs/heads/") : -len("\tHEAD")]
+    return None
+
+
+def _push_env() -> dict[str, str]:
+    env = dict(_NON_INTERACTIVE_ENV)
+    if not os.environ.get("GIT_SSH_COMMAND") and not os.environ.get("GIT_SSH"):
+        env["GIT_SSH_COMMAND"] = "ssh -o BatchMode=yes"
+    return env
+
+
+def push(root: Path, remote: str, branch: str, *, force: bool = False) -> PushResult:
+    """Push branch to the same name on remote, without prompting; GitError with the remote's reason."""
+    refspec = f"refs/heads/{branch}:refs/heads/{branch}"
+    args = ["push", "--porcelain", *(["--force"] if force else []), remote, refspec]
+    cmd = _git_cmd()[args].with_cwd(str(root)).with_env(**_push_env())
+    try:
+        retcode, out, err = cmd.run(retcode=None)
+    except OSError as exc:
+        raise GitError(f"git push: {exc}") from None
+    flag, summary = "", ""
+    for line in str(out).splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and parts[1].endswith(f":refs/heads/{branch}"):
+            flag, summary = parts[0], parts[2]
+    if retcode == 0 and flag != "!":
+        return PushResult(remote, branch, flag, summary)
+    # The remote's own words ("remote: ..." lines from a hook) say why; keep them with git's summary.
+    err_lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    remote_lines = [line[len("remote:") :].strip() for line in err_lines if line.startswith("remote:")]
+    remote_lines = [line for line in remote_lines if line]
+    other = [line for line in err_lines if not line.startswith("remote:")]
+    reason = summary or (other[-1] if other else f"exit status {retcode}")
+    if remote_lines:
+        reason += " — remote says: " + " / ".join(remote_lines[-3:])
+    raise GitError(f"push of {branch} to {remote} was rejected: {reason}")
 
 
 # --- commit plumbing (commit lane) ---
