@@ -1,0 +1,271 @@
+"""The step loop: model call -> tool calls -> tool results -> repeat, until finish or a limit.
+
+Control flow is by exceptions: `finish` raises Finished, a limit raises LimitReached before the model
+call it would allow, a model request that fails for good raises EngineError. Limits are checked before
+every call: the step count, the wall time, and the spend guard with room for one worst-case call (the
+whole current context at the input price plus max_output_tokens at the output price), so an attempt
+never spends more than its guard.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from stellafleet.clock import Clock, SystemClock
+from stellafleet.engine.clients import ModelClient
+from stellafleet.engine.errors import EngineError, Finished, FormatError, LimitReached, ToolFailure
+from stellafleet.engine.messages import (
+    Message,
+    ModelReply,
+    ToolCall,
+    ToolResult,
+    ToolResults,
+    UserText,
+    text_size,
+)
+from stellafleet.engine.pricing import Pricer
+from stellafleet.engine.tools import Toolbox
+from stellafleet.engine.transcript import Transcript
+from stellafleet.errors import StellaError
+from stellafleet.pipelines.base import SpendReporter
+
+EventSink = Callable[[str, dict[str, Any]], None]
+
+# Tokens per character when a size is not known from the provider: generous, so the guard errs early.
+CHARS_PER_TOKEN = 3.0
+
+NUDGE = (
+    "Reply with tool calls only. Use the tools to do the task, commit your files with `commit`, and call "
+    "`finish` with a summary when you are done (or when you cannot go on)."
+)
+
+
+def system_prompt(workspace: str, *, shared: bool, shell: bool) -> str:
+    sharing = (
+        "Other workers may be editing other files in this same tree at the same time. Your first write "
+        "to a file claims it for you; if another worker holds a file, the write fails naming the holder: "
+        "leave that file alone and work around it, or finish and say what is blocked."
+        if shared
+        else "You work alone in this worktree, on your own branch."
+    )
+    shell_rule = (
+        "A shell tool is available; prefer the file tools for edits, and never reset, check out, stash or "
+        "clean the tree."
+        if shell
+        else "There is no shell: use the file, search and git tools."
+    )
+    return (
+        "You are a coding agent working headless (nobody will answer questions) on one task in a git "
+        f"repository.\nWorkspace: {workspace} (all paths are relative to it; nothing outside it can be "
+        f"read or written).\n{sharing}\n{shell_rule}\n"
+        "Work in small steps: look before you edit, keep changes to what the task needs, commit your "
+        "files with the `commit` tool (only files you wrote can be committed), then call `finish` with a "
+        "short summary of what you did. If the task cannot be done, call `finish` with success=false and "
+        "say why."
+    )
+
+
+@dataclass
+class EngineOutcome:
+    success: bool
+    summary: str
+    stop: str  # finished | max_steps | wall_time | spend_guard | model_error
+    error: str | None
+    usd: float
+    input_tokens: int
+    output_tokens: int
+    steps: int
+
+
+class Engine:
+    def __init__(
+        self,
+        *,
+        client: ModelClient,
+        toolbox: Toolbox,
+        system: str,
+        max_steps: int,
+        max_wall_seconds: float,
+        max_output_tokens: int,
+        pricer: Pricer | None,
+        guard_usd: float | None,
+        spend: SpendReporter,
+        transcript: Transcript,
+        clock: Clock | None = None,
+        events: EventSink | None = None,
+    ) -> None:
+        if guard_usd is not None and pricer is None:
+            raise StellaError("a spend guard needs a price for the model")
+        self.client = client
+        self.toolbox = toolbox
+        self.system = system
+        self.max_steps = max_steps
+        self.max_wall_seconds = max_wall_seconds
+        self.max_output_tokens = max_output_tokens
+        self.pricer = pricer
+        self.guard_usd = guard_usd
+        self.spend = spend
+        self.transcript = transcript
+        self.clock = clock or SystemClock()
+        self.events = events or (lambda kind, data: None)
+        self.messages: list[Message] = []
+        self.steps = 0
+        self.usd = 0.0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self._known_tokens = 0  # the context size the provider reported for the last call
+        self._known_upto = 0  # how many messages that size covers
+        self._started = 0.0
+
+    def run(self, task: str) -> EngineOutcome:
+        self._started = self.clock.now()
+        self.messages = [UserText(f"Task:\n{task}")]
+        self.transcript.write(
+            "task", system=self.system, task=task, tools=[t.name for t in self.toolbox.specs]
+        )
+        try:
+            while True:
+                self.step()
+        except Finished as done:
+            outcome = self._outcome(done.success, done.summary or "(no summary)", "finished", None)
+        except LimitReached as limit:
+            outcome = self._outcome(False, limit.reason, limit.kind, limit.reason)
+        except EngineError as exc:
+            outcome = self._outcome(False, f"the model could not be reached: {exc}", "model_error", str(exc))
+        self.transcript.write("end", **{k: v for k, v in vars(outcome).items()})
+        self.events("end", vars(outcome))
+        return outcome
+
+    def step(self) -> None:
+        self.check_limits()
+        reply = self.query()
+        self.messages.append(reply.turn)
+        if not reply.turn.tool_calls:
+            self.messages.append(UserText(NUDGE))
+            return
+        results: list[ToolResult] = []
+        try:
+            for call in reply.turn.tool_calls:
+                results.append(self.execute(call))
+        finally:
+            if results:
+                self.messages.append(ToolResults(tuple(results)))
+
+    def check_limits(self) -> None:
+        if self.steps >= self.max_steps:
+            raise LimitReached(
+                "max_steps",
+                f"stopped after {self.steps} steps: the step limit (engine.max_steps) was reached",
+            )
+        elapsed = self.clock.now() - self._started
+        if elapsed >= self.max_wall_seconds:
+            raise LimitReached(
+                "wall_time",
+                f"stopped after {elapsed:.0f} s: the wall-time limit of {self.max_wall_seconds:g} s "
+                "was reached",
+            )
+        if self.guard_usd is not None and self.pricer is not None:
+            worst = self.pricer.worst_case(self.context_tokens(), self.max_output_tokens)
+            if self.usd + worst > self.guard_usd:
+                raise LimitReached(
+                    "spend_guard",
+                    f"stopped by the spend guard after {self.steps} steps: spent ${self.usd:.4f} of the "
+                    f"${self.guard_usd:.4f} guard, and the next model call could cost up to ${worst:.4f}",
+                )
+
+    def context_tokens(self) -> int:
+        """The next request's size in tokens: the last reported size plus an estimate of what came after."""
+        extra = text_size(self.messages[self._known_upto :])
+        if not self._known_tokens:
+            extra += len(self.system) + sum(
+                len(str(s.parameters)) + len(s.description) for s in self.toolbox.specs
+            )
+        return self._known_tokens + math.ceil(extra / CHARS_PER_TOKEN)
+
+    def query(self) -> ModelReply:
+        self.events("model_call", {"step": self.steps + 1})
+        reply = self.client.complete(self.system, self.messages, self.toolbox.specs, self.max_output_tokens)
+        usage = reply.usage
+        usd = self.pricer.cost(usage) if self.pricer is not None else 0.0
+        self.steps += 1
+        self.usd += usd
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.spend.add(usd, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, steps=1)
+        if usage.input_tokens:
+            self._known_tokens = usage.input_tokens + usage.output_tokens
+            self._known_upto = len(self.messages) + 1  # this reply is counted in output_tokens
+        self.transcript.write(
+            "model",
+            step=self.steps,
+            text=reply.turn.text,
+            tool_calls=[
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.turn.tool_calls
+            ],
+            usage=usage.to_json(),
+            usd=usd,
+            stop_reason=reply.stop_reason,
+        )
+        self.events("step", {"step": self.steps, "usd": self.usd, "text": reply.turn.text})
+        return reply
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        """One tool call; every failure becomes an error result the model can read."""
+        is_error = True
+        try:
+            try:
+                args = call.parsed()
+            except ValueError as exc:
+                raise FormatError(
+                    f"{call.name}: the arguments are not valid JSON ({exc}); send a JSON object"
+                ) from None
+            content = self.toolbox.call(call.name, args)
+            is_error = False
+        except Finished:
+            self.transcript.write(
+                "tool", step=self.steps, name=call.name, arguments=call.arguments, result="finished"
+            )
+            raise
+        except (ToolFailure, StellaError) as exc:
+            content = f"error: {exc}"
+        except OSError as exc:
+            content = f"error: {exc.strerror or exc}"
+        except Exception as exc:  # a bug in a tool must not end the attempt
+            content = f"error: {call.name} failed unexpectedly: {type(exc).__name__}: {exc}"
+        self.transcript.write(
+            "tool",
+            step=self.steps,
+            name=call.name,
+            arguments=call.arguments,
+            result=content,
+            is_error=is_error,
+        )
+        self.events(
+            "tool",
+            {
+                "step": self.steps,
+                "name": call.name,
+                "arguments": call.arguments,
+                "is_error": is_error,
+                "result": content,
+            },
+        )
+        return ToolResult(call.id, call.name, content, is_error)
+
+    def _outcome(self, success: bool, summary: str, stop: str, error: str | None) -> EngineOutcome:
+        pending = list(self.toolbox.workspace.uncommitted)
+        if pending and stop == "finished":
+            summary += f"\n(left uncommitted: {', '.join(pending)})"
+        return EngineOutcome(
+            success=success,
+            summary=summary,
+            stop=stop,
+            error=error,
+            usd=self.usd,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            steps=self.steps,
+        )

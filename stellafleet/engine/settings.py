@@ -1,0 +1,148 @@
+"""The engine's settings, read from the `[engine]` table of the layered config.
+
+API keys are never part of the config: the config names the environment variable that holds the key
+(`api_key_env`), and the key is read from the environment when the client is built.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from stellafleet.config import Config
+from stellafleet.errors import EXIT_USAGE, StellaError
+
+PROVIDERS = ("openai", "anthropic")
+DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+DEFAULT_BASE_URL = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
+
+# name -> (type, default, minimum)
+_NUMBERS: dict[str, tuple[type, float, float]] = {
+    "max_steps": (int, 100, 1),
+    "max_wall_seconds": (float, 1800.0, 1),
+    "max_output_tokens": (int, 4096, 1),
+    "request_timeout": (float, 120.0, 1),
+    "max_retries": (int, 4, 0),
+    "shell_timeout": (float, 120.0, 1),
+}
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    provider: str
+    model: str
+    base_url: str
+    api_key_env: str
+    max_steps: int = 100
+    max_wall_seconds: float = 1800.0
+    max_output_tokens: int = 4096
+    request_timeout: float = 120.0
+    max_retries: int = 4
+    shell: bool = False
+    shell_timeout: float = 120.0
+
+    @property
+    def local(self) -> bool:
+        return is_loopback(self.base_url)
+
+    def api_key(self, env: Mapping[str, str] | None = None) -> str | None:
+        """The key from the environment, or None (fine for a local server)."""
+        env = os.environ if env is None else env
+        return (env.get(self.api_key_env) or None) if self.api_key_env else None
+
+    def public(self) -> dict[str, Any]:
+        """What may be written to transcripts and logs (no key, only the variable's name)."""
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "base_url": self.base_url,
+            "api_key_env": self.api_key_env,
+            "max_steps": self.max_steps,
+            "max_wall_seconds": self.max_wall_seconds,
+            "max_output_tokens": self.max_output_tokens,
+            "shell": self.shell,
+        }
+
+
+def is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _problems_and_values(
+    config: Config, model: str | None, env: Mapping[str, str]
+) -> tuple[list[str], dict[str, Any]]:
+    table = config.section("engine")
+    problems: list[str] = []
+    model = model or table.get("model")
+    if not model or not isinstance(model, str):
+        problems.append(
+            'no model configured: set `model = "..."` under [engine] in .stella/config.toml '
+            "(or the STELLA_MODEL environment variable)"
+        )
+        model = ""
+    provider = table.get("provider")
+    if provider is None:
+        provider = "anthropic" if model.lower().startswith("claude") else "openai"
+    if provider not in PROVIDERS:
+        problems.append(f"engine.provider must be one of {', '.join(PROVIDERS)}, not {provider!r}")
+        provider = "openai"
+    base_url = table.get("base_url") or DEFAULT_BASE_URL[provider]
+    if not isinstance(base_url, str) or urlsplit(base_url).scheme not in ("http", "https"):
+        problems.append(f"engine.base_url must be an http(s) URL, not {base_url!r}")
+        base_url = DEFAULT_BASE_URL[provider]
+    key_env = table.get("api_key_env", DEFAULT_KEY_ENV[provider])
+    if not isinstance(key_env, str):
+        problems.append('engine.api_key_env must be the name of an environment variable (or "")')
+        key_env = DEFAULT_KEY_ENV[provider]
+    if model and key_env and not env.get(key_env) and not is_loopback(base_url):
+        problems.append(
+            f"no API key for {provider}: set {key_env} in the environment "
+            f'(or name another variable with `api_key_env = "..."` under [engine])'
+        )
+    values: dict[str, Any] = {
+        "provider": provider,
+        "model": model,
+        "base_url": base_url,
+        "api_key_env": key_env,
+    }
+    for name, (kind, default, minimum) in _NUMBERS.items():
+        raw = table.get(name, default)
+        if isinstance(raw, bool) or not isinstance(raw, int | float) or raw < minimum:
+            problems.append(f"engine.{name} must be a number >= {minimum:g}, not {raw!r}")
+            raw = default
+        if kind is int and raw != int(raw):
+            problems.append(f"engine.{name} must be a whole number, not {raw!r}")
+        values[name] = kind(raw)
+    shell = table.get("shell", False)
+    if not isinstance(shell, bool):
+        problems.append(f"engine.shell must be true or false, not {shell!r}")
+        shell = False
+    values["shell"] = shell
+    return problems, values
+
+
+def settings_problems(
+    config: Config, *, model: str | None = None, env: Mapping[str, str] | None = None
+) -> list[str]:
+    """Everything wrong with the engine config (empty when it can run)."""
+    return _problems_and_values(config, model, os.environ if env is None else env)[0]
+
+
+def load_settings(
+    config: Config, *, model: str | None = None, env: Mapping[str, str] | None = None
+) -> EngineSettings:
+    """The engine settings; StellaError (exit 2) naming every problem when it cannot run."""
+    problems, values = _problems_and_values(config, model, os.environ if env is None else env)
+    if problems:
+        raise StellaError("; ".join(problems), exit_code=EXIT_USAGE)
+    return EngineSettings(**values)

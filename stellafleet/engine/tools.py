@@ -1,0 +1,445 @@
+"""The engine's tools: files, search, git, commit, finish (and a shell, off unless configured).
+
+Each tool takes the model's arguments (checked against its schema first) and returns text for the
+model. Anything that goes wrong is a ToolFailure (or a StellaError such as ClaimConflict) whose message
+goes back to the model as the tool's result; only `finish` ends the loop, by raising Finished.
+No tool touches the whole tree: there is no checkout, reset, stash, clean, `add -A` or amend here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from stellafleet import gitops
+from stellafleet.engine.errors import Finished, FormatError, ToolFailure
+from stellafleet.engine.messages import ToolSpec
+from stellafleet.engine.workspace import Workspace
+
+Committer = Callable[[list[str], str], str]  # (paths, message) -> commit SHA
+
+MAX_RESULT_CHARS = 30_000
+READ_LINES = 2000
+MAX_MATCHES = 200
+MAX_FILES = 500
+MAX_ENTRIES = 1000
+# Variables a shell command must not see (provider keys).
+SECRET_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+
+_JSON_TYPE = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return _JSON_TYPE.get(type(value), type(value).__name__)
+
+
+def _param(kind: str, description: str) -> dict[str, Any]:
+    if kind == "array":
+        return {"type": "array", "items": {"type": "string"}, "description": description}
+    return {"type": kind, "description": description}
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    params: dict[str, dict[str, Any]]
+    required: tuple[str, ...]
+    run: Callable[[dict[str, Any]], str]
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(
+            self.name,
+            self.description,
+            {"type": "object", "properties": self.params, "required": list(self.required)},
+        )
+
+    def check(self, args: Any) -> dict[str, Any]:
+        """The arguments, type-checked (numbers and booleans given as text are accepted); FormatError."""
+        takes = ", ".join(self.params) or "no arguments"
+        if not isinstance(args, dict):
+            raise FormatError(
+                f"{self.name}: the arguments must be a JSON object, not {_kind(args)} ({takes})"
+            )
+        unknown = [k for k in args if k not in self.params]
+        if unknown:
+            raise FormatError(f"{self.name}: unknown argument {unknown[0]!r} (it takes: {takes})")
+        missing = [k for k in self.required if args.get(k) is None]
+        if missing:
+            raise FormatError(f"{self.name}: missing required argument {missing[0]!r} (it takes: {takes})")
+        checked: dict[str, Any] = {}
+        for key, value in args.items():
+            if value is None:
+                continue
+            kind = self.params[key]["type"]
+            checked[key] = _coerce(self.name, key, kind, value)
+        return checked
+
+
+def _coerce(tool: str, key: str, kind: str, value: Any) -> Any:
+    bad = FormatError(
+        f"{tool}: argument {key!r} must be {'an' if kind[0] in 'aio' else 'a'} {kind}, got {_kind(value)}"
+    )
+    if kind == "string":
+        if not isinstance(value, str):
+            raise bad
+        return value
+    if kind == "integer":
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+        raise bad
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise bad
+    if kind == "array":
+        if isinstance(value, str):
+            return [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad
+        return value
+    raise AssertionError(kind)
+
+
+def _truncate(text: str, limit: int = MAX_RESULT_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n... [output truncated: {len(text) - limit} more characters]"
+
+
+class Toolbox:
+    """The tool set for one attempt in one workspace."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        committer: Committer | None = None,
+        shell: bool = False,
+        shell_timeout: float = 120.0,
+        env: Mapping[str, str] | None = None,
+        secret_env: tuple[str, ...] = SECRET_ENV,
+    ) -> None:
+        self.workspace = workspace
+        self.committer = committer
+        self.shell_timeout = shell_timeout
+        self._env = dict(os.environ if env is None else env)
+        for name in secret_env:
+            self._env.pop(name, None)
+        self.tools: dict[str, Tool] = {}
+        for tool in self._standard():
+            self.tools[tool.name] = tool
+        if shell:
+            self.tools["shell"] = Tool(
+                "shell",
+                "Run a shell command in the workspace (no input; output truncated). Its writes take no "
+                "claims and its commits are not recorded: prefer the file and commit tools.",
+                {"command": _param("string", "the command line, run by /bin/sh")},
+                ("command",),
+                self.shell,
+            )
+
+    @property
+    def specs(self) -> list[ToolSpec]:
+        return [tool.spec for tool in self.tools.values()]
+
+    def call(self, name: str, args: Any) -> str:
+        """Run a tool; FormatError/ToolFailure/StellaError/OSError are for the caller to report."""
+        tool = self.tools.get(name)
+        if tool is None:
+            raise FormatError(f"unknown tool {name!r}: the tools are {', '.join(self.tools)}")
+        return _truncate(tool.run(tool.check(args)))
+
+    def _standard(self) -> list[Tool]:
+        s, i, b, a = "string", "integer", "boolean", "array"
+        path = _param(s, "a path relative to the workspace")
+        return [
+            Tool(
+                "read_file",
+                f"Read a text file, with line numbers (up to {READ_LINES} lines per call).",
+                {
+                    "path": path,
+                    "start_line": _param(i, "first line to read (1-based; default 1)"),
+                    "end_line": _param(i, "last line to read (inclusive)"),
+                },
+                ("path",),
+                self.read_file,
+            ),
+            Tool(
+                "write_file",
+                "Create or overwrite a file with the given content (parent directories are created).",
+                {"path": path, "content": _param(s, "the whole new content of the file")},
+                ("path", "content"),
+                self.write_file,
+            ),
+            Tool(
+                "edit_file",
+                "Replace an exact piece of text in a file. old_text must occur exactly once (include enough "
+                "surrounding lines), unless replace_all is true.",
+                {
+                    "path": path,
+                    "old_text": _param(
+                        s, "the exact text to replace, whitespace included, without line numbers"
+                    ),
+                    "new_text": _param(s, "the replacement text"),
+                    "replace_all": _param(b, "replace every occurrence (default false)"),
+                },
+                ("path", "old_text", "new_text"),
+                self.edit_file,
+            ),
+            Tool(
+                "list_dir",
+                "List a directory's entries (directories end with /).",
+                {"path": _param(s, "a directory relative to the workspace (default: the workspace)")},
+                (),
+                self.list_dir,
+            ),
+            Tool(
+                "glob",
+                "Find files by glob pattern (`*` stays within a directory, `**/` crosses directories), "
+                "e.g. **/*.py or src/*.rs. Ignored files are left out.",
+                {"pattern": _param(s, "the glob pattern"), "path": _param(s, "search under this directory")},
+                ("pattern",),
+                self.glob,
+            ),
+            Tool(
+                "grep",
+                f"Search file contents with an extended regular expression; prints path:line:text "
+                f"(at most {MAX_MATCHES} matches). Ignored and binary files are left out.",
+                {
+                    "pattern": _param(s, "the regular expression (or plain text with fixed_strings)"),
+                    "path": _param(s, "search under this directory or file (default: everywhere)"),
+                    "include": _param(s, "only files matching this glob, e.g. *.py"),
+                    "ignore_case": _param(b, "match case-insensitively"),
+                    "fixed_strings": _param(b, "treat pattern as plain text"),
+                },
+                ("pattern",),
+                self.grep,
+            ),
+            Tool("git_status", "Show `git status --porcelain` of the workspace.", {}, (), self.git_status),
+            Tool(
+                "git_diff",
+                "Show the uncommitted changes (`git diff`), optionally of one path, or the staged ones.",
+                {
+                    "path": _param(s, "limit the diff to this path"),
+                    "staged": _param(b, "diff the index instead"),
+                },
+                (),
+                self.git_diff,
+            ),
+            Tool(
+                "commit",
+                "Commit files you wrote in this task (default: all of them not yet committed). Only your own "
+                "files can be committed; nothing else is swept in.",
+                {"message": _param(s, "the commit message"), "paths": _param(a, "the files to commit")},
+                ("message",),
+                self.commit,
+            ),
+            Tool(
+                "finish",
+                "End the task with a summary of what was done (and what was not). Commit your work first.",
+                {
+                    "summary": _param(s, "what you did, for the person who reviews it"),
+                    "success": _param(b, "false if the task could not be done (default true)"),
+                },
+                ("summary",),
+                self.finish,
+            ),
+        ]
+
+    # --- files ---
+
+    def read_file(self, args: dict[str, Any]) -> str:
+        full, rel = self.workspace.resolve(args["path"])
+        if full.is_dir():
+            raise ToolFailure(f"{rel} is a directory: use list_dir")
+        if not full.exists():
+            raise ToolFailure(f"{rel}: no such file")
+        data = full.read_bytes()
+        if b"\0" in data[:8192]:
+            return f"{rel} is a binary file ({len(data)} bytes); not shown"
+        lines = data.decode("utf-8", errors="replace").splitlines()
+        start = max(int(args.get("start_line", 1)), 1)
+        end = min(int(args.get("end_line", start + READ_LINES - 1)), start + READ_LINES - 1, len(lines))
+        if not lines:
+            return f"{rel} is empty"
+        if start > len(lines):
+            raise ToolFailure(f"{rel} has only {len(lines)} lines; start_line {start} is past the end")
+        body = "\n".join(f"{n:>6}\t{lines[n - 1]}" for n in range(start, end + 1))
+        if start > 1 or end < len(lines):
+            more = f"; read on with start_line={end + 1}" if end < len(lines) else ""
+            body += f"\n(lines {start}-{end} of {len(lines)}{more})"
+        return body
+
+    def _write(self, given: str, content: str) -> str:
+        full, rel = self.workspace.resolve_for_write(given)
+        self.workspace.take_claim(rel)
+        full.parent.mkdir(parents=True, exist_ok=True)
+        full.write_text(content, encoding="utf-8")
+        self.workspace.record_write(rel)
+        return rel
+
+    def write_file(self, args: dict[str, Any]) -> str:
+        content: str = args["content"]
+        rel = self._write(args["path"], content)
+        return f"wrote {rel} ({len(content.splitlines())} lines)"
+
+    def edit_file(self, args: dict[str, Any]) -> str:
+        full, rel = self.workspace.resolve_for_write(args["path"])
+        old, new = args["old_text"], args["new_text"]
+        if not full.is_file():
+            raise ToolFailure(f"{rel}: no such file (use write_file to create it)")
+        if not old:
+            raise ToolFailure("old_text is empty: give the exact text to replace")
+        text = full.read_text(encoding="utf-8", errors="replace")
+        count = text.count(old)
+        if count == 0:
+            raise ToolFailure(
+                f"old_text was not found in {rel}: read the file again and copy the text exactly, "
+                "whitespace included and without line numbers"
+            )
+        if count > 1 and not args.get("replace_all", False):
+            raise ToolFailure(
+                f"old_text occurs {count} times in {rel}: include more surrounding lines to make it unique, "
+                "or set replace_all to true"
+            )
+        self._write(rel, text.replace(old, new))
+        return f"edited {rel}: replaced {count} occurrence{'s' if count > 1 else ''}"
+
+    def list_dir(self, args: dict[str, Any]) -> str:
+        full, rel = self.workspace.resolve(args.get("path", "."))
+        if not full.is_dir():
+            raise ToolFailure(f"{rel}: not a directory")
+        with os.scandir(full) as it:
+            names = sorted(e.name + ("/" if e.is_dir() else "") for e in it if e.name != ".git")
+        if not names:
+            return f"{rel} is empty"
+        extra = f"\n... and {len(names) - MAX_ENTRIES} more" if len(names) > MAX_ENTRIES else ""
+        return "\n".join(names[:MAX_ENTRIES]) + extra
+
+    # --- search ---
+
+    def _under(self, given: str | None) -> str:
+        if not given:
+            return ""
+        full, rel = self.workspace.resolve(given)
+        if not full.exists():
+            raise ToolFailure(f"{given}: no such file or directory")
+        return "" if rel == "." else rel
+
+    def glob(self, args: dict[str, Any]) -> str:
+        pattern = args["pattern"].strip()
+        self.workspace.relative(pattern)  # refuses absolute and climbing patterns
+        base = self._under(args.get("path"))
+        full_pattern = f"{base}/{pattern}" if base else pattern
+        found = gitops.ls_files(self.workspace.root, [f":(glob){full_pattern}"])
+        shown: list[str] = []
+        for rel in sorted(dict.fromkeys(found)):
+            if (self.workspace.root / rel).exists():  # tracked but deleted in the work tree: gone
+                shown.append(rel)
+                if len(shown) > MAX_FILES:
+                    break
+        if not shown:
+            return f"no files match {full_pattern}"
+        if len(shown) > MAX_FILES:
+            return "\n".join(shown[:MAX_FILES]) + f"\n... more than {MAX_FILES} files: narrow the pattern"
+        return "\n".join(shown)
+
+    def grep(self, args: dict[str, Any]) -> str:
+        base = self._under(args.get("path"))
+        include = args.get("include")
+        spec: list[str] = []
+        if include:
+            self.workspace.relative(include)
+            glob = include if "/" in include else f"**/{include}"
+            spec = [f":(glob){base}/{glob}" if base else f":(glob){glob}"]
+        elif base:
+            spec = [f":(literal){base}"]
+        out = gitops.grep(
+            self.workspace.root,
+            args["pattern"],
+            spec,
+            ignore_case=bool(args.get("ignore_case", False)),
+            fixed=bool(args.get("fixed_strings", False)),
+        )
+        if not out:
+            return "no matches"
+        lines = out.splitlines()
+        if len(lines) > MAX_MATCHES:
+            return (
+                "\n".join(lines[:MAX_MATCHES])
+                + f"\n... {len(lines) - MAX_MATCHES} more matches: narrow the search"
+            )
+        return "\n".join(lines)
+
+    # --- git ---
+
+    def git_status(self, args: dict[str, Any]) -> str:
+        lines = gitops.status_porcelain(self.workspace.root)
+        return "\n".join(lines) if lines else "clean: nothing to commit"
+
+    def git_diff(self, args: dict[str, Any]) -> str:
+        paths = [self.workspace.resolve(args["path"])[1]] if args.get("path") else []
+        out = gitops.diff(self.workspace.root, paths, staged=bool(args.get("staged", False)))
+        return out or "no differences"
+
+    def commit(self, args: dict[str, Any]) -> str:
+        if self.committer is None:
+            raise ToolFailure("committing is not available in this workspace")
+        message = args["message"].strip()
+        if not message:
+            raise ToolFailure("the commit message is empty")
+        wanted = [self.workspace.resolve(p)[1] for p in args["paths"]] if "paths" in args else []
+        wanted = wanted or list(self.workspace.uncommitted)
+        if not wanted:
+            raise ToolFailure("nothing to commit: you have not written any file since your last commit")
+        foreign = [p for p in wanted if p not in self.workspace.written]
+        if foreign:
+            mine = ", ".join(self.workspace.written) or "none yet"
+            raise ToolFailure(
+                f"you can only commit files you wrote in this task: {foreign[0]} is not one (yours: {mine})"
+            )
+        sha = self.committer(wanted, message)
+        for rel in wanted:
+            self.workspace.uncommitted.pop(rel, None)
+        return f"committed {sha[:12]}: {', '.join(wanted)}"
+
+    def finish(self, args: dict[str, Any]) -> str:
+        raise Finished(args["summary"].strip(), bool(args.get("success", True)))
+
+    # --- shell (off unless engine.shell = true) ---
+
+    def shell(self, args: dict[str, Any]) -> str:
+        try:
+            proc = subprocess.run(
+                ["/bin/sh", "-c", args["command"]],
+                cwd=self.workspace.root,
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=self.shell_timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise ToolFailure(
+                f"the command ran longer than {self.shell_timeout:g} s and was stopped"
+            ) from None
+        output = (proc.stdout + proc.stderr).strip()
+        return f"exit status {proc.returncode}\n{output}" if output else f"exit status {proc.returncode}"

@@ -1,0 +1,155 @@
+"""`plain`: the built-in engine as a pipeline."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from stellafleet import __version__
+from stellafleet.clock import Clock
+from stellafleet.config import Config
+from stellafleet.engine.clients import make_client
+from stellafleet.engine.errors import EngineError
+from stellafleet.engine.loop import Engine, EngineOutcome, EventSink, system_prompt
+from stellafleet.engine.pricing import Pricer, price_for, unknown_price_message
+from stellafleet.engine.redact import Redactor
+from stellafleet.engine.settings import DEFAULT_KEY_ENV, EngineSettings, load_settings, settings_problems
+from stellafleet.engine.tools import Committer, Toolbox
+from stellafleet.engine.transcript import Transcript
+from stellafleet.engine.workspace import ClaimFn, Workspace
+from stellafleet.errors import EXIT_USAGE, StellaError
+from stellafleet.pipelines.base import PipelineResult, SpendReporter
+from stellafleet.workerenv import WorkerContext
+
+SPEND_ENV = ("STELLA_SPEND_LIMIT", "STELLA_SPEND_GUARD")
+
+
+def _pricer(settings: EngineSettings, config: Config, *, needed: bool) -> Pricer | None:
+    pricer = price_for(settings.model, config, provider=settings.provider)
+    if pricer is None and needed:
+        raise StellaError(unknown_price_message(settings.model), exit_code=EXIT_USAGE)
+    return pricer
+
+
+class PlainPipeline:
+    name = "plain"
+    description = "the built-in engine: a step loop with file, search, git and commit tools"
+
+    def preflight(
+        self,
+        config: Config,
+        *,
+        spend_limited: bool | None = None,
+        model: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> str | None:
+        """None when ready; else what to configure: a model, its key, its price when spend is limited."""
+        env = os.environ if env is None else env
+        if spend_limited is None:
+            spend_limited = any(env.get(name) for name in SPEND_ENV)
+        try:
+            problems = settings_problems(config, model=model, env=env)
+            if not problems and spend_limited:
+                _pricer(load_settings(config, model=model, env=env), config, needed=True)
+        except StellaError as exc:
+            problems = [str(exc)]
+        return "; ".join(problems) or None
+
+    def version(self) -> str | None:
+        return __version__
+
+    def run(
+        self,
+        ctx: WorkerContext,
+        config: Config,
+        spend: SpendReporter,
+        *,
+        clock: Clock | None = None,
+        events: EventSink | None = None,
+        env: Mapping[str, str] | None = None,
+        committer: Committer | None = None,
+        claim: ClaimFn | None = None,
+    ) -> PipelineResult:
+        """Run the engine on ctx's task; a bad config raises StellaError (exit 2) before any model call."""
+        env = os.environ if env is None else env
+        settings = load_settings(config, model=ctx.model, env=env)
+        pricer = _pricer(settings, config, needed=ctx.spend_guard_usd is not None)
+        redact = Redactor([settings.api_key(env), *(env.get(name) for name in DEFAULT_KEY_ENV.values())])
+        if committer is None:
+            committer = _lane_committer(ctx)
+        if claim is None and ctx.shared:
+            claim = _implicit_claims(ctx)
+        toolbox = Toolbox(
+            Workspace(ctx.workspace, claim=claim),
+            committer=committer,
+            shell=settings.shell,
+            shell_timeout=settings.shell_timeout,
+            env=env,
+            secret_env=tuple({settings.api_key_env, *DEFAULT_KEY_ENV.values()} - {""}),
+        )
+        transcript = Transcript(ctx.transcript_path, redact)
+        transcript.write(
+            "start", run=ctx.run_id, task=ctx.task_id, attempt=ctx.attempt_id, settings=settings.public()
+        )
+        client = make_client(settings, clock=clock, redact=redact, env=env)
+        wall = (
+            settings.max_wall_seconds
+            if ctx.timeout_s is None
+            else min(settings.max_wall_seconds, ctx.timeout_s)
+        )
+        engine = Engine(
+            client=client,
+            toolbox=toolbox,
+            system=system_prompt(str(ctx.workspace), shared=ctx.shared, shell=settings.shell),
+            max_steps=settings.max_steps,
+            max_wall_seconds=wall,
+            max_output_tokens=settings.max_output_tokens,
+            pricer=pricer,
+            guard_usd=ctx.spend_guard_usd,
+            spend=spend,
+            transcript=transcript,
+            clock=clock,
+            events=events,
+        )
+        try:
+            outcome = engine.run(ctx.prompt)
+        finally:
+            client.close()
+        return _result(outcome, redact)
+
+
+def _result(outcome: EngineOutcome, redact: Redactor) -> PipelineResult:
+    return PipelineResult(
+        success=outcome.success,
+        summary=redact(outcome.summary),
+        error=None if outcome.error is None else redact(outcome.error),
+        spend_usd=outcome.usd,
+        input_tokens=outcome.input_tokens,
+        output_tokens=outcome.output_tokens,
+        steps=outcome.steps,
+    )
+
+
+def _lane_committer(ctx: WorkerContext) -> Committer:
+    from stellafleet.commit import commit_paths
+
+    def commit(paths: list[str], message: str) -> str:
+        return commit_paths(ctx, paths, message)
+
+    return commit
+
+
+def _implicit_claims(ctx: WorkerContext) -> ClaimFn:
+    from stellafleet.claims import ClaimStore, Holder
+
+    holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
+    store_path = ctx.paths.store_db
+
+    def claim(rel: str) -> None:
+        with ClaimStore.open(store_path) as store:
+            store.touch(rel, holder)
+
+    return claim
+
+
+__all__ = ["EngineError", "PlainPipeline"]
