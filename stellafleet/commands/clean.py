@@ -1,16 +1,63 @@
-"""`stella clean` (being built)."""
+"""`stella clean`: remove the worktrees and fleet/* branches finished runs left behind, safely."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
-from stellafleet.errors import StellaError
+from stellafleet import gitops
+from stellafleet.clean import KEPT, REMOVED, WOULD_REMOVE, CleanReport, clean
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("clean", help="(not built yet)")
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "clean",
+        help="remove the worktrees and fleet/* branches of finished runs",
+        description=(
+            "Remove the worktrees (under .stella/worktrees/) and fleet/* branches that the ledger "
+            "recorded for finished runs' tasks. Never touches a live attempt's, even with --force. "
+            "Without --force it keeps (and names) worktrees with uncommitted changes and branches not "
+            "merged into the run's base or the current branch. Your own branches are never candidates."
+        ),
+    )
+    parser.add_argument(
+        "--run", dest="run_ref", metavar="RUN", help="only this run (id, unique prefix, or latest)"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="list what would be removed; change nothing")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="also remove dirty worktrees and unmerged branches (never a live attempt's)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the decisions as JSON")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise StellaError("stella clean is not built yet")
+    root = gitops.main_worktree_root(Path.cwd())
+    report = clean(root, run_ref=args.run_ref, dry_run=args.dry_run, force=args.force)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print_report(report)
+    return 0
+
+
+def print_report(report: CleanReport) -> None:
+    if not report.items:
+        what = "the fleet ledger records no worktree or fleet/* branch that is still there"
+        print(f"Nothing to clean: {what}.")
+        return
+    verb = {REMOVED: "removed", WOULD_REMOVE: "would remove", KEPT: "kept"}
+    for item in report.items:
+        owner = f"run {item.run_id}" + (f", task {item.task_id}" if item.task_id else "")
+        print(f"{verb[item.action]:<12} {item.kind:<8} {item.target}  ({owner}): {item.reason}")
+    gone = report.with_action(WOULD_REMOVE if report.dry_run else REMOVED)
+    kept = report.with_action(KEPT)
+    summary = f"{'would remove' if report.dry_run else 'removed'} {len(gone)}, kept {len(kept)}"
+    if report.dry_run:
+        summary += " (dry run: nothing was changed)"
+    elif kept and not report.force and any("--force" in item.reason for item in kept):
+        summary += "; --force also removes unmerged branches and dirty worktrees (never a live attempt's)"
+    print(summary)

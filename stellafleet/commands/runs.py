@@ -1,16 +1,276 @@
-"""`stella runs` (being built)."""
+"""`stella runs`: past fleet runs from the ledger, as a table or one run in detail (or JSON)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from stellafleet import gitops
 from stellafleet.errors import StellaError
+from stellafleet.observatory import views
+from stellafleet.paths import StatePaths
+
+STATUS_STYLE = {
+    "succeeded": "green",
+    "green": "green",
+    "failed": "red",
+    "red": "red",
+    "skipped": "yellow",
+    "spend_limited": "yellow",
+    "interrupted": "yellow",
+    "running": "cyan",
+    "pending": "cyan",
+}
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("runs", help="(not built yet)")
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "runs",
+        help="list past fleet runs, or show one run in detail",
+        description=(
+            "Without RUN: a table of fleet runs, newest first. With RUN (an id, a unique prefix of one, "
+            "or `latest`): its tasks, attempts with summaries, commits, spend, branches and CI."
+        ),
+    )
+    parser.add_argument("run_ref", nargs="?", metavar="RUN", help="a run id, a unique prefix, or `latest`")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--limit", type=int, default=20, metavar="N", help="how many runs to list (default 20)"
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise StellaError("stella runs is not built yet")
+    if args.limit < 1:
+        raise StellaError(f"--limit must be at least 1, not {args.limit}")
+    ledger = StatePaths(gitops.main_worktree_root(Path.cwd())).fleet_db
+    now_ms = int(time.time() * 1000)
+    if args.run_ref is None:
+        page = views.runs_page(ledger, limit=args.limit, offset=0, now_ms=now_ms)
+        if args.json:
+            print(json.dumps(page, indent=2))
+        else:
+            print_runs(page, console=_console())
+        return 0
+    if not ledger.exists():
+        raise StellaError(
+            f"no fleet runs recorded yet (no ledger at {ledger}): start one with {views.START_HINT}"
+        )
+    detail = views.load_run(ledger, args.run_ref, now_ms=now_ms)
+    if args.json:
+        print(json.dumps(detail, indent=2))
+    else:
+        print_run(detail, console=_console())
+    return 0
+
+
+def _console() -> Console:
+    # rich on a terminal; plain text (no colour, no wrapping to a guessed width) when piped.
+    if sys.stdout.isatty():
+        return Console(highlight=False)
+    return Console(highlight=False, no_color=True, width=10_000, soft_wrap=True, force_terminal=False)
+
+
+# --- formatting ---
+
+
+def fmt_time(ms: int | None) -> str:
+    return "-" if ms is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
+def fmt_duration(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    seconds = ms / 1000
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
+
+
+def fmt_usd(value: float | None) -> str:
+    v = float(value or 0.0)
+    return f"${v:.4f}" if 0 < v < 0.01 else f"${v:.2f}"
+
+
+def fmt_spend(run: dict[str, Any]) -> str:
+    limit = run.get("spend_limit_usd")
+    spent = fmt_usd(run.get("spend_usd"))
+    return f"{spent} (no limit)" if limit is None else f"{spent} / {fmt_usd(limit)}"
+
+
+def fmt_base(run: dict[str, Any]) -> str:
+    parts = [run.get("base_ref") or "", f"@ {run['base_commit'][:10]}" if run.get("base_commit") else ""]
+    return " ".join(p for p in parts if p) or "-"
+
+
+def fmt_tasks(tasks: dict[str, int]) -> str:
+    text = f"{tasks['succeeded']} ok, {tasks['failed']} failed, {tasks['skipped']} skipped"
+    extra = [f"{tasks[k]} {k}" for k in ("running", "pending", "interrupted") if tasks.get(k)]
+    return text + (", " + ", ".join(extra) if extra else "")
+
+
+def fmt_task_counts(tasks: dict[str, int]) -> str:
+    """Compact: succeeded/failed/skipped, then what is still open."""
+    text = f"{tasks['succeeded']}/{tasks['failed']}/{tasks['skipped']}"
+    extra = [f"{tasks[k]} {k}" for k in ("running", "pending", "interrupted") if tasks.get(k)]
+    return text + (f" ({', '.join(extra)})" if extra else "")
+
+
+def fmt_status(run: dict[str, Any]) -> str:
+    if run.get("stale"):
+        return f"{run['status']} (fleet gone)"
+    return str(run["status"])
+
+
+def styled(text: str, status: str | None = None) -> Text:
+    """Model-written text goes into rich as Text, never as markup."""
+    return Text(text, style=STATUS_STYLE.get(status or "", ""))
+
+
+# --- renderers ---
+
+
+def print_runs(page: dict[str, Any], *, console: Console) -> None:
+    if not page["runs"]:
+        where = "" if page["ledger_exists"] else f" (no ledger at {page['ledger']})"
+        console.print(Text(f"No fleet runs recorded yet{where}. Start one with: {page['start_hint']}"))
+        return
+    headers = ("RUN", "STARTED", "DURATION", "STATUS", "OK/FAILED/SKIPPED", "SPEND", "PIPELINE", "BASE")
+    rows = [
+        (
+            r["id"],
+            fmt_time(r["created_at_ms"]),
+            fmt_duration(r["duration_ms"]),
+            fmt_status(r),
+            fmt_task_counts(r["tasks"]),
+            fmt_spend(r),
+            r.get("pipeline") or "-",
+            fmt_base(r),
+        )
+        for r in page["runs"]
+    ]
+    if console.is_terminal:
+        table = Table(show_edge=False, pad_edge=False)
+        for i, header in enumerate(headers):
+            table.add_column(header, no_wrap=i in (0, 1, 2))
+        for row, r in zip(rows, page["runs"], strict=True):
+            table.add_row(*(styled(cell, r["status"] if i == 3 else None) for i, cell in enumerate(row)))
+        console.print(table)
+    else:
+        _plain_table(console, headers, rows)
+    shown = len(page["runs"])
+    if page["total"] > shown:
+        console.print(Text(f"({shown} of {page['total']} runs; --limit N shows more)"))
+
+
+def _plain_table(console: Console, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows, strict=False)]
+    for row in (headers, *rows):
+        line = "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
+        console.print(Text(line.rstrip()))
+
+
+def print_run(detail: dict[str, Any], *, console: Console) -> None:
+    run = detail["run"]
+    out = console.print
+    title = Text("run ", style="bold")
+    title.append(run["id"], style="bold")
+    title.append("  ")
+    title.append(fmt_status(run), style=STATUS_STYLE.get(run["status"], ""))
+    if run.get("exit_code") is not None:
+        title.append(f"  (exit {run['exit_code']})")
+    out(title)
+    facts = [
+        ("started", fmt_time(run["created_at_ms"])),
+        ("finished", fmt_time(run["finished_at_ms"]) if run["finished_at_ms"] else "still running"),
+        ("duration", fmt_duration(run["duration_ms"])),
+        ("tasks", fmt_tasks(run["tasks"])),
+        ("spend", fmt_spend(run)),
+        ("pipeline", run.get("pipeline") or "-"),
+        ("base", fmt_base(run)),
+        ("plan", run.get("plan_path") or "(inline prompts)"),
+        ("concurrency", str(run.get("max_concurrency") or "-")),
+        ("command", shlex.join(["stella", *map(str, run.get("argv") or [])])),
+        ("reason", run.get("reason") or ""),
+    ]
+    for key, value in facts:
+        if value:
+            out(Text(f"  {key:<12}{value}"))
+    for wave in detail["waves"]:
+        out(Text(""))
+        out(Text("not scheduled" if wave["wave"] is None else f"wave {wave['wave']}", style="bold"))
+        for task in wave["tasks"]:
+            _print_task(console, task)
+    if detail["branches"]:
+        out(Text(""))
+        out(Text("branches", style="bold"))
+        for b in detail["branches"]:
+            line = Text(f"  {b['branch']}")
+            if b.get("worktree"):
+                line.append(f"  worktree {b['worktree']}")
+            line.append(f"  tasks {', '.join(t for t in b['tasks'] if t) or '-'}  commits {b['commits']}")
+            line.append(f"  CI {_ci_text(b['ci'])}" if b.get("ci") else "  CI not watched")
+            out(line)
+    if detail["cleanups"]:
+        out(Text(""))
+        out(Text("clean-up", style="bold"))
+        for c in detail["cleanups"]:
+            when = fmt_time(c["at_ms"])
+            out(Text(f"  {when}  {c['action']} {c['kind']} {c['target']}: {c.get('reason') or ''}"))
+
+
+def _ci_text(ci: dict[str, Any]) -> str:
+    parts = [str(ci.get("state") or "?")]
+    if ci.get("conclusion"):
+        parts.append(str(ci["conclusion"]))
+    if ci.get("pr_url"):
+        parts.append(str(ci["pr_url"]))
+    if ci.get("reason"):
+        parts.append(f"({ci['reason']})")
+    return " ".join(parts)
+
+
+def _print_task(console: Console, task: dict[str, Any]) -> None:
+    out = console.print
+    head = Text(f"  {task['id']}  ")
+    head.append(task["status"], style=STATUS_STYLE.get(task["status"], ""))
+    head.append(f"  {task.get('isolation') or 'shared'}  {task.get('title') or ''}")
+    out(head)
+    if task.get("reason"):
+        out(Text(f"    reason: {task['reason']}", style="yellow"))
+    if task.get("branch"):
+        out(Text(f"    branch {task['branch']}  worktree {task.get('worktree') or '-'}"))
+    if task.get("depends_on"):
+        out(Text(f"    depends on {', '.join(task['depends_on'])}"))
+    for a in task["attempts"]:
+        line = Text(f"    attempt #{a['id']} ")
+        line.append(str(a["outcome"]), style=STATUS_STYLE.get(str(a["outcome"]), ""))
+        line.append(
+            f"  {fmt_duration(a['duration_ms'])}  {fmt_usd(a['spend_usd'])}  "
+            f"{a['input_tokens']}/{a['output_tokens']} tokens  {a['steps']} steps"
+            + (f"  exit {a['exit_code']}" if a.get("exit_code") is not None else "")
+        )
+        out(line)
+        if a.get("summary"):
+            out(Text(f"      summary: {a['summary']}"))
+        if a.get("error"):
+            out(Text(f"      error: {a['error']}", style="red"))
+    for c in task["commits"]:
+        out(Text(f"    commit {c['sha'][:10]} {c.get('message') or ''}"))
+    if task.get("ci"):
+        out(Text(f"    CI {_ci_text(task['ci'])}"))
