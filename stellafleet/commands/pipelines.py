@@ -1,16 +1,123 @@
-"""`stella pipelines` (being built)."""
+"""`stella pipelines`: the installed pipeline variants, what each wraps, and whether it is ready to run."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from importlib.metadata import EntryPoint
+from pathlib import Path
+from typing import Any
 
-from stellafleet.errors import StellaError
+from stellafleet import pipelines
+from stellafleet.config import Config, load_config
+from stellafleet.errors import EXIT_OK, StellaError
+from stellafleet.pipelines.support import AgentCliPipeline, find_cli
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("pipelines", help="(not built yet)")
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "pipelines",
+        help="list the installed pipeline variants and whether each is ready",
+        description=(
+            "List the pipeline variants installed through the `stella.pipelines` entry-point group: what "
+            "each wraps, whether that CLI is on PATH, its version, and what (if anything) keeps it from "
+            "running."
+        ),
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.set_defaults(func=run)
 
 
+def _config(args: argparse.Namespace) -> Config:
+    from stellafleet import gitops
+
+    try:
+        root: Path | None = gitops.repo_root(Path.cwd())
+    except StellaError:
+        root = None  # outside a repository only the user's config applies
+    config_file = Path(args.config) if getattr(args, "config", None) else None
+    return load_config(root, config_file=config_file)
+
+
+def describe(name: str, entry: EntryPoint, config: Config) -> dict[str, Any]:
+    """One variant: where it comes from, what it wraps, and whether it is ready."""
+    dist = getattr(entry, "dist", None)
+    info: dict[str, Any] = {
+        "name": name,
+        "entry_point": entry.value,
+        "package": f"{dist.name} {dist.version}" if dist is not None else None,
+        "description": None,
+        "wraps": None,
+        "cli_path": None,
+        "version": None,
+        "ready": False,
+        "problem": None,
+    }
+    try:
+        pipeline = pipelines.load(name)
+        info["description"] = str(getattr(pipeline, "description", "") or "")
+        if isinstance(pipeline, AgentCliPipeline):
+            info["wraps"] = pipeline.settings(config).binary
+            info["cli_path"] = pipeline.cli_path(config)
+            info["version"] = pipeline.version(config) if info["cli_path"] else None
+        else:
+            wraps = getattr(pipeline, "wraps", None)  # optional for third-party pipelines
+            if isinstance(wraps, str) and wraps:
+                info["wraps"] = wraps
+                info["cli_path"] = find_cli(wraps)
+            info["version"] = pipeline.version()
+        info["problem"] = pipeline.preflight(config)
+    except StellaError as exc:
+        info["problem"] = str(exc)
+    except Exception as exc:  # a broken plugin is listed as broken, not allowed to hide the others
+        info["problem"] = f"{type(exc).__name__}: {exc}"
+    info["ready"] = info["problem"] is None
+    return info
+
+
+def collect(config: Config) -> list[dict[str, Any]]:
+    return [describe(name, entry, config) for name, entry in pipelines.available().items()]
+
+
+def render_table(rows: list[dict[str, Any]]) -> str:
+    header = ("NAME", "WRAPS", "ON PATH", "VERSION", "STATUS", "PACKAGE", "DESCRIPTION")
+    table = [header]
+    for row in rows:
+        on_path = "-" if row["wraps"] is None else ("yes" if row["cli_path"] else "no")
+        table.append(
+            (
+                row["name"],
+                row["wraps"] or "-",
+                on_path,
+                row["version"] or "-",
+                "ready" if row["ready"] else "not ready",
+                row["package"] or "-",
+                row["description"] or "",
+            )
+        )
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in table
+    ]
+    problems = [_problem_lines(row["name"], row["problem"]) for row in rows if row["problem"]]
+    if problems:
+        lines += ["", "not ready:", *problems]
+    return "\n".join(lines)
+
+
+def _problem_lines(name: str, problem: str) -> str:
+    prefix = f"pipeline {name}: "
+    text = problem[len(prefix) :] if problem.startswith(prefix) else problem
+    return "\n".join(f"    {line}" if i else f"  {name}: {line}" for i, line in enumerate(text.splitlines()))
+
+
 def run(args: argparse.Namespace) -> int:
-    raise StellaError("stella pipelines is not built yet")
+    rows = collect(_config(args))
+    if args.json:
+        print(json.dumps({"pipelines": rows}, indent=2))
+    elif not rows:
+        print("no pipelines installed (the `stella.pipelines` entry-point group is empty)")
+    else:
+        print(render_table(rows))
+    return EXIT_OK

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from importlib.metadata import EntryPoint, entry_points
 
+from stellafleet.config import Config
 from stellafleet.errors import StellaError
 from stellafleet.pipelines.base import Pipeline, PipelineResult, SpendReporter
 
 GROUP = "stella.pipelines"
 
-__all__ = ["GROUP", "Pipeline", "PipelineResult", "SpendReporter", "available", "load"]
+__all__ = ["GROUP", "Pipeline", "PipelineResult", "SpendReporter", "available", "load", "preflight"]
 
 
 def _entry_points() -> dict[str, EntryPoint]:
@@ -32,3 +34,27 @@ def load(name: str) -> Pipeline:
         raise StellaError(f"pipeline {name!r} failed to load from {eps[name].value}: {exc}") from None
     pipeline: Pipeline = factory()
     return pipeline
+
+
+# --- preflight (pipelines area): checked by the fleet before anything starts ---
+
+
+def preflight(names: Iterable[str], config: Config) -> list[str]:
+    """Every problem that keeps the named pipelines from running (empty when all are ready)."""
+    problems: list[str] = []
+    for name in dict.fromkeys(names):
+        try:
+            pipeline = load(name)
+        except StellaError as exc:
+            problems.append(str(exc))
+            continue
+        try:
+            problem = pipeline.preflight(config)
+        except StellaError as exc:
+            problem = str(exc)
+        except Exception as exc:  # a third-party plugin's bug is reported, not raised
+            problem = f"preflight failed: {type(exc).__name__}: {exc}"
+        if problem:
+            named = problem.startswith(f"pipeline {name}")
+            problems.append(problem if named else f"pipeline {name}: {problem}")
+    return problems

@@ -1,0 +1,251 @@
+"""The `aider` pipeline: each worker runs `aider --message ...` once, non-interactively.
+
+aider has no JSON output and no budget flag. Its machine-readable cost source is the analytics log
+(`--analytics-log FILE`, written even with `--no-analytics`): one JSON line per event, and after each model
+call a `message_send` event with `prompt_tokens`, `completion_tokens`, `cost` and the session's running
+`total_cost`. The wrapper follows that file while aider works, reports each call's cost, and stops aider
+(SIGTERM to its process group, SIGKILL after a grace period) once the worker's guard is reached.
+
+aider edits files but commits nothing here (`--no-auto-commits`); the wrapper commits the files aider says
+it edited ("Applied edit to PATH") through the commit lane, after checking their claims.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+from stellafleet.config import Config
+from stellafleet.errors import StellaError
+from stellafleet.pipelines.base import PipelineResult, SpendReporter
+from stellafleet.pipelines.support import (
+    AgentCliPipeline,
+    CliRun,
+    agent_env,
+    crash_text,
+    failed,
+    json_line,
+    model_for,
+    money,
+    run_cli,
+    scratch_dir,
+    short,
+    timeout_text,
+)
+from stellafleet.workerenv import WorkerContext
+
+CLI = "aider"
+APPLIED = re.compile(r"^Applied edit to (?P<path>.+?)\s*$")
+
+
+def build_argv(
+    binary: str, prompt: str, *, scratch: Path, model: str | None, extra_args: tuple[str, ...]
+) -> list[str]:
+    argv = [
+        binary,
+        "--message",
+        prompt,
+        "--yes-always",
+        "--no-auto-commits",
+        "--no-dirty-commits",  # never commit what other workers left uncommitted
+        "--no-gitignore",  # do not touch .gitignore in the user's tree
+        "--no-suggest-shell-commands",  # with --yes-always they would run unasked
+        "--no-pretty",
+        "--no-stream",
+        "--no-check-update",
+        "--no-analytics",  # nothing leaves the machine; the local log below is still written
+        "--analytics-log",
+        str(scratch / "aider-analytics.jsonl"),
+        "--chat-history-file",
+        str(scratch / "aider-chat.md"),
+        "--input-history-file",
+        str(scratch / "aider-input.txt"),
+    ]
+    if model:
+        argv += ["--model", model]
+    return argv + list(extra_args)
+
+
+class AnalyticsFollower:
+    """Reads new complete lines of aider's analytics log on each poll; reports each model call's cost."""
+
+    def __init__(self, path: Path, guard_usd: float | None, spend: SpendReporter) -> None:
+        self.path = path
+        self.guard_usd = guard_usd
+        self.spend = spend
+        self.offset = 0
+        self.usd = 0.0
+        self.session_total = 0.0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.calls = 0
+        self.bad_line: str | None = None
+
+    def __call__(self) -> str | None:
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read()
+        except FileNotFoundError:
+            return None
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return None  # nothing complete yet: aider may be half-way through a line
+        self.offset += end + 1
+        for raw in chunk[: end + 1].decode("utf-8", "replace").splitlines():
+            if raw.strip():
+                self._line(raw)
+        if self.guard_usd is not None and self.usd >= self.guard_usd:
+            return (
+                f"spend guard of {money(self.guard_usd)} reached ({money(self.usd)} by its own cost report)"
+            )
+        return None
+
+    def _line(self, raw: str) -> None:
+        event = json_line(raw)
+        if event is None or not isinstance(event.get("event"), str):
+            if self.bad_line is None:
+                self.bad_line = raw
+            return
+        if event["event"] != "message_send":
+            return
+        props = event.get("properties")
+        props = props if isinstance(props, dict) else {}
+        usd = self._cost(props)
+        prompt_tokens = _count(props.get("prompt_tokens"))
+        completion_tokens = _count(props.get("completion_tokens"))
+        self.calls += 1
+        self.usd += usd
+        self.input_tokens += prompt_tokens
+        self.output_tokens += completion_tokens
+        self.spend.add(usd, input_tokens=prompt_tokens, output_tokens=completion_tokens, steps=1)
+
+    def _cost(self, props: dict[str, Any]) -> float:
+        """This call's dollars: the step in the running total when there is one, else `cost`."""
+        total = _number(props.get("total_cost"))
+        if total is not None and total >= self.session_total:
+            step = total - self.session_total
+            self.session_total = total
+            return step
+        cost = _number(props.get("cost"))
+        return cost if cost is not None else 0.0
+
+    def totals(self) -> dict[str, Any]:
+        return {
+            "spend_usd": self.usd,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "steps": self.calls,
+        }
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):  # aider's analytics stringify anything that is not a number
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _count(value: Any) -> int:
+    number = _number(value)
+    return int(number) if number is not None and number >= 0 else 0
+
+
+def edited_paths(run: CliRun) -> list[str]:
+    """The files aider reports it edited, in order, once each."""
+    found: dict[str, None] = {}
+    for line in run.stdout_lines:
+        match = APPLIED.match(line.strip())
+        if match:
+            found[match.group("path")] = None
+    return list(found)
+
+
+class AiderPipeline(AgentCliPipeline):
+    name: ClassVar[str] = "aider"
+    description: ClassVar[str] = "aider, one --message per task (cost from its analytics log)"
+    default_binary: ClassVar[str] = "aider"
+    display_name: ClassVar[str] = "aider"
+    install_hint: ClassVar[str] = "pip install aider-chat"
+
+    def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult:
+        settings = self.settings(config)
+        scratch = scratch_dir(ctx)
+        follower = AnalyticsFollower(scratch / "aider-analytics.jsonl", ctx.spend_guard_usd, spend)
+        argv = build_argv(
+            settings.binary,
+            ctx.prompt,
+            scratch=scratch,
+            model=model_for(ctx, settings),
+            extra_args=settings.extra_args,
+        )
+        run = run_cli(
+            argv,
+            cwd=ctx.workspace,
+            env=agent_env(ctx),
+            timeout_s=ctx.timeout_s,
+            poll=follower,
+            transcript=ctx.transcript_path,
+        )
+        result = outcome(run, follower, ctx)
+        if result.success:
+            result = commit_edits(ctx, edited_paths(run), result)
+        return result
+
+
+def outcome(run: CliRun, f: AnalyticsFollower, ctx: WorkerContext) -> PipelineResult:
+    totals = f.totals()
+    edited = edited_paths(run)
+    if run.stopped is not None:
+        return failed(f"aider was stopped: {run.stopped}; its edits were left uncommitted", **totals)
+    if run.timed_out:
+        return failed(f"{timeout_text(CLI, ctx.timeout_s)} ({money(f.usd)} spent)", **totals)
+    if run.start_error or (run.returncode or 0) != 0:
+        return failed(crash_text(CLI, run), **totals)
+    if f.bad_line is not None:
+        sys.stderr.write(f"stella: aider's analytics log has a line that is not a JSON event: {f.bad_line}\n")
+        return failed(
+            f"could not parse aider output: its analytics log has a line that is not a JSON event: "
+            f"{short(f.bad_line, 120)!r}",
+            **totals,
+        )
+    if not f.calls:
+        said = short(" ".join(run.stdout_tail(8)) or run.stderr_text(), 400)
+        return failed(f"aider made no model call: {said or 'it printed nothing'}", **totals)
+    if edited:
+        summary = f"aider edited {', '.join(edited)} in {f.calls} model call(s) ({money(f.usd)})"
+    else:
+        summary = f"aider answered without editing files in {f.calls} model call(s) ({money(f.usd)})"
+    return PipelineResult(success=True, summary=summary, **totals)
+
+
+def commit_edits(ctx: WorkerContext, paths: list[str], result: PipelineResult) -> PipelineResult:
+    """Commit the files aider edited (claims checked first in the shared tree); a refusal fails the task."""
+    if not paths:
+        return result
+    from stellafleet.commit import commit_paths
+
+    try:
+        if ctx.shared:
+            from stellafleet.claims import ClaimStore, Holder
+
+            holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
+            with ClaimStore.open(ctx.paths.store_db) as store:
+                for path in paths:
+                    store.touch(path, holder)
+        sha = commit_paths(ctx, paths, f"{ctx.task_title or ctx.task_id} (aider)")
+    except StellaError as exc:
+        result.success = False
+        result.summary = f"{result.summary}; not committed: {exc}"
+        result.error = str(exc)
+        return result
+    result.summary = f"{result.summary}; committed {sha[:12]}"
+    return result

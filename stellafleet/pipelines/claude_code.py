@@ -1,0 +1,255 @@
+"""The `claude-code` pipeline: each worker runs Claude Code headless (`claude -p`).
+
+Claude Code reports its own cost and enforces a dollar budget (`--max-budget-usd`), so the worker's guard
+is handed to it and its `total_cost_usd` is what the ledger records. Its stream-json output goes to the
+attempt's transcript; the final `result` message decides the outcome. In the shared tree a PreToolUse
+hook takes an implicit claim on each file before Claude Code edits it and refuses the edit, naming the
+holder, when another live task holds that file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, ClassVar
+
+from stellafleet.config import Config
+from stellafleet.pipelines.base import PipelineResult, SpendReporter
+from stellafleet.pipelines.claude_hook import HookContext, hook_settings
+from stellafleet.pipelines.support import (
+    AgentCliPipeline,
+    CliRun,
+    agent_env,
+    agent_prompt,
+    crash_text,
+    failed,
+    json_line,
+    model_for,
+    money,
+    parse_failure,
+    run_cli,
+    scratch_dir,
+    short,
+    timeout_text,
+)
+from stellafleet.workerenv import WorkerContext
+
+CLI = "claude"
+NO_MCP_SERVERS = json.dumps({"mcpServers": {}})
+
+
+def budget_arg(guard_usd: float) -> str:
+    """The guard as Claude Code's budget, rounded down to a hundredth of a cent so it never exceeds it."""
+    return f"{math.floor(guard_usd * 10_000) / 10_000:.4f}"
+
+
+def build_argv(
+    binary: str,
+    prompt: str,
+    *,
+    settings_file: str | None,
+    guard_usd: float | None,
+    max_turns: int | None,
+    model: str | None,
+    extra_args: tuple[str, ...] = (),
+) -> list[str]:
+    # The prompt comes right after -p: options such as --mcp-config take several values and would
+    # swallow a prompt placed after them.
+    argv = [
+        binary,
+        "-p",
+        prompt,
+        "--output-format",
+        "stream-json",
+        "--verbose",  # stream-json needs it in print mode
+        "--permission-mode",
+        "acceptEdits",
+        "--strict-mcp-config",
+        "--mcp-config",
+        NO_MCP_SERVERS,
+    ]
+    if settings_file is not None:
+        argv += ["--settings", settings_file]
+    if guard_usd is not None:
+        argv += ["--max-budget-usd", budget_arg(guard_usd)]
+    if max_turns is not None:
+        argv += ["--max-turns", str(max_turns)]
+    if model:
+        argv += ["--model", model]
+    return argv + list(extra_args)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def usage_tokens(usage: Any) -> tuple[int, int]:
+    """(prompt tokens, output tokens) from Claude's usage: its input_tokens exclude cache reads/writes."""
+    if not isinstance(usage, dict):
+        return 0, 0
+    prompt = (
+        _int(usage.get("input_tokens"))
+        + _int(usage.get("cache_creation_input_tokens"))
+        + _int(usage.get("cache_read_input_tokens"))
+    )
+    return prompt, _int(usage.get("output_tokens"))
+
+
+def denial_note(result: dict[str, Any]) -> str:
+    denials = result.get("permission_denials")
+    if not isinstance(denials, list) or not denials:
+        return ""
+    names = []
+    for denial in denials[:3]:
+        if isinstance(denial, dict):
+            raw_input = denial.get("tool_input")
+            tool_input: dict[str, Any] = raw_input if isinstance(raw_input, dict) else {}
+            target = tool_input.get("file_path") or tool_input.get("notebook_path") or ""
+            names.append(f"{denial.get('tool_name', '?')} {target}".strip())
+    more = f" and {len(denials) - 3} more" if len(denials) > 3 else ""
+    return f" ({len(denials)} tool call(s) refused: {', '.join(names)}{more})"
+
+
+def interpret(result: dict[str, Any], *, guard_usd: float | None, max_turns: int | None) -> PipelineResult:
+    """Claude Code's final `result` message as a PipelineResult (spend reported separately)."""
+    cost = result.get("total_cost_usd")
+    usd = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else 0.0
+    input_tokens, output_tokens = usage_tokens(result.get("usage"))
+    turns = _int(result.get("num_turns"))
+    totals: dict[str, Any] = {
+        "spend_usd": usd,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "steps": turns,
+    }
+    subtype = str(result.get("subtype") or "")
+    raw_text = result.get("result")
+    text = raw_text if isinstance(raw_text, str) else ""
+    raw_errors = result.get("errors")
+    errors = [str(e) for e in raw_errors if str(e).strip()] if isinstance(raw_errors, list) else []
+    detail = short("; ".join(errors) or text or "")
+    note = denial_note(result)
+    spent = f"{money(usd)} spent in {turns} turn(s)"
+    if subtype == "success" and not result.get("is_error"):
+        summary = short(text, 2000) or f"Claude Code finished ({spent})"
+        return PipelineResult(success=True, summary=summary + note, **totals)
+    if subtype == "success":
+        return failed(f"Claude Code reported an error: {detail or 'no details'} ({spent})", **totals)
+    if subtype == "error_max_budget_usd":
+        guard = f" of {money(guard_usd)}" if guard_usd is not None else ""
+        return failed(f"Claude Code stopped at its spend guard{guard}: {spent}{note}", **totals)
+    if subtype == "error_max_turns":
+        limit = f" ({max_turns})" if max_turns is not None else ""
+        return failed(
+            f"Claude Code stopped at its turn limit{limit} before finishing: {spent}{note}", **totals
+        )
+    if subtype == "error_during_execution":
+        return failed(f"Claude Code failed during execution: {detail or 'no details'} ({spent})", **totals)
+    return failed(
+        f"Claude Code ended with {subtype or 'no subtype'}: {detail or 'no details'} ({spent})", **totals
+    )
+
+
+class _ResultWatcher:
+    """Keeps the last `result` message of the stream and the first line that is not JSON."""
+
+    def __init__(self) -> None:
+        self.result: dict[str, Any] | None = None
+        self.bad_line: str | None = None
+        self.messages = 0
+
+    def __call__(self, line: str) -> str | None:
+        if not line.strip():
+            return None
+        message = json_line(line)
+        if message is None:
+            if self.bad_line is None:
+                self.bad_line = line
+            return None
+        self.messages += 1
+        if message.get("type") == "result":
+            self.result = message
+        return None
+
+
+class ClaudeCodePipeline(AgentCliPipeline):
+    name: ClassVar[str] = "claude-code"
+    description: ClassVar[str] = "Claude Code, headless (claude -p, stream-json, --max-budget-usd)"
+    default_binary: ClassVar[str] = "claude"
+    display_name: ClassVar[str] = "Claude Code"
+    install_hint: ClassVar[str] = "npm install -g @anthropic-ai/claude-code"
+
+    def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult:
+        settings = self.settings(config)
+        settings_file: str | None = None
+        if ctx.shared:
+            settings_file = str(write_hook_settings(ctx))
+        argv = build_argv(
+            settings.binary,
+            agent_prompt(ctx),
+            settings_file=settings_file,
+            guard_usd=ctx.spend_guard_usd,
+            max_turns=settings.max_turns,
+            model=model_for(ctx, settings),
+            extra_args=settings.extra_args,
+        )
+        watcher = _ResultWatcher()
+        run = run_cli(
+            argv,
+            cwd=ctx.workspace,
+            env=agent_env(ctx),
+            timeout_s=ctx.timeout_s,
+            on_line=watcher,
+            transcript=ctx.transcript_path,
+        )
+        return self.outcome(run, watcher, ctx, settings.max_turns, spend)
+
+    @staticmethod
+    def outcome(
+        run: CliRun, watcher: _ResultWatcher, ctx: WorkerContext, max_turns: int | None, spend: SpendReporter
+    ) -> PipelineResult:
+        if watcher.result is not None:
+            result = interpret(watcher.result, guard_usd=ctx.spend_guard_usd, max_turns=max_turns)
+            spend.add(
+                result.spend_usd,
+                input_tokens=result.input_tokens,
+                output_tokens=result.output_tokens,
+                steps=result.steps,
+            )
+            if run.timed_out:  # it reported, then hung on the way out
+                result.success = False
+                result.summary = f"{timeout_text(CLI, ctx.timeout_s)} after reporting: {result.summary}"
+                result.error = result.summary
+            return result
+        if run.timed_out:
+            return failed(
+                timeout_text(CLI, ctx.timeout_s) + "; no result was reported, so its spend is unknown"
+            )
+        if run.start_error or (run.returncode or 0) != 0:
+            return failed(crash_text(CLI, run))
+        if watcher.bad_line is not None:
+            return failed(parse_failure(CLI, f"not a JSON line: {short(watcher.bad_line, 120)!r}", run))
+        return failed(parse_failure(CLI, f"no result message among {watcher.messages} message(s)", run))
+
+
+def write_hook_settings(ctx: WorkerContext) -> Path:
+    """Write the hook's context and the settings file that installs it; returns the settings path."""
+    from stellafleet.claims import Holder
+
+    holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
+    scratch = scratch_dir(ctx)
+    context_file = scratch / "claude-hook.json"
+    HookContext(
+        workspace=str(ctx.workspace),
+        store_db=str(ctx.paths.store_db),
+        run_id=holder.run_id,
+        task_id=holder.task_id,
+        task_title=holder.task_title,
+        attempt_id=holder.attempt_id,
+        pid=holder.pid,
+        pid_started=holder.pid_started,
+    ).write(context_file)
+    settings_file = scratch / "claude-settings.json"
+    settings_file.write_text(json.dumps(hook_settings(context_file), indent=2))
+    return settings_file

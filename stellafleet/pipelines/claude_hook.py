@@ -1,0 +1,153 @@
+"""The PreToolUse hook a Claude Code worker runs before each file edit in the shared tree.
+
+Claude Code runs `python -m stellafleet.pipelines.claude_hook CONTEXT.json` with the tool call as JSON on
+stdin (tool_name, tool_input.file_path or notebook_path, cwd). The hook takes this attempt's implicit
+claim on the file; when another live task holds it, it denies the edit with the conflict message, which
+Claude Code hands to the model so it can adapt. It fails closed: a path outside the workspace or a claim
+store it cannot read also denies, because an exit status other than 0 or 2 would let the edit through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+HOOK_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"
+HOOK_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class HookContext:
+    """Who is editing: written by the wrapper next to the settings file it hands to Claude Code."""
+
+    workspace: str
+    store_db: str
+    run_id: str
+    task_id: str
+    task_title: str
+    attempt_id: int
+    pid: int  # the worker process: the claim lives as long as the attempt, not as long as this hook
+    pid_started: float
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def read(cls, path: Path) -> HookContext:
+        data = json.loads(path.read_text())
+        return cls(**{key: data[key] for key in cls.__dataclass_fields__})
+
+
+def hook_command(context_file: Path) -> str:
+    """The shell command Claude Code runs for the hook (it runs hook commands through a shell)."""
+    import shlex
+
+    return (
+        f"{shlex.quote(sys.executable)} -m stellafleet.pipelines.claude_hook {shlex.quote(str(context_file))}"
+    )
+
+
+def hook_settings(context_file: Path) -> dict[str, Any]:
+    """The `--settings` content that adds the hook for every file-editing tool."""
+    return {
+        "hooks": {
+            "PreToolUse": [
+                {
+                    "matcher": HOOK_TOOLS,
+                    "hooks": [
+                        {"type": "command", "command": hook_command(context_file), "timeout": HOOK_TIMEOUT_S}
+                    ],
+                }
+            ]
+        }
+    }
+
+
+def edited_path(event: dict[str, Any]) -> str | None:
+    tool_input = event.get("tool_input")
+    if not isinstance(tool_input, dict):
+        return None
+    for key in ("file_path", "notebook_path"):
+        value = tool_input.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def workspace_relative(path: str, workspace: str, cwd: str | None) -> str | None:
+    """path relative to the workspace (symlinks resolved), or None when it lies outside."""
+    base = Path(cwd) if cwd else Path(workspace)
+    absolute = Path(path) if os.path.isabs(path) else base / path
+    root = os.path.realpath(workspace)
+    real = os.path.realpath(absolute)
+    try:
+        relative = os.path.relpath(real, root)
+    except ValueError:
+        return None
+    if relative == "." or relative == ".." or relative.startswith(".." + os.sep):
+        return None
+    return relative.replace(os.sep, "/")
+
+
+def decide(event: dict[str, Any], context: HookContext) -> str | None:
+    """None to let the edit go ahead (claim taken or already ours), else the reason to deny it."""
+    from stellafleet.claims import ClaimStore, Holder
+    from stellafleet.errors import ClaimConflict
+
+    path = edited_path(event)
+    if path is None:
+        return None  # nothing that names a file: not ours to judge
+    relative = workspace_relative(path, context.workspace, event.get("cwd"))
+    if relative is None:
+        return f"{path} is outside this task's workspace ({context.workspace}); edit files inside it only"
+    holder = Holder(
+        run_id=context.run_id,
+        task_id=context.task_id,
+        task_title=context.task_title,
+        attempt_id=context.attempt_id,
+        pid=context.pid,
+        pid_started=context.pid_started,
+    )
+    try:
+        with ClaimStore.open(Path(context.store_db)) as store:
+            store.touch(relative, holder)
+    except ClaimConflict as exc:
+        return (
+            f"{exc}. Leave {relative} alone: work around it, or say in your final answer that you could not."
+        )
+    return None
+
+
+def deny(reason: str) -> dict[str, Any]:
+    return {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "deny",
+            "permissionDecisionReason": reason,
+        }
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        if len(args) != 1:
+            raise ValueError("usage: python -m stellafleet.pipelines.claude_hook CONTEXT.json")
+        context = HookContext.read(Path(args[0]))
+        event = json.loads(sys.stdin.read() or "{}")
+        if not isinstance(event, dict):
+            raise ValueError("the hook input is not a JSON object")
+        reason = decide(event, context)
+    except Exception as exc:  # fail closed: only a deny decision stops the edit
+        reason = f"stella could not check the file claim for this edit ({type(exc).__name__}: {exc})"
+    if reason is not None:
+        print(json.dumps(deny(reason)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""The `codex` pipeline: each worker runs `codex exec --json` in its workspace.
+
+Codex reports tokens, not dollars, and has no budget flag. The wrapper prices each `turn.completed`
+usage with the engine's price table (or `[prices."MODEL"]`) as it arrives, reports it to the ledger, and
+stops Codex (SIGTERM to its process group, SIGKILL after a grace period) once the worker's guard is
+reached. Codex's `usage` figures are running totals for its thread, so each event is priced by what it
+adds to the previous one.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from stellafleet.config import Config
+from stellafleet.engine.pricing import Pricer, TokenUsage, price_for, unknown_price_message
+from stellafleet.pipelines.base import PipelineResult, SpendReporter
+from stellafleet.pipelines.support import (
+    AgentCliPipeline,
+    CliRun,
+    agent_env,
+    agent_prompt,
+    crash_text,
+    failed,
+    json_line,
+    model_for,
+    money,
+    parse_failure,
+    run_cli,
+    short,
+    timeout_text,
+)
+from stellafleet.workerenv import WorkerContext
+
+CLI = "codex"
+# Items that are the agent doing something (as opposed to talking or thinking): each counts as a step.
+ACTION_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search"}
+MESSAGE_ITEMS = {"agent_message", "assistant_message"}  # the latter is the older name
+
+
+def build_argv(
+    binary: str, workspace: str, prompt: str, *, model: str | None, extra_args: tuple[str, ...]
+) -> list[str]:
+    argv = [binary, "exec", "--json", "--sandbox", "workspace-write", "-C", workspace]
+    if model:
+        argv += ["--model", model]
+    return [*argv, *extra_args, prompt]
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+
+    @classmethod
+    def from_event(cls, value: Any) -> Usage:
+        if not isinstance(value, dict):
+            raise ValueError(f"turn.completed without a usage object: {value!r}")
+
+        def count(key: str) -> int:
+            number = value.get(key, 0)
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise ValueError(f"usage.{key} is not a token count: {number!r}")
+            return number
+
+        return cls(count("input_tokens"), count("cached_input_tokens"), count("output_tokens"))
+
+    def minus(self, earlier: Usage) -> Usage:
+        """What this running total adds to an earlier one (all of it when the counts went down)."""
+        if (
+            self.input_tokens < earlier.input_tokens
+            or self.cached_input_tokens < earlier.cached_input_tokens
+            or self.output_tokens < earlier.output_tokens
+        ):
+            return self
+        return Usage(
+            self.input_tokens - earlier.input_tokens,
+            self.cached_input_tokens - earlier.cached_input_tokens,
+            self.output_tokens - earlier.output_tokens,
+        )
+
+    def tokens(self) -> TokenUsage:
+        # Codex's input_tokens include the cached ones, the convention the price table uses too.
+        return TokenUsage(
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cache_read_tokens=min(self.cached_input_tokens, self.input_tokens),
+        )
+
+
+class CodexFollower:
+    """Reads `codex exec --json` events as they arrive, reports spend, and says when to stop."""
+
+    def __init__(self, pricer: Pricer | None, guard_usd: float | None, spend: SpendReporter) -> None:
+        self.pricer = pricer
+        self.guard_usd = guard_usd
+        self.spend = spend
+        self.total = Usage()
+        self.usd = 0.0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.steps = 0
+        self.turns_completed = 0
+        self.turn_failed: str | None = None
+        self.errors: list[str] = []
+        self.last_message = ""
+        self.events = 0
+        self.bad_line: str | None = None
+        self.guard_hit = False
+        self._lock = threading.Lock()
+
+    def __call__(self, line: str) -> str | None:
+        if not line.strip():
+            return None
+        event = json_line(line)
+        if event is None or not isinstance(event.get("type"), str):
+            if self.bad_line is None:
+                self.bad_line = line
+            return None
+        with self._lock:
+            self.events += 1
+            try:
+                return self._handle(event)
+            except ValueError as exc:  # a usage we cannot read: say so at the end, let codex go on
+                if self.bad_line is None:
+                    self.bad_line = f"{line} ({exc})"
+                return None
+
+    def _handle(self, event: dict[str, Any]) -> str | None:
+        kind = event["type"]
+        if kind == "item.completed" and isinstance(event.get("item"), dict):
+            item = event["item"]
+            item_type = item.get("type") or item.get("item_type")
+            if item_type in MESSAGE_ITEMS and isinstance(item.get("text"), str):
+                self.last_message = item["text"]
+            elif item_type in ACTION_ITEMS:
+                self.steps += 1
+        elif kind == "turn.completed":
+            return self._usage(Usage.from_event(event.get("usage")))
+        elif kind == "turn.failed":
+            error = event.get("error")
+            message = error.get("message") if isinstance(error, dict) else error
+            self.turn_failed = str(message or "no details")
+        elif kind == "error":
+            self.errors.append(str(event.get("message") or "no details"))
+        return None
+
+    def _usage(self, total: Usage) -> str | None:
+        added = total.minus(self.total)
+        self.total = total
+        self.turns_completed += 1
+        usd = self.pricer.cost(added.tokens()) if self.pricer is not None else 0.0
+        self.usd += usd
+        self.input_tokens += added.input_tokens
+        self.output_tokens += added.output_tokens
+        self.spend.add(usd, input_tokens=added.input_tokens, output_tokens=added.output_tokens)
+        if self.guard_usd is not None and self.usd >= self.guard_usd:
+            self.guard_hit = True
+            guard, spent = money(self.guard_usd), money(self.usd)
+            return f"spend guard of {guard} reached ({spent} priced from its token usage)"
+        return None
+
+    def totals(self) -> dict[str, Any]:
+        return {
+            "spend_usd": self.usd,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "steps": self.steps,
+        }
+
+
+class CodexPipeline(AgentCliPipeline):
+    name: ClassVar[str] = "codex"
+    description: ClassVar[str] = "OpenAI Codex CLI (codex exec --json), priced from its token usage"
+    default_binary: ClassVar[str] = "codex"
+    display_name: ClassVar[str] = "Codex"
+    install_hint: ClassVar[str] = "npm install -g @openai/codex"
+
+    def preflight(self, config: Config) -> str | None:
+        problem = super().preflight(config)
+        if problem is not None:
+            return problem
+        model = self.settings(config).model
+        if model is not None:
+            try:
+                price_for(model, config)
+            except Exception as exc:  # a malformed [prices] table is a config problem to report, not a crash
+                return f"pipeline {self.name}: {exc}"
+        return None
+
+    def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult:
+        settings = self.settings(config)
+        model = model_for(ctx, settings)
+        pricer = price_for(model, config) if model else None
+        if ctx.spend_guard_usd is not None and pricer is None:
+            why = (
+                unknown_price_message(model)
+                if model
+                else f"no model is set to price its token usage with: set [pipelines.{self.name}] model"
+            )
+            return failed(f"codex was not started: it has no budget flag of its own and {why}")
+        follower = CodexFollower(pricer, ctx.spend_guard_usd, spend)
+        run = run_cli(
+            build_argv(
+                settings.binary,
+                str(ctx.workspace),
+                agent_prompt(ctx),
+                model=model,
+                extra_args=settings.extra_args,
+            ),
+            cwd=ctx.workspace,
+            env=agent_env(ctx),
+            timeout_s=ctx.timeout_s,
+            on_line=follower,
+            transcript=ctx.transcript_path,
+        )
+        if follower.steps:
+            spend.add(0.0, steps=follower.steps)
+        return outcome(run, follower, ctx, priced=pricer is not None, model=model)
+
+
+def outcome(
+    run: CliRun, f: CodexFollower, ctx: WorkerContext, *, priced: bool, model: str | None
+) -> PipelineResult:
+    totals = f.totals()
+    unpriced = (
+        ""
+        if priced or not f.turns_completed
+        else f" (spend not priced: no price known for {model or 'its model'})"
+    )
+    if run.stopped is not None:
+        what = f.last_message and f"; its last message: {short(f.last_message, 200)}"
+        return failed(f"codex was stopped: {run.stopped}{what or ''}", **totals)
+    if run.timed_out:
+        return failed(f"{timeout_text(CLI, ctx.timeout_s)} ({money(f.usd)} spent)", **totals)
+    if f.turn_failed is not None:
+        return failed(f"codex turn failed: {short(f.turn_failed)}", **totals)
+    if f.turns_completed and (run.returncode or 0) == 0:
+        summary = short(f.last_message, 2000) or f"codex finished ({money(f.usd)} spent)"
+        return PipelineResult(success=True, summary=summary + unpriced, **totals)
+    if f.errors:
+        return failed(f"codex reported an error: {short(f.errors[-1])}", **totals)
+    if run.start_error or (run.returncode or 0) != 0:
+        return failed(crash_text(CLI, run), **totals)
+    if f.bad_line is not None:
+        return failed(parse_failure(CLI, f"not a JSON event: {short(f.bad_line, 120)!r}", run), **totals)
+    return failed(parse_failure(CLI, f"no turn.completed among {f.events} event(s)", run), **totals)

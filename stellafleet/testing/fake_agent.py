@@ -1,0 +1,135 @@
+"""What the fake agent CLIs (fake_claude, fake_codex, fake_aider) share.
+
+Tests put tiny executables named `claude`, `codex` and `aider` on a PATH directory (`write_shims`); each
+runs `python -m stellafleet.testing.fake_<cli> "$@"`. A fake is driven by a JSON script from the
+FAKE_AGENT_SCRIPT environment variable (the JSON itself, or `@/path/to/script.json`), optionally per task
+(`{"tasks": {"t1": {...}}, "default": {...}}`) and per CLI (`{"claude": {...}, "codex": {...}}`). Every
+fake appends what it did (its argv, hook decisions, events emitted, signals received) as JSON lines to the
+file named by FAKE_AGENT_LOG, so tests can assert on it.
+
+Common script keys: `mode` (each fake documents its own), `edits` (`[{"path", "content"}]`, relative
+to the working directory), `commit` (`{"message": ...}`: commit the edited files with `stella commit`),
+`hold_s` (sleep after editing), `pause_s` (sleep between reported events), `spawn_child` (start a
+grandchild that sleeps, to prove the whole process group is stopped), `exit_code`, `stderr`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+SCRIPT_ENV = "FAKE_AGENT_SCRIPT"
+LOG_ENV = "FAKE_AGENT_LOG"
+CLIS = ("claude", "codex", "aider")
+HANG_S = 3600.0
+
+
+def write_shims(bin_dir: Path, clis: Iterable[str] = CLIS, *, python: str | None = None) -> Path:
+    """Create executables named after each CLI in bin_dir that run the matching fake; returns bin_dir."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    python = python or sys.executable
+    for cli in clis:
+        shim = bin_dir / cli
+        shim.write_text(f'#!/bin/sh\nexec "{python}" -m stellafleet.testing.fake_{cli} "$@"\n')
+        shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return bin_dir
+
+
+def load_script(cli: str) -> dict[str, Any]:
+    """This invocation's script: the task's entry (else "default"), then the CLI's section if any."""
+    raw = os.environ.get(SCRIPT_ENV, "").strip()
+    if not raw:
+        return {}
+    if raw.startswith("@"):
+        raw = Path(raw[1:]).read_text()
+    script: Any = json.loads(raw)
+    if isinstance(script, dict) and "tasks" in script:
+        task = os.environ.get("STELLA_TASK_ID", "")
+        script = script["tasks"].get(task) or script.get("default") or {}
+    if isinstance(script, dict) and isinstance(script.get(cli), dict):
+        script = script[cli]
+    return script if isinstance(script, dict) else {}
+
+
+def log(cli: str, event: str, **fields: Any) -> None:
+    path = os.environ.get(LOG_ENV)
+    if not path:
+        return
+    entry = {
+        "cli": cli,
+        "event": event,
+        "task": os.environ.get("STELLA_TASK_ID"),
+        "pid": os.getpid(),
+        **fields,
+    }
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(entry) + "\n")
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    """The entries a fake logged (for tests)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def on_sigterm(cli: str) -> None:
+    """Log SIGTERM (what the wrapper sends first) and exit the way a killed CLI does."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        log(cli, "terminated", signal=signal.Signals(signum).name)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def emit(obj: Any) -> None:
+    sys.stdout.write((obj if isinstance(obj, str) else json.dumps(obj)) + "\n")
+    sys.stdout.flush()
+
+
+def write_file(cwd: Path, relative: str, content: str) -> Path:
+    target = cwd / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(content)
+    return target
+
+
+def stella_commit(message: str, paths: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Commit through `stella commit`, found on PATH as an agent's shell would find it."""
+    return subprocess.run(
+        ["stella", "commit", "-m", message, *paths], cwd=cwd, capture_output=True, text=True, check=False
+    )
+
+
+def spawn_sleeper(cli: str) -> None:
+    """A grandchild in the fake's process group that only a group-wide stop ends."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    log(cli, "spawned", child_pid=child.pid)
+
+
+def hang(cli: str) -> None:
+    log(cli, "hanging")
+    time.sleep(HANG_S)
+
+
+def crash(cli: str, script: dict[str, Any], default: str) -> int:
+    sys.stderr.write(str(script.get("stderr", default)) + "\n")
+    sys.stderr.flush()
+    log(cli, "crashed")
+    return int(script.get("exit_code", 1))
+
+
+def pause(script: dict[str, Any]) -> None:
+    seconds = float(script.get("pause_s", 0) or 0)
+    if seconds:
+        time.sleep(seconds)

@@ -1,0 +1,149 @@
+"""A fake `aider` for tests: `aider --message ...`, driven by a JSON script (see fake_agent).
+
+Like the real one with `--no-pretty`, it prints plain text ("Applied edit to PATH" per edited file and a
+"Tokens: ... Cost: $X message, $Y session." line per model call), and with `--analytics-log FILE` it
+appends one JSON line per event, a `message_send` event per model call carrying prompt_tokens,
+completion_tokens, total_tokens, cost and the running total_cost.
+
+Modes: `success` (default), `error` (prints an API error and makes no model call, exiting 0 as aider
+does), `malformed` (a line in the analytics log that is not JSON), `crash` (a traceback and exit 1),
+`hang`. Other keys: `calls` (`[{"prompt_tokens", "completion_tokens", "cost"}]`, one call by default),
+`pause_s` (sleep after each call), `edits`, `reply`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from stellafleet.testing import fake_agent as fa
+
+CLI = "aider"
+VERSION = "aider 0.86.1"
+VALUE_OPTIONS = {
+    "--message",
+    "--msg",
+    "-m",
+    "--model",
+    "--analytics-log",
+    "--chat-history-file",
+    "--input-history-file",
+    "--llm-history-file",
+    "--edit-format",
+}
+
+
+def parse(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+    options: dict[str, Any] = {}
+    files: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in VALUE_OPTIONS:
+            options[arg] = argv[i + 1]
+            i += 2
+        elif arg.startswith("-"):
+            options[arg] = True
+            i += 1
+        else:
+            files.append(arg)
+            i += 1
+    return options, files
+
+
+class Analytics:
+    def __init__(self, path: str | None, model: str) -> None:
+        self.path = Path(path) if path else None
+        self.model = model
+
+    def event(self, name: str, **properties: Any) -> None:
+        if self.path is None:
+            return
+        entry = {
+            "event": name,
+            "properties": {"main_model": self.model, **properties, "aider_version": VERSION.split()[-1]},
+            "user_id": "00000000-0000-4000-8000-000000000000",
+            "time": int(time.time()),
+        }
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(entry) + "\n")
+
+    def garbage(self) -> None:
+        if self.path is not None:
+            with self.path.open("a") as fh:
+                fh.write("this is not an analytics event\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if "--version" in args:
+        print(VERSION)
+        return 0
+    fa.on_sigterm(CLI)
+    options, _files = parse(args)
+    cwd = Path.cwd()
+    message = options.get("--message") or options.get("--msg") or options.get("-m")
+    fa.log(CLI, "start", argv=args, cwd=str(cwd), options=options, prompt=message)
+    script = fa.load_script(CLI)
+    if not message:
+        sys.stderr.write("fake aider only does --message\n")
+        return 2
+    model = str(options.get("--model") or "gpt-4o")
+    analytics = Analytics(options.get("--analytics-log"), model)
+    analytics.event("launched")
+    mode = str(script.get("mode", "success"))
+    print(f"Aider v{VERSION.split()[-1]}")
+    print(f"Main model: {model} with diff edit format")
+    sys.stdout.flush()
+    if mode == "crash":
+        return fa.crash(
+            CLI, script, "Traceback (most recent call last):\n  ...\nRuntimeError: fake aider crashed"
+        )
+    if script.get("spawn_child"):
+        fa.spawn_sleeper(CLI)
+    if mode == "hang":
+        fa.hang(CLI)
+        return 0
+    if mode == "error":
+        print(str(script.get("reply", "litellm.AuthenticationError: OpenAIException - invalid api key")))
+        sys.stdout.flush()
+        analytics.event("exit", reason="Completed --message")
+        return 0
+    if mode == "malformed":
+        analytics.garbage()
+    total = 0.0
+    calls = script.get("calls") or [{"prompt_tokens": 2400, "completion_tokens": 350, "cost": 0.0113}]
+    for index, call in enumerate(calls):
+        cost = float(call.get("cost", 0.0))
+        total += cost
+        prompt_tokens = int(call.get("prompt_tokens", 0))
+        completion_tokens = int(call.get("completion_tokens", 0))
+        if index == 0:
+            for edit in script.get("edits", []):
+                fa.write_file(cwd, edit["path"], edit.get("content", ""))
+                print(f"Applied edit to {edit['path']}")
+        print(
+            f"Tokens: {prompt_tokens} sent, {completion_tokens} received. "
+            f"Cost: ${cost:.4f} message, ${total:.4f} session."
+        )
+        sys.stdout.flush()
+        analytics.event(
+            "message_send",
+            edit_format="diff",
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens,
+            cost=cost,
+            total_cost=total,
+        )
+        fa.log(CLI, "message_send", index=index, cost=cost, total_cost=total)
+        fa.pause(script)
+    analytics.event("exit", reason="Completed --message")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

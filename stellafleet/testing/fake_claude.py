@@ -1,0 +1,311 @@
+"""A fake `claude` for tests: Claude Code's headless mode, driven by a JSON script (see fake_agent).
+
+It prints `--output-format json` (one result object) or `stream-json` (system init, assistant/user
+messages, then the result; needs --verbose like the real one). Before each file edit it runs the
+PreToolUse hooks of the `--settings` file whose matcher matches the tool, and honours a deny (JSON
+`permissionDecision: "deny"` on stdout, or exit code 2 with the reason on stderr).
+
+Modes: `success` (default), `api_error` (subtype success with is_error), `error`
+(error_during_execution), `max_budget` (error_max_budget_usd; also chosen on its own when the scripted
+`cost` exceeds --max-budget-usd), `max_turns` (error_max_turns), `malformed` (prints text that is not
+JSON), `crash` (stderr and a non-zero exit, no output), `hang` (sleeps until stopped).
+Other keys: `cost`, `num_turns`, `result`, `usage`, `errors`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from stellafleet.testing import fake_agent as fa
+
+CLI = "claude"
+VERSION = "2.0.14 (Claude Code)"
+VALUE_OPTIONS = {
+    "--output-format",
+    "--input-format",
+    "--permission-mode",
+    "--settings",
+    "--max-budget-usd",
+    "--max-turns",
+    "--model",
+    "--append-system-prompt",
+    "--system-prompt",
+}
+MULTI_OPTIONS = {
+    "--mcp-config",
+    "--allowedTools",
+    "--allowed-tools",
+    "--disallowedTools",
+    "--disallowed-tools",
+}
+
+
+def parse(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+    options: dict[str, Any] = {}
+    positional: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in VALUE_OPTIONS:
+            options[arg] = argv[i + 1]
+            i += 2
+        elif arg in MULTI_OPTIONS:  # variadic, as in the real CLI: takes values up to the next option
+            values = []
+            i += 1
+            while i < len(argv) and not argv[i].startswith("-"):
+                values.append(argv[i])
+                i += 1
+            options[arg] = values
+        elif arg.startswith("-"):
+            options[arg] = True
+            i += 1
+        else:
+            positional.append(arg)
+            i += 1
+    return options, positional
+
+
+def load_settings(value: str | None) -> dict[str, Any]:
+    if not value:
+        return {}
+    text = value if value.lstrip().startswith("{") else Path(value).read_text()
+    settings = json.loads(text)
+    return settings if isinstance(settings, dict) else {}
+
+
+def run_hooks(settings: dict[str, Any], event: dict[str, Any], cwd: Path) -> str | None:
+    """Run matching PreToolUse hooks like Claude Code does; the deny reason, or None to go ahead."""
+    for group in settings.get("hooks", {}).get("PreToolUse", []):
+        matcher = group.get("matcher") or "*"
+        if matcher != "*" and not re.fullmatch(matcher, event["tool_name"]):
+            continue
+        for hook in group.get("hooks", []):
+            if hook.get("type") != "command":
+                continue
+            done = subprocess.run(
+                hook["command"],
+                shell=True,
+                input=json.dumps(event),
+                capture_output=True,
+                text=True,
+                cwd=cwd,
+                timeout=float(hook.get("timeout", 60)),
+                check=False,
+            )
+            fa.log(CLI, "hook", tool=event["tool_name"], exit_code=done.returncode, stdout=done.stdout)
+            if done.returncode == 2:
+                return done.stderr.strip() or "blocked by hook"
+            if done.returncode == 0 and done.stdout.strip():
+                try:
+                    output = json.loads(done.stdout)
+                except ValueError:
+                    continue
+                specific = output.get("hookSpecificOutput", {}) if isinstance(output, dict) else {}
+                if specific.get("permissionDecision") == "deny":
+                    return str(specific.get("permissionDecisionReason") or "denied by hook")
+    return None
+
+
+class Session:
+    def __init__(self, options: dict[str, Any], script: dict[str, Any], cwd: Path) -> None:
+        self.options = options
+        self.script = script
+        self.cwd = cwd
+        self.stream = options.get("--output-format") == "stream-json"
+        self.session_id = str(uuid.uuid4())
+        self.denials: list[dict[str, Any]] = []
+        self.tool_id = 0
+        self.started = time.monotonic()
+
+    def say(self, message: dict[str, Any]) -> None:
+        if self.stream:
+            fa.emit({**message, "session_id": self.session_id, "uuid": str(uuid.uuid4())})
+
+    def tool(self, name: str, tool_input: dict[str, Any]) -> str:
+        self.tool_id += 1
+        tool_use_id = f"toolu_{self.tool_id:04d}"
+        self.say(
+            {
+                "type": "assistant",
+                "message": {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": tool_use_id, "name": name, "input": tool_input}],
+                },
+                "parent_tool_use_id": None,
+            }
+        )
+        return tool_use_id
+
+    def tool_result(self, tool_use_id: str, content: str, *, error: bool = False) -> None:
+        self.say(
+            {
+                "type": "user",
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": tool_use_id,
+                            "content": content,
+                            "is_error": error,
+                        }
+                    ],
+                },
+                "parent_tool_use_id": None,
+            }
+        )
+
+    def edit(self, relative: str, content: str, settings: dict[str, Any]) -> bool:
+        target = self.cwd / relative
+        tool_input = {"file_path": str(target), "content": content}
+        tool_use_id = self.tool("Write", tool_input)
+        event = {
+            "session_id": self.session_id,
+            "transcript_path": str(self.cwd / ".fake-transcript.jsonl"),
+            "cwd": str(self.cwd),
+            "permission_mode": self.options.get("--permission-mode", "default"),
+            "hook_event_name": "PreToolUse",
+            "tool_name": "Write",
+            "tool_input": tool_input,
+            "tool_use_id": tool_use_id,
+        }
+        reason = run_hooks(settings, event, self.cwd)
+        if reason is not None:
+            fa.log(CLI, "denied", path=relative, reason=reason)
+            self.denials.append({"tool_name": "Write", "tool_use_id": tool_use_id, "tool_input": tool_input})
+            self.tool_result(tool_use_id, reason, error=True)
+            return False
+        fa.write_file(self.cwd, relative, content)
+        fa.log(CLI, "edited", path=relative)
+        self.tool_result(tool_use_id, f"File created successfully at: {target}")
+        return True
+
+    def result(
+        self, subtype: str, *, is_error: bool, text: str | None, cost: float, turns: int
+    ) -> dict[str, Any]:
+        usage = self.script.get("usage") or {
+            "input_tokens": 120,
+            "cache_creation_input_tokens": 2000,
+            "cache_read_input_tokens": 8000,
+            "output_tokens": 450,
+        }
+        message: dict[str, Any] = {
+            "type": "result",
+            "subtype": subtype,
+            "is_error": is_error,
+            "duration_ms": int((time.monotonic() - self.started) * 1000),
+            "duration_api_ms": 1000,
+            "num_turns": turns,
+            "session_id": self.session_id,
+            "total_cost_usd": cost,
+            "usage": usage,
+            "modelUsage": {},
+            "permission_denials": self.denials,
+            "uuid": str(uuid.uuid4()),
+        }
+        if subtype == "success":
+            message["result"] = text or ""
+        else:
+            message["errors"] = list(self.script.get("errors", []))
+        return message
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if "--version" in args or "-v" in args:
+        print(VERSION)
+        return 0
+    fa.on_sigterm(CLI)
+    options, positional = parse(args)
+    cwd = Path.cwd()
+    fa.log(
+        CLI, "start", argv=args, cwd=str(cwd), options=options, prompt=positional[0] if positional else None
+    )
+    script = fa.load_script(CLI)
+    if not options.get("-p") and not options.get("--print"):
+        sys.stderr.write("fake claude only does print mode (-p)\n")
+        return 2
+    output_format = options.get("--output-format", "text")
+    if output_format == "stream-json" and not options.get("--verbose"):
+        sys.stderr.write("Error: When using --print, --output-format=stream-json requires --verbose\n")
+        return 1
+    mode = str(script.get("mode", "success"))
+    if mode == "crash":
+        return fa.crash(CLI, script, "Error: fake claude crashed")
+    if mode == "malformed":
+        fa.emit("Claude says hello, but this is not JSON {")
+        return 0
+    session = Session(options, script, cwd)
+    session.say(
+        {
+            "type": "system",
+            "subtype": "init",
+            "cwd": str(cwd),
+            "tools": ["Read", "Write", "Edit", "Bash"],
+            "mcp_servers": [],
+            "model": options.get("--model", "claude-sonnet-4-5"),
+            "permissionMode": options.get("--permission-mode", "default"),
+        }
+    )
+    if script.get("spawn_child"):
+        fa.spawn_sleeper(CLI)
+    if mode == "hang":
+        fa.hang(CLI)
+        return 0
+    settings = load_settings(options.get("--settings"))
+    edited: list[str] = []
+    for edit in script.get("edits", []):
+        if session.edit(edit["path"], edit.get("content", ""), settings):
+            edited.append(edit["path"])
+    commit = script.get("commit")
+    if commit and edited:
+        command = (
+            f"stella commit -m {json.dumps(commit.get('message', 'fake claude work'))} {' '.join(edited)}"
+        )
+        tool_use_id = session.tool("Bash", {"command": command})
+        done = fa.stella_commit(str(commit.get("message", "fake claude work")), edited, cwd)
+        fa.log(CLI, "commit", exit_code=done.returncode, stdout=done.stdout, stderr=done.stderr)
+        session.tool_result(tool_use_id, done.stdout + done.stderr, error=done.returncode != 0)
+    hold = float(script.get("hold_s", 0) or 0)
+    if hold:
+        time.sleep(hold)
+    cost = float(script.get("cost", 0.0123))
+    turns = int(script.get("num_turns", 3))
+    budget = options.get("--max-budget-usd")
+    if mode == "success" and budget is not None and cost > float(budget):
+        mode = "max_budget"
+    text = str(script.get("result", "Done: " + (", ".join(edited) or "nothing to change")))
+    if session.denials:
+        text += f" ({len(session.denials)} edit(s) were refused)"
+    if mode == "success":
+        message = session.result("success", is_error=False, text=text, cost=cost, turns=turns)
+    elif mode == "api_error":
+        error_text = str(script.get("result", "API Error: 401 invalid x-api-key"))
+        message = session.result("success", is_error=True, text=error_text, cost=cost, turns=turns)
+    elif mode == "error":
+        message = session.result("error_during_execution", is_error=True, text=None, cost=cost, turns=turns)
+    elif mode == "max_budget":
+        message = session.result("error_max_budget_usd", is_error=True, text=None, cost=cost, turns=turns)
+    elif mode == "max_turns":
+        limit = int(options.get("--max-turns", turns))
+        message = session.result("error_max_turns", is_error=True, text=None, cost=cost, turns=limit)
+    else:
+        sys.stderr.write(f"fake claude: unknown mode {mode!r}\n")
+        return 2
+    if output_format in ("json", "stream-json"):
+        fa.emit(message)
+    else:
+        fa.emit(message.get("result", ""))
+    fa.log(CLI, "result", subtype=message["subtype"], cost=cost)
+    return 1 if message["is_error"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
