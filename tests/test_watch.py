@@ -6,6 +6,7 @@ import io
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -530,7 +531,7 @@ def test_push_rejected_by_the_remote(repo: Repo) -> None:
     hook = repo.origin / "hooks" / "pre-receive"
     hook.write_text("#!/bin/sh\necho 'fleet branches need a review first' >&2\nexit 1\n")
     hook.chmod(0o755)
-    result, gh, events = watch_in_process(repo, {"runs": {"*": [SUCCESS]}})
+    result, gh, _ = watch_in_process(repo, {"runs": {"*": [SUCCESS]}})
     [branch] = result.branches
     assert result.exit_code == 4
     assert branch.state == "error" and branch.conclusion is None
@@ -572,3 +573,109 @@ def test_a_failing_pr_create_ends_the_branch_in_error(repo: Repo) -> None:
     assert "run list" not in commands(gh.calls)
     assert repo.ci_rows()[0]["state"] == "error"
     assert result.exit_code == 4
+
+
+# --- the command line ---
+
+
+def stella(repo: Repo, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "HOME": str(repo.tmp / "home"),
+        "XDG_CONFIG_HOME": str(repo.tmp / "home" / ".config"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "stellafleet", *args],
+        cwd=repo.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def fast_config(repo: Repo) -> None:
+    (repo.root / ".stella").mkdir(exist_ok=True)
+    (repo.root / ".stella" / "config.toml").write_text("[watch]\npoll_interval = 0.01\n")
+
+
+OLDER_RUN = "r-20261130-120000-aaaa"
+
+
+def test_cli_watches_the_latest_run_and_prints_json(
+    repo: Repo, gh_on_path: tuple[Path, Path], fast_config: None
+) -> None:
+    repo.add_run(OLDER_RUN)
+    repo.add_run(RUN_ID)
+    script, _ = gh_on_path
+    script.write_text(json.dumps({"runs": {"*": [IN_PROGRESS, SUCCESS]}}))
+    proc = stella(repo, "watch", "--json")
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)
+    assert document["run_id"] == RUN_ID and document["exit_code"] == 0
+    [branch] = document["branches"]
+    assert branch["branch"] == f"fleet/t1-{RUN_ID[-4:]}" and branch["state"] == "green"
+    assert branch["pr_url"] == "https://github.com/octo/widgets/pull/1"
+    assert branch["run_urls"] == ["https://github.com/octo/widgets/actions/runs/501"]
+    assert f"watch: {branch['branch']} PR #1: green: all 1 CI runs passed" in proc.stderr
+    assert repo.remote_sha(branch["branch"]) == repo.shas["t1"]
+    assert repo.ci_rows(OLDER_RUN) == []
+
+
+def test_cli_watch_of_a_red_run_exits_4_with_a_table(
+    repo: Repo, gh_on_path: tuple[Path, Path], fast_config: None
+) -> None:
+    repo.add_run(OLDER_RUN)
+    repo.add_run(RUN_ID)
+    script, _ = gh_on_path
+    script.write_text(json.dumps({"runs": {"*": [FAILURE]}}))
+    proc = stella(repo, "watch", OLDER_RUN[:15])
+    assert proc.returncode == 4, proc.stderr
+    branch = f"fleet/t1-{OLDER_RUN[-4:]}"
+    assert f"watch: {branch} PR #1: red: failure: CI / build" in proc.stdout
+    header, row = proc.stdout.splitlines()[-2:]
+    assert header.split()[:4] == ["branch", "PR", "state", "conclusion"]
+    assert row.split()[:4] == [branch, "https://github.com/octo/widgets/pull/1", "red", "failure"]
+    assert repo.ci_rows(OLDER_RUN)[0]["state"] == "red"
+
+
+def test_cli_watch_without_gh_login_exits_2(repo: Repo, gh_on_path: tuple[Path, Path]) -> None:
+    repo.add_run()
+    script, _ = gh_on_path
+    script.write_text(json.dumps({"auth": "logged_out"}))
+    proc = stella(repo, "watch")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("stella: error: gh is not authenticated")
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_watch_with_no_runs_yet(repo: Repo) -> None:
+    proc = stella(repo, "watch")
+    assert proc.returncode == 2
+    assert "nothing to watch" in proc.stderr
+
+
+class TerminalBuffer(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_terminal_output_is_styled_and_ends_with_a_table(repo: Repo) -> None:
+    repo.add_run()
+    buffer = TerminalBuffer()
+    result = watch_run(
+        repo.root,
+        RUN_ID,
+        config=Config(),
+        clock=FakeClock(),
+        gh=FakeGh({"runs": {"*": [QUEUED, SUCCESS]}}),
+        out=ConsoleReporter(buffer),
+    )
+    assert result.exit_code == 0
+    text = buffer.getvalue()
+    assert "\x1b[" in text  # styled
+    assert "watch: run " + RUN_ID in text and "conclusion" in text
+    branch = result.branches[0].branch
+    changes = [line for line in text.splitlines() if line.startswith(f"\x1b[1m{branch}")]
+    assert len(changes) == 3  # pushed, queued, green: one line per change

@@ -14,7 +14,7 @@ from stellafleet.paths import StatePaths
 from stellafleet.watch import watch_run
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "watch",
         help="watch a run's branches through CI again (pushes, opens or updates PRs; exit 4 if any ends red)",
