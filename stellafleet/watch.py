@@ -290,7 +290,7 @@ class Watcher:
         self._changed(watch)
 
     def _status(self, watch: BranchWatch) -> str:
-        text = watch.reason or watch.phase
+        text = watch.reason or (ci_phase(watch.runs) if watch.runs else "waiting for CI runs to appear")
         return status_block(watch.state, text, watch.runs, run_id=self.run_id, head_sha=watch.head_sha)
 
     def _open_pr(self, watch: BranchWatch) -> None:
@@ -365,6 +365,8 @@ class Watcher:
         if not runs:
             if now - watch.since >= s.appear_timeout:
                 reason = f"no CI run appeared for {watch.head_sha[:12]} within {_duration(s.appear_timeout)}"
+                if watch.gh_trouble:
+                    reason += f" (gh kept failing: {watch.gh_trouble})"
                 self._finish(watch, "no_ci", None, reason)
             else:
                 self._set_phase(watch, "waiting for CI runs to appear")

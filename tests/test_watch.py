@@ -253,6 +253,7 @@ def test_green_after_queued_then_in_progress_then_success(repo: Repo, gh_on_path
     recorded = gh_state(state)
     assert all(call["prompt_disabled"] for call in recorded["calls"])
     assert commands(recorded["calls"]).count("run list") == 3
+    assert commands(recorded["calls"]).count("pr edit") == 3  # queued, in progress, green: once per change
     [pr] = recorded["prs"]
     assert pr["headRefName"] == branch.branch and pr["baseRefName"] == "main"
     assert pr["title"] == "Title of t1"
