@@ -20,15 +20,16 @@ DOC_QUERY = (
 
 # The public interface: users' queries depend on these names.
 CONTRACT_COLUMNS = {
-    "runs": "id created_at_ms finished_at_ms status plan_path plan_sha256 base_ref base_commit max_concurrency "
-    "spend_limit_usd spend_usd pipeline argv root pid exit_code reason",
-    "tasks": "run_id id title prompt depends_on_json claims_json isolation wave status reason pipeline model "
-    "timeout_s branch worktree",
-    "attempts": "id run_id task_id started_at_ms finished_at_ms success outcome branch worktree pid exit_code "
-    "spend_usd input_tokens output_tokens steps summary error cpu_seconds peak_rss_bytes pipeline log_path "
-    "transcript_path",
+    "runs": "id created_at_ms finished_at_ms status plan_path plan_sha256 base_ref base_commit"
+    " max_concurrency spend_limit_usd spend_usd pipeline argv root pid exit_code reason",
+    "tasks": "run_id id title prompt depends_on_json claims_json isolation wave status reason pipeline"
+    " model timeout_s branch worktree",
+    "attempts": "id run_id task_id started_at_ms finished_at_ms success outcome branch worktree pid"
+    " exit_code spend_usd input_tokens output_tokens steps summary error cpu_seconds peak_rss_bytes"
+    " pipeline log_path transcript_path",
     "commits": "sha run_id task_id attempt_id branch message committed_at_ms",
-    "ci": "run_id branch task_id head_sha pr_url pr_number state conclusion reason run_urls_json updated_at_ms",
+    "ci": "run_id branch task_id head_sha pr_url pr_number state conclusion reason run_urls_json"
+    " updated_at_ms",
     "cleanups": "id run_id task_id kind target action reason at_ms",
     "spend_events": "id attempt_id run_id usd input_tokens output_tokens at_ms",
 }
@@ -128,11 +129,15 @@ def test_run_lifecycle_and_everything_get_run_returns(db: Path) -> None:
         tasks = [
             Task("schema", "Add the migration", "Add the migration", claims=("src/store/schema.rs",)),
             Task("reader", "Read", "Read path", depends_on=("schema",), claims=("src/store/read.rs",)),
-            Task("docs", "Docs", "Rewrite", depends_on=("reader",), isolation="isolated", model="m", timeout=60),
+            Task(
+                "docs", "Docs", "Rewrite", depends_on=("reader",), isolation="isolated", model="m", timeout=60
+            ),
         ]
         ledger.add_tasks("r-20261130-aaaa", tasks, {"schema": 1, "reader": 2, "docs": 3})
         ledger.set_task_status("r-20261130-aaaa", "schema", "running")
-        attempt = ledger.start_attempt("r-20261130-aaaa", "schema", pipeline="command", log_path="l", transcript_path="t")
+        attempt = ledger.start_attempt(
+            "r-20261130-aaaa", "schema", pipeline="command", log_path="l", transcript_path="t"
+        )
         ledger.set_attempt_pid(attempt, 999)
         ledger.add_spend(attempt, 0.25, input_tokens=100, output_tokens=10, steps=1)
         ledger.add_spend(attempt, 0.5, input_tokens=50, output_tokens=5, steps=2)
@@ -155,8 +160,9 @@ def test_run_lifecycle_and_everything_get_run_returns(db: Path) -> None:
                          pr_url=None, pr_number=None, state="pending", conclusion=None, reason=None,
                          run_urls=[])  # fmt: skip
         ledger.upsert_ci(run_id="r-20261130-aaaa", branch="fleet/docs", task_id="docs", head_sha="b" * 40,
-                         pr_url="https://example.invalid/pr/7", pr_number=7, state="green", conclusion="success",
-                         reason=None, run_urls=["https://example.invalid/run/1"])  # fmt: skip
+                         pr_url="https://example.invalid/pr/7", pr_number=7, state="green",
+                         conclusion="success", reason=None,
+                         run_urls=["https://example.invalid/run/1"])  # fmt: skip
         ledger.record_cleanup(run_id="r-20261130-aaaa", task_id="docs", kind="worktree", target="/w/docs",
                               action="kept", reason="unmerged work")  # fmt: skip
         ticks.ms += 500
@@ -173,7 +179,9 @@ def test_run_lifecycle_and_everything_get_run_returns(db: Path) -> None:
         ("reader", 2, "failed", "claim conflict: ..."),
         ("docs", 3, "skipped", "dependency failed: reader"),
     ]
-    assert got["tasks"][1]["depends_on"] == ["schema"] and got["tasks"][0]["claims"] == ["src/store/schema.rs"]
+    assert got["tasks"][1]["depends_on"] == ["schema"] and got["tasks"][0]["claims"] == [
+        "src/store/schema.rs"
+    ]
     assert (got["tasks"][2]["isolation"], got["tasks"][2]["timeout_s"], got["tasks"][2]["model"]) == (
         "isolated", 60.0, "m",
     )  # fmt: skip
@@ -249,7 +257,7 @@ def test_bad_status_values_are_programming_errors(db: Path) -> None:
 
 
 def test_the_ui_queries_use_indexes(db: Path) -> None:
-    """Listing stays fast with 10,000 runs: no full scans of tasks or attempts (bench/ledger_listing.py times it)."""
+    """No full scans of tasks or attempts behind the UI's queries (bench/ledger_listing.py times them)."""
     with Ledger.open(db) as ledger:
         new_run(ledger, "r")
         statements: list[str] = []

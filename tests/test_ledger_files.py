@@ -1,11 +1,11 @@
-"""Opening ledger files: atomic creation by racing processes, refusals that never write, migrations, read-only."""
+"""Opening ledger files: atomic creation by racing processes, refusals that never write, migrations."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import sqlite3
-import sys
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -32,7 +32,9 @@ def _open_and_record(path: str, n: int, barrier: object, results: object) -> Non
 
 
 @pytest.mark.parametrize("attempt", range(3))
-def test_eight_processes_opening_a_missing_ledger_at_once_all_get_the_same_one(tmp_path: Path, attempt: int) -> None:
+def test_eight_processes_opening_a_missing_ledger_at_once_all_get_the_same_one(
+    tmp_path: Path, attempt: int
+) -> None:
     db = tmp_path / "private" / "fleet.db"
     barrier = SPAWN.Barrier(8)
     results = SPAWN.Queue()
@@ -45,7 +47,9 @@ def test_eight_processes_opening_a_missing_ledger_at_once_all_get_the_same_one(t
     assert outcomes == {n: "ok" for n in range(8)}
     with Ledger.open(db, readonly=True) as ledger:
         assert ledger.count_runs() == 8
-    leftovers = [p.name for p in db.parent.iterdir() if p.name not in ("fleet.db", "fleet.db-wal", "fleet.db-shm")]
+    leftovers = [
+        p.name for p in db.parent.iterdir() if p.name not in ("fleet.db", "fleet.db-wal", "fleet.db-shm")
+    ]
     assert leftovers == []
 
 
@@ -64,7 +68,9 @@ def test_a_text_file_is_refused_and_left_byte_identical(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("journal", ["delete", "wal"])
-def test_an_unrelated_sqlite_database_is_refused_and_left_byte_identical(tmp_path: Path, journal: str) -> None:
+def test_an_unrelated_sqlite_database_is_refused_and_left_byte_identical(
+    tmp_path: Path, journal: str
+) -> None:
     db = tmp_path / "fleet.db"
     conn = sqlite3.connect(db)
     conn.execute(f"PRAGMA journal_mode={journal}")
@@ -75,7 +81,9 @@ def test_an_unrelated_sqlite_database_is_refused_and_left_byte_identical(tmp_pat
     conn.close()
     before = _snapshot(tmp_path)
     for readonly in (False, True):
-        with pytest.raises(StellaError, match=r"is a SQLite database but not a fleet ledger \(tables: notes, runs\)"):
+        with pytest.raises(
+            StellaError, match=r"is a SQLite database but not a fleet ledger \(tables: notes, runs\)"
+        ):
             Ledger.open(db, readonly=readonly)
     assert db.read_bytes() == before["fleet.db"]
     assert _snapshot(tmp_path) == before
@@ -89,7 +97,9 @@ def test_a_ledger_from_a_newer_stella_is_refused_and_left_byte_identical(tmp_pat
     conn.close()
     before = _snapshot(tmp_path)
     for readonly in (False, True):
-        with pytest.raises(StellaError, match=r"schema version 2, newer than this stella understands \(1\): upgrade"):
+        with pytest.raises(
+            StellaError, match=r"schema version 2, newer than this stella understands \(1\): upgrade"
+        ):
             Ledger.open(db, readonly=readonly)
     assert _snapshot(tmp_path) == before
 
@@ -156,7 +166,10 @@ def test_forward_migrations_run_once_and_keep_the_data(tmp_path: Path) -> None:
     v2 = Schema(
         "test store",
         0x7E57,
-        (*v1.migrations, ("ALTER TABLE items ADD COLUMN size INTEGER NOT NULL DEFAULT 0", "CREATE INDEX i ON items(size)")),
+        (
+            *v1.migrations,
+            ("ALTER TABLE items ADD COLUMN size INTEGER NOT NULL DEFAULT 0", "CREATE INDEX i ON items(size)"),
+        ),
     )
     with pytest.raises(StellaError, match="older schema version 1"):
         open_database(db, v2, readonly=True)

@@ -15,7 +15,9 @@ PROCESSES = 8
 ADDS = 150
 
 
-def _spender(path: str, own_attempt: int, shared_attempt: int, seed: int, barrier: object, out: object) -> None:
+def _spender(
+    path: str, own_attempt: int, shared_attempt: int, seed: int, barrier: object, out: object
+) -> None:
     rng = random.Random(seed)
     reported_micro = 0  # exact integer micro-dollars, what this process says it spent
     tokens = 0
@@ -43,7 +45,8 @@ def test_eight_processes_adding_spend_lose_nothing(tmp_path: Path) -> None:
     barrier = SPAWN.Barrier(PROCESSES)
     out = SPAWN.Queue()
     procs = [
-        SPAWN.Process(target=_spender, args=(str(db), own[n], shared, n, barrier, out)) for n in range(PROCESSES)
+        SPAWN.Process(target=_spender, args=(str(db), own[n], shared, n, barrier, out))
+        for n in range(PROCESSES)
     ]
     for proc in procs:
         proc.start()
@@ -63,6 +66,8 @@ def test_eight_processes_adding_spend_lose_nothing(tmp_path: Path) -> None:
     import sqlite3
 
     conn = sqlite3.connect(db)
-    events, event_usd = conn.execute("SELECT count(*), sum(usd) FROM spend_events WHERE run_id = 'r-spend'").fetchone()
+    events, event_usd = conn.execute(
+        "SELECT count(*), sum(usd) FROM spend_events WHERE run_id = 'r-spend'"
+    ).fetchone()
     conn.close()
     assert events == PROCESSES * ADDS and abs(event_usd - reported_usd) < 1e-6
