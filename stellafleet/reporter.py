@@ -44,6 +44,15 @@ def one_line(text: str | None, limit: int = 100) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def outcome_detail(outcome: str, summary: str | None, error: str | None) -> str:
+    """The summary of a success; for anything else the error, followed by the worker's own words."""
+    if outcome == "succeeded" or not error:
+        return summary or ""
+    if summary and summary != error and summary not in error:
+        return f"{error}: {summary}"
+    return error
+
+
 def run_headline(doc: Mapping[str, Any]) -> str:
     counts: dict[str, int] = {}
     for task in doc.get("tasks", []):
@@ -51,7 +60,8 @@ def run_headline(doc: Mapping[str, Any]) -> str:
     parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no tasks"
     limit = doc.get("spend_limit_usd")
     spend = money(doc.get("spend_usd")) + (f" of {money(limit)}" if limit else "")
-    reason = f" ({doc['reason']})" if doc.get("reason") else ""
+    shown = doc.get("reason") if doc.get("status") != "failed" else None  # the counts say why it failed
+    reason = f" ({shown})" if shown else ""
     return f"run {doc['run_id']} {doc['status']}{reason}: {parts}; spend {spend}; exit {doc['exit_code']}"
 
 
@@ -59,14 +69,17 @@ def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, 
     """task, wave, status, spend, summary-or-reason, branch: one row per task."""
     rows = []
     for task in doc.get("tasks", []):
-        detail = task.get("summary") if task["status"] == "succeeded" else task.get("reason")
+        if task["status"] in ("succeeded", "failed", "interrupted"):
+            detail = outcome_detail(task["status"], task.get("summary"), task.get("reason"))
+        else:
+            detail = task.get("reason") or ""
         rows.append(
             (
                 task["id"],
                 str(task.get("wave") or "-"),
                 task["status"],
                 money(task.get("spend_usd") or 0.0),
-                one_line(detail or task.get("summary"), 80),
+                one_line(detail, 80),
                 task.get("branch") or "",
             )
         )
@@ -119,7 +132,7 @@ class PlainReporter(_Sink):
 
     def on_attempt_end(self, data: Mapping[str, Any]) -> None:
         outcome = data["outcome"]
-        detail = data.get("summary") if outcome == "succeeded" else data.get("error") or data.get("summary")
+        detail = outcome_detail(outcome, data.get("summary"), data.get("error"))
         self._say(
             f"  {outcome} {data['task']} after {elapsed_text(data.get('elapsed_s') or 0.0)} "
             f"({money(data.get('spend_usd'))}): {one_line(detail, 160)}",
@@ -230,7 +243,7 @@ class LiveReporter(_Sink):
         self._running.pop(data["task"], None)
         outcome = data["outcome"]
         color = {"succeeded": "green", "failed": "red"}.get(outcome, "yellow")
-        detail = data.get("summary") if outcome == "succeeded" else data.get("error") or data.get("summary")
+        detail = outcome_detail(outcome, data.get("summary"), data.get("error"))
         self.console.print(
             f"  [{color}]{outcome}[/] {data['task']} after {elapsed_text(data.get('elapsed_s') or 0.0)} "
             f"({money(data.get('spend_usd'))}): {one_line(detail, 120)}",

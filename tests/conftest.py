@@ -1,0 +1,86 @@
+"""Shared fixtures: real git repositories in tmp_path with HOME isolated, and `stella` as a real process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+GIT_NAME = "Test User"
+GIT_EMAIL = "test@example.invalid"
+
+
+def git(*args: str, cwd: Path) -> str:
+    """Run git in cwd, returning stdout; fails the test with git's stderr on error."""
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+@pytest.fixture
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HOME (and XDG config) in tmp_path, no system git config, no STELLA_* variables from outside."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    for key in list(os.environ):
+        if key.startswith("STELLA_") or key.startswith("GIT_AUTHOR_") or key.startswith("GIT_COMMITTER_"):
+            monkeypatch.delenv(key)
+    return home
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path, isolated_home: Path) -> Path:
+    """A real repository at tmp_path/repo on branch main with one commit (README.md)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git("init", "-q", "-b", "main", cwd=root)
+    git("config", "user.name", GIT_NAME, cwd=root)
+    git("config", "user.email", GIT_EMAIL, cwd=root)
+    (root / "README.md").write_text("# test repository\n")
+    git("add", "README.md", cwd=root)
+    git("commit", "-q", "-m", "initial commit", cwd=root)
+    return root
+
+
+StellaRunner = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def stella(isolated_home: Path) -> StellaRunner:
+    """Run `stella ARGS...` as a real process (the installed package), returning the completed process."""
+
+    def run(
+        *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        full_env = {**os.environ, **(env or {})}
+        return subprocess.run(
+            [sys.executable, "-m", "stellafleet", *args],
+            cwd=cwd,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+    return run
+
+
+@pytest.fixture
+def spawned() -> Iterator[list[subprocess.Popen[str]]]:
+    """Processes a test starts in the background; any still running at the end are killed."""
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
