@@ -252,7 +252,9 @@ class WaveRunner(Runner):
                         reason = self._current_stop()
             if reason is not None:
                 for task_id in sorted(self._ready, key=self._order.__getitem__):
-                    self._skip(self._ready.pop(task_id), reason)
+                    node = self._ready.pop(task_id)
+                    self._skip(node, reason)
+                    self._finished.append(node)  # handed back, so its dependents come up (and skip)
             else:
                 wave_number += 1
                 self._run_wave(wave_number, [self._ready.pop(task_id) for task_id in wave])

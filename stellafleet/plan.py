@@ -12,6 +12,7 @@ import hashlib
 import heapq
 import json
 import math
+import os
 import posixpath
 import re
 import tomllib
@@ -28,6 +29,10 @@ ISOLATIONS = ("shared", "isolated")
 PLAN_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
 TITLE_WIDTH = 72
 _ID = re.compile(planschema.ID_PATTERN)
+_PLAIN_KEY = re.compile(r"[$A-Za-z0-9_.-]+")
+_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
+# already normal: segments joined by single slashes, none "." or "..", no leading or trailing slash
+_PLAIN_CLAIM = re.compile(r"(?!\.\.?(?:/|$))(?!.*/\.\.?(?:/|$))[^/\\~\x00][^/\x00]*(?:/[^/\x00]+)*")
 
 
 @dataclass(frozen=True)
@@ -172,26 +177,27 @@ def plan_from_data(
     """Check already-parsed plan data (what a TOML/JSON/YAML file holds) and build the Plan."""
     name = source or "plan"
     raw_tasks: list[Any] = data.get("tasks") if isinstance(data, dict) else None  # type: ignore[assignment]
-    labels = _labels(raw_tasks) if isinstance(raw_tasks, list) else []
-    problems = [
-        _at(name, labels, location, message)
-        for location, message in planschema.schema_problems(data, table_word=table_word)
-    ]
+    ids = [_usable_id(raw) for raw in raw_tasks] if isinstance(raw_tasks, list) else []
+    labels = _labels(ids)
+    schema_problems = planschema.schema_problems(data, table_word=table_word)
+    problems = [_at(name, labels, location, message) for location, message in schema_problems]
     if not isinstance(raw_tasks, list):
         raise PlanError(problems or [f"{name}: the plan has no tasks"])
     defaults = data.get("defaults") if isinstance(data.get("defaults"), dict) else {}
     warnings: list[str] = []
     problems.extend(f"{name}: defaults: timeout: {message}" for message in _timeout_problems(defaults))
     claims_of: list[tuple[str, ...]] = []
+    workspace = str(root) if root is not None else None
     for position, raw in enumerate(raw_tasks):
         if not isinstance(raw, dict):
             claims_of.append(())
             continue
         where = f"{name}: {labels[position]}"
-        for message in _timeout_problems(raw):
-            problems.append(f"{where}: timeout: {message}")
-        claims_of.append(_claims(raw.get("claims"), where, root, problems, warnings))
-    problems.extend(_graph_problems(name, raw_tasks, labels))
+        if "timeout" in raw:
+            problems.extend(f"{where}: timeout: {message}" for message in _timeout_problems(raw))
+        claims = raw.get("claims")
+        claims_of.append(_claims(claims, where, workspace, problems, warnings) if claims else ())
+    problems.extend(_graph_problems(name, raw_tasks, ids, labels, trusted=not schema_problems))
     if problems:
         raise PlanError(problems)
     tasks = tuple(
@@ -202,15 +208,17 @@ def plan_from_data(
 
 def title_from(prompt: str) -> str:
     """The first non-blank line of a prompt, trimmed to TITLE_WIDTH characters."""
-    line = next((line.strip() for line in prompt.splitlines() if line.strip()), prompt.strip())
+    line = prompt.strip().split("\n", 1)[0].strip()
     return line if len(line) <= TITLE_WIDTH else line[: TITLE_WIDTH - 3].rstrip() + "..."
 
 
 def normalise_claim(claim: str) -> str:
     """`./a//b/` -> `a/b`; ValueError (with the reason) for a path that is not inside the workspace."""
+    if _PLAIN_CLAIM.fullmatch(claim) and not _DRIVE.match(claim):
+        return claim  # the common case, without posixpath's work
     if "\x00" in claim:
         raise ValueError("contains a NUL character")
-    if claim.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[\\/]", claim):
+    if claim.startswith(("/", "\\")) or _DRIVE.match(claim):
         raise ValueError("is an absolute path; claims are relative to the workspace")
     if claim == "~" or claim.startswith("~/"):
         raise ValueError("starts at the home directory; claims are relative to the workspace")
@@ -313,22 +321,21 @@ def _workspace_of(plan_path: Path) -> Path:
 # checks a schema cannot express
 
 
-def _labels(raw_tasks: list[Any]) -> list[str]:
+def _labels(ids: list[str | None]) -> list[str]:
     """How problems name each task: `task "id"` when it has a usable unique id, else `task #N`."""
     counts: dict[str, int] = {}
-    for raw in raw_tasks:
-        task_id = _usable_id(raw)
+    for task_id in ids:
         if task_id is not None:
             counts[task_id] = counts.get(task_id, 0) + 1
     labels = []
-    for number, raw in enumerate(raw_tasks, start=1):
-        task_id = _usable_id(raw)
+    for number, task_id in enumerate(ids, start=1):
+        # a usable id is letters, digits, ".", "_" and "-": nothing to escape inside the quotes
         if task_id is None:
             labels.append(f"task #{number}")
         elif counts[task_id] > 1:
-            labels.append(f"task #{number} ({json.dumps(task_id)})")
+            labels.append(f'task #{number} ("{task_id}")')
         else:
-            labels.append(f"task {json.dumps(task_id)}")
+            labels.append(f'task "{task_id}"')
     return labels
 
 
@@ -348,10 +355,17 @@ def _at(name: str, labels: list[str], location: tuple[Any, ...], message: str) -
         position = location[1]
         parts.append(labels[position] if 0 <= position < len(labels) else f"task #{position + 1}")
         rest = location[2:]
-    fields = [part if isinstance(part, str) else repr(part) for part in rest if not isinstance(part, int)]
+    fields = [_field_name(part) for part in rest if not isinstance(part, int) or isinstance(part, bool)]
     parts.extend(fields)
     parts.append(message)
     return ": ".join(parts)
+
+
+def _field_name(key: Any) -> str:
+    """A key as it appears in a problem: bare when it is a plain name, quoted otherwise."""
+    if isinstance(key, str) and _PLAIN_KEY.fullmatch(key):
+        return key
+    return planschema.show(key) if isinstance(key, str) else repr(key)
 
 
 def _timeout_problems(raw: dict[Any, Any]) -> list[str]:
@@ -368,7 +382,7 @@ def _timeout_problems(raw: dict[Any, Any]) -> list[str]:
 
 
 def _claims(
-    raw_claims: Any, where: str, root: Path | None, problems: list[str], warnings: list[str]
+    raw_claims: Any, where: str, workspace: str | None, problems: list[str], warnings: list[str]
 ) -> tuple[str, ...]:
     if not isinstance(raw_claims, list):
         return ()
@@ -391,7 +405,7 @@ def _claims(
             continue
         first_spelling[normal] = claim
         normalised.append(normal)
-        if claim.endswith("/") or (root is not None and (root / normal).is_dir()):
+        if claim.endswith("/") or (workspace is not None and os.path.isdir(os.path.join(workspace, normal))):
             warnings.append(
                 f"{where}: claims: {planschema.show(normal)} is a directory; claims match exact file "
                 "paths, so it protects no file inside it"
@@ -399,12 +413,15 @@ def _claims(
     return tuple(normalised)
 
 
-def _graph_problems(name: str, raw_tasks: list[Any], labels: list[str]) -> list[str]:
-    """Duplicate ids, self-dependencies, unknown dependencies and cycles."""
+def _graph_problems(
+    name: str, raw_tasks: list[Any], ids: list[str | None], labels: list[str], *, trusted: bool
+) -> list[str]:
+    """Duplicate ids, self-dependencies, unknown dependencies and cycles.
+
+    `trusted`: the data passed the schema, so every dependency is already a well-formed id."""
     problems: list[str] = []
     first_at: dict[str, int] = {}
-    for position, raw in enumerate(raw_tasks):
-        task_id = _usable_id(raw)
+    for position, task_id in enumerate(ids):
         if task_id is None:
             continue
         if task_id in first_at:
@@ -416,23 +433,21 @@ def _graph_problems(name: str, raw_tasks: list[Any], labels: list[str]) -> list[
             first_at[task_id] = position
     known = list(first_at)
     edges: dict[str, list[str]] = {}
-    for position, raw in enumerate(raw_tasks):
-        task_id = _usable_id(raw)
+    for position, (raw, task_id) in enumerate(zip(raw_tasks, ids, strict=True)):
         dependencies = raw.get("depends_on") if isinstance(raw, dict) else None
-        if not isinstance(dependencies, list):
+        if not isinstance(dependencies, list) or not dependencies:
             continue
-        where = f"{name}: {labels[position]}: depends_on"
+        if not trusted:
+            dependencies = [dep for dep in dependencies if isinstance(dep, str) and _ID.match(dep)]
+        owns_edges = task_id is not None and first_at[task_id] == position
         for dependency in dependencies:
-            if not isinstance(dependency, str) or not _ID.match(dependency):
-                continue  # the schema reported it
             if dependency == task_id:
-                problems.append(f"{where}: the task depends on itself")
+                problems.append(f"{name}: {labels[position]}: depends_on: the task depends on itself")
             elif dependency not in first_at:
-                problems.append(
-                    f"{where}: unknown task {json.dumps(dependency)}{planschema.suggest(dependency, known)}"
-                )
-            elif task_id is not None and first_at[task_id] == position:
-                edges.setdefault(task_id, []).append(dependency)
+                hint = planschema.suggest(dependency, known)
+                problems.append(f'{name}: {labels[position]}: depends_on: unknown task "{dependency}"{hint}')
+            elif owns_edges:
+                edges.setdefault(task_id, []).append(dependency)  # type: ignore[arg-type]
     for cycle in _cycles(known, edges):
         problems.append(f"{name}: dependency cycle: {' -> '.join(cycle)}")
     return problems

@@ -93,57 +93,62 @@ class _Compiler:
             raise ValueError(f"the compiled plan check does not support schema keywords {sorted(unknown)}")
         if "$ref" in node:
             checks.append(self._ref(node["$ref"]))
-        if "type" in node:
-            checks.append(_type_check(node["type"]))
+        kind = node.get("type")
+        # a single type merges into its keywords' closure (one call per value instead of two)
+        strict = {"string": False, "array": False, "object": False}
+        if isinstance(kind, str) and kind in strict:
+            strict[kind] = True
+        elif kind is not None:
+            checks.append(_type_check(kind))
         if "enum" in node:
             choices = list(node["enum"])
             if not all(isinstance(choice, str) for choice in choices):
                 raise ValueError("the compiled plan check supports string enums only")
             checks.append(lambda value: isinstance(value, str) and value in choices)
-        if any(key in node for key in ("pattern", "minLength", "maxLength")):
-            checks.append(self._string(node))
+        if strict["string"] or any(key in node for key in ("pattern", "minLength", "maxLength")):
+            checks.append(self._string(node, strict["string"]))
         if "exclusiveMinimum" in node:
             floor = node["exclusiveMinimum"]
             checks.append(lambda value: not _is_number(value) or value > floor)
-        if any(key in node for key in ("items", "minItems", "uniqueItems")):
-            checks.append(self._array(node))
-        if any(key in node for key in ("properties", "required", "additionalProperties")):
-            checks.append(self._object(node))
-        if len(checks) == 1:
-            return checks[0]
-        return lambda value: all(check(value) for check in checks)
+        if strict["array"] or any(key in node for key in ("items", "minItems", "uniqueItems")):
+            checks.append(self._array(node, strict["array"]))
+        if strict["object"] or any(key in node for key in ("properties", "required", "additionalProperties")):
+            checks.append(self._object(node, strict["object"]))
+        return _all_of(checks)
 
     def _ref(self, ref: str) -> Check:
+        # every reference resolves to the same compiled closure (a placeholder first, so a
+        # schema that refers to itself compiles too)
         if not ref.startswith("#/$defs/"):
             raise ValueError(f"the compiled plan check resolves local $defs only, not {ref}")
         if ref not in self.refs:
             target = self.root["$defs"][ref.removeprefix("#/$defs/")]
             cell: list[Check] = []
-            self.refs[ref] = lambda value: cell[0](value)  # placeholder for recursive references
+            self.refs[ref] = lambda value: cell[0](value)
             cell.append(self.compile(target))
             self.refs[ref] = cell[0]
         return self.refs[ref]
 
-    def _string(self, node: dict[str, Any]) -> Check:
+    def _string(self, node: dict[str, Any], strict: bool) -> Check:
         search = re.compile(node["pattern"]).search if "pattern" in node else None
         low = node.get("minLength", 0)
         high = node.get("maxLength", math.inf)
 
         def check(value: Any) -> bool:
             if not isinstance(value, str):
-                return True
+                return not strict
             return low <= len(value) <= high and (search is None or search(value) is not None)
 
         return check
 
-    def _array(self, node: dict[str, Any]) -> Check:
+    def _array(self, node: dict[str, Any], strict: bool) -> Check:
         item = self.compile(node["items"]) if "items" in node else None
         low = node.get("minItems", 0)
         unique = bool(node.get("uniqueItems", False))
 
         def check(value: Any) -> bool:
             if not isinstance(value, list):
-                return True
+                return not strict
             if len(value) < low:
                 return False
             # uniqueness is decided exactly for strings; anything else is left to jsonschema
@@ -151,11 +156,15 @@ class _Compiler:
                 not all(type(element) is str for element in value) or len(set(value)) != len(value)
             ):
                 return False
-            return item is None or all(item(element) for element in value)
+            if item is not None:
+                for element in value:
+                    if not item(element):
+                        return False
+            return True
 
         return check
 
-    def _object(self, node: dict[str, Any]) -> Check:
+    def _object(self, node: dict[str, Any], strict: bool) -> Check:
         properties = {key: self.compile(sub) for key, sub in node.get("properties", {}).items()}
         required = tuple(node.get("required", ()))
         additional = node.get("additionalProperties", True)
@@ -164,7 +173,7 @@ class _Compiler:
 
         def check(value: Any) -> bool:
             if not isinstance(value, dict):
-                return True
+                return not strict
             for key in required:
                 if key not in value:
                     return False
@@ -197,6 +206,19 @@ _SUPPORTED = frozenset(
         "additionalProperties",
     }
 )
+
+
+def _all_of(checks: list[Check]) -> Check:
+    """One closure for several checks (plain calls: this runs for every value of a big plan)."""
+    if not checks:
+        return lambda value: True
+    if len(checks) == 1:
+        return checks[0]
+    if len(checks) == 2:
+        first, second = checks
+        return lambda value: first(value) and second(value)
+
+    return lambda value: all(one(value) for one in checks)
 
 
 def _is_number(value: Any) -> bool:
@@ -240,8 +262,11 @@ def _explain(error: Any, table_word: str) -> Iterator[tuple[Path, str]]:
     elif keyword == "additionalProperties":
         allowed = list(error.schema.get("properties", {}))
         for key in instance if isinstance(instance, dict) else ():
-            if key not in allowed:
-                yield (*path, key), f"unknown key{_suggest(key, allowed, listing=True)}"
+            if key not in allowed:  # a non-string key (YAML allows them) must not pass for a list index
+                yield (
+                    (*path, key if isinstance(key, str) else repr(key)),
+                    f"unknown key{_suggest(key, allowed, listing=True)}",
+                )
     elif keyword == "type":
         yield path, _wrong_type(path, error.validator_value, instance, table_word)
     elif keyword == "enum":
