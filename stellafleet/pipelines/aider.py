@@ -7,7 +7,7 @@ call a `message_send` event with `prompt_tokens`, `completion_tokens`, `cost` an
 (SIGTERM to its process group, SIGKILL after a grace period) once the worker's guard is reached.
 
 aider edits files but commits nothing here (`--no-auto-commits`); the wrapper commits the files aider says
-it edited ("Applied edit to PATH") through the commit lane, after checking their claims.
+it edited ("Applied edit to PATH") through the commit lane, which first claims them for this attempt.
 """
 
 from __future__ import annotations
@@ -228,19 +228,13 @@ def outcome(run: CliRun, f: AnalyticsFollower, ctx: WorkerContext) -> PipelineRe
 
 
 def commit_edits(ctx: WorkerContext, paths: list[str], result: PipelineResult) -> PipelineResult:
-    """Commit the files aider edited (claims checked first in the shared tree); a refusal fails the task."""
+    """Commit the files aider edited through the commit lane; a refusal (a claim held by another live
+    task, nothing left to commit) fails the task and leaves the edits in place."""
     if not paths:
         return result
     from stellafleet.commit import commit_paths
 
     try:
-        if ctx.shared:
-            from stellafleet.claims import ClaimStore, Holder
-
-            holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
-            with ClaimStore.open(ctx.paths.store_db) as store:
-                for path in paths:
-                    store.touch(path, holder)
         sha = commit_paths(ctx, paths, f"{ctx.task_title or ctx.task_id} (aider)")
     except StellaError as exc:
         result.success = False
