@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -205,7 +204,7 @@ def print_run(detail: dict[str, Any], *, console: Console) -> None:
         ("base", fmt_base(run)),
         ("plan", run.get("plan_path") or "(inline prompts)"),
         ("concurrency", str(run.get("max_concurrency") or "-")),
-        ("command", shlex.join(["stella", *map(str, run.get("argv") or [])])),
+        ("command", run.get("command") or ""),
         ("reason", run.get("reason") or ""),
     ]
     for key, value in facts:

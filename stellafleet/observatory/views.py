@@ -7,6 +7,7 @@ formats for a screen; values stay raw (epoch ms, dollars as floats) and the rend
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,13 @@ def runs_page(
     return page
 
 
+def _command_line(argv: list[str]) -> str | None:
+    """The command as the user typed it (argv may or may not start with the program name)."""
+    if not argv:
+        return None
+    return shlex.join(argv if Path(argv[0]).name == "stella" else ["stella", *argv])
+
+
 def _duration(start: int | None, end: int | None, now_ms: int, live: bool) -> int | None:
     if start is None:
         return None
@@ -108,8 +116,12 @@ def run_detail(detail: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive)
         now_ms=now_ms,
         alive=alive,
     )
+    argv = [str(arg) for arg in _json_list(raw_run.get("argv"))]
     run.update(
-        argv=_json_list(raw_run.get("argv")), root=raw_run.get("root"), plan_sha256=raw_run.get("plan_sha256")
+        argv=argv,
+        command=_command_line(argv),
+        root=raw_run.get("root"),
+        plan_sha256=raw_run.get("plan_sha256"),
     )
 
     attempts_by_task: dict[str, list[dict[str, Any]]] = {}

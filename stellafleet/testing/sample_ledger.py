@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,8 +63,13 @@ def build_sample_ledger(
     return ids
 
 
+def _run_id(clock: StepClock, suffix: str) -> str:
+    """A run id in the fleet's format (r-YYYYMMDD-HHMMSS-xxxx, UTC) for the clock's time."""
+    return "r-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime(clock.ms / 1000)) + f"-{suffix}"
+
+
 def _finished_run(ledger: Ledger, clock: StepClock) -> str:
-    run_id = "r-20261130-091500-1a2b"
+    run_id = _run_id(clock, "1a2b")
     ledger.create_run(
         run_id=run_id,
         plan_path="feature-buildout.toml",
@@ -73,7 +79,7 @@ def _finished_run(ledger: Ledger, clock: StepClock) -> str:
         max_concurrency=3,
         spend_limit_usd=6.0,
         pipeline="plain",
-        argv=["--spend-limit", "6", "fleet", "--plan", "feature-buildout.toml"],
+        argv=["stella", "--spend-limit", "6", "fleet", "--plan", "feature-buildout.toml"],
         root="/home/dev/shop",
         pid=4100,
     )
@@ -144,7 +150,7 @@ def _finished_run(ledger: Ledger, clock: StepClock) -> str:
 
 
 def _failed_run(ledger: Ledger, clock: StepClock) -> str:
-    run_id = "r-20261130-111500-7c4e"
+    run_id = _run_id(clock, "7c4e")
     ledger.create_run(
         run_id=run_id,
         plan_path=None,
@@ -186,7 +192,7 @@ def _failed_run(ledger: Ledger, clock: StepClock) -> str:
 
 
 def _running_run(ledger: Ledger, clock: StepClock, pid: int) -> str:
-    run_id = "r-20261130-121500-9f3a"
+    run_id = _run_id(clock, "9f3a")
     ledger.create_run(
         run_id=run_id,
         plan_path="release-prep.toml",

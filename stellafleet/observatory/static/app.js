@@ -227,7 +227,7 @@
       el("td", { text: fmtDuration(run.duration_ms) }),
       el("td", null, runStatus(run)),
       el("td", null, taskCounts(run.tasks)),
-      el("td", { text: fmtSpend(run) }),
+      el("td", { className: "nowrap", text: fmtSpend(run) }),
       el("td", { text: run.pipeline || "—" }),
       el("td", { className: "mono", text: fmtBase(run) })));
     body.replaceChildren(el("table", { id: "runs-table", className: "grid" }, el("thead", null, head), el("tbody", null, rows)));
@@ -288,7 +288,7 @@
       ["Base", fmtBase(run)],
       ["Plan", run.plan_path],
       ["Max concurrency", run.max_concurrency],
-      ["Command", run.argv && run.argv.length ? "stella " + run.argv.join(" ") : null],
+      ["Command", run.command],
       ["Exit code", run.exit_code],
       ["Reason", run.reason],
     ]));
