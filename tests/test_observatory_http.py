@@ -1,0 +1,229 @@
+"""The observatory's HTTP side over real sockets: JSON API, paging, headers, read-only, CLI errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stellafleet.ledger import Ledger
+from stellafleet.observatory.server import CONTENT_SECURITY_POLICY, is_loopback, make_server
+from stellafleet.paths import StatePaths
+from stellafleet.testing.sample_ledger import StepClock, build_sample_ledger
+
+Fetch = Callable[..., tuple[int, dict[str, str], bytes]]
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Path], Fetch]]:
+    """Serve a ledger in this process on a free port; returns a fetch(path, headers=None) function."""
+    servers = []
+
+    def start(ledger: Path) -> Fetch:
+        server = make_server(ledger, port=0, poll_ms=250)
+        servers.append(server)
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+        def fetch(path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+            request = urllib.request.Request(server.url.rstrip("/") + path, headers=headers or {})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    return response.status, dict(response.headers), response.read()
+            except urllib.error.HTTPError as exc:
+                return exc.code, dict(exc.headers), exc.read()
+
+        return fetch
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def api(fetch: Fetch, path: str) -> dict[str, Any]:
+    status, headers, body = fetch(path)
+    assert status == 200, body
+    assert headers["Content-Type"] == "application/json; charset=utf-8"
+    return dict(json.loads(body))
+
+
+def many_runs(db: Path, count: int) -> list[str]:
+    clock = StepClock(1_796_000_000_000)
+    ids = []
+    with Ledger.open(db, now_ms=clock) as ledger:
+        for n in range(count):
+            clock.advance(60)
+            run_id = f"r-20261130-{n:06d}-{n:04x}"
+            ledger.create_run(
+                run_id=run_id,
+                plan_path=None,
+                plan_sha256=None,
+                base_ref="main",
+                base_commit="a" * 40,
+                max_concurrency=2,
+                spend_limit_usd=1.0,
+                pipeline="plain",
+                argv=["stella", "fleet", "x"],
+                root="/repo",
+                pid=1,
+            )
+            ledger.finish_run(run_id, "succeeded", exit_code=0)
+            ids.append(run_id)
+    return ids[::-1]  # newest first
+
+
+def test_page_assets_and_security_headers(tmp_path: Path, serve: Callable[[Path], Fetch]) -> None:
+    fetch = serve(tmp_path / "fleet.db")
+    status, headers, body = fetch("/")
+    assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
+    assert headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+    assert "script-src 'self'" in CONTENT_SECURITY_POLICY and "unsafe-inline" not in CONTENT_SECURITY_POLICY
+    assert headers["X-Content-Type-Options"] == "nosniff" and headers["X-Frame-Options"] == "DENY"
+    html = body.decode()
+    scripts = re.findall(r"<script[^>]*>", html)
+    assert scripts == ['<script src="/static/app.js" defer>']  # no inline script at all
+    assert "Fleet runs" in html
+    for path, kind in (("/static/app.js", "text/javascript"), ("/static/app.css", "text/css")):
+        status, headers, body = fetch(path)
+        assert status == 200 and headers["Content-Type"].startswith(kind) and body
+    js = fetch("/static/app.js")[2].decode()
+    assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "eval(" not in js
+    assert fetch("/nope")[0] == 404
+    assert fetch("/api/runs", headers={"Host": "attacker.example:8765"})[0] == 421  # DNS rebinding
+
+
+def test_missing_ledger_is_an_empty_page_that_says_how_to_start(
+    tmp_path: Path, serve: Callable[[Path], Fetch]
+) -> None:
+    db = tmp_path / "repo" / ".stella" / "private" / "fleet.db"
+    fetch = serve(db)
+    page = api(fetch, "/api/runs")
+    assert page["ledger_exists"] is False and page["runs"] == [] and page["total"] == 0
+    assert page["start_hint"].startswith('stella fleet "')
+    status, _, body = fetch("/api/runs/latest")
+    assert status == 404 and "no fleet runs" in json.loads(body)["error"]
+    assert not db.exists() and not db.parent.exists()  # reading never creates anything
+
+
+def test_paging_newest_first(tmp_path: Path, serve: Callable[[Path], Fetch]) -> None:
+    db = tmp_path / "fleet.db"
+    ids = many_runs(db, 30)
+    fetch = serve(db)
+    first = api(fetch, "/api/runs?limit=10&offset=0")
+    assert first["total"] == 30 and first["limit"] == 10 and first["poll_ms"] == 250
+    assert [r["id"] for r in first["runs"]] == ids[:10]
+    last = api(fetch, "/api/runs?limit=10&offset=25")
+    assert [r["id"] for r in last["runs"]] == ids[25:]
+    assert api(fetch, "/api/runs?offset=30")["runs"] == []
+    for bad in ("limit=0", "limit=1000", "limit=x", "offset=-1"):
+        status, _, body = fetch(f"/api/runs?{bad}")
+        assert status == 400, bad
+        assert "must be" in json.loads(body)["error"]
+
+
+def test_run_detail_by_id_prefix_and_latest(tmp_path: Path, serve: Callable[[Path], Fetch]) -> None:
+    db = tmp_path / "fleet.db"
+    ids = build_sample_ledger(db)
+    fetch = serve(db)
+    ok = api(fetch, f"/api/runs/{ids['ok']}")
+    assert ok["run"]["status"] == "succeeded" and ok["run"]["spend_limit_usd"] == 6.0
+    assert ok["run"]["command"] == "stella --spend-limit 6 fleet --plan feature-buildout.toml"
+    assert [w["wave"] for w in ok["waves"]] == [1, 2, 3]
+    assert ok["waves"][0]["tasks"][0]["attempts"][0]["summary"].startswith("Added migration 0007")
+    assert api(fetch, "/api/runs/latest")["run"]["id"] == ids["failed"]
+    failed = api(fetch, f"/api/runs/{ids['failed'][:-1]}")
+    report = next(t for w in failed["waves"] for t in w["tasks"] if t["id"] == "report")
+    assert report["status"] == "skipped" and report["reason"] == "dependency failed: writer"
+    status, _, body = fetch("/api/runs/r-1999")
+    assert status == 404 and "no run matches" in json.loads(body)["error"]
+
+
+def test_observatory_never_writes_the_ledger(tmp_path: Path, serve: Callable[[Path], Fetch]) -> None:
+    db = tmp_path / "fleet.db"
+    build_sample_ledger(db)
+
+    def state() -> dict[str, str]:
+        files = [db, Path(f"{db}-wal")]
+        return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files if f.exists()}
+
+    before = state()
+    fetch = serve(db)
+    api(fetch, "/api/runs")
+    api(fetch, "/api/runs/latest")
+    assert state() == before
+
+
+def test_not_a_ledger_is_reported_not_touched(tmp_path: Path, serve: Callable[[Path], Fetch]) -> None:
+    db = tmp_path / "fleet.db"
+    db.write_text("this is not a database, and must stay as it is\n" * 40)
+    fetch = serve(db)
+    status, _, body = fetch("/api/runs")
+    assert status == 500 and "not a fleet ledger" in json.loads(body)["error"]
+    assert db.read_text().startswith("this is not a database")
+
+
+def _observatory(repo: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "stellafleet", "observatory", *args],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def test_cli_serves_the_repository_ledger(git_repo: Path, spawned: list[Any]) -> None:
+    ids = build_sample_ledger(StatePaths(git_repo).fleet_db)
+    proc = _observatory(git_repo, "--port", "0")
+    spawned.append(proc)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    match = re.match(r"stella observatory: (http://127\.0\.0\.1:\d+/)  ledger: (\S+)", line)
+    assert match, line
+    assert match.group(2) == str(StatePaths(git_repo).fleet_db)
+    with urllib.request.urlopen(match.group(1) + "api/runs", timeout=10) as response:
+        assert [r["id"] for r in json.load(response)["runs"]] == [ids["failed"], ids["ok"]]
+
+
+def test_port_in_use_is_one_clear_line_and_exit_2(git_repo: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = _observatory(git_repo, "--port", str(port))
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert err.strip().splitlines() == [
+        f"stella: error: port {port} on 127.0.0.1 is already in use: "
+        "stop what holds it or pick another with --port"
+    ]
+
+
+def test_non_loopback_host_warns(git_repo: Path, spawned: list[Any]) -> None:
+    proc = _observatory(git_repo, "--host", "0.0.0.0", "--port", "0")
+    spawned.append(proc)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith("stella observatory: http://0.0.0.0:")
+    warning = proc.stderr.readline()
+    assert warning.startswith("stella: warning: listening on 0.0.0.0, which is not loopback")
+    proc.kill()
+    proc.wait()
+
+
+def test_is_loopback() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert is_loopback("127.1.2.3") and is_loopback("[::1]")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4") and not is_loopback("example.com")
