@@ -1,0 +1,162 @@
+"""Tripwire: the doit internals stellafleet.graph relies on. If one of these fails, doit changed under us:
+re-read doit's runner.py / control.py / cmd_base.py before widening the version pin in pyproject.toml."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from typing import Any
+
+import doit
+from doit import cmd_base, control, dependency, doit_cmd, runner, task
+from doit.cmd_info import Info
+from doit.cmd_list import List
+from doit.cmd_run import Run
+
+from stellafleet.graph import MemoryBackend, PlanLoader, compile_tasks
+from stellafleet.plan import plan_from_data
+
+
+def parameters(function: Any) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+def needs(condition: bool, what: str) -> None:
+    assert condition, f"doit internals changed: {what} (stellafleet.graph relies on it)"
+
+
+def test_doit_version_is_the_pinned_minor() -> None:
+    from importlib.metadata import version
+
+    installed = tuple(int(part) for part in version("doit").split(".")[:2])
+    needs(installed == (0, 37), f"doit {version('doit')} is not 0.37.x; pyproject pins >=0.37,<0.38")
+    needs(tuple(doit.__version__[:2]) == (0, 37), "doit.__version__ agrees with the installed metadata")
+
+
+def test_runner_methods_and_signatures() -> None:
+    needs(
+        parameters(runner.Runner.__init__)[:6]
+        == ["self", "dep_manager", "reporter", "continue_", "always_execute", "stream"],
+        "Runner.__init__(dep_manager, reporter, continue_, always_execute, stream)",
+    )
+    expected = {
+        "run_all": ["self", "task_dispatcher"],
+        "run_tasks": ["self", "task_dispatcher"],
+        "select_task": ["self", "node", "tasks_dict"],
+        "execute_task": ["self", "task"],
+        "process_task_result": ["self", "node", "base_fail"],
+        "_handle_task_error": ["self", "node", "base_fail"],
+        "finish": ["self"],
+    }
+    for name, params in expected.items():
+        needs(hasattr(runner.Runner, name), f"Runner.{name} exists")
+        needs(parameters(getattr(runner.Runner, name)) == params, f"Runner.{name}{tuple(params[1:])}")
+    source = inspect.getsource(runner.Runner.run_all)
+    needs("self.run_tasks(task_dispatcher)" in source, "Runner.run_all calls self.run_tasks")
+    needs("self.finish()" in source, "Runner.run_all calls self.finish")
+    source = inspect.getsource(runner.Runner.process_task_result)
+    needs("self._handle_task_error" in source, "process_task_result reports failures via _handle_task_error")
+    needs('node.run_status = "successful"' in source, 'a successful node gets run_status "successful"')
+
+
+def test_dispatcher_generator_protocol() -> None:
+    needs(parameters(control.TaskControl.__init__)[:2] == ["self", "task_list"], "TaskControl(task_list)")
+    needs(hasattr(control.TaskControl, "process"), "TaskControl.process(selection)")
+    needs(hasattr(control.TaskControl, "task_dispatcher"), "TaskControl.task_dispatcher()")
+    source = inspect.getsource(control.TaskDispatcher._dispatcher_generator)
+    needs('yield "hold on"' in source, 'the dispatcher yields "hold on" while every task waits')
+    needs("self._update_waiting(processed)" in source, "the value sent in is the processed node")
+    needs(
+        "if node.run_status == 'run':" in inspect.getsource(control.TaskDispatcher._update_waiting),
+        "a node still marked 'run' is not treated as finished",
+    )
+    parent_status = inspect.getsource(control.ExecNode.parent_status)
+    needs("'failure'" in parent_status and "bad_deps" in parent_status, "failed parents land in bad_deps")
+
+    # and behaviourally: a two-task chain comes out one ready task at a time
+    plan = plan_from_data(
+        {"tasks": [{"id": "a", "prompt": "p"}, {"id": "b", "prompt": "p", "depends_on": ["a"]}]}
+    )
+    tasks = [task.dict_to_task(item) for item in compile_tasks(plan)]
+    ctl = control.TaskControl(tasks)
+    ctl.process(None)
+    dispatcher = ctl.task_dispatcher()
+    first = dispatcher.generator.send(None)
+    needs(first.task.name == "a" and hasattr(first, "bad_deps"), "the first ready node is task a")
+    needs(dispatcher.generator.send(None) == "hold on", "b waits for a: the dispatcher says 'hold on'")
+    first.run_status = "failure"
+    second = dispatcher.generator.send(first)
+    needs(second.task.name == "b" and second.bad_deps == [first], "b comes up with a in bad_deps")
+
+
+def test_dependency_backend_interface() -> None:
+    needs(
+        parameters(dependency.Dependency.__init__)[:3] == ["self", "db_class", "backend_name"],
+        "Dependency(db_class, backend_name)",
+    )
+    for name in ("dump", "set", "get", "in_", "remove", "remove_all"):
+        needs(hasattr(dependency.JsonDB, name), f"JsonDB.{name}")
+    manager = dependency.Dependency(MemoryBackend, ":memory:")
+    manager.close()  # must not write anything
+    needs(isinstance(manager.backend, MemoryBackend), "Dependency instantiates the backend class it gets")
+
+
+def test_task_attributes_we_set() -> None:
+    for name in ("name", "doc", "task_dep", "meta", "uptodate", "actions", "verbosity", "io"):
+        needs(name == "name" or name in task.Task.valid_attr, f"task attribute {name!r}")
+    needs(
+        parameters(task.Stream.__init__)[:3] == ["self", "verbosity", "force_global"],
+        "Stream(verbosity, force_global)",
+    )
+    needs(task.Stream._get_out_err(0) == (None, None), "verbosity 0 passes no streams to actions")
+    # with io capture off and no streams, a python-action does not touch sys.stdout
+    seen = []
+    item = {
+        "name": "t",
+        "actions": [(lambda: seen.append(sys.stdout) or True, [])],
+        "verbosity": 0,
+        "io": {"capture": False},
+    }
+    before = sys.stdout
+    needs(task.dict_to_task(item).execute(task.Stream(0, force_global=True)) is None, "the action succeeds")
+    needs(seen == [before], "io capture off keeps sys.stdout as it is")
+
+
+def test_loader_and_command_plumbing() -> None:
+    needs(issubclass(PlanLoader, cmd_base.TaskLoader2), "TaskLoader2 is the loader base class")
+    for name, params in {
+        "setup": ["self", "opt_values"],
+        "load_doit_config": ["self"],
+        "load_tasks": ["self", "cmd", "pos_args"],
+    }.items():
+        needs(
+            parameters(getattr(cmd_base.TaskLoader2, name)) == params,
+            f"TaskLoader2.{name}{tuple(params[1:])}",
+        )
+    source = inspect.getsource(cmd_base.DoitCmdBase.execute)
+    order = [
+        source.index(part)
+        for part in (
+            "self.loader.setup(params)",
+            "params.update_defaults(dodo_config)",
+            "Dependency(",
+            "self.loader.load_tasks(",
+        )
+    ]
+    needs(order == sorted(order), "setup -> loader config as defaults -> dependency manager -> load_tasks")
+    needs(
+        Run.execute_tasks is True and List.execute_tasks is False and Info.execute_tasks is False,
+        "Command.execute_tasks tells run apart from list/info",
+    )
+    needs(
+        parameters(doit_cmd.DoitMain.__init__)[:4]
+        == ["self", "task_loader", "config_filenames", "extra_config"],
+        "DoitMain(task_loader, config_filenames, extra_config)",
+    )
+    needs("hide_status" in parameters(Info._execute), "doit info has hide_status")
+    needs("sort" in parameters(List._execute), "doit list has sort")
+    run_source = inspect.getsource(doit_cmd.DoitMain.run)
+    needs(
+        "InvalidDodoFile" in run_source and "return 3" in run_source,
+        "DoitMain.run turns InvalidDodoFile into 'ERROR: ...' and exit 3",
+    )
