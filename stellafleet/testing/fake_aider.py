@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Cost: ${cost:.4f} message, ${total:.4f} session."
         )
         sys.stdout.flush()
+        fa.log(CLI, "message_send", index=index, cost=cost, total_cost=total)  # before a wrapper can react
         analytics.event(
             "message_send",
             edit_format="diff",
@@ -139,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
             cost=cost,
             total_cost=total,
         )
-        fa.log(CLI, "message_send", index=index, cost=cost, total_cost=total)
         fa.pause(script)
     analytics.event("exit", reason="Completed --message")
     return 0

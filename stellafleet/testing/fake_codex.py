@@ -171,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
                     "item": {"id": items.next_id(), "type": "agent_message", "text": text},
                 }
             )
-        fa.emit({"type": "turn.completed", "usage": usage})
+        # Logged before it is printed: a wrapper may stop us the moment it reads the event.
         fa.log(CLI, "turn_completed", index=index, usage=usage)
+        fa.emit({"type": "turn.completed", "usage": usage})
         fa.pause(script)
     time.sleep(float(script.get("hold_s", 0) or 0))
     return 0
