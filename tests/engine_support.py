@@ -27,7 +27,9 @@ def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
     gitops.git("config", "user.name", "Test", cwd=path)
     gitops.git("config", "user.email", "test@example.invalid", cwd=path)
     gitops.git("config", "commit.gpgsign", "false", cwd=path)
-    for rel, text in (files or {"README.md": "# demo\n", "src/app.py": "def answer():\n    return 41\n"}).items():
+    for rel, text in (
+        files or {"README.md": "# demo\n", "src/app.py": "def answer():\n    return 41\n"}
+    ).items():
         (path / rel).parent.mkdir(parents=True, exist_ok=True)
         (path / rel).write_text(text)
     gitops.git("add", "-A", cwd=path)

@@ -281,7 +281,16 @@ class Toolbox:
             return f"{rel} is empty"
         if start > len(lines):
             raise ToolFailure(f"{rel} has only {len(lines)} lines; start_line {start} is past the end")
-        body = "\n".join(f"{n:>6}\t{lines[n - 1]}" for n in range(start, end + 1))
+        shown: list[str] = []
+        budget = MAX_RESULT_CHARS - 200  # room for the note below
+        for n in range(start, end + 1):
+            line = f"{n:>6}\t{lines[n - 1]}"
+            budget -= len(line) + 1
+            if budget < 0 and shown:
+                end = n - 1
+                break
+            shown.append(line[: MAX_RESULT_CHARS - 200])
+        body = "\n".join(shown)
         if start > 1 or end < len(lines):
             more = f"; read on with start_line={end + 1}" if end < len(lines) else ""
             body += f"\n(lines {start}-{end} of {len(lines)}{more})"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
+from typing import Any
 
 from stellafleet import __version__
 from stellafleet.clock import Clock
@@ -12,6 +14,7 @@ from stellafleet.engine.clients import make_client
 from stellafleet.engine.errors import EngineError
 from stellafleet.engine.loop import Engine, EngineOutcome, EventSink, system_prompt
 from stellafleet.engine.pricing import Pricer, price_for, unknown_price_message
+from stellafleet.engine.progress import ProgressPrinter
 from stellafleet.engine.redact import Redactor
 from stellafleet.engine.settings import DEFAULT_KEY_ENV, EngineSettings, load_settings, settings_problems
 from stellafleet.engine.tools import Committer, Toolbox
@@ -88,6 +91,7 @@ class PlainPipeline:
             secret_env=tuple({settings.api_key_env, *DEFAULT_KEY_ENV.values()} - {""}),
         )
         transcript = Transcript(ctx.transcript_path, redact)
+        sink = events or ProgressPrinter([sys.stdout])  # a fleet worker's stdout is its log
         transcript.write(
             "start", run=ctx.run_id, task=ctx.task_id, attempt=ctx.attempt_id, settings=settings.public()
         )
@@ -109,13 +113,20 @@ class PlainPipeline:
             spend=spend,
             transcript=transcript,
             clock=clock,
-            events=events,
+            events=_redacting(sink, redact),
         )
         try:
             outcome = engine.run(ctx.prompt)
         finally:
             client.close()
         return _result(outcome, redact)
+
+
+def _redacting(events: EventSink, redact: Redactor) -> EventSink:
+    def sink(kind: str, data: dict[str, Any]) -> None:
+        events(kind, {k: redact(v) if isinstance(v, str) else v for k, v in data.items()})
+
+    return sink
 
 
 def _result(outcome: EngineOutcome, redact: Redactor) -> PipelineResult:

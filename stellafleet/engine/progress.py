@@ -1,0 +1,61 @@
+"""Plain progress lines from the engine's events (a worker's log, `stella run`'s output)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+_MAIN_ARGUMENT = ("path", "pattern", "message", "command", "summary")
+
+
+def describe_call(name: str, arguments: str, limit: int = 70) -> str:
+    """`read_file src/app.py`: the tool and its telling argument, short."""
+    try:
+        args = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        args = None
+    detail = ""
+    if isinstance(args, dict):
+        for key in _MAIN_ARGUMENT:
+            if isinstance(args.get(key), str):
+                detail = args[key]
+                break
+    elif arguments:
+        detail = "(malformed arguments)"
+    detail = " ".join(detail.split())
+    if len(detail) > limit:
+        detail = detail[: limit - 3] + "..."
+    return f"{name} {detail}".rstrip()
+
+
+class ProgressPrinter:
+    """An engine event sink writing one line per step and tool call to each stream."""
+
+    def __init__(self, streams: Sequence[TextIO], *, prefix: str = "  ") -> None:
+        self.streams = list(streams)
+        self.prefix = prefix
+        self.usd = 0.0
+        self.step = 0
+        self.stop: str | None = None
+
+    def _line(self, text: str) -> None:
+        for stream in self.streams:
+            stream.write(f"{self.prefix}{text}\n")
+            stream.flush()
+
+    def __call__(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "step":
+            self.step, self.usd = int(data["step"]), float(data["usd"])
+            text = " ".join(str(data.get("text") or "").split())
+            if text:
+                self._line(f"step {self.step:>3}  ${self.usd:.4f}  {text[:100]}")
+        elif kind == "tool":
+            call = describe_call(str(data["name"]), str(data["arguments"]))
+            line = f"step {self.step:>3}  ${self.usd:.4f}  {call}"
+            if data.get("is_error"):
+                first = str(data.get("result", "")).splitlines()[0] if data.get("result") else ""
+                line += f"  -> {first[:120]}"
+            self._line(line)
+        elif kind == "end":
+            self.stop = str(data.get("stop"))
