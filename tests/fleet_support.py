@@ -12,6 +12,7 @@ from typing import Any
 
 from stellafleet.ledger import Ledger
 from stellafleet.paths import StatePaths
+from stellafleet.workerenv import WorkerContext
 
 # Python run by every scripted worker: small helpers the scripts below can call.
 PRELUDE = """\
@@ -105,3 +106,38 @@ def wait_for(path: Path, timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {path}")
         time.sleep(0.02)
+
+
+RUN = "r-20261130-120000-abcd"
+
+
+def make_attempt(root: Path, task_id: str = "t1") -> WorkerContext:
+    """A ledger run RUN with a started attempt for task_id, and the worker context for it."""
+    paths = StatePaths(root)
+    paths.private.mkdir(parents=True, exist_ok=True)
+    with Ledger.open(paths.fleet_db) as ledger:
+        if ledger.latest_run_id() is None:
+            ledger.create_run(
+                run_id=RUN, plan_path=None, plan_sha256=None, base_ref="main", base_commit="0" * 40,
+                max_concurrency=1, spend_limit_usd=None, pipeline="command", argv=[], root=str(root), pid=1,
+            )  # fmt: skip
+        attempt = ledger.start_attempt(RUN, task_id, pipeline="command")
+    return WorkerContext(
+        root=root,
+        workspace=root,
+        run_id=RUN,
+        task_id=task_id,
+        task_title="a task",
+        attempt_id=attempt,
+        prompt="do the thing",
+        isolation="shared",
+        branch=None,
+        base_commit="0" * 40,
+        spend_guard_usd=None,
+        pipeline="command",
+        model=None,
+        timeout_s=None,
+        result_path=paths.result_file(RUN, task_id, attempt),
+        log_path=paths.log_file(RUN, task_id),
+        transcript_path=paths.transcript_file(RUN, task_id),
+    )

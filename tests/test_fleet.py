@@ -180,7 +180,8 @@ deadline = time.monotonic() + 60
 while time.monotonic() < deadline:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     failed = conn.execute(
-        "SELECT count(*) FROM attempts WHERE run_id = ? AND outcome = 'failed'", (os.environ["STELLA_RUN_ID"],)
+        "SELECT count(*) FROM attempts WHERE run_id = ? AND outcome = 'failed'",
+        (os.environ["STELLA_RUN_ID"],),
     ).fetchone()[0]
     conn.close()
     if failed:

@@ -20,7 +20,8 @@ def test_inline_prompts_become_tasks_t1_t2_and_json_prints_one_result_document(
         git_repo,
         run='echo "working on: $STELLA_PROMPT"',
         tasks={
-            "t2": 'echo "{\\"spend_usd\\": 0.25, \\"summary\\": \\"second done\\"}" > "$STELLA_COMMAND_RESULT"'
+            "t2": 'echo "{\\"spend_usd\\": 0.25, \\"summary\\": \\"second done\\"}" '
+            '> "$STELLA_COMMAND_RESULT"'
         },
     )
     proc = stella(

@@ -90,10 +90,10 @@ class CommandPipeline:
             text = f'no command for task "{ctx.task_id}": set [pipelines.command] run in the config'
             return PipelineResult(success=False, summary=text, error=text)
         report_path = ctx.result_path.with_name(ctx.result_path.stem + ".command.json")
+        report_path.parent.mkdir(parents=True, exist_ok=True)
         report_path.unlink(missing_ok=True)
         env = {**os.environ, **ctx.to_env(), RESULT_ENV: str(report_path)}
         last_line = ""
-        out = sys.stdout.buffer
         with subprocess.Popen(
             [SHELL, "-c", command],
             cwd=str(ctx.workspace),
@@ -104,9 +104,10 @@ class CommandPipeline:
         ) as proc:
             assert proc.stdout is not None
             for raw in proc.stdout:  # copied to the worker's log as it comes
-                out.write(raw)
-                out.flush()
-                line = raw.decode(errors="replace").strip()
+                text = raw.decode(errors="replace")
+                sys.stdout.write(text)
+                sys.stdout.flush()
+                line = text.strip()
                 if line:
                     last_line = line
             returncode = proc.wait()
