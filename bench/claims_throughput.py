@@ -20,7 +20,9 @@ from pathlib import Path
 from stellafleet.claims import ClaimStore, Holder
 
 
-def _empty_transactions(db: Path, seconds: float, barrier: mp.synchronize.Barrier | None, out: mp.Queue) -> None:
+def _empty_transactions(
+    db: Path, seconds: float, barrier: mp.synchronize.Barrier | None, out: mp.Queue
+) -> None:
     conn = sqlite3.connect(db, timeout=30, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
@@ -77,11 +79,15 @@ def _run(target, processes: int, args_for) -> float:  # type: ignore[no-untyped-
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per figure")
     parser.add_argument("--processes", type=int, default=8, help="contending processes")
     parser.add_argument("--paths", type=int, default=3, help="paths per acquire")
-    parser.add_argument("--dir", type=Path, default=Path(__file__).parent / "out", help="where the databases go")
+    parser.add_argument(
+        "--dir", type=Path, default=Path(__file__).parent / "out", help="where the databases go"
+    )
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
@@ -93,13 +99,18 @@ def main() -> int:
         floor1 = _run(_empty_transactions, 1, lambda i: (floor_db, args.seconds))
         floorn = _run(_empty_transactions, args.processes, lambda i: (floor_db, args.seconds))
         print(f"  floor: empty BEGIN IMMEDIATE;COMMIT (WAL), 1 process        {floor1:10.0f} txn/s")
-        print(f"  floor: empty BEGIN IMMEDIATE;COMMIT (WAL), {args.processes} processes  {floorn:10.0f} txn/s")
+        print(
+            f"  floor: empty BEGIN IMMEDIATE;COMMIT (WAL), {args.processes} processes  {floorn:10.0f} txn/s"
+        )
         one = _run(_pairs, 1, lambda i: (store_db, i, args.paths, args.seconds))
         many = _run(_pairs, args.processes, lambda i: (store_db, i, args.paths, args.seconds))
-        print(f"  acquire({args.paths} paths)+release pairs, 1 process            {one:10.0f} pairs/s")
-        print(f"  acquire({args.paths} paths)+release pairs, {args.processes} processes          {many:10.0f} pairs/s")
-        print(f"  ratio to floor/2 (2 transactions per pair): 1 process {one / (floor1 / 2):.2f}, "
-              f"{args.processes} processes {many / (floorn / 2):.2f}")
+        label = f"acquire({args.paths} paths)+release pairs"
+        print(f"  {label}, 1 process{'':12} {one:10.0f} pairs/s")
+        print(f"  {label}, {args.processes} processes{'':10} {many:10.0f} pairs/s")
+        print(
+            f"  ratio to floor/2 (2 transactions per pair): 1 process {one / (floor1 / 2):.2f}, "
+            f"{args.processes} processes {many / (floorn / 2):.2f}"
+        )
         target = 2000
         verdict = "meets" if many >= target else "MISSES"
         print(f"  target >= {target} pairs/s with {args.processes} processes: {verdict}")

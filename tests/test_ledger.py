@@ -272,3 +272,28 @@ def test_the_ui_queries_use_indexes(db: Path) -> None:
     full_scans = [p for p in plans if p.startswith("SCAN") and "USING" not in p and "json_each" not in p]
     assert not full_scans, plans
     assert "SCAN runs USING INDEX runs_by_created" in plans
+
+
+def test_every_query_in_the_ledger_docs_runs(db: Path) -> None:
+    ticks = Ticks()
+    with Ledger.open(db, now_ms=ticks) as ledger:
+        new_run(ledger, "r-20261130-091500-1a2b")
+        ledger.add_tasks(
+            "r-20261130-091500-1a2b", [Task("writer", "p", "Write", claims=("src/store/schema.rs",))], {}
+        )
+        attempt = ledger.start_attempt("r-20261130-091500-1a2b", "writer", pipeline="plain")
+        ledger.add_spend(attempt, 0.5, input_tokens=10, output_tokens=2)
+        ledger.record_commit(sha="a" * 40, run_id="r-20261130-091500-1a2b", task_id="writer",
+                             attempt_id=attempt, branch="main", message="m",
+                             committed_at_ms=ticks.ms)  # fmt: skip
+        ticks.ms += 1000
+        ledger.finish_attempt(attempt, outcome="failed", exit_code=1, summary="nope")
+        ledger.set_task_status("r-20261130-091500-1a2b", "writer", "skipped", "spend limit reached")
+        ledger.finish_run("r-20261130-091500-1a2b", "failed", exit_code=1)
+    docs = (Path(__file__).parent.parent / "docs" / "ledger.md").read_text()
+    queries = [block.split("```")[0] for block in docs.split("```sql\n")[1:]]
+    assert len(queries) >= 7
+    conn = sqlite3.connect(db)
+    for query in queries:
+        assert conn.execute(query.replace("attempt_id = 42", f"attempt_id = {attempt}")).fetchall(), query
+    conn.close()
