@@ -565,6 +565,7 @@ class Ledger:
     def running_progress(self, run_id: str) -> dict[str, tuple[int, float]]:
         """task id -> (steps, dollars) of the run's attempts that are still running."""
         rows = self._read(
-            "SELECT task_id, steps, spend_usd FROM attempts WHERE run_id = ? AND outcome = 'running'", (run_id,)
+            "SELECT task_id, steps, spend_usd FROM attempts WHERE run_id = ? AND outcome = 'running'",
+            (run_id,),
         )
         return {str(row[0]): (int(row[1]), float(row[2])) for row in rows}

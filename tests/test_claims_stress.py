@@ -114,7 +114,7 @@ def test_eight_processes_never_hold_a_path_at_once(tmp_path: Path) -> None:
     held = sum(r["held"] for r in reports)
     conflicts = sum(r["conflicts"] for r in reports)
     assert held + conflicts == PROCESSES * CYCLES
-    assert held > PROCESSES * CYCLES // 4 and conflicts > 0  # real contention, and real progress
+    assert held > PROCESSES * CYCLES // 10 and conflicts > 0  # real contention, and real progress
     assert set().union(*(r["named_pids"] for r in reports)) <= pids
 
     # The hold windows each process logged never overlap on one path across processes.
