@@ -110,10 +110,15 @@ def test_task_attributes_we_set() -> None:
     )
     needs(task.Stream._get_out_err(0) == (None, None), "verbosity 0 passes no streams to actions")
     # with io capture off and no streams, a python-action does not touch sys.stdout
-    seen = []
+    seen: list[object] = []
+
+    def action() -> bool:
+        seen.append(sys.stdout)
+        return True
+
     item = {
         "name": "t",
-        "actions": [(lambda: seen.append(sys.stdout) or True, [])],
+        "actions": [(action, [])],
         "verbosity": 0,
         "io": {"capture": False},
     }

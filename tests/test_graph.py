@@ -69,8 +69,13 @@ class Recorder:
 
 def test_compile_tasks_gives_doit_dicts() -> None:
     calls: list[PlanTask] = []
+
+    def action(task: PlanTask) -> bool:
+        calls.append(task)
+        return True
+
     plan = buildout()
-    tasks = compile_tasks(plan, lambda task: calls.append(task) is None)
+    tasks = compile_tasks(plan, action)
     assert [task["name"] for task in tasks] == ["schema", "reader", "writer", "docs"]
     docs = tasks[3]
     assert docs["doc"] == "Rewrite the receipts page"
