@@ -13,6 +13,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
+
 from stellafleet import gitops
 from stellafleet.claims import ClaimStore, Holder
 from stellafleet.clock import wall_ms
@@ -36,13 +38,31 @@ def commit_paths(
         _record(ctx, workspace, sha, message)
         return sha
     with ClaimStore.open(ctx.paths.store_db) as store:
-        holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
+        holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id, worker_pid(ctx))
         # Only the attempt's own paths: a path another live worker holds fails here, by name.
         store.acquire(relpaths, holder)
         with store.commit_lane(holder, timeout=lane_timeout):
             sha = commit_in_workspace(workspace, relpaths, message, reflog=f"stella: task {ctx.task_id}")
             _record(ctx, workspace, sha, message)
     return sha
+
+
+def worker_pid(ctx: WorkerContext) -> int:
+    """The worker process of ctx's attempt: this process, or its topmost ancestor in the same attempt.
+
+    `stella commit` run by a command pipeline is a short-lived child of the worker; claims it takes must
+    belong to the worker, or they would go stale the moment the command exits.
+    """
+    wanted = {key: ctx.to_env()[key] for key in ("STELLA_RUN_ID", "STELLA_ATTEMPT_ID")}
+    pid = os.getpid()
+    try:
+        parent = psutil.Process(pid).parent()
+        while parent is not None and all(parent.environ().get(k) == v for k, v in wanted.items()):
+            pid = parent.pid
+            parent = parent.parent()
+    except psutil.Error:
+        pass  # an ancestor we may not inspect: the last one we could is the best answer
+    return pid
 
 
 def confine_paths(workspace: Path, paths: Sequence[str]) -> list[str]:

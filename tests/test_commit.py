@@ -274,3 +274,37 @@ def test_paths_outside_the_workspace_or_not_work_are_refused(repo: Path, tmp_pat
     with pytest.raises(StellaError, match="name the files"):
         commit_paths(ctx, [], "x")
     assert head(repo) == old
+
+
+def test_claims_taken_by_a_commit_command_belong_to_the_worker_that_ran_it(
+    repo: Path, tmp_path: Path
+) -> None:
+    """`stella commit` run by a command pipeline exits at once; its claims stay, held by the worker."""
+    ctx = context(repo)
+    child = "from stellafleet.commit import commit_paths; from stellafleet.workerenv import WorkerContext; " \
+        "print(commit_paths(WorkerContext.from_env(), ['a.txt'], 'From a command'))"  # fmt: skip
+    worker_code = textwrap.dedent(f"""
+        import subprocess, sys
+        subprocess.run([sys.executable, "-c", {child!r}], check=True)
+        print("committed", flush=True)
+        sys.stdin.readline()
+    """)
+    (repo / "a.txt").write_text("from a command\n")
+    env = {**os.environ, **ctx.to_env(), "HOME": str(tmp_path / "home")}
+    worker = subprocess.Popen(
+        [sys.executable, "-c", worker_code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert worker.stdout is not None
+        sha, done = worker.stdout.readline().strip(), worker.stdout.readline().strip()
+        assert done == "committed" and sha == head(repo)
+        with ClaimStore.open(repo / ".stella/private/store.db") as store:
+            held = store.holder_of("a.txt")
+            assert held is not None and held.pid == worker.pid and held.attempt_id == ctx.attempt_id
+            with pytest.raises(ClaimConflict, match=rf"pid {worker.pid}\)"):
+                store.touch("a.txt", Holder.current("r-test", "other", "Other", 99))
+    finally:
+        assert worker.stdin is not None
+        worker.stdin.write("\n")
+        worker.stdin.close()
+        assert worker.wait(timeout=30) == 0
