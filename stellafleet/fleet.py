@@ -94,35 +94,24 @@ def pipeline_problems(plan: Plan, default: str, config: Config, spend_limit: flo
             f"unknown pipeline {name!r}: installed pipelines are {', '.join(installed) or 'none'}"
             for name in unknown
         ]
-    checker = getattr(pipelines, "preflight", None)
-    if checker is not None:
-        problems = list(checker(names, config))
-    else:
-        problems = [
-            f"{name}: {problem}"
-            for name in names
-            if (problem := pipelines.load(name).preflight(config)) is not None
-        ]
-    if spend_limit is not None and DEFAULT_PIPELINE in names and not problems:
-        problems.extend(_unpriced_models(plan, default, config))
+    problems = pipelines.preflight([name for name in names if name != DEFAULT_PIPELINE], config)
+    if DEFAULT_PIPELINE in names:
+        problems.extend(_engine_problems(plan, default, config, spend_limit))
     return problems
 
 
-def _unpriced_models(plan: Plan, default: str, config: Config) -> list[str]:
-    """With a spend limit, every model the built-in engine will call needs a known price."""
-    from stellafleet.engine.pricing import price_for, unknown_price_message
+def _engine_problems(plan: Plan, default: str, config: Config, spend_limit: float | None) -> list[str]:
+    """The built-in engine, once per model its tasks use: configured, keyed, and priced under a limit."""
+    from stellafleet.pipelines.plain import PlainPipeline
 
-    provider = config.get("engine.provider")
-    models = {
-        task.model or config.get("engine.model")
-        for task in plan.tasks
-        if (task.pipeline or default) == DEFAULT_PIPELINE
-    }
-    return [
-        unknown_price_message(model)
-        for model in sorted(m for m in models if isinstance(m, str) and m)
-        if price_for(model, config, provider=provider) is None
-    ]
+    engine = PlainPipeline()
+    models = {task.model for task in plan.tasks if (task.pipeline or default) == DEFAULT_PIPELINE}
+    problems = []
+    for model in sorted(models, key=lambda m: m or ""):  # None: the configured engine.model
+        problem = engine.preflight(config, spend_limited=spend_limit is not None, model=model)
+        if problem and f"pipeline {DEFAULT_PIPELINE}: {problem}" not in problems:
+            problems.append(f"pipeline {DEFAULT_PIPELINE}: {problem}")
+    return problems
 
 
 def pipeline_entries(names: Sequence[str]) -> dict[str, str]:

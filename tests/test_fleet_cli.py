@@ -167,3 +167,23 @@ def test_a_failed_task_gives_exit_1_and_the_ledger_query_of_the_guide_finds_it(
     assert rows == [("t2", None, "it broke: no parser")]
     attempt = by_id(run_record(git_repo)["attempts"], key="task_id")["t2"]
     assert attempt["exit_code"] == 1 and attempt["error"] == "command failed: exit status 3"
+
+
+def test_the_default_engine_needs_a_model_and_under_a_spend_limit_a_price(
+    git_repo: Path, stella: StellaRunner
+) -> None:
+    no_model = stella("fleet", "a prompt", cwd=git_repo)
+    assert no_model.returncode == 2 and "pipeline plain: no model configured" in no_model.stderr
+    env = {"STELLA_MODEL": "house-model-7b", "OPENAI_API_KEY": "sk-test-not-real"}
+    unpriced = stella("--spend-limit", "2", "fleet", "a prompt", cwd=git_repo, env=env)
+    assert unpriced.returncode == 2
+    assert "no price known for model 'house-model-7b' and a spend limit is set" in unpriced.stderr
+    assert '[prices."house-model-7b"]' in unpriced.stderr
+    assert "sk-test-not-real" not in unpriced.stderr + unpriced.stdout
+    (git_repo / ".stella").mkdir(exist_ok=True)
+    (git_repo / ".stella" / "config.toml").write_text(
+        '[prices."house-model-7b"]\ninput_per_mtok = 0.1\noutput_per_mtok = 0.2\n'
+    )
+    priced = stella("--spend-limit", "2", "fleet", "--dry-run", "a prompt", cwd=git_repo, env=env)
+    assert priced.returncode == 0, priced.stderr
+    assert not StatePaths(git_repo).fleet_db.exists()
