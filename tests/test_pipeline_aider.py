@@ -120,7 +120,7 @@ def test_crash(git_repo: Path, fakes: FakeAgents) -> None:
     _spend, result = run(git_repo)
     assert not result.success
     assert result.summary == (
-        "aider exited with exit code 1 before reporting a result: RuntimeError: fake aider crashed"
+        "aider ended (exit status 1) before reporting a result: RuntimeError: fake aider crashed"
     )
 
 

@@ -149,7 +149,7 @@ def test_crash_reports_exit_code_and_stderr(git_repo: Path, fakes: FakeAgents) -
     _spend, result = run(git_repo)
     assert not result.success
     assert result.summary == (
-        "claude exited with exit code 3 before reporting a result: Error: Invalid API key. Please run /login"
+        "claude ended (exit status 3) before reporting a result: Error: Invalid API key. Please run /login"
     )
 
 

@@ -162,7 +162,7 @@ def test_crash(git_repo: Path, fakes: FakeAgents) -> None:
     fakes.script({"mode": "crash", "exit_code": 2, "stderr": "Error: Not logged in"})
     _spend, result = run(git_repo)
     assert not result.success
-    assert result.summary == "codex exited with exit code 2 before reporting a result: Error: Not logged in"
+    assert result.summary == "codex ended (exit status 2) before reporting a result: Error: Not logged in"
 
 
 def test_hang_past_the_task_timeout(git_repo: Path, fakes: FakeAgents) -> None:

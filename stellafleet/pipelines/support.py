@@ -29,6 +29,7 @@ from typing import Any, ClassVar, TextIO
 from stellafleet.config import Config
 from stellafleet.errors import EXIT_USAGE, StellaError
 from stellafleet.pipelines.base import PipelineResult
+from stellafleet.proctree import signal_description
 from stellafleet.workerenv import WorkerContext
 
 GRACE_S = 5.0  # between SIGTERM and SIGKILL when stopping a CLI
@@ -213,15 +214,7 @@ class CliRun:
     duration_s: float = 0.0
 
     def exit_text(self) -> str:
-        code = self.returncode
-        if code is None:
-            return "no exit status"
-        if code >= 0:
-            return f"exit code {code}"
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
+        return "no exit status" if self.returncode is None else signal_description(self.returncode)
 
     def stderr_text(self, limit: int = 600) -> str:
         text = " | ".join(line.strip() for line in self.stderr_tail if line.strip())
@@ -385,9 +378,7 @@ def crash_text(cli: str, run: CliRun) -> str:
     if run.start_error:
         return run.start_error
     detail = run.stderr_text()
-    return f"{cli} exited with {run.exit_text()} before reporting a result" + (
-        f": {detail}" if detail else ""
-    )
+    return f"{cli} ended ({run.exit_text()}) before reporting a result" + (f": {detail}" if detail else "")
 
 
 def parse_failure(cli: str, detail: str, run: CliRun, *, log: TextIO | None = None) -> str:
