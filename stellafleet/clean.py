@@ -267,10 +267,7 @@ def clean(
     if not db.exists():
         return cleaner.report
     with Ledger.open(db, readonly=dry_run) as ledger:
-        if run_ref is not None:
-            run_ids = [ledger.resolve_run_id(run_ref)]
-        else:
-            run_ids = [r["id"] for r in ledger.list_runs(limit=max(ledger.count_runs(), 1))]
+        run_ids = [ledger.resolve_run_id(run_ref)] if run_ref else ledger.runs_with_workspaces()
         cleaner.report.runs_considered = len(run_ids)
         details = [ledger.get_run(run_id) for run_id in run_ids]
         worktrees, branches = _collect(details, alive)

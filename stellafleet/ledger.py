@@ -569,3 +569,15 @@ class Ledger:
             (run_id,),
         )
         return {str(row[0]): (int(row[1]), float(row[2])) for row in rows}
+
+    # --- clean (stella clean) ---
+
+    def runs_with_workspaces(self) -> list[str]:
+        """Ids of the runs whose tasks or attempts recorded a branch or a worktree, newest first."""
+        rows = self._read(
+            "SELECT id FROM runs WHERE id IN ("
+            " SELECT run_id FROM tasks WHERE branch IS NOT NULL OR worktree IS NOT NULL"
+            " UNION SELECT run_id FROM attempts WHERE branch IS NOT NULL OR worktree IS NOT NULL)"
+            " ORDER BY created_at_ms DESC, id DESC"
+        )
+        return [str(row[0]) for row in rows]

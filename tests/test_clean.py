@@ -138,6 +138,14 @@ def scene(tmp_path: Path) -> Iterator[Scene]:
                 ledger.finish_attempt(attempt, outcome="succeeded", exit_code=0, summary=f"{task} done")
                 ledger.set_task_status(run_id, task, "succeeded")
             ledger.finish_run(run_id, status, exit_code=0 if status == "succeeded" else 130)
+        shared_only = "r-20261130-080000-0000"  # a run of shared tasks leaves nothing to clean
+        ledger.create_run(
+            run_id=shared_only, plan_path=None, plan_sha256=None, base_ref="main",
+            base_commit=gitops.head_commit(repo), max_concurrency=1, spend_limit_usd=None,
+            pipeline="command", argv=["fleet"], root=str(repo), pid=999_999_997,
+        )  # fmt: skip
+        ledger.add_tasks(shared_only, [SampleTask("t1", "shared work")], {"t1": 1})
+        ledger.finish_run(shared_only, "succeeded", exit_code=0)
     try:
         yield Scene(repo, home, finished, live, spaces, sleeper)
     finally:
@@ -159,6 +167,7 @@ def test_dry_run_lists_what_would_go_and_changes_nothing(scene: Scene) -> None:
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["dry_run"] is True and report["removed"] == []
+    assert report["runs_considered"] == 2  # the runs that recorded a branch or worktree
     would = _by_target(report["would_remove"])
     assert set(would) == {
         _rel(scene, "merged"),
