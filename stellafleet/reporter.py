@@ -222,7 +222,7 @@ class LiveReporter(_Sink):
         return grid
 
     def on_run_start(self, data: Mapping[str, Any]) -> None:
-        self.console.print(f"stella fleet: {data['concurrency']}")
+        self.console.print(f"stella fleet: {data['concurrency']}", highlight=False)
         self.console.print(
             f"run {data['run_id']}: {len(data.get('tasks', []))} tasks, base {data['base_ref']} "
             f"at {str(data['base_commit'])[:12]}",

@@ -187,3 +187,41 @@ def test_the_default_engine_needs_a_model_and_under_a_spend_limit_a_price(
     priced = stella("--spend-limit", "2", "fleet", "--dry-run", "a prompt", cwd=git_repo, env=env)
     assert priced.returncode == 0, priced.stderr
     assert not StatePaths(git_repo).fleet_db.exists()
+
+
+def test_a_terminal_gets_the_live_display_and_a_summary_table(git_repo: Path, isolated_home: Path) -> None:
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+
+    write_config(git_repo, run='sleep 1; echo "done: $STELLA_TASK_ID"')
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stellafleet", "fleet", "--pipeline", "command", "--max-concurrency", "2",
+         "first job", "second job"],
+        cwd=git_repo, stdin=follower, stdout=follower, stderr=follower,
+        env={**os.environ, "COLUMNS": "100", "TERM": "xterm"},
+    )  # fmt: skip
+    os.close(follower)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([leader], [], [], 60)
+        if not ready:
+            break
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the fleet exited
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace"))
+    assert "stella fleet: max concurrency 2 (--max-concurrency)" in screen
+    assert "2 running" in screen  # the live view: the wave and one line per running worker
+    assert re.search(r"t1\s+\d+\.\ds\s+0 steps\s+\$0\.00\s+first job", screen)
+    assert "┃ task" in screen and "summary / reason" in screen  # rich's summary table
+    assert "done: t2" in screen
