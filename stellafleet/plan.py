@@ -438,7 +438,10 @@ def _graph_problems(
         if not isinstance(dependencies, list) or not dependencies:
             continue
         if not trusted:
-            dependencies = [dep for dep in dependencies if isinstance(dep, str) and _ID.match(dep)]
+            # well-formed ids only (the schema reported the rest), each once
+            dependencies = list(
+                dict.fromkeys(dep for dep in dependencies if isinstance(dep, str) and _ID.match(dep))
+            )
         owns_edges = task_id is not None and first_at[task_id] == position
         for dependency in dependencies:
             if dependency == task_id:
@@ -472,11 +475,12 @@ def _cycles(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
 
 
 def _after_peeling(nodes: list[str], edges: dict[str, list[str]]) -> set[str]:
-    """Kahn's algorithm: the nodes left once every node without pending dependencies is removed."""
-    pending = {node: len(set(edges.get(node, ()))) for node in nodes}
+    """Kahn's algorithm: the nodes left once every node without pending dependencies is removed.
+    (Each node's edges are distinct: the schema or _graph_problems saw to that.)"""
+    pending = {node: len(edges.get(node, ())) for node in nodes}
     dependents: dict[str, list[str]] = {}
-    for node in nodes:
-        for dependency in set(edges.get(node, ())):
+    for node, targets in edges.items():
+        for dependency in targets:
             dependents.setdefault(dependency, []).append(node)
     ready = [node for node, count in pending.items() if count == 0]
     while ready:
@@ -560,10 +564,8 @@ def _cycle_through(start: str, members: set[str], edges: dict[str, list[str]]) -
 
 
 def _build_task(raw: dict[str, Any], defaults: dict[str, Any], claims: tuple[str, ...]) -> PlanTask:
-    def pick(key: str) -> Any:
-        return raw[key] if key in raw else defaults.get(key)
-
-    timeout = pick("timeout")
+    values = {**defaults, **raw} if defaults else raw
+    timeout = values.get("timeout")
     prompt: str = raw["prompt"]
     title = raw.get("title")
     return PlanTask(
@@ -572,8 +574,8 @@ def _build_task(raw: dict[str, Any], defaults: dict[str, Any], claims: tuple[str
         title=title.strip() if isinstance(title, str) else title_from(prompt),
         depends_on=tuple(raw.get("depends_on", ())),
         claims=claims,
-        isolation=pick("isolation") or "shared",
-        pipeline=pick("pipeline"),
-        model=pick("model"),
+        isolation=values.get("isolation") or "shared",
+        pipeline=values.get("pipeline"),
+        model=values.get("model"),
         timeout=float(timeout) if timeout is not None else None,
     )
