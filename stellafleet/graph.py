@@ -34,6 +34,8 @@ from stellafleet.planschema import suggest
 
 Action = Callable[[PlanTask], bool]
 MEMORY_BACKEND = "stella-memory"
+# doit commands about doit's dependency state, which a plan never has (it lives in memory)
+STATE_COMMANDS = frozenset({"forget", "ignore", "reset-dep"})
 
 
 def compile_tasks(plan: Plan, action: Action | None = None) -> list[dict[str, Any]]:
@@ -125,6 +127,11 @@ class PlanLoader(TaskLoader2):
             where = plan.source or "PLAN"
             raise InvalidDodoFile(
                 f"doit does not run stella plans: run it with `stella fleet --plan {where}` "
+                "(`doit list` and `doit info TASK` show its graph)"
+            )
+        if cmd.get_name() in STATE_COMMANDS:
+            raise InvalidDodoFile(
+                f"`doit {cmd.get_name()}` has nothing to do for a stella plan: doit keeps no state for it "
                 "(`doit list` and `doit info TASK` show its graph)"
             )
         if cmd.get_name() == "info" and len(pos_args) == 1 and pos_args[0] not in plan.ids:

@@ -84,3 +84,11 @@ def test_an_invalid_plan_reports_its_problems_without_a_traceback(git_repo: Path
     assert result.returncode != 0
     assert "plan.toml: dependency cycle: reader -> writer -> reader" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["forget", "ignore", "reset-dep"])
+def test_state_commands_say_there_is_no_state(configured: Path, command: str) -> None:
+    result = doit(command, cwd=configured)
+    assert result.returncode != 0
+    assert "doit keeps no state for it" in result.stderr and "Traceback" not in result.stderr
+    assert leftovers(configured) == []

@@ -150,3 +150,22 @@ def test_plan_without_a_subcommand_is_a_usage_error(stella: StellaRunner, tmp_pa
     result = stella("plan", cwd=tmp_path)
     assert result.returncode == 2
     assert "check" in result.stderr and "schema" in result.stderr
+
+
+def test_show_on_a_terminal_draws_a_table(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+    import sys
+
+    from stellafleet.commands import plan as plan_command
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "160")
+    args = argparse.Namespace(file=str(EXAMPLES / "feature-buildout.toml"), max_concurrency=2, json=False)
+    assert plan_command.show_command(args) == 0
+    out = capsys.readouterr().out
+    assert "4 tasks in 3 waves (max concurrency 2)" in out
+    rows = [line for line in out.splitlines() if "│" in line]
+    assert any("schema" in row and "Add the migration" in row and "shared" in row for row in rows)
+    assert any("docs" in row and "reader, writer" in row and "isolated" in row for row in rows)
