@@ -219,7 +219,7 @@ class WaveRunner(Runner):
         self._before_wave = before_wave
         self._on_event = on_event
         self._order = {task_id: position for position, task_id in enumerate(plan.ids)}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a signal handler may interrupt a holder
         self._stop_reason: str | None = None
         self._errors: dict[str, str] = {}
         self._root_failures: dict[str, list[str]] = {}
