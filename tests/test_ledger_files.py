@@ -31,11 +31,14 @@ def _open_and_record(path: str, n: int, barrier: object, results: object) -> Non
         results.put((n, f"{type(exc).__name__}: {exc}"))  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("attempt", range(3))
+@pytest.mark.parametrize("start", ["missing", "missing again", "empty file"])
 def test_eight_processes_opening_a_missing_ledger_at_once_all_get_the_same_one(
-    tmp_path: Path, attempt: int
+    tmp_path: Path, start: str
 ) -> None:
     db = tmp_path / "private" / "fleet.db"
+    if start == "empty file":
+        db.parent.mkdir()
+        db.touch()
     barrier = SPAWN.Barrier(8)
     results = SPAWN.Queue()
     procs = [SPAWN.Process(target=_open_and_record, args=(str(db), n, barrier, results)) for n in range(8)]
