@@ -254,6 +254,18 @@ def _stop_group(proc: subprocess.Popen[str], grace_s: float) -> None:
     proc.wait()
 
 
+def _open_transcript(path: Path | None, log: TextIO) -> TextIO | None:
+    """The transcript to append the CLI's stdout to; a transcript that cannot be written is not fatal."""
+    if path is None:
+        return None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.open("a", encoding="utf-8")
+    except OSError as exc:
+        log.write(f"stella: cannot write the transcript {path}: {exc.strerror or exc}\n")
+        return None
+
+
 def run_cli(
     argv: Sequence[str],
     *,
@@ -295,14 +307,19 @@ def run_cli(
 
     def read_stdout() -> None:
         assert proc.stdout is not None
-        sink = transcript.open("a", encoding="utf-8") if transcript is not None else None
+        sink = _open_transcript(transcript, log)
         try:
             for line in proc.stdout:
                 text = line.rstrip("\n")
                 run.stdout_lines.append(text)
                 if sink is not None:
-                    sink.write(text + "\n")
-                    sink.flush()
+                    try:
+                        sink.write(text + "\n")
+                        sink.flush()
+                    except OSError as exc:  # keep draining the pipe even when the disk is full
+                        log.write(f"stella: transcript write failed, no longer recording it: {exc}\n")
+                        sink.close()
+                        sink = None
                 if on_line is not None and stop.reason is None:
                     try:
                         reason = on_line(text)
