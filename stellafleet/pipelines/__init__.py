@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING
 
 from stellafleet.config import Config
 from stellafleet.errors import StellaError
 from stellafleet.pipelines.base import Pipeline, PipelineResult, SpendReporter
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 GROUP = "stella.pipelines"
 
@@ -15,6 +18,10 @@ __all__ = ["GROUP", "Pipeline", "PipelineResult", "SpendReporter", "available", 
 
 
 def _entry_points() -> dict[str, EntryPoint]:
+    # Imported here, not at the top: every fleet worker imports this package, and importlib.metadata
+    # is a large share of a worker's start-up time (the fleet's per-task overhead).
+    from importlib.metadata import entry_points
+
     return {ep.name: ep for ep in entry_points(group=GROUP)}
 
 
