@@ -213,6 +213,7 @@ def commits_between(root: Path, base: str, tip: str) -> list[CommitInfo]:
         commits.append(CommitInfo(sha, subject, int(ctime) * 1000))
     return commits
 
+
 # --- clean ---
 
 
