@@ -163,3 +163,22 @@ def test_prefix_errors_and_missing_ledger(repo: Path, ids: dict[str, str], tmp_p
     assert missing.returncode == 2 and "no fleet runs recorded yet" in missing.stderr
     assert not StatePaths(empty).fleet_db.exists()
     assert stella(empty, "runs", "--limit", "0").returncode == 2
+
+
+def test_inside_a_fleet_worktree_the_main_trees_ledger_is_read(repo: Path, ids: dict[str, str]) -> None:
+    gitops.git(
+        "-c",
+        "user.name=T",
+        "-c",
+        "user.email=t@e.invalid",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "i",
+        cwd=repo,
+    )
+    linked = StatePaths(repo).worktrees / "docs-0123456789abcdef"
+    gitops.worktree_add(repo, linked, "fleet/docs-0123456789abcdef", gitops.head_commit(repo))
+    page = json.loads(stella(linked, "runs", "--json").stdout)
+    assert page["total"] == 3 and page["ledger"] == str(StatePaths(repo).fleet_db)
