@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,8 +18,12 @@ from stellafleet.errors import GitError, StellaError
 
 
 def _git_cmd():  # type: ignore[no-untyped-def]
+    # Look git up on the PATH of now: plumbum's own environment is a copy taken at import.
+    found = shutil.which("git", path=os.environ.get("PATH", os.defpath))
+    if found is None:
+        raise StellaError("git is not installed or not on PATH: install git and try again")
     try:
-        return local["git"]
+        return local[found]
     except CommandNotFound:
         raise StellaError("git is not installed or not on PATH: install git and try again") from None
 
@@ -32,10 +37,9 @@ def git(
 ) -> str:
     """Run git in cwd and return stdout; a failure raises GitError with git's own message."""
     cmd = _git_cmd()[list(args)].with_cwd(str(cwd))
-    if env:
-        cmd = cmd.with_env(**env)
+    full_env = {**os.environ, **(env or {})}
     try:
-        retcode, out, err = (cmd if stdin is None else cmd << stdin).run(retcode=None)
+        retcode, out, err = (cmd if stdin is None else cmd << stdin).run(retcode=None, env=full_env)
     except OSError as exc:
         raise GitError(f"git {args[0] if args else ''}: {exc}") from None
     if check and retcode != 0:
@@ -48,7 +52,7 @@ def git(
 def git_ok(*args: str, cwd: Path | str) -> bool:
     """True when the git command exits 0."""
     cmd = _git_cmd()[list(args)].with_cwd(str(cwd))
-    retcode, _, _ = cmd.run(retcode=None)
+    retcode, _, _ = cmd.run(retcode=None, env=dict(os.environ))
     return retcode == 0
 
 
@@ -218,7 +222,7 @@ def commits_between(root: Path, base: str, tip: str) -> list[CommitInfo]:
 
 
 def main_worktree_root(cwd: Path | str) -> Path:
-    """The main working tree's root, even when cwd is inside a linked worktree (stella's state lives there)."""
+    """The main working tree's root, even from inside a linked worktree (stella's state lives there)."""
     root = repo_root(cwd)
     common = common_dir(root)
     return common.parent if common.name == ".git" else root
