@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,65 @@ def test_finish_with_uncommitted_work_says_so(tmp_path: Path) -> None:
         run = run_engine(ctx, engine_config(server, "anthropic"))
     assert not run.result.success
     assert run.result.summary == "could not finish\n(left uncommitted: a.txt)"
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_escapes_through_the_model_are_refused_and_nothing_outside_changes(tmp_path: Path, wire: str) -> None:
+    root = make_repo(tmp_path / "repo")
+    (root / "etc-link").symlink_to("/etc")
+    ctx = make_context(root)
+    script = [
+        {
+            "tool_calls": [
+                call("write_file", path="../escape.txt", content="x"),
+                call("read_file", path="/etc/passwd"),
+                call("edit_file", path="etc-link/hostname", old_text="a", new_text="b"),
+                call("list_dir", path="etc-link"),
+            ]
+        },
+        {"tool_calls": [call("finish", summary="refused", success=False)]},
+    ]
+    with ScriptedModelServer(script) as server:
+        run = run_engine(ctx, engine_config(server, wire))
+    results = tool_messages(server.requests[1].body)
+    assert len(results) == 4 and all(r.startswith("error: ") for r in results)
+    assert "climbs out" in results[0] and "absolute" in results[1]
+    assert "symlink" in results[2] and "symlink" in results[3]
+    assert not (tmp_path / "escape.txt").exists() and "root:" not in json.dumps(server.requests[1].body)
+    assert not run.result.success
+
+
+def test_wall_time_limit_stops_before_the_next_call(tmp_path: Path) -> None:
+    root = make_repo(tmp_path / "repo")
+    ctx = make_context(root)
+    script = [
+        {"error": {"status": 429, "retry_after": "100"}},
+        {"tool_calls": [call("git_status")]},
+        {"tool_calls": [call("finish", summary="never reached")]},
+    ]
+    with ScriptedModelServer(script) as server:
+        run = run_engine(ctx, engine_config(server, "openai", max_wall_seconds=50))
+    assert len(server.requests) == 2 and not run.result.success
+    assert "wall-time limit of 50 s" in run.result.summary
+
+
+def test_isolated_worktree_commits_land_on_its_own_branch(tmp_path: Path) -> None:
+    root = make_repo(tmp_path / "repo")
+    base = gitops.head_commit(root)
+    tree = root / ".stella/worktrees/iso-0123456789abcdef"
+    gitops.worktree_add(root, tree, "fleet/iso-0123456789abcdef", base)
+    ctx = replace(
+        make_context(root), workspace=tree, isolation="isolated", branch="fleet/iso-0123456789abcdef"
+    )
+    script = [
+        {"tool_calls": [call("write_file", path="iso.txt", content="isolated\n")]},
+        {"tool_calls": [call("commit", message="Add iso.txt")]},
+        {"tool_calls": [call("finish", summary="done in isolation")]},
+    ]
+    with ScriptedModelServer(script) as server:
+        run = run_engine(ctx, engine_config(server, "anthropic"))
+    assert run.result.success
+    assert gitops.head_commit(root) == base  # the user's checkout did not move
+    tip = gitops.resolve_commit(root, "fleet/iso-0123456789abcdef")
+    assert [c.message for c in gitops.commits_between(root, base, tip)] == ["Add iso.txt"]
+    assert not (root / "iso.txt").exists()

@@ -12,8 +12,6 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-import genai_prices
-
 from stellafleet.config import Config
 from stellafleet.errors import EXIT_USAGE, StellaError
 
@@ -79,6 +77,8 @@ class Pricer:
 
 
 def _calc(model: str, provider: str | None, usage: TokenUsage) -> float | None:
+    import genai_prices  # its price table takes a tenth of a second to load: only when asked
+
     genai_usage = genai_prices.Usage(
         input_tokens=usage.input_tokens,
         output_tokens=usage.output_tokens,

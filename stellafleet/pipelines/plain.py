@@ -25,6 +25,7 @@ from stellafleet.pipelines.base import PipelineResult, SpendReporter
 from stellafleet.workerenv import WorkerContext
 
 SPEND_ENV = ("STELLA_SPEND_LIMIT", "STELLA_SPEND_GUARD")
+_HOW_TO_PRICE = 'set [prices."MODEL"] input_per_mtok and output_per_mtok in .stella/config.toml'
 
 
 def _pricer(settings: EngineSettings, config: Config, *, needed: bool) -> Pricer | None:
@@ -95,6 +96,10 @@ class PlainPipeline:
         transcript.write(
             "start", run=ctx.run_id, task=ctx.task_id, attempt=ctx.attempt_id, settings=settings.public()
         )
+        if pricer is None:
+            note = f"no price known for model {settings.model!r}: spend is recorded as $0 ({_HOW_TO_PRICE})"
+            transcript.write("warning", message=note)
+            print(f"stella: {note}", file=sys.stderr, flush=True)
         client = make_client(settings, clock=clock, redact=redact, env=env)
         wall = (
             settings.max_wall_seconds
