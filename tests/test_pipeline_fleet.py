@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import StellaRunner, git
-from fleet_support import Scripts, by_id, run_record, write_config
+from fleet_support import Scripts, by_id, file_locks, run_record, write_config
 
 from stellafleet import gitops
 from stellafleet.config import Config
@@ -16,7 +18,7 @@ from stellafleet.engine.pricing import TokenUsage, price_for
 from stellafleet.testing.fake_agent import LOG_ENV, SCRIPT_ENV, read_log, write_shims
 
 
-def agent_env(tmp_path: Path, script: dict[str, object]) -> dict[str, str]:
+def agent_env(tmp_path: Path, script: Mapping[str, Any]) -> dict[str, str]:
     bin_dir = write_shims(tmp_path / "fake-bin")
     return {
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
@@ -25,7 +27,7 @@ def agent_env(tmp_path: Path, script: dict[str, object]) -> dict[str, str]:
     }
 
 
-def write_plan(tmp_path: Path, tasks: list[dict[str, object]]) -> Path:
+def write_plan(tmp_path: Path, tasks: Sequence[Mapping[str, Any]]) -> Path:
     lines: list[str] = []
     for task in tasks:
         lines.append("[[tasks]]")
@@ -210,3 +212,64 @@ def test_a_plan_mixing_pipelines_runs_each_task_through_its_own(
     for sha in history:
         assert files_of(git_repo, sha) == expected_files[commits[sha]["task_id"]]
     assert git("status", "--porcelain", cwd=git_repo) == ""
+
+
+def test_concurrent_claude_workers_cannot_edit_the_same_file(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    edited, refused = tmp_path / "first-edited", tmp_path / "second-refused"
+    script = {
+        "tasks": {
+            "first": {
+                "edits": [{"path": "shared.txt", "content": "first\n"}],
+                "mark": str(edited),
+                "wait_after": str(refused),  # hold the claim until the other worker has tried
+                "commit": {"message": "first writes shared.txt"},
+            },
+            "second": {
+                "wait_for": str(edited),
+                "edits": [
+                    {"path": "shared.txt", "content": "second\n"},
+                    {"path": "own.txt", "content": "mine\n"},
+                ],
+                "mark": str(refused),
+                "commit": {"message": "second writes own.txt"},
+            },
+        }
+    }
+    plan = write_plan(
+        tmp_path,
+        [
+            {
+                "id": "first",
+                "title": "Hold the file",
+                "prompt": "Write shared.txt",
+                "pipeline": "claude-code",
+            },
+            {
+                "id": "second",
+                "title": "Try the file",
+                "prompt": "Write shared.txt too",
+                "pipeline": "claude-code",
+            },
+        ],
+    )
+    env = agent_env(tmp_path, script)
+    proc = stella("fleet", "--plan", str(plan), "--max-concurrency", "2", cwd=git_repo, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    record = run_record(git_repo)
+    assert [task["wave"] for task in record["tasks"]] == [1, 1]
+    attempts = by_id(record["attempts"], "task_id")
+    (denied,) = [e for e in read_log(Path(env[LOG_ENV])) if e["event"] == "denied"]
+    assert (denied["task"], denied["path"]) == ("second", "shared.txt")
+    assert denied["reason"].startswith(
+        f'claim conflict: shared.txt is held by task "first" (Hold the file) '
+        f"(run {record['run']['id']}, pid {attempts['first']['pid']})"
+    )
+    assert (git_repo / "shared.txt").read_text() == "first\n"
+    assert "1 tool call(s) refused: Write " in attempts["second"]["summary"]
+    commits = {c["task_id"]: c for c in record["commits"]}
+    assert files_of(git_repo, commits["first"]["sha"]) == ["shared.txt"]
+    assert files_of(git_repo, commits["second"]["sha"]) == ["own.txt"]
+    assert file_locks(git_repo) == []  # implicit claims end with their attempts

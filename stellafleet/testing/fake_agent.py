@@ -10,7 +10,9 @@ file named by FAKE_AGENT_LOG, so tests can assert on it.
 Common script keys: `mode` (each fake documents its own), `edits` (`[{"path", "content"}]`, relative
 to the working directory), `commit` (`{"message": ...}`: commit the edited files with `stella commit`),
 `hold_s` (sleep after editing), `pause_s` (sleep between reported events), `spawn_child` (start a
-grandchild that sleeps, to prove the whole process group is stopped), `exit_code`, `stderr`.
+grandchild that sleeps, to prove the whole process group is stopped), `exit_code`, `stderr`, and file
+barriers for ordering concurrent fakes: `wait_for` (a path to wait for before editing), `mark` (a path to
+create after editing) and `wait_after` (a path to wait for after editing, before finishing).
 """
 
 from __future__ import annotations
@@ -127,6 +129,23 @@ def crash(cli: str, script: dict[str, Any], default: str) -> int:
     sys.stderr.flush()
     log(cli, "crashed")
     return int(script.get("exit_code", 1))
+
+
+def wait_for_file(path: str | None, timeout: float = 120.0) -> None:
+    """Block until path exists (a barrier between concurrent fakes); give up loudly after timeout."""
+    if not path:
+        return
+    deadline = time.monotonic() + timeout
+    while not Path(path).exists():
+        if time.monotonic() > deadline:
+            sys.stderr.write(f"fake agent: gave up waiting for {path}\n")
+            raise SystemExit(3)
+        time.sleep(0.02)
+
+
+def mark(path: str | None) -> None:
+    if path:
+        Path(path).write_text("")
 
 
 def pause(script: dict[str, Any]) -> None:

@@ -260,10 +260,13 @@ def main(argv: list[str] | None = None) -> int:
         fa.hang(CLI)
         return 0
     settings = load_settings(options.get("--settings"))
+    fa.wait_for_file(script.get("wait_for"))
     edited: list[str] = []
     for edit in script.get("edits", []):
         if session.edit(edit["path"], edit.get("content", ""), settings):
             edited.append(edit["path"])
+    fa.mark(script.get("mark"))
+    fa.wait_for_file(script.get("wait_after"))
     commit = script.get("commit")
     if commit and edited:
         command = (
