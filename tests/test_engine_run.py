@@ -172,3 +172,27 @@ def test_the_api_key_lands_nowhere(
     assert SECRET.encode() not in everything_written(repo)
     failed = ledger_rows(repo, "SELECT summary, error FROM attempts WHERE success = 0")
     assert len(failed) == 1 and "HTTP 401" in failed[0]["error"] and SECRET not in failed[0]["error"]
+
+
+def test_a_fleet_worker_runs_the_engine_and_reports_spend_as_it_goes(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with ScriptedModelServer(SESSION) as server:
+        write_config(
+            repo,
+            server.openai_base_url,
+            extra='[prices."scripted"]\ninput_per_mtok = 3\noutput_per_mtok = 15\n',
+        )
+        assert main(["--spend-limit", "1", "fleet", "Add hello.txt"]) == 0
+    (attempt,) = ledger_rows(repo, "SELECT * FROM attempts")
+    assert (
+        attempt["pipeline"] == "plain"
+        and attempt["success"] == 1
+        and attempt["summary"] == "Added hello.txt."
+    )
+    assert attempt["spend_usd"] == pytest.approx((6500 * 3 + 190 * 15) / 1e6) and attempt["steps"] == 3
+    events = ledger_rows(repo, "SELECT usd FROM spend_events ORDER BY id")
+    assert [round(e["usd"], 6) for e in events] == [0.0075, 0.00735, 0.0075]  # one per model call
+    (commit,) = ledger_rows(repo, "SELECT * FROM commits")
+    assert commit["sha"] == gitops.head_commit(repo) and commit["message"] == "Add hello.txt"
+    assert "step   1" in Path(attempt["log_path"]).read_text()
