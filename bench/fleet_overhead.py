@@ -152,9 +152,7 @@ def main() -> None:
             report_dispatch(bench_dispatch(work, n, c, args.repeat), n, c, args.repeat)
         if not args.skip_worktree:
             w = bench_worktree(work, args.files, args.repeat)
-            print(
-                f"worktree: one isolated task's worktree, {args.files}-file repository (median of {args.repeat})"
-            )
+            print(f"worktree: one isolated task's, {args.files}-file repository (median of {args.repeat})")
             print(f"  git worktree add      {w['raw']:6.3f} s")
             print(f"  gitops.worktree_add   {w['stella']:6.3f} s  {w['stella'] / w['raw']:.2f}x raw git")
 
