@@ -134,8 +134,8 @@ class Engine:
         except LimitReached as limit:
             outcome = self._outcome(False, limit.reason, limit.kind, limit.reason)
         except EngineError as exc:
-            outcome = self._outcome(False, f"the model could not be reached: {exc}", "model_error", str(exc))
-        self.transcript.write("end", **{k: v for k, v in vars(outcome).items()})
+            outcome = self._outcome(False, f"the model call failed: {exc}", "model_error", str(exc))
+        self.transcript.write("end", **vars(outcome))
         self.events("end", vars(outcome))
         return outcome
 

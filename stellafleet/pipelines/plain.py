@@ -11,7 +11,6 @@ from stellafleet import __version__
 from stellafleet.clock import Clock
 from stellafleet.config import Config
 from stellafleet.engine.clients import make_client
-from stellafleet.engine.errors import EngineError
 from stellafleet.engine.loop import Engine, EngineOutcome, EventSink, system_prompt
 from stellafleet.engine.pricing import Pricer, price_for, unknown_price_message
 from stellafleet.engine.progress import ProgressPrinter
@@ -166,6 +165,3 @@ def _implicit_claims(ctx: WorkerContext) -> ClaimFn:
             store.touch(rel, holder)
 
     return claim
-
-
-__all__ = ["EngineError", "PlainPipeline"]
