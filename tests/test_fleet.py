@@ -275,3 +275,36 @@ def test_a_second_fleet_run_cannot_take_a_path_the_first_run_holds(
     out, _ = first.communicate(timeout=60)
     assert first.returncode == 0, out
     assert file_locks(git_repo) == []
+
+
+def test_isolated_tasks_of_one_wave_get_their_own_worktrees_and_branches_at_once(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        '[defaults]\nisolation = "isolated"\n\n'
+        + "".join(f'[[tasks]]\nid = "iso-{n}"\nprompt = "variant {n}"\n\n' for n in range(4))
+    )
+    write_config(
+        git_repo,
+        run='echo "$STELLA_PROMPT" > variant.txt && git add variant.txt && git commit -q -m "$STELLA_PROMPT" '
+        '&& echo "$STELLA_PROMPT" > second.txt && git add second.txt && git commit -q -m "second" && echo ok',
+    )
+    base = gitops.head_commit(git_repo)
+    proc = stella(
+        "fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "4", cwd=git_repo
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = run_record(git_repo)
+    tasks = by_id(record["tasks"])
+    assert {t["wave"] for t in tasks.values()} == {1}
+    for n in range(4):
+        task = tasks[f"iso-{n}"]
+        branch = task["branch"]
+        assert branch == f"fleet/iso-{n}-{gitops.task_hash(record['run']['id'], f'iso-{n}')}"
+        assert git("show", f"{branch}:variant.txt", cwd=git_repo) == f"variant {n}\n"
+        recorded = [c for c in record["commits"] if c["task_id"] == f"iso-{n}"]
+        assert [c["message"] for c in recorded] == [f"variant {n}", "second"]  # base..branch, oldest first
+        assert {c["branch"] for c in recorded} == {branch}
+    assert gitops.head_commit(git_repo) == base  # the user's checkout is untouched
+    assert len(gitops.worktree_list(git_repo)) == 5
