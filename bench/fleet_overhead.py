@@ -1,7 +1,8 @@
 """Fleet dispatch overhead: N no-op tasks through `stella fleet`, `doit -n`, and `make -j`, same machine.
 
 Every tool runs the same no-op (`true`) N times at the same concurrency, so the wall times are the tools'
-own cost: for `stella fleet` that is a worker process per task (a Python interpreter), the ledger rows of
+own cost: for `stella fleet` that is a worker process per task (forked from a warm launcher by default,
+a fresh Python interpreter with `[fleet] fork_workers = false`; both are measured), the ledger rows of
 every run, task and attempt, and waves (a wave waits for its slowest task) instead of make's continuous
 dispatch. A second figure times one isolated task's worktree creation (the gitops call the dispatcher
 makes) against a raw `git worktree add` on a repository of many files.
@@ -61,15 +62,21 @@ def timed(run: Callable[[], None], repeat: int, reset: Callable[[], None] | None
 
 def bench_dispatch(work: Path, tasks: int, concurrency: int, repeat: int) -> dict[str, float]:
     repo = make_repo(work / "fleet-repo")
-    (repo / ".stella").mkdir()
-    (repo / ".stella" / "config.toml").write_text('[pipelines.command]\nrun = "true"\n')
+    config = repo / ".stella" / "config.toml"
+    config.parent.mkdir()
     plan = work / "plan.toml"
     plan.write_text("".join(f'[[tasks]]\nid = "t{n}"\nprompt = "nothing"\n\n' for n in range(tasks)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("STELLA_")}
 
-    def fleet() -> None:
-        argv = [*STELLA, "-q", "fleet", "--plan", str(plan), "--pipeline", "command"]
-        sh(*argv, "--max-concurrency", str(concurrency), cwd=repo, env=env)
+    def fleet(fork: bool) -> Callable[[], None]:
+        def run() -> None:
+            config.write_text(
+                f'[fleet]\nfork_workers = {str(fork).lower()}\n[pipelines.command]\nrun = "true"\n'
+            )
+            argv = [*STELLA, "-q", "fleet", "--plan", str(plan), "--pipeline", "command"]
+            sh(*argv, "--max-concurrency", str(concurrency), cwd=repo, env=env)
+
+        return run
 
     dodo = work / "dodo.py"
     dodo.write_text(
@@ -86,7 +93,8 @@ def bench_dispatch(work: Path, tasks: int, concurrency: int, repeat: int) -> dic
     return {
         "make": timed(lambda: sh("make", "-s", f"-j{concurrency}", "-f", str(makefile), cwd=work), repeat),
         "doit": timed(lambda: sh(*DOIT, "-f", str(dodo), "-n", str(concurrency), cwd=work), repeat),
-        "stella": timed(fleet, repeat),
+        "stella": timed(fleet(True), repeat),
+        "stella-exec": timed(fleet(False), repeat),
         "python": timed(lambda: sh(sys.executable, "-c", "pass", cwd=work), repeat * 5),
     }
 
@@ -119,15 +127,20 @@ def bench_worktree(work: Path, files: int, repeat: int) -> dict[str, float]:
 def report_dispatch(d: dict[str, float], n: int, c: int, repeat: int) -> None:
     cores = os.cpu_count() or 1
     print(f"dispatch: {n} no-op tasks at concurrency {c} (median of {repeat}; {cores} cores)")
-    for tool in ("make", "doit", "stella"):
-        per_task = d[tool] / n * 1000
-        print(f"  {tool:<7} {d[tool]:7.2f} s  {per_task:7.2f} ms/task  {d[tool] / d['make']:6.1f}x make")
+    rows = [
+        ("make", "make -j"),
+        ("doit", "doit -n"),
+        ("stella", "stella fleet (workers forked by the warm launcher, the default)"),
+        ("stella-exec", "stella fleet with fork_workers = false (a fresh interpreter per worker)"),
+    ]
+    for key, label in rows:
+        per_task = d[key] / n * 1000
+        print(f"  {d[key]:7.2f} s  {per_task:7.2f} ms/task  {d[key] / d['make']:6.1f}x make  {label}")
     print(f"  stella / doit: {d['stella'] / d['doit']:.1f}x")
     floor = d["python"] * n / min(c, cores)
     print(
-        f"  floor: every stella task is a Python worker process; a bare `python -c pass` takes "
-        f"{d['python'] * 1000:.0f} ms here, so {n} of them on {min(c, cores)} cores need ~{floor:.2f} s "
-        f"(stella is {d['stella'] / floor:.1f}x that floor)"
+        f"  a bare `python -c pass` takes {d['python'] * 1000:.0f} ms here: {n} fresh interpreters on "
+        f"{min(c, cores)} cores need ~{floor:.2f} s, the floor of fresh-interpreter workers"
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from stellafleet import gitops
 from stellafleet.claims import ClaimStore, Holder
 from stellafleet.errors import ClaimConflict, StellaError
+from stellafleet.launcher import Launcher, LauncherGone
 from stellafleet.ledger import Ledger
 from stellafleet.paths import StatePaths
 from stellafleet.pipelines.base import PipelineResult
@@ -29,7 +30,8 @@ from stellafleet.plan import PlanTask
 from stellafleet.proctree import Exit, ProcessTree
 from stellafleet.workerenv import WorkerContext
 
-WORKER_ARGV = (sys.executable, "-m", "stellafleet.worker")
+# -P: the workspace (the cwd) is not put on sys.path, so a repository file can never shadow a module
+WORKER_ARGV = (sys.executable, "-P", "-m", "stellafleet.worker")
 # WorkerContext variables (and the worker's own) never leak from the fleet's environment into a worker.
 _WORKER_KEYS = [
     "ROOT",
@@ -145,8 +147,17 @@ def read_result(path: Path) -> PipelineResult | None:
 class Dispatcher:
     """Runs attempts for one fleet run; `execute` is thread-safe, one call per task."""
 
-    def __init__(self, settings: RunSettings, ledger: Ledger, claims: ClaimStore, emit: Emit) -> None:
+    def __init__(
+        self,
+        settings: RunSettings,
+        ledger: Ledger,
+        claims: ClaimStore,
+        emit: Emit,
+        *,
+        launcher: Launcher | None = None,
+    ) -> None:
         self.settings = settings
+        self.launcher = launcher  # forks warm workers; None: each worker is a fresh interpreter
         self.ledger = ledger
         self.claims = claims
         self.emit = emit
@@ -281,9 +292,7 @@ class Dispatcher:
             transcript_path=transcript_path,
         )
         ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
-        tree = ProcessTree.spawn(
-            WORKER_ARGV, cwd=workspace.path, env=worker_env(ctx, settings), log_path=log_path
-        )
+        tree = self._spawn(workspace.path, worker_env(ctx, settings), log_path)
         try:
             self.ledger.set_attempt_pid(attempt_id, tree.pid)
             self.emit(
@@ -303,6 +312,15 @@ class Dispatcher:
         if workspace.isolated:
             self._record_branch_commits(task, attempt_id, workspace)
         return self._judge(exit_info, stop_reason, read_result(ctx.result_path))
+
+    def _spawn(self, cwd: Path, env: dict[str, str], log_path: Path) -> ProcessTree:
+        launcher = self.launcher
+        if launcher is not None:
+            try:
+                return ProcessTree.spawn(WORKER_ARGV, cwd=cwd, env=env, log_path=log_path, launcher=launcher)
+            except LauncherGone:
+                self.launcher = None  # from now on, every worker is a fresh interpreter
+        return ProcessTree.spawn(WORKER_ARGV, cwd=cwd, env=env, log_path=log_path)
 
     def _wait(self, tree: ProcessTree, timeout: float | None) -> tuple[Exit, str | None]:
         """Wait for the worker, sampling its tree; stop it on timeout or a hard stop."""

@@ -26,6 +26,7 @@ from stellafleet.fleet import (
     pipeline_entries,
 )
 from stellafleet.graph import WaveOutcome, WaveRunner
+from stellafleet.launcher import Launcher
 from stellafleet.ledger import Ledger
 from stellafleet.reporter import Reporter
 
@@ -145,15 +146,29 @@ class FleetRun:
             stop_grace_s=_number(p.config.get("fleet.stop_grace"), DEFAULT_STOP_GRACE_S, "fleet.stop_grace"),
         )
 
+    def _launcher(self, settings: RunSettings) -> Launcher | None:
+        """The warm launcher that forks workers, unless `[fleet] fork_workers = false` or unsupported."""
+        fork = self.prepared.config.get("fleet.fork_workers", True)
+        if not isinstance(fork, bool):
+            raise StellaError(f"config: fleet.fork_workers must be true or false, not {fork!r}")
+        if not fork:
+            return None
+        modules = sorted({entry.partition(":")[0] for entry in settings.pipeline_entries.values()})
+        return Launcher.start(modules, cwd=settings.root)
+
     def run(self) -> int:
         p = self.prepared
         paths = ensure_state_dirs(p.root)
+        settings = self._settings()
         with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
-            dispatcher = Dispatcher(self._settings(), ledger, claims, self.reporter.event)
+            launcher = self._launcher(settings)
+            dispatcher = Dispatcher(settings, ledger, claims, self.reporter.event, launcher=launcher)
             try:
                 return self._run(ledger, dispatcher)
             finally:
                 dispatcher.close()
+                if launcher is not None:
+                    launcher.close()
 
     def _run(self, ledger: Ledger, dispatcher: Dispatcher) -> int:
         p = self.prepared

@@ -18,8 +18,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
+
+if TYPE_CHECKING:
+    from stellafleet.launcher import Launcher
+
+UNKNOWN_STATUS = 255  # an exit whose status nobody could read (its reaper went away)
+REPORT_WAIT_S = 5.0
 
 
 def signal_description(returncode: int) -> str:
@@ -48,11 +55,17 @@ class Exit:
 
 
 class ProcessTree:
-    """One started worker; not thread-safe (one dispatch thread owns it)."""
+    """One started worker; not thread-safe (one dispatch thread owns it).
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+    A worker is either our own child (exec'd: reaped here with wait4) or a child of the warm launcher
+    (forked there: the launcher reaps it and reports its status and rusage)."""
+
+    def __init__(
+        self, pid: int, *, popen: subprocess.Popen[bytes] | None = None, launcher: Launcher | None = None
+    ) -> None:
         self.popen = popen
-        self.pid = popen.pid
+        self.pid = pid
+        self._launcher = launcher
         self._root: psutil.Process | None
         try:
             self._root = psutil.Process(self.pid)
@@ -66,12 +79,23 @@ class ProcessTree:
         if hasattr(os, "pidfd_open"):
             try:
                 self._pidfd = os.pidfd_open(self.pid)
-            except OSError:
+            except OSError:  # already gone: poll() will find out
                 self._pidfd = None
 
     @classmethod
-    def spawn(cls, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_path: Path) -> ProcessTree:
-        """Start argv in a new session with stdin closed and stdout+stderr appended to log_path."""
+    def spawn(
+        cls,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        log_path: Path,
+        launcher: Launcher | None = None,
+    ) -> ProcessTree:
+        """Start the worker in a new session, stdin closed, stdout+stderr appended to log_path: forked by
+        the launcher when there is one (argv is then implied), else argv exec'd as our own child."""
+        if launcher is not None:
+            return cls(launcher.spawn(env=env, cwd=cwd, log_path=log_path), launcher=launcher)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             popen = subprocess.Popen(
@@ -84,7 +108,7 @@ class ProcessTree:
                 start_new_session=True,
                 close_fds=True,
             )
-        return cls(popen)
+        return cls(popen.pid, popen=popen)
 
     # --- observing ---
 
@@ -115,27 +139,38 @@ class ProcessTree:
         self._peak_rss = max(self._peak_rss, rss)
         self._cpu = max(self._cpu, cpu)
 
+    def _root_running(self) -> bool:
+        try:
+            return self._root is not None and self._root.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def _finish(self, code: int, cpu: float, rss: int) -> Exit:
+        self._exit = Exit(code, max(self._cpu, cpu), max(self._peak_rss, rss))
+        if self.popen is not None:
+            self.popen.returncode = code  # so Popen never waits on a pid we already reaped
+        self.close()
+        return self._exit
+
     def poll(self) -> Exit | None:
-        """Reap the worker if it has exited (its rusage includes the descendants it waited for)."""
+        """The exit, once the worker has ended (its rusage includes the descendants it waited for)."""
         if self._exit is not None:
             return self._exit
+        if self._launcher is not None:
+            reported = self._launcher.exit_of(self.pid)
+            if reported is None and not self._launcher.alive and not self._root_running():
+                reported = (UNKNOWN_STATUS, self._cpu, self._peak_rss)  # its reaper is gone: status lost
+            return None if reported is None else self._finish(*reported)
         try:
             pid, status, usage = os.wait4(self.pid, os.WNOHANG)
         except ChildProcessError:  # reaped elsewhere; nothing more to learn
-            pid, status, usage = self.pid, 0, None
+            return self._finish(UNKNOWN_STATUS, self._cpu, self._peak_rss)
         if pid == 0:
             return None
-        code = os.waitstatus_to_exitcode(status)
-        cpu, rss = self._cpu, self._peak_rss
-        if usage is not None:
-            cpu = max(cpu, usage.ru_utime + usage.ru_stime)
-            rss = max(rss, usage.ru_maxrss * 1024)  # KiB on Linux
-        self._exit = Exit(code, cpu, rss)
-        self.popen.returncode = code  # so Popen never waits on a pid we already reaped
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
-        return self._exit
+        # ru_maxrss is in KiB on Linux
+        return self._finish(
+            os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+        )
 
     def wait(self, timeout: float, *, wake_fd: int | None = None) -> Exit | None:
         """Wait up to timeout for the exit (or until wake_fd becomes readable); the exit or None."""
@@ -145,7 +180,12 @@ class ProcessTree:
         if self._pidfd is not None:
             fds = [self._pidfd] + ([wake_fd] if wake_fd is not None else [])
             with contextlib.suppress(InterruptedError):
-                select.select(fds, [], [], timeout)
+                ready, _, _ = select.select(fds, [], [], timeout)
+                if self._launcher is not None and self._pidfd in ready:
+                    # it has exited; the launcher's report of its status follows within moments
+                    reported = self._launcher.wait_exit(self.pid, REPORT_WAIT_S)
+                    if reported is not None:
+                        return self._finish(*reported)
             return self.poll()
         deadline = time.monotonic() + timeout
         delay = 0.001
@@ -172,7 +212,7 @@ class ProcessTree:
                 proc.send_signal(sig)  # psutil refuses a pid that was reused by another process
             except psutil.Error:
                 continue
-        if self._exit is None:
+        if self._exit is None and (self.popen is not None or self._root_running()):
             # While the unreaped root holds its pid, the group id cannot belong to anyone else.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, sig)

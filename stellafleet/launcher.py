@@ -1,0 +1,254 @@
+"""A warm worker launcher: one pre-imported Python process that forks every worker of a run.
+
+Starting a fresh interpreter and importing stellafleet costs tens of milliseconds of CPU per worker,
+which is most of a fleet's per-task overhead. The launcher (`python -m stellafleet.launcher`) pays it
+once: it imports the worker and the run's pipelines, then forks one child per request. A child becomes
+exactly what `python -m stellafleet.worker` would be: its own session, the task's environment and
+working directory, stdin from /dev/null, stdout and stderr appended to the task's log, and it runs
+`stellafleet.worker.main()`.
+
+The launcher stays single-threaded (forking a threaded process is unsafe), reaps its children and reports
+each exit with its status and rusage. Requests and replies are JSON lines on its stdin and stdout:
+
+    -> {"id": 1, "env": {...}, "cwd": "...", "log": "..."}
+    <- {"id": 1, "pid": 4242}          or {"id": 1, "error": "..."}
+    <- {"exit": 4242, "status": 0, "cpu": 0.012, "maxrss": 31457280}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+# --- the launcher process ---
+
+
+def _child(request: dict[str, Any], close: Sequence[int], ready: int) -> None:
+    """In the forked child: become the worker process, run it, and never return."""
+    code = 1
+    try:
+        os.setsid()
+        os.close(ready)  # tells the launcher the worker leads its own session now
+        for fd in close:  # the launcher's own channels are not the worker's business
+            os.close(fd)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.close(devnull)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        from stellafleet import worker
+
+        code = worker.main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve(preload: Sequence[str]) -> int:
+    """The launcher's loop: fork on request, report exits, leave when the fleet closes stdin."""
+    import importlib
+
+    for module in ["stellafleet.worker", *preload]:
+        with contextlib.suppress(Exception):  # a module that fails here fails again, reported, in its worker
+            importlib.import_module(module)
+    out = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # nothing imported may write into the reply channel by accident
+    os.close(devnull)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    children = 0
+
+    def send(message: dict[str, Any]) -> None:
+        data = (json.dumps(message) + "\n").encode()
+        while data:
+            data = data[os.write(out, data) :]
+
+    def reap(block: bool) -> None:
+        nonlocal children
+        while children:
+            try:
+                pid, status, usage = os.wait4(-1, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                children = 0
+                return
+            if pid == 0:
+                return
+            children -= 1
+            cpu = usage.ru_utime + usage.ru_stime
+            send({"exit": pid, "status": status, "cpu": cpu, "maxrss": usage.ru_maxrss * 1024})
+
+    buffer = b""
+    stdin = sys.stdin.fileno()
+    while True:
+        try:
+            ready, _, _ = select.select([stdin, wake_r], [], [])
+        except InterruptedError:
+            continue
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        reap(block=False)
+        if stdin not in ready:
+            continue
+        chunk = os.read(stdin, 65536)
+        if not chunk:
+            break
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            request = json.loads(line)
+            ready_r, ready_w = os.pipe()
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                os.close(ready_r)
+                os.close(ready_w)
+                send({"id": request["id"], "error": f"fork failed: {exc}"})
+                continue
+            if pid == 0:
+                _child(request, close=(out, wake_r, wake_w, ready_r), ready=ready_w)
+            children += 1
+            os.close(ready_w)
+            os.read(ready_r, 1)  # EOF once the child has its own session (or has died trying)
+            os.close(ready_r)
+            send({"id": request["id"], "pid": pid})
+    reap(block=True)  # the fleet is gone or done: wait for whatever still runs, then leave
+    return 0
+
+
+# --- the fleet's side ---
+
+
+class LauncherGone(Exception):
+    """The launcher process is no longer there to start or report workers."""
+
+
+class Launcher:
+    """Talks to one launcher process; `spawn` and `wait_exit` are safe from many threads."""
+
+    def __init__(self, proc: Any) -> None:
+        self._proc = proc
+        self._lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._next_id = 0
+        self._replies: dict[int, dict[str, Any]] = {}
+        self._exits: dict[int, tuple[int, float, int]] = {}
+        self._gone = False
+        self._reader = threading.Thread(target=self._read, name="stella-launcher", daemon=True)
+        self._reader.start()
+
+    @classmethod
+    def start(cls, preload: Sequence[str], *, cwd: Path) -> Launcher | None:
+        """A running launcher, or None where workers cannot be forked (they are exec'd instead)."""
+        if not hasattr(os, "fork") or not hasattr(os, "pidfd_open") or sys.platform != "linux":
+            return None
+        import subprocess
+
+        proc = subprocess.Popen(
+            [sys.executable, "-P", "-m", "stellafleet.launcher", *preload],
+            cwd=str(cwd),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # the terminal's Ctrl-C is the fleet's to handle
+        )
+        return cls(proc)
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            message = json.loads(line)
+            with self._changed:
+                if "exit" in message:
+                    status = os.waitstatus_to_exitcode(message["status"])
+                    self._exits[message["exit"]] = (status, float(message["cpu"]), int(message["maxrss"]))
+                else:
+                    self._replies[message["id"]] = message
+                self._changed.notify_all()
+        with self._changed:
+            self._gone = True
+            self._changed.notify_all()
+
+    @property
+    def alive(self) -> bool:
+        return not self._gone
+
+    def spawn(self, *, env: Mapping[str, str], cwd: Path, log_path: Path) -> int:
+        """Fork a worker; its pid. LauncherGone if the launcher has exited."""
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            self._next_id += 1
+            request_id = self._next_id
+            request = {"id": request_id, "env": dict(env), "cwd": str(cwd), "log": str(log_path)}
+            try:
+                assert self._proc.stdin is not None
+                self._proc.stdin.write((json.dumps(request) + "\n").encode())
+                self._proc.stdin.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                raise LauncherGone("the worker launcher has exited") from None
+        with self._changed:
+            while request_id not in self._replies and not self._gone:
+                self._changed.wait()
+            reply = self._replies.pop(request_id, None)
+        if reply is None:
+            raise LauncherGone("the worker launcher has exited")
+        if "error" in reply:
+            raise OSError(reply["error"])
+        return int(reply["pid"])
+
+    def exit_of(self, pid: int) -> tuple[int, float, int] | None:
+        """(exit code, CPU seconds, peak RSS bytes) once the launcher has reaped pid."""
+        with self._changed:
+            return self._exits.pop(pid, None)
+
+    def wait_exit(self, pid: int, timeout: float) -> tuple[int, float, int] | None:
+        with self._changed:
+            self._changed.wait_for(lambda: pid in self._exits or self._gone, timeout)
+            return self._exits.pop(pid, None)
+
+    def close(self) -> None:
+        """Let the launcher go: it reaps what still runs and exits."""
+        try:
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self._proc.wait(timeout=10)
+        except Exception:
+            self._proc.kill()
+            self._proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1:]))

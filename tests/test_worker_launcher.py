@@ -1,0 +1,127 @@
+"""The warm launcher that forks workers: a forked worker is a worker like an exec'd one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from fleet_support import by_id, file_locks, make_attempt, run_record, write_config
+
+from stellafleet.launcher import Launcher, LauncherGone
+from stellafleet.proctree import UNKNOWN_STATUS, ProcessTree
+
+
+@pytest.fixture
+def launcher(tmp_path: Path) -> Iterator[Launcher]:
+    started = Launcher.start(["stellafleet.pipelines.command"], cwd=tmp_path)
+    assert started is not None  # Linux with pidfd: the fleet's default
+    yield started
+    started.close()
+
+
+def wait(tree: ProcessTree, timeout: float = 30.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = tree.wait(0.5)
+        if done is not None:
+            return done
+    raise AssertionError("the worker did not exit")
+
+
+def test_a_forked_worker_gets_exactly_its_environment_cwd_session_and_log(
+    tmp_path: Path, isolated_home: Path, launcher: Launcher
+) -> None:
+    ctx = make_attempt(tmp_path)
+    write_config(
+        tmp_path, run='echo "cwd=$(pwd) prompt=$STELLA_PROMPT leaked=${LEAKED:-no}"; env | sort > env.txt'
+    )
+    os.environ["LEAKED"] = "yes"  # in the test process only: the worker gets the env it is handed
+    try:
+        env = {"PATH": os.environ["PATH"], "HOME": str(isolated_home), **ctx.to_env()}
+        tree = ProcessTree.spawn([], cwd=tmp_path, env=env, log_path=ctx.log_path, launcher=launcher)
+    finally:
+        del os.environ["LEAKED"]
+    assert os.getsid(tree.pid) == tree.pid  # its own session, led by itself
+    assert psutil.Process(tree.pid).ppid() != os.getpid()  # the launcher's child, not ours
+    done = wait(tree)
+    assert done.returncode == 0 and done.describe() == "exit status 0"
+    assert done.cpu_seconds > 0 and done.peak_rss_bytes > 1_000_000
+    result = json.loads(ctx.result_path.read_text())
+    assert result["summary"] == f"cwd={tmp_path} prompt=do the thing leaked=no"
+    names = {line.split("=", 1)[0] for line in (tmp_path / "env.txt").read_text().splitlines()}
+    assert "LEAKED" not in names and "STELLA_TASK_ID" in names
+    assert "stella worker: succeeded" in ctx.log_path.read_text()
+
+
+def test_a_forked_worker_killed_by_a_signal_reports_it(
+    tmp_path: Path, isolated_home: Path, launcher: Launcher
+) -> None:
+    ctx = make_attempt(tmp_path)
+    write_config(tmp_path, run="sleep 300")
+    env = {"PATH": os.environ["PATH"], **ctx.to_env()}
+    tree = ProcessTree.spawn([], cwd=tmp_path, env=env, log_path=ctx.log_path, launcher=launcher)
+    time.sleep(0.2)
+    tree.sample()
+    tree.signal_tree(signal.SIGKILL)
+    assert wait(tree).describe() == "killed by signal SIGKILL"
+
+
+def test_when_the_launcher_is_gone_spawning_says_so_and_running_workers_still_end(
+    tmp_path: Path, isolated_home: Path, launcher: Launcher
+) -> None:
+    ctx = make_attempt(tmp_path)
+    marker = tmp_path / "go"
+    write_config(tmp_path, run=f"while [ ! -e {marker} ]; do sleep 0.02; done")
+    env = {"PATH": os.environ["PATH"], **ctx.to_env()}
+    tree = ProcessTree.spawn([], cwd=tmp_path, env=env, log_path=ctx.log_path, launcher=launcher)
+    launcher._proc.kill()  # the launcher dies under a running worker
+    launcher._proc.wait()
+    deadline = time.monotonic() + 10
+    while launcher.alive and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(LauncherGone):
+        launcher.spawn(env=env, cwd=tmp_path, log_path=ctx.log_path)
+    assert tree.poll() is None  # still working
+    marker.write_text("go")
+    assert wait(tree).returncode == UNKNOWN_STATUS  # it ended; nobody is left to tell how
+
+
+@pytest.mark.parametrize("fork", [True, False])
+def test_both_ways_of_starting_workers_run_a_fleet_and_ignore_modules_in_the_repository(
+    git_repo: Path, isolated_home: Path, fork: bool
+) -> None:
+    # A repository file named like a module the worker imports must never be picked up.
+    (git_repo / "json.py").write_text("raise SystemExit('the repository shadowed json')\n")
+    (git_repo / "stellafleet").mkdir()
+    (git_repo / "stellafleet" / "__init__.py").write_text(
+        "raise SystemExit('the repository shadowed stella')\n"
+    )
+    write_config(
+        git_repo,
+        run='echo "ok from $STELLA_TASK_ID"',
+        tasks={"t2": "kill -9 $PPID"},
+        extra=f"[fleet]\nfork_workers = {str(fork).lower()}\n",
+    )
+    # the installed `stella` script (`python -m` would put the repository on the fleet's own sys.path)
+    script = str(Path(sys.executable).parent / "stella")
+    args = [script, "fleet", "--pipeline", "command", "--max-concurrency", "3", "a", "b", "c"]
+    proc = subprocess.run(args, cwd=git_repo, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    record = run_record(git_repo)
+    tasks = by_id(record["tasks"])
+    assert tasks["t1"]["status"] == tasks["t3"]["status"] == "succeeded"
+    assert by_id(record["attempts"], key="task_id")["t1"]["summary"] == "ok from t1"
+    assert tasks["t2"]["reason"] == "worker killed by signal SIGKILL"
+    assert file_locks(git_repo) == []
+    launchers = [
+        p for p in psutil.process_iter(["cmdline"]) if "stellafleet.launcher" in (p.info["cmdline"] or [])
+    ]
+    assert not [p for p in launchers if str(git_repo) in " ".join(p.cwd() for _ in [0])]
