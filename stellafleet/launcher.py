@@ -78,6 +78,10 @@ def serve(preload: Sequence[str]) -> int:
     for module in ["stellafleet.worker", *preload]:
         with contextlib.suppress(Exception):  # a module that fails here fails again, reported, in its worker
             importlib.import_module(module)
+    if threading.active_count() > 1:
+        # A preloaded module started a thread: forking now could copy a held lock into every worker.
+        # Leaving makes the fleet start fresh interpreters instead.
+        return 3
     out = os.dup(1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # nothing imported may write into the reply channel by accident

@@ -125,3 +125,46 @@ def test_both_ways_of_starting_workers_run_a_fleet_and_ignore_modules_in_the_rep
         p for p in psutil.process_iter(["cmdline"]) if "stellafleet.launcher" in (p.info["cmdline"] or [])
     ]
     assert not [p for p in launchers if str(git_repo) in " ".join(p.cwd() for _ in [0])]
+
+
+def test_a_preloaded_module_that_starts_a_thread_makes_the_fleet_fall_back_to_fresh_interpreters(
+    tmp_path: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "threaded_pipeline.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "from stellafleet.pipelines.command import CommandPipeline as Threaded\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(plugins))
+    launcher = Launcher.start(["threaded_pipeline"], cwd=tmp_path)
+    assert launcher is not None
+    ctx = make_attempt(tmp_path)
+    with pytest.raises(LauncherGone):
+        launcher.spawn(env=ctx.to_env(), cwd=tmp_path, log_path=ctx.log_path)
+    launcher.close()
+
+
+def test_the_dispatcher_starts_fresh_interpreters_once_its_launcher_is_gone(
+    tmp_path: Path, isolated_home: Path, launcher: Launcher
+) -> None:
+    from stellafleet.claims import ClaimStore
+    from stellafleet.dispatch import Dispatcher, RunSettings
+    from stellafleet.ledger import Ledger
+
+    ctx = make_attempt(tmp_path)
+    write_config(tmp_path, run="echo fresh")
+    launcher._proc.kill()
+    launcher._proc.wait()
+    settings = RunSettings(root=tmp_path, run_id=ctx.run_id, base_commit="0" * 40, default_pipeline="command")
+    with Ledger.open(ctx.paths.fleet_db) as ledger, ClaimStore.open(ctx.paths.store_db) as claims:
+        dispatcher = Dispatcher(settings, ledger, claims, lambda name, data: None, launcher=launcher)
+        deadline = time.monotonic() + 10
+        while launcher.alive and time.monotonic() < deadline:
+            time.sleep(0.01)
+        tree = dispatcher._spawn(tmp_path, {**os.environ, **ctx.to_env()}, ctx.log_path)
+        assert tree.popen is not None and dispatcher.launcher is None
+        assert wait(tree).returncode == 0
+        dispatcher.close()
+    assert json.loads(ctx.result_path.read_text())["summary"] == "fresh"
