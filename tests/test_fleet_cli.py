@@ -225,3 +225,30 @@ def test_a_terminal_gets_the_live_display_and_a_summary_table(git_repo: Path, is
     assert re.search(r"t1\s+\d+\.\ds\s+0 steps\s+\$0\.00\s+first job", screen)
     assert "┃ task" in screen and "summary / reason" in screen  # rich's summary table
     assert "done: t2" in screen
+
+
+def test_quiet_output_and_the_default_pipeline_from_the_config(git_repo: Path, stella: StellaRunner) -> None:
+    write_config(
+        git_repo,
+        run='echo "fine"',
+        tasks={"t2": "echo broken; exit 1"},
+        extra='[fleet]\npipeline = "command"\n',
+    )
+    proc = stella("-q", "fleet", "one", "two", "three", cwd=git_repo)
+    assert proc.returncode == 1
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 2, proc.stdout  # the failure and the final line, nothing else
+    assert lines[0].strip().startswith("failed t2 after") and lines[0].endswith(
+        "command failed: exit status 1: broken"
+    )
+    assert lines[1].startswith("run r-") and lines[1].endswith("1 failed, 2 succeeded; spend $0.00; exit 1")
+    assert run_record(git_repo)["run"]["pipeline"] == "command"
+
+
+def test_without_git_on_path_the_fleet_says_so(git_repo: Path, tmp_path: Path, stella: StellaRunner) -> None:
+    empty = tmp_path / "no-tools"
+    empty.mkdir()
+    proc = stella("fleet", "a prompt", cwd=git_repo, env={"PATH": str(empty)})
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "git is not installed or not on PATH" in lines[0]
