@@ -13,7 +13,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -220,7 +221,13 @@ def prepare(opts: FleetOptions) -> Prepared:
 class Interrupts:
     """Ctrl-C once: launch nothing more and let running workers finish. Twice: stop their process trees."""
 
-    def __init__(self, request_stop: Any, stop_workers: Any, running: Any, emit: Any) -> None:
+    def __init__(
+        self,
+        request_stop: Callable[[str], None],
+        stop_workers: Callable[[], None],
+        running: Callable[[], Sequence[str]],
+        emit: Callable[[str, Mapping[str, Any]], None],
+    ) -> None:
         self.count = 0
         self._request_stop = request_stop
         self._stop_workers = stop_workers
@@ -287,13 +294,13 @@ def exit_status(
         return "interrupted", EXIT_INTERRUPTED, INTERRUPTED
     if stopped and stopped.startswith(SPEND_STOP_PREFIX):
         return "spend_limited", EXIT_SPEND_LIMIT, stopped
-    bad = {status: sum(1 for s in statuses.values() if s == status) for status in ("failed", "skipped")}
-    if any(status != "succeeded" for status in statuses.values()):
-        others = sum(1 for s in statuses.values() if s not in ("succeeded", "failed", "skipped"))
-        parts = [f"{n} {status}" for status, n in bad.items() if n] + (
-            [f"{others} interrupted"] if others else []
+    unsuccessful = Counter(status for status in statuses.values() if status != "succeeded")
+    if unsuccessful:
+        return (
+            "failed",
+            EXIT_TASK_FAILED,
+            ", ".join(f"{n} {status}" for status, n in sorted(unsuccessful.items())),
         )
-        return "failed", EXIT_TASK_FAILED, ", ".join(parts)
     return "succeeded", EXIT_OK, None
 
 
