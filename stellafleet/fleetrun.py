@@ -166,6 +166,11 @@ class FleetRun:
             try:
                 return self._run(ledger, dispatcher)
             finally:
+                abort = getattr(self.reporter, "abort", None)
+                if (
+                    abort is not None
+                ):  # after finish() this is a no-op; after an error it restores the terminal
+                    abort()
                 dispatcher.close()
                 if launcher is not None:
                     launcher.close()

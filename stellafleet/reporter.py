@@ -257,11 +257,19 @@ class LiveReporter(_Sink):
     def on_notice(self, data: Mapping[str, Any]) -> None:
         self.console.print(f"[bold yellow]stella fleet:[/] {data['text']}", highlight=False)
 
+    def abort(self) -> None:
+        """Give the terminal back (cursor, scrolling) when a run ends without a result."""
+        with self._lock:
+            if self._started:
+                self._started = False
+                self._live.stop()
+
     def finish(self, doc: Mapping[str, Any]) -> None:
         from rich.table import Table
 
         with self._lock:
             if self._started:
+                self._started = False
                 self._live.stop()
             table = Table(title=None, show_lines=False)
             for column in ("task", "wave", "status", "spend", "summary / reason", "branch"):
