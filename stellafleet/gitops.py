@@ -6,6 +6,7 @@ import hashlib
 import os
 import re
 import shutil
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -153,8 +154,24 @@ class Worktree:
     branch: str | None
 
 
+# `git worktree add` reads every other worktree's admin files, so one being created at the same moment
+# can make it fail ("failed to read .git/worktrees/<name>/commondir"). Serialise our own calls, and
+# retry the ones that raced another process.
+_WORKTREE_ADD_LOCK = threading.Lock()
+
+
 def worktree_add(root: Path, path: Path, branch: str, base_commit: str) -> None:
-    git("worktree", "add", "-q", "-b", branch, str(path), base_commit, cwd=root)
+    for attempt in range(20):
+        try:
+            with _WORKTREE_ADD_LOCK:
+                git("worktree", "add", "-q", "-b", branch, str(path), base_commit, cwd=root)
+            return
+        except GitError as exc:
+            if "failed to read" not in str(exc) or attempt == 19:
+                raise
+            if branch_exists(root, branch) and not path.exists():
+                branch_delete(root, branch, force=True)
+            time.sleep(0.05)
 
 
 def worktree_list(root: Path) -> list[Worktree]:
