@@ -56,7 +56,7 @@ def _spend_limit(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="stella",
         description="Run many AI coding-agent workers at once against one git repository.",
@@ -79,25 +79,32 @@ def build_parser() -> argparse.ArgumentParser:
     verbosity.add_argument("-q", "--quiet", action="store_true", help="less output")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
-        module = importlib.import_module(f"stellafleet.commands.{name}")
-        module.add_parser(sub)
+        if only is None or name == only:
+            importlib.import_module(f"stellafleet.commands.{name}").add_parser(sub)
+        else:
+            # Workers call `stella commit` often: import only the command that runs.
+            sub.add_parser(name)
     return parser
+
+
+def _command_index(argv: Sequence[str]) -> int:
+    """Where the command word stands in argv (len(argv) when there is none)."""
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token in _GLOBAL_WITH_VALUE:
+            i += 2
+        elif token.startswith("-"):
+            i += 1
+        else:
+            break
+    return min(i, len(argv))
 
 
 def misplaced_spend_limit(argv: Sequence[str]) -> str | None:
     """The corrected command line when --spend-limit follows the subcommand, else None."""
     args = list(argv)
-    i = 0
-    while i < len(args):
-        token = args[i]
-        if token in _GLOBAL_WITH_VALUE:
-            i += 2
-            continue
-        if token.startswith("-"):
-            i += 1
-            continue
-        break
-    command_at = i
+    command_at = _command_index(args)
     for j in range(command_at + 1, len(args)):
         token = args[j]
         if token == "--":
@@ -133,7 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     args: argparse.Namespace | None = None
     try:
-        parser = build_parser()
+        at = _command_index(argv)
+        word = argv[at] if at < len(argv) else None
+        parser = build_parser(word if word in COMMAND_MODULES else None)
         args = parser.parse_args(argv)
         logging.basicConfig(
             level=logging.DEBUG if args.verbose > 1 else logging.INFO if args.verbose else logging.WARNING,

@@ -105,3 +105,19 @@ def test_missing_directory_for_dash_c(tmp_path: Path) -> None:
     result = stella("-C", str(tmp_path / "nope"), "runs")
     assert result.returncode == 2
     assert "No such file or directory" in result.stderr
+
+
+def test_a_command_imports_only_what_it_needs(tmp_path: Path) -> None:
+    # Workers run `stella commit` often: it must not pay for doit, the dashboard or the engine.
+    code = (
+        "import sys\n"
+        "from stellafleet.cli import main\n"
+        "main(['commit', '-m', 'x', 'a'])\n"
+        "heavy = sorted(m for m in ('doit', 'stellafleet.graph', 'stellafleet.observatory.server',"
+        " 'stellafleet.engine.loop', 'rich.console') if m in sys.modules)\n"
+        "print(heavy)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout.strip() == "[]", result.stdout + result.stderr
