@@ -84,35 +84,18 @@ def build_plan(opts: FleetOptions, root: Path) -> Plan:
 
 
 def pipeline_problems(plan: Plan, default: str, config: Config, spend_limit: float | None) -> list[str]:
-    """Everything missing before the named pipelines can run (empty: ready)."""
+    """Everything missing before the plan's pipelines can run (empty: ready): each pipeline is asked once
+    per model its tasks use, knowing whether a spend limit is set."""
     from stellafleet import pipelines
 
-    names = sorted({task.pipeline or default for task in plan.tasks})
+    uses = sorted(
+        {(task.pipeline or default, task.model) for task in plan.tasks}, key=lambda u: (u[0], u[1] or "")
+    )
     installed = pipelines.available()
-    unknown = [name for name in names if name not in installed]
+    unknown = sorted({name for name, _ in uses if name not in installed})
     if unknown:
-        return [
-            f"unknown pipeline {name!r}: installed pipelines are {', '.join(installed) or 'none'}"
-            for name in unknown
-        ]
-    problems = pipelines.preflight([name for name in names if name != DEFAULT_PIPELINE], config)
-    if DEFAULT_PIPELINE in names:
-        problems.extend(_engine_problems(plan, default, config, spend_limit))
-    return problems
-
-
-def _engine_problems(plan: Plan, default: str, config: Config, spend_limit: float | None) -> list[str]:
-    """The built-in engine, once per model its tasks use: configured, keyed, and priced under a limit."""
-    from stellafleet.pipelines.plain import PlainPipeline
-
-    engine = PlainPipeline()
-    models = {task.model for task in plan.tasks if (task.pipeline or default) == DEFAULT_PIPELINE}
-    problems = []
-    for model in sorted(models, key=lambda m: m or ""):  # None: the configured engine.model
-        problem = engine.preflight(config, spend_limited=spend_limit is not None, model=model)
-        if problem and f"pipeline {DEFAULT_PIPELINE}: {problem}" not in problems:
-            problems.append(f"pipeline {DEFAULT_PIPELINE}: {problem}")
-    return problems
+        return [pipelines.unknown_pipeline(name, installed) for name in unknown]
+    return pipelines.preflight(uses, config, spend_limited=spend_limit is not None)
 
 
 def pipeline_entries(names: Sequence[str]) -> dict[str, str]:

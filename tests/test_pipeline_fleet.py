@@ -273,3 +273,32 @@ def test_concurrent_claude_workers_cannot_edit_the_same_file(
     assert files_of(git_repo, commits["first"]["sha"]) == ["shared.txt"]
     assert files_of(git_repo, commits["second"]["sha"]) == ["own.txt"]
     assert file_locks(git_repo) == []  # implicit claims end with their attempts
+
+
+def test_codex_under_a_spend_limit_without_a_price_stops_the_fleet_before_anything_runs(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    plan = write_plan(
+        tmp_path,
+        [
+            {"id": "priced", "prompt": "Write notes", "pipeline": "codex", "model": "gpt-5"},
+            {"id": "house", "prompt": "Write more notes", "pipeline": "codex", "model": "house-codex-1"},
+        ],
+    )
+    env = agent_env(tmp_path, {"turns": [{"input_tokens": 10, "cached_input_tokens": 0, "output_tokens": 1}]})
+    proc = stella("--spend-limit", "1", "fleet", "--plan", str(plan), cwd=git_repo, env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert (
+        "pipeline codex: it has no budget flag of its own and no price known for model 'house-codex-1'"
+        in (proc.stderr)
+    )
+    assert '[prices."house-codex-1"] with input_per_mtok = ... and output_per_mtok = ...' in proc.stderr
+    assert "gpt-5" not in proc.stderr  # the priced model is fine
+    assert not Path(env[LOG_ENV]).exists()  # no codex was started
+    assert not (git_repo / ".stella" / "private" / "fleet.db").exists()  # and no run was recorded
+
+    no_limit = stella("fleet", "--dry-run", "--plan", str(plan), cwd=git_repo, env=env)
+    assert no_limit.returncode == 0, no_limit.stderr  # unpriced is allowed without a limit ($0 recorded)
+    write_config(git_repo, extra='[prices."house-codex-1"]\ninput_per_mtok = 1\noutput_per_mtok = 2\n')
+    priced = stella("--spend-limit", "1", "fleet", "--dry-run", "--plan", str(plan), cwd=git_repo, env=env)
+    assert priced.returncode == 0, priced.stderr

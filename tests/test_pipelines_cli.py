@@ -179,3 +179,101 @@ def test_a_broken_plugin_is_listed_as_broken_without_hiding_the_others(
         in proc.stdout
     )
     assert any(line.startswith("claude-code ") for line in proc.stdout.splitlines())
+
+
+# --- the preflight protocol: the run's facts, and plugins written to the older one-argument form ---
+
+
+class LegacyPipeline:
+    """A plugin written before preflight took keywords."""
+
+    name = "legacy"
+    description = "old-style preflight"
+
+    def __init__(self) -> None:
+        self.calls: list[Config] = []
+
+    def preflight(self, config: Config) -> str | None:
+        self.calls.append(config)
+        return None if config.get("pipelines.legacy.ok") else "set [pipelines.legacy] ok = true"
+
+
+class ModelAwarePipeline:
+    name = "aware"
+    description = "new-style preflight"
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, object]] = []
+
+    def preflight(
+        self, config: Config, *, spend_limited: bool = False, model: str | None = None
+    ) -> str | None:
+        self.calls.append({"spend_limited": spend_limited, "model": model})
+        return f"no price for {model}" if spend_limited and model == "unpriced" else None
+
+
+class KwargsPipeline:
+    name = "kwargs"
+    description = "takes any keywords"
+
+    def __init__(self) -> None:
+        self.seen: dict[str, object] = {}
+
+    def preflight(self, config: Config, **facts: object) -> str | None:
+        self.seen = facts
+        return None
+
+
+def test_preflight_passes_the_run_facts_only_to_a_preflight_that_takes_them() -> None:
+    legacy = LegacyPipeline()
+    assert pipelines.ask_preflight(legacy, Config({}), spend_limited=True, model="m") == (
+        "set [pipelines.legacy] ok = true"
+    )
+    ok = Config({"pipelines": {"legacy": {"ok": True}}})
+    assert pipelines.ask_preflight(legacy, ok, spend_limited=True, model="m") is None
+    assert len(legacy.calls) == 2
+
+    aware = ModelAwarePipeline()
+    assert (
+        pipelines.ask_preflight(aware, Config({}), spend_limited=True, model="unpriced")
+        == "no price for unpriced"
+    )
+    assert pipelines.ask_preflight(aware, Config({}), spend_limited=False, model="unpriced") is None
+    assert aware.calls == [
+        {"spend_limited": True, "model": "unpriced"},
+        {"spend_limited": False, "model": "unpriced"},
+    ]
+
+    anything = KwargsPipeline()
+    assert pipelines.ask_preflight(anything, Config({}), spend_limited=True, model=None) is None
+    assert anything.seen == {"spend_limited": True, "model": None}
+
+
+def test_an_old_style_plugin_preflight_still_gates_the_fleet(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    site = tmp_path / "site"
+    (site / "legacy_plugin").mkdir(parents=True)
+    (site / "legacy_plugin" / "__init__.py").write_text(
+        "class Legacy:\n"
+        "    name = 'legacy'\n    description = 'preflight(config) only'\n"
+        "    def preflight(self, config):\n"
+        "        return None if config.get('pipelines.legacy.ok') else 'set [pipelines.legacy] ok = true'\n"
+        "    def version(self): return None\n"
+        "    def run(self, ctx, config, spend): raise RuntimeError('not in a dry run')\n"
+    )
+    info = site / "legacy_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: legacy-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[stella.pipelines]\nlegacy = legacy_plugin:Legacy\n")
+    env = {"PYTHONPATH": str(site)}
+    args = ("--spend-limit", "1", "fleet", "--pipeline", "legacy", "Tidy up")
+    refused = stella(*args, cwd=git_repo, env=env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "pipeline legacy: set [pipelines.legacy] ok = true" in refused.stderr
+    assert "preflight failed" not in refused.stderr  # called without the keywords it does not take
+    assert not (git_repo / ".stella" / "private" / "fleet.db").exists()
+    (git_repo / ".stella").mkdir()
+    (git_repo / ".stella" / "config.toml").write_text("[pipelines.legacy]\nok = true\n")
+    ready = stella(*args[:3], "--dry-run", *args[3:], cwd=git_repo, env=env)
+    assert ready.returncode == 0, ready.stdout + ready.stderr

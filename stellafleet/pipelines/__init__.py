@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+import inspect
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from stellafleet.config import Config
 from stellafleet.errors import StellaError
@@ -14,7 +15,16 @@ if TYPE_CHECKING:
 
 GROUP = "stella.pipelines"
 
-__all__ = ["GROUP", "Pipeline", "PipelineResult", "SpendReporter", "available", "load", "preflight"]
+__all__ = [
+    "GROUP",
+    "Pipeline",
+    "PipelineResult",
+    "SpendReporter",
+    "ask_preflight",
+    "available",
+    "load",
+    "preflight",
+]
 
 
 def _entry_points() -> dict[str, EntryPoint]:
@@ -30,11 +40,14 @@ def available() -> dict[str, EntryPoint]:
     return dict(sorted(_entry_points().items()))
 
 
+def unknown_pipeline(name: str, installed: Iterable[str]) -> str:
+    return f"unknown pipeline {name!r}: installed pipelines are {', '.join(sorted(installed)) or 'none'}"
+
+
 def load(name: str) -> Pipeline:
     eps = _entry_points()
     if name not in eps:
-        installed = ", ".join(sorted(eps)) or "none"
-        raise StellaError(f"unknown pipeline {name!r}: installed pipelines are {installed}")
+        raise StellaError(unknown_pipeline(name, eps))
     try:
         factory = eps[name].load()
     except Exception as exc:  # a broken third-party plugin must not take stella down with a traceback
@@ -45,23 +58,56 @@ def load(name: str) -> Pipeline:
 
 # --- preflight (pipelines area): checked by the fleet before anything starts ---
 
+# A pipeline name, or (name, model) for tasks that name their own model (None: the configured default).
+PipelineUse = str | tuple[str, str | None]
 
-def preflight(names: Iterable[str], config: Config) -> list[str]:
-    """Every problem that keeps the named pipelines from running (empty when all are ready)."""
+
+def preflight(uses: Iterable[PipelineUse], config: Config, *, spend_limited: bool = False) -> list[str]:
+    """Every problem that keeps these pipelines from running (empty when all are ready).
+
+    Each pipeline is loaded once and asked once per model its tasks use; the same problem is listed once.
+    """
     problems: list[str] = []
-    for name in dict.fromkeys(names):
-        try:
-            pipeline = load(name)
-        except StellaError as exc:
-            problems.append(str(exc))
+    loaded: dict[str, Pipeline | None] = {}
+    for name, model in dict.fromkeys((use, None) if isinstance(use, str) else use for use in uses):
+        if name not in loaded:
+            try:
+                loaded[name] = load(name)
+            except StellaError as exc:
+                loaded[name] = None
+                problems.append(str(exc))
+        pipeline = loaded[name]
+        if pipeline is None:
             continue
-        try:
-            problem = pipeline.preflight(config)
-        except StellaError as exc:
-            problem = str(exc)
-        except Exception as exc:  # a third-party plugin's bug is reported, not raised
-            problem = f"preflight failed: {type(exc).__name__}: {exc}"
+        problem = ask_preflight(pipeline, config, spend_limited=spend_limited, model=model)
         if problem:
-            named = problem.startswith(f"pipeline {name}")
-            problems.append(problem if named else f"pipeline {name}: {problem}")
+            named = problem if problem.startswith(f"pipeline {name}") else f"pipeline {name}: {problem}"
+            if named not in problems:
+                problems.append(named)
     return problems
+
+
+def ask_preflight(
+    pipeline: Pipeline, config: Config, *, spend_limited: bool, model: str | None
+) -> str | None:
+    """pipeline.preflight with the run's facts, passing only the keywords it takes (a plugin written to the
+    older `preflight(self, config)` gets the config alone); a raised error becomes the problem."""
+    facts: dict[str, Any] = {"spend_limited": spend_limited, "model": model}
+    try:
+        takes = _keywords(pipeline.preflight)
+        return pipeline.preflight(config, **{k: v for k, v in facts.items() if takes is None or k in takes})
+    except StellaError as exc:
+        return str(exc)
+    except Exception as exc:  # a third-party plugin's bug is reported, not raised
+        return f"preflight failed: {type(exc).__name__}: {exc}"
+
+
+def _keywords(function: Callable[..., Any]) -> set[str] | None:
+    """The keyword arguments function accepts by name; None when it takes any (**kwargs)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: call it the old way
+        return set()
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}

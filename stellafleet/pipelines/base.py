@@ -43,8 +43,16 @@ class Pipeline(Protocol):
     name: ClassVar[str]
     description: ClassVar[str]
 
-    def preflight(self, config: Config) -> str | None:
-        """None when ready; otherwise what to install or configure."""
+    def preflight(
+        self, config: Config, *, spend_limited: bool = False, model: str | None = None
+    ) -> str | None:
+        """None when ready; otherwise one line saying what to install or configure.
+
+        spend_limited: the run has a spend limit, so what the pipeline spends must be known (a pipeline
+        that prices tokens itself refuses a model it has no price for). model: a task's own model (None:
+        the pipeline's configured default); the fleet asks once per model its tasks use. Plugins written
+        to the older `preflight(self, config)` still work: they are called without the keywords.
+        """
         ...
 
     def version(self) -> str | None: ...

@@ -178,29 +178,36 @@ class CodexPipeline(AgentCliPipeline):
     display_name: ClassVar[str] = "Codex"
     install_hint: ClassVar[str] = "npm install -g @openai/codex"
 
-    def preflight(self, config: Config) -> str | None:
+    def preflight(
+        self, config: Config, *, spend_limited: bool = False, model: str | None = None
+    ) -> str | None:
         problem = super().preflight(config)
         if problem is not None:
             return problem
-        model = self.settings(config).model
-        if model is not None:
-            try:
-                price_for(model, config)
-            except Exception as exc:  # a malformed [prices] table is a config problem to report, not a crash
-                return f"pipeline {self.name}: {exc}"
+        model = model or self.settings(config).model
+        try:
+            pricer = price_for(model, config) if model else None
+        except Exception as exc:  # a malformed [prices] table is a config problem to report, not a crash
+            return f"pipeline {self.name}: {exc}"
+        if spend_limited and pricer is None:
+            return f"pipeline {self.name}: {self.no_price(model)}"
         return None
+
+    def no_price(self, model: str | None) -> str:
+        """Why Codex cannot run under a spend limit without a price, and how to set one."""
+        why = (
+            unknown_price_message(model)
+            if model
+            else f"no model is set to price its token usage with: set [pipelines.{self.name}] model"
+        )
+        return f"it has no budget flag of its own and {why}"
 
     def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult:
         settings = self.settings(config)
         model = model_for(ctx, settings)
         pricer = price_for(model, config) if model else None
         if ctx.spend_guard_usd is not None and pricer is None:
-            why = (
-                unknown_price_message(model)
-                if model
-                else f"no model is set to price its token usage with: set [pipelines.{self.name}] model"
-            )
-            return failed(f"codex was not started: it has no budget flag of its own and {why}")
+            return failed(f"codex was not started: {self.no_price(model)}")
         follower = CodexFollower(pricer, ctx.spend_guard_usd, spend)
         run = run_cli(
             build_argv(

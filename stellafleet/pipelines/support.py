@@ -120,7 +120,10 @@ class AgentCliPipeline:
     def cli_path(self, config: Config) -> str | None:
         return find_cli(self.settings(config).binary)
 
-    def preflight(self, config: Config) -> str | None:
+    def preflight(
+        self, config: Config, *, spend_limited: bool = False, model: str | None = None
+    ) -> str | None:
+        """The CLI is configured and installed; subclasses that price tokens also check the model's price."""
         try:
             binary = self.settings(config).binary
         except StellaError as exc:

@@ -20,8 +20,17 @@ class NotesPipeline:
     name = "notes"
     description = "writes the task's prompt to notes/<task>.md and commits it (example plugin)"
 
-    def preflight(self, config: Config) -> str | None:
-        """None when ready; otherwise one line saying what to install or configure."""
+    def preflight(
+        self, config: Config, *, spend_limited: bool = False, model: str | None = None
+    ) -> str | None:
+        """None when ready; otherwise one line saying what to install or configure.
+
+        The fleet calls this before anything runs, once per model this pipeline's tasks use (`model`:
+        a task's own model, None for the default), with spend_limited=True when the run has a spend
+        limit: a pipeline that prices tokens itself should refuse a model it has no price for then.
+        `notes` spends nothing, so it needs neither. (A plugin may still declare the older
+        `preflight(self, config)`: stella passes only the keywords a preflight accepts.)
+        """
         folder = config.get("pipelines.notes.folder", "notes")
         if not isinstance(folder, str) or not folder.strip() or folder.startswith("/"):
             return "set [pipelines.notes] folder to a folder inside the repository"
