@@ -24,7 +24,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -44,6 +44,53 @@ def write_shims(bin_dir: Path, clis: Iterable[str] = CLIS, *, python: str | None
         shim.write_text(f'#!/bin/sh\nexec "{python}" -m stellafleet.testing.fake_{cli} "$@"\n')
         shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return bin_dir
+
+
+# --- starting up: the version, argv, the start log entry and the script --------------------------------
+
+
+def answers_version(args: list[str], version: str, flags: Iterable[str] = ("--version",)) -> bool:
+    """Print version when one of flags was given (the fake then exits 0 at once)."""
+    if any(flag in args for flag in flags):
+        print(version)
+        return True
+    return False
+
+
+def parse_args(
+    argv: list[str], value_options: Collection[str], multi_options: Collection[str] = ()
+) -> tuple[dict[str, Any], list[str]]:
+    """(options, positional arguments): value_options take the next argument, multi_options every
+    argument up to the next option (as Claude Code's variadic ones do), any other option is a flag."""
+    options: dict[str, Any] = {}
+    positional: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in value_options:
+            options[arg] = argv[i + 1]
+            i += 2
+        elif arg in multi_options:
+            values = []
+            i += 1
+            while i < len(argv) and not argv[i].startswith("-"):
+                values.append(argv[i])
+                i += 1
+            options[arg] = values
+        elif arg.startswith("-"):
+            options[arg] = True
+            i += 1
+        else:
+            positional.append(arg)
+            i += 1
+    return options, positional
+
+
+def begin(cli: str, args: list[str], *, cwd: Path, options: dict[str, Any], prompt: Any) -> dict[str, Any]:
+    """Log SIGTERM from now on, log the start (argv, cwd, options, prompt); returns this run's script."""
+    on_sigterm(cli)
+    log(cli, "start", argv=args, cwd=str(cwd), options=options, prompt=prompt)
+    return load_script(cli)
 
 
 def load_script(cli: str) -> dict[str, Any]:
@@ -106,11 +153,23 @@ def write_file(cwd: Path, relative: str, content: str) -> Path:
     return target
 
 
-def stella_commit(message: str, paths: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Commit through `stella commit`, found on PATH as an agent's shell would find it."""
-    return subprocess.run(
+def commit_message(cli: str, commit: dict[str, Any]) -> str:
+    """The message of the script's `commit` entry."""
+    return str(commit.get("message", f"fake {cli} work"))
+
+
+def commit_command(message: str, paths: list[str]) -> str:
+    """The shell command an agent runs to commit paths (as the fakes report it)."""
+    return f"stella commit -m {json.dumps(message)} {' '.join(paths)}"
+
+
+def stella_commit(cli: str, message: str, paths: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Commit through `stella commit`, found on PATH as an agent's shell would find it; logged."""
+    done = subprocess.run(
         ["stella", "commit", "-m", message, *paths], cwd=cwd, capture_output=True, text=True, check=False
     )
+    log(cli, "commit", exit_code=done.returncode, stdout=done.stdout, stderr=done.stderr)
+    return done
 
 
 def spawn_sleeper(cli: str) -> None:
@@ -119,9 +178,15 @@ def spawn_sleeper(cli: str) -> None:
     log(cli, "spawned", child_pid=child.pid)
 
 
-def hang(cli: str) -> None:
+def spawn_or_hang(cli: str, script: dict[str, Any]) -> bool:
+    """`spawn_child`: start a grandchild; mode `hang`: sleep until stopped. True when it hung."""
+    if script.get("spawn_child"):
+        spawn_sleeper(cli)
+    if script.get("mode") != "hang":
+        return False
     log(cli, "hanging")
     time.sleep(HANG_S)
+    return True
 
 
 def crash(cli: str, script: dict[str, Any], default: str) -> int:
@@ -129,6 +194,18 @@ def crash(cli: str, script: dict[str, Any], default: str) -> int:
     sys.stderr.flush()
     log(cli, "crashed")
     return int(script.get("exit_code", 1))
+
+
+def crash_or_garble(cli: str, script: dict[str, Any], *, stderr: str, garbage: str) -> int | None:
+    """Mode `crash` (stderr and a non-zero exit) or `malformed` (one line that is not JSON, exit 0): the
+    exit status; None for any other mode."""
+    mode = script.get("mode")
+    if mode == "crash":
+        return crash(cli, script, stderr)
+    if mode == "malformed":
+        emit(garbage)
+        return 0
+    return None
 
 
 def wait_for_file(path: str | None, timeout: float = 120.0) -> None:
@@ -148,7 +225,8 @@ def mark(path: str | None) -> None:
         Path(path).write_text("")
 
 
-def pause(script: dict[str, Any]) -> None:
-    seconds = float(script.get("pause_s", 0) or 0)
+def pause(script: dict[str, Any], key: str = "pause_s") -> None:
+    """Sleep for the script's `pause_s` (or another key's) seconds, if any."""
+    seconds = float(script.get(key, 0) or 0)
     if seconds:
         time.sleep(seconds)

@@ -36,24 +36,6 @@ VALUE_OPTIONS = {
 }
 
 
-def parse(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
-    options: dict[str, Any] = {}
-    files: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg in VALUE_OPTIONS:
-            options[arg] = argv[i + 1]
-            i += 2
-        elif arg.startswith("-"):
-            options[arg] = True
-            i += 1
-        else:
-            files.append(arg)
-            i += 1
-    return options, files
-
-
 class Analytics:
     def __init__(self, path: str | None, model: str) -> None:
         self.path = Path(path) if path else None
@@ -79,15 +61,12 @@ class Analytics:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if "--version" in args:
-        print(VERSION)
+    if fa.answers_version(args, VERSION):
         return 0
-    fa.on_sigterm(CLI)
-    options, _files = parse(args)
+    options, _files = fa.parse_args(args, VALUE_OPTIONS)
     cwd = Path.cwd()
     message = options.get("--message") or options.get("--msg") or options.get("-m")
-    fa.log(CLI, "start", argv=args, cwd=str(cwd), options=options, prompt=message)
-    script = fa.load_script(CLI)
+    script = fa.begin(CLI, args, cwd=cwd, options=options, prompt=message)
     if not message:
         sys.stderr.write("fake aider only does --message\n")
         return 2
@@ -102,10 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         return fa.crash(
             CLI, script, "Traceback (most recent call last):\n  ...\nRuntimeError: fake aider crashed"
         )
-    if script.get("spawn_child"):
-        fa.spawn_sleeper(CLI)
-    if mode == "hang":
-        fa.hang(CLI)
+    if fa.spawn_or_hang(CLI, script):
         return 0
     if mode == "error":
         print(str(script.get("reply", "litellm.AuthenticationError: OpenAIException - invalid api key")))

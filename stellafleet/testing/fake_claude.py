@@ -47,31 +47,6 @@ MULTI_OPTIONS = {
 }
 
 
-def parse(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
-    options: dict[str, Any] = {}
-    positional: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg in VALUE_OPTIONS:
-            options[arg] = argv[i + 1]
-            i += 2
-        elif arg in MULTI_OPTIONS:  # variadic, as in the real CLI: takes values up to the next option
-            values = []
-            i += 1
-            while i < len(argv) and not argv[i].startswith("-"):
-                values.append(argv[i])
-                i += 1
-            options[arg] = values
-        elif arg.startswith("-"):
-            options[arg] = True
-            i += 1
-        else:
-            positional.append(arg)
-            i += 1
-    return options, positional
-
-
 def load_settings(value: str | None) -> dict[str, Any]:
     if not value:
         return {}
@@ -219,16 +194,12 @@ class Session:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if "--version" in args or "-v" in args:
-        print(VERSION)
+    if fa.answers_version(args, VERSION, ("--version", "-v")):
         return 0
-    fa.on_sigterm(CLI)
-    options, positional = parse(args)
+    # The real CLI's variadic options take values up to the next option.
+    options, positional = fa.parse_args(args, VALUE_OPTIONS, MULTI_OPTIONS)
     cwd = Path.cwd()
-    fa.log(
-        CLI, "start", argv=args, cwd=str(cwd), options=options, prompt=positional[0] if positional else None
-    )
-    script = fa.load_script(CLI)
+    script = fa.begin(CLI, args, cwd=cwd, options=options, prompt=positional[0] if positional else None)
     if not options.get("-p") and not options.get("--print"):
         sys.stderr.write("fake claude only does print mode (-p)\n")
         return 2
@@ -236,12 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     if output_format == "stream-json" and not options.get("--verbose"):
         sys.stderr.write("Error: When using --print, --output-format=stream-json requires --verbose\n")
         return 1
+    ended = fa.crash_or_garble(
+        CLI, script, stderr="Error: fake claude crashed", garbage="Claude says hello, but this is not JSON {"
+    )
+    if ended is not None:
+        return ended
     mode = str(script.get("mode", "success"))
-    if mode == "crash":
-        return fa.crash(CLI, script, "Error: fake claude crashed")
-    if mode == "malformed":
-        fa.emit("Claude says hello, but this is not JSON {")
-        return 0
     session = Session(options, script, cwd)
     session.say(
         {
@@ -254,10 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             "permissionMode": options.get("--permission-mode", "default"),
         }
     )
-    if script.get("spawn_child"):
-        fa.spawn_sleeper(CLI)
-    if mode == "hang":
-        fa.hang(CLI)
+    if fa.spawn_or_hang(CLI, script):
         return 0
     settings = load_settings(options.get("--settings"))
     fa.wait_for_file(script.get("wait_for"))
@@ -269,16 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     fa.wait_for_file(script.get("wait_after"))
     commit = script.get("commit")
     if commit and edited:
-        command = (
-            f"stella commit -m {json.dumps(commit.get('message', 'fake claude work'))} {' '.join(edited)}"
-        )
-        tool_use_id = session.tool("Bash", {"command": command})
-        done = fa.stella_commit(str(commit.get("message", "fake claude work")), edited, cwd)
-        fa.log(CLI, "commit", exit_code=done.returncode, stdout=done.stdout, stderr=done.stderr)
+        commit_message = fa.commit_message(CLI, commit)
+        tool_use_id = session.tool("Bash", {"command": fa.commit_command(commit_message, edited)})
+        done = fa.stella_commit(CLI, commit_message, edited, cwd)
         session.tool_result(tool_use_id, done.stdout + done.stderr, error=done.returncode != 0)
-    hold = float(script.get("hold_s", 0) or 0)
-    if hold:
-        time.sleep(hold)
+    fa.pause(script, "hold_s")
     cost = float(script.get("cost", 0.0123))
     turns = int(script.get("num_turns", 3))
     budget = options.get("--max-budget-usd")

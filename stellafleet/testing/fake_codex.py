@@ -12,9 +12,7 @@ not JSON), `crash`, `hang`. Other keys: `message` (the final agent message), `ed
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -35,24 +33,6 @@ VALUE_OPTIONS = {
     "--output-last-message",
     "-o",
 }
-
-
-def parse(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
-    options: dict[str, Any] = {}
-    positional: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg in VALUE_OPTIONS:
-            options[arg] = argv[i + 1]
-            i += 2
-        elif arg.startswith("-"):
-            options[arg] = True
-            i += 1
-        else:
-            positional.append(arg)
-            i += 1
-    return options, positional
 
 
 class Items:
@@ -84,8 +64,8 @@ def do_work(script: dict[str, Any], cwd: Path, items: Items) -> None:
     commit = script.get("commit")
     if commit and edited:
         item_id = items.next_id()
-        message = str(commit.get("message", "fake codex work"))
-        command = f"bash -lc 'stella commit -m {json.dumps(message)} {' '.join(edited)}'"
+        message = fa.commit_message(CLI, commit)
+        command = f"bash -lc '{fa.commit_command(message, edited)}'"
         fa.emit(
             {
                 "type": "item.started",
@@ -98,8 +78,7 @@ def do_work(script: dict[str, Any], cwd: Path, items: Items) -> None:
                 },
             }
         )
-        done = fa.stella_commit(message, edited, cwd)
-        fa.log(CLI, "commit", exit_code=done.returncode, stdout=done.stdout, stderr=done.stderr)
+        done = fa.stella_commit(CLI, message, edited, cwd)
         fa.emit(
             {
                 "type": "item.completed",
@@ -117,35 +96,27 @@ def do_work(script: dict[str, Any], cwd: Path, items: Items) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if "--version" in args or "-V" in args:
-        print(VERSION)
+    if fa.answers_version(args, VERSION, ("--version", "-V")):
         return 0
-    fa.on_sigterm(CLI)
     if not args or args[0] not in ("exec", "e"):
         sys.stderr.write("fake codex only does `codex exec`\n")
         return 2
-    options, positional = parse(args[1:])
+    options, positional = fa.parse_args(args[1:], VALUE_OPTIONS)
     cwd = Path(options.get("-C") or options.get("--cd") or ".").resolve()
-    fa.log(
-        CLI, "start", argv=args, cwd=str(cwd), options=options, prompt=positional[-1] if positional else None
-    )
-    script = fa.load_script(CLI)
+    script = fa.begin(CLI, args, cwd=cwd, options=options, prompt=positional[-1] if positional else None)
     if not options.get("--json"):
         sys.stderr.write("fake codex only speaks --json\n")
         return 2
+    ended = fa.crash_or_garble(
+        CLI, script, stderr="Error: fake codex crashed", garbage="codex: this is not a JSON event"
+    )
+    if ended is not None:
+        return ended
     mode = str(script.get("mode", "success"))
-    if mode == "crash":
-        return fa.crash(CLI, script, "Error: fake codex crashed")
-    if mode == "malformed":
-        fa.emit("codex: this is not a JSON event")
-        return 0
     items = Items()
     fa.emit({"type": "thread.started", "thread_id": str(uuid.uuid4())})
     fa.emit({"type": "turn.started"})
-    if script.get("spawn_child"):
-        fa.spawn_sleeper(CLI)
-    if mode == "hang":
-        fa.hang(CLI)
+    if fa.spawn_or_hang(CLI, script):
         return 0
     if mode == "error":
         fa.emit(
@@ -175,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         fa.log(CLI, "turn_completed", index=index, usage=usage)
         fa.emit({"type": "turn.completed", "usage": usage})
         fa.pause(script)
-    time.sleep(float(script.get("hold_s", 0) or 0))
+    fa.pause(script, "hold_s")
     return 0
 
 
