@@ -19,17 +19,16 @@ from typing import Any, ClassVar
 
 from stellafleet.config import Config
 from stellafleet.errors import StellaError
-from stellafleet.pipelines.base import PipelineResult, SpendReporter
+from stellafleet.pipelines.base import PipelineResult, SpendReporter, TallySpend
 from stellafleet.pipelines.support import (
     AgentCliPipeline,
     CliRun,
-    agent_env,
     crash_text,
     failed,
     json_line,
     model_for,
     money,
-    run_cli,
+    run_agent,
     scratch_dir,
     short,
     timeout_text,
@@ -74,14 +73,15 @@ class AnalyticsFollower:
     def __init__(self, path: Path, guard_usd: float | None, spend: SpendReporter) -> None:
         self.path = path
         self.guard_usd = guard_usd
-        self.spend = spend
+        self.spent = TallySpend(spend)
         self.offset = 0
-        self.usd = 0.0
         self.session_total = 0.0
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.calls = 0
         self.bad_line: str | None = None
+
+    @property
+    def calls(self) -> int:
+        """Model calls seen (each is one step)."""
+        return self.spent.steps
 
     def __call__(self) -> str | None:
         try:
@@ -97,10 +97,9 @@ class AnalyticsFollower:
         for raw in chunk[: end + 1].decode("utf-8", "replace").splitlines():
             if raw.strip():
                 self._line(raw)
-        if self.guard_usd is not None and self.usd >= self.guard_usd:
-            return (
-                f"spend guard of {money(self.guard_usd)} reached ({money(self.usd)} by its own cost report)"
-            )
+        if self.guard_usd is not None and self.spent.usd >= self.guard_usd:
+            spent = money(self.spent.usd)
+            return f"spend guard of {money(self.guard_usd)} reached ({spent} by its own cost report)"
         return None
 
     def _line(self, raw: str) -> None:
@@ -116,11 +115,7 @@ class AnalyticsFollower:
         usd = self._cost(props)
         prompt_tokens = _count(props.get("prompt_tokens"))
         completion_tokens = _count(props.get("completion_tokens"))
-        self.calls += 1
-        self.usd += usd
-        self.input_tokens += prompt_tokens
-        self.output_tokens += completion_tokens
-        self.spend.add(usd, input_tokens=prompt_tokens, output_tokens=completion_tokens, steps=1)
+        self.spent.add(usd, input_tokens=prompt_tokens, output_tokens=completion_tokens, steps=1)
 
     def _cost(self, props: dict[str, Any]) -> float:
         """This call's dollars: the step in the running total when there is one, else `cost`."""
@@ -131,14 +126,6 @@ class AnalyticsFollower:
             return step
         cost = _number(props.get("cost"))
         return cost if cost is not None else 0.0
-
-    def totals(self) -> dict[str, Any]:
-        return {
-            "spend_usd": self.usd,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "steps": self.calls,
-        }
 
 
 def _number(value: Any) -> float | None:
@@ -187,14 +174,7 @@ class AiderPipeline(AgentCliPipeline):
             model=model_for(ctx, settings),
             extra_args=settings.extra_args,
         )
-        run = run_cli(
-            argv,
-            cwd=ctx.workspace,
-            env=agent_env(ctx),
-            timeout_s=ctx.timeout_s,
-            poll=follower,
-            transcript=ctx.transcript_path,
-        )
+        run = run_agent(ctx, argv, poll=follower)
         result = outcome(run, follower, ctx)
         if result.success:
             result = commit_edits(ctx, edited_paths(run), result)
@@ -202,12 +182,12 @@ class AiderPipeline(AgentCliPipeline):
 
 
 def outcome(run: CliRun, f: AnalyticsFollower, ctx: WorkerContext) -> PipelineResult:
-    totals = f.totals()
+    totals = f.spent.totals()
     edited = edited_paths(run)
     if run.stopped is not None:
         return failed(f"aider was stopped: {run.stopped}; its edits were left uncommitted", **totals)
     if run.timed_out:
-        return failed(f"{timeout_text(CLI, ctx.timeout_s)} ({money(f.usd)} spent)", **totals)
+        return failed(timeout_text(CLI, ctx.timeout_s, f.spent.usd), **totals)
     if run.start_error or (run.returncode or 0) != 0:
         return failed(crash_text(CLI, run), **totals)
     if f.bad_line is not None:
@@ -221,9 +201,9 @@ def outcome(run: CliRun, f: AnalyticsFollower, ctx: WorkerContext) -> PipelineRe
         said = short(" ".join(run.stdout_tail(8)) or run.stderr_text(), 400)
         return failed(f"aider made no model call: {said or 'it printed nothing'}", **totals)
     if edited:
-        summary = f"aider edited {', '.join(edited)} in {f.calls} model call(s) ({money(f.usd)})"
+        summary = f"aider edited {', '.join(edited)} in {f.calls} model call(s) ({money(f.spent.usd)})"
     else:
-        summary = f"aider answered without editing files in {f.calls} model call(s) ({money(f.usd)})"
+        summary = f"aider answered without editing files in {f.calls} model call(s) ({money(f.spent.usd)})"
     return PipelineResult(success=True, summary=summary, **totals)
 
 

@@ -74,3 +74,24 @@ class NullSpend:
         self.input_tokens += input_tokens
         self.output_tokens += output_tokens
         self.steps += steps
+
+    def totals(self) -> dict[str, Any]:
+        """The totals as PipelineResult's keyword arguments."""
+        return {
+            "spend_usd": self.usd,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "steps": self.steps,
+        }
+
+
+class TallySpend(NullSpend):
+    """Passes each report on to another reporter and adds it up on the way (a wrapper's running totals)."""
+
+    def __init__(self, inner: SpendReporter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None:
+        super().add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps)
+        self.inner.add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps)

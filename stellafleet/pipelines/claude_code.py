@@ -20,7 +20,6 @@ from stellafleet.pipelines.claude_hook import HookContext, hook_settings
 from stellafleet.pipelines.support import (
     AgentCliPipeline,
     CliRun,
-    agent_env,
     agent_prompt,
     crash_text,
     failed,
@@ -28,7 +27,7 @@ from stellafleet.pipelines.support import (
     model_for,
     money,
     parse_failure,
-    run_cli,
+    run_agent,
     scratch_dir,
     short,
     timeout_text,
@@ -195,14 +194,7 @@ class ClaudeCodePipeline(AgentCliPipeline):
             extra_args=settings.extra_args,
         )
         watcher = _ResultWatcher()
-        run = run_cli(
-            argv,
-            cwd=ctx.workspace,
-            env=agent_env(ctx),
-            timeout_s=ctx.timeout_s,
-            on_line=watcher,
-            transcript=ctx.transcript_path,
-        )
+        run = run_agent(ctx, argv, on_line=watcher)
         return self.outcome(run, watcher, ctx, settings.max_turns, spend)
 
     @staticmethod
@@ -240,16 +232,7 @@ def write_hook_settings(ctx: WorkerContext) -> Path:
     holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
     scratch = scratch_dir(ctx)
     context_file = scratch / "claude-hook.json"
-    HookContext(
-        workspace=str(ctx.workspace),
-        store_db=str(ctx.paths.store_db),
-        run_id=holder.run_id,
-        task_id=holder.task_id,
-        task_title=holder.task_title,
-        attempt_id=holder.attempt_id,
-        pid=holder.pid,
-        pid_started=holder.pid_started,
-    ).write(context_file)
+    HookContext.of(holder, workspace=str(ctx.workspace), store_db=str(ctx.paths.store_db)).write(context_file)
     settings_file = scratch / "claude-settings.json"
     settings_file.write_text(json.dumps(hook_settings(context_file), indent=2))
     return settings_file

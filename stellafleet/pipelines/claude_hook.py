@@ -14,7 +14,10 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stellafleet.claims import Holder
 
 HOOK_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"
 HOOK_TIMEOUT_S = 30
@@ -32,6 +35,15 @@ class HookContext:
     attempt_id: int
     pid: int  # the worker process: the claim lives as long as the attempt, not as long as this hook
     pid_started: float
+
+    @classmethod
+    def of(cls, holder: Holder, *, workspace: str, store_db: str) -> HookContext:
+        return cls(workspace=workspace, store_db=store_db, **asdict(holder))
+
+    def holder(self) -> Holder:
+        from stellafleet.claims import Holder
+
+        return Holder(**{key: getattr(self, key) for key in Holder.__dataclass_fields__})
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -95,7 +107,7 @@ def workspace_relative(path: str, workspace: str, cwd: str | None) -> str | None
 
 def decide(event: dict[str, Any], context: HookContext) -> str | None:
     """None to let the edit go ahead (claim taken or already ours), else the reason to deny it."""
-    from stellafleet.claims import ClaimStore, Holder
+    from stellafleet.claims import ClaimStore
     from stellafleet.errors import ClaimConflict
 
     path = edited_path(event)
@@ -104,14 +116,7 @@ def decide(event: dict[str, Any], context: HookContext) -> str | None:
     relative = workspace_relative(path, context.workspace, event.get("cwd"))
     if relative is None:
         return f"{path} is outside this task's workspace ({context.workspace}); edit files inside it only"
-    holder = Holder(
-        run_id=context.run_id,
-        task_id=context.task_id,
-        task_title=context.task_title,
-        attempt_id=context.attempt_id,
-        pid=context.pid,
-        pid_started=context.pid_started,
-    )
+    holder = context.holder()
     try:
         with ClaimStore.open(Path(context.store_db)) as store:
             store.touch(relative, holder)

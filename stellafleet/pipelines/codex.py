@@ -15,11 +15,10 @@ from typing import Any, ClassVar
 
 from stellafleet.config import Config
 from stellafleet.engine.pricing import Pricer, TokenUsage, price_for, unknown_price_message
-from stellafleet.pipelines.base import PipelineResult, SpendReporter
+from stellafleet.pipelines.base import PipelineResult, SpendReporter, TallySpend
 from stellafleet.pipelines.support import (
     AgentCliPipeline,
     CliRun,
-    agent_env,
     agent_prompt,
     crash_text,
     failed,
@@ -27,7 +26,7 @@ from stellafleet.pipelines.support import (
     model_for,
     money,
     parse_failure,
-    run_cli,
+    run_agent,
     short,
     timeout_text,
 )
@@ -96,12 +95,9 @@ class CodexFollower:
     def __init__(self, pricer: Pricer | None, guard_usd: float | None, spend: SpendReporter) -> None:
         self.pricer = pricer
         self.guard_usd = guard_usd
-        self.spend = spend
+        self.spent = TallySpend(spend)
         self.total = Usage()
-        self.usd = 0.0
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.steps = 0
+        self.steps = 0  # actions seen, reported once at the end (they cost nothing by themselves)
         self.turns_completed = 0
         self.turn_failed: str | None = None
         self.errors: list[str] = []
@@ -152,23 +148,17 @@ class CodexFollower:
         self.total = total
         self.turns_completed += 1
         usd = self.pricer.cost(added.tokens()) if self.pricer is not None else 0.0
-        self.usd += usd
-        self.input_tokens += added.input_tokens
-        self.output_tokens += added.output_tokens
-        self.spend.add(usd, input_tokens=added.input_tokens, output_tokens=added.output_tokens)
-        if self.guard_usd is not None and self.usd >= self.guard_usd:
+        self.spent.add(usd, input_tokens=added.input_tokens, output_tokens=added.output_tokens)
+        if self.guard_usd is not None and self.spent.usd >= self.guard_usd:
             self.guard_hit = True
-            guard, spent = money(self.guard_usd), money(self.usd)
+            guard, spent = money(self.guard_usd), money(self.spent.usd)
             return f"spend guard of {guard} reached ({spent} priced from its token usage)"
         return None
 
-    def totals(self) -> dict[str, Any]:
-        return {
-            "spend_usd": self.usd,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "steps": self.steps,
-        }
+    def report_steps(self) -> None:
+        if self.steps:
+            self.spent.add(0.0, steps=self.steps)
+            self.steps = 0
 
 
 class CodexPipeline(AgentCliPipeline):
@@ -209,7 +199,8 @@ class CodexPipeline(AgentCliPipeline):
         if ctx.spend_guard_usd is not None and pricer is None:
             return failed(f"codex was not started: {self.no_price(model)}")
         follower = CodexFollower(pricer, ctx.spend_guard_usd, spend)
-        run = run_cli(
+        run = run_agent(
+            ctx,
             build_argv(
                 settings.binary,
                 str(ctx.workspace),
@@ -217,21 +208,16 @@ class CodexPipeline(AgentCliPipeline):
                 model=model,
                 extra_args=settings.extra_args,
             ),
-            cwd=ctx.workspace,
-            env=agent_env(ctx),
-            timeout_s=ctx.timeout_s,
             on_line=follower,
-            transcript=ctx.transcript_path,
         )
-        if follower.steps:
-            spend.add(0.0, steps=follower.steps)
+        follower.report_steps()
         return outcome(run, follower, ctx, priced=pricer is not None, model=model)
 
 
 def outcome(
     run: CliRun, f: CodexFollower, ctx: WorkerContext, *, priced: bool, model: str | None
 ) -> PipelineResult:
-    totals = f.totals()
+    totals = f.spent.totals()
     unpriced = (
         ""
         if priced or not f.turns_completed
@@ -241,11 +227,11 @@ def outcome(
         what = f.last_message and f"; its last message: {short(f.last_message, 200)}"
         return failed(f"codex was stopped: {run.stopped}{what or ''}", **totals)
     if run.timed_out:
-        return failed(f"{timeout_text(CLI, ctx.timeout_s)} ({money(f.usd)} spent)", **totals)
+        return failed(timeout_text(CLI, ctx.timeout_s, f.spent.usd), **totals)
     if f.turn_failed is not None:
         return failed(f"codex turn failed: {short(f.turn_failed)}", **totals)
     if f.turns_completed and (run.returncode or 0) == 0:
-        summary = short(f.last_message, 2000) or f"codex finished ({money(f.usd)} spent)"
+        summary = short(f.last_message, 2000) or f"codex finished ({money(f.spent.usd)} spent)"
         return PipelineResult(success=True, summary=summary + unpriced, **totals)
     if f.errors:
         return failed(f"codex reported an error: {short(f.errors[-1])}", **totals)

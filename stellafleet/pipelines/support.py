@@ -383,6 +383,26 @@ def run_cli(
     return run
 
 
+def run_agent(
+    ctx: WorkerContext,
+    argv: Sequence[str],
+    *,
+    on_line: LineHandler | None = None,
+    poll: Poller | None = None,
+) -> CliRun:
+    """run_cli for a task's agent: in its workspace, with the agent environment, the task's timeout and
+    the attempt's transcript."""
+    return run_cli(
+        argv,
+        cwd=ctx.workspace,
+        env=agent_env(ctx),
+        timeout_s=ctx.timeout_s,
+        on_line=on_line,
+        poll=poll,
+        transcript=ctx.transcript_path,
+    )
+
+
 # --- turning what happened into a result ------------------------------------------------------
 
 
@@ -390,8 +410,9 @@ def failed(summary: str, *, error: str | None = None, **totals: Any) -> Pipeline
     return PipelineResult(success=False, summary=summary, error=error or summary, **totals)
 
 
-def timeout_text(cli: str, timeout_s: float | None) -> str:
-    return f"{cli} did not finish within the task timeout of {timeout_s:g}s and was stopped"
+def timeout_text(cli: str, timeout_s: float | None, spent_usd: float | None = None) -> str:
+    spent = "" if spent_usd is None else f" ({money(spent_usd)} spent)"
+    return f"{cli} did not finish within the task timeout of {timeout_s:g}s and was stopped{spent}"
 
 
 def crash_text(cli: str, run: CliRun) -> str:
