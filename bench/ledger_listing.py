@@ -15,47 +15,32 @@ import sqlite3
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from stellafleet.ledger import Ledger
-
-
-@dataclass(frozen=True)
-class Task:
-    id: str
-    prompt: str
-    title: str
-    depends_on: tuple[str, ...] = ()
-    claims: tuple[str, ...] = ()
-    isolation: str = "shared"
-    pipeline: str | None = None
-    model: str | None = None
-    timeout: float | None = None
-
-
-class Ticks:
-    def __init__(self) -> None:
-        self.ms = 1_700_000_000_000
-
-    def __call__(self) -> int:
-        self.ms += 7
-        return self.ms
+from stellafleet.plan import PlanTask
+from stellafleet.testing.sample_ledger import StepClock, add_run
 
 
 def build(path: Path, runs: int, attempts_per_run: int) -> float:
-    tasks = [Task(f"t{i}", "do it", f"Task {i}") for i in range(5)]
+    tasks = [PlanTask(f"t{i}", "do it", f"Task {i}") for i in range(5)]
     waves = {task.id: 1 + i // 2 for i, task in enumerate(tasks)}
     start = time.perf_counter()
     writes = 0
-    with Ledger.open(path, now_ms=Ticks()) as ledger:
+    with Ledger.open(path, now_ms=StepClock(1_700_000_000_000, tick_ms=7)) as ledger:
         for n in range(runs):
             run_id = f"r-20261130-{n:06d}-ab12"
-            ledger.create_run(
-                run_id=run_id, plan_path="plan.toml", plan_sha256="ab" * 32, base_ref="main",
-                base_commit="c" * 40, max_concurrency=3, spend_limit_usd=5.0, pipeline="plain",
-                argv=["stella", "fleet"], root="/repo", pid=1000 + n,
-            )  # fmt: skip
+            add_run(
+                ledger,
+                run_id,
+                plan_path="plan.toml",
+                plan_sha256="ab" * 32,
+                base_commit="c" * 40,
+                max_concurrency=3,
+                spend_limit_usd=5.0,
+                pipeline="plain",
+                pid=1000 + n,
+            )
             ledger.add_tasks(run_id, tasks, waves)
             for a in range(attempts_per_run):
                 task = tasks[a % len(tasks)].id

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from pipeline_helpers import FakeAgents
 
 GIT_NAME = "Test User"
 GIT_EMAIL = "test@example.invalid"
@@ -54,25 +55,25 @@ def git_repo(tmp_path: Path, isolated_home: Path) -> Path:
 StellaRunner = Callable[..., subprocess.CompletedProcess[str]]
 
 
+def run_stella(
+    *args: str, cwd: Path | None, env: dict[str, str] | None = None, timeout: float = 120.0
+) -> subprocess.CompletedProcess[str]:
+    """`stella ARGS...` as a real process (the installed package) with env over ours, stdin closed."""
+    return subprocess.run(
+        [sys.executable, "-m", "stellafleet", *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 @pytest.fixture
 def stella(isolated_home: Path) -> StellaRunner:
-    """Run `stella ARGS...` as a real process (the installed package), returning the completed process."""
-
-    def run(
-        *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120.0
-    ) -> subprocess.CompletedProcess[str]:
-        full_env = {**os.environ, **(env or {})}
-        return subprocess.run(
-            [sys.executable, "-m", "stellafleet", *args],
-            cwd=cwd,
-            env=full_env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-
-    return run
+    """Run `stella ARGS...` as a real process with HOME isolated, returning the completed process."""
+    return run_stella
 
 
 @pytest.fixture
@@ -84,3 +85,9 @@ def spawned() -> Iterator[list[subprocess.Popen[str]]]:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+
+
+@pytest.fixture
+def fakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, git_repo: Path) -> FakeAgents:
+    """The fake agent CLIs (claude, codex, aider) first on PATH, with their script and log, in git_repo."""
+    return FakeAgents(tmp_path, monkeypatch)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from fleet_support import RUN, worker_context
 
 from stellafleet import gitops
 from stellafleet.clock import FakeClock
@@ -16,9 +17,10 @@ from stellafleet.pipelines.base import NullSpend, PipelineResult
 from stellafleet.pipelines.plain import PlainPipeline
 from stellafleet.plan import PlanTask
 from stellafleet.testing.model_server import ScriptedModelServer
+from stellafleet.testing.sample_ledger import add_run
 from stellafleet.workerenv import WorkerContext
 
-RUN_ID = "r-20261130-120000-abcd"
+RUN_ID = RUN
 
 
 def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
@@ -67,10 +69,9 @@ def make_context(
     """A ledger run (if new), task and attempt for one engine worker in the shared tree at root."""
     with Ledger.open(root / ".stella" / "private" / "fleet.db") as ledger:
         if run_id not in [r["id"] for r in ledger.list_runs()]:
-            ledger.create_run(
-                run_id=run_id,
-                plan_path=None,
-                plan_sha256=None,
+            add_run(
+                ledger,
+                run_id,
                 base_ref="HEAD",
                 base_commit=gitops.head_commit(root),
                 max_concurrency=2,
@@ -78,29 +79,20 @@ def make_context(
                 pipeline="plain",
                 argv=["test"],
                 root=str(root),
-                pid=os.getpid(),
             )
         ledger.add_tasks(run_id, [PlanTask(id=task_id, prompt=prompt, title=title)], {task_id: 1})
         attempt = ledger.start_attempt(run_id, task_id, pipeline="plain")
-    private = root / ".stella" / "private"
-    return WorkerContext(
-        root=root,
-        workspace=root,
+    return worker_context(
+        root,
         run_id=run_id,
         task_id=task_id,
-        task_title=title,
         attempt_id=attempt,
-        prompt=prompt,
-        isolation="shared",
-        branch="main",
-        base_commit=gitops.head_commit(root),
-        spend_guard_usd=guard,
         pipeline="plain",
-        model=None,
-        timeout_s=None,
-        result_path=private / "results" / run_id / f"{task_id}-{attempt}.json",
-        log_path=private / "logs" / run_id / f"{task_id}.log",
-        transcript_path=private / "transcripts" / run_id / f"{task_id}.jsonl",
+        title=title,
+        prompt=prompt,
+        base_commit=gitops.head_commit(root),
+        branch="main",
+        guard=guard,
     )
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from stellafleet.ledger import Ledger
 from stellafleet.paths import StatePaths
+from stellafleet.proctree import Exit, ProcessTree
+from stellafleet.testing.sample_ledger import add_run
 from stellafleet.workerenv import WorkerContext
 
 # Python run by every scripted worker: small helpers the scripts below can call.
@@ -99,6 +101,16 @@ def file_locks(root: Path) -> list[tuple[Any, ...]]:
         conn.close()
 
 
+def wait_exit(tree: ProcessTree, timeout: float = 30.0) -> Exit:
+    """Wait for a worker's process tree to end (failing the test after timeout seconds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = tree.wait(0.5)
+        if done is not None:
+            return done
+    raise AssertionError(f"the process {tree.pid} did not exit within {timeout:g}s")
+
+
 def wait_for(path: Path, timeout: float = 60.0) -> None:
     """Block until path exists (the test's side of a file barrier)."""
     deadline = time.monotonic() + timeout
@@ -111,33 +123,52 @@ def wait_for(path: Path, timeout: float = 60.0) -> None:
 RUN = "r-20261130-120000-abcd"
 
 
+def worker_context(
+    root: Path,
+    *,
+    run_id: str = RUN,
+    task_id: str = "t1",
+    attempt_id: int = 1,
+    pipeline: str = "command",
+    title: str = "a task",
+    prompt: str = "do the thing",
+    base_commit: str = "0" * 40,
+    workspace: Path | None = None,
+    isolation: str = "shared",
+    branch: str | None = None,
+    guard: float | None = None,
+    model: str | None = None,
+    timeout: float | None = None,
+) -> WorkerContext:
+    """The context a worker for this attempt gets, with the state paths the fleet gives it."""
+    paths = StatePaths(root)
+    return WorkerContext(
+        root=root,
+        workspace=workspace or root,
+        run_id=run_id,
+        task_id=task_id,
+        task_title=title,
+        attempt_id=attempt_id,
+        prompt=prompt,
+        isolation=isolation,
+        branch=branch,
+        base_commit=base_commit,
+        spend_guard_usd=guard,
+        pipeline=pipeline,
+        model=model,
+        timeout_s=timeout,
+        result_path=paths.result_file(run_id, task_id, attempt_id),
+        log_path=paths.log_file(run_id, task_id),
+        transcript_path=paths.transcript_file(run_id, task_id),
+    )
+
+
 def make_attempt(root: Path, task_id: str = "t1") -> WorkerContext:
     """A ledger run RUN with a started attempt for task_id, and the worker context for it."""
     paths = StatePaths(root)
     paths.private.mkdir(parents=True, exist_ok=True)
     with Ledger.open(paths.fleet_db) as ledger:
         if ledger.latest_run_id() is None:
-            ledger.create_run(
-                run_id=RUN, plan_path=None, plan_sha256=None, base_ref="main", base_commit="0" * 40,
-                max_concurrency=1, spend_limit_usd=None, pipeline="command", argv=[], root=str(root), pid=1,
-            )  # fmt: skip
+            add_run(ledger, RUN, argv=[], root=str(root), pid=1)
         attempt = ledger.start_attempt(RUN, task_id, pipeline="command")
-    return WorkerContext(
-        root=root,
-        workspace=root,
-        run_id=RUN,
-        task_id=task_id,
-        task_title="a task",
-        attempt_id=attempt,
-        prompt="do the thing",
-        isolation="shared",
-        branch=None,
-        base_commit="0" * 40,
-        spend_guard_usd=None,
-        pipeline="command",
-        model=None,
-        timeout_s=None,
-        result_path=paths.result_file(RUN, task_id, attempt),
-        log_path=paths.log_file(RUN, task_id),
-        transcript_path=paths.transcript_file(RUN, task_id),
-    )
+    return worker_context(root, task_id=task_id, attempt_id=attempt)

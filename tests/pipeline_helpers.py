@@ -10,13 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet_support import RUN, worker_context
 
 from stellafleet import gitops
 from stellafleet.config import Config
+from stellafleet.pipelines.base import Pipeline, PipelineResult
 from stellafleet.testing.fake_agent import LOG_ENV, SCRIPT_ENV, read_log, write_shims
 from stellafleet.workerenv import WorkerContext
 
-RUN_ID = "r-20261130-120000-abcd"
+RUN_ID = RUN
 
 
 @dataclass
@@ -83,25 +85,21 @@ def make_context(
     isolation: str = "shared",
     branch: str | None = None,
 ) -> WorkerContext:
-    private = root / ".stella" / "private"
-    return WorkerContext(
-        root=root,
-        workspace=workspace or root,
+    return worker_context(
+        root,
         run_id=RUN_ID,
         task_id=task_id,
-        task_title=title,
         attempt_id=attempt_id,
+        pipeline=pipeline,
+        title=title,
         prompt=prompt,
+        base_commit=gitops.head_commit(root),
+        workspace=workspace,
         isolation=isolation,
         branch=branch,
-        base_commit=gitops.head_commit(root),
-        spend_guard_usd=guard,
-        pipeline=pipeline,
+        guard=guard,
         model=model,
-        timeout_s=timeout,
-        result_path=private / "results" / RUN_ID / f"{task_id}-{attempt_id}.json",
-        log_path=private / "logs" / RUN_ID / f"{task_id}.log",
-        transcript_path=private / "transcripts" / RUN_ID / f"{task_id}.jsonl",
+        timeout=timeout,
     )
 
 
@@ -116,6 +114,16 @@ def prepare(ctx: WorkerContext) -> None:
 
 def config(data: dict[str, Any] | None = None) -> Config:
     return Config(data or {})
+
+
+def run_pipeline(
+    pipeline: Pipeline, root: Path, cfg: dict[str, Any] | None = None, **ctx_args: Any
+) -> tuple[RecordingSpend, PipelineResult]:
+    """Run pipeline once on a prepared context (make_context's arguments), recording what it reports."""
+    ctx = make_context(root, pipeline=pipeline.name, **ctx_args)
+    prepare(ctx)
+    spend = RecordingSpend()
+    return spend, pipeline.run(ctx, config(cfg), spend)
 
 
 def pid_alive(pid: int) -> bool:

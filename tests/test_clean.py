@@ -12,24 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import run_stella
 
 from stellafleet import gitops
 from stellafleet.clean import pid_alive
 from stellafleet.ledger import Ledger
 from stellafleet.paths import StatePaths
-from stellafleet.testing.sample_ledger import SampleTask
+from stellafleet.testing.sample_ledger import add_run, sample_task
 
 
 def stella(repo: Path, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOME": str(home), "NO_COLOR": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "stellafleet", *args],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_stella(*args, cwd=repo, env={"HOME": str(home), "NO_COLOR": "1"}, timeout=60)
 
 
 def commit_file(where: Path, name: str, text: str, message: str) -> str:
@@ -104,22 +97,18 @@ def scene(tmp_path: Path) -> Iterator[Scene]:
             (finished, ("merged", "unmerged", "dirty"), "succeeded"),
             (live, ("live",), "interrupted"),
         ):
-            ledger.create_run(
-                run_id=run_id,
-                plan_path=None,
-                plan_sha256=None,
-                base_ref="main",
+            add_run(
+                ledger,
+                run_id,
                 base_commit=gitops.head_commit(repo),
                 max_concurrency=3,
-                spend_limit_usd=None,
-                pipeline="command",
                 argv=["fleet"],
                 root=str(repo),
                 pid=999_999_999,
             )
             ledger.add_tasks(
                 run_id,
-                [SampleTask(t, f"do {t}", isolation="isolated") for t in tasks],
+                [sample_task(t, f"do {t}", isolation="isolated") for t in tasks],
                 dict.fromkeys(tasks, 1),
             )
             for task in tasks:
@@ -139,12 +128,15 @@ def scene(tmp_path: Path) -> Iterator[Scene]:
                 ledger.set_task_status(run_id, task, "succeeded")
             ledger.finish_run(run_id, status, exit_code=0 if status == "succeeded" else 130)
         shared_only = "r-20261130-080000-0000"  # a run of shared tasks leaves nothing to clean
-        ledger.create_run(
-            run_id=shared_only, plan_path=None, plan_sha256=None, base_ref="main",
-            base_commit=gitops.head_commit(repo), max_concurrency=1, spend_limit_usd=None,
-            pipeline="command", argv=["fleet"], root=str(repo), pid=999_999_997,
-        )  # fmt: skip
-        ledger.add_tasks(shared_only, [SampleTask("t1", "shared work")], {"t1": 1})
+        add_run(
+            ledger,
+            shared_only,
+            base_commit=gitops.head_commit(repo),
+            argv=["fleet"],
+            root=str(repo),
+            pid=999_999_997,
+        )
+        ledger.add_tasks(shared_only, [sample_task("t1", "shared work")], {"t1": 1})
         ledger.finish_run(shared_only, "succeeded", exit_code=0)
     try:
         yield Scene(repo, home, finished, live, spaces, sleeper)
@@ -266,20 +258,14 @@ def test_a_running_fleet_is_left_alone(tmp_path: Path) -> None:
     commit_file(repo, "a.txt", "a\n", "initial")
     ws = _isolated(repo, "r-20261130-110000-cccc", "t1")
     with Ledger.open(StatePaths(repo).fleet_db) as ledger:
-        ledger.create_run(
-            run_id="r-20261130-110000-cccc",
-            plan_path=None,
-            plan_sha256=None,
-            base_ref="main",
+        add_run(
+            ledger,
+            "r-20261130-110000-cccc",
             base_commit=gitops.head_commit(repo),
-            max_concurrency=1,
-            spend_limit_usd=None,
-            pipeline="command",
             argv=["fleet"],
             root=str(repo),
-            pid=os.getpid(),
         )
-        ledger.add_tasks("r-20261130-110000-cccc", [SampleTask("t1", "x", isolation="isolated")], {"t1": 1})
+        ledger.add_tasks("r-20261130-110000-cccc", [sample_task("t1", "x", isolation="isolated")], {"t1": 1})
         ledger.set_task_workspace("r-20261130-110000-cccc", "t1", ws.branch, str(ws.worktree))
     result = stella(repo, "clean", "--force", "--json", home=tmp_path)
     report = json.loads(result.stdout)

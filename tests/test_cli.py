@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_stella
 
 from stellafleet import __version__
 from stellafleet.cli import main, misplaced_spend_limit
@@ -15,16 +15,8 @@ from stellafleet.cli import main, misplaced_spend_limit
 
 def stella(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "stellafleet", *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+) -> subprocess.CompletedProcess[str]:
+    return run_stella(*args, cwd=cwd, env=env, timeout=60)
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from stellafleet.commit import commit_paths
 from stellafleet.errors import ClaimConflict, GitError, StellaError
 from stellafleet.ledger import Ledger
 from stellafleet.paths import EXCLUDED_DIRS
+from stellafleet.testing.sample_ledger import add_run
 from stellafleet.workerenv import WorkerContext
 
 
@@ -99,11 +100,15 @@ def recorded_commits(root: Path) -> list[dict]:
 
 def start_run(root: Path) -> None:
     with Ledger.open(root / ".stella/private/fleet.db") as ledger:
-        ledger.create_run(
-            run_id="r-test", plan_path=None, plan_sha256=None, base_ref="HEAD", base_commit=head(root),
-            max_concurrency=2, spend_limit_usd=None, pipeline="command", argv=[], root=str(root),
-            pid=os.getpid(),
-        )  # fmt: skip
+        add_run(
+            ledger,
+            "r-test",
+            base_ref="HEAD",
+            base_commit=head(root),
+            max_concurrency=2,
+            argv=[],
+            root=str(root),
+        )
 
 
 def test_commits_exactly_the_workers_paths_and_leaves_the_users_work_alone(repo: Path) -> None:

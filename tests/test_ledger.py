@@ -5,13 +5,14 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from stellafleet.errors import StellaError
 from stellafleet.ledger import LEDGER_SCHEMA, Ledger
+from stellafleet.plan import PlanTask
+from stellafleet.testing.sample_ledger import StepClock, add_run
 
 DOC_QUERY = (
     "SELECT a.task_id, a.branch, a.summary FROM attempts a WHERE a.run_id = "
@@ -35,45 +36,19 @@ CONTRACT_COLUMNS = {
 }
 
 
-@dataclass(frozen=True)
-class Task:
-    id: str
-    prompt: str
-    title: str
-    depends_on: tuple[str, ...] = ()
-    claims: tuple[str, ...] = ()
-    isolation: str = "shared"
-    pipeline: str | None = None
-    model: str | None = None
-    timeout: float | None = None
-
-
-class Ticks:
-    """A millisecond clock the test moves by hand."""
-
-    def __init__(self, start: int = 1_700_000_000_000) -> None:
-        self.ms = start
-
-    def __call__(self) -> int:
-        return self.ms
-
-
 def new_run(ledger: Ledger, run_id: str, **overrides: object) -> None:
     fields: dict = dict(
-        run_id=run_id,
         plan_path="plan.toml",
         plan_sha256="ab" * 32,
         base_ref="HEAD",
         base_commit="c0" * 20,
         max_concurrency=2,
         spend_limit_usd=6.0,
-        pipeline="command",
         argv=["stella", "fleet", "--plan", "plan.toml"],
-        root="/repo",
         pid=4242,
     )
     fields.update(overrides)
-    ledger.create_run(**fields)
+    add_run(ledger, run_id, **fields)
 
 
 @pytest.fixture
@@ -94,15 +69,17 @@ def test_a_new_ledger_has_the_contract_schema_in_wal_mode(db: Path) -> None:
 
 
 def test_the_documented_query_finds_the_failed_attempt_of_the_latest_run(db: Path) -> None:
-    ticks = Ticks()
+    ticks = StepClock(1_700_000_000_000)
     with Ledger.open(db, now_ms=ticks) as ledger:
         new_run(ledger, "r-old")
-        ledger.add_tasks("r-old", [Task("t1", "p", "old task")], {"t1": 1})
+        ledger.add_tasks("r-old", [PlanTask("t1", "p", "old task")], {"t1": 1})
         old = ledger.start_attempt("r-old", "t1", pipeline="command", branch="fleet/old")
         ledger.finish_attempt(old, outcome="failed", exit_code=1, summary="old failure")
         ticks.ms += 60_000
         new_run(ledger, "r-new")
-        ledger.add_tasks("r-new", [Task("ok", "p", "fine"), Task("bad", "p", "broken")], {"ok": 1, "bad": 1})
+        ledger.add_tasks(
+            "r-new", [PlanTask("ok", "p", "fine"), PlanTask("bad", "p", "broken")], {"ok": 1, "bad": 1}
+        )
         good = ledger.start_attempt("r-new", "ok", pipeline="command", branch="main")
         bad = ledger.start_attempt("r-new", "bad", pipeline="command", branch="fleet/bad-0123456789abcdef")
         running = ledger.start_attempt("r-new", "bad", pipeline="command")
@@ -123,13 +100,13 @@ def test_the_documented_query_finds_the_failed_attempt_of_the_latest_run(db: Pat
 
 
 def test_run_lifecycle_and_everything_get_run_returns(db: Path) -> None:
-    ticks = Ticks()
+    ticks = StepClock(1_700_000_000_000)
     with Ledger.open(db, now_ms=ticks) as ledger:
         new_run(ledger, "r-20261130-aaaa")
         tasks = [
-            Task("schema", "Add the migration", "Add the migration", claims=("src/store/schema.rs",)),
-            Task("reader", "Read", "Read path", depends_on=("schema",), claims=("src/store/read.rs",)),
-            Task(
+            PlanTask("schema", "Add the migration", "Add the migration", claims=("src/store/schema.rs",)),
+            PlanTask("reader", "Read", "Read path", depends_on=("schema",), claims=("src/store/read.rs",)),
+            PlanTask(
                 "docs", "Docs", "Rewrite", depends_on=("reader",), isolation="isolated", model="m", timeout=60
             ),
         ]
@@ -200,11 +177,11 @@ def test_run_lifecycle_and_everything_get_run_returns(db: Path) -> None:
 
 
 def test_list_runs_pages_newest_first_with_counts_and_durations(db: Path) -> None:
-    ticks = Ticks()
+    ticks = StepClock(1_700_000_000_000)
     with Ledger.open(db, now_ms=ticks) as ledger:
         for n in range(5):
             new_run(ledger, f"r-{n}")
-            ledger.add_tasks(f"r-{n}", [Task(f"t{i}", "p", "t") for i in range(3)], {})
+            ledger.add_tasks(f"r-{n}", [PlanTask(f"t{i}", "p", "t") for i in range(3)], {})
             ledger.set_task_status(f"r-{n}", "t0", "succeeded")
             ledger.set_task_status(f"r-{n}", "t1", "failed", "boom")
             ledger.add_spend(ledger.start_attempt(f"r-{n}", "t0", pipeline="command"), 0.01 * n)
@@ -226,7 +203,7 @@ def test_list_runs_pages_newest_first_with_counts_and_durations(db: Path) -> Non
 
 
 def test_resolve_run_id(db: Path) -> None:
-    ticks = Ticks()
+    ticks = StepClock(1_700_000_000_000)
     with Ledger.open(db, now_ms=ticks) as ledger:
         with pytest.raises(StellaError, match="no fleet runs recorded"):
             ledger.resolve_run_id(None)
@@ -275,11 +252,11 @@ def test_the_ui_queries_use_indexes(db: Path) -> None:
 
 
 def test_every_query_in_the_ledger_docs_runs(db: Path) -> None:
-    ticks = Ticks()
+    ticks = StepClock(1_700_000_000_000)
     with Ledger.open(db, now_ms=ticks) as ledger:
         new_run(ledger, "r-20261130-091500-1a2b")
         ledger.add_tasks(
-            "r-20261130-091500-1a2b", [Task("writer", "p", "Write", claims=("src/store/schema.rs",))], {}
+            "r-20261130-091500-1a2b", [PlanTask("writer", "p", "Write", claims=("src/store/schema.rs",))], {}
         )
         attempt = ledger.start_attempt("r-20261130-091500-1a2b", "writer", pipeline="plain")
         ledger.add_spend(attempt, 0.5, input_tokens=10, output_tokens=2)

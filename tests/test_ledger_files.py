@@ -14,6 +14,7 @@ import pytest
 from stellafleet.errors import StellaError
 from stellafleet.ledger import LEDGER_SCHEMA, Ledger
 from stellafleet.sqlitefile import Schema, open_database
+from stellafleet.testing.sample_ledger import add_run
 
 SPAWN = mp.get_context("spawn")
 
@@ -22,10 +23,7 @@ def _open_and_record(path: str, n: int, barrier: object, results: object) -> Non
     barrier.wait()  # type: ignore[attr-defined]
     try:
         with Ledger.open(Path(path)) as ledger:
-            ledger.create_run(
-                run_id=f"r-{n}", plan_path=None, plan_sha256=None, base_ref="HEAD", base_commit="0" * 40,
-                max_concurrency=1, spend_limit_usd=None, pipeline="command", argv=[], root="/", pid=n,
-            )  # fmt: skip
+            add_run(ledger, f"r-{n}", base_ref="HEAD", argv=[], root="/", pid=n)
         results.put((n, "ok"))  # type: ignore[attr-defined]
     except Exception as exc:  # reported to the parent, which fails the test with it
         results.put((n, f"{type(exc).__name__}: {exc}"))  # type: ignore[attr-defined]
@@ -130,10 +128,7 @@ def test_read_only_open_needs_an_existing_ledger_and_never_writes(tmp_path: Path
 def test_read_only_reader_works_while_another_process_holds_the_write_lock(tmp_path: Path) -> None:
     db = tmp_path / "fleet.db"
     with Ledger.open(db) as ledger:
-        ledger.create_run(
-            run_id="r-committed", plan_path=None, plan_sha256=None, base_ref="HEAD", base_commit="0" * 40,
-            max_concurrency=1, spend_limit_usd=None, pipeline="command", argv=[], root="/", pid=1,
-        )  # fmt: skip
+        add_run(ledger, "r-committed", base_ref="HEAD", argv=[], root="/", pid=1)
     writer = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sqlite3, sys

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from stellafleet.ledger import Ledger
+from stellafleet.testing.sample_ledger import add_run
 
 SPAWN = mp.get_context("spawn")
 PROCESSES = 8
@@ -36,10 +37,7 @@ def _spender(
 def test_eight_processes_adding_spend_lose_nothing(tmp_path: Path) -> None:
     db = tmp_path / "fleet.db"
     with Ledger.open(db) as ledger:
-        ledger.create_run(
-            run_id="r-spend", plan_path=None, plan_sha256=None, base_ref="HEAD", base_commit="0" * 40,
-            max_concurrency=PROCESSES, spend_limit_usd=None, pipeline="command", argv=[], root="/", pid=1,
-        )  # fmt: skip
+        add_run(ledger, "r-spend", base_ref="HEAD", max_concurrency=PROCESSES, argv=[], root="/", pid=1)
         shared = ledger.start_attempt("r-spend", "shared", pipeline="command")
         own = [ledger.start_attempt("r-spend", f"t{n}", pipeline="command") for n in range(PROCESSES)]
     barrier = SPAWN.Barrier(PROCESSES)

@@ -20,7 +20,7 @@ from fleet_support import Scripts, wait_for, write_config
 
 from stellafleet.ledger import Ledger
 from stellafleet.paths import StatePaths
-from stellafleet.testing.sample_ledger import SampleTask, build_sample_ledger
+from stellafleet.testing.sample_ledger import add_run, build_sample_ledger, sample_task
 
 pytestmark = pytest.mark.browser
 
@@ -169,15 +169,9 @@ def test_hand_built_ledger_lists_opens_escapes_and_updates_live(
 
     # a new run appears while the page is open (a fleet is live, so the list polls)
     with Ledger.open(db) as ledger:
-        ledger.create_run(
-            run_id="r-20261130-235959-ffff",
-            plan_path=None,
-            plan_sha256=None,
-            base_ref="main",
-            base_commit="0" * 40,
-            max_concurrency=1,
-            spend_limit_usd=None,
-            pipeline="command",
+        add_run(
+            ledger,
+            "r-20261130-235959-ffff",
             argv=["stella", "fleet", "x"],
             root=str(git_repo),
             pid=worker.pid,
@@ -245,20 +239,14 @@ def test_empty_state_explains_how_to_start(
     assert "No fleet runs recorded yet" in text and 'stella fleet "' in text
     # the first fleet shows up without a reload
     with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
-        ledger.create_run(
-            run_id="r-20261130-000000-abcd",
-            plan_path=None,
-            plan_sha256=None,
-            base_ref="main",
-            base_commit="0" * 40,
-            max_concurrency=1,
-            spend_limit_usd=None,
+        add_run(
+            ledger,
+            "r-20261130-000000-abcd",
             pipeline="plain",
             argv=["stella", "fleet", "x"],
             root=str(git_repo),
-            pid=os.getpid(),
         )
-        ledger.add_tasks("r-20261130-000000-abcd", [SampleTask("t1", "x")], {"t1": 1})
+        ledger.add_tasks("r-20261130-000000-abcd", [sample_task("t1", "x")], {"t1": 1})
     until(browser, lambda d: len(css(d, "tr.run-row")) == 1, "the first run", timeout=30)
 
 

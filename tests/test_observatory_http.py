@@ -20,7 +20,7 @@ import pytest
 from stellafleet.ledger import Ledger
 from stellafleet.observatory.server import CONTENT_SECURITY_POLICY, is_loopback, make_server
 from stellafleet.paths import StatePaths
-from stellafleet.testing.sample_ledger import StepClock, build_sample_ledger
+from stellafleet.testing.sample_ledger import StepClock, add_run, build_sample_ledger
 
 Fetch = Callable[..., tuple[int, dict[str, str], bytes]]
 
@@ -65,17 +65,14 @@ def many_runs(db: Path, count: int) -> list[str]:
         for n in range(count):
             clock.advance(60)
             run_id = f"r-20261130-{n:06d}-{n:04x}"
-            ledger.create_run(
-                run_id=run_id,
-                plan_path=None,
-                plan_sha256=None,
-                base_ref="main",
+            add_run(
+                ledger,
+                run_id,
                 base_commit="a" * 40,
                 max_concurrency=2,
                 spend_limit_usd=1.0,
                 pipeline="plain",
                 argv=["stella", "fleet", "x"],
-                root="/repo",
                 pid=1,
             )
             ledger.finish_run(run_id, "succeeded", exit_code=0)

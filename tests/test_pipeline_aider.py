@@ -9,25 +9,17 @@ from typing import Any
 
 import pytest
 from conftest import git
-from pipeline_helpers import RUN_ID, FakeAgents, RecordingSpend, config, make_context, prepare
+from pipeline_helpers import RUN_ID, FakeAgents, RecordingSpend, run_pipeline
 
 from stellafleet.claims import ClaimStore, Holder
 from stellafleet.pipelines.aider import AiderPipeline
 from stellafleet.pipelines.base import PipelineResult
 
 
-@pytest.fixture
-def fakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, git_repo: Path) -> FakeAgents:
-    return FakeAgents(tmp_path, monkeypatch)
-
-
 def run(
     root: Path, cfg: dict[str, Any] | None = None, **ctx_args: Any
 ) -> tuple[RecordingSpend, PipelineResult]:
-    ctx = make_context(root, pipeline="aider", **ctx_args)
-    prepare(ctx)
-    spend = RecordingSpend()
-    return spend, AiderPipeline().run(ctx, config(cfg), spend)
+    return run_pipeline(AiderPipeline(), root, cfg, **ctx_args)
 
 
 def test_success_reports_each_calls_cost_and_commits_the_edited_files(

@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pipeline_helpers import FakeAgents, RecordingSpend, config, make_context, pid_alive, prepare
+from pipeline_helpers import (
+    FakeAgents,
+    RecordingSpend,
+    config,
+    make_context,
+    pid_alive,
+    prepare,
+    run_pipeline,
+)
 
 from stellafleet.claims import ClaimStore
 from stellafleet.pipelines.base import PipelineResult
@@ -17,17 +25,8 @@ from stellafleet.pipelines.claude_hook import HookContext
 from stellafleet.pipelines.claude_hook import main as hook_main
 
 
-@pytest.fixture
-def fakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, git_repo: Path) -> FakeAgents:
-    return FakeAgents(tmp_path, monkeypatch)
-
-
 def run(root: Path, **ctx_args: Any) -> tuple[RecordingSpend, PipelineResult]:
-    ctx = make_context(root, pipeline="claude-code", **ctx_args)
-    prepare(ctx)
-    spend = RecordingSpend()
-    result = ClaudeCodePipeline().run(ctx, config(), spend)
-    return spend, result
+    return run_pipeline(ClaudeCodePipeline(), root, **ctx_args)
 
 
 def test_success_reports_cost_turns_and_the_agents_summary(git_repo: Path, fakes: FakeAgents) -> None:

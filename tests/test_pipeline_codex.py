@@ -7,7 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pipeline_helpers import FakeAgents, RecordingSpend, config, make_context, pid_alive, prepare
+from pipeline_helpers import (
+    FakeAgents,
+    RecordingSpend,
+    config,
+    pid_alive,
+    run_pipeline,
+)
 
 from stellafleet.engine.pricing import TokenUsage, price_for
 from stellafleet.pipelines.base import PipelineResult
@@ -16,19 +22,11 @@ from stellafleet.pipelines.codex import CodexPipeline
 MODEL = "gpt-5"
 
 
-@pytest.fixture
-def fakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, git_repo: Path) -> FakeAgents:
-    return FakeAgents(tmp_path, monkeypatch)
-
-
 def run(
     root: Path, cfg: dict[str, Any] | None = None, **ctx_args: Any
 ) -> tuple[RecordingSpend, PipelineResult]:
     ctx_args.setdefault("model", MODEL)
-    ctx = make_context(root, pipeline="codex", **ctx_args)
-    prepare(ctx)
-    spend = RecordingSpend()
-    return spend, CodexPipeline().run(ctx, config(cfg), spend)
+    return run_pipeline(CodexPipeline(), root, cfg, **ctx_args)
 
 
 def price(input_tokens: int, cached: int, output: int) -> float:

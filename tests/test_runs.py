@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import run_stella
 
 from stellafleet import gitops
 from stellafleet.ledger import Ledger
@@ -19,15 +20,7 @@ from stellafleet.testing.sample_ledger import build_sample_ledger
 
 
 def stella(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOME": str(repo.parent), "NO_COLOR": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "stellafleet", *args],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_stella(*args, cwd=repo, env={"HOME": str(repo.parent), "NO_COLOR": "1"}, timeout=60)
 
 
 @pytest.fixture

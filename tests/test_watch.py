@@ -6,13 +6,13 @@ import io
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_stella
 
 from stellafleet.clock import FakeClock
 from stellafleet.config import Config
@@ -22,6 +22,7 @@ from stellafleet.ledger import Ledger
 from stellafleet.paths import StatePaths
 from stellafleet.testing import fake_gh
 from stellafleet.testing.fake_gh import FakeGh
+from stellafleet.testing.sample_ledger import add_run, sample_task
 from stellafleet.watch import (
     BranchWatch,
     ConsoleReporter,
@@ -40,21 +41,6 @@ def sh(*args: str, cwd: Path) -> str:
 
 def git(*args: str, cwd: Path) -> str:
     return sh("git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args, cwd=cwd)
-
-
-@dataclass(frozen=True)
-class Task:
-    """What the ledger reads from a plan task."""
-
-    id: str
-    title: str
-    prompt: str = "do it"
-    depends_on: tuple[str, ...] = ()
-    claims: tuple[str, ...] = ()
-    isolation: str = "shared"
-    pipeline: str | None = "command"
-    model: str | None = None
-    timeout: float | None = None
 
 
 @dataclass
@@ -91,23 +77,13 @@ class Repo:
         shared_branch: str = "main",
     ) -> None:
         """A finished run in the ledger, with real branches and commits for its tasks."""
-        tasks = [Task(t, f"Title of {t}", isolation="isolated") for t in isolated]
-        tasks += [Task(t, f"Title of {t}") for t in shared]
+        tasks = [
+            sample_task(t, title=f"Title of {t}", isolation="isolated", pipeline="command") for t in isolated
+        ]
+        tasks += [sample_task(t, title=f"Title of {t}", pipeline="command") for t in shared]
         with Ledger.open(self.db) as ledger:
             base = git("rev-parse", "HEAD", cwd=self.root)
-            ledger.create_run(
-                run_id=run_id,
-                plan_path=None,
-                plan_sha256=None,
-                base_ref="HEAD",
-                base_commit=base,
-                max_concurrency=2,
-                spend_limit_usd=None,
-                pipeline="command",
-                argv=["stella", "fleet"],
-                root=str(self.root),
-                pid=os.getpid(),
-            )
+            add_run(ledger, run_id, base_ref="HEAD", base_commit=base, max_concurrency=2, root=str(self.root))
             ledger.add_tasks(run_id, tasks, {t.id: 1 for t in tasks})
             for task in tasks:
                 branch = f"fleet/{task.id}-{run_id[-4:]}" if task.isolation == "isolated" else shared_branch
@@ -580,19 +556,8 @@ def test_a_failing_pr_create_ends_the_branch_in_error(repo: Repo) -> None:
 
 
 def stella(repo: Repo, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "HOME": str(repo.tmp / "home"),
-        "XDG_CONFIG_HOME": str(repo.tmp / "home" / ".config"),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "stellafleet", *args],
-        cwd=repo.root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    home = repo.tmp / "home"
+    return run_stella(*args, cwd=repo.root, env={"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")})
 
 
 @pytest.fixture

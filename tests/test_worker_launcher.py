@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fleet_support import by_id, file_locks, make_attempt, run_record, write_config
+from fleet_support import by_id, file_locks, make_attempt, run_record, wait_exit, write_config
 
 from stellafleet.launcher import Launcher, LauncherGone
 from stellafleet.proctree import UNKNOWN_STATUS, ProcessTree
@@ -25,15 +25,6 @@ def launcher(tmp_path: Path) -> Iterator[Launcher]:
     assert started is not None  # Linux with pidfd: the fleet's default
     yield started
     started.close()
-
-
-def wait(tree: ProcessTree, timeout: float = 30.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done = tree.wait(0.5)
-        if done is not None:
-            return done
-    raise AssertionError("the worker did not exit")
 
 
 def test_a_forked_worker_gets_exactly_its_environment_cwd_session_and_log(
@@ -51,7 +42,7 @@ def test_a_forked_worker_gets_exactly_its_environment_cwd_session_and_log(
         del os.environ["LEAKED"]
     assert os.getsid(tree.pid) == tree.pid  # its own session, led by itself
     assert psutil.Process(tree.pid).ppid() != os.getpid()  # the launcher's child, not ours
-    done = wait(tree)
+    done = wait_exit(tree)
     assert done.returncode == 0 and done.describe() == "exit status 0"
     assert done.cpu_seconds > 0 and done.peak_rss_bytes > 1_000_000
     result = json.loads(ctx.result_path.read_text())
@@ -71,7 +62,7 @@ def test_a_forked_worker_killed_by_a_signal_reports_it(
     time.sleep(0.2)
     tree.sample()
     tree.signal_tree(signal.SIGKILL)
-    assert wait(tree).describe() == "killed by signal SIGKILL"
+    assert wait_exit(tree).describe() == "killed by signal SIGKILL"
 
 
 def test_when_the_launcher_is_gone_spawning_says_so_and_running_workers_still_end(
@@ -91,7 +82,7 @@ def test_when_the_launcher_is_gone_spawning_says_so_and_running_workers_still_en
         launcher.spawn(env=env, cwd=tmp_path, log_path=ctx.log_path)
     assert tree.poll() is None  # still working
     marker.write_text("go")
-    assert wait(tree).returncode == UNKNOWN_STATUS  # it ended; nobody is left to tell how
+    assert wait_exit(tree).returncode == UNKNOWN_STATUS  # it ended; nobody is left to tell how
 
 
 @pytest.mark.parametrize("fork", [True, False])
@@ -165,6 +156,6 @@ def test_the_dispatcher_starts_fresh_interpreters_once_its_launcher_is_gone(
             time.sleep(0.01)
         tree = dispatcher._spawn(tmp_path, {**os.environ, **ctx.to_env()}, ctx.log_path)
         assert tree.popen is not None and dispatcher.launcher is None
-        assert wait(tree).returncode == 0
+        assert wait_exit(tree).returncode == 0
         dispatcher.close()
     assert json.loads(ctx.result_path.read_text())["summary"] == "fresh"

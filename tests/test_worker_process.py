@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import psutil
+from fleet_support import wait_exit
 
 from stellafleet.proctree import ProcessTree, signal_description
 
@@ -19,19 +20,10 @@ def spawn(tmp_path: Path, code: str) -> ProcessTree:
     )
 
 
-def wait(tree: ProcessTree, timeout: float = 30.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done = tree.wait(0.5)
-        if done is not None:
-            return done
-    raise AssertionError("the process did not exit")
-
-
 def test_exit_status_output_and_session(tmp_path: Path) -> None:
     tree = spawn(tmp_path, "import os, sys; print('hello', os.getsid(0)); sys.exit(3)")
     assert os.getsid(tree.pid) != os.getsid(0)  # its own session: the terminal's Ctrl-C never reaches it
-    done = wait(tree)
+    done = wait_exit(tree)
     assert done.returncode == 3 and done.describe() == "exit status 3"
     assert (tmp_path / "logs" / "w.log").read_text().startswith("hello ")
     assert tree.poll() is done  # reaped once, remembered
@@ -45,7 +37,7 @@ def test_cpu_time_and_peak_memory_are_measured(tmp_path: Path) -> None:
     tree = spawn(tmp_path, code)
     time.sleep(0.3)
     tree.sample()
-    done = wait(tree)
+    done = wait_exit(tree)
     assert done.cpu_seconds >= 0.35
     assert done.peak_rss_bytes >= 80 * 1024 * 1024
 
@@ -65,7 +57,7 @@ def test_signal_tree_reaches_grandchildren_even_in_another_session(tmp_path: Pat
     grandchildren = [int(pid) for pid in log.read_text().split()]
     tree.sample()
     tree.signal_tree(signal.SIGKILL)
-    done = wait(tree)
+    done = wait_exit(tree)
     assert done.describe() == "killed by signal SIGKILL"
     for pid in grandchildren:
         deadline = time.monotonic() + 10
@@ -88,7 +80,7 @@ def test_wait_returns_early_when_woken(tmp_path: Path) -> None:
     assert tree.wait(20, wake_fd=read_end) is None
     assert time.monotonic() - started < 5
     tree.signal_tree(signal.SIGTERM)
-    assert wait(tree).describe() == "killed by signal SIGTERM"
+    assert wait_exit(tree).describe() == "killed by signal SIGTERM"
     tree.close()
     os.close(read_end)
     os.close(write_end)

@@ -2,36 +2,51 @@
 
 from __future__ import annotations
 
+import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from stellafleet.clock import wall_ms
 from stellafleet.ledger import Ledger
+from stellafleet.plan import PlanTask
 
 
-@dataclass(frozen=True)
-class SampleTask:
-    """Just what Ledger.add_tasks reads from a plan task."""
+def sample_task(task_id: str, prompt: str = "do it", title: str = "", **fields: Any) -> PlanTask:
+    """A plan task for a hand-built ledger (the prompt and title matter little there)."""
+    return PlanTask(task_id, prompt, title, **fields)
 
-    id: str
-    prompt: str
-    title: str = ""
-    depends_on: tuple[str, ...] = ()
-    claims: tuple[str, ...] = ()
-    isolation: str = "shared"
-    pipeline: str | None = None
-    model: str | None = None
-    timeout: float | None = None
+
+def add_run(ledger: Ledger, run_id: str, **fields: Any) -> str:
+    """ledger.create_run with a plain value for every field not given: no plan and no spend limit, the
+    command pipeline, base commit 000..., owned by this process. Returns run_id."""
+    values: dict[str, Any] = {
+        "plan_path": None,
+        "plan_sha256": None,
+        "base_ref": "main",
+        "base_commit": "0" * 40,
+        "max_concurrency": 1,
+        "spend_limit_usd": None,
+        "pipeline": "command",
+        "argv": ["stella", "fleet"],
+        "root": "/repo",
+        "pid": os.getpid(),
+        **fields,
+    }
+    ledger.create_run(run_id=run_id, **values)
+    return run_id
 
 
 class StepClock:
-    """A settable epoch-ms clock for the ledger, so recorded times are whatever the builder says."""
+    """A settable epoch-ms clock for the ledger, so recorded times are whatever the builder says; with
+    tick_ms each reading also moves it on (distinct, increasing times without setting it)."""
 
-    def __init__(self, start_ms: int) -> None:
+    def __init__(self, start_ms: int, *, tick_ms: int = 0) -> None:
         self.ms = start_ms
+        self.tick_ms = tick_ms
 
     def __call__(self) -> int:
+        self.ms += self.tick_ms
         return self.ms
 
     def advance(self, seconds: float) -> int:
@@ -70,11 +85,11 @@ def _run_id(clock: StepClock, suffix: str) -> str:
 
 def _finished_run(ledger: Ledger, clock: StepClock) -> str:
     run_id = _run_id(clock, "1a2b")
-    ledger.create_run(
-        run_id=run_id,
+    add_run(
+        ledger,
+        run_id,
         plan_path="feature-buildout.toml",
         plan_sha256="ab" * 32,
-        base_ref="main",
         base_commit=BASE_COMMIT,
         max_concurrency=3,
         spend_limit_usd=6.0,
@@ -84,16 +99,16 @@ def _finished_run(ledger: Ledger, clock: StepClock) -> str:
         pid=4100,
     )
     tasks = [
-        SampleTask(
+        PlanTask(
             "schema",
             "Add a migration creating the receipts table",
             "Add the migration",
             claims=("src/store/schema.rs",),
         ),
-        SampleTask(
+        PlanTask(
             "reader", "Add Store::receipts_for_execution", "Read path", ("schema",), ("src/store/read.rs",)
         ),
-        SampleTask(
+        PlanTask(
             "docs",
             "Rewrite docs/receipts.md against the new table",
             "Rewrite the receipts page",
@@ -151,23 +166,20 @@ def _finished_run(ledger: Ledger, clock: StepClock) -> str:
 
 def _failed_run(ledger: Ledger, clock: StepClock) -> str:
     run_id = _run_id(clock, "7c4e")
-    ledger.create_run(
-        run_id=run_id,
-        plan_path=None,
-        plan_sha256=None,
-        base_ref="main",
+    add_run(
+        ledger,
+        run_id,
         base_commit=BASE_COMMIT,
         max_concurrency=2,
-        spend_limit_usd=None,
         pipeline="plain",
         argv=["fleet", "Fix the lint warnings"],
         root="/home/dev/shop",
         pid=5100,
     )
     tasks = [
-        SampleTask("writer", "Record one receipt row per model call", "Write path"),
-        SampleTask("report", "Summarise receipts per day", "Daily report", ("writer",)),
-        SampleTask("lint", "Fix the lint warnings in store/", "Fix lint warnings"),
+        PlanTask("writer", "Record one receipt row per model call", "Write path"),
+        PlanTask("report", "Summarise receipts per day", "Daily report", ("writer",)),
+        PlanTask("lint", "Fix the lint warnings in store/", "Fix lint warnings"),
     ]
     ledger.add_tasks(run_id, tasks, {"writer": 1, "lint": 1, "report": 2})
     writer = ledger.start_attempt(run_id, "writer", pipeline="plain")
@@ -193,22 +205,21 @@ def _failed_run(ledger: Ledger, clock: StepClock) -> str:
 
 def _running_run(ledger: Ledger, clock: StepClock, pid: int) -> str:
     run_id = _run_id(clock, "9f3a")
-    ledger.create_run(
-        run_id=run_id,
+    add_run(
+        ledger,
+        run_id,
         plan_path="release-prep.toml",
         plan_sha256="cd" * 32,
-        base_ref="main",
         base_commit=BASE_COMMIT,
         max_concurrency=2,
         spend_limit_usd=5.0,
-        pipeline="command",
         argv=["fleet", "--plan", "release-prep.toml"],
         root="/home/dev/shop",
         pid=pid,
     )
     tasks = [
-        SampleTask("bump", "Bump the workspace version to 1.4.0", "Bump the version and changelog"),
-        SampleTask("notes", "Update the release notes for 1.4.0", "Update the release notes page", ("bump",)),
+        PlanTask("bump", "Bump the workspace version to 1.4.0", "Bump the version and changelog"),
+        PlanTask("notes", "Update the release notes for 1.4.0", "Update the release notes page", ("bump",)),
     ]
     ledger.add_tasks(run_id, tasks, {"bump": 1, "notes": 2})
     ledger.set_task_status(run_id, "bump", "running")
