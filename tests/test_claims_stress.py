@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import multiprocessing as mp
 import os
 import random
 import re
@@ -11,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from spawn_support import run_together
 
 from stellafleet.claims import ClaimStore, Holder
 from stellafleet.errors import ClaimConflict
 
-SPAWN = mp.get_context("spawn")
 PROCESSES = 8
 CYCLES = 400
 POOL = [f"src/mod{i}.py" for i in range(12)]
@@ -95,19 +94,8 @@ def test_eight_processes_never_hold_a_path_at_once(tmp_path: Path) -> None:
     marks, logs = tmp_path / "marks", tmp_path / "logs"
     marks.mkdir()
     logs.mkdir()
-    barrier = SPAWN.Barrier(PROCESSES)
-    out = SPAWN.Queue()
-    procs = [
-        SPAWN.Process(target=_fighter, args=(str(store_path), str(marks), str(logs), n, barrier, out))
-        for n in range(PROCESSES)
-    ]
-    for proc in procs:
-        proc.start()
-    reports = [out.get(timeout=120) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
-    pids = {proc.pid for proc in procs}
+    reports = run_together(_fighter, lambda n: (str(store_path), str(marks), str(logs), n), PROCESSES)
+    pids = {r["pid"] for r in reports}
 
     assert [e for r in reports for e in r["errors"]] == []  # no "database is locked", no malformed conflict
     assert [o for r in reports for o in r["overlaps"]] == []
@@ -152,16 +140,5 @@ def _lane_user(store_path: str, marks_dir: str, n: int, barrier: object, out: ob
 def test_the_commit_lane_admits_one_process_at_a_time(tmp_path: Path) -> None:
     store_path, marks = tmp_path / "store.db", tmp_path / "marks"
     marks.mkdir()
-    barrier = SPAWN.Barrier(4)
-    out = SPAWN.Queue()
-    procs = [
-        SPAWN.Process(target=_lane_user, args=(str(store_path), str(marks), n, barrier, out))
-        for n in range(4)
-    ]
-    for proc in procs:
-        proc.start()
-    overlaps = [out.get(timeout=120) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
+    overlaps = run_together(_lane_user, lambda n: (str(store_path), str(marks), n), 4)
     assert overlaps == [0, 0, 0, 0]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import sqlite3
 import subprocess
 import sys
@@ -10,13 +9,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from spawn_support import run_together
 
 from stellafleet.errors import StellaError
 from stellafleet.ledger import LEDGER_SCHEMA, Ledger
 from stellafleet.sqlitefile import Schema, open_database
 from stellafleet.testing.sample_ledger import add_run
-
-SPAWN = mp.get_context("spawn")
 
 
 def _open_and_record(path: str, n: int, barrier: object, results: object) -> None:
@@ -37,14 +35,7 @@ def test_eight_processes_opening_a_missing_ledger_at_once_all_get_the_same_one(
     if start == "empty file":
         db.parent.mkdir()
         db.touch()
-    barrier = SPAWN.Barrier(8)
-    results = SPAWN.Queue()
-    procs = [SPAWN.Process(target=_open_and_record, args=(str(db), n, barrier, results)) for n in range(8)]
-    for proc in procs:
-        proc.start()
-    outcomes = dict(results.get(timeout=60) for _ in procs)
-    for proc in procs:
-        proc.join(timeout=60)
+    outcomes = dict(run_together(_open_and_record, lambda n: (str(db), n), 8, timeout=60))
     assert outcomes == {n: "ok" for n in range(8)}
     with Ledger.open(db, readonly=True) as ledger:
         assert ledger.count_runs() == 8

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import random
 from pathlib import Path
 
 import pytest
+from spawn_support import run_together
 
 from stellafleet.ledger import Ledger
 from stellafleet.testing.sample_ledger import add_run
 
-SPAWN = mp.get_context("spawn")
 PROCESSES = 8
 ADDS = 150
 
@@ -40,18 +39,7 @@ def test_eight_processes_adding_spend_lose_nothing(tmp_path: Path) -> None:
         add_run(ledger, "r-spend", base_ref="HEAD", max_concurrency=PROCESSES, argv=[], root="/", pid=1)
         shared = ledger.start_attempt("r-spend", "shared", pipeline="command")
         own = [ledger.start_attempt("r-spend", f"t{n}", pipeline="command") for n in range(PROCESSES)]
-    barrier = SPAWN.Barrier(PROCESSES)
-    out = SPAWN.Queue()
-    procs = [
-        SPAWN.Process(target=_spender, args=(str(db), own[n], shared, n, barrier, out))
-        for n in range(PROCESSES)
-    ]
-    for proc in procs:
-        proc.start()
-    reports = [out.get(timeout=120) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
+    reports = run_together(_spender, lambda n: (str(db), own[n], shared, n), PROCESSES)
     reported_usd = sum(r[1] for r in reports) / 1_000_000
     with Ledger.open(db, readonly=True) as ledger:
         total = ledger.run_spend("r-spend")
