@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from stellafleet.commands import positive_int
 from stellafleet.errors import StellaError
 
 DESCRIPTION = """\
@@ -14,16 +15,6 @@ file claims, isolated tasks in their own worktree on a fleet/<slug>-<hash> branc
 Ctrl-C once: launch nothing more and wait for running workers; twice: stop them.
 The spend limit is global: stella --spend-limit USD fleet ...
 """
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -39,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plan", metavar="FILE", help="a plan file (.toml, .json, .yaml, .yml)")
     parser.add_argument(
         "--max-concurrency",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="workers at once (default: the governor's number)",
     )

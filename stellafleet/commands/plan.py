@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from stellafleet import graph, planschema
+from stellafleet.commands import positive_int
 from stellafleet.errors import EXIT_OK, EXIT_USAGE, PlanError, StellaError
 from stellafleet.plan import Plan, load_plan
 
@@ -29,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("file", metavar="FILE")
     show.add_argument(
         "--max-concurrency",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="group the waves as a fleet with this many workers would (default: no limit)",
     )
@@ -108,16 +109,6 @@ def schema_command(args: argparse.Namespace) -> int:
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help(sys.stderr)
     return EXIT_USAGE
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
 
 
 def _count(number: int, noun: str) -> str:
