@@ -29,6 +29,21 @@ def _git_cmd():  # type: ignore[no-untyped-def]
         raise StellaError("git is not installed or not on PATH: install git and try again") from None
 
 
+def _run(
+    args: Sequence[str], *, cwd: Path | str, env: Mapping[str, str] | None = None, stdin: str | None = None
+) -> tuple[int, str, str]:
+    """The one place git runs: in cwd, with the environment of now plus env, stdin fed when given.
+    Returns (exit status, stdout, stderr); a git that cannot be started raises GitError."""
+    cmd = _git_cmd()[list(args)].with_cwd(str(cwd))
+    try:
+        retcode, out, err = (cmd if stdin is None else cmd << stdin).run(
+            retcode=None, env={**os.environ, **(env or {})}
+        )
+    except OSError as exc:
+        raise GitError(f"git {args[0] if args else ''}: {exc}") from None
+    return int(retcode), str(out), str(err)
+
+
 def git(
     *args: str,
     cwd: Path | str,
@@ -37,24 +52,17 @@ def git(
     check: bool = True,
 ) -> str:
     """Run git in cwd and return stdout; a failure raises GitError with git's own message."""
-    cmd = _git_cmd()[list(args)].with_cwd(str(cwd))
-    full_env = {**os.environ, **(env or {})}
-    try:
-        retcode, out, err = (cmd if stdin is None else cmd << stdin).run(retcode=None, env=full_env)
-    except OSError as exc:
-        raise GitError(f"git {args[0] if args else ''}: {exc}") from None
+    retcode, out, err = _run(args, cwd=cwd, env=env, stdin=stdin)
     if check and retcode != 0:
         detail = (err or out).strip().splitlines()
         message = detail[-1] if detail else f"exit status {retcode}"
         raise GitError(f"git {' '.join(args[:2])}: {message}")
-    return str(out)
+    return out
 
 
 def git_ok(*args: str, cwd: Path | str) -> bool:
     """True when the git command exits 0."""
-    cmd = _git_cmd()[list(args)].with_cwd(str(cwd))
-    retcode, _, _ = cmd.run(retcode=None, env=dict(os.environ))
-    return retcode == 0
+    return _run(args, cwd=cwd)[0] == 0
 
 
 # --- repository facts ---
@@ -279,11 +287,9 @@ def default_branch(root: Path, remote: str) -> str | None:
     out = git("symbolic-ref", "-q", "--short", f"refs/remotes/{remote}/HEAD", cwd=root, check=False).strip()
     if out.startswith(f"{remote}/"):
         return out[len(remote) + 1 :]
-    env = _push_env()
-    cmd = _git_cmd()["ls-remote", "--symref", remote, "HEAD"].with_cwd(str(root)).with_env(**env)
-    retcode, stdout, _ = cmd.run(retcode=None)
+    retcode, stdout, _ = _run(["ls-remote", "--symref", remote, "HEAD"], cwd=root, env=_push_env())
     if retcode == 0:
-        for line in str(stdout).splitlines():
+        for line in stdout.splitlines():
             if line.startswith("ref: refs/heads/") and line.endswith("\tHEAD"):
                 return line[len("ref: refs/heads/") : -len("\tHEAD")]
     return None
@@ -300,20 +306,16 @@ def push(root: Path, remote: str, branch: str, *, force: bool = False) -> PushRe
     """Push branch to the same name on remote, without prompting; GitError with the remote's reason."""
     refspec = f"refs/heads/{branch}:refs/heads/{branch}"
     args = ["push", "--porcelain", *(["--force"] if force else []), remote, refspec]
-    cmd = _git_cmd()[args].with_cwd(str(root)).with_env(**_push_env())
-    try:
-        retcode, out, err = cmd.run(retcode=None)
-    except OSError as exc:
-        raise GitError(f"git push: {exc}") from None
+    retcode, out, err = _run(args, cwd=root, env=_push_env())
     flag, summary = "", ""
-    for line in str(out).splitlines():
+    for line in out.splitlines():
         parts = line.split("\t")
         if len(parts) >= 3 and parts[1].endswith(f":refs/heads/{branch}"):
             flag, summary = parts[0], parts[2]
     if retcode == 0 and flag != "!":
         return PushResult(remote, branch, flag, summary)
     # The remote's own words ("remote: ..." lines from a hook) say why; keep them with git's summary.
-    err_lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    err_lines = [line.strip() for line in err.splitlines() if line.strip()]
     remote_lines = [line[len("remote:") :].strip() for line in err_lines if line.startswith("remote:")]
     remote_lines = [line for line in remote_lines if line]
     other = [line for line in err_lines if not line.startswith("remote:")]
@@ -411,15 +413,6 @@ def set_index_entries(
 # --- engine tools ---
 
 
-def _git_status_out(*args: str, cwd: Path | str) -> tuple[int, str, str]:
-    cmd = _git_cmd()[list(args)].with_cwd(str(cwd))
-    try:
-        retcode, out, err = cmd.run(retcode=None)
-    except OSError as exc:
-        raise GitError(f"git {args[0] if args else ''}: {exc}") from None
-    return int(retcode), str(out), str(err)
-
-
 def ls_files(root: Path, pathspecs: Sequence[str] = (), *, untracked: bool = True) -> list[str]:
     """Tracked files (and untracked, not ignored ones) matching pathspecs, relative to root."""
     args = ["ls-files", "-z", "--cached"]
@@ -445,7 +438,7 @@ def grep(
     args.append("-F" if fixed else "-E")
     if ignore_case:
         args.append("-i")
-    retcode, out, err = _git_status_out(*args, "-e", pattern, "--", *pathspecs, cwd=root)
+    retcode, out, err = _run([*args, "-e", pattern, "--", *pathspecs], cwd=root)
     if retcode == 1 and not err.strip():
         return ""
     if retcode != 0:

@@ -88,3 +88,52 @@ def test_worktree_lifecycle_and_commits_between(repo: Path) -> None:
 def test_git_failure_carries_gits_message(repo: Path) -> None:
     with pytest.raises(GitError, match="git branch"):
         gitops.git("branch", "-d", "no-such-branch", cwd=repo)
+
+
+# --- every git call sees the environment of the moment it runs (plumbum keeps an import-time copy) ---
+
+
+def _env_config(monkeypatch: pytest.MonkeyPatch, key: str, value: str) -> None:
+    """Git configuration given through the environment only, after stellafleet was imported."""
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", key)
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", value)
+
+
+def test_push_and_ls_remote_run_with_the_environment_of_now(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    origin, other = tmp_path / "origin.git", tmp_path / "other.git"
+    sh("git", "init", "-q", "--bare", "-b", "main", str(origin), cwd=tmp_path)
+    sh("git", "init", "-q", "--bare", "-b", "trunk", str(other), cwd=tmp_path)
+    sh("git", "remote", "add", "origin", str(origin), cwd=repo)
+    hook = origin / "hooks" / "pre-receive"
+    hook.write_text(
+        '#!/bin/sh\nif [ -n "$STELLA_TEST_MARK" ]; then echo "saw $STELLA_TEST_MARK"; exit 1; fi\n'
+    )
+    hook.chmod(0o755)
+
+    monkeypatch.setenv("STELLA_TEST_MARK", "now")
+    with pytest.raises(GitError, match=r"was rejected: .* remote says: saw now"):
+        gitops.push(repo, "origin", "main")
+    monkeypatch.delenv("STELLA_TEST_MARK")
+    assert gitops.push(repo, "origin", "main").flag == "*"
+
+    sh("git", "push", "-q", str(other), "main:trunk", cwd=repo)
+    assert gitops.default_branch(repo, "origin") == "main"
+    _env_config(monkeypatch, f"url.{other}.insteadOf", str(origin))  # origin now means the other repository
+    assert gitops.default_branch(repo, "origin") == "trunk"
+
+
+def test_grep_and_git_ok_run_with_the_environment_of_now(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (repo / "notes.txt").write_text("the needle\n")  # untracked, not ignored
+    assert gitops.grep(repo, "needle") == "notes.txt:1:the needle\n"
+    ignore = tmp_path / "ignore"
+    ignore.write_text("notes.txt\n")
+    _env_config(monkeypatch, "core.excludesFile", str(ignore))
+    assert gitops.grep(repo, "needle") == ""
+    assert gitops.git_ok("rev-parse", "--verify", "-q", "HEAD", cwd=repo)
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "no-such-git-dir"))
+    assert not gitops.git_ok("rev-parse", "--verify", "-q", "HEAD", cwd=repo)
