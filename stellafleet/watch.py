@@ -3,7 +3,8 @@
 One loop polls every watched branch's CI with `gh run list --commit SHA` every ``poll_interval``. A branch
 ends green, red, ``no_ci`` (nothing appeared within ``appear_timeout``), ``stalled`` (its runs' fingerprint
 did not change for ``stall_timeout``) or red by timeout (still running after ``total_timeout``). Time comes
-from an injected Clock, so tests cover two hours in milliseconds.
+from an injected Clock, so tests cover two hours in milliseconds. Which branches to watch comes from
+watchtargets.py, and what the user sees from the reporters in watchreport.py (both re-exported here).
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, TextIO
-
-from rich.markup import escape
+from typing import Any, Protocol
 
 from stellafleet import gitops
 from stellafleet.clock import Clock, SystemClock
@@ -36,6 +35,23 @@ from stellafleet.gh import (
 )
 from stellafleet.ledger import Ledger
 from stellafleet.paths import StatePaths
+from stellafleet.watchreport import ConsoleReporter, QuietReporter
+from stellafleet.watchtargets import Target, TaskWork, branches_to_watch
+
+__all__ = [
+    "BranchWatch",
+    "ConsoleReporter",
+    "QuietReporter",
+    "Target",
+    "TaskWork",
+    "WatchReporter",
+    "WatchResult",
+    "WatchSettings",
+    "Watcher",
+    "branches_to_watch",
+    "preflight",
+    "watch_run",
+]
 
 
 @dataclass(frozen=True)
@@ -67,73 +83,6 @@ class WatchSettings:
             if not ok:
                 raise StellaError(f"config: watch.{key} must be {wanted}, not {value!r}")
         return cls(**values)
-
-
-@dataclass(frozen=True)
-class TaskWork:
-    id: str
-    title: str
-    summary: str
-    spend_usd: float
-    commits: tuple[tuple[str, str], ...]  # (sha, message), oldest first
-
-
-@dataclass(frozen=True)
-class Target:
-    """A branch that holds successful work of a run."""
-
-    branch: str
-    kind: str  # "isolated" | "shared"
-    tasks: tuple[TaskWork, ...]
-
-    @property
-    def task_id(self) -> str | None:
-        return self.tasks[0].id if len(self.tasks) == 1 else None
-
-    def title(self, run_id: str) -> str:
-        if len(self.tasks) == 1:
-            return self.tasks[0].title
-        return f"stella fleet {run_id}: {len(self.tasks)} tasks"
-
-
-def branches_to_watch(run: dict[str, Any]) -> list[Target]:
-    """Branches of succeeded isolated tasks with commits, then branches that succeeded shared tasks used."""
-    commits = run["commits"]
-    attempts = run["attempts"]
-
-    def work(task: dict[str, Any], on_branch: str | None) -> TaskWork:
-        own = [c for c in attempts if c["task_id"] == task["id"]]
-        done = [a for a in own if a.get("outcome") == "succeeded" or a.get("success") == 1]
-        summary = (done[-1].get("summary") if done else None) or ""
-        task_commits = tuple(
-            (c["sha"], c["message"] or "")
-            for c in commits
-            if c["task_id"] == task["id"] and (on_branch is None or c["branch"] == on_branch)
-        )
-        return TaskWork(
-            task["id"],
-            task["title"] or task["id"],
-            summary.strip(),
-            float(sum(a.get("spend_usd") or 0.0 for a in own)),
-            task_commits,
-        )
-
-    targets: list[Target] = []
-    shared: dict[str, list[TaskWork]] = {}
-    for task in run["tasks"]:
-        if task["status"] != "succeeded":
-            continue
-        if task["isolation"] == "isolated":
-            item = work(task, None)
-            if task["branch"] and item.commits:
-                targets.append(Target(task["branch"], "isolated", (item,)))
-            continue
-        for branch in dict.fromkeys(
-            c["branch"] for c in commits if c["task_id"] == task["id"] and c["branch"]
-        ):
-            shared.setdefault(branch, []).append(work(task, branch))
-    targets.extend(Target(branch, "shared", tuple(items)) for branch, items in shared.items())
-    return targets
 
 
 @dataclass
@@ -477,65 +426,3 @@ def watch_run(
         result = watcher.run()
     reporter.finished(result)
     return result
-
-
-class ConsoleReporter:
-    """One line per branch change (styled on a terminal, plain in CI logs) and a table at the end."""
-
-    def __init__(self, stream: TextIO, *, table: bool = True) -> None:
-        from rich.console import Console
-
-        self.console = Console(file=stream, highlight=False, soft_wrap=True)
-        self.table = table
-
-    _STYLE: ClassVar[dict[str, str]] = {"green": "green", "red": "bold red", "error": "bold red"}
-
-    def note(self, message: str) -> None:
-        if self.console.is_terminal:
-            self.console.print(f"[dim]watch:[/] {escape(message)}")
-        else:
-            self.console.out(f"watch: {message}", highlight=False)
-
-    def changed(self, watch: BranchWatch) -> None:
-        pr = f" PR #{watch.pr_number}" if watch.pr_number is not None else ""
-        if self.console.is_terminal:
-            style = self._STYLE.get(watch.state, "cyan")
-            self.console.print(
-                f"[bold]{escape(watch.branch)}[/]{pr} [{style}]{watch.state}[/] {escape(watch.phase)}"
-            )
-        else:
-            self.console.out(f"watch: {watch.branch}{pr}: {watch.state}: {watch.phase}", highlight=False)
-
-    def finished(self, result: WatchResult) -> None:
-        if not self.table or not result.branches:
-            return
-        from rich.table import Table
-
-        rows = [
-            (b.branch, b.pr_url or "-", b.state, b.conclusion or "-", b.reason or "-")
-            for b in result.branches
-        ]
-        headers = ("branch", "PR", "state", "conclusion", "reason")
-        if self.console.is_terminal:
-            table = Table(*headers, title=f"watch: run {result.run_id}")
-            for row in rows:
-                table.add_row(*(escape(cell) for cell in row))
-            self.console.print(table)
-            return
-        widths = [max(len(r[i]) for r in (headers, *rows)) for i in range(4)]
-        for row in (headers, *rows):
-            cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:4])]
-            self.console.out("  ".join([*cells, row[4]]), highlight=False)
-
-
-class QuietReporter:
-    """Says nothing (for callers that render the result themselves)."""
-
-    def note(self, message: str) -> None:
-        pass
-
-    def changed(self, watch: BranchWatch) -> None:
-        pass
-
-    def finished(self, result: WatchResult) -> None:
-        pass
