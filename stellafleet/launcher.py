@@ -10,9 +10,13 @@ working directory, stdin from /dev/null, stdout and stderr appended to the task'
 The launcher stays single-threaded (forking a threaded process is unsafe), reaps its children and reports
 each exit with its status and rusage. Requests and replies are JSON lines on its stdin and stdout:
 
-    -> {"id": 1, "env": {...}, "cwd": "...", "log": "..."}
+    -> {"id": 1, "set": {...}, "unset": [...], "cwd": "...", "log": "..."}
     <- {"id": 1, "pid": 4242}          or {"id": 1, "error": "..."}
     <- {"exit": 4242, "status": 0, "cpu": 0.012, "maxrss": 31457280}
+
+A worker's environment is sent as its difference from the launcher's own (which the fleet handed it at
+start): a forked child pays for every page it writes, and rewriting the whole environment was a good
+part of a no-op worker's cost.
 """
 
 from __future__ import annotations
@@ -51,8 +55,9 @@ def _child(request: dict[str, Any], close: Sequence[int], ready: int) -> None:
         os.close(log)
         os.close(devnull)
         os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
+        for key in request["unset"]:
+            os.environ.pop(key, None)
+        os.environ.update(request["set"])
         from stellafleet import worker
 
         code = worker.main()
@@ -75,9 +80,15 @@ def serve(preload: Sequence[str]) -> int:
     """The launcher's loop: fork on request, report exits, leave when the fleet closes stdin."""
     import importlib
 
+    environment = dict(os.environ)  # what the fleet handed us: requests are differences from it
     for module in ["stellafleet.worker", *preload]:
         with contextlib.suppress(Exception):  # a module that fails here fails again, reported, in its worker
             importlib.import_module(module)
+    if os.environ != environment:  # a preloaded module changed it: workers get exactly what they are sent
+        os.environ.clear()
+        os.environ.update(environment)
+    from stellafleet import worker
+
     if threading.active_count() > 1:
         # A preloaded module started a thread: forking now could copy a held lock into every worker.
         # Leaving makes the fleet start fresh interpreters instead.
@@ -131,6 +142,9 @@ def serve(preload: Sequence[str]) -> int:
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
             request = json.loads(line)
+            worker_env = {k: v for k, v in environment.items() if k not in request["unset"]}
+            worker_env.update(request["set"])
+            worker.preload_config(worker_env)  # the child inherits it instead of parsing the config again
             ready_r, ready_w = os.pipe()
             try:
                 pid = os.fork()
@@ -160,8 +174,9 @@ class LauncherGone(Exception):
 class Launcher:
     """Talks to one launcher process; `spawn` and `wait_exit` are safe from many threads."""
 
-    def __init__(self, proc: Any) -> None:
+    def __init__(self, proc: Any, environment: Mapping[str, str]) -> None:
         self._proc = proc
+        self._environment = dict(environment)  # the launcher's own: requests carry differences from it
         self._lock = threading.Lock()
         self._changed = threading.Condition()
         self._next_id = 0
@@ -178,15 +193,17 @@ class Launcher:
             return None
         import subprocess
 
+        environment = dict(os.environ)
         proc = subprocess.Popen(
             [sys.executable, "-P", "-m", "stellafleet.launcher", *preload],
             cwd=str(cwd),
+            env=environment,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # the terminal's Ctrl-C is the fleet's to handle
         )
-        return cls(proc)
+        return cls(proc, environment)
 
     def _read(self) -> None:
         assert self._proc.stdout is not None
@@ -213,7 +230,14 @@ class Launcher:
         with self._lock:
             self._next_id += 1
             request_id = self._next_id
-            request = {"id": request_id, "env": dict(env), "cwd": str(cwd), "log": str(log_path)}
+            base = self._environment
+            request = {
+                "id": request_id,
+                "set": {key: value for key, value in env.items() if base.get(key) != value},
+                "unset": [key for key in base if key not in env],
+                "cwd": str(cwd),
+                "log": str(log_path),
+            }
             try:
                 assert self._proc.stdin is not None
                 self._proc.stdin.write((json.dumps(request) + "\n").encode())

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -88,9 +89,64 @@ def load_pipeline(name: str) -> Pipeline:
     return pipelines.load(name)
 
 
+# --- the config, loaded once by the warm launcher ---
+#
+# A forked worker pays for every page it writes, and parsing the TOML config was a tenth of a no-op
+# worker's cost. So the launcher loads the config in its own process just before it forks a worker
+# (preload_config), reloading only when the worker's environment or a config file changed, and the worker
+# it forks uses that copy. A fresh interpreter loads the config itself.
+
+_preloaded: Config | None = None
+_preloaded_for: tuple[object, ...] | None = None
+
+
+def _file_identity(path: Path) -> tuple[int, ...] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _config_identity(env: Mapping[str, str]) -> tuple[object, ...] | None:
+    """What load_config reads for a worker with env: the variables it looks at and its layers' files."""
+    from stellafleet.config import ENV_KEYS, user_config_file
+
+    root = env.get("STELLA_ROOT")
+    if not root:
+        return None
+    # the layers of load_config: the user file, then STELLA_CONFIG or the repository's own file
+    config_file = env.get("STELLA_CONFIG")
+    project = Path(config_file) if config_file else Path(root) / ".stella" / "config.toml"
+    files = (user_config_file(env), project)
+    if not all(path.is_absolute() for path in files):
+        return None  # relative to the worker's directory, not the launcher's: the worker loads it
+    variables = [env.get(name) for name in ("HOME", "XDG_CONFIG_HOME", "STELLA_CONFIG", *ENV_KEYS)]
+    return (variables, files, [_file_identity(path) for path in files])
+
+
+def preload_config(env: Mapping[str, str]) -> None:
+    """In the launcher, right before forking a worker with env: load the config that worker would load."""
+    global _preloaded, _preloaded_for
+    try:
+        identity = _config_identity(env)
+        if identity is None:
+            _preloaded = _preloaded_for = None
+        elif identity != _preloaded_for:
+            from stellafleet.config import load_config
+
+            _preloaded_for = None
+            _preloaded = load_config(Path(env["STELLA_ROOT"]), env=env)
+            _preloaded_for = identity
+    except Exception:  # the worker loads it again itself and reports what is wrong
+        _preloaded = _preloaded_for = None
+
+
 def run_task(ctx: WorkerContext, spend: LedgerSpend, config: Config | None = None) -> PipelineResult:
     """Run ctx's pipeline; any exception becomes a failed result carrying its text."""
     try:
+        if config is None:
+            config = _preloaded if _preloaded_for is not None else None
         if config is None:
             from stellafleet.config import load_config
 
@@ -113,9 +169,18 @@ def run_task(ctx: WorkerContext, spend: LedgerSpend, config: Config | None = Non
 
 def write_result(path: Path, result: PipelineResult) -> None:
     """Write the result JSON atomically: the fleet sees the whole file or none."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result.to_json()))
+    data = json.dumps(result.to_json()).encode()
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except FileNotFoundError:  # the fleet makes the directory; a worker run by hand may not have it
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
 
 

@@ -159,3 +159,81 @@ def test_the_dispatcher_starts_fresh_interpreters_once_its_launcher_is_gone(
         assert wait_exit(tree).returncode == 0
         dispatcher.close()
     assert json.loads(ctx.result_path.read_text())["summary"] == "fresh"
+
+
+def test_a_forked_worker_gets_its_environment_as_sent_whatever_the_launcher_started_with(
+    tmp_path: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DROPPED", "the launcher has it")
+    monkeypatch.setenv("CHANGED", "old")
+    started = Launcher.start(["stellafleet.pipelines.command"], cwd=tmp_path)
+    assert started is not None
+    try:
+        ctx = make_attempt(tmp_path)
+        write_config(tmp_path, run="env | sort > env.txt")
+        env = {k: v for k, v in os.environ.items() if k != "DROPPED"}
+        env.update(CHANGED="new", ADDED="yes", **ctx.to_env())
+        tree = ProcessTree.spawn([], cwd=tmp_path, env=env, log_path=ctx.log_path, launcher=started)
+        assert wait_exit(tree).returncode == 0
+    finally:
+        started.close()
+    seen = dict(line.split("=", 1) for line in (tmp_path / "env.txt").read_text().splitlines() if "=" in line)
+    assert "DROPPED" not in seen
+    assert seen["CHANGED"] == "new" and seen["ADDED"] == "yes" and seen["STELLA_TASK_ID"] == "t1"
+
+
+def test_forked_workers_see_config_changes_between_them(
+    tmp_path: Path, isolated_home: Path, launcher: Launcher
+) -> None:
+    """The launcher loads the config once for its workers, but never hands one a stale copy."""
+
+    def run_one(task_id: str, **extra: str) -> dict[str, object]:
+        ctx = make_attempt(tmp_path, task_id)
+        env = {"PATH": os.environ["PATH"], "HOME": str(isolated_home), **ctx.to_env(), **extra}
+        tree = ProcessTree.spawn([], cwd=tmp_path, env=env, log_path=ctx.log_path, launcher=launcher)
+        assert wait_exit(tree).returncode in (0, 1)
+        result: dict[str, object] = json.loads(ctx.result_path.read_text())
+        return result
+
+    write_config(tmp_path, run="echo first")
+    assert run_one("t1")["summary"] == "first"
+    assert run_one("t2")["summary"] == "first"  # unchanged: the preloaded copy
+    write_config(tmp_path, run="echo again")  # same size: only the file's times and identity differ
+    assert run_one("t3")["summary"] == "again"
+    # the user's own config layer, chosen by the worker's environment
+    (tmp_path / "project.toml").write_text("")
+    other = tmp_path / "other-home"
+    (other / "stella").mkdir(parents=True)
+    (other / "stella" / "config.toml").write_text('[pipelines.command]\nrun = "echo user layer"\n')
+    project = {"STELLA_CONFIG": str(tmp_path / "project.toml")}
+    assert run_one("t4", XDG_CONFIG_HOME=str(other), **project)["summary"] == "user layer"
+    (tmp_path / "project.toml").write_text("[pipelines.command]\nrun = 'echo project layer'\n")
+    assert run_one("t5", XDG_CONFIG_HOME=str(other), **project)["summary"] == "project layer"
+    (tmp_path / "project.toml").write_text("[pipelines.command\n")
+    broken = run_one("t6", XDG_CONFIG_HOME=str(other), **project)
+    assert broken["success"] is False and "invalid TOML" in str(broken["error"])
+
+
+def test_a_worker_forked_right_after_preload_config_uses_that_config_without_reading_it(
+    tmp_path: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stellafleet import worker
+
+    ctx = make_attempt(tmp_path)
+    write_config(tmp_path, run="echo preloaded")
+    env = {**os.environ, **ctx.to_env()}
+    monkeypatch.setattr(worker, "_preloaded", None)  # so the test process is back to none afterwards
+    monkeypatch.setattr(worker, "_preloaded_for", None)
+    worker.preload_config(env)  # what the launcher does just before it forks
+    write_config(tmp_path, run="echo read again")
+    spend = worker.LedgerSpend(ctx)
+    try:
+        assert worker.run_task(ctx, spend).summary == "preloaded"
+    finally:
+        spend.close()
+    worker.preload_config(env)  # the launcher's next fork sees the change
+    spend = worker.LedgerSpend(ctx)
+    try:
+        assert worker.run_task(ctx, spend).summary == "read again"
+    finally:
+        spend.close()
