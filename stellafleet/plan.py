@@ -1,22 +1,21 @@
 """Plans: load a plan file (or inline prompts), check it whole, and hand back an immutable Plan.
 
 A plan is checked in three passes and every problem of every pass is reported at once: the file is
-parsed (a syntax error carries its line and column), the data is checked against the bundled JSON
-Schema, then the things a schema cannot say are checked: claims stay inside the workspace, ids are
-unique, every dependency names another task, and the dependencies form no cycle.
+parsed (planfile.py: a syntax error carries its line and column), the data is checked against the
+bundled JSON Schema (planschema.py), then the things a schema cannot say are checked: claims stay inside
+the workspace (here), and ids are unique, every dependency names another task and the dependencies form
+no cycle (plangraph.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import json
 import math
 import os
 import posixpath
 import re
-import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -24,11 +23,24 @@ from typing import Any
 
 from stellafleet import planschema
 from stellafleet.errors import PlanError, StellaError
+from stellafleet.planfile import PLAN_SUFFIXES, read_plan_file, workspace_of
+from stellafleet.plangraph import TASK_ID, graph_problems
+
+__all__ = [
+    "ISOLATIONS",
+    "PLAN_SUFFIXES",
+    "TITLE_WIDTH",
+    "Plan",
+    "PlanTask",
+    "load_plan",
+    "normalise_claim",
+    "plan_from_data",
+    "plan_from_prompts",
+    "title_from",
+]
 
 ISOLATIONS = ("shared", "isolated")
-PLAN_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
 TITLE_WIDTH = 72
-_ID = re.compile(planschema.ID_PATTERN)
 _PLAIN_KEY = re.compile(r"[$A-Za-z0-9_.-]+")
 _DRIVE = re.compile(r"[A-Za-z]:[\\/]")
 # already normal: segments joined by single slashes, none "." or "..", no leading or trailing slash
@@ -117,33 +129,13 @@ def load_plan(path: str | Path, *, root: Path | None = None) -> Plan:
 
     `root` is the workspace the claims are relative to (default: the git repository holding the
     plan file, else its directory); it is only used to warn about claims naming directories."""
-    name = str(path)
-    plan_path = Path(path)
-    suffix = plan_path.suffix.lower()
-    if suffix not in PLAN_SUFFIXES:
-        shown = f'"{plan_path.suffix}"' if plan_path.suffix else "(none)"
-        raise PlanError([f"{name}: unknown plan format {shown}: use .toml, .json, .yaml or .yml"])
-    try:
-        raw = plan_path.read_bytes()
-    except FileNotFoundError:
-        raise PlanError([f"{name}: no such file"]) from None
-    except IsADirectoryError:
-        raise PlanError([f"{name}: is a directory, not a plan file"]) from None
-    except OSError as exc:
-        raise PlanError([f"{name}: cannot read: {exc.strerror or exc}"]) from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise PlanError([f"{name}:{line}: not UTF-8 text (byte {exc.start})"]) from None
-    data = _PARSERS[suffix](text, name)
-    workspace = root if root is not None else _workspace_of(plan_path)
+    read = read_plan_file(path)
     return plan_from_data(
-        data,
-        source=name,
-        sha256=hashlib.sha256(raw).hexdigest(),
-        root=workspace,
-        table_word=_TABLE_WORDS[suffix],
+        read.data,
+        source=str(path),
+        sha256=read.sha256,
+        root=root if root is not None else workspace_of(Path(path)),
+        table_word=read.table_word,
     )
 
 
@@ -197,7 +189,7 @@ def plan_from_data(
             problems.extend(f"{where}: timeout: {message}" for message in _timeout_problems(raw))
         claims = raw.get("claims")
         claims_of.append(_claims(claims, where, workspace, problems, warnings) if claims else ())
-    problems.extend(_graph_problems(name, raw_tasks, ids, labels, trusted=not schema_problems))
+    problems.extend(graph_problems(name, raw_tasks, ids, labels, trusted=not schema_problems))
     if problems:
         raise PlanError(problems)
     tasks = tuple(
@@ -231,93 +223,6 @@ def normalise_claim(claim: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# parsing, with line and column for syntax errors
-
-
-def _parse_toml(text: str, name: str) -> Any:
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        found = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
-        if found:
-            line, column = found.groups()
-            raise PlanError([f"{name}:{line}:{column}: invalid TOML: {message[: found.start()]}"]) from None
-        found = re.search(r"\s*\(at end of document\)$", message)
-        if found:
-            line = text.count("\n") + 1
-            problem = f"{name}:{line}: invalid TOML: {message[: found.start()]} at end of file"
-            raise PlanError([problem]) from None
-        raise PlanError([f"{name}: invalid TOML: {message}"]) from None
-    except (ValueError, RecursionError) as exc:
-        raise PlanError([f"{name}: invalid TOML: {exc}"]) from None
-
-
-def _parse_json(text: str, name: str) -> Any:
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in result:
-                raise _DuplicateKey(key)
-            result[key] = value
-        return result
-
-    try:
-        return json.loads(text, object_pairs_hook=no_duplicates)
-    except json.JSONDecodeError as exc:
-        raise PlanError([f"{name}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}"]) from None
-    except _DuplicateKey as exc:
-        problem = f"{name}: invalid JSON: key {json.dumps(exc.key)} appears twice in one object"
-        raise PlanError([problem]) from None
-    except (ValueError, RecursionError) as exc:
-        raise PlanError([f"{name}: invalid JSON: {exc}"]) from None
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _parse_yaml(text: str, name: str) -> Any:
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import MarkedYAMLError, YAMLError
-
-    try:
-        return YAML(typ="safe", pure=True).load(text)
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        what = " ".join(part for part in (exc.context, exc.problem) if part) or "cannot parse"
-        what = " ".join(what.split())
-        where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else name
-        start = exc.context_mark
-        if start is not None and mark is not None and start.line != mark.line:
-            what += f" (it starts at line {start.line + 1}, column {start.column + 1})"
-        raise PlanError([f"{where}: invalid YAML: {what}"]) from None
-    except (YAMLError, ValueError, TypeError, RecursionError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise PlanError([f"{name}: invalid YAML: {first}"]) from None
-
-
-_PARSERS: dict[str, Callable[[str, str], Any]] = {
-    ".toml": _parse_toml,
-    ".json": _parse_json,
-    ".yaml": _parse_yaml,
-    ".yml": _parse_yaml,
-}
-_TABLE_WORDS = {".toml": "table", ".json": "object", ".yaml": "mapping", ".yml": "mapping"}
-
-
-def _workspace_of(plan_path: Path) -> Path:
-    """The git repository holding the plan (nearest directory with a .git), else its directory."""
-    start = plan_path.resolve().parent
-    for directory in (start, *start.parents):
-        if (directory / ".git").exists():
-            return directory
-    return start
-
-
-# ---------------------------------------------------------------------------------------------
 # checks a schema cannot express
 
 
@@ -342,7 +247,7 @@ def _labels(ids: list[str | None]) -> list[str]:
 def _usable_id(raw: Any) -> str | None:
     if isinstance(raw, dict):
         task_id = raw.get("id")
-        if isinstance(task_id, str) and _ID.match(task_id):
+        if isinstance(task_id, str) and TASK_ID.match(task_id):
             return task_id
     return None
 
@@ -411,156 +316,6 @@ def _claims(
                 "paths, so it protects no file inside it"
             )
     return tuple(normalised)
-
-
-def _graph_problems(
-    name: str, raw_tasks: list[Any], ids: list[str | None], labels: list[str], *, trusted: bool
-) -> list[str]:
-    """Duplicate ids, self-dependencies, unknown dependencies and cycles.
-
-    `trusted`: the data passed the schema, so every dependency is already a well-formed id."""
-    problems: list[str] = []
-    first_at: dict[str, int] = {}
-    for position, task_id in enumerate(ids):
-        if task_id is None:
-            continue
-        if task_id in first_at:
-            problems.append(
-                f"{name}: task #{position + 1}: id: duplicate id {json.dumps(task_id)} "
-                f"(task #{first_at[task_id] + 1} has it too)"
-            )
-        else:
-            first_at[task_id] = position
-    known = list(first_at)
-    edges: dict[str, list[str]] = {}
-    for position, (raw, task_id) in enumerate(zip(raw_tasks, ids, strict=True)):
-        dependencies = raw.get("depends_on") if isinstance(raw, dict) else None
-        if not isinstance(dependencies, list) or not dependencies:
-            continue
-        if not trusted:
-            # well-formed ids only (the schema reported the rest), each once
-            dependencies = list(
-                dict.fromkeys(dep for dep in dependencies if isinstance(dep, str) and _ID.match(dep))
-            )
-        owns_edges = task_id is not None and first_at[task_id] == position
-        for dependency in dependencies:
-            if dependency == task_id:
-                problems.append(f"{name}: {labels[position]}: depends_on: the task depends on itself")
-            elif dependency not in first_at:
-                hint = planschema.suggest(dependency, known)
-                problems.append(f'{name}: {labels[position]}: depends_on: unknown task "{dependency}"{hint}')
-            elif owns_edges:
-                edges.setdefault(task_id, []).append(dependency)  # type: ignore[arg-type]
-    for cycle in _cycles(known, edges):
-        problems.append(f"{name}: dependency cycle: {' -> '.join(cycle)}")
-    return problems
-
-
-def _cycles(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
-    """One cycle per strongly connected group of tasks, each written a -> b -> ... -> a from the
-    group's first task in plan order (an edge a -> b means a depends on b)."""
-    remaining = _after_peeling(nodes, edges)
-    if not remaining:
-        return []
-    order = {node: position for position, node in enumerate(nodes)}
-    cycles = []
-    for component in _strongly_connected(sorted(remaining, key=order.__getitem__), edges):
-        if len(component) < 2:
-            continue
-        members = set(component)
-        start = min(component, key=order.__getitem__)
-        cycles.append(_cycle_through(start, members, edges))
-    cycles.sort(key=lambda cycle: order[cycle[0]])
-    return cycles
-
-
-def _after_peeling(nodes: list[str], edges: dict[str, list[str]]) -> set[str]:
-    """Kahn's algorithm: the nodes left once every node without pending dependencies is removed.
-    (Each node's edges are distinct: the schema or _graph_problems saw to that.)"""
-    pending = {node: len(edges.get(node, ())) for node in nodes}
-    dependents: dict[str, list[str]] = {}
-    for node, targets in edges.items():
-        for dependency in targets:
-            dependents.setdefault(dependency, []).append(node)
-    ready = [node for node, count in pending.items() if count == 0]
-    while ready:
-        node = ready.pop()
-        del pending[node]
-        for dependent in dependents.get(node, ()):
-            pending[dependent] -= 1
-            if pending[dependent] == 0:
-                ready.append(dependent)
-    return set(pending)
-
-
-def _strongly_connected(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
-    """Tarjan's algorithm, iterative (plans can be deep enough to overflow Python's stack)."""
-    allowed = set(nodes)
-    index_of: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    components: list[list[str]] = []
-    counter = 0
-    for root in nodes:
-        if root in index_of:
-            continue
-        work: list[tuple[str, int]] = [(root, 0)]
-        while work:
-            node, next_edge = work.pop()
-            if next_edge == 0:
-                index_of[node] = low[node] = counter
-                counter += 1
-                stack.append(node)
-                on_stack.add(node)
-            successors = [target for target in edges.get(node, ()) if target in allowed]
-            descended = False
-            for position in range(next_edge, len(successors)):
-                target = successors[position]
-                if target not in index_of:
-                    work.append((node, position + 1))
-                    work.append((target, 0))
-                    descended = True
-                    break
-                if target in on_stack:
-                    low[node] = min(low[node], index_of[target])
-            if descended:
-                continue
-            if low[node] == index_of[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                components.append(component)
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-    return components
-
-
-def _cycle_through(start: str, members: set[str], edges: dict[str, list[str]]) -> list[str]:
-    """The shortest path start -> ... -> start inside one strongly connected group (BFS)."""
-    came_from: dict[str, str] = {}
-    frontier = [start]
-    while frontier:
-        following = []
-        for node in frontier:
-            for target in edges.get(node, ()):
-                if target not in members:
-                    continue
-                if target == start:
-                    path = [node]
-                    while path[-1] != start:
-                        path.append(came_from[path[-1]])
-                    return [*reversed(path), start]
-                if target not in came_from:
-                    came_from[target] = node
-                    following.append(target)
-        frontier = following
-    return [start, start]  # unreachable for a real strongly connected group
 
 
 def _build_task(raw: dict[str, Any], defaults: dict[str, Any], claims: tuple[str, ...]) -> PlanTask:
