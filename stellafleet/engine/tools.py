@@ -1,8 +1,9 @@
 """The engine's tools: files, search, git, commit, finish (and a shell, off unless configured).
 
-Each tool takes the model's arguments (checked against its schema first) and returns text for the
-model. Anything that goes wrong is a ToolFailure (or a StellaError such as ClaimConflict) whose message
-goes back to the model as the tool's result; only `finish` ends the loop, by raising Finished.
+Each tool takes the model's arguments (checked against its schema first, see tooldef.py) and returns
+text for the model. Anything that goes wrong is a ToolFailure (or a StellaError such as ClaimConflict)
+whose message goes back to the model as the tool's result; only `finish` ends the loop, by raising
+Finished.
 No tool touches the whole tree: there is no checkout, reset, stash, clean, `add -A` or amend here.
 """
 
@@ -11,12 +12,12 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from stellafleet import gitops
 from stellafleet.engine.errors import Finished, FormatError, ToolFailure
 from stellafleet.engine.messages import ToolSpec
+from stellafleet.engine.tooldef import Tool, param
 from stellafleet.engine.workspace import Workspace
 
 Committer = Callable[[list[str], str], str]  # (paths, message) -> commit SHA
@@ -28,93 +29,6 @@ MAX_FILES = 500
 MAX_ENTRIES = 1000
 # Variables a shell command must not see (provider keys).
 SECRET_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
-
-_JSON_TYPE = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return _JSON_TYPE.get(type(value), type(value).__name__)
-
-
-def _param(kind: str, description: str) -> dict[str, Any]:
-    if kind == "array":
-        return {"type": "array", "items": {"type": "string"}, "description": description}
-    return {"type": kind, "description": description}
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    description: str
-    params: dict[str, dict[str, Any]]
-    required: tuple[str, ...]
-    run: Callable[[dict[str, Any]], str]
-
-    @property
-    def spec(self) -> ToolSpec:
-        return ToolSpec(
-            self.name,
-            self.description,
-            {"type": "object", "properties": self.params, "required": list(self.required)},
-        )
-
-    def check(self, args: Any) -> dict[str, Any]:
-        """The arguments, type-checked (numbers and booleans given as text are accepted); FormatError."""
-        takes = ", ".join(self.params) or "no arguments"
-        if not isinstance(args, dict):
-            raise FormatError(
-                f"{self.name}: the arguments must be a JSON object, not {_kind(args)} ({takes})"
-            )
-        unknown = [k for k in args if k not in self.params]
-        if unknown:
-            raise FormatError(f"{self.name}: unknown argument {unknown[0]!r} (it takes: {takes})")
-        missing = [k for k in self.required if args.get(k) is None]
-        if missing:
-            raise FormatError(f"{self.name}: missing required argument {missing[0]!r} (it takes: {takes})")
-        checked: dict[str, Any] = {}
-        for key, value in args.items():
-            if value is None:
-                continue
-            kind = self.params[key]["type"]
-            checked[key] = _coerce(self.name, key, kind, value)
-        return checked
-
-
-def _coerce(tool: str, key: str, kind: str, value: Any) -> Any:
-    bad = FormatError(
-        f"{tool}: argument {key!r} must be {'an' if kind[0] in 'aio' else 'a'} {kind}, got {_kind(value)}"
-    )
-    if kind == "string":
-        if not isinstance(value, str):
-            raise bad
-        return value
-    if kind == "integer":
-        if isinstance(value, bool):
-            raise bad
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value)
-        raise bad
-    if kind == "boolean":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
-        raise bad
-    if kind == "array":
-        if isinstance(value, str):
-            return [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise bad
-        return value
-    raise AssertionError(kind)
 
 
 def _truncate(text: str, limit: int = MAX_RESULT_CHARS) -> str:
@@ -150,7 +64,7 @@ class Toolbox:
                 "shell",
                 "Run a shell command in the workspace (no input; output truncated). Its writes take no "
                 "claims and its commits are not recorded: prefer the file and commit tools.",
-                {"command": _param("string", "the command line, run by /bin/sh")},
+                {"command": param("string", "the command line, run by /bin/sh")},
                 ("command",),
                 self.shell,
             )
@@ -168,15 +82,15 @@ class Toolbox:
 
     def _standard(self) -> list[Tool]:
         s, i, b, a = "string", "integer", "boolean", "array"
-        path = _param(s, "a path relative to the workspace")
+        path = param(s, "a path relative to the workspace")
         return [
             Tool(
                 "read_file",
                 f"Read a text file, with line numbers (up to {READ_LINES} lines per call).",
                 {
                     "path": path,
-                    "start_line": _param(i, "first line to read (1-based; default 1)"),
-                    "end_line": _param(i, "last line to read (inclusive)"),
+                    "start_line": param(i, "first line to read (1-based; default 1)"),
+                    "end_line": param(i, "last line to read (inclusive)"),
                 },
                 ("path",),
                 self.read_file,
@@ -184,7 +98,7 @@ class Toolbox:
             Tool(
                 "write_file",
                 "Create or overwrite a file with the given content (parent directories are created).",
-                {"path": path, "content": _param(s, "the whole new content of the file")},
+                {"path": path, "content": param(s, "the whole new content of the file")},
                 ("path", "content"),
                 self.write_file,
             ),
@@ -194,11 +108,11 @@ class Toolbox:
                 "surrounding lines), unless replace_all is true.",
                 {
                     "path": path,
-                    "old_text": _param(
+                    "old_text": param(
                         s, "the exact text to replace, whitespace included, without line numbers"
                     ),
-                    "new_text": _param(s, "the replacement text"),
-                    "replace_all": _param(b, "replace every occurrence (default false)"),
+                    "new_text": param(s, "the replacement text"),
+                    "replace_all": param(b, "replace every occurrence (default false)"),
                 },
                 ("path", "old_text", "new_text"),
                 self.edit_file,
@@ -206,7 +120,7 @@ class Toolbox:
             Tool(
                 "list_dir",
                 "List a directory's entries (directories end with /).",
-                {"path": _param(s, "a directory relative to the workspace (default: the workspace)")},
+                {"path": param(s, "a directory relative to the workspace (default: the workspace)")},
                 (),
                 self.list_dir,
             ),
@@ -214,7 +128,7 @@ class Toolbox:
                 "glob",
                 "Find files by glob pattern (`*` stays within a directory, `**/` crosses directories), "
                 "e.g. **/*.py or src/*.rs. Ignored files are left out.",
-                {"pattern": _param(s, "the glob pattern"), "path": _param(s, "search under this directory")},
+                {"pattern": param(s, "the glob pattern"), "path": param(s, "search under this directory")},
                 ("pattern",),
                 self.glob,
             ),
@@ -223,11 +137,11 @@ class Toolbox:
                 f"Search file contents with an extended regular expression; prints path:line:text "
                 f"(at most {MAX_MATCHES} matches). Ignored and binary files are left out.",
                 {
-                    "pattern": _param(s, "the regular expression (or plain text with fixed_strings)"),
-                    "path": _param(s, "search under this directory or file (default: everywhere)"),
-                    "include": _param(s, "only files matching this glob, e.g. *.py"),
-                    "ignore_case": _param(b, "match case-insensitively"),
-                    "fixed_strings": _param(b, "treat pattern as plain text"),
+                    "pattern": param(s, "the regular expression (or plain text with fixed_strings)"),
+                    "path": param(s, "search under this directory or file (default: everywhere)"),
+                    "include": param(s, "only files matching this glob, e.g. *.py"),
+                    "ignore_case": param(b, "match case-insensitively"),
+                    "fixed_strings": param(b, "treat pattern as plain text"),
                 },
                 ("pattern",),
                 self.grep,
@@ -237,8 +151,8 @@ class Toolbox:
                 "git_diff",
                 "Show the uncommitted changes (`git diff`), optionally of one path, or the staged ones.",
                 {
-                    "path": _param(s, "limit the diff to this path"),
-                    "staged": _param(b, "diff the index instead"),
+                    "path": param(s, "limit the diff to this path"),
+                    "staged": param(b, "diff the index instead"),
                 },
                 (),
                 self.git_diff,
@@ -247,7 +161,7 @@ class Toolbox:
                 "commit",
                 "Commit files you wrote in this task (default: all of them not yet committed). Only your own "
                 "files can be committed; nothing else is swept in.",
-                {"message": _param(s, "the commit message"), "paths": _param(a, "the files to commit")},
+                {"message": param(s, "the commit message"), "paths": param(a, "the files to commit")},
                 ("message",),
                 self.commit,
             ),
@@ -255,8 +169,8 @@ class Toolbox:
                 "finish",
                 "End the task with a summary of what was done (and what was not). Commit your work first.",
                 {
-                    "summary": _param(s, "what you did, for the person who reviews it"),
-                    "success": _param(b, "false if the task could not be done (default true)"),
+                    "summary": param(s, "what you did, for the person who reviews it"),
+                    "success": param(b, "false if the task could not be done (default true)"),
                 },
                 ("summary",),
                 self.finish,
