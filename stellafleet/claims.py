@@ -332,3 +332,16 @@ class ClaimStore:
             return None
         holder = _holder(row)
         return holder if holder.is_alive() else None
+
+    # --- fleet fast path ---
+
+    def release_attempt_if_held(self, run_id: str, attempt_id: int) -> int:
+        """release_attempt, without taking the write lock when the attempt holds nothing (most attempts).
+
+        A claim taken after the read is one taken after the release: it stays, as it would have with
+        release_attempt, until its holder process is gone."""
+        with self._lock:
+            held = self._conn.execute(
+                "SELECT 1 FROM file_locks WHERE run_id = ? AND attempt_id = ? LIMIT 1", (run_id, attempt_id)
+            ).fetchone()
+        return self.release_attempt(run_id, attempt_id) if held is not None else 0

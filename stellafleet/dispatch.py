@@ -115,23 +115,28 @@ def workspace_for(root: Path, run_id: str, task: PlanTask) -> Workspace:
     return Workspace(StatePaths(root).worktrees / name, f"fleet/{name}")
 
 
-def worker_env(
-    ctx: WorkerContext, settings: RunSettings, base: Mapping[str, str] | None = None
-) -> dict[str, str]:
+def run_env(settings: RunSettings, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What every worker of the run inherits: base (default: this process's environment) without any
+    worker variables, with the run's config file and this stella's scripts on PATH."""
     env = dict(os.environ if base is None else base)
     for key in _WORKER_KEYS:
         env.pop(f"STELLA_{key}", None)
-    env.update(ctx.to_env())
     if settings.config_file is not None:
         env["STELLA_CONFIG"] = str(settings.config_file)
-    entry = settings.pipeline_entries.get(ctx.pipeline)
-    if entry:
-        env["STELLA_PIPELINE_ENTRY"] = entry
     # Workers call `stella commit`: make sure they find this stella, without shadowing anything on PATH.
     scripts = sysconfig.get_path("scripts")
     path = env.get("PATH", "")
     if scripts and scripts not in path.split(os.pathsep):
         env["PATH"] = os.pathsep.join(p for p in (path, scripts) if p)
+    return env
+
+
+def task_env(ctx: WorkerContext, settings: RunSettings, inherited: Mapping[str, str]) -> dict[str, str]:
+    """One worker's environment: the run's (run_env) and its task's."""
+    env = {**inherited, **ctx.to_env()}
+    entry = settings.pipeline_entries.get(ctx.pipeline)
+    if entry:
+        env["STELLA_PIPELINE_ENTRY"] = entry
     return env
 
 
@@ -166,6 +171,10 @@ class Dispatcher:
         self._wake_r, self._wake_w = os.pipe()
         self._lock = threading.Lock()
         self._running: dict[str, int] = {}
+        # Worked out once per run rather than per task: the environment every worker inherits, and the
+        # directories of the run's results (os.environ is copied and sysconfig asked only here).
+        self._env = run_env(settings)
+        self._made: set[Path] = set()
 
     def close(self) -> None:
         for fd in (self._wake_r, self._wake_w):
@@ -193,7 +202,9 @@ class Dispatcher:
         paths = settings.paths
         log_path = paths.log_file(run_id, task.id)
         transcript_path = paths.transcript_file(run_id, task.id)
-        attempt_id = self.ledger.start_attempt(
+        # The task's rows change in two write transactions (three with the worker's pid): the attempt
+        # and the task `running` together, then the attempt's end and the task's status together.
+        attempt_id = self.ledger.begin_attempt(
             run_id,
             task.id,
             pipeline=pipeline,
@@ -202,7 +213,6 @@ class Dispatcher:
             log_path=str(log_path),
             transcript_path=str(transcript_path),
         )
-        self.ledger.set_task_status(run_id, task.id, "running")
         with self._lock:
             self._running[task.id] = attempt_id
         started = time.monotonic()
@@ -215,7 +225,8 @@ class Dispatcher:
                 record = Record.failed(f"could not start the worker: {exc}")
             except Exception as exc:  # a bug must still leave the ledger consistent
                 record = Record.failed(f"internal error: {type(exc).__name__}: {exc}")
-            self.ledger.finish_attempt(
+            reason = None if record.outcome == "succeeded" else (record.error or record.summary)
+            spend = self.ledger.end_attempt(
                 attempt_id,
                 outcome=record.outcome,
                 exit_code=record.exit_code,
@@ -223,11 +234,10 @@ class Dispatcher:
                 error=record.error,
                 cpu_seconds=record.cpu_seconds,
                 peak_rss_bytes=record.peak_rss_bytes,
+                reason=reason,
             )
-            reason = None if record.outcome == "succeeded" else (record.error or record.summary)
-            self.ledger.set_task_status(run_id, task.id, record.outcome, reason)
         finally:
-            self.claims.release_attempt(run_id, attempt_id)
+            self.claims.release_attempt_if_held(run_id, attempt_id)
             with self._lock:
                 self._running.pop(task.id, None)
         self.emit(
@@ -239,7 +249,7 @@ class Dispatcher:
                 "summary": record.summary,
                 "error": record.error,
                 "elapsed_s": time.monotonic() - started,
-                "spend_usd": self._attempt_spend(attempt_id),
+                "spend_usd": spend,
                 "branch": workspace.branch,
             },
         )
@@ -247,11 +257,10 @@ class Dispatcher:
             raise TaskFailed(reason or record.outcome)
         return True
 
-    def _attempt_spend(self, attempt_id: int) -> float | None:
-        try:
-            return self.ledger.attempt_spend(attempt_id)
-        except Exception:
-            return None
+    def _make_dir(self, path: Path) -> None:
+        if path not in self._made:  # one mkdir per directory per run, not per task
+            path.mkdir(parents=True, exist_ok=True)
+            self._made.add(path)
 
     def _attempt(
         self,
@@ -291,8 +300,9 @@ class Dispatcher:
             log_path=log_path,
             transcript_path=transcript_path,
         )
-        ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
-        tree = self._spawn(workspace.path, worker_env(ctx, settings), log_path)
+        self._make_dir(ctx.result_path.parent)
+        self._make_dir(log_path.parent)
+        tree = self._spawn(workspace.path, task_env(ctx, settings, self._env), log_path)
         try:
             self.ledger.set_attempt_pid(attempt_id, tree.pid)
             self.emit(

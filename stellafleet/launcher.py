@@ -183,6 +183,7 @@ class Launcher:
         self._replies: dict[int, dict[str, Any]] = {}
         self._exits: dict[int, tuple[int, float, int]] = {}
         self._gone = False
+        self._log_dirs: set[Path] = set()  # made already: one mkdir per directory, not per worker
         self._reader = threading.Thread(target=self._read, name="stella-launcher", daemon=True)
         self._reader.start()
 
@@ -226,7 +227,9 @@ class Launcher:
 
     def spawn(self, *, env: Mapping[str, str], cwd: Path, log_path: Path) -> int:
         """Fork a worker; its pid. LauncherGone if the launcher has exited."""
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        if log_path.parent not in self._log_dirs:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log_dirs.add(log_path.parent)
         with self._lock:
             self._next_id += 1
             request_id = self._next_id

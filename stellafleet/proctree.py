@@ -66,11 +66,6 @@ class ProcessTree:
         self.popen = popen
         self.pid = pid
         self._launcher = launcher
-        self._root: psutil.Process | None
-        try:
-            self._root = psutil.Process(self.pid)
-        except psutil.Error:
-            self._root = None
         self._known: dict[int, psutil.Process] = {}
         self._peak_rss = 0
         self._cpu = 0.0
@@ -81,6 +76,24 @@ class ProcessTree:
                 self._pidfd = os.pidfd_open(self.pid)
             except OSError:  # already gone: poll() will find out
                 self._pidfd = None
+        # psutil's handle on the worker costs a read of /proc, which most short workers never need: it is
+        # taken when first needed, as long as the pid provably still names the worker (our unreaped
+        # child, or a pidfd that has not signalled its exit); without either, right now.
+        self._root: psutil.Process | None = None
+        self._root_bound = False
+        if popen is None and self._pidfd is None:
+            self._bind_root()
+
+    def _bind_root(self) -> psutil.Process | None:
+        if not self._root_bound:
+            self._root_bound = True
+            exited = self._pidfd is not None and bool(select.select([self._pidfd], [], [], 0)[0])
+            if not exited or self.popen is not None:
+                try:
+                    self._root = psutil.Process(self.pid)
+                except psutil.Error:
+                    self._root = None
+        return self._root
 
     @classmethod
     def spawn(
@@ -114,10 +127,11 @@ class ProcessTree:
 
     def _members(self) -> list[psutil.Process]:
         members: list[psutil.Process] = []
-        if self._root is not None and self._exit is None:
-            members.append(self._root)
+        root = self._bind_root() if self._exit is None else None
+        if root is not None:
+            members.append(root)
             with contextlib.suppress(psutil.Error):
-                members.extend(self._root.children(recursive=True))
+                members.extend(root.children(recursive=True))
         for proc in members[1:]:
             self._known.setdefault(proc.pid, proc)
         return members
@@ -141,7 +155,8 @@ class ProcessTree:
 
     def _root_running(self) -> bool:
         try:
-            return self._root is not None and self._root.status() != psutil.STATUS_ZOMBIE
+            root = self._bind_root()
+            return root is not None and root.status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return False
 

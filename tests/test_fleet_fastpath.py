@@ -1,0 +1,83 @@
+"""The fleet's per-task bookkeeping in few transactions, on real SQLite files: same rows, fewer locks."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stellafleet.claims import ClaimStore, Holder
+from stellafleet.errors import StellaError
+from stellafleet.ledger import Ledger
+from stellafleet.paths import StatePaths
+from stellafleet.testing.sample_ledger import add_run, sample_task
+
+RUN = "r-20261130-120000-fast"
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Iterator[Ledger]:
+    with Ledger.open(StatePaths(tmp_path).fleet_db) as opened:
+        add_run(opened, RUN)
+        opened.add_tasks(RUN, [sample_task("a"), sample_task("b")], {"a": 1, "b": 1})
+        yield opened
+
+
+def task_row(ledger: Ledger, task_id: str) -> dict[str, object]:
+    return next(task for task in ledger.get_run(RUN)["tasks"] if task["id"] == task_id)
+
+
+def test_begin_and_end_attempt_write_the_rows_the_separate_calls_write(ledger: Ledger) -> None:
+    attempt = ledger.begin_attempt(RUN, "a", pipeline="command", log_path="a.log", transcript_path="a.jsonl")
+    assert task_row(ledger, "a")["status"] == "running"
+    started = ledger.get_run(RUN)["attempts"][0]
+    assert (started["id"], started["outcome"], started["log_path"]) == (attempt, "running", "a.log")
+    ledger.add_spend(attempt, 0.25, input_tokens=10, output_tokens=2, steps=1)
+    spend = ledger.end_attempt(
+        attempt,
+        outcome="failed",
+        exit_code=3,
+        summary="no parser",
+        error="command failed: exit status 3",
+        cpu_seconds=0.5,
+        peak_rss_bytes=1000,
+        reason="command failed: exit status 3",
+    )
+    assert spend == 0.25  # what the worker reported along the way
+    row = ledger.get_run(RUN)["attempts"][0]
+    assert (row["outcome"], row["success"], row["exit_code"], row["summary"]) == ("failed", 0, 3, "no parser")
+    assert (row["cpu_seconds"], row["peak_rss_bytes"]) == (0.5, 1000) and row["finished_at_ms"] is not None
+    task = task_row(ledger, "a")
+    assert (task["status"], task["reason"]) == ("failed", "command failed: exit status 3")
+    assert task_row(ledger, "b")["status"] == "pending"  # only the attempt's own task
+
+
+def test_end_attempt_refuses_an_unknown_outcome_or_attempt_and_changes_nothing(ledger: Ledger) -> None:
+    attempt = ledger.begin_attempt(RUN, "a", pipeline="command")
+    with pytest.raises(ValueError, match="unknown attempt outcome"):
+        ledger.end_attempt(attempt, outcome="done", exit_code=0, summary="")
+    with pytest.raises(StellaError, match="no attempt 999"):
+        ledger.end_attempt(999, outcome="succeeded", exit_code=0, summary="")
+    assert ledger.get_run(RUN)["attempts"][0]["outcome"] == "running"
+    assert task_row(ledger, "a")["status"] == "running"
+
+
+def test_releasing_an_attempt_that_holds_nothing_takes_no_write_lock(tmp_path: Path) -> None:
+    paths = StatePaths(tmp_path)
+    with ClaimStore.open(paths.store_db) as claims:
+        holder = Holder.current(RUN, "a", "", 1)
+        claims.acquire(["src/a.py", "src/b.py"], holder)
+        other = sqlite3.connect(paths.store_db, timeout=0, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # another process is writing right now
+            start = time.monotonic()
+            assert claims.release_attempt_if_held(RUN, 2) == 0  # holds nothing: no wait for the lock
+            assert time.monotonic() - start < 1.0
+            other.execute("COMMIT")
+        finally:
+            other.close()
+        assert claims.release_attempt_if_held(RUN, 1) == 2
+        assert claims.claims() == []
