@@ -88,13 +88,14 @@ def main() -> int:
         print(f"  baseline: bare SELECT of 50 runs                 {floor:8.2f} ms")
         with Ledger.open(db, readonly=True) as ledger:
             last = max(ledger.count_runs() - 50, 0)
+            middle_id = ledger.list_runs(limit=1, offset=last // 2)[0]["id"]
             figures = {
                 "count_runs": best_ms(ledger.count_runs),
                 "list_runs first page (50)": best_ms(lambda: ledger.list_runs(limit=50)),
                 "list_runs middle page": best_ms(lambda: ledger.list_runs(limit=50, offset=last // 2)),
                 "list_runs last page": best_ms(lambda: ledger.list_runs(limit=50, offset=last)),
                 "get_run (10 attempts)": best_ms(lambda: ledger.get_run("r-20261130-000042-ab12")),
-                "resolve_run_id(prefix)": best_ms(lambda: ledger.resolve_run_id("r-20261130-004242")),
+                "resolve_run_id(prefix)": best_ms(lambda: ledger.resolve_run_id(middle_id[:-2])),
                 "resolve_run_id(latest)": best_ms(lambda: ledger.resolve_run_id(None)),
             }
         for name, ms in figures.items():
