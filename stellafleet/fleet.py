@@ -8,6 +8,7 @@ every check has passed, so a run that exits 2 leaves no trace.
 from __future__ import annotations
 
 import contextlib
+import functools
 import secrets
 import signal
 import sys
@@ -17,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from stellafleet import gitops
 from stellafleet.config import Config, load_config
@@ -33,6 +34,9 @@ from stellafleet.governor import Decision, decide
 from stellafleet.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.plan import Plan, load_plan, plan_from_prompts
 from stellafleet.reporter import Reporter, make_reporter, print_dry_run
+
+if TYPE_CHECKING:
+    from stellafleet.launcher import Launcher
 
 DEFAULT_PIPELINE = "plain"
 SPEND_STOP_PREFIX = "spend limit reached"
@@ -134,6 +138,11 @@ class Prepared:
     def spend_guard(self) -> float | None:
         limit = self.opts.spend_limit
         return None if limit is None else limit / self.concurrency.value
+
+    @functools.cached_property
+    def pipeline_entries(self) -> dict[str, str]:
+        """The run's pipelines: name -> "module:attr" (installed metadata is scanned once per run)."""
+        return pipeline_entries(sorted({task.pipeline or self.default_pipeline for task in self.plan.tasks}))
 
     def task_rows(self) -> list[dict[str, Any]]:
         from stellafleet.dispatch import workspace_for
@@ -262,11 +271,34 @@ def run_fleet(opts: FleetOptions, *, out: IO[str] | None = None, reporter: Repor
         raise StellaError(
             "cannot start the fleet:\n" + "\n".join(f"  {problem}" for problem in prepared.problems)
         )
-    if opts.watch:
-        check_watch_ready(prepared.root, prepared.config)
-    from stellafleet.fleetrun import FleetRun
+    # The warm launcher starts now, so its own start-up (an interpreter and the worker's imports) runs
+    # beside the rest of ours instead of before the first worker.
+    launcher = start_launcher(prepared)
+    try:
+        if opts.watch:
+            check_watch_ready(prepared.root, prepared.config)
+        from stellafleet.fleetrun import FleetRun
 
-    return FleetRun(prepared, out=out, reporter=reporter).run()
+        run = FleetRun(prepared, out=out, reporter=reporter, launcher=launcher)
+    except BaseException:
+        if launcher is not None:
+            launcher.close()
+        raise
+    return run.run()
+
+
+def start_launcher(prepared: Prepared) -> Launcher | None:
+    """The warm launcher that forks the run's workers, or None: `[fleet] fork_workers = false`, or a
+    platform that cannot fork them (workers are then fresh interpreters)."""
+    fork = prepared.config.get("fleet.fork_workers", True)
+    if not isinstance(fork, bool):
+        raise StellaError(f"config: fleet.fork_workers must be true or false, not {fork!r}")
+    if not fork:
+        return None
+    from stellafleet.launcher import Launcher
+
+    modules = sorted({entry.partition(":")[0] for entry in prepared.pipeline_entries.values()})
+    return Launcher.start(modules, cwd=prepared.root)
 
 
 def exit_status(

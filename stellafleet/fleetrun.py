@@ -23,7 +23,6 @@ from stellafleet.fleet import (
     ensure_state_dirs,
     exit_status,
     make_run_reporter,
-    pipeline_entries,
 )
 from stellafleet.graph import WaveOutcome, WaveRunner
 from stellafleet.launcher import Launcher
@@ -126,14 +125,24 @@ def result_document(record: Mapping[str, Any], watch: Mapping[str, Any] | None =
 
 
 class FleetRun:
-    def __init__(self, prepared: Prepared, *, out: IO[str], reporter: Reporter | None = None) -> None:
+    """One prepared run. `launcher` forks its workers (fleet.start_launcher); None: fresh interpreters.
+    The run owns the launcher from here on and closes it."""
+
+    def __init__(
+        self,
+        prepared: Prepared,
+        *,
+        out: IO[str],
+        reporter: Reporter | None = None,
+        launcher: Launcher | None = None,
+    ) -> None:
         self.prepared = prepared
         self.out = out
+        self.launcher = launcher
         self.reporter = reporter or make_run_reporter(prepared, out)
 
     def _settings(self) -> RunSettings:
         p = self.prepared
-        names = sorted({task.pipeline or p.default_pipeline for task in p.plan.tasks})
         config_file = Path(p.opts.config_file).resolve() if p.opts.config_file else None
         return RunSettings(
             root=p.root,
@@ -142,38 +151,28 @@ class FleetRun:
             default_pipeline=p.default_pipeline,
             spend_guard_usd=p.spend_guard,
             config_file=config_file,
-            pipeline_entries=pipeline_entries(names),
+            pipeline_entries=p.pipeline_entries,
             stop_grace_s=_number(p.config.get("fleet.stop_grace"), DEFAULT_STOP_GRACE_S, "fleet.stop_grace"),
         )
 
-    def _launcher(self, settings: RunSettings) -> Launcher | None:
-        """The warm launcher that forks workers, unless `[fleet] fork_workers = false` or unsupported."""
-        fork = self.prepared.config.get("fleet.fork_workers", True)
-        if not isinstance(fork, bool):
-            raise StellaError(f"config: fleet.fork_workers must be true or false, not {fork!r}")
-        if not fork:
-            return None
-        modules = sorted({entry.partition(":")[0] for entry in settings.pipeline_entries.values()})
-        return Launcher.start(modules, cwd=settings.root)
-
     def run(self) -> int:
-        p = self.prepared
-        paths = ensure_state_dirs(p.root)
-        settings = self._settings()
-        with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
-            launcher = self._launcher(settings)
-            dispatcher = Dispatcher(settings, ledger, claims, self.reporter.event, launcher=launcher)
-            try:
-                return self._run(ledger, dispatcher)
-            finally:
-                abort = getattr(self.reporter, "abort", None)
-                if (
-                    abort is not None
-                ):  # after finish() this is a no-op; after an error it restores the terminal
-                    abort()
-                dispatcher.close()
-                if launcher is not None:
-                    launcher.close()
+        launcher = self.launcher
+        try:
+            p = self.prepared
+            paths = ensure_state_dirs(p.root)
+            settings = self._settings()
+            with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
+                dispatcher = Dispatcher(settings, ledger, claims, self.reporter.event, launcher=launcher)
+                try:
+                    return self._run(ledger, dispatcher)
+                finally:
+                    abort = getattr(self.reporter, "abort", None)
+                    if abort is not None:  # after finish() a no-op; after an error it restores the terminal
+                        abort()
+                    dispatcher.close()
+        finally:
+            if launcher is not None:
+                launcher.close()
 
     def _run(self, ledger: Ledger, dispatcher: Dispatcher) -> int:
         p = self.prepared
@@ -231,6 +230,8 @@ class FleetRun:
                 },
             )
             outcome = self._drive(runner)
+        if self.launcher is not None:
+            self.launcher.release()  # it has no more workers to fork: let it wind down while we finish
         interrupted = interrupts.count > 0
         statuses = self._settle(ledger, outcome, interrupted)
         status, code, reason = exit_status(interrupted, outcome.stopped, statuses)

@@ -267,13 +267,18 @@ class Launcher:
             self._changed.wait_for(lambda: pid in self._exits or self._gone, timeout)
             return self._exits.pop(pid, None)
 
+    def release(self) -> None:
+        """No more workers to fork: the launcher reaps what still runs, reports it, and exits."""
+        with self._lock:
+            try:
+                if self._proc.stdin is not None:
+                    self._proc.stdin.close()
+            except OSError:
+                pass
+
     def close(self) -> None:
-        """Let the launcher go: it reaps what still runs and exits."""
-        try:
-            if self._proc.stdin is not None:
-                self._proc.stdin.close()
-        except OSError:
-            pass
+        """Let the launcher go (release) and wait for it to exit."""
+        self.release()
         try:
             self._proc.wait(timeout=10)
         except Exception:

@@ -237,3 +237,30 @@ def test_a_worker_forked_right_after_preload_config_uses_that_config_without_rea
         assert worker.run_task(ctx, spend).summary == "read again"
     finally:
         spend.close()
+
+
+def test_the_early_launcher_is_gone_when_a_later_check_refuses_the_run(
+    git_repo: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stellafleet.errors import StellaError
+    from stellafleet.fleet import FleetOptions, run_fleet
+    from stellafleet.paths import StatePaths
+
+    write_config(git_repo, run="true")
+    monkeypatch.setenv("PATH", os.pathsep.join([str(isolated_home / "no-gh"), os.environ["PATH"]]))
+    (isolated_home / "no-gh").mkdir()
+    (isolated_home / "no-gh" / "gh").write_text("#!/bin/sh\necho 'not logged in' >&2\nexit 1\n")
+    (isolated_home / "no-gh" / "gh").chmod(0o755)
+    options = FleetOptions(prompts=["a"], pipeline="command", watch=True, cwd=git_repo)
+    with pytest.raises(StellaError, match="gh"):  # refused after the launcher has started
+        run_fleet(options)
+    launchers = [
+        child
+        for child in psutil.Process().children(recursive=True)
+        if "stellafleet.launcher" in " ".join(child.cmdline())
+    ]
+    assert launchers == []
+    write_config(git_repo, run="true", extra='[fleet]\nfork_workers = "yes"\n')
+    with pytest.raises(StellaError, match="fork_workers must be true or false"):
+        run_fleet(FleetOptions(prompts=["a"], pipeline="command", cwd=git_repo))
+    assert not StatePaths(git_repo).fleet_db.exists()  # refused before anything was written
