@@ -177,11 +177,15 @@ class Launcher:
     def __init__(self, proc: Any, environment: Mapping[str, str]) -> None:
         self._proc = proc
         self._environment = dict(environment)  # the launcher's own: requests carry differences from it
-        self._lock = threading.Lock()
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()  # one request written at a time
+        # What the reader thread has received, and one event per thread waiting for an entry: a
+        # message wakes exactly the thread it is for (a shared condition woke every waiting thread for
+        # every message, eight threads twice per worker at -j8).
+        self._state = threading.Lock()
         self._next_id = 0
         self._replies: dict[int, dict[str, Any]] = {}
         self._exits: dict[int, tuple[int, float, int]] = {}
+        self._waiting: dict[tuple[str, int], threading.Event] = {}
         self._gone = False
         self._log_dirs: set[Path] = set()  # made already: one mkdir per directory, not per worker
         self._reader = threading.Thread(target=self._read, name="stella-launcher", daemon=True)
@@ -210,16 +214,35 @@ class Launcher:
         assert self._proc.stdout is not None
         for line in self._proc.stdout:
             message = json.loads(line)
-            with self._changed:
+            with self._state:
                 if "exit" in message:
+                    pid = message["exit"]
                     status = os.waitstatus_to_exitcode(message["status"])
-                    self._exits[message["exit"]] = (status, float(message["cpu"]), int(message["maxrss"]))
+                    self._exits[pid] = (status, float(message["cpu"]), int(message["maxrss"]))
+                    waiter = self._waiting.pop(("exit", pid), None)
                 else:
                     self._replies[message["id"]] = message
-                self._changed.notify_all()
-        with self._changed:
+                    waiter = self._waiting.pop(("reply", message["id"]), None)
+            if waiter is not None:
+                waiter.set()
+        with self._state:
             self._gone = True
-            self._changed.notify_all()
+            waiters = list(self._waiting.values())
+            self._waiting.clear()
+        for waiter in waiters:
+            waiter.set()
+
+    def _take(self, kind: str, key: int, received: dict[int, Any], timeout: float | None) -> Any:
+        """The entry for key once the reader has it (None on timeout or when the launcher is gone)."""
+        with self._state:
+            if key in received or self._gone:
+                return received.pop(key, None)
+            waiter = self._waiting.setdefault((kind, key), threading.Event())
+        waiter.wait(timeout)
+        with self._state:
+            if self._waiting.get((kind, key)) is waiter:
+                del self._waiting[(kind, key)]
+            return received.pop(key, None)
 
     @property
     def alive(self) -> bool:
@@ -247,10 +270,7 @@ class Launcher:
                 self._proc.stdin.flush()
             except (BrokenPipeError, ValueError, OSError):
                 raise LauncherGone("the worker launcher has exited") from None
-        with self._changed:
-            while request_id not in self._replies and not self._gone:
-                self._changed.wait()
-            reply = self._replies.pop(request_id, None)
+        reply = self._take("reply", request_id, self._replies, None)
         if reply is None:
             raise LauncherGone("the worker launcher has exited")
         if "error" in reply:
@@ -259,13 +279,12 @@ class Launcher:
 
     def exit_of(self, pid: int) -> tuple[int, float, int] | None:
         """(exit code, CPU seconds, peak RSS bytes) once the launcher has reaped pid."""
-        with self._changed:
+        with self._state:
             return self._exits.pop(pid, None)
 
     def wait_exit(self, pid: int, timeout: float) -> tuple[int, float, int] | None:
-        with self._changed:
-            self._changed.wait_for(lambda: pid in self._exits or self._gone, timeout)
-            return self._exits.pop(pid, None)
+        exited: tuple[int, float, int] | None = self._take("exit", pid, self._exits, timeout)
+        return exited
 
     def release(self) -> None:
         """No more workers to fork: the launcher reaps what still runs, reports it, and exits."""
