@@ -94,13 +94,38 @@ def load_pipeline(name: str) -> Pipeline:
 # A forked worker pays for every page it writes, and parsing the TOML config was a tenth of a no-op
 # worker's cost. So the launcher loads the config in its own process just before it forks a worker
 # (preload_config), reloading only when the worker's environment or a config file changed, and the worker
-# it forks uses that copy. A fresh interpreter loads the config itself.
+# it forks uses that copy. A fresh interpreter loads the config itself. The check runs in the launcher
+# after it has forked other workers, so it, too, pays for what it writes: it compares plain strings and
+# two stat results, and builds paths only when the variables change.
 
 _preloaded: Config | None = None
 _preloaded_for: tuple[object, ...] | None = None
+_layer_files: tuple[tuple[str | None, ...], tuple[str, ...] | None] = ((), None)
 
 
-def _file_identity(path: Path) -> tuple[int, ...] | None:
+def _config_variables() -> tuple[str, ...]:
+    from stellafleet.config import ENV_KEYS
+
+    return ("STELLA_ROOT", "HOME", "XDG_CONFIG_HOME", "STELLA_CONFIG", *ENV_KEYS)
+
+
+def _layers(env: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The files load_config reads for env (the user file, then STELLA_CONFIG or the repository's own);
+    None when one is relative (to the worker's directory, not the launcher's: the worker loads it)."""
+    from stellafleet.config import user_config_file
+
+    root = env.get("STELLA_ROOT")
+    if not root:
+        return None
+    config_file = env.get("STELLA_CONFIG")
+    files = (
+        user_config_file(env),
+        Path(config_file) if config_file else Path(root) / ".stella" / "config.toml",
+    )
+    return tuple(str(path) for path in files) if all(path.is_absolute() for path in files) else None
+
+
+def _file_identity(path: str) -> tuple[int, ...] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -108,31 +133,19 @@ def _file_identity(path: Path) -> tuple[int, ...] | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _config_identity(env: Mapping[str, str]) -> tuple[object, ...] | None:
-    """What load_config reads for a worker with env: the variables it looks at and its layers' files."""
-    from stellafleet.config import ENV_KEYS, user_config_file
-
-    root = env.get("STELLA_ROOT")
-    if not root:
-        return None
-    # the layers of load_config: the user file, then STELLA_CONFIG or the repository's own file
-    config_file = env.get("STELLA_CONFIG")
-    project = Path(config_file) if config_file else Path(root) / ".stella" / "config.toml"
-    files = (user_config_file(env), project)
-    if not all(path.is_absolute() for path in files):
-        return None  # relative to the worker's directory, not the launcher's: the worker loads it
-    variables = [env.get(name) for name in ("HOME", "XDG_CONFIG_HOME", "STELLA_CONFIG", *ENV_KEYS)]
-    return (variables, files, [_file_identity(path) for path in files])
-
-
 def preload_config(env: Mapping[str, str]) -> None:
     """In the launcher, right before forking a worker with env: load the config that worker would load."""
-    global _preloaded, _preloaded_for
+    global _preloaded, _preloaded_for, _layer_files
     try:
-        identity = _config_identity(env)
-        if identity is None:
+        variables = tuple(env.get(name) for name in _config_variables())
+        if variables != _layer_files[0]:
+            _layer_files = (variables, _layers(env))
+        files = _layer_files[1]
+        if files is None:
             _preloaded = _preloaded_for = None
-        elif identity != _preloaded_for:
+            return
+        identity = (variables, tuple(_file_identity(path) for path in files))
+        if identity != _preloaded_for:
             from stellafleet.config import load_config
 
             _preloaded_for = None
