@@ -26,6 +26,7 @@ against a raw `git worktree add` on a repository of many files.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import statistics
@@ -81,6 +82,7 @@ def timed(run: Callable[[], None], repeat: int, reset: Callable[[], None] | None
 class Sample:
     wall: float  # seconds
     cpu: float  # user + system seconds of the whole process tree (every descendant that was waited for)
+    run_id: str | None = None  # stella's: the run it recorded
 
 
 def measure(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> Sample:
@@ -186,7 +188,11 @@ def bench_dispatch(work: Path, tasks: int, concurrency: int, repeat: int, exec_t
         measure(tool.argv(tasks), tool.cwd, env)
     for _ in range(repeat):
         for tool in tools:
-            tool.many.append(measure(tool.argv(tasks), tool.cwd, env))
+            sample = measure(tool.argv(tasks), tool.cwd, env)
+            if tool.key.startswith("stella"):
+                with Ledger.open(StatePaths(tool.cwd).fleet_db, readonly=True) as ledger:
+                    sample = dataclasses.replace(sample, run_id=ledger.latest_run_id())
+            tool.many.append(sample)
             tool.one.append(measure(tool.argv(1), tool.cwd, env))
     return tools
 
@@ -292,16 +298,12 @@ def _one_task_of_bookkeeping(ledger: Ledger, claims: ClaimStore, run_id: str, ta
 
 
 def report_breakdown(work: Path, tools: list[Tool], n: int) -> None:
-    """Where a stella task's time goes, from the last run's ledger and the process tree's CPU time."""
+    """Where a stella task's time goes, from the median run's ledger and the process tree's CPU time."""
     tool = next(t for t in tools if t.key == "stella")
-    fleet_db = StatePaths(tool.cwd).fleet_db
-    with Ledger.open(fleet_db, readonly=True) as ledger:
-        newest = next(
-            run
-            for run in ledger.list_runs(limit=10)
-            if run["tasks_total"] == n and "config-fork.toml" in (run["argv"] or "")
-        )
-        record = ledger.get_run(newest["id"])
+    sample = sorted(tool.many, key=lambda s: s.wall)[len(tool.many) // 2]
+    assert sample.run_id is not None
+    with Ledger.open(StatePaths(tool.cwd).fleet_db, readonly=True) as ledger:
+        record = ledger.get_run(sample.run_id)
     run, attempts = record["run"], record["attempts"]
     wave_of = {task["id"]: task["wave"] for task in record["tasks"]}
     waves: dict[int, list[dict[str, int]]] = {}
@@ -318,14 +320,14 @@ def report_breakdown(work: Path, tools: list[Tool], n: int) -> None:
             gaps.append(first - previous_end)
         previous_end = last
     run_ms = run["finished_at_ms"] - run["created_at_ms"]
-    wall_ms = tool.many[-1].wall * 1000
-    cpu_ms = tool.many[-1].cpu * 1000
+    wall_ms = sample.wall * 1000
+    cpu_ms = sample.cpu * 1000
     worker_cpu = [a["cpu_seconds"] * 1000 for a in attempts]
     alive = [a["finished_at_ms"] - a["started_at_ms"] for a in attempts]
     transactions, ledger_ms = ledger_cost(work, n)
     fixed_ms = med([s.wall for s in tool.one]) * 1000
     fixed_cpu = med([s.cpu for s in tool.one]) * 1000
-    print(f"stella breakdown (the last {n}-task run, from its ledger):")
+    print(f"stella breakdown (the median {n}-task run, from its ledger):")
     print(
         f"  wall {wall_ms:.0f} ms = {wall_ms - run_ms:.0f} ms start-up and teardown around the recorded run "
         f"+ {run_ms:.0f} ms recorded"
