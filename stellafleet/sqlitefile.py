@@ -80,8 +80,12 @@ def open_database(path: Path, schema: Schema, *, readonly: bool = False) -> sqli
             raise StellaError(f"no {schema.label} at {path}: nothing has been recorded there yet")
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.exists():
-            _create_atomically(path, schema)
+        if not path.exists() or path.stat().st_size == 0:
+            with _directory_lock(path.parent):
+                if not path.exists():
+                    _create_atomically(path, schema)
+                elif path.stat().st_size == 0:
+                    _initialise_empty_file(path, schema)
     _precheck(path, schema)
     try:
         conn = connect(path, readonly=readonly)
@@ -93,6 +97,38 @@ def open_database(path: Path, schema: Schema, *, readonly: bool = False) -> sqli
         conn.close()
         raise
     return conn
+
+
+@contextlib.contextmanager
+def _directory_lock(directory: Path) -> Iterator[None]:
+    """Serialise the creation of a database among processes: an advisory lock on its directory.
+
+    Turning an empty file into a WAL database changes its header while others may be reading it, so only
+    one process may do it; locking the directory leaves no lock file behind.
+    """
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks here: os.link below still makes creation atomic
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _initialise_empty_file(path: Path, schema: Schema) -> None:
+    """An existing but empty file (say, left by `touch`) holds nothing to lose: build the schema in it."""
+    try:
+        conn = connect(path, readonly=False)
+    except sqlite3.Error as exc:
+        raise StellaError(f"cannot open the {schema.label} at {path}: {exc}") from None
+    try:
+        _check_and_migrate(conn, path, schema, readonly=False)
+    finally:
+        conn.close()
 
 
 def _create_atomically(path: Path, schema: Schema) -> None:
