@@ -196,6 +196,8 @@ def _precheck(path: Path, schema: Schema) -> None:
         return  # an empty file: may become ours
     if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
         raise _not_a_database(path, schema, "not a SQLite database")
+    if header[18] == 2 and Path(f"{path}-wal").exists():
+        return  # a live WAL database: its main file may lag or be mid-checkpoint; the normal open judges
     application_id = int.from_bytes(header[68:72], "big")
     version = int.from_bytes(header[60:64], "big")
     tables: list[str] = []
