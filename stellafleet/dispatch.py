@@ -204,7 +204,7 @@ class Dispatcher:
         transcript_path = paths.transcript_file(run_id, task.id)
         # The task's rows change in two write transactions (three with the worker's pid): the attempt
         # and the task `running` together, then the attempt's end and the task's status together.
-        attempt_id = self.ledger.begin_attempt(
+        attempt_id = self.ledger.start_attempt(
             run_id,
             task.id,
             pipeline=pipeline,
@@ -226,7 +226,7 @@ class Dispatcher:
             except Exception as exc:  # a bug must still leave the ledger consistent
                 record = Record.failed(f"internal error: {type(exc).__name__}: {exc}")
             reason = None if record.outcome == "succeeded" else (record.error or record.summary)
-            spend = self.ledger.end_attempt(
+            spend = self.ledger.finish_attempt(
                 attempt_id,
                 outcome=record.outcome,
                 exit_code=record.exit_code,

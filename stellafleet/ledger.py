@@ -413,6 +413,7 @@ class Ledger:
         log_path: str | None = None,
         transcript_path: str | None = None,
     ) -> int:
+        """A new running attempt for the task, whose status becomes `running` in the same transaction."""
         with self._write() as conn:
             cursor = conn.execute(
                 "INSERT INTO attempts (run_id, task_id, started_at_ms, outcome, pipeline, branch, worktree,"
@@ -420,6 +421,10 @@ class Ledger:
                 (run_id, task_id, self._now_ms(), pipeline, branch, worktree, log_path, transcript_path),
             )
             attempt_id = cursor.lastrowid
+            conn.execute(
+                "UPDATE tasks SET status = 'running', reason = NULL WHERE run_id = ? AND id = ?",
+                (run_id, task_id),
+            )
         assert attempt_id is not None
         return int(attempt_id)
 
@@ -458,9 +463,17 @@ class Ledger:
         error: str | None = None,
         cpu_seconds: float | None = None,
         peak_rss_bytes: int | None = None,
-    ) -> None:
+        reason: str | None = None,
+    ) -> float:
+        """Close the attempt and set its task's status to the outcome (with reason) in one transaction;
+        returns the attempt's recorded spend in dollars."""
         _check_choice("attempt outcome", outcome, ATTEMPT_OUTCOMES)
         with self._write() as conn:
+            row = conn.execute(
+                "SELECT run_id, task_id, spend_usd FROM attempts WHERE id = ?", (attempt_id,)
+            ).fetchone()
+            if row is None:
+                raise StellaError(f"no attempt {attempt_id} in the fleet ledger {self.path}")
             conn.execute(
                 "UPDATE attempts SET finished_at_ms = ?, outcome = ?, success = ?, exit_code = ?,"
                 " summary = ?, error = ?, cpu_seconds = ?, peak_rss_bytes = ? WHERE id = ?",
@@ -476,6 +489,11 @@ class Ledger:
                     attempt_id,
                 ),
             )
+            conn.execute(
+                "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND id = ?",
+                (outcome, reason, row[0], row[1]),
+            )
+        return float(row[2])
 
     # --- commits, CI, cleanups ---
 
@@ -581,73 +599,3 @@ class Ledger:
             " ORDER BY created_at_ms DESC, id DESC"
         )
         return [str(row[0]) for row in rows]
-
-    # --- fleet fast path: one write transaction where a task's rows change together ---
-
-    def begin_attempt(
-        self,
-        run_id: str,
-        task_id: str,
-        *,
-        pipeline: str,
-        branch: str | None = None,
-        worktree: str | None = None,
-        log_path: str | None = None,
-        transcript_path: str | None = None,
-    ) -> int:
-        """start_attempt and the task's status `running` in one transaction; the new attempt's id."""
-        with self._write() as conn:
-            cursor = conn.execute(
-                "INSERT INTO attempts (run_id, task_id, started_at_ms, outcome, pipeline, branch, worktree,"
-                " log_path, transcript_path) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?)",
-                (run_id, task_id, self._now_ms(), pipeline, branch, worktree, log_path, transcript_path),
-            )
-            attempt_id = cursor.lastrowid
-            conn.execute(
-                "UPDATE tasks SET status = 'running', reason = NULL WHERE run_id = ? AND id = ?",
-                (run_id, task_id),
-            )
-        assert attempt_id is not None
-        return int(attempt_id)
-
-    def end_attempt(
-        self,
-        attempt_id: int,
-        *,
-        outcome: str,
-        exit_code: int | None,
-        summary: str,
-        error: str | None = None,
-        cpu_seconds: float | None = None,
-        peak_rss_bytes: int | None = None,
-        reason: str | None = None,
-    ) -> float:
-        """finish_attempt and its task's status (the outcome, with reason) in one transaction; returns the
-        attempt's recorded spend in dollars."""
-        _check_choice("attempt outcome", outcome, ATTEMPT_OUTCOMES)
-        with self._write() as conn:
-            conn.execute(
-                "UPDATE attempts SET finished_at_ms = ?, outcome = ?, success = ?, exit_code = ?,"
-                " summary = ?, error = ?, cpu_seconds = ?, peak_rss_bytes = ? WHERE id = ?",
-                (
-                    self._now_ms(),
-                    outcome,
-                    1 if outcome == "succeeded" else 0,
-                    exit_code,
-                    summary,
-                    error,
-                    cpu_seconds,
-                    peak_rss_bytes,
-                    attempt_id,
-                ),
-            )
-            row = conn.execute(
-                "SELECT run_id, task_id, spend_usd FROM attempts WHERE id = ?", (attempt_id,)
-            ).fetchone()
-            if row is None:
-                raise StellaError(f"no attempt {attempt_id} in the fleet ledger {self.path}")
-            conn.execute(
-                "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND id = ?",
-                (outcome, reason, row[0], row[1]),
-            )
-        return float(row[2])

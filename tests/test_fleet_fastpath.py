@@ -30,13 +30,13 @@ def task_row(ledger: Ledger, task_id: str) -> dict[str, object]:
     return next(task for task in ledger.get_run(RUN)["tasks"] if task["id"] == task_id)
 
 
-def test_begin_and_end_attempt_write_the_rows_the_separate_calls_write(ledger: Ledger) -> None:
-    attempt = ledger.begin_attempt(RUN, "a", pipeline="command", log_path="a.log", transcript_path="a.jsonl")
+def test_start_and_finish_attempt_keep_the_task_status_in_step(ledger: Ledger) -> None:
+    attempt = ledger.start_attempt(RUN, "a", pipeline="command", log_path="a.log", transcript_path="a.jsonl")
     assert task_row(ledger, "a")["status"] == "running"
     started = ledger.get_run(RUN)["attempts"][0]
     assert (started["id"], started["outcome"], started["log_path"]) == (attempt, "running", "a.log")
     ledger.add_spend(attempt, 0.25, input_tokens=10, output_tokens=2, steps=1)
-    spend = ledger.end_attempt(
+    spend = ledger.finish_attempt(
         attempt,
         outcome="failed",
         exit_code=3,
@@ -55,12 +55,12 @@ def test_begin_and_end_attempt_write_the_rows_the_separate_calls_write(ledger: L
     assert task_row(ledger, "b")["status"] == "pending"  # only the attempt's own task
 
 
-def test_end_attempt_refuses_an_unknown_outcome_or_attempt_and_changes_nothing(ledger: Ledger) -> None:
-    attempt = ledger.begin_attempt(RUN, "a", pipeline="command")
+def test_finish_attempt_refuses_an_unknown_outcome_or_attempt_and_changes_nothing(ledger: Ledger) -> None:
+    attempt = ledger.start_attempt(RUN, "a", pipeline="command")
     with pytest.raises(ValueError, match="unknown attempt outcome"):
-        ledger.end_attempt(attempt, outcome="done", exit_code=0, summary="")
+        ledger.finish_attempt(attempt, outcome="done", exit_code=0, summary="")
     with pytest.raises(StellaError, match="no attempt 999"):
-        ledger.end_attempt(999, outcome="succeeded", exit_code=0, summary="")
+        ledger.finish_attempt(999, outcome="succeeded", exit_code=0, summary="")
     assert ledger.get_run(RUN)["attempts"][0]["outcome"] == "running"
     assert task_row(ledger, "a")["status"] == "running"
 

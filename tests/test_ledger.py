@@ -182,9 +182,9 @@ def test_list_runs_pages_newest_first_with_counts_and_durations(db: Path) -> Non
         for n in range(5):
             new_run(ledger, f"r-{n}")
             ledger.add_tasks(f"r-{n}", [PlanTask(f"t{i}", "p", "t") for i in range(3)], {})
+            ledger.add_spend(ledger.start_attempt(f"r-{n}", "t0", pipeline="command"), 0.01 * n)
             ledger.set_task_status(f"r-{n}", "t0", "succeeded")
             ledger.set_task_status(f"r-{n}", "t1", "failed", "boom")
-            ledger.add_spend(ledger.start_attempt(f"r-{n}", "t0", pipeline="command"), 0.01 * n)
             ticks.ms += 1000
             if n != 4:
                 ledger.finish_run(f"r-{n}", "failed", exit_code=1)

@@ -46,6 +46,7 @@ def ids(repo: Path, sleeper: subprocess.Popen[bytes]) -> dict[str, str]:
         # markup-looking text from a model is printed as it is, never interpreted
         attempt = ledger.get_run(ids["running"])["attempts"][0]["id"]
         ledger.finish_attempt(attempt, outcome="failed", exit_code=1, summary="[bold red]boom[/] <b>x</b>")
+        ledger.set_task_status(ids["running"], "bump", "running")  # the run stays in progress
     return ids
 
 
