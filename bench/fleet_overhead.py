@@ -289,9 +289,9 @@ def _count_transactions(ledger: Ledger, claims: ClaimStore) -> Callable[[], int]
 
 def _one_task_of_bookkeeping(ledger: Ledger, claims: ClaimStore, run_id: str, task_id: str) -> None:
     """What Dispatcher.execute writes for a task without claims whose worker succeeded."""
-    attempt = ledger.begin_attempt(run_id, task_id, pipeline="command", log_path="l", transcript_path="t")
+    attempt = ledger.start_attempt(run_id, task_id, pipeline="command", log_path="l", transcript_path="t")
     ledger.set_attempt_pid(attempt, 4242)
-    ledger.end_attempt(
+    ledger.finish_attempt(
         attempt, outcome="succeeded", exit_code=0, summary="done", cpu_seconds=0.004, peak_rss_bytes=10**7
     )
     claims.release_attempt_if_held(run_id, attempt)
