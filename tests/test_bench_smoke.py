@@ -1,0 +1,49 @@
+"""Every bench script still runs end to end (at toy sizes), so a refactor cannot silently break one.
+
+The figures at these sizes mean nothing; the full-size runs are what the docs and notes quote.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "expected"),
+    [
+        ("plan_scale.py", ["--tasks", "200", "--edges", "400", "--repeat", "1"], "ratio total / baseline"),
+        ("claims_throughput.py", ["--seconds", "0.2", "--processes", "2"], "pairs/s"),
+        ("ledger_listing.py", ["--runs", "120"], "list_runs first page"),
+        ("observatory.py", ["--runs", "60", "--attempts-per-run", "2", "--repeat", "3"], "ms"),
+        ("engine_tools.py", ["--files", "300", "--repeat", "1"], "git grep"),
+        (
+            "fleet_overhead.py",
+            ["--tasks", "6", "--concurrency", "2", "--repeat", "1", "--skip-exec", "--files", "50"],
+            "stella fleet",
+        ),
+    ],
+)
+def test_bench_script_runs(script: str, args: list[str], expected: str, tmp_path: Path) -> None:
+    extra = (
+        ["--dir", str(tmp_path)]
+        if script in {"claims_throughput.py", "ledger_listing.py", "observatory.py"}
+        else []
+    )
+    result = subprocess.run(
+        [sys.executable, str(BENCH / script), *args, *extra],
+        cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert expected in result.stdout
+    assert "Traceback" not in result.stderr
