@@ -186,30 +186,21 @@ def _identity(conn: sqlite3.Connection) -> tuple[int, int, list[str]]:
 def _precheck(path: Path, schema: Schema) -> None:
     """Refuse a foreign or newer file before opening it normally, which could leave -wal/-shm files beside it.
 
-    Reads the 100-byte SQLite header directly (application id at offset 68, user_version at 60). The main
-    file may lag behind its write-ahead log, so this only refuses what is certain; the normal open checks
-    again.
+    The file is read through SQLite itself (immutable=1: no locks, nothing written), never with a plain
+    open(): closing any descriptor of a file drops every POSIX lock this process holds on it, including a
+    live connection's, which lets another process checkpoint or reset the WAL under that connection. A live
+    WAL database is left to the normal open, which reads it consistently through its WAL.
     """
-    with open(path, "rb") as fh:
-        header = fh.read(100)
-    if not header:
-        return  # an empty file: may become ours
-    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
-        raise _not_a_database(path, schema, "not a SQLite database")
-    if header[18] == 2 and Path(f"{path}-wal").exists():
-        return  # a live WAL database: its main file may lag or be mid-checkpoint; the normal open judges
-    application_id = int.from_bytes(header[68:72], "big")
-    version = int.from_bytes(header[60:64], "big")
-    tables: list[str] = []
-    if application_id != schema.application_id:
-        try:  # only to name the tables in the message; immutable=1 takes no locks and writes nothing
-            conn = connect(path, readonly=True, immutable=True)
-            try:
-                tables = _identity(conn)[2]
-            finally:
-                conn.close()
-        except sqlite3.Error:
-            return  # let the normal open judge it
+    if path.stat().st_size == 0 or Path(f"{path}-wal").exists():
+        return  # empty (may become ours), or in use in WAL mode: the normal open judges it
+    try:
+        conn = connect(path, readonly=True, immutable=True)
+        try:
+            application_id, version, tables = _identity(conn)
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise _not_a_database(path, schema, exc) from None
     _refuse_foreign(path, schema, application_id, version, tables)
 
 

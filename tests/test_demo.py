@@ -50,3 +50,33 @@ def test_a_non_empty_directory_is_refused(tmp_path: Path, stella: StellaRunner) 
     proc = stella("demo", str(tmp_path / "busy"), cwd=tmp_path)
     assert proc.returncode == 2 and "is not empty" in proc.stderr
     assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["file"]
+
+
+def test_the_demo_behaves_the_same_on_a_terminal(tmp_path: Path, isolated_home: Path) -> None:
+    # On a terminal the live display re-reads the ledger while workers write it: the run must not change.
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stellafleet", "demo", str(tmp_path / "demo")],
+        cwd=tmp_path, stdin=follower, stdout=follower, stderr=follower,
+        env={**os.environ, "COLUMNS": "120", "TERM": "xterm"},
+    )  # fmt: skip
+    os.close(follower)
+    chunks = []
+    while select.select([leader], [], [], 120)[0]:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the demo exited
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace"))
+    assert proc.wait(timeout=60) == 0, screen[-3000:]
+    assert "everything behaved as designed" in screen

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -171,3 +172,33 @@ def test_forward_migrations_run_once_and_keep_the_data(tmp_path: Path) -> None:
         open_database(db, v1)
     with pytest.raises(StellaError, match="not a fleet ledger"):
         Ledger.open(db)
+
+
+def _posix_locks_on(path: Path) -> list[str]:
+    """This process's POSIX locks on path's inode, as the kernel lists them."""
+    inode = os.stat(path).st_ino
+    pid = str(os.getpid())
+    with open("/proc/locks") as fh:
+        return [
+            line
+            for line in fh
+            if "POSIX" in line.split()
+            and pid in line.split()
+            and any(part.endswith(f":{inode}") for part in line.split())
+        ]
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
+def test_opening_the_ledger_again_keeps_the_locks_of_a_live_connection(tmp_path: Path) -> None:
+    # A plain open()/close() of the file drops every POSIX lock the process holds on it, the live
+    # connection's included; another process may then checkpoint or reset the WAL under it (a fleet's
+    # live display, which re-opens the ledger read-only, once made a worker miss its own attempt row).
+    db = tmp_path / "fleet.db"
+    with Ledger.open(db) as ledger:
+        ledger.latest_run_id()
+        held = _posix_locks_on(db)
+        assert held, "a WAL-mode connection holds a shared lock on the database file"
+        for readonly in (True, False):
+            with Ledger.open(db, readonly=readonly) as again:
+                again.latest_run_id()
+            assert _posix_locks_on(db) == held
