@@ -341,3 +341,21 @@ def test_real_fleet_run_shows_and_updates_live(
     until(browser, lambda d: "failed" in text_of(d, f'tr.run-row[data-run-id="{run_id}"]'), "the list")
     row = text_of(browser, f'tr.run-row[data-run-id="{run_id}"]')
     assert "3 ok" in row and "1 failed" in row and "1 skipped" in row and "command" in row
+
+
+def test_a_page_past_the_last_one_shows_the_last_page(
+    git_repo: Path, observatory: Callable[[Path], str], browser: Any
+) -> None:
+    """A stale or hand-typed `#/?page=N` beyond the runs lands on the last page, not an empty table."""
+    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        for n in range(30):
+            run_id = f"r-20261130-0000{n:02d}-abcd"
+            add_run(ledger, run_id, argv=["stella", "fleet", "x"], root=str(git_repo))
+            ledger.finish_run(run_id, "succeeded", exit_code=0)
+    url = observatory(git_repo)
+    for page in ("9", "99999999999999999999999"):
+        browser.get(url + "#/?page=" + page)
+        until(browser, lambda d: len(css(d, "tr.run-row")) == 5, f"the last page for page={page}")
+        assert "26–30 of 30 runs (page 2 of 2)" in text_of(browser, "#pager")
+        assert browser.execute_script("return location.hash") == "#/?page=2"
+        assert not browser.find_element("id", "banner").is_displayed()

@@ -5,6 +5,7 @@
 
 (function () {
   const PAGE_SIZE = 25;
+  const MAX_PAGE = Math.floor(Number.MAX_SAFE_INTEGER / PAGE_SIZE);
   const IDLE_POLL_MS = 10000;
   const STATUSES = new Set([
     "running", "succeeded", "failed", "skipped", "pending", "interrupted", "spend_limited",
@@ -147,7 +148,8 @@
     const match = hash.match(/^\/runs\/([^?]+)/);
     if (match) return { view: "run", id: decodeURIComponent(match[1]) };
     const page = Number((hash.match(/[?&]page=(\d+)/) || [])[1] || 1);
-    return { view: "list", page: Math.max(1, page) };
+    // a hand-typed huge page would ask for an offset the server refuses; showList moves it to the last page
+    return { view: "list", page: Math.min(Math.max(1, page), MAX_PAGE) };
   }
 
   function setBanner(text) {
@@ -211,6 +213,12 @@
     document.getElementById("run-view").hidden = true;
     document.getElementById("ledger-path").textContent = "ledger: " + data.ledger;
     setLive(data.runs.some((r) => r.live));
+    const pages = Math.max(1, Math.ceil(data.total / data.limit));
+    if (page > pages) {
+      // a stale or hand-typed page past the end (runs were cleaned up): show the last page instead
+      location.replace("#/?page=" + pages);
+      return;
+    }
     if (unchanged("list", data)) return;
     const body = document.getElementById("runs-body");
     const pager = document.getElementById("pager");
@@ -231,7 +239,6 @@
       el("td", { text: run.pipeline || "—" }),
       el("td", { className: "mono", text: fmtBase(run) })));
     body.replaceChildren(el("table", { id: "runs-table", className: "grid" }, el("thead", null, head), el("tbody", null, rows)));
-    const pages = Math.max(1, Math.ceil(data.total / data.limit));
     const first = data.offset + 1;
     const last = data.offset + data.runs.length;
     pager.replaceChildren(
