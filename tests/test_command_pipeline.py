@@ -122,6 +122,23 @@ def test_a_bad_result_file_fails_the_task_clearly(tmp_path: Path) -> None:
     assert not a_list.success and "must hold a JSON object" in a_list.summary
 
 
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_result_file_with_a_non_finite_number_fails_the_task_clearly(tmp_path: Path, literal: str) -> None:
+    # Python's json reads NaN and Infinity; a NaN spend once reached the ledger as a NOT NULL
+    # IntegrityError, and an infinite one stopped the whole fleet at "$inf of $5.00".
+    spent: list[float] = []
+
+    class Recorder(NullSpend):
+        def add(self, usd: float, **counts: int) -> None:
+            spent.append(usd)
+
+    for key in ("spend_usd", "input_tokens"):
+        command = config(f'echo \'{{"{key}": {literal}}}\' > "${RESULT_ENV}"')
+        result = CommandPipeline().run(context(tmp_path), command, Recorder())
+        assert not result.success and f"{key} must be a non-negative number" in result.summary
+    assert spent == []
+
+
 def test_a_task_may_have_its_own_command(tmp_path: Path) -> None:
     cfg = config("echo default", **{"docs.v2": "echo special"})
     assert command_for(cfg, "docs.v2") == "echo special"

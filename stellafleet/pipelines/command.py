@@ -16,6 +16,7 @@ the summary is the result file's, else the last non-empty line of output.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -64,7 +65,8 @@ def _read_report(path: Path) -> dict[str, Any]:
 
 def _number(data: dict[str, Any], key: str, kind: type) -> Any:
     value = data.get(key, 0) or 0
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+    # json reads NaN and Infinity too; neither is an amount the ledger can add up
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
         raise ValueError(f"{RESULT_ENV}: {key} must be a non-negative number, not {value!r}")
     return kind(value)
 
