@@ -15,7 +15,7 @@ INVALID = sorted((EXAMPLES / "invalid").iterdir())
 
 
 def expected_message(path: Path) -> str | None:
-    """The `# expected: ...` line an invalid TOML example carries (the message, file name relative)."""
+    """The `# expected: ...` line an invalid TOML or YAML example carries (message, file name relative)."""
     first = path.read_text(encoding="utf-8").splitlines()[0]
     found = re.match(r"# expected: (.*)", first)
     return found.group(1) if found else None
@@ -32,6 +32,11 @@ def test_invalid_examples_cover_every_error_kind() -> None:
         "malformed",
         "absolute-claim",
     } <= names
+
+
+def test_every_invalid_example_that_can_carry_a_comment_names_its_message() -> None:
+    """docs/plans.md promises the expected message in the first line; JSON has no comments."""
+    assert [path.name for path in INVALID if path.suffix != ".json" and expected_message(path) is None] == []
 
 
 @pytest.mark.parametrize("path", INVALID, ids=lambda path: path.name)
