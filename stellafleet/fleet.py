@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import secrets
 import signal
 import sys
@@ -322,9 +323,23 @@ def exit_status(
 def ensure_state_dirs(root: Path) -> StatePaths:
     paths = StatePaths(root)
     gitops.ensure_excluded(root, EXCLUDED_DIRS)
-    paths.private.mkdir(parents=True, exist_ok=True)
-    paths.worktrees.mkdir(parents=True, exist_ok=True)
+    for directory in (paths.private, paths.worktrees):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _unwritable_state(directory, exc.strerror or str(exc)) from None
+        # SQLite writes -wal/-shm files beside the databases; a read-only directory (or file system)
+        # would otherwise surface as "not a fleet ledger" or an internal error halfway into the run.
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise _unwritable_state(directory, "not writable")
     return paths
+
+
+def _unwritable_state(directory: Path, why: str) -> StellaError:
+    return StellaError(
+        f"cannot write stella's state at {directory}: {why}; make it a writable directory and run again",
+        exit_code=EXIT_USAGE,
+    )
 
 
 def make_run_reporter(prepared: Prepared, out: IO[str]) -> Reporter:

@@ -252,3 +252,20 @@ def test_without_git_on_path_the_fleet_says_so(git_repo: Path, tmp_path: Path, s
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "git is not installed or not on PATH" in lines[0]
+
+
+def test_a_state_directory_stella_cannot_create_is_one_clear_line_with_exit_2(
+    git_repo: Path, stella: StellaRunner
+) -> None:
+    write_config(git_repo, run="touch ran")
+    private = StatePaths(git_repo).private
+    private.write_text("the user's own file\n")  # where .stella/private/ should be
+
+    proc = stella("fleet", "--pipeline", "command", "a prompt", cwd=git_repo)
+
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot write stella's state" in lines[0] and str(private) in lines[0]
+    assert private.read_text() == "the user's own file\n"
+    assert not (git_repo / "ran").exists()
