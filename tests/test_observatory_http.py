@@ -167,6 +167,9 @@ def test_not_a_ledger_is_reported_not_touched(tmp_path: Path, serve: Callable[[P
     fetch = serve(db)
     status, _, body = fetch("/api/runs")
     assert status == 500 and "not a fleet ledger" in json.loads(body)["error"]
+    for ref in ("latest", "r-20261130"):  # a broken ledger is not an unknown run
+        status, _, body = fetch(f"/api/runs/{ref}")
+        assert status == 500 and "not a fleet ledger" in json.loads(body)["error"], (ref, status)
     assert db.read_text().startswith("this is not a database")
 
 

@@ -180,8 +180,11 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
             return
         try:
             detail = views.load_run(self.server.ledger_path, ref, now_ms=_now_ms())
-        except StellaError as exc:
+        except views.UnknownRun as exc:
             self._send_json(HTTPStatus.NOT_FOUND, {"error": str(exc)}, head=head)
+            return
+        except StellaError as exc:
+            self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}, head=head)
             return
         detail["poll_ms"] = self.server.poll_ms
         self._send_json(HTTPStatus.OK, detail, head=head)

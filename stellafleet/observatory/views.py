@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.clean import pid_alive
+from stellafleet.errors import StellaError
 from stellafleet.ledger import Ledger
 
 TASK_OUTCOMES = ("succeeded", "failed", "skipped", "running", "pending", "interrupted")
@@ -192,7 +193,16 @@ def run_detail(detail: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive)
     }
 
 
+class UnknownRun(StellaError):
+    """No run matches the reference; the ledger itself opened fine."""
+
+
 def load_run(ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = pid_alive) -> dict[str, Any]:
-    """run_detail for a run named by id, unique prefix or "latest"; StellaError when there is none."""
+    """run_detail for a run named by id, unique prefix or "latest": UnknownRun when there is none,
+    StellaError when the ledger cannot be read (the server answers 404 and 500 for them)."""
     with Ledger.open(ledger_path, readonly=True) as ledger:
-        return run_detail(ledger.get_run(ledger.resolve_run_id(ref)), now_ms=now_ms, alive=alive)
+        try:
+            run_id = ledger.resolve_run_id(ref)
+        except StellaError as exc:
+            raise UnknownRun(str(exc)) from None
+        return run_detail(ledger.get_run(run_id), now_ms=now_ms, alive=alive)
