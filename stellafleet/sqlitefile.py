@@ -204,7 +204,17 @@ def _precheck(path: Path, schema: Schema) -> None:
     _refuse_foreign(path, schema, application_id, version, tables)
 
 
+# SQLite's primary result codes for "could not get at the file" (as opposed to "this is not a database")
+_ACCESS_ERRORS = {3, 8, 14}  # SQLITE_PERM, SQLITE_READONLY, SQLITE_CANTOPEN
+
+
 def _not_a_database(path: Path, schema: Schema, exc: Exception | str) -> StellaError:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in _ACCESS_ERRORS:
+        return StellaError(
+            f"cannot open the {schema.label} at {path} ({exc}): check that the file, its -wal and -shm files "
+            "and their directory are readable and writable"
+        )
     return StellaError(
         f"{path} is not a {schema.label} ({exc}); stella leaves it untouched: move it away and run again"
     )

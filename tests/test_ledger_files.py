@@ -202,3 +202,20 @@ def test_opening_the_ledger_again_keeps_the_locks_of_a_live_connection(tmp_path:
             with Ledger.open(db, readonly=readonly) as again:
                 again.latest_run_id()
             assert _posix_locks_on(db) == held
+
+
+def test_a_ledger_sqlite_cannot_open_is_not_called_foreign(tmp_path: Path) -> None:
+    # A WAL file SQLite cannot create (here a dangling symlink; on a read-only directory the same error)
+    # used to be reported as "not a fleet ledger ... move it away": advice that would lose the history.
+    db = tmp_path / "fleet.db"
+    with Ledger.open(db) as ledger:
+        add_run(ledger, "r-1", base_ref="HEAD", argv=[], root="/", pid=1)
+    Path(f"{db}-wal").symlink_to(tmp_path / "missing-dir" / "wal")
+    before = db.read_bytes()
+
+    with pytest.raises(StellaError) as caught:
+        Ledger.open(db, readonly=True)
+
+    message = str(caught.value)
+    assert "cannot open the fleet ledger" in message and "move it away" not in message, message
+    assert db.read_bytes() == before
