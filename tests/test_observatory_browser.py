@@ -359,3 +359,17 @@ def test_a_page_past_the_last_one_shows_the_last_page(
         assert "26–30 of 30 runs (page 2 of 2)" in text_of(browser, "#pager")
         assert browser.execute_script("return location.hash") == "#/?page=2"
         assert not browser.find_element("id", "banner").is_displayed()
+
+
+def test_a_malformed_run_link_says_no_such_run(
+    git_repo: Path, observatory: Callable[[Path], str], browser: Any
+) -> None:
+    """A hand-edited `#/runs/...` with a broken %-escape is an unknown run, not a page stuck on Loading."""
+    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        add_run(ledger, "r-20261130-000000-abcd", argv=["stella", "fleet", "x"], root=str(git_repo))
+    url = observatory(git_repo)
+    browser.get(url + "#/runs/%E0%A4%A")
+    until(browser, lambda d: "no run matches" in text_of(d, "#run-body"), "the unknown-run message")
+    assert "%E0%A4%A" in text_of(browser, "#run-body")
+    browser.execute_script("location.hash = '#/'")
+    until(browser, lambda d: len(css(d, "tr.run-row")) == 1, "the list again")

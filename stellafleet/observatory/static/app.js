@@ -143,10 +143,18 @@
     return body;
   }
 
+  function decodeHashPart(text) {
+    try {
+      return decodeURIComponent(text);
+    } catch (error) {
+      return text; // a broken %-escape typed by hand: ask for it as written, the server says it is unknown
+    }
+  }
+
   function route() {
     const hash = location.hash.replace(/^#/, "") || "/";
     const match = hash.match(/^\/runs\/([^?]+)/);
-    if (match) return { view: "run", id: decodeURIComponent(match[1]) };
+    if (match) return { view: "run", id: decodeHashPart(match[1]) };
     const page = Number((hash.match(/[?&]page=(\d+)/) || [])[1] || 1);
     // a hand-typed huge page would ask for an offset the server refuses; showList moves it to the last page
     return { view: "list", page: Math.min(Math.max(1, page), MAX_PAGE) };
