@@ -319,6 +319,12 @@ def push(root: Path, remote: str, branch: str, *, force: bool = False) -> PushRe
     remote_lines = [line[len("remote:") :].strip() for line in err_lines if line.startswith("remote:")]
     remote_lines = [line for line in remote_lines if line]
     other = [line for line in err_lines if not line.startswith("remote:")]
+    if not summary and not remote_lines:
+        # The remote was never reached (bad URL, no credentials, network): git's first fatal line says
+        # why; its last line is only the tail of its advice ("... and the repository exists.").
+        fatal = [line for line in other if line.startswith(("fatal:", "error:"))]
+        reason = (fatal or other or [f"exit status {retcode}"])[0]
+        raise GitError(f"push of {branch} to {remote} failed: {reason}")
     reason = summary or (other[-1] if other else f"exit status {retcode}")
     if remote_lines:
         reason += " — remote says: " + " / ".join(remote_lines[-3:])

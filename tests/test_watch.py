@@ -520,6 +520,20 @@ def test_push_rejected_by_the_remote(repo: Repo) -> None:
     assert row["state"] == "error" and row["pr_url"] is None
 
 
+def test_unreachable_remote_says_why_the_push_failed(repo: Repo) -> None:
+    repo.add_run()
+    git("remote", "set-url", "origin", str(repo.tmp / "no-such-remote.git"), cwd=repo.root)
+    result, gh, _ = watch_in_process(repo, {"runs": {"*": [SUCCESS]}})
+    [branch] = result.branches
+    assert result.exit_code == 4 and branch.state == "error"
+    # git's first fatal line, not the tail of its advice ("and the repository exists.")
+    assert branch.reason == (
+        f"push of {branch.branch} to origin failed: fatal: "
+        f"'{repo.tmp / 'no-such-remote.git'}' does not appear to be a git repository"
+    )
+    assert commands(gh.calls) == ["auth status"]
+
+
 def test_diverged_remote_branch_is_not_overwritten_unless_force_push(repo: Repo) -> None:
     repo.add_run()
     branch = f"fleet/t1-{RUN_ID[-4:]}"
