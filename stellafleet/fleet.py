@@ -212,7 +212,8 @@ def prepare(opts: FleetOptions) -> Prepared:
 
 
 class Interrupts:
-    """Ctrl-C once: launch nothing more and let running workers finish. Twice: stop their process trees."""
+    """Ctrl-C once: launch nothing more and let running workers finish. Twice (or SIGTERM, SIGHUP): stop
+    their process trees."""
 
     def __init__(
         self,
@@ -250,13 +251,15 @@ class Interrupts:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        old_int = signal.signal(signal.SIGINT, self.handle)
-        old_term = signal.signal(signal.SIGTERM, self.handle)
+        # SIGHUP (the terminal closed, the ssh connection dropped) is a stop like SIGTERM: left at its
+        # default it killed the fleet outright, leaving the run `running`, its claims held, workers orphaned.
+        stops = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+        previous = {signum: signal.signal(signum, self.handle) for signum in stops}
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, old_int)
-            signal.signal(signal.SIGTERM, old_term)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def run_fleet(opts: FleetOptions, *, out: IO[str] | None = None, reporter: Reporter | None = None) -> int:

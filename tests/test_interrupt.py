@@ -176,3 +176,30 @@ def test_a_second_ctrl_c_stops_the_workers_process_trees(
     assert record["run"]["status"] == "interrupted" and record["run"]["exit_code"] == 130
     assert file_locks(git_repo) == []
     assert any("interrupted" in line and "a" in line for line in fleet.seen)
+
+
+def test_a_hangup_stops_the_workers_and_leaves_the_ledger_consistent(
+    git_repo: Path, tmp_path: Path, isolated_home: Path
+) -> None:
+    # Closing the terminal (or losing the ssh connection) sends SIGHUP. It used to kill the fleet outright:
+    # exit 129, the run and its attempts left `running`, the claims held and the workers orphaned.
+    plan, marks = _setup(git_repo, tmp_path)
+    fleet = Fleet(git_repo, plan, marks)
+    try:
+        wait_for(marks / "a.started")
+        wait_for(marks / "b.started")
+        os.killpg(fleet.proc.pid, signal.SIGHUP)
+        code = fleet.finish()
+    finally:
+        fleet.kill()
+
+    assert code == 130, "\n".join(fleet.seen)
+    record = run_record(git_repo)
+    tasks = by_id(record["tasks"])
+    attempts = by_id(record["attempts"], key="task_id")
+    for task in ("a", "b"):
+        assert tasks[task]["status"] == "interrupted" and attempts[task]["outcome"] == "interrupted"
+        assert _gone(int((marks / f"{task}.grandchild").read_text())), f"{task}'s grandchild survived"
+    assert tasks["c"]["status"] == tasks["d"]["status"] == "skipped"
+    assert record["run"]["status"] == "interrupted" and record["run"]["exit_code"] == 130
+    assert file_locks(git_repo) == []
