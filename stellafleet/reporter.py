@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, cast
 
 # task id -> (steps, spend in dollars) of running attempts, for the live display
 ProgressProbe = Callable[[], Mapping[str, tuple[int, float]]]
@@ -282,12 +283,51 @@ class LiveReporter(_Sink):
             self.console.print(run_headline(doc), highlight=False)
 
 
+class LossyStream:
+    """A reporter's output that drops what it cannot write once its reader is gone.
+
+    A closed pipe (`stella fleet ... | head -1`) or a hung-up terminal makes every write fail (EPIPE, EIO).
+    The reporter is only a sink: that must not abort the run half-way with its tasks, attempts and claims
+    left as they were, so the first failure silences the stream and the run goes on to record its end.
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self.lost = False
+
+    def write(self, text: str) -> int:
+        if not self.lost:
+            try:
+                self._stream.write(text)
+            except OSError:
+                self._lose()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.lost:
+            try:
+                self._stream.flush()
+            except OSError:
+                self._lose()
+
+    def _lose(self) -> None:
+        self.lost = True
+        # What is still buffered would fail again when the interpreter flushes its streams at exit.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ... as the real stream's
+        return getattr(self._stream, name)
+
+
 def make_reporter(
     *, json_mode: bool, quiet: bool, probe: ProgressProbe | None = None, stream: IO[str] | None = None
 ) -> Reporter:
-    out = stream or sys.stdout
+    out = cast(IO[str], LossyStream(stream or sys.stdout))
     if json_mode:
-        return JsonReporter(out)
+        return JsonReporter(out, err=cast(IO[str], LossyStream(sys.stderr)))
     if not quiet and out.isatty():
         return LiveReporter(probe=probe, stream=out)
     return PlainReporter(out, quiet=quiet)

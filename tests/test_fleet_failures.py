@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -162,3 +165,27 @@ def test_a_spend_limit_crossed_in_the_last_wave_stops_nothing(
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert run_record(git_repo)["run"]["spend_usd"] == pytest.approx(1.2)
+
+
+def test_a_reader_that_goes_away_does_not_stop_the_run_half_way(git_repo: Path, tmp_path: Path) -> None:
+    # `stella fleet ... | head -1`, or a terminal that hung up: writing the progress fails (EPIPE, EIO).
+    # That once aborted the run mid-flight: the run left `running`, its tasks `pending`, exit 0.
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        '[[tasks]]\nid = "a"\nprompt = "p"\nclaims = ["a.txt"]\n\n'
+        '[[tasks]]\nid = "b"\nprompt = "p"\ndepends_on = ["a"]\n'
+    )
+    write_config(git_repo, run="echo working")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody will ever read the fleet's output
+    proc = subprocess.run(
+        [sys.executable, "-m", "stellafleet", "fleet", "--plan", str(plan), "--pipeline", "command"],
+        cwd=git_repo, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120,
+    )  # fmt: skip
+    os.close(write_end)
+
+    record = run_record(git_repo)
+    assert record["run"]["status"] == "succeeded", proc.stderr
+    assert {task["status"] for task in record["tasks"]} == {"succeeded"}
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    assert file_locks(git_repo) == []
