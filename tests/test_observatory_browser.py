@@ -373,3 +373,22 @@ def test_a_malformed_run_link_says_no_such_run(
     assert "%E0%A4%A" in text_of(browser, "#run-body")
     browser.execute_script("location.hash = '#/'")
     until(browser, lambda d: len(css(d, "tr.run-row")) == 1, "the list again")
+
+
+def test_long_unbroken_ids_and_titles_wrap_inside_the_page(
+    git_repo: Path, observatory: Callable[[Path], str], browser: Any
+) -> None:
+    """A 128-character task id and an unbroken title wrap instead of widening the page."""
+    run_id = "r-20261130-000000-abcd"
+    long_id = "x" * 120 + ".long_id"
+    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        add_run(ledger, run_id, argv=["stella", "fleet", "x"], root=str(git_repo))
+        ledger.add_tasks(run_id, [sample_task(long_id, "x", "y" * 200)], {long_id: 1})
+        ledger.finish_run(run_id, "succeeded", exit_code=0)
+    url = observatory(git_repo)
+    browser.get(url + "#/runs/" + run_id)
+    until(browser, lambda d: css(d, "article.task"), "the task card")
+    overflow = browser.execute_script(
+        "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
+    assert overflow <= 0
