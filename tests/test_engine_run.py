@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from engine_support import make_repo
@@ -196,3 +202,53 @@ def test_a_fleet_worker_runs_the_engine_and_reports_spend_as_it_goes(
     (commit,) = ledger_rows(repo, "SELECT * FROM commits")
     assert commit["sha"] == gitops.head_commit(repo) and commit["message"] == "Add hello.txt"
     assert "step   1" in Path(attempt["log_path"]).read_text()
+
+
+def _run_in_a_process(repo: Path, prompt: str, **popen: object) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "stellafleet", "run", prompt],
+        cwd=repo,
+        text=True,
+        **popen,  # type: ignore[call-overload]
+    )
+
+
+SLOW_SESSION: list[dict[str, Any]] = [
+    SESSION[0],
+    {**SESSION[1], "delay": 3},  # the model is "thinking" when the terminal goes away
+    SESSION[2],
+]
+
+
+def test_a_hangup_ends_the_run_interrupted_not_running_forever(repo: Path) -> None:
+    # Closing the terminal sends SIGHUP, whose default action killed `stella run` on the spot: the run, its
+    # task and its attempt stayed `running` in the ledger for good.
+    with ScriptedModelServer(SLOW_SESSION) as server:
+        write_config(repo, server.openai_base_url)
+        proc = _run_in_a_process(repo, "Add hello.txt", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while not (repo / "hello.txt").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    (run,) = ledger_rows(repo, "SELECT status, exit_code FROM runs")
+    (attempt,) = ledger_rows(repo, "SELECT outcome, finished_at_ms FROM attempts")
+    (task,) = ledger_rows(repo, "SELECT status FROM tasks")
+    assert tuple(run) == ("interrupted", 130) and task["status"] == "interrupted"
+    assert attempt["outcome"] == "interrupted" and attempt["finished_at_ms"] is not None
+
+
+def test_a_reader_that_goes_away_does_not_fail_the_run(repo: Path) -> None:
+    # `stella run ... | head -1`: the progress lines once failed the engine run with a BrokenPipeError.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with ScriptedModelServer(SESSION) as server:
+        write_config(repo, server.openai_base_url)
+        proc = _run_in_a_process(repo, "Add hello.txt", stdout=write_end, stderr=subprocess.PIPE)
+        _, err = proc.communicate(timeout=60)
+    os.close(write_end)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "internal error" not in err
+    (attempt,) = ledger_rows(repo, "SELECT outcome, summary FROM attempts")
+    assert tuple(attempt) == ("succeeded", "Added hello.txt.")

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, TextIO, cast
 
 from stellafleet.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, StellaError
 
@@ -118,7 +120,10 @@ def _run_task(
         log_path=log_path,
         transcript_path=transcript_path,
     )
-    out: TextIO = sys.stdout
+    from stellafleet.reporter import LossyStream
+
+    # a reader that goes away (`| head -1`, a hung-up terminal) must not fail the run or leave it running
+    out = cast(TextIO, LossyStream(sys.stdout))
     quiet = args.quiet or args.json
     if not quiet:
         guard = f", spend guard ${args.spend_limit:.2f}" if args.spend_limit is not None else ""
@@ -132,6 +137,7 @@ def _run_task(
         log = stack.enter_context(log_path.open("a", encoding="utf-8"))
         progress = ProgressPrinter([log] if quiet else [out, log])
         try:
+            stack.enter_context(_hangup_interrupts())
             result = pipeline.run(ctx, config, spend, events=progress)
             outcome = status = "succeeded" if result.success else "failed"
             if progress.stop == "spend_guard":
@@ -176,3 +182,20 @@ def _run_task(
     for line in result.summary.splitlines() or [""]:
         print(f"  {line}", file=out)
     return exit_code
+
+
+@contextmanager
+def _hangup_interrupts() -> Iterator[None]:
+    """SIGHUP (the terminal closed) and SIGTERM end the run like Ctrl-C: recorded `interrupted`, not killed
+    on the spot with the run left `running` in the ledger."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    stops = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    previous = {signum: signal.signal(signum, interrupt) for signum in stops}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
