@@ -15,6 +15,8 @@ from typing import Any
 from stellafleet.errors import PlanError
 
 PLAN_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
+# Far above any real plan; reading stops there, so a path like /dev/zero is refused instead of read forever.
+MAX_PLAN_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -36,13 +38,16 @@ def read_plan_file(path: str | Path) -> PlanFile:
         shown = f'"{plan_path.suffix}"' if plan_path.suffix else "(none)"
         raise PlanError([f"{name}: unknown plan format {shown}: use .toml, .json, .yaml or .yml"])
     try:
-        raw = plan_path.read_bytes()
+        with plan_path.open("rb") as stream:
+            raw = stream.read(MAX_PLAN_BYTES + 1)
     except FileNotFoundError:
         raise PlanError([f"{name}: no such file"]) from None
     except IsADirectoryError:
         raise PlanError([f"{name}: is a directory, not a plan file"]) from None
     except OSError as exc:
         raise PlanError([f"{name}: cannot read: {exc.strerror or exc}"]) from None
+    if len(raw) > MAX_PLAN_BYTES:
+        raise PlanError([f"{name}: larger than {MAX_PLAN_BYTES // (1024 * 1024)} MiB: not a plan file"])
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

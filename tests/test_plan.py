@@ -324,6 +324,9 @@ def test_file_problems(tmp_path: Path) -> None:
     ]
     empty = write(tmp_path, "empty.yaml", "")
     assert problems_of(empty) == [f'{empty}: a plan must be a mapping with a "tasks" list, not null']
+    endless = tmp_path / "endless.toml"
+    endless.symlink_to("/dev/zero")  # a plan that never ends is refused, not read until memory runs out
+    assert problems_of(endless) == [f"{endless}: larger than 16 MiB: not a plan file"]
     if os.geteuid() != 0:  # root reads anything
         locked = write(tmp_path, "locked.toml", "")
         locked.chmod(0)
