@@ -259,7 +259,7 @@ def run_demo(directory: Path | None, *, keep: bool, out: IO[str] | None = None) 
                 "The scratch repository is removed now; run `stella demo DIR` or `--keep` to look around.",
             )
         else:
-            _say(out, f"Look around: cd {root} && stella runs latest")
+            _say(out, f"Look around: cd {shlex.quote(str(root))} && stella runs latest")
         return EXIT_OK
     finally:
         if scratch and not keep:

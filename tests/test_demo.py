@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 from conftest import StellaRunner, git
@@ -13,7 +14,7 @@ from stellafleet import gitops
 def test_the_demo_runs_a_real_fleet_and_explains_its_designed_failure(
     tmp_path: Path, stella: StellaRunner
 ) -> None:
-    target = tmp_path / "demo"
+    target = tmp_path / "my demo"  # a space: the closing hint must still be a working shell line
     proc = stella("demo", str(target), cwd=tmp_path, timeout=300)
 
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -28,6 +29,7 @@ def test_the_demo_runs_a_real_fleet_and_explains_its_designed_failure(
     ]
     assert len(failed_rows) == 1
     assert "everything behaved as designed" in out
+    assert f"Look around: cd {shlex.quote(str(target))} && stella runs latest" in out
 
     branches = gitops.branches_matching(target, "fleet/*")
     assert len(branches) == 1 and re.fullmatch(r"fleet/docs-[0-9a-f]{16}", branches[0])
