@@ -79,13 +79,19 @@ def open_database(path: Path, schema: Schema, *, readonly: bool = False) -> sqli
         if not path.exists():
             raise StellaError(f"no {schema.label} at {path}: nothing has been recorded there yet")
     else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.exists() or path.stat().st_size == 0:
-            with _directory_lock(path.parent):
-                if not path.exists():
-                    _create_atomically(path, schema)
-                elif path.stat().st_size == 0:
-                    _initialise_empty_file(path, schema)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists() or path.stat().st_size == 0:
+                with _directory_lock(path.parent):
+                    if not path.exists():
+                        _create_atomically(path, schema)
+                    elif path.stat().st_size == 0:
+                        _initialise_empty_file(path, schema)
+        except OSError as exc:  # a read-only directory, a file where the directory should be, a full disk
+            raise StellaError(
+                f"cannot create the {schema.label} at {path}: {exc.strerror or exc}; "
+                f"make {path.parent} a writable directory and run again"
+            ) from None
     _precheck(path, schema)
     try:
         conn = connect(path, readonly=readonly)

@@ -219,3 +219,15 @@ def test_a_ledger_sqlite_cannot_open_is_not_called_foreign(tmp_path: Path) -> No
     message = str(caught.value)
     assert "cannot open the fleet ledger" in message and "move it away" not in message, message
     assert db.read_bytes() == before
+
+
+def test_a_ledger_that_cannot_be_created_is_a_stella_error(tmp_path: Path) -> None:
+    # A read-only directory or a file where the directory should be was an OSError: "internal error".
+    blocker = tmp_path / "private"
+    blocker.write_text("not a directory\n")
+
+    with pytest.raises(StellaError) as caught:
+        Ledger.open(blocker / "fleet.db")
+
+    assert "cannot create the fleet ledger" in str(caught.value) and str(blocker) in str(caught.value)
+    assert blocker.read_text() == "not a directory\n"
