@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,29 @@ def test_the_shell_when_enabled_runs_in_the_workspace_without_provider_keys(repo
     )
     out = box.call("shell", {"command": 'pwd; echo "key=${OPENAI_API_KEY:-none}"; exit 3'})
     assert out.splitlines() == ["exit status 3", str(repo.resolve()), "key=none"]
+
+
+def test_a_shell_command_past_its_timeout_is_stopped_with_everything_it_started(
+    repo: Path, tmp_path: Path
+) -> None:
+    # Only /bin/sh used to be killed: its children (a test runner, a server, a plain `sleep`) lived on.
+    box = Toolbox(Workspace(repo), shell=True, shell_timeout=1, env={"PATH": os.environ["PATH"]})
+    pid_file = tmp_path / "child.pid"
+    with pytest.raises(ToolFailure, match="ran longer than 1 s"):
+        box.call("shell", {"command": f"sleep 60 & echo $! > {pid_file}; wait"})
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(child), "the shell's child outlived the timeout"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_grep_does_not_follow_symlinks_out_of_the_workspace(repo: Path) -> None:

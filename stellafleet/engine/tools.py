@@ -9,7 +9,9 @@ No tool touches the whole tree: there is no checkout, reset, stash, clean, `add 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -349,20 +351,28 @@ class Toolbox:
     # --- shell (off unless engine.shell = true) ---
 
     def shell(self, args: dict[str, Any]) -> str:
-        try:
-            proc = subprocess.run(
-                ["/bin/sh", "-c", args["command"]],
-                cwd=self.workspace.root,
-                env=self._env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=self.shell_timeout,
-            )
-        except subprocess.TimeoutExpired:
-            raise ToolFailure(
-                f"the command ran longer than {self.shell_timeout:g} s and was stopped"
-            ) from None
-        output = (proc.stdout + proc.stderr).strip()
+        # Its own process group, so that stopping it stops whatever it started, not only /bin/sh.
+        with subprocess.Popen(
+            ["/bin/sh", "-c", args["command"]],
+            cwd=self.workspace.root,
+            env=self._env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        ) as proc:
+            try:
+                stdout, stderr = proc.communicate(timeout=self.shell_timeout)
+            except BaseException as exc:  # the timeout, or Ctrl-C on `stella run`
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                if isinstance(exc, subprocess.TimeoutExpired):
+                    raise ToolFailure(
+                        f"the command ran longer than {self.shell_timeout:g} s and was stopped"
+                    ) from None
+                raise
+        output = (stdout + stderr).strip()
         return f"exit status {proc.returncode}\n{output}" if output else f"exit status {proc.returncode}"
