@@ -14,7 +14,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +105,15 @@ class Workspace:
     @property
     def isolated(self) -> bool:
         return self.branch is not None
+
+
+def claim_keys(root: Path, workspace: Workspace, claims: Sequence[str]) -> list[str]:
+    """The claim-store keys of a task's claims: they name files of its own workspace, so an isolated
+    task's `x.txt` is its worktree's file and never collides with the shared tree's `x.txt`."""
+    if not workspace.isolated:
+        return list(claims)
+    prefix = workspace.path.relative_to(root).as_posix()
+    return [f"{prefix}/{claim}" for claim in claims]
 
 
 def workspace_for(root: Path, run_id: str, task: PlanTask) -> Workspace:
@@ -276,7 +285,7 @@ class Dispatcher:
             return Record("interrupted", "interrupted before the worker started", "interrupted")
         if task.claims:
             holder = Holder.current(settings.run_id, task.id, task.title, attempt_id)
-            self.claims.acquire(list(task.claims), holder)
+            self.claims.acquire(claim_keys(settings.root, workspace, task.claims), holder)
         if workspace.isolated:
             assert workspace.branch is not None
             gitops.worktree_add(settings.root, workspace.path, workspace.branch, settings.base_commit)

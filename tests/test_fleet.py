@@ -191,6 +191,36 @@ report(summary="held shared.txt")
 """
 
 
+BOTH_HOLDING = """\
+mark(f"{TASK}.holding")
+wait_file(MARKS / ("right.holding" if TASK == "left" else "left.holding"), timeout=30)
+"""
+
+
+def test_an_isolated_tasks_claims_name_its_own_worktrees_files(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        '[[tasks]]\nid = "left"\nprompt = "edit"\nclaims = ["shared.txt"]\n\n'
+        '[[tasks]]\nid = "right"\nprompt = "edit"\nclaims = ["shared.txt"]\nisolation = "isolated"\n'
+    )
+    scripts = Scripts(tmp_path / "scripts")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    write_config(git_repo, run=scripts.python("both", BOTH_HOLDING))
+
+    proc = stella(
+        "fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "2",
+        cwd=git_repo, env={"MARKS": str(marks)},
+    )  # fmt: skip
+
+    # both held shared.txt at once: the shared tree's file and the worktree's own copy are different files
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {t["status"] for t in run_record(git_repo)["tasks"]} == {"succeeded"}
+    assert file_locks(git_repo) == []
+
+
 def test_two_tasks_of_one_wave_claiming_one_path_second_fails_naming_the_first(
     git_repo: Path, tmp_path: Path, stella: StellaRunner
 ) -> None:
