@@ -211,6 +211,15 @@ def test_port_in_use_is_one_clear_line_and_exit_2(git_repo: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("port", ["65536", "-1", "99999"])
+def test_port_out_of_range_is_a_usage_error(git_repo: Path, port: str) -> None:
+    proc = _observatory(git_repo, "--port", port)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "Traceback" not in err and "internal error" not in err
+    assert f"--port: must be a port number from 0 to 65535, not {port}" in err
+
+
 def test_non_loopback_host_warns(git_repo: Path, spawned: list[Any]) -> None:
     proc = _observatory(git_repo, "--host", "0.0.0.0", "--port", "0")
     spawned.append(proc)

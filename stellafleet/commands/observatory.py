@@ -25,12 +25,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
     parser.add_argument(
         "--port",
-        type=int,
+        type=_port,
         default=DEFAULT_PORT,
         help=f"port to listen on; 0 picks a free one (default {DEFAULT_PORT})",
     )
     parser.add_argument("--open", action="store_true", help="open the dashboard in a web browser")
     parser.set_defaults(func=run)
+
+
+def _port(text: str) -> int:
+    """A TCP port for --port (0: any free one); argparse turns the ValueError into a usage error."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, not {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, not {port}")
+    return port
 
 
 def run(args: argparse.Namespace) -> int:
