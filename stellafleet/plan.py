@@ -158,6 +158,10 @@ def plan_from_prompts(prompts: Sequence[str]) -> Plan:
     )
 
 
+# A worker gets its prompt in its environment (STELLA_PROMPT), where Linux allows one string 128 KiB.
+MAX_PROMPT_BYTES = 100_000
+
+
 def plan_from_data(
     data: Any,
     *,
@@ -185,6 +189,13 @@ def plan_from_data(
             claims_of.append(())
             continue
         where = f"{name}: {labels[position]}"
+        prompt = raw.get("prompt")
+        if isinstance(prompt, str) and len(prompt.encode()) > MAX_PROMPT_BYTES:
+            problems.append(
+                f"{where}: prompt: {len(prompt.encode()):,} bytes is more than a worker can be handed "
+                f"(at most {MAX_PROMPT_BYTES:,}): put the long text in a file of the repository and "
+                "point the prompt at it"
+            )
         if "timeout" in raw:
             problems.extend(f"{where}: timeout: {message}" for message in _timeout_problems(raw))
         claims = raw.get("claims")

@@ -344,3 +344,16 @@ def test_yaml_with_a_byte_order_mark_and_dates(tmp_path: Path) -> None:
 def test_plan_equality_ignores_warnings() -> None:
     one = Plan(tasks=(PlanTask(id="a", prompt="p", title="p"),), warnings=("w",))
     assert one == Plan(tasks=(PlanTask(id="a", prompt="p", title="p"),))
+
+
+def test_a_prompt_too_long_for_a_worker_is_refused_clearly(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps({"tasks": [{"id": "huge", "prompt": "x" * 150_000}, {"id": "ok", "prompt": "y"}]})
+    )
+    with pytest.raises(PlanError) as caught:
+        load_plan(plan)
+    assert caught.value.problems == [
+        f'{plan}: task "huge": prompt: 150,000 bytes is more than a worker can be handed (at most 100,000): '
+        "put the long text in a file of the repository and point the prompt at it"
+    ]
