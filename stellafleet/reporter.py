@@ -33,6 +33,11 @@ def money(usd: float | None) -> str:
     return "-" if usd is None else f"${usd:.2f}"
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 task`, `2 tasks`."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def elapsed_text(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.1f}s"
@@ -120,7 +125,8 @@ class PlainReporter(_Sink):
             f"; spend limit {money(limit)}, {money(data.get('spend_guard_usd'))} per worker" if limit else ""
         )
         self._say(
-            f"run {data['run_id']}: {len(data.get('tasks', []))} tasks in {len(waves)} waves; "
+            f"run {data['run_id']}: {counted(len(data.get('tasks', [])), 'task')} in "
+            f"{counted(len(waves), 'wave')}; "
             f"base {data['base_ref']} at {str(data['base_commit'])[:12]}{spend}"
         )
 

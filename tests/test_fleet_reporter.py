@@ -132,3 +132,9 @@ def test_reporter_choice_and_details() -> None:
     assert run_headline({**DOC, "status": "failed", "reason": "1 failed"}).startswith(
         "run r-20261130-124501-9f3a failed: "
     )
+
+
+def test_counts_read_as_english() -> None:
+    from stellafleet.reporter import counted
+
+    assert [counted(n, "wave") for n in (0, 1, 2)] == ["0 waves", "1 wave", "2 waves"]
