@@ -244,6 +244,7 @@ class Dispatcher:
                 cpu_seconds=record.cpu_seconds,
                 peak_rss_bytes=record.peak_rss_bytes,
                 reason=reason,
+                transcript_written=transcript_path.exists(),
             )
         finally:
             self.claims.release_attempt_if_held(run_id, attempt_id)

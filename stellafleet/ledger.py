@@ -464,9 +464,11 @@ class Ledger:
         cpu_seconds: float | None = None,
         peak_rss_bytes: int | None = None,
         reason: str | None = None,
+        transcript_written: bool = True,
     ) -> float:
         """Close the attempt and set its task's status to the outcome (with reason) in one transaction;
-        returns the attempt's recorded spend in dollars."""
+        returns the attempt's recorded spend in dollars. A pipeline that wrote no transcript leaves no
+        transcript path behind (`transcript_written=False`)."""
         _check_choice("attempt outcome", outcome, ATTEMPT_OUTCOMES)
         with self._write() as conn:
             row = conn.execute(
@@ -493,6 +495,8 @@ class Ledger:
                 "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND id = ?",
                 (outcome, reason, row[0], row[1]),
             )
+            if not transcript_written:
+                conn.execute("UPDATE attempts SET transcript_path = NULL WHERE id = ?", (attempt_id,))
         return float(row[2])
 
     # --- commits, CI, cleanups ---

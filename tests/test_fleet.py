@@ -338,3 +338,13 @@ def test_isolated_tasks_of_one_wave_get_their_own_worktrees_and_branches_at_once
         assert {c["branch"] for c in recorded} == {branch}
     assert gitops.head_commit(git_repo) == base  # the user's checkout is untouched
     assert len(gitops.worktree_list(git_repo)) == 5
+
+
+def test_a_pipeline_without_a_transcript_leaves_no_dead_transcript_path(
+    git_repo: Path, stella: StellaRunner
+) -> None:
+    write_config(git_repo, run='echo "done"')
+    proc = stella("fleet", "--pipeline", "command", "one job", cwd=git_repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [attempt] = run_record(git_repo)["attempts"]
+    assert attempt["transcript_path"] is None and attempt["log_path"]

@@ -81,3 +81,12 @@ def test_releasing_an_attempt_that_holds_nothing_takes_no_write_lock(tmp_path: P
             other.close()
         assert claims.release_attempt_if_held(RUN, 1) == 2
         assert claims.claims() == []
+
+
+def test_an_attempt_that_wrote_no_transcript_keeps_no_transcript_path(ledger: Ledger) -> None:
+    kept = ledger.start_attempt(RUN, "a", pipeline="plain", transcript_path="a.jsonl")
+    dropped = ledger.start_attempt(RUN, "b", pipeline="command", transcript_path="b.jsonl")
+    ledger.finish_attempt(kept, outcome="succeeded", exit_code=0, summary="ok")
+    ledger.finish_attempt(dropped, outcome="succeeded", exit_code=0, summary="ok", transcript_written=False)
+    paths = {a["task_id"]: a["transcript_path"] for a in ledger.get_run(RUN)["attempts"]}
+    assert paths == {"a": "a.jsonl", "b": None}
