@@ -93,16 +93,20 @@ def open_database(path: Path, schema: Schema, *, readonly: bool = False) -> sqli
                 f"make {path.parent} a writable directory and run again"
             ) from None
     _precheck(path, schema)
-    try:
-        conn = connect(path, readonly=readonly)
-    except sqlite3.Error as exc:
-        raise StellaError(f"cannot open the {schema.label} at {path}: {exc}") from None
+    conn = _connect_or_explain(path, schema, readonly=readonly)
     try:
         _check_and_migrate(conn, path, schema, readonly=readonly)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _connect_or_explain(path: Path, schema: Schema, *, readonly: bool) -> sqlite3.Connection:
+    try:
+        return connect(path, readonly=readonly)
+    except sqlite3.Error as exc:
+        raise StellaError(f"cannot open the {schema.label} at {path}: {exc}") from None
 
 
 @contextlib.contextmanager
@@ -127,10 +131,7 @@ def _directory_lock(directory: Path) -> Iterator[None]:
 
 def _initialise_empty_file(path: Path, schema: Schema) -> None:
     """An existing but empty file (say, left by `touch`) holds nothing to lose: build the schema in it."""
-    try:
-        conn = connect(path, readonly=False)
-    except sqlite3.Error as exc:
-        raise StellaError(f"cannot open the {schema.label} at {path}: {exc}") from None
+    conn = _connect_or_explain(path, schema, readonly=False)
     try:
         _check_and_migrate(conn, path, schema, readonly=False)
     finally:
