@@ -478,7 +478,8 @@ class Ledger:
                 raise StellaError(f"no attempt {attempt_id} in the fleet ledger {self.path}")
             conn.execute(
                 "UPDATE attempts SET finished_at_ms = ?, outcome = ?, success = ?, exit_code = ?,"
-                " summary = ?, error = ?, cpu_seconds = ?, peak_rss_bytes = ? WHERE id = ?",
+                " summary = ?, error = ?, cpu_seconds = ?, peak_rss_bytes = ?,"
+                " transcript_path = CASE WHEN ? THEN transcript_path END WHERE id = ?",
                 (
                     self._now_ms(),
                     outcome,
@@ -488,6 +489,7 @@ class Ledger:
                     error,
                     cpu_seconds,
                     peak_rss_bytes,
+                    transcript_written,
                     attempt_id,
                 ),
             )
@@ -495,8 +497,6 @@ class Ledger:
                 "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND id = ?",
                 (outcome, reason, row[0], row[1]),
             )
-            if not transcript_written:
-                conn.execute("UPDATE attempts SET transcript_path = NULL WHERE id = ?", (attempt_id,))
         return float(row[2])
 
     # --- commits, CI, cleanups ---
