@@ -190,9 +190,11 @@ def plan_from_data(
             continue
         where = f"{name}: {labels[position]}"
         prompt = raw.get("prompt")
-        if isinstance(prompt, str) and len(prompt.encode()) > MAX_PROMPT_BYTES:
+        # A character is at most 4 bytes: only a long prompt is worth encoding to measure.
+        size = len(prompt.encode()) if isinstance(prompt, str) and len(prompt) * 4 > MAX_PROMPT_BYTES else 0
+        if size > MAX_PROMPT_BYTES:
             problems.append(
-                f"{where}: prompt: {len(prompt.encode()):,} bytes is more than a worker can be handed "
+                f"{where}: prompt: {size:,} bytes is more than a worker can be handed "
                 f"(at most {MAX_PROMPT_BYTES:,}): put the long text in a file of the repository and "
                 "point the prompt at it"
             )
