@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from stellafleet.claims import ClaimStore, Holder
+from stellafleet.state.claims import ClaimStore, Holder
 
 
 def _empty_transactions(

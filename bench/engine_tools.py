@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from stellafleet import gitops
 from stellafleet.engine.tools import Toolbox
 from stellafleet.engine.workspace import Workspace
+from stellafleet.git import gitops
 
 TARGET = 1.5
 

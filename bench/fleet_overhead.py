@@ -38,10 +38,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stellafleet import gitops
-from stellafleet.claims import ClaimStore
-from stellafleet.ledger import Ledger
-from stellafleet.paths import StatePaths
+from stellafleet.core.paths import StatePaths
+from stellafleet.git import gitops
+from stellafleet.state.claims import ClaimStore
+from stellafleet.state.ledger import Ledger
 
 STELLA = [sys.executable, "-m", "stellafleet"]
 DOIT = [sys.executable, "-m", "doit"]
@@ -241,7 +241,7 @@ def report_dispatch(tools: list[Tool], n: int, c: int, repeat: int) -> dict[str,
 def ledger_cost(work: Path, tasks: int, repeat: int = 5) -> tuple[int, float]:
     """The ledger and claim-store writes the dispatcher makes for one task, timed alone: (transactions,
     milliseconds per task). A fresh ledger holds a run of `tasks` tasks, as in the measured run."""
-    from stellafleet.plan import plan_from_prompts
+    from stellafleet.plan.model import plan_from_prompts
 
     root = work / "ledger-cost"
     paths = StatePaths(root)

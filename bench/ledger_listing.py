@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from stellafleet.ledger import Ledger
-from stellafleet.plan import PlanTask
+from stellafleet.plan.model import PlanTask
+from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import StepClock, add_run
 
 

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from stellafleet.ledger import Ledger
 from stellafleet.observatory.server import PAGE_LIMIT_DEFAULT, make_server
+from stellafleet.state.ledger import Ledger
 
 TASKS_PER_RUN = 5
 START_MS = 1_780_000_000_000

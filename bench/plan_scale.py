@@ -24,8 +24,9 @@ from pathlib import Path
 
 import jsonschema
 
-from stellafleet import graph, planschema
-from stellafleet.plan import load_plan, plan_from_data
+from stellafleet.plan import schema as planschema
+from stellafleet.plan.model import load_plan, plan_from_data
+from stellafleet.run import waves as graph
 
 
 def make_plan(tasks: int, edges: int, seed: int = 7) -> tuple[str, dict[str, list[str]]]:

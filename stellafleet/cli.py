@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Sequence
 
 from stellafleet import __version__
-from stellafleet.errors import EXIT_INTERRUPTED, EXIT_USAGE, StellaError
+from stellafleet.core.errors import EXIT_INTERRUPTED, EXIT_USAGE, StellaError
 
 COMMAND_MODULES = (
     "fleet",

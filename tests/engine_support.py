@@ -9,16 +9,16 @@ from typing import Any
 
 from fleet_support import RUN, worker_context
 
-from stellafleet import gitops
-from stellafleet.clock import FakeClock
-from stellafleet.config import Config
-from stellafleet.ledger import Ledger
+from stellafleet.core.clock import FakeClock
+from stellafleet.core.config import Config
+from stellafleet.core.workercontext import WorkerContext
+from stellafleet.git import gitops
 from stellafleet.pipelines.base import NullSpend, PipelineResult
 from stellafleet.pipelines.plain import PlainPipeline
-from stellafleet.plan import PlanTask
+from stellafleet.plan.model import PlanTask
+from stellafleet.state.ledger import Ledger
 from stellafleet.testing.model_server import ScriptedModelServer
 from stellafleet.testing.sample_ledger import add_run
-from stellafleet.workerenv import WorkerContext
 
 RUN_ID = RUN
 

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stellafleet.ledger import Ledger
-from stellafleet.paths import StatePaths
-from stellafleet.proctree import Exit, ProcessTree
+from stellafleet.core.paths import StatePaths
+from stellafleet.core.workercontext import WorkerContext
+from stellafleet.proc.tree import Exit, ProcessTree
+from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import add_run
-from stellafleet.workerenv import WorkerContext
 
 # Python run by every scripted worker: small helpers the scripts below can call.
 PRELUDE = """\

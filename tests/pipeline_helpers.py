@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from fleet_support import RUN, worker_context
 
-from stellafleet import gitops
-from stellafleet.config import Config
+from stellafleet.core.config import Config
+from stellafleet.core.workercontext import WorkerContext
+from stellafleet.git import gitops
 from stellafleet.pipelines.base import Pipeline, PipelineResult
 from stellafleet.testing.fake_agent import LOG_ENV, SCRIPT_ENV, read_log, write_shims
-from stellafleet.workerenv import WorkerContext
 
 RUN_ID = RUN
 
@@ -105,7 +105,7 @@ def make_context(
 
 def prepare(ctx: WorkerContext) -> None:
     """What the fleet does before a worker starts: its state directories exist and are ignored by git."""
-    from stellafleet.paths import EXCLUDED_DIRS
+    from stellafleet.core.paths import EXCLUDED_DIRS
 
     gitops.ensure_excluded(ctx.root, list(EXCLUDED_DIRS))
     for path in (ctx.result_path, ctx.log_path, ctx.transcript_path):

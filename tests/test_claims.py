@@ -15,9 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from stellafleet.claims import ClaimStore, Holder, normalize_path
-from stellafleet.clock import FakeClock
-from stellafleet.errors import ClaimConflict, StellaError
+from stellafleet.core.clock import FakeClock
+from stellafleet.core.errors import ClaimConflict, StellaError
+from stellafleet.state.claims import ClaimStore, Holder, normalize_path
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ class HoldingProcess:
             textwrap.dedent(f"""
             import sys, time
             from pathlib import Path
-            from stellafleet.claims import ClaimStore, Holder
+            from stellafleet.state.claims import ClaimStore, Holder
             store = ClaimStore.open(Path({str(store_path)!r}))
             me = Holder.current("r-other", "reader", "Read path", 7)
         """)
@@ -136,14 +136,14 @@ def test_a_claim_of_a_dead_process_is_reclaimed_and_logged(
     )
     store.acquire(["src/reused.rs"], reused)  # our pid, but a different start time: a reused pid
     assert store.holder_of("src/w.rs") is None and store.holder_of("src/reused.rs") is None
-    caplog.set_level(logging.WARNING, logger="stellafleet.claims")
+    caplog.set_level(logging.WARNING, logger="stellafleet.state.claims")
     me = holder("t9", 9)
     store.acquire(["src/w.rs", "src/reused.rs", "src/new.rs"], me)
     assert all(store.holder_of(p) == me for p in ("src/w.rs", "src/reused.rs", "src/new.rs"))
     messages = [
         r.getMessage()
         for r in caplog.records
-        if r.name == "stellafleet.claims" and r.levelno == logging.WARNING
+        if r.name == "stellafleet.state.claims" and r.levelno == logging.WARNING
     ]
     assert (
         f'reclaimed stale claim on src/w.rs from task "writer" (Write path) (run r-old, pid {gone.pid})'
@@ -164,10 +164,10 @@ def test_a_holder_killed_mid_hold_loses_its_claims_to_the_next_acquirer(
             f"(run r-other, pid {victim.pid})"
         )
         victim.kill()
-        caplog.set_level(logging.WARNING, logger="stellafleet.claims")
+        caplog.set_level(logging.WARNING, logger="stellafleet.state.claims")
         store.acquire(["src/shared.rs", "src/store/read.rs"], holder("writer", 2))
         assert store.holder_of("src/shared.rs") == holder("writer", 2)
-        logged = "\n".join(r.getMessage() for r in caplog.records if r.name == "stellafleet.claims")
+        logged = "\n".join(r.getMessage() for r in caplog.records if r.name == "stellafleet.state.claims")
         for path in ("src/shared.rs", "src/store/read.rs"):
             assert (
                 f'reclaimed stale claim on {path} from task "reader" (Read path) '
@@ -212,10 +212,10 @@ def test_commit_lane_of_a_killed_process_is_taken_over(
             ):
                 pass
             victim.kill()
-            caplog.set_level(logging.WARNING, logger="stellafleet.claims")
+            caplog.set_level(logging.WARNING, logger="stellafleet.state.claims")
             with store.commit_lane(holder("t1", 1), timeout=0):
                 assert store.lane_holder() == holder("t1", 1)
-        logged = [r.getMessage() for r in caplog.records if r.name == "stellafleet.claims"]
+        logged = [r.getMessage() for r in caplog.records if r.name == "stellafleet.state.claims"]
         assert logged == [
             f'took over the commit lane from task "reader" (Read path) (run r-other, pid {victim.pid}): '
             "that process is no longer running"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from spawn_support import run_together
 
-from stellafleet.claims import ClaimStore, Holder
-from stellafleet.errors import ClaimConflict
+from stellafleet.core.errors import ClaimConflict
+from stellafleet.state.claims import ClaimStore, Holder
 
 PROCESSES = 8
 CYCLES = 400

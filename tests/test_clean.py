@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import run_stella
 
-from stellafleet import gitops
-from stellafleet.clean import pid_alive
-from stellafleet.ledger import Ledger
-from stellafleet.paths import StatePaths
+from stellafleet.core.paths import StatePaths
+from stellafleet.git import gitops
+from stellafleet.git.clean import pid_alive
+from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import add_run, sample_task
 
 

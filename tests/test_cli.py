@@ -105,7 +105,7 @@ def test_a_command_imports_only_what_it_needs(tmp_path: Path) -> None:
         "import sys\n"
         "from stellafleet.cli import main\n"
         "main(['commit', '-m', 'x', 'a'])\n"
-        "heavy = sorted(m for m in ('doit', 'stellafleet.graph', 'stellafleet.observatory.server',"
+        "heavy = sorted(m for m in ('doit', 'stellafleet.run.waves', 'stellafleet.observatory.server',"
         " 'stellafleet.engine.loop', 'rich.console') if m in sys.modules)\n"
         "print(heavy)\n"
     )

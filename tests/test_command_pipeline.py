@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from stellafleet.config import Config
+from stellafleet.core.config import Config
+from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines import load
 from stellafleet.pipelines.base import NullSpend
 from stellafleet.pipelines.command import RESULT_ENV, CommandPipeline, command_for
-from stellafleet.workerenv import WorkerContext
 
 
 def context(tmp_path: Path, task_id: str = "t1", prompt: str = "Fix the parser") -> WorkerContext:

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from plumbum import local
 
-from stellafleet import gitops
-from stellafleet.claims import ClaimStore, Holder
-from stellafleet.commit import commit_paths
-from stellafleet.errors import ClaimConflict, GitError, StellaError
-from stellafleet.ledger import Ledger
-from stellafleet.paths import EXCLUDED_DIRS
+from stellafleet.core.errors import ClaimConflict, GitError, StellaError
+from stellafleet.core.paths import EXCLUDED_DIRS
+from stellafleet.core.workercontext import WorkerContext
+from stellafleet.git import gitops
+from stellafleet.git.lane import commit_paths
+from stellafleet.state.claims import ClaimStore, Holder
+from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import add_run
-from stellafleet.workerenv import WorkerContext
 
 
 def sh(*args: str, cwd: Path) -> str:
@@ -187,7 +187,7 @@ def test_shared_commit_waits_for_the_lane_and_gives_up_naming_the_holder(repo: P
     script = textwrap.dedent(f"""
         import time
         from pathlib import Path
-        from stellafleet.claims import ClaimStore, Holder
+        from stellafleet.state.claims import ClaimStore, Holder
         store = ClaimStore.open(Path({str(store_db)!r}))
         lane = store.commit_lane(Holder.current("r-test", "reader", "Read path", 2))
         lane.__enter__()
@@ -286,7 +286,8 @@ def test_claims_taken_by_a_commit_command_belong_to_the_worker_that_ran_it(
 ) -> None:
     """`stella commit` run by a command pipeline exits at once; its claims stay, held by the worker."""
     ctx = context(repo)
-    child = "from stellafleet.commit import commit_paths; from stellafleet.workerenv import WorkerContext; " \
+    child = "from stellafleet.git.lane import commit_paths; " \
+        "from stellafleet.core.workercontext import WorkerContext; " \
         "print(commit_paths(WorkerContext.from_env(), ['a.txt'], 'From a command'))"  # fmt: skip
     worker_code = textwrap.dedent(f"""
         import subprocess, sys

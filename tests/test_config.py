@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from stellafleet.config import load_config
-from stellafleet.errors import StellaError
+from stellafleet.core.config import load_config
+from stellafleet.core.errors import StellaError
 
 
 def write(path: Path, text: str) -> Path:

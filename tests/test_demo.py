@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import StellaRunner, git
 
-from stellafleet import gitops
+from stellafleet.git import gitops
 
 
 def test_the_demo_runs_a_real_fleet_and_explains_its_designed_failure(

@@ -1,4 +1,4 @@
-"""Tripwire: the doit internals stellafleet.graph relies on. If one of these fails, doit changed under us:
+"""Tripwire: the doit internals stellafleet.run.waves relies on. If one of these fails, doit changed under us:
 re-read doit's runner.py / control.py / cmd_base.py before widening the version pin in pyproject.toml."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from doit.cmd_info import Info
 from doit.cmd_list import List
 from doit.cmd_run import Run
 
-from stellafleet.graph import MemoryBackend, PlanLoader, compile_tasks
-from stellafleet.plan import plan_from_data
+from stellafleet.plan.model import plan_from_data
+from stellafleet.run.waves import MemoryBackend, PlanLoader, compile_tasks
 
 
 def parameters(function: Any) -> list[str]:
@@ -22,7 +22,7 @@ def parameters(function: Any) -> list[str]:
 
 
 def needs(condition: bool, what: str) -> None:
-    assert condition, f"doit internals changed: {what} (stellafleet.graph relies on it)"
+    assert condition, f"doit internals changed: {what} (stellafleet.run.waves relies on it)"
 
 
 def test_doit_version_is_the_pinned_minor() -> None:

@@ -16,8 +16,8 @@ from engine_support import (
     transcript_records,
 )
 
-from stellafleet import gitops
-from stellafleet.ledger import Ledger
+from stellafleet.git import gitops
+from stellafleet.state.ledger import Ledger
 from stellafleet.testing.model_server import ScriptedModelServer
 
 WIRES = ["openai", "anthropic"]

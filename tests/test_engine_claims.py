@@ -7,8 +7,8 @@ from pathlib import Path
 
 from engine_support import engine_config, make_context, make_repo, run_engine, tool_messages
 
-from stellafleet import gitops
-from stellafleet.claims import ClaimStore
+from stellafleet.git import gitops
+from stellafleet.state.claims import ClaimStore
 from stellafleet.testing.model_server import ScriptedModelServer
 
 

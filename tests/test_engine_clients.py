@@ -7,8 +7,9 @@ from email.utils import format_datetime
 
 import pytest
 
-from stellafleet.clock import FakeClock
-from stellafleet.config import Config
+from stellafleet.core.clock import FakeClock
+from stellafleet.core.config import Config
+from stellafleet.core.errors import StellaError
 from stellafleet.engine.clients import (
     HttpTransport,
     _anthropic_url,
@@ -20,7 +21,6 @@ from stellafleet.engine.errors import EngineError
 from stellafleet.engine.messages import UserText
 from stellafleet.engine.redact import Redactor
 from stellafleet.engine.settings import is_loopback, load_settings, settings_problems
-from stellafleet.errors import StellaError
 from stellafleet.testing.model_server import ScriptedModelServer
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC).timestamp()

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from engine_support import engine_config, make_context, make_repo, transcript_records
 
-from stellafleet.clock import FakeClock
-from stellafleet.errors import StellaError
-from stellafleet.ledger import Ledger
+from stellafleet.core.clock import FakeClock
+from stellafleet.core.errors import StellaError
 from stellafleet.pipelines.plain import PlainPipeline
+from stellafleet.state.ledger import Ledger
 from stellafleet.testing.model_server import ScriptedModelServer
-from stellafleet.worker import LedgerSpend
+from stellafleet.worker.main import LedgerSpend
 
 # $1 per million input tokens, $2 per million output tokens.
 PRICES = {"input_per_mtok": 1.0, "output_per_mtok": 2.0}

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from engine_support import make_repo
 
-from stellafleet import gitops
 from stellafleet.cli import main
+from stellafleet.git import gitops
 from stellafleet.testing.model_server import ScriptedModelServer
 
 SECRET = "sk-test-SECRET-1234567890"

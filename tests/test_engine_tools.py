@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from engine_support import make_repo
 
-from stellafleet import gitops
 from stellafleet.engine.errors import Finished, FormatError, ToolFailure
 from stellafleet.engine.tools import Toolbox
 from stellafleet.engine.workspace import Workspace
+from stellafleet.git import gitops
 
 
 @pytest.fixture

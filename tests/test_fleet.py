@@ -11,7 +11,7 @@ from pathlib import Path
 from conftest import StellaRunner, git
 from fleet_support import Scripts, by_id, file_locks, run_record, wait_for, write_config
 
-from stellafleet import gitops
+from stellafleet.git import gitops
 
 EXAMPLE_PLAN = Path(__file__).resolve().parent.parent / "examples" / "feature-buildout.toml"
 

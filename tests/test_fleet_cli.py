@@ -9,8 +9,8 @@ from pathlib import Path
 from conftest import StellaRunner, git
 from fleet_support import by_id, run_record, write_config
 
-from stellafleet import gitops
-from stellafleet.paths import StatePaths
+from stellafleet.core.paths import StatePaths
+from stellafleet.git import gitops
 
 
 def test_inline_prompts_become_tasks_t1_t2_and_json_prints_one_result_document(

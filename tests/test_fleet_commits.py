@@ -8,7 +8,7 @@ import pytest
 from conftest import StellaRunner, git
 from fleet_support import Scripts, file_locks, run_record, write_config
 
-from stellafleet import gitops
+from stellafleet.git import gitops
 
 WORKERS = 16
 

@@ -12,8 +12,8 @@ import pytest
 from conftest import StellaRunner
 from fleet_support import Scripts, by_id, file_locks, run_record, write_config
 
-from stellafleet.claims import ClaimStore
-from stellafleet.paths import StatePaths
+from stellafleet.core.paths import StatePaths
+from stellafleet.state.claims import ClaimStore
 
 
 def _gone(pid: int) -> bool:

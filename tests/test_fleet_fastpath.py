@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from stellafleet.claims import ClaimStore, Holder
-from stellafleet.errors import StellaError
-from stellafleet.ledger import Ledger
-from stellafleet.paths import StatePaths
+from stellafleet.core.errors import StellaError
+from stellafleet.core.paths import StatePaths
+from stellafleet.state.claims import ClaimStore, Holder
+from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import add_run, sample_task
 
 RUN = "r-20261130-120000-fast"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 
-from stellafleet.reporter import JsonReporter, PlainReporter, make_reporter, outcome_detail, run_headline
+from stellafleet.run.reporter import JsonReporter, PlainReporter, make_reporter, outcome_detail, run_headline
 
 DOC = {
     "run_id": "r-20261130-124501-9f3a",
@@ -135,6 +135,6 @@ def test_reporter_choice_and_details() -> None:
 
 
 def test_counts_read_as_english() -> None:
-    from stellafleet.reporter import counted
+    from stellafleet.run.reporter import counted
 
     assert [counted(n, "wave") for n in (0, 1, 2)] == ["0 waves", "1 wave", "2 waves"]

@@ -12,7 +12,7 @@ import pytest
 from conftest import StellaRunner, git
 from fleet_support import run_record, write_config
 
-from stellafleet.paths import StatePaths
+from stellafleet.core.paths import StatePaths
 from stellafleet.testing import fake_gh
 
 PLAN = '[[tasks]]\nid = "feature"\nprompt = "p"\nisolation = "isolated"\n'

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from stellafleet import gitops
-from stellafleet.errors import GitError, StellaError
+from stellafleet.core.errors import GitError, StellaError
+from stellafleet.git import gitops
 
 
 def sh(*args: str, cwd: Path) -> str:

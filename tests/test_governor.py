@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from stellafleet.config import Config
-from stellafleet.errors import StellaError
-from stellafleet.governor import GIB, Decision, MachineState, decide, governed
+from stellafleet.core.config import Config
+from stellafleet.core.errors import StellaError
+from stellafleet.run.governor import GIB, Decision, MachineState, decide, governed
 
 
 def machine(cores: int = 4, free_gib: float = 32.0, load: float = 0.0) -> MachineState:

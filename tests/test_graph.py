@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stellafleet.graph import WaveRunner, compile_tasks, doit_view
-from stellafleet.plan import Plan, PlanTask, load_plan, plan_from_data
+from stellafleet.plan.model import Plan, PlanTask, load_plan, plan_from_data
+from stellafleet.run.waves import WaveRunner, compile_tasks, doit_view
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

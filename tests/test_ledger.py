@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from stellafleet.errors import StellaError
-from stellafleet.ledger import LEDGER_SCHEMA, Ledger
-from stellafleet.plan import PlanTask
+from stellafleet.core.errors import StellaError
+from stellafleet.plan.model import PlanTask
+from stellafleet.state.ledger import LEDGER_SCHEMA, Ledger
 from stellafleet.testing.sample_ledger import StepClock, add_run
 
 DOC_QUERY = (

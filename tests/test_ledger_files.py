@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from spawn_support import run_together
 
-from stellafleet.errors import StellaError
-from stellafleet.ledger import LEDGER_SCHEMA, Ledger
-from stellafleet.sqlitefile import Schema, open_database
+from stellafleet.core.errors import StellaError
+from stellafleet.state.ledger import LEDGER_SCHEMA, Ledger
+from stellafleet.state.sqlitefile import Schema, open_database
 from stellafleet.testing.sample_ledger import add_run
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from spawn_support import run_together
 
-from stellafleet.ledger import Ledger
+from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import add_run
 
 PROCESSES = 8

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from fleet_support import Scripts, wait_for, write_config
 
-from stellafleet.ledger import Ledger
-from stellafleet.paths import StatePaths
+from stellafleet.core.paths import StatePaths
+from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import add_run, build_sample_ledger, sample_task
 
 pytestmark = pytest.mark.browser

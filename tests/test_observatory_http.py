@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from stellafleet.ledger import Ledger
+from stellafleet.core.paths import StatePaths
 from stellafleet.observatory.server import CONTENT_SECURITY_POLICY, is_loopback, make_server
-from stellafleet.paths import StatePaths
+from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import StepClock, add_run, build_sample_ledger
 
 Fetch = Callable[..., tuple[int, dict[str, str], bytes]]

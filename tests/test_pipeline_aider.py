@@ -11,9 +11,9 @@ import pytest
 from conftest import git
 from pipeline_helpers import RUN_ID, FakeAgents, RecordingSpend, run_pipeline
 
-from stellafleet.claims import ClaimStore, Holder
 from stellafleet.pipelines.aider import AiderPipeline
 from stellafleet.pipelines.base import PipelineResult
+from stellafleet.state.claims import ClaimStore, Holder
 
 
 def run(

@@ -18,11 +18,11 @@ from pipeline_helpers import (
     run_pipeline,
 )
 
-from stellafleet.claims import ClaimStore
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.claude_code import ClaudeCodePipeline, budget_arg
 from stellafleet.pipelines.claude_hook import HookContext
 from stellafleet.pipelines.claude_hook import main as hook_main
+from stellafleet.state.claims import ClaimStore
 
 
 def run(root: Path, **ctx_args: Any) -> tuple[RecordingSpend, PipelineResult]:
@@ -222,7 +222,7 @@ def test_same_attempt_edits_its_own_claimed_file(git_repo: Path, fakes: FakeAgen
 def hook_context(root: Path, tmp_path: Path) -> Path:
     import os
 
-    from stellafleet.claims import Holder
+    from stellafleet.state.claims import Holder
 
     holder = Holder.current("r-1", "t1", "title", 1)
     path = tmp_path / "hook.json"

@@ -15,7 +15,7 @@ from pipeline_helpers import (
     run_pipeline,
 )
 
-from stellafleet.engine.pricing import TokenUsage, price_for
+from stellafleet.core.pricing import TokenUsage, price_for
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.codex import CodexPipeline
 

@@ -12,9 +12,9 @@ import pytest
 from conftest import StellaRunner, git
 from fleet_support import Scripts, by_id, file_locks, run_record, write_config
 
-from stellafleet import gitops
-from stellafleet.config import Config
-from stellafleet.engine.pricing import TokenUsage, price_for
+from stellafleet.core.config import Config
+from stellafleet.core.pricing import TokenUsage, price_for
+from stellafleet.git import gitops
 from stellafleet.testing.fake_agent import LOG_ENV, SCRIPT_ENV, read_log, write_shims
 
 

@@ -15,7 +15,7 @@ from conftest import StellaRunner, git
 from fleet_support import run_record
 
 from stellafleet import pipelines
-from stellafleet.config import Config
+from stellafleet.core.config import Config
 from stellafleet.testing.fake_agent import write_shims
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "stella-pipeline-example"

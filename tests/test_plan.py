@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stellafleet.errors import EXIT_USAGE, PlanError, StellaError
-from stellafleet.plan import (
+from stellafleet.core.errors import EXIT_USAGE, PlanError, StellaError
+from stellafleet.plan.model import (
     Plan,
     PlanTask,
     load_plan,

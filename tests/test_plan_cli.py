@@ -146,9 +146,7 @@ def test_list_and_info_are_doits_views(stella: StellaRunner, tmp_path: Path) -> 
 def test_schema_prints_the_bundled_file(stella: StellaRunner, tmp_path: Path) -> None:
     result = stella("plan", "schema", cwd=tmp_path)
     assert result.returncode == 0
-    assert result.stdout == (REPO / "stellafleet" / "schemas" / "plan.schema.json").read_text(
-        encoding="utf-8"
-    )
+    assert result.stdout == (REPO / "stellafleet" / "plan" / "plan.schema.json").read_text(encoding="utf-8")
 
 
 def test_plan_without_a_subcommand_is_a_usage_error(stella: StellaRunner, tmp_path: Path) -> None:

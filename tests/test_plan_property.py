@@ -11,8 +11,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stellafleet.errors import PlanError
-from stellafleet.plan import PLAN_SUFFIXES, load_plan, normalise_claim, plan_from_data
+from stellafleet.core.errors import PlanError
+from stellafleet.plan.model import PLAN_SUFFIXES, load_plan, normalise_claim, plan_from_data
 
 # What TOML, JSON and YAML parsers can hand over.
 scalars = (

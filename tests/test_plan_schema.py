@@ -11,17 +11,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stellafleet import planschema
+from stellafleet.plan import schema as planschema
 
 REPO = Path(__file__).resolve().parent.parent
-CANONICAL = REPO / "stellafleet" / "schemas" / "plan.schema.json"
+CANONICAL = REPO / "stellafleet" / "plan" / "plan.schema.json"
 COPY = REPO / "schemas" / "plan.schema.json"
 
 
 def test_repository_copy_is_byte_identical_to_the_shipped_schema() -> None:
     assert COPY.read_bytes() == CANONICAL.read_bytes(), (
-        "schemas/plan.schema.json must be a byte-for-byte copy of stellafleet/schemas/plan.schema.json: "
-        "cp stellafleet/schemas/plan.schema.json schemas/plan.schema.json"
+        "schemas/plan.schema.json must be a byte-for-byte copy of stellafleet/plan/plan.schema.json: "
+        "cp stellafleet/plan/plan.schema.json schemas/plan.schema.json"
     )
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import run_stella
 
-from stellafleet import gitops
-from stellafleet.ledger import Ledger
-from stellafleet.paths import StatePaths
+from stellafleet.core.paths import StatePaths
+from stellafleet.git import gitops
+from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import build_sample_ledger
 
 

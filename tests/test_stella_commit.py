@@ -8,9 +8,9 @@ from pathlib import Path
 from conftest import StellaRunner, git
 from fleet_support import RUN, make_attempt
 
-from stellafleet import gitops
-from stellafleet.claims import ClaimStore, Holder
-from stellafleet.ledger import Ledger
+from stellafleet.git import gitops
+from stellafleet.state.claims import ClaimStore, Holder
+from stellafleet.state.ledger import Ledger
 
 
 def test_outside_a_worker_it_refuses_with_exit_2(git_repo: Path, stella: StellaRunner) -> None:

@@ -14,16 +14,8 @@ from typing import Any
 import pytest
 from conftest import run_stella
 
-from stellafleet.clock import FakeClock
-from stellafleet.config import Config
-from stellafleet.errors import StellaError
-from stellafleet.gh import GH_MISSING, STATUS_END, STATUS_START, PlumbumGh
-from stellafleet.ledger import Ledger
-from stellafleet.paths import StatePaths
-from stellafleet.testing import fake_gh
-from stellafleet.testing.fake_gh import FakeGh
-from stellafleet.testing.sample_ledger import add_run, sample_task
-from stellafleet.watch import (
+from stellafleet.ci.gh import GH_MISSING, STATUS_END, STATUS_START, PlumbumGh
+from stellafleet.ci.watch import (
     BranchWatch,
     ConsoleReporter,
     WatchResult,
@@ -31,6 +23,14 @@ from stellafleet.watch import (
     branches_to_watch,
     watch_run,
 )
+from stellafleet.core.clock import FakeClock
+from stellafleet.core.config import Config
+from stellafleet.core.errors import StellaError
+from stellafleet.core.paths import StatePaths
+from stellafleet.state.ledger import Ledger
+from stellafleet.testing import fake_gh
+from stellafleet.testing.fake_gh import FakeGh
+from stellafleet.testing.sample_ledger import add_run, sample_task
 
 RUN_ID = "r-20261130-124501-9f3a"
 

@@ -1,4 +1,4 @@
-"""The worker process, `python -m stellafleet.worker`, with a real ledger and real pipelines."""
+"""The worker process, `python -m stellafleet.worker.main`, with a real ledger and real pipelines."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 from fleet_support import RUN, make_attempt, write_config
 
-from stellafleet.ledger import Ledger
+from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
-from stellafleet.worker import LedgerSpend, write_result
-from stellafleet.workerenv import WorkerContext
+from stellafleet.state.ledger import Ledger
+from stellafleet.worker.main import LedgerSpend, write_result
 
 
 def run_worker(ctx: WorkerContext, **extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **ctx.to_env(), **extra}
     return subprocess.run(
-        [sys.executable, "-m", "stellafleet.worker"],
+        [sys.executable, "-m", "stellafleet.worker.main"],
         cwd=ctx.workspace,
         env=env,
         capture_output=True,
@@ -95,7 +95,7 @@ def test_an_unknown_pipeline_or_a_crash_becomes_a_failed_result_with_the_error(
 
 def test_outside_a_fleet_the_worker_refuses(tmp_path: Path, isolated_home: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "stellafleet.worker"], cwd=tmp_path, capture_output=True, text=True
+        [sys.executable, "-m", "stellafleet.worker.main"], cwd=tmp_path, capture_output=True, text=True
     )
     assert proc.returncode == 2 and "not inside a fleet worker" in proc.stderr
 

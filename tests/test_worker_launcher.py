@@ -15,8 +15,8 @@ import psutil
 import pytest
 from fleet_support import by_id, file_locks, make_attempt, run_record, wait_exit, write_config
 
-from stellafleet.launcher import Launcher, LauncherGone
-from stellafleet.proctree import UNKNOWN_STATUS, ProcessTree
+from stellafleet.proc.tree import UNKNOWN_STATUS, ProcessTree
+from stellafleet.worker.launcher import Launcher, LauncherGone
 
 
 @pytest.fixture
@@ -113,7 +113,9 @@ def test_both_ways_of_starting_workers_run_a_fleet_and_ignore_modules_in_the_rep
     assert tasks["t2"]["reason"] == "worker killed by signal SIGKILL"
     assert file_locks(git_repo) == []
     launchers = [
-        p for p in psutil.process_iter(["cmdline"]) if "stellafleet.launcher" in (p.info["cmdline"] or [])
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "stellafleet.worker.launcher" in (p.info["cmdline"] or [])
     ]
     assert not [p for p in launchers if str(git_repo) in " ".join(p.cwd() for _ in [0])]
 
@@ -140,9 +142,9 @@ def test_a_preloaded_module_that_starts_a_thread_makes_the_fleet_fall_back_to_fr
 def test_the_dispatcher_starts_fresh_interpreters_once_its_launcher_is_gone(
     tmp_path: Path, isolated_home: Path, launcher: Launcher
 ) -> None:
-    from stellafleet.claims import ClaimStore
-    from stellafleet.dispatch import Dispatcher, RunSettings
-    from stellafleet.ledger import Ledger
+    from stellafleet.run.dispatch import Dispatcher, RunSettings
+    from stellafleet.state.claims import ClaimStore
+    from stellafleet.state.ledger import Ledger
 
     ctx = make_attempt(tmp_path)
     write_config(tmp_path, run="echo fresh")
@@ -217,7 +219,7 @@ def test_forked_workers_see_config_changes_between_them(
 def test_a_worker_forked_right_after_preload_config_uses_that_config_without_reading_it(
     tmp_path: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stellafleet import worker
+    from stellafleet.worker import main as worker
 
     ctx = make_attempt(tmp_path)
     write_config(tmp_path, run="echo preloaded")
@@ -242,9 +244,9 @@ def test_a_worker_forked_right_after_preload_config_uses_that_config_without_rea
 def test_the_early_launcher_is_gone_when_a_later_check_refuses_the_run(
     git_repo: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stellafleet.errors import StellaError
-    from stellafleet.fleet import FleetOptions, run_fleet
-    from stellafleet.paths import StatePaths
+    from stellafleet.core.errors import StellaError
+    from stellafleet.core.paths import StatePaths
+    from stellafleet.run.prepare import FleetOptions, run_fleet
 
     write_config(git_repo, run="true")
     monkeypatch.setenv("PATH", os.pathsep.join([str(isolated_home / "no-gh"), os.environ["PATH"]]))
@@ -257,7 +259,7 @@ def test_the_early_launcher_is_gone_when_a_later_check_refuses_the_run(
     launchers = [
         child
         for child in psutil.Process().children(recursive=True)
-        if "stellafleet.launcher" in " ".join(child.cmdline())
+        if "stellafleet.worker.launcher" in " ".join(child.cmdline())
     ]
     assert launchers == []
     write_config(git_repo, run="true", extra='[fleet]\nfork_workers = "yes"\n')

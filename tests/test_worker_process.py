@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 from fleet_support import wait_exit
 
-from stellafleet.proctree import ProcessTree, signal_description
+from stellafleet.proc.tree import ProcessTree, signal_description
 
 
 def spawn(tmp_path: Path, code: str) -> ProcessTree:

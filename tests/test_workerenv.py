@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from stellafleet.errors import StellaError
-from stellafleet.workerenv import WorkerContext
+from stellafleet.core.errors import StellaError
+from stellafleet.core.workercontext import WorkerContext
 
 
 def make_context(tmp_path: Path) -> WorkerContext:

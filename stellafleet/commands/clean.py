@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from stellafleet import gitops
-from stellafleet.clean import KEPT, REMOVED, WOULD_REMOVE, CleanReport, clean
+from stellafleet.git import gitops
+from stellafleet.git.clean import KEPT, REMOVED, WOULD_REMOVE, CleanReport, clean
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from stellafleet.errors import EXIT_OK
+from stellafleet.core.errors import EXIT_OK
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -34,8 +34,8 @@ def workspace_relative(workspace: Path, given: str, cwd: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stellafleet.commit import commit_paths
-    from stellafleet.workerenv import WorkerContext
+    from stellafleet.core.workercontext import WorkerContext
+    from stellafleet.git.lane import commit_paths
 
     ctx = WorkerContext.from_env()  # outside a worker: a clear StellaError, exit 2
     cwd = Path(os.path.realpath(os.getcwd()))

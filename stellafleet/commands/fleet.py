@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from stellafleet.commands import positive_int
-from stellafleet.errors import StellaError
+from stellafleet.core.errors import StellaError
 
 DESCRIPTION = """\
 Run a fleet: every prompt (or every task of --plan FILE) gets its own worker process. Tasks run in
@@ -45,7 +45,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stellafleet.fleet import FleetOptions, run_fleet
+    from stellafleet.run.prepare import FleetOptions, run_fleet
 
     if args.watch and args.dry_run:
         raise StellaError("--watch and --dry-run do not go together: a dry run has nothing to watch")

@@ -8,9 +8,9 @@ import threading
 import webbrowser
 from pathlib import Path
 
-from stellafleet import gitops
+from stellafleet.core.paths import StatePaths
+from stellafleet.git import gitops
 from stellafleet.observatory.server import DEFAULT_HOST, DEFAULT_PORT, is_loopback, make_server
-from stellafleet.paths import StatePaths
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

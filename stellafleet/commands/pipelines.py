@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet import pipelines
-from stellafleet.config import Config, load_config
-from stellafleet.errors import EXIT_OK, StellaError
+from stellafleet.core.config import Config, load_config
+from stellafleet.core.errors import EXIT_OK, StellaError
 from stellafleet.pipelines.support import AgentCliPipeline, find_cli
 
 
@@ -29,7 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _config(args: argparse.Namespace) -> Config:
-    from stellafleet import gitops
+    from stellafleet.git import gitops
 
     try:
         root: Path | None = gitops.repo_root(Path.cwd())

@@ -7,10 +7,11 @@ import json
 import sys
 from typing import Any
 
-from stellafleet import graph, planschema
 from stellafleet.commands import positive_int
-from stellafleet.errors import EXIT_OK, EXIT_USAGE, PlanError, StellaError
-from stellafleet.plan import Plan, load_plan
+from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, PlanError, StellaError
+from stellafleet.plan import schema as planschema
+from stellafleet.plan.model import Plan, load_plan
+from stellafleet.run import waves as graph
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

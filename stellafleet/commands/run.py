@@ -12,12 +12,12 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, cast
 
-from stellafleet.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, StellaError
+from stellafleet.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, StellaError
 
 if TYPE_CHECKING:
-    from stellafleet.config import Config
+    from stellafleet.core.config import Config
     from stellafleet.pipelines.plain import PlainPipeline
-    from stellafleet.plan import PlanTask
+    from stellafleet.plan.model import PlanTask
 
 DESCRIPTION = """\
 Run the built-in engine once, on one prompt, in this repository (the shared tree), without a fleet.
@@ -40,10 +40,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stellafleet.config import load_config
-    from stellafleet.fleet import check_environment
+    from stellafleet.core.config import load_config
     from stellafleet.pipelines.plain import PlainPipeline
-    from stellafleet.plan import plan_from_prompts
+    from stellafleet.plan.model import plan_from_prompts
+    from stellafleet.run.prepare import check_environment
 
     root = check_environment(Path.cwd())
     task = plan_from_prompts([args.prompt]).tasks[0]
@@ -58,15 +58,15 @@ def run(args: argparse.Namespace) -> int:
 def _run_task(
     root: Path, task: PlanTask, config: Config, pipeline: PlainPipeline, args: argparse.Namespace
 ) -> int:
-    from stellafleet import gitops
-    from stellafleet.claims import ClaimStore
+    from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
+    from stellafleet.core.workercontext import WorkerContext
     from stellafleet.engine.progress import ProgressPrinter
-    from stellafleet.fleet import new_run_id
-    from stellafleet.ledger import Ledger
-    from stellafleet.paths import EXCLUDED_DIRS, StatePaths
+    from stellafleet.git import gitops
     from stellafleet.pipelines.base import PipelineResult
-    from stellafleet.worker import LedgerSpend
-    from stellafleet.workerenv import WorkerContext
+    from stellafleet.run.prepare import new_run_id
+    from stellafleet.state.claims import ClaimStore
+    from stellafleet.state.ledger import Ledger
+    from stellafleet.worker.main import LedgerSpend
 
     gitops.ensure_excluded(root, list(EXCLUDED_DIRS))
     paths = StatePaths(root)
@@ -120,7 +120,7 @@ def _run_task(
         log_path=log_path,
         transcript_path=transcript_path,
     )
-    from stellafleet.reporter import LossyStream
+    from stellafleet.run.reporter import LossyStream
 
     # a reader that goes away (`| head -1`, a hung-up terminal) must not fail the run or leave it running
     out = cast(TextIO, LossyStream(sys.stdout))

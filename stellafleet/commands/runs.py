@@ -14,10 +14,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from stellafleet import gitops
-from stellafleet.errors import StellaError
-from stellafleet.observatory import views
-from stellafleet.paths import StatePaths
+from stellafleet.core.errors import StellaError
+from stellafleet.core.paths import StatePaths
+from stellafleet.git import gitops
+from stellafleet.state import views
 
 STATUS_STYLE = {
     "succeeded": "green",

@@ -6,12 +6,12 @@ import argparse
 import json
 from pathlib import Path
 
-from stellafleet import gitops
-from stellafleet.config import load_config
-from stellafleet.errors import EXIT_USAGE, StellaError
-from stellafleet.ledger import Ledger
-from stellafleet.paths import StatePaths
-from stellafleet.watch import watch_run
+from stellafleet.ci.watch import watch_run
+from stellafleet.core.config import load_config
+from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.paths import StatePaths
+from stellafleet.git import gitops
+from stellafleet.state.ledger import Ledger
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

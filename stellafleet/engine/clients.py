@@ -16,7 +16,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from stellafleet.clock import Clock, SystemClock
+from stellafleet.core.clock import Clock, SystemClock
+from stellafleet.core.pricing import TokenUsage
 from stellafleet.engine.errors import EngineError
 from stellafleet.engine.messages import (
     AssistantTurn,
@@ -27,7 +28,6 @@ from stellafleet.engine.messages import (
     ToolSpec,
     UserText,
 )
-from stellafleet.engine.pricing import TokenUsage
 from stellafleet.engine.redact import Redactor
 from stellafleet.engine.settings import EngineSettings
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stellafleet.errors import EXIT_TASK_FAILED, StellaError
+from stellafleet.core.errors import EXIT_TASK_FAILED, StellaError
 
 
 class EngineError(StellaError):

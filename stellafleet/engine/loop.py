@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from stellafleet.clock import Clock, SystemClock
+from stellafleet.core.clock import Clock, SystemClock
+from stellafleet.core.errors import StellaError
+from stellafleet.core.pricing import Pricer
 from stellafleet.engine.clients import ModelClient
 from stellafleet.engine.errors import EngineError, Finished, FormatError, LimitReached, ToolFailure
 from stellafleet.engine.messages import (
@@ -26,10 +28,8 @@ from stellafleet.engine.messages import (
     UserText,
     text_size,
 )
-from stellafleet.engine.pricing import Pricer
 from stellafleet.engine.tools import Toolbox
 from stellafleet.engine.transcript import Transcript
-from stellafleet.errors import StellaError
 from stellafleet.pipelines.base import SpendReporter
 
 EventSink = Callable[[str, dict[str, Any]], None]

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from stellafleet.engine.pricing import TokenUsage
+from stellafleet.core.pricing import TokenUsage
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from stellafleet.config import Config
-from stellafleet.errors import EXIT_USAGE, StellaError
+from stellafleet.core.config import Config
+from stellafleet.core.errors import EXIT_USAGE, StellaError
 
 PROVIDERS = ("openai", "anthropic")
 DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}

@@ -16,11 +16,11 @@ import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from stellafleet import gitops
 from stellafleet.engine.errors import Finished, FormatError, ToolFailure
 from stellafleet.engine.messages import ToolSpec
 from stellafleet.engine.tooldef import Tool, param
 from stellafleet.engine.workspace import Workspace
+from stellafleet.git import gitops
 
 Committer = Callable[[list[str], str], str]  # (paths, message) -> commit SHA
 

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from stellafleet.clock import wall_ms
+from stellafleet.core.clock import wall_ms
 from stellafleet.engine.redact import Redactor
 
 

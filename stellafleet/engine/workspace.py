@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PureWindowsPath
 
+from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.engine.errors import ToolFailure
-from stellafleet.paths import EXCLUDED_DIRS
 
 ClaimFn = Callable[[str], None]  # raises ClaimConflict when another live worker holds the path
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from stellafleet.errors import EXIT_USAGE, StellaError
-from stellafleet.observatory import views
+from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.state import views
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from stellafleet.config import Config
-from stellafleet.errors import StellaError
+from stellafleet.core.config import Config
+from stellafleet.core.errors import StellaError
 from stellafleet.pipelines.base import Pipeline, PipelineResult, SpendReporter
 
 if TYPE_CHECKING:

@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
-from stellafleet.config import Config
-from stellafleet.errors import StellaError
+from stellafleet.core.config import Config
+from stellafleet.core.errors import StellaError
+from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult, SpendReporter, TallySpend
 from stellafleet.pipelines.support import (
     AgentCliPipeline,
@@ -33,7 +34,6 @@ from stellafleet.pipelines.support import (
     short,
     timeout_text,
 )
-from stellafleet.workerenv import WorkerContext
 
 CLI = "aider"
 APPLIED = re.compile(r"^Applied edit to (?P<path>.+?)\s*$")
@@ -212,7 +212,7 @@ def commit_edits(ctx: WorkerContext, paths: list[str], result: PipelineResult) -
     task, nothing left to commit) fails the task and leaves the edits in place."""
     if not paths:
         return result
-    from stellafleet.commit import commit_paths
+    from stellafleet.git.lane import commit_paths
 
     try:
         sha = commit_paths(ctx, paths, f"{ctx.task_title or ctx.task_id} (aider)")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Protocol
 
-from stellafleet.config import Config
-from stellafleet.workerenv import WorkerContext
+from stellafleet.core.config import Config
+from stellafleet.core.workercontext import WorkerContext
 
 
 @dataclass

@@ -14,7 +14,8 @@ import math
 from pathlib import Path
 from typing import Any, ClassVar
 
-from stellafleet.config import Config
+from stellafleet.core.config import Config
+from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult, SpendReporter
 from stellafleet.pipelines.claude_hook import HookContext, hook_settings
 from stellafleet.pipelines.support import (
@@ -32,7 +33,6 @@ from stellafleet.pipelines.support import (
     short,
     timeout_text,
 )
-from stellafleet.workerenv import WorkerContext
 
 CLI = "claude"
 NO_MCP_SERVERS = json.dumps({"mcpServers": {}})
@@ -227,7 +227,7 @@ class ClaudeCodePipeline(AgentCliPipeline):
 
 def write_hook_settings(ctx: WorkerContext) -> Path:
     """Write the hook's context and the settings file that installs it; returns the settings path."""
-    from stellafleet.claims import Holder
+    from stellafleet.state.claims import Holder
 
     holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
     scratch = scratch_dir(ctx)

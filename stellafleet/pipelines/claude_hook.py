@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stellafleet.claims import Holder
+    from stellafleet.state.claims import Holder
 
 HOOK_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"
 HOOK_TIMEOUT_S = 30
@@ -41,7 +41,7 @@ class HookContext:
         return cls(workspace=workspace, store_db=store_db, **asdict(holder))
 
     def holder(self) -> Holder:
-        from stellafleet.claims import Holder
+        from stellafleet.state.claims import Holder
 
         return Holder(**{key: getattr(self, key) for key in Holder.__dataclass_fields__})
 
@@ -107,8 +107,8 @@ def workspace_relative(path: str, workspace: str, cwd: str | None) -> str | None
 
 def decide(event: dict[str, Any], context: HookContext) -> str | None:
     """None to let the edit go ahead (claim taken or already ours), else the reason to deny it."""
-    from stellafleet.claims import ClaimStore
-    from stellafleet.errors import ClaimConflict
+    from stellafleet.core.errors import ClaimConflict
+    from stellafleet.state.claims import ClaimStore
 
     path = edited_path(event)
     if path is None:

@@ -13,8 +13,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from stellafleet.config import Config
-from stellafleet.engine.pricing import Pricer, TokenUsage, price_for, unknown_price_message
+from stellafleet.core.config import Config
+from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_price_message
+from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult, SpendReporter, TallySpend
 from stellafleet.pipelines.support import (
     AgentCliPipeline,
@@ -30,7 +31,6 @@ from stellafleet.pipelines.support import (
     short,
     timeout_text,
 )
-from stellafleet.workerenv import WorkerContext
 
 CLI = "codex"
 # Items that are the agent doing something (as opposed to talking or thinking): each counts as a step.

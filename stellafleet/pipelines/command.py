@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
-from stellafleet.config import Config
+from stellafleet.core.config import Config
+from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult, SpendReporter
-from stellafleet.workerenv import WorkerContext
 
 RESULT_ENV = "STELLA_COMMAND_RESULT"
 SHELL = "/bin/sh"
@@ -42,7 +42,7 @@ def command_for(config: Config, task_id: str) -> str | None:
 
 
 def _signal_text(returncode: int) -> str:
-    from stellafleet.proctree import signal_description
+    from stellafleet.proc.tree import signal_description
 
     return signal_description(returncode)
 

@@ -8,20 +8,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from stellafleet import __version__
-from stellafleet.clock import Clock
-from stellafleet.config import Config
+from stellafleet.core.clock import Clock
+from stellafleet.core.config import Config
+from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.pricing import Pricer, price_for, unknown_price_message
+from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.clients import make_client
 from stellafleet.engine.loop import Engine, EngineOutcome, EventSink, system_prompt
-from stellafleet.engine.pricing import Pricer, price_for, unknown_price_message
 from stellafleet.engine.progress import ProgressPrinter
 from stellafleet.engine.redact import Redactor
 from stellafleet.engine.settings import DEFAULT_KEY_ENV, EngineSettings, load_settings, settings_problems
 from stellafleet.engine.tools import Committer, Toolbox
 from stellafleet.engine.transcript import Transcript
 from stellafleet.engine.workspace import ClaimFn, Workspace
-from stellafleet.errors import EXIT_USAGE, StellaError
 from stellafleet.pipelines.base import PipelineResult, SpendReporter
-from stellafleet.workerenv import WorkerContext
 
 SPEND_ENV = ("STELLA_SPEND_LIMIT", "STELLA_SPEND_GUARD")
 _HOW_TO_PRICE = 'set [prices."MODEL"] input_per_mtok and output_per_mtok in .stella/config.toml'
@@ -146,7 +146,7 @@ def _result(outcome: EngineOutcome, redact: Redactor) -> PipelineResult:
 
 
 def _lane_committer(ctx: WorkerContext) -> Committer:
-    from stellafleet.commit import commit_paths
+    from stellafleet.git.lane import commit_paths
 
     def commit(paths: list[str], message: str) -> str:
         return commit_paths(ctx, paths, message)
@@ -155,7 +155,7 @@ def _lane_committer(ctx: WorkerContext) -> Committer:
 
 
 def _implicit_claims(ctx: WorkerContext) -> ClaimFn:
-    from stellafleet.claims import ClaimStore, Holder
+    from stellafleet.state.claims import ClaimStore, Holder
 
     holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
     store_path = ctx.paths.store_db

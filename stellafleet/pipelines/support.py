@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
-from stellafleet.config import Config
-from stellafleet.errors import EXIT_USAGE, StellaError
+from stellafleet.core.config import Config
+from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
-from stellafleet.proctree import signal_description
-from stellafleet.workerenv import WorkerContext
+from stellafleet.proc.tree import signal_description
 
 GRACE_S = 5.0  # between SIGTERM and SIGKILL when stopping a CLI
 POLL_S = 0.2  # how often a wrapper's poll callback runs while the CLI works

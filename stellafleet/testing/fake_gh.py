@@ -1,6 +1,6 @@
 """A scriptable stand-in for the GitHub CLI (`gh`), for tests of `stella watch`.
 
-Use it in-process (``FakeGh`` is a ``stellafleet.gh.GhRunner``) or as the ``gh`` executable:
+Use it in-process (``FakeGh`` is a ``stellafleet.ci.gh.GhRunner``) or as the ``gh`` executable:
 ``install(bin_dir)`` writes a ``gh`` script into bin_dir that runs ``python -m stellafleet.testing.fake_gh``.
 Put bin_dir first on PATH and set ``FAKE_GH_SCRIPT`` (a JSON file: the script below) and ``FAKE_GH_STATE``
 (a JSON file where it keeps its pull requests, counters and a log of every call, for assertions).
@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from stellafleet.gh import GhResult
+from stellafleet.ci.gh import GhResult
 
 NOT_LOGGED_IN = "You are not logged into any GitHub hosts. To log in, run: gh auth login\n"
 

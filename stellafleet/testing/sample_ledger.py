@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stellafleet.clock import wall_ms
-from stellafleet.ledger import Ledger
-from stellafleet.plan import PlanTask
+from stellafleet.core.clock import wall_ms
+from stellafleet.plan.model import PlanTask
+from stellafleet.state.ledger import Ledger
 
 
 def sample_task(task_id: str, prompt: str = "do it", title: str = "", **fields: Any) -> PlanTask:

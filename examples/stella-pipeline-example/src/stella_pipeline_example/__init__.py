@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from stellafleet.commit import commit_paths
-from stellafleet.config import Config
-from stellafleet.errors import StellaError
+from stellafleet.core.config import Config
+from stellafleet.core.errors import StellaError
+from stellafleet.core.workercontext import WorkerContext
+from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.base import PipelineResult, SpendReporter
-from stellafleet.workerenv import WorkerContext
 
 
 class NotesPipeline:

@@ -1,0 +1,284 @@
+"""The GitHub CLI as a boundary: a small runner Protocol, the real runner, and the few gh calls watch makes.
+
+Everything stella asks GitHub goes through ``gh`` (so the user's own ``gh auth login`` is all the setup
+there is). Tests hand in their own runner, or put the scriptable fake from ``stellafleet.testing.fake_gh``
+on PATH in front of the real one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from stellafleet.core.errors import EXIT_USAGE, StellaError
+
+GH_MISSING = "gh is not installed: install the GitHub CLI (https://cli.github.com) and run `gh auth login`"
+
+# gh must never stop to ask anything or print colour codes into what we parse.
+GH_ENV = {
+    "GH_PROMPT_DISABLED": "1",
+    "GH_NO_UPDATE_NOTIFIER": "1",
+    "GH_NO_EXTENSION_UPDATE_NOTIFIER": "1",
+    "GH_SPINNER_DISABLED": "1",
+    "NO_COLOR": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+
+RUN_FIELDS = "databaseId,attempt,status,conclusion,updatedAt,url,name,workflowName"
+
+GREEN_CONCLUSIONS = frozenset({"success", "skipped", "neutral"})
+# When several runs are red, the branch is labelled with the first of these that occurs.
+RED_CONCLUSIONS = ("failure", "timed_out", "startup_failure", "action_required", "stale", "cancelled")
+
+
+@dataclass(frozen=True)
+class GhResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def detail(self) -> str:
+        """gh's own last words, for an error message."""
+        lines = [line.strip() for line in (self.stderr or self.stdout).splitlines() if line.strip()]
+        return lines[-1] if lines else f"exit status {self.returncode}"
+
+
+class GhRunner(Protocol):
+    def run(self, args: Sequence[str], *, cwd: Path) -> GhResult:
+        """Run `gh ARGS` in cwd; raise StellaError(GH_MISSING) when gh is not installed."""
+        ...
+
+
+class PlumbumGh:
+    """The real gh, found on the current PATH and run non-interactively."""
+
+    def __init__(self, executable: str = "gh", *, timeout: float = 120.0) -> None:
+        self.executable = executable
+        self.timeout = timeout
+
+    def run(self, args: Sequence[str], *, cwd: Path) -> GhResult:
+        from plumbum import local
+        from plumbum.commands.processes import CommandNotFound, ProcessTimedOut
+
+        # plumbum keeps a copy of the environment taken at import; look gh up on today's PATH.
+        try:
+            with local.env(PATH=os.environ.get("PATH", "")):
+                command = local[self.executable]
+        except CommandNotFound:
+            raise StellaError(GH_MISSING, exit_code=EXIT_USAGE) from None
+        env = {**os.environ, **GH_ENV}
+        try:
+            code, out, err = (
+                command[list(args)].with_cwd(str(cwd)).with_env(**env).run(retcode=None, timeout=self.timeout)
+            )
+        except ProcessTimedOut:
+            return GhResult(124, "", f"gh {' '.join(args[:2])} did not answer within {self.timeout:g}s")
+        except OSError as exc:
+            return GhResult(127, "", f"gh: {exc}")
+        return GhResult(int(code), str(out), str(err))
+
+
+class GhError(StellaError):
+    """A gh call that failed; the message carries gh's own words."""
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    number: int
+    url: str
+    body: str
+
+
+@dataclass(frozen=True)
+class CiRun:
+    """One workflow run as `gh run list --json` describes it."""
+
+    id: int
+    attempt: int
+    status: str
+    conclusion: str
+    updated_at: str
+    url: str
+    name: str
+    workflow: str
+
+    @classmethod
+    def from_gh(cls, data: dict[str, Any]) -> CiRun:
+        return cls(
+            id=int(data.get("databaseId") or 0),
+            attempt=int(data.get("attempt") or 1),
+            status=str(data.get("status") or ""),
+            conclusion=str(data.get("conclusion") or ""),
+            updated_at=str(data.get("updatedAt") or ""),
+            url=str(data.get("url") or ""),
+            name=str(data.get("name") or ""),
+            workflow=str(data.get("workflowName") or ""),
+        )
+
+    @property
+    def label(self) -> str:
+        if self.workflow and self.name and self.workflow != self.name:
+            return f"{self.workflow} / {self.name}"
+        return self.workflow or self.name or f"run {self.id}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "attempt": self.attempt,
+            "workflow": self.workflow,
+            "name": self.name,
+            "status": self.status,
+            "conclusion": self.conclusion or None,
+            "url": self.url,
+        }
+
+
+def latest_attempts(runs: Sequence[CiRun]) -> list[CiRun]:
+    """A re-run supersedes the earlier attempts of the same run id: keep the highest attempt of each."""
+    best: dict[int, CiRun] = {}
+    for run in runs:
+        if run.id not in best or run.attempt > best[run.id].attempt:
+            best[run.id] = run
+    return sorted(best.values(), key=lambda r: r.id)
+
+
+def fingerprint(runs: Sequence[CiRun]) -> tuple[tuple[int, int, str, str, str], ...]:
+    """What must change for a branch's CI to count as making progress."""
+    return tuple(sorted((r.id, r.attempt, r.status, r.conclusion, r.updated_at) for r in runs))
+
+
+def ci_phase(runs: Sequence[CiRun]) -> str:
+    complete = sum(1 for r in runs if r.status == "completed")
+    counts: dict[str, int] = {}
+    for r in runs:
+        if r.status != "completed":
+            counts[r.status or "unknown"] = counts.get(r.status or "unknown", 0) + 1
+    busy = ", ".join(f"{n} {status.replace('_', ' ')}" for status, n in sorted(counts.items()))
+    return f"{complete}/{len(runs)} runs complete" + (f" ({busy})" if busy else "")
+
+
+def red_label(runs: Sequence[CiRun]) -> str | None:
+    """The conclusion a red branch is labelled with, or None when no completed run is red."""
+    found = {r.conclusion for r in runs if r.status == "completed" and r.conclusion not in GREEN_CONCLUSIONS}
+    for label in RED_CONCLUSIONS:
+        if label in found:
+            return label
+    return sorted(found)[0] if found else None  # an unknown conclusion is not green either
+
+
+_PR_NUMBER = re.compile(r"/pull/(\d+)")
+
+
+class GitHub:
+    """The gh calls watch makes, run in the repository (gh finds the GitHub repository from its remotes)."""
+
+    def __init__(self, runner: GhRunner, cwd: Path, *, repo: str | None = None) -> None:
+        self.runner = runner
+        self.cwd = cwd
+        self.repo = repo
+
+    def _gh(self, *args: str, repo_flag: bool = True) -> GhResult:
+        extra = ["--repo", self.repo] if self.repo and repo_flag else []
+        return self.runner.run([*args, *extra], cwd=self.cwd)
+
+    def _json(self, result: GhResult, what: str) -> Any:
+        if result.returncode != 0:
+            raise GhError(f"gh {what} failed: {result.detail()}")
+        try:
+            return json.loads(result.stdout or "null")
+        except json.JSONDecodeError:
+            raise GhError(f"gh {what} printed something that is not JSON: {result.stdout[:200]!r}") from None
+
+    def check_auth(self) -> None:
+        """StellaError (exit 2) saying what to do when gh has no usable login."""
+        result = self._gh("auth", "status", repo_flag=False)
+        if result.returncode != 0:
+            text = f"{result.stdout}\n{result.stderr}"
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
+            said = next((line for line in lines if "not logged in" in line.lower()), result.detail())
+            raise StellaError(
+                f"gh is not authenticated ({said}): run `gh auth login` (or set GH_TOKEN) and try again",
+                exit_code=EXIT_USAGE,
+            )
+
+    def find_open_pr(self, branch: str) -> PullRequest | None:
+        args = ("pr", "list", "--head", branch, "--state", "open", "--json", "number,url,body")
+        found = self._json(self._gh(*args), "pr list")
+        if not found:
+            return None
+        first = found[0]
+        return PullRequest(int(first["number"]), str(first["url"]), str(first.get("body") or ""))
+
+    def create_pr(self, branch: str, base: str | None, title: str, body: str) -> PullRequest:
+        base_args = ["--base", base] if base else []
+        result = self._gh("pr", "create", "--head", branch, *base_args, "--title", title, "--body", body)
+        if result.returncode != 0:
+            raise GhError(f"gh pr create failed for {branch}: {result.detail()}")
+        urls = [line.strip() for line in result.stdout.splitlines() if "/pull/" in line]
+        match = _PR_NUMBER.search(urls[-1]) if urls else None
+        if match is None:
+            view = self._json(self._gh("pr", "view", branch, "--json", "number,url,body"), "pr view")
+            return PullRequest(int(view["number"]), str(view["url"]), str(view.get("body") or body))
+        return PullRequest(int(match.group(1)), urls[-1], body)
+
+    def edit_pr_body(self, number: int, body: str) -> None:
+        result = self._gh("pr", "edit", str(number), "--body", body)
+        if result.returncode != 0:
+            raise GhError(f"gh pr edit #{number} failed: {result.detail()}")
+
+    def list_runs(self, sha: str) -> list[CiRun]:
+        args = ("run", "list", "--commit", sha, "--limit", "100", "--json", RUN_FIELDS)
+        found = self._json(self._gh(*args), "run list") or []
+        return [CiRun.from_gh(item) for item in found if isinstance(item, dict)]
+
+
+# --- pull request text ---
+
+STATUS_START = "<!-- stella:status -->"
+STATUS_END = "<!-- /stella:status -->"
+_STATUS_BLOCK = re.compile(re.escape(STATUS_START) + r".*?" + re.escape(STATUS_END), re.DOTALL)
+_HEADLINES = {"no_ci": "no CI"}
+
+
+def status_block(state: str, text: str, runs: Sequence[CiRun], *, run_id: str, head_sha: str | None) -> str:
+    """The PR body's status block between its markers; rewritten in place as CI progresses."""
+    lines = [STATUS_START, "### CI status", "", f"**{_HEADLINES.get(state, state)}**: {text}", ""]
+    if runs:
+        lines += ["| workflow | attempt | status | conclusion |", "|---|---|---|---|"]
+        for r in runs:
+            name = f"[{r.label}]({r.url})" if r.url else r.label
+            lines.append(f"| {name} | {r.attempt} | {r.status} | {r.conclusion or '-'} |")
+        lines.append("")
+    sha = (head_sha or "")[:12]
+    lines += [f"_Kept current by `stella watch` (run `{run_id}`, commit `{sha}`)._", STATUS_END]
+    return "\n".join(lines)
+
+
+def with_status(body: str, block: str) -> str:
+    """body with its status block replaced, or appended when it has none (a PR someone else opened)."""
+    if _STATUS_BLOCK.search(body):
+        return _STATUS_BLOCK.sub(lambda _: block, body, count=1)
+    return f"{body.rstrip()}\n\n{block}" if body.strip() else block
+
+
+def task_section(
+    *,
+    task_id: str,
+    title: str,
+    summary: str,
+    spend_usd: float,
+    commits: Sequence[tuple[str, str]],
+    run_id: str,
+) -> str:
+    """One task's part of a PR body: title, summary, spend and commits."""
+    listed = "\n".join(f"- `{sha[:12]}` {message}" for sha, message in commits) or "- (none)"
+    return (
+        f"## {title}\n\nTask `{task_id}` of stella fleet run `{run_id}`.\n\n"
+        f"### Summary\n\n{summary or '(no summary recorded)'}\n\n"
+        f"### Spend\n\n${spend_usd:.2f}\n\n### Commits\n\n{listed}"
+    )

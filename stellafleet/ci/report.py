@@ -1,0 +1,77 @@
+"""How `stella watch` tells what happens: a line per branch change, a table at the end, or nothing.
+
+Reporters are event sinks for the Watcher (the WatchReporter protocol in watch.py): ConsoleReporter
+styles its lines on a terminal and writes plain `watch: ...` lines in CI logs; QuietReporter is for callers
+that render the result themselves.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar, TextIO
+
+from rich.markup import escape
+
+if TYPE_CHECKING:
+    from stellafleet.ci.watch import BranchWatch, WatchResult
+
+
+class ConsoleReporter:
+    """One line per branch change (styled on a terminal, plain in CI logs) and a table at the end."""
+
+    def __init__(self, stream: TextIO, *, table: bool = True) -> None:
+        from rich.console import Console
+
+        self.console = Console(file=stream, highlight=False, soft_wrap=True)
+        self.table = table
+
+    _STYLE: ClassVar[dict[str, str]] = {"green": "green", "red": "bold red", "error": "bold red"}
+
+    def note(self, message: str) -> None:
+        if self.console.is_terminal:
+            self.console.print(f"[dim]watch:[/] {escape(message)}")
+        else:
+            self.console.out(f"watch: {message}", highlight=False)
+
+    def changed(self, watch: BranchWatch) -> None:
+        pr = f" PR #{watch.pr_number}" if watch.pr_number is not None else ""
+        if self.console.is_terminal:
+            style = self._STYLE.get(watch.state, "cyan")
+            self.console.print(
+                f"[bold]{escape(watch.branch)}[/]{pr} [{style}]{watch.state}[/] {escape(watch.phase)}"
+            )
+        else:
+            self.console.out(f"watch: {watch.branch}{pr}: {watch.state}: {watch.phase}", highlight=False)
+
+    def finished(self, result: WatchResult) -> None:
+        if not self.table or not result.branches:
+            return
+        from rich.table import Table
+
+        rows = [
+            (b.branch, b.pr_url or "-", b.state, b.conclusion or "-", b.reason or "-")
+            for b in result.branches
+        ]
+        headers = ("branch", "PR", "state", "conclusion", "reason")
+        if self.console.is_terminal:
+            table = Table(*headers, title=f"watch: run {result.run_id}")
+            for row in rows:
+                table.add_row(*(escape(cell) for cell in row))
+            self.console.print(table)
+            return
+        widths = [max(len(r[i]) for r in (headers, *rows)) for i in range(4)]
+        for row in (headers, *rows):
+            cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:4])]
+            self.console.out("  ".join([*cells, row[4]]), highlight=False)
+
+
+class QuietReporter:
+    """Says nothing (for callers that render the result themselves)."""
+
+    def note(self, message: str) -> None:
+        pass
+
+    def changed(self, watch: BranchWatch) -> None:
+        pass
+
+    def finished(self, result: WatchResult) -> None:
+        pass

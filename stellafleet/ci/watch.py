@@ -1,0 +1,428 @@
+"""Watch: push each branch with successful work, keep its PR's CI status current, and report green or red.
+
+One loop polls every watched branch's CI with `gh run list --commit SHA` every ``poll_interval``. A branch
+ends green, red, ``no_ci`` (nothing appeared within ``appear_timeout``), ``stalled`` (its runs' fingerprint
+did not change for ``stall_timeout``) or red by timeout (still running after ``total_timeout``). Time comes
+from an injected Clock, so tests cover two hours in milliseconds. Which branches to watch comes from
+watchtargets.py, and what the user sees from the reporters in watchreport.py (both re-exported here).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from stellafleet.ci.gh import (
+    CiRun,
+    GhError,
+    GhRunner,
+    GitHub,
+    PlumbumGh,
+    ci_phase,
+    fingerprint,
+    latest_attempts,
+    red_label,
+    status_block,
+    task_section,
+    with_status,
+)
+from stellafleet.ci.report import ConsoleReporter, QuietReporter
+from stellafleet.ci.targets import Target, TaskWork, branches_to_watch
+from stellafleet.core.clock import Clock, SystemClock
+from stellafleet.core.config import Config
+from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, EXIT_WATCH_RED, GitError, StellaError
+from stellafleet.core.paths import StatePaths
+from stellafleet.git import gitops
+from stellafleet.state.ledger import Ledger
+
+__all__ = [
+    "BranchWatch",
+    "ConsoleReporter",
+    "QuietReporter",
+    "Target",
+    "TaskWork",
+    "WatchReporter",
+    "WatchResult",
+    "WatchSettings",
+    "Watcher",
+    "branches_to_watch",
+    "preflight",
+    "watch_run",
+]
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    poll_interval: float = 30.0
+    appear_timeout: float = 600.0
+    stall_timeout: float = 1200.0
+    total_timeout: float = 7200.0
+    remote: str = "origin"
+    force_push: bool = False
+    repo: str | None = None  # OWNER/NAME for gh when the remotes do not make it obvious
+
+    @classmethod
+    def from_config(cls, config: Config) -> WatchSettings:
+        """The [watch] table, checked: a bad value is a usage error naming the key."""
+        section = config.section("watch")
+        values: dict[str, Any] = {}
+        for key, value in section.items():
+            if key in ("poll_interval", "appear_timeout", "stall_timeout", "total_timeout"):
+                ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+                values[key], wanted = (float(value) if ok else None), "a positive number of seconds"
+            elif key in ("remote", "repo"):
+                ok = isinstance(value, str) and bool(value.strip())
+                values[key], wanted = (value.strip() if ok else None), "a non-empty string"
+            elif key == "force_push":
+                ok, values[key], wanted = isinstance(value, bool), value, "true or false"
+            else:
+                continue  # keys of newer versions are not an error
+            if not ok:
+                raise StellaError(f"config: watch.{key} must be {wanted}, not {value!r}")
+        return cls(**values)
+
+
+@dataclass
+class BranchWatch:
+    """One watched branch, from push to its final CI state."""
+
+    target: Target
+    head_sha: str | None = None
+    pr_url: str | None = None
+    pr_number: int | None = None
+    pr_body: str | None = None
+    state: str = "pending"  # pending | green | red | stalled | no_ci | error
+    conclusion: str | None = None
+    reason: str | None = None
+    phase: str = "starting"
+    runs: list[CiRun] = field(default_factory=list)
+    since: float = 0.0
+    last_change: float = 0.0
+    ended_at: float | None = None
+    seen: tuple[Any, ...] | None = None
+    gh_trouble: str | None = None
+
+    @property
+    def branch(self) -> str:
+        return self.target.branch
+
+    @property
+    def done(self) -> bool:
+        return self.state != "pending"
+
+    @property
+    def run_urls(self) -> list[str]:
+        return [r.url for r in self.runs if r.url]
+
+    def to_json(self, start: float) -> dict[str, Any]:
+        return {
+            "branch": self.branch,
+            "kind": self.target.kind,
+            "task_id": self.target.task_id,
+            "tasks": [t.id for t in self.target.tasks],
+            "head_sha": self.head_sha,
+            "pr_number": self.pr_number,
+            "pr_url": self.pr_url,
+            "state": self.state,
+            "conclusion": self.conclusion,
+            "reason": self.reason,
+            "run_urls": self.run_urls,
+            "runs": [r.to_json() for r in self.runs],
+            "elapsed_s": None if self.ended_at is None else round(self.ended_at - start, 3),
+        }
+
+
+@dataclass
+class WatchResult:
+    run_id: str
+    remote: str | None
+    branches: list[BranchWatch]
+    message: str | None = None
+    start: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if all(b.state == "green" for b in self.branches) else EXIT_WATCH_RED
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "remote": self.remote,
+            "exit_code": self.exit_code,
+            "message": self.message,
+            "branches": [b.to_json(self.start) for b in self.branches],
+        }
+
+
+class WatchReporter(Protocol):
+    """Where watch tells what happens: an event sink, so the fleet can fold it into its own output."""
+
+    def note(self, message: str) -> None: ...
+
+    def changed(self, watch: BranchWatch) -> None:
+        """A branch's state or phase changed (called once per change)."""
+        ...
+
+    def finished(self, result: WatchResult) -> None: ...
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+class Watcher:
+    """Pushes, opens PRs, polls CI and records outcomes for one run's targets."""
+
+    def __init__(
+        self,
+        root: Path,
+        run_id: str,
+        targets: Sequence[Target],
+        *,
+        settings: WatchSettings,
+        github: GitHub,
+        ledger: Ledger,
+        clock: Clock,
+        out: WatchReporter,
+        default_branch: str | None,
+    ) -> None:
+        self.root = root
+        self.run_id = run_id
+        self.settings = settings
+        self.github = github
+        self.ledger = ledger
+        self.clock = clock
+        self.out = out
+        self.default_branch = default_branch
+        self.watches = [BranchWatch(t) for t in targets]
+
+    def run(self) -> WatchResult:
+        start = self.clock.now()
+        try:
+            for watch in self.watches:
+                self._start(watch)
+            self._poll_until_done(start)
+        except KeyboardInterrupt:
+            for watch in self.watches:
+                if not watch.done:
+                    watch.reason = "watch interrupted"
+                    self._record(watch)
+            raise
+        return WatchResult(self.run_id, self.settings.remote, self.watches, start=start)
+
+    # --- push and pull request ---
+
+    def _start(self, watch: BranchWatch) -> None:
+        watch.head_sha = gitops.ref_commit(self.root, watch.branch)
+        if watch.head_sha is None:
+            self._finish(watch, "error", None, f"branch {watch.branch} no longer exists here (cleaned up?)")
+            return
+        try:
+            gitops.push(self.root, self.settings.remote, watch.branch, force=self.settings.force_push)
+        except GitError as exc:
+            self._finish(watch, "error", None, exc.message)
+            return
+        watch.phase = f"pushed {watch.head_sha[:12]} to {self.settings.remote}"
+        if watch.branch != self.default_branch:
+            try:
+                self._open_pr(watch)
+            except GhError as exc:
+                self._finish(watch, "error", None, exc.message)
+                return
+        watch.since = watch.last_change = self.clock.now()
+        self._changed(watch)
+
+    def _status(self, watch: BranchWatch) -> str:
+        text = watch.reason or (ci_phase(watch.runs) if watch.runs else "waiting for CI runs to appear")
+        return status_block(watch.state, text, watch.runs, run_id=self.run_id, head_sha=watch.head_sha)
+
+    def _open_pr(self, watch: BranchWatch) -> None:
+        found = self.github.find_open_pr(watch.branch)
+        if found is None:
+            sections = [
+                task_section(
+                    task_id=t.id,
+                    title=t.title,
+                    summary=t.summary,
+                    spend_usd=t.spend_usd,
+                    commits=t.commits,
+                    run_id=self.run_id,
+                )
+                for t in watch.target.tasks
+            ]
+            body = "\n\n".join([*sections, self._status(watch)])
+            title = watch.target.title(self.run_id)
+            created = self.github.create_pr(watch.branch, self.default_branch, title, body)
+            watch.pr_number, watch.pr_url, watch.pr_body = created.number, created.url, body
+            watch.phase += f"; opened PR #{created.number}"
+        else:
+            watch.pr_number, watch.pr_url, watch.pr_body = found.number, found.url, found.body
+            watch.phase += f"; PR #{found.number} is open"
+
+    def _update_pr(self, watch: BranchWatch) -> None:
+        if watch.pr_number is None or watch.pr_body is None:
+            return
+        body = with_status(watch.pr_body, self._status(watch))
+        if body == watch.pr_body:
+            return
+        try:
+            self.github.edit_pr_body(watch.pr_number, body)
+            watch.pr_body = body
+        except GhError as exc:  # the CI verdict still stands; say the PR lags behind
+            self.out.note(f"{watch.branch}: could not update PR #{watch.pr_number}: {exc.message}")
+
+    # --- polling ---
+
+    def _poll_until_done(self, start: float) -> None:
+        s = self.settings
+        while True:
+            for watch in self.watches:
+                if not watch.done:
+                    self._poll(watch)
+            if all(w.done for w in self.watches):
+                return
+            now = self.clock.now()
+            if now - start >= s.total_timeout:
+                for watch in self.watches:
+                    if not watch.done:
+                        reason = f"CI still running when watching stopped after {_duration(s.total_timeout)}"
+                        self._finish(watch, "red", "timeout", reason)
+                return
+            self.clock.sleep(min(s.poll_interval, start + s.total_timeout - now))
+
+    def _poll(self, watch: BranchWatch) -> None:
+        assert watch.head_sha is not None
+        now = self.clock.now()
+        try:
+            runs = latest_attempts(self.github.list_runs(watch.head_sha))
+            watch.gh_trouble = None
+        except GhError as exc:  # a blip is no progress; it does not end the branch on its own
+            if watch.gh_trouble != exc.message:
+                watch.gh_trouble = exc.message
+                self.out.note(f"{watch.branch}: {exc.message} (will retry)")
+            runs = watch.runs
+        seen = fingerprint(runs)
+        if seen != watch.seen:
+            watch.seen, watch.last_change, watch.runs = seen, now, list(runs)
+        s = self.settings
+        if not runs:
+            if now - watch.since >= s.appear_timeout:
+                reason = f"no CI run appeared for {watch.head_sha[:12]} within {_duration(s.appear_timeout)}"
+                if watch.gh_trouble:
+                    reason += f" (gh kept failing: {watch.gh_trouble})"
+                self._finish(watch, "no_ci", None, reason)
+            else:
+                self._set_phase(watch, "waiting for CI runs to appear")
+            return
+        if all(r.status == "completed" for r in runs):
+            label = red_label(runs)
+            if label is None:
+                self._finish(watch, "green", "success", f"all {len(runs)} CI runs passed")
+            else:
+                failed = [r.label for r in runs if r.conclusion == label]
+                self._finish(watch, "red", label, f"{label}: {', '.join(failed)}")
+            return
+        if now - watch.last_change >= s.stall_timeout:
+            known_red = red_label(runs)
+            reason = f"no CI progress for {_duration(s.stall_timeout)} ({ci_phase(runs)})"
+            self._finish(watch, "stalled", known_red, reason)
+            return
+        self._set_phase(watch, ci_phase(runs))
+
+    # --- recording ---
+
+    def _set_phase(self, watch: BranchWatch, phase: str) -> None:
+        if phase != watch.phase:
+            watch.phase = phase
+            self._changed(watch)
+
+    def _finish(self, watch: BranchWatch, state: str, conclusion: str | None, reason: str) -> None:
+        watch.state, watch.conclusion, watch.reason = state, conclusion, reason
+        watch.phase = reason
+        watch.ended_at = self.clock.now()
+        self._changed(watch)
+
+    def _changed(self, watch: BranchWatch) -> None:
+        self._update_pr(watch)
+        self._record(watch)
+        self.out.changed(watch)
+
+    def _record(self, watch: BranchWatch) -> None:
+        self.ledger.upsert_ci(
+            run_id=self.run_id,
+            branch=watch.branch,
+            task_id=watch.target.task_id,
+            head_sha=watch.head_sha,
+            pr_url=watch.pr_url,
+            pr_number=watch.pr_number,
+            state=watch.state,
+            conclusion=watch.conclusion,
+            reason=watch.reason or (None if watch.done else watch.phase),
+            run_urls=watch.run_urls,
+        )
+
+
+def preflight(root: Path, github: GitHub, settings: WatchSettings) -> None:
+    """Everything that must hold before the first push; StellaError (exit 2) saying what to do."""
+    github.check_auth()
+    remotes = gitops.remote_names(root)
+    if settings.remote not in remotes:
+        have = f" (this repository has: {', '.join(remotes)})" if remotes else ""
+        raise StellaError(
+            f"no git remote named {settings.remote!r} to push to{have}: add one with "
+            f"`git remote add {settings.remote} URL`, or name another one with "
+            '`remote = "NAME"` under [watch] in .stella/config.toml',
+            exit_code=EXIT_USAGE,
+        )
+
+
+def watch_run(
+    root: Path,
+    run_id: str,
+    *,
+    config: Config,
+    clock: Clock | None = None,
+    gh: GhRunner | None = None,
+    out: WatchReporter | None = None,
+    json_mode: bool = False,
+    settings: WatchSettings | None = None,
+) -> WatchResult:
+    """Watch the CI of every branch of run_id that holds successful work; exit_code 0 all green, else 4."""
+    settings = settings or WatchSettings.from_config(config)
+    reporter: WatchReporter = out or ConsoleReporter(
+        sys.stderr if json_mode else sys.stdout, table=not json_mode
+    )
+    with Ledger.open(StatePaths(root).fleet_db) as ledger:
+        targets = branches_to_watch(ledger.get_run(run_id))
+        if not targets:
+            result = WatchResult(
+                run_id,
+                None,
+                [],
+                message=f"nothing to watch: no branch of run {run_id} holds "
+                "committed work of a succeeded task",
+            )
+            reporter.note(result.message or "")
+            return result
+        github = GitHub(gh or PlumbumGh(), root, repo=settings.repo)
+        preflight(root, github, settings)
+        watcher = Watcher(
+            root,
+            run_id,
+            targets,
+            settings=settings,
+            github=github,
+            ledger=ledger,
+            clock=clock or SystemClock(),
+            out=reporter,
+            default_branch=gitops.default_branch(root, settings.remote),
+        )
+        result = watcher.run()
+    reporter.finished(result)
+    return result

@@ -1,0 +1,151 @@
+"""Token usage to dollars: genai-prices' table, overridable per model under `[prices."MODEL"]`.
+
+One convention for usage everywhere in the engine (the one genai-prices uses): `input_tokens` counts
+every prompt token, cached ones included; `cache_read_tokens` and `cache_write_tokens` say how many of
+them were read from or written to the provider's prompt cache. The clients convert each wire format to it
+(OpenAI's prompt_tokens already include cached tokens; Anthropic's input_tokens exclude them).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from stellafleet.core.config import Config
+from stellafleet.core.errors import EXIT_USAGE, StellaError
+
+_PER = 1_000_000
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def uncached_input_tokens(self) -> int:
+        return max(self.input_tokens - self.cache_read_tokens - self.cache_write_tokens, 0)
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+        }
+
+
+@dataclass(frozen=True)
+class PriceOverride:
+    """Dollars per million tokens, from the config."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+    cache_read_per_mtok: float
+    cache_write_per_mtok: float
+
+
+class Pricer:
+    """Prices one model's usage in dollars."""
+
+    def __init__(self, model: str, *, override: PriceOverride | None = None, provider: str | None = None):
+        self.model = model
+        self.override = override
+        self.provider = provider
+        self.source = "config" if override else "genai-prices"
+
+    def cost(self, usage: TokenUsage) -> float:
+        if self.override is not None:
+            o = self.override
+            return (
+                usage.uncached_input_tokens * o.input_per_mtok
+                + usage.cache_read_tokens * o.cache_read_per_mtok
+                + usage.cache_write_tokens * o.cache_write_per_mtok
+                + usage.output_tokens * o.output_per_mtok
+            ) / _PER
+        calc = _calc(self.model, self.provider, usage)
+        if calc is None:  # price_for only builds a genai-prices Pricer for a model it knows
+            raise StellaError(f"no price known for model {self.model!r}")
+        return calc
+
+    def worst_case(self, context_tokens: int, max_output_tokens: int) -> float:
+        """The most one call can cost: the whole context uncached, and every output token used."""
+        return self.cost(TokenUsage(input_tokens=context_tokens, output_tokens=max_output_tokens))
+
+
+def _calc(model: str, provider: str | None, usage: TokenUsage) -> float | None:
+    import genai_prices  # its price table takes a tenth of a second to load: only when asked
+
+    genai_usage = genai_prices.Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+    )
+    attempts: list[dict[str, Any]] = [{"provider_id": provider}] if provider else []
+    attempts.append({})
+    for kwargs in attempts:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return float(genai_prices.calc_price(genai_usage, model, **kwargs).total_price)
+        except (LookupError, ValueError):
+            continue
+    return None
+
+
+def _override(model: str, config: Config) -> PriceOverride | None:
+    table = config.section("prices").get(model)
+    if table is None:
+        return None
+    where = f'[prices."{model}"] in the config'
+    if not isinstance(table, dict):
+        raise StellaError(
+            f"{where} must be a table with input_per_mtok and output_per_mtok", exit_code=EXIT_USAGE
+        )
+    unknown = set(table) - {
+        "input_per_mtok",
+        "output_per_mtok",
+        "cache_read_per_mtok",
+        "cache_write_per_mtok",
+    }
+    if unknown:
+        raise StellaError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}", exit_code=EXIT_USAGE)
+
+    def number(key: str, default: float | None) -> float:
+        value = table.get(key, default)
+        if value is None:
+            raise StellaError(f"{where}: {key} is missing (dollars per million tokens)", exit_code=EXIT_USAGE)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise StellaError(f"{where}: {key} must be a number >= 0, not {value!r}", exit_code=EXIT_USAGE)
+        return float(value)
+
+    input_price = number("input_per_mtok", None)
+    return PriceOverride(
+        input_per_mtok=input_price,
+        output_per_mtok=number("output_per_mtok", None),
+        cache_read_per_mtok=number("cache_read_per_mtok", input_price),
+        cache_write_per_mtok=number("cache_write_per_mtok", input_price),
+    )
+
+
+def price_for(model: str, config: Config, *, provider: str | None = None) -> Pricer | None:
+    """A Pricer for model (config override first, then genai-prices), or None when no price is known."""
+    override = _override(model, config)
+    if override is not None:
+        return Pricer(model, override=override)
+    if _calc(model, provider, TokenUsage(input_tokens=1, output_tokens=1)) is None:
+        return None
+    return Pricer(model, provider=provider)
+
+
+def unknown_price_message(model: str) -> str:
+    """How to set a price, for a model neither the config nor genai-prices knows."""
+    return (
+        f"no price known for model {model!r} and a spend limit is set: add its price to "
+        f'.stella/config.toml as [prices."{model}"] with input_per_mtok = ... and output_per_mtok = ... '
+        "(dollars per million tokens; 0 and 0 for a free local model)"
+    )

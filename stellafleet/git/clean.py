@@ -1,0 +1,286 @@
+"""Sweep the worktrees and `fleet/*` branches that finished fleet runs left behind.
+
+Only what the ledger recorded for stella's own tasks is ever a candidate, so a user's branches are never
+touched. Anything belonging to a live attempt stays whatever the flags say; without --force, worktrees
+with uncommitted changes and branches not merged into the run's base (or the current branch) stay too.
+Every decision is named, and recorded in the ledger's `cleanups` table unless it is a dry run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from stellafleet.core.errors import GitError
+from stellafleet.core.paths import StatePaths
+from stellafleet.git import gitops
+from stellafleet.state.ledger import Ledger
+
+BRANCH_PREFIX = "fleet/"
+# A worker is spawned right after its attempt row is written; a process with that pid created much later
+# is a different program that was handed a recycled pid.
+PID_REUSE_GRACE_S = 300.0
+
+REMOVED = "removed"
+KEPT = "kept"
+WOULD_REMOVE = "would remove"
+
+
+@dataclass(frozen=True)
+class CleanItem:
+    """One decision about one worktree or branch."""
+
+    run_id: str
+    task_id: str | None
+    kind: str  # "worktree" | "branch"
+    target: str
+    action: str  # REMOVED | KEPT | WOULD_REMOVE
+    reason: str
+
+
+@dataclass
+class CleanReport:
+    dry_run: bool
+    force: bool
+    items: list[CleanItem] = field(default_factory=list)
+    runs_considered: int = 0
+
+    def with_action(self, action: str) -> list[CleanItem]:
+        return [item for item in self.items if item.action == action]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "force": self.force,
+            "runs_considered": self.runs_considered,
+            "removed": [asdict(i) for i in self.with_action(REMOVED)],
+            "would_remove": [asdict(i) for i in self.with_action(WOULD_REMOVE)],
+            "kept": [asdict(i) for i in self.with_action(KEPT)],
+        }
+
+
+def pid_alive(pid: int | None, started_at_ms: int | None) -> bool:
+    """True when pid is a running process that could be the one recorded at started_at_ms.
+
+    Errs on the side of "alive": a wrong "alive" only keeps something, a wrong "dead" destroys work.
+    """
+    if not pid or pid <= 0:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        created = proc.create_time()
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+    return not (started_at_ms is not None and created > started_at_ms / 1000 + PID_REUSE_GRACE_S)
+
+
+@dataclass
+class _Owner:
+    """A task of a run that recorded a branch or worktree, and why it must not be touched (if so)."""
+
+    run_id: str
+    task_id: str | None
+    base_ref: str | None
+    live: str | None
+
+
+def _live_reasons(detail: dict[str, Any], alive: Callable[[int | None, int | None], bool]) -> dict[str, str]:
+    """task id -> why it is live, for the tasks of a run that have a live attempt (or a live fleet)."""
+    run = detail["run"]
+    run_live = run.get("status") == "running" and alive(run.get("pid"), run.get("created_at_ms"))
+    reasons: dict[str, str] = {}
+    for attempt in detail.get("attempts", []):
+        if attempt.get("finished_at_ms") is not None:
+            continue
+        pid = attempt.get("pid")
+        if pid and alive(pid, attempt.get("started_at_ms")):
+            reasons[attempt["task_id"]] = f"attempt {attempt['id']} is still running (pid {pid})"
+        elif not pid and run_live:
+            reasons[attempt["task_id"]] = f"attempt {attempt['id']} is starting (fleet pid {run.get('pid')})"
+    if run_live:
+        for task in detail.get("tasks", []):
+            reasons.setdefault(task["id"], f"run {run['id']} is still running (pid {run.get('pid')})")
+    return reasons
+
+
+def _collect(
+    details: Iterable[dict[str, Any]], alive: Callable[[int | None, int | None], bool]
+) -> tuple[dict[str, _Owner], dict[str, _Owner]]:
+    """Recorded worktree paths and fleet branches -> their owner, from tasks and attempts alike."""
+    worktrees: dict[str, _Owner] = {}
+    branches: dict[str, _Owner] = {}
+    for detail in details:
+        run = detail["run"]
+        live = _live_reasons(detail, alive)
+        rows = [(t["id"], t.get("branch"), t.get("worktree")) for t in detail.get("tasks", [])]
+        rows += [(a["task_id"], a.get("branch"), a.get("worktree")) for a in detail.get("attempts", [])]
+        for task_id, branch, worktree in rows:
+            owner = _Owner(run["id"], task_id, run.get("base_ref"), live.get(task_id))
+            for table, key in ((worktrees, worktree), (branches, branch)):
+                if not key:
+                    continue
+                known = table.get(key)
+                if known is None:
+                    table[key] = owner
+                elif owner.live and not known.live:
+                    known.live = owner.live
+    return worktrees, branches
+
+
+class Cleaner:
+    """Decides and (unless dry) carries out the sweep for one repository."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        dry_run: bool,
+        force: bool,
+        alive: Callable[[int | None, int | None], bool] = pid_alive,
+    ) -> None:
+        self.root = root
+        self.paths = StatePaths(root)
+        self.report = CleanReport(dry_run=dry_run, force=force)
+        self.alive = alive
+        self._gone_worktrees: set[Path] = set()
+
+    def _decide(self, owner: _Owner, kind: str, target: str, remove: bool, reason: str) -> CleanItem:
+        action = (WOULD_REMOVE if self.report.dry_run else REMOVED) if remove else KEPT
+        item = CleanItem(owner.run_id, owner.task_id, kind, target, action, reason)
+        self.report.items.append(item)
+        return item
+
+    def _display(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+    def sweep_worktrees(self, recorded: dict[str, _Owner]) -> None:
+        managed = self.paths.worktrees.resolve()
+        registered = {wt.path.resolve(): wt for wt in gitops.worktree_list(self.root)}
+        for raw, owner in recorded.items():
+            path = Path(raw) if Path(raw).is_absolute() else self.root / raw
+            path = path.resolve()
+            if managed not in path.parents:
+                continue  # the shared tree, or anything outside .stella/worktrees/, is never ours to remove
+            shown = self._display(path)
+            if path not in registered:
+                if path.exists():
+                    self._decide(
+                        owner, "worktree", shown, False, "not a registered git worktree: remove it by hand"
+                    )
+                continue
+            if owner.live:
+                self._decide(owner, "worktree", shown, False, f"{owner.live}; never removed while live")
+                continue
+            dirty = gitops.status_porcelain(path) if path.exists() else []
+            if dirty and not self.report.force:
+                files = "1 file" if len(dirty) == 1 else f"{len(dirty)} files"
+                self._decide(
+                    owner,
+                    "worktree",
+                    shown,
+                    False,
+                    f"has uncommitted changes ({files}): commit or discard them, or rerun with --force",
+                )
+                continue
+            reason = f"uncommitted changes ({len(dirty)}) discarded by --force" if dirty else "clean worktree"
+            if not self.report.dry_run:
+                try:
+                    gitops.worktree_remove(self.root, path, force=bool(dirty) or not path.exists())
+                except GitError as exc:
+                    self._decide(owner, "worktree", shown, False, f"git refused: {exc}")
+                    continue
+            self._gone_worktrees.add(path)
+            self._decide(owner, "worktree", shown, True, reason)
+
+    def _merge_targets(self, base_ref: str | None) -> list[str]:
+        targets: list[str] = []
+        if base_ref and base_ref != "HEAD" and gitops.ref_commit(self.root, base_ref):
+            targets.append(base_ref)
+        current = gitops.current_branch(self.root)
+        if current and current not in targets:
+            targets.append(current)
+        return targets or ["HEAD"]
+
+    def sweep_branches(self, recorded: dict[str, _Owner]) -> None:
+        checked_out = {
+            wt.branch: wt.path.resolve() for wt in gitops.worktree_list(self.root) if wt.branch is not None
+        }
+        for branch, owner in recorded.items():
+            if not branch.startswith(BRANCH_PREFIX) or not gitops.branch_exists(self.root, branch):
+                continue
+            if owner.live:
+                self._decide(owner, "branch", branch, False, f"{owner.live}; never removed while live")
+                continue
+            where = checked_out.get(branch)
+            if where is not None and where not in self._gone_worktrees:
+                self._decide(owner, "branch", branch, False, f"checked out in {self._display(where)}")
+                continue
+            targets = self._merge_targets(owner.base_ref)
+            merged_into = next((t for t in targets if gitops.is_ancestor(self.root, branch, t)), None)
+            if merged_into is not None:
+                reason = f"merged into {merged_into}"
+            else:
+                ahead = gitops.commits_ahead(self.root, targets[0], branch)
+                commits = "1 commit" if ahead == 1 else f"{ahead} commits"
+                if not self.report.force:
+                    self._decide(
+                        owner,
+                        "branch",
+                        branch,
+                        False,
+                        f"not merged into {' or '.join(targets)} ({commits} ahead): "
+                        "merge it, or rerun with --force to delete it",
+                    )
+                    continue
+                reason = f"not merged ({commits} ahead), deleted by --force"
+            if not self.report.dry_run:
+                try:
+                    gitops.branch_delete(self.root, branch, force=True)
+                except GitError as exc:
+                    self._decide(owner, "branch", branch, False, f"git refused: {exc}")
+                    continue
+            self._decide(owner, "branch", branch, True, reason)
+
+
+def clean(
+    root: Path,
+    *,
+    run_ref: str | None = None,
+    dry_run: bool = False,
+    force: bool = False,
+    alive: Callable[[int | None, int | None], bool] = pid_alive,
+) -> CleanReport:
+    """Sweep one run (run_ref) or every run's leftovers; records the decisions unless dry_run."""
+    cleaner = Cleaner(root, dry_run=dry_run, force=force, alive=alive)
+    db = StatePaths(root).fleet_db
+    if not db.exists():
+        return cleaner.report
+    with Ledger.open(db, readonly=dry_run) as ledger:
+        run_ids = [ledger.resolve_run_id(run_ref)] if run_ref else ledger.runs_with_workspaces()
+        cleaner.report.runs_considered = len(run_ids)
+        details = [ledger.get_run(run_id) for run_id in run_ids]
+        worktrees, branches = _collect(details, alive)
+        cleaner.sweep_worktrees(worktrees)
+        cleaner.sweep_branches(branches)
+        if not dry_run:
+            for item in cleaner.report.items:
+                ledger.record_cleanup(
+                    run_id=item.run_id,
+                    task_id=item.task_id,
+                    kind=item.kind,
+                    target=item.target,
+                    action=item.action,
+                    reason=item.reason,
+                )
+    return cleaner.report

@@ -1,0 +1,461 @@
+"""Every git call stella makes goes through this module (plumbum underneath)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from plumbum import local
+from plumbum.commands.processes import CommandNotFound
+
+from stellafleet.core.errors import GitError, StellaError
+
+
+def _git_cmd():  # type: ignore[no-untyped-def]
+    # Look git up on the PATH of now: plumbum's own environment is a copy taken at import.
+    found = shutil.which("git", path=os.environ.get("PATH", os.defpath))
+    if found is None:
+        raise StellaError("git is not installed or not on PATH: install git and try again")
+    try:
+        return local[found]
+    except CommandNotFound:
+        raise StellaError("git is not installed or not on PATH: install git and try again") from None
+
+
+def _run(
+    args: Sequence[str], *, cwd: Path | str, env: Mapping[str, str] | None = None, stdin: str | None = None
+) -> tuple[int, str, str]:
+    """The one place git runs: in cwd, with the environment of now plus env, stdin fed when given.
+    Returns (exit status, stdout, stderr); a git that cannot be started raises GitError."""
+    cmd = _git_cmd()[list(args)].with_cwd(str(cwd))
+    try:
+        retcode, out, err = (cmd if stdin is None else cmd << stdin).run(
+            retcode=None, env={**os.environ, **(env or {})}
+        )
+    except OSError as exc:
+        raise GitError(f"git {args[0] if args else ''}: {exc}") from None
+    return int(retcode), str(out), str(err)
+
+
+def git(
+    *args: str,
+    cwd: Path | str,
+    env: Mapping[str, str] | None = None,
+    stdin: str | None = None,
+    check: bool = True,
+) -> str:
+    """Run git in cwd and return stdout; a failure raises GitError with git's own message."""
+    retcode, out, err = _run(args, cwd=cwd, env=env, stdin=stdin)
+    if check and retcode != 0:
+        detail = (err or out).strip().splitlines()
+        message = detail[-1] if detail else f"exit status {retcode}"
+        raise GitError(f"git {' '.join(args[:2])}: {message}")
+    return out
+
+
+def git_ok(*args: str, cwd: Path | str) -> bool:
+    """True when the git command exits 0."""
+    return _run(args, cwd=cwd)[0] == 0
+
+
+# --- repository facts ---
+
+
+def repo_root(cwd: Path | str) -> Path:
+    """The top of the work tree containing cwd; a clear error outside a repository."""
+    if not Path(cwd).is_dir():
+        raise StellaError(f"{cwd}: no such directory")
+    try:
+        out = git("rev-parse", "--show-toplevel", cwd=cwd)
+    except GitError:
+        raise StellaError(
+            f"{Path(cwd).resolve()} is not inside a git repository: run stella in a repository "
+            "(or create one with `git init` and make a first commit)"
+        ) from None
+    return Path(out.strip())
+
+
+def common_dir(root: Path) -> Path:
+    """The shared .git directory (the same for the main tree and every worktree)."""
+    out = git("rev-parse", "--git-common-dir", cwd=root).strip()
+    path = Path(out)
+    return path if path.is_absolute() else (root / path).resolve()
+
+
+def has_commits(root: Path) -> bool:
+    return git_ok("rev-parse", "--verify", "-q", "HEAD^{commit}", cwd=root)
+
+
+def resolve_commit(root: Path, ref: str) -> str:
+    """The full SHA of ref; a clear error when it names no commit."""
+    try:
+        return git("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", cwd=root).strip()
+    except GitError:
+        raise StellaError(f"{ref!r} does not name a commit in {root}") from None
+
+
+def head_commit(root: Path) -> str:
+    return git("rev-parse", "HEAD", cwd=root).strip()
+
+
+def current_branch(root: Path) -> str | None:
+    """The checked-out branch name, or None on a detached HEAD."""
+    out = git("symbolic-ref", "-q", "--short", "HEAD", cwd=root, check=False).strip()
+    return out or None
+
+
+def branch_exists(root: Path, branch: str) -> bool:
+    return git_ok("show-ref", "--verify", "-q", f"refs/heads/{branch}", cwd=root)
+
+
+def ensure_excluded(root: Path, patterns: Sequence[str]) -> list[str]:
+    """Add patterns to .git/info/exclude (never a tracked file); returns those added."""
+    exclude = common_dir(root) / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    existing = exclude.read_text().splitlines() if exclude.exists() else []
+    missing = [p for p in patterns if p not in existing]
+    if missing:
+        with exclude.open("a") as fh:
+            if existing and existing[-1] != "":
+                fh.write("\n")
+            fh.write("# stella fleet state\n" if "# stella fleet state" not in existing else "")
+            fh.write("".join(f"{p}\n" for p in missing))
+    return missing
+
+
+def status_porcelain(path: Path) -> list[str]:
+    """`git status --porcelain` lines for a work tree (empty when clean)."""
+    out = git("status", "--porcelain", "--untracked-files=normal", cwd=path)
+    return [line for line in out.splitlines() if line]
+
+
+# --- worktrees and branches of isolated tasks ---
+
+_SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def slugify(text: str, limit: int = 40) -> str:
+    slug = _SLUG_UNSAFE.sub("-", text).strip("-.").lower()
+    return slug[:limit].rstrip("-.") or "task"
+
+
+def task_hash(run_id: str, task_id: str) -> str:
+    """16 hex characters from the run and task ids: re-runs reusing ids never collide."""
+    return hashlib.sha256(f"{run_id}\0{task_id}".encode()).hexdigest()[:16]
+
+
+def isolated_name(run_id: str, task_id: str) -> str:
+    return f"{slugify(task_id)}-{task_hash(run_id, task_id)}"
+
+
+@dataclass(frozen=True)
+class Worktree:
+    path: Path
+    head: str | None
+    branch: str | None
+
+
+# `git worktree add` reads every other worktree's admin files, so one being created at the same moment
+# can make it fail ("failed to read .git/worktrees/<name>/commondir"). Serialise our own calls, and
+# retry the ones that raced another process.
+_WORKTREE_ADD_LOCK = threading.Lock()
+
+
+def worktree_add(root: Path, path: Path, branch: str, base_commit: str) -> None:
+    for attempt in range(20):
+        try:
+            with _WORKTREE_ADD_LOCK:
+                git("worktree", "add", "-q", "-b", branch, str(path), base_commit, cwd=root)
+            return
+        except GitError as exc:
+            if "failed to read" not in str(exc) or attempt == 19:
+                raise
+            if branch_exists(root, branch) and not path.exists():
+                branch_delete(root, branch, force=True)
+            time.sleep(0.05)
+
+
+def worktree_list(root: Path) -> list[Worktree]:
+    out = git("worktree", "list", "--porcelain", cwd=root)
+    trees: list[Worktree] = []
+    path: Path | None = None
+    head: str | None = None
+    branch: str | None = None
+    for line in [*out.splitlines(), ""]:
+        if line.startswith("worktree "):
+            path = Path(line[len("worktree ") :])
+        elif line.startswith("HEAD "):
+            head = line[len("HEAD ") :]
+        elif line.startswith("branch "):
+            branch = line[len("branch ") :].removeprefix("refs/heads/")
+        elif not line and path is not None:
+            trees.append(Worktree(path, head, branch))
+            path, head, branch = None, None, None
+    return trees
+
+
+def worktree_remove(root: Path, path: Path, *, force: bool = False) -> None:
+    args = ["worktree", "remove", *(["--force"] if force else []), str(path)]
+    git(*args, cwd=root)
+
+
+def worktree_prune(root: Path) -> None:
+    git("worktree", "prune", cwd=root)
+
+
+def branch_delete(root: Path, branch: str, *, force: bool = False) -> None:
+    git("branch", "-D" if force else "-d", branch, cwd=root)
+
+
+def branches_matching(root: Path, pattern: str) -> list[str]:
+    out = git("branch", "--list", pattern, "--format=%(refname:short)", cwd=root)
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def is_ancestor(root: Path, commit: str, of: str) -> bool:
+    return git_ok("merge-base", "--is-ancestor", commit, of, cwd=root)
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    message: str
+    committed_at_ms: int
+
+
+def commits_between(root: Path, base: str, tip: str) -> list[CommitInfo]:
+    """Commits reachable from tip and not from base, oldest first."""
+    out = git("log", "--reverse", "--format=%H%x1f%ct%x1f%s%x1e", f"{base}..{tip}", cwd=root)
+    commits = []
+    for record in out.split("\x1e"):
+        record = record.strip()
+        if not record:
+            continue
+        sha, ctime, subject = record.split("\x1f", 2)
+        commits.append(CommitInfo(sha, subject, int(ctime) * 1000))
+    return commits
+
+
+# --- clean ---
+
+
+def main_worktree_root(cwd: Path | str) -> Path:
+    """The main working tree's root, even from inside a linked worktree (stella's state lives there)."""
+    root = repo_root(cwd)
+    common = common_dir(root)
+    return common.parent if common.name == ".git" else root
+
+
+def ref_commit(root: Path, ref: str) -> str | None:
+    """The commit ref names, or None when it names none (a deleted branch, a typo)."""
+    out = git("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", cwd=root, check=False).strip()
+    return out or None
+
+
+def commits_ahead(root: Path, base: str, tip: str) -> int:
+    """How many commits tip has that base does not."""
+    return int(git("rev-list", "--count", f"{base}..{tip}", cwd=root).strip() or 0)
+
+
+# --- watch ---
+
+# Pushing must never wait for a password or a host-key question: it fails instead, with git's words.
+_NON_INTERACTIVE_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
+
+
+@dataclass(frozen=True)
+class PushResult:
+    remote: str
+    branch: str
+    flag: str  # git's porcelain flag: " " fast-forward, "*" new, "+" forced, "=" up to date
+    summary: str
+
+
+def remote_names(root: Path) -> list[str]:
+    return [line.strip() for line in git("remote", cwd=root).splitlines() if line.strip()]
+
+
+def default_branch(root: Path, remote: str) -> str | None:
+    """The remote's default branch (what its HEAD points at), or None when it cannot be told."""
+    out = git("symbolic-ref", "-q", "--short", f"refs/remotes/{remote}/HEAD", cwd=root, check=False).strip()
+    if out.startswith(f"{remote}/"):
+        return out[len(remote) + 1 :]
+    retcode, stdout, _ = _run(["ls-remote", "--symref", remote, "HEAD"], cwd=root, env=_push_env())
+    if retcode == 0:
+        for line in stdout.splitlines():
+            if line.startswith("ref: refs/heads/") and line.endswith("\tHEAD"):
+                return line[len("ref: refs/heads/") : -len("\tHEAD")]
+    return None
+
+
+def _push_env() -> dict[str, str]:
+    env = dict(_NON_INTERACTIVE_ENV)
+    if not os.environ.get("GIT_SSH_COMMAND") and not os.environ.get("GIT_SSH"):
+        env["GIT_SSH_COMMAND"] = "ssh -o BatchMode=yes"
+    return env
+
+
+def push(root: Path, remote: str, branch: str, *, force: bool = False) -> PushResult:
+    """Push branch to the same name on remote, without prompting; GitError with the remote's reason."""
+    refspec = f"refs/heads/{branch}:refs/heads/{branch}"
+    args = ["push", "--porcelain", *(["--force"] if force else []), remote, refspec]
+    retcode, out, err = _run(args, cwd=root, env=_push_env())
+    flag, summary = "", ""
+    for line in out.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and parts[1].endswith(f":refs/heads/{branch}"):
+            flag, summary = parts[0], parts[2]
+    if retcode == 0 and flag != "!":
+        return PushResult(remote, branch, flag, summary)
+    # The remote's own words ("remote: ..." lines from a hook) say why; keep them with git's summary.
+    err_lines = [line.strip() for line in err.splitlines() if line.strip()]
+    remote_lines = [line[len("remote:") :].strip() for line in err_lines if line.startswith("remote:")]
+    remote_lines = [line for line in remote_lines if line]
+    other = [line for line in err_lines if not line.startswith("remote:")]
+    if not summary and not remote_lines:
+        # The remote was never reached (bad URL, no credentials, network): git's first fatal line says
+        # why; its last line is only the tail of its advice ("... and the repository exists.").
+        fatal = [line for line in other if line.startswith(("fatal:", "error:"))]
+        reason = (fatal or other or [f"exit status {retcode}"])[0]
+        raise GitError(f"push of {branch} to {remote} failed: {reason}")
+    reason = summary or (other[-1] if other else f"exit status {retcode}")
+    if remote_lines:
+        reason += " — remote says: " + " / ".join(remote_lines[-3:])
+    raise GitError(f"push of {branch} to {remote} was rejected: {reason}")
+
+
+# --- commit plumbing (commit lane) ---
+# A commit of exactly some paths, built in a temporary index so the user's own index (staged work) is
+# never read or swept in; HEAD moves only by compare-and-swap.
+
+
+def _with_index(index_file: Path) -> dict[str, str]:
+    return {"GIT_INDEX_FILE": str(index_file)}
+
+
+def read_tree_into(root: Path, index_file: Path, commit: str | None) -> None:
+    """Seed index_file with commit's tree (an empty index when commit is None: an unborn branch)."""
+    args = ["read-tree", commit] if commit else ["read-tree", "--empty"]
+    git(*args, cwd=root, env=_with_index(index_file))
+
+
+def stage_paths(root: Path, index_file: Path, paths: Sequence[str]) -> None:
+    """Put the work tree's version of each path into index_file; a path missing on disk is removed."""
+    git(
+        "update-index", "--add", "--remove", "-z", "--stdin",
+        cwd=root, env=_with_index(index_file), stdin="".join(f"{p}\0" for p in paths),
+    )  # fmt: skip
+
+
+def write_tree(root: Path, index_file: Path) -> str:
+    return git("write-tree", cwd=root, env=_with_index(index_file)).strip()
+
+
+def tree_of(root: Path, commit: str) -> str:
+    return git("rev-parse", f"{commit}^{{tree}}", cwd=root).strip()
+
+
+def commit_tree(root: Path, tree: str, parent: str | None, message: str) -> str:
+    """A commit object for tree (author and committer from the user's git config); returns its SHA."""
+    args = ["commit-tree", tree, *(["-p", parent] if parent else []), "-F", "-"]
+    return git(*args, cwd=root, stdin=message if message.endswith("\n") else message + "\n").strip()
+
+
+def update_head_cas(root: Path, new: str, old: str | None, reflog_message: str) -> None:
+    """Move HEAD (through the branch it points at) to new only if it is still old; GitError otherwise."""
+    try:
+        git("update-ref", "-m", reflog_message, "HEAD", new, old or "", cwd=root)
+    except GitError as exc:
+        now = ref_commit(root, "HEAD")
+        raise GitError(
+            f"HEAD moved while committing (expected {(old or 'no commit')[:12]}, found "
+            f"{(now or 'no commit')[:12]}); nothing was committed: try again ({exc})"
+        ) from None
+
+
+def tree_entries(root: Path, commit: str, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """path -> (mode, object SHA) for those of paths present in commit's tree."""
+    out = git("ls-tree", "-z", "--full-tree", commit, "--", *paths, cwd=root)
+    entries: dict[str, tuple[str, str]] = {}
+    for record in out.split("\0"):
+        if not record:
+            continue
+        meta, path = record.split("\t", 1)
+        mode, _kind, sha = meta.split()
+        entries[path] = (mode, sha)
+    return entries
+
+
+def set_index_entries(
+    root: Path, entries: Mapping[str, tuple[str, str]], removed: Sequence[str], *, null_oid: str
+) -> None:
+    """Set (or remove) exactly these entries of the real index, then refresh its stat data.
+
+    Other entries, and so the user's other staged changes, are left as they are. A concurrent git
+    command holding index.lock is waited out for a few seconds.
+    """
+    lines = [f"{mode} {sha}\t{path}\0" for path, (mode, sha) in entries.items()]
+    lines += [f"0 {null_oid}\t{path}\0" for path in removed]
+    for attempt in range(100):
+        try:
+            git("update-index", "-z", "--index-info", cwd=root, stdin="".join(lines))
+            break
+        except GitError as exc:
+            if "index.lock" not in str(exc) or attempt == 99:
+                raise
+            time.sleep(0.05)
+    # --refresh only rewrites stat data of entries whose content matches the work tree; it exits 1
+    # when some entry (the user's unstaged work) does not, which is expected here.
+    git("update-index", "-q", "--refresh", cwd=root, check=False)
+
+
+# --- engine tools ---
+
+
+def ls_files(root: Path, pathspecs: Sequence[str] = (), *, untracked: bool = True) -> list[str]:
+    """Tracked files (and untracked, not ignored ones) matching pathspecs, relative to root."""
+    args = ["ls-files", "-z", "--cached"]
+    if untracked:
+        args += ["--others", "--exclude-standard"]
+    out = git(*args, "--", *pathspecs, cwd=root)
+    return [p for p in out.split("\0") if p]
+
+
+def grep(
+    root: Path,
+    pattern: str,
+    pathspecs: Sequence[str] = (),
+    *,
+    ignore_case: bool = False,
+    fixed: bool = False,
+    untracked: bool = True,
+) -> str:
+    """`git grep -n` output (path:line:text) for an extended regex; empty when nothing matches."""
+    args = ["grep", "-n", "-I", "--no-color", "--full-name"]
+    if untracked:
+        args.append("--untracked")
+    args.append("-F" if fixed else "-E")
+    if ignore_case:
+        args.append("-i")
+    retcode, out, err = _run([*args, "-e", pattern, "--", *pathspecs], cwd=root)
+    if retcode == 1 and not err.strip():
+        return ""
+    if retcode != 0:
+        detail = err.strip().splitlines()
+        raise GitError(f"git grep: {detail[-1] if detail else f'exit status {retcode}'}")
+    return out
+
+
+def diff(root: Path, paths: Sequence[str] = (), *, staged: bool = False) -> str:
+    """`git diff` of the work tree (or of the index with staged=True), limited to paths when given."""
+    args = ["diff", "--no-color", "--no-ext-diff"]
+    if staged:
+        args.append("--cached")
+    return git(*args, "--", *paths, cwd=root)

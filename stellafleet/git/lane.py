@@ -1,0 +1,132 @@
+"""A worker's commit of exactly its own paths, through the commit lane in the shared tree.
+
+The commit is built in a temporary index seeded from HEAD, so nothing the user (or another worker)
+has staged is swept in; HEAD moves by compare-and-swap, so a commit never lands on top of a HEAD it did
+not see; afterwards only the committed paths' entries of the real index are updated, so `git status`
+shows them clean while every other staged or unstaged change stays exactly as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import psutil
+
+from stellafleet.core.clock import wall_ms
+from stellafleet.core.errors import StellaError
+from stellafleet.core.paths import EXCLUDED_DIRS
+from stellafleet.core.workercontext import WorkerContext
+from stellafleet.git import gitops
+from stellafleet.state.claims import ClaimStore, Holder
+from stellafleet.state.ledger import Ledger
+
+
+def commit_paths(
+    ctx: WorkerContext, paths: Sequence[str], message: str, *, lane_timeout: float = 60.0
+) -> str:
+    """Commit exactly these workspace paths (deleted ones as deletions) for ctx's attempt; returns the SHA."""
+    if not message.strip():
+        raise StellaError("a commit needs a message")
+    workspace = Path(ctx.workspace)
+    relpaths = confine_paths(workspace, paths)
+    if not ctx.shared:
+        # An isolated worktree has one writer: no lane, no claims.
+        sha = commit_in_workspace(workspace, relpaths, message, reflog=f"stella: task {ctx.task_id}")
+        _record(ctx, workspace, sha, message)
+        return sha
+    with ClaimStore.open(ctx.paths.store_db) as store:
+        holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id, worker_pid(ctx))
+        # Only the attempt's own paths: a path another live worker holds fails here, by name.
+        store.acquire(relpaths, holder)
+        with store.commit_lane(holder, timeout=lane_timeout):
+            sha = commit_in_workspace(workspace, relpaths, message, reflog=f"stella: task {ctx.task_id}")
+            _record(ctx, workspace, sha, message)
+    return sha
+
+
+def worker_pid(ctx: WorkerContext) -> int:
+    """The worker process of ctx's attempt: this process, or its topmost ancestor in the same attempt.
+
+    `stella commit` run by a command pipeline is a short-lived child of the worker; claims it takes must
+    belong to the worker, or they would go stale the moment the command exits.
+    """
+    wanted = {key: ctx.to_env()[key] for key in ("STELLA_RUN_ID", "STELLA_ATTEMPT_ID")}
+    pid = os.getpid()
+    try:
+        parent = psutil.Process(pid).parent()
+        while parent is not None and all(parent.environ().get(k) == v for k, v in wanted.items()):
+            pid = parent.pid
+            parent = parent.parent()
+    except psutil.Error:
+        pass  # an ancestor we may not inspect: the last one we could is the best answer
+    return pid
+
+
+def confine_paths(workspace: Path, paths: Sequence[str]) -> list[str]:
+    """Workspace-relative POSIX spellings of paths; StellaError for anything outside it or not a file."""
+    if not paths:
+        raise StellaError("nothing to commit: name the files to commit")
+    root = workspace.resolve()
+    result: list[str] = []
+    for given in paths:
+        text = given.replace("\\", "/").strip()
+        candidate = Path(text)
+        if candidate.is_absolute():
+            try:
+                text = candidate.resolve().relative_to(root).as_posix()
+            except ValueError:
+                raise StellaError(f"cannot commit {given!r}: it is outside the workspace {root}") from None
+        parts = [part for part in text.split("/") if part not in ("", ".")]
+        if not parts or ".." in parts:
+            raise StellaError(f"cannot commit {given!r}: paths must stay inside the workspace")
+        rel = "/".join(parts)
+        if parts[0] == ".git" or any(rel.startswith(excluded) for excluded in EXCLUDED_DIRS):
+            raise StellaError(f"cannot commit {given!r}: it is repository or stella state, not work")
+        full = root / rel
+        if not full.parent.resolve().is_relative_to(root):
+            raise StellaError(f"cannot commit {given!r}: it leads outside the workspace through a symlink")
+        if full.is_dir() and not full.is_symlink():
+            raise StellaError(f"cannot commit {given!r}: it is a directory; name the files in it")
+        if rel not in result:
+            result.append(rel)
+    return result
+
+
+def commit_in_workspace(workspace: Path, paths: Sequence[str], message: str, *, reflog: str) -> str:
+    """HEAD + exactly these paths as one new commit on HEAD, by compare-and-swap; returns its SHA."""
+    old = gitops.ref_commit(workspace, "HEAD")
+    missing = [path for path in paths if not os.path.lexists(workspace / path)]
+    known = gitops.tree_entries(workspace, old, missing) if old and missing else {}
+    unknown = [path for path in missing if path not in known]
+    if unknown:
+        raise StellaError(f"cannot commit {', '.join(unknown)}: no such file in the workspace or in HEAD")
+    with tempfile.TemporaryDirectory(prefix="stella-index-") as tmp:
+        index = Path(tmp) / "index"
+        gitops.read_tree_into(workspace, index, old)
+        gitops.stage_paths(workspace, index, paths)
+        tree = gitops.write_tree(workspace, index)
+    if old is not None and tree == gitops.tree_of(workspace, old):
+        raise StellaError(f"nothing to commit: {', '.join(paths)} match HEAD already")
+    new = gitops.commit_tree(workspace, tree, old, message)
+    gitops.update_head_cas(workspace, new, old, reflog)
+    entries = gitops.tree_entries(workspace, new, paths)
+    gone = [path for path in paths if path not in entries]
+    gitops.set_index_entries(workspace, entries, gone, null_oid="0" * len(new))
+    return new
+
+
+def _record(ctx: WorkerContext, workspace: Path, sha: str, message: str) -> None:
+    branch = gitops.current_branch(workspace) or ctx.branch
+    with Ledger.open(ctx.paths.fleet_db) as ledger:
+        ledger.record_commit(
+            sha=sha,
+            run_id=ctx.run_id,
+            task_id=ctx.task_id,
+            attempt_id=ctx.attempt_id,
+            branch=branch,
+            message=message.strip().splitlines()[0],
+            committed_at_ms=wall_ms(),
+        )

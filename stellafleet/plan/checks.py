@@ -1,0 +1,163 @@
+"""The checks of a plan's dependency graph that a schema cannot express: duplicate ids, a task depending
+on itself or on an unknown task (with the closest id as a hint), and cycles, each reported once as
+`a -> b -> ... -> a` from the group's first task in plan order."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from stellafleet.plan import schema as planschema
+
+TASK_ID = re.compile(planschema.ID_PATTERN)
+
+
+def graph_problems(
+    name: str, raw_tasks: list[Any], ids: list[str | None], labels: list[str], *, trusted: bool
+) -> list[str]:
+    """Duplicate ids, self-dependencies, unknown dependencies and cycles.
+
+    `trusted`: the data passed the schema, so every dependency is already a well-formed id."""
+    problems: list[str] = []
+    first_at: dict[str, int] = {}
+    for position, task_id in enumerate(ids):
+        if task_id is None:
+            continue
+        if task_id in first_at:
+            problems.append(
+                f"{name}: task #{position + 1}: id: duplicate id {json.dumps(task_id)} "
+                f"(task #{first_at[task_id] + 1} has it too)"
+            )
+        else:
+            first_at[task_id] = position
+    known = list(first_at)
+    edges: dict[str, list[str]] = {}
+    for position, (raw, task_id) in enumerate(zip(raw_tasks, ids, strict=True)):
+        dependencies = raw.get("depends_on") if isinstance(raw, dict) else None
+        if not isinstance(dependencies, list) or not dependencies:
+            continue
+        if not trusted:
+            # well-formed ids only (the schema reported the rest), each once
+            dependencies = list(
+                dict.fromkeys(dep for dep in dependencies if isinstance(dep, str) and TASK_ID.match(dep))
+            )
+        owns_edges = task_id is not None and first_at[task_id] == position
+        for dependency in dependencies:
+            if dependency == task_id:
+                problems.append(f"{name}: {labels[position]}: depends_on: the task depends on itself")
+            elif dependency not in first_at:
+                hint = planschema.suggest(dependency, known)
+                problems.append(f'{name}: {labels[position]}: depends_on: unknown task "{dependency}"{hint}')
+            elif owns_edges:
+                edges.setdefault(task_id, []).append(dependency)  # type: ignore[arg-type]
+    for cycle in _cycles(known, edges):
+        problems.append(f"{name}: dependency cycle: {' -> '.join(cycle)}")
+    return problems
+
+
+def _cycles(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
+    """One cycle per strongly connected group of tasks, each written a -> b -> ... -> a from the
+    group's first task in plan order (an edge a -> b means a depends on b)."""
+    remaining = _after_peeling(nodes, edges)
+    if not remaining:
+        return []
+    order = {node: position for position, node in enumerate(nodes)}
+    cycles = []
+    for component in _strongly_connected(sorted(remaining, key=order.__getitem__), edges):
+        if len(component) < 2:
+            continue
+        members = set(component)
+        start = min(component, key=order.__getitem__)
+        cycles.append(_cycle_through(start, members, edges))
+    cycles.sort(key=lambda cycle: order[cycle[0]])
+    return cycles
+
+
+def _after_peeling(nodes: list[str], edges: dict[str, list[str]]) -> set[str]:
+    """Kahn's algorithm: the nodes left once every node without pending dependencies is removed.
+    (Each node's edges are distinct: the schema or graph_problems saw to that.)"""
+    pending = {node: len(edges.get(node, ())) for node in nodes}
+    dependents: dict[str, list[str]] = {}
+    for node, targets in edges.items():
+        for dependency in targets:
+            dependents.setdefault(dependency, []).append(node)
+    ready = [node for node, count in pending.items() if count == 0]
+    while ready:
+        node = ready.pop()
+        del pending[node]
+        for dependent in dependents.get(node, ()):
+            pending[dependent] -= 1
+            if pending[dependent] == 0:
+                ready.append(dependent)
+    return set(pending)
+
+
+def _strongly_connected(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative (plans can be deep enough to overflow Python's stack)."""
+    allowed = set(nodes)
+    index_of: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    counter = 0
+    for root in nodes:
+        if root in index_of:
+            continue
+        work: list[tuple[str, int]] = [(root, 0)]
+        while work:
+            node, next_edge = work.pop()
+            if next_edge == 0:
+                index_of[node] = low[node] = counter
+                counter += 1
+                stack.append(node)
+                on_stack.add(node)
+            successors = [target for target in edges.get(node, ()) if target in allowed]
+            descended = False
+            for position in range(next_edge, len(successors)):
+                target = successors[position]
+                if target not in index_of:
+                    work.append((node, position + 1))
+                    work.append((target, 0))
+                    descended = True
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index_of[target])
+            if descended:
+                continue
+            if low[node] == index_of[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                components.append(component)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return components
+
+
+def _cycle_through(start: str, members: set[str], edges: dict[str, list[str]]) -> list[str]:
+    """The shortest path start -> ... -> start inside one strongly connected group (BFS)."""
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target in edges.get(node, ()):
+                if target not in members:
+                    continue
+                if target == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [*reversed(path), start]
+                if target not in came_from:
+                    came_from[target] = node
+                    following.append(target)
+        frontier = following
+    return [start, start]  # unreachable for a real strongly connected group

@@ -1,0 +1,349 @@
+"""Plans: load a plan file (or inline prompts), check it whole, and hand back an immutable Plan.
+
+A plan is checked in three passes and every problem of every pass is reported at once: the file is
+parsed (planfile.py: a syntax error carries its line and column), the data is checked against the
+bundled JSON Schema (planschema.py), then the things a schema cannot say are checked: claims stay inside
+the workspace (here), and ids are unique, every dependency names another task and the dependencies form
+no cycle (plangraph.py).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import os
+import posixpath
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from stellafleet.core.errors import PlanError, StellaError
+from stellafleet.plan import schema as planschema
+from stellafleet.plan.checks import TASK_ID, graph_problems
+from stellafleet.plan.files import PLAN_SUFFIXES, read_plan_file, workspace_of
+
+__all__ = [
+    "ISOLATIONS",
+    "PLAN_SUFFIXES",
+    "TITLE_WIDTH",
+    "Plan",
+    "PlanTask",
+    "load_plan",
+    "normalise_claim",
+    "plan_from_data",
+    "plan_from_prompts",
+    "title_from",
+]
+
+ISOLATIONS = ("shared", "isolated")
+TITLE_WIDTH = 72
+_PLAIN_KEY = re.compile(r"[$A-Za-z0-9_.-]+")
+_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
+# already normal: segments joined by single slashes, none "." or "..", no leading or trailing slash
+_PLAIN_CLAIM = re.compile(r"(?!\.\.?(?:/|$))(?!.*/\.\.?(?:/|$))[^/\\~\x00][^/\x00]*(?:/[^/\x00]+)*")
+
+
+@dataclass(frozen=True)
+class PlanTask:
+    """One task of a plan, with defaults applied and claims normalised."""
+
+    id: str
+    prompt: str
+    title: str
+    depends_on: tuple[str, ...] = ()
+    claims: tuple[str, ...] = ()
+    isolation: str = "shared"
+    pipeline: str | None = None
+    model: str | None = None
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A checked plan: tasks in plan order; `source` and `sha256` say which file it came from."""
+
+    tasks: tuple[PlanTask, ...]
+    source: str | None = None
+    sha256: str | None = None
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    @cached_property
+    def _by_id(self) -> dict[str, PlanTask]:
+        return {task.id: task for task in self.tasks}
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(task.id for task in self.tasks)
+
+    def task(self, task_id: str) -> PlanTask:
+        """The task with this id; a StellaError naming the closest id when there is none."""
+        try:
+            return self._by_id[task_id]
+        except KeyError:
+            hint = planschema.suggest(task_id, list(self._by_id))
+            raise StellaError(f"no task {json.dumps(task_id)} in {self.source or 'the plan'}{hint}") from None
+
+    def waves(self, max_concurrency: int) -> list[list[str]]:
+        """Greedy waves: each holds up to max_concurrency tasks whose dependencies ran in earlier
+        waves, taken in plan order; a wave starts only after the previous one has finished."""
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
+        index = {task.id: position for position, task in enumerate(self.tasks)}
+        waiting_on = [len(task.depends_on) for task in self.tasks]
+        dependents: list[list[int]] = [[] for _ in self.tasks]
+        for position, task in enumerate(self.tasks):
+            for dependency in task.depends_on:
+                dependents[index[dependency]].append(position)
+        ready = [position for position, count in enumerate(waiting_on) if count == 0]
+        heapq.heapify(ready)
+        waves: list[list[str]] = []
+        while ready:
+            wave = [heapq.heappop(ready) for _ in range(min(max_concurrency, len(ready)))]
+            waves.append([self.tasks[position].id for position in wave])
+            for position in wave:
+                for dependent in dependents[position]:
+                    waiting_on[dependent] -= 1
+                    if waiting_on[dependent] == 0:
+                        heapq.heappush(ready, dependent)
+        return waves
+
+    def wave_numbers(self, max_concurrency: int) -> dict[str, int]:
+        """task id -> its wave (1-based) under waves(max_concurrency)."""
+        return {
+            task_id: number
+            for number, wave in enumerate(self.waves(max_concurrency), start=1)
+            for task_id in wave
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# entry points
+
+
+def load_plan(path: str | Path, *, root: Path | None = None) -> Plan:
+    """Load and check a plan file; PlanError lists every problem found.
+
+    `root` is the workspace the claims are relative to (default: the git repository holding the
+    plan file, else its directory); it is only used to warn about claims naming directories."""
+    read = read_plan_file(path)
+    return plan_from_data(
+        read.data,
+        source=str(path),
+        sha256=read.sha256,
+        root=root if root is not None else workspace_of(Path(path)),
+        table_word=read.table_word,
+    )
+
+
+def plan_from_prompts(prompts: Sequence[str]) -> Plan:
+    """Inline prompts as a plan of independent tasks t1, t2, ... titled by their first line."""
+    problems = [
+        f"prompt #{number}: must not be empty"
+        for number, prompt in enumerate(prompts, start=1)
+        if not isinstance(prompt, str) or not prompt.strip()
+    ]
+    if not prompts:
+        problems.append("no tasks: give one or more prompts, or --plan FILE")
+    if problems:
+        raise PlanError(problems)
+    return Plan(
+        tasks=tuple(
+            PlanTask(id=f"t{number}", prompt=prompt, title=title_from(prompt))
+            for number, prompt in enumerate(prompts, start=1)
+        )
+    )
+
+
+# A worker gets its prompt in its environment (STELLA_PROMPT), where Linux allows one string 128 KiB.
+MAX_PROMPT_BYTES = 100_000
+
+
+def plan_from_data(
+    data: Any,
+    *,
+    source: str | None = None,
+    sha256: str | None = None,
+    root: Path | None = None,
+    table_word: str = "table",
+) -> Plan:
+    """Check already-parsed plan data (what a TOML/JSON/YAML file holds) and build the Plan."""
+    name = source or "plan"
+    raw_tasks: list[Any] = data.get("tasks") if isinstance(data, dict) else None  # type: ignore[assignment]
+    ids = [_usable_id(raw) for raw in raw_tasks] if isinstance(raw_tasks, list) else []
+    labels = _labels(ids)
+    schema_problems = planschema.schema_problems(data, table_word=table_word)
+    problems = [_at(name, labels, location, message) for location, message in schema_problems]
+    if not isinstance(raw_tasks, list):
+        raise PlanError(problems or [f"{name}: the plan has no tasks"])
+    defaults = data.get("defaults") if isinstance(data.get("defaults"), dict) else {}
+    warnings: list[str] = []
+    problems.extend(f"{name}: defaults: timeout: {message}" for message in _timeout_problems(defaults))
+    claims_of: list[tuple[str, ...]] = []
+    workspace = str(root) if root is not None else None
+    for position, raw in enumerate(raw_tasks):
+        if not isinstance(raw, dict):
+            claims_of.append(())
+            continue
+        where = f"{name}: {labels[position]}"
+        prompt = raw.get("prompt")
+        # A character is at most 4 bytes: only a long prompt is worth encoding to measure.
+        size = len(prompt.encode()) if isinstance(prompt, str) and len(prompt) * 4 > MAX_PROMPT_BYTES else 0
+        if size > MAX_PROMPT_BYTES:
+            problems.append(
+                f"{where}: prompt: {size:,} bytes is more than a worker can be handed "
+                f"(at most {MAX_PROMPT_BYTES:,}): put the long text in a file of the repository and "
+                "point the prompt at it"
+            )
+        if "timeout" in raw:
+            problems.extend(f"{where}: timeout: {message}" for message in _timeout_problems(raw))
+        claims = raw.get("claims")
+        claims_of.append(_claims(claims, where, workspace, problems, warnings) if claims else ())
+    problems.extend(graph_problems(name, raw_tasks, ids, labels, trusted=not schema_problems))
+    if problems:
+        raise PlanError(problems)
+    tasks = tuple(
+        _build_task(raw, defaults, claims) for raw, claims in zip(raw_tasks, claims_of, strict=True)
+    )
+    return Plan(tasks=tasks, source=source, sha256=sha256, warnings=tuple(warnings))
+
+
+def title_from(prompt: str) -> str:
+    """The first non-blank line of a prompt, trimmed to TITLE_WIDTH characters."""
+    line = prompt.strip().split("\n", 1)[0].strip()
+    return line if len(line) <= TITLE_WIDTH else line[: TITLE_WIDTH - 3].rstrip() + "..."
+
+
+def normalise_claim(claim: str) -> str:
+    """`./a//b/` -> `a/b`; ValueError (with the reason) for a path that is not inside the workspace."""
+    if _PLAIN_CLAIM.fullmatch(claim) and not _DRIVE.match(claim):
+        return claim  # the common case, without posixpath's work
+    if "\x00" in claim:
+        raise ValueError("contains a NUL character")
+    if claim.startswith(("/", "\\")) or _DRIVE.match(claim):
+        raise ValueError("is an absolute path; claims are relative to the workspace")
+    if claim == "~" or claim.startswith("~/"):
+        raise ValueError("starts at the home directory; claims are relative to the workspace")
+    normal = posixpath.normpath(claim)
+    if normal == ".":
+        raise ValueError("names the workspace itself; claims name files")
+    if normal == ".." or normal.startswith("../"):
+        raise ValueError("climbs out of the workspace")
+    return normal
+
+
+# ---------------------------------------------------------------------------------------------
+# checks a schema cannot express
+
+
+def _labels(ids: list[str | None]) -> list[str]:
+    """How problems name each task: `task "id"` when it has a usable unique id, else `task #N`."""
+    counts: dict[str, int] = {}
+    for task_id in ids:
+        if task_id is not None:
+            counts[task_id] = counts.get(task_id, 0) + 1
+    labels = []
+    for number, task_id in enumerate(ids, start=1):
+        # a usable id is letters, digits, ".", "_" and "-": nothing to escape inside the quotes
+        if task_id is None:
+            labels.append(f"task #{number}")
+        elif counts[task_id] > 1:
+            labels.append(f'task #{number} ("{task_id}")')
+        else:
+            labels.append(f'task "{task_id}"')
+    return labels
+
+
+def _usable_id(raw: Any) -> str | None:
+    if isinstance(raw, dict):
+        task_id = raw.get("id")
+        if isinstance(task_id, str) and TASK_ID.match(task_id):
+            return task_id
+    return None
+
+
+def _at(name: str, labels: list[str], location: tuple[Any, ...], message: str) -> str:
+    """'file: task "x": field: message' for a location inside the plan data."""
+    parts = [name]
+    rest = location
+    if len(location) >= 2 and location[0] == "tasks" and isinstance(location[1], int):
+        position = location[1]
+        parts.append(labels[position] if 0 <= position < len(labels) else f"task #{position + 1}")
+        rest = location[2:]
+    fields = [_field_name(part) for part in rest if not isinstance(part, int) or isinstance(part, bool)]
+    parts.extend(fields)
+    parts.append(message)
+    return ": ".join(parts)
+
+
+def _field_name(key: Any) -> str:
+    """A key as it appears in a problem: bare when it is a plain name, quoted otherwise."""
+    if isinstance(key, str) and _PLAIN_KEY.fullmatch(key):
+        return key
+    return planschema.show(key) if isinstance(key, str) else repr(key)
+
+
+def _timeout_problems(raw: dict[Any, Any]) -> list[str]:
+    timeout = raw.get("timeout")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        return []  # absent, or the schema reported it
+    try:
+        seconds = float(timeout)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        return [f"must be a finite number of seconds, not {planschema.show(timeout)}"]
+    return []
+
+
+def _claims(
+    raw_claims: Any, where: str, workspace: str | None, problems: list[str], warnings: list[str]
+) -> tuple[str, ...]:
+    if not isinstance(raw_claims, list):
+        return ()
+    normalised: list[str] = []
+    first_spelling: dict[str, str] = {}
+    for claim in raw_claims:
+        if not isinstance(claim, str) or not claim:
+            continue  # the schema reported it
+        try:
+            normal = normalise_claim(claim)
+        except ValueError as exc:
+            problems.append(f"{where}: claims: {planschema.show(claim)} {exc}")
+            continue
+        if normal in first_spelling:
+            if first_spelling[normal] != claim:  # exact repeats are the schema's uniqueItems problem
+                problems.append(
+                    f"{where}: claims: {planschema.show(claim)} and "
+                    f"{planschema.show(first_spelling[normal])} name the same file"
+                )
+            continue
+        first_spelling[normal] = claim
+        normalised.append(normal)
+        if claim.endswith("/") or (workspace is not None and os.path.isdir(os.path.join(workspace, normal))):
+            warnings.append(
+                f"{where}: claims: {planschema.show(normal)} is a directory; claims match exact file "
+                "paths, so it protects no file inside it"
+            )
+    return tuple(normalised)
+
+
+def _build_task(raw: dict[str, Any], defaults: dict[str, Any], claims: tuple[str, ...]) -> PlanTask:
+    values = {**defaults, **raw} if defaults else raw
+    timeout = values.get("timeout")
+    prompt: str = raw["prompt"]
+    title = raw.get("title")
+    return PlanTask(
+        id=raw["id"],
+        prompt=prompt,
+        title=title.strip() if isinstance(title, str) else title_from(prompt),
+        depends_on=tuple(raw.get("depends_on", ())),
+        claims=claims,
+        isolation=values.get("isolation") or "shared",
+        pipeline=values.get("pipeline"),
+        model=values.get("model"),
+        timeout=float(timeout) if timeout is not None else None,
+    )

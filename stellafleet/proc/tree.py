@@ -1,0 +1,238 @@
+"""A worker process and everything it starts, treated as one tree.
+
+The worker runs in its own session (so the terminal's Ctrl-C does not reach it and the fleet decides what
+happens), its exit is awaited through a pidfd when the platform has one (no polling latency), and its CPU
+time and memory are measured from psutil samples of the whole tree plus the kernel's rusage at reaping.
+Stopping is always for the whole tree: SIGTERM to every known process and the process group, SIGKILL to
+whatever is still there after a grace period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
+
+if TYPE_CHECKING:
+    from stellafleet.worker.launcher import Launcher
+
+UNKNOWN_STATUS = 255  # an exit whose status nobody could read (its reaper went away)
+REPORT_WAIT_S = 5.0
+
+
+def signal_description(returncode: int) -> str:
+    """'exit status 3' or 'killed by signal SIGKILL' for a Popen-style return code."""
+    if returncode >= 0:
+        return f"exit status {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"killed by signal {name}"
+
+
+@dataclass(frozen=True)
+class Exit:
+    returncode: int  # negative: killed by that signal (the subprocess convention)
+    cpu_seconds: float
+    peak_rss_bytes: int
+
+    @property
+    def signalled(self) -> bool:
+        return self.returncode < 0
+
+    def describe(self) -> str:
+        return signal_description(self.returncode)
+
+
+class ProcessTree:
+    """One started worker; not thread-safe (one dispatch thread owns it).
+
+    A worker is either our own child (exec'd: reaped here with wait4) or a child of the warm launcher
+    (forked there: the launcher reaps it and reports its status and rusage)."""
+
+    def __init__(
+        self, pid: int, *, popen: subprocess.Popen[bytes] | None = None, launcher: Launcher | None = None
+    ) -> None:
+        self.popen = popen
+        self.pid = pid
+        self._launcher = launcher
+        self._known: dict[int, psutil.Process] = {}
+        self._peak_rss = 0
+        self._cpu = 0.0
+        self._exit: Exit | None = None
+        self._pidfd: int | None = None
+        if hasattr(os, "pidfd_open"):
+            try:
+                self._pidfd = os.pidfd_open(self.pid)
+            except OSError:  # already gone: poll() will find out
+                self._pidfd = None
+        # psutil's handle on the worker costs a read of /proc, which most short workers never need: it is
+        # taken when first needed, as long as the pid provably still names the worker (our unreaped
+        # child, or a pidfd that has not signalled its exit); without either, right now.
+        self._root: psutil.Process | None = None
+        self._root_bound = False
+        if popen is None and self._pidfd is None:
+            self._bind_root()
+
+    def _bind_root(self) -> psutil.Process | None:
+        if not self._root_bound:
+            self._root_bound = True
+            exited = self._pidfd is not None and bool(select.select([self._pidfd], [], [], 0)[0])
+            if not exited or self.popen is not None:
+                try:
+                    self._root = psutil.Process(self.pid)
+                except psutil.Error:
+                    self._root = None
+        return self._root
+
+    @classmethod
+    def spawn(
+        cls,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        log_path: Path,
+        launcher: Launcher | None = None,
+    ) -> ProcessTree:
+        """Start the worker in a new session, stdin closed, stdout+stderr appended to log_path: forked by
+        the launcher when there is one (argv is then implied), else argv exec'd as our own child."""
+        if launcher is not None:
+            return cls(launcher.spawn(env=env, cwd=cwd, log_path=log_path), launcher=launcher)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("ab") as log:
+            popen = subprocess.Popen(
+                list(argv),
+                cwd=str(cwd),
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        return cls(popen.pid, popen=popen)
+
+    # --- observing ---
+
+    def _members(self) -> list[psutil.Process]:
+        members: list[psutil.Process] = []
+        root = self._bind_root() if self._exit is None else None
+        if root is not None:
+            members.append(root)
+            with contextlib.suppress(psutil.Error):
+                members.extend(root.children(recursive=True))
+        for proc in members[1:]:
+            self._known.setdefault(proc.pid, proc)
+        return members
+
+    def sample(self) -> None:
+        """Record the tree's current memory and CPU time (peaks are kept)."""
+        rss = 0
+        cpu = 0.0
+        for proc in self._members():
+            try:
+                with proc.oneshot():
+                    rss += proc.memory_info().rss
+                    times = proc.cpu_times()
+                    cpu += times.user + times.system
+                    if proc is self._root:  # children it already reaped
+                        cpu += times.children_user + times.children_system
+            except psutil.Error:
+                continue
+        self._peak_rss = max(self._peak_rss, rss)
+        self._cpu = max(self._cpu, cpu)
+
+    def _root_running(self) -> bool:
+        try:
+            root = self._bind_root()
+            return root is not None and root.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def _finish(self, code: int, cpu: float, rss: int) -> Exit:
+        self._exit = Exit(code, max(self._cpu, cpu), max(self._peak_rss, rss))
+        if self.popen is not None:
+            self.popen.returncode = code  # so Popen never waits on a pid we already reaped
+        self.close()
+        return self._exit
+
+    def poll(self) -> Exit | None:
+        """The exit, once the worker has ended (its rusage includes the descendants it waited for)."""
+        if self._exit is not None:
+            return self._exit
+        if self._launcher is not None:
+            reported = self._launcher.exit_of(self.pid)
+            if reported is None and not self._launcher.alive and not self._root_running():
+                reported = (UNKNOWN_STATUS, self._cpu, self._peak_rss)  # its reaper is gone: status lost
+            return None if reported is None else self._finish(*reported)
+        try:
+            pid, status, usage = os.wait4(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere; nothing more to learn
+            return self._finish(UNKNOWN_STATUS, self._cpu, self._peak_rss)
+        if pid == 0:
+            return None
+        # ru_maxrss is in KiB on Linux
+        return self._finish(
+            os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+        )
+
+    def wait(self, timeout: float, *, wake_fd: int | None = None) -> Exit | None:
+        """Wait up to timeout for the exit (or until wake_fd becomes readable); the exit or None."""
+        done = self.poll()
+        if done is not None or timeout <= 0:
+            return done
+        if self._pidfd is not None:
+            fds = [self._pidfd] + ([wake_fd] if wake_fd is not None else [])
+            with contextlib.suppress(InterruptedError):
+                ready, _, _ = select.select(fds, [], [], timeout)
+                if self._launcher is not None and self._pidfd in ready:
+                    # it has exited; the launcher's report of its status follows within moments
+                    reported = self._launcher.wait_exit(self.pid, REPORT_WAIT_S)
+                    if reported is not None:
+                        return self._finish(*reported)
+            return self.poll()
+        deadline = time.monotonic() + timeout
+        delay = 0.001
+        while time.monotonic() < deadline:
+            if wake_fd is not None and select.select([wake_fd], [], [], 0)[0]:
+                break
+            time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+            delay = min(delay * 2, 0.05)
+            done = self.poll()
+            if done is not None:
+                return done
+        return self.poll()
+
+    # --- stopping ---
+
+    def signal_tree(self, sig: int) -> None:
+        """Send sig to every process of the tree, including orphans seen earlier and the process group."""
+        members = self._members()
+        targets = {proc.pid: proc for proc in members}
+        for pid, proc in self._known.items():
+            targets.setdefault(pid, proc)
+        for proc in targets.values():
+            try:
+                proc.send_signal(sig)  # psutil refuses a pid that was reused by another process
+            except psutil.Error:
+                continue
+        if self._exit is None and (self.popen is not None or self._root_running()):
+            # While the unreaped root holds its pid, the group id cannot belong to anyone else.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, sig)
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None

@@ -1,0 +1,101 @@
+"""The default fleet width: how many workers this machine can carry right now.
+
+A worker is mostly waiting on a model or an agent CLI, but the CLIs and the test commands they run do use
+CPU and memory. So the governor allows roughly one worker per idle core, as many as free memory carries at
+a configurable per-worker budget, and never more than a configurable ceiling. The reason is shown on the
+run's first line so a surprising number is explained.
+
+Config keys (all optional): `[fleet] max_concurrency` (a fixed number, skips the governor) and
+`[governor] workers_per_core` (default 1), `memory_per_worker_gib` (default 1.0), `max` (default 8).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from stellafleet.core.config import Config
+from stellafleet.core.errors import StellaError
+
+GIB = 1024**3
+DEFAULT_WORKERS_PER_CORE = 1.0
+DEFAULT_MEMORY_PER_WORKER_GIB = 1.0
+DEFAULT_CEILING = 8
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A concurrency and the reason for it, as shown to the user."""
+
+    value: int
+    reason: str
+
+    def describe(self) -> str:
+        return f"max concurrency {self.value} ({self.reason})"
+
+
+@dataclass(frozen=True)
+class MachineState:
+    cores: int
+    available_bytes: int
+    load_1m: float
+
+    @classmethod
+    def sample(cls) -> MachineState:
+        import psutil
+
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # not every platform has a load average
+            load = 0.0
+        return cls(
+            cores=psutil.cpu_count(logical=True) or 1,
+            available_bytes=int(psutil.virtual_memory().available),
+            load_1m=float(load),
+        )
+
+
+def _positive_number(config: Config, key: str, default: float) -> float:
+    value: Any = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise StellaError(f"config: {key} must be a positive number, not {value!r}")
+    return float(value)
+
+
+def _positive_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise StellaError(f"{where} must be a whole number of at least 1, not {value!r}")
+    return value
+
+
+def governed(config: Config, machine: MachineState) -> Decision:
+    """The governor's own number for this machine state."""
+    per_core = _positive_number(config, "governor.workers_per_core", DEFAULT_WORKERS_PER_CORE)
+    per_worker_gib = _positive_number(config, "governor.memory_per_worker_gib", DEFAULT_MEMORY_PER_WORKER_GIB)
+    ceiling = _positive_int(config.get("governor.max", DEFAULT_CEILING), "config: governor.max")
+    # Cores already busy (the load average) are not ours to hand out; keep at least one worker.
+    by_cpu = max(1, math.floor(machine.cores * per_core - machine.load_1m + 0.5))
+    by_memory = max(1, math.floor(machine.available_bytes / (per_worker_gib * GIB)))
+    value = max(1, min(by_cpu, by_memory, ceiling))
+    free_gib = machine.available_bytes / GIB
+    reason = (
+        f"governor: {machine.cores} core{'s' if machine.cores != 1 else ''}, "
+        f"{free_gib:.1f} GiB free, load {machine.load_1m:.1f}"
+    )
+    if value == ceiling and min(by_cpu, by_memory) > ceiling:
+        reason += f", capped at governor.max {ceiling}"
+    elif value == by_memory and by_memory < by_cpu:
+        reason += f", {per_worker_gib:g} GiB per worker"
+    return Decision(value, reason)
+
+
+def decide(config: Config, requested: int | None = None, *, machine: MachineState | None = None) -> Decision:
+    """--max-concurrency wins, then `[fleet] max_concurrency`, then the governor."""
+    if requested is not None:
+        return Decision(_positive_int(requested, "--max-concurrency"), "--max-concurrency")
+    fixed = config.get("fleet.max_concurrency")
+    if fixed is not None:
+        return Decision(_positive_int(fixed, "config: fleet.max_concurrency"), "config fleet.max_concurrency")
+    return governed(config, machine or MachineState.sample())

@@ -1,0 +1,347 @@
+"""Cooperative file claims and the commit lane, kept in `.stella/private/store.db`.
+
+Locks live in the database, not in process memory, so several fleet runs in one repository coordinate.
+A holder is a process (pid plus its start time, so a reused pid is not mistaken for the old holder)
+acting for one attempt of one task. A claim whose holder process is gone is stale: the next acquirer
+takes it over inside its own transaction and logs the reclaim. All claims SQL lives in this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import posixpath
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import psutil
+
+from stellafleet.core.clock import Clock, SystemClock, wall_ms
+from stellafleet.core.errors import ClaimConflict, StellaError
+from stellafleet.state.sqlitefile import Schema, open_database, write_transaction
+
+log = logging.getLogger("stellafleet.state.claims")
+
+# Process start times from psutil are derived from boot time and clock ticks; a reading can shift a
+# little if the wall clock is stepped. Anything this close is the same process.
+START_TIME_TOLERANCE_S = 1.0
+LANE_POLL_S = 0.02
+
+_V1 = (
+    """CREATE TABLE file_locks (
+        path TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        task_title TEXT NOT NULL DEFAULT '',
+        attempt_id INTEGER NOT NULL,
+        pid INTEGER NOT NULL,
+        pid_started REAL NOT NULL,
+        implicit INTEGER NOT NULL DEFAULT 0,
+        acquired_at_ms INTEGER NOT NULL
+    )""",
+    "CREATE INDEX file_locks_by_attempt ON file_locks(run_id, attempt_id)",
+    """CREATE TABLE commit_lane (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        run_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        task_title TEXT NOT NULL DEFAULT '',
+        attempt_id INTEGER NOT NULL,
+        pid INTEGER NOT NULL,
+        pid_started REAL NOT NULL,
+        acquired_at_ms INTEGER NOT NULL
+    )""",
+)
+
+STORE_SCHEMA = Schema(label="claim store", application_id=0x53544C43, migrations=(_V1,))  # "STLC"
+
+_HOLDER_COLUMNS = "run_id, task_id, task_title, attempt_id, pid, pid_started"
+
+_own_start: tuple[int, float] | None = None
+
+
+def process_start_time(pid: int) -> float:
+    """psutil's start time of pid (cached for this process); StellaError if there is no such process."""
+    global _own_start
+    own = os.getpid()
+    if pid == own and _own_start is not None and _own_start[0] == own:
+        return _own_start[1]
+    try:
+        started = psutil.Process(pid).create_time()
+    except psutil.Error:
+        raise StellaError(f"no process {pid}: a claim holder must be a running process") from None
+    if pid == own:
+        _own_start = (own, started)
+    return started
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a claim: an attempt of a task, acting through one process."""
+
+    run_id: str
+    task_id: str
+    task_title: str
+    attempt_id: int
+    pid: int
+    pid_started: float
+
+    @classmethod
+    def current(
+        cls, run_id: str, task_id: str, task_title: str, attempt_id: int, pid: int | None = None
+    ) -> Holder:
+        """A holder for pid (default: this process), stamped with that process's start time."""
+        pid = os.getpid() if pid is None else pid
+        return cls(run_id, task_id, task_title, attempt_id, pid, process_start_time(pid))
+
+    def same_attempt(self, other: Holder) -> bool:
+        return self.run_id == other.run_id and self.attempt_id == other.attempt_id
+
+    def is_alive(self) -> bool:
+        """True while the holder's process runs: same pid, same start time, and not a zombie."""
+        if self.pid == os.getpid():
+            return abs(process_start_time(self.pid) - self.pid_started) <= START_TIME_TOLERANCE_S
+        try:
+            proc = psutil.Process(self.pid)
+            if abs(proc.create_time() - self.pid_started) > START_TIME_TOLERANCE_S:
+                return False  # the pid was reused by another process
+            return proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+        except psutil.AccessDenied:
+            return True  # exists but belongs to someone else: assume it is still working
+
+    def describe(self) -> str:
+        title = f" ({self.task_title})" if self.task_title else ""
+        return f'task "{self.task_id}"{title} (run {self.run_id}, pid {self.pid})'
+
+
+def _holder(row: sqlite3.Row) -> Holder:
+    return Holder(
+        run_id=row["run_id"],
+        task_id=row["task_id"],
+        task_title=row["task_title"],
+        attempt_id=int(row["attempt_id"]),
+        pid=int(row["pid"]),
+        pid_started=float(row["pid_started"]),
+    )
+
+
+def normalize_path(path: str) -> str:
+    """The one spelling of a workspace-relative path that claims compare ("./a//b" -> "a/b")."""
+    text = path.replace("\\", "/").strip()
+    normal = posixpath.normpath(text) if text else ""
+    if not normal or normal == "." or normal.startswith("/") or normal == ".." or normal.startswith("../"):
+        raise StellaError(f"cannot claim {path!r}: claims are file paths relative to the workspace")
+    return normal
+
+
+def conflict_message(path: str, holder: Holder) -> str:
+    return f"claim conflict: {path} is held by {holder.describe()}"
+
+
+class ClaimStore:
+    """The claim store of one repository; safe to share between the threads of one process."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, clock: Clock) -> None:
+        self._conn = conn
+        self.path = path
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path: Path, *, clock: Clock | None = None) -> ClaimStore:
+        """Open (creating atomically) the claim store; the clock only paces the commit lane's wait."""
+        conn = open_database(Path(path), STORE_SCHEMA)
+        return cls(conn, Path(path), clock or SystemClock())
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> ClaimStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # --- file claims ---
+
+    def acquire(self, paths: Sequence[str], holder: Holder) -> None:
+        """Claim every path for holder's attempt, or none of them; ClaimConflict names a live holder."""
+        self._claim([normalize_path(p) for p in paths], holder, implicit=False)
+
+    def touch(self, path: str, holder: Holder) -> None:
+        """The implicit claim a worker takes at its first write of it; ClaimConflict if another holds it."""
+        normal = normalize_path(path)
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT run_id, attempt_id FROM file_locks WHERE path = ?", (normal,)
+            ).fetchone()
+        if row is not None and row[0] == holder.run_id and row[1] == holder.attempt_id:
+            return  # already ours: the common case for every write after the first, without a write lock
+        self._claim([normal], holder, implicit=True)
+
+    def _claim(self, paths: list[str], holder: Holder, *, implicit: bool) -> None:
+        wanted = list(dict.fromkeys(paths))
+        if not wanted:
+            return
+        reclaimed: list[tuple[str, Holder]] = []
+        with self._lock, write_transaction(self._conn) as conn:
+            found = {
+                row["path"]: _holder(row)
+                for row in conn.execute(
+                    f"SELECT path, {_HOLDER_COLUMNS} FROM file_locks"
+                    " WHERE path IN (SELECT value FROM json_each(?))",
+                    (json.dumps(wanted),),
+                )
+            }
+            for path in wanted:
+                current = found.get(path)
+                if current is None or current.same_attempt(holder):
+                    continue
+                if current.is_alive():
+                    raise ClaimConflict(
+                        conflict_message(path, current),
+                        path=path,
+                        holder_task=current.task_id,
+                        holder_run=current.run_id,
+                    )
+                reclaimed.append((path, current))
+            stale_paths = {path for path, _ in reclaimed}
+            if stale_paths:
+                conn.executemany("DELETE FROM file_locks WHERE path = ?", [(path,) for path in stale_paths])
+            now = wall_ms()
+            conn.executemany(
+                "INSERT OR IGNORE INTO file_locks (path, run_id, task_id, task_title, attempt_id, pid,"
+                " pid_started, implicit, acquired_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        path,
+                        holder.run_id,
+                        holder.task_id,
+                        holder.task_title,
+                        holder.attempt_id,
+                        holder.pid,
+                        holder.pid_started,
+                        int(implicit),
+                        now,
+                    )
+                    for path in wanted
+                    if path not in found or path in stale_paths
+                ],
+            )
+        for path, old in reclaimed:
+            log.warning(
+                "reclaimed stale claim on %s from %s: that process is no longer running", path, old.describe()
+            )
+
+    def release_attempt(self, run_id: str, attempt_id: int) -> int:
+        """Free every path held by this attempt (whichever of its processes took it); returns how many."""
+        with self._lock, write_transaction(self._conn) as conn:
+            cursor = conn.execute(
+                "DELETE FROM file_locks WHERE run_id = ? AND attempt_id = ?", (run_id, attempt_id)
+            )
+            return cursor.rowcount
+
+    def holder_of(self, path: str) -> Holder | None:
+        """The live holder of path, or None when it is free or its holder is dead (stale)."""
+        with self._lock:
+            row = self._conn.execute(
+                f"SELECT {_HOLDER_COLUMNS} FROM file_locks WHERE path = ?", (normalize_path(path),)
+            ).fetchone()
+        if row is None:
+            return None
+        holder = _holder(row)
+        return holder if holder.is_alive() else None
+
+    def claims(self) -> list[tuple[str, Holder]]:
+        """Every recorded claim (live or stale), by path."""
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT path, {_HOLDER_COLUMNS} FROM file_locks ORDER BY path"
+            ).fetchall()
+        return [(row["path"], _holder(row)) for row in rows]
+
+    # --- the commit lane ---
+
+    @contextlib.contextmanager
+    def commit_lane(self, holder: Holder, *, timeout: float = 60.0) -> Iterator[None]:
+        """Hold the workspace-wide commit lane for the body; waits up to timeout seconds for it."""
+        deadline = self._clock.now() + timeout
+        while True:
+            current = self._try_lane(holder)
+            if current is None:
+                break
+            if self._clock.now() >= deadline:
+                raise StellaError(
+                    f"the commit lane is still held by {current.describe()} after {timeout:g}s: "
+                    "try the commit again later"
+                )
+            self._clock.sleep(LANE_POLL_S)
+        try:
+            yield
+        finally:
+            with self._lock, write_transaction(self._conn) as conn:
+                conn.execute(
+                    "DELETE FROM commit_lane WHERE id = 1 AND run_id = ? AND attempt_id = ? AND pid = ?",
+                    (holder.run_id, holder.attempt_id, holder.pid),
+                )
+
+    def _try_lane(self, holder: Holder) -> Holder | None:
+        """Take the lane if it is free or its holder is dead; else return the live holder."""
+        stale: Holder | None = None
+        with self._lock, write_transaction(self._conn) as conn:
+            row = conn.execute(f"SELECT {_HOLDER_COLUMNS} FROM commit_lane WHERE id = 1").fetchone()
+            if row is not None:
+                current = _holder(row)
+                if current.is_alive():
+                    return current
+                stale = current
+            conn.execute(
+                "INSERT OR REPLACE INTO commit_lane (id, run_id, task_id, task_title, attempt_id, pid,"
+                " pid_started, acquired_at_ms) VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    holder.run_id,
+                    holder.task_id,
+                    holder.task_title,
+                    holder.attempt_id,
+                    holder.pid,
+                    holder.pid_started,
+                    wall_ms(),
+                ),
+            )
+        if stale is not None:
+            log.warning(
+                "took over the commit lane from %s: that process is no longer running", stale.describe()
+            )
+        return None
+
+    def lane_holder(self) -> Holder | None:
+        """Who holds the commit lane right now (None when free or held by a dead process)."""
+        with self._lock:
+            row = self._conn.execute(f"SELECT {_HOLDER_COLUMNS} FROM commit_lane WHERE id = 1").fetchone()
+        if row is None:
+            return None
+        holder = _holder(row)
+        return holder if holder.is_alive() else None
+
+    # --- fleet fast path ---
+
+    def release_attempt_if_held(self, run_id: str, attempt_id: int) -> int:
+        """release_attempt, without taking the write lock when the attempt holds nothing (most attempts).
+
+        A claim taken after the read is one taken after the release: it stays, as it would have with
+        release_attempt, until its holder process is gone."""
+        with self._lock:
+            held = self._conn.execute(
+                "SELECT 1 FROM file_locks WHERE run_id = ? AND attempt_id = ? LIMIT 1", (run_id, attempt_id)
+            ).fetchone()
+        return self.release_attempt(run_id, attempt_id) if held is not None else 0

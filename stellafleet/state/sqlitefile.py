@@ -1,0 +1,287 @@
+"""Opening stella's own SQLite files safely: atomic creation, identity checks, forward migrations.
+
+Both state databases (the ledger and the claim store) are opened through here, so they share one set of
+rules: a file is created whole or not at all, a file that is not ours (or is from a newer stella) is
+refused and never written, and every write is a short ``BEGIN IMMEDIATE`` transaction in WAL mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from stellafleet.core.errors import StellaError
+
+# Long enough that a busy fleet never surfaces "database is locked"; writers hold the lock for microseconds.
+BUSY_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Schema:
+    """What a database file must look like: its SQLite application id and its migration scripts.
+
+    ``migrations[n]`` takes the file from ``user_version`` n to n + 1; each is a tuple of statements
+    run inside one write transaction together with the version bump.
+    """
+
+    label: str  # for messages: "fleet ledger", "claim store"
+    application_id: int
+    migrations: tuple[tuple[str, ...], ...]
+
+    @property
+    def version(self) -> int:
+        return len(self.migrations)
+
+
+def connect(path: Path, *, readonly: bool, immutable: bool = False) -> sqlite3.Connection:
+    """A connection to an existing file (never creates one) in autocommit mode; transactions are explicit.
+
+    ``immutable`` reads the main file alone, taking no locks and creating no -wal/-shm files: for looking
+    at a file that may not be ours without leaving a trace.
+    """
+    mode = "ro" if readonly or immutable else "rw"
+    uri = f"file:{quote(str(path.resolve()))}?mode={mode}" + ("&immutable=1" if immutable else "")
+    conn = sqlite3.connect(
+        uri,
+        uri=True,
+        timeout=BUSY_TIMEOUT_S,
+        isolation_level=None,
+        check_same_thread=False,
+        cached_statements=256,
+    )
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+@contextlib.contextmanager
+def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One short ``BEGIN IMMEDIATE`` transaction: the write lock is taken up front, so it never deadlocks."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def open_database(path: Path, schema: Schema, *, readonly: bool = False) -> sqlite3.Connection:
+    """Open (and unless readonly, create or migrate) a stella database file; StellaError if it is not one."""
+    path = Path(path)
+    if readonly:
+        if not path.exists():
+            raise StellaError(f"no {schema.label} at {path}: nothing has been recorded there yet")
+    else:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists() or path.stat().st_size == 0:
+                with _directory_lock(path.parent):
+                    if not path.exists():
+                        _create_atomically(path, schema)
+                    elif path.stat().st_size == 0:
+                        _initialise_empty_file(path, schema)
+        except OSError as exc:  # a read-only directory, a file where the directory should be, a full disk
+            raise StellaError(
+                f"cannot create the {schema.label} at {path}: {exc.strerror or exc}; "
+                f"make {path.parent} a writable directory and run again"
+            ) from None
+    _precheck(path, schema)
+    conn = _connect_or_explain(path, schema, readonly=readonly)
+    try:
+        _check_and_migrate(conn, path, schema, readonly=readonly)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _connect_or_explain(path: Path, schema: Schema, *, readonly: bool) -> sqlite3.Connection:
+    try:
+        return connect(path, readonly=readonly)
+    except sqlite3.Error as exc:
+        raise StellaError(f"cannot open the {schema.label} at {path}: {exc}") from None
+
+
+@contextlib.contextmanager
+def _directory_lock(directory: Path) -> Iterator[None]:
+    """Serialise the creation of a database among processes: an advisory lock on its directory.
+
+    Turning an empty file into a WAL database changes its header while others may be reading it, so only
+    one process may do it; locking the directory leaves no lock file behind.
+    """
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks here: os.link below still makes creation atomic
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _initialise_empty_file(path: Path, schema: Schema) -> None:
+    """An existing but empty file (say, left by `touch`) holds nothing to lose: build the schema in it."""
+    conn = _connect_or_explain(path, schema, readonly=False)
+    try:
+        _check_and_migrate(conn, path, schema, readonly=False)
+    finally:
+        conn.close()
+
+
+def _create_atomically(path: Path, schema: Schema) -> None:
+    """Build the whole schema in a private file beside path, then link it into place.
+
+    ``os.link`` never replaces an existing file, so when several processes race to create the same
+    database exactly one wins, the others discard their copy, and nobody ever sees a half-built file.
+    """
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        conn = connect(tmp, readonly=False)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            with write_transaction(conn):
+                _apply_migrations(conn, schema, 0)
+        finally:
+            conn.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process created it first; theirs is as good as ours
+        except OSError:
+            # A filesystem without hard links: fall back to exclusive creation of an empty file, which
+            # _check_and_migrate then initialises inside a BEGIN IMMEDIATE transaction.
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    finally:
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+
+
+def _apply_migrations(conn: sqlite3.Connection, schema: Schema, current: int) -> None:
+    for statements in schema.migrations[current:]:
+        for statement in statements:
+            conn.execute(statement)
+    conn.execute(f"PRAGMA application_id = {int(schema.application_id)}")
+    conn.execute(f"PRAGMA user_version = {int(schema.version)}")
+
+
+def _identity(conn: sqlite3.Connection) -> tuple[int, int, list[str]]:
+    application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = [
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+        )
+    ]
+    return int(application_id), int(version), tables
+
+
+def _precheck(path: Path, schema: Schema) -> None:
+    """Refuse a foreign or newer file before opening it normally, which could leave -wal/-shm files beside it.
+
+    The file is read through SQLite itself (immutable=1: no locks, nothing written), never with a plain
+    open(): closing any descriptor of a file drops every POSIX lock this process holds on it, including a
+    live connection's, which lets another process checkpoint or reset the WAL under that connection. A live
+    WAL database is left to the normal open, which reads it consistently through its WAL.
+    """
+    if path.stat().st_size == 0 or Path(f"{path}-wal").exists():
+        return  # empty (may become ours), or in use in WAL mode: the normal open judges it
+    try:
+        conn = connect(path, readonly=True, immutable=True)
+        try:
+            application_id, version, tables = _identity(conn)
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise _not_a_database(path, schema, exc) from None
+    _refuse_foreign(path, schema, application_id, version, tables)
+
+
+# SQLite's primary result codes for "could not get at the file" (as opposed to "this is not a database")
+_ACCESS_ERRORS = {3, 8, 14}  # SQLITE_PERM, SQLITE_READONLY, SQLITE_CANTOPEN
+
+
+def _not_a_database(path: Path, schema: Schema, exc: Exception | str) -> StellaError:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in _ACCESS_ERRORS:
+        return StellaError(
+            f"cannot open the {schema.label} at {path} ({exc}): check that the file, its -wal and -shm files "
+            "and their directory are readable and writable"
+        )
+    return StellaError(
+        f"{path} is not a {schema.label} ({exc}); stella leaves it untouched: move it away and run again"
+    )
+
+
+def _refuse_foreign(path: Path, schema: Schema, application_id: int, version: int, tables: list[str]) -> None:
+    if application_id == 0 and version == 0 and not tables:
+        return  # empty: may become ours
+    if application_id != schema.application_id:
+        listed = ", ".join(tables[:6]) + (", ..." if len(tables) > 6 else "")
+        raise StellaError(
+            f"{path} is a SQLite database but not a {schema.label} (tables: {listed or 'none'}); "
+            "stella leaves it untouched: move it away and run again"
+        )
+    if version > schema.version:
+        raise StellaError(
+            f"the {schema.label} at {path} has schema version {version}, newer than this stella understands "
+            f"({schema.version}): upgrade stellafleet to use it"
+        )
+
+
+def _check_and_migrate(conn: sqlite3.Connection, path: Path, schema: Schema, *, readonly: bool) -> None:
+    try:
+        application_id, version, tables = _identity(conn)
+    except sqlite3.DatabaseError as exc:
+        raise _not_a_database(path, schema, exc) from None
+    if application_id == 0 and version == 0 and not tables:
+        if readonly:
+            raise StellaError(f"the {schema.label} at {path} is empty: nothing has been recorded there yet")
+        _initialise_empty(conn, path, schema)
+        return
+    _refuse_foreign(path, schema, application_id, version, tables)
+    if version < schema.version:
+        if readonly:
+            raise StellaError(
+                f"the {schema.label} at {path} has the older schema version {version}: run a stella command "
+                f"that writes (such as `stella fleet`) once to upgrade it to version {schema.version}"
+            )
+        with write_transaction(conn):
+            _, current, _ = _identity(conn)  # another process may have migrated it meanwhile
+            if current < schema.version:
+                _apply_migrations(conn, schema, current)
+    if not readonly:
+        _tune(conn)
+
+
+def _initialise_empty(conn: sqlite3.Connection, path: Path, schema: Schema) -> None:
+    """An existing but empty SQLite file (say, left by `touch`) holds nothing to lose: build the schema."""
+    if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        conn.execute("PRAGMA journal_mode=WAL")
+    with write_transaction(conn):
+        application_id, version, tables = _identity(conn)
+        if application_id == 0 and version == 0 and not tables:
+            _apply_migrations(conn, schema, 0)
+    _check_and_migrate(conn, path, schema, readonly=False)
+
+
+def _tune(conn: sqlite3.Connection) -> None:
+    if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        conn.execute("PRAGMA journal_mode=WAL")
+    # In WAL mode NORMAL loses no committed data on a process crash (only possibly the last transactions
+    # on power loss) and spares an fsync per commit, which the claim store's throughput depends on.
+    conn.execute("PRAGMA synchronous=NORMAL")

@@ -1,0 +1,208 @@
+"""What a reader sees of the ledger: run rows and run details as plain JSON-ready dicts.
+
+Shared by the observatory's JSON API and `stella runs --json`, so both say the same thing. Nothing here
+formats for a screen; values stay raw (epoch ms, dollars as floats) and the renderers format them.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from stellafleet.core.errors import StellaError
+from stellafleet.git.clean import pid_alive
+from stellafleet.state.ledger import Ledger
+
+TASK_OUTCOMES = ("succeeded", "failed", "skipped", "running", "pending", "interrupted")
+START_HINT = 'stella fleet "Add unit tests for the parser module"'
+
+Alive = Callable[[int | None, int | None], bool]
+
+
+def _json_list(text: str | None) -> list[Any]:
+    try:
+        value = json.loads(text) if text else []
+    except ValueError:
+        return [text]
+    return value if isinstance(value, list) else [value]
+
+
+def run_row(run: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> dict[str, Any]:
+    """One run as the runs list shows it; `live` says whether its numbers can still change."""
+    counts = run.get("task_counts") or {}
+    tasks = {status: int(counts.get(status, 0)) for status in TASK_OUTCOMES}
+    tasks["total"] = int(run.get("tasks_total", sum(tasks.values())))
+    running = run["status"] == "running"
+    fleet_alive = alive(run.get("pid"), run.get("created_at_ms")) if running else False
+    finished = run.get("finished_at_ms")
+    end = finished if finished is not None else (now_ms if fleet_alive else None)
+    return {
+        "id": run["id"],
+        "status": run["status"],
+        "live": fleet_alive,
+        # a run still marked running whose fleet process is gone (killed, machine rebooted)
+        "stale": running and not fleet_alive,
+        "created_at_ms": run["created_at_ms"],
+        "finished_at_ms": finished,
+        "duration_ms": None if end is None else max(0, end - run["created_at_ms"]),
+        "spend_usd": float(run.get("spend_usd") or 0.0),
+        "spend_limit_usd": run.get("spend_limit_usd"),
+        "pipeline": run.get("pipeline"),
+        "base_ref": run.get("base_ref"),
+        "base_commit": run.get("base_commit"),
+        "plan_path": run.get("plan_path"),
+        "max_concurrency": run.get("max_concurrency"),
+        "exit_code": run.get("exit_code"),
+        "reason": run.get("reason"),
+        "pid": run.get("pid"),
+        "tasks": tasks,
+        "attempts_total": run.get("attempts_total"),
+    }
+
+
+def runs_page(
+    ledger_path: Path, *, limit: int, offset: int, now_ms: int, alive: Alive = pid_alive
+) -> dict[str, Any]:
+    """A page of runs, newest first; an absent ledger is an empty page that says how to start."""
+    page: dict[str, Any] = {
+        "ledger": str(ledger_path),
+        "ledger_exists": ledger_path.exists(),
+        "limit": limit,
+        "offset": offset,
+        "total": 0,
+        "runs": [],
+        "now_ms": now_ms,
+        "start_hint": START_HINT,
+    }
+    if not page["ledger_exists"]:
+        return page
+    with Ledger.open(ledger_path, readonly=True) as ledger:
+        page["total"] = ledger.count_runs()
+        page["runs"] = [
+            run_row(run, now_ms=now_ms, alive=alive) for run in ledger.list_runs(limit=limit, offset=offset)
+        ]
+    return page
+
+
+def _command_line(argv: list[str]) -> str | None:
+    """The command as the user typed it (argv may or may not start with the program name)."""
+    if not argv:
+        return None
+    return shlex.join(argv if Path(argv[0]).name == "stella" else ["stella", *argv])
+
+
+def _duration(start: int | None, end: int | None, now_ms: int, live: bool) -> int | None:
+    if start is None:
+        return None
+    if end is None:
+        return max(0, now_ms - start) if live else None
+    return max(0, end - start)
+
+
+def _branch(name: str, isolation: str | None) -> dict[str, Any]:
+    return {"branch": name, "worktree": None, "tasks": [], "isolation": isolation, "commits": 0, "ci": None}
+
+
+def run_detail(detail: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> dict[str, Any]:
+    """One run opened up: waves of tasks with their attempts and commits, branches, CI and cleanups."""
+    raw_run = detail["run"]
+    counts: dict[str, int] = {}
+    for task in detail["tasks"]:
+        counts[task["status"]] = counts.get(task["status"], 0) + 1
+    run = run_row(
+        {**raw_run, "task_counts": counts, "attempts_total": len(detail["attempts"])},
+        now_ms=now_ms,
+        alive=alive,
+    )
+    argv = [str(arg) for arg in _json_list(raw_run.get("argv"))]
+    run.update(
+        argv=argv,
+        command=_command_line(argv),
+        root=raw_run.get("root"),
+        plan_sha256=raw_run.get("plan_sha256"),
+    )
+
+    attempts_by_task: dict[str, list[dict[str, Any]]] = {}
+    for attempt in detail["attempts"]:
+        view = dict(attempt)
+        view["duration_ms"] = _duration(
+            attempt["started_at_ms"], attempt["finished_at_ms"], now_ms, run["live"]
+        )
+        attempts_by_task.setdefault(attempt["task_id"], []).append(view)
+    commits_by_task: dict[str | None, list[dict[str, Any]]] = {}
+    for commit in detail["commits"]:
+        commits_by_task.setdefault(commit["task_id"], []).append(commit)
+    ci_by_branch = {entry["branch"]: entry for entry in detail["ci"]}
+
+    waves: dict[int | None, list[dict[str, Any]]] = {}
+    branches: dict[str, dict[str, Any]] = {}
+    for task in detail["tasks"]:
+        attempts = attempts_by_task.get(task["id"], [])
+        view = {
+            key: task.get(key)
+            for key in (
+                "id",
+                "title",
+                "prompt",
+                "status",
+                "reason",
+                "isolation",
+                "wave",
+                "pipeline",
+                "model",
+                "timeout_s",
+                "branch",
+                "worktree",
+                "depends_on",
+                "claims",
+            )
+        }
+        view["attempts"] = attempts
+        view["commits"] = commits_by_task.get(task["id"], [])
+        view["spend_usd"] = sum(float(a.get("spend_usd") or 0.0) for a in attempts)
+        view["ci"] = ci_by_branch.get(task["branch"]) if task.get("branch") else None
+        waves.setdefault(task.get("wave"), []).append(view)
+        if task.get("branch"):
+            entry = branches.setdefault(task["branch"], _branch(task["branch"], task.get("isolation")))
+            entry["worktree"] = entry["worktree"] or task.get("worktree")
+            entry["tasks"].append(task["id"])
+    for commit in detail["commits"]:
+        if commit.get("branch"):
+            entry = branches.setdefault(commit["branch"], _branch(commit["branch"], "shared"))
+            entry["commits"] += 1
+            if commit.get("task_id") and commit["task_id"] not in entry["tasks"]:
+                entry["tasks"].append(commit["task_id"])
+    for branch, ci in ci_by_branch.items():
+        entry = branches.setdefault(branch, _branch(branch, None))
+        if ci.get("task_id") and ci["task_id"] not in entry["tasks"]:
+            entry["tasks"].append(ci["task_id"])
+        entry["ci"] = ci
+
+    ordered = sorted(waves.items(), key=lambda item: (item[0] is None, item[0] or 0))
+    return {
+        "run": run,
+        "waves": [{"wave": wave, "tasks": tasks} for wave, tasks in ordered],
+        "branches": list(branches.values()),
+        "commits": detail["commits"],
+        "ci": detail["ci"],
+        "cleanups": detail["cleanups"],
+        "now_ms": now_ms,
+    }
+
+
+class UnknownRun(StellaError):
+    """No run matches the reference; the ledger itself opened fine."""
+
+
+def load_run(ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = pid_alive) -> dict[str, Any]:
+    """run_detail for a run named by id, unique prefix or "latest": UnknownRun when there is none,
+    StellaError when the ledger cannot be read (the server answers 404 and 500 for them)."""
+    with Ledger.open(ledger_path, readonly=True) as ledger:
+        try:
+            run_id = ledger.resolve_run_id(ref)
+        except StellaError as exc:
+            raise UnknownRun(str(exc)) from None
+        return run_detail(ledger.get_run(run_id), now_ms=now_ms, alive=alive)
