@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from stellafleet.core.schemacheck import SchemaCompiler
 from stellafleet.plan import schema as planschema
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,7 +43,7 @@ def test_examples_validate_with_plain_jsonschema() -> None:
 
 def test_compiler_refuses_keywords_it_does_not_know() -> None:
     with pytest.raises(ValueError, match="oneOf"):
-        planschema._Compiler({}).compile({"oneOf": [{"type": "string"}]})
+        SchemaCompiler({}).compile({"oneOf": [{"type": "string"}]})
 
 
 ids = st.sampled_from(["a", "b", "schema", "x y", "", "a" * 130, "t-1.2_3"])
