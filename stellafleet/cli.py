@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "observatory",
     "commit",
     "pipelines",
+    "config",
     "demo",
 )
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from stellafleet.core.config import load_config
+from stellafleet.core.config import Config, load_config
 from stellafleet.core.errors import StellaError
 
 
@@ -48,7 +48,9 @@ def test_missing_and_invalid_files_are_clear_errors(tmp_path: Path) -> None:
 
 def test_section_must_be_a_table(tmp_path: Path) -> None:
     write(tmp_path / ".stella/config.toml", 'engine = "x"\n')
-    config = load_config(tmp_path, env={"HOME": str(tmp_path)})
+    with pytest.raises(StellaError, match=r"\[engine\] must be a table"):
+        load_config(tmp_path, env={"HOME": str(tmp_path)})  # a loaded config is checked as it loads
+    config = Config({"engine": "x"})
     assert config.get("engine.model", "fallback") == "fallback"
     with pytest.raises(StellaError, match=r"\[engine\] must be a table"):
         config.section("engine")

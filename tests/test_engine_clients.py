@@ -137,7 +137,8 @@ def test_settings_problems_are_listed_together() -> None:
     problems = settings_problems(config, env={})
     text = "\n".join(problems)
     assert "no model configured" in text and "engine.provider must be one of openai, anthropic" in text
-    assert "engine.max_steps must be a number >= 1" in text and "engine.shell must be true or false" in text
+    assert "engine.max_steps must be a whole number >= 1" in text
+    assert "engine.shell must be true or false" in text
     assert "engine.request_timeout" in text
     with pytest.raises(StellaError) as raised:
         load_settings(config, env={})

@@ -97,7 +97,10 @@ def test_preflight_names_every_problem(tmp_path: Path, monkeypatch: pytest.Monke
     assert "claude-code" in problems[2] and "aider" in problems[2]
     bad = Config({"pipelines": {"aider": {"extra_args": 3}}})
     (problem,) = pipelines.preflight(["aider"], bad)
-    assert problem == "pipeline aider: [pipelines.aider] in the config: extra_args must be a list of strings"
+    assert (
+        problem
+        == "pipeline aider: config: pipelines.aider.extra_args must be a list of strings or a string, not 3"
+    )
     monkeypatch.setenv("PATH", fake_path(tmp_path))
     assert pipelines.preflight(["claude-code", "codex", "aider"], Config({})) == []
 

@@ -135,7 +135,10 @@ def test_unknown_model_has_no_price_and_the_message_says_how_to_set_one() -> Non
         ({"input_per_mtok": 1}, "output_per_mtok is missing"),
         ({"input_per_mtok": -1, "output_per_mtok": 1}, "must be a number >= 0"),
         ({"input_per_mtok": "cheap", "output_per_mtok": 1}, "must be a number >= 0"),
-        ({"input_per_mtok": 1, "output_per_mtok": 1, "input": 2}, "unknown key(s) input"),
+        (
+            {"input_per_mtok": 1, "output_per_mtok": 1, "input": 2},
+            'input is not a known key (did you mean "input_per_mtok"?)',
+        ),
         ("3.0", "must be a table"),
     ],
 )

@@ -33,6 +33,7 @@ from stellafleet.ci.report import ConsoleReporter, QuietReporter
 from stellafleet.ci.targets import Target, TaskWork, branches_to_watch
 from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.config import Config
+from stellafleet.core.configsections import WatchConfig
 from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, EXIT_WATCH_RED, GitError, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.git import gitops
@@ -54,35 +55,12 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class WatchSettings:
-    poll_interval: float = 30.0
-    appear_timeout: float = 600.0
-    stall_timeout: float = 1200.0
-    total_timeout: float = 7200.0
-    remote: str = "origin"
-    force_push: bool = False
-    repo: str | None = None  # OWNER/NAME for gh when the remotes do not make it obvious
+class WatchSettings(WatchConfig):
+    """The [watch] settings; built from a config, they are `config.watch`."""
 
-    @classmethod
-    def from_config(cls, config: Config) -> WatchSettings:
-        """The [watch] table, checked: a bad value is a usage error naming the key."""
-        section = config.section("watch")
-        values: dict[str, Any] = {}
-        for key, value in section.items():
-            if key in ("poll_interval", "appear_timeout", "stall_timeout", "total_timeout"):
-                ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-                values[key], wanted = (float(value) if ok else None), "a positive number of seconds"
-            elif key in ("remote", "repo"):
-                ok = isinstance(value, str) and bool(value.strip())
-                values[key], wanted = (value.strip() if ok else None), "a non-empty string"
-            elif key == "force_push":
-                ok, values[key], wanted = isinstance(value, bool), value, "true or false"
-            else:
-                continue  # keys of newer versions are not an error
-            if not ok:
-                raise StellaError(f"config: watch.{key} must be {wanted}, not {value!r}")
-        return cls(**values)
+    @staticmethod
+    def from_config(config: Config) -> WatchConfig:
+        return config.watch
 
 
 @dataclass
@@ -185,7 +163,7 @@ class Watcher:
         run_id: str,
         targets: Sequence[Target],
         *,
-        settings: WatchSettings,
+        settings: WatchConfig,
         github: GitHub,
         ledger: Ledger,
         clock: Clock,
@@ -368,7 +346,7 @@ class Watcher:
         )
 
 
-def preflight(root: Path, github: GitHub, settings: WatchSettings) -> None:
+def preflight(root: Path, github: GitHub, settings: WatchConfig) -> None:
     """Everything that must hold before the first push; StellaError (exit 2) saying what to do."""
     github.check_auth()
     remotes = gitops.remote_names(root)
@@ -391,10 +369,10 @@ def watch_run(
     gh: GhRunner | None = None,
     out: WatchReporter | None = None,
     json_mode: bool = False,
-    settings: WatchSettings | None = None,
+    settings: WatchConfig | None = None,
 ) -> WatchResult:
     """Watch the CI of every branch of run_id that holds successful work; exit_code 0 all green, else 4."""
-    settings = settings or WatchSettings.from_config(config)
+    settings = settings or config.watch
     reporter: WatchReporter = out or ConsoleReporter(
         sys.stderr if json_mode else sys.stdout, table=not json_mode
     )

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stellafleet.core.config import Config
 
 
 def positive_int(text: str) -> int:
@@ -14,3 +19,27 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
     return value
+
+
+def config_file_arg(args: argparse.Namespace) -> Path | None:
+    """The global --config FILE, if given."""
+    return Path(args.config) if getattr(args, "config", None) else None
+
+
+def repository_or_none() -> Path | None:
+    """This repository's root, or None outside one."""
+    from stellafleet.core.errors import StellaError
+    from stellafleet.git import gitops
+
+    try:
+        return gitops.repo_root(Path.cwd())
+    except StellaError:
+        return None
+
+
+def command_config(args: argparse.Namespace) -> Config:
+    """The config for a command that also works outside a repository (then only the user's file and
+    --config apply)."""
+    from stellafleet.core.config import load_config
+
+    return load_config(repository_or_none(), config_file=config_file_arg(args))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 from importlib.metadata import EntryPoint
-from pathlib import Path
 from typing import Any
 
 from stellafleet import pipelines
-from stellafleet.core.config import Config, load_config
+from stellafleet.commands import command_config
+from stellafleet.core.config import Config
 from stellafleet.core.errors import EXIT_OK, StellaError
 from stellafleet.pipelines.support import AgentCliPipeline, find_cli
 
@@ -26,17 +26,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.set_defaults(func=run)
-
-
-def _config(args: argparse.Namespace) -> Config:
-    from stellafleet.git import gitops
-
-    try:
-        root: Path | None = gitops.repo_root(Path.cwd())
-    except StellaError:
-        root = None  # outside a repository only the user's config applies
-    config_file = Path(args.config) if getattr(args, "config", None) else None
-    return load_config(root, config_file=config_file)
 
 
 def describe(name: str, entry: EntryPoint, config: Config) -> dict[str, Any]:
@@ -113,7 +102,7 @@ def _problem_lines(name: str, problem: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    rows = collect(_config(args))
+    rows = collect(command_config(args))
     if args.json:
         print(json.dumps({"pipelines": rows}, indent=2))
     elif not rows:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from stellafleet.ci.watch import watch_run
+from stellafleet.commands import config_file_arg
 from stellafleet.core.config import load_config
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.paths import StatePaths
@@ -39,8 +40,7 @@ def run(args: argparse.Namespace) -> int:
     db = StatePaths(root).fleet_db
     if not db.exists():
         raise StellaError(f"no fleet has run in {root} yet: nothing to watch", exit_code=EXIT_USAGE)
-    config_file = Path(args.config) if getattr(args, "config", None) else None
-    config = load_config(root, config_file=config_file)
+    config = load_config(root, config_file=config_file_arg(args))
     with Ledger.open(db, readonly=True) as ledger:
         run_id = ledger.resolve_run_id(args.run_ref)
     result = watch_run(root, run_id, config=config, json_mode=args.json)

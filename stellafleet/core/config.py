@@ -1,14 +1,34 @@
-"""Layered configuration: user file < project file < environment."""
+"""Layered configuration: user file < project file (or --config) < environment, checked like plans.
+
+Every file is checked against the bundled JSON Schema (config.schema.json, `stella config schema`) as it
+is loaded: every problem at once, each naming its file, the key and a hint, and nothing runs (exit 2).
+The code then reads typed sections (`config.engine`, `config.fleet`, ...), built once from checked data.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stellafleet.core.errors import StellaError
+from stellafleet.core import configschema
+from stellafleet.core.configsections import (
+    AgentCliConfig,
+    EngineConfig,
+    FleetConfig,
+    GovernorConfig,
+    PipelinesConfig,
+    PriceConfig,
+    WatchConfig,
+    build,
+    build_pipelines,
+    build_prices,
+)
+from stellafleet.core.errors import EXIT_USAGE, StellaError
 
 # Environment variables that override config keys; API keys are deliberately absent.
 ENV_KEYS = {
@@ -16,14 +36,92 @@ ENV_KEYS = {
     "STELLA_BASE_URL": "engine.base_url",
     "STELLA_PROVIDER": "engine.provider",
 }
+DEFAULT_SOURCE = "default"
+Origins = Mapping[tuple[str, ...], str]  # a key's path -> where its value came from
+
+
+class ConfigError(StellaError):
+    """A config that cannot be used; carries every problem, each a full line naming its file."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems), exit_code=EXIT_USAGE)
 
 
 class Config:
-    def __init__(self, data: Mapping[str, Any] | None = None, sources: tuple[str, ...] = ()) -> None:
+    """The merged config. `Config(data)` built in code is checked section by section when first read."""
+
+    def __init__(
+        self,
+        data: Mapping[str, Any] | None = None,
+        sources: tuple[str, ...] = (),
+        *,
+        origins: Origins | None = None,
+        checked: bool = False,
+    ) -> None:
         self._data: dict[str, Any] = dict(data or {})
         self.sources = sources
+        self.origins: Origins = dict(origins or {})
+        self._checked = checked
+
+    # --- typed sections ---
+
+    @functools.cached_property
+    def engine(self) -> EngineConfig:
+        return self._typed("engine")
+
+    @functools.cached_property
+    def fleet(self) -> FleetConfig:
+        return self._typed("fleet")
+
+    @functools.cached_property
+    def governor(self) -> GovernorConfig:
+        return self._typed("governor")
+
+    @functools.cached_property
+    def watch(self) -> WatchConfig:
+        return self._typed("watch")
+
+    @functools.cached_property
+    def prices(self) -> Mapping[str, PriceConfig]:
+        return self._typed("prices")
+
+    @functools.cached_property
+    def pipelines(self) -> PipelinesConfig:
+        return self._typed("pipelines")
+
+    def agent_cli(self, name: str) -> AgentCliConfig:
+        """[pipelines.NAME] of an agent-CLI wrapper: a built-in one, or a third-party pipeline built on it."""
+        if name not in self.pipelines.plugins:
+            return self.pipelines.agent(name)
+        table = self.pipelines.plugins[name]
+        problems = configschema.subtable_problems(table, "agentCli", ("pipelines", name))
+        if problems:
+            raise ConfigError([f"config: {problem.text}" for problem in problems])
+        return build(AgentCliConfig, table)
+
+    def checked(self, section: str) -> tuple[Any, list[str]]:
+        """A section built from its valid keys, and the problems of the others (none once loaded)."""
+        table = self._data.get(section, {})
+        found = [] if self._checked else configschema.problems({section: table})
+        if not isinstance(table, Mapping):
+            table = {}
+        elif found:
+            bad = {problem.path[1] for problem in found if len(problem.path) > 1}
+            table = {key: value for key, value in table.items() if key not in bad}
+        return _BUILDERS[section](table), [f"config: {problem.text}" for problem in found]
+
+    def _typed(self, section: str) -> Any:
+        value, problems = self.checked(section)
+        if problems:
+            raise ConfigError(problems)
+        return value
+
+    # --- the raw data ---
 
     def get(self, dotted: str, default: Any = None) -> Any:
+        """The low-level lookup by dotted key (`pipelines.notes.folder`): for third-party pipelines'
+        own tables. stella's own sections are read through the typed sections above."""
         node: Any = self._data
         for part in dotted.split("."):
             if not isinstance(node, Mapping) or part not in node:
@@ -41,14 +139,126 @@ class Config:
         return _merge({}, self._data)
 
 
-def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+_BUILDERS: dict[str, Any] = {
+    "engine": lambda table: build(EngineConfig, table),
+    "fleet": lambda table: build(FleetConfig, table),
+    "governor": lambda table: build(GovernorConfig, table),
+    "watch": lambda table: build(WatchConfig, table),
+    "prices": build_prices,
+    "pipelines": build_pipelines,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# loading
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """One file of the layers: `kind` says why it is read (user, project, --config, $STELLA_CONFIG)."""
+
+    kind: str
+    path: Path
+
+
+def user_config_file(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", str(Path.home()))) / ".config")
+    return Path(base) / "stella" / "config.toml"
+
+
+def config_files(
+    root: Path | None, *, config_file: Path | None = None, env: Mapping[str, str] | None = None
+) -> list[ConfigFile]:
+    """The files load_config reads, lowest first (each only when it exists)."""
+    env = os.environ if env is None else env
+    files = [ConfigFile("user", user_config_file(env))]
+    if config_file is not None:
+        files.append(ConfigFile("--config", config_file))
+    elif env.get("STELLA_CONFIG"):
+        files.append(ConfigFile("$STELLA_CONFIG", Path(env["STELLA_CONFIG"])))
+    elif root is not None:
+        files.append(ConfigFile("project", root / ".stella" / "config.toml"))
+    return files
+
+
+def load_config(
+    root: Path | None,
+    *,
+    config_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """The merged, checked config; ConfigError (exit 2) naming every problem of every layer."""
+    env = os.environ if env is None else env
+    layers: list[tuple[str, dict[str, Any]]] = []
+    for file in config_files(root, config_file=config_file, env=env):
+        if file.kind in ("--config", "$STELLA_CONFIG") and not file.path.is_file():
+            raise StellaError(f"config file not found: {file.path}")
+        if file.path.is_file():
+            layers.append((str(file.path), _read(file.path)))
+    for var, dotted in ENV_KEYS.items():
+        if env.get(var):
+            layer: dict[str, Any] = {}
+            _set_dotted(layer, dotted, env[var])
+            layers.append((f"${var}", layer))
+    data: dict[str, Any] = {}
+    origins: dict[tuple[str, ...], str] = {}
+    for source, layer in layers:
+        _merge(data, layer, origins, source)
+    problems = _problems(layers, data)
+    if problems:
+        raise ConfigError(problems)
+    return Config(data, tuple(source for source, _ in layers), origins=origins, checked=True)
+
+
+def _problems(layers: list[tuple[str, dict[str, Any]]], merged: dict[str, Any]) -> list[str]:
+    """Each layer's problems, naming its source; a key a table needs may come from any layer."""
+    found: list[str] = []
+    for source, layer in layers:
+        for problem in configschema.problems(layer, installed=_installed_pipelines):
+            if problem.keyword != "required":
+                found.append(f"{source}: {problem.text}")
+    for problem in configschema.problems(merged):
+        if problem.keyword == "required":
+            source = next(s for s, layer in reversed(layers) if _has(layer, problem.path[:-1]))
+            found.append(f"{source}: {problem.text}")
+    return found
+
+
+def _installed_pipelines() -> list[str]:
+    # Only asked for a [pipelines.NAME] the schema does not know: importlib.metadata is slow to load.
+    from importlib.metadata import entry_points
+
+    return [entry.name for entry in entry_points(group=configschema.PIPELINE_GROUP)]
+
+
+def _has(data: Any, path: tuple[Any, ...]) -> bool:
+    for part in path:
+        if not isinstance(data, Mapping) or part not in data:
+            return False
+        data = data[part]
+    return True
+
+
+def _merge(
+    base: dict[str, Any],
+    extra: Mapping[str, Any],
+    origins: dict[tuple[str, ...], str] | None = None,
+    source: str = "",
+    prefix: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """extra merged into base, table by table; origins records where each key's value came from."""
     for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-            base[key] = _merge(dict(base[key]), value)
-        elif isinstance(value, Mapping):
-            base[key] = _merge({}, value)
+        path = (*prefix, key)
+        if origins is not None and not (isinstance(value, Mapping) and isinstance(base.get(key), dict)):
+            for stale in [known for known in origins if known[: len(path)] == path]:
+                del origins[stale]
+        if isinstance(value, Mapping):
+            inner = dict(base[key]) if isinstance(base.get(key), dict) else {}
+            base[key] = _merge(inner, value, origins, source, path)
         else:
             base[key] = value
+            if origins is not None:
+                origins[path] = source
     return base
 
 
@@ -68,37 +278,3 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     for part in parents:
         node = node.setdefault(part, {})
     node[leaf] = value
-
-
-def user_config_file(env: Mapping[str, str]) -> Path:
-    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", str(Path.home()))) / ".config")
-    return Path(base) / "stella" / "config.toml"
-
-
-def load_config(
-    root: Path | None,
-    *,
-    config_file: Path | None = None,
-    env: Mapping[str, str] | None = None,
-) -> Config:
-    env = os.environ if env is None else env
-    data: dict[str, Any] = {}
-    sources: list[str] = []
-    if config_file is None and env.get("STELLA_CONFIG"):
-        config_file = Path(env["STELLA_CONFIG"])
-    if config_file is not None and not config_file.is_file():
-        raise StellaError(f"config file not found: {config_file}")
-    layers = [user_config_file(env)]
-    if config_file is not None:
-        layers.append(config_file)
-    elif root is not None:
-        layers.append(root / ".stella" / "config.toml")
-    for path in layers:
-        if path.is_file():
-            _merge(data, _read(path))
-            sources.append(str(path))
-    for var, dotted in ENV_KEYS.items():
-        if env.get(var):
-            _set_dotted(data, dotted, env[var])
-            sources.append(f"${var}")
-    return Config(data, tuple(sources))

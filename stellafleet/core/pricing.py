@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stellafleet.core.config import Config
-from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.errors import StellaError
 
 _PER = 1_000_000
 
@@ -98,37 +98,15 @@ def _calc(model: str, provider: str | None, usage: TokenUsage) -> float | None:
 
 
 def _override(model: str, config: Config) -> PriceOverride | None:
-    table = config.section("prices").get(model)
-    if table is None:
+    prices = config.prices.get(model)
+    if prices is None:
         return None
-    where = f'[prices."{model}"] in the config'
-    if not isinstance(table, dict):
-        raise StellaError(
-            f"{where} must be a table with input_per_mtok and output_per_mtok", exit_code=EXIT_USAGE
-        )
-    unknown = set(table) - {
-        "input_per_mtok",
-        "output_per_mtok",
-        "cache_read_per_mtok",
-        "cache_write_per_mtok",
-    }
-    if unknown:
-        raise StellaError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}", exit_code=EXIT_USAGE)
-
-    def number(key: str, default: float | None) -> float:
-        value = table.get(key, default)
-        if value is None:
-            raise StellaError(f"{where}: {key} is missing (dollars per million tokens)", exit_code=EXIT_USAGE)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise StellaError(f"{where}: {key} must be a number >= 0, not {value!r}", exit_code=EXIT_USAGE)
-        return float(value)
-
-    input_price = number("input_per_mtok", None)
-    return PriceOverride(
-        input_per_mtok=input_price,
-        output_per_mtok=number("output_per_mtok", None),
-        cache_read_per_mtok=number("cache_read_per_mtok", input_price),
-        cache_write_per_mtok=number("cache_write_per_mtok", input_price),
+    cache_read, cache_write = prices.cache_read_per_mtok, prices.cache_write_per_mtok
+    return PriceOverride(  # the cache prices default to the input price
+        input_per_mtok=prices.input_per_mtok,
+        output_per_mtok=prices.output_per_mtok,
+        cache_read_per_mtok=prices.input_per_mtok if cache_read is None else cache_read,
+        cache_write_per_mtok=prices.input_per_mtok if cache_write is None else cache_write,
     )
 
 

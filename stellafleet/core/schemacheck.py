@@ -229,15 +229,23 @@ TYPE_WORDS = {
 }
 
 
-def suggest(value: Any, choices: list[Any], *, listing: bool = False) -> str:
-    """' (did you mean "x"?)' for the closest choice; with listing, else every choice; or ''."""
+def closest(value: Any, choices: list[Any]) -> str | None:
+    """The choice value most likely misspells, or None."""
     import difflib  # only when something is wrong
 
+    if not isinstance(value, str):
+        return None
     names = [choice for choice in choices if isinstance(choice, str)]
-    if isinstance(value, str):
-        close = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
-        if close:
-            return f" (did you mean {json.dumps(close[0])}?)"
+    close = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def suggest(value: Any, choices: list[Any], *, listing: bool = False) -> str:
+    """' (did you mean "x"?)' for the closest choice; with listing, else every choice; or ''."""
+    close = closest(value, choices)
+    if close is not None:
+        return f" (did you mean {json.dumps(close)}?)"
+    names = [choice for choice in choices if isinstance(choice, str)]
     if listing and names:
         return f" (expected one of: {', '.join(names)})"
     return ""

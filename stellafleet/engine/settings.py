@@ -16,19 +16,8 @@ from urllib.parse import urlsplit
 from stellafleet.core.config import Config
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 
-PROVIDERS = ("openai", "anthropic")
 DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 DEFAULT_BASE_URL = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
-
-# name -> (type, default, minimum)
-_NUMBERS: dict[str, tuple[type, float, float]] = {
-    "max_steps": (int, 100, 1),
-    "max_wall_seconds": (float, 1800.0, 1),
-    "max_output_tokens": (int, 4096, 1),
-    "request_timeout": (float, 120.0, 1),
-    "max_retries": (int, 4, 0),
-    "shell_timeout": (float, 120.0, 1),
-}
 
 
 @dataclass(frozen=True)
@@ -81,29 +70,22 @@ def is_loopback(url: str) -> bool:
 def _problems_and_values(
     config: Config, model: str | None, env: Mapping[str, str]
 ) -> tuple[list[str], dict[str, Any]]:
-    table = config.section("engine")
-    problems: list[str] = []
-    model = model or table.get("model")
-    if not model or not isinstance(model, str):
+    """The settings' values, and every problem: the [engine] table's own (the config's schema), then
+    what the engine needs to run (a model, an http(s) URL, a key unless the server is local)."""
+    engine, problems = config.checked("engine")
+    model = model or engine.model
+    if not model:
         problems.append(
             'no model configured: set `model = "..."` under [engine] in .stella/config.toml '
             "(or the STELLA_MODEL environment variable)"
         )
         model = ""
-    provider = table.get("provider")
-    if provider is None:
-        provider = "anthropic" if model.lower().startswith("claude") else "openai"
-    if provider not in PROVIDERS:
-        problems.append(f"engine.provider must be one of {', '.join(PROVIDERS)}, not {provider!r}")
-        provider = "openai"
-    base_url = table.get("base_url") or DEFAULT_BASE_URL[provider]
-    if not isinstance(base_url, str) or urlsplit(base_url).scheme not in ("http", "https"):
+    provider = engine.provider or ("anthropic" if model.lower().startswith("claude") else "openai")
+    base_url = engine.base_url or DEFAULT_BASE_URL[provider]
+    if urlsplit(base_url).scheme not in ("http", "https"):
         problems.append(f"engine.base_url must be an http(s) URL, not {base_url!r}")
         base_url = DEFAULT_BASE_URL[provider]
-    key_env = table.get("api_key_env", DEFAULT_KEY_ENV[provider])
-    if not isinstance(key_env, str):
-        problems.append('engine.api_key_env must be the name of an environment variable (or "")')
-        key_env = DEFAULT_KEY_ENV[provider]
+    key_env = DEFAULT_KEY_ENV[provider] if engine.api_key_env is None else engine.api_key_env
     if model and key_env and not env.get(key_env) and not is_loopback(base_url):
         problems.append(
             f"no API key for {provider}: set {key_env} in the environment "
@@ -114,20 +96,14 @@ def _problems_and_values(
         "model": model,
         "base_url": base_url,
         "api_key_env": key_env,
+        "max_steps": engine.max_steps,
+        "max_wall_seconds": engine.max_wall_seconds,
+        "max_output_tokens": engine.max_output_tokens,
+        "request_timeout": engine.request_timeout,
+        "max_retries": engine.max_retries,
+        "shell": engine.shell,
+        "shell_timeout": engine.shell_timeout,
     }
-    for name, (kind, default, minimum) in _NUMBERS.items():
-        raw = table.get(name, default)
-        if isinstance(raw, bool) or not isinstance(raw, int | float) or raw < minimum:
-            problems.append(f"engine.{name} must be a number >= {minimum:g}, not {raw!r}")
-            raw = default
-        if kind is int and raw != int(raw):
-            problems.append(f"engine.{name} must be a whole number, not {raw!r}")
-        values[name] = kind(raw)
-    shell = table.get("shell", False)
-    if not isinstance(shell, bool):
-        problems.append(f"engine.shell must be true or false, not {shell!r}")
-        shell = False
-    values["shell"] = shell
     return problems, values
 
 

@@ -33,12 +33,7 @@ SHELL = "/bin/sh"
 
 def command_for(config: Config, task_id: str) -> str | None:
     """The task's own command when configured, else the pipeline's."""
-    per_task = None
-    tasks = config.get("pipelines.command.tasks", {})
-    if isinstance(tasks, dict) and isinstance(tasks.get(task_id), dict):  # ids may contain dots
-        per_task = tasks[task_id].get("run")
-    command = per_task if per_task is not None else config.get("pipelines.command.run")
-    return command if isinstance(command, str) and command.strip() else None
+    return config.pipelines.command.command_for(task_id)
 
 
 def _signal_text(returncode: int) -> str:
@@ -76,7 +71,7 @@ class CommandPipeline:
     description: ClassVar[str] = "runs a shell command per task ([pipelines.command] run in the config)"
 
     def preflight(self, config: Config) -> str | None:
-        if command_for(config, "") is None and not config.get("pipelines.command.tasks"):
+        if command_for(config, "") is None and not config.pipelines.command.tasks:
             return (
                 "the command pipeline has no command: set it in .stella/config.toml as\n"
                 '  [pipelines.command]\n  run = "your-command --prompt \\"$STELLA_PROMPT\\""'

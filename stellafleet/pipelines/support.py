@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
 from stellafleet.core.config import Config
-from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.errors import StellaError
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc.tree import signal_description
@@ -56,26 +55,14 @@ class CliSettings:
 
 
 def cli_settings(config: Config, pipeline: str, default_binary: str) -> CliSettings:
-    """Read and check `[pipelines.<pipeline>]`: binary, extra_args (list or shell words), model, max_turns."""
-    where = f"[pipelines.{pipeline}] in the config"
-    table = config.section(f"pipelines.{pipeline}")
-    binary = table.get("binary", default_binary)
-    if not isinstance(binary, str) or not binary.strip():
-        raise StellaError(f"{where}: binary must be a command name or path", exit_code=EXIT_USAGE)
-    extra = table.get("extra_args", [])
-    if isinstance(extra, str):
-        extra = shlex.split(extra)
-    if not isinstance(extra, list) or not all(isinstance(arg, str) for arg in extra):
-        raise StellaError(f"{where}: extra_args must be a list of strings", exit_code=EXIT_USAGE)
-    model = table.get("model")
-    if model is not None and (not isinstance(model, str) or not model.strip()):
-        raise StellaError(f"{where}: model must be a model name", exit_code=EXIT_USAGE)
-    max_turns = table.get("max_turns")
-    if max_turns is not None and (
-        isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1
-    ):
-        raise StellaError(f"{where}: max_turns must be a whole number >= 1", exit_code=EXIT_USAGE)
-    return CliSettings(binary=binary.strip(), extra_args=tuple(extra), model=model, max_turns=max_turns)
+    """`[pipelines.<pipeline>]` (checked by the config's schema), with the wrapper's default binary."""
+    table = config.agent_cli(pipeline)
+    return CliSettings(
+        binary=(table.binary or default_binary).strip(),
+        extra_args=table.extra_args,
+        model=table.model,
+        max_turns=table.max_turns,
+    )
 
 
 def find_cli(binary: str) -> str | None:

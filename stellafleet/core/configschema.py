@@ -1,0 +1,235 @@
+"""The bundled config JSON Schema, and every problem of a config table in plain words.
+
+Like plans: a check compiled once from the schema says "valid" for the common case; only a config it
+refuses goes through jsonschema, whose errors become one sentence per problem, each naming the key the
+way TOML writes it (`fleet.max_concurrency`, a section as `[fleet]`) with a hint: the closest known key
+or section, or the expected type.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from stellafleet.core.schemacheck import (
+    Check,
+    Path,
+    closest,
+    compile_check,
+    describe,
+    is_number,
+    run_check,
+    show,
+    suggest,
+)
+
+# The entry-point group pipelines are installed under (stellafleet.pipelines.GROUP; core cannot import it).
+PIPELINE_GROUP = "stella.pipelines"
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong, at a location in the config data; `text` is a sentence that names it."""
+
+    path: Path
+    text: str
+    keyword: str = ""
+
+
+@functools.cache
+def schema_text() -> str:
+    """The schema exactly as shipped (what `stella config schema` prints)."""
+    return resources.files("stellafleet").joinpath("core/config.schema.json").read_text(encoding="utf-8")
+
+
+@functools.cache
+def schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(schema_text())
+    return loaded
+
+
+@functools.cache
+def compiled_check() -> Check:
+    return compile_check(schema())
+
+
+@functools.cache
+def _validator() -> Any:
+    import jsonschema  # a tenth of a second to import: only for a config the compiled check refused
+
+    return jsonschema.Draft202012Validator(schema())
+
+
+def builtin_pipelines() -> list[str]:
+    """The pipelines whose tables the schema describes."""
+    return list(schema()["properties"]["pipelines"]["properties"])
+
+
+def problems(data: Any, *, installed: Callable[[], Iterable[str]] | None = None) -> list[Problem]:
+    """Every problem of one config table, in document order; [] when valid.
+
+    `installed`: the names of the installed pipelines, asked only when a [pipelines.NAME] table is for
+    a name the schema does not know; without it such tables are taken as written."""
+    found = [] if run_check(compiled_check(), data) else _schema_problems(data)
+    if installed is not None:
+        found += _unknown_pipelines(data, installed)
+    order = {path: index for index, path in enumerate(_paths(data))}
+    return sorted(found, key=lambda problem: _position(problem.path, order))
+
+
+def subtable_problems(data: Any, definition: str, path: Path) -> list[Problem]:
+    """The problems of one table checked against the schema's $defs/definition, as if found at path."""
+    wrapped = {"$ref": f"#/$defs/{definition}", "$defs": schema()["$defs"]}
+    if run_check(compile_check(wrapped), data):
+        return []
+    import jsonschema
+
+    errors = jsonschema.Draft202012Validator(wrapped).iter_errors(data)
+    return _unique(problem for error in errors for problem in _explain(error, path))
+
+
+def _schema_problems(data: Any) -> list[Problem]:
+    return _unique(problem for error in _validator().iter_errors(data) for problem in _explain(error, ()))
+
+
+def _unique(found: Iterable[Problem]) -> list[Problem]:
+    """One problem per location: a value that breaks several keywords is described once, as a whole."""
+    by_path: dict[Path, Problem] = {}
+    for problem in found:
+        by_path.setdefault(problem.path, problem)
+    return list(by_path.values())
+
+
+def _unknown_pipelines(data: Any, installed: Callable[[], Iterable[str]]) -> list[Problem]:
+    tables = data.get("pipelines") if isinstance(data, dict) else None
+    if not isinstance(tables, dict):
+        return []
+    builtin = builtin_pipelines()
+    names = [name for name in tables if name not in builtin]
+    if not names:
+        return []
+    known = sorted({*builtin, *installed()})
+    return [
+        Problem(
+            ("pipelines", name),
+            f"{location(('pipelines', name), table=True)} is not a built-in or installed pipeline"
+            + (suggest(name, known) or f" (pipelines: {', '.join(known)})"),
+            "pipeline",
+        )
+        for name in names
+        if name not in known
+    ]
+
+
+def location(path: Path, *, table: bool = False) -> str:
+    """A key as TOML writes it: `watch.poll_interval`, `prices."qwen2.5:14b"`; a section as `[watch]`."""
+    dotted = ".".join(toml_key(str(part)) for part in path)
+    return f"[{dotted}]" if table or len(path) == 1 else dotted
+
+
+def toml_key(key: str) -> str:
+    """One key as TOML writes it: bare when it can be, else quoted."""
+    return key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# jsonschema errors in plain words
+
+
+def _explain(error: Any, base: Path) -> Iterator[Problem]:
+    path: Path = (*base, *error.absolute_path)
+    keyword = error.validator
+    if keyword == "additionalProperties":
+        allowed = list(error.schema.get("properties", {}))
+        for key in error.instance:
+            if key not in allowed:
+                yield Problem((*path, key), _unknown_key((*path, key), allowed, error.schema), keyword)
+    elif keyword == "required":
+        for name in error.validator_value:
+            if name not in error.instance:
+                about = error.schema.get("properties", {}).get(name, {}).get("description")
+                text = f"{location((*path, name))} is missing" + (f": {about}" if about else "")
+                yield Problem((*path, name), text, keyword)
+    elif keyword in _VALUE_KEYWORDS:
+        yield Problem(path, f"{location(path)} must be {expected(error.schema)}, not {_got(error.instance)}")
+    else:  # a keyword added to the schema later: jsonschema's own words are still one clear line
+        yield Problem(path, f"{location(path)}: {error.message}")
+
+
+_VALUE_KEYWORDS = frozenset({"type", "enum", "minimum", "exclusiveMinimum", "pattern", "minLength"})
+
+
+def _unknown_key(path: Path, allowed: list[str], table: dict[str, Any]) -> str:
+    key = path[-1]
+    if len(path) == 1:
+        close = closest(key, allowed)
+        hint = f"did you mean [{close}]?" if close else f"sections: {', '.join(f'[{n}]' for n in allowed)}"
+        return f"{location(path)} is not a known section ({hint})"
+    if not allowed:
+        return f"{location(path)} is not a known key ({location(path[:-1], table=True)} takes no keys)"
+    # a key cut short ("input" for "input_per_mtok") is as likely a slip as a misspelt one
+    starting = [name for name in allowed if name.startswith(str(key))]
+    close = closest(key, allowed) or (starting[0] if len(starting) == 1 else None)
+    hint = f"did you mean {json.dumps(close)}?" if close else f"keys: {', '.join(allowed)}"
+    return f"{location(path)} is not a known key ({hint})"
+
+
+def expected(node: dict[str, Any]) -> str:
+    """What a value must be, in words, from its whole schema (its $ref resolved)."""
+    if "$ref" in node:
+        node = {**schema()["$defs"][node["$ref"].removeprefix("#/$defs/")], **node}
+        del node["$ref"]
+    if "enum" in node:
+        return "one of " + ", ".join(map(str, node["enum"]))
+    kinds = node.get("type", [])
+    return " or ".join(_kind_words(kind, node) for kind in ([kinds] if isinstance(kinds, str) else kinds))
+
+
+def _kind_words(kind: str, node: dict[str, Any]) -> str:
+    if kind in ("number", "integer"):
+        noun = "number" if kind == "number" else "whole number"
+        if node.get("exclusiveMinimum") == 0:
+            return f"a positive {noun}"
+        if "minimum" in node:
+            return f"a {noun} >= {node['minimum']:g}"
+        return f"a {noun}"
+    if kind == "string":
+        if node.get("pattern") == "\\S" or node.get("minLength", 0) > 0:
+            return "a non-empty string"
+        if "pattern" in node:
+            return "a name of letters, digits, '.', '_' and '-'"
+        return "a string"
+    if kind == "array":
+        items = node.get("items", {})
+        return "a list of strings" if items.get("type") == "string" else "a list"
+    return {"object": "a table", "boolean": "true or false"}.get(kind, kind)
+
+
+def _got(value: Any) -> str:
+    return show(value) if is_number(value) else describe(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# document order
+
+
+def _paths(data: Any, prefix: Path = ()) -> Iterator[Path]:
+    """Every location in data, in the order TOML read it."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield (*prefix, key)
+            yield from _paths(value, (*prefix, key))
+
+
+def _position(path: Path, order: dict[Path, int]) -> tuple[int, int]:
+    """Where path stands in the document (a missing key: right after its table)."""
+    for depth in range(len(path), -1, -1):
+        if path[:depth] in order:
+            return order[path[:depth]], len(path) - depth
+    return -1, len(path)

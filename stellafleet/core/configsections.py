@@ -1,0 +1,155 @@
+"""The config's sections as typed, frozen values: what the code reads instead of dotted-key lookups.
+
+Each is built from a table the schema (config.schema.json) has already accepted, so building only fills
+in defaults and turns numbers into the field's type. The defaults here are the schema's `default`s (a
+test holds the two to each other). Reached through Config: `config.fleet.max_concurrency`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# The built-in agent-CLI wrappers: their tables share one shape (binary, extra_args, model, max_turns).
+AGENT_PIPELINES = ("claude-code", "codex", "aider")
+BUILTIN_PIPELINES = ("plain", "command", *AGENT_PIPELINES)  # the ones config.schema.json describes
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """`[engine]`: the built-in engine. provider, base_url and api_key_env default from the model."""
+
+    provider: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    max_steps: int = 100
+    max_wall_seconds: float = 1800.0
+    max_output_tokens: int = 4096
+    request_timeout: float = 120.0
+    max_retries: int = 4
+    shell: bool = False
+    shell_timeout: float = 120.0
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """`[fleet]`: max_concurrency None leaves the width to the governor."""
+
+    pipeline: str = "plain"
+    max_concurrency: int | None = None
+    stop_grace: float = 5.0
+    fork_workers: bool = True
+
+
+@dataclass(frozen=True)
+class GovernorConfig:
+    """`[governor]`: the default fleet width from the machine's cores and free memory."""
+
+    workers_per_core: float = 1.0
+    memory_per_worker_gib: float = 1.0
+    max: int = 8
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    """`[watch]`: pushing branches and following their CI."""
+
+    poll_interval: float = 30.0
+    appear_timeout: float = 600.0
+    stall_timeout: float = 1200.0
+    total_timeout: float = 7200.0
+    remote: str = "origin"
+    force_push: bool = False
+    repo: str | None = None  # OWNER/NAME for gh when the remotes do not make it obvious
+
+
+@dataclass(frozen=True)
+class PriceConfig:
+    """`[prices."MODEL"]`: dollars per million tokens; cache prices None mean the input price."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+    cache_read_per_mtok: float | None = None
+    cache_write_per_mtok: float | None = None
+
+
+@dataclass(frozen=True)
+class CommandConfig:
+    """`[pipelines.command]`: a default command and per-task ones (`tasks`: task id -> command)."""
+
+    run: str | None = None
+    tasks: Mapping[str, str | None] = field(default_factory=lambda: MappingProxyType({}))
+
+    def command_for(self, task_id: str) -> str | None:
+        """The task's own command when configured, else the pipeline's; None when blank or unset."""
+        own = self.tasks.get(task_id)
+        command = own if own is not None else self.run
+        return command if command is not None and command.strip() else None
+
+
+@dataclass(frozen=True)
+class AgentCliConfig:
+    """`[pipelines.NAME]` of an agent-CLI wrapper; binary None means the wrapper's own default."""
+
+    binary: str | None = None
+    extra_args: tuple[str, ...] = ()
+    model: str | None = None
+    max_turns: int | None = None
+
+
+@dataclass(frozen=True)
+class PipelinesConfig:
+    """`[pipelines.*]`: the built-in tables typed; third-party pipelines' tables (`plugins`) as written."""
+
+    command: CommandConfig = field(default_factory=CommandConfig)
+    agents: Mapping[str, AgentCliConfig] = field(default_factory=lambda: MappingProxyType({}))
+    plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def agent(self, name: str) -> AgentCliConfig:
+        return self.agents.get(name) or AgentCliConfig()
+
+
+# ---------------------------------------------------------------------------------------------
+# building from checked tables
+
+_CONVERT: dict[str, Any] = {
+    "float": float,
+    "float | None": float,
+    "int": int,
+    "int | None": int,
+    "tuple[str, ...]": lambda value: tuple(shlex.split(value) if isinstance(value, str) else value),
+}
+
+
+def build(kind: type[T], table: Mapping[str, Any]) -> T:
+    """kind from a checked table: its keys are kind's fields, values of the schema's type."""
+    values: dict[str, Any] = {}
+    for spec in fields(kind):  # type: ignore[arg-type]
+        if spec.name in table:
+            convert = _CONVERT.get(str(spec.type))
+            values[spec.name] = convert(table[spec.name]) if convert else table[spec.name]
+    return kind(**values)
+
+
+def build_prices(table: Mapping[str, Any]) -> Mapping[str, PriceConfig]:
+    return MappingProxyType({model: build(PriceConfig, prices) for model, prices in table.items()})
+
+
+def build_pipelines(table: Mapping[str, Any]) -> PipelinesConfig:
+    command = table.get("command", {})
+    tasks = {task_id: own.get("run") for task_id, own in command.get("tasks", {}).items()}
+    return PipelinesConfig(
+        command=CommandConfig(run=command.get("run"), tasks=MappingProxyType(tasks)),
+        agents=MappingProxyType(
+            {name: build(AgentCliConfig, table[name]) for name in AGENT_PIPELINES if name in table}
+        ),
+        plugins=MappingProxyType(
+            {name: dict(own) for name, own in table.items() if name not in BUILTIN_PIPELINES}
+        ),
+    )
