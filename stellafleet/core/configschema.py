@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path as FilePath
 from typing import Any
 
 from stellafleet.core.schemacheck import (
@@ -45,7 +45,8 @@ class Problem:
 @functools.cache
 def schema_text() -> str:
     """The schema exactly as shipped (what `stella config schema` prints)."""
-    return resources.files("stellafleet").joinpath("core/config.schema.json").read_text(encoding="utf-8")
+    # read beside this module: importlib.resources would cost a worker more than the whole check
+    return (FilePath(__file__).parent / "config.schema.json").read_text(encoding="utf-8")
 
 
 @functools.cache
