@@ -130,7 +130,10 @@ def _unknown_pipelines(data: Any, installed: Callable[[], Iterable[str]]) -> lis
 
 def location(path: Path, *, table: bool = False) -> str:
     """A key as TOML writes it: `watch.poll_interval`, `prices."qwen2.5:14b"`; a section as `[watch]`."""
-    dotted = ".".join(toml_key(str(part)) for part in path)
+    if not path:
+        return "the config"
+    dotted = ".".join(toml_key(str(part)) for part in path if not isinstance(part, int))
+    dotted += "".join(f"[{part}]" for part in path if isinstance(part, int))  # a list item: only last
     return f"[{dotted}]" if table or len(path) == 1 else dotted
 
 
