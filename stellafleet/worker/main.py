@@ -112,16 +112,12 @@ def _config_variables() -> tuple[str, ...]:
 def _layers(env: Mapping[str, str]) -> tuple[str, ...] | None:
     """The files load_config reads for env (the user file, then STELLA_CONFIG or the repository's own);
     None when one is relative (to the worker's directory, not the launcher's: the worker loads it)."""
-    from stellafleet.core.config import user_config_file
+    from stellafleet.core.config import config_files
 
     root = env.get("STELLA_ROOT")
     if not root:
         return None
-    config_file = env.get("STELLA_CONFIG")
-    files = (
-        user_config_file(env),
-        Path(config_file) if config_file else Path(root) / ".stella" / "config.toml",
-    )
+    files = [file.path for file in config_files(Path(root), env=env)]
     return tuple(str(path) for path in files) if all(path.is_absolute() for path in files) else None
 
 
