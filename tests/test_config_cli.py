@@ -15,7 +15,7 @@ from stellafleet.core.paths import StatePaths
 REPO = Path(__file__).resolve().parent.parent
 
 
-def write_config(path: Path, text: str) -> Path:
+def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
@@ -30,14 +30,14 @@ def refused(result: subprocess.CompletedProcess[str], *problems: str) -> None:
 
 
 def test_an_unknown_key_stops_the_fleet_before_anything_runs(git_repo: Path, stella: StellaRunner) -> None:
-    config = write_config(git_repo / ".stella/config.toml", "[fleet]\nmax_concurency = 4\n")
+    config = write(git_repo / ".stella/config.toml", "[fleet]\nmax_concurency = 4\n")
     result = stella("fleet", "--pipeline", "command", "Fix the tests", cwd=git_repo)
     refused(result, f'{config}: fleet.max_concurency is not a known key (did you mean "max_concurrency"?)')
     assert not StatePaths(git_repo).fleet_db.exists()
 
 
 def test_a_wrong_type_names_the_expected_type(git_repo: Path, stella: StellaRunner) -> None:
-    config = write_config(git_repo / ".stella/config.toml", '[watch]\npoll_interval = "30s"\n')
+    config = write(git_repo / ".stella/config.toml", '[watch]\npoll_interval = "30s"\n')
     refused(
         stella("config", "show", cwd=git_repo),
         f'{config}: watch.poll_interval must be a positive number, not a string ("30s")',
@@ -45,7 +45,7 @@ def test_a_wrong_type_names_the_expected_type(git_repo: Path, stella: StellaRunn
 
 
 def test_an_unknown_section_gets_the_closest_one(git_repo: Path, stella: StellaRunner) -> None:
-    config = write_config(git_repo / ".stella/config.toml", "[governer]\nmax = 4\n")
+    config = write(git_repo / ".stella/config.toml", "[governer]\nmax = 4\n")
     refused(
         stella("run", "Fix the tests", cwd=git_repo),
         f"{config}: [governer] is not a known section (did you mean [governor]?)",
@@ -55,10 +55,8 @@ def test_an_unknown_section_gets_the_closest_one(git_repo: Path, stella: StellaR
 def test_every_problem_of_every_file_at_once(
     git_repo: Path, isolated_home: Path, tmp_path: Path, stella: StellaRunner
 ) -> None:
-    user = write_config(isolated_home / ".config/stella/config.toml", "[engine]\nshell = 1\n")
-    given = write_config(
-        tmp_path / "ci.toml", '[fleet]\nfork_workers = "no"\n[prices."m"]\ninput_per_mtok = 1\n'
-    )
+    user = write(isolated_home / ".config/stella/config.toml", "[engine]\nshell = 1\n")
+    given = write(tmp_path / "ci.toml", '[fleet]\nfork_workers = "no"\n[prices."m"]\ninput_per_mtok = 1\n')
     refused(
         stella("--config", str(given), "pipelines", cwd=git_repo, env={"STELLA_PROVIDER": "gemini"}),
         f"{user}: engine.shell must be true or false, not 1",
@@ -72,14 +70,14 @@ def test_a_pipeline_table_needs_a_built_in_or_installed_pipeline(
     git_repo: Path, tmp_path: Path, stella: StellaRunner
 ) -> None:
     site = tmp_path / "site"  # an installed plugin, as an installer lays it out (it need not import)
-    write_config(
+    write(
         site / "notes_plugin-1.0.dist-info/METADATA",
         "Metadata-Version: 2.1\nName: notes-plugin\nVersion: 1.0\n",
     )
-    write_config(
+    write(
         site / "notes_plugin-1.0.dist-info/entry_points.txt", "[stella.pipelines]\nnotes = notes:Pipeline\n"
     )
-    config = write_config(
+    config = write(
         git_repo / ".stella/config.toml", '[pipelines.notes]\nfolder = "notes"\nanything = [1, 2]\n'
     )
     shown = stella("config", "show", "--json", cwd=git_repo, env={"PYTHONPATH": str(site)})
@@ -90,7 +88,7 @@ def test_a_pipeline_table_needs_a_built_in_or_installed_pipeline(
         f"{config}: [pipelines.notes] is not a built-in or installed pipeline "
         "(pipelines: aider, claude-code, codex, command, plain)",
     )
-    write_config(config, "[pipelines.codx]\n")
+    write(config, "[pipelines.codx]\n")
     refused(
         stella("config", "show", cwd=git_repo),
         f'{config}: [pipelines.codx] is not a built-in or installed pipeline (did you mean "codex"?)',
@@ -100,8 +98,8 @@ def test_a_pipeline_table_needs_a_built_in_or_installed_pipeline(
 def test_show_says_where_each_value_came_from(
     git_repo: Path, isolated_home: Path, stella: StellaRunner
 ) -> None:
-    user = write_config(isolated_home / ".config/stella/config.toml", '[engine]\nmodel = "user-model"\n')
-    project = write_config(
+    user = write(isolated_home / ".config/stella/config.toml", '[engine]\nmodel = "user-model"\n')
+    project = write(
         git_repo / ".stella/config.toml",
         '[engine]\nmax_steps = 7\n[pipelines.command]\nrun = "make fix"\n[prices."qwen2.5:14b"]\n'
         "input_per_mtok = 0\noutput_per_mtok = 0\n",
@@ -135,8 +133,8 @@ def test_show_says_where_each_value_came_from(
 def test_show_reads_the_file_given_with_config_instead_of_the_projects(
     git_repo: Path, tmp_path: Path, stella: StellaRunner
 ) -> None:
-    write_config(git_repo / ".stella/config.toml", "[fleet]\nmax_concurrency = 2\n")
-    given = write_config(tmp_path / "other.toml", "[fleet]\nmax_concurrency = 5\n")
+    write(git_repo / ".stella/config.toml", "[fleet]\nmax_concurrency = 2\n")
+    given = write(tmp_path / "other.toml", "[fleet]\nmax_concurrency = 5\n")
     result = stella("--config", str(given), "config", "show", "--json", cwd=git_repo)
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)

@@ -86,13 +86,22 @@ def problems(data: Any, *, installed: Callable[[], Iterable[str]] | None = None)
 
 def subtable_problems(data: Any, definition: str, path: Path) -> list[Problem]:
     """The problems of one table checked against the schema's $defs/definition, as if found at path."""
-    wrapped = {"$ref": f"#/$defs/{definition}", "$defs": schema()["$defs"]}
-    if run_check(compile_check(wrapped), data):
+    if run_check(_definition_check(definition), data):
         return []
     import jsonschema
 
-    errors = jsonschema.Draft202012Validator(wrapped).iter_errors(data)
+    errors = jsonschema.Draft202012Validator(_definition(definition)).iter_errors(data)
     return _unique(problem for error in errors for problem in _explain(error, path))
+
+
+@functools.cache
+def _definition(definition: str) -> dict[str, Any]:
+    return {"$ref": f"#/$defs/{definition}", "$defs": schema()["$defs"]}
+
+
+@functools.cache
+def _definition_check(definition: str) -> Check:
+    return compile_check(_definition(definition))
 
 
 def _schema_problems(data: Any) -> list[Problem]:
