@@ -25,6 +25,8 @@ import psutil
 if TYPE_CHECKING:
     from stellafleet.worker.launcher import Launcher
 
+from stellafleet.proc.group import signal_group
+
 UNKNOWN_STATUS = 255  # an exit whose status nobody could read (its reaper went away)
 REPORT_WAIT_S = 5.0
 
@@ -229,8 +231,7 @@ class ProcessTree:
                 continue
         if self._exit is None and (self.popen is not None or self._root_running()):
             # While the unreaped root holds its pid, the group id cannot belong to anyone else.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, sig)
+            signal_group(self.pid, sig)
 
     def close(self) -> None:
         if self._pidfd is not None:
