@@ -16,7 +16,7 @@ from conftest import run_stella
 
 from stellafleet.core.paths import StatePaths
 from stellafleet.git import gitops
-from stellafleet.git.clean import pid_alive
+from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import add_run, sample_task
 

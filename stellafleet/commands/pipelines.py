@@ -11,7 +11,7 @@ from typing import Any
 from stellafleet import pipelines
 from stellafleet.core.config import Config, load_config
 from stellafleet.core.errors import EXIT_OK, StellaError
-from stellafleet.pipelines.support import AgentCliPipeline, find_cli
+from stellafleet.pipelines.agentcli import AgentCliPipeline, find_cli
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

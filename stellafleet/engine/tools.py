@@ -9,9 +9,7 @@ No tool touches the whole tree: there is no checkout, reset, stash, clean, `add 
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -21,6 +19,7 @@ from stellafleet.engine.messages import ToolSpec
 from stellafleet.engine.tooldef import Tool, param
 from stellafleet.engine.workspace import Workspace
 from stellafleet.git import gitops
+from stellafleet.proc.group import stop_group
 
 Committer = Callable[[list[str], str], str]  # (paths, message) -> commit SHA
 
@@ -366,8 +365,7 @@ class Toolbox:
             try:
                 stdout, stderr = proc.communicate(timeout=self.shell_timeout)
             except BaseException as exc:  # the timeout, or Ctrl-C on `stella run`
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                stop_group(proc.pid, grace_s=0)  # at once: nothing to wait for
                 proc.communicate()
                 if isinstance(exc, subprocess.TimeoutExpired):
                     raise ToolFailure(

@@ -20,20 +20,11 @@ from typing import Any, ClassVar
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
+from stellafleet.pipelines.agentenv import scratch_dir
 from stellafleet.pipelines.base import PipelineResult, SpendReporter, TallySpend
-from stellafleet.pipelines.support import (
-    AgentCliPipeline,
-    CliRun,
-    crash_text,
-    failed,
-    json_line,
-    model_for,
-    money,
-    run_agent,
-    scratch_dir,
-    short,
-    timeout_text,
-)
+from stellafleet.pipelines.clirun import CliRun, run_agent
+from stellafleet.pipelines.support import crash_text, failed, json_line, money, short, timeout_text
 
 CLI = "aider"
 APPLIED = re.compile(r"^Applied edit to (?P<path>.+?)\s*$")

@@ -16,20 +16,17 @@ from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
+from stellafleet.pipelines.agentenv import agent_prompt, scratch_dir
 from stellafleet.pipelines.base import PipelineResult, SpendReporter
 from stellafleet.pipelines.claude_hook import HookContext, hook_settings
+from stellafleet.pipelines.clirun import CliRun, run_agent
 from stellafleet.pipelines.support import (
-    AgentCliPipeline,
-    CliRun,
-    agent_prompt,
     crash_text,
     failed,
     json_line,
-    model_for,
     money,
     parse_failure,
-    run_agent,
-    scratch_dir,
     short,
     timeout_text,
 )

@@ -16,18 +16,16 @@ from typing import Any, ClassVar
 from stellafleet.core.config import Config
 from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_price_message
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
+from stellafleet.pipelines.agentenv import agent_prompt
 from stellafleet.pipelines.base import PipelineResult, SpendReporter, TallySpend
+from stellafleet.pipelines.clirun import CliRun, run_agent
 from stellafleet.pipelines.support import (
-    AgentCliPipeline,
-    CliRun,
-    agent_prompt,
     crash_text,
     failed,
     json_line,
-    model_for,
     money,
     parse_failure,
-    run_agent,
     short,
     timeout_text,
 )

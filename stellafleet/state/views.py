@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.core.errors import StellaError
-from stellafleet.git.clean import pid_alive
+from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 
 TASK_OUTCOMES = ("succeeded", "failed", "skipped", "running", "pending", "interrupted")
