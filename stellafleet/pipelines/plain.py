@@ -12,6 +12,7 @@ from stellafleet.core.clock import Clock
 from stellafleet.core.config import Config
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.pricing import Pricer, price_for, unknown_price_message
+from stellafleet.core.spend import SpendReporter
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.clients import make_client
 from stellafleet.engine.loop import Engine, EngineOutcome, EventSink, system_prompt
@@ -21,7 +22,7 @@ from stellafleet.engine.settings import DEFAULT_KEY_ENV, EngineSettings, load_se
 from stellafleet.engine.tools import Committer, Toolbox
 from stellafleet.engine.transcript import Transcript
 from stellafleet.engine.workspace import ClaimFn, Workspace
-from stellafleet.pipelines.base import PipelineResult, SpendReporter
+from stellafleet.pipelines.base import PipelineResult
 
 SPEND_ENV = ("STELLA_SPEND_LIMIT", "STELLA_SPEND_GUARD")
 _HOW_TO_PRICE = 'set [prices."MODEL"] input_per_mtok and output_per_mtok in .stella/config.toml'

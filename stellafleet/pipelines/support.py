@@ -28,6 +28,7 @@ from typing import Any, ClassVar, TextIO
 
 from stellafleet.core.config import Config
 from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.spend import money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc.tree import signal_description
@@ -411,7 +412,7 @@ def failed(summary: str, *, error: str | None = None, **totals: Any) -> Pipeline
 
 
 def timeout_text(cli: str, timeout_s: float | None, spent_usd: float | None = None) -> str:
-    spent = "" if spent_usd is None else f" ({money(spent_usd)} spent)"
+    spent = "" if spent_usd is None else f" ({money(spent_usd, precise=True)} spent)"
     return f"{cli} did not finish within the task timeout of {timeout_s:g}s and was stopped{spent}"
 
 
@@ -448,7 +449,3 @@ def json_line(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def money(usd: float) -> str:
-    return f"${usd:.4f}".rstrip("0").rstrip(".") if usd else "$0"
