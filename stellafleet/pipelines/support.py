@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any, TextIO
 
+from stellafleet.core.spend import money
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun
 
@@ -15,7 +16,7 @@ def failed(summary: str, *, error: str | None = None, **totals: Any) -> Pipeline
 
 
 def timeout_text(cli: str, timeout_s: float | None, spent_usd: float | None = None) -> str:
-    spent = "" if spent_usd is None else f" ({money(spent_usd)} spent)"
+    spent = "" if spent_usd is None else f" ({money(spent_usd, precise=True)} spent)"
     return f"{cli} did not finish within the task timeout of {timeout_s:g}s and was stopped{spent}"
 
 
@@ -52,7 +53,3 @@ def json_line(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def money(usd: float) -> str:
-    return f"${usd:.4f}".rstrip("0").rstrip(".") if usd else "$0"
