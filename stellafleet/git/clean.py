@@ -15,7 +15,7 @@ from typing import Any
 
 from stellafleet.core.errors import GitError
 from stellafleet.core.paths import StatePaths
-from stellafleet.git import gitops
+from stellafleet.git import gitops, worktrees
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 
@@ -143,7 +143,7 @@ class Cleaner:
 
     def sweep_worktrees(self, recorded: dict[str, _Owner]) -> None:
         managed = self.paths.worktrees.resolve()
-        registered = {wt.path.resolve(): wt for wt in gitops.worktree_list(self.root)}
+        registered = {wt.path.resolve(): wt for wt in worktrees.worktree_list(self.root)}
         for raw, owner in recorded.items():
             path = Path(raw) if Path(raw).is_absolute() else self.root / raw
             path = path.resolve()
@@ -173,7 +173,7 @@ class Cleaner:
             reason = f"uncommitted changes ({len(dirty)}) discarded by --force" if dirty else "clean worktree"
             if not self.report.dry_run:
                 try:
-                    gitops.worktree_remove(self.root, path, force=bool(dirty) or not path.exists())
+                    worktrees.worktree_remove(self.root, path, force=bool(dirty) or not path.exists())
                 except GitError as exc:
                     self._decide(owner, "worktree", shown, False, f"git refused: {exc}")
                     continue
@@ -191,7 +191,7 @@ class Cleaner:
 
     def sweep_branches(self, recorded: dict[str, _Owner]) -> None:
         checked_out = {
-            wt.branch: wt.path.resolve() for wt in gitops.worktree_list(self.root) if wt.branch is not None
+            wt.branch: wt.path.resolve() for wt in worktrees.worktree_list(self.root) if wt.branch is not None
         }
         for branch, owner in recorded.items():
             if not branch.startswith(BRANCH_PREFIX) or not gitops.branch_exists(self.root, branch):

@@ -22,7 +22,7 @@ from typing import Any
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import gitops
+from stellafleet.git import gitops, worktrees
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.plan.model import PlanTask
 from stellafleet.proc.tree import Exit, ProcessTree
@@ -120,7 +120,7 @@ def workspace_for(root: Path, run_id: str, task: PlanTask) -> Workspace:
     """The repository root for shared tasks; `.stella/worktrees/<slug>-<hash>` on `fleet/...` otherwise."""
     if task.isolation != "isolated":
         return Workspace(root, None)
-    name = gitops.isolated_name(run_id, task.id)
+    name = worktrees.isolated_name(run_id, task.id)
     return Workspace(StatePaths(root).worktrees / name, f"fleet/{name}")
 
 
@@ -289,7 +289,7 @@ class Dispatcher:
             self.claims.acquire(claim_keys(settings.root, workspace, task.claims), holder)
         if workspace.isolated:
             assert workspace.branch is not None
-            gitops.worktree_add(settings.root, workspace.path, workspace.branch, settings.base_commit)
+            worktrees.worktree_add(settings.root, workspace.path, workspace.branch, settings.base_commit)
             self.ledger.set_task_workspace(settings.run_id, task.id, workspace.branch, str(workspace.path))
         ctx = WorkerContext(
             root=settings.root,
