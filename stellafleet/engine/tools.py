@@ -82,7 +82,10 @@ class Toolbox:
         return _truncate(tool.run(tool.check(args)))
 
     def _standard(self) -> list[Tool]:
-        s, i, b, a = "string", "integer", "boolean", "array"
+        return [*self._file_tools(), *self._search_and_git_tools()]
+
+    def _file_tools(self) -> list[Tool]:
+        s, i, b = "string", "integer", "boolean"
         path = param(s, "a path relative to the workspace")
         return [
             Tool(
@@ -125,6 +128,11 @@ class Toolbox:
                 (),
                 self.list_dir,
             ),
+        ]
+
+    def _search_and_git_tools(self) -> list[Tool]:
+        s, b, a = "string", "boolean", "array"
+        return [
             Tool(
                 "glob",
                 "Find files by glob pattern (`*` stays within a directory, `**/` crosses directories), "
