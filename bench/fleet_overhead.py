@@ -16,7 +16,7 @@ The breakdown of stella's figure comes from the last run's own ledger (when the 
 started and ended, each worker's CPU time, which includes its command's shell), from the CPU time of the
 whole process tree, and from the ledger writes of one task timed alone on a ledger of the same size.
 
-A second figure times one isolated task's worktree creation (the gitops call the dispatcher makes)
+A second figure times one isolated task's worktree creation (the worktrees call the dispatcher makes)
 against a raw `git worktree add` on a repository of many files.
 
     python bench/fleet_overhead.py [--tasks 200] [--concurrency 8] [--files 20000] [--repeat 3]
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stellafleet.core.paths import StatePaths
-from stellafleet.git import gitops
+from stellafleet.git import gitops, worktrees
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
 
@@ -363,8 +363,8 @@ def bench_worktree(work: Path, files: int, repeat: int) -> dict[str, float]:
         sh("git", "worktree", "add", "-q", "-b", f"raw/{n}", str(trees / f"raw-{n}"), base, cwd=repo)
 
     def ours() -> None:
-        name = gitops.isolated_name(f"r-bench-{next(counter)}", "docs")
-        gitops.worktree_add(repo, trees / name, f"fleet/{name}", base)
+        name = worktrees.isolated_name(f"r-bench-{next(counter)}", "docs")
+        worktrees.worktree_add(repo, trees / name, f"fleet/{name}", base)
 
     raw_times, our_times = [], []
     for _ in range(repeat):  # interleaved, so load and cache swings hit both alike
@@ -419,9 +419,9 @@ def main() -> None:
         if not args.skip_worktree:
             w = bench_worktree(work, args.files, args.repeat)
             print(f"worktree: one isolated task's, {args.files}-file repository (median of {args.repeat})")
-            print(f"  git worktree add      {w['raw']:6.3f} s")
+            print(f"  git worktree add        {w['raw']:6.3f} s")
             print(
-                f"  gitops.worktree_add   {w['stella']:6.3f} s  {w['ratio']:.2f}x raw git "
+                f"  worktrees.worktree_add  {w['stella']:6.3f} s  {w['ratio']:.2f}x raw git "
                 f"(per-run ratios {w['ratio_min']:.2f}-{w['ratio_max']:.2f})"
             )
 

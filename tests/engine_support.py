@@ -11,9 +11,10 @@ from fleet_support import RUN, worker_context
 
 from stellafleet.core.clock import FakeClock
 from stellafleet.core.config import Config
+from stellafleet.core.spend import NullSpend
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops
-from stellafleet.pipelines.base import NullSpend, PipelineResult
+from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.plain import PlainPipeline
 from stellafleet.plan.model import PlanTask
 from stellafleet.state.ledger import Ledger

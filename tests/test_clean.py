@@ -15,8 +15,8 @@ import pytest
 from conftest import run_stella
 
 from stellafleet.core.paths import StatePaths
-from stellafleet.git import gitops
-from stellafleet.git.clean import pid_alive
+from stellafleet.git import gitops, worktrees
+from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import add_run, sample_task
 
@@ -52,7 +52,7 @@ class Scene:
         return set(gitops.branches_matching(self.repo, "*"))
 
     def worktrees(self) -> set[Path]:
-        return {wt.path.resolve() for wt in gitops.worktree_list(self.repo)}
+        return {wt.path.resolve() for wt in worktrees.worktree_list(self.repo)}
 
     def cleanups(self) -> list[dict[str, object]]:
         with Ledger.open(StatePaths(self.repo).fleet_db, readonly=True) as ledger:
@@ -60,9 +60,9 @@ class Scene:
 
 
 def _isolated(repo: Path, run_id: str, task_id: str) -> Workspace:
-    name = gitops.isolated_name(run_id, task_id)
+    name = worktrees.isolated_name(run_id, task_id)
     path = StatePaths(repo).worktrees / name
-    gitops.worktree_add(repo, path, f"fleet/{name}", gitops.head_commit(repo))
+    worktrees.worktree_add(repo, path, f"fleet/{name}", gitops.head_commit(repo))
     return Workspace(task_id, f"fleet/{name}", path)
 
 

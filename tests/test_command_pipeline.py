@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from stellafleet.core.config import Config
+from stellafleet.core.spend import NullSpend
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines import load
-from stellafleet.pipelines.base import NullSpend
 from stellafleet.pipelines.command import RESULT_ENV, CommandPipeline, command_for
 
 

@@ -16,7 +16,7 @@ from plumbum import local
 from stellafleet.core.errors import ClaimConflict, GitError, StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import gitops
+from stellafleet.git import gitops, index, worktrees
 from stellafleet.git.lane import commit_paths
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
@@ -162,7 +162,7 @@ def test_a_deleted_path_is_committed_as_a_deletion(repo: Path) -> None:
 
 
 def test_head_moving_under_the_commit_is_a_clear_error(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_commit_tree = gitops.commit_tree
+    real_commit_tree = index.commit_tree
 
     def commit_tree_then_someone_else_commits(root: Path, tree: str, parent: str | None, message: str) -> str:
         made = real_commit_tree(root, tree, parent, message)
@@ -170,13 +170,13 @@ def test_head_moving_under_the_commit_is_a_clear_error(repo: Path, monkeypatch: 
         return made
 
     (repo / "a.txt").write_text("worker\n")
-    monkeypatch.setattr(gitops, "commit_tree", commit_tree_then_someone_else_commits)
+    monkeypatch.setattr(index, "commit_tree", commit_tree_then_someone_else_commits)
     with pytest.raises(GitError, match=r"HEAD moved while committing .*nothing was committed: try again"):
         commit_paths(context(repo), ["a.txt"], "Worker change")
     assert sh("git", "log", "-1", "--format=%s", cwd=repo).strip() == "someone else"
     assert sh("git", "status", "--porcelain", cwd=repo).splitlines() == [" M a.txt"]  # left for a retry
     assert recorded_commits(repo) == []
-    monkeypatch.setattr(gitops, "commit_tree", real_commit_tree)
+    monkeypatch.setattr(index, "commit_tree", real_commit_tree)
     sha = commit_paths(context(repo), ["a.txt"], "Worker change, again")  # the lane was released
     assert changed(repo, sha) == ["M\ta.txt"]
 
@@ -225,7 +225,7 @@ def test_a_path_another_live_worker_holds_is_refused(repo: Path) -> None:
 def test_isolated_worktree_commits_on_its_branch_without_the_lane(repo: Path) -> None:
     start_run(repo)
     tree = repo / ".stella/worktrees/docs-0123456789abcdef"
-    gitops.worktree_add(repo, tree, "fleet/docs-0123456789abcdef", head(repo))
+    worktrees.worktree_add(repo, tree, "fleet/docs-0123456789abcdef", head(repo))
     main_before = head(repo)
     (tree / "a.txt").write_text("isolated work\n")
     (tree / "b.txt").unlink()

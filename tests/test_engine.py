@@ -16,7 +16,7 @@ from engine_support import (
     transcript_records,
 )
 
-from stellafleet.git import gitops
+from stellafleet.git import gitops, worktrees
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.model_server import ScriptedModelServer
 
@@ -212,7 +212,7 @@ def test_isolated_worktree_commits_land_on_its_own_branch(tmp_path: Path) -> Non
     root = make_repo(tmp_path / "repo")
     base = gitops.head_commit(root)
     tree = root / ".stella/worktrees/iso-0123456789abcdef"
-    gitops.worktree_add(root, tree, "fleet/iso-0123456789abcdef", base)
+    worktrees.worktree_add(root, tree, "fleet/iso-0123456789abcdef", base)
     ctx = replace(
         make_context(root), workspace=tree, isolation="isolated", branch="fleet/iso-0123456789abcdef"
     )

@@ -10,17 +10,14 @@ import pytest
 from stellafleet.core.clock import FakeClock
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
-from stellafleet.engine.clients import (
-    HttpTransport,
-    _anthropic_url,
-    _openai_url,
-    make_client,
-    retry_after_seconds,
-)
+from stellafleet.engine.anthropic import _anthropic_url
+from stellafleet.engine.clients import make_client
 from stellafleet.engine.errors import EngineError
 from stellafleet.engine.messages import UserText
+from stellafleet.engine.openai import _openai_url
 from stellafleet.engine.redact import Redactor
 from stellafleet.engine.settings import is_loopback, load_settings, settings_problems
+from stellafleet.engine.transport import HttpTransport, retry_after_seconds
 from stellafleet.testing.model_server import ScriptedModelServer
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC).timestamp()

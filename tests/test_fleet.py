@@ -11,7 +11,7 @@ from pathlib import Path
 from conftest import StellaRunner, git
 from fleet_support import Scripts, by_id, file_locks, run_record, wait_for, write_config
 
-from stellafleet.git import gitops
+from stellafleet.git import gitops, worktrees
 
 EXAMPLE_PLAN = Path(__file__).resolve().parent.parent / "examples" / "feature-buildout.toml"
 
@@ -132,7 +132,7 @@ def test_feature_buildout_runs_in_three_waves_with_docs_isolated_from_the_pinned
     assert start["reader"] < end["writer"] and start["writer"] < end["reader"]
 
     # docs ran in its own worktree, on its own branch, from the pinned base (HEAD moved meanwhile)
-    digest = gitops.task_hash(run_id, "docs")
+    digest = worktrees.task_hash(run_id, "docs")
     worktree = git_repo / ".stella" / "worktrees" / f"docs-{digest}"
     assert re.fullmatch(r"[0-9a-f]{16}", digest)
     assert tasks["docs"]["branch"] == f"fleet/docs-{digest}"
@@ -331,13 +331,13 @@ def test_isolated_tasks_of_one_wave_get_their_own_worktrees_and_branches_at_once
     for n in range(4):
         task = tasks[f"iso-{n}"]
         branch = task["branch"]
-        assert branch == f"fleet/iso-{n}-{gitops.task_hash(record['run']['id'], f'iso-{n}')}"
+        assert branch == f"fleet/iso-{n}-{worktrees.task_hash(record['run']['id'], f'iso-{n}')}"
         assert git("show", f"{branch}:variant.txt", cwd=git_repo) == f"variant {n}\n"
         recorded = [c for c in record["commits"] if c["task_id"] == f"iso-{n}"]
         assert [c["message"] for c in recorded] == [f"variant {n}", "second"]  # base..branch, oldest first
         assert {c["branch"] for c in recorded} == {branch}
     assert gitops.head_commit(git_repo) == base  # the user's checkout is untouched
-    assert len(gitops.worktree_list(git_repo)) == 5
+    assert len(worktrees.worktree_list(git_repo)) == 5
 
 
 def test_a_pipeline_without_a_transcript_leaves_no_dead_transcript_path(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stellafleet.core.errors import GitError, StellaError
-from stellafleet.git import gitops
+from stellafleet.git import gitops, worktrees
 
 
 def sh(*args: str, cwd: Path) -> str:
@@ -61,26 +61,26 @@ def test_exclude_is_written_once_and_never_to_a_tracked_file(repo: Path) -> None
 
 
 def test_isolated_names_are_stable_and_distinct() -> None:
-    name = gitops.isolated_name("r-1", "docs")
+    name = worktrees.isolated_name("r-1", "docs")
     assert name.startswith("docs-") and len(name.split("-")[-1]) == 16
-    assert gitops.isolated_name("r-1", "docs") == name
-    assert gitops.isolated_name("r-2", "docs") != name
-    assert gitops.slugify("Fix: the /weird/ name!") == "fix-the-weird-name"
+    assert worktrees.isolated_name("r-1", "docs") == name
+    assert worktrees.isolated_name("r-2", "docs") != name
+    assert worktrees.slugify("Fix: the /weird/ name!") == "fix-the-weird-name"
 
 
 def test_worktree_lifecycle_and_commits_between(repo: Path) -> None:
     base = gitops.head_commit(repo)
     path = repo / ".stella/worktrees/docs-x"
-    gitops.worktree_add(repo, path, "fleet/docs-x", base)
+    worktrees.worktree_add(repo, path, "fleet/docs-x", base)
     (path / "doc.md").write_text("doc\n")
     sh("git", "add", "doc.md", cwd=path)
     sh("git", "commit", "-qm", "write the doc", cwd=path)
     commits = gitops.commits_between(repo, base, "fleet/docs-x")
     assert [c.message for c in commits] == ["write the doc"]
-    assert any(t.branch == "fleet/docs-x" and t.path == path for t in gitops.worktree_list(repo))
+    assert any(t.branch == "fleet/docs-x" and t.path == path for t in worktrees.worktree_list(repo))
     assert gitops.branches_matching(repo, "fleet/*") == ["fleet/docs-x"]
     assert not gitops.is_ancestor(repo, commits[0].sha, "main")
-    gitops.worktree_remove(repo, path)
+    worktrees.worktree_remove(repo, path)
     gitops.branch_delete(repo, "fleet/docs-x", force=True)
     assert gitops.branches_matching(repo, "fleet/*") == []
 

@@ -11,7 +11,8 @@ import pytest
 
 from stellafleet.core.errors import StellaError
 from stellafleet.plan.model import PlanTask
-from stellafleet.state.ledger import LEDGER_SCHEMA, Ledger
+from stellafleet.state.ledger import Ledger
+from stellafleet.state.ledger_schema import LEDGER_SCHEMA
 from stellafleet.testing.sample_ledger import StepClock, add_run
 
 DOC_QUERY = (

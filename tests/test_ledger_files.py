@@ -13,7 +13,8 @@ import pytest
 from spawn_support import run_together
 
 from stellafleet.core.errors import StellaError
-from stellafleet.state.ledger import LEDGER_SCHEMA, Ledger
+from stellafleet.state.ledger import Ledger
+from stellafleet.state.ledger_schema import LEDGER_SCHEMA
 from stellafleet.state.sqlitefile import Schema, open_database
 from stellafleet.testing.sample_ledger import add_run
 

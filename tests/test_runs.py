@@ -14,7 +14,7 @@ import pytest
 from conftest import run_stella
 
 from stellafleet.core.paths import StatePaths
-from stellafleet.git import gitops
+from stellafleet.git import gitops, worktrees
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import build_sample_ledger
 
@@ -173,6 +173,6 @@ def test_inside_a_fleet_worktree_the_main_trees_ledger_is_read(repo: Path, ids: 
         cwd=repo,
     )
     linked = StatePaths(repo).worktrees / "docs-0123456789abcdef"
-    gitops.worktree_add(repo, linked, "fleet/docs-0123456789abcdef", gitops.head_commit(repo))
+    worktrees.worktree_add(repo, linked, "fleet/docs-0123456789abcdef", gitops.head_commit(repo))
     page = json.loads(stella(linked, "runs", "--json").stdout)
     assert page["total"] == 3 and page["ledger"] == str(StatePaths(repo).fleet_db)

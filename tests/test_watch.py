@@ -15,14 +15,10 @@ import pytest
 from conftest import run_stella
 
 from stellafleet.ci.gh import GH_MISSING, STATUS_END, STATUS_START, PlumbumGh
-from stellafleet.ci.watch import (
-    BranchWatch,
-    ConsoleReporter,
-    WatchResult,
-    WatchSettings,
-    branches_to_watch,
-    watch_run,
-)
+from stellafleet.ci.model import BranchWatch, WatchResult
+from stellafleet.ci.report import ConsoleReporter
+from stellafleet.ci.targets import branches_to_watch
+from stellafleet.ci.watch import WatchSettings, watch_run
 from stellafleet.core.clock import FakeClock
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError

@@ -139,27 +139,22 @@ def test_a_preloaded_module_that_starts_a_thread_makes_the_fleet_fall_back_to_fr
     launcher.close()
 
 
-def test_the_dispatcher_starts_fresh_interpreters_once_its_launcher_is_gone(
+def test_the_executor_starts_fresh_interpreters_once_its_launcher_is_gone(
     tmp_path: Path, isolated_home: Path, launcher: Launcher
 ) -> None:
-    from stellafleet.run.dispatch import Dispatcher, RunSettings
-    from stellafleet.state.claims import ClaimStore
-    from stellafleet.state.ledger import Ledger
+    from stellafleet.run.executor import LocalExecutor
 
     ctx = make_attempt(tmp_path)
     write_config(tmp_path, run="echo fresh")
     launcher._proc.kill()
     launcher._proc.wait()
-    settings = RunSettings(root=tmp_path, run_id=ctx.run_id, base_commit="0" * 40, default_pipeline="command")
-    with Ledger.open(ctx.paths.fleet_db) as ledger, ClaimStore.open(ctx.paths.store_db) as claims:
-        dispatcher = Dispatcher(settings, ledger, claims, lambda name, data: None, launcher=launcher)
-        deadline = time.monotonic() + 10
-        while launcher.alive and time.monotonic() < deadline:
-            time.sleep(0.01)
-        tree = dispatcher._spawn(tmp_path, {**os.environ, **ctx.to_env()}, ctx.log_path)
-        assert tree.popen is not None and dispatcher.launcher is None
-        assert wait_exit(tree).returncode == 0
-        dispatcher.close()
+    executor = LocalExecutor(launcher=launcher)
+    deadline = time.monotonic() + 10
+    while launcher.alive and time.monotonic() < deadline:
+        time.sleep(0.01)
+    tree = executor._spawn(tmp_path, {**os.environ, **ctx.to_env()}, ctx.log_path)
+    assert tree.popen is not None and executor.launcher is None
+    assert wait_exit(tree).returncode == 0
     assert json.loads(ctx.result_path.read_text())["summary"] == "fresh"
 
 
@@ -246,7 +241,8 @@ def test_the_early_launcher_is_gone_when_a_later_check_refuses_the_run(
 ) -> None:
     from stellafleet.core.errors import StellaError
     from stellafleet.core.paths import StatePaths
-    from stellafleet.run.prepare import FleetOptions, run_fleet
+    from stellafleet.run.control import run_fleet
+    from stellafleet.run.prepare import FleetOptions
 
     write_config(git_repo, run="true")
     monkeypatch.setenv("PATH", os.pathsep.join([str(isolated_home / "no-gh"), os.environ["PATH"]]))

@@ -1,18 +1,17 @@
 """How `stella watch` tells what happens: a line per branch change, a table at the end, or nothing.
 
-Reporters are event sinks for the Watcher (the WatchReporter protocol in watch.py): ConsoleReporter
+Reporters are event sinks for the Watcher (the WatchReporter protocol in model.py): ConsoleReporter
 styles its lines on a terminal and writes plain `watch: ...` lines in CI logs; QuietReporter is for callers
 that render the result themselves.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, TextIO
+from typing import ClassVar, TextIO
 
 from rich.markup import escape
 
-if TYPE_CHECKING:
-    from stellafleet.ci.watch import BranchWatch, WatchResult
+from stellafleet.ci.model import BranchWatch, WatchResult
 
 
 class ConsoleReporter:

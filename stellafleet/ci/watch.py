@@ -4,19 +4,18 @@ One loop polls every watched branch's CI with `gh run list --commit SHA` every `
 ends green, red, ``no_ci`` (nothing appeared within ``appear_timeout``), ``stalled`` (its runs' fingerprint
 did not change for ``stall_timeout``) or red by timeout (still running after ``total_timeout``). Time comes
 from an injected Clock, so tests cover two hours in milliseconds. Which branches to watch comes from
-watchtargets.py, and what the user sees from the reporters in watchreport.py (both re-exported here).
+targets.py, what the user sees from the reporters in report.py, and the watch's data types (BranchWatch,
+WatchResult, the WatchReporter protocol) from model.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
 
 from stellafleet.ci.gh import (
-    CiRun,
     GhError,
     GhRunner,
     GitHub,
@@ -29,122 +28,24 @@ from stellafleet.ci.gh import (
     task_section,
     with_status,
 )
-from stellafleet.ci.report import ConsoleReporter, QuietReporter
-from stellafleet.ci.targets import Target, TaskWork, branches_to_watch
+from stellafleet.ci.model import BranchWatch, WatchReporter, WatchResult
+from stellafleet.ci.report import ConsoleReporter
+from stellafleet.ci.targets import Target, branches_to_watch
 from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.config import Config
 from stellafleet.core.configsections import WatchConfig
-from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, EXIT_WATCH_RED, GitError, StellaError
+from stellafleet.core.errors import EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.git import gitops
 from stellafleet.state.ledger import Ledger
 
-__all__ = [
-    "BranchWatch",
-    "ConsoleReporter",
-    "QuietReporter",
-    "Target",
-    "TaskWork",
-    "WatchReporter",
-    "WatchResult",
-    "WatchSettings",
-    "Watcher",
-    "branches_to_watch",
-    "preflight",
-    "watch_run",
-]
-
 
 class WatchSettings(WatchConfig):
-    """The [watch] settings; built from a config, they are `config.watch`."""
+    """The [watch] settings under the name callers knew them by: `config.watch` holds the same values."""
 
-    @staticmethod
-    def from_config(config: Config) -> WatchConfig:
-        return config.watch
-
-
-@dataclass
-class BranchWatch:
-    """One watched branch, from push to its final CI state."""
-
-    target: Target
-    head_sha: str | None = None
-    pr_url: str | None = None
-    pr_number: int | None = None
-    pr_body: str | None = None
-    state: str = "pending"  # pending | green | red | stalled | no_ci | error
-    conclusion: str | None = None
-    reason: str | None = None
-    phase: str = "starting"
-    runs: list[CiRun] = field(default_factory=list)
-    since: float = 0.0
-    last_change: float = 0.0
-    ended_at: float | None = None
-    seen: tuple[Any, ...] | None = None
-    gh_trouble: str | None = None
-
-    @property
-    def branch(self) -> str:
-        return self.target.branch
-
-    @property
-    def done(self) -> bool:
-        return self.state != "pending"
-
-    @property
-    def run_urls(self) -> list[str]:
-        return [r.url for r in self.runs if r.url]
-
-    def to_json(self, start: float) -> dict[str, Any]:
-        return {
-            "branch": self.branch,
-            "kind": self.target.kind,
-            "task_id": self.target.task_id,
-            "tasks": [t.id for t in self.target.tasks],
-            "head_sha": self.head_sha,
-            "pr_number": self.pr_number,
-            "pr_url": self.pr_url,
-            "state": self.state,
-            "conclusion": self.conclusion,
-            "reason": self.reason,
-            "run_urls": self.run_urls,
-            "runs": [r.to_json() for r in self.runs],
-            "elapsed_s": None if self.ended_at is None else round(self.ended_at - start, 3),
-        }
-
-
-@dataclass
-class WatchResult:
-    run_id: str
-    remote: str | None
-    branches: list[BranchWatch]
-    message: str | None = None
-    start: float = 0.0
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_OK if all(b.state == "green" for b in self.branches) else EXIT_WATCH_RED
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "remote": self.remote,
-            "exit_code": self.exit_code,
-            "message": self.message,
-            "branches": [b.to_json(self.start) for b in self.branches],
-        }
-
-
-class WatchReporter(Protocol):
-    """Where watch tells what happens: an event sink, so the fleet can fold it into its own output."""
-
-    def note(self, message: str) -> None: ...
-
-    def changed(self, watch: BranchWatch) -> None:
-        """A branch's state or phase changed (called once per change)."""
-        ...
-
-    def finished(self, result: WatchResult) -> None: ...
+    @classmethod
+    def from_config(cls, config: Config) -> WatchSettings:
+        return cls(**dataclasses.asdict(config.watch))
 
 
 def _duration(seconds: float) -> str:

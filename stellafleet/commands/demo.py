@@ -25,6 +25,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stellafleet.demo.scaffold import run_demo
+    from stellafleet.demo.tour import run_demo
 
     return run_demo(Path(args.demo_dir) if args.demo_dir else None, keep=args.keep)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from stellafleet.commands import positive_int
 from stellafleet.core.errors import StellaError
+
+if TYPE_CHECKING:
+    from stellafleet.run.prepare import FleetOptions
 
 DESCRIPTION = """\
 Run a fleet: every prompt (or every task of --plan FILE) gets its own worker process. Tasks run in
@@ -44,13 +48,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from stellafleet.run.prepare import FleetOptions, run_fleet
+def options_from(args: argparse.Namespace) -> FleetOptions:
+    """The run the command line asks for, typed once (nothing past here sees argparse)."""
+    from stellafleet.run.prepare import FleetOptions
 
     if args.watch and args.dry_run:
         raise StellaError("--watch and --dry-run do not go together: a dry run has nothing to watch")
-    options = FleetOptions(
-        prompts=list(args.prompts),
+    return FleetOptions(
+        prompts=tuple(args.prompts),
         plan_path=args.plan,
         max_concurrency=args.max_concurrency,
         base_ref=args.base_ref,
@@ -61,6 +66,11 @@ def run(args: argparse.Namespace) -> int:
         quiet=args.quiet,
         spend_limit=args.spend_limit,
         config_file=args.config,
-        argv=["stella", *sys.argv[1:]],
+        argv=("stella", *sys.argv[1:]),
     )
-    return run_fleet(options)
+
+
+def run(args: argparse.Namespace) -> int:
+    from stellafleet.run.control import run_fleet
+
+    return run_fleet(options_from(args))

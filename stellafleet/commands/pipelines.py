@@ -11,7 +11,7 @@ from stellafleet import pipelines
 from stellafleet.commands import command_config
 from stellafleet.core.config import Config
 from stellafleet.core.errors import EXIT_OK, StellaError
-from stellafleet.pipelines.support import AgentCliPipeline, find_cli
+from stellafleet.pipelines.agentcli import AgentCliPipeline, find_cli
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

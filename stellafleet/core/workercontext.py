@@ -12,6 +12,28 @@ from stellafleet.core.paths import StatePaths
 
 _PREFIX = "STELLA_"
 
+# Each field's variable (STELLA_<KEY>): the one list of what a worker learns from its environment. A fleet
+# also clears these from its own environment before its workers inherit it (env_names).
+_KEYS: dict[str, str] = {
+    "root": "ROOT",
+    "workspace": "WORKSPACE",
+    "run_id": "RUN_ID",
+    "task_id": "TASK_ID",
+    "task_title": "TASK_TITLE",
+    "attempt_id": "ATTEMPT_ID",
+    "prompt": "PROMPT",
+    "isolation": "ISOLATION",
+    "branch": "BRANCH",
+    "base_commit": "BASE_COMMIT",
+    "spend_guard_usd": "SPEND_GUARD",
+    "pipeline": "PIPELINE",
+    "model": "MODEL",
+    "timeout_s": "TIMEOUT",
+    "result_path": "RESULT_FILE",
+    "log_path": "LOG_FILE",
+    "transcript_path": "TRANSCRIPT_FILE",
+}
+
 
 @dataclass(frozen=True)
 class WorkerContext:
@@ -41,65 +63,73 @@ class WorkerContext:
     def shared(self) -> bool:
         return self.isolation == "shared"
 
+    @staticmethod
+    def env_names() -> tuple[str, ...]:
+        """Every variable a WorkerContext is carried in."""
+        return tuple(_PREFIX + key for key in _KEYS.values())
+
     def to_env(self) -> dict[str, str]:
         values: dict[str, str | None] = {
-            "ROOT": str(self.root),
-            "WORKSPACE": str(self.workspace),
-            "RUN_ID": self.run_id,
-            "TASK_ID": self.task_id,
-            "TASK_TITLE": self.task_title,
-            "ATTEMPT_ID": str(self.attempt_id),
-            "PROMPT": self.prompt,
-            "ISOLATION": self.isolation,
-            "BRANCH": self.branch,
-            "BASE_COMMIT": self.base_commit,
-            "SPEND_GUARD": None if self.spend_guard_usd is None else f"{self.spend_guard_usd:.6f}",
-            "PIPELINE": self.pipeline,
-            "MODEL": self.model,
-            "TIMEOUT": None if self.timeout_s is None else str(self.timeout_s),
-            "RESULT_FILE": str(self.result_path),
-            "LOG_FILE": str(self.log_path),
-            "TRANSCRIPT_FILE": str(self.transcript_path),
+            "root": str(self.root),
+            "workspace": str(self.workspace),
+            "run_id": self.run_id,
+            "task_id": self.task_id,
+            "task_title": self.task_title,
+            "attempt_id": str(self.attempt_id),
+            "prompt": self.prompt,
+            "isolation": self.isolation,
+            "branch": self.branch,
+            "base_commit": self.base_commit,
+            "spend_guard_usd": None if self.spend_guard_usd is None else f"{self.spend_guard_usd:.6f}",
+            "pipeline": self.pipeline,
+            "model": self.model,
+            "timeout_s": None if self.timeout_s is None else str(self.timeout_s),
+            "result_path": str(self.result_path),
+            "log_path": str(self.log_path),
+            "transcript_path": str(self.transcript_path),
         }
-        return {_PREFIX + key: value for key, value in values.items() if value is not None}
+        return {_PREFIX + _KEYS[name]: value for name, value in values.items() if value is not None}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerContext:
         env = os.environ if env is None else env
 
-        def need(key: str) -> str:
-            value = env.get(_PREFIX + key)
+        def get(name: str, default: str = "") -> str:
+            return env.get(_PREFIX + _KEYS[name], default)
+
+        def need(name: str) -> str:
+            value = get(name)
             if not value:
                 raise StellaError(
                     "not inside a fleet worker: this command only works in a process started by "
-                    f"`stella fleet` ({_PREFIX}{key} is not set)"
+                    f"`stella fleet` ({_PREFIX}{_KEYS[name]} is not set)"
                 )
             return value
 
-        def maybe_float(key: str) -> float | None:
-            value = env.get(_PREFIX + key)
+        def maybe_float(name: str) -> float | None:
+            value = get(name)
             return float(value) if value else None
 
         try:
-            attempt_id = int(need("ATTEMPT_ID"))
+            attempt_id = int(need("attempt_id"))
         except ValueError as exc:
             raise StellaError(f"{_PREFIX}ATTEMPT_ID is not a number: {exc}") from None
         return cls(
-            root=Path(need("ROOT")),
-            workspace=Path(need("WORKSPACE")),
-            run_id=need("RUN_ID"),
-            task_id=need("TASK_ID"),
-            task_title=env.get(_PREFIX + "TASK_TITLE", ""),
+            root=Path(need("root")),
+            workspace=Path(need("workspace")),
+            run_id=need("run_id"),
+            task_id=need("task_id"),
+            task_title=get("task_title"),
             attempt_id=attempt_id,
-            prompt=env.get(_PREFIX + "PROMPT", ""),
-            isolation=env.get(_PREFIX + "ISOLATION", "shared"),
-            branch=env.get(_PREFIX + "BRANCH") or None,
-            base_commit=env.get(_PREFIX + "BASE_COMMIT", ""),
-            spend_guard_usd=maybe_float("SPEND_GUARD"),
-            pipeline=env.get(_PREFIX + "PIPELINE", "plain"),
-            model=env.get(_PREFIX + "MODEL") or None,
-            timeout_s=maybe_float("TIMEOUT"),
-            result_path=Path(need("RESULT_FILE")),
-            log_path=Path(env.get(_PREFIX + "LOG_FILE", os.devnull)),
-            transcript_path=Path(env.get(_PREFIX + "TRANSCRIPT_FILE", os.devnull)),
+            prompt=get("prompt"),
+            isolation=get("isolation", "shared"),
+            branch=get("branch") or None,
+            base_commit=get("base_commit"),
+            spend_guard_usd=maybe_float("spend_guard_usd"),
+            pipeline=get("pipeline", "plain"),
+            model=get("model") or None,
+            timeout_s=maybe_float("timeout_s"),
+            result_path=Path(need("result_path")),
+            log_path=Path(get("log_path", os.devnull)),
+            transcript_path=Path(get("transcript_path", os.devnull)),
         )

@@ -17,6 +17,7 @@ from typing import Any
 from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.errors import StellaError
 from stellafleet.core.pricing import Pricer
+from stellafleet.core.spend import SpendReporter
 from stellafleet.engine.clients import ModelClient
 from stellafleet.engine.errors import EngineError, Finished, FormatError, LimitReached, ToolFailure
 from stellafleet.engine.messages import (
@@ -30,7 +31,6 @@ from stellafleet.engine.messages import (
 )
 from stellafleet.engine.tools import Toolbox
 from stellafleet.engine.transcript import Transcript
-from stellafleet.pipelines.base import SpendReporter
 
 EventSink = Callable[[str, dict[str, Any]], None]
 

@@ -9,9 +9,7 @@ No tool touches the whole tree: there is no checkout, reset, stash, clean, `add 
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -21,6 +19,7 @@ from stellafleet.engine.messages import ToolSpec
 from stellafleet.engine.tooldef import Tool, param
 from stellafleet.engine.workspace import Workspace
 from stellafleet.git import gitops
+from stellafleet.proc.group import stop_group
 
 Committer = Callable[[list[str], str], str]  # (paths, message) -> commit SHA
 
@@ -83,7 +82,10 @@ class Toolbox:
         return _truncate(tool.run(tool.check(args)))
 
     def _standard(self) -> list[Tool]:
-        s, i, b, a = "string", "integer", "boolean", "array"
+        return [*self._file_tools(), *self._search_and_git_tools()]
+
+    def _file_tools(self) -> list[Tool]:
+        s, i, b = "string", "integer", "boolean"
         path = param(s, "a path relative to the workspace")
         return [
             Tool(
@@ -126,6 +128,11 @@ class Toolbox:
                 (),
                 self.list_dir,
             ),
+        ]
+
+    def _search_and_git_tools(self) -> list[Tool]:
+        s, b, a = "string", "boolean", "array"
+        return [
             Tool(
                 "glob",
                 "Find files by glob pattern (`*` stays within a directory, `**/` crosses directories), "
@@ -366,8 +373,7 @@ class Toolbox:
             try:
                 stdout, stderr = proc.communicate(timeout=self.shell_timeout)
             except BaseException as exc:  # the timeout, or Ctrl-C on `stella run`
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                stop_group(proc.pid, grace_s=0)  # at once: nothing to wait for
                 proc.communicate()
                 if isinstance(exc, subprocess.TimeoutExpired):
                     raise ToolFailure(

@@ -13,17 +13,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from stellafleet.core.errors import GitError
 from stellafleet.core.paths import StatePaths
-from stellafleet.git import gitops
+from stellafleet.git import gitops, worktrees
+from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 
 BRANCH_PREFIX = "fleet/"
-# A worker is spawned right after its attempt row is written; a process with that pid created much later
-# is a different program that was handed a recycled pid.
-PID_REUSE_GRACE_S = 300.0
 
 REMOVED = "removed"
 KEPT = "kept"
@@ -61,25 +57,6 @@ class CleanReport:
             "would_remove": [asdict(i) for i in self.with_action(WOULD_REMOVE)],
             "kept": [asdict(i) for i in self.with_action(KEPT)],
         }
-
-
-def pid_alive(pid: int | None, started_at_ms: int | None) -> bool:
-    """True when pid is a running process that could be the one recorded at started_at_ms.
-
-    Errs on the side of "alive": a wrong "alive" only keeps something, a wrong "dead" destroys work.
-    """
-    if not pid or pid <= 0:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        created = proc.create_time()
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:
-        return True
-    return not (started_at_ms is not None and created > started_at_ms / 1000 + PID_REUSE_GRACE_S)
 
 
 @dataclass
@@ -166,7 +143,7 @@ class Cleaner:
 
     def sweep_worktrees(self, recorded: dict[str, _Owner]) -> None:
         managed = self.paths.worktrees.resolve()
-        registered = {wt.path.resolve(): wt for wt in gitops.worktree_list(self.root)}
+        registered = {wt.path.resolve(): wt for wt in worktrees.worktree_list(self.root)}
         for raw, owner in recorded.items():
             path = Path(raw) if Path(raw).is_absolute() else self.root / raw
             path = path.resolve()
@@ -196,7 +173,7 @@ class Cleaner:
             reason = f"uncommitted changes ({len(dirty)}) discarded by --force" if dirty else "clean worktree"
             if not self.report.dry_run:
                 try:
-                    gitops.worktree_remove(self.root, path, force=bool(dirty) or not path.exists())
+                    worktrees.worktree_remove(self.root, path, force=bool(dirty) or not path.exists())
                 except GitError as exc:
                     self._decide(owner, "worktree", shown, False, f"git refused: {exc}")
                     continue
@@ -214,7 +191,7 @@ class Cleaner:
 
     def sweep_branches(self, recorded: dict[str, _Owner]) -> None:
         checked_out = {
-            wt.branch: wt.path.resolve() for wt in gitops.worktree_list(self.root) if wt.branch is not None
+            wt.branch: wt.path.resolve() for wt in worktrees.worktree_list(self.root) if wt.branch is not None
         }
         for branch, owner in recorded.items():
             if not branch.startswith(BRANCH_PREFIX) or not gitops.branch_exists(self.root, branch):

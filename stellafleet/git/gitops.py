@@ -1,13 +1,14 @@
-"""Every git call stella makes goes through this module (plumbum underneath)."""
+"""Every git call stella makes goes through the one runner here (plumbum underneath).
+
+This module holds the runner and the repository facts, refs, branches, push and the engine's file
+queries; worktrees.py (isolated tasks' worktrees) and index.py (the commit lane's temporary index) build
+on its `git`. Nothing outside stellafleet/git runs git.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import shutil
-import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,78 +137,7 @@ def status_porcelain(path: Path) -> list[str]:
     return [line for line in out.splitlines() if line]
 
 
-# --- worktrees and branches of isolated tasks ---
-
-_SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def slugify(text: str, limit: int = 40) -> str:
-    slug = _SLUG_UNSAFE.sub("-", text).strip("-.").lower()
-    return slug[:limit].rstrip("-.") or "task"
-
-
-def task_hash(run_id: str, task_id: str) -> str:
-    """16 hex characters from the run and task ids: re-runs reusing ids never collide."""
-    return hashlib.sha256(f"{run_id}\0{task_id}".encode()).hexdigest()[:16]
-
-
-def isolated_name(run_id: str, task_id: str) -> str:
-    return f"{slugify(task_id)}-{task_hash(run_id, task_id)}"
-
-
-@dataclass(frozen=True)
-class Worktree:
-    path: Path
-    head: str | None
-    branch: str | None
-
-
-# `git worktree add` reads every other worktree's admin files, so one being created at the same moment
-# can make it fail ("failed to read .git/worktrees/<name>/commondir"). Serialise our own calls, and
-# retry the ones that raced another process.
-_WORKTREE_ADD_LOCK = threading.Lock()
-
-
-def worktree_add(root: Path, path: Path, branch: str, base_commit: str) -> None:
-    for attempt in range(20):
-        try:
-            with _WORKTREE_ADD_LOCK:
-                git("worktree", "add", "-q", "-b", branch, str(path), base_commit, cwd=root)
-            return
-        except GitError as exc:
-            if "failed to read" not in str(exc) or attempt == 19:
-                raise
-            if branch_exists(root, branch) and not path.exists():
-                branch_delete(root, branch, force=True)
-            time.sleep(0.05)
-
-
-def worktree_list(root: Path) -> list[Worktree]:
-    out = git("worktree", "list", "--porcelain", cwd=root)
-    trees: list[Worktree] = []
-    path: Path | None = None
-    head: str | None = None
-    branch: str | None = None
-    for line in [*out.splitlines(), ""]:
-        if line.startswith("worktree "):
-            path = Path(line[len("worktree ") :])
-        elif line.startswith("HEAD "):
-            head = line[len("HEAD ") :]
-        elif line.startswith("branch "):
-            branch = line[len("branch ") :].removeprefix("refs/heads/")
-        elif not line and path is not None:
-            trees.append(Worktree(path, head, branch))
-            path, head, branch = None, None, None
-    return trees
-
-
-def worktree_remove(root: Path, path: Path, *, force: bool = False) -> None:
-    args = ["worktree", "remove", *(["--force"] if force else []), str(path)]
-    git(*args, cwd=root)
-
-
-def worktree_prune(root: Path) -> None:
-    git("worktree", "prune", cwd=root)
+# --- branches and history ---
 
 
 def branch_delete(root: Path, branch: str, *, force: bool = False) -> None:
@@ -329,91 +259,6 @@ def push(root: Path, remote: str, branch: str, *, force: bool = False) -> PushRe
     if remote_lines:
         reason += " — remote says: " + " / ".join(remote_lines[-3:])
     raise GitError(f"push of {branch} to {remote} was rejected: {reason}")
-
-
-# --- commit plumbing (commit lane) ---
-# A commit of exactly some paths, built in a temporary index so the user's own index (staged work) is
-# never read or swept in; HEAD moves only by compare-and-swap.
-
-
-def _with_index(index_file: Path) -> dict[str, str]:
-    return {"GIT_INDEX_FILE": str(index_file)}
-
-
-def read_tree_into(root: Path, index_file: Path, commit: str | None) -> None:
-    """Seed index_file with commit's tree (an empty index when commit is None: an unborn branch)."""
-    args = ["read-tree", commit] if commit else ["read-tree", "--empty"]
-    git(*args, cwd=root, env=_with_index(index_file))
-
-
-def stage_paths(root: Path, index_file: Path, paths: Sequence[str]) -> None:
-    """Put the work tree's version of each path into index_file; a path missing on disk is removed."""
-    git(
-        "update-index", "--add", "--remove", "-z", "--stdin",
-        cwd=root, env=_with_index(index_file), stdin="".join(f"{p}\0" for p in paths),
-    )  # fmt: skip
-
-
-def write_tree(root: Path, index_file: Path) -> str:
-    return git("write-tree", cwd=root, env=_with_index(index_file)).strip()
-
-
-def tree_of(root: Path, commit: str) -> str:
-    return git("rev-parse", f"{commit}^{{tree}}", cwd=root).strip()
-
-
-def commit_tree(root: Path, tree: str, parent: str | None, message: str) -> str:
-    """A commit object for tree (author and committer from the user's git config); returns its SHA."""
-    args = ["commit-tree", tree, *(["-p", parent] if parent else []), "-F", "-"]
-    return git(*args, cwd=root, stdin=message if message.endswith("\n") else message + "\n").strip()
-
-
-def update_head_cas(root: Path, new: str, old: str | None, reflog_message: str) -> None:
-    """Move HEAD (through the branch it points at) to new only if it is still old; GitError otherwise."""
-    try:
-        git("update-ref", "-m", reflog_message, "HEAD", new, old or "", cwd=root)
-    except GitError as exc:
-        now = ref_commit(root, "HEAD")
-        raise GitError(
-            f"HEAD moved while committing (expected {(old or 'no commit')[:12]}, found "
-            f"{(now or 'no commit')[:12]}); nothing was committed: try again ({exc})"
-        ) from None
-
-
-def tree_entries(root: Path, commit: str, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """path -> (mode, object SHA) for those of paths present in commit's tree."""
-    out = git("ls-tree", "-z", "--full-tree", commit, "--", *paths, cwd=root)
-    entries: dict[str, tuple[str, str]] = {}
-    for record in out.split("\0"):
-        if not record:
-            continue
-        meta, path = record.split("\t", 1)
-        mode, _kind, sha = meta.split()
-        entries[path] = (mode, sha)
-    return entries
-
-
-def set_index_entries(
-    root: Path, entries: Mapping[str, tuple[str, str]], removed: Sequence[str], *, null_oid: str
-) -> None:
-    """Set (or remove) exactly these entries of the real index, then refresh its stat data.
-
-    Other entries, and so the user's other staged changes, are left as they are. A concurrent git
-    command holding index.lock is waited out for a few seconds.
-    """
-    lines = [f"{mode} {sha}\t{path}\0" for path, (mode, sha) in entries.items()]
-    lines += [f"0 {null_oid}\t{path}\0" for path in removed]
-    for attempt in range(100):
-        try:
-            git("update-index", "-z", "--index-info", cwd=root, stdin="".join(lines))
-            break
-        except GitError as exc:
-            if "index.lock" not in str(exc) or attempt == 99:
-                raise
-            time.sleep(0.05)
-    # --refresh only rewrites stat data of entries whose content matches the work tree; it exits 1
-    # when some entry (the user's unstaged work) does not, which is expected here.
-    git("update-index", "-q", "--refresh", cwd=root, check=False)
 
 
 # --- engine tools ---

@@ -19,7 +19,7 @@ from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import gitops
+from stellafleet.git import gitops, index
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
 
@@ -99,22 +99,22 @@ def commit_in_workspace(workspace: Path, paths: Sequence[str], message: str, *, 
     """HEAD + exactly these paths as one new commit on HEAD, by compare-and-swap; returns its SHA."""
     old = gitops.ref_commit(workspace, "HEAD")
     missing = [path for path in paths if not os.path.lexists(workspace / path)]
-    known = gitops.tree_entries(workspace, old, missing) if old and missing else {}
+    known = index.tree_entries(workspace, old, missing) if old and missing else {}
     unknown = [path for path in missing if path not in known]
     if unknown:
         raise StellaError(f"cannot commit {', '.join(unknown)}: no such file in the workspace or in HEAD")
     with tempfile.TemporaryDirectory(prefix="stella-index-") as tmp:
-        index = Path(tmp) / "index"
-        gitops.read_tree_into(workspace, index, old)
-        gitops.stage_paths(workspace, index, paths)
-        tree = gitops.write_tree(workspace, index)
-    if old is not None and tree == gitops.tree_of(workspace, old):
+        index_file = Path(tmp) / "index"
+        index.read_tree_into(workspace, index_file, old)
+        index.stage_paths(workspace, index_file, paths)
+        tree = index.write_tree(workspace, index_file)
+    if old is not None and tree == index.tree_of(workspace, old):
         raise StellaError(f"nothing to commit: {', '.join(paths)} match HEAD already")
-    new = gitops.commit_tree(workspace, tree, old, message)
-    gitops.update_head_cas(workspace, new, old, reflog)
-    entries = gitops.tree_entries(workspace, new, paths)
+    new = index.commit_tree(workspace, tree, old, message)
+    index.update_head_cas(workspace, new, old, reflog)
+    entries = index.tree_entries(workspace, new, paths)
     gone = [path for path in paths if path not in entries]
-    gitops.set_index_entries(workspace, entries, gone, null_oid="0" * len(new))
+    index.set_index_entries(workspace, entries, gone, null_oid="0" * len(new))
     return new
 
 

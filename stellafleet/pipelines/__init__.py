@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
-from stellafleet.pipelines.base import Pipeline, PipelineResult, SpendReporter
+from stellafleet.core.spend import SpendReporter
+from stellafleet.pipelines.base import Pipeline, PipelineResult
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint

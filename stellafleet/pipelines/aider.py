@@ -19,21 +19,13 @@ from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
+from stellafleet.core.spend import SpendReporter, TallySpend, money
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.pipelines.base import PipelineResult, SpendReporter, TallySpend
-from stellafleet.pipelines.support import (
-    AgentCliPipeline,
-    CliRun,
-    crash_text,
-    failed,
-    json_line,
-    model_for,
-    money,
-    run_agent,
-    scratch_dir,
-    short,
-    timeout_text,
-)
+from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
+from stellafleet.pipelines.agentenv import scratch_dir
+from stellafleet.pipelines.base import PipelineResult
+from stellafleet.pipelines.clirun import CliRun, run_agent
+from stellafleet.pipelines.support import crash_text, failed, json_line, short, timeout_text
 
 CLI = "aider"
 APPLIED = re.compile(r"^Applied edit to (?P<path>.+?)\s*$")
@@ -98,8 +90,8 @@ class AnalyticsFollower:
             if raw.strip():
                 self._line(raw)
         if self.guard_usd is not None and self.spent.usd >= self.guard_usd:
-            spent = money(self.spent.usd)
-            return f"spend guard of {money(self.guard_usd)} reached ({spent} by its own cost report)"
+            guard, spent = money(self.guard_usd, precise=True), money(self.spent.usd, precise=True)
+            return f"spend guard of {guard} reached ({spent} by its own cost report)"
         return None
 
     def _line(self, raw: str) -> None:
@@ -200,10 +192,11 @@ def outcome(run: CliRun, f: AnalyticsFollower, ctx: WorkerContext) -> PipelineRe
     if not f.calls:
         said = short(" ".join(run.stdout_tail(8)) or run.stderr_text(), 400)
         return failed(f"aider made no model call: {said or 'it printed nothing'}", **totals)
+    cost = money(f.spent.usd, precise=True)
     if edited:
-        summary = f"aider edited {', '.join(edited)} in {f.calls} model call(s) ({money(f.spent.usd)})"
+        summary = f"aider edited {', '.join(edited)} in {f.calls} model call(s) ({cost})"
     else:
-        summary = f"aider answered without editing files in {f.calls} model call(s) ({money(f.spent.usd)})"
+        summary = f"aider answered without editing files in {f.calls} model call(s) ({cost})"
     return PipelineResult(success=True, summary=summary, **totals)
 
 

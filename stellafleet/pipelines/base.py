@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Protocol
 
 from stellafleet.core.config import Config
+from stellafleet.core.spend import SpendReporter
 from stellafleet.core.workercontext import WorkerContext
 
 
@@ -35,10 +36,6 @@ class PipelineResult:
         )
 
 
-class SpendReporter(Protocol):
-    def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None: ...
-
-
 class Pipeline(Protocol):
     name: ClassVar[str]
     description: ClassVar[str]
@@ -58,40 +55,3 @@ class Pipeline(Protocol):
     def version(self) -> str | None: ...
 
     def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult: ...
-
-
-class NullSpend:
-    """A SpendReporter that only adds up, for runs outside a fleet."""
-
-    def __init__(self) -> None:
-        self.usd = 0.0
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.steps = 0
-
-    def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None:
-        self.usd += usd
-        self.input_tokens += input_tokens
-        self.output_tokens += output_tokens
-        self.steps += steps
-
-    def totals(self) -> dict[str, Any]:
-        """The totals as PipelineResult's keyword arguments."""
-        return {
-            "spend_usd": self.usd,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "steps": self.steps,
-        }
-
-
-class TallySpend(NullSpend):
-    """Passes each report on to another reporter and adds it up on the way (a wrapper's running totals)."""
-
-    def __init__(self, inner: SpendReporter) -> None:
-        super().__init__()
-        self.inner = inner
-
-    def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None:
-        super().add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps)
-        self.inner.add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps)

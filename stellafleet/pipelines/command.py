@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
+from stellafleet.core.spend import SpendReporter
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.pipelines.base import PipelineResult, SpendReporter
+from stellafleet.pipelines.base import PipelineResult
 
 RESULT_ENV = "STELLA_COMMAND_RESULT"
 SHELL = "/bin/sh"

@@ -12,6 +12,7 @@ from stellafleet.core.clock import Clock
 from stellafleet.core.config import Config
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.pricing import Pricer, price_for, unknown_price_message
+from stellafleet.core.spend import SpendReporter
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.clients import make_client
 from stellafleet.engine.loop import Engine, EngineOutcome, EventSink, system_prompt
@@ -21,7 +22,7 @@ from stellafleet.engine.settings import DEFAULT_KEY_ENV, EngineSettings, load_se
 from stellafleet.engine.tools import Committer, Toolbox
 from stellafleet.engine.transcript import Transcript
 from stellafleet.engine.workspace import ClaimFn, Workspace
-from stellafleet.pipelines.base import PipelineResult, SpendReporter
+from stellafleet.pipelines.base import PipelineResult
 
 SPEND_ENV = ("STELLA_SPEND_LIMIT", "STELLA_SPEND_GUARD")
 _HOW_TO_PRICE = 'set [prices."MODEL"] input_per_mtok and output_per_mtok in .stella/config.toml'
@@ -78,27 +79,9 @@ class PlainPipeline:
         settings = load_settings(config, model=ctx.model, env=env)
         pricer = _pricer(settings, config, needed=ctx.spend_guard_usd is not None)
         redact = Redactor([settings.api_key(env), *(env.get(name) for name in DEFAULT_KEY_ENV.values())])
-        if committer is None:
-            committer = _lane_committer(ctx)
-        if claim is None and ctx.shared:
-            claim = _implicit_claims(ctx)
-        toolbox = Toolbox(
-            Workspace(ctx.workspace, claim=claim),
-            committer=committer,
-            shell=settings.shell,
-            shell_timeout=settings.shell_timeout,
-            env=env,
-            secret_env=tuple({settings.api_key_env, *DEFAULT_KEY_ENV.values()} - {""}),
-        )
-        transcript = Transcript(ctx.transcript_path, redact)
+        toolbox = _toolbox(ctx, settings, env, committer=committer, claim=claim)
+        transcript = _start_transcript(ctx, settings, redact, priced=pricer is not None)
         sink = events or ProgressPrinter([sys.stdout])  # a fleet worker's stdout is its log
-        transcript.write(
-            "start", run=ctx.run_id, task=ctx.task_id, attempt=ctx.attempt_id, settings=settings.public()
-        )
-        if pricer is None:
-            note = f"no price known for model {settings.model!r}: spend is recorded as $0 ({_HOW_TO_PRICE})"
-            transcript.write("warning", message=note)
-            print(f"stella: {note}", file=sys.stderr, flush=True)
         client = make_client(settings, clock=clock, redact=redact, env=env)
         wall = (
             settings.max_wall_seconds
@@ -124,6 +107,43 @@ class PlainPipeline:
         finally:
             client.close()
         return _result(outcome, redact)
+
+
+def _toolbox(
+    ctx: WorkerContext,
+    settings: EngineSettings,
+    env: Mapping[str, str],
+    *,
+    committer: Committer | None,
+    claim: ClaimFn | None,
+) -> Toolbox:
+    """The attempt's tools: commits through the lane and, in a shared tree, claims taken on write."""
+    if committer is None:
+        committer = _lane_committer(ctx)
+    if claim is None and ctx.shared:
+        claim = _implicit_claims(ctx)
+    return Toolbox(
+        Workspace(ctx.workspace, claim=claim),
+        committer=committer,
+        shell=settings.shell,
+        shell_timeout=settings.shell_timeout,
+        env=env,
+        secret_env=tuple({settings.api_key_env, *DEFAULT_KEY_ENV.values()} - {""}),
+    )
+
+
+def _start_transcript(
+    ctx: WorkerContext, settings: EngineSettings, redact: Redactor, *, priced: bool
+) -> Transcript:
+    transcript = Transcript(ctx.transcript_path, redact)
+    transcript.write(
+        "start", run=ctx.run_id, task=ctx.task_id, attempt=ctx.attempt_id, settings=settings.public()
+    )
+    if not priced:
+        note = f"no price known for model {settings.model!r}: spend is recorded as $0 ({_HOW_TO_PRICE})"
+        transcript.write("warning", message=note)
+        print(f"stella: {note}", file=sys.stderr, flush=True)
+    return transcript
 
 
 def _redacting(events: EventSink, redact: Redactor) -> EventSink:

@@ -18,12 +18,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import psutil
 
-if TYPE_CHECKING:
-    from stellafleet.worker.launcher import Launcher
+from stellafleet.proc.group import signal_group
 
 UNKNOWN_STATUS = 255  # an exit whose status nobody could read (its reaper went away)
 REPORT_WAIT_S = 5.0
@@ -38,6 +37,31 @@ def signal_description(returncode: int) -> str:
     except ValueError:
         name = f"signal {-returncode}"
     return f"killed by signal {name}"
+
+
+# (exit code, CPU seconds, peak RSS bytes) of a worker, as the process that reaped it reports them
+ReapedExit = tuple[int, float, int]
+
+
+class Launcher(Protocol):
+    """What a tree needs from a process that forks workers for it and reaps them."""
+
+    @property
+    def alive(self) -> bool:
+        """False once the launcher has gone: exits it did not report yet will never be reported."""
+        ...
+
+    def spawn(self, *, env: Mapping[str, str], cwd: Path, log_path: Path) -> int:
+        """Fork a worker in a new session, stdin closed, output appended to log_path; its pid."""
+        ...
+
+    def exit_of(self, pid: int) -> ReapedExit | None:
+        """The exit of pid once the launcher has reaped it, else None."""
+        ...
+
+    def wait_exit(self, pid: int, timeout: float) -> ReapedExit | None:
+        """The exit of pid, waiting up to timeout for the launcher to report it."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -229,8 +253,7 @@ class ProcessTree:
                 continue
         if self._exit is None and (self.popen is not None or self._root_running()):
             # While the unreaped root holds its pid, the group id cannot belong to anyone else.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, sig)
+            signal_group(self.pid, sig)
 
     def close(self) -> None:
         if self._pidfd is not None:

@@ -1,195 +1,251 @@
-"""Running a prepared fleet: record the run, drive the waves, settle the ledger, build the result.
+"""One run, the control: prepare, record the run, drive the waves, settle, and the run's exit status.
 
-fleet.py decides whether a run may start; this module carries it out once it has. The waves are driven
-from a background thread so the main thread only waits, which keeps Ctrl-C handling free of locks.
+prepare.py decides whether a run may start and with what settings; dispatch.py runs each task's attempt
+and reporter.py shows it all. This module decides the order of things and the run's outcome. The waves
+are driven from a background thread so the main thread only waits, which keeps Ctrl-C handling free of
+locks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import sys
 import threading
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from stellafleet.core.errors import EXIT_OK, StellaError
-from stellafleet.run.dispatch import Dispatcher, RunSettings
-from stellafleet.run.prepare import (
-    INTERRUPTED,
-    SPEND_STOP_PREFIX,
-    Interrupts,
-    Prepared,
-    ensure_state_dirs,
-    exit_status,
-    make_run_reporter,
+from stellafleet.core.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SPEND_LIMIT,
+    EXIT_TASK_FAILED,
+    EXIT_USAGE,
+    StellaError,
 )
-from stellafleet.run.reporter import Reporter
+from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
+from stellafleet.git import gitops
+from stellafleet.run.dispatch import Dispatcher, RunSettings
+from stellafleet.run.executor import INTERRUPTED, LocalExecutor
+from stellafleet.run.prepare import FleetOptions, Prepared, prepare
+from stellafleet.run.reporter import Reporter, make_reporter, print_dry_run
+from stellafleet.run.result import result_document
 from stellafleet.run.waves import WaveOutcome, WaveRunner
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
-from stellafleet.worker.launcher import Launcher
 
-DEFAULT_STOP_GRACE_S = 5.0
-
-
-def _number(config_value: Any, default: float, key: str) -> float:
-    if config_value is None:
-        return default
-    if isinstance(config_value, bool) or not isinstance(config_value, int | float) or config_value < 0:
-        raise StellaError(f"config: {key} must be a number of seconds >= 0, not {config_value!r}")
-    return float(config_value)
+SPEND_STOP_PREFIX = "spend limit reached"
 
 
-def result_document(record: Mapping[str, Any], watch: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The machine-readable result of a run (what `--json` prints), from the ledger's record of it."""
-    run = record["run"]
-    attempts_by_task: dict[str, list[dict[str, Any]]] = {}
-    for attempt in record["attempts"]:
-        attempts_by_task.setdefault(attempt["task_id"], []).append(
-            {
-                key: attempt[key]
-                for key in (
-                    "id",
-                    "outcome",
-                    "success",
-                    "exit_code",
-                    "started_at_ms",
-                    "finished_at_ms",
-                    "pid",
-                    "spend_usd",
-                    "input_tokens",
-                    "output_tokens",
-                    "steps",
-                    "summary",
-                    "error",
-                    "cpu_seconds",
-                    "peak_rss_bytes",
-                    "branch",
-                    "worktree",
-                    "log_path",
-                )
-            }
-        )
-    commits_by_task: dict[str, list[str]] = {}
-    branches: dict[str, dict[str, Any]] = {}
-    for commit in record["commits"]:
-        commits_by_task.setdefault(commit["task_id"], []).append(commit["sha"])
-        if commit["branch"]:
-            entry = branches.setdefault(
-                commit["branch"], {"branch": commit["branch"], "tasks": [], "commits": 0}
-            )
-            entry["commits"] += 1
-            if commit["task_id"] not in entry["tasks"]:
-                entry["tasks"].append(commit["task_id"])
-    tasks = []
-    for task in record["tasks"]:
-        attempts = attempts_by_task.get(task["id"], [])
-        last = attempts[-1] if attempts else None
-        if task["branch"] and task["branch"] not in branches:
-            branches[task["branch"]] = {"branch": task["branch"], "tasks": [task["id"]], "commits": 0}
-        tasks.append(
-            {
-                "id": task["id"],
-                "title": task["title"],
-                "wave": task["wave"],
-                "status": task["status"],
-                "reason": task["reason"],
-                "isolation": task["isolation"],
-                "pipeline": task["pipeline"] or run["pipeline"],
-                "depends_on": task["depends_on"],
-                "claims": task["claims"],
-                "branch": task["branch"],
-                "worktree": task["worktree"],
-                "spend_usd": round(sum(a["spend_usd"] or 0.0 for a in attempts), 6),
-                "summary": last["summary"] if last else None,
-                "commits": commits_by_task.get(task["id"], []),
-                "attempts": attempts,
-            }
-        )
-    return {
-        "run_id": run["id"],
-        "status": run["status"],
-        "exit_code": run["exit_code"],
-        "reason": run["reason"],
-        "base_ref": run["base_ref"],
-        "base_commit": run["base_commit"],
-        "max_concurrency": run["max_concurrency"],
-        "spend_usd": round(run["spend_usd"] or 0.0, 6),
-        "spend_limit_usd": run["spend_limit_usd"],
-        "created_at_ms": run["created_at_ms"],
-        "finished_at_ms": run["finished_at_ms"],
-        "tasks": tasks,
-        "branches": list(branches.values()),
-        "watch": dict(watch) if watch is not None else None,
-    }
+def run_fleet(options: FleetOptions, *, out: IO[str] | None = None, reporter: Reporter | None = None) -> int:
+    """`stella fleet` (and `stella run`, a fleet of one task): the exit code of the run (see errors.py)."""
+    out = out or sys.stdout
+    prepared = prepare(options)
+    for warning in prepared.plan.warnings:
+        print(f"stella fleet: warning: {warning}", file=sys.stderr)
+    if prepared.dry_run:
+        print_dry_run(prepared.preview(), json_mode=prepared.json_mode, stream=out)
+        return EXIT_USAGE if prepared.problems else EXIT_OK
+    return FleetRun(prepared, reporter or make_run_reporter(prepared, out)).run()
 
 
-class FleetRun:
-    """One prepared run. `launcher` forks its workers (fleet.start_launcher); None: fresh interpreters.
-    The run owns the launcher from here on and closes it."""
+class Interrupts:
+    """Ctrl-C once: launch nothing more and let running workers finish (unless the run stops them on the
+    first). Twice (or SIGTERM, SIGHUP): stop their process trees."""
 
     def __init__(
         self,
-        prepared: Prepared,
+        request_stop: Callable[[str], None],
+        stop_workers: Callable[[], None],
+        running: Callable[[], Sequence[str]],
+        emit: Callable[[str, Mapping[str, Any]], None],
         *,
-        out: IO[str],
-        reporter: Reporter | None = None,
-        launcher: Launcher | None = None,
+        stop_on_first: bool = False,
     ) -> None:
-        self.prepared = prepared
-        self.out = out
-        self.launcher = launcher
-        self.reporter = reporter or make_run_reporter(prepared, out)
+        self.count = 0
+        self._request_stop = request_stop
+        self._stop_workers = stop_workers
+        self._running = running
+        self._emit = emit
+        self._stop_on_first = stop_on_first
 
-    def _settings(self) -> RunSettings:
-        p = self.prepared
-        config_file = Path(p.opts.config_file).resolve() if p.opts.config_file else None
-        return RunSettings(
-            root=p.root,
-            run_id=p.run_id,
-            base_commit=p.base_commit,
-            default_pipeline=p.default_pipeline,
-            spend_guard_usd=p.spend_guard,
-            config_file=config_file,
-            pipeline_entries=p.pipeline_entries,
-            stop_grace_s=_number(p.config.get("fleet.stop_grace"), DEFAULT_STOP_GRACE_S, "fleet.stop_grace"),
+    def handle(self, signum: int, frame: object) -> None:
+        self.count += 1
+        running = len(self._running())
+        plural = "worker" if running == 1 else "workers"
+        self._request_stop(INTERRUPTED)
+        if self.count == 1 and signum == signal.SIGINT and not self._stop_on_first:
+            self._emit(
+                "notice",
+                {
+                    "text": f"interrupt: launching nothing more; waiting for {running} running {plural}; "
+                    "press Ctrl-C again to stop them"
+                },
+            )
+            return
+        self._stop_workers()
+        self._emit("notice", {"text": f"interrupt: stopping {running} running {plural}"})
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        # SIGHUP (the terminal closed, the ssh connection dropped) is a stop like SIGTERM: left at its
+        # default it killed the fleet outright, leaving the run `running`, its claims held, workers orphaned.
+        stops = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+        previous = {signum: signal.signal(signum, self.handle) for signum in stops}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+def exit_status(
+    interrupted: bool, stopped: str | None, statuses: Mapping[str, str]
+) -> tuple[str, int, str | None]:
+    """The run's (status, exit code, reason) from how it ended."""
+    if interrupted:
+        return "interrupted", EXIT_INTERRUPTED, INTERRUPTED
+    if stopped and stopped.startswith(SPEND_STOP_PREFIX):
+        return "spend_limited", EXIT_SPEND_LIMIT, stopped
+    unsuccessful = Counter(status for status in statuses.values() if status != "succeeded")
+    if unsuccessful:
+        return (
+            "failed",
+            EXIT_TASK_FAILED,
+            ", ".join(f"{n} {status}" for status, n in sorted(unsuccessful.items())),
         )
+    return "succeeded", EXIT_OK, None
+
+
+def ensure_state_dirs(root: Path) -> StatePaths:
+    paths = StatePaths(root)
+    gitops.ensure_excluded(root, EXCLUDED_DIRS)
+    for directory in (paths.private, paths.worktrees):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _unwritable_state(directory, exc.strerror or str(exc)) from None
+        # SQLite writes -wal/-shm files beside the databases; a read-only directory (or file system)
+        # would otherwise surface as "not a fleet ledger" or an internal error halfway into the run.
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise _unwritable_state(directory, "not writable")
+    return paths
+
+
+def _unwritable_state(directory: Path, why: str) -> StellaError:
+    return StellaError(
+        f"cannot write stella's state at {directory}: {why}; make it a writable directory and run again",
+        exit_code=EXIT_USAGE,
+    )
+
+
+def make_run_reporter(prepared: Prepared, out: IO[str]) -> Reporter:
+    fleet_db = StatePaths(prepared.root).fleet_db
+    run_id = prepared.run_id
+
+    def probe() -> Mapping[str, tuple[int, float]]:
+        with Ledger.open(fleet_db, readonly=True) as ledger:
+            return ledger.running_progress(run_id)
+
+    return make_reporter(json_mode=prepared.json_mode, quiet=prepared.quiet, probe=probe, stream=out)
+
+
+def run_settings(prepared: Prepared) -> RunSettings:
+    """What every attempt of the prepared run shares."""
+    return RunSettings(
+        root=prepared.root,
+        run_id=prepared.run_id,
+        base_commit=prepared.base_commit,
+        default_pipeline=prepared.default_pipeline,
+        default_model=prepared.default_model,
+        spend_guard_usd=prepared.spend_guard,
+        config_file=prepared.config_file,
+        pipeline_entries=prepared.pipeline_entries,
+    )
+
+
+class FleetRun:
+    """One prepared run, from its ledger row to its result."""
+
+    def __init__(self, prepared: Prepared, reporter: Reporter) -> None:
+        self.prepared = prepared
+        self.reporter = reporter
 
     def run(self) -> int:
-        launcher = self.launcher
+        p = self.prepared
+        # The warm launcher starts first, so its own start-up (an interpreter and the worker's imports)
+        # runs beside the rest of ours instead of before the first worker.
+        executor = LocalExecutor.open(
+            p.pipeline_modules, cwd=p.root, fork=p.fork_workers, stop_grace_s=p.stop_grace_s
+        )
         try:
-            p = self.prepared
             paths = ensure_state_dirs(p.root)
-            settings = self._settings()
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
-                dispatcher = Dispatcher(settings, ledger, claims, self.reporter.event, launcher=launcher)
+                dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, self.reporter.event)
                 try:
-                    return self._run(ledger, dispatcher)
+                    outcome, interrupted = self._drive(ledger, dispatcher)
+                    executor.release()  # nothing more to start: let it wind down while we finish
+                    return self._finish(ledger, outcome, interrupted)
                 finally:
                     abort = getattr(self.reporter, "abort", None)
                     if abort is not None:  # after finish() a no-op; after an error it restores the terminal
                         abort()
-                    dispatcher.close()
         finally:
-            if launcher is not None:
-                launcher.close()
+            executor.close()
 
-    def _run(self, ledger: Ledger, dispatcher: Dispatcher) -> int:
+    def _record_start(self, ledger: Ledger) -> None:
+        """The run's row and its tasks' rows, then the run_start event."""
         p = self.prepared
-        run_id = p.run_id
-        limit = p.opts.spend_limit
-        emit = self.reporter.event
+        ledger.create_run(
+            run_id=p.run_id,
+            plan_path=str(p.plan_path) if p.plan_path else None,
+            plan_sha256=p.plan.sha256,
+            base_ref=p.base_ref,
+            base_commit=p.base_commit,
+            max_concurrency=p.concurrency.value,
+            spend_limit_usd=p.spend_limit,
+            pipeline=p.default_pipeline,
+            argv=list(p.argv),
+            root=str(p.root),
+            pid=os.getpid(),
+        )
+        ledger.add_tasks(p.run_id, p.plan.tasks, p.plan.wave_numbers(p.concurrency.value))
+        self.reporter.event(
+            "run_start",
+            {
+                "run_id": p.run_id,
+                "concurrency": p.concurrency.describe(),
+                "max_concurrency": p.concurrency.value,
+                "base_ref": p.base_ref,
+                "base_commit": p.base_commit,
+                "tasks": list(p.plan.ids),
+                "waves": p.waves,
+                "spend_limit_usd": p.spend_limit,
+                "spend_guard_usd": p.spend_guard,
+            },
+        )
+
+    def _drive(self, ledger: Ledger, dispatcher: Dispatcher) -> tuple[WaveOutcome, bool]:
+        """Record the run and run its waves under the run's signal handling; (outcome, interrupted)."""
+        p, emit = self.prepared, self.reporter.event
+        limit = p.spend_limit
 
         def on_event(name: str, data: dict[str, Any]) -> None:
             if name == "task_skipped":
-                ledger.set_task_status(run_id, data["task"], "skipped", data.get("reason"))
+                ledger.set_task_status(p.run_id, data["task"], "skipped", data.get("reason"))
             if name in ("wave_start", "wave_end", "task_skipped"):
                 emit(name, data)
 
         def before_wave(number: int, task_ids: list[str]) -> str | None:
             if limit is None:
                 return None
-            spent = ledger.run_spend(run_id)
+            spent = ledger.run_spend(p.run_id)
             if spent >= limit:
                 return f"{SPEND_STOP_PREFIX}: ${spent:.2f} of ${limit:.2f}"
             return None
@@ -198,69 +254,28 @@ class FleetRun:
             p.plan, p.concurrency.value, dispatcher.execute, before_wave=before_wave, on_event=on_event
         )
         interrupts = Interrupts(
-            runner.request_stop, dispatcher.stop_workers, lambda: dispatcher.running, emit
+            runner.request_stop,
+            dispatcher.stop_workers,
+            lambda: dispatcher.running,
+            emit,
+            stop_on_first=p.stop_on_first_interrupt,
         )
         with interrupts.installed():
-            ledger.create_run(
-                run_id=run_id,
-                plan_path=str(Path(p.opts.plan_path).resolve()) if p.opts.plan_path else None,
-                plan_sha256=p.plan.sha256,
-                base_ref=p.base_ref,
-                base_commit=p.base_commit,
-                max_concurrency=p.concurrency.value,
-                spend_limit_usd=limit,
-                pipeline=p.default_pipeline,
-                argv=list(p.opts.argv),
-                root=str(p.root),
-                pid=os.getpid(),
-            )
-            ledger.add_tasks(run_id, p.plan.tasks, p.plan.wave_numbers(p.concurrency.value))
-            emit(
-                "run_start",
-                {
-                    "run_id": run_id,
-                    "concurrency": p.concurrency.describe(),
-                    "max_concurrency": p.concurrency.value,
-                    "base_ref": p.base_ref,
-                    "base_commit": p.base_commit,
-                    "tasks": list(p.plan.ids),
-                    "waves": p.waves,
-                    "spend_limit_usd": limit,
-                    "spend_guard_usd": p.spend_guard,
-                },
-            )
-            outcome = self._drive(runner)
-        if self.launcher is not None:
-            self.launcher.release()  # it has no more workers to fork: let it wind down while we finish
-        interrupted = interrupts.count > 0
+            self._record_start(ledger)
+            outcome = _in_background(runner.run)
+        return outcome, interrupts.count > 0
+
+    def _finish(self, ledger: Ledger, outcome: WaveOutcome, interrupted: bool) -> int:
+        """Settle every task, record the run's end (and its CI watch), report the result; the exit code."""
+        p = self.prepared
         statuses = self._settle(ledger, outcome, interrupted)
         status, code, reason = exit_status(interrupted, outcome.stopped, statuses)
-        ledger.finish_run(run_id, status, exit_code=code, reason=reason)
+        ledger.finish_run(p.run_id, status, exit_code=code, reason=reason)
         watch_doc = None
-        if p.opts.watch and not interrupted:
+        if p.watch is not None and not interrupted:
             watch_doc, code = self._watch(ledger, status, code)
-        self.reporter.finish(result_document(ledger.get_run(run_id), watch_doc))
+        self.reporter.finish(result_document(ledger.get_run(p.run_id), watch_doc))
         return code
-
-    @staticmethod
-    def _drive(runner: WaveRunner) -> WaveOutcome:
-        """Run the waves in a thread; the main thread only waits (and takes the signals)."""
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["outcome"] = runner.run()
-            except BaseException as exc:  # handed back to the main thread below
-                box["error"] = exc
-
-        thread = threading.Thread(target=target, name="stella-waves", daemon=True)
-        thread.start()
-        while thread.is_alive():
-            thread.join(0.5)
-        if "error" in box:
-            raise box["error"]
-        outcome: WaveOutcome = box["outcome"]
-        return outcome
 
     def _settle(self, ledger: Ledger, outcome: WaveOutcome, interrupted: bool) -> dict[str, str]:
         """Make every task's final status explicit; returns task id -> status."""
@@ -276,26 +291,46 @@ class FleetRun:
                 ledger.set_task_status(run_id, task_id, "skipped", reason)
                 by_status[task_id] = "skipped"
                 self.reporter.event("task_skipped", {"task": task_id, "reason": reason})
-            elif task["status"] == "skipped" and interrupted and self._after_interrupt(task, by_status):
+            elif task["status"] == "skipped" and interrupted and _after_interrupt(task, by_status):
                 ledger.set_task_status(run_id, task_id, "skipped", INTERRUPTED)
         return by_status
-
-    @staticmethod
-    def _after_interrupt(task: Mapping[str, Any], by_status: Mapping[str, str]) -> bool:
-        """A task skipped only because a dependency was interrupted was skipped by the interrupt."""
-        reason = task.get("reason") or ""
-        return reason.startswith("dependency failed") and any(
-            by_status.get(dep) in ("interrupted", "skipped") for dep in task.get("depends_on", [])
-        )
 
     def _watch(self, ledger: Ledger, status: str, code: int) -> tuple[Any, int]:
         from stellafleet.ci.watch import watch_run
 
         p = self.prepared
-        result = watch_run(p.root, p.run_id, config=p.config, json_mode=p.opts.json_mode)
+        result = watch_run(p.root, p.run_id, config=p.config, settings=p.watch, json_mode=p.json_mode)
         if code == EXIT_OK and result.exit_code != EXIT_OK:
             code = result.exit_code
             ledger.finish_run(
                 p.run_id, status, exit_code=code, reason="watch: a watched branch did not end green"
             )
         return result.to_json(), code
+
+
+def _after_interrupt(task: Mapping[str, Any], by_status: Mapping[str, str]) -> bool:
+    """A task skipped only because a dependency was interrupted was skipped by the interrupt."""
+    reason = task.get("reason") or ""
+    return reason.startswith("dependency failed") and any(
+        by_status.get(dep) in ("interrupted", "skipped") for dep in task.get("depends_on", [])
+    )
+
+
+def _in_background(work: Callable[[], WaveOutcome]) -> WaveOutcome:
+    """Run the waves in a thread; the main thread only waits (and takes the signals)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["outcome"] = work()
+        except BaseException as exc:  # handed back to the main thread below
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="stella-waves", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.5)
+    if "error" in box:
+        raise box["error"]
+    outcome: WaveOutcome = box["outcome"]
+    return outcome

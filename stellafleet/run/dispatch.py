@@ -1,16 +1,14 @@
-"""One task's attempt: claims -> workspace -> worker process -> wait -> record -> release.
+"""One task's attempt: claims -> workspace -> executor -> record -> release.
 
 `Dispatcher.execute` is the action the wave runner calls in a thread per task. It always leaves the
 ledger consistent (the attempt finished, the task's status set) and always releases the attempt's claims,
-whatever happens in between; a task that did not succeed raises TaskFailed with the reason.
+whatever happens in between; a task that did not succeed raises TaskFailed with the reason. Where and how
+the worker itself runs is the executor's business (executor.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import sys
 import sysconfig
 import threading
 import time
@@ -22,38 +20,17 @@ from typing import Any
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import gitops
-from stellafleet.pipelines.base import PipelineResult
+from stellafleet.git import gitops, worktrees
+from stellafleet.pipelines.command import RESULT_ENV
 from stellafleet.plan.model import PlanTask
-from stellafleet.proc.tree import Exit, ProcessTree
+from stellafleet.run.executor import INTERRUPTED, Attempt, Ending, Execution, Executor
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
-from stellafleet.worker.launcher import Launcher, LauncherGone
+from stellafleet.worker.main import PIPELINE_ENTRY_ENV
 
-# -P: the workspace (the cwd) is not put on sys.path, so a repository file can never shadow a module
-WORKER_ARGV = (sys.executable, "-P", "-m", "stellafleet.worker.main")
-# WorkerContext variables (and the worker's own) never leak from the fleet's environment into a worker.
-_WORKER_KEYS = [
-    "ROOT",
-    "WORKSPACE",
-    "RUN_ID",
-    "TASK_ID",
-    "TASK_TITLE",
-    "ATTEMPT_ID",
-    "PROMPT",
-    "ISOLATION",
-    "BRANCH",
-    "BASE_COMMIT",
-    "SPEND_GUARD",
-    "PIPELINE",
-    "MODEL",
-    "TIMEOUT",
-    "RESULT_FILE",
-    "LOG_FILE",
-    "TRANSCRIPT_FILE",
-    "COMMAND_RESULT",
-    "PIPELINE_ENTRY",
-]
+# A worker's own variables never leak from the fleet's environment into a worker: its context's, and
+# those the worker process and the command pipeline read besides.
+WORKER_VARIABLES = (*WorkerContext.env_names(), PIPELINE_ENTRY_ENV, RESULT_ENV)
 
 Emit = Callable[[str, Mapping[str, Any]], None]
 
@@ -70,11 +47,10 @@ class RunSettings:
     run_id: str
     base_commit: str
     default_pipeline: str
+    default_model: str | None = None  # for tasks that name no model (None: the pipeline's own default)
     spend_guard_usd: float | None = None
     config_file: Path | None = None
     pipeline_entries: Mapping[str, str] = field(default_factory=dict)  # name -> "module:attr"
-    stop_grace_s: float = 5.0
-    sample_interval_s: float = 0.25
 
     @property
     def paths(self) -> StatePaths:
@@ -95,6 +71,11 @@ class Record:
     @classmethod
     def failed(cls, text: str) -> Record:
         return cls("failed", text, text)
+
+    @property
+    def reason(self) -> str | None:
+        """Why the task did not succeed (None: it did)."""
+        return None if self.outcome == "succeeded" else (self.error or self.summary)
 
 
 @dataclass(frozen=True)
@@ -120,7 +101,7 @@ def workspace_for(root: Path, run_id: str, task: PlanTask) -> Workspace:
     """The repository root for shared tasks; `.stella/worktrees/<slug>-<hash>` on `fleet/...` otherwise."""
     if task.isolation != "isolated":
         return Workspace(root, None)
-    name = gitops.isolated_name(run_id, task.id)
+    name = worktrees.isolated_name(run_id, task.id)
     return Workspace(StatePaths(root).worktrees / name, f"fleet/{name}")
 
 
@@ -128,8 +109,8 @@ def run_env(settings: RunSettings, base: Mapping[str, str] | None = None) -> dic
     """What every worker of the run inherits: base (default: this process's environment) without any
     worker variables, with the run's config file and this stella's scripts on PATH."""
     env = dict(os.environ if base is None else base)
-    for key in _WORKER_KEYS:
-        env.pop(f"STELLA_{key}", None)
+    for key in WORKER_VARIABLES:
+        env.pop(key, None)
     if settings.config_file is not None:
         env["STELLA_CONFIG"] = str(settings.config_file)
     # Workers call `stella commit`: make sure they find this stella, without shadowing anything on PATH.
@@ -145,50 +126,54 @@ def task_env(ctx: WorkerContext, settings: RunSettings, inherited: Mapping[str, 
     env = {**inherited, **ctx.to_env()}
     entry = settings.pipeline_entries.get(ctx.pipeline)
     if entry:
-        env["STELLA_PIPELINE_ENTRY"] = entry
+        env[PIPELINE_ENTRY_ENV] = entry
     return env
 
 
-def read_result(path: Path) -> PipelineResult | None:
-    import json
-
-    try:
-        return PipelineResult.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError, AttributeError):
-        return None
+def judge(ending: Ending) -> Record:
+    """The record of a worker's end: succeeded only when it exited 0 with a successful result."""
+    exit_info, stop_reason, result = ending.exit, ending.stop_reason, ending.result
+    measured: dict[str, Any] = {
+        "exit_code": exit_info.returncode,
+        "cpu_seconds": round(exit_info.cpu_seconds, 3),
+        "peak_rss_bytes": exit_info.peak_rss_bytes or None,
+    }
+    if exit_info.returncode == 0 and result is not None and result.success:
+        return Record("succeeded", result.summary or "done", None, **measured)
+    if stop_reason is not None:
+        outcome = INTERRUPTED if stop_reason == INTERRUPTED else "failed"
+        error = f"{stop_reason} (worker {exit_info.describe()})"
+        summary = result.summary if result is not None and result.summary else stop_reason
+        return Record(outcome, summary, error, **measured)
+    if result is None:
+        error = (
+            f"worker {exit_info.describe()}"
+            if exit_info.returncode != 0
+            else "worker exited without leaving a result"
+        )
+        return Record("failed", error, error, **measured)
+    error = result.error or f"worker {exit_info.describe()}"
+    return Record("failed", result.summary or error, error, **measured)
 
 
 class Dispatcher:
     """Runs attempts for one fleet run; `execute` is thread-safe, one call per task."""
 
     def __init__(
-        self,
-        settings: RunSettings,
-        ledger: Ledger,
-        claims: ClaimStore,
-        emit: Emit,
-        *,
-        launcher: Launcher | None = None,
+        self, settings: RunSettings, ledger: Ledger, claims: ClaimStore, executor: Executor, emit: Emit
     ) -> None:
         self.settings = settings
-        self.launcher = launcher  # forks warm workers; None: each worker is a fresh interpreter
         self.ledger = ledger
         self.claims = claims
+        self.executor = executor
         self.emit = emit
         self._hard_stop = threading.Event()
-        # Level-triggered wake-up for every waiting thread: written once, never read.
-        self._wake_r, self._wake_w = os.pipe()
-        self._lock = threading.Lock()
-        self._running: dict[str, int] = {}
+        self._lock = threading.RLock()  # re-entrant: a signal handler may interrupt a holder
+        self._running: dict[str, Execution | None] = {}  # task id -> its worker, once started
         # Worked out once per run rather than per task: the environment every worker inherits, and the
         # directories of the run's results (os.environ is copied and sysconfig asked only here).
         self._env = run_env(settings)
         self._made: set[Path] = set()
-
-    def close(self) -> None:
-        for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
 
     @property
     def running(self) -> list[str]:
@@ -196,19 +181,65 @@ class Dispatcher:
             return list(self._running)
 
     def stop_workers(self) -> None:
-        """Stop every running worker's process tree (SIGTERM, SIGKILL after the grace period)."""
-        if not self._hard_stop.is_set():
+        """Stop every running worker (and any that starts from now on)."""
+        with self._lock:
             self._hard_stop.set()
-            os.write(self._wake_w, b"x")
+            started = [execution for execution in self._running.values() if execution is not None]
+        for execution in started:
+            execution.stop()
 
     # --- one task ---
 
     def execute(self, task: PlanTask) -> bool:
+        started = time.monotonic()
+        ctx = self._open_attempt(task)
+        try:
+            try:
+                record = self._attempt(task, ctx)
+            except ClaimConflict as exc:
+                record = Record.failed(str(exc))
+            except StellaError as exc:
+                record = Record.failed(f"could not start the worker: {exc}")
+            except Exception as exc:  # a bug must still leave the ledger consistent
+                record = Record.failed(f"internal error: {type(exc).__name__}: {exc}")
+            spend = self.ledger.finish_attempt(
+                ctx.attempt_id,
+                outcome=record.outcome,
+                exit_code=record.exit_code,
+                summary=record.summary,
+                error=record.error,
+                cpu_seconds=record.cpu_seconds,
+                peak_rss_bytes=record.peak_rss_bytes,
+                reason=record.reason,
+                transcript_written=ctx.transcript_path.exists(),
+            )
+        finally:
+            self.claims.release_attempt_if_held(ctx.run_id, ctx.attempt_id)
+            with self._lock:
+                self._running.pop(task.id, None)
+        self.emit(
+            "attempt_end",
+            {
+                "task": task.id,
+                "attempt": ctx.attempt_id,
+                "outcome": record.outcome,
+                "summary": record.summary,
+                "error": record.error,
+                "elapsed_s": time.monotonic() - started,
+                "spend_usd": spend,
+                "branch": ctx.branch,
+            },
+        )
+        if record.reason is not None:
+            raise TaskFailed(record.reason)
+        return True
+
+    def _open_attempt(self, task: PlanTask) -> WorkerContext:
+        """The attempt's ledger row (its task now `running`) and what its worker will be told."""
         settings = self.settings
-        run_id = settings.run_id
+        run_id, paths = settings.run_id, settings.paths
         pipeline = task.pipeline or settings.default_pipeline
         workspace = workspace_for(settings.root, run_id, task)
-        paths = settings.paths
         log_path = paths.log_file(run_id, task.id)
         transcript_path = paths.transcript_file(run_id, task.id)
         # The task's rows change in two write transactions (three with the worker's pid): the attempt
@@ -223,78 +254,11 @@ class Dispatcher:
             transcript_path=str(transcript_path),
         )
         with self._lock:
-            self._running[task.id] = attempt_id
-        started = time.monotonic()
-        try:
-            try:
-                record = self._attempt(task, attempt_id, pipeline, workspace, log_path, transcript_path)
-            except ClaimConflict as exc:
-                record = Record.failed(str(exc))
-            except StellaError as exc:
-                record = Record.failed(f"could not start the worker: {exc}")
-            except Exception as exc:  # a bug must still leave the ledger consistent
-                record = Record.failed(f"internal error: {type(exc).__name__}: {exc}")
-            reason = None if record.outcome == "succeeded" else (record.error or record.summary)
-            spend = self.ledger.finish_attempt(
-                attempt_id,
-                outcome=record.outcome,
-                exit_code=record.exit_code,
-                summary=record.summary,
-                error=record.error,
-                cpu_seconds=record.cpu_seconds,
-                peak_rss_bytes=record.peak_rss_bytes,
-                reason=reason,
-                transcript_written=transcript_path.exists(),
-            )
-        finally:
-            self.claims.release_attempt_if_held(run_id, attempt_id)
-            with self._lock:
-                self._running.pop(task.id, None)
-        self.emit(
-            "attempt_end",
-            {
-                "task": task.id,
-                "attempt": attempt_id,
-                "outcome": record.outcome,
-                "summary": record.summary,
-                "error": record.error,
-                "elapsed_s": time.monotonic() - started,
-                "spend_usd": spend,
-                "branch": workspace.branch,
-            },
-        )
-        if record.outcome != "succeeded":
-            raise TaskFailed(reason or record.outcome)
-        return True
-
-    def _make_dir(self, path: Path) -> None:
-        if path not in self._made:  # one mkdir per directory per run, not per task
-            path.mkdir(parents=True, exist_ok=True)
-            self._made.add(path)
-
-    def _attempt(
-        self,
-        task: PlanTask,
-        attempt_id: int,
-        pipeline: str,
-        workspace: Workspace,
-        log_path: Path,
-        transcript_path: Path,
-    ) -> Record:
-        settings = self.settings
-        if self._hard_stop.is_set():
-            return Record("interrupted", "interrupted before the worker started", "interrupted")
-        if task.claims:
-            holder = Holder.current(settings.run_id, task.id, task.title, attempt_id)
-            self.claims.acquire(claim_keys(settings.root, workspace, task.claims), holder)
-        if workspace.isolated:
-            assert workspace.branch is not None
-            gitops.worktree_add(settings.root, workspace.path, workspace.branch, settings.base_commit)
-            self.ledger.set_task_workspace(settings.run_id, task.id, workspace.branch, str(workspace.path))
-        ctx = WorkerContext(
+            self._running[task.id] = None
+        return WorkerContext(
             root=settings.root,
             workspace=workspace.path,
-            run_id=settings.run_id,
+            run_id=run_id,
             task_id=task.id,
             task_title=task.title,
             attempt_id=attempt_id,
@@ -304,114 +268,70 @@ class Dispatcher:
             base_commit=settings.base_commit,
             spend_guard_usd=settings.spend_guard_usd,
             pipeline=pipeline,
-            model=task.model,
+            model=task.model or settings.default_model,
             timeout_s=task.timeout,
-            result_path=settings.paths.result_file(settings.run_id, task.id, attempt_id),
+            result_path=paths.result_file(run_id, task.id, attempt_id),
             log_path=log_path,
             transcript_path=transcript_path,
         )
+
+    def _make_dir(self, path: Path) -> None:
+        if path not in self._made:  # one mkdir per directory per run, not per task
+            path.mkdir(parents=True, exist_ok=True)
+            self._made.add(path)
+
+    def _attempt(self, task: PlanTask, ctx: WorkerContext) -> Record:
+        settings = self.settings
+        if self._hard_stop.is_set():
+            return Record(INTERRUPTED, "interrupted before the worker started", INTERRUPTED)
+        workspace = Workspace(ctx.workspace, ctx.branch)
+        if task.claims:
+            holder = Holder.current(ctx.run_id, task.id, task.title, ctx.attempt_id)
+            self.claims.acquire(claim_keys(settings.root, workspace, task.claims), holder)
+        if workspace.branch is not None:
+            worktrees.worktree_add(settings.root, workspace.path, workspace.branch, settings.base_commit)
+            self.ledger.set_task_workspace(ctx.run_id, task.id, workspace.branch, str(workspace.path))
         self._make_dir(ctx.result_path.parent)
-        self._make_dir(log_path.parent)
-        tree = self._spawn(workspace.path, task_env(ctx, settings, self._env), log_path)
-        try:
-            self.ledger.set_attempt_pid(attempt_id, tree.pid)
-            self.emit(
-                "attempt_start",
-                {
-                    "task": task.id,
-                    "title": task.title,
-                    "attempt": attempt_id,
-                    "pid": tree.pid,
-                    "workspace": str(workspace.path),
-                    "branch": workspace.branch,
-                },
-            )
-            exit_info, stop_reason = self._wait(tree, task.timeout)
-        finally:
-            tree.close()
-        if workspace.isolated:
-            self._record_branch_commits(task, attempt_id, workspace)
-        return self._judge(exit_info, stop_reason, read_result(ctx.result_path))
+        self._make_dir(ctx.log_path.parent)
+        execution = self._start(ctx)
+        if execution.pid is not None:
+            self.ledger.set_attempt_pid(ctx.attempt_id, execution.pid)
+        self.emit(
+            "attempt_start",
+            {
+                "task": task.id,
+                "title": task.title,
+                "attempt": ctx.attempt_id,
+                "pid": execution.pid,
+                "workspace": str(ctx.workspace),
+                "branch": workspace.branch,
+                "log_path": str(ctx.log_path),
+                "result_path": str(ctx.result_path),
+            },
+        )
+        ending = execution.wait()
+        if workspace.branch is not None:
+            self._record_branch_commits(ctx, workspace.branch)
+        return judge(ending)
 
-    def _spawn(self, cwd: Path, env: dict[str, str], log_path: Path) -> ProcessTree:
-        launcher = self.launcher
-        if launcher is not None:
-            try:
-                return ProcessTree.spawn(WORKER_ARGV, cwd=cwd, env=env, log_path=log_path, launcher=launcher)
-            except LauncherGone:
-                self.launcher = None  # from now on, every worker is a fresh interpreter
-        return ProcessTree.spawn(WORKER_ARGV, cwd=cwd, env=env, log_path=log_path)
+    def _start(self, ctx: WorkerContext) -> Execution:
+        """Start the worker; one that starts as the run is being stopped is stopped at once."""
+        execution = self.executor.start(Attempt(ctx, task_env(ctx, self.settings, self._env)))
+        with self._lock:
+            self._running[ctx.task_id] = execution
+            stopping = self._hard_stop.is_set()
+        if stopping:
+            execution.stop()
+        return execution
 
-    def _wait(self, tree: ProcessTree, timeout: float | None) -> tuple[Exit, str | None]:
-        """Wait for the worker, sampling its tree; stop it on timeout or a hard stop."""
-        settings = self.settings
-        start = time.monotonic()
-        deadline = start + timeout if timeout else None
-        next_sample = start + min(0.1, settings.sample_interval_s)
-        stop_reason: str | None = None
-        stopped_at = 0.0
-        killed = False
-        while True:
-            now = time.monotonic()
-            if stop_reason is None:
-                if deadline is not None and now >= deadline:
-                    stop_reason = f"timed out after {timeout:g}s"
-                elif self._hard_stop.is_set():
-                    stop_reason = "interrupted"
-                if stop_reason is not None:
-                    tree.signal_tree(signal.SIGTERM)
-                    stopped_at = now
-            elif not killed and now - stopped_at >= settings.stop_grace_s:
-                tree.signal_tree(signal.SIGKILL)
-                killed = True
-            if now >= next_sample:
-                tree.sample()
-                next_sample = now + settings.sample_interval_s
-            wait_for = next_sample - now
-            if stop_reason is None and deadline is not None:
-                wait_for = min(wait_for, deadline - now)
-            if stop_reason is not None and not killed:
-                wait_for = min(wait_for, stopped_at + settings.stop_grace_s - now)
-            done = tree.wait(max(wait_for, 0.001), wake_fd=None if stop_reason else self._wake_r)
-            if done is not None:
-                if stop_reason is not None:
-                    tree.signal_tree(signal.SIGKILL)  # whatever of the stopped tree outlived its root
-                return done, stop_reason
-
-    @staticmethod
-    def _judge(exit_info: Exit, stop_reason: str | None, result: PipelineResult | None) -> Record:
-        measured: dict[str, Any] = {
-            "exit_code": exit_info.returncode,
-            "cpu_seconds": round(exit_info.cpu_seconds, 3),
-            "peak_rss_bytes": exit_info.peak_rss_bytes or None,
-        }
-        if exit_info.returncode == 0 and result is not None and result.success:
-            return Record("succeeded", result.summary or "done", None, **measured)
-        if stop_reason is not None:
-            outcome = "interrupted" if stop_reason == "interrupted" else "failed"
-            error = f"{stop_reason} (worker {exit_info.describe()})"
-            summary = result.summary if result is not None and result.summary else stop_reason
-            return Record(outcome, summary, error, **measured)
-        if result is None:
-            error = (
-                f"worker {exit_info.describe()}"
-                if exit_info.returncode != 0
-                else "worker exited without leaving a result"
-            )
-            return Record("failed", error, error, **measured)
-        error = result.error or f"worker {exit_info.describe()}"
-        return Record("failed", result.summary or error, error, **measured)
-
-    def _record_branch_commits(self, task: PlanTask, attempt_id: int, workspace: Workspace) -> None:
-        assert workspace.branch is not None
-        settings = self.settings
-        for commit in gitops.commits_between(settings.root, settings.base_commit, workspace.branch):
+    def _record_branch_commits(self, ctx: WorkerContext, branch: str) -> None:
+        for commit in gitops.commits_between(ctx.root, ctx.base_commit, branch):
             self.ledger.record_commit(
                 sha=commit.sha,
-                run_id=settings.run_id,
-                task_id=task.id,
-                attempt_id=attempt_id,
-                branch=workspace.branch,
+                run_id=ctx.run_id,
+                task_id=ctx.task_id,
+                attempt_id=ctx.attempt_id,
+                branch=branch,
                 message=commit.message,
                 committed_at_ms=commit.committed_at_ms,
             )

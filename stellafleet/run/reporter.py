@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import IO, Any, Protocol, cast
 
+from stellafleet.core.spend import money
+
 # task id -> (steps, spend in dollars) of running attempts, for the live display
 ProgressProbe = Callable[[], Mapping[str, tuple[int, float]]]
 
@@ -27,10 +29,6 @@ class Reporter(Protocol):
     def event(self, name: str, data: Mapping[str, Any]) -> None: ...
 
     def finish(self, doc: Mapping[str, Any]) -> None: ...
-
-
-def money(usd: float | None) -> str:
-    return "-" if usd is None else f"${usd:.2f}"
 
 
 def counted(n: int, noun: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import posixpath
 import sqlite3
 import threading
@@ -20,17 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-import psutil
-
 from stellafleet.core.clock import Clock, SystemClock, wall_ms
 from stellafleet.core.errors import ClaimConflict, StellaError
+from stellafleet.proc.pids import ProcessIdentity
 from stellafleet.state.sqlitefile import Schema, open_database, write_transaction
 
 log = logging.getLogger("stellafleet.state.claims")
 
-# Process start times from psutil are derived from boot time and clock ticks; a reading can shift a
-# little if the wall clock is stepped. Anything this close is the same process.
-START_TIME_TOLERANCE_S = 1.0
 LANE_POLL_S = 0.02
 
 _V1 = (
@@ -62,23 +57,6 @@ STORE_SCHEMA = Schema(label="claim store", application_id=0x53544C43, migrations
 
 _HOLDER_COLUMNS = "run_id, task_id, task_title, attempt_id, pid, pid_started"
 
-_own_start: tuple[int, float] | None = None
-
-
-def process_start_time(pid: int) -> float:
-    """psutil's start time of pid (cached for this process); StellaError if there is no such process."""
-    global _own_start
-    own = os.getpid()
-    if pid == own and _own_start is not None and _own_start[0] == own:
-        return _own_start[1]
-    try:
-        started = psutil.Process(pid).create_time()
-    except psutil.Error:
-        raise StellaError(f"no process {pid}: a claim holder must be a running process") from None
-    if pid == own:
-        _own_start = (own, started)
-    return started
-
 
 @dataclass(frozen=True)
 class Holder:
@@ -96,25 +74,17 @@ class Holder:
         cls, run_id: str, task_id: str, task_title: str, attempt_id: int, pid: int | None = None
     ) -> Holder:
         """A holder for pid (default: this process), stamped with that process's start time."""
-        pid = os.getpid() if pid is None else pid
-        return cls(run_id, task_id, task_title, attempt_id, pid, process_start_time(pid))
+        identity = ProcessIdentity.of(pid)
+        if identity is None:
+            raise StellaError(f"no process {pid}: a claim holder must be a running process")
+        return cls(run_id, task_id, task_title, attempt_id, identity.pid, identity.started_at)
 
     def same_attempt(self, other: Holder) -> bool:
         return self.run_id == other.run_id and self.attempt_id == other.attempt_id
 
     def is_alive(self) -> bool:
-        """True while the holder's process runs: same pid, same start time, and not a zombie."""
-        if self.pid == os.getpid():
-            return abs(process_start_time(self.pid) - self.pid_started) <= START_TIME_TOLERANCE_S
-        try:
-            proc = psutil.Process(self.pid)
-            if abs(proc.create_time() - self.pid_started) > START_TIME_TOLERANCE_S:
-                return False  # the pid was reused by another process
-            return proc.status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
-        except psutil.AccessDenied:
-            return True  # exists but belongs to someone else: assume it is still working
+        """True while the holder's process runs: its pid is held by no zombie and no later process."""
+        return ProcessIdentity(self.pid, self.pid_started).is_alive()
 
     def describe(self) -> str:
         title = f" ({self.task_title})" if self.task_title else ""

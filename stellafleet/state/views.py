@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.core.errors import StellaError
-from stellafleet.git.clean import pid_alive
+from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 
 TASK_OUTCOMES = ("succeeded", "failed", "skipped", "running", "pending", "interrupted")
@@ -106,6 +106,72 @@ def _branch(name: str, isolation: str | None) -> dict[str, Any]:
     return {"branch": name, "worktree": None, "tasks": [], "isolation": isolation, "commits": 0, "ci": None}
 
 
+_TASK_KEYS = (
+    "id",
+    "title",
+    "prompt",
+    "status",
+    "reason",
+    "isolation",
+    "wave",
+    "pipeline",
+    "model",
+    "timeout_s",
+    "branch",
+    "worktree",
+    "depends_on",
+    "claims",
+)
+
+
+def _by_task(rows: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]]]:
+    grouped: dict[str | None, list[dict[str, Any]]] = {}
+    for row in rows:
+        grouped.setdefault(row["task_id"], []).append(row)
+    return grouped
+
+
+def run_tasks(detail: dict[str, Any]) -> list[dict[str, Any]]:
+    """A run's tasks in the ledger's order, each with its attempts, commits, spend and CI (the ledger's
+    record from Ledger.get_run): the read model of a run's work, as the runs views and a fleet's result
+    document show it."""
+    attempts_by_task = _by_task(detail["attempts"])
+    commits_by_task = _by_task(detail["commits"])
+    ci_by_branch = {entry["branch"]: entry for entry in detail["ci"]}
+    tasks = []
+    for task in detail["tasks"]:
+        attempts = [dict(attempt) for attempt in attempts_by_task.get(task["id"], [])]
+        view = {key: task.get(key) for key in _TASK_KEYS}
+        view["attempts"] = attempts
+        view["commits"] = commits_by_task.get(task["id"], [])
+        view["spend_usd"] = sum(float(a.get("spend_usd") or 0.0) for a in attempts)
+        view["ci"] = ci_by_branch.get(task["branch"]) if task.get("branch") else None
+        tasks.append(view)
+    return tasks
+
+
+def run_branches(detail: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every branch a run touched: its tasks' own, those its commits landed on, and those CI watched."""
+    branches: dict[str, dict[str, Any]] = {}
+    for task in detail["tasks"]:
+        if task.get("branch"):
+            entry = branches.setdefault(task["branch"], _branch(task["branch"], task.get("isolation")))
+            entry["worktree"] = entry["worktree"] or task.get("worktree")
+            entry["tasks"].append(task["id"])
+    for commit in detail["commits"]:
+        if commit.get("branch"):
+            entry = branches.setdefault(commit["branch"], _branch(commit["branch"], "shared"))
+            entry["commits"] += 1
+            if commit.get("task_id") and commit["task_id"] not in entry["tasks"]:
+                entry["tasks"].append(commit["task_id"])
+    for ci in detail["ci"]:
+        entry = branches.setdefault(ci["branch"], _branch(ci["branch"], None))
+        if ci.get("task_id") and ci["task_id"] not in entry["tasks"]:
+            entry["tasks"].append(ci["task_id"])
+        entry["ci"] = ci
+    return list(branches.values())
+
+
 def run_detail(detail: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> dict[str, Any]:
     """One run opened up: waves of tasks with their attempts and commits, branches, CI and cleanups."""
     raw_run = detail["run"]
@@ -124,68 +190,18 @@ def run_detail(detail: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive)
         root=raw_run.get("root"),
         plan_sha256=raw_run.get("plan_sha256"),
     )
-
-    attempts_by_task: dict[str, list[dict[str, Any]]] = {}
-    for attempt in detail["attempts"]:
-        view = dict(attempt)
-        view["duration_ms"] = _duration(
-            attempt["started_at_ms"], attempt["finished_at_ms"], now_ms, run["live"]
-        )
-        attempts_by_task.setdefault(attempt["task_id"], []).append(view)
-    commits_by_task: dict[str | None, list[dict[str, Any]]] = {}
-    for commit in detail["commits"]:
-        commits_by_task.setdefault(commit["task_id"], []).append(commit)
-    ci_by_branch = {entry["branch"]: entry for entry in detail["ci"]}
-
     waves: dict[int | None, list[dict[str, Any]]] = {}
-    branches: dict[str, dict[str, Any]] = {}
-    for task in detail["tasks"]:
-        attempts = attempts_by_task.get(task["id"], [])
-        view = {
-            key: task.get(key)
-            for key in (
-                "id",
-                "title",
-                "prompt",
-                "status",
-                "reason",
-                "isolation",
-                "wave",
-                "pipeline",
-                "model",
-                "timeout_s",
-                "branch",
-                "worktree",
-                "depends_on",
-                "claims",
+    for task in run_tasks(detail):
+        for attempt in task["attempts"]:
+            attempt["duration_ms"] = _duration(
+                attempt["started_at_ms"], attempt["finished_at_ms"], now_ms, run["live"]
             )
-        }
-        view["attempts"] = attempts
-        view["commits"] = commits_by_task.get(task["id"], [])
-        view["spend_usd"] = sum(float(a.get("spend_usd") or 0.0) for a in attempts)
-        view["ci"] = ci_by_branch.get(task["branch"]) if task.get("branch") else None
-        waves.setdefault(task.get("wave"), []).append(view)
-        if task.get("branch"):
-            entry = branches.setdefault(task["branch"], _branch(task["branch"], task.get("isolation")))
-            entry["worktree"] = entry["worktree"] or task.get("worktree")
-            entry["tasks"].append(task["id"])
-    for commit in detail["commits"]:
-        if commit.get("branch"):
-            entry = branches.setdefault(commit["branch"], _branch(commit["branch"], "shared"))
-            entry["commits"] += 1
-            if commit.get("task_id") and commit["task_id"] not in entry["tasks"]:
-                entry["tasks"].append(commit["task_id"])
-    for branch, ci in ci_by_branch.items():
-        entry = branches.setdefault(branch, _branch(branch, None))
-        if ci.get("task_id") and ci["task_id"] not in entry["tasks"]:
-            entry["tasks"].append(ci["task_id"])
-        entry["ci"] = ci
-
+        waves.setdefault(task["wave"], []).append(task)
     ordered = sorted(waves.items(), key=lambda item: (item[0] is None, item[0] or 0))
     return {
         "run": run,
         "waves": [{"wave": wave, "tasks": tasks} for wave, tasks in ordered],
-        "branches": list(branches.values()),
+        "branches": run_branches(detail),
         "commits": detail["commits"],
         "ci": detail["ci"],
         "cleanups": detail["cleanups"],

@@ -103,6 +103,19 @@ class Session:
         if self.stream:
             fa.emit({**message, "session_id": self.session_id, "uuid": str(uuid.uuid4())})
 
+    def say_init(self) -> None:
+        self.say(
+            {
+                "type": "system",
+                "subtype": "init",
+                "cwd": str(self.cwd),
+                "tools": ["Read", "Write", "Edit", "Bash"],
+                "mcp_servers": [],
+                "model": self.options.get("--model", "claude-sonnet-4-5"),
+                "permissionMode": self.options.get("--permission-mode", "default"),
+            }
+        )
+
     def tool(self, name: str, tool_input: dict[str, Any]) -> str:
         self.tool_id += 1
         tool_use_id = f"toolu_{self.tool_id:04d}"
@@ -192,42 +205,21 @@ class Session:
         return message
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if fa.answers_version(args, VERSION, ("--version", "-v")):
-        return 0
-    # The real CLI's variadic options take values up to the next option.
-    options, positional = fa.parse_args(args, VALUE_OPTIONS, MULTI_OPTIONS)
-    cwd = Path.cwd()
-    script = fa.begin(CLI, args, cwd=cwd, options=options, prompt=positional[0] if positional else None)
+def usage_error(options: dict[str, Any]) -> int | None:
+    """The exit code of the real CLI for options it refuses, or None when they are fine."""
     if not options.get("-p") and not options.get("--print"):
         sys.stderr.write("fake claude only does print mode (-p)\n")
         return 2
-    output_format = options.get("--output-format", "text")
-    if output_format == "stream-json" and not options.get("--verbose"):
+    if options.get("--output-format") == "stream-json" and not options.get("--verbose"):
         sys.stderr.write("Error: When using --print, --output-format=stream-json requires --verbose\n")
         return 1
-    ended = fa.crash_or_garble(
-        CLI, script, stderr="Error: fake claude crashed", garbage="Claude says hello, but this is not JSON {"
-    )
-    if ended is not None:
-        return ended
-    mode = str(script.get("mode", "success"))
-    session = Session(options, script, cwd)
-    session.say(
-        {
-            "type": "system",
-            "subtype": "init",
-            "cwd": str(cwd),
-            "tools": ["Read", "Write", "Edit", "Bash"],
-            "mcp_servers": [],
-            "model": options.get("--model", "claude-sonnet-4-5"),
-            "permissionMode": options.get("--permission-mode", "default"),
-        }
-    )
-    if fa.spawn_or_hang(CLI, script):
-        return 0
-    settings = load_settings(options.get("--settings"))
+    return None
+
+
+def do_work(session: Session) -> list[str]:
+    """The scripted edits (through the hooks) and commit; the paths that were edited."""
+    script = session.script
+    settings = load_settings(session.options.get("--settings"))
     fa.wait_for_file(script.get("wait_for"))
     edited: list[str] = []
     for edit in script.get("edits", []):
@@ -239,9 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     if commit and edited:
         commit_message = fa.commit_message(CLI, commit)
         tool_use_id = session.tool("Bash", {"command": fa.commit_command(commit_message, edited)})
-        done = fa.stella_commit(CLI, commit_message, edited, cwd)
+        done = fa.stella_commit(CLI, commit_message, edited, session.cwd)
         session.tool_result(tool_use_id, done.stdout + done.stderr, error=done.returncode != 0)
-    fa.pause(script, "hold_s")
+    return edited
+
+
+def result_message(session: Session, edited: list[str]) -> dict[str, Any] | None:
+    """The result object the script's mode calls for; None (said on stderr) for an unknown mode."""
+    script, options = session.script, session.options
+    mode = str(script.get("mode", "success"))
     cost = float(script.get("cost", 0.0123))
     turns = int(script.get("num_turns", 3))
     budget = options.get("--max-budget-usd")
@@ -251,25 +249,51 @@ def main(argv: list[str] | None = None) -> int:
     if session.denials:
         text += f" ({len(session.denials)} edit(s) were refused)"
     if mode == "success":
-        message = session.result("success", is_error=False, text=text, cost=cost, turns=turns)
-    elif mode == "api_error":
+        return session.result("success", is_error=False, text=text, cost=cost, turns=turns)
+    if mode == "api_error":
         error_text = str(script.get("result", "API Error: 401 invalid x-api-key"))
-        message = session.result("success", is_error=True, text=error_text, cost=cost, turns=turns)
-    elif mode == "error":
-        message = session.result("error_during_execution", is_error=True, text=None, cost=cost, turns=turns)
-    elif mode == "max_budget":
-        message = session.result("error_max_budget_usd", is_error=True, text=None, cost=cost, turns=turns)
-    elif mode == "max_turns":
+        return session.result("success", is_error=True, text=error_text, cost=cost, turns=turns)
+    if mode == "error":
+        return session.result("error_during_execution", is_error=True, text=None, cost=cost, turns=turns)
+    if mode == "max_budget":
+        return session.result("error_max_budget_usd", is_error=True, text=None, cost=cost, turns=turns)
+    if mode == "max_turns":
         limit = int(options.get("--max-turns", turns))
-        message = session.result("error_max_turns", is_error=True, text=None, cost=cost, turns=limit)
-    else:
-        sys.stderr.write(f"fake claude: unknown mode {mode!r}\n")
+        return session.result("error_max_turns", is_error=True, text=None, cost=cost, turns=limit)
+    sys.stderr.write(f"fake claude: unknown mode {mode!r}\n")
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if fa.answers_version(args, VERSION, ("--version", "-v")):
+        return 0
+    # The real CLI's variadic options take values up to the next option.
+    options, positional = fa.parse_args(args, VALUE_OPTIONS, MULTI_OPTIONS)
+    cwd = Path.cwd()
+    script = fa.begin(CLI, args, cwd=cwd, options=options, prompt=positional[0] if positional else None)
+    refused = usage_error(options)
+    if refused is not None:
+        return refused
+    ended = fa.crash_or_garble(
+        CLI, script, stderr="Error: fake claude crashed", garbage="Claude says hello, but this is not JSON {"
+    )
+    if ended is not None:
+        return ended
+    session = Session(options, script, cwd)
+    session.say_init()
+    if fa.spawn_or_hang(CLI, script):
+        return 0
+    edited = do_work(session)
+    fa.pause(script, "hold_s")
+    message = result_message(session, edited)
+    if message is None:
         return 2
-    if output_format in ("json", "stream-json"):
+    if options.get("--output-format", "text") in ("json", "stream-json"):
         fa.emit(message)
     else:
         fa.emit(message.get("result", ""))
-    fa.log(CLI, "result", subtype=message["subtype"], cost=cost)
+    fa.log(CLI, "result", subtype=message["subtype"], cost=message["total_cost_usd"])
     return 1 if message["is_error"] else 0
 
 

@@ -83,6 +83,17 @@ def _run_id(clock: StepClock, suffix: str) -> str:
     return "r-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime(clock.ms / 1000)) + f"-{suffix}"
 
 
+_DOCS_BRANCH = "fleet/docs-5c1d7e9a0b2f4a6c"
+_DOCS_WORKTREE = ".stella/worktrees/docs-5c1d7e9a0b2f4a6c"
+
+# (task id, seconds it took, dollars, summary) of the finished run's three succeeded tasks, in order.
+_FINISHED_WORK = (
+    ("schema", 42.0, 0.41, "Added migration 0007 creating receipts with an execution_id foreign key."),
+    ("reader", 65.0, 0.87, "Store::receipts_for_execution reads receipts ordered by created_at."),
+    ("docs", 80.0, 1.12, "Rewrote docs/receipts.md twice; kept the task-oriented structure."),
+)
+
+
 def _finished_run(ledger: Ledger, clock: StepClock) -> str:
     run_id = _run_id(clock, "1a2b")
     add_run(
@@ -98,7 +109,28 @@ def _finished_run(ledger: Ledger, clock: StepClock) -> str:
         root="/home/dev/shop",
         pid=4100,
     )
-    tasks = [
+    ledger.add_tasks(run_id, _finished_tasks(), {"schema": 1, "reader": 2, "docs": 3})
+    for n, (task_id, seconds, usd, summary) in enumerate(_FINISHED_WORK):
+        _succeeded_task(ledger, clock, run_id, n, task_id, seconds=seconds, usd=usd, summary=summary)
+    ledger.upsert_ci(
+        run_id=run_id,
+        branch=_DOCS_BRANCH,
+        task_id="docs",
+        head_sha="3" * 40,
+        pr_url="https://github.com/example/shop/pull/412",
+        pr_number=412,
+        state="green",
+        conclusion="success",
+        reason=None,
+        run_urls=["https://github.com/example/shop/actions/runs/1"],
+    )
+    clock.advance(2)
+    ledger.finish_run(run_id, "succeeded", exit_code=0)
+    return run_id
+
+
+def _finished_tasks() -> list[PlanTask]:
+    return [
         PlanTask(
             "schema",
             "Add a migration creating the receipts table",
@@ -116,52 +148,42 @@ def _finished_run(ledger: Ledger, clock: StepClock) -> str:
             isolation="isolated",
         ),
     ]
-    ledger.add_tasks(run_id, tasks, {"schema": 1, "reader": 2, "docs": 3})
-    work = [
-        ("schema", 42.0, 0.41, "Added migration 0007 creating receipts with an execution_id foreign key."),
-        ("reader", 65.0, 0.87, "Store::receipts_for_execution reads receipts ordered by created_at."),
-        ("docs", 80.0, 1.12, "Rewrote docs/receipts.md twice; kept the task-oriented structure."),
-    ]
-    for n, (task_id, seconds, usd, summary) in enumerate(work):
-        branch = worktree = None
-        if task_id == "docs":
-            branch, worktree = "fleet/docs-5c1d7e9a0b2f4a6c", ".stella/worktrees/docs-5c1d7e9a0b2f4a6c"
-            ledger.set_task_workspace(run_id, task_id, branch, worktree)
-        ledger.set_task_status(run_id, task_id, "running")
-        attempt = ledger.start_attempt(run_id, task_id, pipeline="plain", branch=branch, worktree=worktree)
-        ledger.set_attempt_pid(attempt, 4200 + n)
-        ledger.add_spend(
-            attempt, usd, input_tokens=int(usd * 90_000), output_tokens=int(usd * 6_000), steps=9 + n
-        )
-        clock.advance(seconds)
-        ledger.record_commit(
-            sha=f"{n + 1:x}" * 40,
-            run_id=run_id,
-            task_id=task_id,
-            attempt_id=attempt,
-            branch=branch or "main",
-            message=summary.split(";")[0].rstrip("."),
-            committed_at_ms=clock.ms,
-        )
-        ledger.finish_attempt(
-            attempt, outcome="succeeded", exit_code=0, summary=summary, cpu_seconds=seconds / 3
-        )
-        ledger.set_task_status(run_id, task_id, "succeeded")
-    ledger.upsert_ci(
-        run_id=run_id,
-        branch="fleet/docs-5c1d7e9a0b2f4a6c",
-        task_id="docs",
-        head_sha="3" * 40,
-        pr_url="https://github.com/example/shop/pull/412",
-        pr_number=412,
-        state="green",
-        conclusion="success",
-        reason=None,
-        run_urls=["https://github.com/example/shop/actions/runs/1"],
+
+
+def _succeeded_task(
+    ledger: Ledger,
+    clock: StepClock,
+    run_id: str,
+    n: int,
+    task_id: str,
+    *,
+    seconds: float,
+    usd: float,
+    summary: str,
+) -> None:
+    """The n-th task of the finished run: one attempt that spends, commits and succeeds."""
+    branch = worktree = None
+    if task_id == "docs":
+        branch, worktree = _DOCS_BRANCH, _DOCS_WORKTREE
+        ledger.set_task_workspace(run_id, task_id, branch, worktree)
+    ledger.set_task_status(run_id, task_id, "running")
+    attempt = ledger.start_attempt(run_id, task_id, pipeline="plain", branch=branch, worktree=worktree)
+    ledger.set_attempt_pid(attempt, 4200 + n)
+    ledger.add_spend(
+        attempt, usd, input_tokens=int(usd * 90_000), output_tokens=int(usd * 6_000), steps=9 + n
     )
-    clock.advance(2)
-    ledger.finish_run(run_id, "succeeded", exit_code=0)
-    return run_id
+    clock.advance(seconds)
+    ledger.record_commit(
+        sha=f"{n + 1:x}" * 40,
+        run_id=run_id,
+        task_id=task_id,
+        attempt_id=attempt,
+        branch=branch or "main",
+        message=summary.split(";")[0].rstrip("."),
+        committed_at_ms=clock.ms,
+    )
+    ledger.finish_attempt(attempt, outcome="succeeded", exit_code=0, summary=summary, cpu_seconds=seconds / 3)
+    ledger.set_task_status(run_id, task_id, "succeeded")
 
 
 def _failed_run(ledger: Ledger, clock: StepClock) -> str:

@@ -28,7 +28,7 @@ import select
 import signal
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,21 @@ def _child(request: dict[str, Any], close: Sequence[int], ready: int) -> None:
 
 def serve(preload: Sequence[str]) -> int:
     """The launcher's loop: fork on request, report exits, leave when the fleet closes stdin."""
+    environment = _preload(preload)
+    from stellafleet.worker import main as worker
+
+    if threading.active_count() > 1:
+        # A preloaded module started a thread: forking now could copy a held lock into every worker.
+        # Leaving makes the fleet start fresh interpreters instead.
+        return 3
+    forker = _Forker(environment, worker.preload_config)
+    forker.serve(sys.stdin.fileno())
+    forker.reap(block=True)  # the fleet is gone or done: wait for whatever still runs, then leave
+    return 0
+
+
+def _preload(preload: Sequence[str]) -> dict[str, str]:
+    """Import the worker and the run's pipelines; the environment the fleet handed us, as it was."""
     import importlib
 
     environment = dict(os.environ)  # what the fleet handed us: requests are differences from it
@@ -87,81 +102,85 @@ def serve(preload: Sequence[str]) -> int:
     if os.environ != environment:  # a preloaded module changed it: workers get exactly what they are sent
         os.environ.clear()
         os.environ.update(environment)
-    from stellafleet.worker import main as worker
+    return environment
 
-    if threading.active_count() > 1:
-        # A preloaded module started a thread: forking now could copy a held lock into every worker.
-        # Leaving makes the fleet start fresh interpreters instead.
-        return 3
-    out = os.dup(1)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)  # nothing imported may write into the reply channel by accident
-    os.close(devnull)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    children = 0
 
-    def send(message: dict[str, Any]) -> None:
+class _Forker:
+    """The launcher's side of the channels: forks a worker per request and reports each exit."""
+
+    def __init__(self, environment: dict[str, str], preload_config: Callable[[dict[str, str]], None]) -> None:
+        self.environment = environment
+        self.preload_config = preload_config
+        self.out = os.dup(1)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)  # nothing imported may write into the reply channel by accident
+        os.close(devnull)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.children = 0
+
+    def send(self, message: dict[str, Any]) -> None:
         data = (json.dumps(message) + "\n").encode()
         while data:
-            data = data[os.write(out, data) :]
+            data = data[os.write(self.out, data) :]
 
-    def reap(block: bool) -> None:
-        nonlocal children
-        while children:
+    def reap(self, block: bool) -> None:
+        while self.children:
             try:
                 pid, status, usage = os.wait4(-1, 0 if block else os.WNOHANG)
             except ChildProcessError:
-                children = 0
+                self.children = 0
                 return
             if pid == 0:
                 return
-            children -= 1
+            self.children -= 1
             cpu = usage.ru_utime + usage.ru_stime
-            send({"exit": pid, "status": status, "cpu": cpu, "maxrss": usage.ru_maxrss * 1024})
+            self.send({"exit": pid, "status": status, "cpu": cpu, "maxrss": usage.ru_maxrss * 1024})
 
-    buffer = b""
-    stdin = sys.stdin.fileno()
-    while True:
-        try:
-            ready, _, _ = select.select([stdin, wake_r], [], [])
-        except InterruptedError:
-            continue
-        if wake_r in ready:
-            os.read(wake_r, 4096)
-        reap(block=False)
-        if stdin not in ready:
-            continue
-        chunk = os.read(stdin, 65536)
-        if not chunk:
-            break
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            request = json.loads(line)
-            worker_env = {k: v for k, v in environment.items() if k not in request["unset"]}
-            worker_env.update(request["set"])
-            worker.preload_config(worker_env)  # the child inherits it instead of parsing the config again
-            ready_r, ready_w = os.pipe()
+    def serve(self, stdin: int) -> None:
+        """Fork on each request line and reap on each SIGCHLD until stdin closes."""
+        buffer = b""
+        while True:
             try:
-                pid = os.fork()
-            except OSError as exc:
-                os.close(ready_r)
-                os.close(ready_w)
-                send({"id": request["id"], "error": f"fork failed: {exc}"})
+                ready, _, _ = select.select([stdin, self.wake_r], [], [])
+            except InterruptedError:
                 continue
-            if pid == 0:
-                _child(request, close=(out, wake_r, wake_w, ready_r), ready=ready_w)
-            children += 1
-            os.close(ready_w)
-            os.read(ready_r, 1)  # EOF once the child has its own session (or has died trying)
+            if self.wake_r in ready:
+                os.read(self.wake_r, 4096)
+            self.reap(block=False)
+            if stdin not in ready:
+                continue
+            chunk = os.read(stdin, 65536)
+            if not chunk:
+                return
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                self.fork(json.loads(line))
+
+    def fork(self, request: dict[str, Any]) -> None:
+        """Start the requested worker and answer with its pid once it leads its own session."""
+        worker_env = {k: v for k, v in self.environment.items() if k not in request["unset"]}
+        worker_env.update(request["set"])
+        self.preload_config(worker_env)  # the child inherits it instead of parsing the config again
+        ready_r, ready_w = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError as exc:
             os.close(ready_r)
-            send({"id": request["id"], "pid": pid})
-    reap(block=True)  # the fleet is gone or done: wait for whatever still runs, then leave
-    return 0
+            os.close(ready_w)
+            self.send({"id": request["id"], "error": f"fork failed: {exc}"})
+            return
+        if pid == 0:
+            _child(request, close=(self.out, self.wake_r, self.wake_w, ready_r), ready=ready_w)
+        self.children += 1
+        os.close(ready_w)
+        os.read(ready_r, 1)  # EOF once the child has its own session (or has died trying)
+        os.close(ready_r)
+        self.send({"id": request["id"], "pid": pid})
 
 
 # --- the fleet's side ---

@@ -11,9 +11,10 @@ from importlib.metadata import PackageNotFoundError, version
 
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
+from stellafleet.core.spend import SpendReporter
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git.lane import commit_paths
-from stellafleet.pipelines.base import PipelineResult, SpendReporter
+from stellafleet.pipelines.base import PipelineResult
 
 
 class NotesPipeline:

@@ -1,0 +1,48 @@
+"""The states a run, a task, an attempt and a watched branch can be in.
+
+They are StrEnums so the ledger stores plain text (and old ledgers read back as members) while the
+code compares against names the type checker knows.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SPEND_LIMITED = "spend_limited"
+    INTERRUPTED = "interrupted"
+
+
+class TaskStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    INTERRUPTED = "interrupted"
+
+
+class AttemptOutcome(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class CIState(StrEnum):
+    """A watched branch: `pending` until CI settles it, then one of the others."""
+
+    PENDING = "pending"
+    GREEN = "green"
+    RED = "red"
+    STALLED = "stalled"
+    NO_CI = "no_ci"
+    ERROR = "error"
+
+    @property
+    def settled(self) -> bool:
+        return self is not CIState.PENDING

@@ -1,0 +1,142 @@
+"""`stella demo`: a real fleet, offline, in a scratch repository, shown and checked step by step.
+
+The workers' edits are simulated (stellafleet.demo.worker, through the `command` pipeline: no model, no
+network, no key). Everything else is the real thing: worker processes, file claims, the commit lane,
+an isolated worktree on a fleet/* branch, the ledger. The tour runs the fleet as a user would, shows
+git and the ledger afterwards, and checks that the run went as designed, the one failure included.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import IO, Any
+
+from stellafleet.core.errors import EXIT_OK, EXIT_TASK_FAILED
+from stellafleet.core.paths import StatePaths
+from stellafleet.demo.scaffold import PLAN_NAME, create_repository
+from stellafleet.git import gitops
+from stellafleet.state.ledger import Ledger
+from stellafleet.state.sqlitefile import connect
+
+LEDGER_QUERY = """\
+SELECT a.task_id, a.branch, a.summary
+  FROM attempts a
+ WHERE a.run_id = (SELECT id FROM runs ORDER BY created_at_ms DESC LIMIT 1)
+   AND a.success = 0;"""
+
+INTRODUCTION = """\
+  The workers' edits are SIMULATED by a small script (the `command` pipeline) instead of a
+  model: no network, no API key. Everything else is real: worker processes, file claims,
+  the commit lane, an isolated worktree on a fleet/* branch, and the ledger.
+  One failure is part of the demo: changelog and release-notes both claim CHANGELOG.md in
+  wave 1, so the second to dispatch fails naming the first, and the fleet exits 1.
+"""
+
+
+def _say(out: IO[str], text: str = "") -> None:
+    print(text, file=out, flush=True)
+
+
+def run_fleet_process(root: Path) -> int:
+    """The fleet, exactly as a user runs it (its output goes straight to the terminal)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STELLA_")}
+    argv = [sys.executable, "-m", "stellafleet", "fleet", "--plan", PLAN_NAME, "--max-concurrency", "4"]
+    return subprocess.call(argv, cwd=root, env=env, stdin=subprocess.DEVNULL)
+
+
+def ledger_failures(root: Path) -> list[tuple[Any, ...]]:
+    """The rows of LEDGER_QUERY: the failed attempts of the most recent run."""
+    conn = connect(StatePaths(root).fleet_db, readonly=True)
+    try:
+        return [tuple(row) for row in conn.execute(LEDGER_QUERY)]
+    finally:
+        conn.close()
+
+
+def check_outcome(root: Path) -> list[str]:
+    """What differed from the design (empty: the demo behaved as designed)."""
+    with Ledger.open(StatePaths(root).fleet_db, readonly=True) as ledger:
+        record = ledger.get_run(ledger.resolve_run_id(None))
+    status = {task["id"]: task for task in record["tasks"]}
+    problems = []
+    for task_id in ("schema", "reader", "writer", "docs"):
+        if status[task_id]["status"] != "succeeded":
+            problems.append(f"{task_id} ended {status[task_id]['status']}: {status[task_id]['reason']}")
+    pair = [status["changelog"], status["release-notes"]]
+    failed = [t for t in pair if t["status"] == "failed"]
+    if len(failed) != 1 or not (failed[0]["reason"] or "").startswith(
+        "claim conflict: CHANGELOG.md is held by"
+    ):
+        problems.append("expected exactly one of changelog / release-notes to fail with a claim conflict")
+    docs_branch = status["docs"]["branch"] or ""
+    if not docs_branch.startswith("fleet/docs-"):
+        problems.append("docs did not run on a fleet/docs-<hash> branch")
+    branches = {commit["branch"] for commit in record["commits"]}
+    if docs_branch not in branches or "main" not in branches:
+        problems.append("expected commits both on main (shared tasks) and on the docs branch")
+    return problems
+
+
+def show_fleet(out: IO[str], root: Path) -> int:
+    """Introduce the demo, run the fleet; returns the fleet's exit code."""
+    _say(out, f"stella demo: a scratch repository at {root}")
+    _say(out, INTRODUCTION.rstrip("\n"))
+    _say(out)
+    _say(out, f"$ stella fleet --plan {PLAN_NAME} --max-concurrency 4")
+    code = run_fleet_process(root)
+    _say(out, f"(the fleet exited {code})")
+    _say(out)
+    return code
+
+
+def show_results(out: IO[str], root: Path) -> None:
+    """What the run left behind: the shared branch, the fleet branches, the failed attempts."""
+    _say(out, "$ git log --oneline main")
+    _say(out, gitops.git("log", "--oneline", "main", cwd=root).rstrip())
+    _say(out, "$ git branch --list 'fleet/*'")
+    _say(out, gitops.git("branch", "--list", "fleet/*", cwd=root).rstrip())
+    _say(out)
+    _say(out, "Which tasks failed in the most recent run, and what the worker said:")
+    _say(out, f'$ sqlite3 .stella/private/fleet.db "{" ".join(LEDGER_QUERY.split())}"')
+    for row in ledger_failures(root):
+        _say(out, "|".join("" if cell is None else str(cell) for cell in row))
+    _say(out)
+
+
+def conclude(out: IO[str], root: Path, code: int, *, removed: bool) -> int:
+    """The verdict on the run against the design; returns the demo's exit code."""
+    problems = check_outcome(root) + ([] if code == EXIT_TASK_FAILED else [f"the fleet exited {code}, not 1"])
+    if problems:
+        _say(out, "stella demo: the demo did NOT behave as designed:")
+        for problem in problems:
+            _say(out, f"  {problem}")
+        return EXIT_TASK_FAILED
+    _say(out, "stella demo: everything behaved as designed (the one failure above is the designed conflict).")
+    if removed:
+        _say(out, "The scratch repository is removed now; run `stella demo DIR` or `--keep` to look around.")
+    else:
+        _say(out, f"Look around: cd {shlex.quote(str(root))} && stella runs latest")
+    return EXIT_OK
+
+
+def run_demo(directory: Path | None, *, keep: bool, out: IO[str] | None = None) -> int:
+    """Create the repository (in directory, else a scratch one), run the fleet, show and check it."""
+    out = out or sys.stdout
+    scratch = directory is None
+    root = (
+        Path(tempfile.mkdtemp(prefix="stella-demo-")) / "repo" if directory is None else directory.resolve()
+    )
+    try:
+        create_repository(root)
+        code = show_fleet(out, root)
+        show_results(out, root)
+        return conclude(out, root, code, removed=scratch and not keep)
+    finally:
+        if scratch and not keep:
+            shutil.rmtree(root.parent, ignore_errors=True)

@@ -1,0 +1,143 @@
+"""The Anthropic Messages client (`/v1/messages`, tool_use blocks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stellafleet.core.clock import Clock
+from stellafleet.core.pricing import TokenUsage
+from stellafleet.engine.messages import (
+    AssistantTurn,
+    Message,
+    ModelReply,
+    ToolCall,
+    ToolResults,
+    ToolSpec,
+    UserText,
+)
+from stellafleet.engine.redact import Redactor
+from stellafleet.engine.settings import EngineSettings
+from stellafleet.engine.transport import HttpTransport, arguments_text, token_count
+
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+def _anthropic_url(base_url: str) -> str:
+    base = base_url.rstrip("/")
+    return base + ("/messages" if base.endswith("/v1") else "/v1/messages")
+
+
+class AnthropicClient:
+    """Anthropic Messages (`/v1/messages`, tool_use blocks)."""
+
+    def __init__(
+        self, settings: EngineSettings, api_key: str | None, *, clock: Clock, redact: Redactor
+    ) -> None:
+        self.settings = settings
+        headers = {"content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION}
+        if api_key:
+            headers["x-api-key"] = api_key
+        self.transport = HttpTransport(
+            label="anthropic",
+            url=_anthropic_url(settings.base_url),
+            headers=headers,
+            timeout=settings.request_timeout,
+            max_retries=settings.max_retries,
+            clock=clock,
+            redact=redact,
+        )
+
+    def close(self) -> None:
+        self.transport.close()
+
+    @staticmethod
+    def wire_messages(messages: list[Message]) -> list[dict[str, Any]]:
+        wire: list[dict[str, Any]] = []
+
+        def add(role: str, blocks: list[dict[str, Any]]) -> None:
+            if wire and wire[-1]["role"] == role:  # the API wants user and assistant turns to alternate
+                wire[-1]["content"].extend(blocks)
+            else:
+                wire.append({"role": role, "content": blocks})
+
+        for message in messages:
+            if isinstance(message, UserText):
+                add("user", [{"type": "text", "text": message.text}])
+            elif isinstance(message, AssistantTurn):
+                blocks: list[dict[str, Any]] = (
+                    [{"type": "text", "text": message.text}] if message.text else []
+                )
+                for call in message.tool_calls:
+                    try:
+                        arguments = call.parsed()
+                    except ValueError:
+                        arguments = {}
+                    blocks.append(
+                        {
+                            "type": "tool_use",
+                            "id": call.id,
+                            "name": call.name,
+                            "input": arguments if isinstance(arguments, dict) else {},
+                        }
+                    )
+                add("assistant", blocks or [{"type": "text", "text": "(no reply)"}])
+            elif isinstance(message, ToolResults):
+                add(
+                    "user",
+                    [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": r.call_id,
+                            "content": r.content,
+                            "is_error": r.is_error,
+                        }
+                        for r in message.results
+                    ],
+                )
+        return wire
+
+    def complete(
+        self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int
+    ) -> ModelReply:
+        body: dict[str, Any] = {
+            "model": self.settings.model,
+            "system": system,
+            "messages": self.wire_messages(messages),
+            "max_tokens": max_tokens,
+        }
+        if tools:
+            body["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
+            ]
+        data = self.transport.post(body)
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        try:
+            for i, block in enumerate(data["content"]):
+                if block.get("type") == "text":
+                    texts.append(str(block.get("text") or ""))
+                elif block.get("type") == "tool_use":
+                    calls.append(
+                        ToolCall(
+                            id=str(block.get("id") or f"toolu_{i}"),
+                            name=str(block.get("name") or ""),
+                            arguments=arguments_text(block.get("input")),
+                        )
+                    )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise self.transport.unexpected_shape(exc, data) from None
+        usage = data.get("usage") or {}
+        cache_read = token_count(usage.get("cache_read_input_tokens"))
+        cache_write = token_count(usage.get("cache_creation_input_tokens"))
+        return ModelReply(
+            turn=AssistantTurn(text="\n".join(t for t in texts if t), tool_calls=tuple(calls)),
+            # Anthropic's input_tokens leave the cached ones out: add them back for the engine's convention.
+            usage=TokenUsage(
+                input_tokens=token_count(usage.get("input_tokens")) + cache_read + cache_write,
+                output_tokens=token_count(usage.get("output_tokens")),
+                cache_read_tokens=cache_read,
+                cache_write_tokens=cache_write,
+            ),
+            stop_reason=data.get("stop_reason"),
+            raw_model=data.get("model"),
+        )

@@ -1,0 +1,129 @@
+"""The OpenAI Chat Completions client, for OpenAI and every server compatible with it."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from stellafleet.core.clock import Clock
+from stellafleet.core.pricing import TokenUsage
+from stellafleet.engine.messages import (
+    AssistantTurn,
+    Message,
+    ModelReply,
+    ToolCall,
+    ToolResults,
+    ToolSpec,
+    UserText,
+)
+from stellafleet.engine.redact import Redactor
+from stellafleet.engine.settings import EngineSettings
+from stellafleet.engine.transport import HttpTransport, arguments_text, token_count
+
+
+def _openai_url(base_url: str) -> str:
+    base = base_url.rstrip("/")
+    if urlsplit(base).path in ("", "/"):
+        base += "/v1"
+    return base + "/chat/completions"
+
+
+class OpenAIClient:
+    """OpenAI Chat Completions, and every server compatible with it (Ollama, vLLM, llama.cpp, ...)."""
+
+    def __init__(
+        self, settings: EngineSettings, api_key: str | None, *, clock: Clock, redact: Redactor
+    ) -> None:
+        self.settings = settings
+        headers = {"content-type": "application/json"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        self.transport = HttpTransport(
+            label="openai",
+            url=_openai_url(settings.base_url),
+            headers=headers,
+            timeout=settings.request_timeout,
+            max_retries=settings.max_retries,
+            clock=clock,
+            redact=redact,
+        )
+        # OpenAI's own newer models take max_completion_tokens; compatible servers know max_tokens.
+        host = urlsplit(settings.base_url).hostname or ""
+        self._max_tokens_key = "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
+
+    def close(self) -> None:
+        self.transport.close()
+
+    @staticmethod
+    def wire_messages(system: str, messages: list[Message]) -> list[dict[str, Any]]:
+        wire: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        for message in messages:
+            if isinstance(message, UserText):
+                wire.append({"role": "user", "content": message.text})
+            elif isinstance(message, AssistantTurn):
+                item: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+                if message.tool_calls:
+                    item["tool_calls"] = [
+                        {
+                            "id": c.id,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": c.arguments},
+                        }
+                        for c in message.tool_calls
+                    ]
+                else:
+                    item["content"] = message.text
+                wire.append(item)
+            elif isinstance(message, ToolResults):
+                wire.extend(
+                    {"role": "tool", "tool_call_id": r.call_id, "content": r.content} for r in message.results
+                )
+        return wire
+
+    def complete(
+        self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int
+    ) -> ModelReply:
+        body: dict[str, Any] = {
+            "model": self.settings.model,
+            "messages": self.wire_messages(system, messages),
+            self._max_tokens_key: max_tokens,
+            "stream": False,
+        }
+        if tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
+                for t in tools
+            ]
+        data = self.transport.post(body)
+        try:
+            choice = data["choices"][0]
+            message = choice["message"]
+            calls = tuple(
+                ToolCall(
+                    id=str(raw.get("id") or f"call_{i}"),
+                    name=str(raw["function"].get("name") or ""),
+                    arguments=arguments_text(raw["function"].get("arguments")),
+                )
+                for i, raw in enumerate(message.get("tool_calls") or [])
+            )
+            content = message.get("content") or ""
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise self.transport.unexpected_shape(exc, data) from None
+        if isinstance(content, list):  # some servers send content parts
+            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        usage = data.get("usage") or {}
+        details = usage.get("prompt_tokens_details") or {}
+        return ModelReply(
+            turn=AssistantTurn(text=str(content), tool_calls=calls),
+            # prompt_tokens already include the cached ones: the engine's convention as is.
+            usage=TokenUsage(
+                input_tokens=token_count(usage.get("prompt_tokens")),
+                output_tokens=token_count(usage.get("completion_tokens")),
+                cache_read_tokens=token_count(details.get("cached_tokens")),
+            ),
+            stop_reason=choice.get("finish_reason"),
+            raw_model=data.get("model"),
+        )

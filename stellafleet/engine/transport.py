@@ -1,0 +1,144 @@
+"""The HTTP under every model client: POST JSON, retry what may pass, turn failures into EngineError.
+
+429, 5xx and connection errors are retried with exponential backoff, honouring Retry-After (seconds or
+an HTTP date) and Retry-After-Ms, sleeping through the injected clock. The last failure is an
+EngineError with the status and a short excerpt of the body, with any key masked.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from stellafleet.core.clock import Clock
+from stellafleet.engine.errors import EngineError
+from stellafleet.engine.redact import Redactor
+
+RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+
+
+def retry_after_seconds(value: str | None, now_wall: float) -> float | None:
+    """Retry-After as seconds from now: a number of seconds or an HTTP date; None when absent or garbled."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - now_wall, 0.0)
+
+
+def _excerpt(text: str, limit: int = 200) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+class HttpTransport:
+    """POST JSON with retries; one instance per client."""
+
+    def __init__(
+        self,
+        *,
+        label: str,
+        url: str,
+        headers: Mapping[str, str],
+        timeout: float,
+        max_retries: int,
+        clock: Clock,
+        redact: Redactor,
+        wall: Callable[[], float] = time.time,
+        backoff_base: float = 1.0,
+        backoff_max: float = 30.0,
+        max_retry_after: float = 300.0,
+    ) -> None:
+        self.label = label
+        self.url = url
+        self.max_retries = max_retries
+        self.clock = clock
+        self.redact = redact
+        self.wall = wall
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.max_retry_after = max_retry_after
+        self.http = httpx.Client(headers=dict(headers), timeout=timeout)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def fail(self, message: str, status: int | None = None) -> EngineError:
+        return EngineError(
+            self.redact(f"{self.label} request to {self.url} failed: {message}"), status=status
+        )
+
+    def unexpected_shape(self, problem: Exception, data: dict[str, Any]) -> EngineError:
+        """A reply that is JSON but not the provider's shape (a client's parse failed on it)."""
+        return self.fail(f"unexpected response shape ({problem!r}): {_excerpt(json.dumps(data))}")
+
+    def post(self, body: dict[str, Any]) -> dict[str, Any]:
+        attempts = self.max_retries + 1
+        for attempt in range(1, attempts + 1):
+            wait: float | None = None
+            try:
+                response = self.http.post(self.url, json=body)
+            except httpx.TransportError as exc:
+                problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                if attempt == attempts:
+                    raise self.fail(f"{problem} (after {attempts} attempts)") from None
+            else:
+                if response.status_code < 300:
+                    return self._json_object(response)
+                status = response.status_code
+                detail = f"HTTP {status}: {_excerpt(response.text)}"
+                if status not in RETRY_STATUSES:
+                    if status in (401, 403):
+                        detail += " (check the API key and engine.api_key_env)"
+                    raise self.fail(detail, status)
+                if attempt == attempts:
+                    raise self.fail(f"{detail} (after {attempts} attempts)", status)
+                wait = self._asked_wait(response)
+            if wait is None:
+                wait = min(self.backoff_base * 2 ** (attempt - 1), self.backoff_max)
+            self.clock.sleep(min(wait, self.max_retry_after))
+        raise AssertionError("unreachable")
+
+    def _json_object(self, response: httpx.Response) -> dict[str, Any]:
+        try:
+            data = response.json()
+        except ValueError:
+            raise self.fail(f"response is not JSON: {_excerpt(response.text)}") from None
+        if not isinstance(data, dict):
+            raise self.fail(f"response is not a JSON object: {_excerpt(response.text)}")
+        return data
+
+    def _asked_wait(self, response: httpx.Response) -> float | None:
+        """The wait the server asked for (Retry-After, else Retry-After-Ms), or None."""
+        wait = retry_after_seconds(response.headers.get("retry-after"), self.wall())
+        if wait is None and response.headers.get("retry-after-ms"):
+            wait = retry_after_seconds(response.headers["retry-after-ms"], 0.0)
+            wait = None if wait is None else wait / 1000
+        return wait
+
+
+# --- what both wire formats share when reading a reply ---
+
+
+def arguments_text(value: Any) -> str:
+    """Tool arguments as JSON text; some servers send an object, some a string (maybe malformed)."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def token_count(value: Any) -> int:
+    """A usage number from a reply; 0 when absent or not a number."""
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0

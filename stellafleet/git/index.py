@@ -1,0 +1,94 @@
+"""Temporary-index plumbing for the commit lane.
+
+A commit of exactly some paths, built in a temporary index so the user's own index (staged work) is never
+read or swept in; HEAD moves only by compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from stellafleet.core.errors import GitError
+from stellafleet.git import gitops
+
+
+def _with_index(index_file: Path) -> dict[str, str]:
+    return {"GIT_INDEX_FILE": str(index_file)}
+
+
+def read_tree_into(root: Path, index_file: Path, commit: str | None) -> None:
+    """Seed index_file with commit's tree (an empty index when commit is None: an unborn branch)."""
+    args = ["read-tree", commit] if commit else ["read-tree", "--empty"]
+    gitops.git(*args, cwd=root, env=_with_index(index_file))
+
+
+def stage_paths(root: Path, index_file: Path, paths: Sequence[str]) -> None:
+    """Put the work tree's version of each path into index_file; a path missing on disk is removed."""
+    gitops.git(
+        "update-index", "--add", "--remove", "-z", "--stdin",
+        cwd=root, env=_with_index(index_file), stdin="".join(f"{p}\0" for p in paths),
+    )  # fmt: skip
+
+
+def write_tree(root: Path, index_file: Path) -> str:
+    return gitops.git("write-tree", cwd=root, env=_with_index(index_file)).strip()
+
+
+def tree_of(root: Path, commit: str) -> str:
+    return gitops.git("rev-parse", f"{commit}^{{tree}}", cwd=root).strip()
+
+
+def commit_tree(root: Path, tree: str, parent: str | None, message: str) -> str:
+    """A commit object for tree (author and committer from the user's git config); returns its SHA."""
+    args = ["commit-tree", tree, *(["-p", parent] if parent else []), "-F", "-"]
+    return gitops.git(*args, cwd=root, stdin=message if message.endswith("\n") else message + "\n").strip()
+
+
+def update_head_cas(root: Path, new: str, old: str | None, reflog_message: str) -> None:
+    """Move HEAD (through the branch it points at) to new only if it is still old; GitError otherwise."""
+    try:
+        gitops.git("update-ref", "-m", reflog_message, "HEAD", new, old or "", cwd=root)
+    except GitError as exc:
+        now = gitops.ref_commit(root, "HEAD")
+        raise GitError(
+            f"HEAD moved while committing (expected {(old or 'no commit')[:12]}, found "
+            f"{(now or 'no commit')[:12]}); nothing was committed: try again ({exc})"
+        ) from None
+
+
+def tree_entries(root: Path, commit: str, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """path -> (mode, object SHA) for those of paths present in commit's tree."""
+    out = gitops.git("ls-tree", "-z", "--full-tree", commit, "--", *paths, cwd=root)
+    entries: dict[str, tuple[str, str]] = {}
+    for record in out.split("\0"):
+        if not record:
+            continue
+        meta, path = record.split("\t", 1)
+        mode, _kind, sha = meta.split()
+        entries[path] = (mode, sha)
+    return entries
+
+
+def set_index_entries(
+    root: Path, entries: Mapping[str, tuple[str, str]], removed: Sequence[str], *, null_oid: str
+) -> None:
+    """Set (or remove) exactly these entries of the real index, then refresh its stat data.
+
+    Other entries, and so the user's other staged changes, are left as they are. A concurrent git
+    command holding index.lock is waited out for a few seconds.
+    """
+    lines = [f"{mode} {sha}\t{path}\0" for path, (mode, sha) in entries.items()]
+    lines += [f"0 {null_oid}\t{path}\0" for path in removed]
+    for attempt in range(100):
+        try:
+            gitops.git("update-index", "-z", "--index-info", cwd=root, stdin="".join(lines))
+            break
+        except GitError as exc:
+            if "index.lock" not in str(exc) or attempt == 99:
+                raise
+            time.sleep(0.05)
+    # --refresh only rewrites stat data of entries whose content matches the work tree; it exits 1
+    # when some entry (the user's unstaged work) does not, which is expected here.
+    gitops.git("update-index", "-q", "--refresh", cwd=root, check=False)

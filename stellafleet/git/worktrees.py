@@ -1,0 +1,84 @@
+"""The worktrees and branch names of isolated tasks: one branch and one linked worktree per task."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from stellafleet.core.errors import GitError
+from stellafleet.git import gitops
+
+_SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def slugify(text: str, limit: int = 40) -> str:
+    slug = _SLUG_UNSAFE.sub("-", text).strip("-.").lower()
+    return slug[:limit].rstrip("-.") or "task"
+
+
+def task_hash(run_id: str, task_id: str) -> str:
+    """16 hex characters from the run and task ids: re-runs reusing ids never collide."""
+    return hashlib.sha256(f"{run_id}\0{task_id}".encode()).hexdigest()[:16]
+
+
+def isolated_name(run_id: str, task_id: str) -> str:
+    return f"{slugify(task_id)}-{task_hash(run_id, task_id)}"
+
+
+@dataclass(frozen=True)
+class Worktree:
+    path: Path
+    head: str | None
+    branch: str | None
+
+
+# `git worktree add` reads every other worktree's admin files, so one being created at the same moment
+# can make it fail ("failed to read .git/worktrees/<name>/commondir"). Serialise our own calls, and
+# retry the ones that raced another process.
+_WORKTREE_ADD_LOCK = threading.Lock()
+
+
+def worktree_add(root: Path, path: Path, branch: str, base_commit: str) -> None:
+    for attempt in range(20):
+        try:
+            with _WORKTREE_ADD_LOCK:
+                gitops.git("worktree", "add", "-q", "-b", branch, str(path), base_commit, cwd=root)
+            return
+        except GitError as exc:
+            if "failed to read" not in str(exc) or attempt == 19:
+                raise
+            if gitops.branch_exists(root, branch) and not path.exists():
+                gitops.branch_delete(root, branch, force=True)
+            time.sleep(0.05)
+
+
+def worktree_list(root: Path) -> list[Worktree]:
+    out = gitops.git("worktree", "list", "--porcelain", cwd=root)
+    trees: list[Worktree] = []
+    path: Path | None = None
+    head: str | None = None
+    branch: str | None = None
+    for line in [*out.splitlines(), ""]:
+        if line.startswith("worktree "):
+            path = Path(line[len("worktree ") :])
+        elif line.startswith("HEAD "):
+            head = line[len("HEAD ") :]
+        elif line.startswith("branch "):
+            branch = line[len("branch ") :].removeprefix("refs/heads/")
+        elif not line and path is not None:
+            trees.append(Worktree(path, head, branch))
+            path, head, branch = None, None, None
+    return trees
+
+
+def worktree_remove(root: Path, path: Path, *, force: bool = False) -> None:
+    args = ["worktree", "remove", *(["--force"] if force else []), str(path)]
+    gitops.git(*args, cwd=root)
+
+
+def worktree_prune(root: Path) -> None:
+    gitops.git("worktree", "prune", cwd=root)

@@ -1,0 +1,108 @@
+"""An agent CLI as a pipeline: its `[pipelines.<name>]` settings, its preflight and its version."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import ClassVar
+
+from stellafleet.core.config import Config
+from stellafleet.core.errors import StellaError
+from stellafleet.core.workercontext import WorkerContext
+
+VERSION_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class CliSettings:
+    """`[pipelines.<name>]` for a CLI wrapper."""
+
+    binary: str
+    extra_args: tuple[str, ...] = ()
+    model: str | None = None
+    max_turns: int | None = None
+
+
+def cli_settings(config: Config, pipeline: str, default_binary: str) -> CliSettings:
+    """`[pipelines.<pipeline>]` (checked by the config's schema), with the wrapper's default binary."""
+    table = config.agent_cli(pipeline)
+    return CliSettings(
+        binary=(table.binary or default_binary).strip(),
+        extra_args=table.extra_args,
+        model=table.model,
+        max_turns=table.max_turns,
+    )
+
+
+def find_cli(binary: str) -> str | None:
+    """The full path of binary (a name looked up on PATH, or a path), or None when it is not there."""
+    return shutil.which(binary)
+
+
+def cli_version(binary: str) -> str | None:
+    """The first line `binary --version` prints, or None when it cannot be run."""
+    path = find_cli(binary)
+    if path is None:
+        return None
+    try:
+        done = subprocess.run(
+            [path, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            errors="replace",
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in (done.stdout + "\n" + done.stderr).splitlines():
+        if line.strip():
+            return line.strip()
+    return None
+
+
+class AgentCliPipeline:
+    """Base of the wrappers: config, preflight and version for one agent CLI. Subclasses add `run`."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    default_binary: ClassVar[str]
+    display_name: ClassVar[str]
+    install_hint: ClassVar[str]
+
+    def settings(self, config: Config) -> CliSettings:
+        return cli_settings(config, self.name, self.default_binary)
+
+    def cli_path(self, config: Config) -> str | None:
+        return find_cli(self.settings(config).binary)
+
+    def preflight(
+        self, config: Config, *, spend_limited: bool = False, model: str | None = None
+    ) -> str | None:
+        """The CLI is configured and installed; subclasses that price tokens also check the model's price."""
+        try:
+            binary = self.settings(config).binary
+        except StellaError as exc:
+            return str(exc)
+        if find_cli(binary) is None:
+            return (
+                f"pipeline {self.name}: {self.display_name} CLI {binary!r} not found on PATH: "
+                f"install it with `{self.install_hint}` "
+                f'(or set [pipelines.{self.name}] binary = "/path/to/{self.default_binary}")'
+            )
+        return None
+
+    def version(self, config: Config | None = None) -> str | None:
+        binary = self.default_binary
+        if config is not None:
+            try:
+                binary = self.settings(config).binary
+            except StellaError:
+                return None
+        return cli_version(binary)
+
+
+def model_for(ctx: WorkerContext, settings: CliSettings) -> str | None:
+    """The task's own model wins over the wrapper's configured one; None lets the CLI choose."""
+    return ctx.model or settings.model

@@ -1,0 +1,276 @@
+"""Running an agent CLI under a timeout and a guard, following its output as it arrives.
+
+There is one way to run an agent CLI here (`run_cli`): it starts the CLI in its own process group with
+stdin closed, hands each stdout line to the wrapper as it arrives (the wrappers parse JSON events
+live), copies stderr to the worker's log, keeps stdout in the attempt's transcript, and stops the whole
+group (SIGTERM, then SIGKILL after a grace period) when the task timeout passes or when the wrapper says
+so (its spend guard is reached). Stopping the group matters: agent CLIs start shells, test runners and
+language servers that must not outlive the attempt.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from stellafleet.core.workercontext import WorkerContext
+from stellafleet.pipelines.agentenv import agent_env
+from stellafleet.proc.group import signal_group, stop_group
+from stellafleet.proc.tree import signal_description
+
+GRACE_S = 5.0  # between SIGTERM and SIGKILL when stopping a CLI
+POLL_S = 0.2  # how often a wrapper's poll callback runs while the CLI works
+TAIL_LINES = 20  # stderr/stdout lines kept for messages
+READER_JOIN_S = 2.0  # how long the output readers get to drain the pipes once the CLI has ended
+
+# A callback that looks at the CLI's progress and returns why to stop it, or None to let it go on.
+LineHandler = Callable[[str], str | None]
+Poller = Callable[[], str | None]
+
+
+@dataclass
+class CliRun:
+    """What happened to one CLI invocation."""
+
+    argv: list[str]
+    returncode: int | None = None  # negative: killed by that signal; None: never started
+    stdout_lines: list[str] = field(default_factory=list)
+    stderr_tail: list[str] = field(default_factory=list)
+    stopped: str | None = None  # why the wrapper stopped it, if it did
+    timed_out: bool = False
+    start_error: str | None = None
+    duration_s: float = 0.0
+
+    def exit_text(self) -> str:
+        return "no exit status" if self.returncode is None else signal_description(self.returncode)
+
+    def stderr_text(self, limit: int = 600) -> str:
+        text = " | ".join(line.strip() for line in self.stderr_tail if line.strip())
+        return text[-limit:]
+
+    def stdout_tail(self, lines: int = TAIL_LINES) -> list[str]:
+        return self.stdout_lines[-lines:]
+
+
+class _Stop:
+    """The first reason to stop wins; setting it wakes the waiting thread."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.event = threading.Event()
+        self._lock = threading.Lock()
+
+    def request(self, reason: str) -> None:
+        with self._lock:
+            if self.reason is None:
+                self.reason = reason
+        self.event.set()
+
+
+class _Transcript:
+    """The attempt's transcript, stdout appended line by line; one that cannot be written is not fatal."""
+
+    def __init__(self, path: Path | None, log: TextIO) -> None:
+        self._log = log
+        self._file: TextIO | None = None
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = path.open("a", encoding="utf-8")
+        except OSError as exc:
+            log.write(f"stella: cannot write the transcript {path}: {exc.strerror or exc}\n")
+
+    def write(self, text: str) -> None:
+        if self._file is None:
+            return
+        try:
+            self._file.write(text + "\n")
+            self._file.flush()
+        except OSError as exc:  # keep draining the pipe even when the disk is full
+            self._log.write(f"stella: transcript write failed, no longer recording it: {exc}\n")
+            self.close()
+
+    def close(self) -> None:
+        if self._file is not None:
+            file, self._file = self._file, None
+            file.close()
+
+
+@dataclass
+class _Output:
+    """Where the CLI's output goes while it runs."""
+
+    run: CliRun
+    stop: _Stop
+    on_line: LineHandler | None
+    transcript: Path | None
+    log: TextIO
+    stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    log_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def follow(self, text: str) -> None:
+        """Hand one stdout line to the wrapper; a reason it returns stops the CLI."""
+        if self.on_line is None or self.stop.reason is not None:
+            return
+        try:
+            reason = self.on_line(text)
+        except Exception as exc:  # a wrapper bug must not leave the CLI running unwatched
+            reason = f"stella could not follow the CLI's output: {type(exc).__name__}: {exc}"
+        if reason:
+            self.stop.request(reason)
+
+    def read_stdout(self, stream: TextIO) -> None:
+        sink = _Transcript(self.transcript, self.log)
+        try:
+            for line in stream:
+                text = line.rstrip("\n")
+                self.run.stdout_lines.append(text)
+                sink.write(text)
+                self.follow(text)
+        finally:
+            sink.close()
+
+    def read_stderr(self, stream: TextIO) -> None:
+        for line in stream:
+            text = line.rstrip("\n")
+            self.stderr_tail.append(text)
+            with self.log_lock:
+                self.log.write(text + "\n")
+                self.log.flush()
+
+
+def _start(run: CliRun, cwd: Path, env: Mapping[str, str]) -> subprocess.Popen[str] | None:
+    """The CLI started in its own process group with its output piped; None (and why) if it cannot start."""
+    try:
+        return subprocess.Popen(
+            run.argv,
+            cwd=str(cwd),
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        run.start_error = f"cannot start {run.argv[0]}: {exc.strerror or exc}"
+        return None
+
+
+def _start_readers(proc: subprocess.Popen[str], output: _Output) -> list[threading.Thread]:
+    assert proc.stdout is not None and proc.stderr is not None
+    readers = [
+        threading.Thread(target=output.read_stdout, args=(proc.stdout,), daemon=True),
+        threading.Thread(target=output.read_stderr, args=(proc.stderr,), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    return readers
+
+
+def _watch(
+    proc: subprocess.Popen[str],
+    run: CliRun,
+    stop: _Stop,
+    deadline: float | None,
+    poll: Poller | None,
+    poll_s: float,
+) -> None:
+    """Wait while the CLI runs, until its deadline passes or a reason to stop it comes up."""
+    while proc.poll() is None:
+        wait = poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic()))
+        if stop.event.wait(wait):
+            return
+        if deadline is not None and time.monotonic() >= deadline:
+            run.timed_out = True
+            return
+        if poll is not None:
+            reason = poll()
+            if reason:
+                stop.request(reason)
+                return
+
+
+def _end(
+    proc: subprocess.Popen[str], run: CliRun, stop: _Stop, readers: list[threading.Thread], grace_s: float
+) -> None:
+    """Stop the CLI's group if the CLI still runs, reap it, and let the readers drain its output."""
+    if proc.poll() is None:
+        # Only a CLI we actually signal counts as stopped; a reason found after it exited does not.
+        run.stopped = None if run.timed_out else stop.reason
+        stop_group(proc.pid, grace_s, leader=proc)
+    else:
+        proc.wait()
+    for reader in readers:
+        reader.join(timeout=READER_JOIN_S)
+    if any(reader.is_alive() for reader in readers):
+        # A process the CLI started still holds its output open: stop what is left of the group.
+        signal_group(proc.pid, signal.SIGKILL)
+        for reader in readers:
+            reader.join(timeout=READER_JOIN_S)
+
+
+def run_cli(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout_s: float | None,
+    on_line: LineHandler | None = None,
+    poll: Poller | None = None,
+    transcript: Path | None = None,
+    log: TextIO | None = None,
+    grace_s: float = GRACE_S,
+    poll_s: float = POLL_S,
+) -> CliRun:
+    """Run an agent CLI to its end, or until timeout_s passes, or until on_line/poll return a reason."""
+    run = CliRun(argv=list(argv))
+    started = time.monotonic()
+    proc = _start(run, cwd, env)
+    if proc is None:
+        return run
+    stop = _Stop()
+    output = _Output(run, stop, on_line, transcript, log if log is not None else sys.stderr)
+    readers = _start_readers(proc, output)
+    deadline = None if timeout_s is None else started + timeout_s
+    _watch(proc, run, stop, deadline, poll, poll_s)
+    _end(proc, run, stop, readers, grace_s)
+    if poll is not None and not run.timed_out:
+        poll()  # a last look at files the CLI wrote just before it exited
+    run.returncode = proc.returncode
+    run.stderr_tail = list(output.stderr_tail)
+    run.duration_s = time.monotonic() - started
+    return run
+
+
+def run_agent(
+    ctx: WorkerContext,
+    argv: Sequence[str],
+    *,
+    on_line: LineHandler | None = None,
+    poll: Poller | None = None,
+) -> CliRun:
+    """run_cli for a task's agent: in its workspace, with the agent environment, the task's timeout and
+    the attempt's transcript."""
+    return run_cli(
+        argv,
+        cwd=ctx.workspace,
+        env=agent_env(ctx),
+        timeout_s=ctx.timeout_s,
+        on_line=on_line,
+        poll=poll,
+        transcript=ctx.transcript_path,
+    )

@@ -1,0 +1,94 @@
+"""Is the process recorded as pid P, started at time T, still running? One answer for every caller.
+
+A pid alone does not name a process: the kernel hands a freed pid to the next process that starts. But a
+pid is only reused after its process ended, so a process now holding P that was created later than T
+(plus a tolerance) is a different program. A process created earlier than T still counts as the recorded
+one: T may have been written after the process started (a run's row), and a wall clock stepped back
+moves every reading of a start time back with it.
+
+Two kinds of record use this rule, with the tolerance each needs:
+- a process identity (claims): T is psutil's start time of the process itself, read when it was
+  recorded; readings of one process's start can differ by clock-tick rounding or a stepped wall clock,
+  hence START_TIME_TOLERANCE_S.
+- a ledger row (runs, attempts): T is the wall time, in epoch milliseconds, of the row written as the
+  process was started; a worker is spawned right after its attempt row is written, possibly after a
+  queue at the warm launcher, hence LEDGER_SPAWN_GRACE_S.
+
+Errs on the side of "alive": a process that exists but may not be inspected counts as running (a wrong
+"alive" only keeps a claim or a worktree a little longer; a wrong "dead" hands out work that is in use).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import psutil
+
+START_TIME_TOLERANCE_S = 1.0
+LEDGER_SPAWN_GRACE_S = 300.0
+
+_own_start: tuple[int, float] | None = None
+
+
+def process_start_time(pid: int) -> float | None:
+    """psutil's start time of pid in epoch seconds (cached for this process), None if there is no pid."""
+    global _own_start
+    own = os.getpid()
+    if pid == own and _own_start is not None and _own_start[0] == own:
+        return _own_start[1]
+    try:
+        started = psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+    if pid == own:
+        _own_start = (own, started)
+    return started
+
+
+def pid_alive_since(pid: int | None, started_at_s: float | None, *, tolerance_s: float) -> bool:
+    """True when pid is running (not a zombie) and was created no later than started_at_s + tolerance_s.
+
+    started_at_s None accepts any process holding pid."""
+    if not pid or pid <= 0:
+        return False
+    if pid == os.getpid():
+        created = process_start_time(pid)
+    else:
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return False
+            created = proc.create_time()
+        except psutil.NoSuchProcess:
+            return False
+        except psutil.AccessDenied:
+            return True
+    if created is None:
+        return False
+    return started_at_s is None or created <= started_at_s + tolerance_s
+
+
+def pid_alive(pid: int | None, started_at_ms: int | None) -> bool:
+    """True when pid could still be the process a ledger row recorded at started_at_ms (epoch ms)."""
+    started_at_s = None if started_at_ms is None else started_at_ms / 1000
+    return pid_alive_since(pid, started_at_s, tolerance_s=LEDGER_SPAWN_GRACE_S)
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """A process named so that a reused pid is not mistaken for it: its pid and psutil start time (s)."""
+
+    pid: int
+    started_at: float
+
+    @classmethod
+    def of(cls, pid: int | None = None) -> ProcessIdentity | None:
+        """The identity of running process pid (default: this process), or None when there is none."""
+        pid = os.getpid() if pid is None else pid
+        started = process_start_time(pid)
+        return None if started is None else cls(pid, started)
+
+    def is_alive(self) -> bool:
+        """True while this very process runs: the pid is taken by no process started after it."""
+        return pid_alive_since(self.pid, self.started_at, tolerance_s=START_TIME_TOLERANCE_S)

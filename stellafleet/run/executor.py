@@ -1,0 +1,204 @@
+"""Where a worker runs: the seam between the fleet and the workers it starts.
+
+Dispatch prepares an attempt (what the worker is told and the environment it runs in) and hands it to an
+Executor, which starts the worker and returns an Execution: something the fleet waits on, or stops. The
+ledger, the claims and the spend accounting stay with the fleet; an executor only runs the worker and says
+how it ended. LocalExecutor runs each worker on this machine as a process tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from stellafleet.core.workercontext import WorkerContext
+from stellafleet.pipelines.base import PipelineResult
+from stellafleet.proc.tree import Exit, ProcessTree
+from stellafleet.worker.launcher import Launcher, LauncherGone
+
+# -P: the workspace (the cwd) is not put on sys.path, so a repository file can never shadow a module
+WORKER_ARGV = (sys.executable, "-P", "-m", "stellafleet.worker.main")
+INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt, ready to run: what its worker is told (task, workspace, files, timeout) and the
+    whole environment the worker runs in (the context's variables included)."""
+
+    context: WorkerContext
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a worker ended: its exit, why it was stopped (None: it ended by itself), and the result it
+    reported (None: it left none)."""
+
+    exit: Exit
+    stop_reason: str | None
+    result: PipelineResult | None
+
+
+class Execution(Protocol):
+    """A started worker."""
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id, for the ledger and the display (None: no local process)."""
+        ...
+
+    def wait(self) -> Ending:
+        """Block until the worker has ended; a worker past its context's timeout is stopped."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the worker (safe from any thread); wait() then returns with stop_reason "interrupted"."""
+        ...
+
+
+class Executor(Protocol):
+    def start(self, attempt: Attempt) -> Execution: ...
+
+    def release(self) -> None:
+        """No attempt starts any more: let what serves them wind down while the run finishes."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def read_result(path: Path) -> PipelineResult | None:
+    try:
+        return PipelineResult.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+class LocalExecutor:
+    """Workers as process trees on this machine: forked by the warm launcher while there is one, fresh
+    interpreters otherwise (and from the moment the launcher is gone)."""
+
+    def __init__(
+        self, *, launcher: Launcher | None = None, stop_grace_s: float = 5.0, sample_interval_s: float = 0.25
+    ) -> None:
+        self.launcher = launcher
+        self._started_launcher = launcher  # closed at the end even after it went away mid-run
+        self.stop_grace_s = stop_grace_s
+        self.sample_interval_s = sample_interval_s
+
+    @classmethod
+    def open(cls, preload: Sequence[str], *, cwd: Path, fork: bool, stop_grace_s: float) -> LocalExecutor:
+        """An executor whose warm launcher (when fork, and the platform can) preloads these modules."""
+        launcher = Launcher.start(preload, cwd=cwd) if fork else None
+        return cls(launcher=launcher, stop_grace_s=stop_grace_s)
+
+    def start(self, attempt: Attempt) -> LocalExecution:
+        ctx = attempt.context
+        tree = self._spawn(ctx.workspace, attempt.env, ctx.log_path)
+        return LocalExecution(
+            tree, ctx, stop_grace_s=self.stop_grace_s, sample_interval_s=self.sample_interval_s
+        )
+
+    def _spawn(self, cwd: Path, env: Mapping[str, str], log_path: Path) -> ProcessTree:
+        launcher = self.launcher
+        if launcher is not None:
+            try:
+                return ProcessTree.spawn(WORKER_ARGV, cwd=cwd, env=env, log_path=log_path, launcher=launcher)
+            except LauncherGone:
+                self.launcher = None  # from now on, every worker is a fresh interpreter
+        return ProcessTree.spawn(WORKER_ARGV, cwd=cwd, env=env, log_path=log_path)
+
+    def release(self) -> None:
+        if self._started_launcher is not None:
+            self._started_launcher.release()
+
+    def close(self) -> None:
+        if self._started_launcher is not None:
+            self._started_launcher.close()
+
+
+class LocalExecution:
+    """One worker's process tree, waited on by one dispatch thread and stoppable from any other."""
+
+    def __init__(
+        self, tree: ProcessTree, context: WorkerContext, *, stop_grace_s: float, sample_interval_s: float
+    ) -> None:
+        self._tree = tree
+        self._context = context
+        self._grace = stop_grace_s
+        self._interval = sample_interval_s
+        self._stopped = threading.Event()
+        self._lock = threading.Lock()
+        # written once by stop() to wake the waiting thread; never read
+        self._wake: tuple[int, int] | None = os.pipe()
+
+    @property
+    def pid(self) -> int:
+        return self._tree.pid
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._stopped.is_set():
+                return
+            self._stopped.set()
+            if self._wake is not None:
+                with contextlib.suppress(OSError):
+                    os.write(self._wake[1], b"x")
+
+    def wait(self) -> Ending:
+        try:
+            exit_info, stop_reason = self._follow()
+        finally:
+            self._tree.close()
+            with self._lock:
+                for fd in self._wake or ():
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                self._wake = None
+        return Ending(exit_info, stop_reason, read_result(self._context.result_path))
+
+    def _follow(self) -> tuple[Exit, str | None]:
+        """Wait for the worker, sampling its tree; on timeout or stop(), SIGTERM (later SIGKILL) it."""
+        tree, timeout = self._tree, self._context.timeout_s
+        start = time.monotonic()
+        deadline = start + timeout if timeout else None
+        next_sample = start + min(0.1, self._interval)
+        stop_reason: str | None = None
+        stopped_at = 0.0
+        killed = False
+        wake_fd = self._wake[0] if self._wake is not None else None
+        while True:
+            now = time.monotonic()
+            if stop_reason is None:
+                if deadline is not None and now >= deadline:
+                    stop_reason = f"timed out after {timeout:g}s"
+                elif self._stopped.is_set():
+                    stop_reason = INTERRUPTED
+                if stop_reason is not None:
+                    tree.signal_tree(signal.SIGTERM)
+                    stopped_at = now
+            elif not killed and now - stopped_at >= self._grace:
+                tree.signal_tree(signal.SIGKILL)
+                killed = True
+            if now >= next_sample:
+                tree.sample()
+                next_sample = now + self._interval
+            wait_for = next_sample - now
+            if stop_reason is None and deadline is not None:
+                wait_for = min(wait_for, deadline - now)
+            if stop_reason is not None and not killed:
+                wait_for = min(wait_for, stopped_at + self._grace - now)
+            done = tree.wait(max(wait_for, 0.001), wake_fd=None if stop_reason else wake_fd)
+            if done is not None:
+                if stop_reason is not None:
+                    tree.signal_tree(signal.SIGKILL)  # whatever of the stopped tree outlived its root
+                return done, stop_reason

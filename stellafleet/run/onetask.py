@@ -1,0 +1,162 @@
+"""What `stella run` shows of its run: a reporter sink for a fleet of one task.
+
+`stella run` runs through the fleet's path, but reads like running the engine by hand: a line naming the
+task, the worker's progress lines as they come (followed from the attempt's log; its warnings go to
+stderr), then the outcome with its steps, spend and tokens and the worker's summary; or, with --json,
+one document of the worker's result. An interrupted run says so on stderr and nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import IO, Any, cast
+
+from stellafleet.pipelines.base import PipelineResult
+from stellafleet.run.executor import INTERRUPTED, read_result
+from stellafleet.run.reporter import LossyStream
+
+# The worker's own first and last lines (worker/main.py): the lines printed here say the same.
+WORKER_FRAME = "stella worker: "
+# A worker's warnings to its stderr (e.g. a model without a price): they go to ours.
+DIAGNOSTIC = "stella: "
+FOLLOW_INTERVAL_S = 0.1
+
+
+class LogFollower:
+    """Hands each complete line of a growing log to on_line, from a thread, until stop() (which reads the
+    log to its end first)."""
+
+    def __init__(
+        self, path: Path, on_line: Callable[[str], None], *, interval_s: float = FOLLOW_INTERVAL_S
+    ) -> None:
+        self.path = path
+        self._on_line = on_line
+        self._interval = interval_s
+        self._offset = 0
+        self._partial = b""
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._follow, name="stella-log", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._stopping.set()
+            self._thread.join()
+
+    def _follow(self) -> None:
+        while not self._stopping.wait(self._interval):
+            self._read()
+        self._read()
+        if self._partial:
+            self._on_line(self._partial.decode("utf-8", "replace"))
+
+    def _read(self) -> None:
+        try:
+            with self.path.open("rb") as log:
+                log.seek(self._offset)
+                data = log.read()
+        except OSError:  # not there yet
+            return
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        for line in lines:
+            self._on_line(line.decode("utf-8", "replace"))
+
+
+class OneTaskReporter:
+    """The Reporter of `stella run`: events arrive one after another (one task, one attempt)."""
+
+    def __init__(
+        self,
+        *,
+        json_mode: bool = False,
+        quiet: bool = False,
+        stream: IO[str] | None = None,
+        err: IO[str] | None = None,
+    ) -> None:
+        self.json_mode = json_mode
+        self.quiet = quiet or json_mode
+        self.out = cast(IO[str], LossyStream(stream or sys.stdout))
+        self.err = cast(IO[str], LossyStream(err or sys.stderr))
+        self._guard: float | None = None
+        self._run_id = ""
+        self._result_path: Path | None = None
+        self._follower: LogFollower | None = None
+
+    def event(self, name: str, data: Mapping[str, Any]) -> None:
+        if name == "run_start":
+            self._run_id, self._guard = str(data["run_id"]), data.get("spend_guard_usd")
+        elif name == "attempt_start":
+            self._result_path = Path(data["result_path"])
+            if not self.quiet:
+                guard = f", spend guard ${self._guard:.2f}" if self._guard is not None else ""
+                self._say(f"stella run {self._run_id}: task {data['task']} ({data['title']}){guard}")
+            self._follower = LogFollower(Path(data["log_path"]), self._worker_line)
+            self._follower.start()
+        elif name == "attempt_end":
+            self.abort()
+
+    def abort(self) -> None:
+        """Stop following the worker's log (the attempt ended, or the run ended without a result)."""
+        if self._follower is not None:
+            self._follower.stop()
+            self._follower = None
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def _worker_line(self, line: str) -> None:
+        if line.startswith(DIAGNOSTIC):
+            print(line, file=self.err, flush=True)
+        elif not self.quiet and not line.startswith(WORKER_FRAME):
+            print(line, file=self.out, flush=True)
+
+    def finish(self, doc: Mapping[str, Any]) -> None:
+        if doc["status"] == INTERRUPTED:
+            print("stella: interrupted", file=self.err, flush=True)
+            return
+        (task,) = doc["tasks"]
+        attempt = task["attempts"][-1] if task["attempts"] else None
+        result = self._result(task, attempt)
+        spent = doc["spend_usd"]
+        if self.json_mode:
+            document = {
+                "run_id": doc["run_id"],
+                "task_id": task["id"],
+                "attempt_id": attempt["id"] if attempt else None,
+                **result.to_json(),
+                "spend_usd": spent,
+            }
+            print(json.dumps(document, indent=2), file=self.out, flush=True)
+            return
+        outcome = attempt["outcome"] if attempt else task["status"]
+        self._say(
+            f"{outcome} in {result.steps} steps, ${spent:.4f}, "
+            f"{result.input_tokens:,} input / {result.output_tokens:,} output tokens (run {doc['run_id']})"
+        )
+        self._say("summary:")
+        for line in result.summary.splitlines() or [""]:
+            self._say(f"  {line}")
+
+    def _result(self, task: Mapping[str, Any], attempt: Mapping[str, Any] | None) -> PipelineResult:
+        """What the worker reported; what the ledger knows when it reported nothing (it was stopped)."""
+        result = read_result(self._result_path) if self._result_path is not None else None
+        if result is not None:
+            return result
+        if attempt is None:
+            return PipelineResult(False, task["reason"] or task["status"], error=task["reason"])
+        return PipelineResult(
+            False,
+            attempt["summary"] or "",
+            error=attempt["error"],
+            spend_usd=attempt["spend_usd"] or 0.0,
+            input_tokens=attempt["input_tokens"] or 0,
+            output_tokens=attempt["output_tokens"] or 0,
+            steps=attempt["steps"] or 0,
+        )

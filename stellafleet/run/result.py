@@ -1,0 +1,74 @@
+"""A run's result document: what `stella fleet --json` prints and every reporter's `finish` receives.
+
+It is the runs read model (state/views: run_tasks, run_branches), cut down to what a finished run's
+caller needs: the run's outcome, each task with its attempts and commits, and the branches it touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from stellafleet.state.views import run_branches, run_tasks
+
+ATTEMPT_KEYS = (
+    "id",
+    "outcome",
+    "success",
+    "exit_code",
+    "started_at_ms",
+    "finished_at_ms",
+    "pid",
+    "spend_usd",
+    "input_tokens",
+    "output_tokens",
+    "steps",
+    "summary",
+    "error",
+    "cpu_seconds",
+    "peak_rss_bytes",
+    "branch",
+    "worktree",
+    "log_path",
+)
+RUN_KEYS = ("status", "exit_code", "reason", "base_ref", "base_commit", "max_concurrency")
+
+
+def _task_result(task: Mapping[str, Any], default_pipeline: str | None) -> dict[str, Any]:
+    attempts = [{key: attempt[key] for key in ATTEMPT_KEYS} for attempt in task["attempts"]]
+    return {
+        "id": task["id"],
+        "title": task["title"],
+        "wave": task["wave"],
+        "status": task["status"],
+        "reason": task["reason"],
+        "isolation": task["isolation"],
+        "pipeline": task["pipeline"] or default_pipeline,
+        "depends_on": task["depends_on"],
+        "claims": task["claims"],
+        "branch": task["branch"],
+        "worktree": task["worktree"],
+        "spend_usd": round(task["spend_usd"], 6),
+        "summary": attempts[-1]["summary"] if attempts else None,
+        "commits": [commit["sha"] for commit in task["commits"]],
+        "attempts": attempts,
+    }
+
+
+def result_document(record: dict[str, Any], watch: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The machine-readable result of a run, from the ledger's record of it (Ledger.get_run)."""
+    run = record["run"]
+    return {
+        "run_id": run["id"],
+        **{key: run[key] for key in RUN_KEYS},
+        "spend_usd": round(run["spend_usd"] or 0.0, 6),
+        "spend_limit_usd": run["spend_limit_usd"],
+        "created_at_ms": run["created_at_ms"],
+        "finished_at_ms": run["finished_at_ms"],
+        "tasks": [_task_result(task, run["pipeline"]) for task in run_tasks(record)],
+        "branches": [
+            {"branch": entry["branch"], "tasks": entry["tasks"], "commits": entry["commits"]}
+            for entry in run_branches(record)
+        ],
+        "watch": dict(watch) if watch is not None else None,
+    }

@@ -1,0 +1,126 @@
+"""The fleet ledger's tables: the DDL, its user_version and the forward migrations.
+
+The tables and columns are a public interface (users query them with sqlite3; docs/ledger.md lists them):
+a new version only ever appends a migration that adds tables or columns, never renames or drops them.
+"""
+
+from __future__ import annotations
+
+from stellafleet.state.sqlitefile import Schema
+
+_V1 = (
+    """CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        created_at_ms INTEGER NOT NULL,
+        finished_at_ms INTEGER,
+        status TEXT NOT NULL DEFAULT 'running',
+        plan_path TEXT,
+        plan_sha256 TEXT,
+        base_ref TEXT,
+        base_commit TEXT,
+        max_concurrency INTEGER,
+        spend_limit_usd REAL,
+        spend_usd REAL NOT NULL DEFAULT 0,
+        pipeline TEXT,
+        argv TEXT,
+        root TEXT,
+        pid INTEGER,
+        exit_code INTEGER,
+        reason TEXT
+    )""",
+    "CREATE INDEX runs_by_created ON runs(created_at_ms, id)",
+    """CREATE TABLE tasks (
+        run_id TEXT NOT NULL,
+        id TEXT NOT NULL,
+        title TEXT,
+        prompt TEXT,
+        depends_on_json TEXT NOT NULL DEFAULT '[]',
+        claims_json TEXT NOT NULL DEFAULT '[]',
+        isolation TEXT NOT NULL DEFAULT 'shared',
+        wave INTEGER,
+        status TEXT NOT NULL DEFAULT 'pending',
+        reason TEXT,
+        pipeline TEXT,
+        model TEXT,
+        timeout_s REAL,
+        branch TEXT,
+        worktree TEXT,
+        PRIMARY KEY (run_id, id)
+    )""",
+    """CREATE TABLE attempts (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        started_at_ms INTEGER NOT NULL,
+        finished_at_ms INTEGER,
+        success INTEGER,
+        outcome TEXT NOT NULL DEFAULT 'running',
+        branch TEXT,
+        worktree TEXT,
+        pid INTEGER,
+        exit_code INTEGER,
+        spend_usd REAL NOT NULL DEFAULT 0,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        steps INTEGER NOT NULL DEFAULT 0,
+        summary TEXT,
+        error TEXT,
+        cpu_seconds REAL,
+        peak_rss_bytes INTEGER,
+        pipeline TEXT,
+        log_path TEXT,
+        transcript_path TEXT
+    )""",
+    "CREATE INDEX attempts_by_run ON attempts(run_id, task_id)",
+    """CREATE TABLE commits (
+        sha TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        task_id TEXT,
+        attempt_id INTEGER,
+        branch TEXT,
+        message TEXT,
+        committed_at_ms INTEGER,
+        PRIMARY KEY (run_id, sha)
+    )""",
+    """CREATE TABLE ci (
+        run_id TEXT NOT NULL,
+        branch TEXT NOT NULL,
+        task_id TEXT,
+        head_sha TEXT,
+        pr_url TEXT,
+        pr_number INTEGER,
+        state TEXT,
+        conclusion TEXT,
+        reason TEXT,
+        run_urls_json TEXT NOT NULL DEFAULT '[]',
+        updated_at_ms INTEGER,
+        PRIMARY KEY (run_id, branch)
+    )""",
+    """CREATE TABLE cleanups (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT,
+        task_id TEXT,
+        kind TEXT NOT NULL,
+        target TEXT NOT NULL,
+        action TEXT NOT NULL,
+        reason TEXT,
+        at_ms INTEGER NOT NULL
+    )""",
+    "CREATE INDEX cleanups_by_run ON cleanups(run_id)",
+    """CREATE TABLE spend_events (
+        id INTEGER PRIMARY KEY,
+        attempt_id INTEGER NOT NULL,
+        run_id TEXT NOT NULL,
+        usd REAL NOT NULL,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        at_ms INTEGER NOT NULL
+    )""",
+    "CREATE INDEX spend_events_by_attempt ON spend_events(attempt_id)",
+    "CREATE INDEX spend_events_by_run ON spend_events(run_id)",
+)
+
+# Forward migrations: MIGRATIONS[n] takes a ledger from user_version n to n + 1. Append, never edit.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+
+LEDGER_SCHEMA = Schema(label="fleet ledger", application_id=0x53544C46, migrations=MIGRATIONS)  # "STLF"

@@ -1,0 +1,145 @@
+"""The layout is the architecture: layers from docs/architecture.md, no import cycles, small modules."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "stellafleet"
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+LAYER_ROW = re.compile(r"^\|\s*(\d+)\s*\|([^|]*)\|")
+
+
+def layers_from_docs(text: str) -> dict[str, int]:
+    """The layering table: `| layer | packages | ... |` rows, each package named in backticks."""
+    ranks: dict[str, int] = {}
+    for line in text.splitlines():
+        row = LAYER_ROW.match(line)
+        if row:
+            for name in re.findall(r"`([A-Za-z_]+)/?(?:\.py)?`", row.group(2)):
+                ranks[name] = int(row.group(1))
+    return ranks
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+COMMAND_LINE = {"cli", "__main__"}  # top-level modules that are part of `commands/`
+
+
+def package_of(module: str) -> str:
+    """The unit a module belongs to: `stellafleet.run.waves` -> `run`, `stellafleet.cli` -> `commands`."""
+    parts = module.split(".")
+    unit = parts[1] if len(parts) > 1 else "__init__"
+    return "commands" if unit in COMMAND_LINE else unit
+
+
+def sources() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
+    """Every stellafleet module this file imports, wherever the import sits (TYPE_CHECKING included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        ours = isinstance(node, ast.ImportFrom) and (node.module or "").startswith("stellafleet")
+        if ours and isinstance(node, ast.ImportFrom) and node.level == 0:
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                found.add(submodule if submodule in known else str(node.module))
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("stellafleet"))
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = sources()
+    known = set(modules)
+    return {name: imports_of(path, known) - {name} for name, path in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path (first module repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return [*path[path.index(target) :], target]
+            if target in graph and target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            cycle = visit(start)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_layering_table_names_every_package() -> None:
+    ranks = layers_from_docs(ARCHITECTURE.read_text(encoding="utf-8"))
+    packages = {package_of(name) for name in sources()} | COMMAND_LINE
+    missing = sorted(packages - set(ranks))
+    assert not missing, f"docs/architecture.md's layering table does not place: {', '.join(missing)}"
+
+
+def test_no_module_imports_from_a_layer_above_it() -> None:
+    ranks = layers_from_docs(ARCHITECTURE.read_text(encoding="utf-8"))
+    upward = []
+    for module, targets in import_graph().items():
+        source = package_of(module)
+        for target in sorted(targets):
+            destination = package_of(target)
+            if destination != source and ranks.get(destination, -1) <= ranks.get(source, -1):
+                upward.append(f"{module} -> {target} (layer {ranks[source]} -> {ranks.get(destination)})")
+    assert not upward, "imports that point up or sideways:\n" + "\n".join(upward)
+
+
+def test_there_are_no_import_cycles() -> None:
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_checks_see_a_cycle_and_an_upward_import() -> None:
+    """The walkers above must be able to fail: fed a cycle and an upward edge, they report them."""
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+    ranks = layers_from_docs("| 2 | `run/` | x |\n| 10 | `core/`, `cli.py` | y |")
+    assert ranks == {"run": 2, "core": 10, "cli": 10}
+
+
+def functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_and_functions_stay_small(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    lines = text.count("\n")
+    assert lines <= MAX_MODULE_LINES, f"{path.relative_to(REPO)} has {lines} lines (limit {MAX_MODULE_LINES})"
+    long = [
+        f"{node.name} ({(node.end_lineno or node.lineno) - node.lineno + 1} lines)"
+        for node in functions(ast.parse(text))
+        if (node.end_lineno or node.lineno) - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, f"{path.relative_to(REPO)}: functions over {MAX_FUNCTION_LINES} lines: {', '.join(long)}"

@@ -1,0 +1,49 @@
+"""The spend boundary: running totals, passing reports on, and dollars written for people."""
+
+from __future__ import annotations
+
+import pytest
+
+from stellafleet.core.spend import NullSpend, TallySpend, money
+
+
+@pytest.mark.parametrize(
+    ("usd", "text"),
+    [(None, "-"), (0.0, "$0.00"), (1.0, "$1.00"), (1.5, "$1.50"), (0.004, "$0.00"), (12.345, "$12.35")],
+)
+def test_money_in_cents_for_tables_and_summaries(usd: float | None, text: str) -> None:
+    assert money(usd) == text
+
+
+@pytest.mark.parametrize(
+    ("usd", "text"),
+    [
+        (None, "-"),
+        (0.0, "$0"),
+        (1.0, "$1"),
+        (1.5, "$1.5"),
+        (0.0042, "$0.0042"),
+        (0.00004, "$0"),
+        (0.12345, "$0.1235"),
+        (2.25, "$2.25"),
+    ],
+)
+def test_money_precise_keeps_fractions_of_a_cent(usd: float | None, text: str) -> None:
+    assert money(usd, precise=True) == text
+
+
+def test_null_spend_adds_up_under_the_result_names() -> None:
+    spend = NullSpend()
+    spend.add(0.25, input_tokens=100, output_tokens=10, steps=1)
+    spend.add(0.5, input_tokens=50, steps=1)
+    assert spend.totals() == {"spend_usd": 0.75, "input_tokens": 150, "output_tokens": 10, "steps": 2}
+
+
+def test_tally_spend_passes_every_report_on_and_keeps_its_own_totals() -> None:
+    fleet = NullSpend()
+    fleet.add(1.0, steps=3)  # spent before the wrapper started
+    tally = TallySpend(fleet)
+    tally.add(0.5, input_tokens=7, output_tokens=3, steps=1)
+    tally.add(0.25, output_tokens=2)
+    assert tally.totals() == {"spend_usd": 0.75, "input_tokens": 7, "output_tokens": 5, "steps": 1}
+    assert fleet.totals() == {"spend_usd": 1.75, "input_tokens": 7, "output_tokens": 5, "steps": 4}

@@ -1,0 +1,114 @@
+"""pid liveness with start-time tolerance: live, dead, zombie and recycled pids, and the tolerance edges."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from stellafleet.proc.pids import (
+    LEDGER_SPAWN_GRACE_S,
+    START_TIME_TOLERANCE_S,
+    ProcessIdentity,
+    pid_alive,
+    pid_alive_since,
+    process_start_time,
+)
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def exited_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_live_process_is_alive(sleeper: subprocess.Popen[bytes]) -> None:
+    identity = ProcessIdentity.of(sleeper.pid)
+    assert identity is not None and identity.pid == sleeper.pid
+    assert identity.started_at == psutil.Process(sleeper.pid).create_time()
+    assert identity.is_alive()
+    assert pid_alive(sleeper.pid, int(time.time() * 1000))
+    assert pid_alive(sleeper.pid, None)
+
+
+def test_this_process_is_alive() -> None:
+    me = ProcessIdentity.of()
+    assert me is not None and me.pid == os.getpid() and me.is_alive()
+    assert pid_alive(os.getpid(), int(time.time() * 1000))
+
+
+def test_a_dead_process_is_not_alive() -> None:
+    pid = exited_pid()
+    assert ProcessIdentity.of(pid) is None
+    assert process_start_time(pid) is None
+    assert not ProcessIdentity(pid, time.time()).is_alive()
+    assert not pid_alive(pid, int(time.time() * 1000))
+    assert not pid_alive(pid, None)
+
+
+def test_a_zombie_is_not_alive() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        identity = ProcessIdentity.of(proc.pid)
+        assert identity is not None
+        deadline = time.monotonic() + 10
+        while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not identity.is_alive()
+        assert not pid_alive(proc.pid, None)
+    finally:
+        proc.wait()
+
+
+def test_no_pid_is_not_alive() -> None:
+    assert not pid_alive(None, None)
+    assert not pid_alive(0, None)
+    assert not pid_alive(-1, None)
+
+
+def test_a_recycled_pid_is_not_the_recorded_process(sleeper: subprocess.Popen[bytes]) -> None:
+    # The same pid number, recorded with a start time well before the process holding it now was created:
+    # what a pid handed to a new process after the recorded one ended looks like.
+    started = psutil.Process(sleeper.pid).create_time()
+    assert not ProcessIdentity(sleeper.pid, started - 50).is_alive()
+    me = ProcessIdentity.of()
+    assert me is not None and not ProcessIdentity(me.pid, me.started_at - 50).is_alive()
+    assert not pid_alive(sleeper.pid, 0)  # a ledger row from the epoch
+    assert not pid_alive(os.getpid(), 0)
+
+
+def test_a_process_started_before_its_record_still_counts(sleeper: subprocess.Popen[bytes]) -> None:
+    # A pid is only reused after its process ended, so only a later start means a different process; an
+    # earlier one is a record written after the start (a run's row) or a wall clock stepped back.
+    started = psutil.Process(sleeper.pid).create_time()
+    assert ProcessIdentity(sleeper.pid, started + 3600).is_alive()
+    assert pid_alive(sleeper.pid, int((started + 3600) * 1000))
+
+
+def test_the_start_time_tolerance_edge(sleeper: subprocess.Popen[bytes]) -> None:
+    started = psutil.Process(sleeper.pid).create_time()
+    assert ProcessIdentity(sleeper.pid, started - START_TIME_TOLERANCE_S).is_alive()
+    assert not ProcessIdentity(sleeper.pid, started - START_TIME_TOLERANCE_S - 0.01).is_alive()
+    assert pid_alive_since(sleeper.pid, started - 10, tolerance_s=10)
+    assert not pid_alive_since(sleeper.pid, started - 10.01, tolerance_s=10)
+
+
+def test_the_ledger_spawn_grace_edge(sleeper: subprocess.Popen[bytes]) -> None:
+    # A ledger row holds whole milliseconds: a millisecond inside the grace, then one outside it.
+    edge_ms = (psutil.Process(sleeper.pid).create_time() - LEDGER_SPAWN_GRACE_S) * 1000
+    assert pid_alive(sleeper.pid, math.ceil(edge_ms) + 1)
+    assert not pid_alive(sleeper.pid, math.floor(edge_ms) - 1)
