@@ -20,9 +20,6 @@ from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
 
 GIB = 1024**3
-DEFAULT_WORKERS_PER_CORE = 1.0
-DEFAULT_MEMORY_PER_WORKER_GIB = 1.0
-DEFAULT_CEILING = 8
 
 
 @dataclass(frozen=True)
@@ -57,13 +54,6 @@ class MachineState:
         )
 
 
-def _positive_number(config: Config, key: str, default: float) -> float:
-    value: Any = config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise StellaError(f"config: {key} must be a positive number, not {value!r}")
-    return float(value)
-
-
 def _positive_int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise StellaError(f"{where} must be a whole number of at least 1, not {value!r}")
@@ -72,9 +62,9 @@ def _positive_int(value: Any, where: str) -> int:
 
 def governed(config: Config, machine: MachineState) -> Decision:
     """The governor's own number for this machine state."""
-    per_core = _positive_number(config, "governor.workers_per_core", DEFAULT_WORKERS_PER_CORE)
-    per_worker_gib = _positive_number(config, "governor.memory_per_worker_gib", DEFAULT_MEMORY_PER_WORKER_GIB)
-    ceiling = _positive_int(config.get("governor.max", DEFAULT_CEILING), "config: governor.max")
+    per_core = config.governor.workers_per_core
+    per_worker_gib = config.governor.memory_per_worker_gib
+    ceiling = config.governor.max
     # Cores already busy (the load average) are not ours to hand out; keep at least one worker.
     by_cpu = max(1, math.floor(machine.cores * per_core - machine.load_1m + 0.5))
     by_memory = max(1, math.floor(machine.available_bytes / (per_worker_gib * GIB)))
@@ -95,7 +85,7 @@ def decide(config: Config, requested: int | None = None, *, machine: MachineStat
     """--max-concurrency wins, then `[fleet] max_concurrency`, then the governor."""
     if requested is not None:
         return Decision(_positive_int(requested, "--max-concurrency"), "--max-concurrency")
-    fixed = config.get("fleet.max_concurrency")
+    fixed = config.fleet.max_concurrency
     if fixed is not None:
-        return Decision(_positive_int(fixed, "config: fleet.max_concurrency"), "config fleet.max_concurrency")
+        return Decision(fixed, "config fleet.max_concurrency")
     return governed(config, machine or MachineState.sample())

@@ -27,9 +27,6 @@ if TYPE_CHECKING:
 
     from stellafleet.ci.watch import WatchSettings
 
-DEFAULT_PIPELINE = "plain"
-DEFAULT_STOP_GRACE_S = 5.0
-
 
 @dataclass(frozen=True)
 class FleetOptions:
@@ -195,29 +192,6 @@ def check_watch_ready(root: Path, config: Config) -> WatchSettings:
     return settings
 
 
-def _default_pipeline(options: FleetOptions, config: Config) -> str:
-    default = options.pipeline or config.get("fleet.pipeline") or DEFAULT_PIPELINE
-    if not isinstance(default, str):
-        raise StellaError(f"config: fleet.pipeline must be a pipeline name, not {default!r}")
-    return default
-
-
-def _fork_workers(config: Config) -> bool:
-    fork = config.get("fleet.fork_workers", True)
-    if not isinstance(fork, bool):
-        raise StellaError(f"config: fleet.fork_workers must be true or false, not {fork!r}")
-    return fork
-
-
-def _stop_grace(config: Config) -> float:
-    grace = config.get("fleet.stop_grace")
-    if grace is None:
-        return DEFAULT_STOP_GRACE_S
-    if isinstance(grace, bool) or not isinstance(grace, int | float) or grace < 0:
-        raise StellaError(f"config: fleet.stop_grace must be a number of seconds >= 0, not {grace!r}")
-    return float(grace)
-
-
 def prepare(options: FleetOptions) -> Prepared:
     """Every check before a run, in the order a user would fix them; StellaError (exit 2) on the first.
     A dry run gets the pipelines' problems back in Prepared instead: it shows them."""
@@ -227,12 +201,12 @@ def prepare(options: FleetOptions) -> Prepared:
     config_file = Path(options.config_file).resolve() if options.config_file else None
     config = load_config(root, config_file=Path(options.config_file) if options.config_file else None)
     plan = build_plan(options, root)
-    default_pipeline = _default_pipeline(options, config)
+    default_pipeline = options.pipeline or config.fleet.pipeline
     installed = pipelines.available()
     problems = pipeline_problems(
         plan, default_pipeline, options.model, config, options.spend_limit, installed
     )
-    fork_workers, stop_grace_s = _fork_workers(config), _stop_grace(config)
+    fork_workers, stop_grace_s = config.fleet.fork_workers, config.fleet.stop_grace
     concurrency = decide(config, options.max_concurrency)
     base_commit = gitops.resolve_commit(root, options.base_ref or "HEAD")
     if problems and not options.dry_run:
