@@ -32,7 +32,7 @@ EXIT_CODES_HELP = """\
 exit codes:
   0    everything asked succeeded
   1    a task failed or was skipped
-  2    usage error, invalid plan, or wrong environment (nothing ran)
+  2    usage error, invalid plan or config, or wrong environment (nothing ran)
   3    the spend limit stopped the fleet before every task ran
   4    --watch: a watched branch ended red, stalled, or never showed CI
   130  interrupted

@@ -28,7 +28,7 @@ from stellafleet.core.schemacheck import (
     suggest,
 )
 
-# The entry-point group pipelines are installed under (stellafleet.pipelines.GROUP; core cannot import it).
+# The entry-point group pipelines are installed under; pipelines/ takes its GROUP from here.
 PIPELINE_GROUP = "stella.pipelines"
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from stellafleet.core.config import Config
+from stellafleet.core.configschema import PIPELINE_GROUP
 from stellafleet.core.errors import StellaError
 from stellafleet.core.spend import SpendReporter
 from stellafleet.pipelines.base import Pipeline, PipelineResult
@@ -14,7 +15,7 @@ from stellafleet.pipelines.base import Pipeline, PipelineResult
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
 
-GROUP = "stella.pipelines"
+GROUP = PIPELINE_GROUP
 
 __all__ = [
     "GROUP",
