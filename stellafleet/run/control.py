@@ -27,6 +27,7 @@ from stellafleet.core.errors import (
     StellaError,
 )
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
+from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.git import gitops
 from stellafleet.run.dispatch import Dispatcher, RunSettings
 from stellafleet.run.executor import INTERRUPTED, LocalExecutor
@@ -106,21 +107,21 @@ class Interrupts:
 
 
 def exit_status(
-    interrupted: bool, stopped: str | None, statuses: Mapping[str, str]
-) -> tuple[str, int, str | None]:
+    interrupted: bool, stopped: str | None, statuses: Mapping[str, TaskStatus]
+) -> tuple[RunStatus, int, str | None]:
     """The run's (status, exit code, reason) from how it ended."""
     if interrupted:
-        return "interrupted", EXIT_INTERRUPTED, INTERRUPTED
+        return RunStatus.INTERRUPTED, EXIT_INTERRUPTED, INTERRUPTED
     if stopped and stopped.startswith(SPEND_STOP_PREFIX):
-        return "spend_limited", EXIT_SPEND_LIMIT, stopped
-    unsuccessful = Counter(status for status in statuses.values() if status != "succeeded")
+        return RunStatus.SPEND_LIMITED, EXIT_SPEND_LIMIT, stopped
+    unsuccessful = Counter(status for status in statuses.values() if status != TaskStatus.SUCCEEDED)
     if unsuccessful:
         return (
-            "failed",
+            RunStatus.FAILED,
             EXIT_TASK_FAILED,
             ", ".join(f"{n} {status}" for status, n in sorted(unsuccessful.items())),
         )
-    return "succeeded", EXIT_OK, None
+    return RunStatus.SUCCEEDED, EXIT_OK, None
 
 
 def ensure_state_dirs(root: Path) -> StatePaths:
@@ -238,7 +239,7 @@ class FleetRun:
 
         def on_event(name: str, data: dict[str, Any]) -> None:
             if name == "task_skipped":
-                ledger.set_task_status(p.run_id, data["task"], "skipped", data.get("reason"))
+                ledger.set_task_status(p.run_id, data["task"], TaskStatus.SKIPPED, data.get("reason"))
             if name in ("wave_start", "wave_end", "task_skipped"):
                 emit(name, data)
 
@@ -277,25 +278,25 @@ class FleetRun:
         self.reporter.finish(result_document(ledger.get_run(p.run_id), watch_doc))
         return code
 
-    def _settle(self, ledger: Ledger, outcome: WaveOutcome, interrupted: bool) -> dict[str, str]:
+    def _settle(self, ledger: Ledger, outcome: WaveOutcome, interrupted: bool) -> dict[str, TaskStatus]:
         """Make every task's final status explicit; returns task id -> status."""
         run_id = self.prepared.run_id
         record = ledger.get_run(run_id)
-        by_status = {task["id"]: task["status"] for task in record["tasks"]}
+        by_status = {task["id"]: TaskStatus(task["status"]) for task in record["tasks"]}
         for task in record["tasks"]:
-            task_id = task["id"]
-            if task["status"] in ("pending", "running"):  # never launched: the stop came first
+            task_id, status = task["id"], by_status[task["id"]]
+            if status in (TaskStatus.PENDING, TaskStatus.RUNNING):  # never launched: the stop came first
                 reason = outcome.reasons.get(task_id) or outcome.stopped or "not started"
                 if interrupted:
                     reason = INTERRUPTED
-                ledger.set_task_status(run_id, task_id, "skipped", reason)
-                by_status[task_id] = "skipped"
+                ledger.set_task_status(run_id, task_id, TaskStatus.SKIPPED, reason)
+                by_status[task_id] = TaskStatus.SKIPPED
                 self.reporter.event("task_skipped", {"task": task_id, "reason": reason})
-            elif task["status"] == "skipped" and interrupted and _after_interrupt(task, by_status):
-                ledger.set_task_status(run_id, task_id, "skipped", INTERRUPTED)
+            elif status == TaskStatus.SKIPPED and interrupted and _after_interrupt(task, by_status):
+                ledger.set_task_status(run_id, task_id, TaskStatus.SKIPPED, INTERRUPTED)
         return by_status
 
-    def _watch(self, ledger: Ledger, status: str, code: int) -> tuple[Any, int]:
+    def _watch(self, ledger: Ledger, status: RunStatus, code: int) -> tuple[Any, int]:
         from stellafleet.ci.watch import watch_run
 
         p = self.prepared
@@ -308,11 +309,12 @@ class FleetRun:
         return result.to_json(), code
 
 
-def _after_interrupt(task: Mapping[str, Any], by_status: Mapping[str, str]) -> bool:
+def _after_interrupt(task: Mapping[str, Any], by_status: Mapping[str, TaskStatus]) -> bool:
     """A task skipped only because a dependency was interrupted was skipped by the interrupt."""
     reason = task.get("reason") or ""
     return reason.startswith("dependency failed") and any(
-        by_status.get(dep) in ("interrupted", "skipped") for dep in task.get("depends_on", [])
+        by_status.get(dep) in (TaskStatus.INTERRUPTED, TaskStatus.SKIPPED)
+        for dep in task.get("depends_on", [])
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, worktrees
 from stellafleet.pipelines.command import RESULT_ENV
@@ -61,7 +62,7 @@ class RunSettings:
 class Record:
     """How an attempt ended, as the ledger stores it."""
 
-    outcome: str
+    outcome: AttemptOutcome
     summary: str
     error: str | None = None
     exit_code: int | None = None
@@ -70,12 +71,12 @@ class Record:
 
     @classmethod
     def failed(cls, text: str) -> Record:
-        return cls("failed", text, text)
+        return cls(AttemptOutcome.FAILED, text, text)
 
     @property
     def reason(self) -> str | None:
         """Why the task did not succeed (None: it did)."""
-        return None if self.outcome == "succeeded" else (self.error or self.summary)
+        return None if self.outcome == AttemptOutcome.SUCCEEDED else (self.error or self.summary)
 
 
 @dataclass(frozen=True)
@@ -139,9 +140,9 @@ def judge(ending: Ending) -> Record:
         "peak_rss_bytes": exit_info.peak_rss_bytes or None,
     }
     if exit_info.returncode == 0 and result is not None and result.success:
-        return Record("succeeded", result.summary or "done", None, **measured)
+        return Record(AttemptOutcome.SUCCEEDED, result.summary or "done", None, **measured)
     if stop_reason is not None:
-        outcome = INTERRUPTED if stop_reason == INTERRUPTED else "failed"
+        outcome = AttemptOutcome.INTERRUPTED if stop_reason == INTERRUPTED else AttemptOutcome.FAILED
         error = f"{stop_reason} (worker {exit_info.describe()})"
         summary = result.summary if result is not None and result.summary else stop_reason
         return Record(outcome, summary, error, **measured)
@@ -151,9 +152,9 @@ def judge(ending: Ending) -> Record:
             if exit_info.returncode != 0
             else "worker exited without leaving a result"
         )
-        return Record("failed", error, error, **measured)
+        return Record(AttemptOutcome.FAILED, error, error, **measured)
     error = result.error or f"worker {exit_info.describe()}"
-    return Record("failed", result.summary or error, error, **measured)
+    return Record(AttemptOutcome.FAILED, result.summary or error, error, **measured)
 
 
 class Dispatcher:
@@ -283,7 +284,7 @@ class Dispatcher:
     def _attempt(self, task: PlanTask, ctx: WorkerContext) -> Record:
         settings = self.settings
         if self._hard_stop.is_set():
-            return Record(INTERRUPTED, "interrupted before the worker started", INTERRUPTED)
+            return Record(AttemptOutcome.INTERRUPTED, "interrupted before the worker started", INTERRUPTED)
         workspace = Workspace(ctx.workspace, ctx.branch)
         if task.claims:
             holder = Holder.current(ctx.run_id, task.id, task.title, ctx.attempt_id)

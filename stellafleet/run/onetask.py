@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any, cast
 
+from stellafleet.core.status import RunStatus
 from stellafleet.pipelines.base import PipelineResult
-from stellafleet.run.executor import INTERRUPTED, read_result
+from stellafleet.run.executor import read_result
 from stellafleet.run.reporter import LossyStream
 
 # The worker's own first and last lines (worker/main.py): the lines printed here say the same.
@@ -118,7 +119,7 @@ class OneTaskReporter:
             print(line, file=self.out, flush=True)
 
     def finish(self, doc: Mapping[str, Any]) -> None:
-        if doc["status"] == INTERRUPTED:
+        if doc["status"] == RunStatus.INTERRUPTED:
             print("stella: interrupted", file=self.err, flush=True)
             return
         (task,) = doc["tasks"]

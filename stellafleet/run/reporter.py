@@ -20,9 +20,20 @@ from collections.abc import Callable, Mapping
 from typing import IO, Any, Protocol, cast
 
 from stellafleet.core.spend import money
+from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus
 
 # task id -> (steps, spend in dollars) of running attempts, for the live display
 ProgressProbe = Callable[[], Mapping[str, tuple[int, float]]]
+
+# The colour of a task's status (or an attempt's outcome) on a terminal.
+STATUS_COLORS: dict[str, str] = {
+    TaskStatus.SUCCEEDED: "green",
+    TaskStatus.FAILED: "red",
+    TaskStatus.INTERRUPTED: "yellow",
+    TaskStatus.SKIPPED: "yellow",
+}
+# Tasks whose attempt ended: what their worker said is worth showing.
+ATTEMPTED = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.INTERRUPTED)
 
 
 class Reporter(Protocol):
@@ -48,9 +59,9 @@ def one_line(text: str | None, limit: int = 100) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def outcome_detail(outcome: str, summary: str | None, error: str | None) -> str:
+def outcome_detail(outcome: AttemptOutcome | TaskStatus, summary: str | None, error: str | None) -> str:
     """The summary of a success; for anything else the error, followed by the worker's own words."""
-    if outcome == "succeeded" or not error:
+    if outcome == AttemptOutcome.SUCCEEDED or not error:
         return summary or ""
     if summary and summary != error and summary not in error:
         return f"{error}: {summary}"
@@ -64,7 +75,9 @@ def run_headline(doc: Mapping[str, Any]) -> str:
     parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no tasks"
     limit = doc.get("spend_limit_usd")
     spend = money(doc.get("spend_usd")) + (f" of {money(limit)}" if limit else "")
-    shown = doc.get("reason") if doc.get("status") != "failed" else None  # the counts say why it failed
+    shown = (
+        doc.get("reason") if doc.get("status") != RunStatus.FAILED else None
+    )  # the counts say why it failed
     reason = f" ({shown})" if shown else ""
     return f"run {doc['run_id']} {doc['status']}{reason}: {parts}; spend {spend}; exit {doc['exit_code']}"
 
@@ -73,7 +86,7 @@ def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, 
     """task, wave, status, spend, summary-or-reason, branch: one row per task."""
     rows = []
     for task in doc.get("tasks", []):
-        if task["status"] in ("succeeded", "failed", "interrupted"):
+        if task["status"] in ATTEMPTED:
             detail = outcome_detail(task["status"], task.get("summary"), task.get("reason"))
         else:
             detail = task.get("reason") or ""
@@ -141,7 +154,7 @@ class PlainReporter(_Sink):
         self._say(
             f"  {outcome} {data['task']} after {elapsed_text(data.get('elapsed_s') or 0.0)} "
             f"({money(data.get('spend_usd'))}): {one_line(detail, 160)}",
-            always=outcome != "succeeded",
+            always=outcome != AttemptOutcome.SUCCEEDED,
         )
 
     def on_task_skipped(self, data: Mapping[str, Any]) -> None:
@@ -247,7 +260,7 @@ class LiveReporter(_Sink):
     def on_attempt_end(self, data: Mapping[str, Any]) -> None:
         self._running.pop(data["task"], None)
         outcome = data["outcome"]
-        color = {"succeeded": "green", "failed": "red"}.get(outcome, "yellow")
+        color = STATUS_COLORS.get(outcome, "yellow")
         detail = outcome_detail(outcome, data.get("summary"), data.get("error"))
         self.console.print(
             f"  [{color}]{outcome}[/] {data['task']} after {elapsed_text(data.get('elapsed_s') or 0.0)} "
@@ -279,9 +292,8 @@ class LiveReporter(_Sink):
             table = Table(title=None, show_lines=False)
             for column in ("task", "wave", "status", "spend", "summary / reason", "branch"):
                 table.add_column(column, overflow="fold")
-            colors = {"succeeded": "green", "failed": "red", "interrupted": "yellow", "skipped": "yellow"}
             for row in summary_rows(doc):
-                status = f"[{colors.get(row[2], 'white')}]{row[2]}[/]"
+                status = f"[{STATUS_COLORS.get(row[2], 'white')}]{row[2]}[/]"
                 table.add_row(row[0], row[1], status, row[3], row[4], row[5])
             self.console.print(table)
             self.console.print(run_headline(doc), highlight=False)

@@ -29,6 +29,7 @@ from doit.runner import Runner
 from doit.task import Stream, dict_to_task
 
 from stellafleet.core.errors import PlanError
+from stellafleet.core.status import TaskStatus
 from stellafleet.plan.model import Plan, PlanTask, load_plan
 from stellafleet.plan.schema import suggest
 
@@ -173,7 +174,7 @@ def doit_view(plan: Plan, argv: list[str]) -> tuple[int, str, str]:
 class WaveOutcome:
     """What a WaveRunner run did."""
 
-    statuses: dict[str, str] = field(default_factory=dict)  # id -> "succeeded" | "failed" | "skipped"
+    statuses: dict[str, TaskStatus] = field(default_factory=dict)  # id -> succeeded, failed or skipped
     reasons: dict[str, str] = field(default_factory=dict)  # id -> why it failed or was skipped
     waves: list[list[str]] = field(default_factory=list)  # the waves actually launched, in order
     stopped: str | None = None  # why no further wave was launched, if something stopped the run
@@ -332,8 +333,10 @@ class WaveRunner(Runner):
                     continue
                 self.process_task_result(node, failure)
                 if node.run_status == "successful":
-                    self.outcome.statuses[node.task.name] = "succeeded"
-                    self._emit("task_end", {"task": node.task.name, "status": "succeeded", "reason": None})
+                    self.outcome.statuses[node.task.name] = TaskStatus.SUCCEEDED
+                    self._emit(
+                        "task_end", {"task": node.task.name, "status": TaskStatus.SUCCEEDED, "reason": None}
+                    )
                 else:
                     reason = self._errors.get(node.task.name) or _failure_text(failure)
                     self._record_failure(node, reason)
@@ -364,9 +367,9 @@ class WaveRunner(Runner):
     def _record_failure(self, node: Any, reason: str) -> None:
         task_id = node.task.name
         self._root_failures[task_id] = [task_id]
-        self.outcome.statuses[task_id] = "failed"
+        self.outcome.statuses[task_id] = TaskStatus.FAILED
         self.outcome.reasons[task_id] = reason
-        self._emit("task_end", {"task": task_id, "status": "failed", "reason": reason})
+        self._emit("task_end", {"task": task_id, "status": TaskStatus.FAILED, "reason": reason})
 
     def _skip(self, node: Any, reason: str, *, roots: list[str] | None = None) -> None:
         node.run_status = "failure"  # so doit hands the bad news on to its dependents
@@ -374,7 +377,7 @@ class WaveRunner(Runner):
         self._skip_id(node.task.name, reason)
 
     def _skip_id(self, task_id: str, reason: str) -> None:
-        self.outcome.statuses[task_id] = "skipped"
+        self.outcome.statuses[task_id] = TaskStatus.SKIPPED
         self.outcome.reasons[task_id] = reason
         self._emit("task_skipped", {"task": task_id, "reason": reason})
 
