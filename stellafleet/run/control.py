@@ -30,6 +30,7 @@ from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.git import gitops
 from stellafleet.run.dispatch import Dispatcher, RunSettings
+from stellafleet.run.events import Emit, Event, Notice, RunStarted, TaskSkipped
 from stellafleet.run.executor import INTERRUPTED, LocalExecutor
 from stellafleet.run.prepare import FleetOptions, Prepared, prepare
 from stellafleet.run.reporter import Reporter, make_reporter, print_dry_run
@@ -62,7 +63,7 @@ class Interrupts:
         request_stop: Callable[[str], None],
         stop_workers: Callable[[], None],
         running: Callable[[], Sequence[str]],
-        emit: Callable[[str, Mapping[str, Any]], None],
+        emit: Emit,
         *,
         stop_on_first: bool = False,
     ) -> None:
@@ -80,15 +81,14 @@ class Interrupts:
         self._request_stop(INTERRUPTED)
         if self.count == 1 and signum == signal.SIGINT and not self._stop_on_first:
             self._emit(
-                "notice",
-                {
-                    "text": f"interrupt: launching nothing more; waiting for {running} running {plural}; "
+                Notice(
+                    f"interrupt: launching nothing more; waiting for {running} running {plural}; "
                     "press Ctrl-C again to stop them"
-                },
+                )
             )
             return
         self._stop_workers()
-        self._emit("notice", {"text": f"interrupt: stopping {running} running {plural}"})
+        self._emit(Notice(f"interrupt: stopping {running} running {plural}"))
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -188,20 +188,18 @@ class FleetRun:
         try:
             paths = ensure_state_dirs(p.root)
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
-                dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, self.reporter.event)
+                dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, self.reporter.handle)
                 try:
                     outcome, interrupted = self._drive(ledger, dispatcher)
                     executor.release()  # nothing more to start: let it wind down while we finish
                     return self._finish(ledger, outcome, interrupted)
                 finally:
-                    abort = getattr(self.reporter, "abort", None)
-                    if abort is not None:  # after finish() a no-op; after an error it restores the terminal
-                        abort()
+                    self.reporter.abort()  # after finish() a no-op; after an error it restores the terminal
         finally:
             executor.close()
 
     def _record_start(self, ledger: Ledger) -> None:
-        """The run's row and its tasks' rows, then the run_start event."""
+        """The run's row and its tasks' rows, then RunStarted."""
         p = self.prepared
         ledger.create_run(
             run_id=p.run_id,
@@ -217,31 +215,29 @@ class FleetRun:
             pid=os.getpid(),
         )
         ledger.add_tasks(p.run_id, p.plan.tasks, p.plan.wave_numbers(p.concurrency.value))
-        self.reporter.event(
-            "run_start",
-            {
-                "run_id": p.run_id,
-                "concurrency": p.concurrency.describe(),
-                "max_concurrency": p.concurrency.value,
-                "base_ref": p.base_ref,
-                "base_commit": p.base_commit,
-                "tasks": list(p.plan.ids),
-                "waves": p.waves,
-                "spend_limit_usd": p.spend_limit,
-                "spend_guard_usd": p.spend_guard,
-            },
+        self.reporter.handle(
+            RunStarted(
+                run_id=p.run_id,
+                concurrency=p.concurrency.describe(),
+                max_concurrency=p.concurrency.value,
+                base_ref=p.base_ref,
+                base_commit=p.base_commit,
+                tasks=p.plan.ids,
+                waves=tuple(tuple(wave) for wave in p.waves),
+                spend_limit_usd=p.spend_limit,
+                spend_guard_usd=p.spend_guard,
+            )
         )
 
     def _drive(self, ledger: Ledger, dispatcher: Dispatcher) -> tuple[WaveOutcome, bool]:
         """Record the run and run its waves under the run's signal handling; (outcome, interrupted)."""
-        p, emit = self.prepared, self.reporter.event
+        p, emit = self.prepared, self.reporter.handle
         limit = p.spend_limit
 
-        def on_event(name: str, data: dict[str, Any]) -> None:
-            if name == "task_skipped":
-                ledger.set_task_status(p.run_id, data["task"], TaskStatus.SKIPPED, data.get("reason"))
-            if name in ("wave_start", "wave_end", "task_skipped"):
-                emit(name, data)
+        def on_event(event: Event) -> None:
+            if isinstance(event, TaskSkipped):
+                ledger.set_task_status(p.run_id, event.task, TaskStatus.SKIPPED, event.reason)
+            emit(event)
 
         def before_wave(number: int, task_ids: list[str]) -> str | None:
             if limit is None:
@@ -291,7 +287,7 @@ class FleetRun:
                     reason = INTERRUPTED
                 ledger.set_task_status(run_id, task_id, TaskStatus.SKIPPED, reason)
                 by_status[task_id] = TaskStatus.SKIPPED
-                self.reporter.event("task_skipped", {"task": task_id, "reason": reason})
+                self.reporter.handle(TaskSkipped(task_id, reason))
             elif status == TaskStatus.SKIPPED and interrupted and _after_interrupt(task, by_status):
                 ledger.set_task_status(run_id, task_id, TaskStatus.SKIPPED, INTERRUPTED)
         return by_status

@@ -12,7 +12,7 @@ import os
 import sysconfig
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, worktrees
 from stellafleet.pipelines.command import RESULT_ENV
 from stellafleet.plan.model import PlanTask
+from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit
 from stellafleet.run.executor import INTERRUPTED, Attempt, Ending, Execution, Executor
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
@@ -32,8 +33,6 @@ from stellafleet.worker.main import PIPELINE_ENTRY_ENV
 # A worker's own variables never leak from the fleet's environment into a worker: its context's, and
 # those the worker process and the command pipeline read besides.
 WORKER_VARIABLES = (*WorkerContext.env_names(), PIPELINE_ENTRY_ENV, RESULT_ENV)
-
-Emit = Callable[[str, Mapping[str, Any]], None]
 
 
 class TaskFailed(Exception):
@@ -219,17 +218,16 @@ class Dispatcher:
             with self._lock:
                 self._running.pop(task.id, None)
         self.emit(
-            "attempt_end",
-            {
-                "task": task.id,
-                "attempt": ctx.attempt_id,
-                "outcome": record.outcome,
-                "summary": record.summary,
-                "error": record.error,
-                "elapsed_s": time.monotonic() - started,
-                "spend_usd": spend,
-                "branch": ctx.branch,
-            },
+            AttemptEnded(
+                task=task.id,
+                attempt=ctx.attempt_id,
+                outcome=record.outcome,
+                summary=record.summary,
+                error=record.error,
+                elapsed_s=time.monotonic() - started,
+                spend_usd=spend,
+                branch=ctx.branch,
+            )
         )
         if record.reason is not None:
             raise TaskFailed(record.reason)
@@ -298,17 +296,16 @@ class Dispatcher:
         if execution.pid is not None:
             self.ledger.set_attempt_pid(ctx.attempt_id, execution.pid)
         self.emit(
-            "attempt_start",
-            {
-                "task": task.id,
-                "title": task.title,
-                "attempt": ctx.attempt_id,
-                "pid": execution.pid,
-                "workspace": str(ctx.workspace),
-                "branch": workspace.branch,
-                "log_path": str(ctx.log_path),
-                "result_path": str(ctx.result_path),
-            },
+            AttemptStarted(
+                task=task.id,
+                title=task.title,
+                attempt=ctx.attempt_id,
+                pid=execution.pid,
+                workspace=ctx.workspace,
+                branch=workspace.branch,
+                log_path=ctx.log_path,
+                result_path=ctx.result_path,
+            )
         )
         ending = execution.wait()
         if workspace.branch is not None:
