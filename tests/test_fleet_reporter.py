@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
+from stellafleet.core.status import AttemptOutcome
+from stellafleet.run.events import (
+    AttemptEnded,
+    AttemptStarted,
+    Notice,
+    RunStarted,
+    TaskSkipped,
+    WaveEnded,
+    WaveStarted,
+)
 from stellafleet.run.reporter import JsonReporter, PlainReporter, make_reporter, outcome_detail, run_headline
 
 DOC = {
@@ -46,39 +57,40 @@ DOC = {
 }
 
 
+def attempt_started(task: str, *, pid: int, branch: str | None) -> AttemptStarted:
+    logs = Path("/repo/.stella/private/logs")
+    log, result = logs / f"{task}.log", logs / f"{task}.json"
+    return AttemptStarted(task, f"Do {task}", 1, pid, Path("/repo"), branch, log, result)
+
+
+def attempt_ended(
+    task: str, outcome: AttemptOutcome, summary: str, error: str | None, elapsed_s: float, spend_usd: float
+) -> AttemptEnded:
+    return AttemptEnded(task, 1, outcome, summary, error, elapsed_s, spend_usd, None)
+
+
 def feed(reporter: PlainReporter) -> None:
-    reporter.event(
-        "run_start",
-        {
-            "concurrency": "max concurrency 2 (--max-concurrency)",
-            "run_id": DOC["run_id"],
-            "tasks": ["a", "b"],
-            "waves": [["a"], ["b"]],
-            "base_ref": "main",
-            "base_commit": "0123456789abcdef",
-            "spend_limit_usd": 6.0,
-            "spend_guard_usd": 3.0,
-        },
+    reporter.handle(
+        RunStarted(
+            concurrency="max concurrency 2 (--max-concurrency)",
+            max_concurrency=2,
+            run_id=str(DOC["run_id"]),
+            tasks=("a", "b"),
+            waves=(("a",), ("b",)),
+            base_ref="main",
+            base_commit="0123456789abcdef",
+            spend_limit_usd=6.0,
+            spend_guard_usd=3.0,
+        )
     )
-    reporter.event("wave_start", {"wave": 1, "tasks": ["a"]})
-    reporter.event("attempt_start", {"task": "a", "pid": 42, "branch": "fleet/a-0123456789abcdef"})
-    reporter.event(
-        "attempt_end",
-        {"task": "a", "outcome": "succeeded", "summary": "did a", "elapsed_s": 1.25, "spend_usd": 0.5},
+    reporter.handle(WaveStarted(1, ("a",)))
+    reporter.handle(attempt_started("a", pid=42, branch="fleet/a-0123456789abcdef"))
+    reporter.handle(attempt_ended("a", AttemptOutcome.SUCCEEDED, "did a", None, 1.25, 0.5))
+    reporter.handle(
+        attempt_ended("b", AttemptOutcome.FAILED, "tests red", "command failed: exit status 1", 75.0, 0.1)
     )
-    reporter.event(
-        "attempt_end",
-        {
-            "task": "b",
-            "outcome": "failed",
-            "summary": "tests red",
-            "error": "command failed: exit status 1",
-            "elapsed_s": 75,
-            "spend_usd": 0.1,
-        },
-    )
-    reporter.event("task_skipped", {"task": "c", "reason": "dependency failed: b"})
-    reporter.event("unknown_event", {"ignored": True})
+    reporter.handle(TaskSkipped("c", "dependency failed: b"))
+    reporter.handle(WaveEnded(1))  # no reporter shows the end of a wave
     reporter.finish(DOC)
 
 
@@ -115,8 +127,8 @@ def test_quiet_keeps_only_what_went_wrong_and_the_headline() -> None:
 def test_json_mode_prints_one_document_and_sends_notices_to_stderr() -> None:
     out, err = io.StringIO(), io.StringIO()
     reporter = JsonReporter(out, err=err)
-    reporter.event("notice", {"text": "interrupt: stopping 2 running workers"})
-    reporter.event("wave_start", {"wave": 1, "tasks": ["a"]})
+    reporter.handle(Notice("interrupt: stopping 2 running workers"))
+    reporter.handle(WaveStarted(1, ("a",)))
     reporter.finish(DOC)
     assert json.loads(out.getvalue()) == DOC
     assert err.getvalue() == "stella fleet: interrupt: stopping 2 running workers\n"

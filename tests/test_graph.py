@@ -6,13 +6,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stellafleet.plan.model import Plan, PlanTask, load_plan, plan_from_data
+from stellafleet.run.events import Event, TaskEnded, TaskSkipped, TaskStarted, WaveEnded, WaveStarted
 from stellafleet.run.waves import WaveRunner, compile_tasks, doit_view
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -123,10 +123,8 @@ def test_waves_of_two_on_real_threads_never_overlap(tmp_path: Path, monkeypatch:
 
 
 def test_failure_skips_exactly_the_transitive_dependents() -> None:
-    events: list[tuple[str, dict[str, Any]]] = []
-    outcome = WaveRunner(
-        chain_plan(), 4, Recorder(fail=("a",)), on_event=lambda name, data: events.append((name, data))
-    ).run()
+    events: list[Event] = []
+    outcome = WaveRunner(chain_plan(), 4, Recorder(fail=("a",)), on_event=events.append).run()
     assert outcome.statuses == {
         "a": "failed",
         "b": "skipped",
@@ -142,11 +140,11 @@ def test_failure_skips_exactly_the_transitive_dependents() -> None:
         "f": "dependency failed: a",
     }
     assert outcome.waves == [["a", "d"], ["e"]]
-    skipped = [data for name, data in events if name == "task_skipped"]
+    skipped = [event for event in events if isinstance(event, TaskSkipped)]
     assert skipped == [
-        {"task": "b", "reason": "dependency failed: a"},
-        {"task": "c", "reason": "dependency failed: a"},
-        {"task": "f", "reason": "dependency failed: a"},
+        TaskSkipped("b", "dependency failed: a"),
+        TaskSkipped("c", "dependency failed: a"),
+        TaskSkipped("f", "dependency failed: a"),
     ]
 
 
@@ -165,16 +163,14 @@ def test_a_diamond_names_the_failed_dependency() -> None:
 
 
 def test_events_in_order() -> None:
-    events: list[tuple[str, dict[str, Any]]] = []
-    WaveRunner(
-        buildout(), 1, lambda task: True, on_event=lambda name, data: events.append((name, data))
-    ).run()
-    names = [name for name, _ in events]
-    assert names == ["wave_start", "task_start", "task_end", "wave_end"] * 4
-    assert events[0] == ("wave_start", {"wave": 1, "tasks": ["schema"]})
-    assert events[1] == ("task_start", {"task": "schema", "wave": 1})
-    assert events[2] == ("task_end", {"task": "schema", "status": "succeeded", "reason": None})
-    assert events[-1] == ("wave_end", {"wave": 4})
+    events: list[Event] = []
+    WaveRunner(buildout(), 1, lambda task: True, on_event=events.append).run()
+    kinds = [type(event) for event in events]
+    assert kinds == [WaveStarted, TaskStarted, TaskEnded, WaveEnded] * 4
+    assert events[0] == WaveStarted(1, ("schema",))
+    assert events[1] == TaskStarted("schema", 1)
+    assert events[2] == TaskEnded("schema", "succeeded", None)
+    assert events[-1] == WaveEnded(4)
 
 
 def test_before_wave_can_stop_the_run() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.status import CIState
 
 GH_MISSING = "gh is not installed: install the GitHub CLI (https://cli.github.com) and run `gh auth login`"
 
@@ -242,10 +243,12 @@ class GitHub:
 STATUS_START = "<!-- stella:status -->"
 STATUS_END = "<!-- /stella:status -->"
 _STATUS_BLOCK = re.compile(re.escape(STATUS_START) + r".*?" + re.escape(STATUS_END), re.DOTALL)
-_HEADLINES = {"no_ci": "no CI"}
+_HEADLINES = {CIState.NO_CI: "no CI"}
 
 
-def status_block(state: str, text: str, runs: Sequence[CiRun], *, run_id: str, head_sha: str | None) -> str:
+def status_block(
+    state: CIState, text: str, runs: Sequence[CiRun], *, run_id: str, head_sha: str | None
+) -> str:
     """The PR body's status block between its markers; rewritten in place as CI progresses."""
     lines = [STATUS_START, "### CI status", "", f"**{_HEADLINES.get(state, state)}**: {text}", ""]
     if runs:

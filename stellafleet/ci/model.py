@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from stellafleet.ci.gh import CiRun
 from stellafleet.ci.targets import Target
 from stellafleet.core.errors import EXIT_OK, EXIT_WATCH_RED
+from stellafleet.core.status import CIState
 
 
 @dataclass
@@ -22,7 +23,7 @@ class BranchWatch:
     pr_url: str | None = None
     pr_number: int | None = None
     pr_body: str | None = None
-    state: str = "pending"  # pending | green | red | stalled | no_ci | error
+    state: CIState = CIState.PENDING
     conclusion: str | None = None
     reason: str | None = None
     phase: str = "starting"
@@ -39,7 +40,7 @@ class BranchWatch:
 
     @property
     def done(self) -> bool:
-        return self.state != "pending"
+        return self.state.settled
 
     @property
     def run_urls(self) -> list[str]:
@@ -54,7 +55,7 @@ class BranchWatch:
             "head_sha": self.head_sha,
             "pr_number": self.pr_number,
             "pr_url": self.pr_url,
-            "state": self.state,
+            "state": str(self.state),
             "conclusion": self.conclusion,
             "reason": self.reason,
             "run_urls": self.run_urls,
@@ -73,7 +74,7 @@ class WatchResult:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_OK if all(b.state == "green" for b in self.branches) else EXIT_WATCH_RED
+        return EXIT_OK if all(b.state == CIState.GREEN for b in self.branches) else EXIT_WATCH_RED
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -12,6 +12,7 @@ from typing import ClassVar, TextIO
 from rich.markup import escape
 
 from stellafleet.ci.model import BranchWatch, WatchResult
+from stellafleet.core.status import CIState
 
 
 class ConsoleReporter:
@@ -23,7 +24,11 @@ class ConsoleReporter:
         self.console = Console(file=stream, highlight=False, soft_wrap=True)
         self.table = table
 
-    _STYLE: ClassVar[dict[str, str]] = {"green": "green", "red": "bold red", "error": "bold red"}
+    _STYLE: ClassVar[dict[CIState, str]] = {
+        CIState.GREEN: "green",
+        CIState.RED: "bold red",
+        CIState.ERROR: "bold red",
+    }
 
     def note(self, message: str) -> None:
         if self.console.is_terminal:
@@ -47,7 +52,7 @@ class ConsoleReporter:
         from rich.table import Table
 
         rows = [
-            (b.branch, b.pr_url or "-", b.state, b.conclusion or "-", b.reason or "-")
+            (b.branch, b.pr_url or "-", str(b.state), b.conclusion or "-", b.reason or "-")
             for b in result.branches
         ]
         headers = ("branch", "PR", "state", "conclusion", "reason")

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from stellafleet.core.status import AttemptOutcome, TaskStatus
+
 
 @dataclass(frozen=True)
 class TaskWork:
@@ -44,7 +46,7 @@ def branches_to_watch(run: dict[str, Any]) -> list[Target]:
 
     def work(task: dict[str, Any], on_branch: str | None) -> TaskWork:
         own = [c for c in attempts if c["task_id"] == task["id"]]
-        done = [a for a in own if a.get("outcome") == "succeeded" or a.get("success") == 1]
+        done = [a for a in own if a.get("outcome") == AttemptOutcome.SUCCEEDED or a.get("success") == 1]
         summary = (done[-1].get("summary") if done else None) or ""
         task_commits = tuple(
             (c["sha"], c["message"] or "")
@@ -62,7 +64,7 @@ def branches_to_watch(run: dict[str, Any]) -> list[Target]:
     targets: list[Target] = []
     shared: dict[str, list[TaskWork]] = {}
     for task in run["tasks"]:
-        if task["status"] != "succeeded":
+        if task["status"] != TaskStatus.SUCCEEDED:
             continue
         if task["isolation"] == "isolated":
             item = work(task, None)

@@ -36,6 +36,7 @@ from stellafleet.core.config import Config
 from stellafleet.core.configsections import WatchConfig
 from stellafleet.core.errors import EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import CIState
 from stellafleet.git import gitops
 from stellafleet.state.ledger import Ledger
 
@@ -100,19 +101,21 @@ class Watcher:
     def _start(self, watch: BranchWatch) -> None:
         watch.head_sha = gitops.ref_commit(self.root, watch.branch)
         if watch.head_sha is None:
-            self._finish(watch, "error", None, f"branch {watch.branch} no longer exists here (cleaned up?)")
+            self._finish(
+                watch, CIState.ERROR, None, f"branch {watch.branch} no longer exists here (cleaned up?)"
+            )
             return
         try:
             gitops.push(self.root, self.settings.remote, watch.branch, force=self.settings.force_push)
         except GitError as exc:
-            self._finish(watch, "error", None, exc.message)
+            self._finish(watch, CIState.ERROR, None, exc.message)
             return
         watch.phase = f"pushed {watch.head_sha[:12]} to {self.settings.remote}"
         if watch.branch != self.default_branch:
             try:
                 self._open_pr(watch)
             except GhError as exc:
-                self._finish(watch, "error", None, exc.message)
+                self._finish(watch, CIState.ERROR, None, exc.message)
                 return
         watch.since = watch.last_change = self.clock.now()
         self._changed(watch)
@@ -171,7 +174,7 @@ class Watcher:
                 for watch in self.watches:
                     if not watch.done:
                         reason = f"CI still running when watching stopped after {_duration(s.total_timeout)}"
-                        self._finish(watch, "red", "timeout", reason)
+                        self._finish(watch, CIState.RED, "timeout", reason)
                 return
             self.clock.sleep(min(s.poll_interval, start + s.total_timeout - now))
 
@@ -195,22 +198,22 @@ class Watcher:
                 reason = f"no CI run appeared for {watch.head_sha[:12]} within {_duration(s.appear_timeout)}"
                 if watch.gh_trouble:
                     reason += f" (gh kept failing: {watch.gh_trouble})"
-                self._finish(watch, "no_ci", None, reason)
+                self._finish(watch, CIState.NO_CI, None, reason)
             else:
                 self._set_phase(watch, "waiting for CI runs to appear")
             return
         if all(r.status == "completed" for r in runs):
             label = red_label(runs)
             if label is None:
-                self._finish(watch, "green", "success", f"all {len(runs)} CI runs passed")
+                self._finish(watch, CIState.GREEN, "success", f"all {len(runs)} CI runs passed")
             else:
                 failed = [r.label for r in runs if r.conclusion == label]
-                self._finish(watch, "red", label, f"{label}: {', '.join(failed)}")
+                self._finish(watch, CIState.RED, label, f"{label}: {', '.join(failed)}")
             return
         if now - watch.last_change >= s.stall_timeout:
             known_red = red_label(runs)
             reason = f"no CI progress for {_duration(s.stall_timeout)} ({ci_phase(runs)})"
-            self._finish(watch, "stalled", known_red, reason)
+            self._finish(watch, CIState.STALLED, known_red, reason)
             return
         self._set_phase(watch, ci_phase(runs))
 
@@ -221,7 +224,7 @@ class Watcher:
             watch.phase = phase
             self._changed(watch)
 
-    def _finish(self, watch: BranchWatch, state: str, conclusion: str | None, reason: str) -> None:
+    def _finish(self, watch: BranchWatch, state: CIState, conclusion: str | None, reason: str) -> None:
         watch.state, watch.conclusion, watch.reason = state, conclusion, reason
         watch.phase = reason
         watch.ended_at = self.clock.now()

@@ -16,20 +16,25 @@ from rich.text import Text
 
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import CIState, RunStatus, TaskStatus
 from stellafleet.git import gitops
 from stellafleet.state import views
 
-STATUS_STYLE = {
-    "succeeded": "green",
-    "green": "green",
-    "failed": "red",
-    "red": "red",
-    "skipped": "yellow",
-    "spend_limited": "yellow",
-    "interrupted": "yellow",
-    "running": "cyan",
-    "pending": "cyan",
+# The colour of a run's, a task's or an attempt's status, and of a watched branch's CI state.
+STATUS_STYLE: dict[str, str] = {
+    TaskStatus.SUCCEEDED: "green",
+    CIState.GREEN: "green",
+    TaskStatus.FAILED: "red",
+    CIState.RED: "red",
+    TaskStatus.SKIPPED: "yellow",
+    RunStatus.SPEND_LIMITED: "yellow",
+    TaskStatus.INTERRUPTED: "yellow",
+    TaskStatus.RUNNING: "cyan",
+    TaskStatus.PENDING: "cyan",
 }
+# Task counts always shown (succeeded/failed/skipped), then those shown only when there are some.
+SETTLED_STATUSES = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.SKIPPED)
+OTHER_STATUSES = (TaskStatus.RUNNING, TaskStatus.PENDING, TaskStatus.INTERRUPTED)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -118,15 +123,16 @@ def fmt_base(run: dict[str, Any]) -> str:
 
 
 def fmt_tasks(tasks: dict[str, int]) -> str:
-    text = f"{tasks['succeeded']} ok, {tasks['failed']} failed, {tasks['skipped']} skipped"
-    extra = [f"{tasks[k]} {k}" for k in ("running", "pending", "interrupted") if tasks.get(k)]
+    succeeded, failed, skipped = (tasks[status] for status in SETTLED_STATUSES)
+    text = f"{succeeded} ok, {failed} failed, {skipped} skipped"
+    extra = [f"{tasks[k]} {k}" for k in OTHER_STATUSES if tasks.get(k)]
     return text + (", " + ", ".join(extra) if extra else "")
 
 
 def fmt_task_counts(tasks: dict[str, int]) -> str:
     """Compact: succeeded/failed/skipped, then what is still open."""
-    text = f"{tasks['succeeded']}/{tasks['failed']}/{tasks['skipped']}"
-    extra = [f"{tasks[k]} {k}" for k in ("running", "pending", "interrupted") if tasks.get(k)]
+    text = "/".join(str(tasks[status]) for status in SETTLED_STATUSES)
+    extra = [f"{tasks[k]} {k}" for k in OTHER_STATUSES if tasks.get(k)]
     return text + (f" ({', '.join(extra)})" if extra else "")
 
 

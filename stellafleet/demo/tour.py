@@ -19,6 +19,7 @@ from typing import IO, Any
 
 from stellafleet.core.errors import EXIT_OK, EXIT_TASK_FAILED
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import TaskStatus
 from stellafleet.demo.scaffold import PLAN_NAME, create_repository
 from stellafleet.git import gitops
 from stellafleet.state.ledger import Ledger
@@ -66,10 +67,10 @@ def check_outcome(root: Path) -> list[str]:
     status = {task["id"]: task for task in record["tasks"]}
     problems = []
     for task_id in ("schema", "reader", "writer", "docs"):
-        if status[task_id]["status"] != "succeeded":
+        if status[task_id]["status"] != TaskStatus.SUCCEEDED:
             problems.append(f"{task_id} ended {status[task_id]['status']}: {status[task_id]['reason']}")
     pair = [status["changelog"], status["release-notes"]]
-    failed = [t for t in pair if t["status"] == "failed"]
+    failed = [t for t in pair if t["status"] == TaskStatus.FAILED]
     if len(failed) != 1 or not (failed[0]["reason"] or "").startswith(
         "claim conflict: CHANGELOG.md is held by"
     ):

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from stellafleet.core.errors import StellaError
+from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.command import RESULT_ENV
 from stellafleet.state.ledger import Ledger
@@ -44,7 +45,7 @@ def another_attempt_failed(ctx: WorkerContext) -> bool:
     """True once an attempt of this run has been recorded as failed (the designed conflict)."""
     with Ledger.open(ctx.paths.fleet_db, readonly=True) as ledger:
         attempts = ledger.get_run(ctx.run_id)["attempts"]
-    return any(attempt["outcome"] == "failed" for attempt in attempts)
+    return any(attempt["outcome"] == AttemptOutcome.FAILED for attempt in attempts)
 
 
 def wait_for_the_conflict(ctx: WorkerContext) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from stellafleet.core.errors import GitError
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import RunStatus
 from stellafleet.git import gitops, worktrees
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
@@ -72,7 +73,7 @@ class _Owner:
 def _live_reasons(detail: dict[str, Any], alive: Callable[[int | None, int | None], bool]) -> dict[str, str]:
     """task id -> why it is live, for the tasks of a run that have a live attempt (or a live fleet)."""
     run = detail["run"]
-    run_live = run.get("status") == "running" and alive(run.get("pid"), run.get("created_at_ms"))
+    run_live = run.get("status") == RunStatus.RUNNING and alive(run.get("pid"), run.get("created_at_ms"))
     reasons: dict[str, str] = {}
     for attempt in detail.get("attempts", []):
         if attempt.get("finished_at_ms") is not None:

@@ -27,8 +27,10 @@ from stellafleet.core.errors import (
     StellaError,
 )
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
+from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.git import gitops
 from stellafleet.run.dispatch import Dispatcher, RunSettings
+from stellafleet.run.events import Emit, Event, Notice, RunStarted, TaskSkipped
 from stellafleet.run.executor import INTERRUPTED, LocalExecutor
 from stellafleet.run.prepare import FleetOptions, Prepared, prepare
 from stellafleet.run.reporter import Reporter, make_reporter, print_dry_run
@@ -61,7 +63,7 @@ class Interrupts:
         request_stop: Callable[[str], None],
         stop_workers: Callable[[], None],
         running: Callable[[], Sequence[str]],
-        emit: Callable[[str, Mapping[str, Any]], None],
+        emit: Emit,
         *,
         stop_on_first: bool = False,
     ) -> None:
@@ -79,15 +81,14 @@ class Interrupts:
         self._request_stop(INTERRUPTED)
         if self.count == 1 and signum == signal.SIGINT and not self._stop_on_first:
             self._emit(
-                "notice",
-                {
-                    "text": f"interrupt: launching nothing more; waiting for {running} running {plural}; "
+                Notice(
+                    f"interrupt: launching nothing more; waiting for {running} running {plural}; "
                     "press Ctrl-C again to stop them"
-                },
+                )
             )
             return
         self._stop_workers()
-        self._emit("notice", {"text": f"interrupt: stopping {running} running {plural}"})
+        self._emit(Notice(f"interrupt: stopping {running} running {plural}"))
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -106,21 +107,21 @@ class Interrupts:
 
 
 def exit_status(
-    interrupted: bool, stopped: str | None, statuses: Mapping[str, str]
-) -> tuple[str, int, str | None]:
+    interrupted: bool, stopped: str | None, statuses: Mapping[str, TaskStatus]
+) -> tuple[RunStatus, int, str | None]:
     """The run's (status, exit code, reason) from how it ended."""
     if interrupted:
-        return "interrupted", EXIT_INTERRUPTED, INTERRUPTED
+        return RunStatus.INTERRUPTED, EXIT_INTERRUPTED, INTERRUPTED
     if stopped and stopped.startswith(SPEND_STOP_PREFIX):
-        return "spend_limited", EXIT_SPEND_LIMIT, stopped
-    unsuccessful = Counter(status for status in statuses.values() if status != "succeeded")
+        return RunStatus.SPEND_LIMITED, EXIT_SPEND_LIMIT, stopped
+    unsuccessful = Counter(status for status in statuses.values() if status != TaskStatus.SUCCEEDED)
     if unsuccessful:
         return (
-            "failed",
+            RunStatus.FAILED,
             EXIT_TASK_FAILED,
             ", ".join(f"{n} {status}" for status, n in sorted(unsuccessful.items())),
         )
-    return "succeeded", EXIT_OK, None
+    return RunStatus.SUCCEEDED, EXIT_OK, None
 
 
 def ensure_state_dirs(root: Path) -> StatePaths:
@@ -187,20 +188,18 @@ class FleetRun:
         try:
             paths = ensure_state_dirs(p.root)
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
-                dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, self.reporter.event)
+                dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, self.reporter.handle)
                 try:
                     outcome, interrupted = self._drive(ledger, dispatcher)
                     executor.release()  # nothing more to start: let it wind down while we finish
                     return self._finish(ledger, outcome, interrupted)
                 finally:
-                    abort = getattr(self.reporter, "abort", None)
-                    if abort is not None:  # after finish() a no-op; after an error it restores the terminal
-                        abort()
+                    self.reporter.abort()  # after finish() a no-op; after an error it restores the terminal
         finally:
             executor.close()
 
     def _record_start(self, ledger: Ledger) -> None:
-        """The run's row and its tasks' rows, then the run_start event."""
+        """The run's row and its tasks' rows, then RunStarted."""
         p = self.prepared
         ledger.create_run(
             run_id=p.run_id,
@@ -216,31 +215,29 @@ class FleetRun:
             pid=os.getpid(),
         )
         ledger.add_tasks(p.run_id, p.plan.tasks, p.plan.wave_numbers(p.concurrency.value))
-        self.reporter.event(
-            "run_start",
-            {
-                "run_id": p.run_id,
-                "concurrency": p.concurrency.describe(),
-                "max_concurrency": p.concurrency.value,
-                "base_ref": p.base_ref,
-                "base_commit": p.base_commit,
-                "tasks": list(p.plan.ids),
-                "waves": p.waves,
-                "spend_limit_usd": p.spend_limit,
-                "spend_guard_usd": p.spend_guard,
-            },
+        self.reporter.handle(
+            RunStarted(
+                run_id=p.run_id,
+                concurrency=p.concurrency.describe(),
+                max_concurrency=p.concurrency.value,
+                base_ref=p.base_ref,
+                base_commit=p.base_commit,
+                tasks=p.plan.ids,
+                waves=tuple(tuple(wave) for wave in p.waves),
+                spend_limit_usd=p.spend_limit,
+                spend_guard_usd=p.spend_guard,
+            )
         )
 
     def _drive(self, ledger: Ledger, dispatcher: Dispatcher) -> tuple[WaveOutcome, bool]:
         """Record the run and run its waves under the run's signal handling; (outcome, interrupted)."""
-        p, emit = self.prepared, self.reporter.event
+        p, emit = self.prepared, self.reporter.handle
         limit = p.spend_limit
 
-        def on_event(name: str, data: dict[str, Any]) -> None:
-            if name == "task_skipped":
-                ledger.set_task_status(p.run_id, data["task"], "skipped", data.get("reason"))
-            if name in ("wave_start", "wave_end", "task_skipped"):
-                emit(name, data)
+        def on_event(event: Event) -> None:
+            if isinstance(event, TaskSkipped):
+                ledger.set_task_status(p.run_id, event.task, TaskStatus.SKIPPED, event.reason)
+            emit(event)
 
         def before_wave(number: int, task_ids: list[str]) -> str | None:
             if limit is None:
@@ -277,25 +274,25 @@ class FleetRun:
         self.reporter.finish(result_document(ledger.get_run(p.run_id), watch_doc))
         return code
 
-    def _settle(self, ledger: Ledger, outcome: WaveOutcome, interrupted: bool) -> dict[str, str]:
+    def _settle(self, ledger: Ledger, outcome: WaveOutcome, interrupted: bool) -> dict[str, TaskStatus]:
         """Make every task's final status explicit; returns task id -> status."""
         run_id = self.prepared.run_id
         record = ledger.get_run(run_id)
-        by_status = {task["id"]: task["status"] for task in record["tasks"]}
+        by_status = {task["id"]: TaskStatus(task["status"]) for task in record["tasks"]}
         for task in record["tasks"]:
-            task_id = task["id"]
-            if task["status"] in ("pending", "running"):  # never launched: the stop came first
+            task_id, status = task["id"], by_status[task["id"]]
+            if status in (TaskStatus.PENDING, TaskStatus.RUNNING):  # never launched: the stop came first
                 reason = outcome.reasons.get(task_id) or outcome.stopped or "not started"
                 if interrupted:
                     reason = INTERRUPTED
-                ledger.set_task_status(run_id, task_id, "skipped", reason)
-                by_status[task_id] = "skipped"
-                self.reporter.event("task_skipped", {"task": task_id, "reason": reason})
-            elif task["status"] == "skipped" and interrupted and _after_interrupt(task, by_status):
-                ledger.set_task_status(run_id, task_id, "skipped", INTERRUPTED)
+                ledger.set_task_status(run_id, task_id, TaskStatus.SKIPPED, reason)
+                by_status[task_id] = TaskStatus.SKIPPED
+                self.reporter.handle(TaskSkipped(task_id, reason))
+            elif status == TaskStatus.SKIPPED and interrupted and _after_interrupt(task, by_status):
+                ledger.set_task_status(run_id, task_id, TaskStatus.SKIPPED, INTERRUPTED)
         return by_status
 
-    def _watch(self, ledger: Ledger, status: str, code: int) -> tuple[Any, int]:
+    def _watch(self, ledger: Ledger, status: RunStatus, code: int) -> tuple[Any, int]:
         from stellafleet.ci.watch import watch_run
 
         p = self.prepared
@@ -308,11 +305,12 @@ class FleetRun:
         return result.to_json(), code
 
 
-def _after_interrupt(task: Mapping[str, Any], by_status: Mapping[str, str]) -> bool:
+def _after_interrupt(task: Mapping[str, Any], by_status: Mapping[str, TaskStatus]) -> bool:
     """A task skipped only because a dependency was interrupted was skipped by the interrupt."""
     reason = task.get("reason") or ""
     return reason.startswith("dependency failed") and any(
-        by_status.get(dep) in ("interrupted", "skipped") for dep in task.get("depends_on", [])
+        by_status.get(dep) in (TaskStatus.INTERRUPTED, TaskStatus.SKIPPED)
+        for dep in task.get("depends_on", [])
     )
 
 

@@ -12,17 +12,19 @@ import os
 import sysconfig
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, worktrees
 from stellafleet.pipelines.command import RESULT_ENV
 from stellafleet.plan.model import PlanTask
+from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit
 from stellafleet.run.executor import INTERRUPTED, Attempt, Ending, Execution, Executor
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
@@ -31,8 +33,6 @@ from stellafleet.worker.main import PIPELINE_ENTRY_ENV
 # A worker's own variables never leak from the fleet's environment into a worker: its context's, and
 # those the worker process and the command pipeline read besides.
 WORKER_VARIABLES = (*WorkerContext.env_names(), PIPELINE_ENTRY_ENV, RESULT_ENV)
-
-Emit = Callable[[str, Mapping[str, Any]], None]
 
 
 class TaskFailed(Exception):
@@ -61,7 +61,7 @@ class RunSettings:
 class Record:
     """How an attempt ended, as the ledger stores it."""
 
-    outcome: str
+    outcome: AttemptOutcome
     summary: str
     error: str | None = None
     exit_code: int | None = None
@@ -70,12 +70,12 @@ class Record:
 
     @classmethod
     def failed(cls, text: str) -> Record:
-        return cls("failed", text, text)
+        return cls(AttemptOutcome.FAILED, text, text)
 
     @property
     def reason(self) -> str | None:
         """Why the task did not succeed (None: it did)."""
-        return None if self.outcome == "succeeded" else (self.error or self.summary)
+        return None if self.outcome == AttemptOutcome.SUCCEEDED else (self.error or self.summary)
 
 
 @dataclass(frozen=True)
@@ -139,9 +139,9 @@ def judge(ending: Ending) -> Record:
         "peak_rss_bytes": exit_info.peak_rss_bytes or None,
     }
     if exit_info.returncode == 0 and result is not None and result.success:
-        return Record("succeeded", result.summary or "done", None, **measured)
+        return Record(AttemptOutcome.SUCCEEDED, result.summary or "done", None, **measured)
     if stop_reason is not None:
-        outcome = INTERRUPTED if stop_reason == INTERRUPTED else "failed"
+        outcome = AttemptOutcome.INTERRUPTED if stop_reason == INTERRUPTED else AttemptOutcome.FAILED
         error = f"{stop_reason} (worker {exit_info.describe()})"
         summary = result.summary if result is not None and result.summary else stop_reason
         return Record(outcome, summary, error, **measured)
@@ -151,9 +151,9 @@ def judge(ending: Ending) -> Record:
             if exit_info.returncode != 0
             else "worker exited without leaving a result"
         )
-        return Record("failed", error, error, **measured)
+        return Record(AttemptOutcome.FAILED, error, error, **measured)
     error = result.error or f"worker {exit_info.describe()}"
-    return Record("failed", result.summary or error, error, **measured)
+    return Record(AttemptOutcome.FAILED, result.summary or error, error, **measured)
 
 
 class Dispatcher:
@@ -218,17 +218,16 @@ class Dispatcher:
             with self._lock:
                 self._running.pop(task.id, None)
         self.emit(
-            "attempt_end",
-            {
-                "task": task.id,
-                "attempt": ctx.attempt_id,
-                "outcome": record.outcome,
-                "summary": record.summary,
-                "error": record.error,
-                "elapsed_s": time.monotonic() - started,
-                "spend_usd": spend,
-                "branch": ctx.branch,
-            },
+            AttemptEnded(
+                task=task.id,
+                attempt=ctx.attempt_id,
+                outcome=record.outcome,
+                summary=record.summary,
+                error=record.error,
+                elapsed_s=time.monotonic() - started,
+                spend_usd=spend,
+                branch=ctx.branch,
+            )
         )
         if record.reason is not None:
             raise TaskFailed(record.reason)
@@ -283,7 +282,7 @@ class Dispatcher:
     def _attempt(self, task: PlanTask, ctx: WorkerContext) -> Record:
         settings = self.settings
         if self._hard_stop.is_set():
-            return Record(INTERRUPTED, "interrupted before the worker started", INTERRUPTED)
+            return Record(AttemptOutcome.INTERRUPTED, "interrupted before the worker started", INTERRUPTED)
         workspace = Workspace(ctx.workspace, ctx.branch)
         if task.claims:
             holder = Holder.current(ctx.run_id, task.id, task.title, ctx.attempt_id)
@@ -297,17 +296,16 @@ class Dispatcher:
         if execution.pid is not None:
             self.ledger.set_attempt_pid(ctx.attempt_id, execution.pid)
         self.emit(
-            "attempt_start",
-            {
-                "task": task.id,
-                "title": task.title,
-                "attempt": ctx.attempt_id,
-                "pid": execution.pid,
-                "workspace": str(ctx.workspace),
-                "branch": workspace.branch,
-                "log_path": str(ctx.log_path),
-                "result_path": str(ctx.result_path),
-            },
+            AttemptStarted(
+                task=task.id,
+                title=task.title,
+                attempt=ctx.attempt_id,
+                pid=execution.pid,
+                workspace=ctx.workspace,
+                branch=workspace.branch,
+                log_path=ctx.log_path,
+                result_path=ctx.result_path,
+            )
         )
         ending = execution.wait()
         if workspace.branch is not None:

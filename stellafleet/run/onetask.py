@@ -15,8 +15,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any, cast
 
+from stellafleet.core.status import RunStatus
 from stellafleet.pipelines.base import PipelineResult
-from stellafleet.run.executor import INTERRUPTED, read_result
+from stellafleet.run.events import AttemptEnded, AttemptStarted, EventSink, RunStarted
+from stellafleet.run.executor import read_result
 from stellafleet.run.reporter import LossyStream
 
 # The worker's own first and last lines (worker/main.py): the lines printed here say the same.
@@ -69,8 +71,8 @@ class LogFollower:
             self._on_line(line.decode("utf-8", "replace"))
 
 
-class OneTaskReporter:
-    """The Reporter of `stella run`: events arrive one after another (one task, one attempt)."""
+class OneTaskReporter(EventSink):
+    """The Reporter of `stella run`: one task, one attempt."""
 
     def __init__(
         self,
@@ -80,6 +82,7 @@ class OneTaskReporter:
         stream: IO[str] | None = None,
         err: IO[str] | None = None,
     ) -> None:
+        super().__init__()
         self.json_mode = json_mode
         self.quiet = quiet or json_mode
         self.out = cast(IO[str], LossyStream(stream or sys.stdout))
@@ -89,18 +92,19 @@ class OneTaskReporter:
         self._result_path: Path | None = None
         self._follower: LogFollower | None = None
 
-    def event(self, name: str, data: Mapping[str, Any]) -> None:
-        if name == "run_start":
-            self._run_id, self._guard = str(data["run_id"]), data.get("spend_guard_usd")
-        elif name == "attempt_start":
-            self._result_path = Path(data["result_path"])
-            if not self.quiet:
-                guard = f", spend guard ${self._guard:.2f}" if self._guard is not None else ""
-                self._say(f"stella run {self._run_id}: task {data['task']} ({data['title']}){guard}")
-            self._follower = LogFollower(Path(data["log_path"]), self._worker_line)
-            self._follower.start()
-        elif name == "attempt_end":
-            self.abort()
+    def on_run_started(self, event: RunStarted) -> None:
+        self._run_id, self._guard = event.run_id, event.spend_guard_usd
+
+    def on_attempt_started(self, event: AttemptStarted) -> None:
+        self._result_path = event.result_path
+        if not self.quiet:
+            guard = f", spend guard ${self._guard:.2f}" if self._guard is not None else ""
+            self._say(f"stella run {self._run_id}: task {event.task} ({event.title}){guard}")
+        self._follower = LogFollower(event.log_path, self._worker_line)
+        self._follower.start()
+
+    def on_attempt_ended(self, event: AttemptEnded) -> None:
+        self.abort()
 
     def abort(self) -> None:
         """Stop following the worker's log (the attempt ended, or the run ended without a result)."""
@@ -118,7 +122,7 @@ class OneTaskReporter:
             print(line, file=self.out, flush=True)
 
     def finish(self, doc: Mapping[str, Any]) -> None:
-        if doc["status"] == INTERRUPTED:
+        if doc["status"] == RunStatus.INTERRUPTED:
             print("stella: interrupted", file=self.err, flush=True)
             return
         (task,) = doc["tasks"]

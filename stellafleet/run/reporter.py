@@ -1,11 +1,9 @@
 """What a fleet run shows while it works: an event sink, like doit's reporter.
 
-The control and the dispatcher only emit events (`event(name, data)`); a reporter decides how they look:
-a live rich display on a terminal, plain lines for CI logs, or one JSON document at the end. Events come
-from many dispatch threads, so every reporter serialises them.
-
-Events: run_start, wave_start, attempt_start, attempt_end, task_skipped, wave_end, notice; the final
-document (see fleet.result_document) goes to `finish`.
+The control, the wave runner and the dispatcher only emit events (events.py); a reporter decides how they
+look: a live rich display on a terminal, plain lines for CI logs, or one JSON document at the end. Events
+come from many dispatch threads, so every reporter serialises them. The run's result document
+(run/result.py) goes to `finish`.
 """
 
 from __future__ import annotations
@@ -14,21 +12,48 @@ import contextlib
 import json
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import IO, Any, Protocol, cast
 
 from stellafleet.core.spend import money
+from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus
+from stellafleet.run.events import (
+    AttemptEnded,
+    AttemptStarted,
+    Event,
+    EventSink,
+    Notice,
+    RunStarted,
+    TaskSkipped,
+    WaveStarted,
+)
 
 # task id -> (steps, spend in dollars) of running attempts, for the live display
 ProgressProbe = Callable[[], Mapping[str, tuple[int, float]]]
 
 
+# The colour of a task's status (or an attempt's outcome) on a terminal.
+STATUS_COLORS: dict[str, str] = {
+    TaskStatus.SUCCEEDED: "green",
+    TaskStatus.FAILED: "red",
+    TaskStatus.INTERRUPTED: "yellow",
+    TaskStatus.SKIPPED: "yellow",
+}
+# Tasks whose attempt ended: what their worker said is worth showing.
+ATTEMPTED = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.INTERRUPTED)
+
+
 class Reporter(Protocol):
-    def event(self, name: str, data: Mapping[str, Any]) -> None: ...
+    """Where a run's events go (from many threads), and its result document at the end."""
+
+    def handle(self, event: Event) -> None: ...
 
     def finish(self, doc: Mapping[str, Any]) -> None: ...
+
+    def abort(self) -> None:
+        """Give back what the display holds when the run ends without a result (after finish: nothing)."""
+        ...
 
 
 def counted(n: int, noun: str) -> str:
@@ -48,9 +73,9 @@ def one_line(text: str | None, limit: int = 100) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def outcome_detail(outcome: str, summary: str | None, error: str | None) -> str:
+def outcome_detail(outcome: AttemptOutcome | TaskStatus, summary: str | None, error: str | None) -> str:
     """The summary of a success; for anything else the error, followed by the worker's own words."""
-    if outcome == "succeeded" or not error:
+    if outcome == AttemptOutcome.SUCCEEDED or not error:
         return summary or ""
     if summary and summary != error and summary not in error:
         return f"{error}: {summary}"
@@ -64,7 +89,9 @@ def run_headline(doc: Mapping[str, Any]) -> str:
     parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no tasks"
     limit = doc.get("spend_limit_usd")
     spend = money(doc.get("spend_usd")) + (f" of {money(limit)}" if limit else "")
-    shown = doc.get("reason") if doc.get("status") != "failed" else None  # the counts say why it failed
+    shown = (
+        doc.get("reason") if doc.get("status") != RunStatus.FAILED else None
+    )  # the counts say why it failed
     reason = f" ({shown})" if shown else ""
     return f"run {doc['run_id']} {doc['status']}{reason}: {parts}; spend {spend}; exit {doc['exit_code']}"
 
@@ -73,7 +100,7 @@ def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, 
     """task, wave, status, spend, summary-or-reason, branch: one row per task."""
     rows = []
     for task in doc.get("tasks", []):
-        if task["status"] in ("succeeded", "failed", "interrupted"):
+        if task["status"] in ATTEMPTED:
             detail = outcome_detail(task["status"], task.get("summary"), task.get("reason"))
         else:
             detail = task.get("reason") or ""
@@ -90,20 +117,7 @@ def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, 
     return rows
 
 
-class _Sink:
-    """Serialises events from many threads onto `on_<name>` methods."""
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-
-    def event(self, name: str, data: Mapping[str, Any]) -> None:
-        handler = getattr(self, f"on_{name}", None)
-        if handler is not None:
-            with self._lock:
-                handler(data)
-
-
-class PlainReporter(_Sink):
+class PlainReporter(EventSink):
     """One line per happening: readable in CI logs and pipes."""
 
     def __init__(self, stream: IO[str] | None = None, *, quiet: bool = False) -> None:
@@ -115,40 +129,36 @@ class PlainReporter(_Sink):
         if always or not self.quiet:
             print(text, file=self.stream, flush=True)
 
-    def on_run_start(self, data: Mapping[str, Any]) -> None:
-        self._say(f"stella fleet: {data['concurrency']}")
-        waves = data.get("waves") or []
-        limit = data.get("spend_limit_usd")
-        spend = (
-            f"; spend limit {money(limit)}, {money(data.get('spend_guard_usd'))} per worker" if limit else ""
-        )
+    def on_run_started(self, event: RunStarted) -> None:
+        self._say(f"stella fleet: {event.concurrency}")
+        limit = event.spend_limit_usd
+        spend = f"; spend limit {money(limit)}, {money(event.spend_guard_usd)} per worker" if limit else ""
         self._say(
-            f"run {data['run_id']}: {counted(len(data.get('tasks', [])), 'task')} in "
-            f"{counted(len(waves), 'wave')}; "
-            f"base {data['base_ref']} at {str(data['base_commit'])[:12]}{spend}"
+            f"run {event.run_id}: {counted(len(event.tasks), 'task')} in "
+            f"{counted(len(event.waves), 'wave')}; "
+            f"base {event.base_ref} at {event.base_commit[:12]}{spend}"
         )
 
-    def on_wave_start(self, data: Mapping[str, Any]) -> None:
-        self._say(f"wave {data['wave']}: {', '.join(data['tasks'])}")
+    def on_wave_started(self, event: WaveStarted) -> None:
+        self._say(f"wave {event.wave}: {', '.join(event.tasks)}")
 
-    def on_attempt_start(self, data: Mapping[str, Any]) -> None:
-        where = f"isolated on {data['branch']}" if data.get("branch") else "shared tree"
-        self._say(f"  started {data['task']} ({where}, pid {data.get('pid')})")
+    def on_attempt_started(self, event: AttemptStarted) -> None:
+        where = f"isolated on {event.branch}" if event.branch else "shared tree"
+        self._say(f"  started {event.task} ({where}, pid {event.pid})")
 
-    def on_attempt_end(self, data: Mapping[str, Any]) -> None:
-        outcome = data["outcome"]
-        detail = outcome_detail(outcome, data.get("summary"), data.get("error"))
+    def on_attempt_ended(self, event: AttemptEnded) -> None:
+        detail = outcome_detail(event.outcome, event.summary, event.error)
         self._say(
-            f"  {outcome} {data['task']} after {elapsed_text(data.get('elapsed_s') or 0.0)} "
-            f"({money(data.get('spend_usd'))}): {one_line(detail, 160)}",
-            always=outcome != "succeeded",
+            f"  {event.outcome} {event.task} after {elapsed_text(event.elapsed_s)} "
+            f"({money(event.spend_usd)}): {one_line(detail, 160)}",
+            always=event.outcome != AttemptOutcome.SUCCEEDED,
         )
 
-    def on_task_skipped(self, data: Mapping[str, Any]) -> None:
-        self._say(f"  skipped {data['task']}: {data['reason']}", always=True)
+    def on_task_skipped(self, event: TaskSkipped) -> None:
+        self._say(f"  skipped {event.task}: {event.reason}", always=True)
 
-    def on_notice(self, data: Mapping[str, Any]) -> None:
-        self._say(f"stella fleet: {data['text']}", always=True)
+    def on_notice(self, event: Notice) -> None:
+        self._say(f"stella fleet: {event.text}", always=True)
 
     def finish(self, doc: Mapping[str, Any]) -> None:
         with self._lock:
@@ -163,7 +173,7 @@ class PlainReporter(_Sink):
             print(run_headline(doc), file=self.stream, flush=True)
 
 
-class JsonReporter(_Sink):
+class JsonReporter(EventSink):
     """Silent while running (notices go to stderr); one JSON document at the end."""
 
     def __init__(self, stream: IO[str] | None = None, *, err: IO[str] | None = None) -> None:
@@ -171,8 +181,8 @@ class JsonReporter(_Sink):
         self.stream = stream or sys.stdout
         self.err = err or sys.stderr
 
-    def on_notice(self, data: Mapping[str, Any]) -> None:
-        print(f"stella fleet: {data['text']}", file=self.err, flush=True)
+    def on_notice(self, event: Notice) -> None:
+        print(f"stella fleet: {event.text}", file=self.err, flush=True)
 
     def finish(self, doc: Mapping[str, Any]) -> None:
         with self._lock:
@@ -181,7 +191,7 @@ class JsonReporter(_Sink):
             self.stream.flush()
 
 
-class LiveReporter(_Sink):
+class LiveReporter(EventSink):
     """A rich live view: the wave and one line per running worker; finished tasks scroll above it."""
 
     def __init__(self, *, probe: ProgressProbe | None = None, stream: IO[str] | None = None) -> None:
@@ -226,41 +236,40 @@ class LiveReporter(_Sink):
             grid.add_row(f"  {task}", elapsed_text(now - started), f"{steps} steps", money(spend), title)
         return grid
 
-    def on_run_start(self, data: Mapping[str, Any]) -> None:
-        self.console.print(f"stella fleet: {data['concurrency']}", highlight=False)
+    def on_run_started(self, event: RunStarted) -> None:
+        self.console.print(f"stella fleet: {event.concurrency}", highlight=False)
         self.console.print(
-            f"run {data['run_id']}: {len(data.get('tasks', []))} tasks, base {data['base_ref']} "
-            f"at {str(data['base_commit'])[:12]}",
+            f"run {event.run_id}: {len(event.tasks)} tasks, base {event.base_ref} "
+            f"at {event.base_commit[:12]}",
             highlight=False,
         )
-        self._waves = len(data.get("waves") or [])
+        self._waves = len(event.waves)
         self._live.start()
         self._started = True
 
-    def on_wave_start(self, data: Mapping[str, Any]) -> None:
-        self._wave = int(data["wave"])
-        self.console.print(f"[bold]wave {self._wave}[/]: {', '.join(data['tasks'])}", highlight=False)
+    def on_wave_started(self, event: WaveStarted) -> None:
+        self._wave = event.wave
+        self.console.print(f"[bold]wave {self._wave}[/]: {', '.join(event.tasks)}", highlight=False)
 
-    def on_attempt_start(self, data: Mapping[str, Any]) -> None:
-        self._running[data["task"]] = (time.monotonic(), one_line(data.get("title"), 50))
+    def on_attempt_started(self, event: AttemptStarted) -> None:
+        self._running[event.task] = (time.monotonic(), one_line(event.title, 50))
 
-    def on_attempt_end(self, data: Mapping[str, Any]) -> None:
-        self._running.pop(data["task"], None)
-        outcome = data["outcome"]
-        color = {"succeeded": "green", "failed": "red"}.get(outcome, "yellow")
-        detail = outcome_detail(outcome, data.get("summary"), data.get("error"))
+    def on_attempt_ended(self, event: AttemptEnded) -> None:
+        self._running.pop(event.task, None)
+        color = STATUS_COLORS.get(event.outcome, "yellow")
+        detail = outcome_detail(event.outcome, event.summary, event.error)
         self.console.print(
-            f"  [{color}]{outcome}[/] {data['task']} after {elapsed_text(data.get('elapsed_s') or 0.0)} "
-            f"({money(data.get('spend_usd'))}): {one_line(detail, 120)}",
+            f"  [{color}]{event.outcome}[/] {event.task} after {elapsed_text(event.elapsed_s)} "
+            f"({money(event.spend_usd)}): {one_line(detail, 120)}",
             highlight=False,
             markup=True,
         )
 
-    def on_task_skipped(self, data: Mapping[str, Any]) -> None:
-        self.console.print(f"  [yellow]skipped[/] {data['task']}: {data['reason']}", highlight=False)
+    def on_task_skipped(self, event: TaskSkipped) -> None:
+        self.console.print(f"  [yellow]skipped[/] {event.task}: {event.reason}", highlight=False)
 
-    def on_notice(self, data: Mapping[str, Any]) -> None:
-        self.console.print(f"[bold yellow]stella fleet:[/] {data['text']}", highlight=False)
+    def on_notice(self, event: Notice) -> None:
+        self.console.print(f"[bold yellow]stella fleet:[/] {event.text}", highlight=False)
 
     def abort(self) -> None:
         """Give the terminal back (cursor, scrolling) when a run ends without a result."""
@@ -279,9 +288,8 @@ class LiveReporter(_Sink):
             table = Table(title=None, show_lines=False)
             for column in ("task", "wave", "status", "spend", "summary / reason", "branch"):
                 table.add_column(column, overflow="fold")
-            colors = {"succeeded": "green", "failed": "red", "interrupted": "yellow", "skipped": "yellow"}
             for row in summary_rows(doc):
-                status = f"[{colors.get(row[2], 'white')}]{row[2]}[/]"
+                status = f"[{STATUS_COLORS.get(row[2], 'white')}]{row[2]}[/]"
                 table.add_row(row[0], row[1], status, row[3], row[4], row[5])
             self.console.print(table)
             self.console.print(run_headline(doc), highlight=False)

@@ -29,8 +29,10 @@ from doit.runner import Runner
 from doit.task import Stream, dict_to_task
 
 from stellafleet.core.errors import PlanError
+from stellafleet.core.status import TaskStatus
 from stellafleet.plan.model import Plan, PlanTask, load_plan
 from stellafleet.plan.schema import suggest
+from stellafleet.run.events import Emit, Event, TaskEnded, TaskSkipped, TaskStarted, WaveEnded, WaveStarted
 
 Action = Callable[[PlanTask], bool]
 MEMORY_BACKEND = "stella-memory"
@@ -173,7 +175,7 @@ def doit_view(plan: Plan, argv: list[str]) -> tuple[int, str, str]:
 class WaveOutcome:
     """What a WaveRunner run did."""
 
-    statuses: dict[str, str] = field(default_factory=dict)  # id -> "succeeded" | "failed" | "skipped"
+    statuses: dict[str, TaskStatus] = field(default_factory=dict)  # id -> succeeded, failed or skipped
     reasons: dict[str, str] = field(default_factory=dict)  # id -> why it failed or was skipped
     waves: list[list[str]] = field(default_factory=list)  # the waves actually launched, in order
     stopped: str | None = None  # why no further wave was launched, if something stopped the run
@@ -202,7 +204,7 @@ class WaveRunner(Runner):
         execute: Action,
         *,
         before_wave: Callable[[int, list[str]], str | None] | None = None,
-        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        on_event: Emit | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
@@ -316,11 +318,11 @@ class WaveRunner(Runner):
     def _run_wave(self, number: int, nodes: list[Any]) -> None:
         ids = [node.task.name for node in nodes]
         self.outcome.waves.append(ids)
-        self._emit("wave_start", {"wave": number, "tasks": ids})
+        self._emit(WaveStarted(number, tuple(ids)))
         with ThreadPoolExecutor(max_workers=len(nodes), thread_name_prefix=f"stella-wave{number}") as pool:
             futures: dict[Future[Any], Any] = {}
             for node in nodes:
-                self._emit("task_start", {"task": node.task.name, "wave": number})
+                self._emit(TaskStarted(node.task.name, number))
                 futures[pool.submit(self.execute_task, node.task)] = node
             for future in as_completed(futures):
                 node = futures[future]
@@ -332,13 +334,13 @@ class WaveRunner(Runner):
                     continue
                 self.process_task_result(node, failure)
                 if node.run_status == "successful":
-                    self.outcome.statuses[node.task.name] = "succeeded"
-                    self._emit("task_end", {"task": node.task.name, "status": "succeeded", "reason": None})
+                    self.outcome.statuses[node.task.name] = TaskStatus.SUCCEEDED
+                    self._emit(TaskEnded(node.task.name, TaskStatus.SUCCEEDED, None))
                 else:
                     reason = self._errors.get(node.task.name) or _failure_text(failure)
                     self._record_failure(node, reason)
         self._finished.extend(nodes)
-        self._emit("wave_end", {"wave": number})
+        self._emit(WaveEnded(number))
 
     def _run_task(self, task: PlanTask) -> bool:
         """The doit python-action of every task (runs in a pool thread)."""
@@ -364,9 +366,9 @@ class WaveRunner(Runner):
     def _record_failure(self, node: Any, reason: str) -> None:
         task_id = node.task.name
         self._root_failures[task_id] = [task_id]
-        self.outcome.statuses[task_id] = "failed"
+        self.outcome.statuses[task_id] = TaskStatus.FAILED
         self.outcome.reasons[task_id] = reason
-        self._emit("task_end", {"task": task_id, "status": "failed", "reason": reason})
+        self._emit(TaskEnded(task_id, TaskStatus.FAILED, reason))
 
     def _skip(self, node: Any, reason: str, *, roots: list[str] | None = None) -> None:
         node.run_status = "failure"  # so doit hands the bad news on to its dependents
@@ -374,13 +376,13 @@ class WaveRunner(Runner):
         self._skip_id(node.task.name, reason)
 
     def _skip_id(self, task_id: str, reason: str) -> None:
-        self.outcome.statuses[task_id] = "skipped"
+        self.outcome.statuses[task_id] = TaskStatus.SKIPPED
         self.outcome.reasons[task_id] = reason
-        self._emit("task_skipped", {"task": task_id, "reason": reason})
+        self._emit(TaskSkipped(task_id, reason))
 
-    def _emit(self, event: str, data: dict[str, Any]) -> None:
+    def _emit(self, event: Event) -> None:
         if self._on_event is not None:
-            self._on_event(event, data)
+            self._on_event(event)
 
 
 def _failure_text(failure: Any) -> str:

@@ -18,13 +18,16 @@ from typing import Protocol
 
 from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import StellaError
+from stellafleet.core.status import AttemptOutcome, CIState, RunStatus, TaskStatus
 from stellafleet.state.ledger_reads import LedgerReads
 from stellafleet.state.ledger_schema import LEDGER_SCHEMA
 from stellafleet.state.sqlitefile import open_database, write_transaction
 
-RUN_STATUSES = ("running", "succeeded", "failed", "spend_limited", "interrupted")
-TASK_STATUSES = ("pending", "running", "succeeded", "failed", "skipped", "interrupted")
-ATTEMPT_OUTCOMES = ("running", "succeeded", "failed", "interrupted")
+# What the ledger's status columns accept (docs/ledger.md lists them): the values of the status types.
+RUN_STATUSES = tuple(RunStatus)
+TASK_STATUSES = tuple(TaskStatus)
+ATTEMPT_OUTCOMES = tuple(AttemptOutcome)
+CI_STATES = tuple(CIState)
 
 
 class TaskSpec(Protocol):
@@ -50,9 +53,11 @@ class TaskSpec(Protocol):
     def timeout(self) -> float | None: ...
 
 
-def _check_choice(kind: str, value: str, allowed: tuple[str, ...]) -> None:
+def _check_choice(kind: str, value: str, allowed: tuple[str, ...]) -> str:
+    """value as the plain text the ledger stores; ValueError unless it is one of allowed."""
     if value not in allowed:
-        raise ValueError(f"unknown {kind} {value!r}: expected one of {', '.join(allowed)}")
+        raise ValueError(f"unknown {kind} {str(value)!r}: expected one of {', '.join(allowed)}")
+    return str(value)
 
 
 class Ledger(LedgerReads):
@@ -97,10 +102,11 @@ class Ledger(LedgerReads):
                 conn.execute(
                     "INSERT INTO runs (id, created_at_ms, status, plan_path, plan_sha256, base_ref,"
                     " base_commit, max_concurrency, spend_limit_usd, pipeline, argv, root, pid)"
-                    " VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         run_id,
                         self._now_ms(),
+                        str(RunStatus.RUNNING),
                         plan_path,
                         plan_sha256,
                         base_ref,
@@ -116,12 +122,14 @@ class Ledger(LedgerReads):
             except sqlite3.IntegrityError:
                 raise StellaError(f"run {run_id} is already in the ledger {self.path}") from None
 
-    def finish_run(self, run_id: str, status: str, *, exit_code: int, reason: str | None = None) -> None:
-        _check_choice("run status", status, RUN_STATUSES)
+    def finish_run(
+        self, run_id: str, status: RunStatus, *, exit_code: int, reason: str | None = None
+    ) -> None:
+        stored = _check_choice("run status", status, RUN_STATUSES)
         with self._write() as conn:
             conn.execute(
                 "UPDATE runs SET status = ?, finished_at_ms = ?, exit_code = ?, reason = ? WHERE id = ?",
-                (status, self._now_ms(), exit_code, reason, run_id),
+                (stored, self._now_ms(), exit_code, reason, run_id),
             )
 
     # --- tasks ---
@@ -150,12 +158,14 @@ class Ledger(LedgerReads):
                 rows,
             )
 
-    def set_task_status(self, run_id: str, task_id: str, status: str, reason: str | None = None) -> None:
-        _check_choice("task status", status, TASK_STATUSES)
+    def set_task_status(
+        self, run_id: str, task_id: str, status: TaskStatus, reason: str | None = None
+    ) -> None:
+        stored = _check_choice("task status", status, TASK_STATUSES)
         with self._write() as conn:
             conn.execute(
                 "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND id = ?",
-                (status, reason, run_id, task_id),
+                (stored, reason, run_id, task_id),
             )
 
     def set_task_workspace(self, run_id: str, task_id: str, branch: str | None, worktree: str | None) -> None:
@@ -182,13 +192,23 @@ class Ledger(LedgerReads):
         with self._write() as conn:
             cursor = conn.execute(
                 "INSERT INTO attempts (run_id, task_id, started_at_ms, outcome, pipeline, branch, worktree,"
-                " log_path, transcript_path) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?)",
-                (run_id, task_id, self._now_ms(), pipeline, branch, worktree, log_path, transcript_path),
+                " log_path, transcript_path) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    task_id,
+                    self._now_ms(),
+                    str(AttemptOutcome.RUNNING),
+                    pipeline,
+                    branch,
+                    worktree,
+                    log_path,
+                    transcript_path,
+                ),
             )
             attempt_id = cursor.lastrowid
             conn.execute(
-                "UPDATE tasks SET status = 'running', reason = NULL WHERE run_id = ? AND id = ?",
-                (run_id, task_id),
+                "UPDATE tasks SET status = ?, reason = NULL WHERE run_id = ? AND id = ?",
+                (str(TaskStatus.RUNNING), run_id, task_id),
             )
         assert attempt_id is not None
         return int(attempt_id)
@@ -222,7 +242,7 @@ class Ledger(LedgerReads):
         self,
         attempt_id: int,
         *,
-        outcome: str,
+        outcome: AttemptOutcome,
         exit_code: int | None,
         summary: str,
         error: str | None = None,
@@ -234,7 +254,7 @@ class Ledger(LedgerReads):
         """Close the attempt and set its task's status to the outcome (with reason) in one transaction;
         returns the attempt's recorded spend in dollars. A pipeline that wrote no transcript leaves no
         transcript path behind (`transcript_written=False`)."""
-        _check_choice("attempt outcome", outcome, ATTEMPT_OUTCOMES)
+        stored = _check_choice("attempt outcome", outcome, ATTEMPT_OUTCOMES)
         with self._write() as conn:
             row = conn.execute(
                 "SELECT run_id, task_id, spend_usd FROM attempts WHERE id = ?", (attempt_id,)
@@ -247,8 +267,8 @@ class Ledger(LedgerReads):
                 " transcript_path = CASE WHEN ? THEN transcript_path END WHERE id = ?",
                 (
                     self._now_ms(),
-                    outcome,
-                    1 if outcome == "succeeded" else 0,
+                    stored,
+                    1 if outcome == AttemptOutcome.SUCCEEDED else 0,
                     exit_code,
                     summary,
                     error,
@@ -260,7 +280,7 @@ class Ledger(LedgerReads):
             )
             conn.execute(
                 "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND id = ?",
-                (outcome, reason, row[0], row[1]),
+                (stored, reason, row[0], row[1]),
             )
         return float(row[2])
 
@@ -295,11 +315,12 @@ class Ledger(LedgerReads):
         head_sha: str | None,
         pr_url: str | None,
         pr_number: int | None,
-        state: str,
+        state: CIState,
         conclusion: str | None,
         reason: str | None,
         run_urls: list[str],
     ) -> None:
+        stored = _check_choice("CI state", state, CI_STATES)
         with self._write() as conn:
             conn.execute(
                 "INSERT INTO ci (run_id, branch, task_id, head_sha, pr_url, pr_number, state, conclusion,"
@@ -315,7 +336,7 @@ class Ledger(LedgerReads):
                     head_sha,
                     pr_url,
                     pr_number,
-                    state,
+                    stored,
                     conclusion,
                     reason,
                     json.dumps(list(run_urls)),

@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from stellafleet.core.errors import StellaError
+from stellafleet.core.status import AttemptOutcome
 
 
 class LedgerReads:
@@ -154,8 +155,8 @@ class LedgerReads:
     def running_progress(self, run_id: str) -> dict[str, tuple[int, float]]:
         """task id -> (steps, dollars) of the run's attempts that are still running."""
         rows = self._read(
-            "SELECT task_id, steps, spend_usd FROM attempts WHERE run_id = ? AND outcome = 'running'",
-            (run_id,),
+            "SELECT task_id, steps, spend_usd FROM attempts WHERE run_id = ? AND outcome = ?",
+            (run_id, str(AttemptOutcome.RUNNING)),
         )
         return {str(row[0]): (int(row[1]), float(row[2])) for row in rows}
 

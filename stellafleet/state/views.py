@@ -13,10 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.core.errors import StellaError
+from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 
-TASK_OUTCOMES = ("succeeded", "failed", "skipped", "running", "pending", "interrupted")
+# The task counts of a run row, in the order its readers show them.
+TASK_OUTCOMES = (
+    TaskStatus.SUCCEEDED,
+    TaskStatus.FAILED,
+    TaskStatus.SKIPPED,
+    TaskStatus.RUNNING,
+    TaskStatus.PENDING,
+    TaskStatus.INTERRUPTED,
+)
 START_HINT = 'stella fleet "Add unit tests for the parser module"'
 
 Alive = Callable[[int | None, int | None], bool]
@@ -33,9 +42,9 @@ def _json_list(text: str | None) -> list[Any]:
 def run_row(run: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> dict[str, Any]:
     """One run as the runs list shows it; `live` says whether its numbers can still change."""
     counts = run.get("task_counts") or {}
-    tasks = {status: int(counts.get(status, 0)) for status in TASK_OUTCOMES}
+    tasks = {str(status): int(counts.get(status, 0)) for status in TASK_OUTCOMES}
     tasks["total"] = int(run.get("tasks_total", sum(tasks.values())))
-    running = run["status"] == "running"
+    running = run["status"] == RunStatus.RUNNING
     fleet_alive = alive(run.get("pid"), run.get("created_at_ms")) if running else False
     finished = run.get("finished_at_ms")
     end = finished if finished is not None else (now_ms if fleet_alive else None)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.core.clock import wall_ms
+from stellafleet.core.status import AttemptOutcome, CIState, RunStatus, TaskStatus
 from stellafleet.plan.model import PlanTask
 from stellafleet.state.ledger import Ledger
 
@@ -119,13 +120,13 @@ def _finished_run(ledger: Ledger, clock: StepClock) -> str:
         head_sha="3" * 40,
         pr_url="https://github.com/example/shop/pull/412",
         pr_number=412,
-        state="green",
+        state=CIState.GREEN,
         conclusion="success",
         reason=None,
         run_urls=["https://github.com/example/shop/actions/runs/1"],
     )
     clock.advance(2)
-    ledger.finish_run(run_id, "succeeded", exit_code=0)
+    ledger.finish_run(run_id, RunStatus.SUCCEEDED, exit_code=0)
     return run_id
 
 
@@ -166,7 +167,7 @@ def _succeeded_task(
     if task_id == "docs":
         branch, worktree = _DOCS_BRANCH, _DOCS_WORKTREE
         ledger.set_task_workspace(run_id, task_id, branch, worktree)
-    ledger.set_task_status(run_id, task_id, "running")
+    ledger.set_task_status(run_id, task_id, TaskStatus.RUNNING)
     attempt = ledger.start_attempt(run_id, task_id, pipeline="plain", branch=branch, worktree=worktree)
     ledger.set_attempt_pid(attempt, 4200 + n)
     ledger.add_spend(
@@ -182,8 +183,10 @@ def _succeeded_task(
         message=summary.split(";")[0].rstrip("."),
         committed_at_ms=clock.ms,
     )
-    ledger.finish_attempt(attempt, outcome="succeeded", exit_code=0, summary=summary, cpu_seconds=seconds / 3)
-    ledger.set_task_status(run_id, task_id, "succeeded")
+    ledger.finish_attempt(
+        attempt, outcome=AttemptOutcome.SUCCEEDED, exit_code=0, summary=summary, cpu_seconds=seconds / 3
+    )
+    ledger.set_task_status(run_id, task_id, TaskStatus.SUCCEEDED)
 
 
 def _failed_run(ledger: Ledger, clock: StepClock) -> str:
@@ -211,17 +214,19 @@ def _failed_run(ledger: Ledger, clock: StepClock) -> str:
     clock.advance(31)
     ledger.finish_attempt(
         writer,
-        outcome="failed",
+        outcome=AttemptOutcome.FAILED,
         exit_code=1,
         summary="Could not find the engine's emit path.",
         error="tests failed: test_emit_records_receipt (AssertionError: 0 != 1)",
     )
-    ledger.set_task_status(run_id, "writer", "failed", "tests failed")
-    ledger.finish_attempt(lint, outcome="succeeded", exit_code=0, summary="Fixed 7 warnings in store/.")
-    ledger.set_task_status(run_id, "lint", "succeeded")
-    ledger.set_task_status(run_id, "report", "skipped", "dependency failed: writer")
+    ledger.set_task_status(run_id, "writer", TaskStatus.FAILED, "tests failed")
+    ledger.finish_attempt(
+        lint, outcome=AttemptOutcome.SUCCEEDED, exit_code=0, summary="Fixed 7 warnings in store/."
+    )
+    ledger.set_task_status(run_id, "lint", TaskStatus.SUCCEEDED)
+    ledger.set_task_status(run_id, "report", TaskStatus.SKIPPED, "dependency failed: writer")
     clock.advance(1)
-    ledger.finish_run(run_id, "failed", exit_code=1, reason="1 task failed, 1 skipped")
+    ledger.finish_run(run_id, RunStatus.FAILED, exit_code=1, reason="1 task failed, 1 skipped")
     return run_id
 
 
@@ -244,7 +249,7 @@ def _running_run(ledger: Ledger, clock: StepClock, pid: int) -> str:
         PlanTask("notes", "Update the release notes for 1.4.0", "Update the release notes page", ("bump",)),
     ]
     ledger.add_tasks(run_id, tasks, {"bump": 1, "notes": 2})
-    ledger.set_task_status(run_id, "bump", "running")
+    ledger.set_task_status(run_id, "bump", TaskStatus.RUNNING)
     attempt = ledger.start_attempt(run_id, "bump", pipeline="command")
     ledger.set_attempt_pid(attempt, pid)
     ledger.add_spend(attempt, 0.05, input_tokens=4_000, output_tokens=300, steps=1)

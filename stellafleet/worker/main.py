@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stellafleet.core.errors import StellaError
+from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
 
@@ -210,8 +211,8 @@ def main() -> int:
     finally:
         spend.close()
     write_result(ctx.result_path, result)
-    status = "succeeded" if result.success else "failed"
-    print(f"stella worker: {status}: {result.summary}", flush=True)
+    outcome = AttemptOutcome.SUCCEEDED if result.success else AttemptOutcome.FAILED
+    print(f"stella worker: {outcome}: {result.summary}", flush=True)
     return 0 if result.success else 1
 
 

@@ -1,0 +1,163 @@
+"""What a fleet run tells as it works: one frozen dataclass per event, and the base of their sinks.
+
+The control, the wave runner and the dispatcher emit them (`Emit`) from whichever thread they run on;
+a reporter (reporter.py) is an EventSink that decides how they look.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeAlias
+
+from stellafleet.core.status import AttemptOutcome, TaskStatus
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    """The run and its tasks are recorded; its waves start next."""
+
+    run_id: str
+    concurrency: str  # how many workers at once, and why (e.g. "max concurrency 2 (--max-concurrency)")
+    max_concurrency: int
+    base_ref: str
+    base_commit: str
+    tasks: tuple[str, ...]
+    waves: tuple[tuple[str, ...], ...]
+    spend_limit_usd: float | None
+    spend_guard_usd: float | None
+
+
+@dataclass(frozen=True)
+class WaveStarted:
+    wave: int  # from 1
+    tasks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WaveEnded:
+    wave: int
+
+
+@dataclass(frozen=True)
+class TaskStarted:
+    """The wave runner handed the task to its action (its attempt starts next)."""
+
+    task: str
+    wave: int
+
+
+@dataclass(frozen=True)
+class TaskEnded:
+    """The wave runner's verdict on a task that ran: succeeded or failed."""
+
+    task: str
+    status: TaskStatus
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class TaskSkipped:
+    """A task that will not run (a dependency failed, the run was stopped)."""
+
+    task: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class AttemptStarted:
+    """A task's worker is running."""
+
+    task: str
+    title: str
+    attempt: int
+    pid: int | None
+    workspace: Path
+    branch: str | None  # only for isolated tasks
+    log_path: Path
+    result_path: Path
+
+
+@dataclass(frozen=True)
+class AttemptEnded:
+    """A task's attempt is over and recorded."""
+
+    task: str
+    attempt: int
+    outcome: AttemptOutcome
+    summary: str
+    error: str | None
+    elapsed_s: float
+    spend_usd: float
+    branch: str | None
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the user should know now (an interrupt was heard)."""
+
+    text: str
+
+
+Event: TypeAlias = (
+    RunStarted
+    | WaveStarted
+    | WaveEnded
+    | TaskStarted
+    | TaskEnded
+    | TaskSkipped
+    | AttemptStarted
+    | AttemptEnded
+    | Notice
+)
+Emit = Callable[[Event], None]
+
+
+class EventSink:
+    """A reporter's plumbing: serialises events from many threads onto one method per event it shows.
+
+    Subclasses override the methods of the events they show; the others do nothing, and the wave
+    runner's own bookkeeping (TaskStarted, TaskEnded, WaveEnded) no reporter shows.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def handle(self, event: Event) -> None:
+        with self._lock:
+            match event:
+                case RunStarted():
+                    self.on_run_started(event)
+                case WaveStarted():
+                    self.on_wave_started(event)
+                case AttemptStarted():
+                    self.on_attempt_started(event)
+                case AttemptEnded():
+                    self.on_attempt_ended(event)
+                case TaskSkipped():
+                    self.on_task_skipped(event)
+                case Notice():
+                    self.on_notice(event)
+
+    def on_run_started(self, event: RunStarted) -> None:
+        pass
+
+    def on_wave_started(self, event: WaveStarted) -> None:
+        pass
+
+    def on_attempt_started(self, event: AttemptStarted) -> None:
+        pass
+
+    def on_attempt_ended(self, event: AttemptEnded) -> None:
+        pass
+
+    def on_task_skipped(self, event: TaskSkipped) -> None:
+        pass
+
+    def on_notice(self, event: Notice) -> None:
+        pass
+
+    def abort(self) -> None:
+        """Give back what the sink holds when the run ends without a result (most hold nothing)."""
