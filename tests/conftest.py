@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pipeline_helpers import FakeAgents
-
-GIT_NAME = "Test User"
-GIT_EMAIL = "test@example.invalid"
-
-
-def git(*args: str, cwd: Path) -> str:
-    """Run git in cwd, returning stdout; fails the test with git's stderr on error."""
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
-    return proc.stdout
+from helpers.agents import FakeAgents
+from helpers.repo import GIT_EMAIL, GIT_NAME, StellaRunner, git, run_stella
 
 
 @pytest.fixture
@@ -50,24 +39,6 @@ def git_repo(tmp_path: Path, isolated_home: Path) -> Path:
     git("add", "README.md", cwd=root)
     git("commit", "-q", "-m", "initial commit", cwd=root)
     return root
-
-
-StellaRunner = Callable[..., subprocess.CompletedProcess[str]]
-
-
-def run_stella(
-    *args: str, cwd: Path | None, env: dict[str, str] | None = None, timeout: float = 120.0
-) -> subprocess.CompletedProcess[str]:
-    """`stella ARGS...` as a real process (the installed package) with env over ours, stdin closed."""
-    return subprocess.run(
-        [sys.executable, "-m", "stellafleet", *args],
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ dependency file is never written: the graph always runs against an in-memory bac
 
 This relies on doit internals (TaskDispatcher's generator protocol, Runner.select_task /
 execute_task / process_task_result, DoitCmdBase.execute); doit is pinned to one minor version and
-tests/test_doit_internals.py fails loudly if they change.
+tests/run/test_doit_internals.py fails loudly if they change.
 """
 
 from __future__ import annotations

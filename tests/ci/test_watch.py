@@ -1,0 +1,657 @@
+"""stella watch on real repositories: a bare repository as origin, the fake gh, and a fake clock."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.repo import run_stella
+
+from stellafleet.ci.gh import GH_MISSING, STATUS_END, STATUS_START, PlumbumGh
+from stellafleet.ci.model import BranchWatch, WatchResult
+from stellafleet.ci.report import ConsoleReporter
+from stellafleet.ci.targets import branches_to_watch
+from stellafleet.ci.watch import WatchSettings, watch_run
+from stellafleet.core.clock import FakeClock
+from stellafleet.core.config import Config
+from stellafleet.core.errors import StellaError
+from stellafleet.core.paths import StatePaths
+from stellafleet.state.ledger import Ledger
+from stellafleet.testing import fake_gh
+from stellafleet.testing.fake_gh import FakeGh
+from stellafleet.testing.sample_ledger import add_run, sample_task
+
+RUN_ID = "r-20261130-124501-9f3a"
+
+
+def sh(*args: str, cwd: Path) -> str:
+    return subprocess.run(args, cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def git(*args: str, cwd: Path) -> str:
+    return sh("git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args, cwd=cwd)
+
+
+@dataclass
+class Repo:
+    root: Path
+    origin: Path
+    tmp: Path
+    shas: dict[str, str] = field(default_factory=dict)  # task id -> head commit of its work
+
+    @property
+    def db(self) -> Path:
+        return StatePaths(self.root).fleet_db
+
+    def remote_sha(self, branch: str) -> str | None:
+        out = subprocess.run(
+            ["git", "rev-parse", "--verify", "-q", f"refs/heads/{branch}"],
+            cwd=self.origin,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        return out or None
+
+    def ci_rows(self, run_id: str = RUN_ID) -> list[dict[str, Any]]:
+        with Ledger.open(self.db, readonly=True) as ledger:
+            return ledger.get_run(run_id)["ci"]
+
+    def add_run(
+        self,
+        run_id: str = RUN_ID,
+        *,
+        isolated: tuple[str, ...] = ("t1",),
+        shared: tuple[str, ...] = (),
+        failed: tuple[str, ...] = (),
+        shared_branch: str = "main",
+    ) -> None:
+        """A finished run in the ledger, with real branches and commits for its tasks."""
+        tasks = [
+            sample_task(t, title=f"Title of {t}", isolation="isolated", pipeline="command") for t in isolated
+        ]
+        tasks += [sample_task(t, title=f"Title of {t}", pipeline="command") for t in shared]
+        with Ledger.open(self.db) as ledger:
+            base = git("rev-parse", "HEAD", cwd=self.root)
+            add_run(ledger, run_id, base_ref="HEAD", base_commit=base, max_concurrency=2, root=str(self.root))
+            ledger.add_tasks(run_id, tasks, {t.id: 1 for t in tasks})
+            for task in tasks:
+                branch = f"fleet/{task.id}-{run_id[-4:]}" if task.isolation == "isolated" else shared_branch
+                if task.isolation == "isolated" or branch not in git(
+                    "branch", "--list", branch, cwd=self.root
+                ):
+                    git("branch", branch, base, cwd=self.root)
+                    ledger.set_task_workspace(run_id, task.id, branch, str(self.tmp / "wt" / task.id))
+                attempt = ledger.start_attempt(run_id, task.id, pipeline="command", branch=branch)
+                ledger.add_spend(attempt, 0.42, input_tokens=100, output_tokens=20, steps=3)
+                git("switch", "-q", branch, cwd=self.root)
+                (self.root / f"{task.id}-{run_id}.txt").write_text(f"work of {task.id}\n")
+                git("add", f"{task.id}-{run_id}.txt", cwd=self.root)
+                git("commit", "-qm", f"{task.id}: add work", cwd=self.root)
+                sha = git("rev-parse", "HEAD", cwd=self.root)
+                git("switch", "-q", "main", cwd=self.root)
+                self.shas[task.id] = sha
+                ledger.record_commit(
+                    sha=sha,
+                    run_id=run_id,
+                    task_id=task.id,
+                    attempt_id=attempt,
+                    branch=branch,
+                    message=f"{task.id}: add work",
+                    committed_at_ms=1,
+                )
+                ok = task.id not in failed
+                ledger.finish_attempt(
+                    attempt,
+                    outcome="succeeded" if ok else "failed",
+                    exit_code=0 if ok else 1,
+                    summary=f"Summary of {task.id}: added the work file.",
+                )
+                ledger.set_task_status(run_id, task.id, "succeeded" if ok else "failed")
+            ledger.finish_run(
+                run_id, "succeeded" if not failed else "failed", exit_code=0 if not failed else 1
+            )
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Repo]:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    origin = tmp_path / "origin.git"
+    sh("git", "init", "-q", "--bare", "-b", "main", str(origin), cwd=tmp_path)
+    root = tmp_path / "repo"
+    root.mkdir()
+    git("init", "-q", "-b", "main", cwd=root)
+    (root / "README").write_text("hello\n")
+    git("add", "README", cwd=root)
+    git("commit", "-qm", "first", cwd=root)
+    git("remote", "add", "origin", str(origin), cwd=root)
+    git("push", "-q", "origin", "main", cwd=root)
+    yield Repo(root.resolve(), origin, tmp_path)
+
+
+def run_snapshot(**fields: Any) -> list[dict[str, Any]]:
+    return [{"databaseId": 501, "name": "build", "workflowName": "CI", **fields}]
+
+
+QUEUED = run_snapshot(status="queued", conclusion="", updatedAt="2026-11-30T12:00:00Z")
+IN_PROGRESS = run_snapshot(status="in_progress", conclusion="", updatedAt="2026-11-30T12:01:00Z")
+SUCCESS = run_snapshot(status="completed", conclusion="success", updatedAt="2026-11-30T12:05:00Z")
+FAILURE = run_snapshot(status="completed", conclusion="failure", updatedAt="2026-11-30T12:05:00Z")
+
+
+class Events:
+    """A WatchReporter that keeps what it is told, with the fake clock's time."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.changes: list[tuple[float, str, str, str]] = []
+        self.notes: list[str] = []
+        self.result: WatchResult | None = None
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+    def changed(self, watch: BranchWatch) -> None:
+        self.changes.append((self.clock.now(), watch.branch, watch.state, watch.phase))
+
+    def finished(self, result: WatchResult) -> None:
+        self.result = result
+
+
+def watch_in_process(
+    repo: Repo, script: dict[str, Any], **settings: Any
+) -> tuple[WatchResult, FakeGh, Events]:
+    clock = FakeClock()
+    gh = FakeGh(script)
+    events = Events(clock)
+    result = watch_run(
+        repo.root,
+        RUN_ID,
+        config=Config({"watch": settings}),
+        clock=clock,
+        gh=gh,
+        out=events,
+    )
+    return result, gh, events
+
+
+@pytest.fixture
+def gh_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path]]:
+    """The fake gh as an executable first on PATH; yields (script file, state file)."""
+    fake_gh.install(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    script, state = tmp_path / "gh-script.json", tmp_path / "gh-state.json"
+    monkeypatch.setenv("FAKE_GH_SCRIPT", str(script))
+    monkeypatch.setenv("FAKE_GH_STATE", str(state))
+    script.write_text("{}")
+    yield script, state
+
+
+def gh_state(state: Path) -> dict[str, Any]:
+    return json.loads(state.read_text()) if state.exists() else {"calls": [], "prs": []}
+
+
+def commands(calls: list[dict[str, Any]] | list[list[str]]) -> list[str]:
+    out = []
+    for call in calls:
+        args = call["args"] if isinstance(call, dict) else call
+        out.append(" ".join(args[:2]))
+    return out
+
+
+# --- CI outcomes ---
+
+
+def test_green_after_queued_then_in_progress_then_success(repo: Repo, gh_on_path: tuple[Path, Path]) -> None:
+    repo.add_run()
+    sha = repo.shas["t1"]
+    script, state = gh_on_path
+    script.write_text(json.dumps({"runs": {sha: [QUEUED, IN_PROGRESS, SUCCESS]}}))
+    clock = FakeClock()
+    out = io.StringIO()
+    result = watch_run(repo.root, RUN_ID, config=Config(), clock=clock, out=ConsoleReporter(out))
+
+    assert result.exit_code == 0
+    [branch] = result.branches
+    assert (branch.state, branch.conclusion) == ("green", "success")
+    assert clock.now() == 60.0  # polled at 0 s, 30 s and 60 s
+    assert repo.remote_sha(branch.branch) == sha
+    recorded = gh_state(state)
+    assert all(call["prompt_disabled"] for call in recorded["calls"])
+    assert commands(recorded["calls"]).count("run list") == 3
+    assert commands(recorded["calls"]).count("pr edit") == 3  # queued, in progress, green: once per change
+    [pr] = recorded["prs"]
+    assert pr["headRefName"] == branch.branch and pr["baseRefName"] == "main"
+    assert pr["title"] == "Title of t1"
+    body = pr["body"]
+    for expected in ("Title of t1", "Summary of t1: added the work file.", "$0.42", sha[:12], "t1: add work"):
+        assert expected in body
+    assert body.count(STATUS_START) == 1 and body.count(STATUS_END) == 1
+    assert "**green**: all 1 CI runs passed" in body
+    [row] = repo.ci_rows()
+    assert row["state"] == "green" and row["conclusion"] == "success"
+    assert row["pr_url"] == pr["url"] and row["pr_number"] == pr["number"]
+    assert row["head_sha"] == sha and row["task_id"] == "t1"
+    assert row["run_urls"] == ["https://github.com/octo/widgets/actions/runs/501"]
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith(
+        f"watch: {branch.branch} PR #1: pending: pushed {sha[:12]} to origin; opened PR #1"
+    )
+    assert any("0/1 runs complete (1 queued)" in line for line in lines)
+    assert any("0/1 runs complete (1 in progress)" in line for line in lines)
+    assert any(": green: all 1 CI runs passed" in line for line in lines)
+    assert lines[-1].startswith(f"{branch.branch}  https://github.com/octo/widgets/pull/1  green  success")
+
+
+def test_red_on_failure(repo: Repo) -> None:
+    repo.add_run()
+    result, _, _ = watch_in_process(repo, {"runs": {repo.shas["t1"]: [IN_PROGRESS, FAILURE]}})
+    [branch] = result.branches
+    assert result.exit_code == 4
+    assert (branch.state, branch.conclusion, branch.reason) == ("red", "failure", "failure: CI / build")
+    [row] = repo.ci_rows()
+    assert (row["state"], row["conclusion"]) == ("red", "failure")
+    assert result.to_json()["branches"][0]["state"] == "red"
+
+
+def test_cancelled_run_is_red_with_its_own_label(repo: Repo) -> None:
+    repo.add_run()
+    cancelled = run_snapshot(status="completed", conclusion="cancelled")
+    other = {"databaseId": 502, "name": "lint", "status": "completed", "conclusion": "success"}
+    result, _, _ = watch_in_process(repo, {"runs": {repo.shas["t1"]: [[*cancelled, other]]}})
+    [branch] = result.branches
+    assert (branch.state, branch.conclusion) == ("red", "cancelled")
+    assert result.exit_code == 4
+    assert repo.ci_rows()[0]["conclusion"] == "cancelled"
+
+
+def test_rerun_attempt_supersedes_the_failed_attempt(repo: Repo) -> None:
+    repo.add_run()
+    first = run_snapshot(attempt=1, status="completed", conclusion="failure", updatedAt="t1")
+    rerun_running = run_snapshot(attempt=2, status="in_progress", conclusion="", updatedAt="t2")
+    rerun_passed = run_snapshot(attempt=2, status="completed", conclusion="success", updatedAt="t3")
+    script = {"runs": {repo.shas["t1"]: [[*first, *rerun_running], [*rerun_passed, *first]]}}
+    result, _, events = watch_in_process(repo, script)
+    [branch] = result.branches
+    assert (branch.state, branch.conclusion) == ("green", "success")
+    assert [r.attempt for r in branch.runs] == [2]
+    assert "red" not in [state for _, _, state, _ in events.changes]
+
+
+# --- giving up ---
+
+
+def test_ci_that_never_appears_is_given_up_after_ten_minutes(repo: Repo) -> None:
+    repo.add_run()
+    result, gh, events = watch_in_process(repo, {"runs": {}})
+    [branch] = result.branches
+    assert branch.state == "no_ci" and result.exit_code == 4
+    assert events.clock.now() == 600.0
+    assert result.to_json()["branches"][0]["elapsed_s"] == 600.0
+    assert commands(gh.calls).count("run list") == 21  # 0 s, 30 s, ..., 600 s
+    assert "within 10m00s" in (branch.reason or "")
+    assert repo.ci_rows()[0]["state"] == "no_ci"
+
+
+def test_ci_without_progress_is_given_up_as_stalled_after_twenty_minutes(repo: Repo) -> None:
+    repo.add_run()
+    result, _, events = watch_in_process(repo, {"runs": {repo.shas["t1"]: [QUEUED]}})
+    [branch] = result.branches
+    assert branch.state == "stalled" and result.exit_code == 4
+    assert events.clock.now() == 1200.0
+    assert branch.reason == "no CI progress for 20m00s (0/1 runs complete (1 queued))"
+    assert repo.ci_rows()[0]["state"] == "stalled"
+
+
+def test_progress_resets_the_stall_timer(repo: Repo) -> None:
+    repo.add_run()
+    # queued for 15 minutes, then running and unchanged: stalled 20 minutes after the last change
+    snapshots = [QUEUED] * 30 + [IN_PROGRESS]  # calls at 0 s .. 870 s queued, at 900 s running
+    result, _, events = watch_in_process(repo, {"runs": {repo.shas["t1"]: snapshots}})
+    assert result.branches[0].state == "stalled"
+    assert events.clock.now() == 900.0 + 1200.0
+
+
+def test_long_but_progressing_run_is_watched_until_two_hours(repo: Repo) -> None:
+    repo.add_run()
+    ticking = run_snapshot(status="in_progress", conclusion="", updatedAt="2026-11-30T12:00:00Z #{n}")
+    result, gh, events = watch_in_process(repo, {"runs": {repo.shas["t1"]: [ticking]}})
+    [branch] = result.branches
+    assert (branch.state, branch.conclusion) == ("red", "timeout")
+    assert events.clock.now() == 7200.0
+    ends = [t for t, _, state, _ in events.changes if state != "pending"]
+    assert ends == [7200.0]  # not given up a moment earlier
+    assert commands(gh.calls).count("run list") == 241
+    assert "after 2h00m" in (branch.reason or "")
+    assert result.exit_code == 4
+
+
+def test_limits_come_from_config(repo: Repo) -> None:
+    repo.add_run()
+    result, _, events = watch_in_process(repo, {"runs": {}}, poll_interval=5, appear_timeout=20)
+    assert result.branches[0].state == "no_ci"
+    assert events.clock.now() == 20.0
+    assert set(events.clock.sleeps) == {5.0}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("poll_interval", 0),
+        ("stall_timeout", "soon"),
+        ("remote", ""),
+        ("force_push", "yes"),
+        ("total_timeout", True),
+    ],
+)
+def test_bad_watch_config_is_a_usage_error(key: str, value: Any) -> None:
+    with pytest.raises(StellaError, match=f"config: watch.{key} must be") as caught:
+        WatchSettings.from_config(Config({"watch": {key: value}}))
+    assert caught.value.exit_code == 2
+
+
+def test_a_gh_blip_while_polling_is_retried(repo: Repo) -> None:
+    repo.add_run()
+    blip = {"exit": 1, "stderr": "error connecting to api.github.com\n"}
+    result, _, events = watch_in_process(repo, {"runs": {repo.shas["t1"]: [blip, IN_PROGRESS, SUCCESS]}})
+    assert result.branches[0].state == "green"
+    assert any("error connecting to api.github.com (will retry)" in note for note in events.notes)
+
+
+# --- pull requests ---
+
+
+def test_pr_is_created_once_and_updated_by_a_second_watch(repo: Repo, gh_on_path: tuple[Path, Path]) -> None:
+    repo.add_run()
+    script, state = gh_on_path
+    rerun = run_snapshot(attempt=2, status="completed", conclusion="success", updatedAt="later")
+    script.write_text(json.dumps({"runs": {repo.shas["t1"]: [IN_PROGRESS, FAILURE, rerun]}}))
+    first = watch_run(repo.root, RUN_ID, config=Config(), clock=FakeClock(), out=Events(FakeClock()))
+    assert first.exit_code == 4
+    body_after_first = gh_state(state)["prs"][0]["body"]
+    assert "**red**: failure: CI / build" in body_after_first
+
+    second = watch_run(repo.root, RUN_ID, config=Config(), clock=FakeClock(), out=Events(FakeClock()))
+    assert second.exit_code == 0
+    recorded = gh_state(state)
+    assert commands(recorded["calls"]).count("pr create") == 1
+    [pr] = recorded["prs"]
+    assert second.branches[0].pr_url == pr["url"] == first.branches[0].pr_url
+    assert pr["body"].count(STATUS_START) == 1
+    assert "**green**: all 1 CI runs passed" in pr["body"] and "**red**" not in pr["body"]
+    assert "Summary of t1: added the work file." in pr["body"]
+    [row] = repo.ci_rows()
+    assert row["state"] == "green"
+
+
+def test_existing_pr_without_status_block_gets_one_appended(repo: Repo) -> None:
+    repo.add_run()
+    branch = f"fleet/t1-{RUN_ID[-4:]}"
+    script = {
+        "prs": [{"number": 12, "headRefName": branch, "body": "Written by hand."}],
+        "runs": {"*": [SUCCESS]},
+    }
+    result, gh, _ = watch_in_process(repo, script)
+    assert result.branches[0].pr_number == 12
+    assert "pr create" not in commands(gh.calls)
+    [pr] = gh.prs
+    assert pr["body"].startswith("Written by hand.\n\n" + STATUS_START)
+
+
+def test_no_pr_for_the_default_branch(repo: Repo) -> None:
+    repo.add_run(isolated=(), shared=("s1", "s2"))
+    result, gh, _ = watch_in_process(repo, {"runs": {"*": [IN_PROGRESS, SUCCESS]}})
+    [branch] = result.branches
+    assert branch.branch == "main" and branch.state == "green" and branch.pr_url is None
+    assert not [c for c in commands(gh.calls) if c.startswith("pr ")]
+    assert repo.remote_sha("main") == repo.shas["s2"]
+    [row] = repo.ci_rows()
+    assert row["pr_url"] is None and row["task_id"] is None and row["state"] == "green"
+
+
+def test_isolated_and_shared_branches_are_watched_together(repo: Repo) -> None:
+    repo.add_run(isolated=("t1", "t2"), shared=("s1",), failed=("t2",), shared_branch="feature")
+    script = {"runs": {repo.shas["t1"]: [SUCCESS], repo.shas["s1"]: [IN_PROGRESS, FAILURE]}}
+    result, gh, _ = watch_in_process(repo, script)
+    by_branch = {b.branch: b for b in result.branches}
+    isolated = f"fleet/t1-{RUN_ID[-4:]}"
+    assert set(by_branch) == {isolated, "feature"}  # the failed t2 is not watched
+    assert by_branch["feature"].state == "red" and by_branch[isolated].state == "green"
+    assert result.exit_code == 4
+    # a shared branch that is not the default one gets its pull request too, titled after its task
+    assert {pr["headRefName"]: pr["title"] for pr in gh.prs} == {
+        isolated: "Title of t1",
+        "feature": "Title of s1",
+    }
+
+
+def test_branches_to_watch_reads_the_ledger(repo: Repo) -> None:
+    repo.add_run(isolated=("t1", "t2"), shared=("s1",), failed=("t2",))
+    with Ledger.open(repo.db) as ledger:
+        targets = branches_to_watch(ledger.get_run(RUN_ID))
+    assert [(t.branch, t.kind, [w.id for w in t.tasks]) for t in targets] == [
+        (f"fleet/t1-{RUN_ID[-4:]}", "isolated", ["t1"]),
+        ("main", "shared", ["s1"]),
+    ]
+    assert targets[0].tasks[0].spend_usd == pytest.approx(0.42)
+
+
+# --- preflight and push failures: a clear message, nothing recorded as success ---
+
+
+def test_nothing_to_watch(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo.add_run(isolated=("t1",), failed=("t1",))
+    monkeypatch.setenv("PATH", str(repo.tmp / "empty"))  # not even gh: it is not needed
+    events = Events(FakeClock())
+    result = watch_run(repo.root, RUN_ID, config=Config(), clock=events.clock, out=events)
+    assert result.exit_code == 0 and result.branches == []
+    assert events.notes == [
+        f"nothing to watch: no branch of run {RUN_ID} holds committed work of a succeeded task"
+    ]
+
+
+def test_gh_missing_is_a_usage_error_before_any_push(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo.add_run()
+    (repo.tmp / "empty").mkdir()
+    path = os.environ["PATH"]
+    monkeypatch.setenv("PATH", str(repo.tmp / "empty"))
+    with pytest.raises(StellaError) as caught:
+        watch_run(
+            repo.root, RUN_ID, config=Config(), clock=FakeClock(), gh=PlumbumGh(), out=Events(FakeClock())
+        )
+    assert caught.value.exit_code == 2
+    assert str(caught.value) == GH_MISSING
+    monkeypatch.setenv("PATH", path)
+    assert repo.remote_sha(f"fleet/t1-{RUN_ID[-4:]}") is None
+    assert repo.ci_rows() == []
+
+
+def test_gh_not_logged_in_is_a_usage_error_before_any_push(repo: Repo, gh_on_path: tuple[Path, Path]) -> None:
+    repo.add_run()
+    script, state = gh_on_path
+    script.write_text(json.dumps({"auth": "logged_out"}))
+    with pytest.raises(StellaError) as caught:
+        watch_run(repo.root, RUN_ID, config=Config(), clock=FakeClock(), out=Events(FakeClock()))
+    assert caught.value.exit_code == 2
+    message = str(caught.value)
+    assert "gh is not authenticated" in message and "You are not logged into any GitHub hosts" in message
+    assert "run `gh auth login`" in message
+    assert commands(gh_state(state)["calls"]) == ["auth status"]
+    assert repo.remote_sha(f"fleet/t1-{RUN_ID[-4:]}") is None
+    assert repo.ci_rows() == []
+
+
+def test_no_remote_to_push_to(repo: Repo) -> None:
+    repo.add_run()
+    git("remote", "remove", "origin", cwd=repo.root)
+    with pytest.raises(StellaError, match="no git remote named 'origin' to push to: add one") as caught:
+        watch_in_process(repo, {})
+    assert caught.value.exit_code == 2
+    assert repo.ci_rows() == []
+    git("remote", "add", "upstream", str(repo.origin), cwd=repo.root)
+    result, _, _ = watch_in_process(repo, {"runs": {"*": [SUCCESS]}}, remote="upstream")
+    assert result.exit_code == 0 and result.remote == "upstream"
+
+
+def test_push_rejected_by_the_remote(repo: Repo) -> None:
+    repo.add_run()
+    hook = repo.origin / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'fleet branches need a review first' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    result, gh, _ = watch_in_process(repo, {"runs": {"*": [SUCCESS]}})
+    [branch] = result.branches
+    assert result.exit_code == 4
+    assert branch.state == "error" and branch.conclusion is None
+    assert "was rejected: [remote rejected] (pre-receive hook declined)" in (branch.reason or "")
+    assert "fleet branches need a review first" in (branch.reason or "")
+    assert commands(gh.calls) == ["auth status"]  # no PR, no polling
+    assert repo.remote_sha(branch.branch) is None
+    [row] = repo.ci_rows()
+    assert row["state"] == "error" and row["pr_url"] is None
+
+
+def test_unreachable_remote_says_why_the_push_failed(repo: Repo) -> None:
+    repo.add_run()
+    git("remote", "set-url", "origin", str(repo.tmp / "no-such-remote.git"), cwd=repo.root)
+    result, gh, _ = watch_in_process(repo, {"runs": {"*": [SUCCESS]}})
+    [branch] = result.branches
+    assert result.exit_code == 4 and branch.state == "error"
+    # git's first fatal line, not the tail of its advice ("and the repository exists.")
+    assert branch.reason == (
+        f"push of {branch.branch} to origin failed: fatal: "
+        f"'{repo.tmp / 'no-such-remote.git'}' does not appear to be a git repository"
+    )
+    assert commands(gh.calls) == ["auth status"]
+
+
+def test_diverged_remote_branch_is_not_overwritten_unless_force_push(repo: Repo) -> None:
+    repo.add_run()
+    branch = f"fleet/t1-{RUN_ID[-4:]}"
+    other = repo.tmp / "other"
+    git("clone", "-q", str(repo.origin), str(other), cwd=repo.tmp)
+    git("switch", "-q", "-c", branch, cwd=other)
+    (other / "theirs.txt").write_text("someone else\n")
+    git("add", "theirs.txt", cwd=other)
+    git("commit", "-qm", "theirs", cwd=other)
+    git("push", "-q", "origin", branch, cwd=other)
+    theirs = repo.remote_sha(branch)
+
+    result, _, _ = watch_in_process(repo, {"runs": {"*": [SUCCESS]}})
+    assert result.branches[0].state == "error" and "rejected" in (result.branches[0].reason or "")
+    assert repo.remote_sha(branch) == theirs
+
+    result, _, _ = watch_in_process(repo, {"runs": {"*": [SUCCESS]}}, force_push=True)
+    assert result.branches[0].state == "green"
+    assert repo.remote_sha(branch) == repo.shas["t1"]
+
+
+def test_a_failing_pr_create_ends_the_branch_in_error(repo: Repo) -> None:
+    repo.add_run()
+    refusal = {"exit": 1, "stderr": "pull request create failed: GraphQL: Resource not accessible\n"}
+    result, gh, _ = watch_in_process(repo, {"replies": {"pr create": [refusal]}, "runs": {"*": [SUCCESS]}})
+    [branch] = result.branches
+    assert branch.state == "error" and "Resource not accessible" in (branch.reason or "")
+    assert "run list" not in commands(gh.calls)
+    assert repo.ci_rows()[0]["state"] == "error"
+    assert result.exit_code == 4
+
+
+# --- the command line ---
+
+
+def stella(repo: Repo, *args: str) -> subprocess.CompletedProcess[str]:
+    home = repo.tmp / "home"
+    return run_stella(*args, cwd=repo.root, env={"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")})
+
+
+@pytest.fixture
+def fast_config(repo: Repo) -> None:
+    (repo.root / ".stella").mkdir(exist_ok=True)
+    (repo.root / ".stella" / "config.toml").write_text("[watch]\npoll_interval = 0.01\n")
+
+
+OLDER_RUN = "r-20261130-120000-aaaa"
+
+
+def test_cli_watches_the_latest_run_and_prints_json(
+    repo: Repo, gh_on_path: tuple[Path, Path], fast_config: None
+) -> None:
+    repo.add_run(OLDER_RUN)
+    repo.add_run(RUN_ID)
+    script, _ = gh_on_path
+    script.write_text(json.dumps({"runs": {"*": [IN_PROGRESS, SUCCESS]}}))
+    proc = stella(repo, "watch", "--json")
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)
+    assert document["run_id"] == RUN_ID and document["exit_code"] == 0
+    [branch] = document["branches"]
+    assert branch["branch"] == f"fleet/t1-{RUN_ID[-4:]}" and branch["state"] == "green"
+    assert branch["pr_url"] == "https://github.com/octo/widgets/pull/1"
+    assert branch["run_urls"] == ["https://github.com/octo/widgets/actions/runs/501"]
+    assert f"watch: {branch['branch']} PR #1: green: all 1 CI runs passed" in proc.stderr
+    assert repo.remote_sha(branch["branch"]) == repo.shas["t1"]
+    assert repo.ci_rows(OLDER_RUN) == []
+
+
+def test_cli_watch_of_a_red_run_exits_4_with_a_table(
+    repo: Repo, gh_on_path: tuple[Path, Path], fast_config: None
+) -> None:
+    repo.add_run(OLDER_RUN)
+    repo.add_run(RUN_ID)
+    script, _ = gh_on_path
+    script.write_text(json.dumps({"runs": {"*": [FAILURE]}}))
+    proc = stella(repo, "watch", OLDER_RUN[:15])
+    assert proc.returncode == 4, proc.stderr
+    branch = f"fleet/t1-{OLDER_RUN[-4:]}"
+    assert f"watch: {branch} PR #1: red: failure: CI / build" in proc.stdout
+    header, row = proc.stdout.splitlines()[-2:]
+    assert header.split()[:4] == ["branch", "PR", "state", "conclusion"]
+    assert row.split()[:4] == [branch, "https://github.com/octo/widgets/pull/1", "red", "failure"]
+    assert repo.ci_rows(OLDER_RUN)[0]["state"] == "red"
+
+
+def test_cli_watch_without_gh_login_exits_2(repo: Repo, gh_on_path: tuple[Path, Path]) -> None:
+    repo.add_run()
+    script, _ = gh_on_path
+    script.write_text(json.dumps({"auth": "logged_out"}))
+    proc = stella(repo, "watch")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("stella: error: gh is not authenticated")
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_watch_with_no_runs_yet(repo: Repo) -> None:
+    proc = stella(repo, "watch")
+    assert proc.returncode == 2
+    assert "nothing to watch" in proc.stderr
+
+
+class TerminalBuffer(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_terminal_output_is_styled_and_ends_with_a_table(repo: Repo) -> None:
+    repo.add_run()
+    buffer = TerminalBuffer()
+    result = watch_run(
+        repo.root,
+        RUN_ID,
+        config=Config(),
+        clock=FakeClock(),
+        gh=FakeGh({"runs": {"*": [QUEUED, SUCCESS]}}),
+        out=ConsoleReporter(buffer),
+    )
+    assert result.exit_code == 0
+    text = buffer.getvalue()
+    assert "\x1b[" in text  # styled
+    assert "watch: run " + RUN_ID in text and "conclusion" in text
+    branch = result.branches[0].branch
+    changes = [line for line in text.splitlines() if line.startswith(f"\x1b[1m{branch}")]
+    assert len(changes) == 3  # pushed, queued, green: one line per change

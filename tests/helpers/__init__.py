@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: real git repositories, stella as a process, fakes, fixtures' parts."""

@@ -1,0 +1,174 @@
+"""`stella plan ...` as a real process: check, show, list, info, schema."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from helpers.repo import StellaRunner
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+INVALID = sorted((EXAMPLES / "invalid").iterdir())
+
+
+def expected_message(path: Path) -> str | None:
+    """The `# expected: ...` line an invalid TOML or YAML example carries (message, file name relative)."""
+    first = path.read_text(encoding="utf-8").splitlines()[0]
+    found = re.match(r"# expected: (.*)", first)
+    return found.group(1) if found else None
+
+
+def test_invalid_examples_cover_every_error_kind() -> None:
+    names = {path.stem for path in INVALID}
+    assert {
+        "duplicate-id",
+        "self-dependency",
+        "unknown-dependency",
+        "cycle",
+        "unknown-key",
+        "malformed",
+        "absolute-claim",
+    } <= names
+
+
+def test_every_invalid_example_that_can_carry_a_comment_names_its_message() -> None:
+    """docs/plans.md promises the expected message in the first line; JSON has no comments."""
+    assert [path.name for path in INVALID if path.suffix != ".json" and expected_message(path) is None] == []
+
+
+@pytest.mark.parametrize("path", INVALID, ids=lambda path: path.name)
+def test_each_invalid_example_exits_2_with_its_message(stella: StellaRunner, path: Path) -> None:
+    result = stella("plan", "check", f"invalid/{path.name}", cwd=EXAMPLES)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines and all(line.startswith(f"invalid/{path.name}") for line in lines), lines
+    expected = expected_message(path)
+    if expected is not None:
+        expected = f"invalid/{expected}"
+        if expected.endswith("..."):
+            assert lines[0].startswith(expected.removesuffix("...")), lines
+        else:
+            assert expected in lines, lines
+    if path.name == "unknown-dependency.toml":
+        assert lines == [
+            'invalid/unknown-dependency.toml: task "reader": depends_on: unknown task "shema" '
+            '(did you mean "schema"?)'
+        ]
+    if path.name == "cycle.toml":
+        assert lines == ["invalid/cycle.toml: dependency cycle: reader -> writer -> reader"]
+
+
+def test_check_several_files(stella: StellaRunner) -> None:
+    result = stella(
+        "plan", "check", "feature-buildout.toml", "feature-buildout.yaml", "invalid/cycle.toml", cwd=EXAMPLES
+    )
+    assert result.returncode == 2
+    assert result.stdout.splitlines() == [
+        "ok: feature-buildout.toml (4 tasks, 3 waves)",
+        "ok: feature-buildout.yaml (4 tasks, 3 waves)",
+        "invalid/cycle.toml: dependency cycle: reader -> writer -> reader",
+    ]
+    ok = stella("plan", "check", "feature-buildout.json", cwd=EXAMPLES)
+    assert (ok.returncode, ok.stdout) == (0, "ok: feature-buildout.json (4 tasks, 3 waves)\n")
+
+
+def test_check_prints_warnings_but_passes(stella: StellaRunner, git_repo: Path) -> None:
+    (git_repo / "src").mkdir()
+    (git_repo / "plan.toml").write_text('[[tasks]]\nid = "a"\nprompt = "p"\nclaims = ["src"]\n')
+    result = stella("plan", "check", "plan.toml", cwd=git_repo)
+    assert result.returncode == 0
+    assert result.stdout.splitlines()[0].startswith(
+        'warning: plan.toml: task "a": claims: "src" is a directory'
+    )
+    assert result.stdout.splitlines()[1] == "ok: plan.toml (1 task, 1 wave)"
+
+
+def waves_in(text: str) -> list[list[str]]:
+    waves: list[list[str]] = []
+    for line in text.splitlines():
+        if re.fullmatch(r"wave \d+", line):
+            waves.append([])
+        elif re.match(r"  \S", line) and waves:
+            waves[-1].append(line.split()[0])
+    return waves
+
+
+def test_show_prints_the_waves(stella: StellaRunner) -> None:
+    result = stella("plan", "show", "feature-buildout.toml", cwd=EXAMPLES)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("feature-buildout.toml: 4 tasks in 3 waves (no concurrency limit)")
+    assert waves_in(result.stdout) == [["schema"], ["reader", "writer"], ["docs"]]
+    assert "      depends on: reader, writer\n      claims: -\n      isolation: isolated" in result.stdout
+    assert "      claims: src/store/schema.rs, src/store/migrations.rs" in result.stdout
+    narrow = stella("plan", "show", "feature-buildout.yaml", "--max-concurrency", "1", cwd=EXAMPLES)
+    assert narrow.returncode == 0
+    assert "4 tasks in 4 waves (max concurrency 1)" in narrow.stdout
+    assert waves_in(narrow.stdout) == [["schema"], ["reader"], ["writer"], ["docs"]]
+
+
+def test_show_json(stella: StellaRunner) -> None:
+    result = stella("plan", "show", "feature-buildout.json", "--json", "--max-concurrency", "1", cwd=EXAMPLES)
+    assert result.returncode == 0
+    document = json.loads(result.stdout)
+    assert document["waves"] == [["schema"], ["reader"], ["writer"], ["docs"]]
+    assert document["max_concurrency"] == 1
+    docs = document["tasks"][3]
+    assert docs["id"] == "docs" and docs["wave"] == 4 and docs["isolation"] == "isolated"
+    assert docs["depends_on"] == ["reader", "writer"]
+    assert len(document["sha256"]) == 64
+
+
+def test_show_rejects_a_bad_concurrency_and_a_bad_plan(stella: StellaRunner) -> None:
+    bad = stella("plan", "show", "feature-buildout.toml", "--max-concurrency", "0", cwd=EXAMPLES)
+    assert bad.returncode == 2 and "must be at least 1" in bad.stderr
+    invalid = stella("plan", "show", "invalid/cycle.toml", cwd=EXAMPLES)
+    assert invalid.returncode == 2
+    assert "dependency cycle: reader -> writer -> reader" in invalid.stderr
+    assert "Traceback" not in invalid.stderr
+
+
+def test_list_and_info_are_doits_views(stella: StellaRunner, tmp_path: Path) -> None:
+    listing = stella("plan", "list", str(EXAMPLES / "feature-buildout.toml"), cwd=tmp_path)
+    assert listing.returncode == 0, listing.stderr
+    assert [line.split()[0] for line in listing.stdout.splitlines()] == ["schema", "reader", "writer", "docs"]
+    info = stella("plan", "info", str(EXAMPLES / "feature-buildout.toml"), "docs", cwd=tmp_path)
+    assert info.returncode == 0, info.stderr
+    assert "Rewrite the receipts page" in info.stdout and " - reader\n - writer" in info.stdout
+    typo = stella("plan", "info", str(EXAMPLES / "feature-buildout.toml"), "doc", cwd=tmp_path)
+    assert typo.returncode == 2 and 'did you mean "docs"' in typo.stderr
+    assert list(tmp_path.glob(".doit*")) == []
+
+
+def test_schema_prints_the_bundled_file(stella: StellaRunner, tmp_path: Path) -> None:
+    result = stella("plan", "schema", cwd=tmp_path)
+    assert result.returncode == 0
+    assert result.stdout == (REPO / "stellafleet" / "plan" / "plan.schema.json").read_text(encoding="utf-8")
+
+
+def test_plan_without_a_subcommand_is_a_usage_error(stella: StellaRunner, tmp_path: Path) -> None:
+    result = stella("plan", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "check" in result.stderr and "schema" in result.stderr
+
+
+def test_show_on_a_terminal_draws_a_table(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+    import sys
+
+    from stellafleet.commands import plan as plan_command
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "160")
+    args = argparse.Namespace(file=str(EXAMPLES / "feature-buildout.toml"), max_concurrency=2, json=False)
+    assert plan_command.show_command(args) == 0
+    out = capsys.readouterr().out
+    assert "4 tasks in 3 waves (max concurrency 2)" in out
+    rows = [line for line in out.splitlines() if "│" in line]
+    assert any("schema" in row and "Add the migration" in row and "shared" in row for row in rows)
+    assert any("docs" in row and "reader, writer" in row and "isolated" in row for row in rows)

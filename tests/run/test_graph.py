@@ -1,0 +1,263 @@
+"""The plan as a doit graph: task dicts, doit's list/info views, and the WaveRunner on real threads."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stellafleet.plan.model import Plan, PlanTask, load_plan, plan_from_data
+from stellafleet.run.events import Event, TaskEnded, TaskSkipped, TaskStarted, WaveEnded, WaveStarted
+from stellafleet.run.waves import WaveRunner, compile_tasks, doit_view
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def buildout() -> Plan:
+    return load_plan(EXAMPLES / "feature-buildout.toml")
+
+
+def independent(*ids: str) -> Plan:
+    return plan_from_data({"tasks": [{"id": task_id, "prompt": f"do {task_id}"} for task_id in ids]})
+
+
+def chain_plan() -> Plan:
+    return plan_from_data(
+        {
+            "tasks": [
+                {"id": "a", "prompt": "p"},
+                {"id": "b", "prompt": "p", "depends_on": ["a"]},
+                {"id": "c", "prompt": "p", "depends_on": ["b"]},
+                {"id": "d", "prompt": "p"},
+                {"id": "e", "prompt": "p", "depends_on": ["d"]},
+                {"id": "f", "prompt": "p", "depends_on": ["c", "e"]},
+            ]
+        }
+    )
+
+
+class Recorder:
+    """An execute function that records when each task ran, in which thread; thread-safe."""
+
+    def __init__(self, seconds: float = 0.0, fail: tuple[str, ...] = (), barrier: int | None = None) -> None:
+        self.seconds = seconds
+        self.fail = fail
+        self.lock = threading.Lock()
+        self.times: dict[str, tuple[float, float]] = {}
+        self.threads: dict[str, str] = {}
+        self.stdout: dict[str, object] = {}
+        self.barrier = threading.Barrier(barrier) if barrier else None
+
+    def __call__(self, task: PlanTask) -> bool:
+        start = time.monotonic()
+        if self.barrier is not None and task.id in ("a", "b", "c", "d"):
+            self.barrier.wait(timeout=10)  # only passes if the wave's tasks really run at once
+        time.sleep(self.seconds)
+        with self.lock:
+            self.times[task.id] = (start, time.monotonic())
+            self.threads[task.id] = threading.current_thread().name
+            self.stdout[task.id] = sys.stdout
+        if task.id in self.fail:
+            raise RuntimeError(f"{task.id} broke")
+        return True
+
+
+def test_compile_tasks_gives_doit_dicts() -> None:
+    calls: list[PlanTask] = []
+
+    def action(task: PlanTask) -> bool:
+        calls.append(task)
+        return True
+
+    plan = buildout()
+    tasks = compile_tasks(plan, action)
+    assert [task["name"] for task in tasks] == ["schema", "reader", "writer", "docs"]
+    docs = tasks[3]
+    assert docs["doc"] == "Rewrite the receipts page"
+    assert docs["task_dep"] == ["reader", "writer"]
+    assert docs["uptodate"] == [False]
+    assert docs["meta"] == {"prompt": plan.task("docs").prompt, "claims": [], "isolation": "isolated"}
+    assert tasks[0]["meta"]["claims"] == ["src/store/schema.rs", "src/store/migrations.rs"]
+    function, arguments = docs["actions"][0]
+    function(*arguments)
+    assert calls == [plan.task("docs")]
+    assert compile_tasks(plan)[0]["actions"] == []
+
+
+def test_doit_list_and_info_views(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = doit_view(buildout(), ["list"])
+    assert (code, err) == (0, "")
+    assert [line.split()[0] for line in out.splitlines()] == ["schema", "reader", "writer", "docs"]
+    assert "Add the migration" in out
+    code, out, err = doit_view(buildout(), ["info", "docs"])
+    assert code == 0, err
+    assert "Rewrite the receipts page" in out and " - reader\n - writer" in out
+    assert "'isolation': 'isolated'" in out
+    code, out, err = doit_view(buildout(), ["info", "doc"])
+    assert code == 3 and 'no task "doc"' in err and 'did you mean "docs"' in err
+    code, out, err = doit_view(buildout(), ["run"])
+    assert code == 3 and "stella fleet --plan" in err
+    assert list(tmp_path.iterdir()) == [], "doit wrote a file"
+
+
+def test_waves_of_two_on_real_threads_never_overlap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    record = Recorder(seconds=0.15, barrier=2)
+    outcome = WaveRunner(independent("a", "b", "c", "d", "e"), 2, record).run()
+    assert outcome.waves == [["a", "b"], ["c", "d"], ["e"]]
+    assert outcome.statuses == dict.fromkeys("abcde", "succeeded")
+    assert outcome.reasons == {} and outcome.stopped is None
+    for earlier, later in zip(outcome.waves, outcome.waves[1:], strict=False):
+        last_end = max(record.times[task_id][1] for task_id in earlier)
+        first_start = min(record.times[task_id][0] for task_id in later)
+        assert first_start >= last_end, f"wave {later} started before wave {earlier} ended"
+    assert record.threads["a"] != record.threads["b"]
+    assert all(stream is sys.stdout for stream in record.stdout.values()), "sys.stdout was swapped"
+    assert list(tmp_path.iterdir()) == [], "doit wrote a file"
+
+
+def test_failure_skips_exactly_the_transitive_dependents() -> None:
+    events: list[Event] = []
+    outcome = WaveRunner(chain_plan(), 4, Recorder(fail=("a",)), on_event=events.append).run()
+    assert outcome.statuses == {
+        "a": "failed",
+        "b": "skipped",
+        "c": "skipped",
+        "d": "succeeded",
+        "e": "succeeded",
+        "f": "skipped",
+    }
+    assert outcome.reasons == {
+        "a": "RuntimeError: a broke",
+        "b": "dependency failed: a",
+        "c": "dependency failed: a",
+        "f": "dependency failed: a",
+    }
+    assert outcome.waves == [["a", "d"], ["e"]]
+    skipped = [event for event in events if isinstance(event, TaskSkipped)]
+    assert skipped == [
+        TaskSkipped("b", "dependency failed: a"),
+        TaskSkipped("c", "dependency failed: a"),
+        TaskSkipped("f", "dependency failed: a"),
+    ]
+
+
+def test_a_diamond_names_the_failed_dependency() -> None:
+    def execute(task: PlanTask) -> bool:
+        return task.id != "writer"
+
+    outcome = WaveRunner(buildout(), 3, execute).run()
+    assert outcome.statuses == {
+        "schema": "succeeded",
+        "reader": "succeeded",
+        "writer": "failed",
+        "docs": "skipped",
+    }
+    assert outcome.reasons == {"writer": "the task reported failure", "docs": "dependency failed: writer"}
+
+
+def test_events_in_order() -> None:
+    events: list[Event] = []
+    WaveRunner(buildout(), 1, lambda task: True, on_event=events.append).run()
+    kinds = [type(event) for event in events]
+    assert kinds == [WaveStarted, TaskStarted, TaskEnded, WaveEnded] * 4
+    assert events[0] == WaveStarted(1, ("schema",))
+    assert events[1] == TaskStarted("schema", 1)
+    assert events[2] == TaskEnded("schema", "succeeded", None)
+    assert events[-1] == WaveEnded(4)
+
+
+def test_before_wave_can_stop_the_run() -> None:
+    seen: list[tuple[int, list[str]]] = []
+
+    def before_wave(number: int, ids: list[str]) -> str | None:
+        seen.append((number, ids))
+        return "spend limit reached" if number == 2 else None
+
+    outcome = WaveRunner(buildout(), 3, lambda task: True, before_wave=before_wave).run()
+    assert seen == [(1, ["schema"]), (2, ["reader", "writer"])]
+    assert outcome.waves == [["schema"]]
+    assert outcome.stopped == "spend limit reached"
+    assert outcome.statuses == {
+        "schema": "succeeded",
+        "reader": "skipped",
+        "writer": "skipped",
+        "docs": "skipped",
+    }
+    assert outcome.reasons == dict.fromkeys(["reader", "writer", "docs"], "spend limit reached")
+
+
+def test_request_stop_from_a_worker_thread_lets_the_wave_finish() -> None:
+    runner: WaveRunner
+
+    def execute(task: PlanTask) -> bool:
+        if task.id == "a":
+            runner.request_stop("interrupted")
+            runner.request_stop("second reason is ignored")
+        time.sleep(0.05)
+        return True
+
+    runner = WaveRunner(independent("a", "b", "c"), 2, execute)
+    outcome = runner.run()
+    assert outcome.waves == [["a", "b"]]
+    assert outcome.statuses == {"a": "succeeded", "b": "succeeded", "c": "skipped"}
+    assert outcome.reasons == {"c": "interrupted"} and outcome.stopped == "interrupted"
+
+
+def test_request_stop_before_run_launches_nothing() -> None:
+    runner = WaveRunner(buildout(), 2, lambda task: pytest.fail("nothing may run"))
+    runner.request_stop("stopped early")
+    outcome = runner.run()
+    assert outcome.waves == []
+    assert set(outcome.statuses.values()) == {"skipped"} and len(outcome.statuses) == 4
+
+
+def test_max_concurrency_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        WaveRunner(buildout(), 0, lambda task: True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    edges=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11)), max_size=20),
+    width=st.integers(1, 4),
+    failing=st.sets(st.integers(0, 11), max_size=2),
+)
+def test_runner_matches_plan_waves_and_skips_dependents(
+    edges: list[tuple[int, int]], width: int, failing: set[int]
+) -> None:
+    deps: dict[int, set[int]] = {n: set() for n in range(12)}
+    for a, b in edges:
+        if a > b:
+            deps[a].add(b)  # edges point backwards: a DAG
+    plan = plan_from_data(
+        {
+            "tasks": [
+                {"id": f"n{n}", "prompt": "p", "depends_on": [f"n{d}" for d in sorted(deps[n])]}
+                for n in range(12)
+            ]
+        }
+    )
+    failed_ids = {f"n{n}" for n in failing}
+    outcome = WaveRunner(plan, width, lambda task: task.id not in failed_ids).run()
+    if not failed_ids:
+        assert outcome.waves == plan.waves(width)
+    doomed: set[str] = set()
+    for n in range(12):  # dependents of a failure (in plan order, so dependencies come first)
+        if any(f"n{d}" in failed_ids or f"n{d}" in doomed for d in deps[n]):
+            doomed.add(f"n{n}")
+    for task_id in plan.ids:
+        if task_id in doomed:
+            assert outcome.statuses[task_id] == "skipped", task_id
+            assert outcome.reasons[task_id].startswith("dependency failed: ")
+        elif task_id in failed_ids:
+            assert outcome.statuses[task_id] == "failed"
+        else:
+            assert outcome.statuses[task_id] == "succeeded"
+    assert all(len(wave) <= width for wave in outcome.waves)

@@ -1,0 +1,61 @@
+"""LocalExecutor behind the Executor seam: a started worker is waited on, stopped, or timed out."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import psutil
+from helpers.fleet import wait_for, worker_context, write_config
+
+from stellafleet.run.executor import Attempt, Ending, LocalExecutor
+
+
+def test_a_worker_that_ends_by_itself_reports_its_result(tmp_path: Path, isolated_home: Path) -> None:
+    write_config(tmp_path, run="echo all done")
+    ctx = worker_context(tmp_path)
+    ending = LocalExecutor().start(Attempt(ctx, {**os.environ, **ctx.to_env()})).wait()
+    assert ending.stop_reason is None and ending.exit.returncode == 0
+    assert ending.result is not None and ending.result.success and ending.result.summary == "all done"
+
+
+def _ends_within(pid: int, seconds: float) -> bool:
+    """The signal is sent by the time wait() returns; the kernel may take a moment to end the process."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_stop_from_another_thread_ends_the_wait_and_the_whole_tree(
+    tmp_path: Path, isolated_home: Path
+) -> None:
+    write_config(tmp_path, run="sleep 60 & echo $! > grandchild; sleep 60")
+    ctx = worker_context(tmp_path)
+    execution = LocalExecutor(stop_grace_s=2.0).start(Attempt(ctx, {**os.environ, **ctx.to_env()}))
+    ended: list[Ending] = []
+    waiter = threading.Thread(target=lambda: ended.append(execution.wait()))
+    waiter.start()
+    wait_for(tmp_path / "grandchild")
+    grandchild = int((tmp_path / "grandchild").read_text())
+    execution.stop()
+    waiter.join(30)
+    assert not waiter.is_alive()
+    (ending,) = ended
+    assert ending.stop_reason == "interrupted" and ending.exit.returncode != 0
+    assert _ends_within(grandchild, 5.0), "the worker's background child outlived the stopped attempt"
+    execution.stop()  # after the end: nothing left to stop, and no error
+
+
+def test_a_worker_past_its_timeout_is_stopped(tmp_path: Path, isolated_home: Path) -> None:
+    write_config(tmp_path, run="sleep 60")
+    ctx = worker_context(tmp_path, timeout=0.5)
+    ending = LocalExecutor(stop_grace_s=2.0).start(Attempt(ctx, {**os.environ, **ctx.to_env()})).wait()
+    assert ending.stop_reason == "timed out after 0.5s" and ending.exit.returncode != 0

@@ -1,0 +1,277 @@
+"""The fleet ledger on real SQLite files: schema, the documented query, queries the UI needs, refusals."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from stellafleet.core.errors import StellaError
+from stellafleet.plan.model import PlanTask
+from stellafleet.state.ledger import Ledger
+from stellafleet.state.ledger_schema import LEDGER_SCHEMA
+from stellafleet.testing.sample_ledger import StepClock, add_run
+
+DOC_QUERY = (
+    "SELECT a.task_id, a.branch, a.summary FROM attempts a WHERE a.run_id = "
+    "(SELECT id FROM runs ORDER BY created_at_ms DESC LIMIT 1) AND a.success = 0;"
+)
+
+# The public interface: users' queries depend on these names.
+CONTRACT_COLUMNS = {
+    "runs": "id created_at_ms finished_at_ms status plan_path plan_sha256 base_ref base_commit"
+    " max_concurrency spend_limit_usd spend_usd pipeline argv root pid exit_code reason",
+    "tasks": "run_id id title prompt depends_on_json claims_json isolation wave status reason pipeline"
+    " model timeout_s branch worktree",
+    "attempts": "id run_id task_id started_at_ms finished_at_ms success outcome branch worktree pid"
+    " exit_code spend_usd input_tokens output_tokens steps summary error cpu_seconds peak_rss_bytes"
+    " pipeline log_path transcript_path",
+    "commits": "sha run_id task_id attempt_id branch message committed_at_ms",
+    "ci": "run_id branch task_id head_sha pr_url pr_number state conclusion reason run_urls_json"
+    " updated_at_ms",
+    "cleanups": "id run_id task_id kind target action reason at_ms",
+    "spend_events": "id attempt_id run_id usd input_tokens output_tokens at_ms",
+}
+
+
+def new_run(ledger: Ledger, run_id: str, **overrides: object) -> None:
+    fields: dict = dict(
+        plan_path="plan.toml",
+        plan_sha256="ab" * 32,
+        base_ref="HEAD",
+        base_commit="c0" * 20,
+        max_concurrency=2,
+        spend_limit_usd=6.0,
+        argv=["stella", "fleet", "--plan", "plan.toml"],
+        pid=4242,
+    )
+    fields.update(overrides)
+    add_run(ledger, run_id, **fields)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / ".stella" / "private" / "fleet.db"
+
+
+def test_a_new_ledger_has_the_contract_schema_in_wal_mode(db: Path) -> None:
+    Ledger.open(db).close()
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == LEDGER_SCHEMA.version == 1
+    for table, columns in CONTRACT_COLUMNS.items():
+        have = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+        assert have == columns.split(), table
+    conn.close()
+    assert sorted(p.name for p in db.parent.iterdir() if not p.name.startswith("fleet.db")) == []
+
+
+def test_the_documented_query_finds_the_failed_attempt_of_the_latest_run(db: Path) -> None:
+    ticks = StepClock(1_700_000_000_000)
+    with Ledger.open(db, now_ms=ticks) as ledger:
+        new_run(ledger, "r-old")
+        ledger.add_tasks("r-old", [PlanTask("t1", "p", "old task")], {"t1": 1})
+        old = ledger.start_attempt("r-old", "t1", pipeline="command", branch="fleet/old")
+        ledger.finish_attempt(old, outcome="failed", exit_code=1, summary="old failure")
+        ticks.ms += 60_000
+        new_run(ledger, "r-new")
+        ledger.add_tasks(
+            "r-new", [PlanTask("ok", "p", "fine"), PlanTask("bad", "p", "broken")], {"ok": 1, "bad": 1}
+        )
+        good = ledger.start_attempt("r-new", "ok", pipeline="command", branch="main")
+        bad = ledger.start_attempt("r-new", "bad", pipeline="command", branch="fleet/bad-0123456789abcdef")
+        running = ledger.start_attempt("r-new", "bad", pipeline="command")
+        ledger.finish_attempt(good, outcome="succeeded", exit_code=0, summary="all good")
+        ledger.finish_attempt(bad, outcome="failed", exit_code=1, summary="tests still fail in parser.py")
+        del running  # still running: success is NULL, so the query leaves it out
+
+    expected = [("bad", "fleet/bad-0123456789abcdef", "tests still fail in parser.py")]
+    conn = sqlite3.connect(db)
+    assert conn.execute(DOC_QUERY).fetchall() == expected
+    conn.close()
+
+    cli = shutil.which("sqlite3")
+    if cli is None:
+        pytest.skip("the sqlite3 command-line shell is not installed (the Python check above passed)")
+    out = subprocess.run([cli, str(db), DOC_QUERY], check=True, capture_output=True, text=True).stdout
+    assert out.strip().splitlines() == ["bad|fleet/bad-0123456789abcdef|tests still fail in parser.py"]
+
+
+def test_run_lifecycle_and_everything_get_run_returns(db: Path) -> None:
+    ticks = StepClock(1_700_000_000_000)
+    with Ledger.open(db, now_ms=ticks) as ledger:
+        new_run(ledger, "r-20261130-aaaa")
+        tasks = [
+            PlanTask("schema", "Add the migration", "Add the migration", claims=("src/store/schema.rs",)),
+            PlanTask("reader", "Read", "Read path", depends_on=("schema",), claims=("src/store/read.rs",)),
+            PlanTask(
+                "docs", "Docs", "Rewrite", depends_on=("reader",), isolation="isolated", model="m", timeout=60
+            ),
+        ]
+        ledger.add_tasks("r-20261130-aaaa", tasks, {"schema": 1, "reader": 2, "docs": 3})
+        ledger.set_task_status("r-20261130-aaaa", "schema", "running")
+        attempt = ledger.start_attempt(
+            "r-20261130-aaaa", "schema", pipeline="command", log_path="l", transcript_path="t"
+        )
+        ledger.set_attempt_pid(attempt, 999)
+        ledger.add_spend(attempt, 0.25, input_tokens=100, output_tokens=10, steps=1)
+        ledger.add_spend(attempt, 0.5, input_tokens=50, output_tokens=5, steps=2)
+        assert ledger.record_commit(
+            sha="f" * 40, run_id="r-20261130-aaaa", task_id="schema", attempt_id=attempt, branch="main",
+            message="Add receipts", committed_at_ms=ticks.ms,
+        )  # fmt: skip
+        assert not ledger.record_commit(
+            sha="f" * 40, run_id="r-20261130-aaaa", task_id="schema", attempt_id=None, branch="main",
+            message="again", committed_at_ms=ticks.ms,
+        )  # fmt: skip
+        ticks.ms += 1500
+        ledger.finish_attempt(attempt, outcome="succeeded", exit_code=0, summary="done", cpu_seconds=1.5,
+                              peak_rss_bytes=1 << 20)  # fmt: skip
+        ledger.set_task_status("r-20261130-aaaa", "schema", "succeeded")
+        ledger.set_task_status("r-20261130-aaaa", "reader", "failed", "claim conflict: ...")
+        ledger.set_task_status("r-20261130-aaaa", "docs", "skipped", "dependency failed: reader")
+        ledger.set_task_workspace("r-20261130-aaaa", "docs", "fleet/docs-0123456789abcdef", "/w/docs")
+        ledger.upsert_ci(run_id="r-20261130-aaaa", branch="fleet/docs", task_id="docs", head_sha="a" * 40,
+                         pr_url=None, pr_number=None, state="pending", conclusion=None, reason=None,
+                         run_urls=[])  # fmt: skip
+        ledger.upsert_ci(run_id="r-20261130-aaaa", branch="fleet/docs", task_id="docs", head_sha="b" * 40,
+                         pr_url="https://example.invalid/pr/7", pr_number=7, state="green",
+                         conclusion="success", reason=None,
+                         run_urls=["https://example.invalid/run/1"])  # fmt: skip
+        ledger.record_cleanup(run_id="r-20261130-aaaa", task_id="docs", kind="worktree", target="/w/docs",
+                              action="kept", reason="unmerged work")  # fmt: skip
+        ticks.ms += 500
+        ledger.finish_run("r-20261130-aaaa", "failed", exit_code=1, reason="1 task failed")
+
+        assert ledger.run_spend("r-20261130-aaaa") == pytest.approx(0.75)
+        got = ledger.get_run("r-20261130-aaaa")
+    run = got["run"]
+    assert (run["status"], run["exit_code"], run["reason"]) == ("failed", 1, "1 task failed")
+    assert run["finished_at_ms"] - run["created_at_ms"] == 2000
+    assert run["argv"] == '["stella", "fleet", "--plan", "plan.toml"]'
+    assert [(t["id"], t["wave"], t["status"], t["reason"]) for t in got["tasks"]] == [
+        ("schema", 1, "succeeded", None),
+        ("reader", 2, "failed", "claim conflict: ..."),
+        ("docs", 3, "skipped", "dependency failed: reader"),
+    ]
+    assert got["tasks"][1]["depends_on"] == ["schema"] and got["tasks"][0]["claims"] == [
+        "src/store/schema.rs"
+    ]
+    assert (got["tasks"][2]["isolation"], got["tasks"][2]["timeout_s"], got["tasks"][2]["model"]) == (
+        "isolated", 60.0, "m",
+    )  # fmt: skip
+    assert got["tasks"][2]["branch"] == "fleet/docs-0123456789abcdef"
+    [a] = got["attempts"]
+    assert (a["success"], a["outcome"], a["pid"], a["steps"], a["input_tokens"], a["output_tokens"]) == (
+        1, "succeeded", 999, 3, 150, 15,
+    )  # fmt: skip
+    assert a["spend_usd"] == pytest.approx(0.75) and a["finished_at_ms"] - a["started_at_ms"] == 1500
+    assert [c["message"] for c in got["commits"]] == ["Add receipts"]
+    [ci] = got["ci"]
+    assert (ci["state"], ci["pr_number"], ci["head_sha"], ci["run_urls"]) == (
+        "green", 7, "b" * 40, ["https://example.invalid/run/1"],
+    )  # fmt: skip
+    assert [(c["kind"], c["action"]) for c in got["cleanups"]] == [("worktree", "kept")]
+
+
+def test_list_runs_pages_newest_first_with_counts_and_durations(db: Path) -> None:
+    ticks = StepClock(1_700_000_000_000)
+    with Ledger.open(db, now_ms=ticks) as ledger:
+        for n in range(5):
+            new_run(ledger, f"r-{n}")
+            ledger.add_tasks(f"r-{n}", [PlanTask(f"t{i}", "p", "t") for i in range(3)], {})
+            ledger.add_spend(ledger.start_attempt(f"r-{n}", "t0", pipeline="command"), 0.01 * n)
+            ledger.set_task_status(f"r-{n}", "t0", "succeeded")
+            ledger.set_task_status(f"r-{n}", "t1", "failed", "boom")
+            ticks.ms += 1000
+            if n != 4:
+                ledger.finish_run(f"r-{n}", "failed", exit_code=1)
+            ticks.ms += 1000
+        assert ledger.count_runs() == 5
+        first = ledger.list_runs(limit=2)
+        second = ledger.list_runs(limit=2, offset=2)
+        rest = ledger.list_runs(limit=10, offset=4)
+        assert ledger.list_runs(offset=5) == []
+    assert [r["id"] for r in first + second + rest] == ["r-4", "r-3", "r-2", "r-1", "r-0"]
+    newest = first[0]
+    assert newest["task_counts"] == {"succeeded": 1, "failed": 1, "pending": 1}
+    assert newest["tasks_total"] == 3 and newest["attempts_total"] == 1
+    assert newest["status"] == "running" and newest["duration_ms"] is None
+    assert first[1]["duration_ms"] == 1000 and first[1]["spend_usd"] == pytest.approx(0.03)
+
+
+def test_resolve_run_id(db: Path) -> None:
+    ticks = StepClock(1_700_000_000_000)
+    with Ledger.open(db, now_ms=ticks) as ledger:
+        with pytest.raises(StellaError, match="no fleet runs recorded"):
+            ledger.resolve_run_id(None)
+        for run_id in ("r-20261130-aaaa", "r-20261130-aabb", "r-20261201-cccc"):
+            new_run(ledger, run_id)
+            ticks.ms += 1
+        assert ledger.latest_run_id() == "r-20261201-cccc"
+        assert ledger.resolve_run_id(None) == ledger.resolve_run_id("latest") == "r-20261201-cccc"
+        assert ledger.resolve_run_id("r-20261130-aaaa") == "r-20261130-aaaa"
+        assert ledger.resolve_run_id("r-20261201") == "r-20261201-cccc"
+        with pytest.raises(StellaError, match=r"matches several runs \(r-20261130-aaaa, r-20261130-aabb\)"):
+            ledger.resolve_run_id("r-20261130")
+        with pytest.raises(StellaError, match="no run matches 'nope'"):
+            ledger.resolve_run_id("nope")
+        with pytest.raises(StellaError, match="no run 'nope'"):
+            ledger.get_run("nope")
+        with pytest.raises(StellaError, match="already in the ledger"):
+            new_run(ledger, "r-20261130-aaaa")
+
+
+def test_bad_status_values_are_programming_errors(db: Path) -> None:
+    with Ledger.open(db) as ledger:
+        new_run(ledger, "r")
+        with pytest.raises(ValueError, match="unknown run status 'done'"):
+            ledger.finish_run("r", "done", exit_code=0)
+        with pytest.raises(StellaError, match="no attempt 77"):
+            ledger.add_spend(77, 1.0)
+
+
+def test_the_ui_queries_use_indexes(db: Path) -> None:
+    """No full scans of tasks or attempts behind the UI's queries (bench/ledger_listing.py times them)."""
+    with Ledger.open(db) as ledger:
+        new_run(ledger, "r")
+        statements: list[str] = []
+        ledger._conn.set_trace_callback(statements.append)
+        ledger.list_runs(limit=50)
+        ledger.get_run("r")
+        ledger._conn.set_trace_callback(None)
+        plans = []
+        for sql in statements:
+            if sql.lstrip().upper().startswith("SELECT"):
+                plans += [row[3] for row in ledger._conn.execute("EXPLAIN QUERY PLAN " + sql)]
+    full_scans = [p for p in plans if p.startswith("SCAN") and "USING" not in p and "json_each" not in p]
+    assert not full_scans, plans
+    assert "SCAN runs USING INDEX runs_by_created" in plans
+
+
+def test_every_query_in_the_ledger_docs_runs(db: Path) -> None:
+    ticks = StepClock(1_700_000_000_000)
+    with Ledger.open(db, now_ms=ticks) as ledger:
+        new_run(ledger, "r-20261130-091500-1a2b")
+        ledger.add_tasks(
+            "r-20261130-091500-1a2b", [PlanTask("writer", "p", "Write", claims=("src/store/schema.rs",))], {}
+        )
+        attempt = ledger.start_attempt("r-20261130-091500-1a2b", "writer", pipeline="plain")
+        ledger.add_spend(attempt, 0.5, input_tokens=10, output_tokens=2)
+        ledger.record_commit(sha="a" * 40, run_id="r-20261130-091500-1a2b", task_id="writer",
+                             attempt_id=attempt, branch="main", message="m",
+                             committed_at_ms=ticks.ms)  # fmt: skip
+        ticks.ms += 1000
+        ledger.finish_attempt(attempt, outcome="failed", exit_code=1, summary="nope")
+        ledger.set_task_status("r-20261130-091500-1a2b", "writer", "skipped", "spend limit reached")
+        ledger.finish_run("r-20261130-091500-1a2b", "failed", exit_code=1)
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "ledger.md").read_text()
+    queries = [block.split("```")[0] for block in docs.split("```sql\n")[1:]]
+    assert len(queries) >= 7
+    conn = sqlite3.connect(db)
+    for query in queries:
+        assert conn.execute(query.replace("attempt_id = 42", f"attempt_id = {attempt}")).fetchall(), query
+    conn.close()
