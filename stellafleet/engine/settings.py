@@ -26,13 +26,14 @@ class EngineSettings:
     model: str
     base_url: str
     api_key_env: str
-    max_steps: int = 100
-    max_wall_seconds: float = 1800.0
-    max_output_tokens: int = 4096
-    request_timeout: float = 120.0
-    max_retries: int = 4
-    shell: bool = False
-    shell_timeout: float = 120.0
+    # Limits: their defaults live in core.configsections.EngineConfig, the one place they are set.
+    max_steps: int
+    max_wall_seconds: float
+    max_output_tokens: int
+    request_timeout: float
+    max_retries: int
+    shell: bool
+    shell_timeout: float
 
     @property
     def local(self) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.engine import make_repo
+from helpers.engine import HELLO_SESSION, make_repo
 
 from stellafleet.cli import main
 from stellafleet.git import gitops
@@ -54,21 +54,7 @@ def everything_written(root: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted((root / ".stella/private").rglob("*")) if p.is_file())
 
 
-SESSION = [
-    {
-        "text": "Adding the file.",
-        "tool_calls": [{"name": "write_file", "arguments": {"path": "hello.txt", "content": "hello\n"}}],
-        "usage": {"input_tokens": 2000, "output_tokens": 100},
-    },
-    {
-        "tool_calls": [{"name": "commit", "arguments": {"message": "Add hello.txt"}}],
-        "usage": {"input_tokens": 2200, "output_tokens": 50},
-    },
-    {
-        "tool_calls": [{"name": "finish", "arguments": {"summary": "Added hello.txt."}}],
-        "usage": {"input_tokens": 2300, "output_tokens": 40},
-    },
-]
+SESSION = HELLO_SESSION
 
 
 def test_run_records_a_one_task_run_and_prints_progress(

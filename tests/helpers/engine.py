@@ -132,3 +132,21 @@ def tool_messages(body: dict[str, Any]) -> list[str]:
         elif message["role"] == "user" and isinstance(message["content"], list):
             out.extend(b["content"] for b in message["content"] if b.get("type") == "tool_result")
     return out
+
+
+# A model session that writes hello.txt, commits it and finishes: the engine's happy path.
+HELLO_SESSION: list[dict[str, Any]] = [
+    {
+        "text": "Adding the file.",
+        "tool_calls": [{"name": "write_file", "arguments": {"path": "hello.txt", "content": "hello\n"}}],
+        "usage": {"input_tokens": 2000, "output_tokens": 100},
+    },
+    {
+        "tool_calls": [{"name": "commit", "arguments": {"message": "Add hello.txt"}}],
+        "usage": {"input_tokens": 2200, "output_tokens": 50},
+    },
+    {
+        "tool_calls": [{"name": "finish", "arguments": {"summary": "Added hello.txt."}}],
+        "usage": {"input_tokens": 2300, "output_tokens": 40},
+    },
+]

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.engine import make_repo
+from helpers.engine import HELLO_SESSION, make_repo
 
 from stellafleet.cli import main
 from stellafleet.testing.model_server import ScriptedModelServer
@@ -15,21 +15,7 @@ from stellafleet.testing.model_server import ScriptedModelServer
 TABLES = ("runs", "tasks", "attempts", "spend_events", "commits")
 PRICED = '[prices."scripted"]\ninput_per_mtok = 3\noutput_per_mtok = 15\n'
 
-SUCCEEDS = [
-    {
-        "text": "Adding the file.",
-        "tool_calls": [{"name": "write_file", "arguments": {"path": "hello.txt", "content": "hello\n"}}],
-        "usage": {"input_tokens": 2000, "output_tokens": 100},
-    },
-    {
-        "tool_calls": [{"name": "commit", "arguments": {"message": "Add hello.txt"}}],
-        "usage": {"input_tokens": 2200, "output_tokens": 50},
-    },
-    {
-        "tool_calls": [{"name": "finish", "arguments": {"summary": "Added hello.txt."}}],
-        "usage": {"input_tokens": 2300, "output_tokens": 40},
-    },
-]
+SUCCEEDS = HELLO_SESSION
 FAILS = [
     {
         "tool_calls": [{"name": "finish", "arguments": {"summary": "cannot", "success": False}}],
