@@ -17,6 +17,7 @@ from pathlib import Path as FilePath
 from typing import Any
 
 from stellafleet.core.schemacheck import (
+    BundledSchema,
     Check,
     Path,
     closest,
@@ -42,29 +43,20 @@ class Problem:
     keyword: str = ""
 
 
-@functools.cache
+BUNDLED = BundledSchema(FilePath(__file__).parent / "config.schema.json")
+
+
 def schema_text() -> str:
     """The schema exactly as shipped (what `stella config schema` prints)."""
-    # read beside this module: importlib.resources would cost a worker more than the whole check
-    return (FilePath(__file__).parent / "config.schema.json").read_text(encoding="utf-8")
+    return BUNDLED.text
 
 
-@functools.cache
 def schema() -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(schema_text())
-    return loaded
+    return BUNDLED.data
 
 
-@functools.cache
 def compiled_check() -> Check:
-    return compile_check(schema())
-
-
-@functools.cache
-def _validator() -> Any:
-    import jsonschema  # a tenth of a second to import: only for a config the compiled check refused
-
-    return jsonschema.Draft202012Validator(schema())
+    return BUNDLED.check
 
 
 def builtin_pipelines() -> list[str]:
@@ -77,7 +69,7 @@ def problems(data: Any, *, installed: Callable[[], Iterable[str]] | None = None)
 
     `installed`: the names of the installed pipelines, asked only when a [pipelines.NAME] table is for
     a name the schema does not know; without it such tables are taken as written."""
-    found = [] if run_check(compiled_check(), data) else _schema_problems(data)
+    found = [] if BUNDLED.is_valid(data) else _schema_problems(data)
     if installed is not None:
         found += _unknown_pipelines(data, installed)
     order = {path: index for index, path in enumerate(_paths(data))}
@@ -105,7 +97,9 @@ def _definition_check(definition: str) -> Check:
 
 
 def _schema_problems(data: Any) -> list[Problem]:
-    return _unique(problem for error in _validator().iter_errors(data) for problem in _explain(error, ()))
+    return _unique(
+        problem for error in BUNDLED.validator.iter_errors(data) for problem in _explain(error, ())
+    )
 
 
 def _unique(found: Iterable[Problem]) -> list[Problem]:

@@ -11,10 +11,12 @@ turn into plain words. The compiled check is conservative: when it says "valid",
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 import re
 from collections.abc import Callable
+from pathlib import Path as FilePath
 from typing import Any
 
 Check = Callable[[Any], bool]
@@ -36,6 +38,37 @@ def run_check(check: Check, data: Any) -> bool:
         return check(data)
     except RecursionError:
         return False
+
+
+class BundledSchema:
+    """A schema file shipped inside the package: its text, its data, the compiled check, and jsonschema's
+    validator, each made once and only when first asked for."""
+
+    def __init__(self, path: FilePath) -> None:
+        # read beside its module: importlib.resources would cost a worker more than the whole check
+        self.path = path
+
+    @functools.cached_property
+    def text(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
+    @functools.cached_property
+    def data(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads(self.text)
+        return loaded
+
+    @functools.cached_property
+    def check(self) -> Check:
+        return compile_check(self.data)
+
+    @functools.cached_property
+    def validator(self) -> Any:
+        import jsonschema  # a tenth of a second to import: only for data the compiled check refused
+
+        return jsonschema.Draft202012Validator(self.data)
+
+    def is_valid(self, data: Any) -> bool:
+        return run_check(self.check, data)
 
 
 class SchemaCompiler:

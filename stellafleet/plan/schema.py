@@ -9,20 +9,18 @@ it says "invalid" and jsonschema has the last word.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterator
-from importlib import resources
+from pathlib import Path as FilePath
 from typing import Any
 
 from stellafleet.core.schemacheck import (
     TYPE_WORDS,
+    BundledSchema,
     Check,
     Path,
     article,
-    compile_check,
     describe,
-    run_check,
     show,
     sort_key,
     suggest,
@@ -31,33 +29,25 @@ from stellafleet.core.schemacheck import (
 ID_PATTERN = "^[A-Za-z0-9._-]+$"
 
 
-@functools.cache
+BUNDLED = BundledSchema(FilePath(__file__).parent / "plan.schema.json")
+
+
 def schema_text() -> str:
     """The schema exactly as shipped (what `stella plan schema` prints)."""
-    return resources.files("stellafleet").joinpath("plan/plan.schema.json").read_text(encoding="utf-8")
+    return BUNDLED.text
 
 
-@functools.cache
 def schema() -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(schema_text())
-    return loaded
+    return BUNDLED.data
 
 
-@functools.cache
-def _validator() -> Any:
-    import jsonschema  # a tenth of a second to import: only for a plan the compiled check refused
-
-    return jsonschema.Draft202012Validator(schema())
-
-
-@functools.cache
 def compiled_check() -> Check:
     """A fast validity check compiled once from the schema; True means jsonschema would accept too."""
-    return compile_check(schema())
+    return BUNDLED.check
 
 
 def is_valid(data: Any) -> bool:
-    return run_check(compiled_check(), data)
+    return BUNDLED.is_valid(data)
 
 
 def schema_problems(data: Any, *, table_word: str = "table") -> list[tuple[Path, str]]:
@@ -65,7 +55,7 @@ def schema_problems(data: Any, *, table_word: str = "table") -> list[tuple[Path,
     if is_valid(data):
         return []
     try:
-        errors = list(_validator().iter_errors(data))
+        errors = list(BUNDLED.validator.iter_errors(data))
     except RecursionError:
         return [((), "the plan is nested too deeply (a self-referencing YAML alias?)")]
     problems: list[tuple[Path, str]] = []
