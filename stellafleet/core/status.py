@@ -31,6 +31,21 @@ class AttemptOutcome(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
+    # The watchdog stopped a worker that showed no CPU time, output or spend for `[fleet] idle_timeout`.
+    STALLED = "stalled"
+    # Its fleet died; the next stella command that opened the ledger finalised it.
+    ABANDONED = "abandoned"
+
+
+class MergeStatus(StrEnum):
+    """One branch's step through `stella merge`."""
+
+    PLANNED = "planned"
+    MERGED = "merged"
+    CONFLICT = "conflict"
+    CHECK_FAILED = "check_failed"
+    SKIPPED = "skipped"
+    ERROR = "error"
 
 
 class CIState(StrEnum):

@@ -120,7 +120,42 @@ _V1 = (
     "CREATE INDEX spend_events_by_run ON spend_events(run_id)",
 )
 
+# Version 2: scheduling and resume (runs.schedule, runs.resumed_from), where an attempt ran and why it
+# exists (attempts.node, attempts.reason, attempts.token_sha256 proving `stella commit` runs inside it,
+# attempts.last_progress_ms for the watchdog), de-duplicated streamed spend (spend_events.seq) and the
+# merge queue's steps (merges).
+_V2 = (
+    "ALTER TABLE runs ADD COLUMN schedule TEXT",
+    "ALTER TABLE runs ADD COLUMN resumed_from TEXT",
+    "ALTER TABLE runs ADD COLUMN executor TEXT",
+    "ALTER TABLE attempts ADD COLUMN node TEXT",
+    "ALTER TABLE attempts ADD COLUMN reason TEXT",
+    "ALTER TABLE attempts ADD COLUMN token_sha256 TEXT",
+    "ALTER TABLE attempts ADD COLUMN last_progress_ms INTEGER",
+    "ALTER TABLE spend_events ADD COLUMN seq INTEGER",
+    "CREATE UNIQUE INDEX spend_events_by_seq ON spend_events(attempt_id, seq) WHERE seq IS NOT NULL",
+    """CREATE TABLE merges (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        task_id TEXT,
+        branch TEXT NOT NULL,
+        position INTEGER,
+        strategy TEXT,
+        onto_ref TEXT,
+        before_sha TEXT,
+        after_sha TEXT,
+        status TEXT NOT NULL,
+        reason TEXT,
+        files_json TEXT NOT NULL DEFAULT '[]',
+        check_command TEXT,
+        check_tail TEXT,
+        started_at_ms INTEGER NOT NULL,
+        finished_at_ms INTEGER
+    )""",
+    "CREATE INDEX merges_by_run ON merges(run_id, branch)",
+)
+
 # Forward migrations: MIGRATIONS[n] takes a ledger from user_version n to n + 1. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 
 LEDGER_SCHEMA = Schema(label="fleet ledger", application_id=0x53544C46, migrations=MIGRATIONS)  # "STLF"

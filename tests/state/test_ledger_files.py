@@ -14,7 +14,7 @@ from helpers.spawn import run_together
 
 from stellafleet.core.errors import StellaError
 from stellafleet.state.ledger import Ledger
-from stellafleet.state.ledger_schema import LEDGER_SCHEMA
+from stellafleet.state.ledger_schema import LEDGER_SCHEMA, MIGRATIONS
 from stellafleet.state.sqlitefile import Schema, open_database
 from stellafleet.testing.sample_ledger import add_run
 
@@ -92,7 +92,9 @@ def test_a_ledger_from_a_newer_stella_is_refused_and_left_byte_identical(tmp_pat
     before = _snapshot(tmp_path)
     for readonly in (False, True):
         with pytest.raises(
-            StellaError, match=r"schema version 2, newer than this stella understands \(1\): upgrade"
+            StellaError,
+            match=rf"schema version {LEDGER_SCHEMA.version + 1}, newer than this stella understands "
+            rf"\({LEDGER_SCHEMA.version}\): upgrade",
         ):
             Ledger.open(db, readonly=readonly)
     assert _snapshot(tmp_path) == before
@@ -173,6 +175,24 @@ def test_forward_migrations_run_once_and_keep_the_data(tmp_path: Path) -> None:
         open_database(db, v1)
     with pytest.raises(StellaError, match="not a fleet ledger"):
         Ledger.open(db)
+
+
+def test_a_version_1_ledger_is_upgraded_in_place_and_keeps_its_rows(tmp_path: Path) -> None:
+    db = tmp_path / "fleet.db"
+    v1 = Schema(LEDGER_SCHEMA.label, LEDGER_SCHEMA.application_id, MIGRATIONS[:1])
+    conn = open_database(db, v1)
+    conn.execute("INSERT INTO runs (id, created_at_ms) VALUES ('r-old', 1)")
+    conn.execute("INSERT INTO attempts (run_id, task_id, started_at_ms) VALUES ('r-old', 't', 2)")
+    conn.close()
+    with Ledger.open(db) as ledger:
+        assert ledger.resolve_run_id("latest") == "r-old"
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == LEDGER_SCHEMA.version
+    row = conn.execute("SELECT schedule, resumed_from FROM runs WHERE id = 'r-old'").fetchone()
+    assert row == (None, None)
+    assert conn.execute("SELECT node, reason FROM attempts").fetchone() == (None, None)
+    assert conn.execute("SELECT count(*) FROM merges").fetchone()[0] == 0
+    conn.close()
 
 
 def _posix_locks_on(path: Path) -> list[str]:
