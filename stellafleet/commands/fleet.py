@@ -45,6 +45,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--watch", action="store_true", help="after the fan-out, follow each branch's CI")
     parser.add_argument("--dry-run", action="store_true", help="show the waves and workspaces, run nothing")
     parser.add_argument("--json", action="store_true", help="print one JSON result document instead")
+    parser.add_argument(
+        "--schedule",
+        choices=("waves", "eager"),
+        help="waves: a wave starts when the previous one has finished (default); eager: a task starts as "
+        "soon as its dependencies succeeded and a worker slot is free",
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="run again what an earlier run (latest, an id or a prefix) left undone; its succeeded tasks "
+        "count as done",
+    )
+    parser.add_argument("--force", action="store_true", help="with --resume: resume even if the plan changed")
     parser.set_defaults(func=run)
 
 
@@ -66,6 +79,9 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
         quiet=args.quiet,
         spend_limit=args.spend_limit,
         config_file=args.config,
+        schedule=getattr(args, "schedule", None),
+        resume=getattr(args, "resume", None),
+        force=getattr(args, "force", False),
         argv=("stella", *sys.argv[1:]),
     )
 

@@ -35,6 +35,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="group the waves as a fleet with this many workers would (default: no limit)",
     )
+    show.add_argument(
+        "--schedule",
+        choices=("waves", "eager"),
+        default="waves",
+        help="show the run as this schedule would start its tasks (default: waves)",
+    )
     show.add_argument("--json", action="store_true", help="print one JSON document")
     show.set_defaults(func=show_command)
 
@@ -72,13 +78,20 @@ def check_command(args: argparse.Namespace) -> int:
 def show_command(args: argparse.Namespace) -> int:
     plan = load_plan(args.file)
     limit: int | None = args.max_concurrency
-    waves = plan.waves(limit or len(plan.tasks))
+    eager = getattr(args, "schedule", "waves") == "eager"
+    # eager: the waves are the dependency layers, the order tasks become ready, never a wait
+    waves = plan.waves(len(plan.tasks) if eager else limit or len(plan.tasks))
+    explained = eager_explanation(limit) if eager else None
     if args.json:
-        print(json.dumps(_document(plan, limit, waves), indent=2, ensure_ascii=False))
+        document = _document(plan, limit, waves)
+        document.update(schedule="eager" if eager else "waves", explanation=explained)
+        print(json.dumps(document, indent=2, ensure_ascii=False))
         return EXIT_OK
     heading = f"{args.file}: {_count(len(plan.tasks), 'task')} in {_count(len(waves), 'wave')} " + (
         f"(max concurrency {limit})" if limit else "(no concurrency limit)"
     )
+    if explained:
+        heading += f"\n{explained}"
     if sys.stdout.isatty():
         _show_rich(plan, waves, heading)
     else:
@@ -86,6 +99,16 @@ def show_command(args: argparse.Namespace) -> int:
     for warning in plan.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return EXIT_OK
+
+
+def eager_explanation(limit: int | None) -> str:
+    slots = f"one of the {limit} worker slots" if limit else "a worker slot"
+    return (
+        f"eager schedule: a task starts as soon as every task it depends on has succeeded and {slots} is "
+        "free, without waiting for the rest of its wave; the waves below only show the order in which "
+        "tasks become ready. A failed task's dependents are skipped; once the spend limit is reached no "
+        "new task starts."
+    )
 
 
 def list_command(args: argparse.Namespace) -> int:

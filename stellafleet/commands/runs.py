@@ -161,7 +161,7 @@ def print_runs(page: dict[str, Any], *, console: Console) -> None:
             r["id"],
             fmt_time(r["created_at_ms"]),
             fmt_duration(r["duration_ms"]),
-            fmt_status(r),
+            fmt_status(r) + (f" (resumes {r['resumed_from']})" if r.get("resumed_from") else ""),
             fmt_task_counts(r["tasks"]),
             fmt_spend(r),
             r.get("pipeline") or "-",
@@ -210,6 +210,9 @@ def print_run(detail: dict[str, Any], *, console: Console) -> None:
         ("base", fmt_base(run)),
         ("plan", run.get("plan_path") or "(inline prompts)"),
         ("concurrency", str(run.get("max_concurrency") or "-")),
+        ("schedule", run.get("schedule") or ""),
+        ("resumes", run.get("resumed_from") or ""),
+        ("resumed by", ", ".join(run.get("resumed_by") or ())),
         ("command", run.get("command") or ""),
         ("reason", run.get("reason") or ""),
     ]

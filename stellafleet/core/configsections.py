@@ -45,6 +45,8 @@ class FleetConfig:
     max_concurrency: int | None = None
     stop_grace: float = 5.0
     fork_workers: bool = True
+    schedule: str = "waves"  # "waves" or "eager" (--schedule wins)
+    idle_timeout: float = 900.0  # seconds without CPU time, output or spend before a worker is stopped
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,15 @@ class WatchConfig:
     remote: str = "origin"
     force_push: bool = False
     repo: str | None = None  # OWNER/NAME for gh when the remotes do not make it obvious
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    """`[notify]`: a shell command told (JSON on stdin) when a run ends, a task fails or stalls, or the
+    spend limit is reached; None: no notifications."""
+
+    command: str | None = None
+    timeout: float = 10.0
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ class TaskStatus(StrEnum):
     FAILED = "failed"
     SKIPPED = "skipped"
     INTERRUPTED = "interrupted"
+    STALLED = "stalled"  # its attempt was stopped by the watchdog (AttemptOutcome.STALLED)
 
 
 class AttemptOutcome(StrEnum):

@@ -30,12 +30,14 @@ from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.git import gitops
 from stellafleet.run.dispatch import Dispatcher, RunSettings
+from stellafleet.run.eager import runner_class
 from stellafleet.run.events import Emit, Event, Notice, RunStarted, TaskSkipped
 from stellafleet.run.executor import INTERRUPTED, LocalExecutor
 from stellafleet.run.prepare import FleetOptions, Prepared, prepare
 from stellafleet.run.reporter import Reporter, make_reporter, print_dry_run
 from stellafleet.run.result import result_document
-from stellafleet.run.waves import WaveOutcome, WaveRunner
+from stellafleet.run.resume import record_lineage, schedule_note
+from stellafleet.run.waves import WaveOutcome
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
 
@@ -215,10 +217,11 @@ class FleetRun:
             pid=os.getpid(),
         )
         ledger.add_tasks(p.run_id, p.plan.tasks, p.plan.wave_numbers(p.concurrency.value))
+        record_lineage(ledger, p.run_id, p.schedule, p.resume)
         self.reporter.handle(
             RunStarted(
                 run_id=p.run_id,
-                concurrency=p.concurrency.describe(),
+                concurrency=p.concurrency.describe() + schedule_note(p.schedule, p.resume),
                 max_concurrency=p.concurrency.value,
                 base_ref=p.base_ref,
                 base_commit=p.base_commit,
@@ -247,8 +250,13 @@ class FleetRun:
                 return f"{SPEND_STOP_PREFIX}: ${spent:.2f} of ${limit:.2f}"
             return None
 
-        runner = WaveRunner(
-            p.plan, p.concurrency.value, dispatcher.execute, before_wave=before_wave, on_event=on_event
+        runner = runner_class(p.schedule)(
+            p.plan,
+            p.concurrency.value,
+            dispatcher.execute,
+            before_wave=before_wave,
+            on_event=on_event,
+            done=p.resume.done if p.resume else frozenset(),
         )
         interrupts = Interrupts(
             runner.request_stop,

@@ -21,6 +21,7 @@ from stellafleet.git import gitops
 from stellafleet.plan.model import Plan, load_plan, plan_from_prompts
 from stellafleet.run.dispatch import workspace_for
 from stellafleet.run.governor import Decision, decide
+from stellafleet.run.resume import Resume, load_resume
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -47,6 +48,9 @@ class FleetOptions:
     stop_on_first_interrupt: bool = False  # Ctrl-C stops the running workers at once, not the second time
     argv: Sequence[str] = ()
     cwd: Path | None = None
+    schedule: str | None = None  # "waves" or "eager" (None: the config's, else waves)
+    resume: str | None = None  # an earlier run to resume: "latest", an id or a unique prefix
+    force: bool = False  # resume even though the plan changed
 
 
 class NotReady(StellaError):
@@ -87,6 +91,9 @@ class Prepared:
     quiet: bool
     dry_run: bool
     argv: tuple[str, ...]
+    schedule: str = "waves"
+    resume: Resume | None = None
+    idle_timeout: float = 0.0  # seconds; 0: no watchdog
 
     @property
     def spend_guard(self) -> float | None:
@@ -129,6 +136,9 @@ class Prepared:
             "spend_limit_usd": self.spend_limit,
             "spend_guard_usd": self.spend_guard,
             "waves": self.waves,
+            "schedule": self.schedule,
+            "resumes": self.resume.run_id if self.resume else None,
+            "done": sorted(self.resume.done) if self.resume else [],
             "tasks": self.task_rows(),
             "problems": self.problems,
         }
@@ -200,7 +210,8 @@ def prepare(options: FleetOptions) -> Prepared:
     root = check_environment(options.cwd or Path.cwd())
     config_file = Path(options.config_file).resolve() if options.config_file else None
     config = load_config(root, config_file=Path(options.config_file) if options.config_file else None)
-    plan = build_plan(options, root)
+    resume = resume_of(options, root)
+    plan = resume.plan if resume is not None else build_plan(options, root)
     default_pipeline = options.pipeline or config.fleet.pipeline
     installed = pipelines.available()
     problems = pipeline_problems(
@@ -215,7 +226,7 @@ def prepare(options: FleetOptions) -> Prepared:
     return Prepared(
         root=root,
         plan=plan,
-        plan_path=Path(options.plan_path).resolve() if options.plan_path else None,
+        plan_path=resume.plan_path if resume else plan_file(options),
         run_id=new_run_id(),
         base_ref=options.base_ref or gitops.current_branch(root) or "HEAD",
         base_commit=base_commit,
@@ -236,4 +247,22 @@ def prepare(options: FleetOptions) -> Prepared:
         quiet=options.quiet,
         dry_run=options.dry_run,
         argv=tuple(options.argv),
+        schedule=options.schedule or config.fleet.schedule,
+        resume=resume,
+        idle_timeout=config.fleet.idle_timeout,
     )
+
+
+def plan_file(options: FleetOptions) -> Path | None:
+    return Path(options.plan_path).resolve() if options.plan_path else None
+
+
+def resume_of(options: FleetOptions, root: Path) -> Resume | None:
+    """--resume RUN: the earlier run and its re-read plan (None without --resume)."""
+    if options.resume is None:
+        if options.force:
+            raise StellaError("--force only goes with --resume RUN")
+        return None
+    if options.prompts:
+        raise StellaError("--resume runs the earlier run's tasks again: give no prompts with it")
+    return load_resume(root, options.resume, plan_path=options.plan_path, force=options.force)

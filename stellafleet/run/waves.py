@@ -205,6 +205,7 @@ class WaveRunner(Runner):
         *,
         before_wave: Callable[[int, list[str]], str | None] | None = None,
         on_event: Emit | None = None,
+        done: frozenset[str] = frozenset(),
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
@@ -220,6 +221,7 @@ class WaveRunner(Runner):
         self._execute = execute
         self._before_wave = before_wave
         self._on_event = on_event
+        self.done = done  # tasks an earlier run already did (--resume): they count as succeeded, unrun
         self._order = {task_id: position for position, task_id in enumerate(plan.ids)}
         self._lock = threading.RLock()  # re-entrant: a signal handler may interrupt a holder
         self._stop_reason: str | None = None
@@ -309,6 +311,9 @@ class WaveRunner(Runner):
                 )
                 self._skip(node, "dependency failed: " + ", ".join(roots), roots=roots)
                 pending.append(node)
+            elif node.task.name in self.done:  # done by an earlier run: counts as succeeded, unrun
+                node.run_status, self.outcome.statuses[node.task.name] = "successful", TaskStatus.SUCCEEDED
+                pending.append(node)
             elif self.select_task(node, self._dispatcher.tasks):
                 self._ready[node.task.name] = node
             else:  # doit refused it (cannot happen with uptodate=[False]; kept safe)
@@ -325,22 +330,25 @@ class WaveRunner(Runner):
                 self._emit(TaskStarted(node.task.name, number))
                 futures[pool.submit(self.execute_task, node.task)] = node
             for future in as_completed(futures):
-                node = futures[future]
-                try:
-                    failure = future.result()
-                except BaseException as exc:  # e.g. SystemExit raised inside execute
-                    self._errors[node.task.name] = f"{type(exc).__name__}: {exc}"
-                    self._fail(node, self._errors[node.task.name])
-                    continue
-                self.process_task_result(node, failure)
-                if node.run_status == "successful":
-                    self.outcome.statuses[node.task.name] = TaskStatus.SUCCEEDED
-                    self._emit(TaskEnded(node.task.name, TaskStatus.SUCCEEDED, None))
-                else:
-                    reason = self._errors.get(node.task.name) or _failure_text(failure)
-                    self._record_failure(node, reason)
+                self._conclude(futures[future], future)
         self._finished.extend(nodes)
         self._emit(WaveEnded(number))
+
+    def _conclude(self, node: Any, future: Future[Any]) -> None:
+        """Record the verdict on a task whose execution has finished (on the thread that called run())."""
+        try:
+            failure = future.result()
+        except BaseException as exc:  # e.g. SystemExit raised inside execute
+            self._errors[node.task.name] = f"{type(exc).__name__}: {exc}"
+            self._fail(node, self._errors[node.task.name])
+            return
+        self.process_task_result(node, failure)
+        if node.run_status == "successful":
+            self.outcome.statuses[node.task.name] = TaskStatus.SUCCEEDED
+            self._emit(TaskEnded(node.task.name, TaskStatus.SUCCEEDED, None))
+        else:
+            reason = self._errors.get(node.task.name) or _failure_text(failure)
+            self._record_failure(node, reason)
 
     def _run_task(self, task: PlanTask) -> bool:
         """The doit python-action of every task (runs in a pool thread)."""
@@ -386,9 +394,7 @@ class WaveRunner(Runner):
 
 
 def _failure_text(failure: Any) -> str:
-    if failure is None:
-        return "failed"
     try:
-        return str(failure.get_msg()).strip().splitlines()[-1]
+        return "failed" if failure is None else str(failure.get_msg()).strip().splitlines()[-1]
     except Exception:
         return str(failure)

@@ -132,6 +132,14 @@ class Ledger(LedgerReads):
                 (stored, self._now_ms(), exit_code, reason, run_id),
             )
 
+    def set_run_lineage(self, run_id: str, *, schedule: str, resumed_from: str | None = None) -> None:
+        """Which schedule the run uses and the run it resumes (`stella fleet --resume`), if any."""
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE runs SET schedule = ?, resumed_from = ? WHERE id = ?",
+                (schedule, resumed_from, run_id),
+            )
+
     # --- tasks ---
 
     def add_tasks(self, run_id: str, tasks: Iterable[TaskSpec], waves: dict[str, int]) -> None:
@@ -216,6 +224,11 @@ class Ledger(LedgerReads):
     def set_attempt_pid(self, attempt_id: int, pid: int) -> None:
         with self._write() as conn:
             conn.execute("UPDATE attempts SET pid = ? WHERE id = ?", (pid, attempt_id))
+
+    def set_attempt_progress(self, attempt_id: int, at_ms: int) -> None:
+        """The last time the attempt's worker showed progress (CPU time, output or spend)."""
+        with self._write() as conn:
+            conn.execute("UPDATE attempts SET last_progress_ms = ? WHERE id = ?", (at_ms, attempt_id))
 
     def add_spend(
         self, attempt_id: int, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0

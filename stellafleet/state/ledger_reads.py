@@ -71,6 +71,16 @@ class LedgerReads:
         shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
         raise StellaError(f"{ref!r} matches several runs ({shown}): give more of the run id")
 
+    def resumed_by(self, run_id: str) -> list[str]:
+        """The runs that resumed this one (`stella fleet --resume`), oldest first."""
+        rows = self._read("SELECT id FROM runs WHERE resumed_from = ? ORDER BY created_at_ms, id", (run_id,))
+        return [str(row[0]) for row in rows]
+
+    def last_spend_ms(self, attempt_id: int) -> int | None:
+        """When the attempt's latest spend event was recorded (None: it has none)."""
+        rows = self._read("SELECT max(at_ms) FROM spend_events WHERE attempt_id = ?", (attempt_id,))
+        return None if not rows or rows[0][0] is None else int(rows[0][0])
+
     def count_runs(self) -> int:
         return int(self._read("SELECT count(*) FROM runs")[0][0])
 

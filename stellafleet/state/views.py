@@ -64,6 +64,8 @@ def run_row(run: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> di
         "base_commit": run.get("base_commit"),
         "plan_path": run.get("plan_path"),
         "max_concurrency": run.get("max_concurrency"),
+        "schedule": run.get("schedule") or "waves",  # ledgers from before schedules ran in waves
+        "resumed_from": run.get("resumed_from"),
         "exit_code": run.get("exit_code"),
         "reason": run.get("reason"),
         "pid": run.get("pid"),
@@ -230,4 +232,6 @@ def load_run(ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = 
             run_id = ledger.resolve_run_id(ref)
         except StellaError as exc:
             raise UnknownRun(str(exc)) from None
-        return run_detail(ledger.get_run(run_id), now_ms=now_ms, alive=alive)
+        detail = run_detail(ledger.get_run(run_id), now_ms=now_ms, alive=alive)
+        detail["run"]["resumed_by"] = ledger.resumed_by(run_id)
+        return detail

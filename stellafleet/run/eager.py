@@ -1,0 +1,86 @@
+"""The eager schedule: a task starts as soon as its dependencies have succeeded and a worker slot is free.
+
+Like `make -j`: the same doit task graph and the same rules as the waves (a failed task's dependents are
+skipped, a stop launches nothing more, at most `max_concurrency` workers at once), but no task waits for
+an unrelated slow one. The check run before each wave (the spend limit) runs before each task instead:
+once it says stop, no new task starts.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from stellafleet.plan.model import Plan
+from stellafleet.run.events import TaskStarted
+from stellafleet.run.waves import WaveRunner
+
+SCHEDULES = ("waves", "eager")
+
+
+class EagerRunner(WaveRunner):
+    """Runs a plan through doit's TaskDispatcher, starting each ready task in plan order as soon as one of
+    `max_concurrency` slots is free. `before_wave(n, [task])` is asked before the n-th task starts."""
+
+    def run_tasks(self, task_dispatcher: Any) -> None:
+        self._dispatcher = task_dispatcher
+        self._ready: dict[str, Any] = {}
+        self._finished: list[Any] = []
+        self._started = 0
+        running: dict[Future[Any], Any] = {}
+        with ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix="stella-eager") as pool:
+            self._pull()
+            while self._ready or running:
+                self._launch(pool, running)
+                if running:
+                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in sorted(finished, key=lambda f: self._order[running[f].task.name]):
+                        node = running.pop(future)
+                        self._conclude(node, future)
+                        self._finished.append(node)
+                self._pull()
+        self.outcome.stopped = self._current_stop()
+
+    def _launch(self, pool: ThreadPoolExecutor, running: dict[Future[Any], Any]) -> None:
+        """Start ready tasks, first in plan order, while a slot is free; on a stop, skip every ready one."""
+        while self._ready and len(running) < self.max_concurrency:
+            task_id = min(self._ready, key=self._order.__getitem__)
+            reason = self._current_stop()
+            if reason is None and self._before_wave is not None:
+                asked = self._before_wave(self._started + 1, [task_id])
+                if asked is not None:
+                    self.request_stop(asked)
+                    reason = self._current_stop()
+            if reason is not None:
+                for skipped in sorted(self._ready, key=self._order.__getitem__):
+                    node = self._ready.pop(skipped)
+                    self._skip(node, reason)
+                    self._finished.append(node)  # handed back, so its dependents come up (and skip)
+                return
+            node = self._ready.pop(task_id)
+            self._started += 1
+            self.outcome.waves.append([task_id])  # eager: each start is its own step
+            self._emit(TaskStarted(task_id, self._started))
+            running[pool.submit(self.execute_task, node.task)] = node
+
+
+def runner_class(schedule: str) -> type[WaveRunner]:
+    """The runner of a schedule name ("waves" or "eager")."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
+    return EagerRunner if schedule == "eager" else WaveRunner
+
+
+def critical_path(plan: Plan, durations: dict[str, float]) -> float:
+    """The longest chain of durations through the plan's dependencies: no schedule finishes sooner."""
+    finish: dict[str, float] = {}
+    for layer in plan.waves(max(len(plan.tasks), 1)):  # every dependency comes before its dependents
+        for task_id in layer:
+            start = max((finish[dep] for dep in plan.task(task_id).depends_on), default=0.0)
+            finish[task_id] = start + durations.get(task_id, 0.0)
+    return max(finish.values(), default=0.0)
+
+
+def lower_bound(plan: Plan, durations: dict[str, float], max_concurrency: int) -> float:
+    """max(critical path, total work / concurrency): the least wall time any schedule can reach."""
+    return max(critical_path(plan, durations), sum(durations.values()) / max_concurrency)

@@ -1,0 +1,165 @@
+"""`stella fleet --resume RUN`: a new run of an earlier run's plan that does only what is left.
+
+The earlier run's succeeded tasks count as done: no new attempt, their commits and branches stay as they
+are. Its failed, stalled, skipped and interrupted tasks run again, and so do their dependents. The plan is
+re-read from its file and compared with what the earlier run recorded, task by task; a changed plan is
+refused (naming what changed) unless forced, and then a changed task is not done either. A run of inline
+prompts has no file: it is resumed from the tasks it recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import RunStatus, TaskStatus
+from stellafleet.plan.model import Plan, PlanTask, load_plan
+from stellafleet.proc.pids import pid_alive
+from stellafleet.state.ledger import Ledger
+
+# What a task's row records of its plan entry, as (ledger column, PlanTask field)
+COMPARED = (
+    ("prompt", "prompt"),
+    ("title", "title"),
+    ("depends_on", "depends_on"),
+    ("claims", "claims"),
+    ("isolation", "isolation"),
+    ("pipeline", "pipeline"),
+    ("model", "model"),
+    ("timeout_s", "timeout"),
+)
+
+
+@dataclass(frozen=True)
+class Resume:
+    """The earlier run a new run resumes, and what of it is done."""
+
+    run_id: str
+    plan: Plan
+    plan_path: Path | None
+    done: frozenset[str]  # task ids the earlier run finished: they get no new attempt
+    changes: tuple[str, ...] = ()  # what changed in the plan (only with --force)
+
+    def done_reason(self) -> str:
+        return f"succeeded in run {self.run_id}"
+
+
+def task_changes(recorded: Sequence[Mapping[str, Any]], plan: Plan) -> dict[str, list[str]]:
+    """Task id -> what differs between the earlier run's recorded tasks and the plan now."""
+    changes: dict[str, list[str]] = {}
+    before = {row["id"]: row for row in recorded}
+    for task in plan.tasks:
+        row = before.get(task.id)
+        if row is None:
+            changes[task.id] = ["added"]
+            continue
+        differ = [
+            field for column, field in COMPARED if _norm(row.get(column)) != _norm(getattr(task, field))
+        ]
+        if differ:
+            changes[task.id] = differ
+    for task_id in before:
+        if task_id not in plan.ids:
+            changes[task_id] = ["removed"]
+    return changes
+
+
+def _norm(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def describe_changes(changes: Mapping[str, list[str]]) -> str:
+    return "; ".join(f"task {task_id!r}: {', '.join(what)}" for task_id, what in changes.items())
+
+
+def recorded_plan(tasks: Sequence[Mapping[str, Any]]) -> Plan:
+    """The plan an inline-prompt run recorded: its tasks as they were."""
+    return Plan(
+        tasks=tuple(
+            PlanTask(
+                id=row["id"],
+                prompt=row["prompt"],
+                title=row["title"],
+                depends_on=tuple(row.get("depends_on") or ()),
+                claims=tuple(row.get("claims") or ()),
+                isolation=row.get("isolation") or "shared",
+                pipeline=row.get("pipeline"),
+                model=row.get("model"),
+                timeout=row.get("timeout_s"),
+            )
+            for row in tasks
+        )
+    )
+
+
+def done_tasks(plan: Plan, statuses: Mapping[str, str], changed: Mapping[str, list[str]]) -> frozenset[str]:
+    """Tasks that succeeded before, are unchanged and whose dependencies are all done too."""
+    done: set[str] = set()
+    for layer in plan.waves(max(len(plan.tasks), 1)):  # dependencies first
+        for task_id in layer:
+            task = plan.task(task_id)
+            if (
+                statuses.get(task_id) == TaskStatus.SUCCEEDED
+                and task_id not in changed
+                and all(dep in done for dep in task.depends_on)
+            ):
+                done.add(task_id)
+    return frozenset(done)
+
+
+def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> Resume:
+    """The earlier run named by ref (`latest`, an id or a unique prefix) and its re-read, checked plan."""
+    fleet_db = StatePaths(root).fleet_db
+    if not fleet_db.exists():
+        raise StellaError(f"nothing to resume: no fleet runs recorded yet (no ledger at {fleet_db})")
+    with Ledger.open(fleet_db, readonly=True) as ledger:
+        record = ledger.get_run(ledger.resolve_run_id(ref))
+    run = record["run"]
+    if run["status"] == RunStatus.RUNNING and pid_alive(run.get("pid"), run.get("created_at_ms")):
+        raise StellaError(f"run {run['id']} is still running: resume it once it has ended")
+    source = plan_path or run.get("plan_path")
+    if source is not None and not Path(source).exists():
+        raise StellaError(
+            f"cannot resume run {run['id']}: its plan {source} is gone; give it with --plan FILE",
+            exit_code=EXIT_USAGE,
+        )
+    plan = load_plan(source, root=root) if source is not None else recorded_plan(record["tasks"])
+    changes = task_changes(record["tasks"], plan)
+    if changes and not force:
+        raise StellaError(
+            f"the plan changed since run {run['id']}: {describe_changes(changes)}; "
+            "run with --force to resume it anyway (changed tasks run again)",
+            exit_code=EXIT_USAGE,
+        )
+    statuses = {row["id"]: row["status"] for row in record["tasks"]}
+    return Resume(
+        run_id=run["id"],
+        plan=plan,
+        plan_path=Path(source).resolve() if source is not None else None,
+        done=done_tasks(plan, statuses, changes),
+        changes=tuple(f"task {task_id!r}: {', '.join(what)}" for task_id, what in changes.items()),
+    )
+
+
+def record_lineage(ledger: Ledger, run_id: str, schedule: str, resume: Resume | None) -> None:
+    """The new run's schedule and the run it resumes; the tasks done before are marked succeeded."""
+    ledger.set_run_lineage(run_id, schedule=schedule, resumed_from=resume.run_id if resume else None)
+    if resume is not None:
+        for task_id in sorted(resume.done):
+            ledger.set_task_status(run_id, task_id, TaskStatus.SUCCEEDED, resume.done_reason())
+
+
+def schedule_note(schedule: str, resume: Resume | None) -> str:
+    """What the run's first line adds about its schedule and the run it resumes."""
+    note = ", eager schedule" if schedule == "eager" else ""
+    if resume is not None:
+        note += f"; resumes {resume.run_id} ({len(resume.done)} of {len(resume.plan.tasks)} tasks done)"
+    return note

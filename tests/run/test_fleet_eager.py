@@ -1,0 +1,152 @@
+"""`--schedule eager`: tasks start as soon as their dependencies succeeded and a slot is free."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.fleet import Scripts, by_id, file_locks, run_record, write_config
+from helpers.repo import StellaRunner
+
+from stellafleet.plan.model import load_plan
+from stellafleet.run.eager import critical_path, lower_bound
+
+# One layer of 0.2, 0.2 and 1.6 s tasks (the issue's 1, 1, 8 s scaled down), a chain of 0.2 s tasks after
+# the first and one 0.2 s task after the second: waves wait for the 1.6 s task before every next step.
+DURATIONS = {"a": 0.2, "b": 0.2, "c": 1.6, "a2": 0.2, "a3": 0.2, "a4": 0.2, "b2": 0.2}
+DEPENDS = {"a2": "a", "a3": "a2", "a4": "a3", "b2": "b"}
+
+
+def _plan(tmp_path: Path, depends: dict[str, str] = DEPENDS, ids: Any = DURATIONS) -> Path:
+    plan = tmp_path / "plan.toml"
+    parts = []
+    for task_id in ids:
+        dep = f'depends_on = ["{depends[task_id]}"]\n' if task_id in depends else ""
+        parts.append(f'[[tasks]]\nid = "{task_id}"\nprompt = "p"\n{dep}')
+    plan.write_text("\n".join(parts))
+    return plan
+
+
+def _sleepers(root: Path) -> None:
+    write_config(root, run="sleep 1", tasks={task_id: f"sleep {s}" for task_id, s in DURATIONS.items()})
+
+
+def _intervals(record: dict[str, Any]) -> list[tuple[int, int, str]]:
+    return sorted((a["started_at_ms"], a["finished_at_ms"], a["task_id"]) for a in record["attempts"])
+
+
+def _most_at_once(intervals: list[tuple[int, int, str]]) -> int:
+    edges = sorted([(start, 1) for start, _, _ in intervals] + [(end, -1) for _, end, _ in intervals])
+    running = most = 0
+    for _, step in edges:  # an end at the same millisecond as a start comes first (-1 < 1)
+        running += step
+        most = max(most, running)
+    return most
+
+
+def _wall_s(record: dict[str, Any]) -> float:
+    spans = _intervals(record)
+    return (max(end for _, end, _ in spans) - min(start for start, _, _ in spans)) / 1000
+
+
+def _fleet(stella: StellaRunner, root: Path, plan: Path, schedule: str, *extra: str) -> Any:
+    return stella(
+        *extra, "fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "3",
+        "--schedule", schedule, cwd=root,
+    )  # fmt: skip
+
+
+def test_eager_finishes_near_the_lower_bound_where_waves_wait_for_the_slowest_task(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    plan = _plan(tmp_path)
+    _sleepers(git_repo)
+    bound = lower_bound(load_plan(plan), DURATIONS, 3)
+    assert bound == pytest.approx(1.6) and critical_path(load_plan(plan), DURATIONS) == pytest.approx(1.6)
+
+    walls = {}
+    for schedule in ("waves", "eager"):
+        proc = _fleet(stella, git_repo, plan, schedule)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        record = run_record(git_repo)
+        assert record["run"]["schedule"] == schedule
+        assert {t["status"] for t in record["tasks"]} == {"succeeded"}
+        assert _most_at_once(_intervals(record)) <= 3
+        walls[schedule] = _wall_s(record)
+        print(f"{schedule}: {walls[schedule]:.2f}s (lower bound {bound:.2f}s)")
+
+    # waves: 1.6 + 3 * 0.2 s of sleeps at least; eager: the a and b chains run beside c
+    assert walls["waves"] >= 2.2
+    assert bound <= walls["eager"] < walls["waves"] - 0.4
+    eager = by_id(run_record(git_repo)["attempts"], "task_id")
+    assert eager["a4"]["finished_at_ms"] < eager["c"]["finished_at_ms"], "the chain waited for c"
+
+
+def test_eager_never_runs_more_than_max_concurrency_and_skips_a_failed_tasks_dependents(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    ids = {f"t{n}": 0.1 for n in range(1, 9)}
+    depends = {"t7": "t2", "t8": "t7"}
+    plan = _plan(tmp_path, depends, ids)
+    tasks = {task_id: "sleep 0.3" for task_id in ids}
+    tasks["t2"] = "sleep 0.1; exit 4"
+    write_config(git_repo, run="true", tasks=tasks)
+    plan.write_text(
+        plan.read_text().replace('id = "t1"\nprompt = "p"\n', 'id = "t1"\nprompt = "p"\nclaims = ["x.txt"]\n')
+    )
+
+    proc = _fleet(stella, git_repo, plan, "eager")
+
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    record = run_record(git_repo)
+    status = by_id(record["tasks"])
+    assert status["t2"]["status"] == "failed"
+    assert status["t7"]["status"] == status["t8"]["status"] == "skipped"
+    assert status["t7"]["reason"] == status["t8"]["reason"] == "dependency failed: t2"
+    assert all(status[t]["status"] == "succeeded" for t in ("t1", "t3", "t4", "t5", "t6"))
+    intervals = _intervals(record)
+    assert len(intervals) == 6
+    assert _most_at_once(intervals) == 3  # as wide as allowed, and never wider
+    assert file_locks(git_repo) == []  # t1's claim released
+
+
+SPENDER = 'report(spend_usd=0.6, summary=f"{TASK} spent 0.60")\n'
+
+
+def test_eager_starts_no_new_task_once_the_spend_limit_is_crossed(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    scripts = Scripts(tmp_path / "scripts")
+    write_config(git_repo, run=scripts.python("spend", SPENDER))
+    plan = _plan(tmp_path, {}, {f"t{n}": 0 for n in range(1, 6)})
+
+    proc = stella(
+        "--spend-limit", "1", "fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "2",
+        "--schedule", "eager", cwd=git_repo,
+    )  # fmt: skip
+
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    record = run_record(git_repo)
+    assert record["run"]["status"] == "spend_limited"
+    started = {a["task_id"] for a in record["attempts"]}
+    # t1 and t2 run together and cross $1 between them; t3 may only start if one ended under the limit
+    assert {"t1", "t2"} <= started and len(started) <= 3
+    skipped = [t for t in record["tasks"] if t["status"] == "skipped"]
+    assert skipped and all(t["reason"].startswith("spend limit reached") for t in skipped)
+
+
+def test_schedule_comes_from_the_config_and_plan_show_explains_eager(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    plan = _plan(tmp_path, {"b": "a"}, {"a": 0, "b": 0})
+    write_config(git_repo, run="true", extra='[fleet]\nschedule = "eager"\n')
+    proc = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert run_record(git_repo)["run"]["schedule"] == "eager"
+    assert "eager schedule" in proc.stdout
+
+    shown = stella("plan", "show", str(plan), "--schedule", "eager", "--max-concurrency", "2", cwd=git_repo)
+    assert shown.returncode == 0, shown.stderr
+    assert "eager schedule: a task starts as soon as every task it depends on has succeeded" in shown.stdout
+    assert "one of the 2 worker slots" in shown.stdout
