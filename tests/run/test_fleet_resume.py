@@ -1,0 +1,141 @@
+"""`stella fleet --resume RUN`: run again only what an earlier run left undone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from helpers.fleet import Scripts, by_id, run_record, write_config
+from helpers.repo import StellaRunner
+
+# a -> b -> c -> d and an independent e; c reads a file that does not exist yet
+PLAN = """\
+[[tasks]]
+id = "a"
+prompt = "first"
+
+[[tasks]]
+id = "b"
+prompt = "second"
+depends_on = ["a"]
+
+[[tasks]]
+id = "c"
+prompt = "read the input"
+depends_on = ["b"]
+
+[[tasks]]
+id = "d"
+prompt = "after c"
+depends_on = ["c"]
+
+[[tasks]]
+id = "e"
+prompt = "independent"
+"""
+
+READER = """\
+Path(os.environ["MARKS"], TASK).write_text("ran")
+if TASK == "c":
+    text = Path(os.environ["INPUT"]).read_text()  # fails until the input exists
+report(summary=f"{TASK} done")
+"""
+
+
+def _attempts(record: dict) -> list[str]:
+    return sorted(a["task_id"] for a in record["attempts"])
+
+
+def test_resume_runs_exactly_the_failed_task_and_its_dependents(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner, monkeypatch
+) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    missing = tmp_path / "input.txt"
+    monkeypatch.setenv("MARKS", str(marks))
+    monkeypatch.setenv("INPUT", str(missing))
+    write_config(git_repo, run=Scripts(tmp_path / "scripts").python("reader", READER))
+    args = ("fleet", "--pipeline", "command", "--max-concurrency", "2")
+
+    first = stella(*args, "--plan", str(plan), cwd=git_repo)
+    assert first.returncode == 1, first.stdout + first.stderr
+    before = run_record(git_repo)
+    tasks = by_id(before["tasks"])
+    statuses = [tasks[t]["status"] for t in "abcde"]
+    assert statuses == ["succeeded", "succeeded", "failed", "skipped", "succeeded"]
+
+    missing.write_text("now it exists")
+    second = stella(*args, "--resume", "latest", cwd=git_repo)
+
+    assert second.returncode == 0, second.stdout + second.stderr
+    after = run_record(git_repo)
+    assert after["run"]["id"] != before["run"]["id"]
+    assert after["run"]["resumed_from"] == before["run"]["id"]
+    assert after["run"]["plan_path"] == before["run"]["plan_path"]
+    assert _attempts(after) == ["c", "d"]  # the succeeded tasks get no new attempt
+    tasks = by_id(after["tasks"])
+    assert {t: tasks[t]["status"] for t in "abcde"} == dict.fromkeys("abcde", "succeeded")
+    assert tasks["a"]["reason"] == f"succeeded in run {before['run']['id']}"
+    assert _attempts(run_record(git_repo, before["run"]["id"])) == ["a", "b", "c", "e"]  # untouched
+    assert f"resumes {before['run']['id']} (3 of 5 tasks done)" in second.stdout
+
+    listing = stella("runs", "--json", cwd=git_repo)
+    rows = by_id(json.loads(listing.stdout)["runs"])
+    assert rows[after["run"]["id"]]["resumed_from"] == before["run"]["id"]
+    shown = stella("runs", before["run"]["id"][:-1], cwd=git_repo)
+    assert f"resumed by  {after['run']['id']}" in shown.stdout
+    shown = stella("runs", "latest", cwd=git_repo)
+    assert f"resumes     {before['run']['id']}" in shown.stdout
+
+
+def test_a_changed_plan_is_refused_naming_the_task_unless_forced(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner, monkeypatch
+) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("MARKS", str(marks))
+    monkeypatch.setenv("INPUT", str(tmp_path / "input.txt"))
+    write_config(git_repo, run=Scripts(tmp_path / "scripts").python("reader", READER))
+    args = ("fleet", "--pipeline", "command", "--max-concurrency", "2")
+    assert stella(*args, "--plan", str(plan), cwd=git_repo).returncode == 1
+    first_id = run_record(git_repo)["run"]["id"]
+    (tmp_path / "input.txt").write_text("x")
+    plan.write_text(PLAN.replace('prompt = "second"', 'prompt = "second, reworded"'))
+
+    refused = stella(*args, "--resume", first_id[:12], cwd=git_repo)
+
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"the plan changed since run {first_id}: task 'b': prompt" in refused.stderr
+    assert "--force" in refused.stderr and "Traceback" not in refused.stderr
+    assert run_record(git_repo)["run"]["id"] == first_id  # nothing recorded
+
+    forced = stella(*args, "--resume", "latest", "--force", cwd=git_repo)
+
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    # b changed: it runs again, and so do its dependents; a is still done
+    assert _attempts(run_record(git_repo)) == ["b", "c", "d"]
+
+
+def test_resume_of_inline_prompts_reuses_the_recorded_tasks(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    flag = tmp_path / "ok"
+    write_config(git_repo, run="true", tasks={"t2": f"test -e {flag}"})
+    args = ("fleet", "--pipeline", "command")
+    assert stella(*args, "one", "two", "three", cwd=git_repo).returncode == 1
+    flag.write_text("")
+
+    resumed = stella(*args, "--resume", "latest", cwd=git_repo)
+
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    record = run_record(git_repo)
+    assert _attempts(record) == ["t2"]
+    assert [t["prompt"] for t in record["tasks"]] == ["one", "two", "three"]
+    both = stella(*args, "--resume", "latest", "four", cwd=git_repo)
+    assert both.returncode == 2 and "give no prompts" in both.stderr
+    nothing = stella(*args, "--resume", "nosuchrun", cwd=git_repo)
+    assert nothing.returncode == 2 and "no run matches 'nosuchrun'" in nothing.stderr
