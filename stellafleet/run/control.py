@@ -33,10 +33,12 @@ from stellafleet.run.dispatch import Dispatcher, RunSettings
 from stellafleet.run.eager import runner_class
 from stellafleet.run.events import Emit, Event, Notice, RunStarted, TaskSkipped
 from stellafleet.run.executor import INTERRUPTED, LocalExecutor
+from stellafleet.run.notify import fan_out, notifier_for
 from stellafleet.run.prepare import FleetOptions, Prepared, prepare
 from stellafleet.run.reporter import Reporter, make_reporter, print_dry_run
 from stellafleet.run.result import result_document
 from stellafleet.run.resume import record_lineage, schedule_note
+from stellafleet.run.watchdog import watching
 from stellafleet.run.waves import WaveOutcome
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
@@ -179,6 +181,8 @@ class FleetRun:
     def __init__(self, prepared: Prepared, reporter: Reporter) -> None:
         self.prepared = prepared
         self.reporter = reporter
+        notify = prepared.config.notify
+        self.notifier = notifier_for(notify.command, notify.timeout, prepared.run_id, prepared.root)
 
     def run(self) -> int:
         p = self.prepared
@@ -190,7 +194,8 @@ class FleetRun:
         try:
             paths = ensure_state_dirs(p.root)
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
-                dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, self.reporter.handle)
+                emit = fan_out(self.reporter.handle, self.notifier.handle if self.notifier else None)
+                dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, emit)
                 try:
                     outcome, interrupted = self._drive(ledger, dispatcher)
                     executor.release()  # nothing more to start: let it wind down while we finish
@@ -247,6 +252,8 @@ class FleetRun:
                 return None
             spent = ledger.run_spend(p.run_id)
             if spent >= limit:
+                if self.notifier is not None:
+                    self.notifier.spend_limit_reached(spent, limit)
                 return f"{SPEND_STOP_PREFIX}: ${spent:.2f} of ${limit:.2f}"
             return None
 
@@ -265,7 +272,8 @@ class FleetRun:
             emit,
             stop_on_first=p.stop_on_first_interrupt,
         )
-        with interrupts.installed():
+        with interrupts.installed(), watching(p.idle_timeout, ledger) as watchdog:
+            dispatcher.watchdog = watchdog
             self._record_start(ledger)
             outcome = _in_background(runner.run)
         return outcome, interrupts.count > 0
@@ -276,6 +284,8 @@ class FleetRun:
         statuses = self._settle(ledger, outcome, interrupted)
         status, code, reason = exit_status(interrupted, outcome.stopped, statuses)
         ledger.finish_run(p.run_id, status, exit_code=code, reason=reason)
+        if self.notifier is not None:
+            self.notifier.run_ended(status, code, reason, Counter(str(s) for s in statuses.values()))
         watch_doc = None
         if p.watch is not None and not interrupted:
             watch_doc, code = self._watch(ledger, status, code)

@@ -13,7 +13,7 @@ import sysconfig
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from stellafleet.pipelines.command import RESULT_ENV
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit
 from stellafleet.run.executor import INTERRUPTED, Attempt, Ending, Execution, Executor
+from stellafleet.run.watchdog import Watchdog
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
 from stellafleet.worker.main import PIPELINE_ENTRY_ENV
@@ -156,6 +157,13 @@ def judge(ending: Ending) -> Record:
     return Record(AttemptOutcome.FAILED, result.summary or error, error, **measured)
 
 
+def stalled_record(record: Record, evidence: str) -> Record:
+    """The record of a worker the watchdog stopped: `stalled`, the evidence as summary and reason."""
+    if record.outcome == AttemptOutcome.SUCCEEDED:  # it finished just as it was stopped
+        return record
+    return replace(record, outcome=AttemptOutcome.STALLED, summary=evidence, error=evidence)
+
+
 class Dispatcher:
     """Runs attempts for one fleet run; `execute` is thread-safe, one call per task."""
 
@@ -174,6 +182,7 @@ class Dispatcher:
         # directories of the run's results (os.environ is copied and sysconfig asked only here).
         self._env = run_env(settings)
         self._made: set[Path] = set()
+        self.watchdog: Watchdog | None = None  # stops workers that show no progress (watchdog.py)
 
     @property
     def running(self) -> list[str]:
@@ -307,10 +316,15 @@ class Dispatcher:
                 result_path=ctx.result_path,
             )
         )
-        ending = execution.wait()
+        if self.watchdog is not None:
+            self.watchdog.watch(ctx, execution)
+        try:
+            ending = execution.wait()
+        finally:
+            stalled = self.watchdog.forget(ctx.attempt_id) if self.watchdog is not None else None
         if workspace.branch is not None:
             self._record_branch_commits(ctx, workspace.branch)
-        return judge(ending)
+        return stalled_record(judge(ending), stalled) if stalled else judge(ending)
 
     def _start(self, ctx: WorkerContext) -> Execution:
         """Start the worker; one that starts as the run is being stopped is stopped at once."""

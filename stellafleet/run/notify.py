@@ -1,0 +1,168 @@
+"""`[notify] command`: tell the user's own command when a run ends, a task fails or stalls, or the spend
+limit is reached.
+
+The command runs through the shell in the repository root with one JSON event on its stdin, in its own
+process group, for at most `[notify] timeout` seconds (then its group is stopped). A command that fails,
+hangs or cannot start is reported on stderr and never changes how the run ends. Task events are sent from
+a thread of their own so no worker waits on them; the run's end is sent before the fleet exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from stellafleet.core.status import AttemptOutcome
+from stellafleet.proc.group import stop_group
+from stellafleet.run.events import AttemptEnded, Emit, Event, EventSink
+
+STOP_GRACE_S = 1.0
+TAIL_CHARS = 300
+
+
+def fan_out(*sinks: Emit | None) -> Emit:
+    """One Emit that hands each event to every sink given (None: left out)."""
+    targets = [sink for sink in sinks if sink is not None]
+
+    def emit(event: Event) -> None:
+        for sink in targets:
+            sink(event)
+
+    return emit
+
+
+def _warn(text: str) -> None:
+    print(f"stella fleet: warning: {text}", file=sys.stderr, flush=True)
+
+
+class Notifier(EventSink):
+    """Sends the run's notable events to the notify command."""
+
+    def __init__(
+        self,
+        command: str,
+        *,
+        run_id: str,
+        root: Path,
+        timeout_s: float = 10.0,
+        warn: Callable[[str], None] = _warn,
+    ) -> None:
+        super().__init__()
+        self.command = command
+        self.run_id = run_id
+        self.root = root
+        self.timeout_s = timeout_s
+        self._warn = warn
+        self._threads: list[threading.Thread] = []
+        self._spend_told = False
+
+    # --- the events ---
+
+    def on_attempt_ended(self, event: AttemptEnded) -> None:
+        if event.outcome not in (AttemptOutcome.FAILED, AttemptOutcome.STALLED):
+            return
+        kind = "task_stalled" if event.outcome == AttemptOutcome.STALLED else "task_failed"
+        self.send_later(
+            {
+                "event": kind,
+                "task": event.task,
+                "attempt": event.attempt,
+                "outcome": str(event.outcome),
+                "summary": event.summary,
+                "error": event.error,
+                "spend_usd": round(event.spend_usd, 6),
+                "text": f"task {event.task} {event.outcome}: {event.error or event.summary}",
+            }
+        )
+
+    def spend_limit_reached(self, spent_usd: float, limit_usd: float) -> None:
+        """Once per run: the run's spend reached its limit and no new task starts."""
+        with self._lock:
+            if self._spend_told:
+                return
+            self._spend_told = True
+        self.send_later(
+            {
+                "event": "spend_limit",
+                "spend_usd": round(spent_usd, 6),
+                "spend_limit_usd": limit_usd,
+                "text": f"spend limit reached: ${spent_usd:.2f} of ${limit_usd:.2f}; no new task starts",
+            }
+        )
+
+    def run_ended(self, status: str, exit_code: int, reason: str | None, tasks: Mapping[str, int]) -> None:
+        """The run is over: told now (bounded by the timeout), after every earlier event was sent."""
+        self.close()
+        self.send(
+            {
+                "event": "run_ended",
+                "status": status,
+                "exit_code": exit_code,
+                "reason": reason,
+                "tasks": dict(tasks),
+                "text": f"run {self.run_id} {status}" + (f": {reason}" if reason else ""),
+            }
+        )
+
+    # --- sending ---
+
+    def document(self, fields: Mapping[str, Any]) -> dict[str, Any]:
+        return {"run_id": self.run_id, "root": str(self.root), "at_ms": int(time.time() * 1000), **fields}
+
+    def send_later(self, fields: Mapping[str, Any]) -> None:
+        thread = threading.Thread(target=self.send, args=(fields,), name="stella-notify", daemon=True)
+        with self._lock:
+            self._threads.append(thread)
+        thread.start()
+
+    def send(self, fields: Mapping[str, Any]) -> bool:
+        """Run the command with the event on stdin; False (and a warning) when it did not succeed."""
+        payload = (json.dumps(self.document(fields)) + "\n").encode()
+        try:
+            proc = subprocess.Popen(
+                self.command,
+                shell=True,
+                cwd=str(self.root),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # its own group, so a hanging command is stopped whole
+            )
+        except OSError as exc:
+            self._warn(f"notify command could not start: {exc}")
+            return False
+        try:
+            _, err = proc.communicate(payload, timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            stop_group(proc.pid, STOP_GRACE_S, leader=proc)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.communicate(timeout=STOP_GRACE_S)  # a process outside its group may hold the pipe
+            self._warn(f"notify command stopped after {self.timeout_s:g}s ({fields['event']})")
+            return False
+        if proc.returncode != 0:
+            tail = err.decode(errors="replace").strip()[-TAIL_CHARS:]
+            said = f": {tail}" if tail else ""
+            self._warn(f"notify command exited {proc.returncode} ({fields['event']}){said}")
+            return False
+        return True
+
+    def close(self) -> None:
+        """Wait (bounded) for the task events still being sent."""
+        with self._lock:
+            threads, self._threads = self._threads, []
+        for thread in threads:
+            thread.join(self.timeout_s + STOP_GRACE_S + 1.0)
+
+
+def notifier_for(command: str | None, timeout_s: float, run_id: str, root: Path) -> Notifier | None:
+    """The run's notifier (None: no `[notify] command` configured)."""
+    if command is None or not command.strip():
+        return None
+    return Notifier(command, run_id=run_id, root=root, timeout_s=timeout_s)
