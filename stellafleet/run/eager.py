@@ -19,8 +19,15 @@ SCHEDULES = ("waves", "eager")
 
 
 class EagerRunner(WaveRunner):
-    """Runs a plan through doit's TaskDispatcher, starting each ready task in plan order as soon as one of
-    `max_concurrency` slots is free. `before_wave(n, [task])` is asked before the n-th task starts."""
+    """Runs a plan through doit's TaskDispatcher, starting ready tasks as soon as one of `max_concurrency`
+    slots is free: first the one the longest chain of dependents waits on, then in plan order (durations
+    are unknown, so a chain's length in tasks stands in for its time). `before_wave(n, [task])` is asked
+    before the n-th task starts."""
+
+    def run(self) -> Any:
+        height = chain_heights(self.plan)
+        self._first = {task_id: (-height[task_id], self._order[task_id]) for task_id in self.plan.ids}
+        return super().run()
 
     def run_tasks(self, task_dispatcher: Any) -> None:
         self._dispatcher = task_dispatcher
@@ -44,7 +51,7 @@ class EagerRunner(WaveRunner):
     def _launch(self, pool: ThreadPoolExecutor, running: dict[Future[Any], Any]) -> None:
         """Start ready tasks, first in plan order, while a slot is free; on a stop, skip every ready one."""
         while self._ready and len(running) < self.max_concurrency:
-            task_id = min(self._ready, key=self._order.__getitem__)
+            task_id = min(self._ready, key=self._first.__getitem__)
             reason = self._current_stop()
             if reason is None and self._before_wave is not None:
                 asked = self._before_wave(self._started + 1, [task_id])
@@ -62,6 +69,19 @@ class EagerRunner(WaveRunner):
             self.outcome.waves.append([task_id])  # eager: each start is its own step
             self._emit(TaskStarted(task_id, self._started))
             running[pool.submit(self.execute_task, node.task)] = node
+
+
+def chain_heights(plan: Plan) -> dict[str, int]:
+    """Task id -> the number of tasks on the longest chain from it through its dependents (1: none)."""
+    dependents: dict[str, list[str]] = {task_id: [] for task_id in plan.ids}
+    for task in plan.tasks:
+        for dep in task.depends_on:
+            dependents[dep].append(task.id)
+    height: dict[str, int] = {}
+    for layer in reversed(plan.waves(max(len(plan.tasks), 1))):  # dependents first
+        for task_id in layer:
+            height[task_id] = 1 + max((height[d] for d in dependents[task_id]), default=0)
+    return height
 
 
 def runner_class(schedule: str) -> type[WaveRunner]:
