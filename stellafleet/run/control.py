@@ -234,6 +234,7 @@ class FleetRun:
                 waves=tuple(tuple(wave) for wave in p.waves),
                 spend_limit_usd=p.spend_limit,
                 spend_guard_usd=p.spend_guard,
+                schedule=p.schedule,
             )
         )
 

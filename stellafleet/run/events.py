@@ -28,6 +28,7 @@ class RunStarted:
     waves: tuple[tuple[str, ...], ...]
     spend_limit_usd: float | None
     spend_guard_usd: float | None
+    schedule: str = "waves"  # or "eager": then no WaveStarted comes
 
 
 @dataclass(frozen=True)

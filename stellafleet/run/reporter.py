@@ -225,7 +225,7 @@ class LiveReporter(EventSink):
         running = dict(self._running)
         spent = sum(spend for _, spend in self._progress.values())
         grid.add_row(
-            f"[bold]wave {self._wave}/{self._waves or '?'}[/]",
+            f"[bold]wave {self._wave}/{self._waves or '?'}[/]" if self._waves else "[bold]eager[/]",
             f"{len(running)} running",
             "",
             money(spent),
@@ -243,7 +243,7 @@ class LiveReporter(EventSink):
             f"at {event.base_commit[:12]}",
             highlight=False,
         )
-        self._waves = len(event.waves)
+        self._waves = len(event.waves) if event.schedule == "waves" else 0
         self._live.start()
         self._started = True
 
