@@ -65,6 +65,8 @@ def result_document(record: dict[str, Any], watch: Mapping[str, Any] | None = No
         "spend_limit_usd": run["spend_limit_usd"],
         "created_at_ms": run["created_at_ms"],
         "finished_at_ms": run["finished_at_ms"],
+        "schedule": run.get("schedule") or "waves",
+        "resumed_from": run.get("resumed_from"),
         "tasks": [_task_result(task, run["pipeline"]) for task in run_tasks(record)],
         "branches": [
             {"branch": entry["branch"], "tasks": entry["tasks"], "commits": entry["commits"]}

@@ -87,7 +87,10 @@ class Watchdog:
         return min(max(self.idle_timeout_s / 5, 0.05), MAX_INTERVAL_S)
 
     def watch(self, context: WorkerContext, execution: Execution) -> None:
-        """Start watching a started worker."""
+        """Start watching a started worker. One with no local process (pid None: another executor ran it
+        elsewhere) is not watched: its CPU time cannot be seen, and silence alone is no proof of a hang."""
+        if execution.pid is None:
+            return
         entry = Watched(context, execution, self.clock.now(), self._now_ms(), None, 0, None)
         entry.cpu = self._cpu(entry)
         entry.output = entry.output_size()

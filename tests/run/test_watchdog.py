@@ -123,3 +123,16 @@ def test_a_worker_stuck_in_sleep_ends_stalled_and_a_worker_printing_progress_doe
         ("run_ended", None),
     ]
     assert told[0]["summary"] == attempts["stuck"]["summary"]
+
+
+def test_a_worker_without_a_local_process_is_not_watched(git_repo: Path) -> None:
+    ctx = make_attempt(git_repo)
+    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        clock = FakeClock()
+        dog = Watchdog(1, ledger, clock=clock, cpu_of=lambda pid: 0.0)
+        remote = FakeExecution()
+        remote.pid = None  # type: ignore[assignment]
+        dog.watch(ctx, remote)  # type: ignore[arg-type]
+        clock.advance(3600)
+        dog.check()
+        assert remote.stops == 0 and dog.forget(ctx.attempt_id) is None
