@@ -23,6 +23,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("ledger_listing.py", ["--runs", "120"], "list_runs first page"),
         ("observatory.py", ["--runs", "60", "--attempts-per-run", "2", "--repeat", "3"], "ms"),
         ("engine_tools.py", ["--files", "300", "--repeat", "1"], "git grep"),
+        ("schedule.py", ["--tasks", "6", "--concurrency", "2", "--scale", "0.05"], "lower bound"),
         (
             "fleet_overhead.py",
             ["--tasks", "6", "--concurrency", "2", "--repeat", "1", "--skip-exec", "--files", "50"],
