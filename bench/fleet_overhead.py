@@ -144,14 +144,19 @@ def write_inputs(work: Path, tasks: int) -> dict[str, Path]:
     return files
 
 
-def bench_dispatch(work: Path, tasks: int, concurrency: int, repeat: int, exec_too: bool) -> list[Tool]:
+def bench_dispatch(
+    work: Path, tasks: int, concurrency: int, repeat: int, exec_too: bool, eager_too: bool = False
+) -> list[Tool]:
     files = write_inputs(work, tasks)
     repo = files["repo"]
     c = str(concurrency)
 
-    def stella(fork: bool) -> Callable[[int], list[str]]:
-        config = repo / ".stella" / f"config-{'fork' if fork else 'exec'}.toml"
-        config.write_text(f'[fleet]\nfork_workers = {str(fork).lower()}\n[pipelines.command]\nrun = "true"\n')
+    def stella(fork: bool, schedule: str = "waves") -> Callable[[int], list[str]]:
+        config = repo / ".stella" / f"config-{'fork' if fork else 'exec'}-{schedule}.toml"
+        config.write_text(
+            f'[fleet]\nfork_workers = {str(fork).lower()}\nschedule = "{schedule}"\n'
+            '[pipelines.command]\nrun = "true"\n'
+        )
         return lambda n: [
             *STELLA,
             "--config",
@@ -171,6 +176,12 @@ def bench_dispatch(work: Path, tasks: int, concurrency: int, repeat: int, exec_t
         Tool("doit", "doit -n", lambda n: [*DOIT, "-f", str(files[f"dodo-{n}"]), "-n", c], work),
         Tool("stella", "stella fleet (workers forked by the warm launcher, the default)", stella(True), repo),
     ]
+    if eager_too:
+        tools.append(
+            Tool(
+                "stella-eager", "stella fleet --schedule eager (forked workers)", stella(True, "eager"), repo
+            )
+        )
     if exec_too:
         tools.append(
             Tool(
@@ -401,6 +412,7 @@ def main() -> None:
     parser.add_argument("--skip-exec", action="store_true", help="not the fresh-interpreter variant")
     parser.add_argument("--skip-worktree", action="store_true")
     parser.add_argument("--skip-dispatch", action="store_true")
+    parser.add_argument("--eager", action="store_true", help="also the eager schedule (default: waves only)")
     args = parser.parse_args()
     if not shutil.which("make"):
         sys.exit("make is not installed: the baseline needs it")
@@ -411,7 +423,7 @@ def main() -> None:
         os.environ["HOME"] = str(work / "home")  # no user config leaks into the measured tools
         n, c = args.tasks, args.concurrency
         if not args.skip_dispatch:
-            tools = bench_dispatch(work, n, c, args.repeat, exec_too=not args.skip_exec)
+            tools = bench_dispatch(work, n, c, args.repeat, exec_too=not args.skip_exec, eager_too=args.eager)
             report_dispatch(tools, n, c, args.repeat)
             if not args.skip_exec:
                 report_fresh_floor(work, n, c)
