@@ -101,7 +101,9 @@ def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, 
     rows = []
     for task in doc.get("tasks", []):
         if task["status"] in ATTEMPTED:
+            # a task an earlier run did (--resume) has no attempt here: its reason says where it was done
             detail = outcome_detail(task["status"], task.get("summary"), task.get("reason"))
+            detail = detail or task.get("reason") or ""
         else:
             detail = task.get("reason") or ""
         rows.append(
@@ -357,6 +359,9 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str] | 
         f"base {doc['base_ref']} at {str(doc['base_commit'])[:12]}; nothing runs, nothing is recorded",
         file=out,
     )
+    if doc.get("resumes"):
+        done = ", ".join(doc.get("done") or []) or "none"
+        print(f"resumes {doc['resumes']}; done there, no new attempt: {done}", file=out)
     tasks = {task["id"]: task for task in doc["tasks"]}
     for number, wave in enumerate(doc["waves"], start=1):
         print(f"wave {number}:", file=out)

@@ -127,6 +127,9 @@ def test_resume_of_inline_prompts_reuses_the_recorded_tasks(
     write_config(git_repo, run="true", tasks={"t2": f"test -e {flag}"})
     args = ("fleet", "--pipeline", "command")
     assert stella(*args, "one", "two", "three", cwd=git_repo).returncode == 1
+    first_id = run_record(git_repo)["run"]["id"]
+    preview = stella(*args, "--resume", "latest", "--dry-run", cwd=git_repo)
+    assert f"resumes {first_id}; done there, no new attempt: t1, t3" in preview.stdout, preview.stderr
     flag.write_text("")
 
     resumed = stella(*args, "--resume", "latest", cwd=git_repo)
@@ -134,6 +137,7 @@ def test_resume_of_inline_prompts_reuses_the_recorded_tasks(
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     record = run_record(git_repo)
     assert _attempts(record) == ["t2"]
+    assert f"succeeded in run {first_id}" in resumed.stdout  # the summary row of a task done before
     assert [t["prompt"] for t in record["tasks"]] == ["one", "two", "three"]
     both = stella(*args, "--resume", "latest", "four", cwd=git_repo)
     assert both.returncode == 2 and "give no prompts" in both.stderr
