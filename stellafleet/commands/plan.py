@@ -102,12 +102,12 @@ def show_command(args: argparse.Namespace) -> int:
 
 
 def eager_explanation(limit: int | None) -> str:
-    slots = f"one of the {limit} worker slots" if limit else "a worker slot"
+    slots = f"one of the {limit} worker slots" if limit and limit > 1 else "a worker slot"
     return (
         f"eager schedule: a task starts as soon as every task it depends on has succeeded and {slots} is "
-        "free, without waiting for the rest of its wave; the waves below only show the order in which "
-        "tasks become ready. A failed task's dependents are skipped; once the spend limit is reached no "
-        "new task starts."
+        "free, without waiting for the rest of its wave (of the ready tasks, the one with the longest chain "
+        "of dependents first); the waves below only show the order in which tasks become ready. A failed "
+        "task's dependents are skipped; once the spend limit is reached no new task starts."
     )
 
 
