@@ -145,17 +145,23 @@ def write_inputs(work: Path, tasks: int) -> dict[str, Path]:
 
 
 def bench_dispatch(
-    work: Path, tasks: int, concurrency: int, repeat: int, exec_too: bool, eager_too: bool = False
+    work: Path,
+    tasks: int,
+    concurrency: int,
+    repeat: int,
+    exec_too: bool,
+    eager_too: bool = False,
+    direct_too: bool = False,
 ) -> list[Tool]:
     files = write_inputs(work, tasks)
     repo = files["repo"]
     c = str(concurrency)
 
-    def stella(fork: bool, schedule: str = "waves") -> Callable[[int], list[str]]:
-        config = repo / ".stella" / f"config-{'fork' if fork else 'exec'}-{schedule}.toml"
+    def stella(fork: bool, schedule: str = "waves", direct: bool = False) -> Callable[[int], list[str]]:
+        config = repo / ".stella" / f"config-{'fork' if fork else 'exec'}-{schedule}-{direct}.toml"
         config.write_text(
             f'[fleet]\nfork_workers = {str(fork).lower()}\nschedule = "{schedule}"\n'
-            '[pipelines.command]\nrun = "true"\n'
+            f'[pipelines.command]\nrun = "true"\ndirect = {str(direct).lower()}\n'
         )
         return lambda n: [
             *STELLA,
@@ -182,6 +188,10 @@ def bench_dispatch(
                 "stella-eager", "stella fleet --schedule eager (forked workers)", stella(True, "eager"), repo
             )
         )
+    if direct_too:
+        for schedule in ("waves", "eager") if eager_too else ("waves",):
+            label = f"stella fleet, [pipelines.command] direct = true, {schedule}"
+            tools.append(Tool(f"stella-direct-{schedule}", label, stella(True, schedule, True), repo))
     if exec_too:
         tools.append(
             Tool(
@@ -413,6 +423,7 @@ def main() -> None:
     parser.add_argument("--skip-worktree", action="store_true")
     parser.add_argument("--skip-dispatch", action="store_true")
     parser.add_argument("--eager", action="store_true", help="also the eager schedule (default: waves only)")
+    parser.add_argument("--direct", action="store_true", help="also [pipelines.command] direct = true")
     args = parser.parse_args()
     if not shutil.which("make"):
         sys.exit("make is not installed: the baseline needs it")
@@ -423,7 +434,8 @@ def main() -> None:
         os.environ["HOME"] = str(work / "home")  # no user config leaks into the measured tools
         n, c = args.tasks, args.concurrency
         if not args.skip_dispatch:
-            tools = bench_dispatch(work, n, c, args.repeat, exec_too=not args.skip_exec, eager_too=args.eager)
+            variants = {"exec_too": not args.skip_exec, "eager_too": args.eager, "direct_too": args.direct}
+            tools = bench_dispatch(work, n, c, args.repeat, **variants)
             report_dispatch(tools, n, c, args.repeat)
             if not args.skip_exec:
                 report_fresh_floor(work, n, c)

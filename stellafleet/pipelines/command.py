@@ -87,7 +87,7 @@ class CommandPipeline:
         if command is None:
             text = f'no command for task "{ctx.task_id}": set [pipelines.command] run in the config'
             return PipelineResult(success=False, summary=text, error=text)
-        report_path = ctx.result_path.with_name(ctx.result_path.stem + ".command.json")
+        report_path = report_path_for(ctx)
         report_path.parent.mkdir(parents=True, exist_ok=True)
         report_path.unlink(missing_ok=True)
         env = {**os.environ, **ctx.to_env(), RESULT_ENV: str(report_path)}
@@ -109,20 +109,29 @@ class CommandPipeline:
                 if line:
                     last_line = line
             returncode = proc.wait()
-        try:
-            report = _read_report(report_path)
-            usd = _number(report, "spend_usd", float)
-            tokens_in = _number(report, "input_tokens", int)
-            tokens_out = _number(report, "output_tokens", int)
-            steps = _number(report, "steps", int)
-        except ValueError as exc:
-            return PipelineResult(success=False, summary=str(exc), error=str(exc))
-        if usd or tokens_in or tokens_out or steps:
-            spend.add(usd, input_tokens=tokens_in, output_tokens=tokens_out, steps=steps)
-        summary = str(report.get("summary") or last_line or "")
-        if returncode == 0:
-            return PipelineResult(
-                True, summary or "command succeeded", None, usd, tokens_in, tokens_out, steps
-            )
-        error = f"command failed: {_signal_text(returncode)}"
-        return PipelineResult(False, summary or error, error, usd, tokens_in, tokens_out, steps)
+        return conclude(returncode, report_path, last_line, spend)
+
+
+def report_path_for(ctx: WorkerContext) -> Path:
+    """Where the command may leave its report (STELLA_COMMAND_RESULT)."""
+    return ctx.result_path.with_name(ctx.result_path.stem + ".command.json")
+
+
+def conclude(returncode: int, report_path: Path, last_line: str, spend: SpendReporter) -> PipelineResult:
+    """The result of a command that exited with returncode, from its report (whose spend is reported)
+    and the last non-empty line of its output."""
+    try:
+        report = _read_report(report_path)
+        usd = _number(report, "spend_usd", float)
+        tokens_in = _number(report, "input_tokens", int)
+        tokens_out = _number(report, "output_tokens", int)
+        steps = _number(report, "steps", int)
+    except ValueError as exc:
+        return PipelineResult(success=False, summary=str(exc), error=str(exc))
+    if usd or tokens_in or tokens_out or steps:
+        spend.add(usd, input_tokens=tokens_in, output_tokens=tokens_out, steps=steps)
+    summary = str(report.get("summary") or last_line or "")
+    if returncode == 0:
+        return PipelineResult(True, summary or "command succeeded", None, usd, tokens_in, tokens_out, steps)
+    error = f"command failed: {_signal_text(returncode)}"
+    return PipelineResult(False, summary or error, error, usd, tokens_in, tokens_out, steps)

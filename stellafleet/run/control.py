@@ -29,10 +29,11 @@ from stellafleet.core.errors import (
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.git import gitops
+from stellafleet.run.direct import DirectCommands
 from stellafleet.run.dispatch import Dispatcher, RunSettings
 from stellafleet.run.eager import runner_class
 from stellafleet.run.events import Emit, Event, Notice, RunStarted, TaskSkipped
-from stellafleet.run.executor import INTERRUPTED, LocalExecutor
+from stellafleet.run.executor import INTERRUPTED, Executor, LocalExecutor
 from stellafleet.run.notify import fan_out, notifier_for
 from stellafleet.run.prepare import FleetOptions, Prepared, prepare
 from stellafleet.run.reporter import Reporter, make_reporter, print_dry_run
@@ -188,9 +189,11 @@ class FleetRun:
         p = self.prepared
         # The warm launcher starts first, so its own start-up (an interpreter and the worker's imports)
         # runs beside the rest of ours instead of before the first worker.
-        executor = LocalExecutor.open(
+        executor: Executor = LocalExecutor.open(
             p.pipeline_modules, cwd=p.root, fork=p.fork_workers, stop_grace_s=p.stop_grace_s
         )
+        if p.config.pipelines.command.direct:
+            executor = DirectCommands(executor, p.config, stop_grace_s=p.stop_grace_s)
         try:
             paths = ensure_state_dirs(p.root)
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
