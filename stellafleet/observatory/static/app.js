@@ -272,6 +272,10 @@
     document.getElementById("run-body").replaceChildren(el("p", { className: "empty", text: message || "No run " + id }));
   }
 
+  function runLink(id) {
+    return el("a", { className: "run-link mono", href: "#/runs/" + encodeURIComponent(id), text: id });
+  }
+
   function kv(pairs) {
     return el("dl", { className: "kv" }, pairs.filter((p) => p[1] !== null && p[1] !== undefined && p[1] !== "").map(
       ([k, v]) => [el("dt", { text: k }), el("dd", null, v instanceof Node ? v : String(v))]));
@@ -303,6 +307,9 @@
       ["Base", fmtBase(run)],
       ["Plan", run.plan_path],
       ["Max concurrency", run.max_concurrency],
+      ["Schedule", run.schedule],
+      ["Resumes", run.resumed_from ? runLink(run.resumed_from) : null],
+      ["Resumed by", run.resumed_by && run.resumed_by.length ? el("span", null, run.resumed_by.map((id, i) => [i ? ", " : "", runLink(id)])) : null],
       ["Command", run.command],
       ["Exit code", run.exit_code],
       ["Reason", run.reason],
