@@ -3,9 +3,12 @@
 
     python3 tools/dev.py demo     # a real fleet, offline, in a scratch repository
     python3 tools/dev.py test     # the whole suite: pytest, ruff, mypy
+    python3 tools/dev.py agents   # the real agent CLIs the pipeline tests run, into .agents/
 
-Needs only Python 3.11+, pip and git. The virtualenv lives in .venv/ and is
-refreshed whenever pyproject.toml changes.
+Needs only Python 3.11+, pip and git (and npm for `agents`). The virtualenv lives in .venv/ and is
+refreshed whenever pyproject.toml changes. `agents` installs pinned versions of Claude Code and Codex
+(npm, into .agents/node_modules) and aider (PyPI, into its own virtualenv .agents/aider, so its
+dependencies never mix with stellafleet's); it does nothing when those versions are already there.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 STAMP = VENV / ".stella-installed"
+AGENTS = ROOT / ".agents"
+# Pinned: the pipeline tests and docs/pipelines.md describe what these versions do.
+NPM_AGENTS = {"@anthropic-ai/claude-code": "2.1.332", "@openai/codex": "0.169.0"}
+AIDER = "aider-chat==0.86.2"
 
 
 def _bin(name: str) -> str:
@@ -67,10 +74,34 @@ def test(extra: list[str]) -> int:
     return 0
 
 
+def agents() -> int:
+    """Install the pinned agent CLIs into .agents/ (skipped when the same pins are already there)."""
+    wanted = " ".join([*(f"{name}@{version}" for name, version in NPM_AGENTS.items()), AIDER])
+    stamp = AGENTS / ".installed"
+    if stamp.exists() and stamp.read_text() == wanted:
+        print(f"agent CLIs already installed in {AGENTS}: {wanted}", flush=True)
+        return 0
+    AGENTS.mkdir(exist_ok=True)
+    npm = ["npm", "install", "--prefix", str(AGENTS), "--no-audit", "--no-fund", "--loglevel=error"]
+    if _run(*npm, *(f"{name}@{version}" for name, version in NPM_AGENTS.items())) != 0:
+        return 1
+    aider_venv = AGENTS / "aider"
+    if not (aider_venv / "bin" / "python").exists():
+        venv.EnvBuilder(with_pip=True).create(aider_venv)
+    quiet = [] if os.environ.get("CI") else ["-q"]
+    if _run(str(aider_venv / "bin" / "python"), "-m", "pip", "install", *quiet, AIDER) != 0:
+        return 1
+    stamp.write_text(wanted)
+    print(f"agent CLIs installed in {AGENTS}: {wanted}", flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"demo", "test", "venv"}:
+    if not argv or argv[0] not in {"demo", "test", "venv", "agents"}:
         print(__doc__)
         return 2
+    if argv[0] == "agents":
+        return agents()
     ensure_venv()
     if argv[0] == "demo":
         return _run(_bin("stella"), "demo", *argv[1:])
