@@ -22,6 +22,7 @@ is one response, every key optional::
     repeat = 3            # this step answers 3 requests
     delay = 0.01          # seconds to wait before answering (real time: keep it tiny)
     disconnect = true     # close the connection without answering (a connection error)
+    after = "is held by"  # answer only once some request (from any client) has contained this text
 
 A request after the last step gets HTTP 400 "script exhausted".
 
@@ -47,7 +48,8 @@ from stellafleet.testing.model_routes import RecordedRequest, handler_for
 
 __all__ = ["RecordedRequest", "ScriptError", "ScriptedModelServer", "load_script"]
 
-STEP_KEYS = {"text", "tool_calls", "usage", "error", "repeat", "delay", "disconnect", "stop_reason"}
+STEP_KEYS = {"text", "tool_calls", "usage", "error", "repeat", "delay", "disconnect", "stop_reason", "after"}
+AFTER_TIMEOUT_S = 120.0  # how long a step waits for the request it comes after
 USAGE_KEYS = {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"}
 
 
@@ -133,7 +135,8 @@ class ScriptedModelServer:
         self.requests: list[RecordedRequest] = []
         self.unknown: list[RecordedRequest] = []  # requests to endpoints it does not serve
         self.verbose = verbose
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
+        self._texts: list[str] = []  # every request body as JSON text, for `after`
         self._served = dict.fromkeys(self.scripts, 0)
         self._httpd = ThreadingHTTPServer((host, port), handler_for(self))
         self._httpd.daemon_threads = True
@@ -172,10 +175,16 @@ class ScriptedModelServer:
         key = self.script_for(request)
         with self._lock:
             self.requests.append(request)
+            self._texts.append(json.dumps(request.body))
+            self._lock.notify_all()
             served, steps = self._served[key], self.scripts[key]
             if served >= len(steps):
                 return served + 1, None
             self._served[key] = served + 1
+            after = steps[served].get("after")
+            if after:
+                # Lets a test order two clients: this answer waits for the other one's request.
+                self._lock.wait_for(lambda: any(after in text for text in self._texts), AFTER_TIMEOUT_S)
             return served + 1, steps[served]
 
     def record_unknown(self, request: RecordedRequest) -> None:
