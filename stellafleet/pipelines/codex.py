@@ -42,7 +42,10 @@ ACTION_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search
 MESSAGE_ITEMS = {"agent_message", "assistant_message"}  # the latter is the older name
 
 
-HEADLESS = ["-c", 'web_search="disabled"', "--disable", "multi_agent"]
+# Web search off (a worker works from the repository; its results would not be priced), sub-agents off
+# (their usage is not in the thread's totals), and no login shells: a login shell re-reads the profile,
+# which resets PATH and loses the `stella` the worker put first on it.
+HEADLESS = ["-c", 'web_search="disabled"', "--disable", "multi_agent", "-c", "allow_login_shell=false"]
 
 
 def build_argv(
