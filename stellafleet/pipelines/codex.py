@@ -292,7 +292,7 @@ def commit_leftovers(ctx: WorkerContext, result: PipelineResult) -> PipelineResu
     from stellafleet.git.lane import commit_paths
 
     try:
-        paths = [line[3:].split(" -> ")[-1].strip('"') for line in gitops.status_porcelain(ctx.workspace)]
+        paths = gitops.changed_paths(ctx.workspace)
         if paths:
             sha = commit_paths(ctx, paths, f"{ctx.task_title or ctx.task_id} (codex, uncommitted changes)")
             result.summary = f"{result.summary}; committed what it left uncommitted in {sha[:12]}"

@@ -133,3 +133,32 @@ def test_a_shared_codex_task_commits_through_stella_commit(
     assert files_of(git_repo, commit["sha"]) == ["notes.txt"]
     assert (git_repo / "scratch.txt").exists()  # the other work was neither committed nor touched
     assert by_id(record["attempts"], "task_id")["notes"]["spend_usd"] == pytest.approx(price(7000, 100))
+
+
+def test_what_an_isolated_codex_task_leaves_uncommitted_is_committed_for_it(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    steps = [shell("mkdir -p src && printf 'x = 1\\n' > src/left.py"), say("Wrote src/left.py.")]
+    with ScriptedModelServer(steps) as server:
+        env = fleet_setup(git_repo, server, ["codex"])
+        plan = write_plan(
+            tmp_path,
+            [
+                {
+                    "id": "left",
+                    "title": "Leave it",
+                    "prompt": "Write it",
+                    "pipeline": "codex",
+                    "isolation": "isolated",
+                }
+            ],
+        )
+        proc = stella("fleet", "--plan", str(plan), cwd=git_repo, env=env, timeout=RUN_TIMEOUT_S)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = run_record(git_repo)
+    (attempt,) = record["attempts"]
+    (commit,) = record["commits"]
+    assert attempt["summary"].startswith("Wrote src/left.py.; committed what it left uncommitted in ")
+    assert commit["branch"].startswith("fleet/left-")
+    assert commit["message"] == "Leave it (codex, uncommitted changes)"
+    assert files_of(git_repo, commit["sha"]) == ["src/left.py"]
