@@ -114,9 +114,13 @@ def test_a_shared_codex_task_commits_through_stella_commit(
     git_repo: Path, tmp_path: Path, stella: StellaRunner
 ) -> None:
     (git_repo / "scratch.txt").write_text("someone else's uncommitted work\n")
+    question = {"id": "which", "header": "Which", "question": "Which file?", "options": []}
+    ask = {"name": "request_user_input", "arguments": {"questions": [question]}}
     steps = [
-        shell("printf 'notes\\n' > notes.txt && stella commit -m 'Write the notes' notes.txt"),
-        say("Wrote notes.txt and committed it with stella commit."),
+        # a headless worker has no one to ask: Codex itself answers that it cannot
+        {"tool_calls": [ask], "usage": {"input_tokens": 2000, "output_tokens": 30}},
+        shell("printf 'notes\\n' > notes.txt && stella commit -m 'Write the notes' notes.txt", (3000, 50)),
+        say("Wrote notes.txt and committed it with stella commit.", (4000, 20)),
     ]
     with ScriptedModelServer(steps) as server:
         env = fleet_setup(git_repo, server, ["codex"])
@@ -124,6 +128,9 @@ def test_a_shared_codex_task_commits_through_stella_commit(
         plan = write_plan(tmp_path, [{"id": "notes", "prompt": "Write notes.txt", "pipeline": "codex"}])
         proc = stella("fleet", "--plan", str(plan), cwd=git_repo, env=env, timeout=RUN_TIMEOUT_S)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+        answer = server.requests[1].body["input"][-1]
+    assert answer["type"] == "function_call_output"
+    assert answer["output"] == "request_user_input is unavailable in Default mode"
     record = run_record(git_repo)
     (attempt,) = record["attempts"]
     (commit,) = record["commits"]
@@ -132,7 +139,7 @@ def test_a_shared_codex_task_commits_through_stella_commit(
     assert git("rev-list", f"{base}..HEAD", cwd=git_repo).split() == [commit["sha"]]
     assert files_of(git_repo, commit["sha"]) == ["notes.txt"]
     assert (git_repo / "scratch.txt").exists()  # the other work was neither committed nor touched
-    assert by_id(record["attempts"], "task_id")["notes"]["spend_usd"] == pytest.approx(price(7000, 100))
+    assert by_id(record["attempts"], "task_id")["notes"]["spend_usd"] == pytest.approx(price(9000, 100))
 
 
 def test_what_an_isolated_codex_task_leaves_uncommitted_is_committed_for_it(
