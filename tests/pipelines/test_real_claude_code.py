@@ -191,3 +191,32 @@ def test_the_claim_hook_run_by_claude_denies_a_file_another_task_holds(
     assert (git_repo / "shared.txt").read_text() == "the holder's\n"
     (commit,) = record["commits"]
     assert commit["task_id"] == "holder" and files_of(git_repo, commit["sha"]) == ["shared.txt"]
+
+
+def test_an_isolated_claude_task_commits_with_git_on_its_fleet_branch(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    # the worktree's path is made by the fleet, so the steps name the file relative to Claude's cwd
+    steps = [
+        write("solo.txt", "solo\n"),
+        bash("git add solo.txt && git commit -q -m 'Add solo.txt'"),
+        say("Committed solo.txt."),
+    ]
+    with ScriptedModelServer(steps) as server:
+        env = fleet_setup(git_repo, server, ["claude"])
+        base = gitops.head_commit(git_repo)
+        plan = write_plan(
+            tmp_path,
+            [{"id": "solo", "prompt": "TASK-SOLO", "pipeline": "claude-code", "isolation": "isolated"}],
+        )
+        proc = stella("fleet", "--plan", str(plan), cwd=git_repo, env=env, timeout=RUN_TIMEOUT_S)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = run_record(git_repo)
+    (attempt,) = record["attempts"]
+    (commit,) = record["commits"]
+    assert attempt["outcome"] == "succeeded" and attempt["summary"] == "Committed solo.txt."
+    assert commit["branch"].startswith("fleet/solo-")
+    assert git("rev-list", f"{base}..{commit['branch']}", cwd=git_repo).split() == [commit["sha"]]
+    assert files_of(git_repo, commit["sha"]) == ["solo.txt"]
+    (result,) = claude_results(git_repo, record["run"]["id"], "solo")
+    assert result["permission_denials"] == []
