@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -95,6 +96,9 @@ def agents() -> int:
     if stamp.exists() and stamp.read_text() == wanted:
         print(f"agent CLIs already installed in {AGENTS}: {wanted}", flush=True)
         return 0
+    if shutil.which("npm") is None:
+        print("npm is needed to install Claude Code and Codex: install Node.js 18 or newer", flush=True)
+        return 1
     AGENTS.mkdir(exist_ok=True)
     npm = ["npm", "install", "--prefix", str(AGENTS), "--no-audit", "--no-fund", "--loglevel=error"]
     if _run(*npm, *(f"{name}@{version}" for name, version in NPM_AGENTS.items())) != 0:
