@@ -3,15 +3,19 @@
 
     python3 tools/dev.py demo     # a real fleet, offline, in a scratch repository
     python3 tools/dev.py test     # the whole suite: pytest, ruff, mypy
+    python3 tools/dev.py agents   # the real agent CLIs the pipeline tests run, into .agents/
 
-Needs only Python 3.11+, pip and git. The virtualenv lives in .venv/ and is
-refreshed whenever pyproject.toml changes.
+Needs only Python 3.11+, pip and git (and npm for `agents`). The virtualenv lives in .venv/ and is
+refreshed whenever pyproject.toml changes. `agents` installs pinned versions of Claude Code and Codex
+(npm, into .agents/node_modules) and aider (PyPI, into its own virtualenv .agents/aider, so its
+dependencies never mix with stellafleet's); it does nothing when those versions are already there.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -20,6 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 STAMP = VENV / ".stella-installed"
+AGENTS = ROOT / ".agents"
+# Pinned: the pipeline tests and docs/pipelines.md describe what these versions do.
+NPM_AGENTS = {"@anthropic-ai/claude-code": "2.1.332", "@openai/codex": "0.169.0"}
+AIDER = "aider-chat==0.86.2"
+UV = "uv==0.13.9"
 
 
 def _bin(name: str) -> str:
@@ -67,10 +76,46 @@ def test(extra: list[str]) -> int:
     return 0
 
 
+def install_aider(target: Path) -> int:
+    """aider into its own virtualenv. uv installs its hundred pinned dependencies in parallel, several
+    times faster than pip; pip is the fallback."""
+    python = target / "bin" / "python"
+    if not python.exists():
+        venv.EnvBuilder(with_pip=True).create(target)
+    quiet = [] if os.environ.get("CI") else ["-q"]
+    uv = [str(target / "bin" / "uv"), "pip", "install", "--python", str(python), AIDER]
+    if _run(str(python), "-m", "pip", "install", *quiet, UV) == 0 and _run(*uv) == 0:
+        return 0
+    return _run(str(python), "-m", "pip", "install", *quiet, AIDER)
+
+
+def agents() -> int:
+    """Install the pinned agent CLIs into .agents/ (skipped when the same pins are already there)."""
+    wanted = " ".join([*(f"{name}@{version}" for name, version in NPM_AGENTS.items()), AIDER])
+    stamp = AGENTS / ".installed"
+    if stamp.exists() and stamp.read_text() == wanted:
+        print(f"agent CLIs already installed in {AGENTS}: {wanted}", flush=True)
+        return 0
+    if shutil.which("npm") is None:
+        print("npm is needed to install Claude Code and Codex: install Node.js 18 or newer", flush=True)
+        return 1
+    AGENTS.mkdir(exist_ok=True)
+    npm = ["npm", "install", "--prefix", str(AGENTS), "--no-audit", "--no-fund", "--loglevel=error"]
+    if _run(*npm, *(f"{name}@{version}" for name, version in NPM_AGENTS.items())) != 0:
+        return 1
+    if install_aider(AGENTS / "aider") != 0:
+        return 1
+    stamp.write_text(wanted)
+    print(f"agent CLIs installed in {AGENTS}: {wanted}", flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"demo", "test", "venv"}:
+    if not argv or argv[0] not in {"demo", "test", "venv", "agents"}:
         print(__doc__)
         return 2
+    if argv[0] == "agents":
+        return agents()
     ensure_venv()
     if argv[0] == "demo":
         return _run(_bin("stella"), "demo", *argv[1:])

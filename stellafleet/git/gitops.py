@@ -137,6 +137,19 @@ def status_porcelain(path: Path) -> list[str]:
     return [line for line in out.splitlines() if line]
 
 
+def changed_paths(path: Path) -> list[str]:
+    """Every file that differs from HEAD in a work tree (untracked files one by one; both sides of a
+    rename), relative to it."""
+    fields = git("status", "--porcelain", "-z", "--untracked-files=all", cwd=path).split("\0")
+    paths: list[str] = []
+    rest = iter(f for f in fields if f)
+    for entry in rest:
+        paths.append(entry[3:])
+        if "R" in entry[:2] or "C" in entry[:2]:
+            paths.append(next(rest, ""))  # a rename's or copy's source follows as its own field
+    return [p for p in dict.fromkeys(paths) if p]
+
+
 # --- branches and history ---
 
 

@@ -33,6 +33,10 @@ from stellafleet.pipelines.support import (
 
 CLI = "claude"
 NO_MCP_SERVERS = json.dumps({"mcpServers": {}})
+# In print mode Claude Code refuses any shell command that needs approval ("This command requires
+# approval"); these are the ones the commit instructions ask for, so they are allowed up front.
+SHARED_COMMANDS = ("Bash(stella commit:*)",)
+ISOLATED_COMMANDS = ("Bash(stella commit:*)", "Bash(git add:*)", "Bash(git commit:*)", "Bash(git status:*)")
 
 
 def budget_arg(guard_usd: float) -> str:
@@ -49,6 +53,7 @@ def build_argv(
     max_turns: int | None,
     model: str | None,
     extra_args: tuple[str, ...] = (),
+    allowed: tuple[str, ...] = SHARED_COMMANDS,
 ) -> list[str]:
     # The prompt comes right after -p: options such as --mcp-config take several values and would
     # swallow a prompt placed after them.
@@ -64,6 +69,8 @@ def build_argv(
         "--strict-mcp-config",
         "--mcp-config",
         NO_MCP_SERVERS,
+        "--allowedTools",
+        ",".join(allowed),
     ]
     if settings_file is not None:
         argv += ["--settings", settings_file]
@@ -189,6 +196,7 @@ class ClaudeCodePipeline(AgentCliPipeline):
             max_turns=settings.max_turns,
             model=model_for(ctx, settings),
             extra_args=settings.extra_args,
+            allowed=SHARED_COMMANDS if ctx.shared else ISOLATED_COMMANDS,
         )
         watcher = _ResultWatcher()
         run = run_agent(ctx, argv, on_line=watcher)

@@ -1,26 +1,32 @@
 """The `codex` pipeline: each worker runs `codex exec --json` in its workspace.
 
-Codex reports tokens, not dollars, and has no budget flag. The wrapper prices each `turn.completed`
-usage with the engine's price table (or `[prices."MODEL"]`) as it arrives, reports it to the ledger, and
+Codex reports tokens, not dollars, and has no budget flag. The wrapper prices the thread's running
+token totals with the engine's price table (or `[prices."MODEL"]`) as they arrive, from Codex's session
+log after every model call and from `turn.completed` at the end, reports each increase to the ledger, and
 stops Codex (SIGTERM to its process group, SIGKILL after a grace period) once the worker's guard is
-reached. Codex's `usage` figures are running totals for its thread, so each event is priced by what it
-adds to the previous one.
+reached. Headless settings: the repository's git directories are writable roots of its sandbox (so it can
+commit), web search is off, and sub-agents are off (their spend would not be in the thread's usage).
+Codex itself refuses `request_user_input` in `codex exec` ("unavailable in Default mode"), so a worker
+never waits for an answer.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
+from stellafleet.core.errors import StellaError
 from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_price_message
 from stellafleet.core.spend import SpendReporter, TallySpend, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
-from stellafleet.pipelines.agentenv import agent_prompt
+from stellafleet.pipelines.agentenv import agent_env, agent_prompt
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
+from stellafleet.pipelines.codex_session import SessionLog, codex_home, writable_roots_arg
 from stellafleet.pipelines.support import (
     crash_text,
     failed,
@@ -36,13 +42,25 @@ ACTION_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search
 MESSAGE_ITEMS = {"agent_message", "assistant_message"}  # the latter is the older name
 
 
+# Web search off (a worker works from the repository; its results would not be priced), sub-agents off
+# (their usage is not in the thread's totals), and no login shells: a login shell re-reads the profile,
+# which resets PATH and loses the `stella` the worker put first on it.
+HEADLESS = ["-c", 'web_search="disabled"', "--disable", "multi_agent", "-c", "allow_login_shell=false"]
+
+
 def build_argv(
-    binary: str, workspace: str, prompt: str, *, model: str | None, extra_args: tuple[str, ...]
+    binary: str,
+    workspace: str,
+    prompt: str,
+    *,
+    model: str | None,
+    extra_args: tuple[str, ...],
+    sandbox_args: Sequence[str] = (),
 ) -> list[str]:
     argv = [binary, "exec", "--json", "--sandbox", "workspace-write", "-C", workspace]
     if model:
         argv += ["--model", model]
-    return [*argv, *extra_args, prompt]
+    return [*argv, *sandbox_args, *HEADLESS, *extra_args, prompt]
 
 
 @dataclass(frozen=True)
@@ -63,6 +81,13 @@ class Usage:
             return number
 
         return cls(count("input_tokens"), count("cached_input_tokens"), count("output_tokens"))
+
+    def at_least(self, earlier: Usage) -> bool:
+        return (
+            self.input_tokens >= earlier.input_tokens
+            and self.cached_input_tokens >= earlier.cached_input_tokens
+            and self.output_tokens >= earlier.output_tokens
+        )
 
     def minus(self, earlier: Usage) -> Usage:
         """What this running total adds to an earlier one (all of it when the counts went down)."""
@@ -103,6 +128,8 @@ class CodexFollower:
         self.events = 0
         self.bad_line: str | None = None
         self.guard_hit = False
+        self.thread_id: str | None = None
+        self.from_log = False  # the session log is being followed: turn totals only top it up
         self._lock = threading.Lock()
 
     def __call__(self, line: str) -> str | None:
@@ -124,7 +151,9 @@ class CodexFollower:
 
     def _handle(self, event: dict[str, Any]) -> str | None:
         kind = event["type"]
-        if kind == "item.completed" and isinstance(event.get("item"), dict):
+        if kind == "thread.started" and isinstance(event.get("thread_id"), str):
+            self.thread_id = event["thread_id"]
+        elif kind == "item.completed" and isinstance(event.get("item"), dict):
             item = event["item"]
             item_type = item.get("type") or item.get("item_type")
             if item_type in MESSAGE_ITEMS and isinstance(item.get("text"), str):
@@ -132,6 +161,7 @@ class CodexFollower:
             elif item_type in ACTION_ITEMS:
                 self.steps += 1
         elif kind == "turn.completed":
+            self.turns_completed += 1
             return self._usage(Usage.from_event(event.get("usage")))
         elif kind == "turn.failed":
             error = event.get("error")
@@ -141,10 +171,20 @@ class CodexFollower:
             self.errors.append(str(event.get("message") or "no details"))
         return None
 
+    def log_total(self, value: dict[str, Any]) -> str | None:
+        """A running total from Codex's session log (after each model call)."""
+        with self._lock:
+            self.from_log = True
+            try:
+                return self._usage(Usage.from_event(value))
+            except ValueError:
+                return None
+
     def _usage(self, total: Usage) -> str | None:
+        if self.from_log and not total.at_least(self.total):
+            return None  # already counted from the session log
         added = total.minus(self.total)
         self.total = total
-        self.turns_completed += 1
         usd = self.pricer.cost(added.tokens()) if self.pricer is not None else 0.0
         self.spent.add(usd, input_tokens=added.input_tokens, output_tokens=added.output_tokens)
         if self.guard_usd is not None and self.spent.usd >= self.guard_usd:
@@ -197,19 +237,24 @@ class CodexPipeline(AgentCliPipeline):
         if ctx.spend_guard_usd is not None and pricer is None:
             return failed(f"codex was not started: {self.no_price(model)}")
         follower = CodexFollower(pricer, ctx.spend_guard_usd, spend)
-        run = run_agent(
-            ctx,
-            build_argv(
-                settings.binary,
-                str(ctx.workspace),
-                agent_prompt(ctx),
-                model=model,
-                extra_args=settings.extra_args,
-            ),
-            on_line=follower,
+        session = SessionLog(codex_home(agent_env(ctx)), follower.log_total)
+
+        def poll() -> str | None:
+            session.thread_id = follower.thread_id
+            return session()
+
+        argv = build_argv(
+            settings.binary,
+            str(ctx.workspace),
+            agent_prompt(ctx),
+            model=model,
+            extra_args=settings.extra_args,
+            sandbox_args=writable_roots_arg(ctx.workspace),
         )
+        run = run_agent(ctx, argv, on_line=follower, poll=poll)
         follower.report_steps()
-        return outcome(run, follower, ctx, priced=pricer is not None, model=model)
+        result = outcome(run, follower, ctx, priced=pricer is not None, model=model)
+        return commit_leftovers(ctx, result) if result.success and not ctx.shared else result
 
 
 def outcome(
@@ -238,3 +283,21 @@ def outcome(
     if f.bad_line is not None:
         return failed(parse_failure(CLI, f"not a JSON event: {short(f.bad_line, 120)!r}", run), **totals)
     return failed(parse_failure(CLI, f"no turn.completed among {f.events} event(s)", run), **totals)
+
+
+def commit_leftovers(ctx: WorkerContext, result: PipelineResult) -> PipelineResult:
+    """In its own worktree, what Codex changed but did not commit is committed for it, so a finished
+    task never leaves its work outside its branch (the worktree has no other writer)."""
+    from stellafleet.git import gitops
+    from stellafleet.git.lane import commit_paths
+
+    try:
+        paths = gitops.changed_paths(ctx.workspace)
+        if paths:
+            sha = commit_paths(ctx, paths, f"{ctx.task_title or ctx.task_id} (codex, uncommitted changes)")
+            result.summary = f"{result.summary}; committed what it left uncommitted in {sha[:12]}"
+    except StellaError as exc:
+        result.success = False
+        result.summary = f"{result.summary}; its uncommitted changes could not be committed: {exc}"
+        result.error = result.summary
+    return result

@@ -31,6 +31,8 @@ VALUE_OPTIONS = {
     "-c",
     "--config",
     "--output-last-message",
+    "--disable",
+    "--enable",
     "-o",
 }
 

@@ -22,6 +22,7 @@ is one response, every key optional::
     repeat = 3            # this step answers 3 requests
     delay = 0.01          # seconds to wait before answering (real time: keep it tiny)
     disconnect = true     # close the connection without answering (a connection error)
+    after = "is held by"  # answer only once some request (from any client) has contained this text
 
 A request after the last step gets HTTP 400 "script exhausted".
 
@@ -37,31 +38,23 @@ import contextlib
 import json
 import sys
 import threading
-import time
 import tomllib
-from collections.abc import Sequence
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Mapping, Sequence
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-STEP_KEYS = {"text", "tool_calls", "usage", "error", "repeat", "delay", "disconnect", "stop_reason"}
+from stellafleet.testing.model_routes import RecordedRequest, handler_for
+
+__all__ = ["RecordedRequest", "ScriptError", "ScriptedModelServer", "load_script"]
+
+STEP_KEYS = {"text", "tool_calls", "usage", "error", "repeat", "delay", "disconnect", "stop_reason", "after"}
+AFTER_TIMEOUT_S = 120.0  # how long a step waits for the request it comes after
 USAGE_KEYS = {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"}
 
 
 class ScriptError(ValueError):
     """A script that cannot be played; the message says which step and what is wrong."""
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    path: str
-    headers: dict[str, str]
-    body: Any
-
-    @property
-    def wire(self) -> str:
-        return "anthropic" if self.path.endswith("/messages") else "openai"
 
 
 def _check_step(index: int, step: Any) -> dict[str, Any]:
@@ -119,96 +112,33 @@ def load_script(path: Path) -> list[dict[str, Any]]:
     return expand_steps(data)
 
 
-def _arguments(call: dict[str, Any]) -> Any:
-    return call.get("arguments", {})
-
-
-def openai_body(step: dict[str, Any], model: str, number: int) -> dict[str, Any]:
-    usage = step.get("usage") or {}
-    calls = [
-        {
-            "id": call.get("id") or f"call_{number}_{i}",
-            "type": "function",
-            "function": {
-                "name": call["name"],
-                "arguments": a if isinstance(a := _arguments(call), str) else json.dumps(a),
-            },
-        }
-        for i, call in enumerate(step.get("tool_calls") or [])
-    ]
-    message: dict[str, Any] = {"role": "assistant", "content": step.get("text")}
-    if calls:
-        message["tool_calls"] = calls
-    return {
-        "id": f"chatcmpl-scripted-{number}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "finish_reason": step.get("stop_reason") or ("tool_calls" if calls else "stop"),
-            }
-        ],
-        "usage": {
-            "prompt_tokens": int(usage.get("input_tokens", 0)),
-            "completion_tokens": int(usage.get("output_tokens", 0)),
-            "total_tokens": int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0)),
-            "prompt_tokens_details": {"cached_tokens": int(usage.get("cache_read_tokens", 0))},
-        },
-    }
-
-
-def anthropic_body(step: dict[str, Any], model: str, number: int) -> dict[str, Any]:
-    usage = step.get("usage") or {}
-    cache_read = int(usage.get("cache_read_tokens", 0))
-    cache_write = int(usage.get("cache_write_tokens", 0))
-    content: list[dict[str, Any]] = [{"type": "text", "text": step["text"]}] if step.get("text") else []
-    for i, call in enumerate(step.get("tool_calls") or []):
-        # A string is sent as is (real servers send an object): how a test feeds malformed input.
-        content.append(
-            {
-                "type": "tool_use",
-                "id": call.get("id") or f"toolu_{number}_{i}",
-                "name": call["name"],
-                "input": _arguments(call),
-            }
-        )
-    return {
-        "id": f"msg_scripted_{number}",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": step.get("stop_reason") or ("tool_use" if step.get("tool_calls") else "end_turn"),
-        "usage": {
-            # Anthropic counts cached prompt tokens apart from input_tokens.
-            "input_tokens": max(int(usage.get("input_tokens", 0)) - cache_read - cache_write, 0),
-            "output_tokens": int(usage.get("output_tokens", 0)),
-            "cache_read_input_tokens": cache_read,
-            "cache_creation_input_tokens": cache_write,
-        },
-    }
-
-
 class ScriptedModelServer:
-    """Plays steps to whoever asks, in order; thread-safe; use as a context manager."""
+    """Plays steps to whoever asks, in order; thread-safe; use as a context manager.
+
+    `scripts` gives several clients their own steps: a request goes to the first script whose key
+    appears in its body (a marker in the task's prompt), else to the default `steps`.
+    """
 
     def __init__(
         self,
         steps: Sequence[dict[str, Any]],
         *,
+        scripts: Mapping[str, Sequence[dict[str, Any]]] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         verbose: bool = False,
     ):
-        self.steps = expand_steps(steps)
+        self.scripts: dict[str, list[dict[str, Any]]] = {"": expand_steps(steps)}
+        for key, script in (scripts or {}).items():
+            self.scripts[key] = expand_steps(script)
+        self.steps = self.scripts[""]
         self.requests: list[RecordedRequest] = []
+        self.unknown: list[RecordedRequest] = []  # requests to endpoints it does not serve
         self.verbose = verbose
-        self._lock = threading.Lock()
-        self._served = 0
-        self._httpd = ThreadingHTTPServer((host, port), _handler_for(self))
+        self._lock = threading.Condition()
+        self._texts: list[str] = []  # every request body as JSON text, for `after`
+        self._served = dict.fromkeys(self.scripts, 0)
+        self._httpd = ThreadingHTTPServer((host, port), handler_for(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -235,15 +165,33 @@ class ScriptedModelServer:
     @property
     def remaining(self) -> int:
         with self._lock:
-            return len(self.steps) - self._served
+            return sum(len(steps) - self._served[key] for key, steps in self.scripts.items())
+
+    def script_for(self, request: RecordedRequest) -> str:
+        text = json.dumps(request.body)
+        return next((key for key in self.scripts if key and key in text), "")
 
     def next_step(self, request: RecordedRequest) -> tuple[int, dict[str, Any] | None]:
+        key = self.script_for(request)
         with self._lock:
             self.requests.append(request)
-            if self._served >= len(self.steps):
-                return self._served + 1, None
-            self._served += 1
-            return self._served, self.steps[self._served - 1]
+            self._texts.append(json.dumps(request.body))
+            self._lock.notify_all()
+            served, steps = self._served[key], self.scripts[key]
+            if served >= len(steps):
+                return served + 1, None
+            self._served[key] = served + 1
+            after = steps[served].get("after")
+            if after:
+                # Lets a test order two clients: this answer waits for the other one's request.
+                self._lock.wait_for(lambda: any(after in text for text in self._texts), AFTER_TIMEOUT_S)
+            return served + 1, steps[served]
+
+    def record_unknown(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self.unknown.append(request)
+        if self.verbose:
+            sys.stderr.write(f"model server: unknown request {request.method} {request.path}\n")
 
     def start(self) -> ScriptedModelServer:
         self._thread = threading.Thread(
@@ -269,66 +217,6 @@ class ScriptedModelServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _handler_for(server: ScriptedModelServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            if server.verbose:
-                sys.stderr.write(f"model server: {format % args}\n")
-
-        def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-            data = (body if isinstance(body, str) else json.dumps(body)).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            for key, value in (headers or {}).items():
-                self.send_header(key, value)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            self._send(
-                200, {"server": "stellafleet scripted model server", "remaining_steps": server.remaining}
-            )
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            try:
-                body: Any = json.loads(raw) if raw else None
-            except ValueError:
-                body = raw.decode(errors="replace")
-            path = self.path.split("?", 1)[0]
-            if not path.endswith(("/chat/completions", "/messages")):
-                self._send(404, {"error": {"message": f"no such endpoint: {path}"}})
-                return
-            request = RecordedRequest(path, {k.lower(): v for k, v in self.headers.items()}, body)
-            number, step = server.next_step(request)
-            if step is None:
-                message = f"scripted model server: script exhausted after {number - 1} responses"
-                self._send(400, {"error": {"type": "invalid_request_error", "message": message}})
-                return
-            if step.get("delay"):
-                time.sleep(float(step["delay"]))
-            if step.get("disconnect"):
-                self.close_connection = True
-                return
-            error = step.get("error")
-            if error is not None:
-                headers = (
-                    {"retry-after": str(error["retry_after"])} if error.get("retry_after") is not None else {}
-                )
-                message = error.get("body", f"scripted error {error['status']}")
-                self._send(
-                    int(error["status"]), {"error": {"type": "scripted_error", "message": message}}, headers
-                )
-                return
-            model = str(body.get("model", "scripted")) if isinstance(body, dict) else "scripted"
-            build = anthropic_body if request.wire == "anthropic" else openai_body
-            self._send(200, build(step, model, number))
-
-    return Handler
 
 
 def main(argv: Sequence[str] | None = None) -> int:

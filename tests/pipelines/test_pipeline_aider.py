@@ -1,4 +1,9 @@
-"""The aider pipeline against a fake `aider --message`: cost from its analytics log, commits, every ending."""
+"""The aider pipeline against a fake `aider --message`: cost from its analytics log, commits, every ending.
+
+The real aider is run in test_real_aider.py. The fake stays for what the real one cannot be made to do on
+demand: crash, hang, write a malformed analytics log, exit without a model call, or report exact costs
+across several calls.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""The claude-code pipeline against a fake `claude` that speaks Claude Code's headless formats."""
+"""The claude-code pipeline against a fake `claude` that speaks Claude Code's headless formats.
+
+The real Claude Code is run in test_real_claude_code.py. The fake stays for what the real one cannot be made
+to do on demand: crash, hang, print garbage, end with an API error or at its turn limit, and the hook's
+fail-closed cases.
+"""
 
 from __future__ import annotations
 

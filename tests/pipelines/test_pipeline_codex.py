@@ -1,4 +1,8 @@
-"""The codex pipeline against a fake `codex exec --json`: pricing, the guard it enforces, every ending."""
+"""The codex pipeline against a fake `codex exec --json`: pricing, the guard it enforces, every ending.
+
+The real Codex is run in test_real_codex.py. The fake stays for what the real one cannot be made to do on
+demand: crash, hang, print garbage, fail a turn, emit error events, or report several turns' running totals.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,108 @@
+"""What the codex wrapper needs beyond `codex exec --json`: its sandbox's git roots and its session log.
+
+- Codex's `workspace-write` sandbox keeps the repository's git directory read-only (on Linux even when
+  it is handed over with `--add-dir`), so neither `git commit` nor `stella commit` could write the index
+  or objects. Naming the git directories in `sandbox_workspace_write.writable_roots` makes them
+  writable: the main tree's `.git`, and for a linked worktree also its own `.git/worktrees/<name>`.
+- `codex exec --json` reports usage only when its turn ends (`turn.completed`), which is one report for
+  the whole task. Codex also writes a session log (`$CODEX_HOME/sessions/YYYY/MM/DD/rollout-...-<thread
+  id>.jsonl`) with a `token_count` event after every model call; following that file lets the guard
+  stop Codex between two model calls instead of after the last one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from stellafleet.core.errors import GitError
+from stellafleet.git import gitops
+
+
+def git_dirs(workspace: Path) -> list[str]:
+    """The absolute git directories a commit in workspace writes to (common dir first); [] outside git."""
+    found: list[str] = []
+    try:
+        for flag in ("--git-common-dir", "--git-dir"):
+            out = gitops.git("rev-parse", "--path-format=absolute", flag, cwd=workspace).strip()
+            if out and out not in found:
+                found.append(out)
+    except GitError:
+        return []
+    return found
+
+
+def writable_roots_arg(workspace: Path) -> list[str]:
+    """`-c sandbox_workspace_write.writable_roots=[...]` for the workspace's git dirs ([] outside git)."""
+    dirs = git_dirs(workspace)
+    if not dirs:
+        return []
+    # A JSON string is a TOML basic string, which is how `-c` parses the value.
+    return ["-c", f"sandbox_workspace_write.writable_roots=[{', '.join(json.dumps(d) for d in dirs)}]"]
+
+
+def codex_home(env: Mapping[str, str]) -> Path:
+    """Where Codex keeps its sessions: $CODEX_HOME, else ~/.codex."""
+    home = env.get("CODEX_HOME")
+    return Path(home) if home else Path(env.get("HOME") or os.path.expanduser("~")) / ".codex"
+
+
+# Called with each running total from the session log; returns why to stop Codex, or None.
+TotalHandler = Callable[[dict[str, Any]], str | None]
+
+
+class SessionLog:
+    """Follows one thread's session log on each poll and hands every `token_count` total on."""
+
+    def __init__(self, home: Path, on_total: TotalHandler) -> None:
+        self.home = home
+        self.on_total = on_total
+        self.thread_id: str | None = None
+        self.path: Path | None = None
+        self.offset = 0
+        self.totals_seen = 0
+
+    def find(self) -> Path | None:
+        if self.path is None and self.thread_id:
+            matches = sorted((self.home / "sessions").glob(f"*/*/*/rollout-*{self.thread_id}.jsonl"))
+            self.path = matches[-1] if matches else None
+        return self.path
+
+    def __call__(self) -> str | None:
+        path = self.find()
+        if path is None:
+            return None
+        try:
+            with path.open("rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read()
+        except OSError:
+            return None
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return None  # Codex may be half-way through a line
+        self.offset += end + 1
+        reason = None
+        for raw in chunk[: end + 1].decode("utf-8", "replace").splitlines():
+            total = token_total(raw)
+            if total is not None:
+                self.totals_seen += 1
+                reason = self.on_total(total) or reason
+        return reason
+
+
+def token_total(raw: str) -> dict[str, Any] | None:
+    """The thread's running usage from one session-log line, when it is a `token_count` event."""
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    payload = record.get("payload") if isinstance(record, dict) else None
+    if not isinstance(payload, dict) or payload.get("type") != "token_count":
+        return None
+    info = payload.get("info")
+    total = info.get("total_token_usage") if isinstance(info, dict) else None
+    return total if isinstance(total, dict) else None
