@@ -21,6 +21,7 @@ from stellafleet.core.configsections import (
     EngineConfig,
     FleetConfig,
     GovernorConfig,
+    MergeConfig,
     PipelinesConfig,
     PriceConfig,
     WatchConfig,
@@ -81,6 +82,10 @@ class Config:
     @functools.cached_property
     def watch(self) -> WatchConfig:
         return self._typed("watch")
+
+    @functools.cached_property
+    def merge(self) -> MergeConfig:
+        return self._typed("merge")
 
     @functools.cached_property
     def prices(self) -> Mapping[str, PriceConfig]:
@@ -144,6 +149,7 @@ _BUILDERS: dict[str, Any] = {
     "fleet": lambda table: build(FleetConfig, table),
     "governor": lambda table: build(GovernorConfig, table),
     "watch": lambda table: build(WatchConfig, table),
+    "merge": lambda table: build(MergeConfig, table),
     "prices": build_prices,
     "pipelines": build_pipelines,
 }
