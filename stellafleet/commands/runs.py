@@ -290,6 +290,7 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
             f"  {fmt_duration(a['duration_ms'])}  {fmt_usd(a['spend_usd'])}  "
             f"{a['input_tokens']}/{a['output_tokens']} tokens  {a['steps']} steps"
             + (f"  exit {a['exit_code']}" if a.get("exit_code") is not None else "")
+            + (f"  ({a['reason']})" if a.get("reason") else "")
         )
         out(line)
         if a.get("summary"):

@@ -47,6 +47,7 @@ class FleetOptions:
     stop_on_first_interrupt: bool = False  # Ctrl-C stops the running workers at once, not the second time
     argv: Sequence[str] = ()
     cwd: Path | None = None
+    fix_ci: int = 0  # with watch: follow-up rounds per red branch
 
 
 class NotReady(StellaError):
@@ -87,6 +88,7 @@ class Prepared:
     quiet: bool
     dry_run: bool
     argv: tuple[str, ...]
+    fix_ci: int = 0  # --fix-ci N: follow-up rounds per red branch while watching
 
     @property
     def spend_guard(self) -> float | None:
@@ -236,4 +238,5 @@ def prepare(options: FleetOptions) -> Prepared:
         quiet=options.quiet,
         dry_run=options.dry_run,
         argv=tuple(options.argv),
+        fix_ci=options.fix_ci if options.watch else 0,
     )

@@ -217,6 +217,11 @@ class Ledger(LedgerMerges):
         with self._write() as conn:
             conn.execute("UPDATE attempts SET pid = ? WHERE id = ?", (pid, attempt_id))
 
+    def set_attempt_reason(self, attempt_id: int, reason: str) -> None:
+        """Why an attempt beyond a task's first exists (`ci-fix`: a --fix-ci round)."""
+        with self._write() as conn:
+            conn.execute("UPDATE attempts SET reason = ? WHERE id = ?", (reason, attempt_id))
+
     def add_spend(
         self, attempt_id: int, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0
     ) -> None:
