@@ -205,7 +205,11 @@ class _Queue:
             item.reason = f"conflicts with {self.result.onto} in {where}"
             return
         if self.options.check:
-            env = {"STELLA_MERGE_BRANCH": item.branch, "STELLA_MERGE_TASK": item.task_id}
+            env = {
+                "STELLA_MERGE_BRANCH": item.branch,
+                "STELLA_MERGE_TASK": item.task_id,
+                "STELLA_MERGE_ROOT": str(self.root),  # the user's tree: its virtualenv, node_modules, ...
+            }
             checked = run_check(
                 self.options.check,
                 worktree,
