@@ -13,6 +13,7 @@ from stellafleet.core.status import MergeStatus
 from stellafleet.git import gitops
 from stellafleet.merge.queue import MergeItem
 from stellafleet.merge.runner import STRATEGIES, MergeOptions, MergeResult, merge_run
+from stellafleet.state.ledger import Ledger
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -35,13 +36,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--strategy", choices=STRATEGIES, help="rebase or merge (default: [merge] strategy)")
     parser.add_argument("--check", metavar="CMD", help="the check command (default: [merge] check)")
+    parser.add_argument(
+        "--resolve",
+        action="store_true",
+        help="hand a conflicting branch to a worker as a task whose prompt carries the conflict "
+        "(under the spend limit); its result is checked like any other",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document with each branch's step")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     root = gitops.main_worktree_root(Path.cwd())
-    settings = load_config(root, config_file=config_file_arg(args)).merge
+    config = load_config(root, config_file=config_file_arg(args))
+    settings = config.merge
     options = MergeOptions(
         run_ref=args.run_ref,
         dry_run=args.dry_run,
@@ -51,7 +59,16 @@ def run(args: argparse.Namespace) -> int:
         check_timeout=settings.check_timeout,
         check_tail_lines=settings.check_tail_lines,
     )
-    result = merge_run(root, options, progress=None if args.json else print_item)
+    make_resolver = None
+    if args.resolve:
+        from stellafleet.merge.resolve import Resolver
+
+        limit = getattr(args, "spend_limit", None)
+
+        def make_resolver(ledger: Ledger, run_id: str) -> Resolver:
+            return Resolver(root, ledger, run_id, config, limit)
+
+    result = merge_run(root, options, progress=None if args.json else print_item, make_resolver=make_resolver)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:

@@ -24,6 +24,7 @@ class StepResult:
     head: str | None
     conflicts: tuple[str, ...] = ()
     message: str = ""
+    conflict_diff: str = ""  # the conflicted files with their markers, as `git diff` shows them
 
     @property
     def ok(self) -> bool:
@@ -61,9 +62,10 @@ def _failure(path: Path, args: tuple[str, ...], abort: tuple[str, ...]) -> StepR
     if retcode == 0:
         return StepResult(gitops.head_commit(path))
     conflicts = _conflicted(path)
+    shown = gitops.git("diff", "--no-color", "--", *conflicts, cwd=path, check=False) if conflicts else ""
     lines = [line.strip() for line in (err or out).splitlines() if line.strip()]
     gitops.git(*abort, cwd=path, check=False)
-    return StepResult(None, conflicts, lines[-1] if lines else f"exit status {retcode}")
+    return StepResult(None, conflicts, lines[-1] if lines else f"exit status {retcode}", shown)
 
 
 def rebase_onto(path: Path, onto: str, upstream: str, tip: str) -> StepResult:

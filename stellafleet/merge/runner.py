@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from stellafleet.core.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
@@ -23,6 +23,7 @@ from stellafleet.core.status import MergeStatus
 from stellafleet.git import gitops, mergeops
 from stellafleet.merge.check import run_check
 from stellafleet.merge.queue import MergeItem, plan_queue
+from stellafleet.merge.resolve import Resolution
 from stellafleet.state.ledger import Ledger
 
 STRATEGIES = ("rebase", "merge")
@@ -100,7 +101,21 @@ def _refuse_unless_ready(root: Path, options: MergeOptions) -> str:
     return branch
 
 
-def merge_run(root: Path, options: MergeOptions, *, progress: Progress | None = None) -> MergeResult:
+class Resolving(Protocol):
+    """--resolve: hands a conflicting branch to a worker (merge/resolve.py's Resolver)."""
+
+    def resolve(
+        self, item: MergeItem, onto: str, tip: str, files: tuple[str, ...], diff: str
+    ) -> Resolution: ...
+
+
+def merge_run(
+    root: Path,
+    options: MergeOptions,
+    *,
+    progress: Progress | None = None,
+    make_resolver: Callable[[Ledger, str], Resolving] | None = None,
+) -> MergeResult:
     """Run the merge queue (or, with dry_run, say what it would do) for one run of the ledger."""
     onto = _refuse_unless_ready(root, options)
     db = StatePaths(root).fleet_db
@@ -111,7 +126,8 @@ def merge_run(root: Path, options: MergeOptions, *, progress: Progress | None = 
         queue, left_out = plan_queue(ledger.get_run(run_id), unwatched=options.unwatched)
         tip = gitops.head_commit(root)
         result = MergeResult(run_id, onto, options, tip, tip, queue, left_out)
-        queue_run = _Queue(root, ledger, result, progress or (lambda item: None))
+        resolver = make_resolver(ledger, run_id) if make_resolver and not options.dry_run else None
+        queue_run = _Queue(root, ledger, result, progress or (lambda item: None), resolver)
         if options.dry_run:
             queue_run.preview()
         else:
@@ -122,7 +138,10 @@ def merge_run(root: Path, options: MergeOptions, *, progress: Progress | None = 
 class _Queue:
     """One pass through the queue, holding the tip the next branch lands on."""
 
-    def __init__(self, root: Path, ledger: Ledger, result: MergeResult, progress: Progress) -> None:
+    def __init__(
+        self, root: Path, ledger: Ledger, result: MergeResult, progress: Progress, resolver: Resolving | None
+    ) -> None:
+        self.resolver = resolver
         self.root = root
         self.ledger = ledger
         self.result = result
@@ -199,11 +218,21 @@ class _Queue:
         else:
             message = f"Merge {item.branch} (task {item.task_id}, run {self.result.run_id})"
             step = mergeops.merge_commit(worktree, item.head, message)
-        if step.head is None:
+        head, resolved = step.head, ""
+        if head is None:
             item.status, item.files = MergeStatus.CONFLICT, list(step.conflicts)
             where = ", ".join(step.conflicts) if step.conflicts else step.message
             item.reason = f"conflicts with {self.result.onto} in {where}"
-            return
+            if self.resolver is None or not step.conflicts:
+                return
+            fixed = self.resolver.resolve(
+                item, self.result.onto, self.tip, step.conflicts, step.conflict_diff
+            )
+            if fixed.head is None:
+                item.reason += f"; {fixed.note}"
+                return
+            head, resolved = fixed.head, fixed.note
+            mergeops.checkout_detached(worktree, head)
         if self.options.check:
             env = {
                 "STELLA_MERGE_BRANCH": item.branch,
@@ -221,8 +250,10 @@ class _Queue:
             if not checked.passed:
                 how = "ran out of time" if checked.exit_code is None else f"exited {checked.exit_code}"
                 item.status, item.reason = MergeStatus.CHECK_FAILED, f"check `{self.options.check}` {how}"
+                item.reason += f" ({resolved})" if resolved else ""
                 return
-        self._advance(item, step.head)
+        self._advance(item, head)
+        item.reason += f"; {resolved}" if resolved else ""
 
     def _advance(self, item: MergeItem, new: str) -> None:
         """Move the user's branch to new, after making sure nothing changed under us meanwhile."""
