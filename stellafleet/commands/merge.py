@@ -88,7 +88,8 @@ MARK = {
 
 def print_item(item: MergeItem) -> None:
     after = f" (after {', '.join(item.after)})" if item.after else ""
-    print(f"{item.position:>2}. {MARK[item.status]:<12} {item.branch} [{item.task_id}]{after}: {item.reason}")
+    mark = "would clash" if item.reason.startswith("would conflict") else MARK[item.status]
+    print(f"{item.position:>2}. {mark:<12} {item.branch} [{item.task_id}]{after}: {item.reason}")
     if item.status == MergeStatus.CHECK_FAILED and item.check_tail:
         for line in item.check_tail.splitlines():
             print(f"      | {line}")

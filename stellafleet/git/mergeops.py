@@ -78,6 +78,31 @@ def merge_commit(path: Path, tip: str, message: str) -> StepResult:
     return _failure(path, ("merge", "-q", "--no-ff", "-m", message, tip), ("merge", "--abort"))
 
 
+# A dry run's simulated merges are commit objects nobody points at; they need no user identity.
+_DRY_RUN_IDENTITY = {
+    "GIT_AUTHOR_NAME": "stella merge --dry-run",
+    "GIT_AUTHOR_EMAIL": "stella@localhost",
+    "GIT_COMMITTER_NAME": "stella merge --dry-run",
+    "GIT_COMMITTER_EMAIL": "stella@localhost",
+}
+
+
+def predict_merge(root: Path, tip: str, head: str) -> tuple[str | None, tuple[str, ...] | None]:
+    """Whether head merges cleanly onto tip, without a worktree (`git merge-tree --write-tree`): (a
+    commit object of the merge to chain the next prediction on, ()) when clean, (None, files) when it
+    conflicts, (None, None) when this git cannot tell (before 2.38). Writes objects only, never a ref."""
+    args = ("merge-tree", "--write-tree", "--name-only", "--no-messages", tip, head)
+    retcode, out, _ = gitops.git_status(*args, cwd=root)
+    lines = out.splitlines()
+    if retcode == 1 and lines:
+        return None, tuple(dict.fromkeys(line for line in lines[1:] if line))
+    if retcode != 0 or not lines:
+        return None, None
+    commit_args = ("commit-tree", lines[0], "-p", tip, "-p", head, "-m", "stella merge --dry-run")
+    retcode, out, _ = gitops.git_status(*commit_args, cwd=root, env=_DRY_RUN_IDENTITY)
+    return (out.strip() or None) if retcode == 0 else None, ()
+
+
 def tracked_changes(root: Path) -> list[str]:
     """`git status --porcelain` lines for tracked files only: the user's uncommitted work."""
     out = gitops.git("status", "--porcelain", "--untracked-files=no", cwd=root)

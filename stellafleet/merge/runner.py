@@ -173,10 +173,24 @@ class _Queue:
                 if not why.startswith("already"):
                     self.not_landed.add(item.task_id)
             else:
-                ahead = gitops.commits_ahead(self.root, self.tip, item.head or item.branch)
-                commits = "1 commit" if ahead == 1 else f"{ahead} commits"
-                item.reason = f"would {self.options.strategy} {commits} onto {self.result.onto}{check}"
+                self._predict(item, check)
             self.progress(item)
+
+    def _predict(self, item: MergeItem, check: str) -> None:
+        """A dry run's word on one branch: would it conflict (as far as a merge can tell), else what
+        would be done; a clean one is merged in the object store only, for the next to build on."""
+        assert item.head is not None
+        onto = self.result.onto
+        simulated, files = mergeops.predict_merge(self.root, self.tip, item.head)
+        if files:
+            item.files = list(files)
+            item.reason = f"would conflict with {onto} in {', '.join(files)}"
+            self.not_landed.add(item.task_id)
+            return
+        ahead = gitops.commits_ahead(self.root, self.tip, item.head)
+        commits = "1 commit" if ahead == 1 else f"{ahead} commits"
+        item.reason = f"would {self.options.strategy} {commits} onto {onto}{check}"
+        self.tip = simulated or self.tip
 
     def run(self) -> None:
         scratch = Path(tempfile.mkdtemp(prefix="stella-merge-"))

@@ -108,13 +108,19 @@ def test_a_dirty_tree_is_refused_and_nothing_changes(git_repo: Path, stella: Ste
 def test_dry_run_shows_the_order_and_changes_nothing(git_repo: Path, stella: StellaRunner) -> None:
     build_run(git_repo, ci={"d": CIState.RED})
     head = git("rev-parse", "HEAD", cwd=git_repo)
+    refs = git("for-each-ref", cwd=git_repo)
     proc = stella("merge", "--dry-run", "--check", "true", cwd=git_repo)
     assert proc.returncode == 0, proc.stderr
     assert "would rebase 1 commit onto main and run `true`" in proc.stdout
     assert proc.stdout.index("fleet/a-abcd") < proc.stdout.index("fleet/b-abcd")
+    # c clashes with a, which lands before it: the dry run says so (a merge in the object store only)
+    clash = next(line for line in proc.stdout.splitlines() if "fleet/c-abcd" in line)
+    assert "would clash" in clash and "would conflict with main in README.md" in clash
     assert "left out" in proc.stdout and "CI is red, not green" in proc.stdout
     assert "nothing changed" in proc.stdout
     assert git("rev-parse", "HEAD", cwd=git_repo) == head
+    assert git("for-each-ref", cwd=git_repo) == refs
+    assert git("status", "--porcelain", "--untracked-files=no", cwd=git_repo) == ""
     assert merges(git_repo) == []
 
 
