@@ -47,6 +47,9 @@ def run_check(command: str, cwd: Path, *, timeout_s: float, tail: int, env: dict
         except subprocess.TimeoutExpired:
             stop_group(proc.pid, STOP_GRACE_S, leader=proc)
             code = None
+        except KeyboardInterrupt:  # its own session does not get the terminal's Ctrl-C: pass it on
+            stop_group(proc.pid, STOP_GRACE_S, leader=proc)
+            raise
         output.seek(0)
         text = output.read().decode("utf-8", "replace")
     shown = tail_lines(text, tail)

@@ -17,7 +17,8 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.git import gitops
 from stellafleet.merge.queue import MergeItem
 from stellafleet.plan.model import PlanTask
-from stellafleet.run.dispatch import Dispatcher, RunSettings, TaskFailed
+from stellafleet.run.cifix import execute_in_background
+from stellafleet.run.dispatch import Dispatcher, RunSettings
 from stellafleet.run.events import Event
 from stellafleet.run.executor import LocalExecutor
 from stellafleet.state.claims import ClaimStore
@@ -89,11 +90,9 @@ class Resolver:
         )
         try:
             with ClaimStore.open(paths.store_db) as claims:
-                dispatcher = self._dispatcher(tip, claims, executor)
-                try:
-                    dispatcher.execute(task)
-                except TaskFailed as exc:
-                    return Resolution(None, f"resolve task {task_id} failed: {exc}")
+                failed = execute_in_background(self._dispatcher(tip, claims, executor), task)
+                if failed is not None:
+                    return Resolution(None, f"resolve task {task_id} failed: {failed}")
         finally:
             executor.close()
         branch = next(t["branch"] for t in self.ledger.get_run(self.run_id)["tasks"] if t["id"] == task_id)

@@ -9,6 +9,7 @@ and keeps every round under the fleet's spend limit: no round starts once the ru
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,34 @@ from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
 
 CI_FIX_REASON = "ci-fix"
+
+
+def execute_in_background(dispatcher: Dispatcher, task: PlanTask, *, reason: str | None = None) -> str | None:
+    """dispatcher.execute(task) in a thread while this one waits: Ctrl-C here stops the worker and lets
+    the attempt be recorded before it is raised on. Returns why the task failed, or None."""
+    box: dict[str, BaseException] = {}
+
+    def work() -> None:
+        try:
+            dispatcher.execute(task, reason=reason)
+        except BaseException as exc:  # handed back to the waiting thread below
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, name=f"stella-{task.id}", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.5)
+    except KeyboardInterrupt:
+        dispatcher.stop_workers()
+        thread.join()
+        raise
+    error = box.get("error")
+    if isinstance(error, TaskFailed):
+        return str(error)
+    if error is not None:
+        raise error
+    return None
 
 
 def fix_prompt(prompt: str, request: FixRequest) -> str:
@@ -83,11 +112,7 @@ class CiFixRounds:
             timeout=row.get("timeout_s"),
         )
         before = gitops.ref_commit(self.root, request.branch)
-        failed = None
-        try:
-            self.dispatcher.execute(task, reason=CI_FIX_REASON)
-        except TaskFailed as exc:
-            failed = str(exc)
+        failed = execute_in_background(self.dispatcher, task, reason=CI_FIX_REASON)
         attempt = f"attempt #{self._last_attempt(request.task_id)}"
         after = gitops.ref_commit(self.root, request.branch)
         if failed is not None:
