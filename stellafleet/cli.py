@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "run",
     "runs",
     "watch",
+    "merge",
     "clean",
     "observatory",
     "commit",

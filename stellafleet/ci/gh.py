@@ -237,6 +237,13 @@ class GitHub:
         found = self._json(self._gh(*args), "run list") or []
         return [CiRun.from_gh(item) for item in found if isinstance(item, dict)]
 
+    def failed_log(self, run_id: int) -> str:
+        """The failed jobs' log lines of one workflow run (`gh run view ID --log-failed`)."""
+        result = self._gh("run", "view", str(run_id), "--log-failed")
+        if result.returncode != 0:
+            raise GhError(f"gh run view {run_id} --log-failed failed: {result.detail()}")
+        return result.stdout
+
 
 # --- pull request text ---
 

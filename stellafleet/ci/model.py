@@ -33,6 +33,8 @@ class BranchWatch:
     ended_at: float | None = None
     seen: tuple[Any, ...] | None = None
     gh_trouble: str | None = None
+    fix_rounds: int = 0  # --fix-ci rounds run for this branch
+    fix_note: str | None = None  # why the last round left it red
 
     @property
     def branch(self) -> str:
@@ -59,6 +61,7 @@ class BranchWatch:
             "conclusion": self.conclusion,
             "reason": self.reason,
             "run_urls": self.run_urls,
+            "fix_rounds": self.fix_rounds,
             "runs": [r.to_json() for r in self.runs],
             "elapsed_s": None if self.ended_at is None else round(self.ended_at - start, 3),
         }

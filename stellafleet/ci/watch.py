@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from stellafleet.ci.fixci import CiFixer, FixRequest, failure_excerpt
 from stellafleet.ci.gh import (
     GhError,
     GhRunner,
@@ -71,8 +72,10 @@ class Watcher:
         clock: Clock,
         out: WatchReporter,
         default_branch: str | None,
+        fixer: CiFixer | None = None,
     ) -> None:
         self.root = root
+        self.fixer = fixer
         self.run_id = run_id
         self.settings = settings
         self.github = github
@@ -208,7 +211,7 @@ class Watcher:
                 self._finish(watch, CIState.GREEN, "success", f"all {len(runs)} CI runs passed")
             else:
                 failed = [r.label for r in runs if r.conclusion == label]
-                self._finish(watch, CIState.RED, label, f"{label}: {', '.join(failed)}")
+                self._red(watch, label, f"{label}: {', '.join(failed)}")
             return
         if now - watch.last_change >= s.stall_timeout:
             known_red = red_label(runs)
@@ -216,6 +219,52 @@ class Watcher:
             self._finish(watch, CIState.STALLED, known_red, reason)
             return
         self._set_phase(watch, ci_phase(runs))
+
+    # --- --fix-ci ---
+
+    def _red(self, watch: BranchWatch, label: str, reason: str) -> None:
+        """A branch whose CI failed: hand it to the fixer for another round, or end it red."""
+        if self._fix(watch, reason):
+            return
+        self._finish(watch, CIState.RED, label, f"{reason}; {watch.fix_note}" if watch.fix_note else reason)
+
+    def _fix(self, watch: BranchWatch, reason: str) -> bool:
+        """One --fix-ci round for a red isolated branch; True when its new head is being watched."""
+        fixer, task_id = self.fixer, watch.target.task_id
+        if fixer is None or fixer.max_rounds < 1 or watch.target.kind != "isolated" or task_id is None:
+            return False
+        if watch.fix_rounds >= fixer.max_rounds:
+            rounds = "1 fix-ci round" if fixer.max_rounds == 1 else f"{fixer.max_rounds} fix-ci rounds"
+            watch.fix_note = f"still red after {rounds}"
+            return False
+        watch.fix_rounds += 1
+        n, limit = watch.fix_rounds, fixer.max_rounds
+        self._set_phase(watch, f"{reason}; fix-ci round {n}/{limit}: a follow-up attempt of task {task_id}")
+        assert watch.head_sha is not None
+        request = FixRequest(
+            branch=watch.branch,
+            task_id=task_id,
+            round=n,
+            max_rounds=limit,
+            head_sha=watch.head_sha,
+            reason=reason,
+            failure=failure_excerpt(self.github, watch.runs, self.settings.fix_ci_log_bytes),
+        )
+        outcome = fixer.fix(request)
+        self.out.note(f"{watch.branch}: fix-ci round {n}/{limit}: {outcome.note}")
+        if outcome.new_head is None:
+            watch.fix_note = f"fix-ci round {n}: {outcome.note}"
+            return False
+        try:
+            gitops.push(self.root, self.settings.remote, watch.branch, force=self.settings.force_push)
+        except GitError as exc:
+            self._finish(watch, CIState.ERROR, None, f"fix-ci round {n}: {exc.message}")
+            return True
+        watch.head_sha, watch.runs, watch.seen, watch.fix_note = outcome.new_head, [], None, None
+        watch.since = watch.last_change = self.clock.now()
+        watch.phase = f"fix-ci round {n}/{limit}: pushed {outcome.new_head[:12]}"
+        self._changed(watch)
+        return True
 
     # --- recording ---
 
@@ -274,6 +323,7 @@ def watch_run(
     out: WatchReporter | None = None,
     json_mode: bool = False,
     settings: WatchConfig | None = None,
+    fixer: CiFixer | None = None,
 ) -> WatchResult:
     """Watch the CI of every branch of run_id that holds successful work; exit_code 0 all green, else 4."""
     settings = settings or config.watch
@@ -304,6 +354,7 @@ def watch_run(
             clock=clock or SystemClock(),
             out=reporter,
             default_branch=gitops.default_branch(root, settings.remote),
+            fixer=fixer,
         )
         result = watcher.run()
     reporter.finished(result)

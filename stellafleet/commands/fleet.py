@@ -43,6 +43,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--pipeline", metavar="VARIANT", help="pipeline for tasks that name none (default: plain, the engine)"
     )
     parser.add_argument("--watch", action="store_true", help="after the fan-out, follow each branch's CI")
+    parser.add_argument(
+        "--fix-ci",
+        type=positive_int,
+        metavar="N",
+        help="with --watch: a branch that ends red gets up to N follow-up attempts fed its CI failure",
+    )
     parser.add_argument("--dry-run", action="store_true", help="show the waves and workspaces, run nothing")
     parser.add_argument("--json", action="store_true", help="print one JSON result document instead")
     parser.add_argument(
@@ -67,6 +73,8 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
 
     if args.watch and args.dry_run:
         raise StellaError("--watch and --dry-run do not go together: a dry run has nothing to watch")
+    if args.fix_ci and not args.watch:
+        raise StellaError("--fix-ci needs --watch: it acts on branches whose CI ends red")
     return FleetOptions(
         prompts=tuple(args.prompts),
         plan_path=args.plan,
@@ -83,6 +91,7 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
         resume=getattr(args, "resume", None),
         force=getattr(args, "force", False),
         argv=("stella", *sys.argv[1:]),
+        fix_ci=args.fix_ci or 0,
     )
 
 

@@ -234,12 +234,33 @@ def print_run(detail: dict[str, Any], *, console: Console) -> None:
             line.append(f"  tasks {', '.join(t for t in b['tasks'] if t) or '-'}  commits {b['commits']}")
             line.append(f"  CI {_ci_text(b['ci'])}" if b.get("ci") else "  CI not watched")
             out(line)
+    _print_merges(console, detail.get("merges") or [])
     if detail["cleanups"]:
         out(Text(""))
         out(Text("clean-up", style="bold"))
         for c in detail["cleanups"]:
             when = fmt_time(c["at_ms"])
             out(Text(f"  {when}  {c['action']} {c['kind']} {c['target']}: {c.get('reason') or ''}"))
+
+
+def _print_merges(console: Console, merges: list[dict[str, Any]]) -> None:
+    """`stella merge`'s steps: each branch's outcome, its conflicted files or the check's last lines."""
+    if not merges:
+        return
+    console.print(Text(""))
+    console.print(Text("merges", style="bold"))
+    for m in merges:
+        line = Text(f"  {fmt_time(m['started_at_ms'])}  {m['branch']}  ")
+        line.append(str(m["status"]), style=STATUS_STYLE.get(str(m["status"]), ""))
+        line.append(f"  {m.get('strategy') or '-'} onto {m.get('onto_ref') or '-'}")
+        if m.get("reason"):
+            line.append(f": {m['reason']}")
+        console.print(line)
+        if m.get("files"):
+            console.print(Text(f"    files: {', '.join(m['files'])}"))
+        if m.get("status") == "check_failed" and m.get("check_tail"):
+            for tail in str(m["check_tail"]).splitlines()[-5:]:
+                console.print(Text(f"    | {tail}"))
 
 
 def _ci_text(ci: dict[str, Any]) -> str:
@@ -272,6 +293,7 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
             f"  {fmt_duration(a['duration_ms'])}  {fmt_usd(a['spend_usd'])}  "
             f"{a['input_tokens']}/{a['output_tokens']} tokens  {a['steps']} steps"
             + (f"  exit {a['exit_code']}" if a.get("exit_code") is not None else "")
+            + (f"  ({a['reason']})" if a.get("reason") else "")
         )
         out(line)
         if a.get("summary"):

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from stellafleet.ci.watch import watch_run
-from stellafleet.commands import config_file_arg
+from stellafleet.commands import config_file_arg, positive_int
 from stellafleet.core.config import load_config
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.paths import StatePaths
@@ -32,6 +32,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print one JSON document with each branch's outcome"
     )
+    parser.add_argument(
+        "--fix-ci",
+        type=positive_int,
+        metavar="N",
+        help="a branch that ends red gets up to N follow-up attempts of its task, fed the CI failure",
+    )
     parser.set_defaults(func=run)
 
 
@@ -43,7 +49,20 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(root, config_file=config_file_arg(args))
     with Ledger.open(db, readonly=True) as ledger:
         run_id = ledger.resolve_run_id(args.run_ref)
-    result = watch_run(root, run_id, config=config, json_mode=args.json)
+    if args.fix_ci:
+        from stellafleet.run.cifix import fixer_for_past_run
+
+        with fixer_for_past_run(
+            root,
+            run_id,
+            config,
+            max_rounds=args.fix_ci,
+            spend_limit=getattr(args, "spend_limit", None),
+            config_file=config_file_arg(args),
+        ) as fixer:
+            result = watch_run(root, run_id, config=config, json_mode=args.json, fixer=fixer)
+    else:
+        result = watch_run(root, run_id, config=config, json_mode=args.json)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     return result.exit_code

@@ -21,6 +21,7 @@ from stellafleet.core.configsections import (
     EngineConfig,
     FleetConfig,
     GovernorConfig,
+    MergeConfig,
     NotifyConfig,
     PipelinesConfig,
     PriceConfig,
@@ -88,6 +89,10 @@ class Config:
         return self._typed("notify")
 
     @functools.cached_property
+    def merge(self) -> MergeConfig:
+        return self._typed("merge")
+
+    @functools.cached_property
     def prices(self) -> Mapping[str, PriceConfig]:
         return self._typed("prices")
 
@@ -150,6 +155,7 @@ _BUILDERS: dict[str, Any] = {
     "governor": lambda table: build(GovernorConfig, table),
     "watch": lambda table: build(WatchConfig, table),
     "notify": lambda table: build(NotifyConfig, table),
+    "merge": lambda table: build(MergeConfig, table),
     "prices": build_prices,
     "pipelines": build_pipelines,
 }

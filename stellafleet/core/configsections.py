@@ -69,6 +69,17 @@ class WatchConfig:
     remote: str = "origin"
     force_push: bool = False
     repo: str | None = None  # OWNER/NAME for gh when the remotes do not make it obvious
+    fix_ci_log_bytes: int = 8000
+
+
+@dataclass(frozen=True)
+class MergeConfig:
+    """`[merge]`: how `stella merge` lands a run's branches; check None means no check command."""
+
+    strategy: str = "rebase"
+    check: str | None = None
+    check_timeout: float = 1800.0
+    check_tail_lines: int = 20
 
 
 @dataclass(frozen=True)

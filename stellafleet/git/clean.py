@@ -16,7 +16,7 @@ from typing import Any
 from stellafleet.core.errors import GitError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import RunStatus
-from stellafleet.git import gitops, worktrees
+from stellafleet.git import gitops, mergeops, worktrees
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 
@@ -129,6 +129,7 @@ class Cleaner:
         self.report = CleanReport(dry_run=dry_run, force=force)
         self.alive = alive
         self._gone_worktrees: set[Path] = set()
+        self.merged_by_stella: dict[str, str] = {}  # branch -> where `stella merge` landed it
 
     def _decide(self, owner: _Owner, kind: str, target: str, remove: bool, reason: str) -> CleanItem:
         action = (WOULD_REMOVE if self.report.dry_run else REMOVED) if remove else KEPT
@@ -190,6 +191,15 @@ class Cleaner:
             targets.append(current)
         return targets or ["HEAD"]
 
+    def _patches_in(self, branch: str, targets: list[str]) -> str | None:
+        """Why a branch that is no ancestor of a target still counts as merged (its patches are there,
+        as after `stella merge` rebased it), or None."""
+        into = next((t for t in targets if mergeops.patches_upstream(self.root, t, branch)), None)
+        if into is None:
+            return None
+        how = "rebased onto it by stella merge" if branch in self.merged_by_stella else "same patches"
+        return f"merged into {into} ({how})"
+
     def sweep_branches(self, recorded: dict[str, _Owner]) -> None:
         checked_out = {
             wt.branch: wt.path.resolve() for wt in worktrees.worktree_list(self.root) if wt.branch is not None
@@ -206,8 +216,11 @@ class Cleaner:
                 continue
             targets = self._merge_targets(owner.base_ref)
             merged_into = next((t for t in targets if gitops.is_ancestor(self.root, branch, t)), None)
+            patched_into = None if merged_into else self._patches_in(branch, targets)
             if merged_into is not None:
                 reason = f"merged into {merged_into}"
+            elif patched_into is not None:
+                reason = patched_into
             else:
                 ahead = gitops.commits_ahead(self.root, targets[0], branch)
                 commits = "1 commit" if ahead == 1 else f"{ahead} commits"
@@ -249,6 +262,7 @@ def clean(
         cleaner.report.runs_considered = len(run_ids)
         details = [ledger.get_run(run_id) for run_id in run_ids]
         worktrees, branches = _collect(details, alive)
+        cleaner.merged_by_stella = ledger.merged_branches()
         cleaner.sweep_worktrees(worktrees)
         cleaner.sweep_branches(branches)
         if not dry_run:

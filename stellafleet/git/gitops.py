@@ -61,6 +61,11 @@ def git(
     return out
 
 
+def git_status(*args: str, cwd: Path | str, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
+    """Run git in cwd and return (exit status, stdout, stderr), for callers that read a failure's words."""
+    return _run(args, cwd=cwd, env=env)
+
+
 def git_ok(*args: str, cwd: Path | str) -> bool:
     """True when the git command exits 0."""
     return _run(args, cwd=cwd)[0] == 0

@@ -199,6 +199,7 @@ class FleetRun:
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
                 emit = fan_out(self.reporter.handle, self.notifier.handle if self.notifier else None)
                 dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, emit)
+                self._fix_parts = (claims, executor)  # --fix-ci's follow-up attempts run on these too
                 try:
                     outcome, interrupted = self._drive(ledger, dispatcher)
                     executor.release()  # nothing more to start: let it wind down while we finish
@@ -318,7 +319,16 @@ class FleetRun:
         from stellafleet.ci.watch import watch_run
 
         p = self.prepared
-        result = watch_run(p.root, p.run_id, config=p.config, settings=p.watch, json_mode=p.json_mode)
+        fixer = None
+        if p.fix_ci:
+            from stellafleet.run.cifix import CiFixRounds
+
+            claims, executor = self._fix_parts
+            dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, lambda event: None)
+            fixer = CiFixRounds(dispatcher, ledger, max_rounds=p.fix_ci, spend_limit=p.spend_limit)
+        result = watch_run(
+            p.root, p.run_id, config=p.config, settings=p.watch, json_mode=p.json_mode, fixer=fixer
+        )
         if code == EXIT_OK and result.exit_code != EXIT_OK:
             code = result.exit_code
             ledger.finish_run(

@@ -199,12 +199,15 @@ class Dispatcher:
 
     # --- one task ---
 
-    def execute(self, task: PlanTask) -> bool:
+    def execute(self, task: PlanTask, *, reason: str | None = None) -> bool:
+        """One attempt of task; with a reason (`ci-fix`) a follow-up one, in the task's existing worktree."""
         started = time.monotonic()
         ctx = self._open_attempt(task)
+        if reason is not None:
+            self.ledger.set_attempt_reason(ctx.attempt_id, reason)
         try:
             try:
-                record = self._attempt(task, ctx)
+                record = self._attempt(task, ctx, follow_up=reason is not None)
             except ClaimConflict as exc:
                 record = Record.failed(str(exc))
             except StellaError as exc:
@@ -288,7 +291,7 @@ class Dispatcher:
             path.mkdir(parents=True, exist_ok=True)
             self._made.add(path)
 
-    def _attempt(self, task: PlanTask, ctx: WorkerContext) -> Record:
+    def _attempt(self, task: PlanTask, ctx: WorkerContext, *, follow_up: bool = False) -> Record:
         settings = self.settings
         if self._hard_stop.is_set():
             return Record(AttemptOutcome.INTERRUPTED, "interrupted before the worker started", INTERRUPTED)
@@ -296,7 +299,7 @@ class Dispatcher:
         if task.claims:
             holder = Holder.current(ctx.run_id, task.id, task.title, ctx.attempt_id)
             self.claims.acquire(claim_keys(settings.root, workspace, task.claims), holder)
-        if workspace.branch is not None:
+        if workspace.branch is not None and not follow_up:
             worktrees.worktree_add(settings.root, workspace.path, workspace.branch, settings.base_commit)
             self.ledger.set_task_workspace(ctx.run_id, task.id, workspace.branch, str(workspace.path))
         self._make_dir(ctx.result_path.parent)

@@ -51,6 +51,7 @@ class FleetOptions:
     schedule: str | None = None  # "waves" or "eager" (None: the config's, else waves)
     resume: str | None = None  # an earlier run to resume: "latest", an id or a unique prefix
     force: bool = False  # resume even though the plan changed
+    fix_ci: int = 0  # with watch: follow-up rounds per red branch
 
 
 class NotReady(StellaError):
@@ -94,6 +95,7 @@ class Prepared:
     schedule: str = "waves"
     resume: Resume | None = None
     idle_timeout: float = 0.0  # seconds; 0: no watchdog
+    fix_ci: int = 0  # --fix-ci N: follow-up rounds per red branch while watching
 
     @property
     def spend_guard(self) -> float | None:
@@ -250,6 +252,7 @@ def prepare(options: FleetOptions) -> Prepared:
         schedule=options.schedule or config.fleet.schedule,
         resume=resume,
         idle_timeout=config.fleet.idle_timeout,
+        fix_ci=options.fix_ci if options.watch else 0,
     )
 
 

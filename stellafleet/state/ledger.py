@@ -19,7 +19,7 @@ from typing import Protocol
 from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import StellaError
 from stellafleet.core.status import AttemptOutcome, CIState, RunStatus, TaskStatus
-from stellafleet.state.ledger_reads import LedgerReads
+from stellafleet.state.ledger_merges import LedgerMerges
 from stellafleet.state.ledger_schema import LEDGER_SCHEMA
 from stellafleet.state.sqlitefile import open_database, write_transaction
 
@@ -60,7 +60,7 @@ def _check_choice(kind: str, value: str, allowed: tuple[str, ...]) -> str:
     return str(value)
 
 
-class Ledger(LedgerReads):
+class Ledger(LedgerMerges):
     """One open connection to fleet.db, for reads (LedgerReads) and writes; safe to share between threads."""
 
     def __init__(self, conn: sqlite3.Connection, path: Path, *, readonly: bool, now_ms: Callable[[], int]):
@@ -229,6 +229,11 @@ class Ledger(LedgerReads):
         """The last time the attempt's worker showed progress (CPU time, output or spend)."""
         with self._write() as conn:
             conn.execute("UPDATE attempts SET last_progress_ms = ? WHERE id = ?", (at_ms, attempt_id))
+
+    def set_attempt_reason(self, attempt_id: int, reason: str) -> None:
+        """Why an attempt beyond a task's first exists (`ci-fix`: a --fix-ci round)."""
+        with self._write() as conn:
+            conn.execute("UPDATE attempts SET reason = ? WHERE id = ?", (reason, attempt_id))
 
     def add_spend(
         self, attempt_id: int, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0

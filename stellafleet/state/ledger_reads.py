@@ -149,6 +149,10 @@ class LedgerReads:
             "cleanups": [
                 dict(r) for r in self._read("SELECT * FROM cleanups WHERE run_id = ? ORDER BY id", (run_id,))
             ],
+            "merges": [
+                {**dict(r), "files": json.loads(r["files_json"] or "[]")}
+                for r in self._read("SELECT * FROM merges WHERE run_id = ? ORDER BY id", (run_id,))
+            ],
         }
 
     # --- fleet (the run's own reads while it works) ---

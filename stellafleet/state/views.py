@@ -216,6 +216,7 @@ def run_detail(detail: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive)
         "commits": detail["commits"],
         "ci": detail["ci"],
         "cleanups": detail["cleanups"],
+        "merges": detail.get("merges", []),
         "now_ms": now_ms,
     }
 

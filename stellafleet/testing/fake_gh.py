@@ -5,8 +5,8 @@ Use it in-process (``FakeGh`` is a ``stellafleet.ci.gh.GhRunner``) or as the ``g
 Put bin_dir first on PATH and set ``FAKE_GH_SCRIPT`` (a JSON file: the script below) and ``FAKE_GH_STATE``
 (a JSON file where it keeps its pull requests, counters and a log of every call, for assertions).
 
-It answers ``auth status``, ``pr list``, ``pr create``, ``pr edit``, ``pr view`` and ``run list`` with the
-JSON shapes gh documents, printing only the fields asked for with ``--json``.
+It answers ``auth status``, ``pr list``, ``pr create``, ``pr edit``, ``pr view``, ``run list`` and
+``run view ID --log-failed`` with the shapes gh documents, printing only the fields asked for with ``--json``.
 
 The script (every key optional)::
 
@@ -18,6 +18,10 @@ The script (every key optional)::
           # successive `gh run list --commit SHA` calls get successive snapshots; the last one repeats.
           # A snapshot is a list of runs (gh's field names; missing fields are filled in) or a reply.
           # "{n}" in a run's string fields becomes the call number, for a run that keeps progressing.
+          # A key "subject:TEXT" serves every commit whose subject contains TEXT (commits made during a
+          # test, whose SHAs cannot be known in advance), after an exact SHA and before "*".
+      "logs": {"<run databaseId>" or "*": "text"},
+          # what `gh run view ID --log-failed` prints (the failed jobs' log lines)
       "replies": {"pr create": [reply, ...]}
           # canned replies for "<group> <verb>", used before the built-in behaviour; the last repeats.
           # A reply is {"exit": 1, "stdout": "", "stderr": "..."}, or null for the built-in behaviour.
@@ -34,18 +38,25 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.ci.gh import GhResult
+from stellafleet.git import gitops
 
 NOT_LOGGED_IN = "You are not logged into any GitHub hosts. To log in, run: gh auth login\n"
 
 
+# The flags that take no value (every other flag watch uses takes one).
+_SWITCHES = frozenset({"--log-failed"})
+
+
 def _parse(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    """Positional words and --flag values (every flag watch uses takes a value)."""
+    """Positional words and --flag values."""
     words: list[str] = []
     flags: dict[str, str] = {}
     i = 0
     while i < len(args):
         token = args[i]
-        if token.startswith("--") and "=" in token:
+        if token in _SWITCHES:
+            flags[token[2:]] = ""
+        elif token.startswith("--") and "=" in token:
             key, value = token[2:].split("=", 1)
             flags[key] = value
         elif token.startswith("--") or token in ("-R", "-B", "-H", "-t", "-b"):
@@ -78,6 +89,7 @@ class FakeGh:
         self.state_path = state_path
         self.env = env
         self._memory: dict[str, Any] | None = None
+        self._cwd = Path.cwd()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> FakeGh:
@@ -140,6 +152,7 @@ class FakeGh:
         if self.env is not None:
             call["prompt_disabled"] = self.env.get("GH_PROMPT_DISABLED") == "1"
         state["calls"].append(call)
+        self._cwd = cwd
         words, flags = _parse(args)
         key = " ".join(words[:2])
         replies = self.script.get("replies", {}).get(key)
@@ -154,6 +167,7 @@ class FakeGh:
                 "pr edit": self._pr_edit,
                 "pr view": self._pr_view,
                 "run list": self._run_list,
+                "run view": self._run_view,
             }.get(key)
             if handler is None:
                 result = GhResult(1, "", f'unknown command "{key}" for "gh"\n')
@@ -223,7 +237,7 @@ class FakeGh:
     def _run_list(self, state: dict[str, Any], words: list[str], flags: dict[str, str]) -> GhResult:
         sha = flags.get("commit", "")
         runs = self.script.get("runs", {})
-        sequence = runs.get(sha) or runs.get("*") or [[]]
+        sequence = runs.get(sha) or self._by_subject(runs, sha) or runs.get("*") or [[]]
         snapshot, n = self._next(state, f"run list {sha}", sequence)
         if isinstance(snapshot, dict):
             return GhResult(
@@ -231,6 +245,23 @@ class FakeGh:
             )
         listed = [_pick(self._fill_run(run, i, sha, n), flags.get("json")) for i, run in enumerate(snapshot)]
         return GhResult(0, json.dumps(listed) + "\n", "")
+
+    def _by_subject(self, runs: Mapping[str, Any], sha: str) -> Any:
+        keys = [key for key in runs if key.startswith("subject:")]
+        if not keys or not sha:
+            return None
+        subject = gitops.git("log", "-1", "--format=%s", sha, cwd=self._cwd, check=False).strip()
+        return next((runs[key] for key in keys if subject and key[len("subject:") :] in subject), None)
+
+    def _run_view(self, state: dict[str, Any], words: list[str], flags: dict[str, str]) -> GhResult:
+        run_id = words[2] if len(words) > 2 else ""
+        if "log-failed" not in flags:
+            return GhResult(1, "", "the fake gh only serves `run view ID --log-failed`\n")
+        logs = self.script.get("logs", {})
+        text = logs.get(run_id, logs.get("*"))
+        if text is None:
+            return GhResult(1, "", f"could not find any workflow run with ID {run_id}\n")
+        return GhResult(0, str(text), "")
 
     def _fill_run(self, run: Mapping[str, Any], index: int, sha: str, n: int) -> dict[str, Any]:
         filled = {k: (v.replace("{n}", str(n)) if isinstance(v, str) else v) for k, v in run.items()}

@@ -112,6 +112,7 @@ def schema_default(section: str, key: str) -> Any:
         ("fleet", configsections.FleetConfig),
         ("governor", configsections.GovernorConfig),
         ("watch", configsections.WatchConfig),
+        ("merge", configsections.MergeConfig),
     ],
 )
 def test_typed_sections_have_the_schemas_keys_and_defaults(section: str, kind: type) -> None:

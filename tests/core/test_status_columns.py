@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from stellafleet.core.status import AttemptOutcome, CIState, RunStatus, TaskStatus
+from stellafleet.core.status import AttemptOutcome, CIState, MergeStatus, RunStatus, TaskStatus
 from stellafleet.state.ledger import ATTEMPT_OUTCOMES, CI_STATES, RUN_STATUSES, TASK_STATUSES, Ledger
+from stellafleet.state.ledger_merges import MERGE_STATUSES
 from stellafleet.testing.sample_ledger import add_run, sample_task
 
 LEDGER_DOC = Path(__file__).resolve().parents[2] / "docs" / "ledger.md"
@@ -33,6 +34,7 @@ def documented(table: str, column: str) -> list[str]:
         (TaskStatus, TASK_STATUSES, "tasks", "status"),
         (AttemptOutcome, ATTEMPT_OUTCOMES, "attempts", "outcome"),
         (CIState, CI_STATES, "ci", "state"),
+        (MergeStatus, MERGE_STATUSES, "merges", "status"),
     ],
 )
 def test_each_status_type_is_what_its_column_accepts_and_documents(
@@ -121,3 +123,29 @@ def test_an_unknown_status_is_refused_and_changes_nothing(tmp_path: Path) -> Non
     assert record["tasks"][0]["status"] == TaskStatus.RUNNING
     assert record["attempts"][0]["outcome"] == AttemptOutcome.RUNNING
     assert record["ci"] == []
+
+
+def test_merge_statuses_are_stored_as_plain_text_and_an_unknown_one_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "fleet.db"
+    with Ledger.open(db) as ledger:
+        add_run(ledger, "r")
+        for status in MergeStatus:
+            merge_id = ledger.start_merge(
+                run_id="r",
+                task_id="t",
+                branch=f"fleet/{status}",
+                position=1,
+                strategy="rebase",
+                onto_ref="main",
+                before_sha="0" * 40,
+                check_command=None,
+            )
+            ledger.finish_merge(merge_id, status, files=["a.txt"] if status == MergeStatus.CONFLICT else ())
+        with pytest.raises(ValueError, match="unknown merge status 'landed'"):
+            ledger.finish_merge(merge_id, "landed")  # type: ignore[arg-type]
+        rows = ledger.get_run("r")["merges"]
+    assert [row["status"] for row in rows] == list(MergeStatus)
+    assert rows[2]["files"] == ["a.txt"] and rows[0]["files"] == []
+    assert stored(db, "SELECT status, typeof(status) FROM merges ORDER BY id") == [
+        (status.value, "text") for status in MergeStatus
+    ]

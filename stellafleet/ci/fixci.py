@@ -1,0 +1,67 @@
+"""--fix-ci: what the watch hands back to the fleet when a branch ends red, and the failure it hands over.
+
+The watch (layer ci) does not run workers; the fleet's side (run/cifix.py) does, behind the `CiFixer`
+Protocol: given the branch, its task and the failing jobs' log excerpt, it runs one follow-up attempt in
+the branch's worktree and says whether the branch has a new head to push and watch again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from stellafleet.ci.gh import GREEN_CONCLUSIONS, CiRun, GhError, GitHub
+
+
+@dataclass(frozen=True)
+class FixRequest:
+    """One fix-up round for a red branch."""
+
+    branch: str
+    task_id: str
+    round: int  # 1-based
+    max_rounds: int
+    head_sha: str
+    reason: str  # the watch's verdict: "failure: CI / build"
+    failure: str  # the failing jobs' log excerpt
+
+
+@dataclass(frozen=True)
+class FixOutcome:
+    new_head: str | None  # None: nothing new to push; the branch stays red
+    note: str
+
+
+class CiFixer(Protocol):
+    @property
+    def max_rounds(self) -> int: ...
+
+    def fix(self, request: FixRequest) -> FixOutcome:
+        """Run one follow-up attempt for request's task; the branch's new head, or why there is none."""
+        ...
+
+
+def trim_log(text: str, limit_bytes: int) -> str:
+    """The last limit_bytes of text (the end of a failing log is where the error is), cut at a line."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit_bytes:
+        return text.strip("\n")
+    tail = data[-limit_bytes:].decode("utf-8", "ignore")
+    cut = tail.find("\n")
+    tail = tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else tail
+    return f"[... {len(data) - len(tail.encode())} earlier bytes left out ...]\n{tail.strip(chr(10))}"
+
+
+def failure_excerpt(github: GitHub, runs: Sequence[CiRun], limit_bytes: int) -> str:
+    """The failing runs' `--log-failed` output, each under its run's label, trimmed to limit_bytes."""
+    parts: list[str] = []
+    for run in runs:
+        if run.status != "completed" or run.conclusion in GREEN_CONCLUSIONS:
+            continue
+        try:
+            log = github.failed_log(run.id)
+        except GhError as exc:
+            log = f"(could not fetch the log: {exc.message})"
+        parts.append(f"== {run.label} ({run.conclusion}) {run.url}\n{log.strip()}")
+    return trim_log("\n\n".join(parts), limit_bytes) if parts else "(no failing job log was available)"

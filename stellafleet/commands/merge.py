@@ -1,0 +1,118 @@
+"""`stella merge [RUN]`: land a run's green fleet/* branches on the current branch, each checked first."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from stellafleet.commands import config_file_arg
+from stellafleet.core.config import load_config
+from stellafleet.core.status import MergeStatus
+from stellafleet.git import gitops
+from stellafleet.merge.queue import MergeItem
+from stellafleet.merge.runner import STRATEGIES, MergeOptions, MergeResult, merge_run
+from stellafleet.state.ledger import Ledger
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "merge",
+        help="land a run's green fleet/* branches on the current branch, in dependency order",
+        description=(
+            "Take RUN's fleet/* branches whose CI ended green (all succeeded ones with --unwatched), in "
+            "dependency order, rebase (or merge) each onto the current branch in a scratch worktree, run "
+            "the [merge] check command there, and move the current branch forward only when it passes. "
+            "A conflict or a failing check stops that branch (and those that depend on it); the others "
+            "go on. Nothing is pushed. Refuses a work tree with uncommitted changes (exit 2). Exit 0 when "
+            "every queued branch landed or was already in, 1 when one conflicted or failed its check."
+        ),
+    )
+    parser.add_argument("run_ref", nargs="?", metavar="RUN", help="run id, unique prefix or latest (default)")
+    parser.add_argument("--dry-run", action="store_true", help="show the order and what would happen")
+    parser.add_argument(
+        "--unwatched", action="store_true", help="take every succeeded branch, whatever CI said (or not)"
+    )
+    parser.add_argument("--strategy", choices=STRATEGIES, help="rebase or merge (default: [merge] strategy)")
+    parser.add_argument("--check", metavar="CMD", help="the check command (default: [merge] check)")
+    parser.add_argument(
+        "--resolve",
+        action="store_true",
+        help="hand a conflicting branch to a worker as a task whose prompt carries the conflict "
+        "(under the spend limit); its result is checked like any other",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document with each branch's step")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    root = gitops.main_worktree_root(Path.cwd())
+    config = load_config(root, config_file=config_file_arg(args))
+    settings = config.merge
+    options = MergeOptions(
+        run_ref=args.run_ref,
+        dry_run=args.dry_run,
+        unwatched=args.unwatched,
+        strategy=args.strategy or settings.strategy,
+        check=args.check if args.check is not None else settings.check,
+        check_timeout=settings.check_timeout,
+        check_tail_lines=settings.check_tail_lines,
+    )
+    make_resolver = None
+    if args.resolve:
+        from stellafleet.merge.resolve import Resolver
+
+        limit = getattr(args, "spend_limit", None)
+
+        def make_resolver(ledger: Ledger, run_id: str) -> Resolver:
+            return Resolver(root, ledger, run_id, config, limit)
+
+    result = merge_run(root, options, progress=None if args.json else print_item, make_resolver=make_resolver)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print_summary(result)
+    return result.exit_code
+
+
+MARK = {
+    MergeStatus.PLANNED: "would land",
+    MergeStatus.MERGED: "merged",
+    MergeStatus.CONFLICT: "CONFLICT",
+    MergeStatus.CHECK_FAILED: "CHECK FAILED",
+    MergeStatus.SKIPPED: "skipped",
+    MergeStatus.ERROR: "ERROR",
+}
+
+
+def print_item(item: MergeItem) -> None:
+    after = f" (after {', '.join(item.after)})" if item.after else ""
+    mark = "would clash" if item.reason.startswith("would conflict") else MARK[item.status]
+    print(f"{item.position:>2}. {mark:<12} {item.branch} [{item.task_id}]{after}: {item.reason}")
+    if item.status == MergeStatus.CHECK_FAILED and item.check_tail:
+        for line in item.check_tail.splitlines():
+            print(f"      | {line}")
+    sys.stdout.flush()
+
+
+def print_summary(result: MergeResult) -> None:
+    for item in result.left_out:
+        print(f"    {'left out':<12} {item.branch} [{item.task_id}]: {item.reason}")
+    if not result.queue:
+        print(f"Nothing to merge from run {result.run_id}: no succeeded fleet/* branch is ready.")
+        return
+    if result.options.dry_run:
+        count = f"{len(result.queue)} branch(es) of run {result.run_id}"
+        print(f"dry run: {count} onto {result.onto}; nothing changed")
+        return
+    moved = (
+        f"{result.onto} moved {result.start_sha[:12]} -> {result.end_sha[:12]}"
+        if result.end_sha != result.start_sha
+        else f"{result.onto} unchanged"
+    )
+    failed = result.count(MergeStatus.CONFLICT) + result.count(MergeStatus.CHECK_FAILED)
+    print(
+        f"run {result.run_id}: merged {result.count(MergeStatus.MERGED)}, failed {failed}, "
+        f"skipped {result.count(MergeStatus.SKIPPED)}; {moved} (nothing pushed)"
+    )

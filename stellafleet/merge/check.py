@@ -1,0 +1,60 @@
+"""The user's check command, run on a merged result in the scratch worktree.
+
+It runs through the shell in its own process group (so a timeout stops everything it started), with
+stdout and stderr together in a file rather than a pipe, and only its last lines are kept.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from stellafleet.proc.group import stop_group
+
+STOP_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    passed: bool
+    exit_code: int | None  # None: it ran out of time
+    tail: str  # its last lines
+
+
+def tail_lines(text: str, lines: int) -> str:
+    kept = [line.rstrip() for line in text.rstrip().splitlines()][-lines:]
+    return "\n".join(kept)
+
+
+def run_check(command: str, cwd: Path, *, timeout_s: float, tail: int, env: dict[str, str]) -> CheckResult:
+    """Run command in cwd with env over ours; passed when it exits 0 within timeout_s."""
+    with tempfile.TemporaryFile(mode="w+b") as output:
+        proc = subprocess.Popen(
+            command,
+            shell=True,
+            cwd=cwd,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            code: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            stop_group(proc.pid, STOP_GRACE_S, leader=proc)
+            code = None
+        except KeyboardInterrupt:  # its own session does not get the terminal's Ctrl-C: pass it on
+            stop_group(proc.pid, STOP_GRACE_S, leader=proc)
+            raise
+        output.seek(0)
+        text = output.read().decode("utf-8", "replace")
+    shown = tail_lines(text, tail)
+    if code is None:
+        shown = (
+            shown + "\n" if shown else ""
+        ) + f"(stopped after {timeout_s:g}s: check_timeout under [merge])"
+    return CheckResult(code == 0, code, shown)

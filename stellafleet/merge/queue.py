@@ -1,0 +1,105 @@
+"""Which of a run's branches `stella merge` takes, and in what order.
+
+From the ledger's record of the run: each isolated task that succeeded and left a `fleet/*` branch, green
+in the `ci` table (or, with `unwatched`, whatever CI said), ordered so a task's dependencies come first
+(dependencies followed through tasks that have no branch of their own), ties by wave and plan order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from stellafleet.core.status import CIState, MergeStatus, TaskStatus
+
+BRANCH_PREFIX = "fleet/"
+
+
+@dataclass
+class MergeItem:
+    """One branch's way through the queue; status starts `planned` and ends as what happened."""
+
+    branch: str
+    task_id: str
+    position: int
+    after: tuple[str, ...]  # task ids of earlier queue items this one depends on
+    status: MergeStatus = MergeStatus.PLANNED
+    reason: str = ""
+    head: str | None = None  # the branch's commit when the queue took it
+    before_sha: str | None = None
+    after_sha: str | None = None
+    files: list[str] = field(default_factory=list)
+    check_tail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "branch": self.branch,
+            "task_id": self.task_id,
+            "depends_on": list(self.after),
+            "status": str(self.status),
+            "reason": self.reason,
+            "head": self.head,
+            "before_sha": self.before_sha,
+            "after_sha": self.after_sha,
+            "files": list(self.files),
+            "check_tail": self.check_tail,
+        }
+
+
+def _not_taken(task: dict[str, Any], ci: dict[str, Any] | None, unwatched: bool) -> str | None:
+    """Why a succeeded task's branch is left out of the queue, or None when it goes in."""
+    if unwatched:
+        return None
+    if ci is None:
+        return "CI never watched this branch (watch it with `stella watch`, or merge with --unwatched)"
+    if ci.get("state") != CIState.GREEN:
+        why = f" ({ci['reason']})" if ci.get("reason") else ""
+        return f"CI is {ci.get('state')}, not green{why}"
+    return None
+
+
+def _depends(tasks: dict[str, dict[str, Any]], task_id: str, wanted: set[str]) -> set[str]:
+    """The tasks of `wanted` that task_id depends on, directly or through tasks outside it."""
+    found: set[str] = set()
+    seen: set[str] = set()
+    stack = list(tasks[task_id].get("depends_on") or [])
+    while stack:
+        dep = stack.pop()
+        if dep in seen or dep not in tasks:
+            continue
+        seen.add(dep)
+        if dep in wanted:
+            found.add(dep)
+        stack.extend(tasks[dep].get("depends_on") or [])
+    return found
+
+
+def plan_queue(run: dict[str, Any], *, unwatched: bool) -> tuple[list[MergeItem], list[MergeItem]]:
+    """(the queue in merge order, the branches left out with why) for a run record from Ledger.get_run."""
+    tasks = {task["id"]: task for task in run["tasks"]}
+    ci = {entry["branch"]: entry for entry in run["ci"]}
+    order = {task_id: index for index, task_id in enumerate(tasks)}
+    chosen: list[dict[str, Any]] = []
+    left_out: list[MergeItem] = []
+    for task in run["tasks"]:
+        branch = task.get("branch") or ""
+        if task["status"] != TaskStatus.SUCCEEDED or not branch.startswith(BRANCH_PREFIX):
+            continue
+        why = _not_taken(task, ci.get(branch), unwatched)
+        if why is None:
+            chosen.append(task)
+        else:
+            left_out.append(MergeItem(branch, task["id"], 0, (), MergeStatus.SKIPPED, why))
+    wanted = {task["id"] for task in chosen}
+    deps = {task["id"]: _depends(tasks, task["id"], wanted) for task in chosen}
+    queue: list[MergeItem] = []
+    placed: set[str] = set()
+    pending = sorted(chosen, key=lambda t: (t.get("wave") is None, t.get("wave") or 0, order[t["id"]]))
+    while pending:
+        ready = next((t for t in pending if deps[t["id"]] <= placed), pending[0])  # a cycle cannot happen
+        pending.remove(ready)
+        placed.add(ready["id"])
+        after = tuple(sorted(deps[ready["id"]], key=order.__getitem__))
+        queue.append(MergeItem(ready["branch"], ready["id"], len(queue) + 1, after))
+    return queue, left_out

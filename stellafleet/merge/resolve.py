@@ -1,0 +1,110 @@
+"""`stella merge --resolve`: a conflicting branch handed to a worker as a task of its own.
+
+The task (`resolve-<task>`) is added to the run and runs through a Dispatcher like any isolated task: its
+worktree is a new `fleet/resolve-...` branch at the current tip, and its prompt carries the conflict (the
+files, and git's diff of them with the conflict markers). The worker merges the branch there, resolves
+and commits; its result then goes through the same check as every other branch before it may land.
+No resolve task starts once the run's spend reached the limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from stellafleet.core.config import Config
+from stellafleet.core.paths import StatePaths
+from stellafleet.git import gitops
+from stellafleet.merge.queue import MergeItem
+from stellafleet.plan.model import PlanTask
+from stellafleet.run.cifix import execute_in_background
+from stellafleet.run.dispatch import Dispatcher, RunSettings
+from stellafleet.run.events import Event
+from stellafleet.run.executor import LocalExecutor
+from stellafleet.state.claims import ClaimStore
+from stellafleet.state.ledger import Ledger
+
+CONFLICT_BYTES = 12_000  # how much of the conflict's diff a prompt carries (its start: the first hunks)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    head: str | None  # the resolved commit on the resolve branch, or None
+    note: str
+
+
+def resolve_prompt(item: MergeItem, onto: str, files: tuple[str, ...], diff: str, prompt: str) -> str:
+    shown = diff if len(diff) <= CONFLICT_BYTES else diff[:CONFLICT_BYTES] + "\n[... the rest left out ...]"
+    return (
+        f"Branch {item.branch} (task {item.task_id}) conflicts with {onto}; this worktree is {onto}'s "
+        f"tip. Merge the branch here (`git merge --no-ff {item.head}`), resolve the conflicts in "
+        f"{', '.join(files)} so both sides' intent survives, and commit the merge.\n\n"
+        f"The task the branch did:\n{prompt.strip()}\n\n"
+        f"The conflict, as git shows it:\n```diff\n{shown.rstrip()}\n```\n"
+    )
+
+
+def _quiet(event: Event) -> None:
+    """The resolve task tells its story through stella merge's own lines."""
+
+
+class Resolver:
+    """Runs resolve tasks for one run; opened once per `stella merge --resolve`."""
+
+    def __init__(self, root: Path, ledger: Ledger, run_id: str, config: Config, spend_limit: float | None):
+        self.root = root
+        self.ledger = ledger
+        self.run_id = run_id
+        self.config = config
+        record = ledger.get_run(run_id)
+        self.run = record["run"]
+        self.prompts = {t["id"]: t.get("prompt") or "" for t in record["tasks"]}
+        self.limit = spend_limit if spend_limit is not None else self.run.get("spend_limit_usd")
+
+    def _dispatcher(self, tip: str, claims: ClaimStore, executor: LocalExecutor) -> Dispatcher:
+        from stellafleet import pipelines
+
+        pipeline = self.run.get("pipeline") or self.config.fleet.pipeline
+        installed = pipelines.available()
+        settings = RunSettings(
+            root=self.root,
+            run_id=self.run_id,
+            base_commit=tip,  # the resolve task's worktree starts at the current tip
+            default_pipeline=pipeline,
+            spend_guard_usd=self.limit,
+            pipeline_entries={pipeline: installed[pipeline].value} if pipeline in installed else {},
+        )
+        return Dispatcher(settings, self.ledger, claims, executor, _quiet)
+
+    def resolve(self, item: MergeItem, onto: str, tip: str, files: tuple[str, ...], diff: str) -> Resolution:
+        if self.limit is not None and self.ledger.run_spend(self.run_id) >= self.limit:
+            spent = self.ledger.run_spend(self.run_id)
+            return Resolution(None, f"spend limit reached (${spent:.2f} of ${self.limit:.2f}): not handed on")
+        task_id = self._free_id(f"resolve-{item.task_id}")
+        prompt = resolve_prompt(item, onto, files, diff, self.prompts.get(item.task_id, ""))
+        task = PlanTask(task_id, prompt, f"resolve {item.branch} onto {onto}", isolation="isolated")
+        self.ledger.add_tasks(self.run_id, [task], {})
+        paths = StatePaths(self.root)
+        executor = LocalExecutor.open(
+            [], cwd=self.root, fork=False, stop_grace_s=self.config.fleet.stop_grace
+        )
+        try:
+            with ClaimStore.open(paths.store_db) as claims:
+                failed = execute_in_background(self._dispatcher(tip, claims, executor), task)
+                if failed is not None:
+                    return Resolution(None, f"resolve task {task_id} failed: {failed}")
+        finally:
+            executor.close()
+        branch = next(t["branch"] for t in self.ledger.get_run(self.run_id)["tasks"] if t["id"] == task_id)
+        head = gitops.ref_commit(self.root, branch) if branch else None
+        if head is None or head == tip or not gitops.is_ancestor(self.root, tip, head):
+            return Resolution(None, f"resolve task {task_id} left no commit on top of {onto}")
+        return Resolution(head, f"conflict resolved by task {task_id} on {branch}")
+
+    def _free_id(self, wanted: str) -> str:
+        taken = {t["id"] for t in self.ledger.get_run(self.run_id)["tasks"]}
+        n, candidate = 1, wanted
+        while candidate in taken:
+            n += 1
+            candidate = f"{wanted}-{n}"
+        return candidate

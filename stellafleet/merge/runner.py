@@ -1,0 +1,306 @@
+"""`stella merge`: land a run's green branches on the current branch, one at a time, each checked first.
+
+Every branch is rebased (or merged) onto the current tip in a scratch worktree on a detached HEAD, the
+check command runs there, and only a result whose check passed becomes the user's branch: its ref moves
+by compare-and-swap and the checked-out tree follows with a two-tree checkout, so HEAD never points at
+an unchecked commit and uncommitted work is never touched (a dirty tree is refused up front). A conflict
+or a failing check stops that branch, and the branches that depend on it, and the others go on. Every
+step is a row in the ledger's `merges` table.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from stellafleet.core.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, GitError, StellaError
+from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import MergeStatus
+from stellafleet.git import gitops, mergeops
+from stellafleet.merge.check import run_check
+from stellafleet.merge.queue import MergeItem, plan_queue
+from stellafleet.merge.resolve import Resolution
+from stellafleet.state.ledger import Ledger
+
+STRATEGIES = ("rebase", "merge")
+FAILED = (MergeStatus.CONFLICT, MergeStatus.CHECK_FAILED, MergeStatus.ERROR)
+
+
+@dataclass(frozen=True)
+class MergeOptions:
+    """What `stella merge` was asked to do: the command line over [merge] in the config."""
+
+    run_ref: str | None = None
+    dry_run: bool = False
+    unwatched: bool = False
+    strategy: str = "rebase"
+    check: str | None = None
+    check_timeout: float = 1800.0
+    check_tail_lines: int = 20
+
+
+@dataclass
+class MergeResult:
+    run_id: str
+    onto: str
+    options: MergeOptions
+    start_sha: str
+    end_sha: str
+    queue: list[MergeItem] = field(default_factory=list)
+    left_out: list[MergeItem] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_TASK_FAILED if any(item.status in FAILED for item in self.queue) else EXIT_OK
+
+    def count(self, status: MergeStatus) -> int:
+        return sum(1 for item in self.queue if item.status == status)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "onto": self.onto,
+            "strategy": self.options.strategy,
+            "check": self.options.check,
+            "dry_run": self.options.dry_run,
+            "start_sha": self.start_sha,
+            "end_sha": self.end_sha,
+            "exit_code": self.exit_code,
+            "queue": [item.to_json() for item in self.queue],
+            "left_out": [item.to_json() for item in self.left_out],
+        }
+
+
+Progress = Callable[[MergeItem], None]
+
+
+def _refuse_unless_ready(root: Path, options: MergeOptions) -> str:
+    """The checked-out branch to land on; StellaError (exit 2) when there is none or the tree is dirty."""
+    if options.strategy not in STRATEGIES:
+        raise StellaError(
+            f"unknown merge strategy {options.strategy!r}: use rebase or merge", exit_code=EXIT_USAGE
+        )
+    branch = gitops.current_branch(root)
+    if branch is None:
+        raise StellaError(
+            "stella merge lands branches on the checked-out branch, but HEAD is detached: "
+            "check out a branch first",
+            exit_code=EXIT_USAGE,
+        )
+    dirty = mergeops.tracked_changes(root)
+    if dirty and not options.dry_run:
+        files = "1 file" if len(dirty) == 1 else f"{len(dirty)} files"
+        raise StellaError(
+            f"your work tree has uncommitted changes ({files}): commit or stash them before stella merge",
+            exit_code=EXIT_USAGE,
+        )
+    return branch
+
+
+class Resolving(Protocol):
+    """--resolve: hands a conflicting branch to a worker (merge/resolve.py's Resolver)."""
+
+    def resolve(
+        self, item: MergeItem, onto: str, tip: str, files: tuple[str, ...], diff: str
+    ) -> Resolution: ...
+
+
+def merge_run(
+    root: Path,
+    options: MergeOptions,
+    *,
+    progress: Progress | None = None,
+    make_resolver: Callable[[Ledger, str], Resolving] | None = None,
+) -> MergeResult:
+    """Run the merge queue (or, with dry_run, say what it would do) for one run of the ledger."""
+    onto = _refuse_unless_ready(root, options)
+    db = StatePaths(root).fleet_db
+    if not db.exists():
+        raise StellaError(f"no fleet has run in {root} yet: nothing to merge", exit_code=EXIT_USAGE)
+    with Ledger.open(db, readonly=options.dry_run) as ledger:
+        run_id = ledger.resolve_run_id(options.run_ref)
+        queue, left_out = plan_queue(ledger.get_run(run_id), unwatched=options.unwatched)
+        tip = gitops.head_commit(root)
+        result = MergeResult(run_id, onto, options, tip, tip, queue, left_out)
+        resolver = make_resolver(ledger, run_id) if make_resolver and not options.dry_run else None
+        queue_run = _Queue(root, ledger, result, progress or (lambda item: None), resolver)
+        if options.dry_run:
+            queue_run.preview()
+        else:
+            queue_run.run()
+    return result
+
+
+class _Queue:
+    """One pass through the queue, holding the tip the next branch lands on."""
+
+    def __init__(
+        self, root: Path, ledger: Ledger, result: MergeResult, progress: Progress, resolver: Resolving | None
+    ) -> None:
+        self.resolver = resolver
+        self.root = root
+        self.ledger = ledger
+        self.result = result
+        self.options = result.options
+        self.progress = progress
+        self.tip = result.start_sha
+        self.not_landed: set[str] = set()
+
+    def _blocked(self, item: MergeItem) -> str | None:
+        """Why item cannot be tried at all (gone, its dependency did not land, already in), or None."""
+        item.head = gitops.ref_commit(self.root, item.branch)
+        if item.head is None:
+            return f"branch {item.branch} no longer exists (cleaned up?)"
+        missing = [dep for dep in item.after if dep in self.not_landed]
+        if missing:
+            return f"depends on {', '.join(missing)}, which did not land"
+        if gitops.is_ancestor(self.root, item.head, self.tip) or mergeops.patches_upstream(
+            self.root, self.tip, item.head
+        ):
+            return f"already in {self.result.onto}"
+        return None
+
+    def preview(self) -> None:
+        check = f" and run `{self.options.check}`" if self.options.check else " (no check command)"
+        for item in self.result.queue:
+            why = self._blocked(item)
+            if why is not None:
+                item.status, item.reason = MergeStatus.SKIPPED, why
+                if not why.startswith("already"):
+                    self.not_landed.add(item.task_id)
+            else:
+                self._predict(item, check)
+            self.progress(item)
+
+    def _predict(self, item: MergeItem, check: str) -> None:
+        """A dry run's word on one branch: would it conflict (as far as a merge can tell), else what
+        would be done; a clean one is merged in the object store only, for the next to build on."""
+        assert item.head is not None
+        onto = self.result.onto
+        simulated, files = mergeops.predict_merge(self.root, self.tip, item.head)
+        if files:
+            item.files = list(files)
+            item.reason = f"would conflict with {onto} in {', '.join(files)}"
+            self.not_landed.add(item.task_id)
+            return
+        ahead = gitops.commits_ahead(self.root, self.tip, item.head)
+        commits = "1 commit" if ahead == 1 else f"{ahead} commits"
+        item.reason = f"would {self.options.strategy} {commits} onto {onto}{check}"
+        self.tip = simulated or self.tip
+
+    def run(self) -> None:
+        scratch = Path(tempfile.mkdtemp(prefix="stella-merge-"))
+        worktree = scratch / "tree"
+        mergeops.scratch_worktree(self.root, worktree, self.tip)
+        try:
+            for item in self.result.queue:
+                self._step(item, worktree)
+                self.progress(item)
+        finally:
+            mergeops.drop_worktree(self.root, worktree)
+            shutil.rmtree(scratch, ignore_errors=True)
+        self.result.end_sha = self.tip
+
+    def _step(self, item: MergeItem, worktree: Path) -> None:
+        item.before_sha = self.tip
+        why = self._blocked(item)
+        if why is not None:
+            item.status, item.reason = MergeStatus.SKIPPED, why
+            if not why.startswith("already"):
+                self.not_landed.add(item.task_id)
+            self._record(item, None)
+            return
+        merge_id = self._start_row(item)
+        try:
+            self._land(item, worktree)
+        except GitError as exc:
+            item.status, item.reason = MergeStatus.ERROR, exc.message
+        if item.status != MergeStatus.MERGED:
+            self.not_landed.add(item.task_id)
+        self._record(item, merge_id)
+
+    def _land(self, item: MergeItem, worktree: Path) -> None:
+        assert item.head is not None
+        mergeops.checkout_detached(worktree, self.tip)
+        if self.options.strategy == "rebase":
+            upstream = mergeops.merge_base(self.root, self.tip, item.head) or self.tip
+            step = mergeops.rebase_onto(worktree, self.tip, upstream, item.head)
+        else:
+            message = f"Merge {item.branch} (task {item.task_id}, run {self.result.run_id})"
+            step = mergeops.merge_commit(worktree, item.head, message)
+        head, resolved = step.head, ""
+        if head is None:
+            item.status, item.files = MergeStatus.CONFLICT, list(step.conflicts)
+            where = ", ".join(step.conflicts) if step.conflicts else step.message
+            item.reason = f"conflicts with {self.result.onto} in {where}"
+            if self.resolver is None or not step.conflicts:
+                return
+            fixed = self.resolver.resolve(
+                item, self.result.onto, self.tip, step.conflicts, step.conflict_diff
+            )
+            if fixed.head is None:
+                item.reason += f"; {fixed.note}"
+                return
+            head, resolved = fixed.head, fixed.note
+            mergeops.checkout_detached(worktree, head)
+        if self.options.check:
+            env = {
+                "STELLA_MERGE_BRANCH": item.branch,
+                "STELLA_MERGE_TASK": item.task_id,
+                "STELLA_MERGE_ROOT": str(self.root),  # the user's tree: its virtualenv, node_modules, ...
+            }
+            checked = run_check(
+                self.options.check,
+                worktree,
+                timeout_s=self.options.check_timeout,
+                tail=self.options.check_tail_lines,
+                env=env,
+            )
+            item.check_tail = checked.tail
+            if not checked.passed:
+                how = "ran out of time" if checked.exit_code is None else f"exited {checked.exit_code}"
+                item.status, item.reason = MergeStatus.CHECK_FAILED, f"check `{self.options.check}` {how}"
+                item.reason += f" ({resolved})" if resolved else ""
+                return
+        self._advance(item, head)
+        item.reason += f"; {resolved}" if resolved else ""
+
+    def _advance(self, item: MergeItem, new: str) -> None:
+        """Move the user's branch to new, after making sure nothing changed under us meanwhile."""
+        onto = self.result.onto
+        if gitops.current_branch(self.root) != onto or gitops.ref_commit(self.root, onto) != self.tip:
+            raise GitError(f"{onto} moved or was switched away from while merging: stopped before landing")
+        if mergeops.tracked_changes(self.root):
+            raise GitError("the work tree got uncommitted changes while merging: stopped before landing")
+        mergeops.advance_branch(self.root, onto, new, self.tip)
+        self.tip = item.after_sha = new
+        item.status = MergeStatus.MERGED
+        item.reason = f"landed on {onto} at {new[:12]}" + (" (check passed)" if self.options.check else "")
+
+    def _start_row(self, item: MergeItem) -> int:
+        return self.ledger.start_merge(
+            run_id=self.result.run_id,
+            task_id=item.task_id,
+            branch=item.branch,
+            position=item.position,
+            strategy=self.options.strategy,
+            onto_ref=self.result.onto,
+            before_sha=item.before_sha or self.tip,
+            check_command=self.options.check,
+        )
+
+    def _record(self, item: MergeItem, merge_id: int | None) -> None:
+        if merge_id is None:
+            merge_id = self._start_row(item)
+        self.ledger.finish_merge(
+            merge_id,
+            item.status,
+            after_sha=item.after_sha,
+            reason=item.reason,
+            files=item.files,
+            check_tail=item.check_tail if item.status == MergeStatus.CHECK_FAILED else None,
+        )

@@ -1,0 +1,164 @@
+"""--fix-ci: the fleet's side of a red branch. Each round is one follow-up attempt of the branch's task,
+in its own worktree and on its own branch, whose prompt is the task's prompt plus the failing CI log.
+
+The watch (ci/watch.py) decides when a round is due and pushes what it produced; this module runs the
+attempt through the run's Dispatcher (so it is an attempt in the ledger, `attempts.reason = 'ci-fix'`)
+and keeps every round under the fleet's spend limit: no round starts once the run's spend reached it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from stellafleet.ci.fixci import FixOutcome, FixRequest
+from stellafleet.core.config import Config
+from stellafleet.core.paths import StatePaths
+from stellafleet.git import gitops
+from stellafleet.plan.model import PlanTask
+from stellafleet.run.dispatch import Dispatcher, RunSettings, TaskFailed
+from stellafleet.run.events import Event
+from stellafleet.run.executor import LocalExecutor
+from stellafleet.state.claims import ClaimStore
+from stellafleet.state.ledger import Ledger
+
+CI_FIX_REASON = "ci-fix"
+
+
+def execute_in_background(dispatcher: Dispatcher, task: PlanTask, *, reason: str | None = None) -> str | None:
+    """dispatcher.execute(task) in a thread while this one waits: Ctrl-C here stops the worker and lets
+    the attempt be recorded before it is raised on. Returns why the task failed, or None."""
+    box: dict[str, BaseException] = {}
+
+    def work() -> None:
+        try:
+            dispatcher.execute(task, reason=reason)
+        except BaseException as exc:  # handed back to the waiting thread below
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, name=f"stella-{task.id}", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.5)
+    except KeyboardInterrupt:
+        dispatcher.stop_workers()
+        thread.join()
+        raise
+    error = box.get("error")
+    if isinstance(error, TaskFailed):
+        return str(error)
+    if error is not None:
+        raise error
+    return None
+
+
+def fix_prompt(prompt: str, request: FixRequest) -> str:
+    """The task's own prompt, then what CI said about the work on its branch."""
+    return (
+        f"{prompt.rstrip()}\n\n"
+        f"---\nYour earlier work on this task is committed on branch {request.branch} "
+        f"(head {request.head_sha[:12]}), and its CI failed ({request.reason}). This is fix-up round "
+        f"{request.round} of at most {request.max_rounds}. Find the cause in the failing jobs' log below, "
+        "fix it in this worktree and commit the fix; keep the task's intent.\n\n"
+        f"Failing jobs' log (its end):\n```\n{request.failure}\n```\n"
+    )
+
+
+class CiFixRounds:
+    """The CiFixer the watch calls: one follow-up attempt per round, on the run's Dispatcher."""
+
+    def __init__(
+        self, dispatcher: Dispatcher, ledger: Ledger, *, max_rounds: int, spend_limit: float | None
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.ledger = ledger
+        self.run_id = dispatcher.settings.run_id
+        self.root = dispatcher.settings.root
+        self._max_rounds = max_rounds
+        self.spend_limit = spend_limit
+
+    @property
+    def max_rounds(self) -> int:
+        return self._max_rounds
+
+    def _task(self, task_id: str) -> dict[str, Any]:
+        return next(t for t in self.ledger.get_run(self.run_id)["tasks"] if t["id"] == task_id)
+
+    def _last_attempt(self, task_id: str) -> int | None:
+        ids = [a["id"] for a in self.ledger.get_run(self.run_id)["attempts"] if a["task_id"] == task_id]
+        return ids[-1] if ids else None
+
+    def fix(self, request: FixRequest) -> FixOutcome:
+        if self.spend_limit is not None:
+            spent = self.ledger.run_spend(self.run_id)
+            if spent >= self.spend_limit:
+                return FixOutcome(
+                    None, f"spend limit reached: ${spent:.2f} of ${self.spend_limit:.2f}; no fix-up attempt"
+                )
+        row = self._task(request.task_id)
+        if not row.get("worktree") or not Path(row["worktree"]).is_dir():
+            return FixOutcome(None, "the task's worktree is gone (cleaned up?): no fix-up attempt")
+        task = PlanTask(
+            id=row["id"],
+            prompt=fix_prompt(row.get("prompt") or "", request),
+            title=row.get("title") or row["id"],
+            isolation="isolated",
+            pipeline=row.get("pipeline"),
+            model=row.get("model"),
+            timeout=row.get("timeout_s"),
+        )
+        before = gitops.ref_commit(self.root, request.branch)
+        failed = execute_in_background(self.dispatcher, task, reason=CI_FIX_REASON)
+        attempt = f"attempt #{self._last_attempt(request.task_id)}"
+        after = gitops.ref_commit(self.root, request.branch)
+        if failed is not None:
+            return FixOutcome(None, f"fix-up {attempt} failed: {failed}")
+        if after is None or after == before:
+            return FixOutcome(None, f"fix-up {attempt} made no new commit")
+        return FixOutcome(after, f"fix-up {attempt} committed {after[:12]}; pushed to be watched again")
+
+
+def _quiet(event: Event) -> None:
+    """A past run's fix-up attempts tell their story through the watch's own lines, not the fleet's."""
+
+
+@contextlib.contextmanager
+def fixer_for_past_run(
+    root: Path,
+    run_id: str,
+    config: Config,
+    *,
+    max_rounds: int,
+    spend_limit: float | None,
+    config_file: Path | None = None,
+) -> Iterator[CiFixRounds]:
+    """A CiFixRounds for `stella watch --fix-ci`: the run's settings read back from the ledger, workers
+    started as fresh processes; the spend limit is the one given now, else the one the run had."""
+    from stellafleet import pipelines
+
+    paths = StatePaths(root)
+    with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
+        record = ledger.get_run(run_id)
+        run = record["run"]
+        limit = spend_limit if spend_limit is not None else run.get("spend_limit_usd")
+        installed = pipelines.available()
+        names = {t.get("pipeline") or run.get("pipeline") or config.fleet.pipeline for t in record["tasks"]}
+        settings = RunSettings(
+            root=root,
+            run_id=run_id,
+            base_commit=run["base_commit"],
+            default_pipeline=run.get("pipeline") or config.fleet.pipeline,
+            spend_guard_usd=None if limit is None else limit / max(1, int(run.get("max_concurrency") or 1)),
+            config_file=config_file.resolve() if config_file else None,
+            pipeline_entries={name: installed[name].value for name in sorted(names) if name in installed},
+        )
+        executor = LocalExecutor.open([], cwd=root, fork=False, stop_grace_s=config.fleet.stop_grace)
+        try:
+            dispatcher = Dispatcher(settings, ledger, claims, executor, _quiet)
+            yield CiFixRounds(dispatcher, ledger, max_rounds=max_rounds, spend_limit=limit)
+        finally:
+            executor.close()

@@ -1,0 +1,179 @@
+"""`--fix-ci N`: a branch that ends red gets follow-up attempts of its task, fed the failing CI log, in
+its own worktree and branch; each is pushed and watched again, at most N rounds, under the spend limit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers.fleet import Scripts, run_record, write_config
+from helpers.repo import StellaRunner, git
+
+from stellafleet.testing import fake_gh
+
+PLAN = """\
+[[tasks]]
+id = "fixable"
+prompt = "make work.txt say fixed"
+isolation = "isolated"
+
+[[tasks]]
+id = "stubborn"
+prompt = "make the tests pass"
+isolation = "isolated"
+"""
+
+# First attempt: broken work. A follow-up (its prompt carries the CI log): the fixable task commits a
+# "fix:" commit (which CI passes), the stubborn one another broken one. Every attempt dumps its prompt.
+WORKER = """
+prompts = sorted(MARKS.glob(f"prompt-{TASK}-*.txt"))
+n = len(prompts) + 1
+prompt = os.environ["STELLA_PROMPT"]
+mark(f"prompt-{TASK}-{n}.txt", prompt)
+follow_up = "Failing jobs' log" in prompt
+# the task id in the text and subject: two tasks' identical commits would be one commit (one SHA)
+text = "fixed" if (follow_up and TASK == "fixable") else f"{TASK}: broken {n}"
+(WS / "work.txt").write_text(text + "\\n")
+subprocess.run(["git", "add", "work.txt"], check=True)
+subject = "fix: work.txt says fixed" if text == "fixed" else f"{TASK}: work attempt {n}"
+subprocess.run(["git", "commit", "-q", "-m", subject], check=True)
+report(spend_usd=float(os.environ.get("SPEND_EACH", "0.25")), summary=subject)
+"""
+
+FAILURE = [{"databaseId": 501, "name": "build", "workflowName": "CI", "status": "completed",
+            "conclusion": "failure", "updatedAt": "2026-11-30T12:05:00Z"}]  # fmt: skip
+SUCCESS = [{**FAILURE[0], "databaseId": 502, "conclusion": "success"}]
+LOG = "build\tRun pytest\t2026-11-30T12:04:59Z E   AssertionError: work.txt says 'broken' (MARKER-7731)\n"
+
+
+@pytest.fixture
+def marks(tmp_path: Path) -> Path:
+    path = tmp_path / "marks"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def fleet_repo(
+    git_repo: Path, tmp_path: Path, marks: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    origin = tmp_path / "origin.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], check=True)
+    git("remote", "add", "origin", str(origin), cwd=git_repo)
+    git("push", "-q", "origin", "main", cwd=git_repo)
+    command = Scripts(tmp_path / "scripts").python("worker", WORKER)
+    write_config(git_repo, run=command, extra="[watch]\npoll_interval = 0.01\nfix_ci_log_bytes = 200\n")
+    fake_gh.install(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    script = tmp_path / "gh-script.json"
+    script.write_text(
+        json.dumps(
+            {"runs": {"subject:fix:": [SUCCESS], "*": [FAILURE]}, "logs": {"501": "x" * 500 + "\n" + LOG}}
+        )
+    )
+    monkeypatch.setenv("FAKE_GH_SCRIPT", str(script))
+    monkeypatch.setenv("FAKE_GH_STATE", str(tmp_path / "gh-state.json"))
+    monkeypatch.setenv("MARKS", str(marks))
+    (tmp_path / "plan.toml").write_text(PLAN)
+    yield git_repo
+
+
+def attempts_of(record: dict, task: str) -> list[dict]:
+    return [a for a in record["attempts"] if a["task_id"] == task]
+
+
+def test_fix_ci_fixes_one_branch_in_one_round_and_gives_up_on_the_other_after_two(
+    fleet_repo: Path, tmp_path: Path, marks: Path, stella: StellaRunner
+) -> None:
+    plan = str(tmp_path / "plan.toml")
+    proc = stella(
+        "fleet", "--json", "--watch", "--fix-ci", "2", "--plan", plan, "--pipeline", "command", cwd=fleet_repo
+    )
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    watched = {b["task_id"]: b for b in doc["watch"]["branches"]}
+    assert watched["fixable"]["state"] == "green" and watched["fixable"]["fix_rounds"] == 1
+    assert watched["stubborn"]["state"] == "red" and watched["stubborn"]["fix_rounds"] == 2
+    assert "still red after 2 fix-ci rounds" in watched["stubborn"]["reason"]
+
+    record = run_record(fleet_repo)
+    fixable, stubborn = attempts_of(record, "fixable"), attempts_of(record, "stubborn")
+    assert [a["reason"] for a in fixable] == [None, "ci-fix"]
+    assert [a["reason"] for a in stubborn] == [None, "ci-fix", "ci-fix"]
+    assert all(a["outcome"] == "succeeded" for a in fixable + stubborn)
+    # the same worktree and branch every round
+    assert len({(a["branch"], a["worktree"]) for a in stubborn}) == 1
+    # every round's spend is the run's spend
+    assert record["run"]["spend_usd"] == pytest.approx(0.25 * 5)
+    # the fixed commit is what origin has, and CI saw it green
+    ci = {row["task_id"]: row for row in record["ci"]}
+    branch = ci["fixable"]["branch"]
+    assert ci["fixable"]["state"] == "green"
+    assert git("ls-remote", "origin", branch, cwd=fleet_repo).split()[0] == ci["fixable"]["head_sha"]
+    assert git("log", "-1", "--format=%s", branch, cwd=fleet_repo).strip() == "fix: work.txt says fixed"
+
+    # the failure text reached the follow-up's prompt, trimmed to its last bytes; the first had none
+    first, second = (marks / "prompt-fixable-1.txt").read_text(), (marks / "prompt-fixable-2.txt").read_text()
+    assert first == "make work.txt say fixed"
+    assert second.startswith("make work.txt say fixed\n") and "MARKER-7731" in second
+    assert "earlier bytes left out" in second and "x" * 300 not in second
+    assert "fix-up round 1 of at most 2" in (marks / "prompt-stubborn-2.txt").read_text()
+    assert "fix-up round 2 of at most 2" in (marks / "prompt-stubborn-3.txt").read_text()
+    assert not (marks / "prompt-stubborn-4.txt").exists()
+    gh_calls = json.loads((tmp_path / "gh-state.json").read_text())["calls"]
+    assert sum(1 for c in gh_calls if c["args"][:2] == ["run", "view"]) == 3
+
+    shown = stella("runs", "latest", cwd=fleet_repo)
+    assert shown.stdout.count("ci-fix") == 3
+
+
+def test_spend_across_rounds_counts_toward_the_limit(
+    fleet_repo: Path, tmp_path: Path, marks: Path, stella: StellaRunner
+) -> None:
+    (tmp_path / "plan.toml").write_text(PLAN.split("\n\n")[1])  # the stubborn task alone
+    proc = stella(
+        "--spend-limit", "1.0", "fleet", "--json", "--watch", "--fix-ci", "2",
+        "--plan", str(tmp_path / "plan.toml"), "--pipeline", "command",
+        cwd=fleet_repo, env={"SPEND_EACH": "0.6"},
+    )  # fmt: skip
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    [watched] = json.loads(proc.stdout)["watch"]["branches"]
+    assert watched["fix_rounds"] == 2 and watched["state"] == "red"
+    assert "spend limit reached: $1.20 of $1.00; no fix-up attempt" in watched["reason"]
+    record = run_record(fleet_repo)
+    assert [a["reason"] for a in record["attempts"]] == [None, "ci-fix"]
+    assert record["run"]["spend_usd"] == pytest.approx(1.2)
+    assert not (marks / "prompt-stubborn-3.txt").exists()
+
+
+def test_fix_ci_without_watch_is_a_usage_error(
+    fleet_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    proc = stella("fleet", "--fix-ci", "1", "--plan", str(tmp_path / "plan.toml"), cwd=fleet_repo)
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip() == "stella: error: --fix-ci needs --watch: it acts on branches whose CI ends red"
+    )
+
+
+def test_stella_watch_fix_ci_sends_a_past_runs_red_branch_back(
+    fleet_repo: Path, tmp_path: Path, marks: Path, stella: StellaRunner
+) -> None:
+    (tmp_path / "plan.toml").write_text(PLAN.split("\n\n")[0])  # the fixable task alone
+    first = stella(
+        "fleet", "--watch", "--plan", str(tmp_path / "plan.toml"), "--pipeline", "command", cwd=fleet_repo
+    )
+    assert first.returncode == 4, first.stdout + first.stderr
+    assert not (marks / "prompt-fixable-2.txt").exists()
+    proc = stella("watch", "--fix-ci", "1", "--json", cwd=fleet_repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [watched] = json.loads(proc.stdout)["branches"]
+    assert watched["state"] == "green" and watched["fix_rounds"] == 1
+    record = run_record(fleet_repo)
+    assert [a["reason"] for a in record["attempts"]] == [None, "ci-fix"]
+    assert record["attempts"][1]["worktree"] == record["attempts"][0]["worktree"]
+    assert "MARKER-7731" in (marks / "prompt-fixable-2.txt").read_text()

@@ -1,0 +1,163 @@
+"""stella merge on a real repository: a run's green branches land in dependency order, each checked,
+and the user's branch only ever moves to a commit whose check passed."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers.merging import RUN_ID, build_run, merges
+from helpers.repo import StellaRunner, git
+
+from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import CIState
+
+# Each passing check appends "PASS <sha>", each failing one "FAIL <sha>", to this log.
+CHECK = (
+    'sha=$(git rev-parse HEAD); if [ -e bad.txt ]; then echo "FAIL $sha" >> "$CHECK_LOG"; '
+    'echo "collected 3 items"; echo "bad.txt: forbidden file"; echo "1 failed, 2 passed"; exit 1; fi; '
+    'echo "PASS $sha" >> "$CHECK_LOG"'
+)
+
+
+def checked(log: Path, verdict: str) -> list[str]:
+    return [line.split()[1] for line in log.read_text().splitlines() if line.startswith(verdict)]
+
+
+@pytest.fixture
+def check_env(tmp_path: Path) -> dict[str, str]:
+    return {"CHECK_LOG": str(tmp_path / "checks.log")}
+
+
+def test_green_branches_land_in_dependency_order_and_head_only_moves_to_checked_commits(
+    git_repo: Path, stella: StellaRunner, check_env: dict[str, str], tmp_path: Path
+) -> None:
+    build_run(git_repo)
+    start = git("rev-parse", "main", cwd=git_repo).strip()
+    proc = stella("merge", "--check", CHECK, cwd=git_repo, env=check_env)
+    assert proc.returncode == 1, proc.stderr
+    out = proc.stdout
+    lines = [line for line in out.splitlines() if line.strip()[:2].rstrip(".").isdigit()]
+    assert [line.split()[1] for line in lines] == ["merged", "merged", "CONFLICT", "CHECK"]
+    assert "fleet/a-abcd" in lines[0] and "fleet/b-abcd [b] (after a)" in lines[1]
+    assert "fleet/c-abcd [c]" in lines[2] and "conflicts with main in README.md" in lines[2]
+    assert "fleet/d-abcd [d]" in lines[3] and "exited 1" in lines[3]
+    assert "| bad.txt: forbidden file" in out and "| 1 failed, 2 passed" in out
+    assert "merged 2, failed 2" in out
+
+    # main moved twice, each time to a commit whose check passed; the failing result was never HEAD
+    log = Path(check_env["CHECK_LOG"])
+    passed, failed = checked(log, "PASS"), checked(log, "FAIL")
+    assert len(passed) == 2 and len(failed) == 1
+    reflog = git("reflog", "show", "--format=%H", "refs/heads/main", cwd=git_repo).split()
+    assert reflog[:-1] == list(reversed(passed)) and reflog[-1] == start
+    assert git("rev-parse", "HEAD", cwd=git_repo).strip() == passed[-1]
+    assert failed[0] not in git("rev-list", "--all", cwd=git_repo) or failed[0] not in reflog
+    # the work tree follows the branch: a's and b's files are there, c's and d's are not
+    assert (git_repo / "b.txt").exists() and (git_repo / "README.md").read_text() == "# changed by a\n"
+    assert not (git_repo / "c.txt").exists() and not (git_repo / "bad.txt").exists()
+    assert git("status", "--porcelain", "--untracked-files=no", cwd=git_repo) == ""
+    # rebase: linear history, the fleet branches themselves untouched
+    assert git("rev-list", "--merges", "--count", "main", cwd=git_repo).strip() == "0"
+    rows = merges(git_repo)
+    assert [(r["branch"], r["status"], r["position"]) for r in rows] == [
+        ("fleet/a-abcd", "merged", 1),
+        ("fleet/b-abcd", "merged", 2),
+        ("fleet/c-abcd", "conflict", 3),
+        ("fleet/d-abcd", "check_failed", 4),
+    ]
+    assert rows[1]["after_sha"] == passed[-1] and rows[1]["before_sha"] == rows[0]["after_sha"]
+    assert rows[2]["files"] == ["README.md"]
+    assert "bad.txt: forbidden file" in str(rows[3]["check_tail"])
+    assert not list(tmp_path.glob("stella-merge-*"))
+    assert len(git("worktree", "list", "--porcelain", cwd=git_repo).split("worktree ")) == 2
+
+    shown = stella("runs", RUN_ID, cwd=git_repo)
+    assert "merges" in shown.stdout and "conflict" in shown.stdout and "README.md" in shown.stdout
+
+    # a second pass finds a and b already in and tries c and d again
+    again = stella("merge", "--check", CHECK, "--json", cwd=git_repo, env=check_env)
+    doc = json.loads(again.stdout)
+    assert [(i["task_id"], i["status"]) for i in doc["queue"]] == [
+        ("a", "skipped"),
+        ("b", "skipped"),
+        ("c", "conflict"),
+        ("d", "check_failed"),
+    ]
+    assert doc["queue"][0]["reason"] == "already in main" and doc["end_sha"] == passed[-1]
+
+
+def test_a_dirty_tree_is_refused_and_nothing_changes(git_repo: Path, stella: StellaRunner) -> None:
+    build_run(git_repo)
+    (git_repo / "README.md").write_text("my own unfinished edit\n")
+    head = git("rev-parse", "HEAD", cwd=git_repo)
+    proc = stella("merge", cwd=git_repo)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "stella: error: your work tree has uncommitted changes (1 file): "
+        "commit or stash them before stella merge"
+    ]
+    assert git("rev-parse", "HEAD", cwd=git_repo) == head
+    assert (git_repo / "README.md").read_text() == "my own unfinished edit\n"
+    assert merges(git_repo) == []
+
+
+def test_dry_run_shows_the_order_and_changes_nothing(git_repo: Path, stella: StellaRunner) -> None:
+    build_run(git_repo, ci={"d": CIState.RED})
+    head = git("rev-parse", "HEAD", cwd=git_repo)
+    refs = git("for-each-ref", cwd=git_repo)
+    proc = stella("merge", "--dry-run", "--check", "true", cwd=git_repo)
+    assert proc.returncode == 0, proc.stderr
+    assert "would rebase 1 commit onto main and run `true`" in proc.stdout
+    assert proc.stdout.index("fleet/a-abcd") < proc.stdout.index("fleet/b-abcd")
+    # c clashes with a, which lands before it: the dry run says so (a merge in the object store only)
+    clash = next(line for line in proc.stdout.splitlines() if "fleet/c-abcd" in line)
+    assert "would clash" in clash and "would conflict with main in README.md" in clash
+    assert "left out" in proc.stdout and "CI is red, not green" in proc.stdout
+    assert "nothing changed" in proc.stdout
+    assert git("rev-parse", "HEAD", cwd=git_repo) == head
+    assert git("for-each-ref", cwd=git_repo) == refs
+    assert git("status", "--porcelain", "--untracked-files=no", cwd=git_repo) == ""
+    assert merges(git_repo) == []
+
+
+def test_merge_strategy_and_unwatched_and_clean_sees_rebased_branches_as_merged(
+    git_repo: Path, stella: StellaRunner
+) -> None:
+    build_run(git_repo, ci={"a": CIState.RED})
+    (git_repo / ".stella" / "config.toml").write_text(
+        '[merge]\nstrategy = "merge"\ncheck = "test ! -e bad.txt"\n'
+    )
+    proc = stella("merge", "--unwatched", cwd=git_repo)
+    assert proc.returncode == 1, proc.stderr
+    assert git("rev-list", "--merges", "--count", "main", cwd=git_repo).strip() == "2"
+    rows = {r["branch"]: r for r in merges(git_repo)}
+    assert rows["fleet/a-abcd"]["strategy"] == "merge" and rows["fleet/a-abcd"]["status"] == "merged"
+    assert rows["fleet/a-abcd"]["check_command"] == "test ! -e bad.txt"
+    cleaned = stella("clean", "--dry-run", "--json", cwd=git_repo)
+    doc = json.loads(cleaned.stdout)
+    assert sorted(i["target"] for i in doc["would_remove"]) == ["fleet/a-abcd", "fleet/b-abcd"]
+
+
+def test_clean_counts_a_rebased_branch_as_merged(git_repo: Path, stella: StellaRunner) -> None:
+    build_run(git_repo)
+    (git_repo / "other.txt").write_text("main moved on\n")
+    git("add", "other.txt", cwd=git_repo)
+    git("commit", "-qm", "main moves on", cwd=git_repo)
+    assert stella("merge", "--check", "test ! -e bad.txt", cwd=git_repo).returncode == 1
+    # rebased: neither fleet branch is an ancestor of main any more, yet their changes are in it
+    for branch in ("fleet/a-abcd", "fleet/b-abcd"):
+        is_ancestor = ["git", "merge-base", "--is-ancestor", branch, "main"]
+        assert subprocess.run(is_ancestor, cwd=git_repo).returncode == 1
+    proc = stella("clean", "--json", cwd=git_repo)
+    doc = json.loads(proc.stdout)
+    removed = {i["target"]: i["reason"] for i in doc["removed"]}
+    assert set(removed) == {"fleet/a-abcd", "fleet/b-abcd"}
+    assert "stella merge" in removed["fleet/b-abcd"]
+    kept = {i["target"] for i in doc["kept"]}
+    assert kept == {"fleet/c-abcd", "fleet/d-abcd"}
+    with sqlite3.connect(StatePaths(git_repo).fleet_db) as conn:
+        assert conn.execute("SELECT count(*) FROM cleanups WHERE action = 'removed'").fetchone()[0] == 2

@@ -1,0 +1,74 @@
+"""stella merge --resolve: a conflicting branch goes to a worker as a task whose prompt carries the
+conflict; its merge is checked like any other before it lands, under the spend limit."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from helpers.fleet import Scripts, write_config
+from helpers.merging import RUN_ID, build_run, merges
+from helpers.repo import StellaRunner, git
+
+from stellafleet.core.paths import StatePaths
+from stellafleet.state.ledger import Ledger
+
+# The resolver: merge the commit the prompt names, settle README.md for both sides, commit the merge.
+RESOLVER = """
+prompt = os.environ["STELLA_PROMPT"]
+(Path(os.environ["MARKS"]) / f"{TASK}.prompt").write_text(prompt)
+sha = re.search(r"git merge --no-ff ([0-9a-f]{40})", prompt).group(1)
+merged = subprocess.run(["git", "merge", "--no-ff", "--no-edit", sha], capture_output=True, text=True)
+assert merged.returncode != 0 and "CONFLICT" in merged.stdout, merged.stdout
+(WS / "README.md").write_text("# changed by a and by c\\n")
+subprocess.run(["git", "add", "README.md"], check=True)
+subprocess.run(["git", "commit", "-q", "--no-edit"], check=True)
+report(spend_usd=0.3, summary="merged, README.md keeps both")
+"""
+
+
+def test_a_conflict_goes_to_a_worker_and_its_merge_lands_after_the_check(
+    git_repo: Path, stella: StellaRunner, tmp_path: Path
+) -> None:
+    build_run(git_repo)
+    write_config(git_repo, run=Scripts(tmp_path / "scripts").python("resolver", "import re\n" + RESOLVER))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    proc = stella(
+        "merge", "--resolve", "--check", "test ! -e bad.txt", cwd=git_repo, env={"MARKS": str(marks)}
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # d still fails its check
+    rows = {r["task_id"]: r for r in merges(git_repo)}
+    assert [r["status"] for r in merges(git_repo)] == ["merged", "merged", "merged", "check_failed"]
+    assert "conflict resolved by task resolve-c on fleet/resolve-c-" in str(rows["c"]["reason"])
+    assert rows["c"]["files"] == ["README.md"]
+    # the prompt carried the conflict: the file, the markers, the task's own prompt
+    prompt = (marks / "resolve-c.prompt").read_text()
+    assert "conflicts with main" in prompt and "README.md" in prompt
+    assert "<<<<<<< HEAD" in prompt and "# changed by c" in prompt and ">>>>>>>" in prompt
+    assert "The task the branch did:\ndo it" in prompt
+    # main has the resolution, both c's file and a's and b's; HEAD is the resolved merge
+    assert (git_repo / "README.md").read_text() == "# changed by a and by c\n"
+    assert (git_repo / "c.txt").exists() and (git_repo / "b.txt").exists()
+    assert git("rev-parse", "HEAD", cwd=git_repo).strip() == rows["c"]["after_sha"]
+    with Ledger.open(StatePaths(git_repo).fleet_db, readonly=True) as ledger:
+        record = ledger.get_run(RUN_ID)
+    [task] = [t for t in record["tasks"] if t["id"] == "resolve-c"]
+    assert task["status"] == "succeeded" and task["branch"].startswith("fleet/resolve-c-")
+    assert record["run"]["spend_usd"] == 0.3
+
+
+def test_no_resolve_task_once_the_spend_limit_is_reached(git_repo: Path, stella: StellaRunner) -> None:
+    build_run(git_repo)
+    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        attempt = ledger.start_attempt(RUN_ID, "a", pipeline="command")
+        ledger.add_spend(attempt, 1.0)
+        ledger.finish_attempt(attempt, outcome="succeeded", exit_code=0, summary="earlier work")
+    proc = stella("--spend-limit", "1", "merge", "--resolve", cwd=git_repo)
+    assert proc.returncode == 1
+    line = next(line for line in proc.stdout.splitlines() if "fleet/c-abcd" in line)
+    assert re.search(
+        r"CONFLICT .*conflicts with main in README.md; spend limit reached \(\$1.00 of \$1.00\)", line
+    )
+    with Ledger.open(StatePaths(git_repo).fleet_db, readonly=True) as ledger:
+        assert [t["id"] for t in ledger.get_run(RUN_ID)["tasks"]] == ["b", "a", "c", "d"]
