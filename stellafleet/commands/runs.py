@@ -16,6 +16,7 @@ from rich.text import Text
 
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.spend import money
 from stellafleet.core.status import CIState, RunStatus, TaskStatus
 from stellafleet.git import gitops
 from stellafleet.state import views
@@ -107,8 +108,7 @@ def fmt_duration(ms: int | None) -> str:
 
 
 def fmt_usd(value: float | None) -> str:
-    v = float(value or 0.0)
-    return f"${v:.4f}" if 0 < v < 0.01 else f"${v:.2f}"
+    return money(float(value or 0.0))
 
 
 def fmt_spend(run: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ fleet's worker lands each report in the ledger, a run outside a fleet only adds 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol
 
 
@@ -50,14 +51,22 @@ class TallySpend(NullSpend):
         self.inner.add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps)
 
 
-def money(usd: float | None, *, precise: bool = False) -> str:
-    """Dollars for people: `$1.50`, or `-` when unknown.
-
-    precise: up to four decimals without trailing zeros (`$0.0042`, `$1.5`, `$0`), for the small sums
-    one agent spends, which whole cents would round away.
-    """
+def money(usd: float | None) -> str:
+    """Dollars for people, with the precision they have: `$1.50`, `$0.003`, `$0.0035`, `$0.015`; `-`
+    when unknown. At least two decimals, up to four (a hundredth of a cent), since agent calls routinely
+    cost fractions of a cent; a smaller amount that is not zero keeps two significant digits
+    (`$0.000042`) rather than read as nothing. The dashboard's fmtUsd (observatory/static/app.js)
+    writes amounts the same way."""
     if usd is None:
         return "-"
-    if not precise:
-        return f"${usd:.2f}"
-    return f"${usd:.4f}".rstrip("0").rstrip(".") if usd else "$0"
+    if not math.isfinite(usd):
+        return "$?"
+    sign, value = ("-", -usd) if usd < 0 else ("", usd)
+    decimals = 4
+    if 0 < value < 0.00005:
+        decimals = min(12, 1 - math.floor(math.log10(value)))
+    whole, _, fraction = f"{value:.{decimals}f}".partition(".")
+    fraction = fraction.rstrip("0").ljust(2, "0")
+    if whole == "0" and fraction.strip("0") == "":
+        sign = ""
+    return f"{sign}${whole}.{fraction}"

@@ -27,6 +27,7 @@ from stellafleet.core.errors import (
     StellaError,
 )
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
+from stellafleet.core.spend import money
 from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.git import gitops
 from stellafleet.run.dispatch import Dispatcher, RunSettings
@@ -244,7 +245,7 @@ class FleetRun:
                 return None
             spent = ledger.run_spend(p.run_id)
             if spent >= limit:
-                return f"{SPEND_STOP_PREFIX}: ${spent:.2f} of ${limit:.2f}"
+                return f"{SPEND_STOP_PREFIX}: {money(spent)} of {money(limit)}"
             return None
 
         runner = WaveRunner(

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any, cast
 
+from stellafleet.core.spend import money
 from stellafleet.core.status import RunStatus
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.run.events import AttemptEnded, AttemptStarted, EventSink, RunStarted
@@ -98,7 +99,7 @@ class OneTaskReporter(EventSink):
     def on_attempt_started(self, event: AttemptStarted) -> None:
         self._result_path = event.result_path
         if not self.quiet:
-            guard = f", spend guard ${self._guard:.2f}" if self._guard is not None else ""
+            guard = f", spend guard {money(self._guard)}" if self._guard is not None else ""
             self._say(f"stella run {self._run_id}: task {event.task} ({event.title}){guard}")
         self._follower = LogFollower(event.log_path, self._worker_line)
         self._follower.start()
@@ -141,7 +142,7 @@ class OneTaskReporter(EventSink):
             return
         outcome = attempt["outcome"] if attempt else task["status"]
         self._say(
-            f"{outcome} in {result.steps} steps, ${spent:.4f}, "
+            f"{outcome} in {result.steps} steps, {money(spent)}, "
             f"{result.input_tokens:,} input / {result.output_tokens:,} output tokens (run {doc['run_id']})"
         )
         self._say("summary:")
