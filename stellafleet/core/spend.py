@@ -9,6 +9,32 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol
 
+# No honest report comes near these: a larger figure is a bug or an attack, and adding two of them up
+# overflowed to infinity (two tasks reporting 1e308 made the run's spend `$inf`).
+MAX_REPORT_USD = 100_000.0
+MAX_REPORT_COUNT = 10**12
+
+
+def check_usd(value: object, what: str = "spend_usd") -> float:
+    """value as dollars when it is a finite, non-negative amount up to MAX_REPORT_USD; else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} must be a non-negative number of dollars, not {value!r}")
+    if not (math.isfinite(value) and 0 <= value <= MAX_REPORT_USD):
+        raise ValueError(
+            f"{what} must be a non-negative number of dollars (at most {MAX_REPORT_USD:g}), not {value!r}"
+        )
+    return float(value)
+
+
+def check_count(value: object, what: str) -> int:
+    """value as a count (tokens, steps) when it is a whole number from 0 up to MAX_REPORT_COUNT."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_REPORT_COUNT:
+        limit = f"whole, at most {MAX_REPORT_COUNT:,}"
+        raise ValueError(f"{what} must be a non-negative number ({limit}), not {value!r}")
+    return value
+
 
 class SpendReporter(Protocol):
     def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None: ...

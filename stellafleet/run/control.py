@@ -30,6 +30,7 @@ from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.spend import money
 from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.git import gitops
+from stellafleet.run.budget import SPEND_STOP_PREFIX, SpendBudget
 from stellafleet.run.dispatch import Dispatcher, RunSettings
 from stellafleet.run.events import Emit, Event, Notice, RunStarted, TaskSkipped
 from stellafleet.run.executor import INTERRUPTED, LocalExecutor
@@ -39,8 +40,6 @@ from stellafleet.run.result import result_document
 from stellafleet.run.waves import WaveOutcome, WaveRunner
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
-
-SPEND_STOP_PREFIX = "spend limit reached"
 
 
 def run_fleet(options: FleetOptions, *, out: IO[str] | None = None, reporter: Reporter | None = None) -> int:
@@ -172,6 +171,17 @@ def run_settings(prepared: Prepared) -> RunSettings:
     )
 
 
+def spend_budget(prepared: Prepared) -> SpendBudget | None:
+    """The run's spend limit as the workers' guards (None: no limit)."""
+    if prepared.spend_limit is None:
+        return None
+    return SpendBudget(
+        prepared.spend_limit,
+        prepared.concurrency.value,
+        min_guard=prepared.config.governor.min_guard_usd,
+    )
+
+
 class FleetRun:
     """One prepared run, from its ledger row to its result."""
 
@@ -189,7 +199,9 @@ class FleetRun:
         try:
             paths = ensure_state_dirs(p.root)
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
-                dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, self.reporter.handle)
+                dispatcher = Dispatcher(
+                    run_settings(p), ledger, claims, executor, self.reporter.handle, budget=spend_budget(p)
+                )
                 try:
                     outcome, interrupted = self._drive(ledger, dispatcher)
                     executor.release()  # nothing more to start: let it wind down while we finish
@@ -246,7 +258,7 @@ class FleetRun:
             spent = ledger.run_spend(p.run_id)
             if spent >= limit:
                 return f"{SPEND_STOP_PREFIX}: {money(spent)} of {money(limit)}"
-            return None
+            return dispatcher.budget.exhausted() if dispatcher.budget is not None else None
 
         runner = WaveRunner(
             p.plan, p.concurrency.value, dispatcher.execute, before_wave=before_wave, on_event=on_event

@@ -24,8 +24,10 @@ from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, worktrees
 from stellafleet.pipelines.command import RESULT_ENV
 from stellafleet.plan.model import PlanTask
-from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit
+from stellafleet.run.budget import NoBudget, SpendBudget
+from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit, SkipTask
 from stellafleet.run.executor import INTERRUPTED, Attempt, Ending, Execution, Executor
+from stellafleet.run.settle import record_reported_spend
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
 from stellafleet.worker.main import PIPELINE_ENTRY_ENV
@@ -160,9 +162,18 @@ class Dispatcher:
     """Runs attempts for one fleet run; `execute` is thread-safe, one call per task."""
 
     def __init__(
-        self, settings: RunSettings, ledger: Ledger, claims: ClaimStore, executor: Executor, emit: Emit
+        self,
+        settings: RunSettings,
+        ledger: Ledger,
+        claims: ClaimStore,
+        executor: Executor,
+        emit: Emit,
+        *,
+        budget: SpendBudget | None = None,
     ) -> None:
         self.settings = settings
+        self.budget = budget  # under a spend limit: each worker's guard (settings.spend_guard_usd otherwise)
+        self._guards: dict[str, float] = {}
         self.ledger = ledger
         self.claims = claims
         self.executor = executor
@@ -191,8 +202,18 @@ class Dispatcher:
     # --- one task ---
 
     def execute(self, task: PlanTask) -> bool:
+        if self.budget is not None:
+            try:
+                self._guards[task.id] = self.budget.reserve(task.id)
+            except NoBudget as exc:
+                raise SkipTask(str(exc)) from None
         started = time.monotonic()
-        ctx = self._open_attempt(task)
+        spend: float | None = None
+        try:
+            ctx = self._open_attempt(task)
+        except BaseException:
+            self._release_guard(task.id, None)
+            raise
         try:
             try:
                 record = self._attempt(task, ctx)
@@ -217,6 +238,7 @@ class Dispatcher:
             self.claims.release_attempt_if_held(ctx.run_id, ctx.attempt_id)
             with self._lock:
                 self._running.pop(task.id, None)
+            self._release_guard(task.id, spend)
         self.emit(
             AttemptEnded(
                 task=task.id,
@@ -232,6 +254,13 @@ class Dispatcher:
         if record.reason is not None:
             raise TaskFailed(record.reason)
         return True
+
+    def _release_guard(self, task_id: str, spend: float | None) -> None:
+        """The task's worker ended: its guard is free again, what it spent counts (its whole guard when
+        that is unknown)."""
+        guard = self._guards.pop(task_id, None)
+        if self.budget is not None and guard is not None:
+            self.budget.release(task_id, guard if spend is None else spend)
 
     def _open_attempt(self, task: PlanTask) -> WorkerContext:
         """The attempt's ledger row (its task now `running`) and what its worker will be told."""
@@ -265,7 +294,7 @@ class Dispatcher:
             isolation="isolated" if workspace.isolated else "shared",
             branch=workspace.branch,
             base_commit=settings.base_commit,
-            spend_guard_usd=settings.spend_guard_usd,
+            spend_guard_usd=self._guards.get(task.id, settings.spend_guard_usd),
             pipeline=pipeline,
             model=task.model or settings.default_model,
             timeout_s=task.timeout,
@@ -308,6 +337,7 @@ class Dispatcher:
             )
         )
         ending = execution.wait()
+        record_reported_spend(self.ledger, ctx, ending.result)
         if workspace.branch is not None:
             self._record_branch_commits(ctx, workspace.branch)
         return judge(ending)

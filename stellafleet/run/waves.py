@@ -32,7 +32,7 @@ from stellafleet.core.errors import PlanError
 from stellafleet.core.status import TaskStatus
 from stellafleet.plan.model import Plan, PlanTask, load_plan
 from stellafleet.plan.schema import suggest
-from stellafleet.run.events import Emit, Event, TaskEnded, TaskSkipped, TaskStarted, WaveEnded, WaveStarted
+from stellafleet.run.events import Emit, SkipTask, TaskEnded, TaskSkipped, TaskStarted, WaveEnded, WaveStarted
 
 Action = Callable[[PlanTask], bool]
 MEMORY_BACKEND = "stella-memory"
@@ -224,6 +224,7 @@ class WaveRunner(Runner):
         self._lock = threading.RLock()  # re-entrant: a signal handler may interrupt a holder
         self._stop_reason: str | None = None
         self._errors: dict[str, str] = {}
+        self._skipped: dict[str, str] = {}  # task id -> why its action skipped it (SkipTask)
         self._root_failures: dict[str, list[str]] = {}
         self.outcome = WaveOutcome()
 
@@ -336,6 +337,8 @@ class WaveRunner(Runner):
                 if node.run_status == "successful":
                     self.outcome.statuses[node.task.name] = TaskStatus.SUCCEEDED
                     self._emit(TaskEnded(node.task.name, TaskStatus.SUCCEEDED, None))
+                elif node.task.name in self._skipped:
+                    self._skip(node, self._skipped[node.task.name])
                 else:
                     reason = self._errors.get(node.task.name) or _failure_text(failure)
                     self._record_failure(node, reason)
@@ -346,6 +349,9 @@ class WaveRunner(Runner):
         """The doit python-action of every task (runs in a pool thread)."""
         try:
             succeeded = bool(self._execute(task))
+        except SkipTask as exc:
+            self.request_stop(self._skipped.setdefault(task.id, str(exc)))
+            return False
         except Exception as exc:
             self._errors[task.id] = f"{type(exc).__name__}: {exc}"
             return False
@@ -380,7 +386,7 @@ class WaveRunner(Runner):
         self.outcome.reasons[task_id] = reason
         self._emit(TaskSkipped(task_id, reason))
 
-    def _emit(self, event: Event) -> None:
+    def _emit(self, event: TaskEnded | TaskSkipped | TaskStarted | WaveEnded | WaveStarted) -> None:
         if self._on_event is not None:
             self._on_event(event)
 
