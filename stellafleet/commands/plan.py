@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from stellafleet.commands import positive_int
+from stellafleet.core import jsontext
 from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, PlanError, StellaError
 from stellafleet.plan import schema as planschema
 from stellafleet.plan.model import Plan, load_plan
@@ -74,7 +74,7 @@ def show_command(args: argparse.Namespace) -> int:
     limit: int | None = args.max_concurrency
     waves = plan.waves(limit or len(plan.tasks))
     if args.json:
-        print(json.dumps(_document(plan, limit, waves), indent=2, ensure_ascii=False))
+        print(jsontext.dumps(_document(plan, limit, waves), indent=2, ensure_ascii=False))
         return EXIT_OK
     heading = f"{args.file}: {_count(len(plan.tasks), 'task')} in {_count(len(waves), 'wave')} " + (
         f"(max concurrency {limit})" if limit else "(no concurrency limit)"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -14,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from stellafleet.core import jsontext
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import money
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if args.run_ref is None:
         page = views.runs_page(ledger, limit=args.limit, offset=0, now_ms=now_ms)
         if args.json:
-            print(json.dumps(page, indent=2))
+            print(jsontext.dumps(page, indent=2))
         else:
             print_runs(page, console=_console())
         return 0
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         )
     detail = views.load_run(ledger, args.run_ref, now_ms=now_ms)
     if args.json:
-        print(json.dumps(detail, indent=2))
+        print(jsontext.dumps(detail, indent=2))
     else:
         print_run(detail, console=_console())
     return 0

@@ -8,13 +8,13 @@ one document of the worker's result. An interrupted run says so on stderr and no
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any, cast
 
+from stellafleet.core import jsontext
 from stellafleet.core.spend import money
 from stellafleet.core.status import RunStatus
 from stellafleet.pipelines.base import PipelineResult
@@ -138,7 +138,7 @@ class OneTaskReporter(EventSink):
                 **result.to_json(),
                 "spend_usd": spent,
             }
-            print(json.dumps(document, indent=2), file=self.out, flush=True)
+            print(jsontext.dumps(document, indent=2), file=self.out, flush=True)
             return
         outcome = attempt["outcome"] if attempt else task["status"]
         self._say(

@@ -9,13 +9,13 @@ come from many dispatch threads, so every reporter serialises them. The run's re
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import IO, Any, Protocol, cast
 
+from stellafleet.core import jsontext
 from stellafleet.core.spend import money
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus
 from stellafleet.run.events import (
@@ -186,7 +186,7 @@ class JsonReporter(EventSink):
 
     def finish(self, doc: Mapping[str, Any]) -> None:
         with self._lock:
-            json.dump(doc, self.stream, indent=2, sort_keys=False, default=str)
+            jsontext.dump(doc, self.stream, indent=2, sort_keys=False, default=str)
             self.stream.write("\n")
             self.stream.flush()
 
@@ -349,7 +349,7 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str] | 
     """The waves and workspaces a run would use, without running anything."""
     out = stream or sys.stdout
     if json_mode:
-        json.dump(doc, out, indent=2)
+        jsontext.dump(doc, out, indent=2)
         out.write("\n")
         return
     print(f"stella fleet --dry-run: {doc['concurrency']}", file=out)
