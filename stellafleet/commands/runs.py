@@ -10,14 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.style import Style
 from rich.table import Table
-from rich.text import Text
+from rich.text import Text as RichText
 
 from stellafleet.core import jsontext
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import money
 from stellafleet.core.status import CIState, RunStatus, TaskStatus
+from stellafleet.core.terminal import printable
 from stellafleet.git import gitops
 from stellafleet.state import views
 
@@ -33,6 +35,19 @@ STATUS_STYLE: dict[str, str] = {
     TaskStatus.RUNNING: "cyan",
     TaskStatus.PENDING: "cyan",
 }
+
+
+class Text(RichText):
+    """rich Text whose strings show their control characters escaped: titles, summaries and reasons come
+    from plans and models, and `\033[2J` in one must not clear the user's screen (core/terminal.py)."""
+
+    def __init__(self, text: str = "", style: str = "") -> None:
+        super().__init__(printable(text), style=style)
+
+    def append(self, text: str | RichText, style: str | Style | None = None) -> RichText:
+        return super().append(printable(text) if isinstance(text, str) else text, style)
+
+
 # Task counts always shown (succeeded/failed/skipped), then those shown only when there are some.
 SETTLED_STATUSES = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.SKIPPED)
 OTHER_STATUSES = (TaskStatus.RUNNING, TaskStatus.PENDING, TaskStatus.INTERRUPTED)

@@ -17,6 +17,7 @@ from typing import IO, Any, cast
 from stellafleet.core import jsontext
 from stellafleet.core.spend import money
 from stellafleet.core.status import RunStatus
+from stellafleet.core.terminal import printable
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.run.events import AttemptEnded, AttemptStarted, EventSink, RunStarted
 from stellafleet.run.executor import read_result
@@ -114,13 +115,13 @@ class OneTaskReporter(EventSink):
             self._follower = None
 
     def _say(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        print(printable(text), file=self.out, flush=True)
 
     def _worker_line(self, line: str) -> None:
         if line.startswith(DIAGNOSTIC):
-            print(line, file=self.err, flush=True)
+            print(printable(line), file=self.err, flush=True)
         elif not self.quiet and not line.startswith(WORKER_FRAME):
-            print(line, file=self.out, flush=True)
+            print(printable(line), file=self.out, flush=True)
 
     def finish(self, doc: Mapping[str, Any]) -> None:
         if doc["status"] == RunStatus.INTERRUPTED:
