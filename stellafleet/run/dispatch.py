@@ -301,6 +301,7 @@ class Dispatcher:
             result_path=paths.result_file(run_id, task.id, attempt_id),
             log_path=log_path,
             transcript_path=transcript_path,
+            prompt_path=paths.prompt_file(run_id, task.id, attempt_id),
         )
 
     def _make_dir(self, path: Path) -> None:
@@ -321,6 +322,9 @@ class Dispatcher:
             self.ledger.set_task_workspace(ctx.run_id, task.id, workspace.branch, str(workspace.path))
         self._make_dir(ctx.result_path.parent)
         self._make_dir(ctx.log_path.parent)
+        if ctx.prompt_path is not None:  # however large, the prompt reaches the worker in a file
+            self._make_dir(ctx.prompt_path.parent)
+            ctx.prompt_path.write_text(ctx.prompt, encoding="utf-8")
         execution = self._start(ctx)
         if execution.pid is not None:
             self.ledger.set_attempt_pid(ctx.attempt_id, execution.pid)
