@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.spend import money
 from stellafleet.core.status import CIState
 
 GH_MISSING = "gh is not installed: install the GitHub CLI (https://cli.github.com) and run `gh auth login`"
@@ -290,5 +291,5 @@ def task_section(
     return (
         f"## {title}\n\nTask `{task_id}` of stella fleet run `{run_id}`.\n\n"
         f"### Summary\n\n{summary or '(no summary recorded)'}\n\n"
-        f"### Spend\n\n${spend_usd:.2f}\n\n### Commits\n\n{listed}"
+        f"### Spend\n\n{money(spend_usd)}\n\n### Commits\n\n{listed}"
     )

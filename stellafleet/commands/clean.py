@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from stellafleet.core import jsontext
 from stellafleet.git import gitops
 from stellafleet.git.clean import KEPT, REMOVED, WOULD_REMOVE, CleanReport, clean
 
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     root = gitops.main_worktree_root(Path.cwd())
     report = clean(root, run_ref=args.run_ref, dry_run=args.dry_run, force=args.force)
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(jsontext.dumps(report.to_json(), indent=2))
     else:
         print_report(report)
     return 0

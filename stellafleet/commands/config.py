@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from typing import Any
 
 from stellafleet.commands import config_file_arg, repository_or_none
-from stellafleet.core import configschema
+from stellafleet.core import configschema, jsontext
 from stellafleet.core.config import DEFAULT_SOURCE, Config, config_files, load_config
 from stellafleet.core.errors import EXIT_OK, EXIT_USAGE
 
@@ -51,7 +50,7 @@ def show_command(args: argparse.Namespace) -> int:
             "config": _nested(leaves),
             "sources": {configschema.location(path): source for path, _, source in leaves},
         }
-        print(json.dumps(document, indent=2, ensure_ascii=False))
+        print(jsontext.dumps(document, indent=2, ensure_ascii=False))
     else:
         print(render(files, leaves))
     return EXIT_OK
@@ -129,8 +128,8 @@ def _toml(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml(item) for item in value) + "]"
     if isinstance(value, int | float | str):
-        return json.dumps(value, ensure_ascii=False)
-    return json.dumps(str(value))
+        return jsontext.dumps(value, ensure_ascii=False)
+    return jsontext.dumps(str(value))
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

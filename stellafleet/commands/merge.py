@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from stellafleet.commands import config_file_arg
+from stellafleet.core import jsontext
 from stellafleet.core.config import load_config
 from stellafleet.core.status import MergeStatus
 from stellafleet.git import gitops
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = merge_run(root, options, progress=None if args.json else print_item, make_resolver=make_resolver)
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        print(jsontext.dumps(result.to_json(), indent=2))
     else:
         print_summary(result)
     return result.exit_code

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from importlib.metadata import EntryPoint
 from typing import Any
 
 from stellafleet import pipelines
 from stellafleet.commands import command_config
+from stellafleet.core import jsontext
 from stellafleet.core.config import Config
 from stellafleet.core.errors import EXIT_OK, StellaError
 from stellafleet.pipelines.agentcli import AgentCliPipeline, find_cli
@@ -104,7 +104,7 @@ def _problem_lines(name: str, problem: str) -> str:
 def run(args: argparse.Namespace) -> int:
     rows = collect(command_config(args))
     if args.json:
-        print(json.dumps({"pipelines": rows}, indent=2))
+        print(jsontext.dumps({"pipelines": rows}, indent=2))
     elif not rows:
         print("no pipelines installed (the `stella.pipelines` entry-point group is empty)")
     else:

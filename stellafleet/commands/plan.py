@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from stellafleet.commands import positive_int
+from stellafleet.core import jsontext
 from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, PlanError, StellaError
 from stellafleet.plan import schema as planschema
 from stellafleet.plan.model import Plan, load_plan
-from stellafleet.run import waves as graph
+from stellafleet.run.doitview import doit_view
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -85,7 +85,7 @@ def show_command(args: argparse.Namespace) -> int:
     if args.json:
         document = _document(plan, limit, waves)
         document.update(schedule="eager" if eager else "waves", explanation=explained)
-        print(json.dumps(document, indent=2, ensure_ascii=False))
+        print(jsontext.dumps(document, indent=2, ensure_ascii=False))
         return EXIT_OK
     heading = f"{args.file}: {_count(len(plan.tasks), 'task')} in {_count(len(waves), 'wave')} " + (
         f"(max concurrency {limit})" if limit else "(no concurrency limit)"
@@ -140,7 +140,7 @@ def _count(number: int, noun: str) -> str:
 
 
 def _doit(plan: Plan, argv: list[str]) -> int:
-    code, out, err = graph.doit_view(plan, argv)
+    code, out, err = doit_view(plan, argv)
     sys.stdout.write(out)
     if code != 0:
         raise StellaError(err.strip().removeprefix("ERROR: ") or f"doit {argv[0]} failed (exit {code})")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -11,12 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.style import Style
 from rich.table import Table
-from rich.text import Text
+from rich.text import Text as RichText
 
+from stellafleet.core import jsontext
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.spend import money
 from stellafleet.core.status import CIState, RunStatus, TaskStatus
+from stellafleet.core.terminal import printable
 from stellafleet.git import gitops
 from stellafleet.state import views
 
@@ -32,6 +35,19 @@ STATUS_STYLE: dict[str, str] = {
     TaskStatus.RUNNING: "cyan",
     TaskStatus.PENDING: "cyan",
 }
+
+
+class Text(RichText):
+    """rich Text whose strings show their control characters escaped: titles, summaries and reasons come
+    from plans and models, and `\033[2J` in one must not clear the user's screen (core/terminal.py)."""
+
+    def __init__(self, text: str = "", style: str = "") -> None:
+        super().__init__(printable(text), style=style)
+
+    def append(self, text: str | RichText, style: str | Style | None = None) -> RichText:
+        return super().append(printable(text) if isinstance(text, str) else text, style)
+
+
 # Task counts always shown (succeeded/failed/skipped), then those shown only when there are some.
 SETTLED_STATUSES = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.SKIPPED)
 OTHER_STATUSES = (TaskStatus.RUNNING, TaskStatus.PENDING, TaskStatus.INTERRUPTED)
@@ -62,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if args.run_ref is None:
         page = views.runs_page(ledger, limit=args.limit, offset=0, now_ms=now_ms)
         if args.json:
-            print(json.dumps(page, indent=2))
+            print(jsontext.dumps(page, indent=2))
         else:
             print_runs(page, console=_console())
         return 0
@@ -72,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         )
     detail = views.load_run(ledger, args.run_ref, now_ms=now_ms)
     if args.json:
-        print(json.dumps(detail, indent=2))
+        print(jsontext.dumps(detail, indent=2))
     else:
         print_run(detail, console=_console())
     return 0
@@ -107,8 +123,7 @@ def fmt_duration(ms: int | None) -> str:
 
 
 def fmt_usd(value: float | None) -> str:
-    v = float(value or 0.0)
-    return f"${v:.4f}" if 0 < v < 0.01 else f"${v:.2f}"
+    return money(float(value or 0.0))
 
 
 def fmt_spend(run: dict[str, Any]) -> str:

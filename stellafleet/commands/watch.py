@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from stellafleet.ci.watch import watch_run
 from stellafleet.commands import config_file_arg, positive_int
+from stellafleet.core import jsontext
 from stellafleet.core.config import load_config
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.paths import StatePaths
@@ -64,5 +64,5 @@ def run(args: argparse.Namespace) -> int:
     else:
         result = watch_run(root, run_id, config=config, json_mode=args.json)
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        print(jsontext.dumps(result.to_json(), indent=2))
     return result.exit_code

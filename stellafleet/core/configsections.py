@@ -51,11 +51,13 @@ class FleetConfig:
 
 @dataclass(frozen=True)
 class GovernorConfig:
-    """`[governor]`: the default fleet width from the machine's cores and free memory."""
+    """`[governor]`: the default fleet width from the machine's cores and free memory, and the smallest
+    spend guard a worker is started with under a spend limit."""
 
     workers_per_core: float = 1.0
     memory_per_worker_gib: float = 1.0
     max: int = 8
+    min_guard_usd: float = 0.01
 
 
 @dataclass(frozen=True)

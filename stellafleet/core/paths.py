@@ -44,3 +44,6 @@ class StatePaths:
 
     def result_file(self, run_id: str, task_id: str, attempt_id: int) -> Path:
         return self.private / "results" / run_id / f"{task_id}-{attempt_id}.json"
+
+    def prompt_file(self, run_id: str, task_id: str, attempt_id: int) -> Path:
+        return self.private / "prompts" / run_id / f"{task_id}-{attempt_id}.txt"

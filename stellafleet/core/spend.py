@@ -6,7 +6,34 @@ fleet's worker lands each report in the ledger, a run outside a fleet only adds 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol
+
+# No honest report comes near these: a larger figure is a bug or an attack, and adding two of them up
+# overflowed to infinity (two tasks reporting 1e308 made the run's spend `$inf`).
+MAX_REPORT_USD = 100_000.0
+MAX_REPORT_COUNT = 10**12
+
+
+def check_usd(value: object, what: str = "spend_usd") -> float:
+    """value as dollars when it is a finite, non-negative amount up to MAX_REPORT_USD; else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} must be a non-negative number of dollars, not {value!r}")
+    if not (math.isfinite(value) and 0 <= value <= MAX_REPORT_USD):
+        raise ValueError(
+            f"{what} must be a non-negative number of dollars (at most {MAX_REPORT_USD:g}), not {value!r}"
+        )
+    return float(value)
+
+
+def check_count(value: object, what: str) -> int:
+    """value as a count (tokens, steps) when it is a whole number from 0 up to MAX_REPORT_COUNT."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_REPORT_COUNT:
+        limit = f"whole, at most {MAX_REPORT_COUNT:,}"
+        raise ValueError(f"{what} must be a non-negative number ({limit}), not {value!r}")
+    return value
 
 
 class SpendReporter(Protocol):
@@ -50,14 +77,22 @@ class TallySpend(NullSpend):
         self.inner.add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps)
 
 
-def money(usd: float | None, *, precise: bool = False) -> str:
-    """Dollars for people: `$1.50`, or `-` when unknown.
-
-    precise: up to four decimals without trailing zeros (`$0.0042`, `$1.5`, `$0`), for the small sums
-    one agent spends, which whole cents would round away.
-    """
+def money(usd: float | None) -> str:
+    """Dollars for people, with the precision they have: `$1.50`, `$0.003`, `$0.0035`, `$0.015`; `-`
+    when unknown. At least two decimals, up to four (a hundredth of a cent), since agent calls routinely
+    cost fractions of a cent; a smaller amount that is not zero keeps two significant digits
+    (`$0.000042`) rather than read as nothing. The dashboard's fmtUsd (observatory/static/app.js)
+    writes amounts the same way."""
     if usd is None:
         return "-"
-    if not precise:
-        return f"${usd:.2f}"
-    return f"${usd:.4f}".rstrip("0").rstrip(".") if usd else "$0"
+    if not math.isfinite(usd):
+        return "$?"
+    sign, value = ("-", -usd) if usd < 0 else ("", usd)
+    decimals = 4
+    if 0 < value < 0.00005:
+        decimals = min(12, 1 - math.floor(math.log10(value)))
+    whole, _, fraction = f"{value:.{decimals}f}".partition(".")
+    fraction = fraction.rstrip("0").ljust(2, "0")
+    if whole == "0" and fraction.strip("0") == "":
+        sign = ""
+    return f"{sign}${whole}.{fraction}"

@@ -1,4 +1,8 @@
-"""What a worker process is told about its task, carried in its environment."""
+"""What a worker process is told about its task, carried in its environment.
+
+The prompt is handed over in a file (STELLA_PROMPT_FILE), however large; STELLA_PROMPT carries it too when
+it is small enough for the environment (at most ENV_PROMPT_MAX_BYTES), for commands that read it there.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 
 _PREFIX = "STELLA_"
+# Linux refuses one environment string over 128 KiB (and an exec whose whole environment is too big).
+ENV_PROMPT_MAX_BYTES = 100_000
 
 # Each field's variable (STELLA_<KEY>): the one list of what a worker learns from its environment. A fleet
 # also clears these from its own environment before its workers inherit it (env_names).
@@ -22,6 +28,7 @@ _KEYS: dict[str, str] = {
     "task_title": "TASK_TITLE",
     "attempt_id": "ATTEMPT_ID",
     "prompt": "PROMPT",
+    "prompt_path": "PROMPT_FILE",
     "isolation": "ISOLATION",
     "branch": "BRANCH",
     "base_commit": "BASE_COMMIT",
@@ -54,6 +61,7 @@ class WorkerContext:
     result_path: Path
     log_path: Path
     transcript_path: Path
+    prompt_path: Path | None = None  # the prompt in a file (written by the fleet before the worker starts)
 
     @property
     def paths(self) -> StatePaths:
@@ -76,7 +84,8 @@ class WorkerContext:
             "task_id": self.task_id,
             "task_title": self.task_title,
             "attempt_id": str(self.attempt_id),
-            "prompt": self.prompt,
+            "prompt": self.prompt if self.prompt_path is None or _fits_env(self.prompt) else None,
+            "prompt_path": None if self.prompt_path is None else str(self.prompt_path),
             "isolation": self.isolation,
             "branch": self.branch,
             "base_commit": self.base_commit,
@@ -121,7 +130,7 @@ class WorkerContext:
             task_id=need("task_id"),
             task_title=get("task_title"),
             attempt_id=attempt_id,
-            prompt=get("prompt"),
+            prompt=_prompt(get("prompt"), get("prompt_path")),
             isolation=get("isolation", "shared"),
             branch=get("branch") or None,
             base_commit=get("base_commit"),
@@ -132,4 +141,22 @@ class WorkerContext:
             result_path=Path(need("result_path")),
             log_path=Path(get("log_path", os.devnull)),
             transcript_path=Path(get("transcript_path", os.devnull)),
+            prompt_path=Path(get("prompt_path")) if get("prompt_path") else None,
         )
+
+
+def _fits_env(prompt: str) -> bool:
+    # a character is at most 4 bytes: only a long prompt is worth encoding to measure
+    return len(prompt) * 4 <= ENV_PROMPT_MAX_BYTES or len(prompt.encode()) <= ENV_PROMPT_MAX_BYTES
+
+
+def _prompt(inline: str, path: str) -> str:
+    """The prompt: from its file when there is one (it always holds the whole prompt), else inline."""
+    if not path:
+        return inline
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        if inline:  # a small prompt is in the environment too
+            return inline
+        raise StellaError(f"cannot read the task's prompt from {_PREFIX}PROMPT_FILE {path}: {exc}") from None

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.core.errors import GitError
-from stellafleet.core.paths import StatePaths
+from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import RunStatus
 from stellafleet.git import gitops, mergeops, worktrees
 from stellafleet.proc.pids import pid_alive
@@ -113,6 +113,13 @@ def _collect(
     return worktrees, branches
 
 
+def uncommitted(path: Path) -> list[str]:
+    """What a worktree holds that no commit has: changed, untracked and ignored files alike (an ignored
+    `local.env` is work the user may have nowhere else); stella's own state does not count."""
+    names = [line[3:] for line in gitops.status_porcelain(path, ignored=True)]
+    return [name for name in names if not name.startswith(EXCLUDED_DIRS)]
+
+
 class Cleaner:
     """Decides and (unless dry) carries out the sweep for one repository."""
 
@@ -161,9 +168,10 @@ class Cleaner:
             if owner.live:
                 self._decide(owner, "worktree", shown, False, f"{owner.live}; never removed while live")
                 continue
-            dirty = gitops.status_porcelain(path) if path.exists() else []
+            dirty = uncommitted(path) if path.exists() else []
             if dirty and not self.report.force:
                 files = "1 file" if len(dirty) == 1 else f"{len(dirty)} files"
+                files += ": " + ", ".join(dirty[:3]) + (", ..." if len(dirty) > 3 else "")
                 self._decide(
                     owner,
                     "worktree",

@@ -136,9 +136,12 @@ def ensure_excluded(root: Path, patterns: Sequence[str]) -> list[str]:
     return missing
 
 
-def status_porcelain(path: Path) -> list[str]:
-    """`git status --porcelain` lines for a work tree (empty when clean)."""
-    out = git("status", "--porcelain", "--untracked-files=normal", cwd=path)
+def status_porcelain(path: Path, *, ignored: bool = False) -> list[str]:
+    """`git status --porcelain` lines for a work tree (empty when clean); ignored: ignored files too
+    (`!! local.env`), which are work a user may not have anywhere else."""
+    out = git(
+        "status", "--porcelain", "--untracked-files=normal", *(["--ignored"] if ignored else []), cwd=path
+    )
     return [line for line in out.splitlines() if line]
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.spend import money
 from stellafleet.git import gitops
 from stellafleet.merge.queue import MergeItem
 from stellafleet.plan.model import PlanTask
@@ -79,7 +80,9 @@ class Resolver:
     def resolve(self, item: MergeItem, onto: str, tip: str, files: tuple[str, ...], diff: str) -> Resolution:
         if self.limit is not None and self.ledger.run_spend(self.run_id) >= self.limit:
             spent = self.ledger.run_spend(self.run_id)
-            return Resolution(None, f"spend limit reached (${spent:.2f} of ${self.limit:.2f}): not handed on")
+            return Resolution(
+                None, f"spend limit reached ({money(spent)} of {money(self.limit)}): not handed on"
+            )
         task_id = self._free_id(f"resolve-{item.task_id}")
         prompt = resolve_prompt(item, onto, files, diff, self.prompts.get(item.task_id, ""))
         task = PlanTask(task_id, prompt, f"resolve {item.branch} onto {onto}", isolation="isolated")

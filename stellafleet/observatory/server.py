@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import json
 import logging
 import socket
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from stellafleet.core import jsontext
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.state import views
 
@@ -114,7 +114,7 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _send_json(self, status: int, payload: dict[str, Any], *, head: bool = False) -> None:
-        body = json.dumps(payload, separators=(",", ":")).encode()
+        body = jsontext.dumps(payload, separators=(",", ":")).encode()
         self._send(status, body, "application/json; charset=utf-8", head=head)
 
     def _host_allowed(self) -> bool:

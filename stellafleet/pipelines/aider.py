@@ -90,7 +90,7 @@ class AnalyticsFollower:
             if raw.strip():
                 self._line(raw)
         if self.guard_usd is not None and self.spent.usd >= self.guard_usd:
-            guard, spent = money(self.guard_usd, precise=True), money(self.spent.usd, precise=True)
+            guard, spent = money(self.guard_usd), money(self.spent.usd)
             return f"spend guard of {guard} reached ({spent} by its own cost report)"
         return None
 
@@ -192,7 +192,7 @@ def outcome(run: CliRun, f: AnalyticsFollower, ctx: WorkerContext) -> PipelineRe
     if not f.calls:
         said = short(" ".join(run.stdout_tail(8)) or run.stderr_text(), 400)
         return failed(f"aider made no model call: {said or 'it printed nothing'}", **totals)
-    cost = money(f.spent.usd, precise=True)
+    cost = money(f.spent.usd)
     if edited:
         summary = f"aider edited {', '.join(edited)} in {f.calls} model call(s) ({cost})"
     else:

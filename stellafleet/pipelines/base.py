@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Protocol
 
 from stellafleet.core.config import Config
-from stellafleet.core.spend import SpendReporter
+from stellafleet.core.spend import SpendReporter, check_count, check_usd
 from stellafleet.core.workercontext import WorkerContext
 
 
@@ -25,14 +26,24 @@ class PipelineResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PipelineResult:
+        """The result a worker wrote; each amount is read on its own, so one malformed field never
+        costs the others (a bad token count next to a good spend still yields the spend)."""
+
+        def amount(key: str, check: Callable[[object, str], float]) -> Any:
+            try:
+                return check(data.get(key) or 0, key)
+            except ValueError:
+                return 0
+
+        error = data.get("error")
         return cls(
-            success=bool(data.get("success")),
+            success=data.get("success") is True,
             summary=str(data.get("summary") or ""),
-            error=data.get("error"),
-            spend_usd=float(data.get("spend_usd") or 0.0),
-            input_tokens=int(data.get("input_tokens") or 0),
-            output_tokens=int(data.get("output_tokens") or 0),
-            steps=int(data.get("steps") or 0),
+            error=None if error is None else str(error),
+            spend_usd=float(amount("spend_usd", check_usd)),
+            input_tokens=int(amount("input_tokens", check_count)),
+            output_tokens=int(amount("output_tokens", check_count)),
+            steps=int(amount("steps", check_count)),
         )
 
 

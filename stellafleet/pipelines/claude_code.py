@@ -133,14 +133,14 @@ def interpret(result: dict[str, Any], *, guard_usd: float | None, max_turns: int
     errors = [str(e) for e in raw_errors if str(e).strip()] if isinstance(raw_errors, list) else []
     detail = short("; ".join(errors) or text or "")
     note = denial_note(result)
-    spent = f"{money(usd, precise=True)} spent in {turns} turn(s)"
+    spent = f"{money(usd)} spent in {turns} turn(s)"
     if subtype == "success" and not result.get("is_error"):
         summary = short(text, 2000) or f"Claude Code finished ({spent})"
         return PipelineResult(success=True, summary=summary + note, **totals)
     if subtype == "success":
         return failed(f"Claude Code reported an error: {detail or 'no details'} ({spent})", **totals)
     if subtype == "error_max_budget_usd":
-        guard = f" of {money(guard_usd, precise=True)}" if guard_usd is not None else ""
+        guard = f" of {money(guard_usd)}" if guard_usd is not None else ""
         return failed(f"Claude Code stopped at its spend guard{guard}: {spent}{note}", **totals)
     if subtype == "error_max_turns":
         limit = f" ({max_turns})" if max_turns is not None else ""

@@ -189,7 +189,7 @@ class CodexFollower:
         self.spent.add(usd, input_tokens=added.input_tokens, output_tokens=added.output_tokens)
         if self.guard_usd is not None and self.spent.usd >= self.guard_usd:
             self.guard_hit = True
-            guard, spent = money(self.guard_usd, precise=True), money(self.spent.usd, precise=True)
+            guard, spent = money(self.guard_usd), money(self.spent.usd)
             return f"spend guard of {guard} reached ({spent} priced from its token usage)"
         return None
 
@@ -274,7 +274,7 @@ def outcome(
     if f.turn_failed is not None:
         return failed(f"codex turn failed: {short(f.turn_failed)}", **totals)
     if f.turns_completed and (run.returncode or 0) == 0:
-        summary = short(f.last_message, 2000) or f"codex finished ({money(f.spent.usd, precise=True)} spent)"
+        summary = short(f.last_message, 2000) or f"codex finished ({money(f.spent.usd)} spent)"
         return PipelineResult(success=True, summary=summary + unpriced, **totals)
     if f.errors:
         return failed(f"codex reported an error: {short(f.errors[-1])}", **totals)

@@ -16,7 +16,6 @@ the summary is the result file's, else the last non-empty line of output.
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
-from stellafleet.core.spend import SpendReporter
+from stellafleet.core.spend import SpendReporter, check_count, check_usd
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
 
@@ -59,12 +58,37 @@ def _read_report(path: Path) -> dict[str, Any]:
     return data
 
 
-def _number(data: dict[str, Any], key: str, kind: type) -> Any:
-    value = data.get(key, 0) or 0
-    # json reads NaN and Infinity too; neither is an amount the ledger can add up
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-        raise ValueError(f"{RESULT_ENV}: {key} must be a non-negative number, not {value!r}")
-    return kind(value)
+def _amounts(data: dict[str, Any]) -> tuple[float, int, int, int, list[str]]:
+    """(dollars, input tokens, output tokens, steps, problems): each field on its own, so one bad
+    field never costs the others (a valid spend next to a malformed token count is still recorded)."""
+    problems: list[str] = []
+
+    def field(key: str, check: Any) -> Any:
+        value = data.get(key, 0) or 0
+        try:
+            return check(value, key)
+        except ValueError as exc:
+            problems.append(f"{RESULT_ENV}: {exc}")
+            return 0
+
+    usd = field("spend_usd", check_usd)
+    counts = [field(key, check_count) for key in ("input_tokens", "output_tokens", "steps")]
+    return usd, counts[0], counts[1], counts[2], problems
+
+
+def command_report_path(ctx: WorkerContext) -> Path:
+    """The file the task's command may write its result to (STELLA_COMMAND_RESULT)."""
+    return ctx.result_path.with_name(ctx.result_path.stem + ".command.json")
+
+
+def reported_usd(ctx: WorkerContext) -> float:
+    """The dollars the command wrote to its result file, 0 when none (or unreadable). The fleet reads it
+    too: a worker stopped before it read the file must not lose what the command reported spending."""
+    try:
+        report = _read_report(command_report_path(ctx))
+        return check_usd(report.get("spend_usd") or 0)
+    except (OSError, ValueError):
+        return 0.0
 
 
 class CommandPipeline:
@@ -87,7 +111,7 @@ class CommandPipeline:
         if command is None:
             text = f'no command for task "{ctx.task_id}": set [pipelines.command] run in the config'
             return PipelineResult(success=False, summary=text, error=text)
-        report_path = report_path_for(ctx)
+        report_path = command_report_path(ctx)
         report_path.parent.mkdir(parents=True, exist_ok=True)
         report_path.unlink(missing_ok=True)
         env = {**os.environ, **ctx.to_env(), RESULT_ENV: str(report_path)}
@@ -112,24 +136,19 @@ class CommandPipeline:
         return conclude(returncode, report_path, last_line, spend)
 
 
-def report_path_for(ctx: WorkerContext) -> Path:
-    """Where the command may leave its report (STELLA_COMMAND_RESULT)."""
-    return ctx.result_path.with_name(ctx.result_path.stem + ".command.json")
-
-
 def conclude(returncode: int, report_path: Path, last_line: str, spend: SpendReporter) -> PipelineResult:
     """The result of a command that exited with returncode, from its report (whose spend is reported)
     and the last non-empty line of its output."""
     try:
         report = _read_report(report_path)
-        usd = _number(report, "spend_usd", float)
-        tokens_in = _number(report, "input_tokens", int)
-        tokens_out = _number(report, "output_tokens", int)
-        steps = _number(report, "steps", int)
     except ValueError as exc:
         return PipelineResult(success=False, summary=str(exc), error=str(exc))
+    usd, tokens_in, tokens_out, steps, problems = _amounts(report)
     if usd or tokens_in or tokens_out or steps:
         spend.add(usd, input_tokens=tokens_in, output_tokens=tokens_out, steps=steps)
+    if problems:
+        text = "; ".join(problems)
+        return PipelineResult(False, text, text, usd, tokens_in, tokens_out, steps)
     summary = str(report.get("summary") or last_line or "")
     if returncode == 0:
         return PipelineResult(True, summary or "command succeeded", None, usd, tokens_in, tokens_out, steps)

@@ -16,7 +16,7 @@ def failed(summary: str, *, error: str | None = None, **totals: Any) -> Pipeline
 
 
 def timeout_text(cli: str, timeout_s: float | None, spent_usd: float | None = None) -> str:
-    spent = "" if spent_usd is None else f" ({money(spent_usd, precise=True)} spent)"
+    spent = "" if spent_usd is None else f" ({money(spent_usd)} spent)"
     return f"{cli} did not finish within the task timeout of {timeout_s:g}s and was stopped{spent}"
 
 

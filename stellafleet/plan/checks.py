@@ -1,6 +1,7 @@
-"""The checks of a plan's dependency graph that a schema cannot express: duplicate ids, a task depending
-on itself or on an unknown task (with the closest id as a hint), and cycles, each reported once as
-`a -> b -> ... -> a` from the group's first task in plan order."""
+"""The checks of a plan that a schema cannot express: in its dependency graph duplicate ids, a task
+depending on itself or on an unknown task (with the closest id as a hint), and cycles, each reported once
+as `a -> b -> ... -> a` from the group's first task in plan order; and in each task what would only fail
+once it runs (a NUL in its prompt, an isolated task's id that names no git branch)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,50 @@ import json
 import re
 from typing import Any
 
+from stellafleet.git.worktrees import slugify
 from stellafleet.plan import schema as planschema
 
 TASK_ID = re.compile(planschema.ID_PATTERN)
+# What git refuses anywhere in a ref name: controls, space, ~ ^ : ? * [ \ and DEL.
+_REF_UNSAFE = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]")
+
+
+def branch_problem(branch: str) -> str | None:
+    """Why `git check-ref-format --branch` refuses branch (None: it accepts it)."""
+    unsafe = _REF_UNSAFE.search(branch)
+    rules = [
+        (unsafe is not None, f"contains {planschema.show(unsafe.group()) if unsafe else ''}"),
+        (".." in branch, "contains '..'"),
+        ("@{" in branch, "contains '@{'"),
+        (branch == "@", "is '@'"),
+        (branch.startswith("-"), "starts with '-'"),
+        (branch.endswith(("/", ".")), f"ends with {planschema.show(branch[-1:])}"),
+        ("//" in branch or branch.startswith("/"), "has an empty part between slashes"),
+        (any(part.startswith(".") for part in branch.split("/")), "has a part starting with '.'"),
+        (any(part.endswith(".lock") for part in branch.split("/")), "has a part ending with '.lock'"),
+    ]
+    return next((why for broken, why in rules if broken), None)
+
+
+def task_run_problems(where: str, raw: dict[str, Any], isolation: Any) -> list[str]:
+    """What passes the schema but would fail only when the task runs: a NUL in its prompt or title (no
+    process can be handed one), or an isolated task whose id names no valid git branch."""
+    problems = [
+        f"{where}: {key}: contains a NUL character, which no worker can be handed"
+        for key in ("prompt", "title")
+        if isinstance(raw.get(key), str) and "\x00" in raw[key]
+    ]
+    task_id = raw.get("id")
+    if isolation == "isolated" and isinstance(task_id, str) and TASK_ID.match(task_id):
+        branch = f"fleet/{slugify(task_id)}-0123456789abcdef"  # the run's hash: 16 hex digits
+        why = branch_problem(branch)
+        if why is not None:
+            shown = branch[: -len("0123456789abcdef")] + "<hash>"
+            problems.append(
+                f"{where}: id: an isolated task works on the git branch {shown}, which git refuses: "
+                f"it {why}; give the task an id git accepts in a branch name"
+            )
+    return problems
 
 
 def graph_problems(

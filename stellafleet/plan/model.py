@@ -23,7 +23,7 @@ from typing import Any
 
 from stellafleet.core.errors import PlanError, StellaError
 from stellafleet.plan import schema as planschema
-from stellafleet.plan.checks import TASK_ID, graph_problems
+from stellafleet.plan.checks import TASK_ID, graph_problems, task_run_problems
 from stellafleet.plan.files import PLAN_SUFFIXES, read_plan_file, workspace_of
 
 __all__ = [
@@ -158,10 +158,6 @@ def plan_from_prompts(prompts: Sequence[str]) -> Plan:
     )
 
 
-# A worker gets its prompt in its environment (STELLA_PROMPT), where Linux allows one string 128 KiB.
-MAX_PROMPT_BYTES = 100_000
-
-
 def plan_from_data(
     data: Any,
     *,
@@ -189,15 +185,7 @@ def plan_from_data(
             claims_of.append(())
             continue
         where = f"{name}: {labels[position]}"
-        prompt = raw.get("prompt")
-        # A character is at most 4 bytes: only a long prompt is worth encoding to measure.
-        size = len(prompt.encode()) if isinstance(prompt, str) and len(prompt) * 4 > MAX_PROMPT_BYTES else 0
-        if size > MAX_PROMPT_BYTES:
-            problems.append(
-                f"{where}: prompt: {size:,} bytes is more than a worker can be handed "
-                f"(at most {MAX_PROMPT_BYTES:,}): put the long text in a file of the repository and "
-                "point the prompt at it"
-            )
+        problems.extend(task_run_problems(where, raw, raw.get("isolation", defaults.get("isolation"))))
         if "timeout" in raw:
             problems.extend(f"{where}: timeout: {message}" for message in _timeout_problems(raw))
         claims = raw.get("claims")
@@ -219,6 +207,8 @@ def title_from(prompt: str) -> str:
 
 def normalise_claim(claim: str) -> str:
     """`./a//b/` -> `a/b`; ValueError (with the reason) for a path that is not inside the workspace."""
+    if not claim.strip():
+        raise ValueError("is blank: a claim names a file")
     if _PLAIN_CLAIM.fullmatch(claim) and not _DRIVE.match(claim):
         return claim  # the common case, without posixpath's work
     if "\x00" in claim:

@@ -17,6 +17,7 @@ from typing import Any
 from stellafleet.ci.fixci import FixOutcome, FixRequest
 from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.spend import money
 from stellafleet.git import gitops
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.dispatch import Dispatcher, RunSettings, TaskFailed
@@ -97,7 +98,8 @@ class CiFixRounds:
             spent = self.ledger.run_spend(self.run_id)
             if spent >= self.spend_limit:
                 return FixOutcome(
-                    None, f"spend limit reached: ${spent:.2f} of ${self.spend_limit:.2f}; no fix-up attempt"
+                    None,
+                    f"spend limit reached: {money(spent)} of {money(self.spend_limit)}; no fix-up attempt",
                 )
         row = self._task(request.task_id)
         if not row.get("worktree") or not Path(row["worktree"]).is_dir():

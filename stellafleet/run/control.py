@@ -27,8 +27,10 @@ from stellafleet.core.errors import (
     StellaError,
 )
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
+from stellafleet.core.spend import money
 from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.git import gitops
+from stellafleet.run.budget import SPEND_STOP_PREFIX, SpendBudget
 from stellafleet.run.direct import DirectCommands
 from stellafleet.run.dispatch import Dispatcher, RunSettings
 from stellafleet.run.eager import runner_class
@@ -43,8 +45,6 @@ from stellafleet.run.watchdog import watching
 from stellafleet.run.waves import WaveOutcome
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
-
-SPEND_STOP_PREFIX = "spend limit reached"
 
 
 def run_fleet(options: FleetOptions, *, out: IO[str] | None = None, reporter: Reporter | None = None) -> int:
@@ -176,6 +176,17 @@ def run_settings(prepared: Prepared) -> RunSettings:
     )
 
 
+def spend_budget(prepared: Prepared) -> SpendBudget | None:
+    """The run's spend limit as the workers' guards (None: no limit)."""
+    if prepared.spend_limit is None:
+        return None
+    return SpendBudget(
+        prepared.spend_limit,
+        prepared.concurrency.value,
+        min_guard=prepared.config.governor.min_guard_usd,
+    )
+
+
 class FleetRun:
     """One prepared run, from its ledger row to its result."""
 
@@ -198,7 +209,9 @@ class FleetRun:
             paths = ensure_state_dirs(p.root)
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
                 emit = fan_out(self.reporter.handle, self.notifier.handle if self.notifier else None)
-                dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, emit)
+                dispatcher = Dispatcher(
+                    run_settings(p), ledger, claims, executor, emit, budget=spend_budget(p)
+                )
                 self._fix_parts = (claims, executor)  # --fix-ci's follow-up attempts run on these too
                 try:
                     outcome, interrupted = self._drive(ledger, dispatcher)
@@ -259,8 +272,8 @@ class FleetRun:
             if spent >= limit:
                 if self.notifier is not None:
                     self.notifier.spend_limit_reached(spent, limit)
-                return f"{SPEND_STOP_PREFIX}: ${spent:.2f} of ${limit:.2f}"
-            return None
+                return f"{SPEND_STOP_PREFIX}: {money(spent)} of {money(limit)}"
+            return dispatcher.budget.exhausted() if dispatcher.budget is not None else None
 
         runner = runner_class(p.schedule)(
             p.plan,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from stellafleet.core.config import Config
 from stellafleet.pipelines.base import PipelineResult
-from stellafleet.pipelines.command import RESULT_ENV, SHELL, command_for, conclude, report_path_for
+from stellafleet.pipelines.command import RESULT_ENV, SHELL, command_for, command_report_path, conclude
 from stellafleet.proc.tree import ProcessTree
 from stellafleet.run.executor import Attempt, Ending, Execution, Executor, LocalExecution
 from stellafleet.worker.main import PIPELINE_ENTRY_ENV, LedgerSpend, write_result
@@ -53,7 +53,7 @@ class DirectCommands:
         command = command_for(self.config, ctx.task_id) if ctx.pipeline == "command" else None
         if command is None or attempt.env.get(PIPELINE_ENTRY_ENV, BUILTIN_ENTRY) != BUILTIN_ENTRY:
             return self.inner.start(attempt)  # a worker runs it (and says what is missing)
-        report = report_path_for(ctx)
+        report = command_report_path(ctx)
         report.unlink(missing_ok=True)
         ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
         with ctx.log_path.open("a") as log:

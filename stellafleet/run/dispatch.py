@@ -24,8 +24,10 @@ from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, worktrees
 from stellafleet.pipelines.command import RESULT_ENV
 from stellafleet.plan.model import PlanTask
-from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit
+from stellafleet.run.budget import NoBudget, SpendBudget
+from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit, SkipTask
 from stellafleet.run.executor import INTERRUPTED, Attempt, Ending, Execution, Executor
+from stellafleet.run.settle import record_reported_spend
 from stellafleet.run.watchdog import Watchdog
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
@@ -168,9 +170,18 @@ class Dispatcher:
     """Runs attempts for one fleet run; `execute` is thread-safe, one call per task."""
 
     def __init__(
-        self, settings: RunSettings, ledger: Ledger, claims: ClaimStore, executor: Executor, emit: Emit
+        self,
+        settings: RunSettings,
+        ledger: Ledger,
+        claims: ClaimStore,
+        executor: Executor,
+        emit: Emit,
+        *,
+        budget: SpendBudget | None = None,
     ) -> None:
         self.settings = settings
+        self.budget = budget  # under a spend limit: each worker's guard (settings.spend_guard_usd otherwise)
+        self._guards: dict[str, float] = {}
         self.ledger = ledger
         self.claims = claims
         self.executor = executor
@@ -201,8 +212,18 @@ class Dispatcher:
 
     def execute(self, task: PlanTask, *, reason: str | None = None) -> bool:
         """One attempt of task; with a reason (`ci-fix`) a follow-up one, in the task's existing worktree."""
+        if self.budget is not None:
+            try:
+                self._guards[task.id] = self.budget.reserve(task.id)
+            except NoBudget as exc:
+                raise SkipTask(str(exc)) from None
         started = time.monotonic()
-        ctx = self._open_attempt(task)
+        spend: float | None = None
+        try:
+            ctx = self._open_attempt(task)
+        except BaseException:
+            self._release_guard(task.id, None)
+            raise
         if reason is not None:
             self.ledger.set_attempt_reason(ctx.attempt_id, reason)
         try:
@@ -229,6 +250,7 @@ class Dispatcher:
             self.claims.release_attempt_if_held(ctx.run_id, ctx.attempt_id)
             with self._lock:
                 self._running.pop(task.id, None)
+            self._release_guard(task.id, spend)
         self.emit(
             AttemptEnded(
                 task=task.id,
@@ -244,6 +266,13 @@ class Dispatcher:
         if record.reason is not None:
             raise TaskFailed(record.reason)
         return True
+
+    def _release_guard(self, task_id: str, spend: float | None) -> None:
+        """The task's worker ended: its guard is free again, what it spent counts (its whole guard when
+        that is unknown)."""
+        guard = self._guards.pop(task_id, None)
+        if self.budget is not None and guard is not None:
+            self.budget.release(task_id, guard if spend is None else spend)
 
     def _open_attempt(self, task: PlanTask) -> WorkerContext:
         """The attempt's ledger row (its task now `running`) and what its worker will be told."""
@@ -277,13 +306,14 @@ class Dispatcher:
             isolation="isolated" if workspace.isolated else "shared",
             branch=workspace.branch,
             base_commit=settings.base_commit,
-            spend_guard_usd=settings.spend_guard_usd,
+            spend_guard_usd=self._guards.get(task.id, settings.spend_guard_usd),
             pipeline=pipeline,
             model=task.model or settings.default_model,
             timeout_s=task.timeout,
             result_path=paths.result_file(run_id, task.id, attempt_id),
             log_path=log_path,
             transcript_path=transcript_path,
+            prompt_path=paths.prompt_file(run_id, task.id, attempt_id),
         )
 
     def _make_dir(self, path: Path) -> None:
@@ -304,6 +334,9 @@ class Dispatcher:
             self.ledger.set_task_workspace(ctx.run_id, task.id, workspace.branch, str(workspace.path))
         self._make_dir(ctx.result_path.parent)
         self._make_dir(ctx.log_path.parent)
+        if ctx.prompt_path is not None:  # however large, the prompt reaches the worker in a file
+            self._make_dir(ctx.prompt_path.parent)
+            ctx.prompt_path.write_text(ctx.prompt, encoding="utf-8")
         execution = self._start(ctx)
         if execution.pid is not None:
             self.ledger.set_attempt_pid(ctx.attempt_id, execution.pid)
@@ -325,6 +358,7 @@ class Dispatcher:
             ending = execution.wait()
         finally:
             stalled = self.watchdog.forget(ctx.attempt_id) if self.watchdog is not None else None
+        record_reported_spend(self.ledger, ctx, ending.result)
         if workspace.branch is not None:
             self._record_branch_commits(ctx, workspace.branch)
         return stalled_record(judge(ending), stalled) if stalled else judge(ending)

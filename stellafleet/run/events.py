@@ -59,6 +59,11 @@ class TaskEnded:
     reason: str | None
 
 
+class SkipTask(Exception):
+    """Raised by a task's action to have the task skipped rather than failed, and nothing more launched
+    (no spend guard is left for its worker); the message is the reason."""
+
+
 @dataclass(frozen=True)
 class TaskSkipped:
     """A task that will not run (a dependency failed, the run was stopped)."""

@@ -10,7 +10,6 @@ a thread of their own so no worker waits on them; the run's end is sent before t
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 import sys
 import threading
@@ -19,6 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from stellafleet.core import jsontext
+from stellafleet.core.spend import money
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.proc.group import stop_group
 from stellafleet.run.events import AttemptEnded, Emit, Event, EventSink
@@ -93,7 +94,7 @@ class Notifier(EventSink):
                 "event": "spend_limit",
                 "spend_usd": round(spent_usd, 6),
                 "spend_limit_usd": limit_usd,
-                "text": f"spend limit reached: ${spent_usd:.2f} of ${limit_usd:.2f}; no new task starts",
+                "text": f"spend limit reached: {money(spent_usd)} of {money(limit_usd)}; no new task starts",
             }
         )
 
@@ -124,7 +125,7 @@ class Notifier(EventSink):
 
     def send(self, fields: Mapping[str, Any]) -> bool:
         """Run the command with the event on stdin; False (and a warning) when it did not succeed."""
-        payload = (json.dumps(self.document(fields)) + "\n").encode()
+        payload = (jsontext.dumps(self.document(fields)) + "\n").encode()
         try:
             proc = subprocess.Popen(
                 self.command,

@@ -8,14 +8,16 @@ one document of the worker's result. An interrupted run says so on stderr and no
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any, cast
 
+from stellafleet.core import jsontext
+from stellafleet.core.spend import money
 from stellafleet.core.status import RunStatus
+from stellafleet.core.terminal import printable
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.run.events import AttemptEnded, AttemptStarted, EventSink, RunStarted
 from stellafleet.run.executor import read_result
@@ -98,7 +100,7 @@ class OneTaskReporter(EventSink):
     def on_attempt_started(self, event: AttemptStarted) -> None:
         self._result_path = event.result_path
         if not self.quiet:
-            guard = f", spend guard ${self._guard:.2f}" if self._guard is not None else ""
+            guard = f", spend guard {money(self._guard)}" if self._guard is not None else ""
             self._say(f"stella run {self._run_id}: task {event.task} ({event.title}){guard}")
         self._follower = LogFollower(event.log_path, self._worker_line)
         self._follower.start()
@@ -113,13 +115,13 @@ class OneTaskReporter(EventSink):
             self._follower = None
 
     def _say(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        print(printable(text), file=self.out, flush=True)
 
     def _worker_line(self, line: str) -> None:
         if line.startswith(DIAGNOSTIC):
-            print(line, file=self.err, flush=True)
+            print(printable(line), file=self.err, flush=True)
         elif not self.quiet and not line.startswith(WORKER_FRAME):
-            print(line, file=self.out, flush=True)
+            print(printable(line), file=self.out, flush=True)
 
     def finish(self, doc: Mapping[str, Any]) -> None:
         if doc["status"] == RunStatus.INTERRUPTED:
@@ -137,11 +139,11 @@ class OneTaskReporter(EventSink):
                 **result.to_json(),
                 "spend_usd": spent,
             }
-            print(json.dumps(document, indent=2), file=self.out, flush=True)
+            print(jsontext.dumps(document, indent=2), file=self.out, flush=True)
             return
         outcome = attempt["outcome"] if attempt else task["status"]
         self._say(
-            f"{outcome} in {result.steps} steps, ${spent:.4f}, "
+            f"{outcome} in {result.steps} steps, {money(spent)}, "
             f"{result.input_tokens:,} input / {result.output_tokens:,} output tokens (run {doc['run_id']})"
         )
         self._say("summary:")

@@ -9,15 +9,16 @@ come from many dispatch threads, so every reporter serialises them. The run's re
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import IO, Any, Protocol, cast
 
+from stellafleet.core import jsontext
 from stellafleet.core.spend import money
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus
+from stellafleet.core.terminal import printable
 from stellafleet.run.events import (
     AttemptEnded,
     AttemptStarted,
@@ -56,6 +57,13 @@ class Reporter(Protocol):
         ...
 
 
+def escape(text: str) -> str:
+    """Text for rich markup: `[bold]` in a model's summary is shown, not applied."""
+    from rich.markup import escape as markup_escape
+
+    return markup_escape(text)
+
+
 def counted(n: int, noun: str) -> str:
     """`1 task`, `2 tasks`."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
@@ -69,7 +77,8 @@ def elapsed_text(seconds: float) -> str:
 
 
 def one_line(text: str | None, limit: int = 100) -> str:
-    flat = " ".join((text or "").split())
+    """text on one line, its control characters shown escaped (core/terminal.py), cut at limit."""
+    flat = " ".join(printable(text or "").split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
@@ -93,7 +102,9 @@ def run_headline(doc: Mapping[str, Any]) -> str:
         doc.get("reason") if doc.get("status") != RunStatus.FAILED else None
     )  # the counts say why it failed
     reason = f" ({shown})" if shown else ""
-    return f"run {doc['run_id']} {doc['status']}{reason}: {parts}; spend {spend}; exit {doc['exit_code']}"
+    return printable(
+        f"run {doc['run_id']} {doc['status']}{reason}: {parts}; spend {spend}; exit {doc['exit_code']}"
+    )
 
 
 def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
@@ -129,7 +140,7 @@ class PlainReporter(EventSink):
 
     def _say(self, text: str, *, always: bool = False) -> None:
         if always or not self.quiet:
-            print(text, file=self.stream, flush=True)
+            print(printable(text), file=self.stream, flush=True)
 
     def on_run_started(self, event: RunStarted) -> None:
         self._say(f"stella fleet: {event.concurrency}")
@@ -188,7 +199,7 @@ class JsonReporter(EventSink):
 
     def finish(self, doc: Mapping[str, Any]) -> None:
         with self._lock:
-            json.dump(doc, self.stream, indent=2, sort_keys=False, default=str)
+            jsontext.dump(doc, self.stream, indent=2, sort_keys=False, default=str)
             self.stream.write("\n")
             self.stream.flush()
 
@@ -235,7 +246,9 @@ class LiveReporter(EventSink):
         )
         for task, (started, title) in running.items():
             steps, spend = self._progress.get(task, (0, 0.0))
-            grid.add_row(f"  {task}", elapsed_text(now - started), f"{steps} steps", money(spend), title)
+            grid.add_row(
+                f"  {task}", elapsed_text(now - started), f"{steps} steps", money(spend), escape(title)
+            )
         return grid
 
     def on_run_started(self, event: RunStarted) -> None:
@@ -262,16 +275,18 @@ class LiveReporter(EventSink):
         detail = outcome_detail(event.outcome, event.summary, event.error)
         self.console.print(
             f"  [{color}]{event.outcome}[/] {event.task} after {elapsed_text(event.elapsed_s)} "
-            f"({money(event.spend_usd)}): {one_line(detail, 120)}",
+            f"({money(event.spend_usd)}): {escape(one_line(detail, 120))}",
             highlight=False,
             markup=True,
         )
 
     def on_task_skipped(self, event: TaskSkipped) -> None:
-        self.console.print(f"  [yellow]skipped[/] {event.task}: {event.reason}", highlight=False)
+        self.console.print(
+            f"  [yellow]skipped[/] {event.task}: {escape(printable(event.reason))}", highlight=False
+        )
 
     def on_notice(self, event: Notice) -> None:
-        self.console.print(f"[bold yellow]stella fleet:[/] {event.text}", highlight=False)
+        self.console.print(f"[bold yellow]stella fleet:[/] {escape(printable(event.text))}", highlight=False)
 
     def abort(self) -> None:
         """Give the terminal back (cursor, scrolling) when a run ends without a result."""
@@ -292,9 +307,9 @@ class LiveReporter(EventSink):
                 table.add_column(column, overflow="fold")
             for row in summary_rows(doc):
                 status = f"[{STATUS_COLORS.get(row[2], 'white')}]{row[2]}[/]"
-                table.add_row(row[0], row[1], status, row[3], row[4], row[5])
+                table.add_row(row[0], row[1], status, row[3], escape(row[4]), row[5])
             self.console.print(table)
-            self.console.print(run_headline(doc), highlight=False)
+            self.console.print(run_headline(doc), highlight=False, markup=False)
 
 
 class LossyStream:
@@ -351,7 +366,7 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str] | 
     """The waves and workspaces a run would use, without running anything."""
     out = stream or sys.stdout
     if json_mode:
-        json.dump(doc, out, indent=2)
+        jsontext.dump(doc, out, indent=2)
         out.write("\n")
         return
     print(f"stella fleet --dry-run: {doc['concurrency']}", file=out)

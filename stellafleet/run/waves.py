@@ -12,8 +12,6 @@ tests/run/test_doit_internals.py fails loudly if they change.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
@@ -23,7 +21,6 @@ from typing import Any
 from doit.cmd_base import TaskLoader2
 from doit.control import TaskControl
 from doit.dependency import Dependency, JsonDB
-from doit.doit_cmd import DoitMain
 from doit.exceptions import InvalidCommand, InvalidDodoFile
 from doit.runner import Runner
 from doit.task import Stream, dict_to_task
@@ -32,7 +29,7 @@ from stellafleet.core.errors import PlanError
 from stellafleet.core.status import TaskStatus
 from stellafleet.plan.model import Plan, PlanTask, load_plan
 from stellafleet.plan.schema import suggest
-from stellafleet.run.events import Emit, Event, TaskEnded, TaskSkipped, TaskStarted, WaveEnded, WaveStarted
+from stellafleet.run.events import Emit, SkipTask, TaskEnded, TaskSkipped, TaskStarted, WaveEnded, WaveStarted
 
 Action = Callable[[PlanTask], bool]
 MEMORY_BACKEND = "stella-memory"
@@ -152,21 +149,6 @@ class PlanLoader(TaskLoader2):
             raise InvalidDodoFile(str(exc)) from None
 
 
-def doit_view(plan: Plan, argv: list[str]) -> tuple[int, str, str]:
-    """Run a doit command (e.g. ["list"], ["info", "docs"]) on the compiled plan, in this process,
-    reading no doit config and writing no file; returns (exit code, stdout, stderr)."""
-    main = DoitMain(
-        task_loader=PlanLoader(plan, backend=MEMORY_BACKEND),
-        config_filenames=(),
-        extra_config={"BACKEND": {MEMORY_BACKEND: f"{__name__}:MemoryBackend"}},
-    )
-    main.BIN_NAME = "doit"
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main.run(list(argv))
-    return int(code), out.getvalue(), err.getvalue()
-
-
 # ---------------------------------------------------------------------------------------------
 # running in waves
 
@@ -226,6 +208,7 @@ class WaveRunner(Runner):
         self._lock = threading.RLock()  # re-entrant: a signal handler may interrupt a holder
         self._stop_reason: str | None = None
         self._errors: dict[str, str] = {}
+        self._skipped: dict[str, str] = {}  # task id -> why its action skipped it (SkipTask)
         self._root_failures: dict[str, list[str]] = {}
         self.outcome = WaveOutcome()
 
@@ -346,6 +329,8 @@ class WaveRunner(Runner):
         if node.run_status == "successful":
             self.outcome.statuses[node.task.name] = TaskStatus.SUCCEEDED
             self._emit(TaskEnded(node.task.name, TaskStatus.SUCCEEDED, None))
+        elif node.task.name in self._skipped:
+            self._skip(node, self._skipped[node.task.name])
         else:
             reason = self._errors.get(node.task.name) or _failure_text(failure)
             self._record_failure(node, reason)
@@ -354,6 +339,9 @@ class WaveRunner(Runner):
         """The doit python-action of every task (runs in a pool thread)."""
         try:
             succeeded = bool(self._execute(task))
+        except SkipTask as exc:
+            self.request_stop(self._skipped.setdefault(task.id, str(exc)))
+            return False
         except Exception as exc:
             self._errors[task.id] = f"{type(exc).__name__}: {exc}"
             return False
@@ -388,7 +376,7 @@ class WaveRunner(Runner):
         self.outcome.reasons[task_id] = reason
         self._emit(TaskSkipped(task_id, reason))
 
-    def _emit(self, event: Event) -> None:
+    def _emit(self, event: TaskEnded | TaskSkipped | TaskStarted | WaveEnded | WaveStarted) -> None:
         if self._on_event is not None:
             self._on_event(event)
 

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import StellaError
+from stellafleet.core.spend import check_count, check_usd
 from stellafleet.core.status import AttemptOutcome, CIState, RunStatus, TaskStatus
 from stellafleet.state.ledger_merges import LedgerMerges
 from stellafleet.state.ledger_schema import LEDGER_SCHEMA
@@ -238,7 +239,15 @@ class Ledger(LedgerMerges):
     def add_spend(
         self, attempt_id: int, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0
     ) -> None:
-        """Add to an attempt's (and its run's) spend, tokens and steps; safe from many processes."""
+        """Add to an attempt's (and its run's) spend, tokens and steps; safe from many processes.
+        A non-finite, negative or absurd amount is refused (StellaError): it would poison every total."""
+        try:
+            usd = check_usd(usd)
+            input_tokens = check_count(input_tokens, "input_tokens")
+            output_tokens = check_count(output_tokens, "output_tokens")
+            steps = check_count(steps, "steps")
+        except ValueError as exc:
+            raise StellaError(f"refused a spend report for attempt {attempt_id}: {exc}") from None
         with self._write() as conn:
             row = conn.execute("SELECT run_id FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
             if row is None:

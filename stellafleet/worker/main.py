@@ -8,7 +8,6 @@ of these per task, so its start-up time is the fleet's per-task overhead.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import sys
 import threading
@@ -16,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stellafleet.core import jsontext
 from stellafleet.core.errors import StellaError
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
@@ -180,7 +180,7 @@ def run_task(ctx: WorkerContext, spend: LedgerSpend, config: Config | None = Non
 def write_result(path: Path, result: PipelineResult) -> None:
     """Write the result JSON atomically: the fleet sees the whole file or none."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    data = json.dumps(result.to_json()).encode()
+    data = jsontext.dumps(result.to_json()).encode()
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     except FileNotFoundError:  # the fleet makes the directory; a worker run by hand may not have it

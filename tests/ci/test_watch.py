@@ -655,3 +655,18 @@ def test_terminal_output_is_styled_and_ends_with_a_table(repo: Repo) -> None:
     branch = result.branches[0].branch
     changes = [line for line in text.splitlines() if line.startswith(f"\x1b[1m{branch}")]
     assert len(changes) == 3  # pushed, queued, green: one line per change
+
+
+def test_a_gh_failure_after_runs_appeared_does_not_forget_them(repo: Repo) -> None:
+    # Runs appeared, then `gh run list` failed for 12.5 minutes (past the 10-minute appear timeout):
+    # the runs seen so far still stand, so the branch is neither "no CI" nor waiting for runs to appear.
+    repo.add_run()
+    blip = {"exit": 1, "stderr": "HTTP 502: Bad Gateway\n"}
+    snapshots = [QUEUED, IN_PROGRESS] + [blip] * 25 + [SUCCESS]
+    result, _, events = watch_in_process(repo, {"runs": {repo.shas["t1"]: snapshots}})
+    [branch] = result.branches
+    assert (branch.state, branch.conclusion) == ("green", "success"), branch.reason
+    assert events.clock.now() == 27 * 30.0
+    after_appearing = [phase for t, _, _, phase in events.changes if t >= 30.0]
+    assert "waiting for CI runs to appear" not in after_appearing
+    assert any("HTTP 502: Bad Gateway (will retry)" in note for note in events.notes)

@@ -176,7 +176,8 @@ def test_an_unknown_key_gets_the_closest_known_one() -> None:
         'prices.m.input is not a known key (did you mean "input_per_mtok"?)'
     ]
     (listing,) = problems({"governor": {"zzz": 1}})
-    assert listing == "governor.zzz is not a known key (keys: workers_per_core, memory_per_worker_gib, max)"
+    keys = "workers_per_core, memory_per_worker_gib, max, min_guard_usd"
+    assert listing == f"governor.zzz is not a known key (keys: {keys})"
     assert problems({"pipelines": {"plain": {"model": "x"}}}) == [
         "pipelines.plain.model is not a known key ([pipelines.plain] takes no keys)"
     ]

@@ -10,7 +10,9 @@ from stellafleet.run.dispatch import RunSettings, run_env, task_env
 
 
 def full_context(tmp_path: Path) -> WorkerContext:
-    """A context with every optional field set, so every variable is written."""
+    """A context with every optional field set, so every variable is written (its prompt file too)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "prompt.txt").write_text("Rewrite docs/receipts.md")
     return WorkerContext(
         root=tmp_path,
         workspace=tmp_path / "wt",
@@ -29,6 +31,7 @@ def full_context(tmp_path: Path) -> WorkerContext:
         result_path=tmp_path / "result.json",
         log_path=tmp_path / "docs.log",
         transcript_path=tmp_path / "docs.jsonl",
+        prompt_path=tmp_path / "prompt.txt",
     )
 
 

@@ -67,12 +67,11 @@ def _isolated(repo: Path, run_id: str, task_id: str) -> Workspace:
 
 
 @pytest.fixture
-def scene(tmp_path: Path) -> Iterator[Scene]:
+def scene(tmp_path: Path, isolated_home: Path) -> Iterator[Scene]:
     """A repository after two fleets: one finished (merged, unmerged, dirty work), one whose worker lives."""
     repo = tmp_path / "repo"
-    home = tmp_path / "home"
+    home = isolated_home
     repo.mkdir()
-    home.mkdir()
     gitops.git("init", "-q", "-b", "main", cwd=repo)
     gitops.git("config", "user.email", "dev@example.invalid", cwd=repo)
     gitops.git("config", "user.name", "Dev", cwd=repo)
@@ -197,7 +196,8 @@ def test_clean_removes_merged_and_keeps_unmerged_dirty_and_live_by_name(scene: S
     # uncommitted changes: worktree and its checked-out branch stay, named
     assert (s["dirty"].worktree / "notes.txt").read_text() == "not committed yet\n"
     assert s["dirty"].branch in scene.branches()
-    assert f"kept         worktree {_rel(scene, 'dirty')}" in out and "uncommitted changes (1 file)" in out
+    assert f"kept         worktree {_rel(scene, 'dirty')}" in out
+    assert "uncommitted changes (1 file: notes.txt)" in out
     # a live attempt: untouched
     assert s["live"].worktree.exists() and s["live"].branch in scene.branches()
     assert f"still running (pid {scene.sleeper.pid})" in out
@@ -251,10 +251,13 @@ def test_once_the_worker_exits_its_leftovers_can_go(scene: Scene) -> None:
     assert scene.spaces["merged"].branch in scene.branches()  # --run limits the sweep to that run
 
 
-def test_a_running_fleet_is_left_alone(tmp_path: Path) -> None:
+def test_a_running_fleet_is_left_alone(tmp_path: Path, isolated_home: Path) -> None:
+    # HOME isolated and the identity set here: the commits never depend on the user's own git config
     repo = tmp_path / "repo"
     repo.mkdir()
     gitops.git("init", "-q", "-b", "main", cwd=repo)
+    gitops.git("config", "user.email", "dev@example.invalid", cwd=repo)
+    gitops.git("config", "user.name", "Dev", cwd=repo)
     commit_file(repo, "a.txt", "a\n", "initial")
     ws = _isolated(repo, "r-20261130-110000-cccc", "t1")
     with Ledger.open(StatePaths(repo).fleet_db) as ledger:
@@ -267,7 +270,7 @@ def test_a_running_fleet_is_left_alone(tmp_path: Path) -> None:
         )
         ledger.add_tasks("r-20261130-110000-cccc", [sample_task("t1", "x", isolation="isolated")], {"t1": 1})
         ledger.set_task_workspace("r-20261130-110000-cccc", "t1", ws.branch, str(ws.worktree))
-    result = stella(repo, "clean", "--force", "--json", home=tmp_path)
+    result = stella(repo, "clean", "--force", "--json", home=isolated_home)
     report = json.loads(result.stdout)
     assert report["removed"] == []
     assert {i["target"] for i in report["kept"]} == {ws.branch, str(ws.worktree.relative_to(repo))}
@@ -275,9 +278,9 @@ def test_a_running_fleet_is_left_alone(tmp_path: Path) -> None:
     assert ws.worktree.exists()
 
 
-def test_nothing_to_clean_without_a_ledger(tmp_path: Path) -> None:
+def test_nothing_to_clean_without_a_ledger(tmp_path: Path, isolated_home: Path) -> None:
     gitops.git("init", "-q", "-b", "main", cwd=tmp_path)
-    result = stella(tmp_path, "clean", home=tmp_path)
+    result = stella(tmp_path, "clean", home=isolated_home)
     assert result.returncode == 0
     assert result.stdout.startswith("Nothing to clean")
     assert not StatePaths(tmp_path).fleet_db.exists()  # a clean never creates a ledger

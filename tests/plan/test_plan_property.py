@@ -132,6 +132,7 @@ def slow_normalise(claim: str) -> str | None:
     """The reference: posixpath's normalisation plus the workspace rules, no shortcuts."""
     if (
         "\x00" in claim
+        or not claim.strip()
         or claim.startswith(("/", "\\"))
         or re.match(r"[A-Za-z]:[\\/]", claim)
         or claim == "~"

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stellafleet.plan.model import Plan, PlanTask, load_plan, plan_from_data
+from stellafleet.run.doitview import doit_view
 from stellafleet.run.events import Event, TaskEnded, TaskSkipped, TaskStarted, WaveEnded, WaveStarted
-from stellafleet.run.waves import WaveRunner, compile_tasks, doit_view
+from stellafleet.run.waves import WaveRunner, compile_tasks
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

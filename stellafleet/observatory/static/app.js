@@ -83,10 +83,20 @@
     return sec + "s";
   }
 
+  // Dollars as the terminal writes them (core/spend.py money): at least two decimals, up to four,
+  // two significant digits below a hundredth of a cent ($1.50, $0.003, $0.0035, $0.000042).
   function fmtUsd(x) {
-    const v = Number(x || 0);
-    if (v > 0 && v < 0.01) return "$" + v.toFixed(4);
-    return "$" + v.toFixed(2);
+    let v = Number(x || 0);
+    if (!isFinite(v)) return "$?";
+    let sign = v < 0 ? "-" : "";
+    v = Math.abs(v);
+    let decimals = 4;
+    if (v > 0 && v < 0.00005) decimals = Math.min(12, 1 - Math.floor(Math.log10(v)));
+    const parts = v.toFixed(decimals).split(".");
+    let fraction = (parts[1] || "").replace(/0+$/, "");
+    while (fraction.length < 2) fraction += "0";
+    if (parts[0] === "0" && /^0*$/.test(fraction)) sign = "";
+    return sign + "$" + parts[0] + "." + fraction;
   }
 
   function fmtSpend(run) {

@@ -1,0 +1,33 @@
+"""Strict JSON out: every document stella prints, serves or writes for others goes through here.
+
+Python's json writes NaN and Infinity as bare `NaN`/`Infinity`, which no JSON parser in a browser or
+in jq accepts: one such number in a run made the dashboard list no runs at all. Amounts are checked
+where they enter (core/spend.py); this is the last line: a non-finite number is written as null.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import IO, Any
+
+
+def finite(value: Any) -> Any:
+    """value with every non-finite float (in dicts, lists and tuples, at any depth) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(item) for item in value]
+    return value
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """json.dumps, strict: never NaN or Infinity."""
+    return json.dumps(finite(value), allow_nan=False, **kwargs)
+
+
+def dump(value: Any, stream: IO[str], **kwargs: Any) -> None:
+    """json.dump, strict: never NaN or Infinity."""
+    json.dump(finite(value), stream, allow_nan=False, **kwargs)

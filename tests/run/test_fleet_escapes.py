@@ -1,0 +1,79 @@
+"""Titles and summaries from plans and models are shown, never obeyed: control characters print escaped.
+
+Printed raw, `\\033[2J` in a title cleared the user's screen and `\\033]0;...\\007` in a summary set the
+terminal's window title, in `stella fleet`'s live and plain output and in `stella runs`.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from helpers.fleet import Scripts, write_config
+from helpers.repo import StellaRunner
+
+CLEAR = "\x1b[2J"
+SET_TITLE = "\x1b]0;pwned\x07"
+PLAN = '[[tasks]]\nid = "evil"\ntitle = "evil \\u001b[2J title"\nprompt = "p"\n'
+SUMMARY = 'report(summary="done \\x1b]0;pwned\\x07 [bold]x[/] \\u202e")'
+
+
+def injected(text: str) -> list[str]:
+    return [seq for seq in (CLEAR, SET_TITLE, "\x07", "\u202e") if seq in text]
+
+
+def fleet_in_a_terminal(repo: Path, plan: Path) -> str:
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "200", "TERM": "xterm"}
+    env.pop("NO_COLOR", None)
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    proc = subprocess.run(
+        [sys.executable, "-m", "stellafleet", "fleet", "--plan", str(plan), "--pipeline", "command"],
+        cwd=repo, env=env, stdin=subprocess.DEVNULL, stdout=follower, stderr=subprocess.PIPE, timeout=120,
+    )  # fmt: skip
+    os.close(follower)
+    reader.join(10)
+    os.close(leader)
+    assert proc.returncode == 0, proc.stderr
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_control_characters_in_titles_and_summaries_print_escaped(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    write_config(git_repo, run=Scripts(tmp_path / "scripts").python("evil", SUMMARY))
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN)
+
+    plain = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert injected(plain.stdout) == [] and "\x1b" not in plain.stdout
+    assert "done \\x1b]0;pwned\\x07 [bold]x[/] \\u202e" in plain.stdout
+
+    live = fleet_in_a_terminal(git_repo, plan)
+    assert injected(live) == [], repr(live)
+    assert "\\x1b]0;pwned\\x07" in live and "[bold]x[/]" in live  # shown, markup included
+
+    for args in (("runs",), ("runs", "latest")):
+        shown = stella(*args, cwd=git_repo, env={"COLUMNS": "200"})
+        assert shown.returncode == 0, shown.stderr
+        assert injected(shown.stdout) == [] and "\x1b" not in shown.stdout, repr(shown.stdout)
+    detail = stella("runs", "latest", cwd=git_repo).stdout
+    assert "evil \\x1b[2J title" in detail and "\\x1b]0;pwned\\x07" in detail
