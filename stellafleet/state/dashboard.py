@@ -21,6 +21,8 @@ QUIET_AFTER_MS = 120_000
 SPEND_POINTS = 300
 SPARK_POINTS = 24
 TOP_SPENDERS = 15
+# Attempt columns the page does not use: the commit token's hash in particular never leaves the server.
+PAGE_OMITS = ("token_sha256", "run_id", "success", "cpu_seconds", "peak_rss_bytes")
 # Task states that stop their dependents (a skip names the first of these it finds upstream).
 FAILING = frozenset(
     {
@@ -71,14 +73,13 @@ def timeline(detail: dict[str, Any], *, now_ms: int) -> dict[str, Any]:
             "start_ms": a["started_at_ms"],
             "end_ms": a["finished_at_ms"],
             "outcome": a["outcome"],
-            "wave": a["wave"],
         }
         for a in sorted(attempts, key=lambda a: (a["started_at_ms"], a["id"]))
     ]
     wave_starts: dict[int, int] = {}
-    for bar in bars:
-        if bar["wave"] is not None:
-            wave_starts[bar["wave"]] = min(wave_starts.get(bar["wave"], bar["start_ms"]), bar["start_ms"])
+    for a in attempts:
+        if a["wave"] is not None:
+            wave_starts[a["wave"]] = min(wave_starts.get(a["wave"], a["started_at_ms"]), a["started_at_ms"])
     end = run["finished_at_ms"] or (now_ms if run["live"] else None)
     latest = max([b["end_ms"] or b["start_ms"] for b in bars], default=run["created_at_ms"])
     return {
@@ -245,6 +246,11 @@ def load_run_page(
         )
         running = [b["attempt"] for b in shown["bars"] if b["outcome"] == AttemptOutcome.RUNNING]
         last_spend = reads.last_spend_ms(running)
+    for wave in detail["waves"]:  # what the page never shows stays on the server
+        for task in wave["tasks"]:
+            for attempt in task["attempts"]:
+                for key in PAGE_OMITS:
+                    attempt.pop(key, None)
     detail.update(
         timeline=shown,
         graph=graph(detail),
@@ -263,7 +269,7 @@ def runs_page_with_spend(
         return page
     spans = [(run["id"], run["created_at_ms"], run["finished_at_ms"] or now_ms) for run in page["runs"]]
     with DashboardReads.open(ledger_path) as reads:
-        lines = reads.spend_sparklines(spans, points=SPARK_POINTS)
+        lines = reads.spend_sparklines(spans, points=SPARK_POINTS, now_ms=now_ms)
     for run in page["runs"]:
         run["spend_spark"] = lines.get(run["id"], [])
     return page

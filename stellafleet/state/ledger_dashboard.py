@@ -37,22 +37,22 @@ class DashboardReads(LedgerReads):
         )
         return [(int(row[1]), float(row[2])) for row in rows]
 
-    def spend_sparklines(self, spans: list[tuple[str, int, int]], *, points: int) -> dict[str, list[float]]:
-        """Cumulative dollars per run at `points` equal steps over each (run id, start, end) span."""
-        if not spans:
-            return {}
-        rows = self._read(
-            "WITH r(id, s, span) AS (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),"
-            " max(1, json_extract(value, '$[2]') - json_extract(value, '$[1]')) FROM json_each(?))"
-            " SELECT e.run_id, min(?, max(0, (e.at_ms - r.s) * ? / r.span)) AS bucket, sum(e.usd)"
-            " FROM r JOIN spend_events e ON e.run_id = r.id GROUP BY e.run_id, bucket",
-            (json.dumps([list(span) for span in spans]), points - 1, points),
-        )
-        sums: dict[str, list[float]] = {run_id: [0.0] * points for run_id, _, _ in spans}
-        for run_id, bucket, usd in rows:
-            sums[str(run_id)][int(bucket)] += float(usd)
-        lines = {}
-        for run_id, buckets in sums.items():
+    def spend_sparklines(
+        self, spans: list[tuple[str, int, int]], *, points: int, now_ms: int
+    ) -> dict[str, list[float]]:
+        """Cumulative dollars per run at `points` equal steps over each (run id, start, end) span, each
+        attempt's spend counted when it ended (still running: now). Built from the attempts, not the
+        spend events: a list row's sparkline needs its shape, and a run has ten times fewer attempts."""
+        lines: dict[str, list[float]] = {}
+        for run_id, start_ms, end_ms in spans:
+            rows = self._read(
+                "SELECT min(?, max(0, (coalesce(finished_at_ms, ?) - ?) * ? / ?)) AS bucket, sum(spend_usd)"
+                " FROM attempts WHERE run_id = ? AND spend_usd > 0 GROUP BY bucket",
+                (points - 1, now_ms, start_ms, points, max(1, end_ms - start_ms), run_id),
+            )
+            buckets = [0.0] * points
+            for bucket, usd in rows:
+                buckets[int(bucket)] += float(usd)
             total, line = 0.0, []
             for usd in buckets:
                 total += usd
