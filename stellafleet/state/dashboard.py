@@ -34,7 +34,7 @@ FAILING = frozenset(
 )
 
 
-def _lanes(attempts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, int]]:
+def worker_lanes(attempts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, int]]:
     """Greedy slots by start time, per node: an attempt takes the lowest slot free when it starts."""
     order = sorted(attempts, key=lambda a: (a["started_at_ms"], a["id"]))
     slot_ends: dict[str, list[float]] = {}
@@ -64,7 +64,7 @@ def timeline(detail: dict[str, Any], *, now_ms: int) -> dict[str, Any]:
     run = detail["run"]
     tasks = [task for wave in detail["waves"] for task in wave["tasks"]]
     attempts = [dict(a, wave=task["wave"]) for task in tasks for a in task["attempts"]]
-    lanes, lane_of = _lanes(attempts)
+    lanes, lane_of = worker_lanes(attempts)
     bars = [
         {
             "attempt": a["id"],
