@@ -63,8 +63,10 @@ def timeline(detail: dict[str, Any], *, now_ms: int) -> dict[str, Any]:
     """One lane per worker slot, one bar per attempt (end None while it runs), each wave's first start."""
     run = detail["run"]
     tasks = [task for wave in detail["waves"] for task in wave["tasks"]]
-    attempts = [dict(a, wave=task["wave"]) for task in tasks for a in task["attempts"]]
-    lanes, lane_of = worker_lanes(attempts)
+    attempts = sorted(
+        (a for task in tasks for a in task["attempts"]), key=lambda a: (a["started_at_ms"], a["id"])
+    )
+    lanes, lane_of = worker_lanes(attempts)  # already in start order: its sort is one pass
     bars = [
         {
             "attempt": a["id"],
@@ -74,12 +76,13 @@ def timeline(detail: dict[str, Any], *, now_ms: int) -> dict[str, Any]:
             "end_ms": a["finished_at_ms"],
             "outcome": a["outcome"],
         }
-        for a in sorted(attempts, key=lambda a: (a["started_at_ms"], a["id"]))
+        for a in attempts
     ]
     wave_starts: dict[int, int] = {}
-    for a in attempts:
-        if a["wave"] is not None:
-            wave_starts[a["wave"]] = min(wave_starts.get(a["wave"], a["started_at_ms"]), a["started_at_ms"])
+    for task in tasks:
+        starts = [a["started_at_ms"] for a in task["attempts"]]
+        if task["wave"] is not None and starts:
+            wave_starts[task["wave"]] = min(wave_starts.get(task["wave"], starts[0]), *starts)
     end = run["finished_at_ms"] or (now_ms if run["live"] else None)
     latest = max([b["end_ms"] or b["start_ms"] for b in bars], default=run["created_at_ms"])
     return {

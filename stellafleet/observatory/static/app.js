@@ -109,6 +109,7 @@ import { sparkline } from "./spend.js";
       if (where.view === "run") {
         const data = await getJSON("/api/runs/" + encodeURIComponent(where.id));
         if (gen !== generation) return;
+        performance.mark("run-data");
         showRun(data);
         next = data.run.live ? data.poll_ms : IDLE_POLL_MS;
       } else {
