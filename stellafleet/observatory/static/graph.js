@@ -51,9 +51,6 @@ export function renderGraph(graph, opts) {
     });
     g.appendChild(svg("rect", { x: p.x, y: p.y, width: NODE_W, height: nodeH, rx: 4 }));
     if (rowH > 20) g.appendChild(svg("text", { x: p.x + 7, y: p.y + nodeH / 2 + 4, text: clip(node.id, 22) }));
-    let tip = node.id + (node.title ? " — " + node.title : "") + " · " + node.status;
-    if (node.caused_by) tip += " · skipped because " + node.caused_by + " failed (click to open it)";
-    g.appendChild(svg("title", { text: tip }));
     nodes.appendChild(g);
   }
   chart.appendChild(nodes);
@@ -67,6 +64,14 @@ export function renderGraph(graph, opts) {
     if (node.attempt !== null) opts.onSelect(node.attempt);
   };
   chart.addEventListener("click", pick);
+  chart.addEventListener("mouseover", (event) => { // tooltips made on first hover, not 500 up front
+    const g = event.target.closest && event.target.closest("g.node");
+    if (!g || g.querySelector("title")) return;
+    const node = byId.get(g.getAttribute("data-task"));
+    let tip = node.id + (node.title ? " — " + node.title : "") + " · " + node.status;
+    if (node.caused_by) tip += " · skipped because " + node.caused_by + " failed (click to open it)";
+    g.appendChild(svg("title", { text: tip }));
+  });
   chart.addEventListener("keydown", (event) => { if (event.key === "Enter") pick(event); });
   return chart;
 }

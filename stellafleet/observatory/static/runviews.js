@@ -27,7 +27,8 @@ function attentionItem(item, data, onSelect) {
   let text = item.text || "";
   if (item.kind === "quiet") text = "nothing new for " + fmtDuration(data.now_ms - item.since_ms);
   const node = el("li", { className: "attention-item k-" + item.kind, "data-kind": item.kind, "data-task": item.task, "data-attempt": item.attempt },
-    badge(item.kind === "failed" ? item.status : item.kind === "red_ci" ? "red" : "stalled", "attention-kind"),
+    item.kind === "quiet" ? el("span", { className: "badge st-stalled attention-kind", text: "quiet" })
+      : badge(item.kind === "failed" ? item.status : "red", "attention-kind"),
     el("span", { className: "attention-label", text: KIND_LABEL[item.kind] }),
     el("span", { className: "mono attention-task", text: item.task || item.branch || "" }),
     item.branch && item.task ? el("span", { className: "mono muted", text: item.branch }) : null,

@@ -50,15 +50,12 @@ export function renderTimeline(tl, opts) {
     const x0 = x(bar.start_ms);
     const running = bar.end_ms === null;
     const rect = svg("rect", {
-      x: x0, y: TOP + bar.lane * laneH + pad, width: Math.max(2, x(stop) - x0), height: laneH - 2 * pad,
-      rx: 2, className: "bar " + statusClass(bar.outcome) + (running ? " growing" : "") +
+      x: x0, y: TOP + bar.lane * laneH + pad, width: Math.max(2, x(stop) - x0 - 1), height: laneH - 2 * pad,
+      className: "bar " + statusClass(bar.outcome) + (running ? " growing" : "") +
         (bar.attempt === opts.selected ? " selected" : ""),
       "data-attempt": bar.attempt, "data-task": bar.task, "data-lane": bar.lane, "data-outcome": bar.outcome,
       tabindex: 0,
     });
-    rect.appendChild(svg("title", {
-      text: bar.task + " · attempt #" + bar.attempt + " · " + bar.outcome + " · " + fmtDuration(stop - bar.start_ms),
-    }));
     bars.appendChild(rect);
   }
   chart.appendChild(bars);
@@ -72,6 +69,16 @@ export function renderTimeline(tl, opts) {
     if (target) opts.onSelect(Number(target.getAttribute("data-attempt")));
   };
   chart.addEventListener("click", pick);
+  // tooltips are made on first hover: 2,000 bars need no 2,000 title elements up front
+  chart.addEventListener("mouseover", (event) => {
+    const rect = event.target.closest && event.target.closest("rect.bar");
+    if (!rect || rect.firstChild) return;
+    const bar = tl.bars.find((b) => b.attempt === Number(rect.getAttribute("data-attempt")));
+    const stop = bar.end_ms === null ? end : bar.end_ms;
+    rect.appendChild(svg("title", {
+      text: bar.task + " · attempt #" + bar.attempt + " · " + bar.outcome + " · " + fmtDuration(stop - bar.start_ms),
+    }));
+  });
   chart.addEventListener("keydown", (event) => { if (event.key === "Enter") pick(event); });
   return chart;
 }
