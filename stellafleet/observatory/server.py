@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.observatory import logs
+from stellafleet.observatory.runcache import RunPageCache
 from stellafleet.state import dashboard, views
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class ObservatoryServer(ThreadingHTTPServer):
     ) -> None:
         self.ledger_path = ledger_path
         self.poll_ms = poll_ms
+        self.run_pages = RunPageCache(ledger_path)
         self.loopback_only = is_loopback(address[0])
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
@@ -188,7 +190,9 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
             self._send_json(HTTPStatus.NOT_FOUND, {"error": "no fleet runs recorded yet"}, head=head)
             return
         try:
-            detail = dashboard.load_run_page(self.server.ledger_path, ref, now_ms=_now_ms())
+            detail = self.server.run_pages.get(
+                ref, lambda: dashboard.load_run_page(self.server.ledger_path, ref, now_ms=_now_ms())
+            )
         except views.UnknownRun as exc:
             self._send_json(HTTPStatus.NOT_FOUND, {"error": str(exc)}, head=head)
             return
