@@ -18,6 +18,7 @@ import { sparkline } from "./spend.js";
   let lastRendered = "";
   const openDetails = new Set();
   let visuals = null;
+  let layout = null;
 
   function fmtSpend(run) {
     const spent = fmtUsd(run.spend_usd);
@@ -217,9 +218,16 @@ import { sparkline } from "./spend.js";
     setLive(data.run.live);
     if (unchanged("run", data)) return;
     const run = data.run;
-    const parts = [];
-    parts.push(el("h2", { className: "run-title" }, "Fleet run ", el("span", { className: "mono", id: "run-id", text: run.id }), " ", runStatus(run)));
-    parts.push(kv([
+    const body = document.getElementById("run-body");
+    visuals = visuals || new RunVisuals(getJSON);
+    if (!layout || layout.head.parentNode !== body) {
+      // the pictures' nodes stay in place across polls: a followed log keeps its scroll position
+      const sections = visuals.sections();
+      layout = { head: el("div", { className: "run-head" }), facts: el("div"), rest: el("div") };
+      body.replaceChildren(layout.head, sections.attention, layout.facts, ...sections.charts, layout.rest);
+    }
+    layout.head.replaceChildren(el("h2", { className: "run-title" }, "Fleet run ", el("span", { className: "mono", id: "run-id", text: run.id }), " ", runStatus(run)));
+    layout.facts.replaceChildren(kv([
       ["Started", fmtTime(run.created_at_ms)],
       ["Finished", run.finished_at_ms ? fmtTime(run.finished_at_ms) : (run.live ? "still running" : "—")],
       ["Duration", fmtDuration(run.duration_ms)],
@@ -234,16 +242,9 @@ import { sparkline } from "./spend.js";
       ["Exit code", run.exit_code],
       ["Reason", run.reason],
     ]));
-    visuals = visuals || new RunVisuals(getJSON);
-    const sections = visuals.sections();
-    parts.splice(1, 0, sections.attention);
-    parts.push(...sections.charts);
-    parts.push(wavesSection(run, data.waves));
-    parts.push(branchesSection(data.branches));
-    parts.push(commitsSection(data.commits));
-    if (data.cleanups.length) parts.push(cleanupsSection(data.cleanups));
-    const body = document.getElementById("run-body");
-    body.replaceChildren(...parts);
+    const rest = [wavesSection(run, data.waves), branchesSection(data.branches), commitsSection(data.commits)];
+    if (data.cleanups.length) rest.push(cleanupsSection(data.cleanups));
+    layout.rest.replaceChildren(...rest);
     visuals.render(data, Math.max(600, body.clientWidth - 8));
     performance.mark("run-rendered");
   }
