@@ -58,7 +58,7 @@ export function renderSpendTasks(spend, opts) {
   const width = Math.max(260, opts.width);
   const height = Math.max(1, rows) * rowH + 6;
   const chart = frame("spend-tasks", width, height, "spend per task, highest first");
-  const most = Math.max(...spend.per_task.map((t) => t.usd), spend.others.usd, 1e-9);
+  const most = Math.max(...spend.per_task.map((t) => t.usd), 1e-9); // the summed rest is a line of text
   const label = 130;
   const barW = width - label - 70;
   const entries = spend.per_task.map((t) => [t.task, t.usd, t.task]);
@@ -67,8 +67,9 @@ export function renderSpendTasks(spend, opts) {
     const g = svg("g", { className: "spend-task", "data-task": task });
     const y = 3 + i * rowH;
     g.appendChild(svg("text", { x: label - 6, y: y + 12, "text-anchor": "end", className: "lane-label", text: name.length > 20 ? name.slice(0, 19) + "…" : name }));
-    g.appendChild(svg("rect", { x: label, y: y + 2, width: Math.max(1, (usd / most) * barW), height: rowH - 5, rx: 2, className: "spend-bar" }));
-    g.appendChild(svg("text", { x: label + Math.max(1, (usd / most) * barW) + 5, y: y + 12, className: "tick", text: fmtUsd(usd) }));
+    const w = task === null ? 0 : Math.max(1, (usd / most) * barW);
+    if (w) g.appendChild(svg("rect", { x: label, y: y + 2, width: w, height: rowH - 5, rx: 2, className: "spend-bar" }));
+    g.appendChild(svg("text", { x: label + w + 5, y: y + 12, className: "tick", text: fmtUsd(usd) + (task === null ? " in all" : "") }));
     g.appendChild(svg("title", { text: name + ": " + fmtUsd(usd) }));
     chart.appendChild(g);
   });
