@@ -70,8 +70,13 @@ def start_fleet(repo: Path, tmp_path: Path, spawned: list[Any]) -> tuple[subproc
         repo,
         run="echo default",
         tasks={
-            "xss": scripts.python("xss", f"report(summary={XSS!r}, spend_usd=0.25, steps=2)"),
-            "broken": "echo 'it broke' && exit 3",
+            # the first wave's three attempts all wait for gate one: they overlap, so three lanes
+            "xss": scripts.python(
+                "xss", f"wait_file({str(gates / 'one')!r})\nreport(summary={XSS!r}, spend_usd=0.25, steps=2)"
+            ),
+            "broken": scripts.python(
+                "broken", f"print('it broke')\nwait_file({str(gates / 'one')!r})\nsys.exit(3)"
+            ),
             "tail": scripts.python(
                 "tail",
                 "print('first line', flush=True)\n"

@@ -145,6 +145,7 @@ import { sparkline } from "./spend.js";
   // --- runs list ---
 
   function showList(data, page) {
+    if (visuals) visuals.leave(); // no log keeps following behind the runs list
     document.getElementById("runs-card").hidden = false;
     document.getElementById("run-view").hidden = true;
     document.getElementById("ledger-path").textContent = "ledger: " + data.ledger;
@@ -193,6 +194,7 @@ import { sparkline } from "./spend.js";
   // --- one run ---
 
   function showMissingRun(id, message) {
+    if (visuals) visuals.leave();
     document.getElementById("runs-card").hidden = true;
     document.getElementById("run-view").hidden = false;
     lastRendered = "";

@@ -105,6 +105,11 @@ export class RunVisuals {
     this.graph.replaceChildren(data.graph.nodes.length ? renderGraph(data.graph, opts) : el("p", { className: "muted", text: "No tasks recorded yet." }));
   }
 
+  // The page shows something else: stop following logs; the selection is kept for the way back.
+  leave() {
+    this.panel.close();
+  }
+
   select(attemptId, scroll) {
     this.selected = attemptId;
     this.drawSelectable();
