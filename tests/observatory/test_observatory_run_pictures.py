@@ -11,6 +11,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,14 @@ def bars(driver: Any) -> list[dict[str, Any]]:
     )
 
 
+def attempts_started(db: Path) -> int:
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            return int(conn.execute("SELECT count(*) FROM attempts").fetchone()[0])
+    except sqlite3.Error:
+        return 0  # the ledger is being created
+
+
 def start_fleet(repo: Path, tmp_path: Path, spawned: list[Any]) -> tuple[subprocess.Popen[str], Path]:
     scripts = Scripts(tmp_path / "scripts")
     gates = tmp_path / "gates"
@@ -109,8 +118,13 @@ def test_real_fleet_timeline_graph_spend_and_live_log(
     fleet, gates = start_fleet(git_repo, tmp_path, spawned)
     db = StatePaths(git_repo).fleet_db
     wait_for(db)
-    browser.get(observatory(git_repo) + "#/runs/latest")
-    until(browser, lambda d: len(bars(d)) == 3, "the first wave's three bars")
+    url = observatory(git_repo)
+    deadline = time.monotonic() + 60
+    while not attempts_started(db) >= 3:  # open the page on the run, not on a ledger still empty
+        assert time.monotonic() < deadline, "the fleet started no attempts"
+        time.sleep(0.05)
+    browser.get(url + "#/runs/latest")
+    until(browser, lambda d: len(bars(d)) == 3, "the first wave's three bars", timeout=60)
     browser.execute_script("window.__marker = 'same page'")
     tail = next(bar for bar in bars(browser) if bar["task"] == "tail")
     css(browser, f'#timeline-chart rect.bar[data-attempt="{tail["attempt"]}"]')[0].click()
