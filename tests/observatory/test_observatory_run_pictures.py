@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from helpers.fleet import Scripts, wait_for, write_config
 from test_observatory_browser import XSS, assert_inert, browser, css, observatory, text_of, until
+from test_observatory_browser import click as click_real
 
 from stellafleet.core.paths import StatePaths
 from stellafleet.testing.sample_fleet import RUN_ID, build_sample_fleet
@@ -127,7 +128,7 @@ def test_real_fleet_timeline_graph_spend_and_live_log(
     until(browser, lambda d: len(bars(d)) == 3, "the first wave's three bars", timeout=60)
     browser.execute_script("window.__marker = 'same page'")
     tail = next(bar for bar in bars(browser) if bar["task"] == "tail")
-    css(browser, f'#timeline-chart rect.bar[data-attempt="{tail["attempt"]}"]')[0].click()
+    click_real(browser, f'#timeline-chart rect.bar[data-attempt="{tail["attempt"]}"]')
     until(browser, lambda d: "first line" in text_of(d, "#log-text"), "the running worker's log")
     assert "second line" not in text_of(browser, "#log-text")
     (gates / "one").write_text("go")
@@ -162,13 +163,13 @@ def test_real_fleet_timeline_graph_spend_and_live_log(
     assert attr(browser, '#graph-chart g.node[data-task="after"]', "data-caused-by") == ["broken"]
     assert "cause" in str(attr(browser, '#graph-chart .edge[data-to="after"]', "class")[0])
 
-    line = css(browser, "#spend-chart polyline.spend-line")[0]
-    assert float(line.get_attribute("data-end-usd")) == pytest.approx(total) == pytest.approx(0.875)
+    end_usd = attr(browser, "#spend-chart polyline.spend-line", "data-end-usd")
+    assert len(end_usd) == 1 and float(str(end_usd[0])) == pytest.approx(total) == pytest.approx(0.875)
     assert "$0.88" in text_of(browser, "#spend-chart .spend-total")
-    assert {"broken"} <= {i.get_attribute("data-task") for i in css(browser, "#attention .attention-item")}
+    assert "broken" in attr(browser, "#attention .attention-item", "data-task")
 
     xss = next(b for b in shown if b["task"] == "xss")
-    css(browser, f'#timeline-chart rect.bar[data-attempt="{xss["attempt"]}"]')[0].click()
+    click_real(browser, f'#timeline-chart rect.bar[data-attempt="{xss["attempt"]}"]')
     until(browser, lambda d: text_of(d, "#attempt-summary") == XSS, "the markup summary, as text")
     assert browser.execute_script("return window.__marker") == "same page"
     assert_inert(browser)
