@@ -10,11 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stellafleet.core.errors import StellaError
 from stellafleet.core.status import AttemptOutcome, CIState, TaskStatus
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger_dashboard import DashboardReads
-from stellafleet.state.views import Alive, UnknownRun, run_detail, runs_page
+from stellafleet.state.views import Alive, load_run, runs_page
 
 # A running attempt with no sign of life (spend, progress, log growth) for this long needs attention.
 QUIET_AFTER_MS = 120_000
@@ -236,18 +235,16 @@ def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int
 def load_run_page(
     ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = pid_alive
 ) -> dict[str, Any]:
-    """views.run_detail plus the run page's timeline, graph, spend and attention strip."""
+    """views.load_run (the same document `stella runs RUN --json` prints) plus the run page's timeline,
+    graph, spend and attention strip."""
+    detail = load_run(ledger_path, ref, now_ms=now_ms, alive=alive)
+    run_id = detail["run"]["id"]
+    shown = timeline(detail, now_ms=now_ms)
+    running = [b["attempt"] for b in shown["bars"] if b["outcome"] == AttemptOutcome.RUNNING]
     with DashboardReads.open(ledger_path) as reads:
-        try:
-            run_id = reads.resolve_run_id(ref)
-        except StellaError as exc:
-            raise UnknownRun(str(exc)) from None
-        detail = run_detail(reads.get_run(run_id), now_ms=now_ms, alive=alive)
-        shown = timeline(detail, now_ms=now_ms)
         buckets = reads.spend_buckets(
             run_id, start_ms=shown["start_ms"], end_ms=shown["end_ms"], points=SPEND_POINTS
         )
-        running = [b["attempt"] for b in shown["bars"] if b["outcome"] == AttemptOutcome.RUNNING]
         last_spend = reads.last_spend_ms(running)
     for wave in detail["waves"]:  # what the page never shows stays on the server
         for task in wave["tasks"]:
