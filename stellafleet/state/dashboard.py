@@ -246,11 +246,12 @@ def load_run_page(
             run_id, start_ms=shown["start_ms"], end_ms=shown["end_ms"], points=SPEND_POINTS
         )
         last_spend = reads.last_spend_ms(running)
-    for wave in detail["waves"]:  # what the page never shows stays on the server
+    for wave in detail["waves"]:  # what the page never shows stays on the server; empty fields go too
         for task in wave["tasks"]:
-            for attempt in task["attempts"]:
-                for key in PAGE_OMITS:
-                    attempt.pop(key, None)
+            task["attempts"] = [
+                {key: value for key, value in attempt.items() if value is not None and key not in PAGE_OMITS}
+                for attempt in task["attempts"]
+            ]
     detail.update(
         timeline=shown,
         graph=graph(detail),
