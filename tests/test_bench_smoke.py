@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
+OBSERVATORY_TOY = "--runs 60 --attempts-per-run 2 --repeat 3 --tasks 20 --big-attempts 40 --spend-events 200"
+OBSERVATORY_TOY += " --log-mb 1 --no-browser"
 
 
 @pytest.mark.parametrize(
@@ -21,7 +23,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("plan_scale.py", ["--tasks", "200", "--edges", "400", "--repeat", "1"], "ratio total / baseline"),
         ("claims_throughput.py", ["--seconds", "0.2", "--processes", "2"], "pairs/s"),
         ("ledger_listing.py", ["--runs", "120"], "list_runs first page"),
-        ("observatory.py", ["--runs", "60", "--attempts-per-run", "2", "--repeat", "3"], "ms"),
+        ("observatory.py", OBSERVATORY_TOY.split(), "log tail"),
         ("engine_tools.py", ["--files", "300", "--repeat", "1"], "git grep"),
         ("schedule.py", ["--tasks", "6", "--concurrency", "2", "--scale", "0.05"], "lower bound"),
         (

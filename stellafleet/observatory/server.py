@@ -23,7 +23,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from stellafleet.core import jsontext
 from stellafleet.core.errors import EXIT_USAGE, StellaError
-from stellafleet.state import views
+from stellafleet.observatory import logs
+from stellafleet.observatory.runcache import RunPageCache
+from stellafleet.state import dashboard, views
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,10 @@ STATIC_FILES = {
     "/index.html": ("index.html", "text/html; charset=utf-8"),
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/static/app.css": ("app.css", "text/css; charset=utf-8"),
+    **{
+        f"/static/{name}": (name, "text/javascript; charset=utf-8")
+        for name in ("dom.js", "runviews.js", "timeline.js", "graph.js", "spend.js", "attempt.js")
+    },
 }
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
 
@@ -75,6 +81,7 @@ class ObservatoryServer(ThreadingHTTPServer):
     ) -> None:
         self.ledger_path = ledger_path
         self.poll_ms = poll_ms
+        self.run_pages = RunPageCache(ledger_path)
         self.loopback_only = is_loopback(address[0])
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
@@ -142,6 +149,8 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, _static(name), content_type, head=head)
         elif path == "/api/runs":
             self._api_runs(parse_qs(parts.query), head=head)
+        elif path.startswith("/api/attempts/"):
+            self._api_attempt_log(path[len("/api/attempts/") :], parse_qs(parts.query), head=head)
         elif path.startswith("/api/runs/") and len(path) > len("/api/runs/"):
             self._api_run(unquote(path[len("/api/runs/") :]), head=head)
         elif path == "/favicon.ico":
@@ -167,7 +176,9 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
             self._send_json(HTTPStatus.BAD_REQUEST, {"error": str(exc)}, head=head)
             return
         try:
-            page = views.runs_page(self.server.ledger_path, limit=limit, offset=offset, now_ms=_now_ms())
+            page = dashboard.runs_page_with_spend(
+                self.server.ledger_path, limit=limit, offset=offset, now_ms=_now_ms()
+            )
         except StellaError as exc:
             self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}, head=head)
             return
@@ -179,7 +190,9 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
             self._send_json(HTTPStatus.NOT_FOUND, {"error": "no fleet runs recorded yet"}, head=head)
             return
         try:
-            detail = views.load_run(self.server.ledger_path, ref, now_ms=_now_ms())
+            detail = self.server.run_pages.get(
+                ref, lambda: dashboard.load_run_page(self.server.ledger_path, ref, now_ms=_now_ms())
+            )
         except views.UnknownRun as exc:
             self._send_json(HTTPStatus.NOT_FOUND, {"error": str(exc)}, head=head)
             return
@@ -188,6 +201,30 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
             return
         detail["poll_ms"] = self.server.poll_ms
         self._send_json(HTTPStatus.OK, detail, head=head)
+
+    def _api_attempt_log(self, rest: str, query: dict[str, list[str]], *, head: bool) -> None:
+        """GET /api/attempts/<id>/log|transcript?offset=N&limit=M, or ?tail=N for the last N bytes."""
+        attempt, _, kind = rest.partition("/")
+        if not attempt.isdigit() or kind not in logs.KINDS:
+            self._send_json(HTTPStatus.NOT_FOUND, {"error": f"no such page: /api/attempts/{rest}"}, head=head)
+            return
+        try:
+            limit = self._int_param(query, "limit", logs.CHUNK_DEFAULT, 1, logs.CHUNK_MAX)
+            offset = self._int_param(query, "offset", 0, 0, 2**62)
+            tail = self._int_param(query, "tail", 0, 0, logs.CHUNK_MAX) if "tail" in query else None
+        except StellaError as exc:
+            self._send_json(HTTPStatus.BAD_REQUEST, {"error": str(exc)}, head=head)
+            return
+        if not self.server.ledger_path.exists():
+            self._send_json(HTTPStatus.NOT_FOUND, {"error": "no fleet runs recorded yet"}, head=head)
+            return
+        try:
+            status, payload = logs.attempt_log(
+                self.server.ledger_path, int(attempt), kind, offset=offset, tail=tail, limit=limit
+            )
+        except StellaError as exc:
+            status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}
+        self._send_json(status, payload, head=head)
 
 
 def make_server(

@@ -128,8 +128,25 @@ def css(driver: Any, selector: str) -> list[Any]:
     return list(driver.find_elements(By.CSS_SELECTOR, selector))
 
 
+def _fresh(action: Callable[[], Any]) -> Any:
+    """action(), again if a live page redrew the element between finding and using it."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for _ in range(9):
+        try:
+            return action()
+        except StaleElementReferenceException:
+            continue
+    return action()
+
+
 def text_of(driver: Any, selector: str) -> str:
-    return "\n".join(e.text for e in css(driver, selector))
+    return str(_fresh(lambda: "\n".join(e.text for e in css(driver, selector))))
+
+
+def click(driver: Any, selector: str) -> None:
+    """Click the first match (found afresh if the page redraws it meanwhile)."""
+    _fresh(lambda: css(driver, selector)[0].click())
 
 
 def task_status(driver: Any, task_id: str) -> str:
@@ -179,7 +196,7 @@ def test_hand_built_ledger_lists_opens_escapes_and_updates_live(
         ledger.finish_run("r-20261130-235959-ffff", "succeeded", exit_code=0)
     until(browser, lambda d: len(css(d, "tr.run-row")) == 4, "the new run without a reload")
 
-    css(browser, f'tr.run-row[data-run-id="{ids["running"]}"] a.run-link')[0].click()
+    click(browser, f'tr.run-row[data-run-id="{ids["running"]}"] a.run-link')
     until(browser, lambda d: task_status(d, "bump") == "running", "the running task")
     assert task_status(browser, "notes") == "pending"
     assert "Bump the version and changelog" in text_of(browser, 'article.task[data-task-id="bump"]')
@@ -311,7 +328,7 @@ def test_real_fleet_run_shows_and_updates_live(
     run_id = css(browser, "tr.run-row")[0].get_attribute("data-run-id")
     assert "running" in text_of(browser, "tr.run-row") and "live" in text_of(browser, "tr.run-row")
     browser.execute_script("window.__marker = 'same page'")
-    css(browser, "a.run-link")[0].click()
+    click(browser, "a.run-link")
     until(browser, lambda d: task_status(d, "xss") == "succeeded", "the markup task's end")
     until(browser, lambda d: task_status(d, "broken") == "failed", "the failing task")
     until(browser, lambda d: task_status(d, "docs") == "succeeded", "the isolated task")

@@ -89,7 +89,7 @@ def test_page_assets_and_security_headers(tmp_path: Path, serve: Callable[[Path]
     assert headers["X-Content-Type-Options"] == "nosniff" and headers["X-Frame-Options"] == "DENY"
     html = body.decode()
     scripts = re.findall(r"<script[^>]*>", html)
-    assert scripts == ['<script src="/static/app.js" defer>']  # no inline script at all
+    assert scripts == ['<script type="module" src="/static/app.js">']  # no inline script at all
     assert "Fleet runs" in html
     for path, kind in (("/static/app.js", "text/javascript"), ("/static/app.css", "text/css")):
         status, headers, body = fetch(path)

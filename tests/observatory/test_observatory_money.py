@@ -1,4 +1,4 @@
-"""The dashboard writes dollars exactly as the terminal does: app.js fmtUsd against core money().
+"""The dashboard writes dollars exactly as the terminal does: dom.js fmtUsd against core money().
 
 Needs node to run the page's own function; without it the test skips, except under CI=true where it fails.
 """
@@ -20,10 +20,10 @@ AMOUNTS = [0, 1, 1.5, 12.345, 0.003, 0.0035, 0.015, 0.004, 0.12345, 0.000042, 0.
 
 
 def _fmt_usd_source() -> str:
-    script = (resources.files("stellafleet.observatory") / "static" / "app.js").read_text()
-    found = re.search(r"^  function fmtUsd\(x\) \{\n.*?^  \}\n", script, re.S | re.M)
-    assert found, "app.js has no fmtUsd function"
-    return found.group(0)
+    script = (resources.files("stellafleet.observatory") / "static" / "dom.js").read_text()
+    found = re.search(r"^export function fmtUsd\(x\) \{\n.*?^\}\n", script, re.S | re.M)
+    assert found, "dom.js has no fmtUsd function"
+    return found.group(0).removeprefix("export ")
 
 
 def test_the_dashboard_formats_money_like_the_terminal() -> None:

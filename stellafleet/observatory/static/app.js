@@ -3,110 +3,27 @@
 // the DOM is built with createElement + textContent only; nothing is ever parsed as HTML.
 "use strict";
 
-(function () {
+import { badge, el, extLink, fmtDuration, fmtTime, fmtUsd, shortSha } from "./dom.js";
+import { RunVisuals } from "./runviews.js";
+import { sparkline } from "./spend.js";
+
+{
   const PAGE_SIZE = 25;
   const MAX_PAGE = Math.floor(Number.MAX_SAFE_INTEGER / PAGE_SIZE);
   const IDLE_POLL_MS = 10000;
-  const STATUSES = new Set([
-    "running", "succeeded", "failed", "skipped", "pending", "interrupted", "spend_limited",
-    "green", "red", "stalled", "no_ci", "error", "removed", "kept",
-  ]);
+  const FOLD_WAVES_OVER = 60; // tasks: a bigger run's task cards are built only when their section is opened
 
   let timer = null;
   let generation = 0;
   let lastRendered = "";
   const openDetails = new Set();
-
-  // --- DOM helpers (text only) ---
-
-  function el(tag, props, ...children) {
-    const node = document.createElement(tag);
-    if (props) {
-      for (const [key, value] of Object.entries(props)) {
-        if (value === null || value === undefined || value === false) continue;
-        if (key === "className") node.className = value;
-        else if (key === "text") node.textContent = String(value);
-        else if (key === "href") node.setAttribute("href", value);
-        else node.setAttribute(key, String(value));
-      }
-    }
-    for (const child of children.flat(Infinity)) {
-      if (child === null || child === undefined || child === false) continue;
-      node.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
-    }
-    return node;
-  }
-
-  function badge(status, extra) {
-    const known = STATUSES.has(status) ? status : "other";
-    return el("span", { className: "badge st-" + known + (extra ? " " + extra : ""), text: status || "unknown" });
-  }
-
-  function safeHref(url) {
-    try {
-      const parsed = new URL(String(url));
-      return parsed.protocol === "https:" || parsed.protocol === "http:" ? parsed.href : null;
-    } catch (_) {
-      return null;
-    }
-  }
-
-  function extLink(url, label) {
-    const href = safeHref(url);
-    if (!href) return el("span", { text: url || "" });
-    return el("a", { href: href, rel: "noopener noreferrer", target: "_blank", text: label || url });
-  }
-
-  // --- formatting ---
-
-  function pad(n) {
-    return String(n).padStart(2, "0");
-  }
-
-  function fmtTime(ms) {
-    if (ms === null || ms === undefined) return "—";
-    const d = new Date(ms);
-    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " +
-      pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
-  }
-
-  function fmtDuration(ms) {
-    if (ms === null || ms === undefined) return "—";
-    const s = ms / 1000;
-    if (s < 10) return s.toFixed(1) + "s";
-    const total = Math.round(s);
-    const h = Math.floor(total / 3600);
-    const m = Math.floor((total % 3600) / 60);
-    const sec = total % 60;
-    if (h) return h + "h " + pad(m) + "m";
-    if (m) return m + "m " + pad(sec) + "s";
-    return sec + "s";
-  }
-
-  // Dollars as the terminal writes them (core/spend.py money): at least two decimals, up to four,
-  // two significant digits below a hundredth of a cent ($1.50, $0.003, $0.0035, $0.000042).
-  function fmtUsd(x) {
-    let v = Number(x || 0);
-    if (!isFinite(v)) return "$?";
-    let sign = v < 0 ? "-" : "";
-    v = Math.abs(v);
-    let decimals = 4;
-    if (v > 0 && v < 0.00005) decimals = Math.min(12, 1 - Math.floor(Math.log10(v)));
-    const parts = v.toFixed(decimals).split(".");
-    let fraction = (parts[1] || "").replace(/0+$/, "");
-    while (fraction.length < 2) fraction += "0";
-    if (parts[0] === "0" && /^0*$/.test(fraction)) sign = "";
-    return sign + "$" + parts[0] + "." + fraction;
-  }
+  let visuals = null;
+  let layout = null;
 
   function fmtSpend(run) {
     const spent = fmtUsd(run.spend_usd);
     if (run.spend_limit_usd === null || run.spend_limit_usd === undefined) return spent + " (no limit)";
     return spent + " / " + fmtUsd(run.spend_limit_usd);
-  }
-
-  function shortSha(sha) {
-    return sha ? String(sha).slice(0, 10) : "";
   }
 
   function fmtBase(run) {
@@ -193,6 +110,7 @@
       if (where.view === "run") {
         const data = await getJSON("/api/runs/" + encodeURIComponent(where.id));
         if (gen !== generation) return;
+        performance.mark("run-data");
         showRun(data);
         next = data.run.live ? data.poll_ms : IDLE_POLL_MS;
       } else {
@@ -227,6 +145,7 @@
   // --- runs list ---
 
   function showList(data, page) {
+    if (visuals) visuals.leave(); // no log keeps following behind the runs list
     document.getElementById("runs-card").hidden = false;
     document.getElementById("run-view").hidden = true;
     document.getElementById("ledger-path").textContent = "ledger: " + data.ledger;
@@ -253,7 +172,7 @@
       el("td", { text: fmtDuration(run.duration_ms) }),
       el("td", null, runStatus(run)),
       el("td", null, taskCounts(run.tasks)),
-      el("td", { className: "nowrap", text: fmtSpend(run) }),
+      el("td", { className: "nowrap spend-cell" }, sparkline(run.spend_spark, run.spend_limit_usd), " ", fmtSpend(run)),
       el("td", { text: run.pipeline || "—" }),
       el("td", { className: "mono", text: fmtBase(run) })));
     body.replaceChildren(el("table", { id: "runs-table", className: "grid" }, el("thead", null, head), el("tbody", null, rows)));
@@ -275,6 +194,7 @@
   // --- one run ---
 
   function showMissingRun(id, message) {
+    if (visuals) visuals.leave();
     document.getElementById("runs-card").hidden = true;
     document.getElementById("run-view").hidden = false;
     lastRendered = "";
@@ -304,9 +224,16 @@
     setLive(data.run.live);
     if (unchanged("run", data)) return;
     const run = data.run;
-    const parts = [];
-    parts.push(el("h2", { className: "run-title" }, "Fleet run ", el("span", { className: "mono", id: "run-id", text: run.id }), " ", runStatus(run)));
-    parts.push(kv([
+    const body = document.getElementById("run-body");
+    visuals = visuals || new RunVisuals(getJSON);
+    if (!layout || layout.head.parentNode !== body) {
+      // the pictures' nodes stay in place across polls: a followed log keeps its scroll position
+      const sections = visuals.sections();
+      layout = { head: el("div", { className: "run-head" }), facts: el("div"), rest: el("div") };
+      body.replaceChildren(layout.head, sections.attention, layout.facts, ...sections.charts, layout.rest);
+    }
+    layout.head.replaceChildren(el("h2", { className: "run-title" }, "Fleet run ", el("span", { className: "mono", id: "run-id", text: run.id }), " ", runStatus(run)));
+    layout.facts.replaceChildren(kv([
       ["Started", fmtTime(run.created_at_ms)],
       ["Finished", run.finished_at_ms ? fmtTime(run.finished_at_ms) : (run.live ? "still running" : "—")],
       ["Duration", fmtDuration(run.duration_ms)],
@@ -324,17 +251,29 @@
       ["Exit code", run.exit_code],
       ["Reason", run.reason],
     ]));
-    parts.push(el("h3", { text: "Waves" }));
-    if (!data.waves.length) parts.push(el("p", { className: "muted", text: "No tasks recorded yet." }));
-    for (const wave of data.waves) {
-      parts.push(el("section", { className: "wave", "data-wave": wave.wave === null ? "" : wave.wave },
-        el("h4", { text: wave.wave === null ? "Not scheduled" : "Wave " + wave.wave }),
-        wave.tasks.map((task) => taskCard(run, task))));
-    }
-    parts.push(branchesSection(data.branches));
-    parts.push(commitsSection(data.commits));
-    if (data.cleanups.length) parts.push(cleanupsSection(data.cleanups));
-    document.getElementById("run-body").replaceChildren(...parts);
+    const rest = [wavesSection(run, data.waves), branchesSection(data.branches), commitsSection(data.commits)];
+    if (data.cleanups.length) rest.push(cleanupsSection(data.cleanups));
+    layout.rest.replaceChildren(...rest);
+    visuals.render(data, Math.max(600, body.clientWidth - 8));
+    performance.mark("run-rendered");
+  }
+
+  function wavesSection(run, waves) {
+    const count = waves.reduce((n, wave) => n + wave.tasks.length, 0);
+    const fill = (into) => {
+      if (!waves.length) into.appendChild(el("p", { className: "muted", text: "No tasks recorded yet." }));
+      for (const wave of waves) {
+        into.appendChild(el("section", { className: "wave", "data-wave": wave.wave === null ? "" : wave.wave },
+          el("h4", { text: wave.wave === null ? "Not scheduled" : "Wave " + wave.wave }),
+          wave.tasks.map((task) => taskCard(run, task))));
+      }
+      return into;
+    };
+    if (count <= FOLD_WAVES_OVER) return fill(el("div", { className: "waves" }, el("h3", { text: "Waves" })));
+    const folded = rememberOpen(el("details", { className: "waves" }, el("summary", { className: "waves-summary", text: "Waves: " + count + " tasks (open to list them all)" })), "waves:" + run.id);
+    if (folded.open) fill(folded);
+    else folded.addEventListener("toggle", () => { if (folded.open && !folded.querySelector("section.wave")) fill(folded); });
+    return folded;
   }
 
   function taskCard(run, task) {
@@ -449,5 +388,5 @@
     window.scrollTo(0, 0);
     refresh();
   });
-  document.addEventListener("DOMContentLoaded", refresh);
-})();
+  refresh(); // a module runs after the document is parsed
+}

@@ -1,0 +1,77 @@
+// The plan graph: waves as columns, tasks as nodes coloured by status, one edge per dependency.
+// A skipped task links back to the failure that caused it (its chain of edges is drawn as the cause).
+"use strict";
+
+import { frame, statusClass, svg } from "./dom.js";
+
+const COL_W = 200;
+const NODE_W = 164;
+const TOP = 24;
+
+function clip(text, chars) {
+  return text.length > chars ? text.slice(0, chars - 1) + "…" : text;
+}
+
+export function renderGraph(graph, opts) {
+  const rowH = graph.rows > 40 ? 14 : 30;
+  const nodeH = rowH - (rowH > 20 ? 8 : 3);
+  const width = Math.max(COL_W, graph.columns * COL_W);
+  const height = TOP + Math.max(1, graph.rows) * rowH + 6;
+  const chart = frame("graph-chart", width, height, "the plan's tasks by wave, with their dependencies");
+  const at = new Map();
+  for (const node of graph.nodes) at.set(node.id, { x: 12 + node.col * COL_W, y: TOP + node.row * rowH });
+
+  const heads = svg("g", { className: "axis" });
+  for (let col = 0; col < graph.columns; col++) {
+    const first = graph.nodes.find((n) => n.col === col);
+    const label = first && first.wave !== null ? "wave " + first.wave : "not scheduled";
+    heads.appendChild(svg("text", { x: 12 + col * COL_W, y: 14, className: "tick", text: label }));
+  }
+  chart.appendChild(heads);
+
+  const edges = svg("g", { className: "edges" });
+  for (const edge of graph.edges) {
+    const a = at.get(edge.from);
+    const b = at.get(edge.to);
+    const x1 = a.x + NODE_W, y1 = a.y + nodeH / 2, x2 = b.x, y2 = b.y + nodeH / 2;
+    const mid = (x1 + x2) / 2;
+    edges.appendChild(svg("path", {
+      d: "M" + x1 + "," + y1 + " C" + mid + "," + y1 + " " + mid + "," + y2 + " " + x2 + "," + y2,
+      className: "edge" + (edge.cause ? " cause" : ""), "data-from": edge.from, "data-to": edge.to,
+    }));
+  }
+  chart.appendChild(edges);
+
+  const nodes = svg("g", { className: "nodes" });
+  for (const node of graph.nodes) {
+    const p = at.get(node.id);
+    const g = svg("g", {
+      className: "node " + statusClass(node.status) + (node.attempt !== null && node.attempt === opts.selected ? " selected" : ""),
+      "data-task": node.id, "data-status": node.status, "data-caused-by": node.caused_by, tabindex: 0,
+    });
+    g.appendChild(svg("rect", { x: p.x, y: p.y, width: NODE_W, height: nodeH, rx: 4 }));
+    if (rowH > 20) g.appendChild(svg("text", { x: p.x + 7, y: p.y + nodeH / 2 + 4, text: clip(node.id, 22) }));
+    nodes.appendChild(g);
+  }
+  chart.appendChild(nodes);
+
+  const byId = new Map(graph.nodes.map((n) => [n.id, n]));
+  const pick = (event) => {
+    const target = event.target.closest && event.target.closest("g.node");
+    if (!target) return;
+    let node = byId.get(target.getAttribute("data-task"));
+    if (node.caused_by) node = byId.get(node.caused_by) || node; // a skip opens the failure behind it
+    if (node.attempt !== null) opts.onSelect(node.attempt);
+  };
+  chart.addEventListener("click", pick);
+  chart.addEventListener("mouseover", (event) => { // tooltips made on first hover, not 500 up front
+    const g = event.target.closest && event.target.closest("g.node");
+    if (!g || g.querySelector("title")) return;
+    const node = byId.get(g.getAttribute("data-task"));
+    let tip = node.id + (node.title ? " — " + node.title : "") + " · " + node.status;
+    if (node.caused_by) tip += " · skipped because " + node.caused_by + " failed (click to open it)";
+    g.appendChild(svg("title", { text: tip }));
+  });
+  chart.addEventListener("keydown", (event) => { if (event.key === "Enter") pick(event); });
+  return chart;
+}

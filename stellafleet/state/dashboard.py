@@ -1,0 +1,276 @@
+"""The run page's pictures as data: timeline lanes, the plan graph, spend over time, what needs attention.
+
+The observatory draws these; the layout decisions that need the whole run (which lane an attempt sits
+in, the order of a wave's nodes, the cause of a skip) are made here once, in Python, so the page only maps
+numbers to pixels and a test can check them without a browser.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from stellafleet.core.status import AttemptOutcome, CIState, TaskStatus
+from stellafleet.proc.pids import pid_alive
+from stellafleet.state.ledger_dashboard import DashboardReads
+from stellafleet.state.views import Alive, load_run, runs_page
+
+# A running attempt with no sign of life (spend, progress, log growth) for this long needs attention.
+QUIET_AFTER_MS = 120_000
+SPEND_POINTS = 300
+SPARK_POINTS = 24
+TOP_SPENDERS = 15
+# Attempt columns the page does not use: the commit token's hash in particular never leaves the server.
+PAGE_OMITS = ("token_sha256", "run_id", "success", "cpu_seconds", "peak_rss_bytes")
+# Task states that stop their dependents (a skip names the first of these it finds upstream).
+FAILING = frozenset(
+    {
+        TaskStatus.FAILED,
+        TaskStatus.INTERRUPTED,
+        AttemptOutcome.STALLED,
+        AttemptOutcome.ABANDONED,
+    }
+)
+
+
+def worker_lanes(attempts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, int]]:
+    """Greedy slots by start time, per node: an attempt takes the lowest slot free when it starts."""
+    order = sorted(attempts, key=lambda a: (a["started_at_ms"], a["id"]))
+    slot_ends: dict[str, list[float]] = {}
+    placed: dict[int, tuple[str, int]] = {}
+    for attempt in order:
+        ends = slot_ends.setdefault(attempt.get("node") or "", [])
+        start = attempt["started_at_ms"]
+        end = attempt["finished_at_ms"] if attempt["finished_at_ms"] is not None else float("inf")
+        slot = next((i for i, busy_until in enumerate(ends) if busy_until <= start), len(ends))
+        if slot == len(ends):
+            ends.append(end)
+        else:
+            ends[slot] = end
+        placed[attempt["id"]] = (attempt.get("node") or "", slot)
+    lanes: list[dict[str, Any]] = []
+    index: dict[tuple[str, int], int] = {}
+    for node, ends in slot_ends.items():  # nodes in the order they first ran something
+        for slot in range(len(ends)):
+            index[(node, slot)] = len(lanes)
+            label = f"{node} · slot {slot + 1}" if node else f"slot {slot + 1}"
+            lanes.append({"node": node or None, "slot": slot + 1, "label": label})
+    return lanes, {attempt_id: index[key] for attempt_id, key in placed.items()}
+
+
+def timeline(detail: dict[str, Any], *, now_ms: int) -> dict[str, Any]:
+    """One lane per worker slot, one bar per attempt (end None while it runs), each wave's first start."""
+    run = detail["run"]
+    tasks = [task for wave in detail["waves"] for task in wave["tasks"]]
+    attempts = sorted(
+        (a for task in tasks for a in task["attempts"]), key=lambda a: (a["started_at_ms"], a["id"])
+    )
+    lanes, lane_of = worker_lanes(attempts)  # already in start order: its sort is one pass
+    bars = [
+        {
+            "attempt": a["id"],
+            "task": a["task_id"],
+            "lane": lane_of[a["id"]],
+            "start_ms": a["started_at_ms"],
+            "end_ms": a["finished_at_ms"],
+            "outcome": a["outcome"],
+        }
+        for a in attempts
+    ]
+    wave_starts: dict[int, int] = {}
+    for task in tasks:
+        starts = [a["started_at_ms"] for a in task["attempts"]]
+        if task["wave"] is not None and starts:
+            wave_starts[task["wave"]] = min(wave_starts.get(task["wave"], starts[0]), *starts)
+    end = run["finished_at_ms"] or (now_ms if run["live"] else None)
+    latest = max([b["end_ms"] or b["start_ms"] for b in bars], default=run["created_at_ms"])
+    return {
+        "start_ms": run["created_at_ms"],
+        "end_ms": max(end or latest, latest),
+        "lanes": lanes,
+        "bars": bars,
+        "waves": [{"wave": w, "start_ms": ms} for w, ms in sorted(wave_starts.items())],
+    }
+
+
+def _cause(task_id: str, by_id: dict[str, dict[str, Any]], seen: set[str]) -> list[str]:
+    """The dependency chain from a skipped task up to the failure that caused it (cause first)."""
+    seen.add(task_id)
+    for dep in by_id[task_id].get("depends_on") or []:
+        upstream = by_id.get(dep)
+        if upstream is None or dep in seen:
+            continue
+        if upstream["status"] in FAILING:
+            return [dep, task_id]
+        if upstream["status"] == TaskStatus.SKIPPED:
+            chain = _cause(dep, by_id, seen)
+            if chain:
+                return [*chain, task_id]
+    return []
+
+
+def graph(detail: dict[str, Any]) -> dict[str, Any]:
+    """The plan's DAG by waves: nodes with a column (wave) and a row (ordered near their dependencies),
+    one edge per dependency, and for a skipped task the chain back to the failure that caused it."""
+    columns = [wave["tasks"] for wave in detail["waves"]]
+    by_id = {task["id"]: task for tasks in columns for task in tasks}
+    row_of: dict[str, float] = {}
+    nodes = []
+    for col, tasks in enumerate(columns):
+
+        def pull(task: dict[str, Any]) -> float:  # barycentre of its dependencies: fewer crossings
+            rows = [row_of[d] for d in task.get("depends_on") or [] if d in row_of]
+            return sum(rows) / len(rows) if rows else float("inf")
+
+        ordered = sorted(enumerate(tasks), key=lambda item: (pull(item[1]), item[0]))
+        for row, (_, task) in enumerate(ordered):
+            row_of[task["id"]] = row
+            chain = _cause(task["id"], by_id, set()) if task["status"] == TaskStatus.SKIPPED else []
+            nodes.append(
+                {
+                    "id": task["id"],
+                    "title": task.get("title") or "",
+                    "status": task["status"],
+                    "wave": task["wave"],
+                    "col": col,
+                    "row": row,
+                    "attempt": task["attempts"][-1]["id"] if task["attempts"] else None,
+                    "caused_by": chain[0] if chain else None,
+                    "cause_chain": chain,
+                }
+            )
+    chained = {
+        (a, b) for node in nodes for a, b in zip(node["cause_chain"], node["cause_chain"][1:], strict=False)
+    }
+    edges = [
+        {"from": dep, "to": task_id, "cause": (dep, task_id) in chained}
+        for task_id, task in by_id.items()
+        for dep in task.get("depends_on") or []
+        if dep in by_id
+    ]
+    return {
+        "columns": len(columns),
+        "rows": max((len(t) for t in columns), default=0),
+        "nodes": nodes,
+        "edges": edges,
+    }
+
+
+def spend(detail: dict[str, Any], buckets: list[tuple[int, float]], start_ms: int) -> dict[str, Any]:
+    """Cumulative dollars over time (ending at the run's total) and the tasks that spent the most."""
+    points: list[list[float]] = [[start_ms, 0.0]]
+    total = 0.0
+    for at_ms, usd in buckets:
+        total += usd
+        points.append([at_ms, round(total, 6)])
+    tasks = sorted(
+        (
+            {"task": t["id"], "usd": t["spend_usd"]}
+            for w in detail["waves"]
+            for t in w["tasks"]
+            if t["spend_usd"]
+        ),
+        key=lambda entry: -entry["usd"],
+    )
+    rest = tasks[TOP_SPENDERS:]
+    return {
+        "points": points,
+        "total_usd": round(total, 6),
+        "limit_usd": detail["run"]["spend_limit_usd"],
+        "per_task": tasks[:TOP_SPENDERS],
+        "others": {"tasks": len(rest), "usd": round(sum(e["usd"] for e in rest), 6)},
+    }
+
+
+def _log_mtime_ms(path: str | None) -> int:
+    try:
+        return int(Path(path).stat().st_mtime * 1000) if path else 0
+    except OSError:
+        return 0
+
+
+def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int) -> list[dict[str, Any]]:
+    """Running attempts gone quiet (live runs only), failed tasks, red CI branches; most urgent first."""
+    items: list[dict[str, Any]] = []
+    tasks = [task for wave in detail["waves"] for task in wave["tasks"]]
+    for task in tasks:
+        for a in task["attempts"]:
+            if a["outcome"] != AttemptOutcome.RUNNING or not detail["run"]["live"]:
+                continue
+            signs = (a["started_at_ms"], a.get("last_progress_ms") or 0, last_spend.get(a["id"], 0))
+            last = max(*signs, _log_mtime_ms(a.get("log_path")))
+            if now_ms - last >= QUIET_AFTER_MS:
+                items.append(
+                    {"kind": "quiet", "task": task["id"], "attempt": a["id"], "since_ms": last, "text": ""}
+                )
+    for task in tasks:
+        if task["status"] in FAILING:
+            last_attempt = task["attempts"][-1] if task["attempts"] else None
+            text = (last_attempt or {}).get("error") or task.get("reason") or ""
+            items.append(
+                {
+                    "kind": "failed",
+                    "task": task["id"],
+                    "attempt": last_attempt["id"] if last_attempt else None,
+                    "status": task["status"],
+                    "text": text.strip().splitlines()[0][:300] if text.strip() else "",
+                }
+            )
+    for ci in detail["ci"]:
+        if ci.get("state") == CIState.RED:
+            task = next((t for t in tasks if t["id"] == ci.get("task_id")), None)
+            items.append(
+                {
+                    "kind": "red_ci",
+                    "task": ci.get("task_id"),
+                    "attempt": task["attempts"][-1]["id"] if task and task["attempts"] else None,
+                    "branch": ci["branch"],
+                    "pr_url": ci.get("pr_url"),
+                    "text": ci.get("conclusion") or ci.get("reason") or "",
+                }
+            )
+    return items
+
+
+def load_run_page(
+    ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = pid_alive
+) -> dict[str, Any]:
+    """views.load_run (the same document `stella runs RUN --json` prints) plus the run page's timeline,
+    graph, spend and attention strip."""
+    detail = load_run(ledger_path, ref, now_ms=now_ms, alive=alive)
+    run_id = detail["run"]["id"]
+    shown = timeline(detail, now_ms=now_ms)
+    running = [b["attempt"] for b in shown["bars"] if b["outcome"] == AttemptOutcome.RUNNING]
+    with DashboardReads.open(ledger_path) as reads:
+        buckets = reads.spend_buckets(
+            run_id, start_ms=shown["start_ms"], end_ms=shown["end_ms"], points=SPEND_POINTS
+        )
+        last_spend = reads.last_spend_ms_of(running)
+    for wave in detail["waves"]:  # what the page never shows stays on the server; empty fields go too
+        for task in wave["tasks"]:
+            task["attempts"] = [
+                {key: value for key, value in attempt.items() if value is not None and key not in PAGE_OMITS}
+                for attempt in task["attempts"]
+            ]
+    detail.update(
+        timeline=shown,
+        graph=graph(detail),
+        spend=spend(detail, buckets, shown["start_ms"]),
+        attention=attention(detail, last_spend, now_ms=now_ms),
+    )
+    return detail
+
+
+def runs_page_with_spend(
+    ledger_path: Path, *, limit: int, offset: int, now_ms: int, alive: Alive = pid_alive
+) -> dict[str, Any]:
+    """views.runs_page with each run's cumulative spend as a short sparkline (`spend_spark`)."""
+    page = runs_page(ledger_path, limit=limit, offset=offset, now_ms=now_ms, alive=alive)
+    if not page["runs"]:
+        return page
+    spans = [(run["id"], run["created_at_ms"], run["finished_at_ms"] or now_ms) for run in page["runs"]]
+    with DashboardReads.open(ledger_path) as reads:
+        lines = reads.spend_sparklines(spans, points=SPARK_POINTS, now_ms=now_ms)
+    for run in page["runs"]:
+        run["spend_spark"] = lines.get(run["id"], [])
+    return page
