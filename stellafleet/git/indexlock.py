@@ -63,8 +63,9 @@ class IndexLock:
 
     @classmethod
     @contextlib.contextmanager
-    def held(cls, root: Path, *, timeout: float = LOCK_WAIT_S) -> Iterator[IndexLock]:
-        """Hold root's index.lock for the body, waiting up to timeout while another git process holds it."""
+    def held(cls, root: Path, *, timeout: float | None = None) -> Iterator[IndexLock]:
+        """Hold root's index.lock for the body, waiting (LOCK_WAIT_S) while another git process holds it."""
+        timeout = LOCK_WAIT_S if timeout is None else timeout
         identity = ProcessIdentity.of()
         assert identity is not None
         index = index_file(root)

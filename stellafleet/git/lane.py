@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 
 from stellafleet.core.clock import wall_ms
-from stellafleet.core.errors import StellaError
+from stellafleet.core.errors import GitError, StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, index, lanejournal
@@ -26,6 +26,8 @@ from stellafleet.git.indexlock import IndexLock
 from stellafleet.git.lanejournal import Pending
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
+
+HEAD_RETRIES = 20  # builds of one commit while other commits keep landing under it
 
 
 def commit_paths(
@@ -131,7 +133,33 @@ def commit_in_workspace(
 ) -> str:
     """HEAD + exactly these paths as one new commit on HEAD, by compare-and-swap; returns its SHA.
 
-    before_head_moves(sha) runs just before HEAD moves (the lane journals the commit there)."""
+    before_head_moves(sha) runs just before HEAD moves (the lane journals the commit there). When HEAD
+    moves under it (the user's own `git commit`), the commit is built again on the new HEAD: the paths
+    are this attempt's own, so nothing another commit did is undone."""
+    moved: GitError | None = None
+    for _ in range(HEAD_RETRIES):
+        # git's index.lock is held from reading HEAD until the index matches the new HEAD, as a `git
+        # commit` holds it: no other git command sees the new HEAD with the old index (whose next commit
+        # would undo this one's files), and the user's commit cannot land in between.
+        with IndexLock.held(workspace) as lock:
+            old, new = _build(workspace, paths, message)
+            entries = index.tree_entries(workspace, new, paths)
+            gone = [path for path in paths if path not in entries]
+            lock.prepare(workspace, entries, gone, null_oid="0" * len(new))
+            if before_head_moves is not None:
+                before_head_moves(new)
+            try:
+                index.update_head_cas(workspace, new, old, reflog)
+            except GitError as exc:  # moved by something that takes no index.lock: build it again
+                moved = exc
+                continue
+            lock.install()
+            return new
+    raise moved or GitError(f"HEAD kept moving while committing {', '.join(paths)}; nothing was committed")
+
+
+def _build(workspace: Path, paths: Sequence[str], message: str) -> tuple[str | None, str]:
+    """(HEAD, a new commit of HEAD plus exactly these paths from the work tree, HEAD its parent)."""
     old = gitops.ref_commit(workspace, "HEAD")
     missing = [path for path in paths if not os.path.lexists(workspace / path)]
     known = index.tree_entries(workspace, old, missing) if old and missing else {}
@@ -145,18 +173,7 @@ def commit_in_workspace(
         tree = index.write_tree(workspace, index_file)
     if old is not None and tree == index.tree_of(workspace, old):
         raise StellaError(f"nothing to commit: {', '.join(paths)} match HEAD already")
-    new = index.commit_tree(workspace, tree, old, message)
-    entries = index.tree_entries(workspace, new, paths)
-    gone = [path for path in paths if path not in entries]
-    # git's index.lock is held from before HEAD moves until the index matches it: no other git command
-    # sees the new HEAD with the old index (whose next commit would undo this one's files).
-    with IndexLock.held(workspace) as lock:
-        lock.prepare(workspace, entries, gone, null_oid="0" * len(new))
-        if before_head_moves is not None:
-            before_head_moves(new)
-        index.update_head_cas(workspace, new, old, reflog)
-        lock.install()
-    return new
+    return old, index.commit_tree(workspace, tree, old, message)
 
 
 def _record(ctx: WorkerContext, workspace: Path, sha: str, message: str) -> None:
