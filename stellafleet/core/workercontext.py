@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ _KEYS: dict[str, str] = {
     "result_path": "RESULT_FILE",
     "log_path": "LOG_FILE",
     "transcript_path": "TRANSCRIPT_FILE",
+    "token": "ATTEMPT_TOKEN",
 }
 
 
@@ -54,6 +56,9 @@ class WorkerContext:
     result_path: Path
     log_path: Path
     transcript_path: Path
+    # The attempt's secret: only its worker (and what the worker starts) is told it; the ledger keeps its
+    # SHA-256, so `stella commit` can prove it runs inside the attempt it names.
+    token: str | None = None
 
     @property
     def paths(self) -> StatePaths:
@@ -87,6 +92,7 @@ class WorkerContext:
             "result_path": str(self.result_path),
             "log_path": str(self.log_path),
             "transcript_path": str(self.transcript_path),
+            "token": self.token,
         }
         return {_PREFIX + _KEYS[name]: value for name, value in values.items() if value is not None}
 
@@ -108,7 +114,15 @@ class WorkerContext:
 
         def maybe_float(name: str) -> float | None:
             value = get(name)
-            return float(value) if value else None
+            if not value:
+                return None
+            try:
+                number = float(value)
+            except ValueError:
+                number = math.nan
+            if not math.isfinite(number) or number < 0:
+                raise StellaError(f"{_PREFIX}{_KEYS[name]} is not a number of 0 or more: {value!r}")
+            return number
 
         try:
             attempt_id = int(need("attempt_id"))
@@ -132,4 +146,5 @@ class WorkerContext:
             result_path=Path(need("result_path")),
             log_path=Path(get("log_path", os.devnull)),
             transcript_path=Path(get("transcript_path", os.devnull)),
+            token=get("token") or None,
         )

@@ -28,6 +28,7 @@ from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit
 from stellafleet.run.executor import INTERRUPTED, Attempt, Ending, Execution, Executor
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
+from stellafleet.state.proof import new_token
 from stellafleet.worker.main import PIPELINE_ENTRY_ENV
 
 # A worker's own variables never leak from the fleet's environment into a worker: its context's, and
@@ -243,6 +244,7 @@ class Dispatcher:
         transcript_path = paths.transcript_file(run_id, task.id)
         # The task's rows change in two write transactions (three with the worker's pid): the attempt
         # and the task `running` together, then the attempt's end and the task's status together.
+        token, token_sha256 = new_token()  # proves `stella commit` runs inside this attempt (state/proof.py)
         attempt_id = self.ledger.start_attempt(
             run_id,
             task.id,
@@ -251,6 +253,7 @@ class Dispatcher:
             worktree=str(workspace.path) if workspace.isolated else None,
             log_path=str(log_path),
             transcript_path=str(transcript_path),
+            token_sha256=token_sha256,
         )
         with self._lock:
             self._running[task.id] = None
@@ -272,6 +275,7 @@ class Dispatcher:
             result_path=paths.result_file(run_id, task.id, attempt_id),
             log_path=log_path,
             transcript_path=transcript_path,
+            token=token,
         )
 
     def _make_dir(self, path: Path) -> None:

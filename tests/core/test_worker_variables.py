@@ -29,6 +29,7 @@ def full_context(tmp_path: Path) -> WorkerContext:
         result_path=tmp_path / "result.json",
         log_path=tmp_path / "docs.log",
         transcript_path=tmp_path / "docs.jsonl",
+        token="0123456789abcdef",
     )
 
 
