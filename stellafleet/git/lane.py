@@ -116,7 +116,8 @@ def confine_paths(workspace: Path, paths: Sequence[str]) -> list[str]:
         full = root / rel
         if not full.parent.resolve().is_relative_to(root):
             raise StellaError(f"cannot commit {given!r}: it leads outside the workspace through a symlink")
-        if full.is_dir() and not full.is_symlink():
+        # a directory holding a repository of its own is a submodule: committed as its pointer (gitlink)
+        if full.is_dir() and not full.is_symlink() and not (full / ".git").exists():
             raise StellaError(f"cannot commit {given!r}: it is a directory; name the files in it")
         if rel not in result:
             result.append(rel)
