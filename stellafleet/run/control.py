@@ -38,6 +38,7 @@ from stellafleet.run.result import result_document
 from stellafleet.run.waves import WaveOutcome, WaveRunner
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
+from stellafleet.state.ledger_recovery import finalise_orphaned_runs
 
 SPEND_STOP_PREFIX = "spend limit reached"
 
@@ -188,6 +189,7 @@ class FleetRun:
         try:
             paths = ensure_state_dirs(p.root)
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
+                finalise_orphaned_runs(ledger, claims)  # a killed fleet's run: finalised, its claims freed
                 dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, self.reporter.handle)
                 try:
                     outcome, interrupted = self._drive(ledger, dispatcher)

@@ -8,6 +8,7 @@ the worker itself runs is the executor's business (executor.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sysconfig
 import threading
@@ -299,6 +300,8 @@ class Dispatcher:
         execution = self._start(ctx)
         if execution.pid is not None:
             self.ledger.set_attempt_pid(ctx.attempt_id, execution.pid)
+            if task.claims:
+                self._hand_over_claims(ctx, execution.pid)
         self.emit(
             AttemptStarted(
                 task=task.id,
@@ -315,6 +318,12 @@ class Dispatcher:
         if workspace.branch is not None:
             self._record_branch_commits(ctx, workspace.branch)
         return judge(ending)
+
+    def _hand_over_claims(self, ctx: WorkerContext, pid: int) -> None:
+        """The declared claims are held by the worker from now on (they outlive a killed fleet with it)."""
+        with contextlib.suppress(StellaError):  # a worker that already ended: the fleet keeps holding them
+            worker = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id, pid)
+            self.claims.hand_over(ctx.run_id, ctx.attempt_id, worker)
 
     def _start(self, ctx: WorkerContext) -> Execution:
         """Start the worker; one that starts as the run is being stopped is stopped at once."""
