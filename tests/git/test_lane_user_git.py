@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.fleet import Scripts, make_attempt, run_record, write_config
+from helpers.fleet import make_attempt, run_record, write_config
 from helpers.repo import StellaRunner, git
 
 from stellafleet.core.errors import GitError
@@ -20,13 +20,12 @@ from stellafleet.git.lane import commit_paths
 
 TASKS = 40
 
-COMMITTER = """\
-out = WS / "out"
-out.mkdir(exist_ok=True)
-(out / f"{TASK}.txt").write_text(f"written by {TASK}\\n")
-sha = stella_commit(f"{TASK}: add out/{TASK}.txt", f"out/{TASK}.txt")
-report(summary=f"committed {sha[:12]}")
-"""
+# Each task writes its own file and commits it with `stella commit` (a shell line: no interpreter to start).
+COMMITTER = (
+    'mkdir -p out && echo "written by $STELLA_TASK_ID" > "out/$STELLA_TASK_ID.txt" && '
+    'stella commit -m "$STELLA_TASK_ID: add out/$STELLA_TASK_ID.txt" "out/$STELLA_TASK_ID.txt"'
+)
+
 
 # The user: git status, then a file of their own added and committed, over and over until told to stop.
 # A git command that meets another's index.lock (or a HEAD that just moved) fails, as git does; the user
@@ -49,6 +48,7 @@ USER_LOOP = textwrap.dedent("""
         (root / "mine" / f"{n}.txt").write_text(f"user file {n}\\n")
         if git("add", f"mine/{n}.txt"):
             git("commit", "-q", "-m", f"user commit {n}")
+        time.sleep(0.02)
     print(n)
 """)
 
@@ -57,8 +57,7 @@ USER_LOOP = textwrap.dedent("""
 def test_user_git_during_a_fleet_loses_nothing_and_every_worker_commit_is_recorded_once(
     git_repo: Path, tmp_path: Path, stella: StellaRunner
 ) -> None:
-    scripts = Scripts(tmp_path / "scripts")
-    write_config(git_repo, run=scripts.python("commit", COMMITTER))
+    write_config(git_repo, run=COMMITTER)
     git("add", ".stella/config.toml", cwd=git_repo)
     git("commit", "-q", "-m", "stella config", cwd=git_repo)
     base = gitops.head_commit(git_repo)
@@ -69,7 +68,7 @@ def test_user_git_during_a_fleet_loses_nothing_and_every_worker_commit_is_record
     try:
         prompts = [f"write file number {n}" for n in range(1, TASKS + 1)]
         proc = stella(
-            "fleet", "--pipeline", "command", "--max-concurrency", "8", *prompts, cwd=git_repo, timeout=50
+            "fleet", "--pipeline", "command", "--max-concurrency", "8", *prompts, cwd=git_repo, timeout=100
         )
     finally:
         stop.touch()
