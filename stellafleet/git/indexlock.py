@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from stellafleet.core.errors import GitError
-from stellafleet.git import gitops
+from stellafleet.git import gitops, index
 from stellafleet.proc.pids import ProcessIdentity
 
 MARKER = "stella-index-lock"
@@ -123,6 +123,15 @@ class IndexLock:
         # --refresh only rewrites stat data of entries whose content matches the work tree; it exits 1
         # when some entry (the user's unstaged work) does not, which is expected here.
         gitops.git("update-index", "-q", "--refresh", cwd=root, env=env, check=False)
+
+    def match_head(self, root: Path, paths: Sequence[str]) -> None:
+        """Set these paths' entries to HEAD's (removing those HEAD lacks), and install that index."""
+        head = gitops.ref_commit(root, "HEAD")
+        entries = index.tree_entries(root, head, paths) if head else {}
+        self.prepare(
+            root, entries, [p for p in paths if p not in entries], null_oid="0" * len(head or "0" * 40)
+        )
+        self.install()
 
     def install(self) -> None:
         """Put the prepared index in place (one rename: readers see the old index or the new one)."""

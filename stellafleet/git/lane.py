@@ -139,9 +139,10 @@ def commit_in_workspace(
     are this attempt's own, so nothing another commit did is undone."""
     moved: GitError | None = None
     for _ in range(HEAD_RETRIES):
-        # git's index.lock is held from reading HEAD until the index matches the new HEAD, as a `git
-        # commit` holds it: no other git command sees the new HEAD with the old index (whose next commit
-        # would undo this one's files), and the user's commit cannot land in between.
+        # git's index.lock is held from reading HEAD until both HEAD and the index have changed, as a
+        # `git commit` holds it, so the user's commit cannot land in between. The index changes first: a
+        # git command that reads (without the lock) the new HEAD reads the new index too, and one that
+        # read the old HEAD fails its own compare-and-swap (its next commit would undo this one's files).
         with IndexLock.held(workspace) as lock:
             old, new = _build(workspace, paths, message)
             entries = index.tree_entries(workspace, new, paths)
@@ -149,12 +150,13 @@ def commit_in_workspace(
             lock.prepare(workspace, entries, gone, null_oid="0" * len(new))
             if before_head_moves is not None:
                 before_head_moves(new)
+            lock.install()
             try:
                 index.update_head_cas(workspace, new, old, reflog)
             except GitError as exc:  # moved by something that takes no index.lock: build it again
                 moved = exc
+                lock.match_head(workspace, paths)
                 continue
-            lock.install()
             return new
     raise moved or GitError(f"HEAD kept moving while committing {', '.join(paths)}; nothing was committed")
 

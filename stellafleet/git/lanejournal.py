@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from stellafleet.git import gitops, index
+from stellafleet.git import gitops
 from stellafleet.git.indexlock import IndexLock
 
 JOURNAL_NAME = "commit-lane.json"
@@ -71,12 +71,11 @@ def finish(root: Path, path: Path, record: Callable[[Pending], None]) -> Pending
         return None
     head = gitops.ref_commit(root, "HEAD")
     landed = head is not None and gitops.is_ancestor(root, pending.sha, head)
-    if landed and head is not None:
-        entries = index.tree_entries(root, head, pending.paths)
-        gone = [p for p in pending.paths if p not in entries]
-        with IndexLock.held(root) as lock:
-            lock.prepare(root, entries, gone, null_oid="0" * len(head))
-            lock.install()
+    # The index may have the commit's entries while HEAD lacks them, or lack them while HEAD has them:
+    # either way its entries for these paths become HEAD's.
+    with IndexLock.held(root) as lock:
+        lock.match_head(root, pending.paths)
+    if landed:
         record(pending)
     clear(path)
     return pending if landed else None
