@@ -68,3 +68,17 @@ def tree_entries(root: Path, commit: str, paths: Sequence[str]) -> dict[str, tup
         mode, _kind, sha = meta.split()
         entries[path] = (mode, sha)
     return entries
+
+
+def index_entries(root: Path, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """path -> (mode, object SHA) of those of paths the real index holds (stage 0)."""
+    out = gitops.git("ls-files", "-s", "-z", "--", *paths, cwd=root)
+    entries: dict[str, tuple[str, str]] = {}
+    for record in out.split("\0"):
+        if not record:
+            continue
+        meta, path = record.split("\t", 1)
+        mode, sha, stage = meta.split()
+        if stage == "0":
+            entries[path] = (mode, sha)
+    return entries

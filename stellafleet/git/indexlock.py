@@ -123,6 +123,10 @@ class IndexLock:
         # --refresh only rewrites stat data of entries whose content matches the work tree; it exits 1
         # when some entry (the user's unstaged work) does not, which is expected here.
         gitops.git("update-index", "-q", "--refresh", cwd=root, env=env, check=False)
+        # A complete cache tree (write-tree stores it in the index) leaves a `git commit` that read the
+        # index just before this one is installed nothing to write back over it: git commit reads the
+        # index before it takes index.lock, and rewrites it after only when it changed something.
+        gitops.git("write-tree", cwd=root, env=env, check=False)
 
     def match_head(self, root: Path, paths: Sequence[str]) -> None:
         """Set these paths' entries to HEAD's (removing those HEAD lacks), and install that index."""

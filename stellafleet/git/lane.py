@@ -10,8 +10,10 @@ when its `stella commit` was killed halfway (lanejournal.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -72,7 +74,31 @@ def commit_paths(
                 raise
             _record(ctx, workspace, sha, message)
             lanejournal.clear(journal)
+    settle_index(workspace, relpaths)
     return sha
+
+
+SETTLE_CHECKS_S = (0.05, 0.2)
+
+
+def settle_index(workspace: Path, paths: Sequence[str]) -> None:
+    """Put back index entries a racing `git commit` wrote over, for a moment after the commit.
+
+    `git commit` reads the index before it takes index.lock and may write that copy back: one that read it
+    just before this commit's index was installed can undo the entries of these paths, and the user's
+    next commit would then delete them. Checked twice, and repaired while HEAD still has these paths as
+    committed; git's own index writers share this race with `git commit`."""
+    for delay in SETTLE_CHECKS_S:
+        time.sleep(delay)
+        head = gitops.ref_commit(workspace, "HEAD")
+        if head is None:
+            return
+        committed = index.tree_entries(workspace, head, paths)
+        if index.index_entries(workspace, paths) == committed:
+            continue
+        with contextlib.suppress(GitError), IndexLock.held(workspace, timeout=1.0) as lock:
+            if index.index_entries(workspace, paths) != committed:
+                lock.match_head(workspace, paths)
 
 
 def worker_pid(ctx: WorkerContext) -> int:
