@@ -22,6 +22,7 @@ from stellafleet.core.status import CIState, RunStatus, TaskStatus
 from stellafleet.core.terminal import printable
 from stellafleet.git import gitops
 from stellafleet.state import views
+from stellafleet.state.ledger_recovery import finalise_orphaned_runs_in
 
 # The colour of a run's, a task's or an attempt's status, and of a watched branch's CI state.
 STATUS_STYLE: dict[str, str] = {
@@ -73,7 +74,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise StellaError(f"--limit must be at least 1, not {args.limit}")
-    ledger = StatePaths(gitops.main_worktree_root(Path.cwd())).fleet_db
+    root = gitops.main_worktree_root(Path.cwd())
+    finalise_orphaned_runs_in(root)  # a run whose fleet was killed shows as interrupted, not running
+    ledger = StatePaths(root).fleet_db
     now_ms = int(time.time() * 1000)
     if args.run_ref is None:
         page = views.runs_page(ledger, limit=args.limit, offset=0, now_ms=now_ms)

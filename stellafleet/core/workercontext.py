@@ -6,6 +6,7 @@ it is small enough for the environment (at most ENV_PROMPT_MAX_BYTES), for comma
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ _KEYS: dict[str, str] = {
     "result_path": "RESULT_FILE",
     "log_path": "LOG_FILE",
     "transcript_path": "TRANSCRIPT_FILE",
+    "token": "ATTEMPT_TOKEN",
 }
 
 
@@ -62,6 +64,9 @@ class WorkerContext:
     log_path: Path
     transcript_path: Path
     prompt_path: Path | None = None  # the prompt in a file (written by the fleet before the worker starts)
+    # The attempt's secret: only its worker (and what the worker starts) is told it; the ledger keeps its
+    # SHA-256, so `stella commit` can prove it runs inside the attempt it names.
+    token: str | None = None
 
     @property
     def paths(self) -> StatePaths:
@@ -96,6 +101,7 @@ class WorkerContext:
             "result_path": str(self.result_path),
             "log_path": str(self.log_path),
             "transcript_path": str(self.transcript_path),
+            "token": self.token,
         }
         return {_PREFIX + _KEYS[name]: value for name, value in values.items() if value is not None}
 
@@ -117,7 +123,15 @@ class WorkerContext:
 
         def maybe_float(name: str) -> float | None:
             value = get(name)
-            return float(value) if value else None
+            if not value:
+                return None
+            try:
+                number = float(value)
+            except ValueError:
+                number = math.nan
+            if not math.isfinite(number) or number < 0:
+                raise StellaError(f"{_PREFIX}{_KEYS[name]} is not a number of 0 or more: {value!r}")
+            return number
 
         try:
             attempt_id = int(need("attempt_id"))
@@ -142,6 +156,7 @@ class WorkerContext:
             log_path=Path(get("log_path", os.devnull)),
             transcript_path=Path(get("transcript_path", os.devnull)),
             prompt_path=Path(get("prompt_path")) if get("prompt_path") else None,
+            token=get("token") or None,
         )
 
 

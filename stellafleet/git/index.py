@@ -6,8 +6,7 @@ read or swept in; HEAD moves only by compare-and-swap.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from stellafleet.core.errors import GitError
@@ -71,24 +70,15 @@ def tree_entries(root: Path, commit: str, paths: Sequence[str]) -> dict[str, tup
     return entries
 
 
-def set_index_entries(
-    root: Path, entries: Mapping[str, tuple[str, str]], removed: Sequence[str], *, null_oid: str
-) -> None:
-    """Set (or remove) exactly these entries of the real index, then refresh its stat data.
-
-    Other entries, and so the user's other staged changes, are left as they are. A concurrent git
-    command holding index.lock is waited out for a few seconds.
-    """
-    lines = [f"{mode} {sha}\t{path}\0" for path, (mode, sha) in entries.items()]
-    lines += [f"0 {null_oid}\t{path}\0" for path in removed]
-    for attempt in range(100):
-        try:
-            gitops.git("update-index", "-z", "--index-info", cwd=root, stdin="".join(lines))
-            break
-        except GitError as exc:
-            if "index.lock" not in str(exc) or attempt == 99:
-                raise
-            time.sleep(0.05)
-    # --refresh only rewrites stat data of entries whose content matches the work tree; it exits 1
-    # when some entry (the user's unstaged work) does not, which is expected here.
-    gitops.git("update-index", "-q", "--refresh", cwd=root, check=False)
+def index_entries(root: Path, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """path -> (mode, object SHA) of those of paths the real index holds (stage 0)."""
+    out = gitops.git("ls-files", "-s", "-z", "--", *paths, cwd=root)
+    entries: dict[str, tuple[str, str]] = {}
+    for record in out.split("\0"):
+        if not record:
+            continue
+        meta, path = record.split("\t", 1)
+        mode, sha, stage = meta.split()
+        if stage == "0":
+            entries[path] = (mode, sha)
+    return entries

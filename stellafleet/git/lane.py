@@ -2,26 +2,34 @@
 
 The commit is built in a temporary index seeded from HEAD, so nothing the user (or another worker)
 has staged is swept in; HEAD moves by compare-and-swap, so a commit never lands on top of a HEAD it did
-not see; afterwards only the committed paths' entries of the real index are updated, so `git status`
-shows them clean while every other staged or unstaged change stays exactly as it was.
+not see; only the committed paths' entries of the real index are updated, so `git status` shows them clean
+while every other staged or unstaged change stays exactly as it was. HEAD and the index change together
+under git's own index.lock (indexlock.py), and a commit is recorded in the ledger whenever HEAD moved, even
+when its `stella commit` was killed halfway (lanejournal.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psutil
 
 from stellafleet.core.clock import wall_ms
-from stellafleet.core.errors import StellaError
+from stellafleet.core.errors import GitError, StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import gitops, index
+from stellafleet.git import gitops, index, lanejournal
+from stellafleet.git.indexlock import IndexLock
+from stellafleet.git.lanejournal import Pending
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
+
+HEAD_RETRIES = 20  # builds of one commit while other commits keep landing under it
 
 
 def commit_paths(
@@ -37,14 +45,60 @@ def commit_paths(
         sha = commit_in_workspace(workspace, relpaths, message, reflog=f"stella: task {ctx.task_id}")
         _record(ctx, workspace, sha, message)
         return sha
+    journal = ctx.paths.private / lanejournal.JOURNAL_NAME
     with ClaimStore.open(ctx.paths.store_db) as store:
         holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id, worker_pid(ctx))
         # Only the attempt's own paths: a path another live worker holds fails here, by name.
         store.acquire(relpaths, holder)
-        with store.commit_lane(holder, timeout=lane_timeout):
-            sha = commit_in_workspace(workspace, relpaths, message, reflog=f"stella: task {ctx.task_id}")
+        # The lane belongs to this process, not to the worker: a killed `stella commit` frees it at once.
+        lane_holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
+        with store.commit_lane(lane_holder, timeout=lane_timeout):
+            lanejournal.finish(workspace, journal, lambda done: _record_pending(ctx, workspace, done))
+
+            def journal_it(sha: str) -> None:
+                first_line = message.strip().splitlines()[0]
+                pending = Pending(ctx.run_id, ctx.task_id, ctx.attempt_id, first_line, sha, tuple(relpaths))
+                lanejournal.write(journal, pending)
+
+            try:
+                sha = commit_in_workspace(
+                    workspace,
+                    relpaths,
+                    message,
+                    reflog=f"stella: task {ctx.task_id}",
+                    before_head_moves=journal_it,
+                )
+            except BaseException:
+                # HEAD did not move (or, past the compare-and-swap, it did: then record it all the same)
+                lanejournal.finish(workspace, journal, lambda done: _record_pending(ctx, workspace, done))
+                raise
             _record(ctx, workspace, sha, message)
+            lanejournal.clear(journal)
+    settle_index(workspace, relpaths)
     return sha
+
+
+SETTLE_CHECKS_S = (0.05, 0.2)
+
+
+def settle_index(workspace: Path, paths: Sequence[str]) -> None:
+    """Put back index entries a racing `git commit` wrote over, for a moment after the commit.
+
+    `git commit` reads the index before it takes index.lock and may write that copy back: one that read it
+    just before this commit's index was installed can undo the entries of these paths, and the user's
+    next commit would then delete them. Checked twice, and repaired while HEAD still has these paths as
+    committed; git's own index writers share this race with `git commit`."""
+    for delay in SETTLE_CHECKS_S:
+        time.sleep(delay)
+        head = gitops.ref_commit(workspace, "HEAD")
+        if head is None:
+            return
+        committed = index.tree_entries(workspace, head, paths)
+        if index.index_entries(workspace, paths) == committed:
+            continue
+        with contextlib.suppress(GitError), IndexLock.held(workspace, timeout=1.0) as lock:
+            if index.index_entries(workspace, paths) != committed:
+                lock.match_head(workspace, paths)
 
 
 def worker_pid(ctx: WorkerContext) -> int:
@@ -88,15 +142,53 @@ def confine_paths(workspace: Path, paths: Sequence[str]) -> list[str]:
         full = root / rel
         if not full.parent.resolve().is_relative_to(root):
             raise StellaError(f"cannot commit {given!r}: it leads outside the workspace through a symlink")
-        if full.is_dir() and not full.is_symlink():
+        # a directory holding a repository of its own is a submodule: committed as its pointer (gitlink)
+        if full.is_dir() and not full.is_symlink() and not (full / ".git").exists():
             raise StellaError(f"cannot commit {given!r}: it is a directory; name the files in it")
         if rel not in result:
             result.append(rel)
     return result
 
 
-def commit_in_workspace(workspace: Path, paths: Sequence[str], message: str, *, reflog: str) -> str:
-    """HEAD + exactly these paths as one new commit on HEAD, by compare-and-swap; returns its SHA."""
+def commit_in_workspace(
+    workspace: Path,
+    paths: Sequence[str],
+    message: str,
+    *,
+    reflog: str,
+    before_head_moves: Callable[[str], None] | None = None,
+) -> str:
+    """HEAD + exactly these paths as one new commit on HEAD, by compare-and-swap; returns its SHA.
+
+    before_head_moves(sha) runs just before HEAD moves (the lane journals the commit there). When HEAD
+    moves under it (the user's own `git commit`), the commit is built again on the new HEAD: the paths
+    are this attempt's own, so nothing another commit did is undone."""
+    moved: GitError | None = None
+    for _ in range(HEAD_RETRIES):
+        # git's index.lock is held from reading HEAD until both HEAD and the index have changed, as a
+        # `git commit` holds it, so the user's commit cannot land in between. The index changes first: a
+        # git command that reads (without the lock) the new HEAD reads the new index too, and one that
+        # read the old HEAD fails its own compare-and-swap (its next commit would undo this one's files).
+        with IndexLock.held(workspace) as lock:
+            old, new = _build(workspace, paths, message)
+            entries = index.tree_entries(workspace, new, paths)
+            gone = [path for path in paths if path not in entries]
+            lock.prepare(workspace, entries, gone, null_oid="0" * len(new))
+            if before_head_moves is not None:
+                before_head_moves(new)
+            lock.install()
+            try:
+                index.update_head_cas(workspace, new, old, reflog)
+            except GitError as exc:  # moved by something that takes no index.lock: build it again
+                moved = exc
+                lock.match_head(workspace, paths)
+                continue
+            return new
+    raise moved or GitError(f"HEAD kept moving while committing {', '.join(paths)}; nothing was committed")
+
+
+def _build(workspace: Path, paths: Sequence[str], message: str) -> tuple[str | None, str]:
+    """(HEAD, a new commit of HEAD plus exactly these paths from the work tree, HEAD its parent)."""
     old = gitops.ref_commit(workspace, "HEAD")
     missing = [path for path in paths if not os.path.lexists(workspace / path)]
     known = index.tree_entries(workspace, old, missing) if old and missing else {}
@@ -110,12 +202,7 @@ def commit_in_workspace(workspace: Path, paths: Sequence[str], message: str, *, 
         tree = index.write_tree(workspace, index_file)
     if old is not None and tree == index.tree_of(workspace, old):
         raise StellaError(f"nothing to commit: {', '.join(paths)} match HEAD already")
-    new = index.commit_tree(workspace, tree, old, message)
-    index.update_head_cas(workspace, new, old, reflog)
-    entries = index.tree_entries(workspace, new, paths)
-    gone = [path for path in paths if path not in entries]
-    index.set_index_entries(workspace, entries, gone, null_oid="0" * len(new))
-    return new
+    return old, index.commit_tree(workspace, tree, old, message)
 
 
 def _record(ctx: WorkerContext, workspace: Path, sha: str, message: str) -> None:
@@ -128,5 +215,20 @@ def _record(ctx: WorkerContext, workspace: Path, sha: str, message: str) -> None
             attempt_id=ctx.attempt_id,
             branch=branch,
             message=message.strip().splitlines()[0],
+            committed_at_ms=wall_ms(),
+        )
+
+
+def _record_pending(ctx: WorkerContext, workspace: Path, pending: Pending) -> None:
+    """Record a commit a killed lane holder put on HEAD, for the task it was made for."""
+    branch = gitops.current_branch(workspace) or ctx.branch
+    with Ledger.open(ctx.paths.fleet_db) as ledger:
+        ledger.record_commit(
+            sha=pending.sha,
+            run_id=pending.run_id,
+            task_id=pending.task_id,
+            attempt_id=pending.attempt_id,
+            branch=branch,
+            message=pending.message,
             committed_at_ms=wall_ms(),
         )

@@ -75,6 +75,15 @@ def pid_alive(pid: int | None, started_at_ms: int | None) -> bool:
     return pid_alive_since(pid, started_at_s, tolerance_s=LEDGER_SPAWN_GRACE_S)
 
 
+def descends_from(pid: int) -> bool:
+    """True when this process is pid or was started (directly or not) by it."""
+    try:
+        me = psutil.Process()
+        return pid == me.pid or any(parent.pid == pid for parent in me.parents())
+    except psutil.Error:
+        return False
+
+
 @dataclass(frozen=True)
 class ProcessIdentity:
     """A process named so that a reused pid is not mistaken for it: its pid and psutil start time (s)."""

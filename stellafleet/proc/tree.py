@@ -22,7 +22,7 @@ from typing import Protocol
 
 import psutil
 
-from stellafleet.proc.group import signal_group
+from stellafleet.proc.group import signal_group, stop_group
 
 UNKNOWN_STATUS = 255  # an exit whose status nobody could read (its reaper went away)
 REPORT_WAIT_S = 5.0
@@ -195,6 +195,8 @@ class ProcessTree:
         """The exit, once the worker has ended (its rusage includes the descendants it waited for)."""
         if self._exit is not None:
             return self._exit
+        if self.popen is not None and self.popen.returncode is not None:  # reaped by stop_group
+            return self._finish(self.popen.returncode, self._cpu, self._peak_rss)
         if self._launcher is not None:
             reported = self._launcher.exit_of(self.pid)
             if reported is None and not self._launcher.alive and not self._root_running():
@@ -242,6 +244,13 @@ class ProcessTree:
 
     def signal_tree(self, sig: int) -> None:
         """Send sig to every process of the tree, including orphans seen earlier and the process group."""
+        self.signal_known(sig)
+        # The group id is the worker's pid, which the kernel hands to no new process while any member of
+        # the group (the unreaped worker or a child it left behind) still lives.
+        signal_group(self.pid, sig)
+
+    def signal_known(self, sig: int) -> None:
+        """Send sig to the worker and every descendant seen so far (those that left its group too)."""
         members = self._members()
         targets = {proc.pid: proc for proc in members}
         for pid, proc in self._known.items():
@@ -251,9 +260,16 @@ class ProcessTree:
                 proc.send_signal(sig)  # psutil refuses a pid that was reused by another process
             except psutil.Error:
                 continue
-        if self._exit is None and (self.popen is not None or self._root_running()):
-            # While the unreaped root holds its pid, the group id cannot belong to anyone else.
-            signal_group(self.pid, sig)
+
+    def stop(self, grace_s: float) -> None:
+        """SIGTERM to the whole tree, up to grace_s for it to end, then SIGKILL to whatever is left."""
+        self.signal_known(signal.SIGTERM)
+        stop_group(self.pid, grace_s, leader=self.popen if self._exit is None else None)
+        self.signal_known(signal.SIGKILL)
+
+    def end_leftovers(self) -> None:
+        """After the worker ended: SIGKILL to whatever it left running (an attempt ends with its tree)."""
+        self.signal_tree(signal.SIGKILL)
 
     def close(self) -> None:
         if self._pidfd is not None:

@@ -45,6 +45,7 @@ from stellafleet.run.watchdog import watching
 from stellafleet.run.waves import WaveOutcome
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
+from stellafleet.state.ledger_recovery import finalise_orphaned_runs
 
 
 def run_fleet(options: FleetOptions, *, out: IO[str] | None = None, reporter: Reporter | None = None) -> int:
@@ -208,6 +209,7 @@ class FleetRun:
         try:
             paths = ensure_state_dirs(p.root)
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
+                finalise_orphaned_runs(ledger, claims)  # a killed fleet's run: finalised, its claims freed
                 emit = fan_out(self.reporter.handle, self.notifier.handle if self.notifier else None)
                 dispatcher = Dispatcher(
                     run_settings(p), ledger, claims, executor, emit, budget=spend_budget(p)

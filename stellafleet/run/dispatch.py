@@ -8,6 +8,7 @@ the worker itself runs is the executor's business (executor.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sysconfig
 import threading
@@ -31,6 +32,7 @@ from stellafleet.run.settle import record_reported_spend
 from stellafleet.run.watchdog import Watchdog
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
+from stellafleet.state.proof import new_token
 from stellafleet.worker.main import PIPELINE_ENTRY_ENV
 
 # A worker's own variables never leak from the fleet's environment into a worker: its context's, and
@@ -284,6 +286,7 @@ class Dispatcher:
         transcript_path = paths.transcript_file(run_id, task.id)
         # The task's rows change in two write transactions (three with the worker's pid): the attempt
         # and the task `running` together, then the attempt's end and the task's status together.
+        token, token_sha256 = new_token()  # proves `stella commit` runs inside this attempt (state/proof.py)
         attempt_id = self.ledger.start_attempt(
             run_id,
             task.id,
@@ -292,6 +295,7 @@ class Dispatcher:
             worktree=str(workspace.path) if workspace.isolated else None,
             log_path=str(log_path),
             transcript_path=str(transcript_path),
+            token_sha256=token_sha256,
         )
         with self._lock:
             self._running[task.id] = None
@@ -314,6 +318,7 @@ class Dispatcher:
             log_path=log_path,
             transcript_path=transcript_path,
             prompt_path=paths.prompt_file(run_id, task.id, attempt_id),
+            token=token,
         )
 
     def _make_dir(self, path: Path) -> None:
@@ -340,6 +345,8 @@ class Dispatcher:
         execution = self._start(ctx)
         if execution.pid is not None:
             self.ledger.set_attempt_pid(ctx.attempt_id, execution.pid)
+            if task.claims:
+                self._hand_over_claims(ctx, execution.pid)
         self.emit(
             AttemptStarted(
                 task=task.id,
@@ -362,6 +369,12 @@ class Dispatcher:
         if workspace.branch is not None:
             self._record_branch_commits(ctx, workspace.branch)
         return stalled_record(judge(ending), stalled) if stalled else judge(ending)
+
+    def _hand_over_claims(self, ctx: WorkerContext, pid: int) -> None:
+        """The declared claims are held by the worker from now on (they outlive a killed fleet with it)."""
+        with contextlib.suppress(StellaError):  # a worker that already ended: the fleet keeps holding them
+            worker = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id, pid)
+            self.claims.hand_over(ctx.run_id, ctx.attempt_id, worker)
 
     def _start(self, ctx: WorkerContext) -> Execution:
         """Start the worker; one that starts as the run is being stopped is stopped at once."""

@@ -167,38 +167,32 @@ class LocalExecution:
         return Ending(exit_info, stop_reason, read_result(self._context.result_path))
 
     def _follow(self) -> tuple[Exit, str | None]:
-        """Wait for the worker, sampling its tree; on timeout or stop(), SIGTERM (later SIGKILL) it."""
+        """Wait for the worker, sampling its tree; on timeout or stop(), stop the tree (proc/group.py's
+        SIGTERM, grace, SIGKILL). However it ended, whatever it left running is killed with it."""
         tree, timeout = self._tree, self._context.timeout_s
         start = time.monotonic()
         deadline = start + timeout if timeout else None
         next_sample = start + min(0.1, self._interval)
-        stop_reason: str | None = None
-        stopped_at = 0.0
-        killed = False
         wake_fd = self._wake[0] if self._wake is not None else None
+        stop_reason: str | None = None
         while True:
             now = time.monotonic()
-            if stop_reason is None:
-                if deadline is not None and now >= deadline:
-                    stop_reason = f"timed out after {timeout:g}s"
-                elif self._stopped.is_set():
-                    stop_reason = INTERRUPTED
-                if stop_reason is not None:
-                    tree.signal_tree(signal.SIGTERM)
-                    stopped_at = now
-            elif not killed and now - stopped_at >= self._grace:
-                tree.signal_tree(signal.SIGKILL)
-                killed = True
+            if deadline is not None and now >= deadline:
+                stop_reason = f"timed out after {timeout:g}s"
+            elif self._stopped.is_set():
+                stop_reason = INTERRUPTED
+            if stop_reason is not None:
+                tree.stop(self._grace)
+                break
             if now >= next_sample:
                 tree.sample()
                 next_sample = now + self._interval
-            wait_for = next_sample - now
-            if stop_reason is None and deadline is not None:
-                wait_for = min(wait_for, deadline - now)
-            if stop_reason is not None and not killed:
-                wait_for = min(wait_for, stopped_at + self._grace - now)
-            done = tree.wait(max(wait_for, 0.001), wake_fd=None if stop_reason else wake_fd)
+            wait_for = next_sample - now if deadline is None else min(next_sample, deadline) - now
+            done = tree.wait(max(wait_for, 0.001), wake_fd=wake_fd)
             if done is not None:
-                if stop_reason is not None:
-                    tree.signal_tree(signal.SIGKILL)  # whatever of the stopped tree outlived its root
-                return done, stop_reason
+                tree.end_leftovers()
+                return done, None
+        while (done := tree.wait(1.0)) is None:
+            tree.signal_tree(signal.SIGKILL)  # its launcher's report of the exit is on its way
+        tree.end_leftovers()
+        return done, stop_reason

@@ -221,6 +221,18 @@ class ClaimStore:
             )
             return cursor.rowcount
 
+    def hand_over(self, run_id: str, attempt_id: int, holder: Holder) -> int:
+        """Make holder's process the holder of every path this attempt holds; returns how many.
+
+        The fleet claims a task's declared paths before its worker exists, then hands them to the worker:
+        a claim must stay held while the worker runs, even when the fleet that took it is gone."""
+        with self._lock, write_transaction(self._conn) as conn:
+            cursor = conn.execute(
+                "UPDATE file_locks SET pid = ?, pid_started = ? WHERE run_id = ? AND attempt_id = ?",
+                (holder.pid, holder.pid_started, run_id, attempt_id),
+            )
+            return cursor.rowcount
+
     def holder_of(self, path: str) -> Holder | None:
         """The live holder of path, or None when it is free or its holder is dead (stale)."""
         with self._lock:

@@ -196,12 +196,13 @@ class Ledger(LedgerMerges):
         worktree: str | None = None,
         log_path: str | None = None,
         transcript_path: str | None = None,
+        token_sha256: str | None = None,
     ) -> int:
         """A new running attempt for the task, whose status becomes `running` in the same transaction."""
         with self._write() as conn:
             cursor = conn.execute(
                 "INSERT INTO attempts (run_id, task_id, started_at_ms, outcome, pipeline, branch, worktree,"
-                " log_path, transcript_path) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " log_path, transcript_path, token_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     task_id,
@@ -212,6 +213,7 @@ class Ledger(LedgerMerges):
                     worktree,
                     log_path,
                     transcript_path,
+                    token_sha256,
                 ),
             )
             attempt_id = cursor.lastrowid

@@ -166,6 +166,14 @@ class LedgerReads:
         rows = self._read("SELECT spend_usd FROM attempts WHERE id = ?", (attempt_id,))
         return float(rows[0][0]) if rows else 0.0
 
+    def attempt_identity(self, attempt_id: int) -> dict[str, Any] | None:
+        """What proves a process acts for an attempt: its run, task, outcome, worker pid and token hash."""
+        rows = self._read(
+            "SELECT run_id, task_id, outcome, pid, started_at_ms, token_sha256 FROM attempts WHERE id = ?",
+            (attempt_id,),
+        )
+        return dict(rows[0]) if rows else None
+
     def running_progress(self, run_id: str) -> dict[str, tuple[int, float]]:
         """task id -> (steps, dollars) of the run's attempts that are still running."""
         rows = self._read(

@@ -78,6 +78,9 @@ def _child(request: dict[str, Any], close: Sequence[int], ready: int) -> None:
 
 def serve(preload: Sequence[str]) -> int:
     """The launcher's loop: fork on request, report exits, leave when the fleet closes stdin."""
+    from stellafleet.proc.orphan import die_with_parent
+
+    die_with_parent()  # a killed fleet takes its launcher along; the orphaned workers then end themselves
     environment = _preload(preload)
     from stellafleet.worker import main as worker
 

@@ -20,6 +20,7 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
+from stellafleet.proc.orphan import end_when_orphaned
 
 if TYPE_CHECKING:
     from stellafleet.core.config import Config
@@ -200,6 +201,8 @@ def main() -> int:
     except StellaError as exc:
         print(f"stella worker: {exc}", file=sys.stderr)
         return 2
+    if os.getpgrp() == os.getpid():  # a worker the fleet started (its own group): it dies with the fleet
+        end_when_orphaned()
     print(
         f"stella worker: run {ctx.run_id} task {ctx.task_id} attempt {ctx.attempt_id} "
         f"pipeline {ctx.pipeline} in {ctx.workspace}",

@@ -32,6 +32,7 @@ def full_context(tmp_path: Path) -> WorkerContext:
         log_path=tmp_path / "docs.log",
         transcript_path=tmp_path / "docs.jsonl",
         prompt_path=tmp_path / "prompt.txt",
+        token="0123456789abcdef",
     )
 
 

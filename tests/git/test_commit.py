@@ -166,7 +166,9 @@ def test_head_moving_under_the_commit_is_a_clear_error(repo: Path, monkeypatch: 
 
     def commit_tree_then_someone_else_commits(root: Path, tree: str, parent: str | None, message: str) -> str:
         made = real_commit_tree(root, tree, parent, message)
-        sh("git", "commit", "-q", "--allow-empty", "-m", "someone else", cwd=repo)  # outside the lane
+        # outside the lane and without the index lock (a `git commit` now waits for the lane's commit)
+        other = sh("git", "commit-tree", "HEAD^{tree}", "-p", "HEAD", "-m", "someone else", cwd=repo).strip()
+        sh("git", "update-ref", "HEAD", other, cwd=repo)
         return made
 
     (repo / "a.txt").write_text("worker\n")

@@ -14,6 +14,7 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.proc.tree import Exit, ProcessTree
 from stellafleet.state.ledger import Ledger
+from stellafleet.state.proof import new_token
 from stellafleet.testing.sample_ledger import add_run
 
 # Python run by every scripted worker: small helpers the scripts below can call.
@@ -139,6 +140,7 @@ def worker_context(
     guard: float | None = None,
     model: str | None = None,
     timeout: float | None = None,
+    token: str | None = None,
 ) -> WorkerContext:
     """The context a worker for this attempt gets, with the state paths the fleet gives it."""
     paths = StatePaths(root)
@@ -160,15 +162,18 @@ def worker_context(
         result_path=paths.result_file(run_id, task_id, attempt_id),
         log_path=paths.log_file(run_id, task_id),
         transcript_path=paths.transcript_file(run_id, task_id),
+        token=token,
     )
 
 
 def make_attempt(root: Path, task_id: str = "t1") -> WorkerContext:
-    """A ledger run RUN with a started attempt for task_id, and the worker context for it."""
+    """A ledger run RUN with a started attempt for task_id (its worker's pid not recorded, as when the worker
+    runs elsewhere), and the worker context for it, its secret included."""
     paths = StatePaths(root)
     paths.private.mkdir(parents=True, exist_ok=True)
+    token, digest = new_token()
     with Ledger.open(paths.fleet_db) as ledger:
         if ledger.latest_run_id() is None:
             add_run(ledger, RUN, argv=[], root=str(root), pid=1)
-        attempt = ledger.start_attempt(RUN, task_id, pipeline="command")
-    return worker_context(root, task_id=task_id, attempt_id=attempt)
+        attempt = ledger.start_attempt(RUN, task_id, pipeline="command", token_sha256=digest)
+    return worker_context(root, task_id=task_id, attempt_id=attempt, token=token)

@@ -195,18 +195,23 @@ def test_a_version_1_ledger_is_upgraded_in_place_and_keeps_its_rows(tmp_path: Pa
     conn.close()
 
 
-def _posix_locks_on(path: Path) -> list[str]:
-    """This process's POSIX locks on path's inode, as the kernel lists them."""
-    inode = os.stat(path).st_ino
+def _posix_locks_on(path: Path) -> list[tuple[str, str, str]]:
+    """This process's POSIX locks on path's inode, as the kernel lists them: (mode, start, end), sorted.
+
+    /proc/locks is one table for the whole machine: its line numbers shift whenever any other process
+    (another test run in parallel) takes or drops a lock, so only the lock's own fields are compared."""
+    inode = str(os.stat(path).st_ino)
     pid = str(os.getpid())
+    locks = []
     with open("/proc/locks") as fh:
-        return [
-            line
-            for line in fh
-            if "POSIX" in line.split()
-            and pid in line.split()
-            and any(part.endswith(f":{inode}") for part in line.split())
-        ]
+        for line in fh:
+            fields = line.split()
+            if "->" in fields or len(fields) < 8:
+                continue  # a process waiting for a lock, not one holding it
+            _number, kind, _advisory, mode, holder, where, start, end = fields[:8]
+            if kind == "POSIX" and holder == pid and where.rsplit(":", 1)[-1] == inode:
+                locks.append((mode, start, end))
+    return sorted(locks)
 
 
 @pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")

@@ -1,0 +1,78 @@
+"""A `stella commit` killed while it holds the commit lane: the lane is free at once, nothing half-done.
+
+The killed process is held at the moment HEAD moves by a real `reference-transaction` hook (git runs it
+for the lane's `update-ref`), inside a stand-in worker: a shell carrying the attempt's environment that
+lives on after its `stella commit` is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from helpers.fleet import RUN, make_attempt, wait_for
+from helpers.repo import git, run_stella
+
+from stellafleet.state.ledger import Ledger
+
+
+def gate_hook(repo: Path, gate: Path, entered: Path, release: Path, committed: Path) -> None:
+    """A reference-transaction hook that holds the first ref update while `gate` exists."""
+    hook = repo / ".git" / "hooks" / "reference-transaction"
+    hook.write_text(
+        "#!/bin/sh\ncat >/dev/null\n"
+        f'if [ "$1" = prepared ] && [ -e {gate} ]; then\n'
+        f"  rm -f {gate}; touch {entered}\n"
+        f"  while [ ! -e {release} ]; do sleep 0.02; done\n"
+        "fi\n"
+        f'if [ "$1" = committed ]; then touch {committed}; fi\n'
+    )
+    hook.chmod(0o755)
+
+
+def commit_child(worker: subprocess.Popen[bytes]) -> psutil.Process:
+    """The `stella commit` process the stand-in worker started."""
+    for child in psutil.Process(worker.pid).children(recursive=True):
+        if "stellafleet" in " ".join(child.cmdline()):
+            return child
+    raise AssertionError("the worker's stella commit is not running")
+
+
+def test_a_killed_stella_commit_frees_the_lane_at_once_and_its_commit_is_finished(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    ctx = make_attempt(git_repo)
+    marks = {name: tmp_path / name for name in ("gate", "entered", "release", "committed")}
+    gate_hook(git_repo, **marks)
+    marks["gate"].touch()
+    (git_repo / "a.txt").write_text("a\n")
+    command = f"{sys.executable} -m stellafleet commit -m 'Add a' a.txt; sleep 60"
+    env = {**os.environ, **ctx.to_env()}
+    worker = subprocess.Popen(["sh", "-c", command], cwd=git_repo, env=env, start_new_session=True)
+    try:
+        wait_for(marks["entered"], timeout=30)
+        os.kill(commit_child(worker).pid, signal.SIGKILL)
+        marks["release"].touch()  # its orphaned update-ref now moves HEAD: a commit with no record yet
+        wait_for(marks["committed"], timeout=10)
+        (git_repo / "b.txt").write_text("b\n")
+        started = time.monotonic()
+        proc = run_stella("commit", "-m", "Add b", "b.txt", cwd=git_repo, env=ctx.to_env(), timeout=30)
+        elapsed = time.monotonic() - started
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+    assert proc.returncode == 0, proc.stderr
+    assert elapsed < 10
+    head_commits = git("rev-list", "HEAD", "--not", "HEAD~2", cwd=git_repo).split()
+    with Ledger.open(ctx.paths.fleet_db, readonly=True) as ledger:
+        rows = ledger.get_run(RUN)["commits"]
+    assert sorted(row["sha"] for row in rows) == sorted(head_commits)
+    assert {row["message"] for row in rows} == {"Add a", "Add b"}
+    # the index holds both commits' files: nothing staged, nothing left as a deletion, no stale lock
+    assert git("status", "--porcelain", "--untracked-files=no", cwd=git_repo) == ""
+    assert not (git_repo / ".git" / "index.lock").exists()

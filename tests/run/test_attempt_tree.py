@@ -1,0 +1,130 @@
+"""An attempt ends with its whole process tree: nothing a worker started runs on after it ended, and a tree
+that ignores SIGTERM is killed (SIGKILL) once the stop grace period is over."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers.fleet import by_id, run_record, wait_for, worker_context, write_config
+from helpers.repo import StellaRunner
+
+from stellafleet.run.executor import Attempt, Ending, LocalExecutor
+from stellafleet.worker.launcher import Launcher
+from stellafleet.worker.main import PIPELINE_ENTRY_ENV
+
+LATE_S = 2.0
+# The command leaves a background job that would write a file later, then ends (or kills its worker).
+BACKGROUND = (
+    f'(sleep {LATE_S}; echo late > "$MARKS/$STELLA_TASK_ID.late") >/dev/null 2>&1 & '
+    'echo $! > "$MARKS/$STELLA_TASK_ID.bg"; '
+)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_what_a_worker_leaves_running_ends_with_its_attempt(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[tasks]]\nid = "exits"\nprompt = "p"\n\n[[tasks]]\nid = "killed"\nprompt = "p"\n')
+    write_config(
+        git_repo,
+        tasks={"exits": BACKGROUND + "echo finished", "killed": BACKGROUND + "kill -9 $PPID; sleep 5"},
+    )
+    proc = stella(
+        "fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "2",
+        cwd=git_repo, env={"MARKS": str(marks)},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    tasks = by_id(run_record(git_repo)["tasks"])
+    assert tasks["exits"]["status"] == "succeeded" and tasks["killed"]["status"] == "failed"
+    for task in ("exits", "killed"):
+        assert _gone(int((marks / f"{task}.bg").read_text())), f"{task}'s background job outlived its attempt"
+    time.sleep(LATE_S + 0.5)
+    assert sorted(p.name for p in marks.glob("*.late")) == []
+
+
+STUBBORN = """\
+import signal, time
+from pathlib import Path
+from stellafleet.pipelines.base import PipelineResult
+
+
+class Stubborn:
+    name = "stubborn"
+    description = "ignores SIGTERM"
+
+    def preflight(self, config):
+        return None
+
+    def version(self):
+        return None
+
+    def run(self, ctx, config, spend):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        (ctx.root / "ready").write_text("")
+        time.sleep(60)
+        return PipelineResult(True, "never")
+"""
+
+
+def _stubborn_attempt(tmp_path: Path) -> Attempt:
+    (tmp_path / "plugin").mkdir()
+    (tmp_path / "plugin" / "stubborn_pipeline.py").write_text(STUBBORN)
+    ctx = worker_context(tmp_path, pipeline="stubborn")
+    env = {**os.environ, **ctx.to_env(), PIPELINE_ENTRY_ENV: "stubborn_pipeline:Stubborn"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path / "plugin"), env.get("PYTHONPATH")]))
+    return Attempt(ctx, env)
+
+
+def _stop_after_ready(tmp_path: Path, executor: LocalExecutor) -> tuple[Ending, float]:
+    execution = executor.start(_stubborn_attempt(tmp_path))
+    ended: list[Ending] = []
+    waiter = threading.Thread(target=lambda: ended.append(execution.wait()))
+    waiter.start()
+    wait_for(tmp_path / "ready", timeout=30)
+    stopped = time.monotonic()
+    execution.stop()
+    waiter.join(30)
+    assert not waiter.is_alive()
+    return ended[0], time.monotonic() - stopped
+
+
+def test_a_worker_ignoring_sigterm_is_killed_by_sigkill_after_the_grace_period(
+    tmp_path: Path, isolated_home: Path
+) -> None:
+    ending, took = _stop_after_ready(tmp_path, LocalExecutor(stop_grace_s=0.7))
+    assert ending.stop_reason == "interrupted"
+    assert ending.exit.returncode == -signal.SIGKILL, ending.exit.describe()
+    assert took >= 0.7
+
+
+def test_a_forked_worker_ignoring_sigterm_is_killed_by_sigkill_after_the_grace_period(
+    tmp_path: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "plugin"))  # the launcher's own sys.path
+    launcher = Launcher.start([], cwd=tmp_path)
+    if launcher is None:
+        assert sys.platform != "linux"
+        return
+    executor = LocalExecutor(launcher=launcher, stop_grace_s=0.7)
+    try:
+        ending, took = _stop_after_ready(tmp_path, executor)
+    finally:
+        executor.close()
+    assert ending.exit.returncode == -signal.SIGKILL, ending.exit.describe()
+    assert took >= 0.7

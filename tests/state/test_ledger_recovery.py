@@ -1,0 +1,60 @@
+"""A run whose fleet process is gone is finalised once its workers have ended: attempts abandoned, tasks
+and run interrupted with the reason, the attempts' claims freed; a live fleet's run is never touched."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from stellafleet.state.claims import ClaimStore, Holder
+from stellafleet.state.ledger import Ledger
+from stellafleet.state.ledger_recovery import finalise_orphaned_runs
+from stellafleet.testing.sample_ledger import add_run
+
+
+class Task:
+    id, title, prompt, depends_on, claims = "t1", "T", "p", (), ("a.txt",)
+    isolation, pipeline, model, timeout = "shared", None, None, None
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_run_is_finalised_only_once_its_fleet_and_its_workers_are_gone(tmp_path: Path) -> None:
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with Ledger.open(tmp_path / "fleet.db") as ledger, ClaimStore.open(tmp_path / "store.db") as store:
+            add_run(ledger, "r-gone", pid=dead_pid())
+            add_run(ledger, "r-live")  # this process is its fleet
+            for run in ("r-gone", "r-live"):
+                ledger.add_tasks(run, [Task()], {"t1": 1})
+            gone = ledger.start_attempt("r-gone", "t1", pipeline="command")
+            live = ledger.start_attempt("r-live", "t1", pipeline="command")
+            ledger.set_attempt_pid(gone, worker.pid)
+            store.acquire(["a.txt"], Holder.current("r-gone", "t1", "T", gone, worker.pid))
+
+            assert finalise_orphaned_runs(ledger, store) == []  # its worker still runs: left alone
+            assert store.holder_of("a.txt") is not None
+            worker.kill()
+            worker.wait()
+            assert finalise_orphaned_runs(ledger, store) == ["r-gone"]
+
+            record = ledger.get_run("r-gone")
+            assert record["run"]["status"] == "interrupted" and record["run"]["exit_code"] == 130
+            assert "ended without finishing its run" in record["run"]["reason"]
+            [attempt] = record["attempts"]
+            assert attempt["outcome"] == "abandoned" and attempt["finished_at_ms"] is not None
+            assert [t["status"] for t in record["tasks"]] == ["interrupted"]
+            assert store.claims() == []
+            assert ledger.get_run("r-live")["run"]["status"] == "running"
+            assert [a["outcome"] for a in ledger.get_run("r-live")["attempts"]] == ["running"]
+            assert live != gone
+            assert finalise_orphaned_runs(ledger, store) == []  # once only
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
