@@ -45,6 +45,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--watch", action="store_true", help="after the fan-out, follow each branch's CI")
     parser.add_argument("--dry-run", action="store_true", help="show the waves and workspaces, run nothing")
     parser.add_argument("--json", action="store_true", help="print one JSON result document instead")
+    parser.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        help="where isolated tasks run: this machine (local) or a Ray cluster (default: [executor] kind)",
+    )
+    parser.add_argument("--ray-address", metavar="ADDR", help="the Ray cluster to use (HOST:PORT)")
     parser.set_defaults(func=run)
 
 
@@ -67,6 +73,8 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
         spend_limit=args.spend_limit,
         config_file=args.config,
         argv=("stella", *sys.argv[1:]),
+        executor=getattr(args, "executor", None),
+        ray_address=getattr(args, "ray_address", None),
     )
 
 

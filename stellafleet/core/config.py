@@ -19,12 +19,14 @@ from stellafleet.core import configschema
 from stellafleet.core.configsections import (
     AgentCliConfig,
     EngineConfig,
+    ExecutorConfig,
     FleetConfig,
     GovernorConfig,
     PipelinesConfig,
     PriceConfig,
     WatchConfig,
     build,
+    build_executor,
     build_pipelines,
     build_prices,
 )
@@ -73,6 +75,10 @@ class Config:
     @functools.cached_property
     def fleet(self) -> FleetConfig:
         return self._typed("fleet")
+
+    @functools.cached_property
+    def executor(self) -> ExecutorConfig:
+        return self._typed("executor")
 
     @functools.cached_property
     def governor(self) -> GovernorConfig:
@@ -143,6 +149,7 @@ _BUILDERS: dict[str, Any] = {
     "engine": lambda table: build(EngineConfig, table),
     "fleet": lambda table: build(FleetConfig, table),
     "governor": lambda table: build(GovernorConfig, table),
+    "executor": build_executor,
     "watch": lambda table: build(WatchConfig, table),
     "prices": build_prices,
     "pipelines": build_pipelines,

@@ -31,7 +31,7 @@ from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.git import gitops
 from stellafleet.run.dispatch import Dispatcher, RunSettings
 from stellafleet.run.events import Emit, Event, Notice, RunStarted, TaskSkipped
-from stellafleet.run.executor import INTERRUPTED, LocalExecutor
+from stellafleet.run.executor import INTERRUPTED, Executor, LocalExecutor
 from stellafleet.run.prepare import FleetOptions, Prepared, prepare
 from stellafleet.run.reporter import Reporter, make_reporter, print_dry_run
 from stellafleet.run.result import result_document
@@ -182,9 +182,13 @@ class FleetRun:
         p = self.prepared
         # The warm launcher starts first, so its own start-up (an interpreter and the worker's imports)
         # runs beside the rest of ours instead of before the first worker.
-        executor = LocalExecutor.open(
+        executor: Executor = LocalExecutor.open(
             p.pipeline_modules, cwd=p.root, fork=p.fork_workers, stop_grace_s=p.stop_grace_s
         )
+        if p.executor.kind == "ray":  # isolated tasks go to the cluster, shared ones stay with `executor`
+            from stellafleet.run.rayexec import RayExecutor
+
+            executor = RayExecutor.open(p, local=executor)
         try:
             paths = ensure_state_dirs(p.root)
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:

@@ -287,7 +287,11 @@ class Dispatcher:
         if task.claims:
             holder = Holder.current(ctx.run_id, task.id, task.title, ctx.attempt_id)
             self.claims.acquire(claim_keys(settings.root, workspace, task.claims), holder)
-        if workspace.branch is not None:
+        remote = getattr(self.executor, "runs_remotely", None)
+        if workspace.branch is not None and remote is not None and remote(ctx):
+            # it works in a clone on another machine; its branch comes back from there (no worktree here)
+            self.ledger.set_task_workspace(ctx.run_id, task.id, workspace.branch, None)
+        elif workspace.branch is not None:
             worktrees.worktree_add(settings.root, workspace.path, workspace.branch, settings.base_commit)
             self.ledger.set_task_workspace(ctx.run_id, task.id, workspace.branch, str(workspace.path))
         self._make_dir(ctx.result_path.parent)

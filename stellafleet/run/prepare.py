@@ -11,11 +11,12 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stellafleet.core.config import Config, load_config
+from stellafleet.core.configsections import ExecutorConfig
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.git import gitops
 from stellafleet.plan.model import Plan, load_plan, plan_from_prompts
@@ -47,6 +48,8 @@ class FleetOptions:
     stop_on_first_interrupt: bool = False  # Ctrl-C stops the running workers at once, not the second time
     argv: Sequence[str] = ()
     cwd: Path | None = None
+    executor: str | None = None  # "local" | "ray" (None: the config's [executor] kind)
+    ray_address: str | None = None
 
 
 class NotReady(StellaError):
@@ -87,6 +90,7 @@ class Prepared:
     quiet: bool
     dry_run: bool
     argv: tuple[str, ...]
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # kind, address: the command line wins
 
     @property
     def spend_guard(self) -> float | None:
@@ -209,6 +213,7 @@ def prepare(options: FleetOptions) -> Prepared:
     fork_workers, stop_grace_s = config.fleet.fork_workers, config.fleet.stop_grace
     concurrency = decide(config, options.max_concurrency)
     base_commit = gitops.resolve_commit(root, options.base_ref or "HEAD")
+    executor = resolve_executor(options, config)
     if problems and not options.dry_run:
         raise NotReady(problems)
     names = {task.pipeline or default_pipeline for task in plan.tasks}
@@ -236,4 +241,33 @@ def prepare(options: FleetOptions) -> Prepared:
         quiet=options.quiet,
         dry_run=options.dry_run,
         argv=tuple(options.argv),
+        executor=executor,
     )
+
+
+RAY_MISSING = "the ray executor needs Ray on this machine: pip install 'stellafleet[ray]'"
+
+
+def check_ray_installed() -> None:
+    """StellaError (exit 2) with the one line to fix it when Ray is not installed."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise StellaError(RAY_MISSING, exit_code=EXIT_USAGE)
+
+
+def resolve_executor(options: FleetOptions, config: Config) -> ExecutorConfig:
+    """[executor] with --executor and --ray-address applied; the ray one needs Ray installed (exit 2)."""
+    import dataclasses
+
+    chosen = config.executor
+    kind = options.executor or chosen.kind
+    if options.ray_address and kind != "ray":
+        raise StellaError("--ray-address needs the ray executor: add --executor ray", exit_code=EXIT_USAGE)
+    if kind == "ray" and not options.dry_run:
+        check_ray_installed()
+    return dataclasses.replace(chosen, kind=kind, address=options.ray_address or chosen.address)
