@@ -42,6 +42,7 @@ def connect(address: str | None) -> Any:
     import ray
 
     target = address or os.environ.get("RAY_ADDRESS") or "auto"
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")  # Ray's own start-up chatter is not ours to show
     try:
         ray.init(
             address=target,

@@ -33,8 +33,9 @@ def set_run_executor(ledger: Ledger, run_id: str, executor: str) -> None:
 
 
 def set_attempt_node(ledger: Ledger, attempt_id: int, node: str) -> None:
+    """The node a remote attempt runs on; it has no worktree on this machine (its clone is on the node)."""
     with ledger._write() as conn:
-        conn.execute("UPDATE attempts SET node = ? WHERE id = ?", (node, attempt_id))
+        conn.execute("UPDATE attempts SET node = ?, worktree = NULL WHERE id = ?", (node, attempt_id))
 
 
 def add_streamed_spend(ledger: Ledger, attempt_id: int, event: SpendEvent) -> bool:
