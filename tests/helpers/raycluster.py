@@ -93,15 +93,14 @@ class Cluster:
         log.close()
 
     def _wait_for(self, names: set[str], timeout: float) -> None:
-        probe = "import ray, json; ray.init(address=%r); print(json.dumps(ray.cluster_resources()))" % ADDRESS
+        probe = f"import ray, json; ray.init(address={ADDRESS!r}); print(json.dumps(ray.cluster_resources()))"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for name, node in self.nodes.items():
                 if node.poll() is not None:
                     raise RuntimeError(f"ray start for {name} exited: {self.log(name)[-2000:]}")
-            done = subprocess.run(
-                self.ns([sys.executable, "-c", probe]), capture_output=True, text=True, env=quiet_env(), timeout=60
-            )
+            argv = self.ns([sys.executable, "-c", probe])
+            done = subprocess.run(argv, capture_output=True, text=True, env=quiet_env(), timeout=60)
             if done.returncode == 0 and names <= set(json.loads(done.stdout.strip().splitlines()[-1])):
                 return
             time.sleep(0.5)
