@@ -102,7 +102,7 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
     with Ledger.open(ctx.paths.fleet_db) as ledger:
         seed_attempt(ledger, ctx.run_id, ctx.task_id, ctx.attempt_id, isolation=ctx.isolation)
         execution = LocalExecutor(stop_grace_s=spec.stop_grace_s).start(Attempt(ctx, env))
-        reaper = start_reaper(execution.pid)
+        reaper = start_reaper(execution.pid, spec.stop_grace_s)
         box: dict[str, Ending] = {}
         waiter = threading.Thread(target=lambda: box.setdefault("ending", execution.wait()), daemon=True)
         waiter.start()
@@ -192,22 +192,11 @@ def preflight(ctx: WorkerContext, env: Mapping[str, str]) -> str | None:
     return "; ".join(problems) or None
 
 
-def start_reaper(pgid: int) -> subprocess.Popen[bytes]:
-    """A sidecar that kills the worker's process group if this process dies first (a forced cancel or a
-    lost node kills the Ray worker outright; its worker must not live on, spending, without a fleet)."""
-    code = (
-        "import os, sys, time\n"
-        "from stellafleet.proc.group import stop_group\n"
-        "watched, pgid = int(sys.argv[1]), int(sys.argv[2])\n"
-        "while os.getppid() == watched:\n"
-        "    time.sleep(0.2)\n"
-        "stop_group(pgid, 2.0)\n"
-    )
-    return subprocess.Popen(
-        [sys.executable, "-c", code, str(os.getpid()), str(pgid)],
-        stdin=subprocess.DEVNULL,
-        close_fds=True,
-    )
+def start_reaper(root: int, grace_s: float) -> subprocess.Popen[bytes]:
+    """The sidecar that stops the worker's tree if this process dies first (a forced cancel or a lost
+    node kills the Ray worker outright; its worker must not live on, spending, without a fleet)."""
+    argv = [sys.executable, "-P", "-m", "stellafleet.proc.reaper", str(os.getpid()), str(root), str(grace_s)]
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, close_fds=True, start_new_session=True)
 
 
 def preflight_failure(text: str) -> dict[str, Any]:

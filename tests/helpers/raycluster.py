@@ -63,7 +63,7 @@ class Cluster:
         """argv run inside the namespace."""
         return ["nsenter", "-t", str(self.holder.pid), "-n", *argv]
 
-    def start(self, slots: int = 2, timeout: float = 90.0) -> None:
+    def start(self, slots: int = 2, timeout: float = 240.0) -> None:
         subprocess.run(self.ns(["ip", "link", "set", "lo", "up"]), check=True)
         self._node("node_a", ["--head", "--port", str(PORT), "--include-dashboard=false"], slots)
         self._wait_started("node_a", timeout)
@@ -77,6 +77,28 @@ class Cluster:
             if self.nodes[name].poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"ray start for {name} did not start: {self.log(name)[-2000:]}")
             time.sleep(0.2)
+
+    def restart_node_b(self, slots: int = 2, timeout: float = 240.0) -> None:
+        """Start node_b again after a test killed part of it (its old processes are killed first)."""
+        old = self.nodes["node_b"]
+        self._kill_tree(old)
+        (self.temp / "node_b.log").write_text("")
+        self._node("node_b", ["--address", ADDRESS], slots)
+        self._wait_started("node_b", timeout)
+        self._wait_for({"node_a", "node_b"}, timeout)
+
+    def _kill_tree(self, proc: subprocess.Popen[bytes]) -> None:
+        children: list[psutil.Process] = []
+        with contextlib.suppress(psutil.Error):
+            children = psutil.Process(proc.pid).children(recursive=True)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                if child.is_running():
+                    child.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
 
     def _node(self, name: str, role: list[str], slots: int) -> None:
         resources = json.dumps({name: 1, "stella_slot": slots})
