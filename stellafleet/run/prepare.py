@@ -249,15 +249,11 @@ RAY_MISSING = "the ray executor needs Ray on this machine: pip install 'stellafl
 
 
 def check_ray_installed() -> None:
-    """StellaError (exit 2) with the one line to fix it when Ray is not installed."""
-    import importlib.util
-
+    """StellaError (exit 2) with the one line to fix it when Ray cannot be imported."""
     try:
-        found = importlib.util.find_spec("ray") is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        raise StellaError(RAY_MISSING, exit_code=EXIT_USAGE)
+        import ray  # noqa: F401 - the run needs it next anyway
+    except ImportError:
+        raise StellaError(RAY_MISSING, exit_code=EXIT_USAGE) from None
 
 
 def resolve_executor(options: FleetOptions, config: Config) -> ExecutorConfig:

@@ -102,7 +102,7 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
     with Ledger.open(ctx.paths.fleet_db) as ledger:
         seed_attempt(ledger, ctx.run_id, ctx.task_id, ctx.attempt_id, isolation=ctx.isolation)
         execution = LocalExecutor(stop_grace_s=spec.stop_grace_s).start(Attempt(ctx, env))
-        reaper = start_reaper(execution.pid, spec.stop_grace_s)
+        start_reaper(execution.pid, spec.stop_grace_s)
         box: dict[str, Ending] = {}
         waiter = threading.Thread(target=lambda: box.setdefault("ending", execution.wait()), daemon=True)
         waiter.start()
@@ -112,8 +112,6 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
             if waiter.is_alive():  # the stream was closed early (cancelled): the worker goes too
                 execution.stop()
                 waiter.join(spec.stop_grace_s + 5)
-            reaper.kill()
-            reaper.wait()
         steps = attempt_steps(ledger, ctx.attempt_id)
     ending = box["ending"]
     out = scratch / "out.bundle"
@@ -192,11 +190,12 @@ def preflight(ctx: WorkerContext, env: Mapping[str, str]) -> str | None:
     return "; ".join(problems) or None
 
 
-def start_reaper(root: int, grace_s: float) -> subprocess.Popen[bytes]:
+def start_reaper(root: int, grace_s: float) -> None:
     """The sidecar that stops the worker's tree if this process dies first (a forced cancel or a lost
-    node kills the Ray worker outright; its worker must not live on, spending, without a fleet)."""
-    argv = [sys.executable, "-P", "-m", "stellafleet.proc.reaper", str(os.getpid()), str(root), str(grace_s)]
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, close_fds=True, start_new_session=True)
+    node kills the Ray worker outright, and Ray its children: the worker's own tree must not live on,
+    spending, without a fleet). Detached, it ends by itself with the worker's tree."""
+    argv = [sys.executable, "-P", "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), str(root)]
+    subprocess.run([*argv, str(grace_s)], stdin=subprocess.DEVNULL, capture_output=True, check=True)
 
 
 def preflight_failure(text: str) -> dict[str, Any]:

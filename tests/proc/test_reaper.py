@@ -14,19 +14,17 @@ import pytest
 from helpers.fleet import wait_for
 
 # A parent that starts a worker tree in a session of its own (the worker's command in yet another
-# session, as the command pipeline starts it) and the reaper beside it, then waits to be killed.
+# session, as the command pipeline starts it) and the reaper, detached, then waits to be killed.
 PARENT = """\
 import os, subprocess, sys, time
 marks = sys.argv[1]
 inner = "import subprocess, sys, time; p = subprocess.Popen(['sleep', '300'], start_new_session=True); "
 inner += f"open({marks!r} + '/command', 'w').write(str(p.pid)); time.sleep(300)"
 worker = subprocess.Popen([sys.executable, "-c", inner], start_new_session=True)
-reaper = subprocess.Popen(
-    [sys.executable, "-m", "stellafleet.proc.reaper", str(os.getpid()), str(worker.pid), "1"],
-    start_new_session=True,
-)
+argv = [sys.executable, "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), str(worker.pid), "1"]
+reaper = int(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
 open(marks + "/worker", "w").write(str(worker.pid))
-open(marks + "/reaper", "w").write(str(reaper.pid))
+open(marks + "/reaper", "w").write(str(reaper))
 time.sleep(300)
 """
 
@@ -52,7 +50,6 @@ def test_a_dead_parent_takes_its_workers_tree_along(tmp_path: Path) -> None:
     try:
         for name in ("worker", "reaper", "command"):
             wait_for(tmp_path / name, timeout=30)
-        time.sleep(0.5)  # the reaper has seen the tree at least once
         pids = [int((tmp_path / name).read_text()) for name in ("worker", "command", "reaper")]
         assert all(alive(pid) for pid in pids)
         os.kill(parent.pid, signal.SIGKILL)
@@ -71,3 +68,11 @@ def test_it_refuses_a_tree_that_holds_itself_or_the_whole_system() -> None:
     for pid in (1, os.getpid(), os.getppid()):
         with pytest.raises(ValueError, match="refusing"):
             check_root(pid)
+
+
+def test_the_reaper_ends_by_itself_with_the_tree(tmp_path: Path) -> None:
+    worker = subprocess.Popen(["sleep", "0.5"], start_new_session=True)
+    argv = [sys.executable, "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), str(worker.pid)]
+    reaper = int(subprocess.run([*argv, "1"], capture_output=True, text=True, check=True).stdout)
+    worker.wait()
+    assert gone_within([reaper], 15)

@@ -20,11 +20,11 @@ from typing import Any
 
 import psutil
 import pytest
-from helpers import raycluster
 from helpers.fleet import by_id, run_record, toml_str, wait_for
 from helpers.repo import git
 
 from stellafleet.core.paths import StatePaths
+from stellafleet.testing import raycluster
 
 PLAN = """\
 [[tasks]]
@@ -62,7 +62,8 @@ import os, sys, time
 from pathlib import Path
 marks = Path({marks!r})
 task = os.environ["STELLA_TASK_ID"]
-(marks / (task + ".pid")).write_text(str(os.getpid()))
+(marks / (task + ".tmp")).write_text(str(os.getpid()))
+(marks / (task + ".tmp")).rename(marks / (task + ".pid"))
 deadline = time.monotonic() + 120
 while not (marks / "go").exists() and time.monotonic() < deadline:
     time.sleep(0.05)

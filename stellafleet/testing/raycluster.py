@@ -63,7 +63,20 @@ class Cluster:
         """argv run inside the namespace."""
         return ["nsenter", "-t", str(self.holder.pid), "-n", *argv]
 
+    def _wait_for_namespace(self, timeout: float = 30.0) -> None:
+        """Until unshare has made the holder's namespace: before that, nsenter would enter ours."""
+        ours = os.readlink("/proc/self/ns/net")
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{self.holder.pid}/ns/net") != ours:
+                    return
+            if self.holder.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("unshare --net did not make a network namespace")
+            time.sleep(0.02)
+
     def start(self, slots: int = 2, timeout: float = 240.0) -> None:
+        self._wait_for_namespace()
         subprocess.run(self.ns(["ip", "link", "set", "lo", "up"]), check=True)
         self._node("node_a", ["--head", "--port", str(PORT), "--include-dashboard=false"], slots)
         self._wait_started("node_a", timeout)

@@ -1,0 +1,95 @@
+"""Per-task overhead of the Ray executor beside the local one: N isolated no-op tasks, each way.
+
+Starts a real 2-node Ray cluster on this machine in a private network namespace (root, unshare, nsenter,
+ip; the `stellafleet[ray]` extra), or uses a running one with --address (the fleet then runs here). Both
+fleets run the same plan of --tasks isolated tasks whose command does nothing, at the same concurrency
+(the cluster's slots). Per-task overhead = wall time x concurrency / tasks: what one task costs a slot
+when its work is nothing. The Ray path adds the base bundle, a clone on the node, the branch bundle back
+and Ray's scheduling.
+
+    python bench/scale_out.py [--tasks 16] [--concurrency 4] [--address HOST:PORT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from stellafleet.testing import raycluster
+
+
+def make_repo(root: Path, tasks: int) -> None:
+    root.mkdir(parents=True)
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["config", "user.name", "Bench"],
+        ["config", "user.email", "bench@example.invalid"],
+        ["commit", "-q", "--allow-empty", "-m", "base"],
+    ):
+        subprocess.run(["git", *args], cwd=root, check=True)
+    (root / ".stella").mkdir()
+    (root / ".stella" / "config.toml").write_text('[pipelines.command]\nrun = "true"\n')
+    task = '[[tasks]]\nid = "t{n}"\nprompt = "nothing"\nisolation = "isolated"\n\n'
+    plan = "".join(task.format(n=n) for n in range(tasks))
+    (root.parent / "plan.toml").write_text(plan)
+
+
+def run_fleet(argv_prefix: list[str], root: Path, concurrency: int, extra: list[str]) -> float:
+    argv = [sys.executable, "-m", "stellafleet", "--quiet", "fleet", "--plan", "../plan.toml"]
+    argv += ["--pipeline", "command", "--max-concurrency", str(concurrency), *extra]
+    env = raycluster.quiet_env()
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    start = time.perf_counter()
+    done = subprocess.run([*argv_prefix, *argv], cwd=root, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"fleet failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return wall
+
+
+def main() -> int:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    parser.add_argument("--tasks", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=4, help="the fleet width (default: 2 nodes x 2)")
+    parser.add_argument("--address", help="a running Ray cluster (default: start a 2-node one here)")
+    args = parser.parse_args()
+    cluster = None
+    if args.address is None:
+        why = raycluster.unavailable()
+        if why is not None:
+            raise SystemExit(f"cannot start a Ray cluster here: {why}")
+        cluster = raycluster.Cluster()
+    try:
+        prefix: list[str] = []
+        address = args.address or raycluster.ADDRESS
+        if cluster is not None:
+            started = time.perf_counter()
+            cluster.start(slots=max(1, args.concurrency // 2))
+            print(f"2-node cluster up in {time.perf_counter() - started:.1f} s (not counted)")
+            prefix = cluster.ns([])
+        with tempfile.TemporaryDirectory(prefix="stella-scale-") as tmp:
+            root = Path(tmp) / "repo"
+            make_repo(root, args.tasks)
+            local = run_fleet(prefix, root, args.concurrency, [])
+            ray_args = ["--executor", "ray", "--ray-address", address]
+            remote = run_fleet(prefix, root, args.concurrency, ray_args)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    per_local = local * args.concurrency / args.tasks
+    per_ray = remote * args.concurrency / args.tasks
+    print(f"{args.tasks} isolated no-op tasks, concurrency {args.concurrency}")
+    print(f"  local executor: {local:6.2f} s wall, {per_local:5.2f} s per task per slot")
+    print(f"  ray executor:   {remote:6.2f} s wall, {per_ray:5.2f} s per task per slot")
+    print(f"  ray adds {per_ray - per_local:+.2f} s per task; ratio ray / local {per_ray / per_local:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
