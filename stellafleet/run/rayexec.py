@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -42,6 +43,7 @@ def connect(address: str | None) -> Any:
     import ray
 
     target = address or os.environ.get("RAY_ADDRESS") or "auto"
+    _cluster_errors_to_stderr()
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")  # Ray's own start-up chatter is not ours to show
     try:
         ray.init(
@@ -57,6 +59,21 @@ def connect(address: str | None) -> Any:
             exit_code=EXIT_USAGE,
         ) from None
     return ray
+
+
+def _cluster_errors_to_stderr() -> None:
+    """Ray's driver prints the cluster's error messages (a raylet died) on stdout, where `--json` writes
+    its one document: send them to stderr. (The attempt's own reason reaches the ledger regardless.)"""
+    module = sys.modules.get("ray._private.worker")
+    original = getattr(module, "print_to_stdstream", None)
+    if module is None or original is None or getattr(original, "_stella", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr._stella = True  # type: ignore[attr-defined]
+    module.print_to_stdstream = to_stderr  # type: ignore[attr-defined]
 
 
 def _first_line(exc: BaseException) -> str:

@@ -248,6 +248,36 @@ def test_ctrl_c_cancels_the_remote_tasks_and_exits_130(cluster: raycluster.Clust
         time.sleep(0.2)
 
 
+NO_CLI = """\
+[[tasks]]
+id = "agent"
+prompt = "needs the codex CLI, which node_b does not have"
+isolation = "isolated"
+pipeline = "codex"
+"""
+
+
+def test_a_node_without_the_pipelines_cli_fails_that_tasks_preflight(
+    cluster: raycluster.Cluster, tmp_path: Path
+) -> None:
+    tools = tmp_path / "head-only-bin"  # on the fleet's PATH, not on the nodes'
+    tools.mkdir()
+    (tools / "codex-for-test").write_text("#!/bin/sh\nexit 0\n")
+    (tools / "codex-for-test").chmod(0o755)
+    config = '[pipelines.codex]\nbinary = "codex-for-test"\n'
+    config += "\n[executor.tasks.agent]\nresources = {node_b = 1}\n"
+    root = make_repo(tmp_path / "repo", config)
+    (tmp_path / "plan.toml").write_text(NO_CLI)
+    env = fleet_env(tmp_path)
+    env["PATH"] = f"{tools}{os.pathsep}{env['PATH']}"
+    done = subprocess.run(fleet_argv(cluster), cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    task = by_id(run_record(root)["tasks"])["agent"]
+    assert task["status"] == "failed"
+    assert task["reason"].startswith("preflight on node node-b: pipeline codex:"), task["reason"]
+    assert "'codex-for-test' not found on PATH" in task["reason"]
+
+
 PINNED = """\
 [[tasks]]
 id = "lost"
