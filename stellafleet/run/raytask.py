@@ -60,11 +60,27 @@ def node_name() -> str:
     if named:
         return named
     label = socket.gethostname()
-    with contextlib.suppress(Exception):  # outside Ray (tests, a plain call): the hostname alone
-        import ray
-
-        label += f" {ray.get_runtime_context().get_node_id()[:12]}"
+    ray = sys.modules.get("ray")  # loaded in a Ray worker; never imported here (that could start Ray)
+    if ray is not None and ray.is_initialized():
+        with contextlib.suppress(Exception):
+            label += f" {ray.get_runtime_context().get_node_id()[:12]}"
     return label
+
+
+_executors: dict[float, LocalExecutor] = {}  # one per Ray worker process, kept for the attempts after
+
+
+def node_executor(spec: RemoteSpec) -> LocalExecutor:
+    """This Ray worker's LocalExecutor: its warm launcher forks workers with the pipelines preloaded, so
+    the second attempt on a node skips an interpreter's start-up, as at home."""
+    executor = _executors.get(spec.stop_grace_s)
+    if executor is None or (executor.launcher is not None and not executor.launcher.alive):
+        preload = [spec.pipeline_entry.partition(":")[0]] if spec.pipeline_entry else []
+        executor = LocalExecutor.open(
+            preload, cwd=Path(tempfile.gettempdir()), fork=True, stop_grace_s=spec.stop_grace_s
+        )
+        _executors[spec.stop_grace_s] = executor
+    return executor
 
 
 def remote_attempt(spec: RemoteSpec, base_bundle: bytes) -> Iterator[dict[str, Any]]:
@@ -101,15 +117,15 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
     ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
     with Ledger.open(ctx.paths.fleet_db) as ledger:
         seed_attempt(ledger, ctx.run_id, ctx.task_id, ctx.attempt_id, isolation=ctx.isolation)
-        execution = LocalExecutor(stop_grace_s=spec.stop_grace_s).start(Attempt(ctx, env))
-        start_reaper(execution.pid, spec.stop_grace_s)
+        execution = node_executor(spec).start(Attempt(ctx, env))
         box: dict[str, Ending] = {}
         waiter = threading.Thread(target=lambda: box.setdefault("ending", execution.wait()), daemon=True)
         waiter.start()
         try:
+            start_reaper(execution.pid, spec.stop_grace_s)
             yield from _follow(spec, ctx, ledger, waiter)
         finally:
-            if waiter.is_alive():  # the stream was closed early (cancelled): the worker goes too
+            if waiter.is_alive():  # the stream was closed early (cancelled) or failed: the worker goes too
                 execution.stop()
                 waiter.join(spec.stop_grace_s + 5)
         steps = attempt_steps(ledger, ctx.attempt_id)
