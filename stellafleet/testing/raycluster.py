@@ -46,6 +46,7 @@ def unavailable() -> str | None:
 def quiet_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Our environment for Ray processes: no usage stats, nothing phoning home."""
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
+    env["RAY_raylet_start_wait_time_s"] = "180"  # a busy machine registers a node slowly: wait, not fail
     env.pop("RAY_ADDRESS", None)
     return {**env, **(extra or {})}
 
