@@ -1,5 +1,7 @@
 """`python -m stellafleet.proc.reaper WATCHED ROOT GRACE`: end ROOT's process tree once WATCHED is gone.
 
+ROOT is a pid, or a file the pid will be written to (so the reaper can start before the worker does).
+
 A worker started on a remote node belongs to the process that runs its attempt there. That process can
 die without a word (a forced cancel, a lost node): its worker, started in a session of its own, would live
 on, spending, with nobody to stop it. This sidecar watches that process (by identity, so a reused pid
@@ -16,6 +18,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import psutil
 
@@ -59,16 +62,41 @@ class Members:
                 proc.send_signal(sig)
 
 
-def reap(watched: int, root: int, grace_s: float, *, poll_s: float = POLL_S) -> bool:
-    """Wait while watched runs, then stop root's tree; False when the tree ended by itself first."""
-    check_root(root)
+def read_root(source: int | Path) -> int | None:
+    """The root's pid: given, or once its starter has written it to the file (None: not yet)."""
+    if isinstance(source, int):
+        return source
+    try:
+        return int(source.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def reap(watched: int, root_source: int | Path, grace_s: float, *, poll_s: float = POLL_S) -> bool:
+    """Wait while watched runs, then stop root's tree; False when there was nothing to stop (the tree
+    ended by itself, or no root was ever named and its file's directory is gone).
+
+    The root may be named by a file its starter writes once it has started it: then the reaper can be
+    running before the worker is, and a cancel at any moment finds it watching."""
     identity = ProcessIdentity.of(watched)  # None: it is gone already
-    members = Members(root)
-    while identity is not None and identity.is_alive():
-        members.learn()  # now: once orphaned, members are no longer root's descendants
-        if not members.alive():
-            return False
+    members: Members | None = None
+    while True:
+        if members is None:
+            root = read_root(root_source)
+            if root is not None:
+                check_root(root)
+                members = Members(root)
+            elif isinstance(root_source, Path) and not root_source.parent.exists():
+                return False  # the attempt is over and its scratch directory removed
+        if identity is None or not identity.is_alive():
+            break
+        if members is not None:
+            members.learn()  # now: once orphaned, members are no longer root's descendants
+            if not members.alive():
+                return False
         time.sleep(poll_s)
+    if members is None:
+        return False
     members.learn()
     members.signal(signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -95,7 +123,8 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "--detach":
         argv = argv[1:]
         detach()
-    watched, root, grace_s = int(argv[0]), int(argv[1]), float(argv[2])
+    watched, grace_s = int(argv[0]), float(argv[2])
+    root: int | Path = int(argv[1]) if argv[1].isdigit() else Path(argv[1])
     try:
         reap(watched, root, grace_s)
     except ValueError as exc:

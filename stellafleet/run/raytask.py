@@ -117,12 +117,15 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
     ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
     with Ledger.open(ctx.paths.fleet_db) as ledger:
         seed_attempt(ledger, ctx.run_id, ctx.task_id, ctx.attempt_id, isolation=ctx.isolation)
+        root_file = scratch / "worker.pid"
+        start_reaper(root_file, spec.stop_grace_s)  # first: a cancel at any moment finds it watching
         execution = node_executor(spec).start(Attempt(ctx, env))
+        (scratch / "worker.pid.tmp").write_text(str(execution.pid))
+        (scratch / "worker.pid.tmp").replace(root_file)
         box: dict[str, Ending] = {}
         waiter = threading.Thread(target=lambda: box.setdefault("ending", execution.wait()), daemon=True)
         waiter.start()
         try:
-            start_reaper(execution.pid, spec.stop_grace_s)
             yield from _follow(spec, ctx, ledger, waiter)
         finally:
             if waiter.is_alive():  # the stream was closed early (cancelled) or failed: the worker goes too
@@ -206,10 +209,11 @@ def preflight(ctx: WorkerContext, env: Mapping[str, str]) -> str | None:
     return "; ".join(problems) or None
 
 
-def start_reaper(root: int, grace_s: float) -> None:
+def start_reaper(root: Path, grace_s: float) -> None:
     """The sidecar that stops the worker's tree if this process dies first (a forced cancel or a lost
     node kills the Ray worker outright, and Ray its children: the worker's own tree must not live on,
-    spending, without a fleet). Detached, it ends by itself with the worker's tree."""
+    spending, without a fleet). Detached, it ends by itself with the worker's tree; it learns the worker's
+    pid from the file root once the worker has started."""
     argv = [sys.executable, "-P", "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), str(root)]
     subprocess.run([*argv, str(grace_s)], stdin=subprocess.DEVNULL, capture_output=True, check=True)
 

@@ -20,9 +20,12 @@ import os, subprocess, sys, time
 marks = sys.argv[1]
 inner = "import subprocess, sys, time; p = subprocess.Popen(['sleep', '300'], start_new_session=True); "
 inner += f"open({marks!r} + '/command', 'w').write(str(p.pid)); time.sleep(300)"
-worker = subprocess.Popen([sys.executable, "-c", inner], start_new_session=True)
-argv = [sys.executable, "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), str(worker.pid), "1"]
+root_file = marks + "/root.pid"  # the reaper starts first and learns the worker's pid from this file
+argv = [sys.executable, "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), root_file, "1"]
 reaper = int(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+worker = subprocess.Popen([sys.executable, "-c", inner], start_new_session=True)
+open(root_file + ".tmp", "w").write(str(worker.pid))
+os.replace(root_file + ".tmp", root_file)
 open(marks + "/worker", "w").write(str(worker.pid))
 open(marks + "/reaper", "w").write(str(reaper))
 time.sleep(300)

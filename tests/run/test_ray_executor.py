@@ -48,11 +48,21 @@ id = "t4"
 prompt = "after t3"
 isolation = "isolated"
 depends_on = ["t3"]
+
+[[tasks]]
+id = "s1"
+prompt = "in the shared tree: stays on this machine"
+claims = ["shared.txt"]
 """
 
 WORK = (
     'echo "work of $STELLA_TASK_ID" > "$STELLA_TASK_ID.txt" && '
     'stella commit -m "work $STELLA_TASK_ID" "$STELLA_TASK_ID.txt" && '
+    'echo \'{"spend_usd": 0.25, "input_tokens": 10, "summary": "did it"}\' > "$STELLA_COMMAND_RESULT"'
+)
+
+SHARED = (
+    'echo "$STELLA_RUN_ID" > shared.txt && stella commit -m "work $STELLA_TASK_ID" shared.txt && '
     'echo \'{"spend_usd": 0.25, "input_tokens": 10, "summary": "did it"}\' > "$STELLA_COMMAND_RESULT"'
 )
 
@@ -146,6 +156,7 @@ def summary(record: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
 
 def test_a_plan_runs_on_the_cluster_as_it_runs_locally(cluster: raycluster.Cluster, tmp_path: Path) -> None:
     config = f"[pipelines.command]\nrun = {toml_str(WORK)}\n\n[pipelines.command.tasks.t3]\nrun = 'exit 3'\n"
+    config += f"\n[pipelines.command.tasks.s1]\nrun = {toml_str(SHARED)}\n"
     config += "\n[executor.tasks.t2]\nresources = {node_b = 1}\n"
     root = make_repo(tmp_path / "repo", config)
 
@@ -159,21 +170,20 @@ def test_a_plan_runs_on_the_cluster_as_it_runs_locally(cluster: raycluster.Clust
 
     assert summary(ray_run) == summary(local_run)
     tasks = by_id(ray_run["tasks"])
-    assert [tasks[t]["status"] for t in ("t1", "t2", "t3", "t4")] == [
-        "succeeded",
-        "succeeded",
-        "failed",
-        "skipped",
-    ]
+    statuses = [tasks[t]["status"] for t in ("t1", "t2", "t3", "t4", "s1")]
+    assert statuses == ["succeeded", "succeeded", "failed", "skipped", "succeeded"]
     assert "dependency failed: t3" in tasks["t4"]["reason"]
     assert ray_run["run"]["executor"] == "ray" and local_run["run"]["executor"] is None
-    assert ray_run["run"]["spend_usd"] == pytest.approx(0.5)
+    assert ray_run["run"]["spend_usd"] == pytest.approx(0.75)
     attempts = by_id(ray_run["attempts"], "task_id")
+    # the shared task ran here, in the shared tree, as a local worker: no node, a local pid
+    assert attempts["s1"]["node"] is None and attempts["s1"]["pid"] is not None
+    assert git("log", "-1", "--format=%s", "main", cwd=root) == "work s1\n"
     assert attempts["t2"]["node"] == "node-b"  # pinned by [executor.tasks.t2]
     assert {attempts[t]["node"] for t in ("t1", "t3")} <= {"node-a", "node-b"}
     assert all(attempts[t]["worktree"] is None for t in ("t1", "t2", "t3"))
     # the branches came back as git objects: in the head repository, with the commits the ledger names
-    for commit in ray_run["commits"]:
+    for commit in (c for c in ray_run["commits"] if c["task_id"] != "s1"):
         assert git("log", "-1", "--format=%H %s", commit["branch"], cwd=root).split(" ", 1) == [
             commit["sha"],
             f"work {commit['task_id']}\n",
@@ -244,8 +254,23 @@ def test_ctrl_c_cancels_the_remote_tasks_and_exits_130(cluster: raycluster.Clust
     assert record["run"]["status"] == "interrupted"
     deadline = time.monotonic() + 30  # the node-side reaper ends each worker once its Ray worker is gone
     while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie" for pid in workers):
-        assert time.monotonic() < deadline, f"remote workers {workers} outlived the cancel"
+        assert time.monotonic() < deadline, f"remote workers outlived the cancel: {describe(workers)}"
         time.sleep(0.2)
+
+
+def describe(pids: list[int]) -> str:
+    """Each pid's ancestry, and every reaper running: what a failure needs to be understood."""
+    lines = []
+    for pid in pids:
+        try:
+            chain = [psutil.Process(pid), *psutil.Process(pid).parents()]
+            lines.append(" <- ".join(f"{p.pid} {' '.join(p.cmdline())[:60]}" for p in chain[:5]))
+        except psutil.Error as exc:
+            lines.append(f"{pid}: {exc}")
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if "stellafleet.proc.reaper" in " ".join(proc.info["cmdline"] or []):
+            lines.append(f"reaper {proc.info['pid']}: {' '.join(proc.info['cmdline'])}")
+    return "\n".join(lines)
 
 
 NO_CLI = """\
