@@ -1,6 +1,7 @@
 """`python -m stellafleet.proc.reaper WATCHED ROOT GRACE`: end ROOT's process tree once WATCHED is gone.
 
-ROOT is a pid, or a file the pid will be written to (so the reaper can start before the worker does).
+ROOT is a pid, or a file the pid will be written to (so the reaper can start before the worker does); the
+file's directory is the attempt's scratch directory, removed once the tree has been stopped.
 
 A worker started on a remote node belongs to the process that runs its attempt there. That process can
 die without a word (a forced cancel, a lost node): its worker, started in a session of its own, would live
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import time
@@ -103,6 +105,8 @@ def reap(watched: int, root_source: int | Path, grace_s: float, *, poll_s: float
     while members.alive() and time.monotonic() < deadline:
         time.sleep(min(poll_s, grace_s))
     members.signal(signal.SIGKILL)
+    if isinstance(root_source, Path):  # the root file's directory is the attempt's scratch: nobody else
+        shutil.rmtree(root_source.parent, ignore_errors=True)  # is left to remove it
     return True
 
 

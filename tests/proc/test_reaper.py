@@ -20,7 +20,8 @@ import os, subprocess, sys, time
 marks = sys.argv[1]
 inner = "import subprocess, sys, time; p = subprocess.Popen(['sleep', '300'], start_new_session=True); "
 inner += f"open({marks!r} + '/command', 'w').write(str(p.pid)); time.sleep(300)"
-root_file = marks + "/root.pid"  # the reaper starts first and learns the worker's pid from this file
+os.mkdir(marks + "/scratch")
+root_file = marks + "/scratch/root.pid"  # the reaper starts first and learns the worker's pid from this file
 argv = [sys.executable, "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), root_file, "1"]
 reaper = int(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
 worker = subprocess.Popen([sys.executable, "-c", inner], start_new_session=True)
@@ -58,6 +59,7 @@ def test_a_dead_parent_takes_its_workers_tree_along(tmp_path: Path) -> None:
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
         assert gone_within(pids, 15), [pid for pid in pids if alive(pid)]
+        assert not (tmp_path / "scratch").exists()  # the attempt's scratch directory went with it
     finally:
         for name in ("worker", "command", "reaper"):
             path = tmp_path / name
