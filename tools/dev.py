@@ -43,7 +43,9 @@ def _run(*cmd: str) -> int:
 def ensure_venv() -> None:
     if sys.version_info < (3, 11):  # noqa: UP036 - this script must speak to older Pythons
         sys.exit(f"stellafleet needs Python 3.11 or newer; this is {sys.version.split()[0]}")
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    # STELLA_VENV_EXTRAS: the optional extras besides dev, e.g. "ray" (CI installs it for the cluster tests)
+    extras = ",".join(["dev", *filter(None, os.environ.get("STELLA_VENV_EXTRAS", "").split(","))])
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
     if STAMP.exists() and STAMP.read_text() == wanted:
         return
     if not (VENV / "bin" / "python").exists() and not (VENV / "Scripts" / "python.exe").exists():
@@ -52,7 +54,7 @@ def ensure_venv() -> None:
     quiet = [] if os.environ.get("CI") else ["-q"]
     if _run(_bin("python"), "-m", "pip", "install", *quiet, "--upgrade", "pip") != 0:
         sys.exit("could not upgrade pip in .venv")
-    if _run(_bin("python"), "-m", "pip", "install", *quiet, "-e", ".[dev]") != 0:
+    if _run(_bin("python"), "-m", "pip", "install", *quiet, "-e", f".[{extras}]") != 0:
         sys.exit("could not install stellafleet and its test dependencies into .venv")
     STAMP.write_text(wanted)
 
@@ -63,7 +65,7 @@ def test(extra: list[str]) -> int:
         [_bin("ruff"), "check", "stellafleet", "tests", "bench", "tools"],
         [_bin("ruff"), "format", "--check", "stellafleet", "tests", "bench", "tools"],
         [_bin("mypy")],
-        [_bin("python"), "-m", "pytest", "-n", workers, *extra],
+        [_bin("python"), "-m", "pytest", "-n", workers, "--dist", "loadgroup", *extra],
     ]
     failed = []
     for step in steps:

@@ -64,6 +64,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "count as done",
     )
     parser.add_argument("--force", action="store_true", help="with --resume: resume even if the plan changed")
+    parser.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        help="where isolated tasks run: this machine (local) or a Ray cluster (default: [executor] kind)",
+    )
+    parser.add_argument("--ray-address", metavar="ADDR", help="the Ray cluster to use (HOST:PORT)")
     parser.set_defaults(func=run)
 
 
@@ -92,6 +98,8 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
         force=getattr(args, "force", False),
         argv=("stella", *sys.argv[1:]),
         fix_ci=args.fix_ci or 0,
+        executor=getattr(args, "executor", None),
+        ray_address=getattr(args, "ray_address", None),
     )
 
 

@@ -19,6 +19,7 @@ from stellafleet.core import configschema
 from stellafleet.core.configsections import (
     AgentCliConfig,
     EngineConfig,
+    ExecutorConfig,
     FleetConfig,
     GovernorConfig,
     MergeConfig,
@@ -27,6 +28,7 @@ from stellafleet.core.configsections import (
     PriceConfig,
     WatchConfig,
     build,
+    build_executor,
     build_pipelines,
     build_prices,
 )
@@ -75,6 +77,10 @@ class Config:
     @functools.cached_property
     def fleet(self) -> FleetConfig:
         return self._typed("fleet")
+
+    @functools.cached_property
+    def executor(self) -> ExecutorConfig:
+        return self._typed("executor")
 
     @functools.cached_property
     def governor(self) -> GovernorConfig:
@@ -153,6 +159,7 @@ _BUILDERS: dict[str, Any] = {
     "engine": lambda table: build(EngineConfig, table),
     "fleet": lambda table: build(FleetConfig, table),
     "governor": lambda table: build(GovernorConfig, table),
+    "executor": build_executor,
     "watch": lambda table: build(WatchConfig, table),
     "notify": lambda table: build(NotifyConfig, table),
     "merge": lambda table: build(MergeConfig, table),

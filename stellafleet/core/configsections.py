@@ -50,6 +50,24 @@ class FleetConfig:
 
 
 @dataclass(frozen=True)
+class ExecutorConfig:
+    """`[executor]`: where isolated tasks run; `ray` hands them to a Ray cluster (docs/scale-out.md).
+    `tasks`: task id -> the Ray resources that task also needs (e.g. {"gpu_box": 1} to pin it)."""
+
+    kind: str = "local"
+    address: str | None = None
+    slot_resource: str = "stella_slot"
+    resources: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    tasks: Mapping[str, Mapping[str, float]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def resources_for(self, task_id: str) -> dict[str, float]:
+        """The Ray resources one remote task asks for: a slot, every task's resources and its own."""
+        wanted = {self.slot_resource: 1.0, **self.resources}
+        wanted.update(self.tasks.get(task_id, {}))
+        return {name: float(amount) for name, amount in wanted.items() if amount}
+
+
+@dataclass(frozen=True)
 class GovernorConfig:
     """`[governor]`: the default fleet width from the machine's cores and free memory, and the smallest
     spend guard a worker is started with under a spend limit."""
@@ -160,6 +178,18 @@ def build(kind: type[T], table: Mapping[str, Any]) -> T:
             convert = _CONVERT.get(str(spec.type))
             values[spec.name] = convert(table[spec.name]) if convert else table[spec.name]
     return kind(**values)
+
+
+def build_executor(table: Mapping[str, Any]) -> ExecutorConfig:
+    tasks = {
+        task_id: MappingProxyType(dict(own.get("resources", {})))
+        for task_id, own in table.get("tasks", {}).items()
+    }
+    return ExecutorConfig(
+        **{key: table[key] for key in ("kind", "address", "slot_resource") if key in table},
+        resources=MappingProxyType(dict(table.get("resources", {}))),
+        tasks=MappingProxyType(tasks),
+    )
 
 
 def build_prices(table: Mapping[str, Any]) -> Mapping[str, PriceConfig]:

@@ -206,6 +206,10 @@ class FleetRun:
         )
         if p.config.pipelines.command.direct:
             executor = DirectCommands(executor, p.config, stop_grace_s=p.stop_grace_s)
+        if p.executor.kind == "ray":  # isolated tasks go to the cluster, shared ones stay with `executor`
+            from stellafleet.run.rayexec import RayExecutor
+
+            executor = RayExecutor.open(p, local=executor)
         try:
             paths = ensure_state_dirs(p.root)
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:

@@ -14,9 +14,8 @@ import sysconfig
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.core.paths import StatePaths
@@ -27,8 +26,9 @@ from stellafleet.pipelines.command import RESULT_ENV
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.budget import NoBudget, SpendBudget
 from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit, SkipTask
-from stellafleet.run.executor import INTERRUPTED, Attempt, Ending, Execution, Executor
+from stellafleet.run.executor import INTERRUPTED, Attempt, Execution, Executor
 from stellafleet.run.settle import record_reported_spend
+from stellafleet.run.verdict import Record, judge, stalled_record
 from stellafleet.run.watchdog import Watchdog
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
@@ -60,27 +60,6 @@ class RunSettings:
     @property
     def paths(self) -> StatePaths:
         return StatePaths(self.root)
-
-
-@dataclass
-class Record:
-    """How an attempt ended, as the ledger stores it."""
-
-    outcome: AttemptOutcome
-    summary: str
-    error: str | None = None
-    exit_code: int | None = None
-    cpu_seconds: float | None = None
-    peak_rss_bytes: int | None = None
-
-    @classmethod
-    def failed(cls, text: str) -> Record:
-        return cls(AttemptOutcome.FAILED, text, text)
-
-    @property
-    def reason(self) -> str | None:
-        """Why the task did not succeed (None: it did)."""
-        return None if self.outcome == AttemptOutcome.SUCCEEDED else (self.error or self.summary)
 
 
 @dataclass(frozen=True)
@@ -133,39 +112,6 @@ def task_env(ctx: WorkerContext, settings: RunSettings, inherited: Mapping[str, 
     if entry:
         env[PIPELINE_ENTRY_ENV] = entry
     return env
-
-
-def judge(ending: Ending) -> Record:
-    """The record of a worker's end: succeeded only when it exited 0 with a successful result."""
-    exit_info, stop_reason, result = ending.exit, ending.stop_reason, ending.result
-    measured: dict[str, Any] = {
-        "exit_code": exit_info.returncode,
-        "cpu_seconds": round(exit_info.cpu_seconds, 3),
-        "peak_rss_bytes": exit_info.peak_rss_bytes or None,
-    }
-    if exit_info.returncode == 0 and result is not None and result.success:
-        return Record(AttemptOutcome.SUCCEEDED, result.summary or "done", None, **measured)
-    if stop_reason is not None:
-        outcome = AttemptOutcome.INTERRUPTED if stop_reason == INTERRUPTED else AttemptOutcome.FAILED
-        error = f"{stop_reason} (worker {exit_info.describe()})"
-        summary = result.summary if result is not None and result.summary else stop_reason
-        return Record(outcome, summary, error, **measured)
-    if result is None:
-        error = (
-            f"worker {exit_info.describe()}"
-            if exit_info.returncode != 0
-            else "worker exited without leaving a result"
-        )
-        return Record(AttemptOutcome.FAILED, error, error, **measured)
-    error = result.error or f"worker {exit_info.describe()}"
-    return Record(AttemptOutcome.FAILED, result.summary or error, error, **measured)
-
-
-def stalled_record(record: Record, evidence: str) -> Record:
-    """The record of a worker the watchdog stopped: `stalled`, the evidence as summary and reason."""
-    if record.outcome == AttemptOutcome.SUCCEEDED:  # it finished just as it was stopped
-        return record
-    return replace(record, outcome=AttemptOutcome.STALLED, summary=evidence, error=evidence)
 
 
 class Dispatcher:
@@ -334,7 +280,11 @@ class Dispatcher:
         if task.claims:
             holder = Holder.current(ctx.run_id, task.id, task.title, ctx.attempt_id)
             self.claims.acquire(claim_keys(settings.root, workspace, task.claims), holder)
-        if workspace.branch is not None and not follow_up:
+        remote = getattr(self.executor, "runs_remotely", None)
+        if workspace.branch is not None and not follow_up and remote is not None and remote(ctx):
+            # it works in a clone on another machine; its branch comes back from there (no worktree here)
+            self.ledger.set_task_workspace(ctx.run_id, task.id, workspace.branch, None)
+        elif workspace.branch is not None and not follow_up:
             worktrees.worktree_add(settings.root, workspace.path, workspace.branch, settings.base_commit)
             self.ledger.set_task_workspace(ctx.run_id, task.id, workspace.branch, str(workspace.path))
         self._make_dir(ctx.result_path.parent)

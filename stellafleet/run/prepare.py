@@ -11,11 +11,12 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stellafleet.core.config import Config, load_config
+from stellafleet.core.configsections import ExecutorConfig
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.git import gitops
 from stellafleet.plan.model import Plan, load_plan, plan_from_prompts
@@ -52,6 +53,8 @@ class FleetOptions:
     resume: str | None = None  # an earlier run to resume: "latest", an id or a unique prefix
     force: bool = False  # resume even though the plan changed
     fix_ci: int = 0  # with watch: follow-up rounds per red branch
+    executor: str | None = None  # "local" | "ray" (None: the config's [executor] kind)
+    ray_address: str | None = None
 
 
 class NotReady(StellaError):
@@ -96,6 +99,7 @@ class Prepared:
     resume: Resume | None = None
     idle_timeout: float = 0.0  # seconds; 0: no watchdog
     fix_ci: int = 0  # --fix-ci N: follow-up rounds per red branch while watching
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # kind, address: the command line wins
 
     @property
     def spend_guard(self) -> float | None:
@@ -222,6 +226,7 @@ def prepare(options: FleetOptions) -> Prepared:
     fork_workers, stop_grace_s = config.fleet.fork_workers, config.fleet.stop_grace
     concurrency = decide(config, options.max_concurrency)
     base_commit = gitops.resolve_commit(root, options.base_ref or "HEAD")
+    executor = resolve_executor(options, config)
     if problems and not options.dry_run:
         raise NotReady(problems)
     names = {task.pipeline or default_pipeline for task in plan.tasks}
@@ -253,6 +258,7 @@ def prepare(options: FleetOptions) -> Prepared:
         resume=resume,
         idle_timeout=config.fleet.idle_timeout,
         fix_ci=options.fix_ci if options.watch else 0,
+        executor=executor,
     )
 
 
@@ -269,3 +275,27 @@ def resume_of(options: FleetOptions, root: Path) -> Resume | None:
     if options.prompts:
         raise StellaError("--resume runs the earlier run's tasks again: give no prompts with it")
     return load_resume(root, options.resume, plan_path=options.plan_path, force=options.force)
+
+
+RAY_MISSING = "the ray executor needs Ray on this machine: pip install 'stellafleet[ray]'"
+
+
+def check_ray_installed() -> None:
+    """StellaError (exit 2) with the one line to fix it when Ray cannot be imported."""
+    try:
+        import ray  # noqa: F401 - the run needs it next anyway
+    except ImportError:
+        raise StellaError(RAY_MISSING, exit_code=EXIT_USAGE) from None
+
+
+def resolve_executor(options: FleetOptions, config: Config) -> ExecutorConfig:
+    """[executor] with --executor and --ray-address applied; the ray one needs Ray installed (exit 2)."""
+    import dataclasses
+
+    chosen = config.executor
+    kind = options.executor or chosen.kind
+    if options.ray_address and kind != "ray":
+        raise StellaError("--ray-address needs the ray executor: add --executor ray", exit_code=EXIT_USAGE)
+    if kind == "ray" and not options.dry_run:
+        check_ray_installed()
+    return dataclasses.replace(chosen, kind=kind, address=options.ray_address or chosen.address)

@@ -157,7 +157,8 @@ class PlainReporter(EventSink):
 
     def on_attempt_started(self, event: AttemptStarted) -> None:
         where = f"isolated on {event.branch}" if event.branch else "shared tree"
-        self._say(f"  started {event.task} ({where}, pid {event.pid})")
+        process = "remote" if event.pid is None else f"pid {event.pid}"
+        self._say(f"  started {event.task} ({where}, {process})")
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         detail = outcome_detail(event.outcome, event.summary, event.error)

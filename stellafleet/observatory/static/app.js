@@ -320,6 +320,7 @@ import { sparkline } from "./spend.js";
     ];
     if (a.exit_code !== null && a.exit_code !== undefined) facts.push("exit " + a.exit_code);
     if (a.pid) facts.push("pid " + a.pid);
+    if (a.node) facts.push("node " + a.node);
     const block = el("div", { className: "attempt", "data-attempt-id": a.id },
       el("div", { className: "attempt-head" }, badge(a.outcome), el("span", { className: "muted", text: facts.join(" · ") })));
     if (a.summary) block.appendChild(el("p", { className: "summary", text: a.summary }));

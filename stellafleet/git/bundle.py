@@ -1,0 +1,54 @@
+"""Repositories carried as git bundles: how an isolated task's work travels to another machine and back.
+
+The fleet bundles the pinned base once; a remote task clones it into a scratch repository on the task's
+branch, works there, and bundles base..branch back; the fleet fetches that into the real repository as the
+task's branch. No worktree and no credentials are needed on either side: a bundle is a file of git objects.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stellafleet.core.errors import GitError
+from stellafleet.git import gitops
+
+# A bundle carries refs, not bare commits: the base is bundled under this ref, made and removed around it.
+_BASE_REF = "refs/stella/bundle-base"
+
+
+def create_base(root: Path, commit: str, out: Path, *, tag: str) -> None:
+    """A bundle of commit and its history at out, its one ref naming commit (tag keeps runs apart)."""
+    ref = f"{_BASE_REF}/{tag}"
+    gitops.git("update-ref", ref, commit, cwd=root)
+    try:
+        gitops.git("bundle", "create", "-q", str(out), ref, cwd=root)
+    finally:
+        gitops.git("update-ref", "-d", ref, cwd=root, check=False)
+
+
+def clone_on_branch(bundle: Path, dest: Path, branch: str) -> str:
+    """A new repository at dest holding the bundle's one ref as branch, checked out; returns its commit."""
+    dest.mkdir(parents=True, exist_ok=True)
+    gitops.git("init", "-q", cwd=dest)
+    heads = gitops.git("bundle", "list-heads", str(bundle), cwd=dest).split()
+    if len(heads) < 2:
+        raise GitError(f"git bundle {bundle}: it names no ref")
+    gitops.git("fetch", "-q", str(bundle), f"{heads[1]}:refs/heads/{branch}", cwd=dest)
+    gitops.git("checkout", "-q", branch, cwd=dest)
+    return heads[0]
+
+
+def create_range(repo: Path, base: str, branch: str, out: Path) -> bool:
+    """A bundle of base..branch at out; False (no file) when the branch has no commit past base."""
+    if gitops.commits_ahead(repo, base, branch) == 0:
+        return False
+    gitops.git("bundle", "create", "-q", str(out), f"refs/heads/{branch}", f"^{base}", cwd=repo)
+    return True
+
+
+def fetch_branch(root: Path, bundle: Path | None, branch: str, base: str) -> None:
+    """Create branch in root: the bundle's branch when there is one, else at base (nothing was committed)."""
+    if bundle is None:
+        gitops.git("branch", branch, base, cwd=root)
+        return
+    gitops.git("fetch", "-q", str(bundle), f"refs/heads/{branch}:refs/heads/{branch}", cwd=root)

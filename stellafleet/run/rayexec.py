@@ -1,0 +1,265 @@
+"""RayExecutor: isolated tasks as Ray tasks on a cluster; shared tasks stay on this machine.
+
+The repository travels as git objects: one bundle of the pinned base goes into Ray's object store once per
+run; each remote attempt (raytask.py) clones it, works on its `fleet/<slug>-<hash>` branch and streams its
+events back, ending with a bundle of base..branch that is fetched here as the task's branch. This process
+stays the only writer of the ledger and of the repository: the node's spend arrives as numbered events
+(each recorded once) and counts toward the spend limit as it arrives. Ray's own retries are off: the
+ledger decides about attempts. Ray is imported only when this executor is chosen (`stellafleet[ray]`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from stellafleet.core.config import ENV_KEYS, config_files
+from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.paths import StatePaths
+from stellafleet.core.workercontext import WorkerContext
+from stellafleet.git import bundle
+from stellafleet.pipelines.base import PipelineResult
+from stellafleet.proc.tree import Exit
+from stellafleet.run.executor import INTERRUPTED, Attempt, Ending, Execution, Executor
+from stellafleet.run.prepare import Prepared, check_ray_installed
+from stellafleet.run.raytask import RemoteSpec, remote_attempt
+from stellafleet.state import ledger_remote
+from stellafleet.state.ledger import Ledger
+from stellafleet.worker.main import PIPELINE_ENTRY_ENV, write_result
+
+LOST = Exit(-9, 0.0, 0)  # what a worker whose node or Ray worker went away is recorded as
+
+
+def connect(address: str | None) -> Any:
+    """The ray module, connected to the cluster at address ($RAY_ADDRESS, else one on this machine)."""
+    check_ray_installed()
+    import ray
+
+    target = address or os.environ.get("RAY_ADDRESS") or "auto"
+    _cluster_errors_to_stderr()
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")  # Ray's own start-up chatter is not ours to show
+    try:
+        ray.init(
+            address=target,
+            log_to_driver=False,  # the workers' output comes back as log events, into the task's log
+            logging_level=logging.ERROR,
+            ignore_reinit_error=True,
+        )
+    except Exception as exc:
+        raise StellaError(
+            f"cannot reach the Ray cluster at {target}: {_first_line(exc)} (start one with "
+            "`ray start --head`, or name it with --ray-address HOST:PORT)",
+            exit_code=EXIT_USAGE,
+        ) from None
+    return ray
+
+
+def _cluster_errors_to_stderr() -> None:
+    """Ray's driver prints the cluster's error messages (a raylet died) on stdout, where `--json` writes
+    its one document: send them to stderr. (The attempt's own reason reaches the ledger regardless.)"""
+    module = sys.modules.get("ray._private.worker")
+    original = getattr(module, "print_to_stdstream", None)
+    if module is None or original is None or getattr(original, "_stella", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr._stella = True  # type: ignore[attr-defined]
+    module.print_to_stdstream = to_stderr  # type: ignore[attr-defined]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+class RayExecutor:
+    """Isolated attempts on the Ray cluster, every other one on the local executor."""
+
+    def __init__(self, ray: Any, prepared: Prepared, local: Executor, scratch: Path, base: Any) -> None:
+        self._ray = ray
+        self._p = prepared
+        self._local = local
+        self._scratch = scratch
+        self._base = base  # the ObjectRef of the base bundle: put once, read by every remote attempt
+        self._remote = ray.remote(num_returns="streaming", max_retries=0, num_cpus=0)(remote_attempt)
+        self._lock = threading.Lock()
+        self._ledger: Ledger | None = None
+        self._layers = _config_layers(prepared)
+        self._checked: set[str] = set()
+
+    @classmethod
+    def open(cls, prepared: Prepared, *, local: Executor) -> RayExecutor:
+        """Connect, and put the bundle of the pinned base into the object store (the local executor is
+        closed again when that fails)."""
+        try:
+            ray = connect(prepared.executor.address)
+            scratch = Path(tempfile.mkdtemp(prefix="stella-ray-"))
+            path = scratch / "base.bundle"
+            bundle.create_base(prepared.root, prepared.base_commit, path, tag=prepared.run_id)
+            base = ray.put(path.read_bytes())
+        except BaseException:
+            local.close()
+            raise
+        return cls(ray, prepared, local, scratch, base)
+
+    def runs_remotely(self, context: WorkerContext) -> bool:
+        return context.isolation == "isolated"
+
+    def ledger(self) -> Ledger:
+        with self._lock:
+            if self._ledger is None:
+                self._ledger = Ledger.open(StatePaths(self._p.root).fleet_db)
+                ledger_remote.set_run_executor(self._ledger, self._p.run_id, "ray")
+            return self._ledger
+
+    def start(self, attempt: Attempt) -> Execution:
+        ledger = self.ledger()
+        ctx = attempt.context
+        if not self.runs_remotely(ctx):
+            return self._local.start(attempt)
+        resources = self._p.executor.resources_for(ctx.task_id)
+        self._check_resources(resources)
+        spec = RemoteSpec(
+            context=ctx,
+            pipeline_entry=attempt.env.get(PIPELINE_ENTRY_ENV),
+            config_layers=self._layers,
+            env={key: os.environ[key] for key in ENV_KEYS if os.environ.get(key)},
+            stop_grace_s=self._p.stop_grace_s,
+        )
+        generator = self._remote.options(resources=resources).remote(spec, self._base)
+        return RayExecution(self, generator, ctx, ledger)
+
+    def _check_resources(self, resources: dict[str, float]) -> None:
+        """A resource no node has would leave the task waiting forever: refuse it now, by name."""
+        missing = [name for name in resources if name not in self._checked]
+        if not missing:
+            return
+        have = self._ray.cluster_resources()
+        for name in missing:
+            if have.get(name, 0) < resources[name]:
+                raise StellaError(
+                    f"no node of the Ray cluster has the resource {name} (amount {resources[name]:g}): "
+                    f"start nodes with --resources '{{\"{name}\": N}}' (see docs/scale-out.md)"
+                )
+            self._checked.add(name)
+
+    def fetch_branch(self, bundle_bytes: bytes | None, ctx: WorkerContext) -> None:
+        """Create the task's branch here: what the node sent back, or the base when nothing was."""
+        assert ctx.branch is not None
+        with self._lock:  # one fetch into the repository at a time
+            if bundle_bytes is None:
+                bundle.fetch_branch(self._p.root, None, ctx.branch, ctx.base_commit)
+                return
+            path = self._scratch / f"{ctx.task_id}-{ctx.attempt_id}.bundle"
+            path.write_bytes(bundle_bytes)
+            try:
+                bundle.fetch_branch(self._p.root, path, ctx.branch, ctx.base_commit)
+            finally:
+                path.unlink(missing_ok=True)
+
+    def release(self) -> None:
+        self._local.release()
+
+    def close(self) -> None:
+        try:
+            self._local.close()
+        finally:
+            if self._ledger is not None:
+                self._ledger.close()
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            with contextlib.suppress(Exception):
+                self._ray.shutdown()
+
+
+def _config_layers(prepared: Prepared) -> tuple[tuple[str, str], ...]:
+    """The config files this run reads, as text, to be read the same way on the node."""
+    layers = []
+    for file in config_files(prepared.root, config_file=prepared.config_file):
+        if file.path.is_file():
+            layers.append(("user" if file.kind == "user" else "project", file.path.read_text()))
+    return tuple(layers)
+
+
+class RayExecution:
+    """One remote attempt's stream of events, followed by its dispatch thread; stop() cancels it."""
+
+    def __init__(self, executor: RayExecutor, generator: Any, ctx: WorkerContext, ledger: Ledger) -> None:
+        self._executor = executor
+        self._ray = executor._ray
+        self._generator = generator
+        self._ctx = ctx
+        self._ledger = ledger
+        self._stopped = threading.Event()
+        self.node: str | None = None
+        self._branch_made = False
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    def stop(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        with contextlib.suppress(Exception):  # already finished: nothing to cancel
+            self._ray.cancel(self._generator, force=True)
+
+    def wait(self) -> Ending:
+        try:
+            for ref in self._generator:
+                ending = self._handle(self._ray.get(ref))
+                if ending is not None:
+                    return ending
+            return self._lost("the remote task ended without a result")
+        except Exception as exc:  # cancelled, or the node / its Ray worker died
+            if self._stopped.is_set():
+                return Ending(LOST, INTERRUPTED, None)
+            return self._lost(_first_line(exc))
+        finally:
+            if not self._branch_made:  # the branch exists whatever happened, as with a local worktree
+                with contextlib.suppress(Exception):
+                    self._executor.fetch_branch(None, self._ctx)
+
+    def _lost(self, why: str) -> Ending:
+        where = f"node {self.node}" if self.node else "its Ray node"
+        return Ending(LOST, f"the worker on {where} was lost ({why})", None)
+
+    def _handle(self, event: dict[str, Any]) -> Ending | None:
+        ctx, ledger, kind = self._ctx, self._ledger, event.get("kind")
+        if kind == "started":
+            self.node = str(event["node"])
+            ledger_remote.set_attempt_node(ledger, ctx.attempt_id, self.node)
+        elif kind == "spend":
+            fields = {key: event[key] for key in ("seq", "usd", "input_tokens", "output_tokens")}
+            ledger_remote.add_streamed_spend(ledger, ctx.attempt_id, ledger_remote.SpendEvent(**fields))
+        elif kind == "log":
+            with ctx.log_path.open("ab") as log:
+                log.write(event["data"])
+        elif kind == "finished":
+            return self._finished(event)
+        ledger_remote.mark_progress(ledger, ctx.attempt_id)  # any event is a sign of life (heartbeats too)
+        return None
+
+    def _finished(self, event: dict[str, Any]) -> Ending:
+        ctx = self._ctx
+        result = PipelineResult.from_json(event["result"]) if event.get("result") else None
+        if result is not None:
+            write_result(ctx.result_path, result)
+        if event.get("transcript") is not None:
+            ctx.transcript_path.parent.mkdir(parents=True, exist_ok=True)
+            ctx.transcript_path.write_bytes(event["transcript"])
+        if event.get("steps"):
+            ledger_remote.set_attempt_steps(self._ledger, ctx.attempt_id, int(event["steps"]))
+        self._executor.fetch_branch(event.get("bundle"), ctx)
+        self._branch_made = True
+        code, cpu, rss = event["exit"]
+        return Ending(Exit(int(code), float(cpu), int(rss)), event.get("stop_reason"), result)

@@ -1,0 +1,246 @@
+"""What runs on a Ray node for one isolated attempt: clone, preflight, worker, stream, bundle back.
+
+`remote_attempt` is a generator the head runs as a Ray streaming task. It clones the base bundle into a
+scratch directory on the task's branch, asks the pipeline whether it can run on this node, runs the
+worker there as a local process tree (the same one LocalExecutor runs at home), and yields events as they
+happen: started (the node), spend (each event with its sequence number), log (new output), heartbeat,
+finished (the exit, the result, a bundle of base..branch). The worker records into a scratch ledger
+of its own; the head is the only writer of the real ledger and the real repository. Nothing here imports
+Ray: the head wraps this function, and the node only needs stellafleet and the pipeline's tools.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stellafleet.core.config import load_config
+from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
+from stellafleet.core.workercontext import WorkerContext
+from stellafleet.git import bundle, gitops
+from stellafleet.pipelines.command import RESULT_ENV
+from stellafleet.run.executor import Attempt, Ending, LocalExecutor
+from stellafleet.state.ledger import Ledger
+from stellafleet.state.ledger_remote import attempt_steps, seed_attempt, spend_after
+from stellafleet.worker.main import PIPELINE_ENTRY_ENV
+
+NODE_NAME_ENV = "STELLA_NODE_NAME"  # an operator's name for the node (default: hostname and Ray node id)
+_CLEARED = (*WorkerContext.env_names(), PIPELINE_ENTRY_ENV, RESULT_ENV, "STELLA_CONFIG")
+
+
+@dataclass(frozen=True)
+class RemoteSpec:
+    """Everything one remote attempt needs besides the base bundle."""
+
+    context: WorkerContext  # as the fleet made it; its paths are rewritten for the node
+    pipeline_entry: str | None
+    config_layers: tuple[tuple[str, str], ...] = ()  # ("user" | "project", TOML text), lowest first
+    env: Mapping[str, str] = field(default_factory=dict)  # the fleet's config variables (STELLA_MODEL...)
+    stop_grace_s: float = 5.0
+    heartbeat_s: float = 5.0
+    poll_s: float = 0.1
+
+
+def node_name() -> str:
+    """How the ledger names this node: $STELLA_NODE_NAME, else hostname and the Ray node id."""
+    named = os.environ.get(NODE_NAME_ENV, "").strip()
+    if named:
+        return named
+    label = socket.gethostname()
+    ray = sys.modules.get("ray")  # loaded in a Ray worker; never imported here (that could start Ray)
+    if ray is not None and ray.is_initialized():
+        with contextlib.suppress(Exception):
+            label += f" {ray.get_runtime_context().get_node_id()[:12]}"
+    return label
+
+
+_executors: dict[float, LocalExecutor] = {}  # one per Ray worker process, kept for the attempts after
+
+
+def node_executor(spec: RemoteSpec) -> LocalExecutor:
+    """This Ray worker's LocalExecutor: its warm launcher forks workers with the pipelines preloaded, so
+    the second attempt on a node skips an interpreter's start-up, as at home."""
+    executor = _executors.get(spec.stop_grace_s)
+    if executor is None or (executor.launcher is not None and not executor.launcher.alive):
+        preload = [spec.pipeline_entry.partition(":")[0]] if spec.pipeline_entry else []
+        executor = LocalExecutor.open(
+            preload, cwd=Path(tempfile.gettempdir()), fork=True, stop_grace_s=spec.stop_grace_s
+        )
+        _executors[spec.stop_grace_s] = executor
+    return executor
+
+
+def remote_attempt(spec: RemoteSpec, base_bundle: bytes) -> Iterator[dict[str, Any]]:
+    """The attempt on this node, as a stream of events (see the module's docstring)."""
+    scratch = Path(tempfile.mkdtemp(prefix="stella-remote-"))
+    try:
+        yield from _attempt(spec, base_bundle, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[dict[str, Any]]:
+    home = spec.context
+    node = node_name()
+    (scratch / "base.bundle").write_bytes(base_bundle)
+    repo = scratch / "repo"
+    assert home.branch is not None
+    bundle.clone_on_branch(scratch / "base.bundle", repo, home.branch)
+    gitops.ensure_excluded(repo, EXCLUDED_DIRS)
+    ctx = dataclasses.replace(
+        home,
+        root=repo,
+        workspace=repo,
+        result_path=StatePaths(repo).result_file(home.run_id, home.task_id, home.attempt_id),
+        log_path=scratch / "worker.log",
+        transcript_path=scratch / "transcript.jsonl",
+    )
+    env = worker_env(spec, ctx, scratch)
+    problem = preflight(ctx, env)
+    yield {"kind": "started", "node": node, "pid": None}
+    if problem:
+        yield finished(preflight_failure(f"preflight on node {node}: {problem}"))
+        return
+    ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
+    with Ledger.open(ctx.paths.fleet_db) as ledger:
+        seed_attempt(ledger, ctx.run_id, ctx.task_id, ctx.attempt_id, isolation=ctx.isolation)
+        root_file = scratch / "worker.pid"
+        start_reaper(root_file, spec.stop_grace_s)  # first: a cancel at any moment finds it watching
+        execution = node_executor(spec).start(Attempt(ctx, env))
+        (scratch / "worker.pid.tmp").write_text(str(execution.pid))
+        (scratch / "worker.pid.tmp").replace(root_file)
+        box: dict[str, Ending] = {}
+        waiter = threading.Thread(target=lambda: box.setdefault("ending", execution.wait()), daemon=True)
+        waiter.start()
+        try:
+            yield from _follow(spec, ctx, ledger, waiter)
+        finally:
+            if waiter.is_alive():  # the stream was closed early (cancelled) or failed: the worker goes too
+                execution.stop()
+                waiter.join(spec.stop_grace_s + 5)
+        steps = attempt_steps(ledger, ctx.attempt_id)
+    ending = box["ending"]
+    out = scratch / "out.bundle"
+    sent = bundle.create_range(repo, ctx.base_commit, home.branch, out)
+    transcript = ctx.transcript_path.read_bytes() if ctx.transcript_path.exists() else None
+    yield finished(ending, out.read_bytes() if sent else None, transcript, steps)
+
+
+def _follow(spec: RemoteSpec, ctx: WorkerContext, ledger: Ledger, waiter: threading.Thread) -> Iterator[dict]:
+    """Spend, log and heartbeat events until the worker has ended (and once more after, for the rest)."""
+    seq, offset = 0, 0
+    beat = time.monotonic() + spec.heartbeat_s
+    while True:
+        done = not waiter.is_alive()
+        for event in spend_after(ledger, ctx.attempt_id, seq):
+            seq = event.seq
+            yield {"kind": "spend", **dataclasses.asdict(event)}
+        chunk = _read_from(ctx.log_path, offset)
+        if chunk:
+            offset += len(chunk)
+            yield {"kind": "log", "data": chunk}
+        if done:
+            return
+        if time.monotonic() >= beat:
+            beat = time.monotonic() + spec.heartbeat_s
+            yield {"kind": "heartbeat"}
+        waiter.join(spec.poll_s)
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            return handle.read(1 << 20)
+    except FileNotFoundError:
+        return b""
+
+
+def worker_env(spec: RemoteSpec, ctx: WorkerContext, scratch: Path) -> dict[str, str]:
+    """The node's own environment (its PATH, its keys) with the task's variables and the fleet's config."""
+    env = {key: value for key, value in os.environ.items() if key not in _CLEARED}
+    env.update(spec.env)
+    env["XDG_CONFIG_HOME"] = str(scratch / "xdg")
+    for kind, text in spec.config_layers:
+        path = scratch / "xdg" / "stella" / "config.toml" if kind == "user" else scratch / "config.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        if kind != "user":
+            env["STELLA_CONFIG"] = str(path)
+    env.update(ctx.to_env())
+    if spec.pipeline_entry:
+        env[PIPELINE_ENTRY_ENV] = spec.pipeline_entry
+    scripts = sysconfig.get_path("scripts")  # the worker calls `stella commit`: this node's stella
+    if scripts and scripts not in env.get("PATH", "").split(os.pathsep):
+        env["PATH"] = os.pathsep.join(p for p in (env.get("PATH", ""), scripts) if p)
+    return env
+
+
+def preflight(ctx: WorkerContext, env: Mapping[str, str]) -> str | None:
+    """Can the task's pipeline run on this node (its CLI installed, its config complete)? None: yes."""
+    from stellafleet import pipelines
+
+    try:
+        config = load_config(ctx.root, env=env)
+    except Exception as exc:
+        return f"config: {exc}"
+    saved = {key: os.environ.get(key) for key in ("PATH",)}
+    os.environ["PATH"] = env.get("PATH", "")  # a CLI is looked up on the worker's PATH
+    try:
+        use = (ctx.pipeline, ctx.model)
+        problems = pipelines.preflight([use], config, spend_limited=ctx.spend_guard_usd is not None)
+    finally:
+        for key, value in saved.items():
+            if value is not None:
+                os.environ[key] = value
+    return "; ".join(problems) or None
+
+
+def start_reaper(root: Path, grace_s: float) -> None:
+    """The sidecar that stops the worker's tree if this process dies first (a forced cancel or a lost
+    node kills the Ray worker outright, and Ray its children: the worker's own tree must not live on,
+    spending, without a fleet). Detached, it ends by itself with the worker's tree; it learns the worker's
+    pid from the file root once the worker has started."""
+    argv = [sys.executable, "-P", "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), str(root)]
+    subprocess.run([*argv, str(grace_s)], stdin=subprocess.DEVNULL, capture_output=True, check=True)
+
+
+def preflight_failure(text: str) -> dict[str, Any]:
+    return {"exit": (1, 0.0, 0), "stop_reason": None, "result": _failed_result(text)}
+
+
+def _failed_result(text: str) -> dict[str, Any]:
+    from stellafleet.pipelines.base import PipelineResult
+
+    return PipelineResult(success=False, summary=text, error=text).to_json()
+
+
+def finished(
+    ending: Ending | dict[str, Any],
+    branch_bundle: bytes | None = None,
+    transcript: bytes | None = None,
+    steps: int = 0,
+) -> dict[str, Any]:
+    if isinstance(ending, Ending):
+        exit_info = ending.exit
+        fields: dict[str, Any] = {
+            "exit": (exit_info.returncode, exit_info.cpu_seconds, exit_info.peak_rss_bytes),
+            "stop_reason": ending.stop_reason,
+            "result": ending.result.to_json() if ending.result is not None else None,
+        }
+    else:
+        fields = ending
+    return {"kind": "finished", **fields, "bundle": branch_bundle, "transcript": transcript, "steps": steps}

@@ -1,0 +1,357 @@
+"""`stella fleet --executor ray` against a real 2-node Ray cluster on this machine.
+
+The cluster (helpers/raycluster.py) runs in a private network namespace with only loopback; the fleet
+runs inside it too. Workers are command-pipeline scripts that synchronise with the test through files
+(the nodes share this machine's file system, not the fleet's environment).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from helpers.fleet import by_id, run_record, toml_str, wait_for
+from helpers.repo import git
+
+from stellafleet.core.paths import StatePaths
+from stellafleet.testing import raycluster
+
+PLAN = """\
+[[tasks]]
+id = "t1"
+prompt = "first"
+isolation = "isolated"
+
+[[tasks]]
+id = "t2"
+prompt = "after t1, on node_b"
+isolation = "isolated"
+depends_on = ["t1"]
+
+[[tasks]]
+id = "t3"
+prompt = "fails"
+isolation = "isolated"
+
+[[tasks]]
+id = "t4"
+prompt = "after t3"
+isolation = "isolated"
+depends_on = ["t3"]
+
+[[tasks]]
+id = "s1"
+prompt = "in the shared tree: stays on this machine"
+claims = ["shared.txt"]
+"""
+
+WORK = (
+    'echo "work of $STELLA_TASK_ID" > "$STELLA_TASK_ID.txt" && '
+    'stella commit -m "work $STELLA_TASK_ID" "$STELLA_TASK_ID.txt" && '
+    'echo \'{"spend_usd": 0.25, "input_tokens": 10, "summary": "did it"}\' > "$STELLA_COMMAND_RESULT"'
+)
+
+SHARED = (
+    'echo "$STELLA_RUN_ID" > shared.txt && stella commit -m "work $STELLA_TASK_ID" shared.txt && '
+    'echo \'{"spend_usd": 0.25, "input_tokens": 10, "summary": "did it"}\' > "$STELLA_COMMAND_RESULT"'
+)
+
+# Marks its start (with its pid), then waits for a release file that never comes unless the test says so.
+BLOCK = """\
+import os, sys, time
+from pathlib import Path
+marks = Path({marks!r})
+task = os.environ["STELLA_TASK_ID"]
+(marks / (task + ".tmp")).write_text(str(os.getpid()))
+(marks / (task + ".tmp")).rename(marks / (task + ".pid"))
+deadline = time.monotonic() + 120
+while not (marks / "go").exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+
+
+# One cluster per module: keep every test of this file on one xdist worker (run with --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("ray-cluster")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[raycluster.Cluster]:
+    why = raycluster.unavailable()
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the Ray executor tests cannot run under CI: {why}")
+        pytest.skip(why)
+    started = raycluster.Cluster()
+    try:
+        started.start()
+        yield started
+    finally:
+        started.stop()
+
+
+def make_repo(root: Path, config: str) -> Path:
+    root.mkdir(parents=True)
+    git("init", "-q", "-b", "main", cwd=root)
+    git("config", "user.name", "Test User", cwd=root)
+    git("config", "user.email", "test@example.invalid", cwd=root)
+    (root / "README.md").write_text("# test repository\n")
+    git("add", "README.md", cwd=root)
+    git("commit", "-q", "-m", "initial commit", cwd=root)
+    StatePaths(root).config_file.parent.mkdir(parents=True)
+    StatePaths(root).config_file.write_text(config)
+    (root.parent / "plan.toml").write_text(PLAN)
+    return root
+
+
+def fleet_argv(cluster: raycluster.Cluster, *extra: str, executor: str = "ray") -> list[str]:
+    argv = [sys.executable, "-m", "stellafleet", "fleet", "--plan", "../plan.toml", "--pipeline", "command"]
+    argv += ["--max-concurrency", "2", *extra]
+    if executor == "ray":
+        argv += ["--executor", "ray", "--ray-address", raycluster.ADDRESS]
+    return cluster.ns(argv)
+
+
+def fleet_env(home: Path) -> dict[str, str]:
+    env = raycluster.quiet_env({"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")})
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return {key: value for key, value in env.items() if not key.startswith("STELLA_")}
+
+
+def run_fleet(
+    cluster: raycluster.Cluster, root: Path, *, executor: str = "ray"
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        fleet_argv(cluster, executor=executor),
+        cwd=root,
+        env=fleet_env(root.parent),
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+
+
+def summary(record: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+    """What a run did per task, as comparable between executors: status, commit messages, spend, tokens."""
+    attempts = by_id(record["attempts"], "task_id")
+    messages: dict[str, list[str]] = {}
+    for commit in record["commits"]:
+        messages.setdefault(commit["task_id"], []).append(commit["message"])
+    out = {}
+    for task in record["tasks"]:
+        attempt = attempts.get(task["id"], {})
+        out[task["id"]] = (
+            task["status"],
+            tuple(messages.get(task["id"], [])),
+            attempt.get("spend_usd"),
+            attempt.get("input_tokens"),
+        )
+    return out
+
+
+def test_a_plan_runs_on_the_cluster_as_it_runs_locally(cluster: raycluster.Cluster, tmp_path: Path) -> None:
+    config = f"[pipelines.command]\nrun = {toml_str(WORK)}\n\n[pipelines.command.tasks.t3]\nrun = 'exit 3'\n"
+    config += f"\n[pipelines.command.tasks.s1]\nrun = {toml_str(SHARED)}\n"
+    config += "\n[executor.tasks.t2]\nresources = {node_b = 1}\n"
+    root = make_repo(tmp_path / "repo", config)
+
+    remote = run_fleet(cluster, root)
+    assert remote.returncode == 1, remote.stdout + remote.stderr
+    ray_run = run_record(root)
+    local = run_fleet(cluster, root, executor="local")
+    assert local.returncode == 1, local.stdout + local.stderr
+    local_run = run_record(root)
+    assert local_run["run"]["id"] != ray_run["run"]["id"]
+
+    assert summary(ray_run) == summary(local_run)
+    tasks = by_id(ray_run["tasks"])
+    statuses = [tasks[t]["status"] for t in ("t1", "t2", "t3", "t4", "s1")]
+    assert statuses == ["succeeded", "succeeded", "failed", "skipped", "succeeded"]
+    assert "dependency failed: t3" in tasks["t4"]["reason"]
+    assert ray_run["run"]["executor"] == "ray" and local_run["run"]["executor"] is None
+    assert ray_run["run"]["spend_usd"] == pytest.approx(0.75)
+    attempts = by_id(ray_run["attempts"], "task_id")
+    # the shared task ran here, in the shared tree, as a local worker: no node, a local pid
+    assert attempts["s1"]["node"] is None and attempts["s1"]["pid"] is not None
+    assert git("log", "-1", "--format=%s", "main", cwd=root) == "work s1\n"
+    assert attempts["t2"]["node"] == "node-b"  # pinned by [executor.tasks.t2]
+    assert {attempts[t]["node"] for t in ("t1", "t3")} <= {"node-a", "node-b"}
+    assert all(attempts[t]["worktree"] is None for t in ("t1", "t2", "t3"))
+    # the branches came back as git objects: in the head repository, with the commits the ledger names
+    for commit in (c for c in ray_run["commits"] if c["task_id"] != "s1"):
+        assert git("log", "-1", "--format=%H %s", commit["branch"], cwd=root).split(" ", 1) == [
+            commit["sha"],
+            f"work {commit['task_id']}\n",
+        ]
+        assert (
+            git("show", f"{commit['sha']}:{commit['task_id']}.txt", cwd=root)
+        ) == f"work of {commit['task_id']}\n"
+    assert not (StatePaths(root).worktrees / tasks["t1"]["branch"].removeprefix("fleet/")).exists()
+    with sqlite3.connect(StatePaths(root).fleet_db) as conn:
+        seqs = conn.execute(
+            "SELECT seq FROM spend_events WHERE attempt_id = ?", (attempts["t1"]["id"],)
+        ).fetchall()
+    assert seqs == [(1,)]
+    log = Path(attempts["t1"]["log_path"]).read_text()
+    assert "stella worker: succeeded: did it" in log
+
+
+def start_blocking_fleet(
+    cluster: raycluster.Cluster, tmp_path: Path, plan: str, config_extra: str = ""
+) -> tuple[Path, Path, subprocess.Popen[str]]:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "block.py"
+    script.write_text(BLOCK.format(marks=str(marks)))
+    config = f"[pipelines.command]\nrun = {toml_str(f'{sys.executable} {script}')}\n" + config_extra
+    root = make_repo(tmp_path / "repo", config)
+    (tmp_path / "plan.toml").write_text(plan)
+    proc = subprocess.Popen(
+        fleet_argv(cluster, "--json"),
+        cwd=root,
+        env=fleet_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return root, marks, proc
+
+
+TWO_BLOCKING = """\
+[[tasks]]
+id = "a"
+prompt = "blocks"
+isolation = "isolated"
+
+[[tasks]]
+id = "b"
+prompt = "blocks too"
+isolation = "isolated"
+"""
+
+
+def test_ctrl_c_cancels_the_remote_tasks_and_exits_130(cluster: raycluster.Cluster, tmp_path: Path) -> None:
+    root, marks, proc = start_blocking_fleet(cluster, tmp_path, TWO_BLOCKING)
+    try:
+        wait_for(marks / "a.pid", timeout=120)
+        wait_for(marks / "b.pid", timeout=120)
+        workers = [int((marks / f"{t}.pid").read_text()) for t in ("a", "b")]
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)  # the second Ctrl-C stops the running workers
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out + err
+    record = run_record(root)
+    assert {a["outcome"] for a in record["attempts"]} == {"interrupted"}
+    assert record["run"]["status"] == "interrupted"
+    deadline = time.monotonic() + 30  # the node-side reaper ends each worker once its Ray worker is gone
+    while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie" for pid in workers):
+        assert time.monotonic() < deadline, f"remote workers outlived the cancel: {describe(workers)}"
+        time.sleep(0.2)
+
+
+def describe(pids: list[int]) -> str:
+    """Each pid's ancestry, and every reaper running: what a failure needs to be understood."""
+    lines = []
+    for pid in pids:
+        try:
+            chain = [psutil.Process(pid), *psutil.Process(pid).parents()]
+            lines.append(" <- ".join(f"{p.pid} {' '.join(p.cmdline())[:60]}" for p in chain[:5]))
+        except psutil.Error as exc:
+            lines.append(f"{pid}: {exc}")
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if "stellafleet.proc.reaper" in " ".join(proc.info["cmdline"] or []):
+            lines.append(f"reaper {proc.info['pid']}: {' '.join(proc.info['cmdline'])}")
+    return "\n".join(lines)
+
+
+NO_CLI = """\
+[[tasks]]
+id = "agent"
+prompt = "needs the codex CLI, which node_b does not have"
+isolation = "isolated"
+pipeline = "codex"
+"""
+
+
+def test_a_node_without_the_pipelines_cli_fails_that_tasks_preflight(
+    cluster: raycluster.Cluster, tmp_path: Path
+) -> None:
+    tools = tmp_path / "head-only-bin"  # on the fleet's PATH, not on the nodes'
+    tools.mkdir()
+    (tools / "codex-for-test").write_text("#!/bin/sh\nexit 0\n")
+    (tools / "codex-for-test").chmod(0o755)
+    config = '[pipelines.codex]\nbinary = "codex-for-test"\n'
+    config += "\n[executor.tasks.agent]\nresources = {node_b = 1}\n"
+    root = make_repo(tmp_path / "repo", config)
+    (tmp_path / "plan.toml").write_text(NO_CLI)
+    env = fleet_env(tmp_path)
+    env["PATH"] = f"{tools}{os.pathsep}{env['PATH']}"
+    done = subprocess.run(fleet_argv(cluster), cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    task = by_id(run_record(root)["tasks"])["agent"]
+    assert task["status"] == "failed"
+    assert task["reason"].startswith("preflight on node node-b: pipeline codex:"), task["reason"]
+    assert "'codex-for-test' not found on PATH" in task["reason"]
+
+
+PINNED = """\
+[[tasks]]
+id = "lost"
+prompt = "on node_b, whose raylet dies"
+isolation = "isolated"
+
+[[tasks]]
+id = "after"
+prompt = "depends on the lost one"
+isolation = "isolated"
+depends_on = ["lost"]
+
+[[tasks]]
+id = "fine"
+prompt = "on node_a"
+isolation = "isolated"
+"""
+
+
+def test_a_lost_node_fails_its_attempt_and_the_rest_finish(
+    cluster: raycluster.Cluster, tmp_path: Path
+) -> None:
+    extra = (
+        "\n[executor.tasks.lost]\nresources = {node_b = 1}\n[executor.tasks.fine]\nresources = {node_a = 1}\n"
+    )
+    root, marks, proc = start_blocking_fleet(cluster, tmp_path, PINNED, extra)
+    try:
+        wait_for(marks / "lost.pid", timeout=120)
+        wait_for(marks / "fine.pid", timeout=120)
+        cluster.remember()
+        os.kill(cluster.raylet_pid("node_b"), signal.SIGKILL)
+        time.sleep(1.0)
+        (marks / "go").write_text("")  # node_a's task may finish now
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster.restart_node_b()
+    assert proc.returncode == 1, out + err
+    doc = json.loads(out)
+    assert doc["status"] == "failed"
+    record = run_record(root)
+    tasks, attempts = by_id(record["tasks"]), by_id(record["attempts"], "task_id")
+    assert tasks["fine"]["status"] == "succeeded" and attempts["fine"]["node"] == "node-a"
+    assert tasks["lost"]["status"] == "failed" and attempts["lost"]["node"] == "node-b"
+    assert "the worker on node node-b was lost" in tasks["lost"]["reason"]
+    assert tasks["after"]["status"] == "skipped" and "dependency failed: lost" in tasks["after"]["reason"]
+    assert git("rev-parse", tasks["lost"]["branch"], cwd=root).strip() == record["run"]["base_commit"]
