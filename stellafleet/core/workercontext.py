@@ -40,7 +40,7 @@ _KEYS: dict[str, str] = {
     "result_path": "RESULT_FILE",
     "log_path": "LOG_FILE",
     "transcript_path": "TRANSCRIPT_FILE",
-    "token": "ATTEMPT_TOKEN",
+    "token": "ATTEMPT_PROOF",
 }
 
 

@@ -2,10 +2,12 @@
 
 Anyone running as the same user can read and copy a worker's environment, so naming an attempt
 (STELLA_RUN_ID, STELLA_ATTEMPT_ID) proves nothing. The fleet hands each worker a secret
-(STELLA_ATTEMPT_TOKEN), keeps only its SHA-256 in the ledger, and records the worker's pid. A process acts
+(STELLA_ATTEMPT_PROOF), keeps only its SHA-256 in the ledger, and records the worker's pid. A process acts
 for an attempt when the attempt is in the ledger and still running, the secret matches, and the attempt's
 worker is this process or one of its ancestors (checked whenever the worker's pid is recorded: an
-executor that runs workers elsewhere has no local pid to check).
+executor that runs workers elsewhere has no local pid to check; and a command that an agent CLI runs in a
+PID namespace of its own, made after the attempt started, cannot see its ancestors, so there the secret
+alone decides).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import secrets
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.proc.pids import descends_from, pid_alive
+from stellafleet.proc.pids import descends_from, in_pid_namespace_since, pid_alive
 from stellafleet.state.ledger import Ledger
 
 
@@ -48,7 +50,9 @@ def prove_attempt(ctx: WorkerContext) -> None:
         raise _refuse(f"{named} has ended ({row['outcome']})")
     expected = row["token_sha256"]
     if not expected or not ctx.token or not hmac.compare_digest(token_digest(ctx.token), expected):
-        raise _refuse(f"STELLA_ATTEMPT_TOKEN is not the secret of {named}")
+        raise _refuse(f"STELLA_ATTEMPT_PROOF is not the secret of {named}")
     worker = row["pid"]
-    if worker is not None and not (pid_alive(worker, row["started_at_ms"]) and descends_from(worker)):
+    if worker is None or in_pid_namespace_since(row["started_at_ms"]):
+        return  # the worker runs elsewhere, or we run in a sandbox made inside the attempt: the secret rules
+    if not (pid_alive(worker, row["started_at_ms"]) and descends_from(worker)):
         raise _refuse(f"this process was not started by the worker of {named} (pid {worker})")

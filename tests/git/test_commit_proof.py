@@ -31,10 +31,10 @@ def refused(proc: subprocess.CompletedProcess[str], words: str) -> None:
 def test_another_attempts_copied_environment_is_refused(git_repo: Path, stella: StellaRunner) -> None:
     victim = make_attempt(git_repo, "victim")
     (git_repo / "claimed.txt").write_text("not yours\n")
-    copied = {k: v for k, v in victim.to_env().items() if k != "STELLA_ATTEMPT_TOKEN"}
-    refused(stella("commit", "-m", "steal", "claimed.txt", cwd=git_repo, env=copied), "STELLA_ATTEMPT_TOKEN")
-    wrong = {**victim.to_env(), "STELLA_ATTEMPT_TOKEN": "0" * 32}
-    refused(stella("commit", "-m", "steal", "claimed.txt", cwd=git_repo, env=wrong), "STELLA_ATTEMPT_TOKEN")
+    copied = {k: v for k, v in victim.to_env().items() if k != "STELLA_ATTEMPT_PROOF"}
+    refused(stella("commit", "-m", "steal", "claimed.txt", cwd=git_repo, env=copied), "STELLA_ATTEMPT_PROOF")
+    wrong = {**victim.to_env(), "STELLA_ATTEMPT_PROOF": "0" * 32}
+    refused(stella("commit", "-m", "steal", "claimed.txt", cwd=git_repo, env=wrong), "STELLA_ATTEMPT_PROOF")
     assert git("rev-list", "--count", "HEAD", cwd=git_repo).strip() == "1"
     assert commits(git_repo) == []
 

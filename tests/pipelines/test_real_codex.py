@@ -103,7 +103,7 @@ def test_the_guard_stops_codex_between_model_calls(
         served = len(server.requests)
     (attempt,) = run_record(git_repo)["attempts"]
     assert attempt["outcome"] == "failed"
-    assert attempt["summary"].startswith("codex was stopped: spend guard of $0.4 reached")
+    assert attempt["summary"].startswith("codex was stopped: spend guard of $0.40 reached")
     # stopped after the second call's usage arrived in its session log, long before its turn ended
     assert served <= 3
     assert attempt["input_tokens"] == 400_000
