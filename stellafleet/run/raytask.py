@@ -35,6 +35,7 @@ from stellafleet.pipelines.command import RESULT_ENV
 from stellafleet.run.executor import Attempt, Ending, LocalExecutor
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.ledger_remote import attempt_steps, seed_attempt, spend_after
+from stellafleet.state.proof import token_digest
 from stellafleet.worker.main import PIPELINE_ENTRY_ENV
 
 NODE_NAME_ENV = "STELLA_NODE_NAME"  # an operator's name for the node (default: hostname and Ray node id)
@@ -116,7 +117,10 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
         return
     ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
     with Ledger.open(ctx.paths.fleet_db) as ledger:
-        seed_attempt(ledger, ctx.run_id, ctx.task_id, ctx.attempt_id, isolation=ctx.isolation)
+        digest = token_digest(ctx.token) if ctx.token else None
+        seed_attempt(
+            ledger, ctx.run_id, ctx.task_id, ctx.attempt_id, isolation=ctx.isolation, token_sha256=digest
+        )
         root_file = scratch / "worker.pid"
         start_reaper(root_file, spec.stop_grace_s)  # first: a cancel at any moment finds it watching
         execution = node_executor(spec).start(Attempt(ctx, env))

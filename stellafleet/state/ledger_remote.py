@@ -75,8 +75,11 @@ def mark_progress(ledger: Ledger, attempt_id: int) -> None:
 # --- on the remote node: the scratch ledger ---
 
 
-def seed_attempt(ledger: Ledger, run_id: str, task_id: str, attempt_id: int, *, isolation: str) -> None:
-    """The one run, task and attempt (under the fleet's own ids) a remote worker records against."""
+def seed_attempt(
+    ledger: Ledger, run_id: str, task_id: str, attempt_id: int, *, isolation: str, token_sha256: str | None
+) -> None:
+    """The one run, task and attempt (under the fleet's own ids) a remote worker records against; with the
+    digest of the attempt's secret, so `stella commit` on the node can prove it acts for the attempt."""
     now = wall_ms()
     with ledger._write() as conn:
         conn.execute("INSERT INTO runs (id, created_at_ms) VALUES (?, ?)", (run_id, now))
@@ -85,8 +88,8 @@ def seed_attempt(ledger: Ledger, run_id: str, task_id: str, attempt_id: int, *, 
             (run_id, task_id, isolation),
         )
         conn.execute(
-            "INSERT INTO attempts (id, run_id, task_id, started_at_ms) VALUES (?, ?, ?, ?)",
-            (attempt_id, run_id, task_id, now),
+            "INSERT INTO attempts (id, run_id, task_id, started_at_ms, token_sha256) VALUES (?, ?, ?, ?, ?)",
+            (attempt_id, run_id, task_id, now, token_sha256),
         )
 
 

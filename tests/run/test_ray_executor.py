@@ -66,7 +66,8 @@ SHARED = (
     'echo \'{"spend_usd": 0.25, "input_tokens": 10, "summary": "did it"}\' > "$STELLA_COMMAND_RESULT"'
 )
 
-# Marks its start (with its pid), then waits for a release file that never comes unless the test says so.
+# Marks its start (with its pid), then waits for a release file ("go" for all, "go-TASK" for one) that never
+# comes unless the test says so.
 BLOCK = """\
 import os, sys, time
 from pathlib import Path
@@ -75,7 +76,7 @@ task = os.environ["STELLA_TASK_ID"]
 (marks / (task + ".tmp")).write_text(str(os.getpid()))
 (marks / (task + ".tmp")).rename(marks / (task + ".pid"))
 deadline = time.monotonic() + 120
-while not (marks / "go").exists() and time.monotonic() < deadline:
+while not (marks / "go").exists() and not (marks / ("go-" + task)).exists() and time.monotonic() < deadline:
     time.sleep(0.05)
 """
 
@@ -339,7 +340,7 @@ def test_a_lost_node_fails_its_attempt_and_the_rest_finish(
         cluster.remember()
         os.kill(cluster.raylet_pid("node_b"), signal.SIGKILL)
         time.sleep(1.0)
-        (marks / "go").write_text("")  # node_a's task may finish now
+        (marks / "go-fine").write_text("")  # node_a's task may finish; the lost one ends with its node
         out, err = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:

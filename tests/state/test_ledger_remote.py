@@ -32,7 +32,7 @@ def test_streamed_spend_counts_once_however_often_it_arrives(tmp_path: Path) -> 
 
 def test_a_scratch_ledger_holds_the_fleets_attempt_and_reads_its_spend_back(tmp_path: Path) -> None:
     with Ledger.open(tmp_path / "scratch.db") as ledger:
-        ledger_remote.seed_attempt(ledger, "r1", "t1", 42, isolation="isolated")
+        ledger_remote.seed_attempt(ledger, "r1", "t1", 42, isolation="isolated", token_sha256=None)
         ledger.add_spend(42, 0.1, input_tokens=5, steps=3)
         ledger.add_spend(42, 0.2, output_tokens=7)
         events = ledger_remote.spend_after(ledger, 42, 0)
