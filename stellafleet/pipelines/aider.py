@@ -25,7 +25,7 @@ from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
 from stellafleet.pipelines.agentenv import scratch_dir
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
-from stellafleet.pipelines.support import crash_text, failed, json_line, short, timeout_text
+from stellafleet.pipelines.support import complete_lines, crash_text, failed, json_line, short, timeout_text
 
 CLI = "aider"
 APPLIED = re.compile(r"^Applied edit to (?P<path>.+?)\s*$")
@@ -77,16 +77,12 @@ class AnalyticsFollower:
 
     def __call__(self) -> str | None:
         try:
-            with self.path.open("rb") as fh:
-                fh.seek(self.offset)
-                chunk = fh.read()
+            lines, self.offset = complete_lines(self.path, self.offset)
         except FileNotFoundError:
             return None
-        end = chunk.rfind(b"\n")
-        if end < 0:
+        if not lines:
             return None  # nothing complete yet: aider may be half-way through a line
-        self.offset += end + 1
-        for raw in chunk[: end + 1].decode("utf-8", "replace").splitlines():
+        for raw in lines:
             if raw.strip():
                 self._line(raw)
         if self.guard_usd is not None and self.spent.usd >= self.guard_usd:

@@ -20,6 +20,7 @@ from typing import Any
 
 from stellafleet.core.errors import GitError
 from stellafleet.git import gitops
+from stellafleet.pipelines.support import complete_lines
 
 
 def git_dirs(workspace: Path) -> list[str]:
@@ -76,17 +77,11 @@ class SessionLog:
         if path is None:
             return None
         try:
-            with path.open("rb") as fh:
-                fh.seek(self.offset)
-                chunk = fh.read()
+            lines, self.offset = complete_lines(path, self.offset)
         except OSError:
             return None
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return None  # Codex may be half-way through a line
-        self.offset += end + 1
         reason = None
-        for raw in chunk[: end + 1].decode("utf-8", "replace").splitlines():
+        for raw in lines:  # none while Codex is half-way through a line
             total = token_total(raw)
             if total is not None:
                 self.totals_seen += 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any, TextIO
 
 from stellafleet.core.spend import money
@@ -53,3 +54,15 @@ def json_line(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def complete_lines(path: Path, offset: int) -> tuple[list[str], int]:
+    """The complete lines a CLI appended to path since offset, and the offset after them; a line it is
+    still writing waits for the next read. OSError (e.g. no such file yet) is the caller's to judge."""
+    with path.open("rb") as fh:
+        fh.seek(offset)
+        chunk = fh.read()
+    end = chunk.rfind(b"\n")
+    if end < 0:
+        return [], offset
+    return chunk[: end + 1].decode("utf-8", "replace").splitlines(), offset + end + 1
