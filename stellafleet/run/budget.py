@@ -16,6 +16,11 @@ from stellafleet.core.spend import money
 SPEND_STOP_PREFIX = "spend limit reached"
 
 
+def spend_stop_text(spent: float, limit: float) -> str:
+    """The one line that says the run's spend has reached its limit: `spend limit reached: $X of $Y`."""
+    return f"{SPEND_STOP_PREFIX}: {money(spent)} of {money(limit)}"
+
+
 class NoBudget(Exception):
     """No guard of at least the minimum is left for another worker; the message is the reason shown."""
 

@@ -17,9 +17,9 @@ from typing import Any
 from stellafleet.ci.fixci import FixOutcome, FixRequest
 from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.spend import money
 from stellafleet.git import gitops
 from stellafleet.plan.model import PlanTask
+from stellafleet.run.budget import spend_stop_text
 from stellafleet.run.dispatch import Dispatcher, RunSettings, TaskFailed
 from stellafleet.run.events import Event
 from stellafleet.run.executor import LocalExecutor
@@ -99,7 +99,7 @@ class CiFixRounds:
             if spent >= self.spend_limit:
                 return FixOutcome(
                     None,
-                    f"spend limit reached: {money(spent)} of {money(self.spend_limit)}; no fix-up attempt",
+                    spend_stop_text(spent, self.spend_limit) + "; no fix-up attempt",
                 )
         row = self._task(request.task_id)
         if not row.get("worktree") or not Path(row["worktree"]).is_dir():

@@ -27,10 +27,9 @@ from stellafleet.core.errors import (
     StellaError,
 )
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
-from stellafleet.core.spend import money
 from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.git import gitops
-from stellafleet.run.budget import SPEND_STOP_PREFIX, SpendBudget
+from stellafleet.run.budget import SPEND_STOP_PREFIX, SpendBudget, spend_stop_text
 from stellafleet.run.direct import DirectCommands
 from stellafleet.run.dispatch import Dispatcher, RunSettings
 from stellafleet.run.eager import runner_class
@@ -278,7 +277,7 @@ class FleetRun:
             if spent >= limit:
                 if self.notifier is not None:
                     self.notifier.spend_limit_reached(spent, limit)
-                return f"{SPEND_STOP_PREFIX}: {money(spent)} of {money(limit)}"
+                return spend_stop_text(spent, limit)
             return dispatcher.budget.exhausted() if dispatcher.budget is not None else None
 
         runner = runner_class(p.schedule)(

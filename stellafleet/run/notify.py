@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.core import jsontext
-from stellafleet.core.spend import money
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.proc.group import stop_group
+from stellafleet.run.budget import spend_stop_text
 from stellafleet.run.events import AttemptEnded, Emit, Event, EventSink
 
 STOP_GRACE_S = 1.0
@@ -94,7 +94,7 @@ class Notifier(EventSink):
                 "event": "spend_limit",
                 "spend_usd": round(spent_usd, 6),
                 "spend_limit_usd": limit_usd,
-                "text": f"spend limit reached: {money(spent_usd)} of {money(limit_usd)}; no new task starts",
+                "text": spend_stop_text(spent_usd, limit_usd) + "; no new task starts",
             }
         )
 
