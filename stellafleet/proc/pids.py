@@ -88,10 +88,8 @@ def in_pid_namespace_since(since_ms: int) -> bool:
     """True when this process lives in a PID namespace made at or after since_ms (epoch ms): its pid 1
     started then, as in an agent CLI's sandbox (Codex runs commands in a PID namespace of its own, where
     the processes that started it are not visible)."""
-    try:
-        return psutil.Process(1).create_time() * 1000 >= since_ms
-    except psutil.Error:
-        return False
+    init_started = process_start_time(1)
+    return init_started is not None and init_started * 1000 >= since_ms
 
 
 @dataclass(frozen=True)
