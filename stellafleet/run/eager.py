@@ -52,17 +52,9 @@ class EagerRunner(WaveRunner):
         """Start ready tasks, first in plan order, while a slot is free; on a stop, skip every ready one."""
         while self._ready and len(running) < self.max_concurrency:
             task_id = min(self._ready, key=self._first.__getitem__)
-            reason = self._current_stop()
-            if reason is None and self._before_wave is not None:
-                asked = self._before_wave(self._started + 1, [task_id])
-                if asked is not None:
-                    self.request_stop(asked)
-                    reason = self._current_stop()
+            reason = self._stop_before(self._started + 1, [task_id])
             if reason is not None:
-                for skipped in sorted(self._ready, key=self._order.__getitem__):
-                    node = self._ready.pop(skipped)
-                    self._skip(node, reason)
-                    self._finished.append(node)  # handed back, so its dependents come up (and skip)
+                self._skip_ready(reason)
                 return
             node = self._ready.pop(task_id)
             self._started += 1

@@ -236,19 +236,10 @@ class WaveRunner(Runner):
         self._pull()
         wave_number = 0
         while self._ready:
-            reason = self._current_stop()
-            if reason is None:
-                wave = sorted(self._ready, key=self._order.__getitem__)[: self.max_concurrency]
-                if self._before_wave is not None:
-                    reason = self._before_wave(wave_number + 1, list(wave))
-                    if reason is not None:
-                        self.request_stop(reason)
-                        reason = self._current_stop()
+            wave = sorted(self._ready, key=self._order.__getitem__)[: self.max_concurrency]
+            reason = self._stop_before(wave_number + 1, wave)
             if reason is not None:
-                for task_id in sorted(self._ready, key=self._order.__getitem__):
-                    node = self._ready.pop(task_id)
-                    self._skip(node, reason)
-                    self._finished.append(node)  # handed back, so its dependents come up (and skip)
+                self._skip_ready(reason)
             else:
                 wave_number += 1
                 self._run_wave(wave_number, [self._ready.pop(task_id) for task_id in wave])
@@ -258,6 +249,24 @@ class WaveRunner(Runner):
     def _current_stop(self) -> str | None:
         with self._lock:
             return self._stop_reason
+
+    def _stop_before(self, number: int, ids: list[str]) -> str | None:
+        """Why the next start (wave or task `number`, of ids) must not happen: a stop already requested,
+        or before_wave's veto (which then stops the run); None: it may start."""
+        reason = self._current_stop()
+        if reason is None and self._before_wave is not None:
+            asked = self._before_wave(number, list(ids))
+            if asked is not None:
+                self.request_stop(asked)
+                reason = self._current_stop()
+        return reason
+
+    def _skip_ready(self, reason: str) -> None:
+        """Skip every ready task for reason, in plan order."""
+        for task_id in sorted(self._ready, key=self._order.__getitem__):
+            node = self._ready.pop(task_id)
+            self._skip(node, reason)
+            self._finished.append(node)  # handed back, so its dependents come up (and skip)
 
     def _pull(self) -> None:
         """Hand finished nodes back to the dispatcher and collect every task that became ready.
