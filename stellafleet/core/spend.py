@@ -36,6 +36,18 @@ def check_count(value: object, what: str) -> int:
     return value
 
 
+def check_report(
+    usd: object, input_tokens: object, output_tokens: object, steps: object
+) -> tuple[float, int, int, int]:
+    """One spend report's amounts, each checked (check_usd, check_count); ValueError names the bad one."""
+    return (
+        check_usd(usd),
+        check_count(input_tokens, "input_tokens"),
+        check_count(output_tokens, "output_tokens"),
+        check_count(steps, "steps"),
+    )
+
+
 class SpendReporter(Protocol):
     def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None: ...
 

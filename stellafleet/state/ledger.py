@@ -18,7 +18,7 @@ from typing import Protocol
 
 from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import StellaError
-from stellafleet.core.spend import check_count, check_usd
+from stellafleet.core.spend import check_report
 from stellafleet.core.status import AttemptOutcome, CIState, RunStatus, TaskStatus
 from stellafleet.state.ledger_merges import LedgerMerges
 from stellafleet.state.ledger_schema import LEDGER_SCHEMA
@@ -239,15 +239,19 @@ class Ledger(LedgerMerges):
             conn.execute("UPDATE attempts SET reason = ? WHERE id = ?", (reason, attempt_id))
 
     def add_spend(
-        self, attempt_id: int, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0
-    ) -> None:
-        """Add to an attempt's (and its run's) spend, tokens and steps; safe from many processes.
-        A non-finite, negative or absurd amount is refused (StellaError): it would poison every total."""
+        self,
+        attempt_id: int,
+        usd: float,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        steps: int = 0,
+        seq: int | None = None,
+    ) -> bool:
+        """Add to an attempt's (and its run's) spend, tokens and steps, from any process; a non-finite,
+        negative or absurd amount is refused (StellaError). With seq, a re-delivered report adds nothing."""
         try:
-            usd = check_usd(usd)
-            input_tokens = check_count(input_tokens, "input_tokens")
-            output_tokens = check_count(output_tokens, "output_tokens")
-            steps = check_count(steps, "steps")
+            usd, input_tokens, output_tokens, steps = check_report(usd, input_tokens, output_tokens, steps)
         except ValueError as exc:
             raise StellaError(f"refused a spend report for attempt {attempt_id}: {exc}") from None
         with self._write() as conn:
@@ -255,17 +259,20 @@ class Ledger(LedgerMerges):
             if row is None:
                 raise StellaError(f"no attempt {attempt_id} in the fleet ledger {self.path}")
             run_id = row[0]
-            conn.execute(
-                "INSERT INTO spend_events (attempt_id, run_id, usd, input_tokens, output_tokens, at_ms)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (attempt_id, run_id, usd, input_tokens, output_tokens, self._now_ms()),
+            cursor = conn.execute(
+                "INSERT INTO spend_events (attempt_id, run_id, usd, input_tokens, output_tokens, at_ms, seq)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (attempt_id, run_id, usd, input_tokens, output_tokens, self._now_ms(), seq),
             )
+            if cursor.rowcount == 0:
+                return False  # this seq was recorded before
             conn.execute(
                 "UPDATE attempts SET spend_usd = spend_usd + ?, input_tokens = input_tokens + ?,"
                 " output_tokens = output_tokens + ?, steps = steps + ? WHERE id = ?",
                 (usd, input_tokens, output_tokens, steps, attempt_id),
             )
             conn.execute("UPDATE runs SET spend_usd = spend_usd + ? WHERE id = ?", (usd, run_id))
+        return True
 
     def finish_attempt(
         self,

@@ -40,24 +40,13 @@ def set_attempt_node(ledger: Ledger, attempt_id: int, node: str) -> None:
 
 def add_streamed_spend(ledger: Ledger, attempt_id: int, event: SpendEvent) -> bool:
     """Add one streamed spend event to the attempt and its run; False (nothing changed) if seen before."""
-    with ledger._write() as conn:
-        row = conn.execute("SELECT run_id FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
-        if row is None:
-            return False
-        cursor = conn.execute(
-            "INSERT INTO spend_events (attempt_id, run_id, usd, input_tokens, output_tokens, at_ms, seq)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            (attempt_id, row[0], event.usd, event.input_tokens, event.output_tokens, wall_ms(), event.seq),
-        )
-        if cursor.rowcount == 0:
-            return False
-        conn.execute(
-            "UPDATE attempts SET spend_usd = spend_usd + ?, input_tokens = input_tokens + ?,"
-            " output_tokens = output_tokens + ? WHERE id = ?",
-            (event.usd, event.input_tokens, event.output_tokens, attempt_id),
-        )
-        conn.execute("UPDATE runs SET spend_usd = spend_usd + ? WHERE id = ?", (event.usd, row[0]))
-    return True
+    return ledger.add_spend(
+        attempt_id,
+        event.usd,
+        input_tokens=event.input_tokens,
+        output_tokens=event.output_tokens,
+        seq=event.seq,
+    )
 
 
 def set_attempt_steps(ledger: Ledger, attempt_id: int, steps: int) -> None:
