@@ -6,6 +6,14 @@ new index there and renames it over the index. A lane commit does the same: it t
 HEAD, and only then installs the index, so to any other git command HEAD and the index change together.
 The lock file names its holder (stella's pid and start time): one left behind by a killed stella is
 removed by the next lane commit; one held by git itself is only ever waited for.
+
+`git commit` reads the index before it takes index.lock and installs its refreshed copy before it moves
+HEAD: one that read the index just before a lane commit installed its own, and locks it just after, puts
+back an index without the lane's paths (its own commit then fails, HEAD having moved, but the next one
+would delete them). Such a copy needs writing only when the index it read was not stella's own (stella's
+carries a complete cache tree and fresh stat data, which `git commit` leaves as they are). So when the
+index a lane commit replaces was written by another git process, the lock is held a moment longer
+(LINGER_S): a `git commit` that read the old index meets the lock and fails before writing anything.
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ from stellafleet.proc.pids import ProcessIdentity
 MARKER = "stella-index-lock"
 LOCK_WAIT_S = 10.0
 LOCK_POLL_S = 0.01
+# Longer than the step of `git commit` from reading the index (and stat-ing the work tree) to locking it.
+LINGER_S = 0.1
 
 
 def index_file(root: Path) -> Path:
@@ -34,6 +44,27 @@ def index_file(root: Path) -> Path:
 
 def _aside(index: Path, pid: int, what: str) -> Path:
     return index.with_name(f"{index.name}.stella-{what}-{pid}")
+
+
+def _installed_note(index: Path) -> Path:
+    return index.with_name(f"{index.name}.stella-installed")
+
+
+def _identity(path: Path) -> str | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return f"{st.st_ino} {st.st_size} {st.st_mtime_ns}"
+
+
+def _written_by_stella(index: Path) -> bool:
+    """Whether index is the one a lane commit installed last (not since rewritten by another git)."""
+    try:
+        noted = _installed_note(index).read_text()
+    except OSError:
+        return False
+    return noted == _identity(index)
 
 
 def _stale_marker(lock: Path) -> int | None:
@@ -60,6 +91,7 @@ class IndexLock:
         self.lock = index.with_name(index.name + ".lock")
         self._marker = marker
         self._staged: Path | None = None
+        self.replaces_foreign = False
 
     @classmethod
     @contextlib.contextmanager
@@ -74,6 +106,7 @@ class IndexLock:
         lock = cls(index, marker)
         try:
             lock._acquire(time.monotonic() + timeout, timeout)
+            lock.replaces_foreign = not _written_by_stella(index)
             try:
                 yield lock
             finally:
@@ -142,6 +175,16 @@ class IndexLock:
         assert self._staged is not None
         os.replace(self._staged, self.index)
         self._staged = None
+        identity = _identity(self.index)
+        if identity is not None:
+            noted = _aside(self.index, os.getpid(), "noting")
+            noted.write_text(identity)
+            os.replace(noted, _installed_note(self.index))
+
+    def linger(self) -> None:
+        """Hold the lock a moment more when the index replaced was another git's (see the module's note)."""
+        if self.replaces_foreign:
+            time.sleep(LINGER_S)
 
     def _release(self) -> None:
         if self._staged is not None:

@@ -183,6 +183,7 @@ def commit_in_workspace(
                 moved = exc
                 lock.match_head(workspace, paths)
                 continue
+            lock.linger()
             return new
     raise moved or GitError(f"HEAD kept moving while committing {', '.join(paths)}; nothing was committed")
 
