@@ -54,3 +54,11 @@ def commit_instructions(ctx: WorkerContext) -> str:
 
 def agent_prompt(ctx: WorkerContext) -> str:
     return f"{ctx.prompt.rstrip()}\n\n---\n{commit_instructions(ctx)}\n"
+
+
+def prompt_file(ctx: WorkerContext, prompt: str) -> Path:
+    """prompt in a file of the attempt's scratch directory: a CLI reads it from there (or from stdin),
+    since one command-line argument holds at most 128 KiB and a prompt may be larger."""
+    path = scratch_dir(ctx) / "prompt.md"
+    path.write_text(prompt, encoding="utf-8")
+    return path

@@ -22,7 +22,7 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.spend import SpendReporter, TallySpend, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
-from stellafleet.pipelines.agentenv import scratch_dir
+from stellafleet.pipelines.agentenv import prompt_file, scratch_dir
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
 from stellafleet.pipelines.support import complete_lines, crash_text, failed, json_line, short, timeout_text
@@ -32,12 +32,12 @@ APPLIED = re.compile(r"^Applied edit to (?P<path>.+?)\s*$")
 
 
 def build_argv(
-    binary: str, prompt: str, *, scratch: Path, model: str | None, extra_args: tuple[str, ...]
+    binary: str, prompt_path: Path, *, scratch: Path, model: str | None, extra_args: tuple[str, ...]
 ) -> list[str]:
     argv = [
         binary,
-        "--message",
-        prompt,
+        "--message-file",  # not --message: one argument holds at most 128 KiB
+        str(prompt_path),
         "--yes-always",
         "--no-auto-commits",
         "--no-dirty-commits",  # never commit what other workers left uncommitted
@@ -157,7 +157,7 @@ class AiderPipeline(AgentCliPipeline):
         follower = AnalyticsFollower(scratch / "aider-analytics.jsonl", ctx.spend_guard_usd, spend)
         argv = build_argv(
             settings.binary,
-            ctx.prompt,
+            prompt_file(ctx, ctx.prompt),
             scratch=scratch,
             model=model_for(ctx, settings),
             extra_args=settings.extra_args,

@@ -18,7 +18,7 @@ from stellafleet.core.config import Config
 from stellafleet.core.spend import SpendReporter, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
-from stellafleet.pipelines.agentenv import agent_prompt, scratch_dir
+from stellafleet.pipelines.agentenv import agent_prompt, prompt_file, scratch_dir
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.claude_hook import HookContext, hook_settings
 from stellafleet.pipelines.clirun import CliRun, run_agent
@@ -46,7 +46,6 @@ def budget_arg(guard_usd: float) -> str:
 
 def build_argv(
     binary: str,
-    prompt: str,
     *,
     settings_file: str | None,
     guard_usd: float | None,
@@ -55,12 +54,10 @@ def build_argv(
     extra_args: tuple[str, ...] = (),
     allowed: tuple[str, ...] = SHARED_COMMANDS,
 ) -> list[str]:
-    # The prompt comes right after -p: options such as --mcp-config take several values and would
-    # swallow a prompt placed after them.
+    # No prompt argument: with none, `claude -p` reads the prompt from stdin, which has no size limit.
     argv = [
         binary,
         "-p",
-        prompt,
         "--output-format",
         "stream-json",
         "--verbose",  # stream-json needs it in print mode
@@ -190,7 +187,6 @@ class ClaudeCodePipeline(AgentCliPipeline):
             settings_file = str(write_hook_settings(ctx))
         argv = build_argv(
             settings.binary,
-            agent_prompt(ctx),
             settings_file=settings_file,
             guard_usd=ctx.spend_guard_usd,
             max_turns=settings.max_turns,
@@ -199,7 +195,7 @@ class ClaudeCodePipeline(AgentCliPipeline):
             allowed=SHARED_COMMANDS if ctx.shared else ISOLATED_COMMANDS,
         )
         watcher = _ResultWatcher()
-        run = run_agent(ctx, argv, on_line=watcher)
+        run = run_agent(ctx, argv, on_line=watcher, stdin_path=prompt_file(ctx, agent_prompt(ctx)))
         return self.outcome(run, watcher, ctx, settings.max_turns, spend)
 
     @staticmethod

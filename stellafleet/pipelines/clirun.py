@@ -1,15 +1,16 @@
 """Running an agent CLI under a timeout and a guard, following its output as it arrives.
 
 There is one way to run an agent CLI here (`run_cli`): it starts the CLI in its own process group with
-stdin closed, hands each stdout line to the wrapper as it arrives (the wrappers parse JSON events
-live), copies stderr to the worker's log, keeps stdout in the attempt's transcript, and stops the whole
-group (SIGTERM, then SIGKILL after a grace period) when the task timeout passes or when the wrapper says
-so (its spend guard is reached). Stopping the group matters: agent CLIs start shells, test runners and
-language servers that must not outlive the attempt.
+stdin closed (or reading a file: the prompt), hands each stdout line to the wrapper as it arrives (the
+wrappers parse JSON events live), copies stderr to the worker's log, keeps stdout in the attempt's
+transcript, and stops the whole group (SIGTERM, then SIGKILL after a grace period) when the task timeout
+passes or when the wrapper says so (its spend guard is reached). Stopping the group matters: agent CLIs
+start shells, test runners and language servers that must not outlive the attempt.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import IO, TextIO
 
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.agentenv import agent_env
@@ -148,26 +149,36 @@ class _Output:
                 self.log.flush()
 
 
-def _start(run: CliRun, cwd: Path, env: Mapping[str, str]) -> subprocess.Popen[str] | None:
+def _start(
+    run: CliRun, cwd: Path, env: Mapping[str, str], stdin_path: Path | None
+) -> subprocess.Popen[str] | None:
     """The CLI started in its own process group with its output piped; None (and why) if it cannot start."""
     try:
-        return subprocess.Popen(
-            run.argv,
-            cwd=str(cwd),
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            bufsize=1,
-            start_new_session=True,
-            close_fds=True,
-        )
+        with contextlib.ExitStack() as stack:
+            stdin = subprocess.DEVNULL if stdin_path is None else stack.enter_context(stdin_path.open("rb"))
+            return _popen(run.argv, cwd, env, stdin)
     except OSError as exc:
         run.start_error = f"cannot start {run.argv[0]}: {exc.strerror or exc}"
         return None
+
+
+def _popen(
+    argv: Sequence[str], cwd: Path, env: Mapping[str, str], stdin: IO[bytes] | int
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        argv,
+        cwd=str(cwd),
+        env=dict(env),
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        bufsize=1,
+        start_new_session=True,
+        close_fds=True,
+    )
 
 
 def _start_readers(proc: subprocess.Popen[str], output: _Output) -> list[threading.Thread]:
@@ -233,13 +244,14 @@ def run_cli(
     poll: Poller | None = None,
     transcript: Path | None = None,
     log: TextIO | None = None,
+    stdin_path: Path | None = None,
     grace_s: float = GRACE_S,
     poll_s: float = POLL_S,
 ) -> CliRun:
     """Run an agent CLI to its end, or until timeout_s passes, or until on_line/poll return a reason."""
     run = CliRun(argv=list(argv))
     started = time.monotonic()
-    proc = _start(run, cwd, env)
+    proc = _start(run, cwd, env, stdin_path)
     if proc is None:
         return run
     stop = _Stop()
@@ -262,9 +274,10 @@ def run_agent(
     *,
     on_line: LineHandler | None = None,
     poll: Poller | None = None,
+    stdin_path: Path | None = None,
 ) -> CliRun:
     """run_cli for a task's agent: in its workspace, with the agent environment, the task's timeout and
-    the attempt's transcript."""
+    the attempt's transcript (and stdin_path, if given, as its standard input)."""
     return run_cli(
         argv,
         cwd=ctx.workspace,
@@ -273,4 +286,5 @@ def run_agent(
         on_line=on_line,
         poll=poll,
         transcript=ctx.transcript_path,
+        stdin_path=stdin_path,
     )

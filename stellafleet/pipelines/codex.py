@@ -23,7 +23,7 @@ from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_pric
 from stellafleet.core.spend import SpendReporter, TallySpend, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
-from stellafleet.pipelines.agentenv import agent_env, agent_prompt
+from stellafleet.pipelines.agentenv import agent_env, agent_prompt, prompt_file
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
 from stellafleet.pipelines.codex_session import SessionLog, codex_home, writable_roots_arg
@@ -51,7 +51,6 @@ HEADLESS = ["-c", 'web_search="disabled"', "--disable", "multi_agent", "-c", "al
 def build_argv(
     binary: str,
     workspace: str,
-    prompt: str,
     *,
     model: str | None,
     extra_args: tuple[str, ...],
@@ -60,7 +59,8 @@ def build_argv(
     argv = [binary, "exec", "--json", "--sandbox", "workspace-write", "-C", workspace]
     if model:
         argv += ["--model", model]
-    return [*argv, *sandbox_args, *HEADLESS, *extra_args, prompt]
+    # "-": the prompt is read from stdin, which has no size limit (one argument holds at most 128 KiB)
+    return [*argv, *sandbox_args, *HEADLESS, *extra_args, "-"]
 
 
 @dataclass(frozen=True)
@@ -246,12 +246,12 @@ class CodexPipeline(AgentCliPipeline):
         argv = build_argv(
             settings.binary,
             str(ctx.workspace),
-            agent_prompt(ctx),
             model=model,
             extra_args=settings.extra_args,
             sandbox_args=writable_roots_arg(ctx.workspace),
         )
-        run = run_agent(ctx, argv, on_line=follower, poll=poll)
+        prompt = prompt_file(ctx, agent_prompt(ctx))
+        run = run_agent(ctx, argv, on_line=follower, poll=poll, stdin_path=prompt)
         follower.report_steps()
         result = outcome(run, follower, ctx, priced=pricer is not None, model=model)
         return commit_leftovers(ctx, result) if result.success and not ctx.shared else result

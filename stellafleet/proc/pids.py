@@ -89,7 +89,10 @@ def in_pid_namespace_since(since_ms: int) -> bool:
     started then, as in an agent CLI's sandbox (Codex runs commands in a PID namespace of its own, where
     the processes that started it are not visible)."""
     init_started = process_start_time(1)
-    return init_started is not None and init_started * 1000 >= since_ms
+    # psutil adds a process's start (in clock ticks since boot) to the boot time, which the kernel gives
+    # in whole seconds: every start time reads up to a second early, so pid 1 of a sandbox made within a
+    # second of the attempt's start would otherwise look older than the attempt.
+    return init_started is not None and (init_started + START_TIME_TOLERANCE_S) * 1000 >= since_ms
 
 
 @dataclass(frozen=True)

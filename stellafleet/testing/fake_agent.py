@@ -77,7 +77,7 @@ def parse_args(
                 values.append(argv[i])
                 i += 1
             options[arg] = values
-        elif arg.startswith("-"):
+        elif arg.startswith("-") and arg != "-":  # a lone "-" is stdin, an argument
             options[arg] = True
             i += 1
         else:

@@ -1,4 +1,4 @@
-"""A fake `aider` for tests: `aider --message ...`, driven by a JSON script (see fake_agent).
+"""A fake `aider` for tests: `aider --message ...` or `--message-file FILE`, driven by a JSON script.
 
 Like the real one with `--no-pretty`, it prints plain text ("Applied edit to PATH" per edited file and a
 "Tokens: ... Cost: $X message, $Y session." line per model call), and with `--analytics-log FILE` it
@@ -25,6 +25,7 @@ CLI = "aider"
 VERSION = "aider 0.86.1"
 VALUE_OPTIONS = {
     "--message",
+    "--message-file",
     "--msg",
     "-m",
     "--model",
@@ -66,9 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     options, _files = fa.parse_args(args, VALUE_OPTIONS)
     cwd = Path.cwd()
     message = options.get("--message") or options.get("--msg") or options.get("-m")
+    if options.get("--message-file"):
+        message = Path(options["--message-file"]).read_text(encoding="utf-8")
     script = fa.begin(CLI, args, cwd=cwd, options=options, prompt=message)
     if not message:
-        sys.stderr.write("fake aider only does --message\n")
+        sys.stderr.write("fake aider only does --message or --message-file\n")
         return 2
     model = str(options.get("--model") or "gpt-4o")
     analytics = Analytics(options.get("--analytics-log"), model)

@@ -271,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     # The real CLI's variadic options take values up to the next option.
     options, positional = fa.parse_args(args, VALUE_OPTIONS, MULTI_OPTIONS)
     cwd = Path.cwd()
-    script = fa.begin(CLI, args, cwd=cwd, options=options, prompt=positional[0] if positional else None)
+    # as the real one: with no prompt argument, the prompt is read from stdin
+    prompt = positional[0] if positional else (sys.stdin.read() or None)
+    script = fa.begin(CLI, args, cwd=cwd, options=options, prompt=prompt)
     refused = usage_error(options)
     if refused is not None:
         return refused

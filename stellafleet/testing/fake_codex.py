@@ -105,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     options, positional = fa.parse_args(args[1:], VALUE_OPTIONS)
     cwd = Path(options.get("-C") or options.get("--cd") or ".").resolve()
-    script = fa.begin(CLI, args, cwd=cwd, options=options, prompt=positional[-1] if positional else None)
+    prompt = positional[-1] if positional else None
+    if prompt == "-":  # as the real one: the prompt is read from stdin
+        prompt = sys.stdin.read()
+    script = fa.begin(CLI, args, cwd=cwd, options=options, prompt=prompt)
     if not options.get("--json"):
         sys.stderr.write("fake codex only speaks --json\n")
         return 2

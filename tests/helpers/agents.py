@@ -69,6 +69,13 @@ class FakeAgents:
         argv: list[str] = starts[-1]["argv"]
         return argv
 
+    def prompt(self, cli: str) -> str:
+        """The prompt the CLI's last start received (from its argv, stdin or message file)."""
+        starts = self.log("start", cli)
+        assert starts, f"{cli} was never started"
+        prompt: str = starts[-1]["prompt"]
+        return prompt
+
 
 def make_context(
     root: Path,

@@ -59,7 +59,9 @@ def test_success_reports_each_calls_cost_and_commits_the_edited_files(
         recorded = db.execute("SELECT sha, task_id, attempt_id FROM commits").fetchall()
     assert recorded == [(git("rev-parse", "HEAD", cwd=git_repo).strip(), "t1", 1)]
     argv = fakes.argv("aider")
-    assert argv[:2] == ["--message", "Write notes.txt"]
+    # the prompt comes in a file (one argument holds at most 128 KiB), and nothing else is in it
+    assert argv[0] == "--message-file" and "--message" not in argv
+    assert fakes.prompt("aider") == "Write notes.txt"
     for flag in (
         "--yes-always",
         "--no-auto-commits",

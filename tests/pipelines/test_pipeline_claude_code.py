@@ -52,8 +52,11 @@ def test_success_reports_cost_turns_and_the_agents_summary(git_repo: Path, fakes
     assert (result.spend_usd, result.steps) == (0.0312, 4)
     assert (git_repo / "notes.txt").read_text() == "hi\n"
     argv = fakes.argv("claude")
-    assert argv[0] == "-p" and argv[1].startswith("Write notes.txt")
-    assert "stella commit -m" in argv[1]  # the shared tree's commit rule is part of the prompt
+    # the prompt comes on stdin (one argument holds at most 128 KiB): -p is followed by an option
+    assert argv[0] == "-p" and argv[1] == "--output-format"
+    prompt = fakes.prompt("claude")
+    assert prompt.startswith("Write notes.txt")
+    assert "stella commit -m" in prompt  # the shared tree's commit rule is part of the prompt
     assert argv[argv.index("--output-format") + 1] == "stream-json" and "--verbose" in argv
     assert argv[argv.index("--permission-mode") + 1] == "acceptEdits"
     assert "--strict-mcp-config" in argv
@@ -97,7 +100,7 @@ def test_isolated_worktree_gets_no_claim_hook_and_git_commit_instructions(
     assert result.success
     argv = fakes.argv("claude")
     assert "--settings" not in argv
-    assert "own git worktree on branch fleet/t1-0123456789abcdef" in argv[1]
+    assert "own git worktree on branch fleet/t1-0123456789abcdef" in fakes.prompt("claude")
 
 
 def test_api_error_result_fails_with_the_agents_words(git_repo: Path, fakes: FakeAgents) -> None:

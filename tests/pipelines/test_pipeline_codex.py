@@ -59,7 +59,9 @@ def test_success_prices_the_token_usage_and_keeps_the_last_message(git_repo: Pat
     argv = fakes.argv("codex")
     assert argv[:7] == ["exec", "--json", "--sandbox", "workspace-write", "-C", str(git_repo), "--model"]
     assert argv[7] == MODEL
-    assert argv[-1].startswith("Write notes.txt") and "stella commit -m" in argv[-1]
+    assert argv[-1] == "-"  # the prompt comes on stdin: one argument holds at most 128 KiB
+    prompt = fakes.prompt("codex")
+    assert prompt.startswith("Write notes.txt") and "stella commit -m" in prompt
 
 
 def test_running_totals_are_priced_by_what_each_adds(git_repo: Path, fakes: FakeAgents) -> None:

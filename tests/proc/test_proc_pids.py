@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -12,10 +13,12 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+from stellafleet.core.clock import wall_ms
 from stellafleet.proc.pids import (
     LEDGER_SPAWN_GRACE_S,
     START_TIME_TOLERANCE_S,
     ProcessIdentity,
+    in_pid_namespace_since,
     pid_alive,
     pid_alive_since,
     process_start_time,
@@ -112,3 +115,32 @@ def test_the_ledger_spawn_grace_edge(sleeper: subprocess.Popen[bytes]) -> None:
     edge_ms = (psutil.Process(sleeper.pid).create_time() - LEDGER_SPAWN_GRACE_S) * 1000
     assert pid_alive(sleeper.pid, math.ceil(edge_ms) + 1)
     assert not pid_alive(sleeper.pid, math.floor(edge_ms) - 1)
+
+
+NAMESPACE_CHECK = (
+    "import sys\n"
+    "from stellafleet.proc.pids import in_pid_namespace_since\n"
+    "sys.exit(0 if in_pid_namespace_since(int(sys.argv[1])) else 3)\n"
+)
+
+
+def _in_new_pid_namespace(since_ms: int) -> int:
+    """Exit status of the check run as pid 1 of a PID namespace (with its own /proc) made just now."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        why = "making a PID namespace needs root and unshare(1)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", NAMESPACE_CHECK]
+    argv.append(str(since_ms))
+    return subprocess.run(argv, capture_output=True, timeout=60).returncode
+
+
+def test_a_sandbox_made_right_after_the_attempt_started_is_recognised_as_made_since() -> None:
+    # pid 1 of the new namespace starts milliseconds after since_ms; psutil's start times, built on a boot
+    # time in whole seconds, read it up to a second early (a Codex sandbox made at once was refused)
+    assert _in_new_pid_namespace(wall_ms()) == 0
+    # a namespace made a minute before the attempt is not one made inside it
+    assert _in_new_pid_namespace(wall_ms() + 60_000) == 3
+    # nor is the machine's own namespace, made at boot
+    assert not in_pid_namespace_since(wall_ms())
