@@ -146,7 +146,7 @@ def edited_paths(run: CliRun) -> list[str]:
 
 class AiderPipeline(AgentCliPipeline):
     name: ClassVar[str] = "aider"
-    description: ClassVar[str] = "aider, one --message per task (cost from its analytics log)"
+    description: ClassVar[str] = "aider, one --message-file per task (cost from its analytics log)"
     default_binary: ClassVar[str] = "aider"
     display_name: ClassVar[str] = "aider"
     install_hint: ClassVar[str] = "pip install aider-chat"
