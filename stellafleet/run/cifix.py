@@ -19,9 +19,9 @@ from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
 from stellafleet.git import gitops
 from stellafleet.plan.model import PlanTask
-from stellafleet.run.budget import spend_stop_text
+from stellafleet.run.budget import SpendBudget, spend_stop_text
 from stellafleet.run.dispatch import Dispatcher, RunSettings, TaskFailed
-from stellafleet.run.events import Event
+from stellafleet.run.events import Event, SkipTask
 from stellafleet.run.executor import LocalExecutor
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
@@ -50,7 +50,7 @@ def execute_in_background(dispatcher: Dispatcher, task: PlanTask, *, reason: str
         thread.join()
         raise
     error = box.get("error")
-    if isinstance(error, TaskFailed):
+    if isinstance(error, TaskFailed | SkipTask):  # SkipTask: too little of the spend limit is left
         return str(error)
     if error is not None:
         raise error
@@ -139,7 +139,8 @@ def fixer_for_past_run(
     config_file: Path | None = None,
 ) -> Iterator[CiFixRounds]:
     """A CiFixRounds for `stella watch --fix-ci`: the run's settings read back from the ledger, workers
-    started as fresh processes; the spend limit is the one given now, else the one the run had."""
+    started as fresh processes; the spend limit is the one given now, else the one the run had, and each
+    fix-up worker's guard is what is left of it after the run's spend (at most the per-worker share)."""
     from stellafleet import pipelines
 
     paths = StatePaths(root)
@@ -149,18 +150,24 @@ def fixer_for_past_run(
         limit = spend_limit if spend_limit is not None else run.get("spend_limit_usd")
         installed = pipelines.available()
         names = {t.get("pipeline") or run.get("pipeline") or config.fleet.pipeline for t in record["tasks"]}
+        concurrency = max(1, int(run.get("max_concurrency") or 1))
+        budget = None
+        if limit is not None:
+            budget = SpendBudget(
+                limit, concurrency, min_guard=config.governor.min_guard_usd, spent=ledger.run_spend(run_id)
+            )
         settings = RunSettings(
             root=root,
             run_id=run_id,
             base_commit=run["base_commit"],
             default_pipeline=run.get("pipeline") or config.fleet.pipeline,
-            spend_guard_usd=None if limit is None else limit / max(1, int(run.get("max_concurrency") or 1)),
+            spend_guard_usd=None if limit is None else limit / concurrency,
             config_file=config_file.resolve() if config_file else None,
             pipeline_entries={name: installed[name].value for name in sorted(names) if name in installed},
         )
         executor = LocalExecutor.open([], cwd=root, fork=False, stop_grace_s=config.fleet.stop_grace)
         try:
-            dispatcher = Dispatcher(settings, ledger, claims, executor, _quiet)
+            dispatcher = Dispatcher(settings, ledger, claims, executor, _quiet, budget=budget)
             yield CiFixRounds(dispatcher, ledger, max_rounds=max_rounds, spend_limit=limit)
         finally:
             executor.close()

@@ -176,14 +176,15 @@ def run_settings(prepared: Prepared) -> RunSettings:
     )
 
 
-def spend_budget(prepared: Prepared) -> SpendBudget | None:
-    """The run's spend limit as the workers' guards (None: no limit)."""
+def spend_budget(prepared: Prepared, *, spent: float = 0.0) -> SpendBudget | None:
+    """The run's spend limit as the workers' guards, less what the run has spent (None: no limit)."""
     if prepared.spend_limit is None:
         return None
     return SpendBudget(
         prepared.spend_limit,
         prepared.concurrency.value,
         min_guard=prepared.config.governor.min_guard_usd,
+        spent=spent,
     )
 
 
@@ -342,7 +343,10 @@ class FleetRun:
             from stellafleet.run.cifix import CiFixRounds
 
             claims, executor = self._fix_parts
-            dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, lambda event: None)
+            # the fix-ups' guards come out of what the run's workers left of the limit
+            budget = spend_budget(p, spent=ledger.run_spend(p.run_id))
+            settings = run_settings(p)
+            dispatcher = Dispatcher(settings, ledger, claims, executor, lambda event: None, budget=budget)
             fixer = CiFixRounds(dispatcher, ledger, max_rounds=p.fix_ci, spend_limit=p.spend_limit)
         result = watch_run(
             p.root, p.run_id, config=p.config, settings=p.watch, json_mode=p.json_mode, fixer=fixer

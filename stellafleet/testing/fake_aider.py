@@ -60,15 +60,20 @@ class Analytics:
                 fh.write("this is not an analytics event\n")
 
 
+def _message(options: dict[str, Any]) -> str | None:
+    if options.get("--message-file"):
+        return Path(options["--message-file"]).read_text(encoding="utf-8")
+    message = options.get("--message") or options.get("--msg") or options.get("-m")
+    return str(message) if message else None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if fa.answers_version(args, VERSION):
         return 0
     options, _files = fa.parse_args(args, VALUE_OPTIONS)
     cwd = Path.cwd()
-    message = options.get("--message") or options.get("--msg") or options.get("-m")
-    if options.get("--message-file"):
-        message = Path(options["--message-file"]).read_text(encoding="utf-8")
+    message = _message(options)
     script = fa.begin(CLI, args, cwd=cwd, options=options, prompt=message)
     if not message:
         sys.stderr.write("fake aider only does --message or --message-file\n")

@@ -34,6 +34,7 @@ prompts = sorted(MARKS.glob(f"prompt-{TASK}-*.txt"))
 n = len(prompts) + 1
 prompt = os.environ["STELLA_PROMPT"]
 mark(f"prompt-{TASK}-{n}.txt", prompt)
+mark(f"guard-{TASK}-{n}.txt", os.environ.get("STELLA_SPEND_GUARD", "none"))
 follow_up = "Failing jobs' log" in prompt
 # the task id in the text and subject: two tasks' identical commits would be one commit (one SHA)
 text = "fixed" if (follow_up and TASK == "fixable") else f"{TASK}: broken {n}"
@@ -177,3 +178,53 @@ def test_stella_watch_fix_ci_sends_a_past_runs_red_branch_back(
     assert [a["reason"] for a in record["attempts"]] == [None, "ci-fix"]
     assert record["attempts"][1]["worktree"] == record["attempts"][0]["worktree"]
     assert "MARKER-7731" in (marks / "prompt-fixable-2.txt").read_text()
+
+
+@pytest.mark.parametrize(
+    ("spent", "expected"),
+    [
+        # the fix-up's guard is what is left of the limit, not the run's per-worker share ($1.00)
+        ("0.9", "guard 0.1"),
+        # less than the minimum guard ($0.01) left: no fix-up attempt, said in one line
+        ("0.995", "no attempt"),
+    ],
+)
+def test_a_past_runs_fix_up_gets_only_what_is_left_of_its_spend_limit(
+    fleet_repo: Path, tmp_path: Path, marks: Path, stella: StellaRunner, spent: str, expected: str
+) -> None:
+    (tmp_path / "plan.toml").write_text(PLAN.split("\n\n")[0])  # the fixable task alone
+    first = stella(
+        "--spend-limit", "1", "fleet", "--watch", "--plan", str(tmp_path / "plan.toml"),
+        "--pipeline", "command", "--max-concurrency", "1", cwd=fleet_repo, env={"SPEND_EACH": spent},
+    )  # fmt: skip
+    assert first.returncode == 4, first.stdout + first.stderr
+    assert float((marks / "guard-fixable-1.txt").read_text()) == pytest.approx(1.0)
+    proc = stella("watch", "--fix-ci", "1", "--json", cwd=fleet_repo, env={"SPEND_EACH": "0"})
+    assert "Traceback" not in proc.stderr, proc.stderr
+    [watched] = json.loads(proc.stdout)["branches"]
+    record = run_record(fleet_repo)
+    if expected == "no attempt":
+        assert proc.returncode == 4, proc.stdout + proc.stderr
+        assert "less than the $0.01 minimum guard left" in watched["reason"], watched
+        assert [a["reason"] for a in record["attempts"]] == [None]
+        assert not (marks / "guard-fixable-2.txt").exists()
+    else:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert float((marks / "guard-fixable-2.txt").read_text()) == pytest.approx(0.1)
+        assert [a["reason"] for a in record["attempts"]] == [None, "ci-fix"]
+
+
+def test_a_fleets_fix_up_with_less_than_the_minimum_guard_left_is_not_started(
+    fleet_repo: Path, tmp_path: Path, marks: Path, stella: StellaRunner
+) -> None:
+    (tmp_path / "plan.toml").write_text(PLAN.split("\n\n")[0])  # the fixable task alone
+    proc = stella(
+        "--spend-limit", "1", "fleet", "--json", "--watch", "--fix-ci", "1",
+        "--plan", str(tmp_path / "plan.toml"), "--pipeline", "command",
+        cwd=fleet_repo, env={"SPEND_EACH": "0.995"},
+    )  # fmt: skip
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    [watched] = json.loads(proc.stdout)["watch"]["branches"]
+    assert "less than the $0.01 minimum guard left" in watched["reason"], watched
+    assert [a["reason"] for a in run_record(fleet_repo)["attempts"]] == [None]
+    assert not (marks / "guard-fixable-2.txt").exists()
