@@ -50,7 +50,9 @@ class Body:
         if not accept_gzip or len(self.raw) < GZIP_FROM_BYTES:
             return self.raw, None
         if self._gzipped is None:
-            self._gzipped = gzip.compress(self.raw, compresslevel=6, mtime=0)  # same bytes each time
+            # level 1: a fifth of the bytes in about 1 ms for 230 KB, where level 6 takes 3.5 ms for
+            # a sixth; a running run's body is compressed afresh on every poll
+            self._gzipped = gzip.compress(self.raw, compresslevel=1, mtime=0)
         if len(self._gzipped) > len(self.raw) * 0.9:
             return self.raw, None
         return self._gzipped, "gzip"
