@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from stellafleet.core.clock import wall_ms
 from stellafleet.core.status import AttemptOutcome, CIState, RunStatus, TaskStatus
 from stellafleet.observatory.server import make_server
 from stellafleet.state.ledger import Ledger
@@ -62,11 +63,12 @@ def get() -> Iterator[Callable[[Path], Get]]:
         server.server_close()
 
 
-def big_run(db: Path) -> dict[str, int]:
-    """A finished run of TASKS tasks in two waves: every seventh task fails once before it succeeds, t5
+def big_run(db: Path, *, live: bool = False) -> dict[str, int]:
+    """A run of TASKS tasks in two waves, finished (or, live, started a minute ago by pid 1, which
+    outlives it): every seventh task fails once before it succeeds, t5
     fails for good (t6 depends on it and is skipped), each attempt spends in three events (two of them in
     the same millisecond); one attempt commits on a branch whose CI went red. Returns attempt ids by role."""
-    clock = StepClock(1_796_000_000_000, tick_ms=7)
+    clock = StepClock(wall_ms() - 60_000 if live else 1_796_000_000_000, tick_ms=7)
     roles: dict[str, int] = {}
     with Ledger.open(db, now_ms=clock) as ledger:
         add_run(ledger, RUN_ID, spend_limit_usd=50.0, max_concurrency=4, pid=1)
@@ -101,7 +103,8 @@ def big_run(db: Path) -> dict[str, int]:
                         run_id=RUN_ID, branch="fleet/t3", task_id="t3", head_sha="c" * 40, pr_url=None,
                         pr_number=None, state=CIState.RED, conclusion="failure", reason=None, run_urls=[],
                     )  # fmt: skip
-        ledger.finish_run(RUN_ID, RunStatus.FAILED, exit_code=1, reason="1 failed")
+        if not live:
+            ledger.finish_run(RUN_ID, RunStatus.FAILED, exit_code=1, reason="1 failed")
     return roles
 
 

@@ -25,6 +25,7 @@ from test_observatory_first_view import RUN_ID as BIG_RUN_ID
 from test_observatory_first_view import TASKS as BIG_TASKS
 
 from stellafleet.core.paths import StatePaths
+from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_fleet import RUN_ID, build_sample_fleet
 
 pytestmark = pytest.mark.browser
@@ -259,4 +260,24 @@ def test_a_big_run_draws_its_first_view_and_brings_details_when_opened(
     until(browser, lambda d: text_of(d, "#attempt-summary") == MARK, "the opened attempt's summary")
     assert "Make t3 pass" in text_of(browser, "#attempt-panel .commits")
     assert "red" in text_of(browser, "#attempt-panel .attempt-ci")
+    assert_inert(browser)
+
+
+def test_a_live_big_runs_open_task_list_follows_the_fleet(
+    git_repo: Path, observatory: Callable[[Path], str], browser: Any
+) -> None:
+    """The folded task list of a live big run, once opened, is refreshed on the page's polls."""
+    db = StatePaths(git_repo).fleet_db
+    big_run(db, live=True)
+    url = observatory(git_repo)
+    browser.get(url + "#/runs/" + BIG_RUN_ID)
+    until(browser, lambda d: css(d, "details.waves > summary"), "the folded task list")
+    assert browser.find_element("id", "live-indicator").is_displayed()
+    click_real(browser, "details.waves > summary")
+    until(browser, lambda d: len(css(d, "article.task")) == BIG_TASKS, "the task cards, once opened")
+    with Ledger.open(db) as ledger:
+        ledger.start_attempt(BIG_RUN_ID, "t6", pipeline="plain")
+    status = 'article.task[data-task-id="t6"] .task-head .badge'
+    until(browser, lambda d: text_of(d, status) == "running", "the new attempt in the open list")
+    assert len(css(browser, "article.task")) == BIG_TASKS
     assert_inert(browser)

@@ -18,6 +18,7 @@ import { sparkline } from "./spend.js";
   const openDetails = new Set();
   let visuals = null;
   let layout = null;
+  let lastWaves = { runId: null, waves: null }; // a big run's task list, fetched when its section is opened
 
   function fmtSpend(run) {
     const spent = fmtUsd(run.spend_usd);
@@ -273,14 +274,20 @@ import { sparkline } from "./spend.js";
     if (data.waves) return fill(el("div", { className: "waves" }, el("h3", { text: "Waves" })), data.waves);
     const folded = rememberOpen(el("details", { className: "waves" }, el("summary", { className: "waves-summary", text: "Waves: " + data.tasks_total + " tasks (open to list them all)" })), "waves:" + run.id);
     const load = async () => {
-      const note = el("p", { className: "muted waves-loading", text: "Loading the task list…" });
+      // a live run redraws this section on every poll: show the last list at once, then the fresh one
+      const kept = lastWaves.runId === run.id ? lastWaves.waves : null;
+      const note = el("p", { className: "muted waves-loading", text: "Loading the task list…", hidden: Boolean(kept) });
       folded.appendChild(note);
+      if (kept) fill(folded, kept);
       try {
         const whole = await getJSON("/api/runs/" + encodeURIComponent(run.id));
+        lastWaves = { runId: run.id, waves: whole.waves };
         note.remove();
+        folded.querySelectorAll("section.wave").forEach((section) => section.remove());
         fill(folded, whole.waves);
       } catch (error) {
         note.className = "muted waves-failed";
+        note.hidden = false;
         note.textContent = "Cannot load the task list (" + error.message + "); close and open it to try again.";
       }
     };
