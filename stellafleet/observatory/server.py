@@ -24,8 +24,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from stellafleet.core import jsontext
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.observatory import logs
-from stellafleet.observatory.runcache import RunPageCache
-from stellafleet.state import dashboard, views
+from stellafleet.observatory.runcache import Body, RunPageCache
+from stellafleet.state import dashboard, runpage, views
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +102,22 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet by default; -vv shows requests
         log.debug("%s " + format, self.address_string(), *args)
 
-    def _headers(self, status: int, content_type: str, length: int, *, cache_static: bool = False) -> None:
+    def _headers(
+        self,
+        status: int,
+        content_type: str,
+        length: int,
+        *,
+        cache_static: bool = False,
+        encoding: str | None = None,
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(length))
+        if encoding is not None:  # a negotiated body: caches must key it by what the client accepts
+            self.send_header("Vary", "Accept-Encoding")
+        if encoding not in (None, "identity"):
+            self.send_header("Content-Encoding", str(encoding))
         self.send_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("X-Frame-Options", "DENY")
@@ -123,6 +135,17 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, payload: dict[str, Any], *, head: bool = False) -> None:
         body = jsontext.dumps(payload, separators=(",", ":")).encode()
         self._send(status, body, "application/json; charset=utf-8", head=head)
+
+    def _send_body(self, body: Body, *, head: bool) -> None:
+        """A run document already encoded (runcache.Body): gzip when the client takes it."""
+        accepted = self.headers.get("Accept-Encoding") or ""
+        accept_gzip = any(part.split(";")[0].strip() == "gzip" for part in accepted.lower().split(","))
+        data, encoding = body.encoded(accept_gzip=accept_gzip)
+        self._headers(
+            HTTPStatus.OK, "application/json; charset=utf-8", len(data), encoding=encoding or "identity"
+        )
+        if not head:
+            self.wfile.write(data)
 
     def _host_allowed(self) -> bool:
         """Refuse other Host names on loopback: a rebinding DNS name must not read the ledger."""
@@ -149,10 +172,14 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, _static(name), content_type, head=head)
         elif path == "/api/runs":
             self._api_runs(parse_qs(parts.query), head=head)
+        elif path.startswith("/api/attempts/") and path[len("/api/attempts/") :].isdigit():
+            self._api_attempt(int(path[len("/api/attempts/") :]), head=head)
         elif path.startswith("/api/attempts/"):
             self._api_attempt_log(path[len("/api/attempts/") :], parse_qs(parts.query), head=head)
+        elif path.startswith("/api/runs/") and path.endswith("/page") and len(path) > len("/api/runs//page"):
+            self._api_run(unquote(path[len("/api/runs/") : -len("/page")]), first_view=True, head=head)
         elif path.startswith("/api/runs/") and len(path) > len("/api/runs/"):
-            self._api_run(unquote(path[len("/api/runs/") :]), head=head)
+            self._api_run(unquote(path[len("/api/runs/") :]), first_view=False, head=head)
         elif path == "/favicon.ico":
             self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon", head=True)
         else:
@@ -185,22 +212,44 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         page["poll_ms"] = self.server.poll_ms
         self._send_json(HTTPStatus.OK, page, head=head)
 
-    def _api_run(self, ref: str, *, head: bool) -> None:
+    def _api_run(self, ref: str, *, first_view: bool, head: bool) -> None:
+        """GET /api/runs/<ref>: the whole run document; GET /api/runs/<ref>/page: the page's first view."""
         if not self.server.ledger_path.exists():
             self._send_json(HTTPStatus.NOT_FOUND, {"error": "no fleet runs recorded yet"}, head=head)
             return
+        load = runpage.load_first_view if first_view else dashboard.load_run_page
+
+        def build() -> dict[str, Any]:
+            doc = load(self.server.ledger_path, ref, now_ms=_now_ms())
+            doc["poll_ms"] = self.server.poll_ms
+            return doc
+
         try:
-            detail = self.server.run_pages.get(
-                ref, lambda: dashboard.load_run_page(self.server.ledger_path, ref, now_ms=_now_ms())
-            )
+            body = self.server.run_pages.get(("page" if first_view else "run", ref), build)
         except views.UnknownRun as exc:
             self._send_json(HTTPStatus.NOT_FOUND, {"error": str(exc)}, head=head)
             return
         except StellaError as exc:
             self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}, head=head)
             return
-        detail["poll_ms"] = self.server.poll_ms
-        self._send_json(HTTPStatus.OK, detail, head=head)
+        self._send_body(body, head=head)
+
+    def _api_attempt(self, attempt_id: int, *, head: bool) -> None:
+        """GET /api/attempts/<id>: what the attempt panel shows beyond its bar (summary, error, commits)."""
+        if not self.server.ledger_path.exists():
+            self._send_json(HTTPStatus.NOT_FOUND, {"error": "no fleet runs recorded yet"}, head=head)
+            return
+        try:
+            found = runpage.load_attempt(self.server.ledger_path, attempt_id, now_ms=_now_ms())
+        except StellaError as exc:
+            self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}, head=head)
+            return
+        if found is None:
+            self._send_json(
+                HTTPStatus.NOT_FOUND, {"error": f"no attempt {attempt_id} in the ledger"}, head=head
+            )
+            return
+        self._send_json(HTTPStatus.OK, found, head=head)
 
     def _api_attempt_log(self, rest: str, query: dict[str, list[str]], *, head: bool) -> None:
         """GET /api/attempts/<id>/log|transcript?offset=N&limit=M, or ?tail=N for the last N bytes."""

@@ -232,6 +232,11 @@ def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int
     return items
 
 
+def page_fields(attempt: dict[str, Any]) -> dict[str, Any]:
+    """An attempt as the page gets it: without the columns it never shows and without empty fields."""
+    return {key: value for key, value in attempt.items() if value is not None and key not in PAGE_OMITS}
+
+
 def load_run_page(
     ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = pid_alive
 ) -> dict[str, Any]:
@@ -248,10 +253,7 @@ def load_run_page(
         last_spend = reads.last_spend_ms_of(running)
     for wave in detail["waves"]:  # what the page never shows stays on the server; empty fields go too
         for task in wave["tasks"]:
-            task["attempts"] = [
-                {key: value for key, value in attempt.items() if value is not None and key not in PAGE_OMITS}
-                for attempt in task["attempts"]
-            ]
+            task["attempts"] = [page_fields(attempt) for attempt in task["attempts"]]
     detail.update(
         timeline=shown,
         graph=graph(detail),

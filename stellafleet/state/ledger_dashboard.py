@@ -78,3 +78,88 @@ class DashboardReads(LedgerReads):
             (attempt_id,),
         )
         return dict(rows[0]) if rows else None
+
+    # --- the run page's first view and an opened attempt ---
+
+    def run_record(self, run_id: str) -> dict[str, Any] | None:
+        rows = self._read("SELECT * FROM runs WHERE id = ?", (run_id,))
+        return dict(rows[0]) if rows else None
+
+    def task_count(self, run_id: str) -> int:
+        return int(self._read("SELECT count(*) FROM tasks WHERE run_id = ?", (run_id,))[0][0])
+
+    def first_view_record(self, run_id: str) -> dict[str, Any]:
+        """What the run page draws first, in the shape of LedgerReads.get_run but narrow: tasks without
+        their prompts, attempts as timeline bars (no summaries, errors or paths but the log's, whose
+        mtime tells a quiet attempt), and the run's commits, CI and clean-ups for its tables."""
+        tasks = []
+        for row in self._read(
+            "SELECT id, title, status, reason, isolation, wave, branch, worktree, depends_on_json"
+            " FROM tasks WHERE run_id = ? ORDER BY wave, rowid",
+            (run_id,),
+        ):
+            task = dict(row)
+            task["depends_on"] = json.loads(task.pop("depends_on_json") or "[]")
+            tasks.append(task)
+        attempts = [
+            dict(row)
+            for row in self._read(
+                "SELECT id, task_id, node, started_at_ms, finished_at_ms, outcome, spend_usd,"
+                " last_progress_ms, log_path FROM attempts WHERE run_id = ? ORDER BY id",
+                (run_id,),
+            )
+        ]
+        commits = [
+            dict(row)
+            for row in self._read(
+                "SELECT sha, task_id, attempt_id, branch, message, committed_at_ms FROM commits"
+                " WHERE run_id = ? ORDER BY committed_at_ms, rowid",
+                (run_id,),
+            )
+        ]
+        return {"tasks": tasks, "attempts": attempts, "commits": commits, **self._run_tables(run_id)}
+
+    def _run_tables(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
+        ci = []
+        for row in self._read("SELECT * FROM ci WHERE run_id = ? ORDER BY branch", (run_id,)):
+            entry = dict(row)
+            entry["run_urls"] = json.loads(entry["run_urls_json"] or "[]")
+            ci.append(entry)
+        cleanups = self._read("SELECT * FROM cleanups WHERE run_id = ? ORDER BY id", (run_id,))
+        return {"ci": ci, "cleanups": [dict(row) for row in cleanups]}
+
+    def attempt_errors(self, attempt_ids: list[int]) -> dict[int, str]:
+        """attempt id -> its recorded error, for the given attempts that have one."""
+        if not attempt_ids:
+            return {}
+        rows = self._read(
+            "SELECT id, error FROM attempts"
+            " WHERE id IN (SELECT value FROM json_each(?)) AND error IS NOT NULL",
+            (json.dumps(attempt_ids),),
+        )
+        return {int(row[0]): str(row[1]) for row in rows}
+
+    def attempt_record(self, attempt_id: int) -> dict[str, Any] | None:
+        """One attempt opened on the run page: its row, its task's id, title and branch, the commits it
+        made and the CI of its branch (the task's own first, else the attempt's); None if there is none."""
+        rows = self._read("SELECT * FROM attempts WHERE id = ?", (attempt_id,))
+        if not rows:
+            return None
+        attempt = dict(rows[0])
+        run_id = attempt["run_id"]
+        task = self._read(
+            "SELECT id, title, branch FROM tasks WHERE run_id = ? AND id = ?", (run_id, attempt["task_id"])
+        )
+        commits = self._read(
+            "SELECT sha, branch, message, committed_at_ms FROM commits WHERE run_id = ? AND attempt_id = ?"
+            " ORDER BY committed_at_ms, rowid",
+            (run_id, attempt_id),
+        )
+        task_row = dict(task[0]) if task else {"id": attempt["task_id"], "title": None, "branch": None}
+        ci = None
+        for branch in (task_row["branch"], attempt["branch"]):
+            found = self._read("SELECT * FROM ci WHERE run_id = ? AND branch = ?", (run_id, branch))
+            if branch and found:
+                ci = {**dict(found[0]), "run_urls": json.loads(found[0]["run_urls_json"] or "[]")}
+                break
+        return {"attempt": attempt, "task": task_row, "commits": [dict(r) for r in commits], "ci": ci}

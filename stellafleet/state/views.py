@@ -105,7 +105,8 @@ def _command_line(argv: list[str]) -> str | None:
     return shlex.join(argv if Path(argv[0]).name == "stella" else ["stella", *argv])
 
 
-def _duration(start: int | None, end: int | None, now_ms: int, live: bool) -> int | None:
+def attempt_duration_ms(start: int | None, end: int | None, now_ms: int, live: bool) -> int | None:
+    """How long an attempt ran (a running one of a live run: until now; of a dead run: unknown)."""
     if start is None:
         return None
     if end is None:
@@ -204,7 +205,7 @@ def run_detail(detail: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive)
     waves: dict[int | None, list[dict[str, Any]]] = {}
     for task in run_tasks(detail):
         for attempt in task["attempts"]:
-            attempt["duration_ms"] = _duration(
+            attempt["duration_ms"] = attempt_duration_ms(
                 attempt["started_at_ms"], attempt["finished_at_ms"], now_ms, run["live"]
             )
         waves.setdefault(task["wave"], []).append(task)

@@ -1,13 +1,15 @@
-"""Finished runs' page documents are reused only while the ledger is unchanged; running runs never."""
+"""Finished runs' encoded page bodies are reused only while the ledger is unchanged; running runs never."""
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 from typing import Any
 
 from stellafleet.core.status import CIState
-from stellafleet.observatory.runcache import RunPageCache
-from stellafleet.state import dashboard
+from stellafleet.observatory.runcache import GZIP_FROM_BYTES, Body, RunPageCache
+from stellafleet.state import dashboard, runpage
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import build_sample_ledger
 
@@ -19,18 +21,16 @@ def test_a_finished_run_is_rebuilt_only_after_a_ledger_write(tmp_path: Path) -> 
     cache = RunPageCache(db, size=2)
     builds: list[str] = []
 
-    def page(ref: str) -> dict[str, Any]:
+    def page(ref: str) -> Body:
         def build() -> dict[str, Any]:
             builds.append(ref)
-            return dashboard.load_run_page(db, ref, now_ms=0)
+            return runpage.load_first_view(db, ref, now_ms=0)
 
-        return cache.get(ref, build)
+        return cache.get(("page", ref), build)
 
     first = page(ids["ok"])
-    again = page(ids["ok"])
-    assert builds == [ids["ok"]] and again == first and again is not first
-    again["poll_ms"] = 1  # a caller's additions never reach the kept document
-    assert "poll_ms" not in page(ids["ok"])
+    assert page(ids["ok"]) is first and builds == [ids["ok"]]  # the same bytes, not built again
+    assert json.loads(first.raw)["run"]["id"] == ids["ok"]
     page(ids["running"])
     page(ids["running"])
     assert builds.count(ids["running"]) == 2  # a running run changes with the clock: never kept
@@ -40,7 +40,21 @@ def test_a_finished_run_is_rebuilt_only_after_a_ledger_write(tmp_path: Path) -> 
             pr_number=None, state=CIState.RED, conclusion="failure", reason=None, run_urls=[],
         )  # fmt: skip
     fresh = page(ids["ok"])
-    assert builds.count(ids["ok"]) == 2 and [i["kind"] for i in fresh["attention"]] == ["red_ci"]
+    assert builds.count(ids["ok"]) == 2
+    assert [i["kind"] for i in json.loads(fresh.raw)["attention"]] == ["red_ci"]
     page(ids["failed"])
     page(ids["failed"][:-2])  # a prefix is its own entry: three finished documents in a cache of two
-    assert len(cache._entries) == 2 and ids["ok"] not in cache._entries
+    assert len(cache._entries) == 2 and ("page", ids["ok"]) not in cache._entries
+
+
+def test_a_body_is_gzipped_only_for_a_client_that_takes_it_and_only_when_it_helps() -> None:
+    big = Body({"run": {"status": "succeeded"}, "bars": ["succeeded"] * 2000})
+    sent, encoding = big.encoded(accept_gzip=True)
+    assert encoding == "gzip" and gzip.decompress(sent) == big.raw and len(sent) < len(big.raw) / 10
+    assert big.encoded(accept_gzip=True)[0] is sent  # compressed once
+    assert big.encoded(accept_gzip=False) == (big.raw, None)
+    small = Body({"run": {"status": "succeeded"}})
+    assert len(small.raw) < GZIP_FROM_BYTES and small.encoded(accept_gzip=True) == (small.raw, None)
+    assert Body({"run": {"status": "running"}}).finished is False
+    strict = Body({"run": {"status": "failed"}, "usd": float("nan"), "top": float("inf")})
+    assert json.loads(strict.raw) == {"run": {"status": "failed"}, "usd": None, "top": None}

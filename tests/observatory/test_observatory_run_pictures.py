@@ -20,8 +20,12 @@ import pytest
 from helpers.fleet import Scripts, wait_for, write_config
 from test_observatory_browser import XSS, assert_inert, browser, css, observatory, text_of, until
 from test_observatory_browser import click as click_real
+from test_observatory_first_view import MARK, big_run
+from test_observatory_first_view import RUN_ID as BIG_RUN_ID
+from test_observatory_first_view import TASKS as BIG_TASKS
 
 from stellafleet.core.paths import StatePaths
+from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_fleet import RUN_ID, build_sample_fleet
 
 pytestmark = pytest.mark.browser
@@ -232,4 +236,48 @@ def test_sample_fleet_pictures_and_attention(
     browser.execute_script("location.hash = '#/'")
     until(browser, lambda d: css(d, "tr.run-row svg.spark polyline"), "the spend sparkline")
     _shoot(browser, "#runs-card", "observatory-runs-sparkline.png")
+    assert_inert(browser)
+
+
+def test_a_big_run_draws_its_first_view_and_brings_details_when_opened(
+    git_repo: Path, observatory: Callable[[Path], str], browser: Any
+) -> None:
+    """A run too big to list its task cards at once: bars and graph from the lean first view; the task
+    list and an attempt's summary and commits only when they are opened."""
+    db = StatePaths(git_repo).fleet_db
+    roles = big_run(db)
+    with sqlite3.connect(db) as conn:
+        attempts = conn.execute("SELECT count(*) FROM attempts").fetchone()[0]
+    url = observatory(git_repo)
+    browser.get(url + "#/runs/" + BIG_RUN_ID)
+    until(browser, lambda d: len(bars(d)) == attempts, "one bar per attempt")
+    assert len(css(browser, "#graph-chart g.node")) == BIG_TASKS
+    assert not css(browser, "article.task")  # folded: no task card is built before it is opened
+    click_real(browser, "details.waves > summary")
+    until(browser, lambda d: len(css(d, "article.task")) == BIG_TASKS, "the task cards, once opened")
+    assert MARK in text_of(browser, 'article.task[data-task-id="t3"] .summary')
+    click_real(browser, f'#timeline-chart rect.bar[data-attempt="{roles["committed"]}"]')
+    until(browser, lambda d: text_of(d, "#attempt-summary") == MARK, "the opened attempt's summary")
+    assert "Make t3 pass" in text_of(browser, "#attempt-panel .commits")
+    assert "red" in text_of(browser, "#attempt-panel .attempt-ci")
+    assert_inert(browser)
+
+
+def test_a_live_big_runs_open_task_list_follows_the_fleet(
+    git_repo: Path, observatory: Callable[[Path], str], browser: Any
+) -> None:
+    """The folded task list of a live big run, once opened, is refreshed on the page's polls."""
+    db = StatePaths(git_repo).fleet_db
+    big_run(db, live=True)
+    url = observatory(git_repo)
+    browser.get(url + "#/runs/" + BIG_RUN_ID)
+    until(browser, lambda d: css(d, "details.waves > summary"), "the folded task list")
+    assert browser.find_element("id", "live-indicator").is_displayed()
+    click_real(browser, "details.waves > summary")
+    until(browser, lambda d: len(css(d, "article.task")) == BIG_TASKS, "the task cards, once opened")
+    with Ledger.open(db) as ledger:
+        ledger.start_attempt(BIG_RUN_ID, "t6", pipeline="plain")
+    status = 'article.task[data-task-id="t6"] .task-head .badge'
+    until(browser, lambda d: text_of(d, status) == "running", "the new attempt in the open list")
+    assert len(css(browser, "article.task")) == BIG_TASKS
     assert_inert(browser)

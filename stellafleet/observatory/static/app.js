@@ -11,7 +11,6 @@ import { sparkline } from "./spend.js";
   const PAGE_SIZE = 25;
   const MAX_PAGE = Math.floor(Number.MAX_SAFE_INTEGER / PAGE_SIZE);
   const IDLE_POLL_MS = 10000;
-  const FOLD_WAVES_OVER = 60; // tasks: a bigger run's task cards are built only when their section is opened
 
   let timer = null;
   let generation = 0;
@@ -19,6 +18,7 @@ import { sparkline } from "./spend.js";
   const openDetails = new Set();
   let visuals = null;
   let layout = null;
+  let lastWaves = { runId: null, waves: null }; // a big run's task list, fetched when its section is opened
 
   function fmtSpend(run) {
     const spent = fmtUsd(run.spend_usd);
@@ -108,7 +108,8 @@ import { sparkline } from "./spend.js";
     let next = IDLE_POLL_MS;
     try {
       if (where.view === "run") {
-        const data = await getJSON("/api/runs/" + encodeURIComponent(where.id));
+        // the first view only (timeline, graph, spend, attention); an attempt's details come when it is opened
+        const data = await getJSON("/api/runs/" + encodeURIComponent(where.id) + "/page");
         if (gen !== generation) return;
         performance.mark("run-data");
         showRun(data);
@@ -251,16 +252,17 @@ import { sparkline } from "./spend.js";
       ["Exit code", run.exit_code],
       ["Reason", run.reason],
     ]));
-    const rest = [wavesSection(run, data.waves), branchesSection(data.branches), commitsSection(data.commits)];
+    const rest = [wavesSection(run, data), branchesSection(data.branches), commitsSection(data.commits)];
     if (data.cleanups.length) rest.push(cleanupsSection(data.cleanups));
     layout.rest.replaceChildren(...rest);
     visuals.render(data, Math.max(600, body.clientWidth - 8));
     performance.mark("run-rendered");
   }
 
-  function wavesSection(run, waves) {
-    const count = waves.reduce((n, wave) => n + wave.tasks.length, 0);
-    const fill = (into) => {
+  // A small run's task cards come with the first view; a big run's (data.waves null) are folded, and
+  // opening them fetches the whole run document once for that.
+  function wavesSection(run, data) {
+    const fill = (into, waves) => {
       if (!waves.length) into.appendChild(el("p", { className: "muted", text: "No tasks recorded yet." }));
       for (const wave of waves) {
         into.appendChild(el("section", { className: "wave", "data-wave": wave.wave === null ? "" : wave.wave },
@@ -269,10 +271,31 @@ import { sparkline } from "./spend.js";
       }
       return into;
     };
-    if (count <= FOLD_WAVES_OVER) return fill(el("div", { className: "waves" }, el("h3", { text: "Waves" })));
-    const folded = rememberOpen(el("details", { className: "waves" }, el("summary", { className: "waves-summary", text: "Waves: " + count + " tasks (open to list them all)" })), "waves:" + run.id);
-    if (folded.open) fill(folded);
-    else folded.addEventListener("toggle", () => { if (folded.open && !folded.querySelector("section.wave")) fill(folded); });
+    if (data.waves) return fill(el("div", { className: "waves" }, el("h3", { text: "Waves" })), data.waves);
+    const folded = rememberOpen(el("details", { className: "waves" }, el("summary", { className: "waves-summary", text: "Waves: " + data.tasks_total + " tasks (open to list them all)" })), "waves:" + run.id);
+    const load = async () => {
+      // a live run redraws this section on every poll: show the last list at once, then the fresh one
+      const kept = lastWaves.runId === run.id ? lastWaves.waves : null;
+      const note = el("p", { className: "muted waves-loading", text: "Loading the task list…", hidden: Boolean(kept) });
+      folded.appendChild(note);
+      if (kept) fill(folded, kept);
+      try {
+        const whole = await getJSON("/api/runs/" + encodeURIComponent(run.id));
+        lastWaves = { runId: run.id, waves: whole.waves };
+        note.remove();
+        folded.querySelectorAll("section.wave").forEach((section) => section.remove());
+        fill(folded, whole.waves);
+      } catch (error) {
+        note.className = "muted waves-failed";
+        note.hidden = false;
+        note.textContent = "Cannot load the task list (" + error.message + "); close and open it to try again.";
+      }
+    };
+    if (folded.open) load();
+    folded.addEventListener("toggle", () => {
+      if (!folded.open) folded.querySelectorAll(".waves-failed").forEach((note) => note.remove());
+      else if (!folded.querySelector("section.wave, .waves-loading")) load();
+    });
     return folded;
   }
 

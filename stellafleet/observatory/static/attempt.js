@@ -1,5 +1,6 @@
-// The selected attempt: its facts, summary, error, commits, branch and CI, and its log and transcript:
-// a running attempt's tail follows new bytes by offset; a finished one's pages from the start.
+// The selected attempt: its facts, summary, error, commits, branch and CI (fetched from /api/attempts/<id>
+// when it is opened), and its log and transcript: a running attempt's tail follows new bytes by offset; a
+// finished one's pages from the start.
 "use strict";
 
 import { badge, el, extLink, fmtDuration, fmtTime, fmtUsd, shortSha } from "./dom.js";
@@ -78,6 +79,7 @@ export class AttemptPanel {
   constructor(getJSON) {
     this.getJSON = getJSON;
     this.attemptId = null;
+    this.loads = 0;
     this.info = el("div", { className: "attempt-info" });
     this.tabs = el("div", { className: "log-tabs" });
     this.logs = el("div", { className: "logs" });
@@ -86,16 +88,17 @@ export class AttemptPanel {
     this.lastKey = "";
   }
 
-  // Show (or refresh) the attempt: facts re-render on each poll; its log views persist until another is chosen.
-  show(found) {
-    if (!found) return this.close();
-    const { attempt, task, ci } = found;
+  // Show the attempt (null: hide the panel). Its details (summary, error, commits, CI) are fetched when it
+  // is opened and again on `refresh` (the run's document changed); its log views persist until another
+  // attempt is chosen. `outcome` is the bar's: a running attempt's log is followed from its tail.
+  show(attemptId, outcome, refresh) {
+    if (attemptId === null || attemptId === undefined) return this.close();
     this.node.hidden = false;
-    if (attempt.id !== this.attemptId) {
+    if (attemptId !== this.attemptId) {
       this.views.forEach((v) => v.close());
-      this.attemptId = attempt.id;
-      const running = attempt.outcome === "running";
-      this.views = ["log", "transcript"].map((kind) => new LogView(this.getJSON, attempt.id, kind, running));
+      this.attemptId = attemptId;
+      const running = outcome === "running";
+      this.views = ["log", "transcript"].map((kind) => new LogView(this.getJSON, attemptId, kind, running));
       this.tabs.replaceChildren(...this.views.map((view, i) => {
         const button = el("button", { type: "button", className: "tab", "data-kind": view.kind, text: view.kind === "log" ? "Worker log" : "Transcript" });
         button.addEventListener("click", () => this.pick(i));
@@ -104,12 +107,28 @@ export class AttemptPanel {
       this.logs.replaceChildren(...this.views.map((v) => v.node));
       this.pick(0);
       this.lastKey = "";
+      this.info.replaceChildren(el("p", { className: "muted", text: "Loading attempt #" + attemptId + "…" }));
+      this.load();
+    } else if (refresh) {
+      this.load();
     }
-    const key = JSON.stringify(found);
-    if (key !== this.lastKey) {
-      this.lastKey = key;
-      this.info.replaceChildren(...attemptFacts(attempt, task, ci));
+  }
+
+  async load() {
+    const attemptId = this.attemptId;
+    const load = ++this.loads;
+    let found;
+    try {
+      found = await this.getJSON("/api/attempts/" + attemptId);
+    } catch (error) {
+      if (load === this.loads) this.info.replaceChildren(el("p", { className: "muted", text: "Cannot load attempt #" + attemptId + " (" + error.message + ")." }));
+      return;
     }
+    if (load !== this.loads || attemptId !== this.attemptId) return; // another attempt, or a newer answer
+    const key = JSON.stringify(Object.assign({}, found, { now_ms: 0 }));
+    if (key === this.lastKey) return;
+    this.lastKey = key;
+    this.info.replaceChildren(...attemptFacts(found));
   }
 
   pick(index) {
@@ -121,11 +140,13 @@ export class AttemptPanel {
     this.views.forEach((v) => v.close());
     this.views = [];
     this.attemptId = null;
+    this.loads++; // an answer still on its way is for a closed panel
     this.node.hidden = true;
   }
 }
 
-function attemptFacts(a, task, ci) {
+function attemptFacts(found) {
+  const { attempt: a, task, ci, commits } = found;
   const facts = [
     ["Task", task.id + (task.title ? " — " + task.title : "")],
     ["Started", fmtTime(a.started_at_ms)],
@@ -147,7 +168,6 @@ function attemptFacts(a, task, ci) {
   }
   if (a.summary) out.push(el("p", { className: "summary", id: "attempt-summary", text: a.summary }));
   if (a.error) out.push(el("pre", { className: "error", id: "attempt-error", text: a.error }));
-  const commits = task.commits.filter((c) => c.attempt_id === a.id);
   if (commits.length) {
     out.push(el("ul", { className: "commits" }, commits.map((c) => el("li", null,
       el("span", { className: "mono", text: shortSha(c.sha) }), " ", el("span", { text: c.message || "" })))));

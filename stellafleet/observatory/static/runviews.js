@@ -8,17 +8,17 @@ import { renderGraph } from "./graph.js";
 import { renderSpendChart, renderSpendTasks } from "./spend.js";
 import { renderTimeline } from "./timeline.js";
 
-function findAttempt(data, attemptId) {
-  for (const wave of data.waves) {
-    for (const task of wave.tasks) {
-      const attempt = task.attempts.find((a) => a.id === attemptId);
-      if (attempt) {
-        const ci = task.ci || (attempt.branch ? data.ci.find((c) => c.branch === attempt.branch) : null) || null;
-        return { attempt, task, ci };
-      }
-    }
+// The server sends the bars as parallel arrays (one per field); the drawing wants one object per bar.
+function barRows(columns) {
+  const fields = Object.keys(columns);
+  const count = fields.length ? columns[fields[0]].length : 0;
+  const rows = new Array(count);
+  for (let i = 0; i < count; i++) {
+    const row = {};
+    for (const field of fields) row[field] = columns[field][i];
+    rows[i] = row;
   }
-  return null;
+  return rows;
 }
 
 const KIND_LABEL = { quiet: "no progress", failed: "failed", red_ci: "CI red" };
@@ -83,6 +83,8 @@ export class RunVisuals {
       this.panel.close();
     }
     this.data = data;
+    this.timelineData = Object.assign({}, data.timeline, { bars: barRows(data.timeline.bars) });
+    this.outcomes = new Map(this.timelineData.bars.map((bar) => [bar.attempt, bar.outcome]));
     this.width = width;
     const items = data.attention || [];
     this.attention.hidden = !items.length;
@@ -92,16 +94,17 @@ export class RunVisuals {
     this.drawSelectable();
     const live = data.run.live;
     this.spend.replaceChildren(
-      el("div", { className: "spend-chart" }, renderSpendChart(data.spend, data.timeline, { width: Math.floor(width * 0.58), live: live, now_ms: data.now_ms })),
+      el("div", { className: "spend-chart" }, renderSpendChart(data.spend, this.timelineData, { width: Math.floor(width * 0.58), live: live, now_ms: data.now_ms })),
       el("div", { className: "spend-tasks" }, el("h4", { text: "Spend per task" }),
         data.spend.per_task.length ? renderSpendTasks(data.spend, { width: Math.floor(width * 0.38) }) : el("p", { className: "muted", text: "No spend recorded yet." })));
-    this.panel.show(this.selected === null ? null : findAttempt(data, this.selected));
+    this.panel.show(this.selected, this.outcomes.get(this.selected), true); // the run changed: so may the attempt
   }
 
   drawSelectable() {
     const data = this.data;
     const opts = { width: this.width, live: data.run.live, now_ms: data.now_ms, selected: this.selected, onSelect: this.onSelect };
-    this.timeline.replaceChildren(data.timeline.bars.length ? renderTimeline(data.timeline, opts) : el("p", { className: "muted", text: "No attempt started yet." }));
+    const tl = this.timelineData;
+    this.timeline.replaceChildren(tl.bars.length ? renderTimeline(tl, opts) : el("p", { className: "muted", text: "No attempt started yet." }));
     this.graph.replaceChildren(data.graph.nodes.length ? renderGraph(data.graph, opts) : el("p", { className: "muted", text: "No tasks recorded yet." }));
   }
 
@@ -113,7 +116,7 @@ export class RunVisuals {
   select(attemptId, scroll) {
     this.selected = attemptId;
     this.drawSelectable();
-    this.panel.show(findAttempt(this.data, attemptId));
+    this.panel.show(attemptId, this.outcomes.get(attemptId), false);
     if (scroll) this.panel.node.scrollIntoView({ block: "nearest" });
   }
 }

@@ -33,18 +33,21 @@ export function renderSpendChart(spend, tl, opts) {
     chart.appendChild(svg("line", { x1: LEFT, x2: LEFT + plotW, y1: y(spend.limit_usd), y2: y(spend.limit_usd), className: "limit-line" }));
     chart.appendChild(svg("text", { x: LEFT + plotW - 4, y: y(spend.limit_usd) - 5, "text-anchor": "end", className: "limit-label", text: "limit " + fmtUsd(spend.limit_usd) }));
   }
-  // a step line: spend stays flat between events and jumps when one is recorded
+  // a step line: spend stays flat between events and jumps when one is recorded; the server sends the
+  // cumulative steps as two parallel arrays (t_ms[i], usd[i])
   const coords = [];
   let last = 0;
-  for (const [ms, usd] of spend.points) {
-    coords.push(x(ms) + "," + y(last), x(ms) + "," + y(usd));
-    last = usd;
+  const steps = spend.t_ms.length;
+  for (let i = 0; i < steps; i++) {
+    const px = x(spend.t_ms[i]);
+    coords.push(px + "," + y(last), px + "," + y(spend.usd[i]));
+    last = spend.usd[i];
   }
   if (opts.live) coords.push(x(end) + "," + y(last));
   chart.appendChild(svg("polyline", {
-    points: coords.join(" "), className: "spend-line", "data-end-usd": last, "data-points": spend.points.length,
+    points: coords.join(" "), className: "spend-line", "data-end-usd": last, "data-points": steps,
   }));
-  const lastX = opts.live ? x(end) : x(spend.points[spend.points.length - 1][0]);
+  const lastX = opts.live ? x(end) : x(spend.t_ms[steps - 1]);
   chart.appendChild(svg("circle", { cx: lastX, cy: y(last), r: 3.5, className: "spend-end" }));
   chart.appendChild(svg("text", {
     x: Math.min(lastX + 6, LEFT + plotW - 60), y: y(last) - 7, className: "spend-total", text: fmtUsd(last),

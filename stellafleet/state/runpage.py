@@ -1,0 +1,123 @@
+"""The run page's first view, and one attempt opened on it.
+
+The full run document (dashboard.load_run_page, what `stella runs RUN --json` prints plus the pictures)
+carries every attempt's summary, error, paths and tokens: for a run of 2,000 attempts that is over a
+megabyte the page would fetch and parse before drawing anything. The first view needs far less: the
+header, one bar per attempt, the plan graph, the spend steps and what needs attention. This builds just
+that from narrow queries, with the bars as parallel arrays (one list per field, not one object per
+attempt); an attempt's details come from load_attempt when it is opened. A run small enough that the
+page lists its task cards straight away (FOLD_TASKS_OVER) is read whole and keeps its waves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from stellafleet.core.errors import StellaError
+from stellafleet.proc.pids import pid_alive
+from stellafleet.state import dashboard, views
+from stellafleet.state.ledger_dashboard import DashboardReads
+from stellafleet.state.views import Alive, UnknownRun
+
+# Up to this many tasks the page shows every task card at once, so their details come with the first view;
+# above it the task list is folded and its cards come from the full document when it is opened.
+FOLD_TASKS_OVER = 60
+BAR_FIELDS = ("attempt", "task", "lane", "start_ms", "end_ms", "outcome")
+
+
+def columns(rows: list[dict[str, Any]], fields: tuple[str, ...]) -> dict[str, list[Any]]:
+    """Rows of dicts as one list per field: the field names are written once, not once per row."""
+    return {field: [row[field] for row in rows] for field in fields}
+
+
+def _read_detail(reads: DashboardReads, run_id: str, *, now_ms: int, alive: Alive) -> dict[str, Any]:
+    """views.run_detail of the run: from the whole record for a small run, else from the narrow one
+    (with the errors of the failed tasks' last attempts, which the attention strip quotes)."""
+    raw_run = reads.run_record(run_id)
+    if raw_run is None:
+        raise UnknownRun(f"no run {run_id!r} in {reads.path}")
+    small = reads.task_count(run_id) <= FOLD_TASKS_OVER
+    record = reads.get_run(run_id) if small else reads.first_view_record(run_id)
+    detail = views.run_detail({**record, "run": raw_run}, now_ms=now_ms, alive=alive)
+    detail["run"]["resumed_by"] = reads.resumed_by(run_id)
+    if not small:
+        failing = [
+            task["attempts"][-1]
+            for wave in detail["waves"]
+            for task in wave["tasks"]
+            if task["status"] in dashboard.FAILING and task["attempts"]
+        ]
+        errors = reads.attempt_errors([attempt["id"] for attempt in failing])
+        for attempt in failing:
+            attempt["error"] = errors.get(attempt["id"])
+    return detail
+
+
+def _spend_series(spend: dict[str, Any]) -> dict[str, Any]:
+    """dashboard.spend with its cumulative points as two parallel lists (times, dollars)."""
+    points = spend.pop("points")
+    return {"t_ms": [int(p[0]) for p in points], "usd": [p[1] for p in points], **spend}
+
+
+def load_first_view(
+    ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = pid_alive
+) -> dict[str, Any]:
+    """GET /api/runs/<ref>/page: the run's header, timeline, graph, spend, attention, branches, commits
+    and clean-ups; `waves` (the task cards) only for a run of at most FOLD_TASKS_OVER tasks, else None.
+    UnknownRun when no run matches ref."""
+    with DashboardReads.open(ledger_path) as reads:
+        try:
+            run_id = reads.resolve_run_id(ref)
+        except StellaError as exc:
+            raise UnknownRun(str(exc)) from None
+        detail = _read_detail(reads, run_id, now_ms=now_ms, alive=alive)
+        shown = dashboard.timeline(detail, now_ms=now_ms)
+        running = [bar["attempt"] for bar in shown["bars"] if bar["end_ms"] is None]
+        buckets = reads.spend_buckets(
+            run_id, start_ms=shown["start_ms"], end_ms=shown["end_ms"], points=dashboard.SPEND_POINTS
+        )
+        last_spend = reads.last_spend_ms_of(running)
+    tasks_total = sum(len(wave["tasks"]) for wave in detail["waves"])
+    waves = None
+    if tasks_total <= FOLD_TASKS_OVER:
+        waves = detail["waves"]
+        for wave in waves:
+            for task in wave["tasks"]:
+                task["attempts"] = [dashboard.page_fields(attempt) for attempt in task["attempts"]]
+    return {
+        "run": detail["run"],
+        "now_ms": now_ms,
+        "timeline": {**shown, "bars": columns(shown["bars"], BAR_FIELDS)},
+        "graph": dashboard.graph(detail),
+        "spend": _spend_series(dashboard.spend(detail, buckets, shown["start_ms"])),
+        "attention": dashboard.attention(detail, last_spend, now_ms=now_ms),
+        "branches": detail["branches"],
+        "commits": detail["commits"],
+        "cleanups": detail["cleanups"],
+        "tasks_total": tasks_total,
+        "waves": waves,
+    }
+
+
+def load_attempt(
+    ledger_path: Path, attempt_id: int, *, now_ms: int, alive: Alive = pid_alive
+) -> dict[str, Any] | None:
+    """GET /api/attempts/<id>: the attempt's fields (summary, error, tokens, branch, paths...), its task,
+    the commits it made and its branch's CI; None when the ledger has no such attempt."""
+    with DashboardReads.open(ledger_path) as reads:
+        found = reads.attempt_record(attempt_id)
+        raw_run = reads.run_record(found["attempt"]["run_id"]) if found else None
+    if found is None or raw_run is None:
+        return None
+    live = views.run_row(raw_run, now_ms=now_ms, alive=alive)["live"]
+    attempt = found["attempt"]
+    duration = views.attempt_duration_ms(attempt["started_at_ms"], attempt["finished_at_ms"], now_ms, live)
+    return {
+        "attempt": {**dashboard.page_fields(attempt), "duration_ms": duration},
+        "task": found["task"],
+        "commits": found["commits"],
+        "ci": found["ci"],
+        "run": {"id": raw_run["id"], "live": live},
+        "now_ms": now_ms,
+    }
