@@ -65,14 +65,17 @@ def test_a_forked_worker_killed_by_a_signal_reports_it(
     assert wait_exit(tree).describe() == "killed by signal SIGKILL"
 
 
-def test_when_the_launcher_is_gone_spawning_says_so_and_running_workers_still_end(
+def test_when_the_launcher_is_gone_spawning_says_so_and_its_workers_end_with_everything_they_started(
     tmp_path: Path, isolated_home: Path, launcher: Launcher
 ) -> None:
     ctx = make_attempt(tmp_path)
-    marker = tmp_path / "go"
-    write_config(tmp_path, run=f"while [ ! -e {marker} ]; do sleep 0.02; done")
+    write_config(tmp_path, run="while true; do sleep 0.02; done")
     env = {"PATH": os.environ["PATH"], **ctx.to_env()}
     tree = ProcessTree.spawn([], cwd=tmp_path, env=env, log_path=ctx.log_path, launcher=launcher)
+    deadline = time.monotonic() + 10
+    while not [p for p in psutil.process_iter() if _group_of(p) == tree.pid and p.pid != tree.pid]:
+        assert time.monotonic() < deadline, "the worker never started its command"
+        time.sleep(0.01)
     launcher._proc.kill()  # the launcher dies under a running worker
     launcher._proc.wait()
     deadline = time.monotonic() + 10
@@ -80,9 +83,19 @@ def test_when_the_launcher_is_gone_spawning_says_so_and_running_workers_still_en
         time.sleep(0.01)
     with pytest.raises(LauncherGone):
         launcher.spawn(env=env, cwd=tmp_path, log_path=ctx.log_path)
-    assert tree.poll() is None  # still working
-    marker.write_text("go")
-    assert wait_exit(tree).returncode == UNKNOWN_STATUS  # it ended; nobody is left to tell how
+    # orphaned, the worker ends itself and its whole group (proc/orphan.py); nobody is left to tell how
+    assert wait_exit(tree).returncode == UNKNOWN_STATUS
+    deadline = time.monotonic() + 10
+    while [p for p in psutil.process_iter() if _group_of(p) == tree.pid]:
+        assert time.monotonic() < deadline, "a process the orphaned worker started still runs"
+        time.sleep(0.01)
+
+
+def _group_of(process: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(process.pid)
+    except OSError:
+        return None
 
 
 @pytest.mark.parametrize("fork", [True, False])
