@@ -13,6 +13,7 @@ the command's output, after one header line).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 
 from stellafleet.core.config import Config
@@ -37,6 +38,12 @@ def last_line(path: Path, offset: int) -> str:
         return ""
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
     return lines[-1] if lines else ""
+
+
+def covers_every_task(config: Config, pipeline_entries: Mapping[str, str]) -> bool:
+    """Whether direct commands run every task of a run whose pipelines are these (name -> entry point):
+    then no task needs a worker process, nor the warm launcher that would fork them."""
+    return config.pipelines.command.direct and dict(pipeline_entries) == {"command": BUILTIN_ENTRY}
 
 
 class DirectCommands:
