@@ -113,6 +113,8 @@ def test_a_run_needs_no_worker_launcher_only_when_direct_commands_run_every_task
     direct = Config({"pipelines": {"command": {"run": "true", "direct": True}}})
     command = {"command": BUILTIN_ENTRY}
     assert covers_every_task(direct, command)
-    assert not covers_every_task(Config({"pipelines": {"command": {"run": "true"}}}), command)
+    assert covers_every_task(Config({"pipelines": {"command": {"run": "true"}}}), command)  # the default
+    worker = Config({"pipelines": {"command": {"run": "true", "direct": False}}})
+    assert not covers_every_task(worker, command)
     assert not covers_every_task(direct, {**command, "aider": "stellafleet.pipelines.aider:AiderPipeline"})
     assert not covers_every_task(direct, {"command": "somewhere.else:CommandPipeline"})  # not the built-in
