@@ -28,7 +28,7 @@ OBSERVATORY_TOY += " --log-mb 1 --no-browser"
         ("schedule.py", ["--tasks", "6", "--concurrency", "2", "--scale", "0.05"], "lower bound"),
         (
             "fleet_overhead.py",
-            ["--tasks", "6", "--concurrency", "2", "--repeat", "1", "--skip-exec", "--files", "50"],
+            "--tasks 6 --concurrency 2 --repeat 1 --skip-exec --worker --files 50".split(),
             "stella fleet",
         ),
     ],
