@@ -32,7 +32,7 @@ from stellafleet.git import gitops
 from stellafleet.run.budget import SPEND_STOP_PREFIX, SpendBudget, spend_stop_text
 from stellafleet.run.direct import DirectCommands, covers_every_task
 from stellafleet.run.dispatch import Dispatcher, RunSettings
-from stellafleet.run.eager import runner_class
+from stellafleet.run.eager import EagerRunner, runner_class
 from stellafleet.run.events import Emit, Event, Notice, RunStarted, TaskSkipped
 from stellafleet.run.executor import INTERRUPTED, Executor, LocalExecutor
 from stellafleet.run.notify import fan_out, notifier_for
@@ -290,6 +290,10 @@ class FleetRun:
             on_event=on_event,
             done=p.resume.done if p.resume else frozenset(),
         )
+        if isinstance(runner, EagerRunner):  # how long the same tasks took before decides what starts first
+            runner.durations = ledger.past_durations(
+                (task.id, task.prompt, task.pipeline or p.default_pipeline) for task in p.plan.tasks
+            )
         interrupts = Interrupts(
             runner.request_stop,
             dispatcher.stop_workers,
