@@ -93,14 +93,15 @@ class Guard:
         self._send(f"-{pgid}\n")
 
     def close(self) -> None:
-        """The fleet is done: the guard leaves without killing anything."""
+        """The fleet is done: the guard leaves without killing anything. Nobody waits for that here (a
+        guard still starting up would hold up the fleet's own exit): a thread reaps it."""
         self._send("bye\n")
         with self._lock:
             self.alive = False
             assert self._proc.stdin is not None
             with contextlib.suppress(OSError):
                 self._proc.stdin.close()
-        self._proc.wait()
+        threading.Thread(target=self._proc.wait, name="stella-guard-reaper", daemon=True).start()
 
 
 if __name__ == "__main__":

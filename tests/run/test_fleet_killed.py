@@ -53,9 +53,14 @@ def test_a_killed_fleet_keeps_claims_with_its_live_workers_stops_them_and_is_fin
     try:
         wait_for(marks / "child", timeout=60)
         worker, child = int((marks / "worker").read_text()), int((marks / "child").read_text())
+        # the declared claim is held by the worker itself, not only by the fleet that took it (handed over
+        # once the worker has started: a direct command may be at work before that)
         with ClaimStore.open(StatePaths(git_repo).store_db) as store:
-            holder = store.holder_of("held.txt")
-        # the declared claim is held by the worker itself, not only by the fleet that took it
+            deadline = time.monotonic() + 10
+            while (holder := store.holder_of("held.txt")) is not None and holder.pid != worker:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
         assert holder is not None and holder.pid == worker != fleet.pid
         fleet.send_signal(signal.SIGKILL)
         fleet.wait(timeout=30)
