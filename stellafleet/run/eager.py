@@ -8,7 +8,6 @@ once it says stop, no new task starts.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
@@ -69,8 +68,9 @@ def chain_times(plan: Plan, durations: Mapping[str, float]) -> dict[str, float]:
     """Task id -> the longest time from its start to the end of a chain through its dependents, each task
     taking its duration in `durations`. A task without one takes the median of those given, and with
     none given every task takes 1: then the time is the number of tasks on the chain."""
-    known = [durations[task_id] for task_id in plan.ids if task_id in durations]
-    guess = statistics.median(known) if known else 1.0
+    known = sorted(durations[task_id] for task_id in plan.ids if task_id in durations)
+    middle = len(known) // 2  # the median, without importing statistics (a tenth of the fleet's imports)
+    guess = (known[middle] + known[~middle]) / 2 if known else 1.0
     dependents: dict[str, list[str]] = {task_id: [] for task_id in plan.ids}
     for task in plan.tasks:
         for dep in task.depends_on:
