@@ -1,11 +1,13 @@
 """Fleet dispatch overhead: N no-op tasks through `stella fleet`, `doit -n`, and `make -j`, same machine.
 
 Every tool runs the same no-op (`true`) N times at the same concurrency, so the wall times are the tools'
-own cost: for `stella fleet` that is a worker process per task (forked from a warm launcher by default,
-a fresh Python interpreter with `[fleet] fork_workers = false`; both are measured), the ledger rows of
-every run, task and attempt, and waves (a wave waits for its slowest task) instead of make's continuous
-dispatch. Each tool also runs a single task, so its fixed cost (start-up, reading the plan, teardown)
-is told apart from its marginal cost per task: (wall of N tasks - wall of 1 task) / (N - 1).
+own cost: for `stella fleet` that is starting each task's command (by default a direct command: the fleet
+runs `/bin/sh -c true` itself; with `--worker` also `[pipelines.command] direct = false`, a worker process
+per task forked from the warm launcher, and unless `--skip-exec` a fresh Python interpreter per worker
+with `[fleet] fork_workers = false`), the ledger rows of every run, task and attempt, and waves (a wave
+waits for its slowest task; `--eager` adds the eager schedule) instead of make's continuous dispatch.
+Each tool also runs a single task, so its fixed cost (start-up, reading the plan, teardown) is told apart
+from its marginal cost per task: (wall of N tasks - wall of 1 task) / (N - 1).
 
 The tools run interleaved (make, doit, stella, ... then again), so a load swing on a shared machine hits
 them alike; every figure is the median of the repeats with the range of them in brackets. Python tools
@@ -20,7 +22,7 @@ A second figure times one isolated task's worktree creation (the worktrees call 
 against a raw `git worktree add` on a repository of many files.
 
     python bench/fleet_overhead.py [--tasks 200] [--concurrency 8] [--files 20000] [--repeat 3]
-                                   [--skip-exec] [--skip-worktree] [--skip-dispatch]
+                                   [--eager] [--worker] [--skip-exec] [--skip-worktree] [--skip-dispatch]
 """
 
 from __future__ import annotations
@@ -151,18 +153,22 @@ def bench_dispatch(
     repeat: int,
     exec_too: bool,
     eager_too: bool = False,
-    direct_too: bool = False,
+    worker_too: bool = False,
 ) -> list[Tool]:
     files = write_inputs(work, tasks)
     repo = files["repo"]
     c = str(concurrency)
 
-    def stella(fork: bool, schedule: str = "waves", direct: bool = False) -> Callable[[int], list[str]]:
-        config = repo / ".stella" / f"config-{'fork' if fork else 'exec'}-{schedule}-{direct}.toml"
-        config.write_text(
-            f'[fleet]\nfork_workers = {str(fork).lower()}\nschedule = "{schedule}"\n'
-            f'[pipelines.command]\nrun = "true"\ndirect = {str(direct).lower()}\n'
-        )
+    def stella(schedule: str = "waves", worker: str | None = None) -> Callable[[int], list[str]]:
+        """A stella fleet run: direct commands (the default), or a worker process per task (worker
+        "fork": forked from the warm launcher, "exec": a fresh interpreter)."""
+        config = repo / ".stella" / f"config-{schedule}-{worker or 'direct'}.toml"
+        fleet = f'[fleet]\nschedule = "{schedule}"\n'
+        command = '[pipelines.command]\nrun = "true"\n'
+        if worker is not None:
+            fleet += f"fork_workers = {str(worker == 'fork').lower()}\n"
+            command += "direct = false\n"
+        config.write_text(fleet + command)
         return lambda n: [
             *STELLA,
             "--config",
@@ -180,27 +186,18 @@ def bench_dispatch(
     tools = [
         Tool("make", "make -j", lambda n: ["make", "-s", f"-j{c}", "-f", str(files[f"make-{n}"])], work),
         Tool("doit", "doit -n", lambda n: [*DOIT, "-f", str(files[f"dodo-{n}"]), "-n", c], work),
-        Tool("stella", "stella fleet (workers forked by the warm launcher, the default)", stella(True), repo),
+        Tool("stella", "stella fleet (the defaults: direct commands, waves)", stella(), repo),
     ]
+    schedules = ("waves", "eager") if eager_too else ("waves",)
     if eager_too:
-        tools.append(
-            Tool(
-                "stella-eager", "stella fleet --schedule eager (forked workers)", stella(True, "eager"), repo
-            )
-        )
-    if direct_too:
-        for schedule in ("waves", "eager") if eager_too else ("waves",):
-            label = f"stella fleet, [pipelines.command] direct = true, {schedule}"
-            tools.append(Tool(f"stella-direct-{schedule}", label, stella(True, schedule, True), repo))
+        tools.append(Tool("stella-eager", "stella fleet --schedule eager", stella("eager"), repo))
+    if worker_too:
+        for schedule in schedules:
+            label = f"stella fleet, direct = false (a worker forked per task by the launcher), {schedule}"
+            tools.append(Tool(f"stella-worker-{schedule}", label, stella(schedule, "fork"), repo))
     if exec_too:
-        tools.append(
-            Tool(
-                "stella-exec",
-                "stella fleet with fork_workers = false (a fresh interpreter per worker)",
-                stella(False),
-                repo,
-            )
-        )
+        label = "stella fleet, direct = false and fork_workers = false (a fresh interpreter per worker)"
+        tools.append(Tool("stella-exec", label, stella("waves", "exec"), repo))
     # Compiled bytecode in a private cache, for every Python tool alike (see the module docstring).
     env = {k: v for k, v in os.environ.items() if not k.startswith("STELLA_")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -360,8 +357,8 @@ def report_breakdown(work: Path, tools: list[Tool], n: int) -> None:
     )
     task_cpu = (cpu_ms - fixed_cpu) / (n - 1)
     print(f"  CPU per task {task_cpu:.2f} ms (the process tree's, less a 1-task run's), of which:")
-    print(f"    worker process {statistics.mean(worker_cpu):.2f} ms (fork, pipeline, the command's /bin/sh)")
-    print(f"    fleet + launcher {task_cpu - statistics.mean(worker_cpu):.2f} ms")
+    print(f"    worker process {statistics.mean(worker_cpu):.2f} ms (the command's /bin/sh)")
+    print(f"    the fleet {task_cpu - statistics.mean(worker_cpu):.2f} ms")
     print(
         f"      of which ledger and claim-store writes {ledger_ms:.2f} ms ({transactions} transactions, "
         "timed alone)"
@@ -419,11 +416,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--files", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--worker", action="store_true", help="also direct = false: a worker per task")
     parser.add_argument("--skip-exec", action="store_true", help="not the fresh-interpreter variant")
     parser.add_argument("--skip-worktree", action="store_true")
     parser.add_argument("--skip-dispatch", action="store_true")
     parser.add_argument("--eager", action="store_true", help="also the eager schedule (default: waves only)")
-    parser.add_argument("--direct", action="store_true", help="also [pipelines.command] direct = true")
     args = parser.parse_args()
     if not shutil.which("make"):
         sys.exit("make is not installed: the baseline needs it")
@@ -434,7 +431,7 @@ def main() -> None:
         os.environ["HOME"] = str(work / "home")  # no user config leaks into the measured tools
         n, c = args.tasks, args.concurrency
         if not args.skip_dispatch:
-            variants = {"exec_too": not args.skip_exec, "eager_too": args.eager, "direct_too": args.direct}
+            variants = {"exec_too": not args.skip_exec, "eager_too": args.eager, "worker_too": args.worker}
             tools = bench_dispatch(work, n, c, args.repeat, **variants)
             report_dispatch(tools, n, c, args.repeat)
             if not args.skip_exec:

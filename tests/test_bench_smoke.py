@@ -17,6 +17,10 @@ OBSERVATORY_TOY = "--runs 60 --attempts-per-run 2 --repeat 3 --tasks 20 --big-at
 OBSERVATORY_TOY += " --log-mb 1 --no-browser"
 
 
+FLEET_OVERHEAD_TOY = ["--tasks", "6", "--concurrency", "2", "--repeat", "1", "--skip-exec", "--worker"]
+FLEET_OVERHEAD_TOY += ["--files", "50"]
+
+
 @pytest.mark.parametrize(
     ("script", "args", "expected"),
     [
@@ -28,7 +32,7 @@ OBSERVATORY_TOY += " --log-mb 1 --no-browser"
         ("schedule.py", ["--tasks", "6", "--concurrency", "2", "--scale", "0.05"], "lower bound"),
         (
             "fleet_overhead.py",
-            ["--tasks", "6", "--concurrency", "2", "--repeat", "1", "--skip-exec", "--files", "50"],
+            FLEET_OVERHEAD_TOY,
             "stella fleet",
         ),
     ],

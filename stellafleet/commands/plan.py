@@ -106,7 +106,8 @@ def eager_explanation(limit: int | None) -> str:
     return (
         f"eager schedule: a task starts as soon as every task it depends on has succeeded and {slots} is "
         "free, without waiting for the rest of its wave (of the ready tasks, the one with the longest chain "
-        "of dependents first); the waves below only show the order in which tasks become ready. A failed "
+        "of dependents first, timed by how long the same tasks took in earlier runs where the ledger knows); "
+        "the waves below only show the order in which tasks become ready. A failed "
         "task's dependents are skipped; once the spend limit is reached no new task starts."
     )
 

@@ -127,7 +127,7 @@ class CommandConfig:
 
     run: str | None = None
     tasks: Mapping[str, str | None] = field(default_factory=lambda: MappingProxyType({}))
-    direct: bool = False  # the fleet runs the command itself, without a worker process around it
+    direct: bool = True  # the fleet runs the command itself, without a worker process around it
 
     def command_for(self, task_id: str) -> str | None:
         """The task's own command when configured, else the pipeline's; None when blank or unset."""
@@ -201,7 +201,7 @@ def build_pipelines(table: Mapping[str, Any]) -> PipelinesConfig:
     tasks = {task_id: own.get("run") for task_id, own in command.get("tasks", {}).items()}
     return PipelinesConfig(
         command=CommandConfig(
-            run=command.get("run"), tasks=MappingProxyType(tasks), direct=bool(command.get("direct", False))
+            run=command.get("run"), tasks=MappingProxyType(tasks), direct=bool(command.get("direct", True))
         ),
         agents=MappingProxyType(
             {name: build(AgentCliConfig, table[name]) for name in AGENT_PIPELINES if name in table}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 EXCLUDED_DIRS = (".stella/private/", ".stella/worktrees/")
@@ -12,7 +13,8 @@ EXCLUDED_DIRS = (".stella/private/", ".stella/worktrees/")
 class StatePaths:
     root: Path
 
-    @property
+    # Worked out once per object: a fleet builds several file paths below these for every task.
+    @cached_property
     def stella_dir(self) -> Path:
         return self.root / ".stella"
 
@@ -20,7 +22,7 @@ class StatePaths:
     def config_file(self) -> Path:
         return self.stella_dir / "config.toml"
 
-    @property
+    @cached_property
     def private(self) -> Path:
         return self.stella_dir / "private"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from stellafleet.core.config import Config
@@ -46,8 +46,9 @@ def unknown_pipeline(name: str, installed: Iterable[str]) -> str:
     return f"unknown pipeline {name!r}: installed pipelines are {', '.join(sorted(installed)) or 'none'}"
 
 
-def load(name: str) -> Pipeline:
-    eps = _entry_points()
+def load(name: str, installed: Mapping[str, EntryPoint] | None = None) -> Pipeline:
+    """The pipeline called name, from the installed ones (`available()`; looked up when not given)."""
+    eps = _entry_points() if installed is None else installed
     if name not in eps:
         raise StellaError(unknown_pipeline(name, eps))
     try:
@@ -64,17 +65,24 @@ def load(name: str) -> Pipeline:
 PipelineUse = str | tuple[str, str | None]
 
 
-def preflight(uses: Iterable[PipelineUse], config: Config, *, spend_limited: bool = False) -> list[str]:
+def preflight(
+    uses: Iterable[PipelineUse],
+    config: Config,
+    *,
+    spend_limited: bool = False,
+    installed: Mapping[str, EntryPoint] | None = None,
+) -> list[str]:
     """Every problem that keeps these pipelines from running (empty when all are ready).
 
-    Each pipeline is loaded once and asked once per model its tasks use; the same problem is listed once.
+    Each pipeline is loaded once (from `installed` when given: looking them up reads every installed
+    package's metadata) and asked once per model its tasks use; the same problem is listed once.
     """
     problems: list[str] = []
     loaded: dict[str, Pipeline | None] = {}
     for name, model in dict.fromkeys((use, None) if isinstance(use, str) else use for use in uses):
         if name not in loaded:
             try:
-                loaded[name] = load(name)
+                loaded[name] = load(name, installed)
             except StellaError as exc:
                 loaded[name] = None
                 problems.append(str(exc))

@@ -30,9 +30,9 @@ from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.git import gitops
 from stellafleet.run.budget import SPEND_STOP_PREFIX, SpendBudget, spend_stop_text
-from stellafleet.run.direct import DirectCommands
+from stellafleet.run.direct import DirectCommands, covers_every_task
 from stellafleet.run.dispatch import Dispatcher, RunSettings
-from stellafleet.run.eager import runner_class
+from stellafleet.run.eager import EagerRunner, runner_class
 from stellafleet.run.events import Emit, Event, Notice, RunStarted, TaskSkipped
 from stellafleet.run.executor import INTERRUPTED, Executor, LocalExecutor
 from stellafleet.run.notify import fan_out, notifier_for
@@ -201,8 +201,10 @@ class FleetRun:
         p = self.prepared
         # The warm launcher starts first, so its own start-up (an interpreter and the worker's imports)
         # runs beside the rest of ours instead of before the first worker.
+        # No launcher when every task runs as a direct command: it would only start and stop again.
+        fork = p.fork_workers and not covers_every_task(p.config, p.pipeline_entries)
         executor: Executor = LocalExecutor.open(
-            p.pipeline_modules, cwd=p.root, fork=p.fork_workers, stop_grace_s=p.stop_grace_s
+            p.pipeline_modules, cwd=p.root, fork=fork, stop_grace_s=p.stop_grace_s
         )
         if p.config.pipelines.command.direct:
             executor = DirectCommands(executor, p.config, stop_grace_s=p.stop_grace_s)
@@ -289,6 +291,10 @@ class FleetRun:
             on_event=on_event,
             done=p.resume.done if p.resume else frozenset(),
         )
+        if isinstance(runner, EagerRunner):  # how long the same tasks took before decides what starts first
+            runner.durations = ledger.past_durations(
+                (task.id, task.prompt, task.pipeline or p.default_pipeline) for task in p.plan.tasks
+            )
         interrupts = Interrupts(
             runner.request_stop,
             dispatcher.stop_workers,

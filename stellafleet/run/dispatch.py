@@ -141,6 +141,7 @@ class Dispatcher:
         # directories of the run's results (os.environ is copied and sysconfig asked only here).
         self._env = run_env(settings)
         self._made: set[Path] = set()
+        self._paths = settings.paths
         self.watchdog: Watchdog | None = None  # stops workers that show no progress (watchdog.py)
 
     @property
@@ -225,7 +226,7 @@ class Dispatcher:
     def _open_attempt(self, task: PlanTask) -> WorkerContext:
         """The attempt's ledger row (its task now `running`) and what its worker will be told."""
         settings = self.settings
-        run_id, paths = settings.run_id, settings.paths
+        run_id, paths = settings.run_id, self._paths
         pipeline = task.pipeline or settings.default_pipeline
         workspace = workspace_for(settings.root, run_id, task)
         log_path = paths.log_file(run_id, task.id)

@@ -196,7 +196,7 @@ def pipeline_problems(
     unknown = sorted({name for name, _ in uses if name not in installed})
     if unknown:
         return [pipelines.unknown_pipeline(name, installed) for name in unknown]
-    return pipelines.preflight(uses, config, spend_limited=spend_limit is not None)
+    return pipelines.preflight(uses, config, spend_limited=spend_limit is not None, installed=installed)
 
 
 def check_watch_ready(root: Path, config: Config) -> WatchSettings:

@@ -91,10 +91,11 @@ class Watchdog:
         elsewhere) is not watched: its CPU time cannot be seen, and silence alone is no proof of a hang."""
         if execution.pid is None:
             return
-        entry = Watched(context, execution, self.clock.now(), self._now_ms(), None, 0, None)
-        entry.cpu = self._cpu(entry)
+        # A worker that has just started has used no CPU time and reported no spend yet, so neither is
+        # read here: a look at its process tree scans every process of the machine, which on the path
+        # of every task start was a large part of a short task's cost.
+        entry = Watched(context, execution, self.clock.now(), self._now_ms(), 0.0, 0, None)
         entry.output = entry.output_size()
-        entry.spend_ms = self.ledger.last_spend_ms(entry.attempt)
         with self._lock:
             self._watched[entry.attempt] = entry
 

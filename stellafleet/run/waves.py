@@ -235,15 +235,18 @@ class WaveRunner(Runner):
         self._finished: list[Any] = []
         self._pull()
         wave_number = 0
-        while self._ready:
-            wave = sorted(self._ready, key=self._order.__getitem__)[: self.max_concurrency]
-            reason = self._stop_before(wave_number + 1, wave)
-            if reason is not None:
-                self._skip_ready(reason)
-            else:
-                wave_number += 1
-                self._run_wave(wave_number, [self._ready.pop(task_id) for task_id in wave])
-            self._pull()
+        # One pool for every wave: a pool per wave started its threads anew each time, and the start of
+        # each waited for the new thread to get going while the wave's first tasks were starting.
+        with ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix="stella-wave") as pool:
+            while self._ready:
+                wave = sorted(self._ready, key=self._order.__getitem__)[: self.max_concurrency]
+                reason = self._stop_before(wave_number + 1, wave)
+                if reason is not None:
+                    self._skip_ready(reason)
+                else:
+                    wave_number += 1
+                    self._run_wave(pool, wave_number, [self._ready.pop(task_id) for task_id in wave])
+                self._pull()
         self.outcome.stopped = self._current_stop()
 
     def _current_stop(self) -> str | None:
@@ -312,17 +315,16 @@ class WaveRunner(Runner):
                 self._fail(node, "doit did not select the task")
                 pending.append(node)
 
-    def _run_wave(self, number: int, nodes: list[Any]) -> None:
+    def _run_wave(self, pool: ThreadPoolExecutor, number: int, nodes: list[Any]) -> None:
         ids = [node.task.name for node in nodes]
         self.outcome.waves.append(ids)
         self._emit(WaveStarted(number, tuple(ids)))
-        with ThreadPoolExecutor(max_workers=len(nodes), thread_name_prefix=f"stella-wave{number}") as pool:
-            futures: dict[Future[Any], Any] = {}
-            for node in nodes:
-                self._emit(TaskStarted(node.task.name, number))
-                futures[pool.submit(self.execute_task, node.task)] = node
-            for future in as_completed(futures):
-                self._conclude(futures[future], future)
+        futures: dict[Future[Any], Any] = {}
+        for node in nodes:
+            self._emit(TaskStarted(node.task.name, number))
+            futures[pool.submit(self.execute_task, node.task)] = node
+        for future in as_completed(futures):
+            self._conclude(futures[future], future)
         self._finished.extend(nodes)
         self._emit(WaveEnded(number))
 

@@ -17,6 +17,10 @@ from typing import Any, Self
 from stellafleet.core.errors import StellaError
 from stellafleet.core.status import AttemptOutcome
 
+# How far back the eager schedule looks for how long a task took before (past_durations): the same plan
+# run again, or resumed, is among the last few runs.
+PAST_RUNS = 20
+
 
 class LedgerReads:
     """One open connection to fleet.db and the queries on it; safe to share between one process's threads."""
@@ -160,6 +164,24 @@ class LedgerReads:
     def run_spend(self, run_id: str) -> float:
         rows = self._read("SELECT spend_usd FROM runs WHERE id = ?", (run_id,))
         return float(rows[0][0]) if rows else 0.0
+
+    def past_durations(self, tasks: Iterable[tuple[str, str | None, str]]) -> dict[str, float]:
+        """Task id -> seconds the latest succeeded attempt of the same task took in one of the ledger's
+        last PAST_RUNS runs, for tasks given as (id, prompt, pipeline): the same id, prompt and pipeline
+        (the task's own, else its run's) make the same task. Tasks never seen are left out."""
+        wanted = {task_id: (prompt, pipeline) for task_id, prompt, pipeline in tasks}
+        rows = self._read(
+            "SELECT a.task_id, t.prompt, coalesce(t.pipeline, r.pipeline), a.finished_at_ms - a.started_at_ms"
+            " FROM (SELECT id, pipeline FROM runs ORDER BY created_at_ms DESC, id DESC LIMIT ?) AS r"
+            " JOIN attempts a ON a.run_id = r.id JOIN tasks t ON t.run_id = a.run_id AND t.id = a.task_id"
+            " WHERE a.outcome = ? AND a.finished_at_ms IS NOT NULL ORDER BY a.id",
+            (PAST_RUNS, str(AttemptOutcome.SUCCEEDED)),
+        )
+        found: dict[str, float] = {}
+        for task_id, prompt, pipeline, elapsed_ms in rows:  # oldest first: the latest one stays
+            if wanted.get(task_id) == (prompt, pipeline):
+                found[task_id] = max(int(elapsed_ms), 0) / 1000
+        return found
 
     def attempt_spend(self, attempt_id: int) -> float:
         """Dollars recorded so far for one attempt (0 for an unknown attempt)."""

@@ -34,16 +34,20 @@ def _gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.parametrize("direct", [False, True])
 def test_what_a_worker_leaves_running_ends_with_its_attempt(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella: StellaRunner, direct: bool
 ) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
     plan = tmp_path / "plan.toml"
     plan.write_text('[[tasks]]\nid = "exits"\nprompt = "p"\n\n[[tasks]]\nid = "killed"\nprompt = "p"\n')
+    # The worker process: the command's parent ($PPID), or with direct commands the command's shell ($$)
+    worker = "$$" if direct else "$PPID"
     write_config(
         git_repo,
-        tasks={"exits": BACKGROUND + "echo finished", "killed": BACKGROUND + "kill -9 $PPID; sleep 5"},
+        tasks={"exits": BACKGROUND + "echo finished", "killed": BACKGROUND + f"kill -9 {worker}; sleep 5"},
+        direct=direct,
     )
     proc = stella(
         "fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "2",

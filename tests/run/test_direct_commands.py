@@ -9,7 +9,9 @@ import pytest
 from helpers.fleet import by_id, file_locks, run_record, write_config
 from helpers.repo import StellaRunner
 
+from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
+from stellafleet.run.direct import BUILTIN_ENTRY, covers_every_task
 
 REPORT = (
     'printf \'{"spend_usd": 0.25, "input_tokens": 7, "output_tokens": 3, "steps": 2, '
@@ -105,3 +107,14 @@ def test_direct_commands_leave_the_same_ledger_rows_as_workers(
     assert attempts["bad-report"]["error"].startswith("STELLA_COMMAND_RESULT file is not JSON")
     assert rows["true"]["tasks"]["slow"]["reason"].startswith("timed out after 1s (worker killed by signal")
     assert rows["true"]["spend"] == 0.25
+
+
+def test_a_run_needs_no_worker_launcher_only_when_direct_commands_run_every_task() -> None:
+    direct = Config({"pipelines": {"command": {"run": "true", "direct": True}}})
+    command = {"command": BUILTIN_ENTRY}
+    assert covers_every_task(direct, command)
+    assert covers_every_task(Config({"pipelines": {"command": {"run": "true"}}}), command)  # the default
+    worker = Config({"pipelines": {"command": {"run": "true", "direct": False}}})
+    assert not covers_every_task(worker, command)
+    assert not covers_every_task(direct, {**command, "aider": "stellafleet.pipelines.aider:AiderPipeline"})
+    assert not covers_every_task(direct, {"command": "somewhere.else:CommandPipeline"})  # not the built-in

@@ -10,7 +10,7 @@ from helpers.fleet import Scripts, by_id, file_locks, run_record, write_config
 from helpers.repo import StellaRunner
 
 from stellafleet.plan.model import load_plan
-from stellafleet.run.eager import critical_path, lower_bound
+from stellafleet.run.eager import chain_times, critical_path, lower_bound, start_order
 
 # One layer of 0.2, 0.2 and 1.6 s tasks (the 1, 1, 8 s scaled down), a chain of 0.2 s tasks after
 # the first and one 0.2 s task after the second: waves wait for the 1.6 s task before every next step.
@@ -150,3 +150,35 @@ def test_schedule_comes_from_the_config_and_plan_show_explains_eager(
     assert shown.returncode == 0, shown.stderr
     assert "eager schedule: a task starts as soon as every task it depends on has succeeded" in shown.stdout
     assert "one of the 2 worker slots" in shown.stdout
+
+
+def test_a_plan_run_again_starts_first_the_longest_chain_by_how_long_its_tasks_took_before(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    # a -> a2 is the longest chain in tasks, b alone the longest in time: one slot shows which starts first
+    write_config(git_repo, run="true", tasks={"a": "sleep 0.05", "a2": "sleep 0.05", "b": "sleep 0.4"})
+    plan = _plan(tmp_path, {"a2": "a"}, {"a": 0, "a2": 0, "b": 0})
+
+    def first_started() -> str:
+        proc = stella(
+            "fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "1",
+            "--schedule", "eager", cwd=git_repo,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return _intervals(run_record(git_repo))[0][2]
+
+    assert first_started() == "a"  # nothing known yet: the chain of two tasks
+    assert first_started() == "b"  # the ledger knows b takes longer than a and a2 together
+    plan.write_text(plan.read_text().replace('id = "b"\nprompt = "p"', 'id = "b"\nprompt = "changed"'))
+    assert first_started() == "a"  # another prompt is another task: its past says nothing
+
+
+def test_start_order_times_chains_by_known_durations_and_the_median_of_them_for_the_rest(
+    tmp_path: Path,
+) -> None:
+    plan = load_plan(_plan(tmp_path, {"a2": "a"}, {"a": 0, "a2": 0, "b": 0, "c": 0}))
+    assert chain_times(plan, {}) == {"a": 2, "a2": 1, "b": 1, "c": 1}  # unknown: one unit per task
+    # a2 and c unknown: each takes the median of the known 1 and 5 seconds, 3
+    assert chain_times(plan, {"a": 1.0, "b": 5.0}) == {"a": 4.0, "a2": 3.0, "b": 5.0, "c": 3.0}
+    order = start_order(plan, {"a": 1.0, "b": 5.0})
+    assert sorted(plan.ids, key=order.__getitem__) == ["b", "a", "a2", "c"]  # a2 and c tie: plan order

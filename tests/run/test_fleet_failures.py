@@ -23,8 +23,9 @@ def _gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.parametrize("direct", [False, True])
 def test_a_worker_killed_by_sigkill_fails_with_the_signal_and_its_dependents_are_skipped(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella: StellaRunner, direct: bool
 ) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text(
@@ -34,8 +35,14 @@ def test_a_worker_killed_by_sigkill_fails_with_the_signal_and_its_dependents_are
         '[[tasks]]\nid = "bystander"\nprompt = "p"\n\n'
         '[[tasks]]\nid = "after-bystander"\nprompt = "p"\ndepends_on = ["bystander"]\n'
     )
-    # The command kills its parent, the worker process itself, with SIGKILL: no result file is left.
-    write_config(git_repo, run="echo ok", tasks={"doomed": "kill -9 $PPID; sleep 5"})
+    # The command kills the worker process with SIGKILL: its parent, which so leaves no result, or with
+    # direct commands (the default) the command's own shell, concluded as a worker concludes a command
+    # killed by a signal.
+    worker = "$$" if direct else "$PPID"
+    reason, exit_code = (
+        ("command failed: killed by signal SIGKILL", 1) if direct else ("worker killed by signal SIGKILL", -9)
+    )
+    write_config(git_repo, run="echo ok", tasks={"doomed": f"kill -9 {worker}; sleep 5"}, direct=direct)
 
     proc = stella(
         "fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "2", cwd=git_repo
@@ -45,10 +52,10 @@ def test_a_worker_killed_by_sigkill_fails_with_the_signal_and_its_dependents_are
     record = run_record(git_repo)
     tasks = by_id(record["tasks"])
     assert tasks["doomed"]["status"] == "failed"
-    assert tasks["doomed"]["reason"] == "worker killed by signal SIGKILL"
+    assert tasks["doomed"]["reason"] == reason
     attempt = next(a for a in record["attempts"] if a["task_id"] == "doomed")
-    assert attempt["exit_code"] == -9 and attempt["success"] == 0 and attempt["outcome"] == "failed"
-    assert attempt["error"] == "worker killed by signal SIGKILL"
+    assert attempt["exit_code"] == exit_code and attempt["success"] == 0 and attempt["outcome"] == "failed"
+    assert attempt["error"] == reason
     assert tasks["after-doomed"]["status"] == "skipped"
     assert tasks["after-doomed"]["reason"] == "dependency failed: doomed"
     assert tasks["later"]["status"] == "skipped"

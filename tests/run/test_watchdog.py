@@ -38,10 +38,10 @@ def _watchdog(root: Path, cpu: list[float]) -> tuple[Watchdog, FakeExecution, Fa
 
 
 def test_an_idle_worker_is_stopped_after_idle_timeout_with_the_evidence(git_repo: Path) -> None:
-    cpu = [1.0]
+    cpu = [0.0]  # a worker starts with none
     dog, execution, clock, ledger, _ = _watchdog(git_repo, cpu)
     clock.advance(59)
-    cpu[0] = 1.3  # a trickle: less than 1% of a core over 59 s is no progress
+    cpu[0] = 0.3  # a trickle: less than 1% of a core over 59 s is no progress
     dog.check()
     assert execution.stops == 0
     clock.advance(1)
@@ -51,15 +51,15 @@ def test_an_idle_worker_is_stopped_after_idle_timeout_with_the_evidence(git_repo
     evidence = dog.forget(1)
     assert evidence is not None
     assert evidence.startswith("stalled: idle for 60s, no CPU time, output or spend (idle_timeout 60s)")
-    assert "1.30 CPU seconds in all" in evidence and "no output since it started" in evidence
+    assert "0.30 CPU seconds in all" in evidence and "no output since it started" in evidence
     ledger.close()
 
 
 def test_cpu_output_and_spend_each_count_as_progress(git_repo: Path) -> None:
-    cpu = [1.0]
+    cpu = [0.0]
     dog, execution, clock, ledger, log = _watchdog(git_repo, cpu)
     clock.advance(50)
-    cpu[0] = 3.0  # busy: 2 CPU seconds in 50 s
+    cpu[0] = 2.0  # busy: 2 CPU seconds in 50 s
     dog.check()
     clock.advance(50)
     ledger.add_spend(1, 0.01)  # a spend event
@@ -136,3 +136,15 @@ def test_a_worker_without_a_local_process_is_not_watched(git_repo: Path) -> None
         clock.advance(3600)
         dog.check()
         assert remote.stops == 0 and dog.forget(ctx.attempt_id) is None
+
+
+def test_watching_a_started_worker_reads_nothing_but_its_output_size(git_repo: Path) -> None:
+    """A just-started worker has no CPU time or spend to read: starting to watch it scans no processes."""
+    ctx = make_attempt(git_repo)
+    looked: list[int] = []
+    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        dog = Watchdog(60, ledger, clock=FakeClock(), cpu_of=lambda pid: looked.append(pid) or 0.0)
+        dog.watch(ctx, FakeExecution())  # type: ignore[arg-type]
+        assert looked == []
+        dog.check()
+        assert looked == [4242]

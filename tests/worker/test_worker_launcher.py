@@ -113,6 +113,7 @@ def test_both_ways_of_starting_workers_run_a_fleet_and_ignore_modules_in_the_rep
         run='echo "ok from $STELLA_TASK_ID"',
         tasks={"t2": "kill -9 $PPID"},
         extra=f"[fleet]\nfork_workers = {str(fork).lower()}\n",
+        direct=False,  # the workers are what this is about
     )
     # the installed `stella` script (`python -m` would put the repository on the fleet's own sys.path)
     script = str(Path(sys.executable).parent / "stella")
