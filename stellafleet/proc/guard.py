@@ -23,11 +23,23 @@ import sys
 import threading
 
 from stellafleet.proc.group import signal_group
+from stellafleet.proc.pids import START_TIME_TOLERANCE_S, ProcessIdentity
+
+
+def _still_that_group(pgid: int, leader: ProcessIdentity | None) -> bool:
+    """Whether group pgid is still the one the fleet named: its leader is still there (running, or a zombie
+    not yet reaped), or has ended (a group outlives its leader while a member lives, and its number is not
+    reused meanwhile); not when a process started since holds the leader's pid (the group ended and its
+    number went to a new process)."""
+    holder = ProcessIdentity.of(pgid)
+    if leader is None or holder is None:
+        return True
+    return abs(holder.started_at - leader.started_at) <= START_TIME_TOLERANCE_S
 
 
 def serve(stdin: int) -> int:
     """The guard's loop: track the groups the fleet names; on end-of-file without `bye`, kill them all."""
-    groups: set[int] = set()
+    groups: dict[int, ProcessIdentity | None] = {}
     buffer = b""
     while True:
         try:
@@ -35,8 +47,9 @@ def serve(stdin: int) -> int:
         except InterruptedError:
             continue
         if not chunk:  # the fleet is gone without saying bye: it was killed
-            for pgid in groups:
-                signal_group(pgid, signal.SIGKILL)
+            for pgid, leader in groups.items():
+                if _still_that_group(pgid, leader):
+                    signal_group(pgid, signal.SIGKILL)
             return 0
         buffer += chunk
         *lines, buffer = buffer.split(b"\n")
@@ -44,9 +57,10 @@ def serve(stdin: int) -> int:
             if line == b"bye":
                 return 0
             if line[:1] == b"+":
-                groups.add(int(line[1:]))
+                pgid = int(line[1:])
+                groups[pgid] = ProcessIdentity.of(pgid)
             elif line[:1] == b"-":
-                groups.discard(int(line[1:]))
+                groups.pop(int(line[1:]), None)
 
 
 class Guard:

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import psutil
 
+from stellafleet.proc.guard import _still_that_group
+from stellafleet.proc.pids import ProcessIdentity
+
 # Plays the fleet: starts a guard and three process groups (a `sleep` leading each, with a child), has
 # the guard watch them, forgets the second, then ends as the test says: killed, or after `bye`.
 FLEET = textwrap.dedent(
@@ -95,3 +98,15 @@ def test_a_fleet_that_said_bye_leaves_every_group_alone(tmp_path: Path) -> None:
         assert all(len(_members(pgid)) >= 2 for pgid in groups)
     finally:
         _end(groups)
+
+
+def test_a_group_number_now_held_by_a_newer_process_is_not_the_group_the_fleet_named() -> None:
+    me = ProcessIdentity.of()
+    assert me is not None
+    assert _still_that_group(me.pid, me)  # its leader still runs
+    # the fleet named a group whose leader started an hour before the process that holds its pid now
+    assert not _still_that_group(me.pid, ProcessIdentity(me.pid, me.started_at - 3600))
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    # a leader that ended while members of its group may live on: still the group, to be ended
+    assert _still_that_group(ended.pid, ProcessIdentity(ended.pid, time.time() - 1))
