@@ -12,6 +12,7 @@ import errno
 import ipaddress
 import logging
 import socket
+import sys
 import time
 from functools import cache
 from http import HTTPStatus
@@ -86,6 +87,12 @@ class ObservatoryServer(ThreadingHTTPServer):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, ObservatoryHandler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A browser that hung up mid-answer (a page closed, a log tail left) is no error to print."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
     @property
     def url(self) -> str:

@@ -235,3 +235,23 @@ def test_is_loopback() -> None:
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert is_loopback("127.1.2.3") and is_loopback("[::1]")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4") and not is_loopback("example.com")
+
+
+def test_a_browser_that_hangs_up_mid_answer_prints_no_traceback(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    server = make_server(StatePaths(tmp_path).fleet_db, host="127.0.0.1", port=0)
+    try:
+        for hung_up in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset by peer")):
+            try:
+                raise hung_up
+            except ConnectionError:
+                server.handle_error(None, ("127.0.0.1", 50000))
+        assert capfd.readouterr().err == ""
+        try:
+            raise ValueError("a real bug")
+        except ValueError:
+            server.handle_error(None, ("127.0.0.1", 50000))
+        assert "ValueError: a real bug" in capfd.readouterr().err  # everything else is still reported
+    finally:
+        server.server_close()
