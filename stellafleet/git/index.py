@@ -6,7 +6,7 @@ read or swept in; HEAD moves only by compare-and-swap.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from stellafleet.core.errors import GitError
@@ -57,28 +57,21 @@ def update_head_cas(root: Path, new: str, old: str | None, reflog_message: str) 
         ) from None
 
 
+def _records(listing: str) -> Iterator[tuple[list[str], str]]:
+    """(the fields before the tab, the path) of each record of a `-z` listing (ls-tree, ls-files -s)."""
+    for record in listing.split("\0"):
+        if record:
+            meta, path = record.split("\t", 1)
+            yield meta.split(), path
+
+
 def tree_entries(root: Path, commit: str, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
     """path -> (mode, object SHA) for those of paths present in commit's tree."""
     out = gitops.git("ls-tree", "-z", "--full-tree", commit, "--", *paths, cwd=root)
-    entries: dict[str, tuple[str, str]] = {}
-    for record in out.split("\0"):
-        if not record:
-            continue
-        meta, path = record.split("\t", 1)
-        mode, _kind, sha = meta.split()
-        entries[path] = (mode, sha)
-    return entries
+    return {path: (mode, sha) for (mode, _kind, sha), path in _records(out)}
 
 
 def index_entries(root: Path, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
     """path -> (mode, object SHA) of those of paths the real index holds (stage 0)."""
     out = gitops.git("ls-files", "-s", "-z", "--", *paths, cwd=root)
-    entries: dict[str, tuple[str, str]] = {}
-    for record in out.split("\0"):
-        if not record:
-            continue
-        meta, path = record.split("\t", 1)
-        mode, sha, stage = meta.split()
-        if stage == "0":
-            entries[path] = (mode, sha)
-    return entries
+    return {path: (mode, sha) for (mode, sha, stage), path in _records(out) if stage == "0"}
