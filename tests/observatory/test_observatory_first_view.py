@@ -7,18 +7,14 @@ import gzip
 import json
 import os
 import sqlite3
-import threading
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.observatory import Serve
 
 from stellafleet.core.clock import wall_ms
 from stellafleet.core.status import AttemptOutcome, CIState, RunStatus, TaskStatus
-from stellafleet.observatory.server import make_server
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.runpage import FOLD_TASKS_OVER
 from stellafleet.testing.sample_ledger import StepClock, add_run, build_sample_ledger, sample_task
@@ -26,7 +22,6 @@ from stellafleet.testing.sample_ledger import StepClock, add_run, build_sample_l
 RUN_ID = "r-20261130-120000-b1b1"
 TASKS = FOLD_TASKS_OVER + 10  # more than the page lists at once: the narrow first view
 MARK = "SUMMARY-ONLY-IN-DETAILS"
-Get = Callable[..., tuple[int, dict[str, str], bytes]]
 
 
 def _no_constant(name: str) -> Any:
@@ -36,31 +31,6 @@ def _no_constant(name: str) -> Any:
 def strict(body: bytes) -> Any:
     """json.loads that refuses NaN and Infinity, as a browser's JSON.parse does."""
     return json.loads(body, parse_constant=_no_constant)
-
-
-@pytest.fixture
-def get() -> Iterator[Callable[[Path], Get]]:
-    servers = []
-
-    def start(db: Path) -> Get:
-        server = make_server(db, port=0, poll_ms=250)
-        servers.append(server)
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-        def fetch(path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-            request = urllib.request.Request(server.url.rstrip("/") + path, headers=headers or {})
-            try:
-                with urllib.request.urlopen(request, timeout=10) as response:
-                    return response.status, dict(response.headers), response.read()
-            except urllib.error.HTTPError as exc:
-                return exc.code, dict(exc.headers), exc.read()
-
-        return fetch
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
 
 
 def big_run(db: Path, *, live: bool = False) -> dict[str, int]:
@@ -109,7 +79,7 @@ def big_run(db: Path, *, live: bool = False) -> dict[str, int]:
 
 
 def test_first_view_is_one_strict_bar_per_attempt_and_spend_ending_at_the_total(
-    tmp_path: Path, get: Callable[[Path], Get]
+    tmp_path: Path, serve: Serve
 ) -> None:
     db = tmp_path / "fleet.db"
     big_run(db)
@@ -117,7 +87,7 @@ def test_first_view_is_one_strict_bar_per_attempt_and_spend_ending_at_the_total(
         conn.execute("UPDATE attempts SET spend_usd = 9e999 WHERE task_id = 't9'")
         attempts = conn.execute("SELECT id, started_at_ms, finished_at_ms, outcome FROM attempts").fetchall()
         total = conn.execute("SELECT spend_usd FROM runs").fetchone()[0]
-    fetch = get(db)
+    fetch = serve(db)
     status, headers, body = fetch(f"/api/runs/{RUN_ID}/page")
     assert status == 200 and headers["Content-Type"] == "application/json; charset=utf-8"
     page = strict(body)
@@ -148,12 +118,10 @@ def test_first_view_is_one_strict_bar_per_attempt_and_spend_ending_at_the_total(
     assert gzip.decompress(zipped) == body and len(zipped) < len(body) / 3
 
 
-def test_a_small_run_keeps_its_task_cards_and_a_live_one_grows(
-    tmp_path: Path, get: Callable[[Path], Get]
-) -> None:
+def test_a_small_run_keeps_its_task_cards_and_a_live_one_grows(tmp_path: Path, serve: Serve) -> None:
     db = tmp_path / "fleet.db"
     ids = build_sample_ledger(db, live_pid=os.getpid())
-    fetch = get(db)
+    fetch = serve(db)
     ok = strict(fetch(f"/api/runs/{ids['ok']}/page")[2])
     cards = [task for wave in ok["waves"] for task in wave["tasks"]]
     assert cards[0]["attempts"][0]["summary"].startswith("Added migration 0007")
@@ -166,12 +134,10 @@ def test_a_small_run_keeps_its_task_cards_and_a_live_one_grows(
     assert status == 404 and "no run matches" in strict(body)["error"]
 
 
-def test_an_opened_attempt_has_its_details_and_an_unknown_one_is_404(
-    tmp_path: Path, get: Callable[[Path], Get]
-) -> None:
+def test_an_opened_attempt_has_its_details_and_an_unknown_one_is_404(tmp_path: Path, serve: Serve) -> None:
     db = tmp_path / "fleet.db"
     roles = big_run(db)
-    fetch = get(db)
+    fetch = serve(db)
     status, _, body = fetch(f"/api/attempts/{roles['committed']}")
     found = strict(body)
     assert (

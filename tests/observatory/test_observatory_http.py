@@ -8,47 +8,18 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.observatory import Fetch, Serve
 
 from stellafleet.core.paths import StatePaths
 from stellafleet.observatory.server import CONTENT_SECURITY_POLICY, is_loopback, make_server
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import StepClock, add_run, build_sample_ledger
-
-Fetch = Callable[..., tuple[int, dict[str, str], bytes]]
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[Path], Fetch]]:
-    """Serve a ledger in this process on a free port; returns a fetch(path, headers=None) function."""
-    servers = []
-
-    def start(ledger: Path) -> Fetch:
-        server = make_server(ledger, port=0, poll_ms=250)
-        servers.append(server)
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-        def fetch(path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-            request = urllib.request.Request(server.url.rstrip("/") + path, headers=headers or {})
-            try:
-                with urllib.request.urlopen(request, timeout=10) as response:
-                    return response.status, dict(response.headers), response.read()
-            except urllib.error.HTTPError as exc:
-                return exc.code, dict(exc.headers), exc.read()
-
-        return fetch
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
 
 
 def api(fetch: Fetch, path: str) -> dict[str, Any]:
@@ -80,7 +51,7 @@ def many_runs(db: Path, count: int) -> list[str]:
     return ids[::-1]  # newest first
 
 
-def test_page_assets_and_security_headers(tmp_path: Path, serve: Callable[[Path], Fetch]) -> None:
+def test_page_assets_and_security_headers(tmp_path: Path, serve: Serve) -> None:
     fetch = serve(tmp_path / "fleet.db")
     status, headers, body = fetch("/")
     assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
@@ -100,9 +71,7 @@ def test_page_assets_and_security_headers(tmp_path: Path, serve: Callable[[Path]
     assert fetch("/api/runs", headers={"Host": "attacker.example:8765"})[0] == 421  # DNS rebinding
 
 
-def test_missing_ledger_is_an_empty_page_that_says_how_to_start(
-    tmp_path: Path, serve: Callable[[Path], Fetch]
-) -> None:
+def test_missing_ledger_is_an_empty_page_that_says_how_to_start(tmp_path: Path, serve: Serve) -> None:
     db = tmp_path / "repo" / ".stella" / "private" / "fleet.db"
     fetch = serve(db)
     page = api(fetch, "/api/runs")
@@ -113,7 +82,7 @@ def test_missing_ledger_is_an_empty_page_that_says_how_to_start(
     assert not db.exists() and not db.parent.exists()  # reading never creates anything
 
 
-def test_paging_newest_first(tmp_path: Path, serve: Callable[[Path], Fetch]) -> None:
+def test_paging_newest_first(tmp_path: Path, serve: Serve) -> None:
     db = tmp_path / "fleet.db"
     ids = many_runs(db, 30)
     fetch = serve(db)
@@ -129,7 +98,7 @@ def test_paging_newest_first(tmp_path: Path, serve: Callable[[Path], Fetch]) -> 
         assert "must be" in json.loads(body)["error"]
 
 
-def test_run_detail_by_id_prefix_and_latest(tmp_path: Path, serve: Callable[[Path], Fetch]) -> None:
+def test_run_detail_by_id_prefix_and_latest(tmp_path: Path, serve: Serve) -> None:
     db = tmp_path / "fleet.db"
     ids = build_sample_ledger(db)
     fetch = serve(db)
@@ -146,7 +115,7 @@ def test_run_detail_by_id_prefix_and_latest(tmp_path: Path, serve: Callable[[Pat
     assert status == 404 and "no run matches" in json.loads(body)["error"]
 
 
-def test_observatory_never_writes_the_ledger(tmp_path: Path, serve: Callable[[Path], Fetch]) -> None:
+def test_observatory_never_writes_the_ledger(tmp_path: Path, serve: Serve) -> None:
     db = tmp_path / "fleet.db"
     build_sample_ledger(db)
 
@@ -161,7 +130,7 @@ def test_observatory_never_writes_the_ledger(tmp_path: Path, serve: Callable[[Pa
     assert not wal.exists() or wal.stat().st_size == 0
 
 
-def test_not_a_ledger_is_reported_not_touched(tmp_path: Path, serve: Callable[[Path], Fetch]) -> None:
+def test_not_a_ledger_is_reported_not_touched(tmp_path: Path, serve: Serve) -> None:
     db = tmp_path / "fleet.db"
     db.write_text("this is not a database, and must stay as it is\n" * 40)
     fetch = serve(db)
