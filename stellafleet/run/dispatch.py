@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from stellafleet.core.errors import ClaimConflict, StellaError
@@ -57,7 +58,7 @@ class RunSettings:
     config_file: Path | None = None
     pipeline_entries: Mapping[str, str] = field(default_factory=dict)  # name -> "module:attr"
 
-    @property
+    @cached_property  # one StatePaths per run: it keeps the directories it has worked out
     def paths(self) -> StatePaths:
         return StatePaths(self.root)
 
@@ -141,7 +142,6 @@ class Dispatcher:
         # directories of the run's results (os.environ is copied and sysconfig asked only here).
         self._env = run_env(settings)
         self._made: set[Path] = set()
-        self._paths = settings.paths
         self.watchdog: Watchdog | None = None  # stops workers that show no progress (watchdog.py)
 
     @property
@@ -226,7 +226,7 @@ class Dispatcher:
     def _open_attempt(self, task: PlanTask) -> WorkerContext:
         """The attempt's ledger row (its task now `running`) and what its worker will be told."""
         settings = self.settings
-        run_id, paths = settings.run_id, self._paths
+        run_id, paths = settings.run_id, settings.paths
         pipeline = task.pipeline or settings.default_pipeline
         workspace = workspace_for(settings.root, run_id, task)
         log_path = paths.log_file(run_id, task.id)
