@@ -237,6 +237,13 @@ def page_fields(attempt: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in attempt.items() if value is not None and key not in PAGE_OMITS}
 
 
+def trim_attempts(waves: list[dict[str, Any]]) -> None:
+    """Every task card's attempts as the page gets them (page_fields): what it never shows stays here."""
+    for wave in waves:
+        for task in wave["tasks"]:
+            task["attempts"] = [page_fields(attempt) for attempt in task["attempts"]]
+
+
 def load_run_page(
     ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = pid_alive
 ) -> dict[str, Any]:
@@ -251,9 +258,7 @@ def load_run_page(
             run_id, start_ms=shown["start_ms"], end_ms=shown["end_ms"], points=SPEND_POINTS
         )
         last_spend = reads.last_spend_ms_of(running)
-    for wave in detail["waves"]:  # what the page never shows stays on the server; empty fields go too
-        for task in wave["tasks"]:
-            task["attempts"] = [page_fields(attempt) for attempt in task["attempts"]]
+    trim_attempts(detail["waves"])
     detail.update(
         timeline=shown,
         graph=graph(detail),

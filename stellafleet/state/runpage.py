@@ -82,9 +82,7 @@ def load_first_view(
     waves = None
     if tasks_total <= FOLD_TASKS_OVER:
         waves = detail["waves"]
-        for wave in waves:
-            for task in wave["tasks"]:
-                task["attempts"] = [dashboard.page_fields(attempt) for attempt in task["attempts"]]
+        dashboard.trim_attempts(waves)
     return {
         "run": detail["run"],
         "now_ms": now_ms,
