@@ -128,6 +128,7 @@ class IndexLock:
                     self.lock,
                     _aside(self.index, dead, "lock"),
                     _aside(self.index, dead, "new"),
+                    _aside(self.index, dead, "noting"),
                 ):
                     with contextlib.suppress(OSError):
                         leftover.unlink()
