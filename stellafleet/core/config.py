@@ -40,6 +40,8 @@ ENV_KEYS = {
     "STELLA_BASE_URL": "engine.base_url",
     "STELLA_PROVIDER": "engine.provider",
 }
+# Every variable a user sets to configure stella: a fleet hands each of them on to its workers untouched.
+CONFIG_VARIABLES = (*ENV_KEYS, "STELLA_CONFIG", "STELLA_SPEND_LIMIT")
 DEFAULT_SOURCE = "default"
 Origins = Mapping[tuple[str, ...], str]  # a key's path -> where its value came from
 

@@ -20,7 +20,9 @@ _PREFIX = "STELLA_"
 ENV_PROMPT_MAX_BYTES = 100_000
 
 # Each field's variable (STELLA_<KEY>): the one list of what a worker learns from its environment. A fleet
-# also clears these from its own environment before its workers inherit it (env_names).
+# also clears these from its own environment before its workers inherit it (env_names), so none may share a
+# name with a config variable (core/config.py's CONFIG_VARIABLES): the task's model is STELLA_TASK_MODEL,
+# never STELLA_MODEL, which is the user's engine.model.
 _KEYS: dict[str, str] = {
     "root": "ROOT",
     "workspace": "WORKSPACE",
@@ -35,7 +37,7 @@ _KEYS: dict[str, str] = {
     "base_commit": "BASE_COMMIT",
     "spend_guard_usd": "SPEND_GUARD",
     "pipeline": "PIPELINE",
-    "model": "MODEL",
+    "model": "TASK_MODEL",
     "timeout_s": "TIMEOUT",
     "result_path": "RESULT_FILE",
     "log_path": "LOG_FILE",

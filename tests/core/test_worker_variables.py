@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
+from stellafleet.core.config import CONFIG_VARIABLES
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.run.dispatch import RunSettings, run_env, task_env
+from stellafleet.run.dispatch import WORKER_VARIABLES, RunSettings, run_env, task_env
 
 
 def full_context(tmp_path: Path) -> WorkerContext:
@@ -62,3 +63,19 @@ def test_a_worker_inherits_none_of_the_fleets_own_worker_variables(tmp_path: Pat
     inner = full_context(tmp_path / "inner")
     worker = task_env(inner, settings, env)
     assert WorkerContext.from_env(worker) == inner and "STELLA_PIPELINE_ENTRY" not in worker
+
+
+def test_no_worker_variable_shares_a_name_with_a_config_variable() -> None:
+    # The fleet clears every worker variable from what its workers inherit: one named like a config
+    # variable (the task's model once was STELLA_MODEL) would take the user's config away from every worker.
+    assert set(WORKER_VARIABLES) & set(CONFIG_VARIABLES) == set()
+    assert "STELLA_TASK_MODEL" in WorkerContext.env_names()
+
+
+def test_a_fleet_hands_every_config_variable_on_to_its_workers(tmp_path: Path) -> None:
+    user = {name: f"value of {name}" for name in CONFIG_VARIABLES}
+    settings = RunSettings(root=tmp_path, run_id="r-1", base_commit="0" * 40, default_pipeline="plain")
+    env = run_env(settings, base=user)
+    assert {name: env[name] for name in CONFIG_VARIABLES} == user
+    worker = task_env(full_context(tmp_path), settings, env)
+    assert {name: worker[name] for name in CONFIG_VARIABLES} == user

@@ -37,7 +37,7 @@ def test_round_trip_through_the_environment(tmp_path: Path) -> None:
     env = ctx.to_env()
     assert env["STELLA_PROMPT"] == "Rewrite docs/receipts.md\nwith care"
     assert env["STELLA_SPEND_GUARD"] == "1.500000"
-    assert "STELLA_MODEL" not in env
+    assert "STELLA_TASK_MODEL" not in env and "STELLA_MODEL" not in env
     assert WorkerContext.from_env(env) == ctx
 
 

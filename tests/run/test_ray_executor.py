@@ -356,3 +356,69 @@ def test_a_lost_node_fails_its_attempt_and_the_rest_finish(
     assert "the worker on node node-b was lost" in tasks["lost"]["reason"]
     assert tasks["after"]["status"] == "skipped" and "dependency failed: lost" in tasks["after"]["reason"]
     assert git("rev-parse", tasks["lost"]["branch"], cwd=root).strip() == record["run"]["base_commit"]
+
+
+# The scripted model server inside the namespace (the nodes reach only its loopback); when the stop file
+# appears it writes the model each request named, in order, and exits.
+SERVE_MODEL = """\
+import json, sys, time
+from pathlib import Path
+from stellafleet.testing.model_server import ScriptedModelServer, load_script
+with ScriptedModelServer(load_script(Path(sys.argv[1])), port=int(sys.argv[2])) as server:
+    Path(sys.argv[3] + ".ready").write_text("")
+    while not Path(sys.argv[3]).exists():
+        time.sleep(0.05)
+    Path(sys.argv[4]).write_text(json.dumps([request.body["model"] for request in server.requests]))
+"""
+MODEL_PORT = 18081  # free by construction: the namespace is ours
+
+
+def engine_session(name: str) -> list[dict[str, Any]]:
+    usage = {"input_tokens": 100, "output_tokens": 10}
+    write = {"name": "write_file", "arguments": {"path": f"{name}.txt", "content": f"{name}\n"}}
+    return [
+        {"tool_calls": [write], "usage": usage},
+        {"tool_calls": [{"name": "commit", "arguments": {"message": f"Add {name}.txt"}}], "usage": usage},
+        {"tool_calls": [{"name": "finish", "arguments": {"summary": f"added {name}"}}], "usage": usage},
+    ]
+
+
+@pytest.mark.parametrize("source", ["env", "file", "both"])
+def test_the_engine_configured_by_environment_or_file_runs_on_the_cluster(
+    cluster: raycluster.Cluster, tmp_path: Path, source: str
+) -> None:
+    base_url = f"http://127.0.0.1:{MODEL_PORT}/v1"
+    config = ""
+    if source != "env":  # "both": the file's dead URL loses to the environment's
+        url = "http://127.0.0.1:9/v1" if source == "both" else base_url
+        config = f'[engine]\nprovider = "openai"\nmodel = "file-model"\nbase_url = "{url}"\nmax_retries = 0\n'
+    root = make_repo(tmp_path / "repo", config)
+    (tmp_path / "plan.toml").write_text(
+        '[[tasks]]\nid = "own"\nprompt = "Write alpha.txt"\nmodel = "task-model"\nisolation = "isolated"\n\n'
+        '[[tasks]]\nid = "configured"\nprompt = "Write beta.txt"\nisolation = "isolated"\n'
+        'depends_on = ["own"]\n'
+    )
+    (tmp_path / "script.json").write_text(json.dumps(engine_session("alpha") + engine_session("beta")))
+    (tmp_path / "serve.py").write_text(SERVE_MODEL)
+    stop, models = tmp_path / "stop", tmp_path / "models.json"
+    serve = [sys.executable, str(tmp_path / "serve.py"), str(tmp_path / "script.json"), str(MODEL_PORT)]
+    server = subprocess.Popen(cluster.ns([*serve, str(stop), str(models)]), env=raycluster.quiet_env())
+    env = fleet_env(tmp_path) | {"OPENAI_API_KEY": "sk-test-not-real"}
+    if source != "file":
+        env |= {"STELLA_PROVIDER": "openai", "STELLA_MODEL": "env-model", "STELLA_BASE_URL": base_url}
+    try:
+        wait_for(Path(f"{stop}.ready"), timeout=60)
+        argv = [sys.executable, "-m", "stellafleet", "fleet", "--plan", "../plan.toml"]
+        argv += ["--max-concurrency", "2", "--executor", "ray", "--ray-address", raycluster.ADDRESS]
+        ns_argv = cluster.ns(argv)
+        fleet = subprocess.run(ns_argv, cwd=root, env=env, capture_output=True, text=True, timeout=400)
+        stop.write_text("")
+        server.wait(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert fleet.returncode == 0, fleet.stdout + fleet.stderr
+    configured = "file-model" if source == "file" else "env-model"
+    assert json.loads(models.read_text()) == ["task-model"] * 3 + [configured] * 3
+    attempts = by_id(run_record(root)["attempts"], "task_id")
+    assert {attempts[t]["node"] for t in ("own", "configured")} <= {"node-a", "node-b"}
