@@ -12,7 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "stellafleet"
 ARCHITECTURE = REPO / "docs" / "architecture.md"
-MAX_MODULE_LINES = 400
+MAX_MODULE_LINES = 600  # a ceiling, not a target: modules are split by concept
 MAX_FUNCTION_LINES = 60
 LAYER_ROW = re.compile(r"^\|\s*(\d+)\s*\|([^|]*)\|")
 
