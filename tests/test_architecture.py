@@ -143,3 +143,105 @@ def test_modules_and_functions_stay_small(path: Path) -> None:
         if (node.end_lineno or node.lineno) - node.lineno + 1 > MAX_FUNCTION_LINES
     ]
     assert not long, f"{path.relative_to(REPO)}: functions over {MAX_FUNCTION_LINES} lines: {', '.join(long)}"
+
+
+# --- spend is checked in one module (core/spend.py) ---
+
+# The engine, the pipelines and the worker only report into the spend module's tally and ask it about the
+# guard; the fleet's control, dispatch and CI fix-ups ask its budget. None of them reads a guard, adds
+# dollars up, compares them or formats them itself.
+SPEND_REPORTERS = ("engine", "pipelines", "worker")
+SPEND_ASKERS = ("run/control.py", "run/dispatch.py", "run/cifix.py")
+GUARD_NAMES = frozenset({"guard_usd", "spend_guard_usd"})
+DOLLARS = re.compile(r"usd|spent|cost|guard", re.IGNORECASE)
+
+
+def _mentions_dollars(node: ast.AST) -> bool:
+    names = (
+        sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else ""
+        for sub in ast.walk(node)
+    )
+    return any(DOLLARS.search(name) for name in names)
+
+
+def _is_text(node: ast.AST) -> bool:
+    return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
+
+
+def _spend_finding(node: ast.AST, guard_names: frozenset[str]) -> str | None:
+    named = (
+        node.attr
+        if isinstance(node, ast.Attribute)
+        else node.id
+        if isinstance(node, ast.Name)
+        else node.arg
+        if isinstance(node, ast.arg | ast.keyword)
+        else None
+    )
+    if named in guard_names:
+        return f"reads the guard ({named})"
+    if isinstance(node, ast.AugAssign) and _mentions_dollars(node.target):
+        return "adds dollars up"
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub) and _mentions_dollars(node):
+        return None if _is_text(node.left) or _is_text(node.right) else "adds or subtracts dollars"
+    if isinstance(node, ast.Compare) and not all(isinstance(op, ast.Is | ast.IsNot) for op in node.ops):
+        return "compares dollars" if _mentions_dollars(node) else None
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in {"sum", "max", "min"}
+    ):
+        return "aggregates dollars" if any(_mentions_dollars(arg) for arg in node.args) else None
+    if (
+        isinstance(node, ast.FormattedValue)
+        and node.format_spec is not None
+        and _mentions_dollars(node.value)
+    ):
+        return "writes dollars without money()"
+    return None
+
+
+def spend_arithmetic(source: str, guard_names: frozenset[str] = GUARD_NAMES) -> list[str]:
+    """Where source does spend's work itself: reads a guard, adds, compares or formats dollars."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        finding = _spend_finding(node, guard_names)
+        if finding is not None:
+            found.append(f"line {getattr(node, 'lineno', '?')}: {finding}")
+    return sorted(found)
+
+
+def test_spend_is_checked_in_the_spend_module_only() -> None:
+    offenders = []
+    for unit in SPEND_REPORTERS:
+        for path in sorted((PACKAGE / unit).rglob("*.py")):
+            offenders += [f"{path.relative_to(REPO)} {f}" for f in spend_arithmetic(path.read_text("utf-8"))]
+    for rel in SPEND_ASKERS:
+        source = (PACKAGE / rel).read_text("utf-8")
+        offenders += [f"stellafleet/{rel} {f}" for f in spend_arithmetic(source, frozenset())]
+    assert not offenders, "spend worked out outside core/spend.py:\n" + "\n".join(offenders)
+
+
+def test_the_spend_check_sees_a_guard_compared_and_dollars_summed() -> None:
+    """What the engine and the wrappers once did themselves is caught; reporting and asking is not."""
+    assert spend_arithmetic("if self.spent.usd >= self.guard_usd:\n    stop()") == [
+        "line 1: compares dollars",
+        "line 1: reads the guard (guard_usd)",
+    ]
+    assert spend_arithmetic("self.usd += usd") == ["line 1: adds dollars up"]
+    assert spend_arithmetic("extra = max(0.0, result.spend_usd - self.usd)") == [
+        "line 1: adds or subtracts dollars",
+        "line 1: aggregates dollars",
+    ]
+    assert spend_arithmetic("Engine(guard_usd=ctx.spend_guard_usd)") == [
+        "line 1: reads the guard (guard_usd)",
+        "line 1: reads the guard (spend_guard_usd)",
+    ]
+    assert spend_arithmetic('text = f"spent ${self.usd:.4f}"') == ["line 1: writes dollars without money()"]
+    allowed = (
+        "tally.add(pricer.cost(usage), steps=1)\n"
+        "stop = tally.guard_reached('by its own cost report')\n"
+        "if tally.guarded and pricer is None:\n    refuse()\n"
+        "summary = f'{money(tally.usd)} spent' + note\n"
+    )
+    assert spend_arithmetic(allowed) == []

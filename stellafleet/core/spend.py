@@ -1,18 +1,30 @@
-"""Spend: the boundary every spender reports through, running totals, and dollars written for people.
+"""Spend, in one place: what a report may hold, the guarded tally every spender reports into, the fleet's
+budget of guards and its before-start check, the settle of a finished attempt, and dollars for people.
 
-The engine and the pipelines report what each model call cost to a SpendReporter as it happens; the
-fleet's worker lands each report in the ledger, a run outside a fleet only adds them up (NullSpend).
+The engine and the pipelines report what each model call cost into a SpendTally as it happens and ask it
+whether another call fits under the worker's guard (or whether the guard has been passed); they keep no
+sums and compare no dollars of their own. The worker's tally lands each report in the ledger; the fleet
+hands out the guards (SpendBudget), stops starting work once the run's total reaches the limit, and
+settles each ended attempt (settle_attempt). Every dollar amount shown to people goes through money().
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from stellafleet.core.workercontext import WorkerContext
 
 # No honest report comes near these: a larger figure is a bug or an attack, and adding two of them up
 # overflowed to infinity (two tasks reporting 1e308 made the run's spend `$inf`).
 MAX_REPORT_USD = 100_000.0
 MAX_REPORT_COUNT = 10**12
+SPEND_STOP_PREFIX = "spend limit reached"
+# Below this the difference is float rounding in adding the same reports up twice, not lost money.
+EPSILON_USD = 1e-9
 
 
 def check_usd(value: object, what: str = "spend_usd") -> float:
@@ -52,20 +64,45 @@ class SpendReporter(Protocol):
     def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None: ...
 
 
-class NullSpend:
-    """A SpendReporter that only adds up, for runs outside a fleet."""
+class Totals(Protocol):
+    """What a finished attempt claims it spent (a PipelineResult)."""
 
-    def __init__(self) -> None:
+    spend_usd: float
+    input_tokens: int
+    output_tokens: int
+    steps: int
+
+
+class SpendTally:
+    """The running totals of one spender, passing each report on (to `inner`, the ledger, nowhere) and
+    answering for the worker's guard; thread-safe (a CLI's output and its logs are read on two threads)."""
+
+    def __init__(self, inner: SpendReporter | None = None, *, guard_usd: float | None = None) -> None:
+        self.inner = inner
+        self.guard_usd = guard_usd
         self.usd = 0.0
         self.input_tokens = 0
         self.output_tokens = 0
         self.steps = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_attempt(cls, ctx: WorkerContext, spend: SpendReporter) -> SpendTally:
+        """A tally under ctx's guard (STELLA_SPEND_GUARD) that passes every report on to spend."""
+        return cls(spend, guard_usd=ctx.spend_guard_usd)
+
+    def record(self, usd: float, input_tokens: int, output_tokens: int, steps: int) -> None:
+        """Where a report lands; it is counted only once this returns (a refused report is not)."""
+        if self.inner is not None:
+            self.inner.add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps)
 
     def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None:
-        self.usd += usd
-        self.input_tokens += input_tokens
-        self.output_tokens += output_tokens
-        self.steps += steps
+        with self._lock:
+            self.record(usd, input_tokens, output_tokens, steps)
+            self.usd += usd
+            self.input_tokens += input_tokens
+            self.output_tokens += output_tokens
+            self.steps += steps
 
     def totals(self) -> dict[str, Any]:
         """The totals under a pipeline result's names (spend_usd, input_tokens, output_tokens, steps)."""
@@ -76,17 +113,159 @@ class NullSpend:
             "steps": self.steps,
         }
 
+    @property
+    def guarded(self) -> bool:
+        """The worker has a guard, so what it spends must be priced."""
+        return self.guard_usd is not None
 
-class TallySpend(NullSpend):
-    """Passes each report on to another reporter and adds it up on the way (a wrapper's running totals)."""
+    def no_room_for(self, worst_usd: float) -> str | None:
+        """Why a call that could cost up to worst_usd may not be made under the guard (None: it may)."""
+        if self.guard_usd is None or self.usd + worst_usd <= self.guard_usd:
+            return None
+        return (
+            f"spent {money(self.usd)} of the {money(self.guard_usd)} guard, and the next model call could "
+            f"cost up to {money(worst_usd)}"
+        )
 
-    def __init__(self, inner: SpendReporter) -> None:
-        super().__init__()
-        self.inner = inner
+    def guard_reached(self, how: str) -> str | None:
+        """Why an agent CLI must be stopped once its spend (known `how`) reached the guard; None before."""
+        if self.guard_usd is None or self.usd < self.guard_usd:
+            return None
+        return f"spend guard of {money(self.guard_usd)} reached ({money(self.usd)} {how})"
 
-    def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None:
-        super().add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps)
-        self.inner.add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps)
+    def guard_text(self) -> str | None:
+        """The guard for people (`$0.25`); None without one."""
+        return None if self.guard_usd is None else money(self.guard_usd)
+
+    def cli_budget(self) -> str | None:
+        """The guard as an agent CLI's own dollar budget (Claude Code's --max-budget-usd), rounded down to
+        a hundredth of a cent so the CLI never spends past it; None without a guard."""
+        if self.guard_usd is None:
+            return None
+        return f"{math.floor(self.guard_usd * 10_000) / 10_000:.4f}"
+
+    def settle(self, result: Totals) -> None:
+        """Report whatever the finished result claims beyond what was reported along the way (never
+        less), then make the result say what was reported: spend claimed is spend reported."""
+        extra_usd = max(0.0, result.spend_usd - self.usd)
+        extra_in = max(0, result.input_tokens - self.input_tokens)
+        extra_out = max(0, result.output_tokens - self.output_tokens)
+        extra_steps = max(0, result.steps - self.steps)
+        if extra_usd > 1e-12 or extra_in or extra_out or extra_steps:
+            self.add(extra_usd, input_tokens=extra_in, output_tokens=extra_out, steps=extra_steps)
+        result.spend_usd = self.usd
+        result.input_tokens = self.input_tokens
+        result.output_tokens = self.output_tokens
+        result.steps = self.steps
+
+
+class RunningTotal:
+    """A CLI's own running total of dollars (aider's `total_cost`) as the step each new total adds."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+
+    def step(self, total: float | None, cost: float | None) -> float:
+        """This call's dollars: its step in the running total when there is one, else its own cost."""
+        if total is not None and total >= self.total:
+            step, self.total = total - self.total, total
+            return step
+        return cost if cost is not None else 0.0
+
+
+class SpendLedger(Protocol):
+    """The part of the ledger the settle needs (state.ledger.Ledger)."""
+
+    def attempt_spend(self, attempt_id: int) -> float: ...
+
+    def add_spend(self, attempt_id: int, usd: float) -> Any: ...
+
+
+def settle_attempt(ledger: SpendLedger, attempt_id: int, reported: Iterable[float]) -> float:
+    """Spend reported is spend recorded: after an attempt's worker ended, record what it reported (the
+    most of its reports: its result, its command's result file) beyond what the ledger holds, since a
+    worker stopped or killed before it recorded a report must not lose those dollars. The dollars added."""
+    missing = max(reported, default=0.0) - ledger.attempt_spend(attempt_id)
+    if missing <= EPSILON_USD:
+        return 0.0
+    ledger.add_spend(attempt_id, missing)
+    return missing
+
+
+def spend_stop_text(spent: float, limit: float) -> str:
+    """The one line that says the run's spend has reached its limit: `spend limit reached: $X of $Y`."""
+    return f"{SPEND_STOP_PREFIX}: {money(spent)} of {money(limit)}"
+
+
+class NoBudget(Exception):
+    """No guard of at least the minimum is left for another worker; the message is the reason shown."""
+
+
+class SpendBudget:
+    """A run's spend limit, handed out as its workers' guards so the run's total never passes it.
+
+    Each worker starts with a guard of min(limit / concurrency, what is left of the limit): the limit
+    less what ended attempts spent and less the guards of the workers still running (their spend is
+    bounded by their guard, so their whole guard is held until they end; then what they really spent
+    counts instead). A task whose guard would be under the minimum (`[governor] min_guard_usd`) is not
+    started. Thread-safe (one dispatch thread per task).
+    """
+
+    def __init__(self, limit: float, concurrency: int, *, min_guard: float, spent: float = 0.0) -> None:
+        self.limit = limit
+        self.per_worker = limit / max(1, concurrency)
+        self.min_guard = min_guard
+        self._spent = spent  # by attempts that ended
+        self._held: dict[str, float] = {}  # task id -> the guard of its running worker
+        self._lock = threading.Lock()
+
+    def _left(self) -> float:
+        return self.limit - self._spent - sum(self._held.values())
+
+    def reached(self, spent: float) -> str | None:
+        """`spend limit reached: $X of $Y` once the run's total spent reached the limit, else None."""
+        return spend_stop_text(spent, self.limit) if spent >= self.limit else None
+
+    def before_start(
+        self, spent: float, on_reached: Callable[[float, float], None] | None = None
+    ) -> str | None:
+        """Why no new wave or task may start, the run having spent this much (None: one may): the limit
+        is reached (on_reached is told), or too little of it is left for another worker's guard."""
+        reason = self.reached(spent)
+        if reason is not None and on_reached is not None:
+            on_reached(spent, self.limit)
+        return reason or self.exhausted()
+
+    def exhausted(self) -> str | None:
+        """Why no further worker can start (None: one can)."""
+        with self._lock:
+            return self._why_not(min(self.per_worker, self._left()))
+
+    def _why_not(self, guard: float) -> str | None:
+        if guard >= self.min_guard and guard > 0:
+            return None
+        used = self.limit - max(0.0, self._left())
+        return (
+            f"{SPEND_STOP_PREFIX}: {money(used)} of {money(self.limit)} spent or held by running workers, "
+            f"less than the {money(self.min_guard)} minimum guard left"
+        )
+
+    def reserve(self, task_id: str) -> float:
+        """The guard for task_id's worker, held until release(); NoBudget when too little is left."""
+        with self._lock:
+            guard = min(self.per_worker, self._left())
+            reason = self._why_not(guard)
+            if reason is not None:
+                raise NoBudget(reason)
+            self._held[task_id] = guard
+            return guard
+
+    def release(self, task_id: str, spent: float | None) -> None:
+        """task_id's worker ended having spent this much (None: unknown, so its whole guard counts)."""
+        with self._lock:
+            guard = self._held.pop(task_id, None)
+            if guard is not None:
+                self._spent += guard if spent is None else spent
 
 
 def money(usd: float | None) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.errors import StellaError
 from stellafleet.core.pricing import Pricer
-from stellafleet.core.spend import SpendReporter
+from stellafleet.core.spend import SpendTally
 from stellafleet.engine.clients import ModelClient
 from stellafleet.engine.errors import EngineError, Finished, FormatError, LimitReached, ToolFailure
 from stellafleet.engine.messages import (
@@ -91,13 +91,12 @@ class Engine:
         max_wall_seconds: float,
         max_output_tokens: int,
         pricer: Pricer | None,
-        guard_usd: float | None,
-        spend: SpendReporter,
+        spend: SpendTally,
         transcript: Transcript,
         clock: Clock | None = None,
         events: EventSink | None = None,
     ) -> None:
-        if guard_usd is not None and pricer is None:
+        if spend.guarded and pricer is None:
             raise StellaError("a spend guard needs a price for the model")
         self.client = client
         self.toolbox = toolbox
@@ -106,16 +105,12 @@ class Engine:
         self.max_wall_seconds = max_wall_seconds
         self.max_output_tokens = max_output_tokens
         self.pricer = pricer
-        self.guard_usd = guard_usd
-        self.spend = spend
+        self.spend = spend  # the guarded tally: totals, and whether the next call fits under the guard
         self.transcript = transcript
         self.clock = clock or SystemClock()
         self.events = events or (lambda kind, data: None)
         self.messages: list[Message] = []
         self.steps = 0
-        self.usd = 0.0
-        self.input_tokens = 0
-        self.output_tokens = 0
         self._known_tokens = 0  # the context size the provider reported for the last call
         self._known_upto = 0  # how many messages that size covers
         self._started = 0.0
@@ -167,13 +162,12 @@ class Engine:
                 f"stopped after {elapsed:.0f} s: the wall-time limit of {self.max_wall_seconds:g} s "
                 "was reached",
             )
-        if self.guard_usd is not None and self.pricer is not None:
+        if self.spend.guarded and self.pricer is not None:
             worst = self.pricer.worst_case(self.context_tokens(), self.max_output_tokens)
-            if self.usd + worst > self.guard_usd:
+            refused = self.spend.no_room_for(worst)
+            if refused is not None:
                 raise LimitReached(
-                    "spend_guard",
-                    f"stopped by the spend guard after {self.steps} steps: spent ${self.usd:.4f} of the "
-                    f"${self.guard_usd:.4f} guard, and the next model call could cost up to ${worst:.4f}",
+                    "spend_guard", f"stopped by the spend guard after {self.steps} steps: {refused}"
                 )
 
     def context_tokens(self) -> int:
@@ -191,9 +185,6 @@ class Engine:
         usage = reply.usage
         usd = self.pricer.cost(usage) if self.pricer is not None else 0.0
         self.steps += 1
-        self.usd += usd
-        self.input_tokens += usage.input_tokens
-        self.output_tokens += usage.output_tokens
         self.spend.add(usd, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, steps=1)
         if usage.input_tokens:
             self._known_tokens = usage.input_tokens + usage.output_tokens
@@ -209,7 +200,7 @@ class Engine:
             usd=usd,
             stop_reason=reply.stop_reason,
         )
-        self.events("step", {"step": self.steps, "usd": self.usd, "text": reply.turn.text})
+        self.events("step", {"step": self.steps, "usd": self.spend.usd, "text": reply.turn.text})
         return reply
 
     def execute(self, call: ToolCall) -> ToolResult:
@@ -264,8 +255,8 @@ class Engine:
             summary=summary,
             stop=stop,
             error=error,
-            usd=self.usd,
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
+            usd=self.spend.usd,
+            input_tokens=self.spend.input_tokens,
+            output_tokens=self.spend.output_tokens,
             steps=self.steps,
         )

@@ -6,6 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from stellafleet.core.spend import money
+
 _MAIN_ARGUMENT = ("path", "pattern", "message", "command", "summary")
 
 
@@ -49,10 +51,10 @@ class ProgressPrinter:
             self.step, self.usd = int(data["step"]), float(data["usd"])
             text = " ".join(str(data.get("text") or "").split())
             if text:
-                self._line(f"step {self.step:>3}  ${self.usd:.4f}  {text[:100]}")
+                self._line(f"step {self.step:>3}  {money(self.usd)}  {text[:100]}")
         elif kind == "tool":
             call = describe_call(str(data["name"]), str(data["arguments"]))
-            line = f"step {self.step:>3}  ${self.usd:.4f}  {call}"
+            line = f"step {self.step:>3}  {money(self.usd)}  {call}"
             if data.get("is_error"):
                 first = str(data.get("result", "")).splitlines()[0] if data.get("result") else ""
                 line += f"  -> {first[:120]}"

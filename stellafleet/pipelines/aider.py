@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
-from stellafleet.core.spend import SpendReporter, TallySpend, money
+from stellafleet.core.spend import RunningTotal, SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
 from stellafleet.pipelines.agentenv import prompt_file, scratch_dir
@@ -62,12 +62,11 @@ def build_argv(
 class AnalyticsFollower:
     """Reads new complete lines of aider's analytics log on each poll; reports each model call's cost."""
 
-    def __init__(self, path: Path, guard_usd: float | None, spend: SpendReporter) -> None:
+    def __init__(self, path: Path, spent: SpendTally) -> None:
         self.path = path
-        self.guard_usd = guard_usd
-        self.spent = TallySpend(spend)
+        self.spent = spent
         self.offset = 0
-        self.session_total = 0.0
+        self.session = RunningTotal()  # aider's running total_cost
         self.bad_line: str | None = None
 
     @property
@@ -85,10 +84,7 @@ class AnalyticsFollower:
         for raw in lines:
             if raw.strip():
                 self._line(raw)
-        if self.guard_usd is not None and self.spent.usd >= self.guard_usd:
-            guard, spent = money(self.guard_usd), money(self.spent.usd)
-            return f"spend guard of {guard} reached ({spent} by its own cost report)"
-        return None
+        return self.spent.guard_reached("by its own cost report")
 
     def _line(self, raw: str) -> None:
         event = json_line(raw)
@@ -100,20 +96,11 @@ class AnalyticsFollower:
             return
         props = event.get("properties")
         props = props if isinstance(props, dict) else {}
-        usd = self._cost(props)
+        # this call's dollars: its step in the running total when there is one, else `cost`
+        usd = self.session.step(_number(props.get("total_cost")), _number(props.get("cost")))
         prompt_tokens = _count(props.get("prompt_tokens"))
         completion_tokens = _count(props.get("completion_tokens"))
         self.spent.add(usd, input_tokens=prompt_tokens, output_tokens=completion_tokens, steps=1)
-
-    def _cost(self, props: dict[str, Any]) -> float:
-        """This call's dollars: the step in the running total when there is one, else `cost`."""
-        total = _number(props.get("total_cost"))
-        if total is not None and total >= self.session_total:
-            step = total - self.session_total
-            self.session_total = total
-            return step
-        cost = _number(props.get("cost"))
-        return cost if cost is not None else 0.0
 
 
 def _number(value: Any) -> float | None:
@@ -154,7 +141,7 @@ class AiderPipeline(AgentCliPipeline):
     def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult:
         settings = self.settings(config)
         scratch = scratch_dir(ctx)
-        follower = AnalyticsFollower(scratch / "aider-analytics.jsonl", ctx.spend_guard_usd, spend)
+        follower = AnalyticsFollower(scratch / "aider-analytics.jsonl", SpendTally.for_attempt(ctx, spend))
         argv = build_argv(
             settings.binary,
             prompt_file(ctx, ctx.prompt),

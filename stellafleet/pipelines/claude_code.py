@@ -10,12 +10,11 @@ holder, when another live task holds that file.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
-from stellafleet.core.spend import SpendReporter, money
+from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
 from stellafleet.pipelines.agentenv import agent_prompt, prompt_file, scratch_dir
@@ -39,16 +38,11 @@ SHARED_COMMANDS = ("Bash(stella commit:*)",)
 ISOLATED_COMMANDS = ("Bash(stella commit:*)", "Bash(git add:*)", "Bash(git commit:*)", "Bash(git status:*)")
 
 
-def budget_arg(guard_usd: float) -> str:
-    """The guard as Claude Code's budget, rounded down to a hundredth of a cent so it never exceeds it."""
-    return f"{math.floor(guard_usd * 10_000) / 10_000:.4f}"
-
-
 def build_argv(
     binary: str,
     *,
     settings_file: str | None,
-    guard_usd: float | None,
+    budget: str | None,
     max_turns: int | None,
     model: str | None,
     extra_args: tuple[str, ...] = (),
@@ -71,8 +65,8 @@ def build_argv(
     ]
     if settings_file is not None:
         argv += ["--settings", settings_file]
-    if guard_usd is not None:
-        argv += ["--max-budget-usd", budget_arg(guard_usd)]
+    if budget is not None:
+        argv += ["--max-budget-usd", budget]
     if max_turns is not None:
         argv += ["--max-turns", str(max_turns)]
     if model:
@@ -111,7 +105,7 @@ def denial_note(result: dict[str, Any]) -> str:
     return f" ({len(denials)} tool call(s) refused: {', '.join(names)}{more})"
 
 
-def interpret(result: dict[str, Any], *, guard_usd: float | None, max_turns: int | None) -> PipelineResult:
+def interpret(result: dict[str, Any], *, guard: str | None, max_turns: int | None) -> PipelineResult:
     """Claude Code's final `result` message as a PipelineResult (spend reported separately)."""
     cost = result.get("total_cost_usd")
     usd = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else 0.0
@@ -137,8 +131,8 @@ def interpret(result: dict[str, Any], *, guard_usd: float | None, max_turns: int
     if subtype == "success":
         return failed(f"Claude Code reported an error: {detail or 'no details'} ({spent})", **totals)
     if subtype == "error_max_budget_usd":
-        guard = f" of {money(guard_usd)}" if guard_usd is not None else ""
-        return failed(f"Claude Code stopped at its spend guard{guard}: {spent}{note}", **totals)
+        of_guard = f" of {guard}" if guard is not None else ""
+        return failed(f"Claude Code stopped at its spend guard{of_guard}: {spent}{note}", **totals)
     if subtype == "error_max_turns":
         limit = f" ({max_turns})" if max_turns is not None else ""
         return failed(
@@ -182,13 +176,14 @@ class ClaudeCodePipeline(AgentCliPipeline):
 
     def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult:
         settings = self.settings(config)
+        tally = SpendTally.for_attempt(ctx, spend)
         settings_file: str | None = None
         if ctx.shared:
             settings_file = str(write_hook_settings(ctx))
         argv = build_argv(
             settings.binary,
             settings_file=settings_file,
-            guard_usd=ctx.spend_guard_usd,
+            budget=tally.cli_budget(),
             max_turns=settings.max_turns,
             model=model_for(ctx, settings),
             extra_args=settings.extra_args,
@@ -196,15 +191,15 @@ class ClaudeCodePipeline(AgentCliPipeline):
         )
         watcher = _ResultWatcher()
         run = run_agent(ctx, argv, on_line=watcher, stdin_path=prompt_file(ctx, agent_prompt(ctx)))
-        return self.outcome(run, watcher, ctx, settings.max_turns, spend)
+        return self.outcome(run, watcher, ctx, settings.max_turns, tally)
 
     @staticmethod
     def outcome(
-        run: CliRun, watcher: _ResultWatcher, ctx: WorkerContext, max_turns: int | None, spend: SpendReporter
+        run: CliRun, watcher: _ResultWatcher, ctx: WorkerContext, max_turns: int | None, tally: SpendTally
     ) -> PipelineResult:
         if watcher.result is not None:
-            result = interpret(watcher.result, guard_usd=ctx.spend_guard_usd, max_turns=max_turns)
-            spend.add(
+            result = interpret(watcher.result, guard=tally.guard_text(), max_turns=max_turns)
+            tally.add(
                 result.spend_usd,
                 input_tokens=result.input_tokens,
                 output_tokens=result.output_tokens,

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_price_message
-from stellafleet.core.spend import SpendReporter, TallySpend, money
+from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
 from stellafleet.pipelines.agentenv import agent_env, agent_prompt, prompt_file
@@ -115,10 +115,9 @@ class Usage:
 class CodexFollower:
     """Reads `codex exec --json` events as they arrive, reports spend, and says when to stop."""
 
-    def __init__(self, pricer: Pricer | None, guard_usd: float | None, spend: SpendReporter) -> None:
+    def __init__(self, pricer: Pricer | None, spent: SpendTally) -> None:
         self.pricer = pricer
-        self.guard_usd = guard_usd
-        self.spent = TallySpend(spend)
+        self.spent = spent
         self.total = Usage()
         self.steps = 0  # actions seen, reported once at the end (they cost nothing by themselves)
         self.turns_completed = 0
@@ -127,7 +126,6 @@ class CodexFollower:
         self.last_message = ""
         self.events = 0
         self.bad_line: str | None = None
-        self.guard_hit = False
         self.thread_id: str | None = None
         self.from_log = False  # the session log is being followed: turn totals only top it up
         self._lock = threading.Lock()
@@ -187,11 +185,7 @@ class CodexFollower:
         self.total = total
         usd = self.pricer.cost(added.tokens()) if self.pricer is not None else 0.0
         self.spent.add(usd, input_tokens=added.input_tokens, output_tokens=added.output_tokens)
-        if self.guard_usd is not None and self.spent.usd >= self.guard_usd:
-            self.guard_hit = True
-            guard, spent = money(self.guard_usd), money(self.spent.usd)
-            return f"spend guard of {guard} reached ({spent} priced from its token usage)"
-        return None
+        return self.spent.guard_reached("priced from its token usage")
 
     def report_steps(self) -> None:
         if self.steps:
@@ -234,9 +228,10 @@ class CodexPipeline(AgentCliPipeline):
         settings = self.settings(config)
         model = model_for(ctx, settings)
         pricer = price_for(model, config) if model else None
-        if ctx.spend_guard_usd is not None and pricer is None:
+        tally = SpendTally.for_attempt(ctx, spend)
+        if tally.guarded and pricer is None:
             return failed(f"codex was not started: {self.no_price(model)}")
-        follower = CodexFollower(pricer, ctx.spend_guard_usd, spend)
+        follower = CodexFollower(pricer, tally)
         session = SessionLog(codex_home(agent_env(ctx)), follower.log_total)
 
         def poll() -> str | None:

@@ -12,7 +12,7 @@ from stellafleet.core.clock import Clock
 from stellafleet.core.config import Config
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.pricing import Pricer, price_for, unknown_price_message
-from stellafleet.core.spend import SpendReporter
+from stellafleet.core.spend import SpendReporter, SpendTally
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.clients import make_client
 from stellafleet.engine.loop import Engine, EngineOutcome, EventSink, system_prompt
@@ -77,7 +77,8 @@ class PlainPipeline:
         """Run the engine on ctx's task; a bad config raises StellaError (exit 2) before any model call."""
         env = os.environ if env is None else env
         settings = load_settings(config, model=ctx.model, env=env)
-        pricer = _pricer(settings, config, needed=ctx.spend_guard_usd is not None)
+        tally = SpendTally.for_attempt(ctx, spend)
+        pricer = _pricer(settings, config, needed=tally.guarded)
         redact = Redactor([settings.api_key(env), *(env.get(name) for name in DEFAULT_KEY_ENV.values())])
         toolbox = _toolbox(ctx, settings, env, committer=committer, claim=claim)
         transcript = _start_transcript(ctx, settings, redact, priced=pricer is not None)
@@ -96,8 +97,7 @@ class PlainPipeline:
             max_wall_seconds=wall,
             max_output_tokens=settings.max_output_tokens,
             pricer=pricer,
-            guard_usd=ctx.spend_guard_usd,
-            spend=spend,
+            spend=tally,
             transcript=transcript,
             clock=clock,
             events=_redacting(sink, redact),

@@ -17,9 +17,9 @@ from typing import Any
 from stellafleet.ci.fixci import FixOutcome, FixRequest
 from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.spend import SpendBudget
 from stellafleet.git import gitops
 from stellafleet.plan.model import PlanTask
-from stellafleet.run.budget import SpendBudget, spend_stop_text
 from stellafleet.run.dispatch import Dispatcher, RunSettings, TaskFailed
 from stellafleet.run.events import Event, SkipTask
 from stellafleet.run.executor import LocalExecutor
@@ -72,15 +72,12 @@ def fix_prompt(prompt: str, request: FixRequest) -> str:
 class CiFixRounds:
     """The CiFixer the watch calls: one follow-up attempt per round, on the run's Dispatcher."""
 
-    def __init__(
-        self, dispatcher: Dispatcher, ledger: Ledger, *, max_rounds: int, spend_limit: float | None
-    ) -> None:
+    def __init__(self, dispatcher: Dispatcher, ledger: Ledger, *, max_rounds: int) -> None:
         self.dispatcher = dispatcher
         self.ledger = ledger
         self.run_id = dispatcher.settings.run_id
         self.root = dispatcher.settings.root
         self._max_rounds = max_rounds
-        self.spend_limit = spend_limit
 
     @property
     def max_rounds(self) -> int:
@@ -94,13 +91,10 @@ class CiFixRounds:
         return ids[-1] if ids else None
 
     def fix(self, request: FixRequest) -> FixOutcome:
-        if self.spend_limit is not None:
-            spent = self.ledger.run_spend(self.run_id)
-            if spent >= self.spend_limit:
-                return FixOutcome(
-                    None,
-                    spend_stop_text(spent, self.spend_limit) + "; no fix-up attempt",
-                )
+        budget = self.dispatcher.budget  # under the run's spend limit
+        reached = budget.reached(self.ledger.run_spend(self.run_id)) if budget is not None else None
+        if reached is not None:
+            return FixOutcome(None, reached + "; no fix-up attempt")
         row = self._task(request.task_id)
         if not row.get("worktree") or not Path(row["worktree"]).is_dir():
             return FixOutcome(None, "the task's worktree is gone (cleaned up?): no fix-up attempt")
@@ -168,6 +162,6 @@ def fixer_for_past_run(
         executor = LocalExecutor.open([], cwd=root, fork=False, stop_grace_s=config.fleet.stop_grace)
         try:
             dispatcher = Dispatcher(settings, ledger, claims, executor, _quiet, budget=budget)
-            yield CiFixRounds(dispatcher, ledger, max_rounds=max_rounds, spend_limit=limit)
+            yield CiFixRounds(dispatcher, ledger, max_rounds=max_rounds)
         finally:
             executor.close()

@@ -27,9 +27,9 @@ from stellafleet.core.errors import (
     StellaError,
 )
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
+from stellafleet.core.spend import SPEND_STOP_PREFIX, SpendBudget
 from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.git import gitops
-from stellafleet.run.budget import SPEND_STOP_PREFIX, SpendBudget, spend_stop_text
 from stellafleet.run.direct import DirectCommands, covers_every_task
 from stellafleet.run.dispatch import Dispatcher, RunSettings
 from stellafleet.run.eager import EagerRunner, runner_class
@@ -266,7 +266,6 @@ class FleetRun:
     def _drive(self, ledger: Ledger, dispatcher: Dispatcher) -> tuple[WaveOutcome, bool]:
         """Record the run and run its waves under the run's signal handling; (outcome, interrupted)."""
         p, emit = self.prepared, self.reporter.handle
-        limit = p.spend_limit
 
         def on_event(event: Event) -> None:
             if isinstance(event, TaskSkipped):
@@ -274,14 +273,10 @@ class FleetRun:
             emit(event)
 
         def before_wave(number: int, task_ids: list[str]) -> str | None:
-            if limit is None:
+            if dispatcher.budget is None:  # no spend limit
                 return None
-            spent = ledger.run_spend(p.run_id)
-            if spent >= limit:
-                if self.notifier is not None:
-                    self.notifier.spend_limit_reached(spent, limit)
-                return spend_stop_text(spent, limit)
-            return dispatcher.budget.exhausted() if dispatcher.budget is not None else None
+            told = self.notifier.spend_limit_reached if self.notifier is not None else None
+            return dispatcher.budget.before_start(ledger.run_spend(p.run_id), told)
 
         runner = runner_class(p.schedule)(
             p.plan,
@@ -353,7 +348,7 @@ class FleetRun:
             budget = spend_budget(p, spent=ledger.run_spend(p.run_id))
             settings = run_settings(p)
             dispatcher = Dispatcher(settings, ledger, claims, executor, lambda event: None, budget=budget)
-            fixer = CiFixRounds(dispatcher, ledger, max_rounds=p.fix_ci, spend_limit=p.spend_limit)
+            fixer = CiFixRounds(dispatcher, ledger, max_rounds=p.fix_ci)
         result = watch_run(
             p.root, p.run_id, config=p.config, settings=p.watch, json_mode=p.json_mode, fixer=fixer
         )

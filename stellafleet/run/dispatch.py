@@ -20,15 +20,14 @@ from pathlib import Path
 
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.spend import NoBudget, SpendBudget, settle_attempt
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, worktrees
-from stellafleet.pipelines.command import RESULT_ENV
+from stellafleet.pipelines.command import RESULT_ENV, reported_usd
 from stellafleet.plan.model import PlanTask
-from stellafleet.run.budget import NoBudget, SpendBudget
 from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit, SkipTask
 from stellafleet.run.executor import INTERRUPTED, Attempt, Execution, Executor
-from stellafleet.run.settle import record_reported_spend
 from stellafleet.run.verdict import Record, judge, stalled_record
 from stellafleet.run.watchdog import Watchdog
 from stellafleet.state.claims import ClaimStore, Holder
@@ -130,7 +129,6 @@ class Dispatcher:
     ) -> None:
         self.settings = settings
         self.budget = budget  # under a spend limit: each worker's guard (settings.spend_guard_usd otherwise)
-        self._guards: dict[str, float] = {}
         self.ledger = ledger
         self.claims = claims
         self.executor = executor
@@ -161,15 +159,16 @@ class Dispatcher:
 
     def execute(self, task: PlanTask, *, reason: str | None = None) -> bool:
         """One attempt of task; with a reason (`ci-fix`) a follow-up one, in the task's existing worktree."""
+        guard = self.settings.spend_guard_usd
         if self.budget is not None:
             try:
-                self._guards[task.id] = self.budget.reserve(task.id)
+                guard = self.budget.reserve(task.id)
             except NoBudget as exc:
                 raise SkipTask(str(exc)) from None
         started = time.monotonic()
         spend: float | None = None
         try:
-            ctx = self._open_attempt(task)
+            ctx = self._open_attempt(task, guard)
         except BaseException:
             self._release_guard(task.id, None)
             raise
@@ -217,13 +216,11 @@ class Dispatcher:
         return True
 
     def _release_guard(self, task_id: str, spend: float | None) -> None:
-        """The task's worker ended: its guard is free again, what it spent counts (its whole guard when
-        that is unknown)."""
-        guard = self._guards.pop(task_id, None)
-        if self.budget is not None and guard is not None:
-            self.budget.release(task_id, guard if spend is None else spend)
+        """The task's worker ended: its guard is free again, what it spent counts."""
+        if self.budget is not None:
+            self.budget.release(task_id, spend)
 
-    def _open_attempt(self, task: PlanTask) -> WorkerContext:
+    def _open_attempt(self, task: PlanTask, guard: float | None) -> WorkerContext:
         """The attempt's ledger row (its task now `running`) and what its worker will be told."""
         settings = self.settings
         run_id, paths = settings.run_id, settings.paths
@@ -257,7 +254,7 @@ class Dispatcher:
             isolation="isolated" if workspace.isolated else "shared",
             branch=workspace.branch,
             base_commit=settings.base_commit,
-            spend_guard_usd=self._guards.get(task.id, settings.spend_guard_usd),
+            spend_guard_usd=guard,
             pipeline=pipeline,
             model=task.model or settings.default_model,
             timeout_s=task.timeout,
@@ -316,7 +313,8 @@ class Dispatcher:
             ending = execution.wait()
         finally:
             stalled = self.watchdog.forget(ctx.attempt_id) if self.watchdog is not None else None
-        record_reported_spend(self.ledger, ctx, ending.result)
+        reported = (ending.result.spend_usd if ending.result is not None else 0.0, reported_usd(ctx))
+        settle_attempt(self.ledger, ctx.attempt_id, reported)
         if workspace.branch is not None:
             self._record_branch_commits(ctx, workspace.branch)
         return stalled_record(judge(ending), stalled) if stalled else judge(ending)

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.core import jsontext
+from stellafleet.core.spend import spend_stop_text
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.proc.group import stop_group
-from stellafleet.run.budget import spend_stop_text
 from stellafleet.run.events import AttemptEnded, Emit, Event, EventSink
 
 STOP_GRACE_S = 1.0

@@ -10,13 +10,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stellafleet.core import jsontext
 from stellafleet.core.errors import StellaError
+from stellafleet.core.spend import SpendTally
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
@@ -31,44 +31,22 @@ if TYPE_CHECKING:
 PIPELINE_ENTRY_ENV = "STELLA_PIPELINE_ENTRY"
 
 
-class LedgerSpend:
-    """A SpendReporter that lands every report in the ledger for this attempt, as it happens."""
+class LedgerSpend(SpendTally):
+    """The worker's tally: every report lands in the ledger for this attempt as it happens."""
 
     def __init__(self, ctx: WorkerContext) -> None:
+        super().__init__()
         self._ctx = ctx
         self._ledger: Ledger | None = None
-        self._lock = threading.Lock()
-        self.usd = 0.0
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.steps = 0
 
-    def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None:
-        with self._lock:
-            if self._ledger is None:
-                from stellafleet.state.ledger import Ledger
+    def record(self, usd: float, input_tokens: int, output_tokens: int, steps: int) -> None:
+        if self._ledger is None:
+            from stellafleet.state.ledger import Ledger
 
-                self._ledger = Ledger.open(self._ctx.paths.fleet_db)
-            self._ledger.add_spend(
-                self._ctx.attempt_id, usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps
-            )
-            self.usd += usd
-            self.input_tokens += input_tokens
-            self.output_tokens += output_tokens
-            self.steps += steps
-
-    def settle(self, result: PipelineResult) -> None:
-        """Record whatever the result claims beyond what was reported along the way (never less)."""
-        extra_usd = max(0.0, result.spend_usd - self.usd)
-        extra_in = max(0, result.input_tokens - self.input_tokens)
-        extra_out = max(0, result.output_tokens - self.output_tokens)
-        extra_steps = max(0, result.steps - self.steps)
-        if extra_usd > 1e-12 or extra_in or extra_out or extra_steps:
-            self.add(extra_usd, input_tokens=extra_in, output_tokens=extra_out, steps=extra_steps)
-        result.spend_usd = self.usd
-        result.input_tokens = self.input_tokens
-        result.output_tokens = self.output_tokens
-        result.steps = self.steps
+            self._ledger = Ledger.open(self._ctx.paths.fleet_db)
+        self._ledger.add_spend(
+            self._ctx.attempt_id, usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps
+        )
 
     def close(self) -> None:
         with self._lock:

@@ -34,7 +34,11 @@ def test_guard_stops_before_the_call_that_could_cross_it(tmp_path: Path, wire: s
     spend.close()
     assert len(server.requests) == 3
     assert not result.success
-    assert "spend guard" in result.summary and "$0.0330 of the $0.0500 guard" in result.summary
+    assert (
+        "spend guard" in result.summary
+        and "spent $0.033 of the $0.05 guard, and the next model call could cost up to $0.0185"
+        in result.summary
+    )
     assert result.spend_usd == pytest.approx(3 * PER_CALL)
     with Ledger.open(root / ".stella/private/fleet.db", readonly=True) as ledger:
         attempt = ledger.get_run(ctx.run_id)["attempts"][0]

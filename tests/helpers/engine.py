@@ -10,7 +10,7 @@ from typing import Any
 from helpers.fleet import RUN, worker_context
 from stellafleet.core.clock import FakeClock
 from stellafleet.core.config import Config
-from stellafleet.core.spend import NullSpend
+from stellafleet.core.spend import SpendTally
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops
 from stellafleet.pipelines.base import PipelineResult
@@ -99,7 +99,7 @@ def make_context(
 @dataclass
 class EngineRun:
     result: PipelineResult
-    spend: NullSpend
+    spend: SpendTally
     clock: FakeClock
     events: list[tuple[str, dict[str, Any]]]
 
@@ -111,7 +111,7 @@ def run_engine(
     ctx: WorkerContext, config: Config, *, env: dict[str, str] | None = None, clock: FakeClock | None = None
 ) -> EngineRun:
     clock = clock or FakeClock()
-    spend = NullSpend()
+    spend = SpendTally()
     events: list[tuple[str, dict[str, Any]]] = []
     result = PlainPipeline().run(
         ctx, config, spend, clock=clock, env=env or {}, events=lambda kind, data: events.append((kind, data))

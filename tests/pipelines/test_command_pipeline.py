@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stellafleet.core.config import Config
-from stellafleet.core.spend import NullSpend
+from stellafleet.core.spend import SpendTally
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines import load
 from stellafleet.pipelines.command import RESULT_ENV, CommandPipeline, command_for
@@ -70,7 +70,7 @@ def test_success_runs_in_the_workspace_with_the_task_in_its_environment(
         '"$STELLA_SPEND_GUARD" > env; echo "$STELLA_COMMAND_RESULT" > result-path; echo first; echo; '
         "echo '  the last line  '; echo"
     )
-    spend = NullSpend()
+    spend = SpendTally()
     result = CommandPipeline().run(ctx, config(command), spend)
     assert result.success and result.error is None
     assert result.summary == "the last line"
@@ -91,7 +91,7 @@ def test_a_result_file_reports_spend_and_summary(tmp_path: Path) -> None:
         "steps": 4,
     }
     command = f"echo noise; cat > \"${RESULT_ENV}\" <<'EOF'\n{json.dumps(report)}\nEOF"
-    spend = NullSpend()
+    spend = SpendTally()
     result = CommandPipeline().run(ctx, config(command), spend)
     assert result.success and result.summary == "added 3 tests"
     assert (spend.usd, spend.input_tokens, spend.output_tokens, spend.steps) == (0.12, 1200, 80, 4)
@@ -100,25 +100,25 @@ def test_a_result_file_reports_spend_and_summary(tmp_path: Path) -> None:
 
 def test_a_failing_command_fails_with_its_status_and_keeps_its_last_words(tmp_path: Path) -> None:
     result = CommandPipeline().run(
-        context(tmp_path), config("echo 'no parser found' >&2; exit 4"), NullSpend()
+        context(tmp_path), config("echo 'no parser found' >&2; exit 4"), SpendTally()
     )
     assert not result.success
     assert result.summary == "no parser found"
     assert result.error == "command failed: exit status 4"
-    killed = CommandPipeline().run(context(tmp_path), config("kill -9 $$"), NullSpend())
+    killed = CommandPipeline().run(context(tmp_path), config("kill -9 $$"), SpendTally())
     assert not killed.success and killed.error == "command failed: killed by signal SIGKILL"
 
 
 def test_a_bad_result_file_fails_the_task_clearly(tmp_path: Path) -> None:
     not_json = CommandPipeline().run(
-        context(tmp_path), config(f'echo "{{oops" > "${RESULT_ENV}"'), NullSpend()
+        context(tmp_path), config(f'echo "{{oops" > "${RESULT_ENV}"'), SpendTally()
     )
     assert not not_json.success and "is not JSON" in not_json.summary
     negative = CommandPipeline().run(
-        context(tmp_path), config(f'echo \'{{"spend_usd": -1}}\' > "${RESULT_ENV}"'), NullSpend()
+        context(tmp_path), config(f'echo \'{{"spend_usd": -1}}\' > "${RESULT_ENV}"'), SpendTally()
     )
     assert not negative.success and "spend_usd must be a non-negative number" in negative.summary
-    a_list = CommandPipeline().run(context(tmp_path), config(f'echo "[1]" > "${RESULT_ENV}"'), NullSpend())
+    a_list = CommandPipeline().run(context(tmp_path), config(f'echo "[1]" > "${RESULT_ENV}"'), SpendTally())
     assert not a_list.success and "must hold a JSON object" in a_list.summary
 
 
@@ -128,7 +128,7 @@ def test_a_result_file_with_a_non_finite_number_fails_the_task_clearly(tmp_path:
     # IntegrityError, and an infinite one stopped the whole fleet at "$inf of $5.00".
     spent: list[float] = []
 
-    class Recorder(NullSpend):
+    class Recorder(SpendTally):
         def add(self, usd: float, **counts: int) -> None:
             spent.append(usd)
 
@@ -143,12 +143,12 @@ def test_a_task_may_have_its_own_command(tmp_path: Path) -> None:
     cfg = config("echo default", **{"docs.v2": "echo special"})
     assert command_for(cfg, "docs.v2") == "echo special"
     assert command_for(cfg, "other") == "echo default"
-    assert CommandPipeline().run(context(tmp_path, "docs.v2"), cfg, NullSpend()).summary == "special"
+    assert CommandPipeline().run(context(tmp_path, "docs.v2"), cfg, SpendTally()).summary == "special"
     only_tasks = config(None, t9="echo nine")
-    missing = CommandPipeline().run(context(tmp_path, "t1"), only_tasks, NullSpend())
+    missing = CommandPipeline().run(context(tmp_path, "t1"), only_tasks, SpendTally())
     assert not missing.success and 'no command for task "t1"' in missing.summary
 
 
 def test_the_command_gets_no_terminal_input(tmp_path: Path) -> None:
-    result = CommandPipeline().run(context(tmp_path), config("cat; echo read-nothing"), NullSpend())
+    result = CommandPipeline().run(context(tmp_path), config("cat; echo read-nothing"), SpendTally())
     assert result.success and result.summary == "read-nothing"

@@ -23,8 +23,9 @@ from helpers.agents import (
     run_pipeline,
 )
 
+from stellafleet.core.spend import SpendTally
 from stellafleet.pipelines.base import PipelineResult
-from stellafleet.pipelines.claude_code import ClaudeCodePipeline, budget_arg
+from stellafleet.pipelines.claude_code import ClaudeCodePipeline
 from stellafleet.pipelines.claude_hook import HookContext
 from stellafleet.pipelines.claude_hook import main as hook_main
 from stellafleet.state.claims import ClaimStore
@@ -179,8 +180,9 @@ def test_hang_past_the_task_timeout_stops_the_whole_process_group(git_repo: Path
 
 
 def test_budget_is_rounded_down() -> None:
-    assert budget_arg(6 / 7) == "0.8571"
-    assert budget_arg(2.0) == "2.0000"
+    assert SpendTally(guard_usd=6 / 7).cli_budget() == "0.8571"
+    assert SpendTally(guard_usd=2.0).cli_budget() == "2.0000"
+    assert SpendTally().cli_budget() is None
 
 
 # --- live claims in the shared tree ---
