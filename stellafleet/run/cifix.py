@@ -95,7 +95,7 @@ class CiFixRounds:
 
     def fix(self, request: FixRequest) -> FixOutcome:
         if self.spend_limit is not None:
-            spent = self.ledger.run_spend(self.run_id)
+            spent = self.ledger.spend.of_run(self.run_id)
             if spent >= self.spend_limit:
                 return FixOutcome(
                     None,
@@ -154,7 +154,7 @@ def fixer_for_past_run(
         budget = None
         if limit is not None:
             budget = SpendBudget(
-                limit, concurrency, min_guard=config.governor.min_guard_usd, spent=ledger.run_spend(run_id)
+                limit, concurrency, min_guard=config.governor.min_guard_usd, spent=ledger.spend.of_run(run_id)
             )
         settings = RunSettings(
             root=root,

@@ -21,8 +21,8 @@ EPSILON_USD = 1e-9
 def record_reported_spend(ledger: Ledger, ctx: WorkerContext, result: PipelineResult | None) -> float:
     """Record what ctx's attempt reported beyond what the ledger holds; returns the dollars added."""
     reported = max(result.spend_usd if result is not None else 0.0, reported_usd(ctx))
-    missing = reported - ledger.attempt_spend(ctx.attempt_id)
+    missing = reported - ledger.spend.of_attempt(ctx.attempt_id)
     if missing <= EPSILON_USD:
         return 0.0
-    ledger.add_spend(ctx.attempt_id, missing)
+    ledger.spend.add(ctx.attempt_id, missing)
     return missing

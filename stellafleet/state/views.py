@@ -91,9 +91,9 @@ def runs_page(
     if not page["ledger_exists"]:
         return page
     with Ledger.open(ledger_path, readonly=True) as ledger:
-        page["total"] = ledger.count_runs()
+        page["total"] = ledger.runs.count()
         page["runs"] = [
-            run_row(run, now_ms=now_ms, alive=alive) for run in ledger.list_runs(limit=limit, offset=offset)
+            run_row(run, now_ms=now_ms, alive=alive) for run in ledger.runs.page(limit=limit, offset=offset)
         ]
     return page
 
@@ -231,9 +231,9 @@ def load_run(ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = 
     StellaError when the ledger cannot be read (the server answers 404 and 500 for them)."""
     with Ledger.open(ledger_path, readonly=True) as ledger:
         try:
-            run_id = ledger.resolve_run_id(ref)
+            run_id = ledger.runs.resolve(ref)
         except StellaError as exc:
             raise UnknownRun(str(exc)) from None
         detail = run_detail(ledger.get_run(run_id), now_ms=now_ms, alive=alive)
-        detail["run"]["resumed_by"] = ledger.resumed_by(run_id)
+        detail["run"]["resumed_by"] = ledger.runs.resumed_by(run_id)
         return detail
