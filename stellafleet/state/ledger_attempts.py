@@ -103,6 +103,7 @@ class Attempts:
         transcript path behind (`transcript_written=False`)."""
         stored = check_choice("attempt outcome", outcome, ATTEMPT_OUTCOMES)
         success = 1 if outcome == AttemptOutcome.SUCCEEDED else 0
+        usage = (summary, error, cpu_seconds, peak_rss_bytes, transcript_written, attempt_id)
         with self._db.write() as conn:
             row = conn.execute(
                 "SELECT run_id, task_id, spend_usd FROM attempts WHERE id = ?", (attempt_id,)
@@ -113,18 +114,7 @@ class Attempts:
                 "UPDATE attempts SET finished_at_ms = ?, outcome = ?, success = ?, exit_code = ?,"
                 " summary = ?, error = ?, cpu_seconds = ?, peak_rss_bytes = ?,"
                 " transcript_path = CASE WHEN ? THEN transcript_path END WHERE id = ?",
-                (
-                    self._db.now_ms(),
-                    stored,
-                    success,
-                    exit_code,
-                    summary,
-                    error,
-                    cpu_seconds,
-                    peak_rss_bytes,
-                    transcript_written,
-                    attempt_id,
-                ),
+                (self._db.now_ms(), stored, success, exit_code, *usage),
             )
             conn.execute(
                 "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND id = ?",

@@ -144,23 +144,12 @@ class Merges:
         check_command: str | None,
     ) -> int:
         """A `planned` row for one branch's step; returns its id."""
-        planned = str(MergeStatus.PLANNED)
+        where = (branch, position, strategy, onto_ref, before_sha, str(MergeStatus.PLANNED), check_command)
         with self._db.write() as conn:
             cursor = conn.execute(
                 "INSERT INTO merges (run_id, task_id, branch, position, strategy, onto_ref, before_sha,"
                 " status, check_command, started_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    run_id,
-                    task_id,
-                    branch,
-                    position,
-                    strategy,
-                    onto_ref,
-                    before_sha,
-                    planned,
-                    check_command,
-                    self._db.now_ms(),
-                ),
+                (run_id, task_id, *where, self._db.now_ms()),
             )
             merge_id = cursor.lastrowid
         assert merge_id is not None
