@@ -209,7 +209,7 @@ def bench_dispatch(
             sample = measure(tool.argv(tasks), tool.cwd, env)
             if tool.key.startswith("stella"):
                 with Ledger.open(StatePaths(tool.cwd).fleet_db, readonly=True) as ledger:
-                    sample = dataclasses.replace(sample, run_id=ledger.latest_run_id())
+                    sample = dataclasses.replace(sample, run_id=ledger.runs.latest_id())
             tool.many.append(sample)
             tool.one.append(measure(tool.argv(1), tool.cwd, env))
     return tools
@@ -269,7 +269,7 @@ def ledger_cost(work: Path, tasks: int, repeat: int = 5) -> tuple[int, float]:
     for rep in range(repeat):
         run_id = f"r-bench-{rep}"
         with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
-            ledger.create_run(
+            ledger.runs.create(
                 run_id=run_id,
                 plan_path=None,
                 plan_sha256=None,
@@ -282,7 +282,7 @@ def ledger_cost(work: Path, tasks: int, repeat: int = 5) -> tuple[int, float]:
                 root=str(root),
                 pid=os.getpid(),
             )
-            ledger.add_tasks(run_id, plan.tasks, {task.id: 1 for task in plan.tasks})
+            ledger.tasks.add(run_id, plan.tasks, {task.id: 1 for task in plan.tasks})
             counter = _count_transactions(ledger, claims)
             start = time.perf_counter()
             for task in plan.tasks:
@@ -307,9 +307,9 @@ def _count_transactions(ledger: Ledger, claims: ClaimStore) -> Callable[[], int]
 
 def _one_task_of_bookkeeping(ledger: Ledger, claims: ClaimStore, run_id: str, task_id: str) -> None:
     """What Dispatcher.execute writes for a task without claims whose worker succeeded."""
-    attempt = ledger.start_attempt(run_id, task_id, pipeline="command", log_path="l", transcript_path="t")
-    ledger.set_attempt_pid(attempt, 4242)
-    ledger.finish_attempt(
+    attempt = ledger.attempts.start(run_id, task_id, pipeline="command", log_path="l", transcript_path="t")
+    ledger.attempts.set_pid(attempt, 4242)
+    ledger.attempts.finish(
         attempt, outcome="succeeded", exit_code=0, summary="done", cpu_seconds=0.004, peak_rss_bytes=10**7
     )
     claims.release_attempt_if_held(run_id, attempt)

@@ -41,18 +41,18 @@ def build(path: Path, runs: int, attempts_per_run: int) -> float:
                 pipeline="plain",
                 pid=1000 + n,
             )
-            ledger.add_tasks(run_id, tasks, waves)
+            ledger.tasks.add(run_id, tasks, waves)
             for a in range(attempts_per_run):
                 task = tasks[a % len(tasks)].id
-                attempt = ledger.start_attempt(run_id, task, pipeline="plain")
-                ledger.finish_attempt(
+                attempt = ledger.attempts.start(run_id, task, pipeline="plain")
+                ledger.attempts.finish(
                     attempt, outcome="failed" if a % 7 == 0 else "succeeded", exit_code=0, summary="did it"
                 )
                 writes += 2
-            ledger.set_task_status(run_id, "t0", "succeeded")
-            ledger.set_task_status(run_id, "t1", "failed", "boom")
-            ledger.set_task_status(run_id, "t2", "skipped", "dependency failed: t1")
-            ledger.finish_run(run_id, "failed", exit_code=1)
+            ledger.tasks.set_status(run_id, "t0", "succeeded")
+            ledger.tasks.set_status(run_id, "t1", "failed", "boom")
+            ledger.tasks.set_status(run_id, "t2", "skipped", "dependency failed: t1")
+            ledger.runs.finish(run_id, "failed", exit_code=1)
             writes += 6
     return writes / (time.perf_counter() - start)
 
@@ -87,16 +87,16 @@ def main() -> int:
         )
         print(f"  baseline: bare SELECT of 50 runs                 {floor:8.2f} ms")
         with Ledger.open(db, readonly=True) as ledger:
-            last = max(ledger.count_runs() - 50, 0)
-            middle_id = ledger.list_runs(limit=1, offset=last // 2)[0]["id"]
+            last = max(ledger.runs.count() - 50, 0)
+            middle_id = ledger.runs.page(limit=1, offset=last // 2)[0]["id"]
             figures = {
-                "count_runs": best_ms(ledger.count_runs),
-                "list_runs first page (50)": best_ms(lambda: ledger.list_runs(limit=50)),
-                "list_runs middle page": best_ms(lambda: ledger.list_runs(limit=50, offset=last // 2)),
-                "list_runs last page": best_ms(lambda: ledger.list_runs(limit=50, offset=last)),
+                "count_runs": best_ms(ledger.runs.count),
+                "list_runs first page (50)": best_ms(lambda: ledger.runs.page(limit=50)),
+                "list_runs middle page": best_ms(lambda: ledger.runs.page(limit=50, offset=last // 2)),
+                "list_runs last page": best_ms(lambda: ledger.runs.page(limit=50, offset=last)),
                 "get_run (10 attempts)": best_ms(lambda: ledger.get_run("r-20261130-000042-ab12")),
-                "resolve_run_id(prefix)": best_ms(lambda: ledger.resolve_run_id(middle_id[:-2])),
-                "resolve_run_id(latest)": best_ms(lambda: ledger.resolve_run_id(None)),
+                "resolve_run_id(prefix)": best_ms(lambda: ledger.runs.resolve(middle_id[:-2])),
+                "resolve_run_id(latest)": best_ms(lambda: ledger.runs.resolve(None)),
             }
         for name, ms in figures.items():
             print(f"  {name:<32} {ms:8.2f} ms   ({ms / floor:5.1f}x baseline)")

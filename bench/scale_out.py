@@ -46,7 +46,7 @@ def attempt_seconds(root: Path) -> tuple[float, float]:
     """Mean and median attempt duration of the latest run (started to recorded end, from the ledger); the
     median leaves out the first attempt on each fresh Ray worker, which pays for its start-up."""
     with Ledger.open(StatePaths(root).fleet_db, readonly=True) as ledger:
-        attempts = ledger.get_run(ledger.resolve_run_id(None))["attempts"]
+        attempts = ledger.get_run(ledger.runs.resolve(None))["attempts"]
     seconds = [(a["finished_at_ms"] - a["started_at_ms"]) / 1000 for a in attempts]
     return statistics.mean(seconds), statistics.median(seconds)
 

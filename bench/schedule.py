@@ -113,7 +113,7 @@ def run_once(root: Path, plan: Path, schedule: str, concurrency: int, durations:
     if proc.returncode != 0:
         raise SystemExit(f"stella fleet --schedule {schedule} failed ({proc.returncode}): {proc.stderr}")
     with Ledger.open(StatePaths(root).fleet_db, readonly=True) as ledger:
-        attempts = ledger.get_run(ledger.resolve_run_id("latest"))["attempts"]
+        attempts = ledger.get_run(ledger.runs.resolve("latest"))["attempts"]
     wall = (max(a["finished_at_ms"] for a in attempts) - min(a["started_at_ms"] for a in attempts)) / 1000
     extra = [(a["finished_at_ms"] - a["started_at_ms"]) / 1000 - durations[a["task_id"]] for a in attempts]
     return Run(wall, statistics.median(extra))

@@ -285,7 +285,7 @@ class Watcher:
         self.out.changed(watch)
 
     def _record(self, watch: BranchWatch) -> None:
-        self.ledger.upsert_ci(
+        self.ledger.ci.upsert(
             run_id=self.run_id,
             branch=watch.branch,
             task_id=watch.target.task_id,

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         raise StellaError(f"no fleet has run in {root} yet: nothing to watch", exit_code=EXIT_USAGE)
     config = load_config(root, config_file=config_file_arg(args))
     with Ledger.open(db, readonly=True) as ledger:
-        run_id = ledger.resolve_run_id(args.run_ref)
+        run_id = ledger.runs.resolve(args.run_ref)
     if args.fix_ci:
         from stellafleet.run.cifix import fixer_for_past_run
 

@@ -174,21 +174,21 @@ class RunningTotal:
 
 
 class SpendLedger(Protocol):
-    """The part of the ledger the settle needs (state.ledger.Ledger)."""
+    """The part of the ledger the settle needs (state.ledger.Ledger's spend table)."""
 
-    def attempt_spend(self, attempt_id: int) -> float: ...
+    def of_attempt(self, attempt_id: int) -> float: ...
 
-    def add_spend(self, attempt_id: int, usd: float) -> Any: ...
+    def add(self, attempt_id: int, usd: float) -> Any: ...
 
 
 def settle_attempt(ledger: SpendLedger, attempt_id: int, reported: Iterable[float]) -> float:
     """Spend reported is spend recorded: after an attempt's worker ended, record what it reported (the
     most of its reports: its result, its command's result file) beyond what the ledger holds, since a
     worker stopped or killed before it recorded a report must not lose those dollars. The dollars added."""
-    missing = max(reported, default=0.0) - ledger.attempt_spend(attempt_id)
+    missing = max(reported, default=0.0) - ledger.of_attempt(attempt_id)
     if missing <= EPSILON_USD:
         return 0.0
-    ledger.add_spend(attempt_id, missing)
+    ledger.add(attempt_id, missing)
     return missing
 
 

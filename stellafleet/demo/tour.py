@@ -23,13 +23,7 @@ from stellafleet.core.status import TaskStatus
 from stellafleet.demo.scaffold import PLAN_NAME, create_repository
 from stellafleet.git import gitops
 from stellafleet.state.ledger import Ledger
-from stellafleet.state.sqlitefile import connect
-
-LEDGER_QUERY = """\
-SELECT a.task_id, a.branch, a.summary
-  FROM attempts a
- WHERE a.run_id = (SELECT id FROM runs ORDER BY created_at_ms DESC LIMIT 1)
-   AND a.success = 0;"""
+from stellafleet.state.ledger_attempts import FAILED_IN_LATEST_RUN
 
 INTRODUCTION = """\
   The workers' edits are SIMULATED by a small script (the `command` pipeline) instead of a
@@ -52,18 +46,15 @@ def run_fleet_process(root: Path) -> int:
 
 
 def ledger_failures(root: Path) -> list[tuple[Any, ...]]:
-    """The rows of LEDGER_QUERY: the failed attempts of the most recent run."""
-    conn = connect(StatePaths(root).fleet_db, readonly=True)
-    try:
-        return [tuple(row) for row in conn.execute(LEDGER_QUERY)]
-    finally:
-        conn.close()
+    """The rows of FAILED_IN_LATEST_RUN: the failed attempts of the most recent run."""
+    with Ledger.open(StatePaths(root).fleet_db, readonly=True) as ledger:
+        return ledger.attempts.failed_in_latest_run()
 
 
 def check_outcome(root: Path) -> list[str]:
     """What differed from the design (empty: the demo behaved as designed)."""
     with Ledger.open(StatePaths(root).fleet_db, readonly=True) as ledger:
-        record = ledger.get_run(ledger.resolve_run_id(None))
+        record = ledger.get_run(ledger.runs.resolve(None))
     status = {task["id"]: task for task in record["tasks"]}
     problems = []
     for task_id in ("schema", "reader", "writer", "docs"):
@@ -104,7 +95,7 @@ def show_results(out: IO[str], root: Path) -> None:
     _say(out, gitops.git("branch", "--list", "fleet/*", cwd=root).rstrip())
     _say(out)
     _say(out, "Which tasks failed in the most recent run, and what the worker said:")
-    _say(out, f'$ sqlite3 .stella/private/fleet.db "{" ".join(LEDGER_QUERY.split())}"')
+    _say(out, f'$ sqlite3 .stella/private/fleet.db "{" ".join(FAILED_IN_LATEST_RUN.split())}"')
     for row in ledger_failures(root):
         _say(out, "|".join("" if cell is None else str(cell) for cell in row))
     _say(out)

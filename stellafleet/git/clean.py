@@ -266,16 +266,16 @@ def clean(
     if not db.exists():
         return cleaner.report
     with Ledger.open(db, readonly=dry_run) as ledger:
-        run_ids = [ledger.resolve_run_id(run_ref)] if run_ref else ledger.runs_with_workspaces()
+        run_ids = [ledger.runs.resolve(run_ref)] if run_ref else ledger.runs.with_workspaces()
         cleaner.report.runs_considered = len(run_ids)
         details = [ledger.get_run(run_id) for run_id in run_ids]
         worktrees, branches = _collect(details, alive)
-        cleaner.merged_by_stella = ledger.merged_branches()
+        cleaner.merged_by_stella = ledger.merges.merged_branches()
         cleaner.sweep_worktrees(worktrees)
         cleaner.sweep_branches(branches)
         if not dry_run:
             for item in cleaner.report.items:
-                ledger.record_cleanup(
+                ledger.cleanups.record(
                     run_id=item.run_id,
                     task_id=item.task_id,
                     kind=item.kind,

@@ -209,7 +209,7 @@ def _build(workspace: Path, paths: Sequence[str], message: str) -> tuple[str | N
 def _record(ctx: WorkerContext, workspace: Path, sha: str, message: str) -> None:
     branch = gitops.current_branch(workspace) or ctx.branch
     with Ledger.open(ctx.paths.fleet_db) as ledger:
-        ledger.record_commit(
+        ledger.commits.record(
             sha=sha,
             run_id=ctx.run_id,
             task_id=ctx.task_id,
@@ -224,7 +224,7 @@ def _record_pending(ctx: WorkerContext, workspace: Path, pending: Pending) -> No
     """Record a commit a killed lane holder put on HEAD, for the task it was made for."""
     branch = gitops.current_branch(workspace) or ctx.branch
     with Ledger.open(ctx.paths.fleet_db) as ledger:
-        ledger.record_commit(
+        ledger.commits.record(
             sha=pending.sha,
             run_id=pending.run_id,
             task_id=pending.task_id,

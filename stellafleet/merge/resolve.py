@@ -78,15 +78,15 @@ class Resolver:
         return Dispatcher(settings, self.ledger, claims, executor, _quiet)
 
     def resolve(self, item: MergeItem, onto: str, tip: str, files: tuple[str, ...], diff: str) -> Resolution:
-        if self.limit is not None and self.ledger.run_spend(self.run_id) >= self.limit:
-            spent = self.ledger.run_spend(self.run_id)
+        if self.limit is not None and self.ledger.spend.of_run(self.run_id) >= self.limit:
+            spent = self.ledger.spend.of_run(self.run_id)
             return Resolution(
                 None, f"spend limit reached ({money(spent)} of {money(self.limit)}): not handed on"
             )
         task_id = self._free_id(f"resolve-{item.task_id}")
         prompt = resolve_prompt(item, onto, files, diff, self.prompts.get(item.task_id, ""))
         task = PlanTask(task_id, prompt, f"resolve {item.branch} onto {onto}", isolation="isolated")
-        self.ledger.add_tasks(self.run_id, [task], {})
+        self.ledger.tasks.add(self.run_id, [task], {})
         paths = StatePaths(self.root)
         executor = LocalExecutor.open(
             [], cwd=self.root, fork=False, stop_grace_s=self.config.fleet.stop_grace

@@ -122,7 +122,7 @@ def merge_run(
     if not db.exists():
         raise StellaError(f"no fleet has run in {root} yet: nothing to merge", exit_code=EXIT_USAGE)
     with Ledger.open(db, readonly=options.dry_run) as ledger:
-        run_id = ledger.resolve_run_id(options.run_ref)
+        run_id = ledger.runs.resolve(options.run_ref)
         queue, left_out = plan_queue(ledger.get_run(run_id), unwatched=options.unwatched)
         tip = gitops.head_commit(root)
         result = MergeResult(run_id, onto, options, tip, tip, queue, left_out)
@@ -282,7 +282,7 @@ class _Queue:
         item.reason = f"landed on {onto} at {new[:12]}" + (" (check passed)" if self.options.check else "")
 
     def _start_row(self, item: MergeItem) -> int:
-        return self.ledger.start_merge(
+        return self.ledger.merges.start(
             run_id=self.result.run_id,
             task_id=item.task_id,
             branch=item.branch,
@@ -296,7 +296,7 @@ class _Queue:
     def _record(self, item: MergeItem, merge_id: int | None) -> None:
         if merge_id is None:
             merge_id = self._start_row(item)
-        self.ledger.finish_merge(
+        self.ledger.merges.finish(
             merge_id,
             item.status,
             after_sha=item.after_sha,

@@ -15,7 +15,7 @@ from typing import Any
 
 from stellafleet.core.errors import StellaError
 from stellafleet.core.status import AttemptOutcome
-from stellafleet.state.ledger_dashboard import DashboardReads
+from stellafleet.state.ledger import Ledger
 
 CHUNK_DEFAULT = 64 * 1024
 CHUNK_MAX = 1024 * 1024
@@ -78,8 +78,8 @@ def attempt_log(
     ledger_path: Path, attempt_id: int, kind: str, *, offset: int | None, tail: int | None, limit: int
 ) -> tuple[int, dict[str, Any]]:
     """(HTTP status, JSON payload) for GET /api/attempts/<id>/<kind>."""
-    with DashboardReads.open(ledger_path) as reads:
-        attempt = reads.attempt_files(attempt_id)
+    with Ledger.open(ledger_path, readonly=True) as reads:
+        attempt = reads.attempts.files(attempt_id)
     if attempt is None:
         return HTTPStatus.NOT_FOUND, {"error": f"no attempt {attempt_id} in the ledger"}
     payload: dict[str, Any] = {

@@ -92,7 +92,7 @@ class CiFixRounds:
 
     def fix(self, request: FixRequest) -> FixOutcome:
         budget = self.dispatcher.budget  # under the run's spend limit
-        reached = budget.reached(self.ledger.run_spend(self.run_id)) if budget is not None else None
+        reached = budget.reached(self.ledger.spend.of_run(self.run_id)) if budget is not None else None
         if reached is not None:
             return FixOutcome(None, reached + "; no fix-up attempt")
         row = self._task(request.task_id)
@@ -148,7 +148,7 @@ def fixer_for_past_run(
         budget = None
         if limit is not None:
             budget = SpendBudget(
-                limit, concurrency, min_guard=config.governor.min_guard_usd, spent=ledger.run_spend(run_id)
+                limit, concurrency, min_guard=config.governor.min_guard_usd, spent=ledger.spend.of_run(run_id)
             )
         settings = RunSettings(
             root=root,

@@ -157,7 +157,7 @@ def make_run_reporter(prepared: Prepared, out: IO[str]) -> Reporter:
 
     def probe() -> Mapping[str, tuple[int, float]]:
         with Ledger.open(fleet_db, readonly=True) as ledger:
-            return ledger.running_progress(run_id)
+            return ledger.attempts.running_progress(run_id)
 
     return make_reporter(json_mode=prepared.json_mode, quiet=prepared.quiet, probe=probe, stream=out)
 
@@ -233,7 +233,7 @@ class FleetRun:
     def _record_start(self, ledger: Ledger) -> None:
         """The run's row and its tasks' rows, then RunStarted."""
         p = self.prepared
-        ledger.create_run(
+        ledger.runs.create(
             run_id=p.run_id,
             plan_path=str(p.plan_path) if p.plan_path else None,
             plan_sha256=p.plan.sha256,
@@ -246,7 +246,7 @@ class FleetRun:
             root=str(p.root),
             pid=os.getpid(),
         )
-        ledger.add_tasks(p.run_id, p.plan.tasks, p.plan.wave_numbers(p.concurrency.value))
+        ledger.tasks.add(p.run_id, p.plan.tasks, p.plan.wave_numbers(p.concurrency.value))
         record_lineage(ledger, p.run_id, p.schedule, p.resume)
         self.reporter.handle(
             RunStarted(
@@ -269,14 +269,14 @@ class FleetRun:
 
         def on_event(event: Event) -> None:
             if isinstance(event, TaskSkipped):
-                ledger.set_task_status(p.run_id, event.task, TaskStatus.SKIPPED, event.reason)
+                ledger.tasks.set_status(p.run_id, event.task, TaskStatus.SKIPPED, event.reason)
             emit(event)
 
         def before_wave(number: int, task_ids: list[str]) -> str | None:
             if dispatcher.budget is None:  # no spend limit
                 return None
             told = self.notifier.spend_limit_reached if self.notifier is not None else None
-            return dispatcher.budget.before_start(ledger.run_spend(p.run_id), told)
+            return dispatcher.budget.before_start(ledger.spend.of_run(p.run_id), told)
 
         runner = runner_class(p.schedule)(
             p.plan,
@@ -287,7 +287,7 @@ class FleetRun:
             done=p.resume.done if p.resume else frozenset(),
         )
         if isinstance(runner, EagerRunner):  # how long the same tasks took before decides what starts first
-            runner.durations = ledger.past_durations(
+            runner.durations = ledger.attempts.past_durations(
                 (task.id, task.prompt, task.pipeline or p.default_pipeline) for task in p.plan.tasks
             )
         interrupts = Interrupts(
@@ -308,7 +308,7 @@ class FleetRun:
         p = self.prepared
         statuses = self._settle(ledger, outcome, interrupted)
         status, code, reason = exit_status(interrupted, outcome.stopped, statuses)
-        ledger.finish_run(p.run_id, status, exit_code=code, reason=reason)
+        ledger.runs.finish(p.run_id, status, exit_code=code, reason=reason)
         if self.notifier is not None:
             self.notifier.run_ended(status, code, reason, Counter(str(s) for s in statuses.values()))
         watch_doc = None
@@ -328,11 +328,11 @@ class FleetRun:
                 reason = outcome.reasons.get(task_id) or outcome.stopped or "not started"
                 if interrupted:
                     reason = INTERRUPTED
-                ledger.set_task_status(run_id, task_id, TaskStatus.SKIPPED, reason)
+                ledger.tasks.set_status(run_id, task_id, TaskStatus.SKIPPED, reason)
                 by_status[task_id] = TaskStatus.SKIPPED
                 self.reporter.handle(TaskSkipped(task_id, reason))
             elif status == TaskStatus.SKIPPED and interrupted and _after_interrupt(task, by_status):
-                ledger.set_task_status(run_id, task_id, TaskStatus.SKIPPED, INTERRUPTED)
+                ledger.tasks.set_status(run_id, task_id, TaskStatus.SKIPPED, INTERRUPTED)
         return by_status
 
     def _watch(self, ledger: Ledger, status: RunStatus, code: int) -> tuple[Any, int]:
@@ -345,7 +345,7 @@ class FleetRun:
 
             claims, executor = self._fix_parts
             # the fix-ups' guards come out of what the run's workers left of the limit
-            budget = spend_budget(p, spent=ledger.run_spend(p.run_id))
+            budget = spend_budget(p, spent=ledger.spend.of_run(p.run_id))
             settings = run_settings(p)
             dispatcher = Dispatcher(settings, ledger, claims, executor, lambda event: None, budget=budget)
             fixer = CiFixRounds(dispatcher, ledger, max_rounds=p.fix_ci)
@@ -354,7 +354,7 @@ class FleetRun:
         )
         if code == EXIT_OK and result.exit_code != EXIT_OK:
             code = result.exit_code
-            ledger.finish_run(
+            ledger.runs.finish(
                 p.run_id, status, exit_code=code, reason="watch: a watched branch did not end green"
             )
         return result.to_json(), code

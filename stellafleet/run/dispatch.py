@@ -173,7 +173,7 @@ class Dispatcher:
             self._release_guard(task.id, None)
             raise
         if reason is not None:
-            self.ledger.set_attempt_reason(ctx.attempt_id, reason)
+            self.ledger.attempts.set_reason(ctx.attempt_id, reason)
         try:
             try:
                 record = self._attempt(task, ctx, follow_up=reason is not None)
@@ -183,7 +183,7 @@ class Dispatcher:
                 record = Record.failed(f"could not start the worker: {exc}")
             except Exception as exc:  # a bug must still leave the ledger consistent
                 record = Record.failed(f"internal error: {type(exc).__name__}: {exc}")
-            spend = self.ledger.finish_attempt(
+            spend = self.ledger.attempts.finish(
                 ctx.attempt_id,
                 outcome=record.outcome,
                 exit_code=record.exit_code,
@@ -231,7 +231,7 @@ class Dispatcher:
         # The task's rows change in two write transactions (three with the worker's pid): the attempt
         # and the task `running` together, then the attempt's end and the task's status together.
         token, token_sha256 = new_token()  # proves `stella commit` runs inside this attempt (state/proof.py)
-        attempt_id = self.ledger.start_attempt(
+        attempt_id = self.ledger.attempts.start(
             run_id,
             task.id,
             pipeline=pipeline,
@@ -281,10 +281,10 @@ class Dispatcher:
         remote = getattr(self.executor, "runs_remotely", None)
         if workspace.branch is not None and not follow_up and remote is not None and remote(ctx):
             # it works in a clone on another machine; its branch comes back from there (no worktree here)
-            self.ledger.set_task_workspace(ctx.run_id, task.id, workspace.branch, None)
+            self.ledger.tasks.set_workspace(ctx.run_id, task.id, workspace.branch, None)
         elif workspace.branch is not None and not follow_up:
             worktrees.worktree_add(settings.root, workspace.path, workspace.branch, settings.base_commit)
-            self.ledger.set_task_workspace(ctx.run_id, task.id, workspace.branch, str(workspace.path))
+            self.ledger.tasks.set_workspace(ctx.run_id, task.id, workspace.branch, str(workspace.path))
         self._make_dir(ctx.result_path.parent)
         self._make_dir(ctx.log_path.parent)
         if ctx.prompt_path is not None:  # however large, the prompt reaches the worker in a file
@@ -292,7 +292,7 @@ class Dispatcher:
             ctx.prompt_path.write_text(ctx.prompt, encoding="utf-8")
         execution = self._start(ctx)
         if execution.pid is not None:
-            self.ledger.set_attempt_pid(ctx.attempt_id, execution.pid)
+            self.ledger.attempts.set_pid(ctx.attempt_id, execution.pid)
             if task.claims:
                 self._hand_over_claims(ctx, execution.pid)
         self.emit(
@@ -314,7 +314,7 @@ class Dispatcher:
         finally:
             stalled = self.watchdog.forget(ctx.attempt_id) if self.watchdog is not None else None
         reported = (ending.result.spend_usd if ending.result is not None else 0.0, reported_usd(ctx))
-        settle_attempt(self.ledger, ctx.attempt_id, reported)
+        settle_attempt(self.ledger.spend, ctx.attempt_id, reported)
         if workspace.branch is not None:
             self._record_branch_commits(ctx, workspace.branch)
         return stalled_record(judge(ending), stalled) if stalled else judge(ending)
@@ -337,7 +337,7 @@ class Dispatcher:
 
     def _record_branch_commits(self, ctx: WorkerContext, branch: str) -> None:
         for commit in gitops.commits_between(ctx.root, ctx.base_commit, branch):
-            self.ledger.record_commit(
+            self.ledger.commits.record(
                 sha=commit.sha,
                 run_id=ctx.run_id,
                 task_id=ctx.task_id,

@@ -30,7 +30,6 @@ from stellafleet.proc.tree import Exit
 from stellafleet.run.executor import INTERRUPTED, Attempt, Ending, Execution, Executor
 from stellafleet.run.prepare import Prepared, check_ray_installed
 from stellafleet.run.raytask import RemoteSpec, remote_attempt
-from stellafleet.state import ledger_remote
 from stellafleet.state.ledger import Ledger
 from stellafleet.worker.main import PIPELINE_ENTRY_ENV, write_result
 
@@ -118,7 +117,7 @@ class RayExecutor:
         with self._lock:
             if self._ledger is None:
                 self._ledger = Ledger.open(StatePaths(self._p.root).fleet_db)
-                ledger_remote.set_run_executor(self._ledger, self._p.run_id, "ray")
+                self._ledger.runs.set_executor(self._p.run_id, "ray")
             return self._ledger
 
     def start(self, attempt: Attempt) -> Execution:
@@ -237,16 +236,16 @@ class RayExecution:
         ctx, ledger, kind = self._ctx, self._ledger, event.get("kind")
         if kind == "started":
             self.node = str(event["node"])
-            ledger_remote.set_attempt_node(ledger, ctx.attempt_id, self.node)
+            ledger.attempts.set_node(ctx.attempt_id, self.node)
         elif kind == "spend":
             fields = {key: event[key] for key in ("seq", "usd", "input_tokens", "output_tokens")}
-            ledger_remote.add_streamed_spend(ledger, ctx.attempt_id, ledger_remote.SpendEvent(**fields))
+            ledger.spend.add(ctx.attempt_id, **fields)
         elif kind == "log":
             with ctx.log_path.open("ab") as log:
                 log.write(event["data"])
         elif kind == "finished":
             return self._finished(event)
-        ledger_remote.mark_progress(ledger, ctx.attempt_id)  # any event is a sign of life (heartbeats too)
+        ledger.attempts.set_progress(ctx.attempt_id)  # any event is a sign of life (heartbeats too)
         return None
 
     def _finished(self, event: dict[str, Any]) -> Ending:
@@ -258,7 +257,7 @@ class RayExecution:
             ctx.transcript_path.parent.mkdir(parents=True, exist_ok=True)
             ctx.transcript_path.write_bytes(event["transcript"])
         if event.get("steps"):
-            ledger_remote.set_attempt_steps(self._ledger, ctx.attempt_id, int(event["steps"]))
+            self._ledger.attempts.set_steps(ctx.attempt_id, int(event["steps"]))
         self._executor.fetch_branch(event.get("bundle"), ctx)
         self._branch_made = True
         code, cpu, rss = event["exit"]

@@ -34,7 +34,6 @@ from stellafleet.git import bundle, gitops
 from stellafleet.pipelines.command import RESULT_ENV
 from stellafleet.run.executor import Attempt, Ending, LocalExecutor
 from stellafleet.state.ledger import Ledger
-from stellafleet.state.ledger_remote import attempt_steps, seed_attempt, spend_after
 from stellafleet.state.proof import token_digest
 from stellafleet.worker.main import PIPELINE_ENTRY_ENV
 
@@ -118,8 +117,8 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
     ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
     with Ledger.open(ctx.paths.fleet_db) as ledger:
         digest = token_digest(ctx.token) if ctx.token else None
-        seed_attempt(
-            ledger, ctx.run_id, ctx.task_id, ctx.attempt_id, isolation=ctx.isolation, token_sha256=digest
+        ledger.seed_attempt(
+            ctx.run_id, ctx.task_id, ctx.attempt_id, isolation=ctx.isolation, token_sha256=digest
         )
         root_file = scratch / "worker.pid"
         start_reaper(root_file, spec.stop_grace_s)  # first: a cancel at any moment finds it watching
@@ -135,7 +134,7 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
             if waiter.is_alive():  # the stream was closed early (cancelled) or failed: the worker goes too
                 execution.stop()
                 waiter.join(spec.stop_grace_s + 5)
-        steps = attempt_steps(ledger, ctx.attempt_id)
+        steps = ledger.attempts.steps(ctx.attempt_id)
     ending = box["ending"]
     out = scratch / "out.bundle"
     sent = bundle.create_range(repo, ctx.base_commit, home.branch, out)
@@ -149,7 +148,7 @@ def _follow(spec: RemoteSpec, ctx: WorkerContext, ledger: Ledger, waiter: thread
     beat = time.monotonic() + spec.heartbeat_s
     while True:
         done = not waiter.is_alive()
-        for event in spend_after(ledger, ctx.attempt_id, seq):
+        for event in ledger.spend.after(ctx.attempt_id, seq):
             seq = event.seq
             yield {"kind": "spend", **dataclasses.asdict(event)}
         chunk = _read_from(ctx.log_path, offset)

@@ -1,7 +1,8 @@
 """A run's result document: what `stella fleet --json` prints and every reporter's `finish` receives.
 
-It is the runs read model (state/views: run_tasks, run_branches), cut down to what a finished run's
-caller needs: the run's outcome, each task with its attempts and commits, and the branches it touched.
+It is the run's read model (state/views.run_model, which `stella runs RUN --json` and the dashboard
+project from too), cut down to what a finished run's caller needs: the run's outcome, each task with its
+attempts and commits, and the branches it touched.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stellafleet.state.views import run_branches, run_tasks
+from stellafleet.core.clock import wall_ms
+from stellafleet.state.views import run_model
 
 ATTEMPT_KEYS = (
     "id",
@@ -57,20 +59,21 @@ def _task_result(task: Mapping[str, Any], default_pipeline: str | None) -> dict[
 
 def result_document(record: dict[str, Any], watch: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The machine-readable result of a run, from the ledger's record of it (Ledger.get_run)."""
-    run = record["run"]
+    model = run_model(record, now_ms=wall_ms())
+    run = model["run"]
     return {
         "run_id": run["id"],
         **{key: run[key] for key in RUN_KEYS},
-        "spend_usd": round(run["spend_usd"] or 0.0, 6),
+        "spend_usd": round(run["spend_usd"], 6),
         "spend_limit_usd": run["spend_limit_usd"],
         "created_at_ms": run["created_at_ms"],
         "finished_at_ms": run["finished_at_ms"],
-        "schedule": run.get("schedule") or "waves",
-        "resumed_from": run.get("resumed_from"),
-        "tasks": [_task_result(task, run["pipeline"]) for task in run_tasks(record)],
+        "schedule": run["schedule"],
+        "resumed_from": run["resumed_from"],
+        "tasks": [_task_result(task, run["pipeline"]) for task in model["tasks"]],
         "branches": [
             {"branch": entry["branch"], "tasks": entry["tasks"], "commits": entry["commits"]}
-            for entry in run_branches(record)
+            for entry in model["branches"]
         ],
         "watch": dict(watch) if watch is not None else None,
     }

@@ -121,7 +121,7 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
     if not fleet_db.exists():
         raise StellaError(f"nothing to resume: no fleet runs recorded yet (no ledger at {fleet_db})")
     with Ledger.open(fleet_db, readonly=True) as ledger:
-        record = ledger.get_run(ledger.resolve_run_id(ref))
+        record = ledger.get_run(ledger.runs.resolve(ref))
     run = record["run"]
     if run["status"] == RunStatus.RUNNING and pid_alive(run.get("pid"), run.get("created_at_ms")):
         raise StellaError(f"run {run['id']} is still running: resume it once it has ended")
@@ -151,10 +151,10 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
 
 def record_lineage(ledger: Ledger, run_id: str, schedule: str, resume: Resume | None) -> None:
     """The new run's schedule and the run it resumes; the tasks done before are marked succeeded."""
-    ledger.set_run_lineage(run_id, schedule=schedule, resumed_from=resume.run_id if resume else None)
+    ledger.runs.set_lineage(run_id, schedule=schedule, resumed_from=resume.run_id if resume else None)
     if resume is not None:
         for task_id in sorted(resume.done):
-            ledger.set_task_status(run_id, task_id, TaskStatus.SUCCEEDED, resume.done_reason())
+            ledger.tasks.set_status(run_id, task_id, TaskStatus.SUCCEEDED, resume.done_reason())
 
 
 def schedule_note(schedule: str, resume: Resume | None) -> str:

@@ -120,7 +120,7 @@ class Watchdog:
         now = self.clock.now()
         idle = now - entry.progress_at
         cpu, output = self._cpu(entry), entry.output_size()
-        spend_ms = self.ledger.last_spend_ms(entry.attempt)
+        spend_ms = self.ledger.spend.last_ms(entry.attempt)
         busy = (
             cpu is not None
             and entry.cpu is not None
@@ -132,7 +132,7 @@ class Watchdog:
                 entry.output_wall_ms = entry.progress_wall_ms
             entry.cpu = cpu if cpu is not None else entry.cpu
             entry.output, entry.spend_ms = output, spend_ms
-            self.ledger.set_attempt_progress(entry.attempt, entry.progress_wall_ms)
+            self.ledger.attempts.set_progress(entry.attempt, entry.progress_wall_ms)
         elif idle >= self.idle_timeout_s:
             entry.stalled = self._evidence(entry, idle, cpu)
             entry.execution.stop()

@@ -12,7 +12,7 @@ from typing import Any
 
 from stellafleet.core.status import AttemptOutcome, CIState, TaskStatus
 from stellafleet.proc.pids import pid_alive
-from stellafleet.state.ledger_dashboard import DashboardReads
+from stellafleet.state.ledger import Ledger
 from stellafleet.state.views import Alive, load_run, runs_page
 
 # A running attempt with no sign of life (spend, progress, log growth) for this long needs attention.
@@ -253,11 +253,11 @@ def load_run_page(
     run_id = detail["run"]["id"]
     shown = timeline(detail, now_ms=now_ms)
     running = [b["attempt"] for b in shown["bars"] if b["outcome"] == AttemptOutcome.RUNNING]
-    with DashboardReads.open(ledger_path) as reads:
-        buckets = reads.spend_buckets(
+    with Ledger.open(ledger_path, readonly=True) as reads:
+        buckets = reads.spend.buckets(
             run_id, start_ms=shown["start_ms"], end_ms=shown["end_ms"], points=SPEND_POINTS
         )
-        last_spend = reads.last_spend_ms_of(running)
+        last_spend = reads.spend.last_ms_of(running)
     trim_attempts(detail["waves"])
     detail.update(
         timeline=shown,
@@ -276,8 +276,8 @@ def runs_page_with_spend(
     if not page["runs"]:
         return page
     spans = [(run["id"], run["created_at_ms"], run["finished_at_ms"] or now_ms) for run in page["runs"]]
-    with DashboardReads.open(ledger_path) as reads:
-        lines = reads.spend_sparklines(spans, points=SPARK_POINTS, now_ms=now_ms)
+    with Ledger.open(ledger_path, readonly=True) as reads:
+        lines = reads.spend.sparklines(spans, points=SPARK_POINTS, now_ms=now_ms)
     for run in page["runs"]:
         run["spend_spark"] = lines.get(run["id"], [])
     return page

@@ -14,10 +14,8 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from stellafleet.core.clock import wall_ms
-from stellafleet.core.errors import EXIT_INTERRUPTED, StellaError
+from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
@@ -34,51 +32,18 @@ def finalise_orphaned_runs(
 ) -> list[str]:
     """Finalise every `running` run whose fleet is gone and whose workers have ended; their ids."""
     finalised: list[str] = []
-    running = ledger._read(
-        "SELECT id, pid, created_at_ms FROM runs WHERE status = ?", (str(RunStatus.RUNNING),)
-    )
-    for run in running:
+    for run in ledger.runs.running():
         if run["pid"] is None or alive(run["pid"], run["created_at_ms"]):
             continue
-        attempts = ledger._read(
-            "SELECT id, pid, started_at_ms FROM attempts WHERE run_id = ? AND outcome = ?",
-            (run["id"], str(AttemptOutcome.RUNNING)),
-        )
+        attempts = ledger.attempts.running(run["id"])
         if any(a["pid"] is not None and alive(a["pid"], a["started_at_ms"]) for a in attempts):
             continue  # a worker still runs: its claims stay held until it has ended too
-        _abandon(ledger, run["id"], fleet_gone_reason(run["pid"]))
+        ledger.abandon_run(run["id"], fleet_gone_reason(run["pid"]))
         if store is not None:
             for attempt in attempts:
                 store.release_attempt(run["id"], int(attempt["id"]))
         finalised.append(str(run["id"]))
     return finalised
-
-
-def _abandon(ledger: Ledger, run_id: str, reason: str) -> None:
-    now = wall_ms()
-    with ledger._write() as conn:
-        conn.execute(
-            "UPDATE attempts SET outcome = ?, success = 0, finished_at_ms = ?, error = ?, reason = ?,"
-            " summary = COALESCE(summary, ?) WHERE run_id = ? AND outcome = ?",
-            (
-                str(AttemptOutcome.ABANDONED),
-                now,
-                reason,
-                reason,
-                "abandoned",
-                run_id,
-                str(AttemptOutcome.RUNNING),
-            ),
-        )
-        conn.execute(
-            "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND status IN (?, ?)",
-            (str(TaskStatus.INTERRUPTED), reason, run_id, str(TaskStatus.RUNNING), str(TaskStatus.PENDING)),
-        )
-        conn.execute(
-            "UPDATE runs SET status = ?, finished_at_ms = ?, exit_code = ?, reason = ?"
-            " WHERE id = ? AND status = ?",
-            (str(RunStatus.INTERRUPTED), now, EXIT_INTERRUPTED, reason, run_id, str(RunStatus.RUNNING)),
-        )
 
 
 def finalise_orphaned_runs_in(root: Path) -> list[str]:

@@ -6,7 +6,18 @@ a new version only ever appends a migration that adds tables or columns, never r
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+from stellafleet.core.status import AttemptOutcome, CIState, MergeStatus, RunStatus, TaskStatus
 from stellafleet.state.sqlitefile import Schema
+
+# What the ledger's status columns accept (docs/ledger.md lists them): the values of the status types.
+RUN_STATUSES = tuple(RunStatus)
+TASK_STATUSES = tuple(TaskStatus)
+ATTEMPT_OUTCOMES = tuple(AttemptOutcome)
+CI_STATES = tuple(CIState)
+MERGE_STATUSES = tuple(MergeStatus)
 
 _V1 = (
     """CREATE TABLE runs (
@@ -159,3 +170,16 @@ _V2 = (
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 
 LEDGER_SCHEMA = Schema(label="fleet ledger", application_id=0x53544C46, migrations=MIGRATIONS)  # "STLF"
+
+
+def check_choice(kind: str, value: str, allowed: tuple[str, ...]) -> str:
+    """value as the plain text the ledger stores; ValueError unless it is one of allowed."""
+    if value not in allowed:
+        raise ValueError(f"unknown {kind} {str(value)!r}: expected one of {', '.join(allowed)}")
+    return str(value)
+
+
+def json_column(row: dict[str, Any], column: str, key: str) -> dict[str, Any]:
+    """row with its JSON list column decoded under key (the column itself stays)."""
+    row[key] = json.loads(row[column] or "[]")
+    return row

@@ -43,7 +43,7 @@ def prove_attempt(ctx: WorkerContext) -> None:
     if not ctx.paths.fleet_db.exists():
         raise _refuse(f"there is no fleet ledger at {ctx.paths.fleet_db}")
     with Ledger.open(ctx.paths.fleet_db, readonly=True) as ledger:
-        row = ledger.attempt_identity(ctx.attempt_id)
+        row = ledger.attempts.identity(ctx.attempt_id)
     if row is None or row["run_id"] != ctx.run_id or row["task_id"] != ctx.task_id:
         raise _refuse(f"{named} is not in the fleet ledger")
     if row["outcome"] != AttemptOutcome.RUNNING:

@@ -17,7 +17,7 @@ from typing import Any
 from stellafleet.core.errors import StellaError
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state import dashboard, views
-from stellafleet.state.ledger_dashboard import DashboardReads
+from stellafleet.state.ledger import Ledger
 from stellafleet.state.views import Alive, UnknownRun
 
 # Up to this many tasks the page shows every task card at once, so their details come with the first view;
@@ -31,16 +31,16 @@ def columns(rows: list[dict[str, Any]], fields: tuple[str, ...]) -> dict[str, li
     return {field: [row[field] for row in rows] for field in fields}
 
 
-def _read_detail(reads: DashboardReads, run_id: str, *, now_ms: int, alive: Alive) -> dict[str, Any]:
+def _read_detail(reads: Ledger, run_id: str, *, now_ms: int, alive: Alive) -> dict[str, Any]:
     """views.run_detail of the run: from the whole record for a small run, else from the narrow one
     (with the errors of the failed tasks' last attempts, which the attention strip quotes)."""
-    raw_run = reads.run_record(run_id)
+    raw_run = reads.runs.get(run_id)
     if raw_run is None:
         raise UnknownRun(f"no run {run_id!r} in {reads.path}")
-    small = reads.task_count(run_id) <= FOLD_TASKS_OVER
+    small = reads.tasks.count(run_id) <= FOLD_TASKS_OVER
     record = reads.get_run(run_id) if small else reads.first_view_record(run_id)
     detail = views.run_detail({**record, "run": raw_run}, now_ms=now_ms, alive=alive)
-    detail["run"]["resumed_by"] = reads.resumed_by(run_id)
+    detail["run"]["resumed_by"] = reads.runs.resumed_by(run_id)
     if not small:
         failing = [
             task["attempts"][-1]
@@ -48,7 +48,7 @@ def _read_detail(reads: DashboardReads, run_id: str, *, now_ms: int, alive: Aliv
             for task in wave["tasks"]
             if task["status"] in dashboard.FAILING and task["attempts"]
         ]
-        errors = reads.attempt_errors([attempt["id"] for attempt in failing])
+        errors = reads.attempts.errors([attempt["id"] for attempt in failing])
         for attempt in failing:
             attempt["error"] = errors.get(attempt["id"])
     return detail
@@ -66,18 +66,18 @@ def load_first_view(
     """GET /api/runs/<ref>/page: the run's header, timeline, graph, spend, attention, branches, commits
     and clean-ups; `waves` (the task cards) only for a run of at most FOLD_TASKS_OVER tasks, else None.
     UnknownRun when no run matches ref."""
-    with DashboardReads.open(ledger_path) as reads:
+    with Ledger.open(ledger_path, readonly=True) as reads:
         try:
-            run_id = reads.resolve_run_id(ref)
+            run_id = reads.runs.resolve(ref)
         except StellaError as exc:
             raise UnknownRun(str(exc)) from None
         detail = _read_detail(reads, run_id, now_ms=now_ms, alive=alive)
         shown = dashboard.timeline(detail, now_ms=now_ms)
         running = [bar["attempt"] for bar in shown["bars"] if bar["end_ms"] is None]
-        buckets = reads.spend_buckets(
+        buckets = reads.spend.buckets(
             run_id, start_ms=shown["start_ms"], end_ms=shown["end_ms"], points=dashboard.SPEND_POINTS
         )
-        last_spend = reads.last_spend_ms_of(running)
+        last_spend = reads.spend.last_ms_of(running)
     tasks_total = sum(len(wave["tasks"]) for wave in detail["waves"])
     waves = None
     if tasks_total <= FOLD_TASKS_OVER:
@@ -103,9 +103,9 @@ def load_attempt(
 ) -> dict[str, Any] | None:
     """GET /api/attempts/<id>: the attempt's fields (summary, error, tokens, branch, paths...), its task,
     the commits it made and its branch's CI; None when the ledger has no such attempt."""
-    with DashboardReads.open(ledger_path) as reads:
+    with Ledger.open(ledger_path, readonly=True) as reads:
         found = reads.attempt_record(attempt_id)
-        raw_run = reads.run_record(found["attempt"]["run_id"]) if found else None
+        raw_run = reads.runs.get(found["attempt"]["run_id"]) if found else None
     if found is None or raw_run is None:
         return None
     live = views.run_row(raw_run, now_ms=now_ms, alive=alive)["live"]

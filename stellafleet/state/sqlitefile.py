@@ -11,9 +11,11 @@ import contextlib
 import os
 import sqlite3
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from stellafleet.core.errors import StellaError
@@ -70,6 +72,34 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
             conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+class Database:
+    """One open connection to a stella database, shared by one process's threads: reads, short write
+    transactions and the clock its rows are stamped with."""
+
+    def __init__(self, path: Path, schema: Schema, *, readonly: bool, now_ms: Callable[[], int]) -> None:
+        self.conn = open_database(path, schema, readonly=readonly)
+        self.path, self.label, self.readonly, self.now_ms = Path(path), schema.label, readonly, now_ms
+        self._lock = threading.RLock()
+
+    def close(self) -> None:
+        with self._lock:
+            self.conn.close()
+
+    def read(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self.conn.execute(sql, tuple(params)).fetchall()
+
+    def rows(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        return [dict(row) for row in self.read(sql, params)]
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        if self.readonly:
+            raise StellaError(f"the {self.label} at {self.path} was opened read-only")
+        with self._lock, write_transaction(self.conn) as conn:
+            yield conn
 
 
 def open_database(path: Path, schema: Schema, *, readonly: bool = False) -> sqlite3.Connection:

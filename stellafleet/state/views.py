@@ -91,9 +91,9 @@ def runs_page(
     if not page["ledger_exists"]:
         return page
     with Ledger.open(ledger_path, readonly=True) as ledger:
-        page["total"] = ledger.count_runs()
+        page["total"] = ledger.runs.count()
         page["runs"] = [
-            run_row(run, now_ms=now_ms, alive=alive) for run in ledger.list_runs(limit=limit, offset=offset)
+            run_row(run, now_ms=now_ms, alive=alive) for run in ledger.runs.page(limit=limit, offset=offset)
         ]
     return page
 
@@ -143,16 +143,19 @@ def _by_task(rows: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]
     return grouped
 
 
-def run_tasks(detail: dict[str, Any]) -> list[dict[str, Any]]:
-    """A run's tasks in the ledger's order, each with its attempts, commits, spend and CI (the ledger's
-    record from Ledger.get_run): the read model of a run's work, as the runs views and a fleet's result
-    document show it."""
-    attempts_by_task = _by_task(detail["attempts"])
-    commits_by_task = _by_task(detail["commits"])
-    ci_by_branch = {entry["branch"]: entry for entry in detail["ci"]}
+def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str, Any]]:
+    """A run's tasks in the ledger's order, each with its attempts (and how long each ran), commits,
+    spend and CI."""
+    attempts_by_task = _by_task(record["attempts"])
+    commits_by_task = _by_task(record["commits"])
+    ci_by_branch = {entry["branch"]: entry for entry in record["ci"]}
     tasks = []
-    for task in detail["tasks"]:
+    for task in record["tasks"]:
         attempts = [dict(attempt) for attempt in attempts_by_task.get(task["id"], [])]
+        for attempt in attempts:
+            attempt["duration_ms"] = attempt_duration_ms(
+                attempt["started_at_ms"], attempt["finished_at_ms"], now_ms, live
+            )
         view = {key: task.get(key) for key in _TASK_KEYS}
         view["attempts"] = attempts
         view["commits"] = commits_by_task.get(task["id"], [])
@@ -162,21 +165,21 @@ def run_tasks(detail: dict[str, Any]) -> list[dict[str, Any]]:
     return tasks
 
 
-def run_branches(detail: dict[str, Any]) -> list[dict[str, Any]]:
+def _branches(record: dict[str, Any]) -> list[dict[str, Any]]:
     """Every branch a run touched: its tasks' own, those its commits landed on, and those CI watched."""
     branches: dict[str, dict[str, Any]] = {}
-    for task in detail["tasks"]:
+    for task in record["tasks"]:
         if task.get("branch"):
             entry = branches.setdefault(task["branch"], _branch(task["branch"], task.get("isolation")))
             entry["worktree"] = entry["worktree"] or task.get("worktree")
             entry["tasks"].append(task["id"])
-    for commit in detail["commits"]:
+    for commit in record["commits"]:
         if commit.get("branch"):
             entry = branches.setdefault(commit["branch"], _branch(commit["branch"], "shared"))
             entry["commits"] += 1
             if commit.get("task_id") and commit["task_id"] not in entry["tasks"]:
                 entry["tasks"].append(commit["task_id"])
-    for ci in detail["ci"]:
+    for ci in record["ci"]:
         entry = branches.setdefault(ci["branch"], _branch(ci["branch"], None))
         if ci.get("task_id") and ci["task_id"] not in entry["tasks"]:
             entry["tasks"].append(ci["task_id"])
@@ -184,14 +187,17 @@ def run_branches(detail: dict[str, Any]) -> list[dict[str, Any]]:
     return list(branches.values())
 
 
-def run_detail(detail: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> dict[str, Any]:
-    """One run opened up: waves of tasks with their attempts and commits, branches, CI and cleanups."""
-    raw_run = detail["run"]
+def run_model(record: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> dict[str, Any]:
+    """The read model of one run, from the ledger's record of it (Ledger.get_run or first_view_record):
+    its header (a runs-list row plus its command line), its tasks in the ledger's order with their
+    attempts, commits, spend and CI, and every branch it touched. `stella runs RUN --json`, the run page
+    (run_detail) and `stella fleet --json` (run/result.py) each project their document from it."""
+    raw_run = record["run"]
     counts: dict[str, int] = {}
-    for task in detail["tasks"]:
+    for task in record["tasks"]:
         counts[task["status"]] = counts.get(task["status"], 0) + 1
     run = run_row(
-        {**raw_run, "task_counts": counts, "attempts_total": len(detail["attempts"])},
+        {**raw_run, "task_counts": counts, "attempts_total": len(record["attempts"])},
         now_ms=now_ms,
         alive=alive,
     )
@@ -202,22 +208,28 @@ def run_detail(detail: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive)
         root=raw_run.get("root"),
         plan_sha256=raw_run.get("plan_sha256"),
     )
+    return {
+        "run": run,
+        "tasks": _tasks(record, now_ms=now_ms, live=run["live"]),
+        "branches": _branches(record),
+        "commits": record["commits"],
+        "ci": record["ci"],
+        "cleanups": record["cleanups"],
+        "merges": record.get("merges", []),
+    }
+
+
+def run_detail(record: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> dict[str, Any]:
+    """One run opened up (`stella runs RUN --json`, the run page): run_model with its tasks by wave."""
+    model = run_model(record, now_ms=now_ms, alive=alive)
     waves: dict[int | None, list[dict[str, Any]]] = {}
-    for task in run_tasks(detail):
-        for attempt in task["attempts"]:
-            attempt["duration_ms"] = attempt_duration_ms(
-                attempt["started_at_ms"], attempt["finished_at_ms"], now_ms, run["live"]
-            )
+    for task in model.pop("tasks"):
         waves.setdefault(task["wave"], []).append(task)
     ordered = sorted(waves.items(), key=lambda item: (item[0] is None, item[0] or 0))
     return {
-        "run": run,
+        "run": model["run"],
         "waves": [{"wave": wave, "tasks": tasks} for wave, tasks in ordered],
-        "branches": run_branches(detail),
-        "commits": detail["commits"],
-        "ci": detail["ci"],
-        "cleanups": detail["cleanups"],
-        "merges": detail.get("merges", []),
+        **model,
         "now_ms": now_ms,
     }
 
@@ -231,9 +243,9 @@ def load_run(ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = 
     StellaError when the ledger cannot be read (the server answers 404 and 500 for them)."""
     with Ledger.open(ledger_path, readonly=True) as ledger:
         try:
-            run_id = ledger.resolve_run_id(ref)
+            run_id = ledger.runs.resolve(ref)
         except StellaError as exc:
             raise UnknownRun(str(exc)) from None
         detail = run_detail(ledger.get_run(run_id), now_ms=now_ms, alive=alive)
-        detail["run"]["resumed_by"] = ledger.resumed_by(run_id)
+        detail["run"]["resumed_by"] = ledger.runs.resumed_by(run_id)
         return detail

@@ -103,17 +103,17 @@ def build_sample_fleet(path: Path, *, live_pid: int | None = None) -> str:
                 argv=["stella", "--spend-limit", "12", "fleet", "--plan", "modules.toml"],
                 root=str(path.parent.parent.parent), pid=live_pid or 7100)  # fmt: skip
         tasks, waves = _plan()
-        ledger.add_tasks(RUN_ID, tasks, waves)
+        ledger.tasks.add(RUN_ID, tasks, waves)
         running: dict[str, int] = {}
         for at, _, kind, fields in events:
             clock.ms = start_ms + at
             task = fields["task"]
             if kind == "start":
                 log = logs / f"{task}.log"
-                running[task] = ledger.start_attempt(RUN_ID, task, pipeline="plain", log_path=str(log))
+                running[task] = ledger.attempts.start(RUN_ID, task, pipeline="plain", log_path=str(log))
                 _log(log, clock.ms, f"[{task}] attempt {running[task]} started")
             elif kind == "spend":
-                ledger.add_spend(running[task], fields["usd"], input_tokens=9_000, output_tokens=700, steps=1)
+                ledger.spend.add(running[task], fields["usd"], input_tokens=9_000, output_tokens=700, steps=1)
                 _log(logs / f"{task}.log", clock.ms, f"[{task}] step: edited src/{task}.py, ran the tests")
             else:
                 _finish(ledger, task, running.pop(task), fields["outcome"])
@@ -127,17 +127,19 @@ def _finish(ledger: Ledger, task: str, attempt: int, outcome: AttemptOutcome) ->
         AttemptOutcome.STALLED: "no progress for 10 minutes: the worker was stopped",
     }.get(outcome)
     summary = f"Built the {task} module and its tests." if error is None else f"Could not finish {task}."
-    ledger.finish_attempt(attempt, outcome=outcome, exit_code=0 if error is None else 1, summary=summary,
+    ledger.attempts.finish(attempt, outcome=outcome, exit_code=0 if error is None else 1, summary=summary,
                           error=error)  # fmt: skip
 
 
 def _settle(ledger: Ledger, live: bool) -> None:
     """Skips, the red CI branch and (unless live) the run's end."""
     for task, cause in (("ast", "parser"), ("errors", "parser"), ("codegen", "ast"), ("docs", "errors")):
-        ledger.set_task_status(RUN_ID, task, TaskStatus.SKIPPED, f"dependency failed: {cause}")
-    ledger.set_task_workspace(RUN_ID, "store", "fleet/store-1b2c3d4e5f607182", ".stella/worktrees/store-1b2c")
-    ledger.upsert_ci(run_id=RUN_ID, branch="fleet/store-1b2c3d4e5f607182", task_id="store", head_sha="5" * 40,
+        ledger.tasks.set_status(RUN_ID, task, TaskStatus.SKIPPED, f"dependency failed: {cause}")
+    ledger.tasks.set_workspace(
+        RUN_ID, "store", "fleet/store-1b2c3d4e5f607182", ".stella/worktrees/store-1b2c"
+    )
+    ledger.ci.upsert(run_id=RUN_ID, branch="fleet/store-1b2c3d4e5f607182", task_id="store", head_sha="5" * 40,
                      pr_url="https://github.com/example/shop/pull/431", pr_number=431, state=CIState.RED,
                      conclusion="failure", reason="2 checks failed", run_urls=[])  # fmt: skip
     if not live:
-        ledger.finish_run(RUN_ID, RunStatus.FAILED, exit_code=1, reason="1 failed, 4 skipped")
+        ledger.runs.finish(RUN_ID, RunStatus.FAILED, exit_code=1, reason="1 failed, 4 skipped")

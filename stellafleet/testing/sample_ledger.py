@@ -19,7 +19,7 @@ def sample_task(task_id: str, prompt: str = "do it", title: str = "", **fields: 
 
 
 def add_run(ledger: Ledger, run_id: str, **fields: Any) -> str:
-    """ledger.create_run with a plain value for every field not given: no plan and no spend limit, the
+    """ledger.runs.create with a plain value for every field not given: no plan and no spend limit, the
     command pipeline, base commit 000..., owned by this process. Returns run_id."""
     values: dict[str, Any] = {
         "plan_path": None,
@@ -34,7 +34,7 @@ def add_run(ledger: Ledger, run_id: str, **fields: Any) -> str:
         "pid": os.getpid(),
         **fields,
     }
-    ledger.create_run(run_id=run_id, **values)
+    ledger.runs.create(run_id=run_id, **values)
     return run_id
 
 
@@ -110,10 +110,10 @@ def _finished_run(ledger: Ledger, clock: StepClock) -> str:
         root="/home/dev/shop",
         pid=4100,
     )
-    ledger.add_tasks(run_id, _finished_tasks(), {"schema": 1, "reader": 2, "docs": 3})
+    ledger.tasks.add(run_id, _finished_tasks(), {"schema": 1, "reader": 2, "docs": 3})
     for n, (task_id, seconds, usd, summary) in enumerate(_FINISHED_WORK):
         _succeeded_task(ledger, clock, run_id, n, task_id, seconds=seconds, usd=usd, summary=summary)
-    ledger.upsert_ci(
+    ledger.ci.upsert(
         run_id=run_id,
         branch=_DOCS_BRANCH,
         task_id="docs",
@@ -126,7 +126,7 @@ def _finished_run(ledger: Ledger, clock: StepClock) -> str:
         run_urls=["https://github.com/example/shop/actions/runs/1"],
     )
     clock.advance(2)
-    ledger.finish_run(run_id, RunStatus.SUCCEEDED, exit_code=0)
+    ledger.runs.finish(run_id, RunStatus.SUCCEEDED, exit_code=0)
     return run_id
 
 
@@ -166,15 +166,15 @@ def _succeeded_task(
     branch = worktree = None
     if task_id == "docs":
         branch, worktree = _DOCS_BRANCH, _DOCS_WORKTREE
-        ledger.set_task_workspace(run_id, task_id, branch, worktree)
-    ledger.set_task_status(run_id, task_id, TaskStatus.RUNNING)
-    attempt = ledger.start_attempt(run_id, task_id, pipeline="plain", branch=branch, worktree=worktree)
-    ledger.set_attempt_pid(attempt, 4200 + n)
-    ledger.add_spend(
+        ledger.tasks.set_workspace(run_id, task_id, branch, worktree)
+    ledger.tasks.set_status(run_id, task_id, TaskStatus.RUNNING)
+    attempt = ledger.attempts.start(run_id, task_id, pipeline="plain", branch=branch, worktree=worktree)
+    ledger.attempts.set_pid(attempt, 4200 + n)
+    ledger.spend.add(
         attempt, usd, input_tokens=int(usd * 90_000), output_tokens=int(usd * 6_000), steps=9 + n
     )
     clock.advance(seconds)
-    ledger.record_commit(
+    ledger.commits.record(
         sha=f"{n + 1:x}" * 40,
         run_id=run_id,
         task_id=task_id,
@@ -183,10 +183,10 @@ def _succeeded_task(
         message=summary.split(";")[0].rstrip("."),
         committed_at_ms=clock.ms,
     )
-    ledger.finish_attempt(
+    ledger.attempts.finish(
         attempt, outcome=AttemptOutcome.SUCCEEDED, exit_code=0, summary=summary, cpu_seconds=seconds / 3
     )
-    ledger.set_task_status(run_id, task_id, TaskStatus.SUCCEEDED)
+    ledger.tasks.set_status(run_id, task_id, TaskStatus.SUCCEEDED)
 
 
 def _failed_run(ledger: Ledger, clock: StepClock) -> str:
@@ -206,27 +206,27 @@ def _failed_run(ledger: Ledger, clock: StepClock) -> str:
         PlanTask("report", "Summarise receipts per day", "Daily report", ("writer",)),
         PlanTask("lint", "Fix the lint warnings in store/", "Fix lint warnings"),
     ]
-    ledger.add_tasks(run_id, tasks, {"writer": 1, "lint": 1, "report": 2})
-    writer = ledger.start_attempt(run_id, "writer", pipeline="plain")
-    lint = ledger.start_attempt(run_id, "lint", pipeline="plain")
-    ledger.add_spend(writer, 0.35, input_tokens=30_000, output_tokens=2_000, steps=6)
-    ledger.add_spend(lint, 0.12, input_tokens=11_000, output_tokens=900, steps=3)
+    ledger.tasks.add(run_id, tasks, {"writer": 1, "lint": 1, "report": 2})
+    writer = ledger.attempts.start(run_id, "writer", pipeline="plain")
+    lint = ledger.attempts.start(run_id, "lint", pipeline="plain")
+    ledger.spend.add(writer, 0.35, input_tokens=30_000, output_tokens=2_000, steps=6)
+    ledger.spend.add(lint, 0.12, input_tokens=11_000, output_tokens=900, steps=3)
     clock.advance(31)
-    ledger.finish_attempt(
+    ledger.attempts.finish(
         writer,
         outcome=AttemptOutcome.FAILED,
         exit_code=1,
         summary="Could not find the engine's emit path.",
         error="tests failed: test_emit_records_receipt (AssertionError: 0 != 1)",
     )
-    ledger.set_task_status(run_id, "writer", TaskStatus.FAILED, "tests failed")
-    ledger.finish_attempt(
+    ledger.tasks.set_status(run_id, "writer", TaskStatus.FAILED, "tests failed")
+    ledger.attempts.finish(
         lint, outcome=AttemptOutcome.SUCCEEDED, exit_code=0, summary="Fixed 7 warnings in store/."
     )
-    ledger.set_task_status(run_id, "lint", TaskStatus.SUCCEEDED)
-    ledger.set_task_status(run_id, "report", TaskStatus.SKIPPED, "dependency failed: writer")
+    ledger.tasks.set_status(run_id, "lint", TaskStatus.SUCCEEDED)
+    ledger.tasks.set_status(run_id, "report", TaskStatus.SKIPPED, "dependency failed: writer")
     clock.advance(1)
-    ledger.finish_run(run_id, RunStatus.FAILED, exit_code=1, reason="1 task failed, 1 skipped")
+    ledger.runs.finish(run_id, RunStatus.FAILED, exit_code=1, reason="1 task failed, 1 skipped")
     return run_id
 
 
@@ -248,9 +248,9 @@ def _running_run(ledger: Ledger, clock: StepClock, pid: int) -> str:
         PlanTask("bump", "Bump the workspace version to 1.4.0", "Bump the version and changelog"),
         PlanTask("notes", "Update the release notes for 1.4.0", "Update the release notes page", ("bump",)),
     ]
-    ledger.add_tasks(run_id, tasks, {"bump": 1, "notes": 2})
-    ledger.set_task_status(run_id, "bump", TaskStatus.RUNNING)
-    attempt = ledger.start_attempt(run_id, "bump", pipeline="command")
-    ledger.set_attempt_pid(attempt, pid)
-    ledger.add_spend(attempt, 0.05, input_tokens=4_000, output_tokens=300, steps=1)
+    ledger.tasks.add(run_id, tasks, {"bump": 1, "notes": 2})
+    ledger.tasks.set_status(run_id, "bump", TaskStatus.RUNNING)
+    attempt = ledger.attempts.start(run_id, "bump", pipeline="command")
+    ledger.attempts.set_pid(attempt, pid)
+    ledger.spend.add(attempt, 0.05, input_tokens=4_000, output_tokens=300, steps=1)
     return run_id

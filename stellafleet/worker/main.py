@@ -44,7 +44,7 @@ class LedgerSpend(SpendTally):
             from stellafleet.state.ledger import Ledger
 
             self._ledger = Ledger.open(self._ctx.paths.fleet_db)
-        self._ledger.add_spend(
+        self._ledger.spend.add(
             self._ctx.attempt_id, usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps
         )
 

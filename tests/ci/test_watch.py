@@ -80,16 +80,16 @@ class Repo:
         with Ledger.open(self.db) as ledger:
             base = git("rev-parse", "HEAD", cwd=self.root)
             add_run(ledger, run_id, base_ref="HEAD", base_commit=base, max_concurrency=2, root=str(self.root))
-            ledger.add_tasks(run_id, tasks, {t.id: 1 for t in tasks})
+            ledger.tasks.add(run_id, tasks, {t.id: 1 for t in tasks})
             for task in tasks:
                 branch = f"fleet/{task.id}-{run_id[-4:]}" if task.isolation == "isolated" else shared_branch
                 if task.isolation == "isolated" or branch not in git(
                     "branch", "--list", branch, cwd=self.root
                 ):
                     git("branch", branch, base, cwd=self.root)
-                    ledger.set_task_workspace(run_id, task.id, branch, str(self.tmp / "wt" / task.id))
-                attempt = ledger.start_attempt(run_id, task.id, pipeline="command", branch=branch)
-                ledger.add_spend(attempt, 0.42, input_tokens=100, output_tokens=20, steps=3)
+                    ledger.tasks.set_workspace(run_id, task.id, branch, str(self.tmp / "wt" / task.id))
+                attempt = ledger.attempts.start(run_id, task.id, pipeline="command", branch=branch)
+                ledger.spend.add(attempt, 0.42, input_tokens=100, output_tokens=20, steps=3)
                 git("switch", "-q", branch, cwd=self.root)
                 (self.root / f"{task.id}-{run_id}.txt").write_text(f"work of {task.id}\n")
                 git("add", f"{task.id}-{run_id}.txt", cwd=self.root)
@@ -97,7 +97,7 @@ class Repo:
                 sha = git("rev-parse", "HEAD", cwd=self.root)
                 git("switch", "-q", "main", cwd=self.root)
                 self.shas[task.id] = sha
-                ledger.record_commit(
+                ledger.commits.record(
                     sha=sha,
                     run_id=run_id,
                     task_id=task.id,
@@ -107,14 +107,14 @@ class Repo:
                     committed_at_ms=1,
                 )
                 ok = task.id not in failed
-                ledger.finish_attempt(
+                ledger.attempts.finish(
                     attempt,
                     outcome="succeeded" if ok else "failed",
                     exit_code=0 if ok else 1,
                     summary=f"Summary of {task.id}: added the work file.",
                 )
-                ledger.set_task_status(run_id, task.id, "succeeded" if ok else "failed")
-            ledger.finish_run(
+                ledger.tasks.set_status(run_id, task.id, "succeeded" if ok else "failed")
+            ledger.runs.finish(
                 run_id, "succeeded" if not failed else "failed", exit_code=0 if not failed else 1
             )
 

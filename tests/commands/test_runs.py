@@ -45,8 +45,8 @@ def ids(repo: Path, sleeper: subprocess.Popen[bytes]) -> dict[str, str]:
     with Ledger.open(StatePaths(repo).fleet_db) as ledger:
         # markup-looking text from a model is printed as it is, never interpreted
         attempt = ledger.get_run(ids["running"])["attempts"][0]["id"]
-        ledger.finish_attempt(attempt, outcome="failed", exit_code=1, summary="[bold red]boom[/] <b>x</b>")
-        ledger.set_task_status(ids["running"], "bump", "running")  # the run stays in progress
+        ledger.attempts.finish(attempt, outcome="failed", exit_code=1, summary="[bold red]boom[/] <b>x</b>")
+        ledger.tasks.set_status(ids["running"], "bump", "running")  # the run stays in progress
     return ids
 
 

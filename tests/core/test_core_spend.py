@@ -126,10 +126,10 @@ def test_settle_attempt_records_only_what_the_ledger_lacks() -> None:
         def __init__(self, recorded: float) -> None:
             self.recorded = recorded
 
-        def attempt_spend(self, attempt_id: int) -> float:
+        def of_attempt(self, attempt_id: int) -> float:
             return self.recorded
 
-        def add_spend(self, attempt_id: int, usd: float) -> bool:
+        def add(self, attempt_id: int, usd: float) -> bool:
             self.recorded += usd
             return True
 

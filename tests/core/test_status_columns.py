@@ -13,8 +13,14 @@ from pathlib import Path
 import pytest
 
 from stellafleet.core.status import AttemptOutcome, CIState, MergeStatus, RunStatus, TaskStatus
-from stellafleet.state.ledger import ATTEMPT_OUTCOMES, CI_STATES, RUN_STATUSES, TASK_STATUSES, Ledger
-from stellafleet.state.ledger_merges import MERGE_STATUSES
+from stellafleet.state.ledger import Ledger
+from stellafleet.state.ledger_schema import (
+    ATTEMPT_OUTCOMES,
+    CI_STATES,
+    MERGE_STATUSES,
+    RUN_STATUSES,
+    TASK_STATUSES,
+)
 from stellafleet.testing.sample_ledger import add_run, sample_task
 
 LEDGER_DOC = Path(__file__).resolve().parents[2] / "docs" / "ledger.md"
@@ -55,16 +61,16 @@ def test_every_status_is_stored_as_plain_text_and_reads_back_equal(tmp_path: Pat
     with Ledger.open(db) as ledger:
         for status in RunStatus:
             add_run(ledger, f"r-{status}")
-            ledger.add_tasks(f"r-{status}", [sample_task("t")], {"t": 1})
-            ledger.finish_run(f"r-{status}", status, exit_code=0)
+            ledger.tasks.add(f"r-{status}", [sample_task("t")], {"t": 1})
+            ledger.runs.finish(f"r-{status}", status, exit_code=0)
         for status in TaskStatus:
-            ledger.set_task_status(f"r-{RunStatus.RUNNING}", "t", status)
+            ledger.tasks.set_status(f"r-{RunStatus.RUNNING}", "t", status)
             assert ledger.get_run(f"r-{RunStatus.RUNNING}")["tasks"][0]["status"] == status
         for outcome in AttemptOutcome:
-            attempt = ledger.start_attempt(f"r-{RunStatus.FAILED}", "t", pipeline="command")
-            ledger.finish_attempt(attempt, outcome=outcome, exit_code=0, summary=str(outcome))
+            attempt = ledger.attempts.start(f"r-{RunStatus.FAILED}", "t", pipeline="command")
+            ledger.attempts.finish(attempt, outcome=outcome, exit_code=0, summary=str(outcome))
         for state in CIState:
-            ledger.upsert_ci(
+            ledger.ci.upsert(
                 run_id=f"r-{RunStatus.SUCCEEDED}",
                 branch=f"fleet/{state}",
                 task_id="t",
@@ -76,7 +82,7 @@ def test_every_status_is_stored_as_plain_text_and_reads_back_equal(tmp_path: Pat
                 reason=None,
                 run_urls=[],
             )
-        runs = {run["id"]: run for run in ledger.list_runs()}
+        runs = {run["id"]: run for run in ledger.runs.page()}
         assert [runs[f"r-{status}"]["status"] for status in RunStatus] == list(RunStatus)
         attempts = ledger.get_run(f"r-{RunStatus.FAILED}")["attempts"]
         assert [(a["outcome"], a["success"]) for a in attempts] == [
@@ -97,16 +103,16 @@ def test_every_status_is_stored_as_plain_text_and_reads_back_equal(tmp_path: Pat
 def test_an_unknown_status_is_refused_and_changes_nothing(tmp_path: Path) -> None:
     with Ledger.open(tmp_path / "fleet.db") as ledger:
         add_run(ledger, "r")
-        ledger.add_tasks("r", [sample_task("t")], {"t": 1})
-        attempt = ledger.start_attempt("r", "t", pipeline="command")
+        ledger.tasks.add("r", [sample_task("t")], {"t": 1})
+        attempt = ledger.attempts.start("r", "t", pipeline="command")
         with pytest.raises(ValueError, match="unknown run status 'done': expected one of running, succeeded"):
-            ledger.finish_run("r", "done", exit_code=0)  # type: ignore[arg-type]
+            ledger.runs.finish("r", "done", exit_code=0)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="unknown task status 'green'"):
-            ledger.set_task_status("r", "t", "green")  # type: ignore[arg-type]
+            ledger.tasks.set_status("r", "t", "green")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="unknown attempt outcome 'skipped'"):
-            ledger.finish_attempt(attempt, outcome="skipped", exit_code=0, summary="")  # type: ignore[arg-type]
+            ledger.attempts.finish(attempt, outcome="skipped", exit_code=0, summary="")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="unknown CI state 'succeeded'"):
-            ledger.upsert_ci(
+            ledger.ci.upsert(
                 run_id="r",
                 branch="main",
                 task_id=None,
@@ -130,7 +136,7 @@ def test_merge_statuses_are_stored_as_plain_text_and_an_unknown_one_is_refused(t
     with Ledger.open(db) as ledger:
         add_run(ledger, "r")
         for status in MergeStatus:
-            merge_id = ledger.start_merge(
+            merge_id = ledger.merges.start(
                 run_id="r",
                 task_id="t",
                 branch=f"fleet/{status}",
@@ -140,9 +146,9 @@ def test_merge_statuses_are_stored_as_plain_text_and_an_unknown_one_is_refused(t
                 before_sha="0" * 40,
                 check_command=None,
             )
-            ledger.finish_merge(merge_id, status, files=["a.txt"] if status == MergeStatus.CONFLICT else ())
+            ledger.merges.finish(merge_id, status, files=["a.txt"] if status == MergeStatus.CONFLICT else ())
         with pytest.raises(ValueError, match="unknown merge status 'landed'"):
-            ledger.finish_merge(merge_id, "landed")  # type: ignore[arg-type]
+            ledger.merges.finish(merge_id, "landed")  # type: ignore[arg-type]
         rows = ledger.get_run("r")["merges"]
     assert [row["status"] for row in rows] == list(MergeStatus)
     assert rows[2]["files"] == ["a.txt"] and rows[0]["files"] == []

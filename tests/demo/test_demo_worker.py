@@ -55,7 +55,7 @@ def test_it_writes_the_task_files_commits_exactly_them_and_reports_a_summary(git
 def test_a_conflicting_task_goes_ahead_once_the_other_claimant_has_failed(git_repo: Path) -> None:
     turned_away = make_attempt(git_repo, "release-notes")
     with Ledger.open(turned_away.paths.fleet_db) as ledger:
-        ledger.finish_attempt(
+        ledger.attempts.finish(
             turned_away.attempt_id, outcome="failed", exit_code=None, summary="claim conflict: CHANGELOG.md"
         )
     ctx = make_attempt(git_repo, "changelog")

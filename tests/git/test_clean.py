@@ -105,7 +105,7 @@ def scene(tmp_path: Path, isolated_home: Path) -> Iterator[Scene]:
                 root=str(repo),
                 pid=999_999_999,
             )
-            ledger.add_tasks(
+            ledger.tasks.add(
                 run_id,
                 [sample_task(t, f"do {t}", isolation="isolated") for t in tasks],
                 dict.fromkeys(tasks, 1),
@@ -114,18 +114,18 @@ def scene(tmp_path: Path, isolated_home: Path) -> Iterator[Scene]:
                 ws = spaces[task]
                 # the fleet may record absolute or repository-relative worktree paths: accept both
                 recorded = str(ws.worktree) if task != "unmerged" else str(ws.worktree.relative_to(repo))
-                ledger.set_task_workspace(run_id, task, ws.branch, recorded)
-                attempt = ledger.start_attempt(
+                ledger.tasks.set_workspace(run_id, task, ws.branch, recorded)
+                attempt = ledger.attempts.start(
                     run_id, task, pipeline="command", branch=ws.branch, worktree=recorded
                 )
                 if task == "live":
                     # the fleet died, but its worker is still at work: its things must survive any clean
-                    ledger.set_attempt_pid(attempt, sleeper.pid)
+                    ledger.attempts.set_pid(attempt, sleeper.pid)
                     continue
-                ledger.set_attempt_pid(attempt, 999_999_998)
-                ledger.finish_attempt(attempt, outcome="succeeded", exit_code=0, summary=f"{task} done")
-                ledger.set_task_status(run_id, task, "succeeded")
-            ledger.finish_run(run_id, status, exit_code=0 if status == "succeeded" else 130)
+                ledger.attempts.set_pid(attempt, 999_999_998)
+                ledger.attempts.finish(attempt, outcome="succeeded", exit_code=0, summary=f"{task} done")
+                ledger.tasks.set_status(run_id, task, "succeeded")
+            ledger.runs.finish(run_id, status, exit_code=0 if status == "succeeded" else 130)
         shared_only = "r-20261130-080000-0000"  # a run of shared tasks leaves nothing to clean
         add_run(
             ledger,
@@ -135,8 +135,8 @@ def scene(tmp_path: Path, isolated_home: Path) -> Iterator[Scene]:
             root=str(repo),
             pid=999_999_997,
         )
-        ledger.add_tasks(shared_only, [sample_task("t1", "shared work")], {"t1": 1})
-        ledger.finish_run(shared_only, "succeeded", exit_code=0)
+        ledger.tasks.add(shared_only, [sample_task("t1", "shared work")], {"t1": 1})
+        ledger.runs.finish(shared_only, "succeeded", exit_code=0)
     try:
         yield Scene(repo, home, finished, live, spaces, sleeper)
     finally:
@@ -268,8 +268,8 @@ def test_a_running_fleet_is_left_alone(tmp_path: Path, isolated_home: Path) -> N
             argv=["fleet"],
             root=str(repo),
         )
-        ledger.add_tasks("r-20261130-110000-cccc", [sample_task("t1", "x", isolation="isolated")], {"t1": 1})
-        ledger.set_task_workspace("r-20261130-110000-cccc", "t1", ws.branch, str(ws.worktree))
+        ledger.tasks.add("r-20261130-110000-cccc", [sample_task("t1", "x", isolation="isolated")], {"t1": 1})
+        ledger.tasks.set_workspace("r-20261130-110000-cccc", "t1", ws.branch, str(ws.worktree))
     result = stella(repo, "clean", "--force", "--json", home=isolated_home)
     report = json.loads(result.stdout)
     assert report["removed"] == []

@@ -53,7 +53,7 @@ def test_the_whole_environment_copied_out_of_a_running_worker_is_refused(
     worker = subprocess.Popen(["sh", "-c", script], cwd=git_repo, env={**os.environ, **ctx.to_env()})
     try:
         with Ledger.open(ctx.paths.fleet_db) as ledger:
-            ledger.set_attempt_pid(ctx.attempt_id, worker.pid)
+            ledger.attempts.set_pid(ctx.attempt_id, worker.pid)
         (git_repo / "claimed.txt").write_text("not yours\n")
         proc = stella("commit", "-m", "steal", "claimed.txt", cwd=git_repo, env=ctx.to_env())
         refused(proc, f"not started by the worker of attempt {ctx.attempt_id}")
@@ -80,7 +80,7 @@ def test_a_made_up_run_or_attempt_is_refused(git_repo: Path, stella: StellaRunne
             stella("commit", "-m", "x", "a.txt", cwd=git_repo, env=forged.to_env()), "not in the fleet ledger"
         )
     with Ledger.open(ctx.paths.fleet_db, readonly=True) as ledger:
-        assert ledger.list_runs()[0]["id"] == RUN and ledger.count_runs() == 1
+        assert ledger.runs.page()[0]["id"] == RUN and ledger.runs.count() == 1
     assert commits(git_repo) == []
     # the genuine attempt still commits
     ok = stella("commit", "-m", "Add a", "a.txt", cwd=git_repo, env=ctx.to_env())

@@ -68,7 +68,7 @@ def make_context(
 ) -> WorkerContext:
     """A ledger run (if new), task and attempt for one engine worker in the shared tree at root."""
     with Ledger.open(root / ".stella" / "private" / "fleet.db") as ledger:
-        if run_id not in [r["id"] for r in ledger.list_runs()]:
+        if run_id not in [r["id"] for r in ledger.runs.page()]:
             add_run(
                 ledger,
                 run_id,
@@ -80,8 +80,8 @@ def make_context(
                 argv=["test"],
                 root=str(root),
             )
-        ledger.add_tasks(run_id, [PlanTask(id=task_id, prompt=prompt, title=title)], {task_id: 1})
-        attempt = ledger.start_attempt(run_id, task_id, pipeline="plain")
+        ledger.tasks.add(run_id, [PlanTask(id=task_id, prompt=prompt, title=title)], {task_id: 1})
+        attempt = ledger.attempts.start(run_id, task_id, pipeline="plain")
     return worker_context(
         root,
         run_id=run_id,

@@ -91,7 +91,7 @@ def write_config(
 def run_record(root: Path, run_id: str | None = None) -> dict[str, Any]:
     """Everything the ledger holds about a run (default: the latest)."""
     with Ledger.open(StatePaths(root).fleet_db, readonly=True) as ledger:
-        return ledger.get_run(ledger.resolve_run_id(run_id))
+        return ledger.get_run(ledger.runs.resolve(run_id))
 
 
 def by_id(rows: list[dict[str, Any]], key: str = "id") -> dict[str, dict[str, Any]]:
@@ -177,7 +177,7 @@ def make_attempt(root: Path, task_id: str = "t1") -> WorkerContext:
     paths.private.mkdir(parents=True, exist_ok=True)
     token, digest = new_token()
     with Ledger.open(paths.fleet_db) as ledger:
-        if ledger.latest_run_id() is None:
+        if ledger.runs.latest_id() is None:
             add_run(ledger, RUN, argv=[], root=str(root), pid=1)
-        attempt = ledger.start_attempt(RUN, task_id, pipeline="command", token_sha256=digest)
+        attempt = ledger.attempts.start(RUN, task_id, pipeline="command", token_sha256=digest)
     return worker_context(root, task_id=task_id, attempt_id=attempt, token=token)

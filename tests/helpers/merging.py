@@ -52,13 +52,13 @@ def build_run(root: Path, *, ci: dict[str, CIState] | None = None) -> Branches:
     ]
     with Ledger.open(StatePaths(root).fleet_db) as ledger:
         add_run(ledger, RUN_ID, base_commit=base, root=str(root))
-        ledger.add_tasks(RUN_ID, tasks, {t.id: 1 for t in tasks})
+        ledger.tasks.add(RUN_ID, tasks, {t.id: 1 for t in tasks})
         for task in tasks:
             branch = f"fleet/{task.id}-abcd"
-            ledger.set_task_workspace(RUN_ID, task.id, branch, None)
-            ledger.set_task_status(RUN_ID, task.id, "succeeded")
+            ledger.tasks.set_workspace(RUN_ID, task.id, branch, None)
+            ledger.tasks.set_status(RUN_ID, task.id, "succeeded")
             state = (ci or {}).get(task.id, CIState.GREEN)
-            ledger.upsert_ci(
+            ledger.ci.upsert(
                 run_id=RUN_ID,
                 branch=branch,
                 task_id=task.id,
@@ -70,7 +70,7 @@ def build_run(root: Path, *, ci: dict[str, CIState] | None = None) -> Branches:
                 reason=None,
                 run_urls=[],
             )
-        ledger.finish_run(RUN_ID, "succeeded", exit_code=0)
+        ledger.runs.finish(RUN_ID, "succeeded", exit_code=0)
     return Branches(root, heads)
 
 

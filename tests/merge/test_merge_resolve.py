@@ -61,9 +61,9 @@ def test_a_conflict_goes_to_a_worker_and_its_merge_lands_after_the_check(
 def test_no_resolve_task_once_the_spend_limit_is_reached(git_repo: Path, stella: StellaRunner) -> None:
     build_run(git_repo)
     with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
-        attempt = ledger.start_attempt(RUN_ID, "a", pipeline="command")
-        ledger.add_spend(attempt, 1.0)
-        ledger.finish_attempt(attempt, outcome="succeeded", exit_code=0, summary="earlier work")
+        attempt = ledger.attempts.start(RUN_ID, "a", pipeline="command")
+        ledger.spend.add(attempt, 1.0)
+        ledger.attempts.finish(attempt, outcome="succeeded", exit_code=0, summary="earlier work")
     proc = stella("--spend-limit", "1", "merge", "--resolve", cwd=git_repo)
     assert proc.returncode == 1
     line = next(line for line in proc.stdout.splitlines() if "fleet/c-abcd" in line)

@@ -193,7 +193,7 @@ def test_hand_built_ledger_lists_opens_escapes_and_updates_live(
             root=str(git_repo),
             pid=worker.pid,
         )
-        ledger.finish_run("r-20261130-235959-ffff", "succeeded", exit_code=0)
+        ledger.runs.finish("r-20261130-235959-ffff", "succeeded", exit_code=0)
     until(browser, lambda d: len(css(d, "tr.run-row")) == 4, "the new run without a reload")
 
     click(browser, f'tr.run-row[data-run-id="{ids["running"]}"] a.run-link')
@@ -204,12 +204,12 @@ def test_hand_built_ledger_lists_opens_escapes_and_updates_live(
     # the fleet moves on while the page is open: the page follows without a reload
     with Ledger.open(db) as ledger:
         attempt = ledger.get_run(ids["running"])["attempts"][0]["id"]
-        ledger.add_spend(attempt, 0.40, input_tokens=20_000, output_tokens=1_000, steps=4)
-        ledger.finish_attempt(attempt, outcome="succeeded", exit_code=0, summary=XSS)
-        ledger.set_task_status(ids["running"], "bump", "succeeded")
-        ledger.set_task_status(ids["running"], "notes", "running")
-        second = ledger.start_attempt(ids["running"], "notes", pipeline="command")
-        ledger.set_attempt_pid(second, worker.pid)
+        ledger.spend.add(attempt, 0.40, input_tokens=20_000, output_tokens=1_000, steps=4)
+        ledger.attempts.finish(attempt, outcome="succeeded", exit_code=0, summary=XSS)
+        ledger.tasks.set_status(ids["running"], "bump", "succeeded")
+        ledger.tasks.set_status(ids["running"], "notes", "running")
+        second = ledger.attempts.start(ids["running"], "notes", pipeline="command")
+        ledger.attempts.set_pid(second, worker.pid)
     until(browser, lambda d: task_status(d, "bump") == "succeeded", "the finished attempt")
     until(browser, lambda d: task_status(d, "notes") == "running", "the next attempt")
     summary = text_of(browser, 'article.task[data-task-id="bump"] .summary')
@@ -218,9 +218,9 @@ def test_hand_built_ledger_lists_opens_escapes_and_updates_live(
     assert_inert(browser)
 
     with Ledger.open(db) as ledger:
-        ledger.finish_attempt(second, outcome="failed", exit_code=1, summary="no notes", error="boom <b>")
-        ledger.set_task_status(ids["running"], "notes", "failed", "command failed")
-        ledger.finish_run(ids["running"], "failed", exit_code=1, reason="1 failed")
+        ledger.attempts.finish(second, outcome="failed", exit_code=1, summary="no notes", error="boom <b>")
+        ledger.tasks.set_status(ids["running"], "notes", "failed", "command failed")
+        ledger.runs.finish(ids["running"], "failed", exit_code=1, reason="1 failed")
     until(browser, lambda d: "failed" in text_of(d, "h2.run-title"), "the run's end")
     assert "boom <b>" in text_of(browser, 'article.task[data-task-id="notes"] pre.error')
     until(browser, lambda d: not d.find_element("id", "live-indicator").is_displayed(), "live indicator off")
@@ -263,7 +263,7 @@ def test_empty_state_explains_how_to_start(
             argv=["stella", "fleet", "x"],
             root=str(git_repo),
         )
-        ledger.add_tasks("r-20261130-000000-abcd", [sample_task("t1", "x")], {"t1": 1})
+        ledger.tasks.add("r-20261130-000000-abcd", [sample_task("t1", "x")], {"t1": 1})
     until(browser, lambda d: len(css(d, "tr.run-row")) == 1, "the first run", timeout=30)
 
 
@@ -368,7 +368,7 @@ def test_a_page_past_the_last_one_shows_the_last_page(
         for n in range(30):
             run_id = f"r-20261130-0000{n:02d}-abcd"
             add_run(ledger, run_id, argv=["stella", "fleet", "x"], root=str(git_repo))
-            ledger.finish_run(run_id, "succeeded", exit_code=0)
+            ledger.runs.finish(run_id, "succeeded", exit_code=0)
     url = observatory(git_repo)
     for page in ("9", "99999999999999999999999"):
         browser.get(url + "#/?page=" + page)
@@ -400,8 +400,8 @@ def test_long_unbroken_ids_and_titles_wrap_inside_the_page(
     long_id = "x" * 120 + ".long_id"
     with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
         add_run(ledger, run_id, argv=["stella", "fleet", "x"], root=str(git_repo))
-        ledger.add_tasks(run_id, [sample_task(long_id, "x", "y" * 200)], {long_id: 1})
-        ledger.finish_run(run_id, "succeeded", exit_code=0)
+        ledger.tasks.add(run_id, [sample_task(long_id, "x", "y" * 200)], {long_id: 1})
+        ledger.runs.finish(run_id, "succeeded", exit_code=0)
     url = observatory(git_repo)
     browser.get(url + "#/runs/" + run_id)
     until(browser, lambda d: css(d, "article.task"), "the task card")

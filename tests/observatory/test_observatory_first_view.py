@@ -44,37 +44,37 @@ def big_run(db: Path, *, live: bool = False) -> dict[str, int]:
         add_run(ledger, RUN_ID, spend_limit_usd=50.0, max_concurrency=4, pid=1)
         tasks = [sample_task(f"t{n}", "do it", f"Task {n}") for n in range(TASKS)]
         tasks[6] = sample_task("t6", "after t5", depends_on=("t5",))
-        ledger.add_tasks(RUN_ID, tasks, {t.id: 1 if n < TASKS // 2 else 2 for n, t in enumerate(tasks)})
+        ledger.tasks.add(RUN_ID, tasks, {t.id: 1 if n < TASKS // 2 else 2 for n, t in enumerate(tasks)})
         for n in range(TASKS):
             if n == 6:
-                ledger.set_task_status(RUN_ID, "t6", TaskStatus.SKIPPED, "dependency failed: t5")
+                ledger.tasks.set_status(RUN_ID, "t6", TaskStatus.SKIPPED, "dependency failed: t5")
                 continue
             for retry in range(2 if n % 7 == 0 else 1):
-                attempt = ledger.start_attempt(RUN_ID, f"t{n}", pipeline="plain", branch=f"fleet/t{n}")
+                attempt = ledger.attempts.start(RUN_ID, f"t{n}", pipeline="plain", branch=f"fleet/t{n}")
                 for usd in (0.25, 0.125):
-                    ledger.add_spend(attempt, usd, input_tokens=100, steps=1)
+                    ledger.spend.add(attempt, usd, input_tokens=100, steps=1)
                 clock.tick_ms = 0
-                ledger.add_spend(attempt, 0.0625)  # the same millisecond as the one before
+                ledger.spend.add(attempt, 0.0625)  # the same millisecond as the one before
                 clock.tick_ms = 7
                 failed = n == 5 or (n % 7 == 0 and retry == 0)
                 outcome = AttemptOutcome.FAILED if failed else AttemptOutcome.SUCCEEDED
                 error = "tests failed: 3 of 40\nmore detail" if failed else None
-                ledger.finish_attempt(
+                ledger.attempts.finish(
                     attempt, outcome=outcome, exit_code=1 if failed else 0, summary=MARK, error=error
                 )
                 roles.setdefault("failed" if failed else "ok", attempt)
                 if n == 3:
                     roles["committed"] = attempt
-                    ledger.record_commit(
+                    ledger.commits.record(
                         sha="c" * 40, run_id=RUN_ID, task_id="t3", attempt_id=attempt, branch="fleet/t3",
                         message="Make t3 pass", committed_at_ms=clock(),
                     )  # fmt: skip
-                    ledger.upsert_ci(
+                    ledger.ci.upsert(
                         run_id=RUN_ID, branch="fleet/t3", task_id="t3", head_sha="c" * 40, pr_url=None,
                         pr_number=None, state=CIState.RED, conclusion="failure", reason=None, run_urls=[],
                     )  # fmt: skip
         if not live:
-            ledger.finish_run(RUN_ID, RunStatus.FAILED, exit_code=1, reason="1 failed")
+            ledger.runs.finish(RUN_ID, RunStatus.FAILED, exit_code=1, reason="1 failed")
     return roles
 
 

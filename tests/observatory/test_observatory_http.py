@@ -46,7 +46,7 @@ def many_runs(db: Path, count: int) -> list[str]:
                 argv=["stella", "fleet", "x"],
                 pid=1,
             )
-            ledger.finish_run(run_id, "succeeded", exit_code=0)
+            ledger.runs.finish(run_id, "succeeded", exit_code=0)
             ids.append(run_id)
     return ids[::-1]  # newest first
 

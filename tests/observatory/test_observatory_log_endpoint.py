@@ -46,10 +46,10 @@ def get(private: Path) -> Iterator[Get]:
 
 def attempt_with(private: Path, log_path: str | None, transcript: str | None = None) -> int:
     with Ledger.open(private / "fleet.db") as ledger:
-        if not ledger.list_runs():
+        if not ledger.runs.page():
             add_run(ledger, "r-20261201-000000-aaaa")
         task = f"t{len(ledger.get_run('r-20261201-000000-aaaa')['attempts'])}"
-        return ledger.start_attempt(
+        return ledger.attempts.start(
             "r-20261201-000000-aaaa", task, pipeline="command", log_path=log_path, transcript_path=transcript
         )
 

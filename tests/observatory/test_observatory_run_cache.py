@@ -35,7 +35,7 @@ def test_a_finished_run_is_rebuilt_only_after_a_ledger_write(tmp_path: Path) -> 
     page(ids["running"])
     assert builds.count(ids["running"]) == 2  # a running run changes with the clock: never kept
     with Ledger.open(db) as ledger:  # CI reports on the finished run's branch after it ended
-        ledger.upsert_ci(
+        ledger.ci.upsert(
             run_id=ids["ok"], branch="fleet/late", task_id="docs", head_sha="9" * 40, pr_url=None,
             pr_number=None, state=CIState.RED, conclusion="failure", reason=None, run_urls=[],
         )  # fmt: skip

@@ -276,7 +276,7 @@ def test_a_live_big_runs_open_task_list_follows_the_fleet(
     click_real(browser, "details.waves > summary")
     until(browser, lambda d: len(css(d, "article.task")) == BIG_TASKS, "the task cards, once opened")
     with Ledger.open(db) as ledger:
-        ledger.start_attempt(BIG_RUN_ID, "t6", pipeline="plain")
+        ledger.attempts.start(BIG_RUN_ID, "t6", pipeline="plain")
     status = 'article.task[data-task-id="t6"] .task-head .badge'
     until(browser, lambda d: text_of(d, status) == "running", "the new attempt in the open list")
     assert len(css(browser, "article.task")) == BIG_TASKS

@@ -22,7 +22,7 @@ RUN = "r-20261130-120000-fast"
 def ledger(tmp_path: Path) -> Iterator[Ledger]:
     with Ledger.open(StatePaths(tmp_path).fleet_db) as opened:
         add_run(opened, RUN)
-        opened.add_tasks(RUN, [sample_task("a"), sample_task("b")], {"a": 1, "b": 1})
+        opened.tasks.add(RUN, [sample_task("a"), sample_task("b")], {"a": 1, "b": 1})
         yield opened
 
 
@@ -31,12 +31,12 @@ def task_row(ledger: Ledger, task_id: str) -> dict[str, object]:
 
 
 def test_start_and_finish_attempt_keep_the_task_status_in_step(ledger: Ledger) -> None:
-    attempt = ledger.start_attempt(RUN, "a", pipeline="command", log_path="a.log", transcript_path="a.jsonl")
+    attempt = ledger.attempts.start(RUN, "a", pipeline="command", log_path="a.log", transcript_path="a.jsonl")
     assert task_row(ledger, "a")["status"] == "running"
     started = ledger.get_run(RUN)["attempts"][0]
     assert (started["id"], started["outcome"], started["log_path"]) == (attempt, "running", "a.log")
-    ledger.add_spend(attempt, 0.25, input_tokens=10, output_tokens=2, steps=1)
-    spend = ledger.finish_attempt(
+    ledger.spend.add(attempt, 0.25, input_tokens=10, output_tokens=2, steps=1)
+    spend = ledger.attempts.finish(
         attempt,
         outcome="failed",
         exit_code=3,
@@ -56,11 +56,11 @@ def test_start_and_finish_attempt_keep_the_task_status_in_step(ledger: Ledger) -
 
 
 def test_finish_attempt_refuses_an_unknown_outcome_or_attempt_and_changes_nothing(ledger: Ledger) -> None:
-    attempt = ledger.start_attempt(RUN, "a", pipeline="command")
+    attempt = ledger.attempts.start(RUN, "a", pipeline="command")
     with pytest.raises(ValueError, match="unknown attempt outcome"):
-        ledger.finish_attempt(attempt, outcome="done", exit_code=0, summary="")
+        ledger.attempts.finish(attempt, outcome="done", exit_code=0, summary="")
     with pytest.raises(StellaError, match="no attempt 999"):
-        ledger.finish_attempt(999, outcome="succeeded", exit_code=0, summary="")
+        ledger.attempts.finish(999, outcome="succeeded", exit_code=0, summary="")
     assert ledger.get_run(RUN)["attempts"][0]["outcome"] == "running"
     assert task_row(ledger, "a")["status"] == "running"
 
@@ -84,9 +84,9 @@ def test_releasing_an_attempt_that_holds_nothing_takes_no_write_lock(tmp_path: P
 
 
 def test_an_attempt_that_wrote_no_transcript_keeps_no_transcript_path(ledger: Ledger) -> None:
-    kept = ledger.start_attempt(RUN, "a", pipeline="plain", transcript_path="a.jsonl")
-    dropped = ledger.start_attempt(RUN, "b", pipeline="command", transcript_path="b.jsonl")
-    ledger.finish_attempt(kept, outcome="succeeded", exit_code=0, summary="ok")
-    ledger.finish_attempt(dropped, outcome="succeeded", exit_code=0, summary="ok", transcript_written=False)
+    kept = ledger.attempts.start(RUN, "a", pipeline="plain", transcript_path="a.jsonl")
+    dropped = ledger.attempts.start(RUN, "b", pipeline="command", transcript_path="b.jsonl")
+    ledger.attempts.finish(kept, outcome="succeeded", exit_code=0, summary="ok")
+    ledger.attempts.finish(dropped, outcome="succeeded", exit_code=0, summary="ok", transcript_written=False)
     paths = {a["task_id"]: a["transcript_path"] for a in ledger.get_run(RUN)["attempts"]}
     assert paths == {"a": "a.jsonl", "b": None}

@@ -62,7 +62,7 @@ def test_cpu_output_and_spend_each_count_as_progress(git_repo: Path) -> None:
     cpu[0] = 2.0  # busy: 2 CPU seconds in 50 s
     dog.check()
     clock.advance(50)
-    ledger.add_spend(1, 0.01)  # a spend event
+    ledger.spend.add(1, 0.01)  # a spend event
     dog.check()
     clock.advance(50)
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -76,7 +76,7 @@ def test_cpu_output_and_spend_each_count_as_progress(git_repo: Path) -> None:
     assert execution.stops == 1
     evidence = dog.forget(1) or ""
     assert "last output at" in evidence and "7 bytes of log" in evidence
-    attempt = ledger.get_run(ledger.latest_run_id() or "")["attempts"][0]
+    attempt = ledger.get_run(ledger.runs.latest_id() or "")["attempts"][0]
     assert attempt["last_progress_ms"] == 5_000
     ledger.close()
 

@@ -79,23 +79,23 @@ def test_a_quiet_attempt_needs_attention_until_it_shows_life(tmp_path: Path) -> 
     clock = StepClock(T0)
     with Ledger.open(db, now_ms=clock) as ledger:
         add_run(ledger, "r-1")
-        ledger.add_tasks("r-1", [sample_task("a"), sample_task("b", depends_on=("a",))], {"a": 1, "b": 2})
-        first = ledger.start_attempt("r-1", "a", pipeline="command", log_path=str(tmp_path / "none.log"))
+        ledger.tasks.add("r-1", [sample_task("a"), sample_task("b", depends_on=("a",))], {"a": 1, "b": 2})
+        first = ledger.attempts.start("r-1", "a", pipeline="command", log_path=str(tmp_path / "none.log"))
     quiet_at = T0 + dashboard.QUIET_AFTER_MS
     assert dashboard.load_run_page(db, "r-1", now_ms=quiet_at - 1, alive=ALIVE)["attention"] == []
     items = dashboard.load_run_page(db, "r-1", now_ms=quiet_at, alive=ALIVE)["attention"]
     assert [(i["kind"], i["attempt"], i["since_ms"]) for i in items] == [("quiet", first, T0)]
     clock.advance(60)
     with Ledger.open(db, now_ms=clock) as ledger:
-        ledger.add_spend(first, 0.01)  # a sign of life moves the quiet period on
+        ledger.spend.add(first, 0.01)  # a sign of life moves the quiet period on
     assert dashboard.load_run_page(db, "r-1", now_ms=quiet_at, alive=ALIVE)["attention"] == []
     dead = dashboard.load_run_page(db, "r-1", now_ms=quiet_at * 2, alive=lambda pid, started: False)
     assert dead["attention"] == []  # a fleet that is gone has no running workers to watch
     with Ledger.open(db, now_ms=clock) as ledger:
-        ledger.finish_attempt(
+        ledger.attempts.finish(
             first, outcome=AttemptOutcome.STALLED, exit_code=None, summary="", error="stuck"
         )
-        ledger.set_task_status("r-1", "b", TaskStatus.SKIPPED, "dependency failed: a")
+        ledger.tasks.set_status("r-1", "b", TaskStatus.SKIPPED, "dependency failed: a")
     page = dashboard.load_run_page(db, "r-1", now_ms=quiet_at, alive=ALIVE)
     assert [(i["kind"], i["task"], i["text"]) for i in page["attention"]] == [("failed", "a", "stuck")]
     assert next(n for n in page["graph"]["nodes"] if n["id"] == "b")["caused_by"] == "a"

@@ -76,19 +76,19 @@ def test_the_documented_query_finds_the_failed_attempt_of_the_latest_run(db: Pat
     ticks = StepClock(1_700_000_000_000)
     with Ledger.open(db, now_ms=ticks) as ledger:
         new_run(ledger, "r-old")
-        ledger.add_tasks("r-old", [PlanTask("t1", "p", "old task")], {"t1": 1})
-        old = ledger.start_attempt("r-old", "t1", pipeline="command", branch="fleet/old")
-        ledger.finish_attempt(old, outcome="failed", exit_code=1, summary="old failure")
+        ledger.tasks.add("r-old", [PlanTask("t1", "p", "old task")], {"t1": 1})
+        old = ledger.attempts.start("r-old", "t1", pipeline="command", branch="fleet/old")
+        ledger.attempts.finish(old, outcome="failed", exit_code=1, summary="old failure")
         ticks.ms += 60_000
         new_run(ledger, "r-new")
-        ledger.add_tasks(
+        ledger.tasks.add(
             "r-new", [PlanTask("ok", "p", "fine"), PlanTask("bad", "p", "broken")], {"ok": 1, "bad": 1}
         )
-        good = ledger.start_attempt("r-new", "ok", pipeline="command", branch="main")
-        bad = ledger.start_attempt("r-new", "bad", pipeline="command", branch="fleet/bad-0123456789abcdef")
-        running = ledger.start_attempt("r-new", "bad", pipeline="command")
-        ledger.finish_attempt(good, outcome="succeeded", exit_code=0, summary="all good")
-        ledger.finish_attempt(bad, outcome="failed", exit_code=1, summary="tests still fail in parser.py")
+        good = ledger.attempts.start("r-new", "ok", pipeline="command", branch="main")
+        bad = ledger.attempts.start("r-new", "bad", pipeline="command", branch="fleet/bad-0123456789abcdef")
+        running = ledger.attempts.start("r-new", "bad", pipeline="command")
+        ledger.attempts.finish(good, outcome="succeeded", exit_code=0, summary="all good")
+        ledger.attempts.finish(bad, outcome="failed", exit_code=1, summary="tests still fail in parser.py")
         del running  # still running: success is NULL, so the query leaves it out
 
     expected = [("bad", "fleet/bad-0123456789abcdef", "tests still fail in parser.py")]
@@ -114,42 +114,42 @@ def test_run_lifecycle_and_everything_get_run_returns(db: Path) -> None:
                 "docs", "Docs", "Rewrite", depends_on=("reader",), isolation="isolated", model="m", timeout=60
             ),
         ]
-        ledger.add_tasks("r-20261130-aaaa", tasks, {"schema": 1, "reader": 2, "docs": 3})
-        ledger.set_task_status("r-20261130-aaaa", "schema", "running")
-        attempt = ledger.start_attempt(
+        ledger.tasks.add("r-20261130-aaaa", tasks, {"schema": 1, "reader": 2, "docs": 3})
+        ledger.tasks.set_status("r-20261130-aaaa", "schema", "running")
+        attempt = ledger.attempts.start(
             "r-20261130-aaaa", "schema", pipeline="command", log_path="l", transcript_path="t"
         )
-        ledger.set_attempt_pid(attempt, 999)
-        ledger.add_spend(attempt, 0.25, input_tokens=100, output_tokens=10, steps=1)
-        ledger.add_spend(attempt, 0.5, input_tokens=50, output_tokens=5, steps=2)
-        assert ledger.record_commit(
+        ledger.attempts.set_pid(attempt, 999)
+        ledger.spend.add(attempt, 0.25, input_tokens=100, output_tokens=10, steps=1)
+        ledger.spend.add(attempt, 0.5, input_tokens=50, output_tokens=5, steps=2)
+        assert ledger.commits.record(
             sha="f" * 40, run_id="r-20261130-aaaa", task_id="schema", attempt_id=attempt, branch="main",
             message="Add receipts", committed_at_ms=ticks.ms,
         )  # fmt: skip
-        assert not ledger.record_commit(
+        assert not ledger.commits.record(
             sha="f" * 40, run_id="r-20261130-aaaa", task_id="schema", attempt_id=None, branch="main",
             message="again", committed_at_ms=ticks.ms,
         )  # fmt: skip
         ticks.ms += 1500
-        ledger.finish_attempt(attempt, outcome="succeeded", exit_code=0, summary="done", cpu_seconds=1.5,
+        ledger.attempts.finish(attempt, outcome="succeeded", exit_code=0, summary="done", cpu_seconds=1.5,
                               peak_rss_bytes=1 << 20)  # fmt: skip
-        ledger.set_task_status("r-20261130-aaaa", "schema", "succeeded")
-        ledger.set_task_status("r-20261130-aaaa", "reader", "failed", "claim conflict: ...")
-        ledger.set_task_status("r-20261130-aaaa", "docs", "skipped", "dependency failed: reader")
-        ledger.set_task_workspace("r-20261130-aaaa", "docs", "fleet/docs-0123456789abcdef", "/w/docs")
-        ledger.upsert_ci(run_id="r-20261130-aaaa", branch="fleet/docs", task_id="docs", head_sha="a" * 40,
+        ledger.tasks.set_status("r-20261130-aaaa", "schema", "succeeded")
+        ledger.tasks.set_status("r-20261130-aaaa", "reader", "failed", "claim conflict: ...")
+        ledger.tasks.set_status("r-20261130-aaaa", "docs", "skipped", "dependency failed: reader")
+        ledger.tasks.set_workspace("r-20261130-aaaa", "docs", "fleet/docs-0123456789abcdef", "/w/docs")
+        ledger.ci.upsert(run_id="r-20261130-aaaa", branch="fleet/docs", task_id="docs", head_sha="a" * 40,
                          pr_url=None, pr_number=None, state="pending", conclusion=None, reason=None,
                          run_urls=[])  # fmt: skip
-        ledger.upsert_ci(run_id="r-20261130-aaaa", branch="fleet/docs", task_id="docs", head_sha="b" * 40,
+        ledger.ci.upsert(run_id="r-20261130-aaaa", branch="fleet/docs", task_id="docs", head_sha="b" * 40,
                          pr_url="https://example.invalid/pr/7", pr_number=7, state="green",
                          conclusion="success", reason=None,
                          run_urls=["https://example.invalid/run/1"])  # fmt: skip
-        ledger.record_cleanup(run_id="r-20261130-aaaa", task_id="docs", kind="worktree", target="/w/docs",
+        ledger.cleanups.record(run_id="r-20261130-aaaa", task_id="docs", kind="worktree", target="/w/docs",
                               action="kept", reason="unmerged work")  # fmt: skip
         ticks.ms += 500
-        ledger.finish_run("r-20261130-aaaa", "failed", exit_code=1, reason="1 task failed")
+        ledger.runs.finish("r-20261130-aaaa", "failed", exit_code=1, reason="1 task failed")
 
-        assert ledger.run_spend("r-20261130-aaaa") == pytest.approx(0.75)
+        assert ledger.spend.of_run("r-20261130-aaaa") == pytest.approx(0.75)
         got = ledger.get_run("r-20261130-aaaa")
     run = got["run"]
     assert (run["status"], run["exit_code"], run["reason"]) == ("failed", 1, "1 task failed")
@@ -185,19 +185,19 @@ def test_list_runs_pages_newest_first_with_counts_and_durations(db: Path) -> Non
     with Ledger.open(db, now_ms=ticks) as ledger:
         for n in range(5):
             new_run(ledger, f"r-{n}")
-            ledger.add_tasks(f"r-{n}", [PlanTask(f"t{i}", "p", "t") for i in range(3)], {})
-            ledger.add_spend(ledger.start_attempt(f"r-{n}", "t0", pipeline="command"), 0.01 * n)
-            ledger.set_task_status(f"r-{n}", "t0", "succeeded")
-            ledger.set_task_status(f"r-{n}", "t1", "failed", "boom")
+            ledger.tasks.add(f"r-{n}", [PlanTask(f"t{i}", "p", "t") for i in range(3)], {})
+            ledger.spend.add(ledger.attempts.start(f"r-{n}", "t0", pipeline="command"), 0.01 * n)
+            ledger.tasks.set_status(f"r-{n}", "t0", "succeeded")
+            ledger.tasks.set_status(f"r-{n}", "t1", "failed", "boom")
             ticks.ms += 1000
             if n != 4:
-                ledger.finish_run(f"r-{n}", "failed", exit_code=1)
+                ledger.runs.finish(f"r-{n}", "failed", exit_code=1)
             ticks.ms += 1000
-        assert ledger.count_runs() == 5
-        first = ledger.list_runs(limit=2)
-        second = ledger.list_runs(limit=2, offset=2)
-        rest = ledger.list_runs(limit=10, offset=4)
-        assert ledger.list_runs(offset=5) == []
+        assert ledger.runs.count() == 5
+        first = ledger.runs.page(limit=2)
+        second = ledger.runs.page(limit=2, offset=2)
+        rest = ledger.runs.page(limit=10, offset=4)
+        assert ledger.runs.page(offset=5) == []
     assert [r["id"] for r in first + second + rest] == ["r-4", "r-3", "r-2", "r-1", "r-0"]
     newest = first[0]
     assert newest["task_counts"] == {"succeeded": 1, "failed": 1, "pending": 1}
@@ -210,18 +210,18 @@ def test_resolve_run_id(db: Path) -> None:
     ticks = StepClock(1_700_000_000_000)
     with Ledger.open(db, now_ms=ticks) as ledger:
         with pytest.raises(StellaError, match="no fleet runs recorded"):
-            ledger.resolve_run_id(None)
+            ledger.runs.resolve(None)
         for run_id in ("r-20261130-aaaa", "r-20261130-aabb", "r-20261201-cccc"):
             new_run(ledger, run_id)
             ticks.ms += 1
-        assert ledger.latest_run_id() == "r-20261201-cccc"
-        assert ledger.resolve_run_id(None) == ledger.resolve_run_id("latest") == "r-20261201-cccc"
-        assert ledger.resolve_run_id("r-20261130-aaaa") == "r-20261130-aaaa"
-        assert ledger.resolve_run_id("r-20261201") == "r-20261201-cccc"
+        assert ledger.runs.latest_id() == "r-20261201-cccc"
+        assert ledger.runs.resolve(None) == ledger.runs.resolve("latest") == "r-20261201-cccc"
+        assert ledger.runs.resolve("r-20261130-aaaa") == "r-20261130-aaaa"
+        assert ledger.runs.resolve("r-20261201") == "r-20261201-cccc"
         with pytest.raises(StellaError, match=r"matches several runs \(r-20261130-aaaa, r-20261130-aabb\)"):
-            ledger.resolve_run_id("r-20261130")
+            ledger.runs.resolve("r-20261130")
         with pytest.raises(StellaError, match="no run matches 'nope'"):
-            ledger.resolve_run_id("nope")
+            ledger.runs.resolve("nope")
         with pytest.raises(StellaError, match="no run 'nope'"):
             ledger.get_run("nope")
         with pytest.raises(StellaError, match="already in the ledger"):
@@ -232,9 +232,9 @@ def test_bad_status_values_are_programming_errors(db: Path) -> None:
     with Ledger.open(db) as ledger:
         new_run(ledger, "r")
         with pytest.raises(ValueError, match="unknown run status 'done'"):
-            ledger.finish_run("r", "done", exit_code=0)
+            ledger.runs.finish("r", "done", exit_code=0)
         with pytest.raises(StellaError, match="no attempt 77"):
-            ledger.add_spend(77, 1.0)
+            ledger.spend.add(77, 1.0)
 
 
 def test_the_ui_queries_use_indexes(db: Path) -> None:
@@ -242,14 +242,14 @@ def test_the_ui_queries_use_indexes(db: Path) -> None:
     with Ledger.open(db) as ledger:
         new_run(ledger, "r")
         statements: list[str] = []
-        ledger._conn.set_trace_callback(statements.append)
-        ledger.list_runs(limit=50)
+        ledger._db.conn.set_trace_callback(statements.append)
+        ledger.runs.page(limit=50)
         ledger.get_run("r")
-        ledger._conn.set_trace_callback(None)
+        ledger._db.conn.set_trace_callback(None)
         plans = []
         for sql in statements:
             if sql.lstrip().upper().startswith("SELECT"):
-                plans += [row[3] for row in ledger._conn.execute("EXPLAIN QUERY PLAN " + sql)]
+                plans += [row[3] for row in ledger._db.conn.execute("EXPLAIN QUERY PLAN " + sql)]
     full_scans = [p for p in plans if p.startswith("SCAN") and "USING" not in p and "json_each" not in p]
     assert not full_scans, plans
     assert "SCAN runs USING INDEX runs_by_created" in plans
@@ -259,18 +259,18 @@ def test_every_query_in_the_ledger_docs_runs(db: Path) -> None:
     ticks = StepClock(1_700_000_000_000)
     with Ledger.open(db, now_ms=ticks) as ledger:
         new_run(ledger, "r-20261130-091500-1a2b")
-        ledger.add_tasks(
+        ledger.tasks.add(
             "r-20261130-091500-1a2b", [PlanTask("writer", "p", "Write", claims=("src/store/schema.rs",))], {}
         )
-        attempt = ledger.start_attempt("r-20261130-091500-1a2b", "writer", pipeline="plain")
-        ledger.add_spend(attempt, 0.5, input_tokens=10, output_tokens=2)
-        ledger.record_commit(sha="a" * 40, run_id="r-20261130-091500-1a2b", task_id="writer",
+        attempt = ledger.attempts.start("r-20261130-091500-1a2b", "writer", pipeline="plain")
+        ledger.spend.add(attempt, 0.5, input_tokens=10, output_tokens=2)
+        ledger.commits.record(sha="a" * 40, run_id="r-20261130-091500-1a2b", task_id="writer",
                              attempt_id=attempt, branch="main", message="m",
                              committed_at_ms=ticks.ms)  # fmt: skip
         ticks.ms += 1000
-        ledger.finish_attempt(attempt, outcome="failed", exit_code=1, summary="nope")
-        ledger.set_task_status("r-20261130-091500-1a2b", "writer", "skipped", "spend limit reached")
-        ledger.finish_run("r-20261130-091500-1a2b", "failed", exit_code=1)
+        ledger.attempts.finish(attempt, outcome="failed", exit_code=1, summary="nope")
+        ledger.tasks.set_status("r-20261130-091500-1a2b", "writer", "skipped", "spend limit reached")
+        ledger.runs.finish("r-20261130-091500-1a2b", "failed", exit_code=1)
     docs = (Path(__file__).resolve().parents[2] / "docs" / "ledger.md").read_text()
     queries = [block.split("```")[0] for block in docs.split("```sql\n")[1:]]
     assert len(queries) >= 7

@@ -40,7 +40,7 @@ def test_eight_processes_opening_a_missing_ledger_at_once_all_get_the_same_one(
     outcomes = dict(run_together(_open_and_record, lambda n: (str(db), n), 8, timeout=60))
     assert outcomes == {n: "ok" for n in range(8)}
     with Ledger.open(db, readonly=True) as ledger:
-        assert ledger.count_runs() == 8
+        assert ledger.runs.count() == 8
     leftovers = [
         p.name for p in db.parent.iterdir() if p.name not in ("fleet.db", "fleet.db-wal", "fleet.db-shm")
     ]
@@ -106,7 +106,7 @@ def test_an_empty_file_becomes_a_ledger(tmp_path: Path) -> None:
     with pytest.raises(StellaError, match="is empty"):
         Ledger.open(db, readonly=True)
     with Ledger.open(db) as ledger:
-        assert ledger.count_runs() == 0
+        assert ledger.runs.count() == 0
     assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
@@ -117,7 +117,7 @@ def test_read_only_open_needs_an_existing_ledger_and_never_writes(tmp_path: Path
     assert not db.exists()
     Ledger.open(db).close()
     with Ledger.open(db, readonly=True) as ledger, pytest.raises(StellaError, match="opened read-only"):
-        ledger.finish_run("r", "failed", exit_code=1)
+        ledger.runs.finish("r", "failed", exit_code=1)
 
 
 def test_read_only_reader_works_while_another_process_holds_the_write_lock(tmp_path: Path) -> None:
@@ -139,15 +139,15 @@ def test_read_only_reader_works_while_another_process_holds_the_write_lock(tmp_p
     try:
         assert writer.stdout is not None and writer.stdout.readline().strip() == "holding"
         with Ledger.open(db, readonly=True) as reader:
-            assert [r["id"] for r in reader.list_runs()] == ["r-committed"]
-            assert reader.resolve_run_id("latest") == "r-committed"
+            assert [r["id"] for r in reader.runs.page()] == ["r-committed"]
+            assert reader.runs.resolve("latest") == "r-committed"
     finally:
         assert writer.stdin is not None
         writer.stdin.write("\n")
         writer.stdin.close()
         assert writer.wait(timeout=30) == 0
     with Ledger.open(db, readonly=True) as reader:
-        assert reader.count_runs() == 2
+        assert reader.runs.count() == 2
 
 
 def test_forward_migrations_run_once_and_keep_the_data(tmp_path: Path) -> None:
@@ -185,7 +185,7 @@ def test_a_version_1_ledger_is_upgraded_in_place_and_keeps_its_rows(tmp_path: Pa
     conn.execute("INSERT INTO attempts (run_id, task_id, started_at_ms) VALUES ('r-old', 't', 2)")
     conn.close()
     with Ledger.open(db) as ledger:
-        assert ledger.resolve_run_id("latest") == "r-old"
+        assert ledger.runs.resolve("latest") == "r-old"
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == LEDGER_SCHEMA.version
     row = conn.execute("SELECT schedule, resumed_from FROM runs WHERE id = 'r-old'").fetchone()
@@ -221,12 +221,12 @@ def test_opening_the_ledger_again_keeps_the_locks_of_a_live_connection(tmp_path:
     # live display, which re-opens the ledger read-only, once made a worker miss its own attempt row).
     db = tmp_path / "fleet.db"
     with Ledger.open(db) as ledger:
-        ledger.latest_run_id()
+        ledger.runs.latest_id()
         held = _posix_locks_on(db)
         assert held, "a WAL-mode connection holds a shared lock on the database file"
         for readonly in (True, False):
             with Ledger.open(db, readonly=readonly) as again:
-                again.latest_run_id()
+                again.runs.latest_id()
             assert _posix_locks_on(db) == held
 
 

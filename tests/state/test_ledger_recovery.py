@@ -31,10 +31,10 @@ def test_a_run_is_finalised_only_once_its_fleet_and_its_workers_are_gone(tmp_pat
             add_run(ledger, "r-gone", pid=dead_pid())
             add_run(ledger, "r-live")  # this process is its fleet
             for run in ("r-gone", "r-live"):
-                ledger.add_tasks(run, [Task()], {"t1": 1})
-            gone = ledger.start_attempt("r-gone", "t1", pipeline="command")
-            live = ledger.start_attempt("r-live", "t1", pipeline="command")
-            ledger.set_attempt_pid(gone, worker.pid)
+                ledger.tasks.add(run, [Task()], {"t1": 1})
+            gone = ledger.attempts.start("r-gone", "t1", pipeline="command")
+            live = ledger.attempts.start("r-live", "t1", pipeline="command")
+            ledger.attempts.set_pid(gone, worker.pid)
             store.acquire(["a.txt"], Holder.current("r-gone", "t1", "T", gone, worker.pid))
 
             assert finalise_orphaned_runs(ledger, store) == []  # its worker still runs: left alone

@@ -26,7 +26,7 @@ def _spender(
         for i in range(ADDS):
             micro = rng.randint(1, 250_000)  # $0.000001 .. $0.25 per model call
             attempt = own_attempt if i % 3 else shared_attempt
-            ledger.add_spend(attempt, micro / 1_000_000, input_tokens=micro % 1000, output_tokens=1, steps=1)
+            ledger.spend.add(attempt, micro / 1_000_000, input_tokens=micro % 1000, output_tokens=1, steps=1)
             reported_micro += micro
             tokens += micro % 1000
     out.put((own_attempt, reported_micro, tokens))  # type: ignore[attr-defined]
@@ -37,12 +37,12 @@ def test_eight_processes_adding_spend_lose_nothing(tmp_path: Path) -> None:
     db = tmp_path / "fleet.db"
     with Ledger.open(db) as ledger:
         add_run(ledger, "r-spend", base_ref="HEAD", max_concurrency=PROCESSES, argv=[], root="/", pid=1)
-        shared = ledger.start_attempt("r-spend", "shared", pipeline="command")
-        own = [ledger.start_attempt("r-spend", f"t{n}", pipeline="command") for n in range(PROCESSES)]
+        shared = ledger.attempts.start("r-spend", "shared", pipeline="command")
+        own = [ledger.attempts.start("r-spend", f"t{n}", pipeline="command") for n in range(PROCESSES)]
     reports = run_together(_spender, lambda n: (str(db), own[n], shared, n), PROCESSES)
     reported_usd = sum(r[1] for r in reports) / 1_000_000
     with Ledger.open(db, readonly=True) as ledger:
-        total = ledger.run_spend("r-spend")
+        total = ledger.spend.of_run("r-spend")
         run = ledger.get_run("r-spend")
     attempts_total = sum(a["spend_usd"] for a in run["attempts"])
     assert round(total, 2) == round(reported_usd, 2)

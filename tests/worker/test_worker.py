@@ -48,7 +48,7 @@ def test_the_worker_runs_its_pipeline_reports_spend_to_the_ledger_and_writes_its
     row = attempt_row(ctx)
     assert (row["spend_usd"], row["input_tokens"], row["output_tokens"], row["steps"]) == (0.42, 10, 5, 2)
     with Ledger.open(ctx.paths.fleet_db, readonly=True) as ledger:
-        assert ledger.run_spend(RUN) == pytest.approx(0.42)
+        assert ledger.spend.of_run(RUN) == pytest.approx(0.42)
     left = sorted(p.name for p in ctx.result_path.parent.iterdir())  # no temporary files left behind
     assert left == sorted([ctx.result_path.name, f"t1-{ctx.attempt_id}.command.json"])
     assert f"task t1 attempt {ctx.attempt_id} pipeline command" in proc.stdout

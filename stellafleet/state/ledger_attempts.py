@@ -1,0 +1,312 @@
+"""The ledger's `attempts` and `spend_events` tables: each run of a task's worker, and what it spent.
+
+Spend is added with increments (to the attempt and its run in the same transaction), never
+read-modify-write in Python, so every process may report at once. A remote attempt streams its events
+back with a sequence number, and a re-delivered one adds nothing (spend_events.seq is unique per attempt).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from stellafleet.core.errors import StellaError
+from stellafleet.core.spend import check_report
+from stellafleet.core.status import AttemptOutcome, TaskStatus
+from stellafleet.state.ledger_schema import ATTEMPT_OUTCOMES, check_choice
+from stellafleet.state.sqlitefile import Database
+
+# How far back the eager schedule looks for how long a task took before (past_durations): the same plan
+# run again, or resumed, is among the last few runs.
+PAST_RUNS = 20
+# The columns of an attempt the run page's first view draws as a timeline bar.
+BAR_COLUMNS = (
+    "id, task_id, node, started_at_ms, finished_at_ms, outcome, spend_usd, last_progress_ms, log_path"
+)
+IN_LIST = "IN (SELECT value FROM json_each(?))"
+
+
+class Attempts:
+    """The attempts table: one row per run of a task's worker, from its start to its outcome."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def start(
+        self,
+        run_id: str,
+        task_id: str,
+        *,
+        pipeline: str,
+        branch: str | None = None,
+        worktree: str | None = None,
+        log_path: str | None = None,
+        transcript_path: str | None = None,
+        token_sha256: str | None = None,
+    ) -> int:
+        """A new running attempt for the task, whose status becomes `running` in the same transaction."""
+        paths = (branch, worktree, log_path, transcript_path, token_sha256)
+        with self._db.write() as conn:
+            cursor = conn.execute(
+                "INSERT INTO attempts (run_id, task_id, started_at_ms, outcome, pipeline, branch, worktree,"
+                " log_path, transcript_path, token_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, task_id, self._db.now_ms(), str(AttemptOutcome.RUNNING), pipeline, *paths),
+            )
+            attempt_id = cursor.lastrowid
+            conn.execute(
+                "UPDATE tasks SET status = ?, reason = NULL WHERE run_id = ? AND id = ?",
+                (str(TaskStatus.RUNNING), run_id, task_id),
+            )
+        assert attempt_id is not None
+        return int(attempt_id)
+
+    def _set(self, attempt_id: int, assignments: str, *values: Any) -> None:
+        with self._db.write() as conn:
+            conn.execute(f"UPDATE attempts SET {assignments} WHERE id = ?", (*values, attempt_id))
+
+    def set_pid(self, attempt_id: int, pid: int) -> None:
+        self._set(attempt_id, "pid = ?", pid)
+
+    def set_progress(self, attempt_id: int, at_ms: int | None = None) -> None:
+        """The last time the attempt's worker showed progress (CPU time, output or spend; default now)."""
+        self._set(attempt_id, "last_progress_ms = ?", self._db.now_ms() if at_ms is None else at_ms)
+
+    def set_reason(self, attempt_id: int, reason: str) -> None:
+        """Why an attempt beyond a task's first exists (`ci-fix`: a --fix-ci round)."""
+        self._set(attempt_id, "reason = ?", reason)
+
+    def set_node(self, attempt_id: int, node: str) -> None:
+        """The node a remote attempt runs on; it has no worktree here (its clone is on the node)."""
+        self._set(attempt_id, "node = ?, worktree = NULL", node)
+
+    def set_steps(self, attempt_id: int, steps: int) -> None:
+        """The remote attempt's step count as its worker reported it (steps travel once, at the end)."""
+        self._set(attempt_id, "steps = MAX(steps, ?)", steps)
+
+    def finish(
+        self,
+        attempt_id: int,
+        *,
+        outcome: AttemptOutcome,
+        exit_code: int | None,
+        summary: str,
+        error: str | None = None,
+        cpu_seconds: float | None = None,
+        peak_rss_bytes: int | None = None,
+        reason: str | None = None,
+        transcript_written: bool = True,
+    ) -> float:
+        """Close the attempt and set its task's status to the outcome (with reason) in one transaction;
+        returns the attempt's recorded spend in dollars. A pipeline that wrote no transcript leaves no
+        transcript path behind (`transcript_written=False`)."""
+        stored = check_choice("attempt outcome", outcome, ATTEMPT_OUTCOMES)
+        success = 1 if outcome == AttemptOutcome.SUCCEEDED else 0
+        usage = (summary, error, cpu_seconds, peak_rss_bytes, transcript_written, attempt_id)
+        with self._db.write() as conn:
+            row = conn.execute(
+                "SELECT run_id, task_id, spend_usd FROM attempts WHERE id = ?", (attempt_id,)
+            ).fetchone()
+            if row is None:
+                raise StellaError(f"no attempt {attempt_id} in the fleet ledger {self._db.path}")
+            conn.execute(
+                "UPDATE attempts SET finished_at_ms = ?, outcome = ?, success = ?, exit_code = ?,"
+                " summary = ?, error = ?, cpu_seconds = ?, peak_rss_bytes = ?,"
+                " transcript_path = CASE WHEN ? THEN transcript_path END WHERE id = ?",
+                (self._db.now_ms(), stored, success, exit_code, *usage),
+            )
+            conn.execute(
+                "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND id = ?",
+                (stored, reason, row[0], row[1]),
+            )
+        return float(row[2])
+
+    def get(self, attempt_id: int, columns: str = "*") -> dict[str, Any] | None:
+        rows = self._db.rows(f"SELECT {columns} FROM attempts WHERE id = ?", (attempt_id,))
+        return rows[0] if rows else None
+
+    def identity(self, attempt_id: int) -> dict[str, Any] | None:
+        """What proves a process acts for an attempt: its run, task, outcome, worker pid and token hash."""
+        return self.get(attempt_id, "run_id, task_id, outcome, pid, started_at_ms, token_sha256")
+
+    def files(self, attempt_id: int) -> dict[str, Any] | None:
+        """The log and transcript paths the ledger recorded for an attempt (None: no such attempt)."""
+        return self.get(attempt_id, "id, run_id, task_id, outcome, log_path, transcript_path")
+
+    def steps(self, attempt_id: int) -> int:
+        found = self.get(attempt_id, "steps")
+        return int(found["steps"]) if found else 0
+
+    def of_run(self, run_id: str, columns: str = "*") -> list[dict[str, Any]]:
+        return self._db.rows(f"SELECT {columns} FROM attempts WHERE run_id = ? ORDER BY id", (run_id,))
+
+    def running(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's attempts still running: id, worker pid and start."""
+        return self._db.rows(
+            "SELECT id, pid, started_at_ms FROM attempts WHERE run_id = ? AND outcome = ?",
+            (run_id, str(AttemptOutcome.RUNNING)),
+        )
+
+    def running_progress(self, run_id: str) -> dict[str, tuple[int, float]]:
+        """task id -> (steps, dollars) of the run's attempts that are still running."""
+        rows = self._db.read(
+            "SELECT task_id, steps, spend_usd FROM attempts WHERE run_id = ? AND outcome = ?",
+            (run_id, str(AttemptOutcome.RUNNING)),
+        )
+        return {str(row[0]): (int(row[1]), float(row[2])) for row in rows}
+
+    def errors(self, attempt_ids: list[int]) -> dict[int, str]:
+        """attempt id -> its recorded error, for the given attempts that have one."""
+        rows = self._db.read(
+            f"SELECT id, error FROM attempts WHERE id {IN_LIST} AND error IS NOT NULL",
+            (json.dumps(attempt_ids),),
+        )
+        return {int(row[0]): str(row[1]) for row in rows}
+
+    def past_durations(self, tasks: Iterable[tuple[str, str | None, str]]) -> dict[str, float]:
+        """Task id -> seconds the latest succeeded attempt of the same task took in one of the ledger's
+        last PAST_RUNS runs, for tasks given as (id, prompt, pipeline): the same id, prompt and pipeline
+        (the task's own, else its run's) make the same task. Tasks never seen are left out."""
+        wanted = {task_id: (prompt, pipeline) for task_id, prompt, pipeline in tasks}
+        rows = self._db.read(
+            "SELECT a.task_id, t.prompt, coalesce(t.pipeline, r.pipeline), a.finished_at_ms - a.started_at_ms"
+            " FROM (SELECT id, pipeline FROM runs ORDER BY created_at_ms DESC, id DESC LIMIT ?) AS r"
+            " JOIN attempts a ON a.run_id = r.id JOIN tasks t ON t.run_id = a.run_id AND t.id = a.task_id"
+            " WHERE a.outcome = ? AND a.finished_at_ms IS NOT NULL ORDER BY a.id",
+            (PAST_RUNS, str(AttemptOutcome.SUCCEEDED)),
+        )
+        found: dict[str, float] = {}
+        for task_id, prompt, pipeline, elapsed_ms in rows:  # oldest first: the latest one stays
+            if wanted.get(task_id) == (prompt, pipeline):
+                found[task_id] = max(int(elapsed_ms), 0) / 1000
+        return found
+
+    def failed_in_latest_run(self) -> list[tuple[Any, ...]]:
+        """The rows of FAILED_IN_LATEST_RUN (docs/ledger.md's first example, which `stella demo` shows)."""
+        return [tuple(row) for row in self._db.read(FAILED_IN_LATEST_RUN)]
+
+
+FAILED_IN_LATEST_RUN = """\
+SELECT a.task_id, a.branch, a.summary
+  FROM attempts a
+ WHERE a.run_id = (SELECT id FROM runs ORDER BY created_at_ms DESC LIMIT 1)
+   AND a.success = 0;"""
+
+
+@dataclass(frozen=True)
+class SpendEvent:
+    """One spend event of an attempt; seq orders it within the attempt and makes re-delivery harmless."""
+
+    seq: int
+    usd: float
+    input_tokens: int
+    output_tokens: int
+
+
+class Spend:
+    """The spend_events table and the spend totals it adds to (attempts.spend_usd, runs.spend_usd)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def add(
+        self,
+        attempt_id: int,
+        usd: float,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        steps: int = 0,
+        seq: int | None = None,
+    ) -> bool:
+        """Add to an attempt's (and its run's) spend, tokens and steps, from any process; a non-finite,
+        negative or absurd amount is refused (StellaError). With seq, a re-delivered report adds nothing."""
+        try:
+            usd, input_tokens, output_tokens, steps = check_report(usd, input_tokens, output_tokens, steps)
+        except ValueError as exc:
+            raise StellaError(f"refused a spend report for attempt {attempt_id}: {exc}") from None
+        with self._db.write() as conn:
+            row = conn.execute("SELECT run_id FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
+            if row is None:
+                raise StellaError(f"no attempt {attempt_id} in the fleet ledger {self._db.path}")
+            cursor = conn.execute(
+                "INSERT INTO spend_events (attempt_id, run_id, usd, input_tokens, output_tokens, at_ms, seq)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (attempt_id, row[0], usd, input_tokens, output_tokens, self._db.now_ms(), seq),
+            )
+            if cursor.rowcount == 0:
+                return False  # this seq was recorded before
+            conn.execute(
+                "UPDATE attempts SET spend_usd = spend_usd + ?, input_tokens = input_tokens + ?,"
+                " output_tokens = output_tokens + ?, steps = steps + ? WHERE id = ?",
+                (usd, input_tokens, output_tokens, steps, attempt_id),
+            )
+            conn.execute("UPDATE runs SET spend_usd = spend_usd + ? WHERE id = ?", (usd, row[0]))
+        return True
+
+    def _total(self, table: str, row_id: int | str) -> float:
+        rows = self._db.read(f"SELECT spend_usd FROM {table} WHERE id = ?", (row_id,))
+        return float(rows[0][0]) if rows else 0.0
+
+    def of_run(self, run_id: str) -> float:
+        return self._total("runs", run_id)
+
+    def of_attempt(self, attempt_id: int) -> float:
+        """Dollars recorded so far for one attempt (0 for an unknown attempt)."""
+        return self._total("attempts", attempt_id)
+
+    def last_ms(self, attempt_id: int) -> int | None:
+        """When the attempt's latest spend event was recorded (None: it has none)."""
+        return self.last_ms_of([attempt_id]).get(attempt_id)
+
+    def last_ms_of(self, attempt_ids: list[int]) -> dict[int, int]:
+        """attempt id -> time of its latest spend event, for the given attempts that have one."""
+        rows = self._db.read(
+            f"SELECT attempt_id, max(at_ms) FROM spend_events WHERE attempt_id {IN_LIST} GROUP BY attempt_id",
+            (json.dumps(attempt_ids),),
+        )
+        return {int(row[0]): int(row[1]) for row in rows}
+
+    def after(self, attempt_id: int, after: int) -> list[SpendEvent]:
+        """The attempt's spend events past seq `after` (a scratch ledger's row ids are the sequence)."""
+        rows = self._db.read(
+            "SELECT id, usd, input_tokens, output_tokens FROM spend_events"
+            " WHERE attempt_id = ? AND id > ? ORDER BY id",
+            (attempt_id, after),
+        )
+        return [SpendEvent(int(r[0]), float(r[1]), int(r[2]), int(r[3])) for r in rows]
+
+    def buckets(self, run_id: str, *, start_ms: int, end_ms: int, points: int) -> list[tuple[int, float]]:
+        """The run's spend events summed into `points` equal time buckets over [start_ms, end_ms]:
+        (time of the bucket's last event, dollars in the bucket), in time order; events outside the span
+        fall into the first or last bucket, so the buckets always add up to every event."""
+        rows = self._db.read(
+            "SELECT min(?, max(0, (at_ms - ?) * ? / ?)) AS bucket, max(at_ms), sum(usd) FROM spend_events"
+            " WHERE run_id = ? GROUP BY bucket ORDER BY bucket",
+            (points - 1, start_ms, points, max(1, end_ms - start_ms), run_id),
+        )
+        return [(int(row[1]), float(row[2])) for row in rows]
+
+    def sparklines(
+        self, spans: list[tuple[str, int, int]], *, points: int, now_ms: int
+    ) -> dict[str, list[float]]:
+        """Cumulative dollars per run at `points` equal steps over each (run id, start, end) span, each
+        attempt's spend counted when it ended (still running: now). Built from the attempts, not the
+        spend events: a list row's sparkline needs its shape, and a run has ten times fewer attempts."""
+        lines: dict[str, list[float]] = {}
+        for run_id, start_ms, end_ms in spans:
+            rows = self._db.read(
+                "SELECT min(?, max(0, (coalesce(finished_at_ms, ?) - ?) * ? / ?)) AS bucket, sum(spend_usd)"
+                " FROM attempts WHERE run_id = ? AND spend_usd > 0 GROUP BY bucket",
+                (points - 1, now_ms, start_ms, points, max(1, end_ms - start_ms), run_id),
+            )
+            buckets = [0.0] * points
+            for bucket, usd in rows:
+                buckets[int(bucket)] += float(usd)
+            total, line = 0.0, []
+            for usd in buckets:
+                total += usd
+                line.append(round(total, 6))
+            lines[run_id] = line
+        return lines

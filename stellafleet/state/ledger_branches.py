@@ -1,0 +1,186 @@
+"""The ledger's tables about branches: `commits`, `ci`, `cleanups` and `merges`.
+
+A merges row is written when a branch's step starts (status `planned`) and closed with its outcome, so an
+interrupted `stella merge` leaves a visible `planned` row behind rather than nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from stellafleet.core.status import CIState, MergeStatus
+from stellafleet.state.ledger_schema import CI_STATES, MERGE_STATUSES, check_choice, json_column
+from stellafleet.state.sqlitefile import Database
+
+IN_COMMIT_ORDER = "ORDER BY committed_at_ms, rowid"
+
+
+class Commits:
+    """The commits table: every commit a task's attempt made, once per run."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def record(
+        self,
+        *,
+        sha: str,
+        run_id: str,
+        task_id: str,
+        attempt_id: int | None,
+        branch: str | None,
+        message: str,
+        committed_at_ms: int,
+    ) -> bool:
+        """Record one commit of a task; False (and nothing changed) if this run already has it."""
+        with self._db.write() as conn:
+            cursor = conn.execute(
+                "INSERT OR IGNORE INTO commits (sha, run_id, task_id, attempt_id, branch, message,"
+                " committed_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (sha, run_id, task_id, attempt_id, branch, message, committed_at_ms),
+            )
+            return cursor.rowcount == 1
+
+    def of_run(self, run_id: str, columns: str = "*") -> list[dict[str, Any]]:
+        return self._db.rows(f"SELECT {columns} FROM commits WHERE run_id = ? {IN_COMMIT_ORDER}", (run_id,))
+
+    def of_attempt(self, run_id: str, attempt_id: int) -> list[dict[str, Any]]:
+        return self._db.rows(
+            f"SELECT sha, branch, message, committed_at_ms FROM commits WHERE run_id = ? AND attempt_id = ?"
+            f" {IN_COMMIT_ORDER}",
+            (run_id, attempt_id),
+        )
+
+
+class CI:
+    """The ci table: the latest CI state of each branch a run pushed."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def upsert(
+        self,
+        *,
+        run_id: str,
+        branch: str,
+        task_id: str | None,
+        head_sha: str | None,
+        pr_url: str | None,
+        pr_number: int | None,
+        state: CIState,
+        conclusion: str | None,
+        reason: str | None,
+        run_urls: list[str],
+    ) -> None:
+        stored = check_choice("CI state", state, CI_STATES)
+        values = (run_id, branch, task_id, head_sha, pr_url, pr_number, stored, conclusion, reason)
+        with self._db.write() as conn:
+            conn.execute(
+                "INSERT INTO ci (run_id, branch, task_id, head_sha, pr_url, pr_number, state, conclusion,"
+                " reason, run_urls_json, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (run_id, branch) DO UPDATE SET task_id = excluded.task_id,"
+                " head_sha = excluded.head_sha, pr_url = excluded.pr_url, pr_number = excluded.pr_number,"
+                " state = excluded.state, conclusion = excluded.conclusion, reason = excluded.reason,"
+                " run_urls_json = excluded.run_urls_json, updated_at_ms = excluded.updated_at_ms",
+                (*values, json.dumps(list(run_urls)), self._db.now_ms()),
+            )
+
+    def of_run(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self._db.rows("SELECT * FROM ci WHERE run_id = ? ORDER BY branch", (run_id,))
+        return [json_column(row, "run_urls_json", "run_urls") for row in rows]
+
+    def of_branch(self, run_id: str, branch: str) -> dict[str, Any] | None:
+        rows = self._db.rows("SELECT * FROM ci WHERE run_id = ? AND branch = ?", (run_id, branch))
+        return json_column(rows[0], "run_urls_json", "run_urls") if rows else None
+
+
+class Cleanups:
+    """The cleanups table: each worktree or branch `stella clean` (or a run's end) removed or kept."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def record(
+        self,
+        *,
+        run_id: str | None,
+        task_id: str | None,
+        kind: str,
+        target: str,
+        action: str,
+        reason: str | None,
+    ) -> None:
+        check_choice("cleanup kind", kind, ("worktree", "branch"))
+        check_choice("cleanup action", action, ("removed", "kept"))
+        with self._db.write() as conn:
+            conn.execute(
+                "INSERT INTO cleanups (run_id, task_id, kind, target, action, reason, at_ms)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, task_id, kind, target, action, reason, self._db.now_ms()),
+            )
+
+    def of_run(self, run_id: str) -> list[dict[str, Any]]:
+        return self._db.rows("SELECT * FROM cleanups WHERE run_id = ? ORDER BY id", (run_id,))
+
+
+class Merges:
+    """The merges table: one row per branch `stella merge` took through its queue."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def start(
+        self,
+        *,
+        run_id: str,
+        task_id: str | None,
+        branch: str,
+        position: int,
+        strategy: str,
+        onto_ref: str,
+        before_sha: str,
+        check_command: str | None,
+    ) -> int:
+        """A `planned` row for one branch's step; returns its id."""
+        where = (branch, position, strategy, onto_ref, before_sha, str(MergeStatus.PLANNED), check_command)
+        with self._db.write() as conn:
+            cursor = conn.execute(
+                "INSERT INTO merges (run_id, task_id, branch, position, strategy, onto_ref, before_sha,"
+                " status, check_command, started_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, task_id, *where, self._db.now_ms()),
+            )
+            merge_id = cursor.lastrowid
+        assert merge_id is not None
+        return int(merge_id)
+
+    def finish(
+        self,
+        merge_id: int,
+        status: MergeStatus,
+        *,
+        after_sha: str | None = None,
+        reason: str | None = None,
+        files: Sequence[str] = (),
+        check_tail: str | None = None,
+    ) -> None:
+        stored = check_choice("merge status", status, MERGE_STATUSES)
+        with self._db.write() as conn:
+            conn.execute(
+                "UPDATE merges SET status = ?, after_sha = ?, reason = ?, files_json = ?, check_tail = ?,"
+                " finished_at_ms = ? WHERE id = ?",
+                (stored, after_sha, reason, json.dumps(list(files)), check_tail, self._db.now_ms(), merge_id),
+            )
+
+    def merged_branches(self) -> dict[str, str]:
+        """branch -> the commit its last successful `stella merge` step put on the target branch."""
+        rows = self._db.read(
+            "SELECT branch, after_sha FROM merges WHERE status = ? AND after_sha IS NOT NULL ORDER BY id",
+            (str(MergeStatus.MERGED),),
+        )
+        return {str(row[0]): str(row[1]) for row in rows}
+
+    def of_run(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self._db.rows("SELECT * FROM merges WHERE run_id = ? ORDER BY id", (run_id,))
+        return [json_column(row, "files_json", "files") for row in rows]

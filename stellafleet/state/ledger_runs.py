@@ -1,0 +1,241 @@
+"""The ledger's `runs` and `tasks` tables: one row per fleet run, one per task of a run's plan."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from stellafleet.core.errors import StellaError
+from stellafleet.core.status import RunStatus, TaskStatus
+from stellafleet.state.ledger_schema import RUN_STATUSES, TASK_STATUSES, check_choice
+from stellafleet.state.sqlitefile import Database
+
+NEWEST_FIRST = "ORDER BY created_at_ms DESC, id DESC"
+
+
+class TaskSpec(Protocol):
+    """What the ledger reads from a plan task (plan.PlanTask satisfies it)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def title(self) -> str: ...
+    @property
+    def prompt(self) -> str: ...
+    @property
+    def depends_on(self) -> tuple[str, ...]: ...
+    @property
+    def claims(self) -> tuple[str, ...]: ...
+    @property
+    def isolation(self) -> str: ...
+    @property
+    def pipeline(self) -> str | None: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def timeout(self) -> float | None: ...
+
+
+class Runs:
+    """The runs table: a run's settings, status, lineage and total spend."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def create(
+        self,
+        *,
+        run_id: str,
+        plan_path: str | None,
+        plan_sha256: str | None,
+        base_ref: str,
+        base_commit: str,
+        max_concurrency: int,
+        spend_limit_usd: float | None,
+        pipeline: str,
+        argv: list[str],
+        root: str,
+        pid: int,
+    ) -> None:
+        values = (plan_path, plan_sha256, base_ref, base_commit, max_concurrency, spend_limit_usd, pipeline)
+        with self._db.write() as conn:
+            try:
+                conn.execute(
+                    "INSERT INTO runs (id, created_at_ms, status, plan_path, plan_sha256, base_ref,"
+                    " base_commit, max_concurrency, spend_limit_usd, pipeline, argv, root, pid)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (run_id, self._db.now_ms(), str(RunStatus.RUNNING), *values, json.dumps(argv), root, pid),
+                )
+            except sqlite3.IntegrityError:
+                raise StellaError(f"run {run_id} is already in the ledger {self._db.path}") from None
+
+    def finish(self, run_id: str, status: RunStatus, *, exit_code: int, reason: str | None = None) -> None:
+        stored = check_choice("run status", status, RUN_STATUSES)
+        with self._db.write() as conn:
+            conn.execute(
+                "UPDATE runs SET status = ?, finished_at_ms = ?, exit_code = ?, reason = ? WHERE id = ?",
+                (stored, self._db.now_ms(), exit_code, reason, run_id),
+            )
+
+    def set_lineage(self, run_id: str, *, schedule: str, resumed_from: str | None = None) -> None:
+        """Which schedule the run uses and the run it resumes (`stella fleet --resume`), if any."""
+        with self._db.write() as conn:
+            conn.execute(
+                "UPDATE runs SET schedule = ?, resumed_from = ? WHERE id = ?",
+                (schedule, resumed_from, run_id),
+            )
+
+    def set_executor(self, run_id: str, executor: str) -> None:
+        with self._db.write() as conn:
+            conn.execute("UPDATE runs SET executor = ? WHERE id = ?", (executor, run_id))
+
+    def get(self, run_id: str) -> dict[str, Any] | None:
+        rows = self._db.rows("SELECT * FROM runs WHERE id = ?", (run_id,))
+        return rows[0] if rows else None
+
+    def latest_id(self) -> str | None:
+        rows = self._db.read(f"SELECT id FROM runs {NEWEST_FIRST} LIMIT 1")
+        return str(rows[0][0]) if rows else None
+
+    def resolve(self, ref: str | None) -> str:
+        """A full run id from None/"latest", an exact id, or a unique prefix; StellaError otherwise."""
+        if ref is None or ref == "latest":
+            latest = self.latest_id()
+            if latest is None:
+                raise StellaError(
+                    f"no fleet runs recorded in {self._db.path} yet: start one with `stella fleet`"
+                )
+            return latest
+        if self._db.read("SELECT 1 FROM runs WHERE id = ?", (ref,)):
+            return ref
+        found = self._db.read(
+            "SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY id LIMIT 6", (len(ref), ref)
+        )
+        matches = [str(row[0]) for row in found]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise StellaError(f"no run matches {ref!r}: `stella runs` lists the recorded runs")
+        shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
+        raise StellaError(f"{ref!r} matches several runs ({shown}): give more of the run id")
+
+    def resumed_by(self, run_id: str) -> list[str]:
+        """The runs that resumed this one (`stella fleet --resume`), oldest first."""
+        rows = self._db.read(
+            "SELECT id FROM runs WHERE resumed_from = ? ORDER BY created_at_ms, id", (run_id,)
+        )
+        return [str(row[0]) for row in rows]
+
+    def count(self) -> int:
+        return int(self._db.read("SELECT count(*) FROM runs")[0][0])
+
+    def page(self, *, limit: int = 50, offset: int = 0) -> list[dict[str, Any]]:
+        """A page of runs, newest first, each with its task counts by status, attempt count and duration."""
+        runs = self._db.rows(f"SELECT * FROM runs {NEWEST_FIRST} LIMIT ? OFFSET ?", (limit, offset))
+        ids = json.dumps([run["id"] for run in runs])
+        counts: dict[str, dict[str, int]] = {run["id"]: {} for run in runs}
+        in_page = "run_id IN (SELECT value FROM json_each(?))"
+        for row in self._db.read(
+            f"SELECT run_id, status, count(*) FROM tasks WHERE {in_page} GROUP BY run_id, status", (ids,)
+        ):
+            counts[row[0]][row[1]] = int(row[2])
+        attempts = self._db.read(
+            f"SELECT run_id, count(*) FROM attempts WHERE {in_page} GROUP BY run_id", (ids,)
+        )
+        attempts_of = {row[0]: int(row[1]) for row in attempts}
+        for run in runs:
+            run["task_counts"] = counts[run["id"]]
+            run["tasks_total"] = sum(counts[run["id"]].values())
+            run["attempts_total"] = attempts_of.get(run["id"], 0)
+            finished = run["finished_at_ms"]
+            run["duration_ms"] = None if finished is None else finished - run["created_at_ms"]
+        return runs
+
+    def running(self) -> list[dict[str, Any]]:
+        """The runs still marked running: id, the fleet's pid and when it started."""
+        return self._db.rows(
+            "SELECT id, pid, created_at_ms FROM runs WHERE status = ?", (str(RunStatus.RUNNING),)
+        )
+
+    def with_workspaces(self) -> list[str]:
+        """Ids of the runs whose tasks or attempts recorded a branch or a worktree, newest first."""
+        rows = self._db.read(
+            "SELECT id FROM runs WHERE id IN ("
+            " SELECT run_id FROM tasks WHERE branch IS NOT NULL OR worktree IS NOT NULL"
+            " UNION SELECT run_id FROM attempts WHERE branch IS NOT NULL OR worktree IS NOT NULL)"
+            f" {NEWEST_FIRST}"
+        )
+        return [str(row[0]) for row in rows]
+
+
+# The columns of a task the run page's first view draws (no prompt, model or claims).
+CARD_COLUMNS = "id, title, status, reason, isolation, wave, branch, worktree, depends_on_json"
+
+
+class Tasks:
+    """The tasks table: a run's plan tasks, their status and their workspace."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def add(self, run_id: str, tasks: Iterable[TaskSpec], waves: dict[str, int]) -> None:
+        rows = [
+            (
+                run_id,
+                task.id,
+                task.title,
+                task.prompt,
+                json.dumps(list(task.depends_on)),
+                json.dumps(list(task.claims)),
+                task.isolation,
+                waves.get(task.id),
+                task.pipeline,
+                task.model,
+                task.timeout,
+            )
+            for task in tasks
+        ]
+        with self._db.write() as conn:
+            conn.executemany(
+                "INSERT INTO tasks (run_id, id, title, prompt, depends_on_json, claims_json, isolation, wave,"
+                " pipeline, model, timeout_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+
+    def set_status(self, run_id: str, task_id: str, status: TaskStatus, reason: str | None = None) -> None:
+        stored = check_choice("task status", status, TASK_STATUSES)
+        with self._db.write() as conn:
+            conn.execute(
+                "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND id = ?",
+                (stored, reason, run_id, task_id),
+            )
+
+    def set_workspace(self, run_id: str, task_id: str, branch: str | None, worktree: str | None) -> None:
+        with self._db.write() as conn:
+            conn.execute(
+                "UPDATE tasks SET branch = ?, worktree = ? WHERE run_id = ? AND id = ?",
+                (branch, worktree, run_id, task_id),
+            )
+
+    def count(self, run_id: str) -> int:
+        return int(self._db.read("SELECT count(*) FROM tasks WHERE run_id = ?", (run_id,))[0][0])
+
+    def of_run(self, run_id: str, columns: str = "*") -> list[dict[str, Any]]:
+        """The run's tasks in plan order (by wave), with depends_on (and claims, if read) decoded."""
+        tasks = self._db.rows(f"SELECT {columns} FROM tasks WHERE run_id = ? ORDER BY wave, rowid", (run_id,))
+        for task in tasks:
+            task["depends_on"] = json.loads(task["depends_on_json"] or "[]")
+            if "claims_json" in task:
+                task["claims"] = json.loads(task["claims_json"] or "[]")
+            if columns != "*":
+                del task["depends_on_json"]
+        return tasks
+
+    def get(self, run_id: str, task_id: str) -> dict[str, Any] | None:
+        """A task's id, title and branch."""
+        rows = self._db.rows(
+            "SELECT id, title, branch FROM tasks WHERE run_id = ? AND id = ?", (run_id, task_id)
+        )
+        return rows[0] if rows else None
