@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from stellafleet.core.status import StopReason
+
 if TYPE_CHECKING:
     from stellafleet.core.workercontext import WorkerContext
 
@@ -22,7 +24,6 @@ if TYPE_CHECKING:
 # overflowed to infinity (two tasks reporting 1e308 made the run's spend `$inf`).
 MAX_REPORT_USD = 100_000.0
 MAX_REPORT_COUNT = 10**12
-SPEND_STOP_PREFIX = "spend limit reached"
 # Below this the difference is float rounding in adding the same reports up twice, not lost money.
 EPSILON_USD = 1e-9
 
@@ -194,7 +195,7 @@ def settle_attempt(ledger: SpendLedger, attempt_id: int, reported: Iterable[floa
 
 def spend_stop_text(spent: float, limit: float) -> str:
     """The one line that says the run's spend has reached its limit: `spend limit reached: $X of $Y`."""
-    return f"{SPEND_STOP_PREFIX}: {money(spent)} of {money(limit)}"
+    return f"{StopReason.SPEND_LIMIT}: {money(spent)} of {money(limit)}"
 
 
 class NoBudget(Exception):
@@ -246,7 +247,7 @@ class SpendBudget:
             return None
         used = self.limit - max(0.0, self._left())
         return (
-            f"{SPEND_STOP_PREFIX}: {money(used)} of {money(self.limit)} spent or held by running workers, "
+            f"{spend_stop_text(used, self.limit)} spent or held by running workers, "
             f"less than the {money(self.min_guard)} minimum guard left"
         )
 

@@ -1,4 +1,4 @@
-"""The states a run, a task, an attempt and a watched branch can be in.
+"""The states a run, a task, an attempt and a watched branch can be in, and why one stopped short.
 
 They are StrEnums so the ledger stores plain text (and old ledgers read back as members) while the
 code compares against names the type checker knows.
@@ -6,6 +6,7 @@ code compares against names the type checker knows.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -36,6 +37,28 @@ class AttemptOutcome(StrEnum):
     STALLED = "stalled"
     # Its fleet died; the next stella command that opened the ledger finalised it.
     ABANDONED = "abandoned"
+
+
+class StopReason(StrEnum):
+    """Why a run, a task or an attempt stopped short: code decides by these, users read a Stop's text."""
+
+    INTERRUPTED = "interrupted"
+    TIMED_OUT = "timed out"
+    LOST = "lost"  # a remote worker's node or Ray worker went away
+    SPEND_LIMIT = "spend limit reached"
+    DEPENDENCY_FAILED = "dependency failed"
+    NOT_STARTED = "not started"
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A stop and the words it is shown and recorded with (the reason's own when there is no more to say)."""
+
+    reason: StopReason
+    text: str = ""
+
+    def __str__(self) -> str:
+        return self.text or self.reason.value
 
 
 class MergeStatus(StrEnum):

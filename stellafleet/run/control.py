@@ -27,21 +27,20 @@ from stellafleet.core.errors import (
     StellaError,
 )
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
-from stellafleet.core.spend import SPEND_STOP_PREFIX, SpendBudget
-from stellafleet.core.status import RunStatus, TaskStatus
+from stellafleet.core.spend import SpendBudget
+from stellafleet.core.status import RunStatus, Stop, StopReason, TaskStatus
 from stellafleet.git import gitops
 from stellafleet.run.direct import DirectCommands, covers_every_task
 from stellafleet.run.dispatch import Dispatcher, RunSettings
-from stellafleet.run.eager import EagerRunner, runner_class
 from stellafleet.run.events import Emit, Event, Notice, RunStarted, TaskSkipped
-from stellafleet.run.executor import INTERRUPTED, Executor, LocalExecutor
+from stellafleet.run.executor import Executor, LocalExecutor
 from stellafleet.run.notify import fan_out, notifier_for
 from stellafleet.run.prepare import FleetOptions, Prepared, prepare
 from stellafleet.run.reporter import Reporter, make_reporter, print_dry_run
 from stellafleet.run.result import result_document
 from stellafleet.run.resume import record_lineage, schedule_note
 from stellafleet.run.watchdog import watching
-from stellafleet.run.waves import WaveOutcome
+from stellafleet.run.waves import PlanRunner
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.ledger_recovery import finalise_orphaned_runs
@@ -65,7 +64,7 @@ class Interrupts:
 
     def __init__(
         self,
-        request_stop: Callable[[str], None],
+        request_stop: Callable[[Stop], None],
         stop_workers: Callable[[], None],
         running: Callable[[], Sequence[str]],
         emit: Emit,
@@ -83,7 +82,7 @@ class Interrupts:
         self.count += 1
         running = len(self._running())
         plural = "worker" if running == 1 else "workers"
-        self._request_stop(INTERRUPTED)
+        self._request_stop(Stop(StopReason.INTERRUPTED))
         if self.count == 1 and signum == signal.SIGINT and not self._stop_on_first:
             self._emit(
                 Notice(
@@ -112,13 +111,13 @@ class Interrupts:
 
 
 def exit_status(
-    interrupted: bool, stopped: str | None, statuses: Mapping[str, TaskStatus]
+    interrupted: bool, stopped: Stop | None, statuses: Mapping[str, TaskStatus]
 ) -> tuple[RunStatus, int, str | None]:
     """The run's (status, exit code, reason) from how it ended."""
     if interrupted:
-        return RunStatus.INTERRUPTED, EXIT_INTERRUPTED, INTERRUPTED
-    if stopped and stopped.startswith(SPEND_STOP_PREFIX):
-        return RunStatus.SPEND_LIMITED, EXIT_SPEND_LIMIT, stopped
+        return RunStatus.INTERRUPTED, EXIT_INTERRUPTED, StopReason.INTERRUPTED.value
+    if stopped is not None and stopped.reason is StopReason.SPEND_LIMIT:
+        return RunStatus.SPEND_LIMITED, EXIT_SPEND_LIMIT, str(stopped)
     unsuccessful = Counter(status for status in statuses.values() if status != TaskStatus.SUCCEEDED)
     if unsuccessful:
         return (
@@ -222,9 +221,9 @@ class FleetRun:
                 )
                 self._fix_parts = (claims, executor)  # --fix-ci's follow-up attempts run on these too
                 try:
-                    outcome, interrupted = self._drive(ledger, dispatcher)
+                    runner, interrupted = self._drive(ledger, dispatcher)
                     executor.release()  # nothing more to start: let it wind down while we finish
-                    return self._finish(ledger, outcome, interrupted)
+                    return self._finish(ledger, runner, interrupted)
                 finally:
                     self.reporter.abort()  # after finish() a no-op; after an error it restores the terminal
         finally:
@@ -263,8 +262,8 @@ class FleetRun:
             )
         )
 
-    def _drive(self, ledger: Ledger, dispatcher: Dispatcher) -> tuple[WaveOutcome, bool]:
-        """Record the run and run its waves under the run's signal handling; (outcome, interrupted)."""
+    def _drive(self, ledger: Ledger, dispatcher: Dispatcher) -> tuple[PlanRunner, bool]:
+        """Record the run and run its tasks under the run's signal handling; (the runner, interrupted)."""
         p, emit = self.prepared, self.reporter.handle
 
         def on_event(event: Event) -> None:
@@ -272,24 +271,28 @@ class FleetRun:
                 ledger.tasks.set_status(p.run_id, event.task, TaskStatus.SKIPPED, event.reason)
             emit(event)
 
-        def before_wave(number: int, task_ids: list[str]) -> str | None:
+        def before_start(number: int, task_ids: list[str]) -> Stop | None:
             if dispatcher.budget is None:  # no spend limit
                 return None
             told = self.notifier.spend_limit_reached if self.notifier is not None else None
-            return dispatcher.budget.before_start(ledger.spend.of_run(p.run_id), told)
+            why = dispatcher.budget.before_start(ledger.spend.of_run(p.run_id), told)
+            return Stop(StopReason.SPEND_LIMIT, why) if why else None
 
-        runner = runner_class(p.schedule)(
+        durations = None
+        if p.schedule == "eager":  # how long the same tasks took before decides what starts first
+            durations = ledger.attempts.past_durations(
+                (task.id, task.prompt, task.pipeline or p.default_pipeline) for task in p.plan.tasks
+            )
+        runner = PlanRunner(
             p.plan,
             p.concurrency.value,
             dispatcher.execute,
-            before_wave=before_wave,
+            schedule=p.schedule,
+            durations=durations,
+            before_start=before_start,
             on_event=on_event,
             done=p.resume.done if p.resume else frozenset(),
         )
-        if isinstance(runner, EagerRunner):  # how long the same tasks took before decides what starts first
-            runner.durations = ledger.attempts.past_durations(
-                (task.id, task.prompt, task.pipeline or p.default_pipeline) for task in p.plan.tasks
-            )
         interrupts = Interrupts(
             runner.request_stop,
             dispatcher.stop_workers,
@@ -300,14 +303,14 @@ class FleetRun:
         with interrupts.installed(), watching(p.idle_timeout, ledger) as watchdog:
             dispatcher.watchdog = watchdog
             self._record_start(ledger)
-            outcome = _in_background(runner.run)
-        return outcome, interrupts.count > 0
+            _in_background(runner.run)
+        return runner, interrupts.count > 0
 
-    def _finish(self, ledger: Ledger, outcome: WaveOutcome, interrupted: bool) -> int:
+    def _finish(self, ledger: Ledger, runner: PlanRunner, interrupted: bool) -> int:
         """Settle every task, record the run's end (and its CI watch), report the result; the exit code."""
         p = self.prepared
-        statuses = self._settle(ledger, outcome, interrupted)
-        status, code, reason = exit_status(interrupted, outcome.stopped, statuses)
+        statuses = self._settle(ledger, runner.seen.reasons, interrupted)
+        status, code, reason = exit_status(interrupted, runner.stopped, statuses)
         ledger.runs.finish(p.run_id, status, exit_code=code, reason=reason)
         if self.notifier is not None:
             self.notifier.run_ended(status, code, reason, Counter(str(s) for s in statuses.values()))
@@ -317,22 +320,19 @@ class FleetRun:
         self.reporter.finish(result_document(ledger.get_run(p.run_id), watch_doc))
         return code
 
-    def _settle(self, ledger: Ledger, outcome: WaveOutcome, interrupted: bool) -> dict[str, TaskStatus]:
-        """Make every task's final status explicit; returns task id -> status."""
+    def _settle(self, ledger: Ledger, seen: Mapping[str, str], interrupted: bool) -> dict[str, TaskStatus]:
+        """Task id -> its status in the ledger, where a task whose attempt never got recorded (an error came
+        first) ends skipped, with the reason doit was told."""
         run_id = self.prepared.run_id
-        record = ledger.get_run(run_id)
-        by_status = {task["id"]: TaskStatus(task["status"]) for task in record["tasks"]}
-        for task in record["tasks"]:
-            task_id, status = task["id"], by_status[task["id"]]
-            if status in (TaskStatus.PENDING, TaskStatus.RUNNING):  # never launched: the stop came first
-                reason = outcome.reasons.get(task_id) or outcome.stopped or "not started"
+        by_status = {task["id"]: TaskStatus(task["status"]) for task in ledger.get_run(run_id)["tasks"]}
+        for task_id, status in by_status.items():
+            if status in (TaskStatus.PENDING, TaskStatus.RUNNING):
+                reason = seen.get(task_id) or StopReason.NOT_STARTED.value
                 if interrupted:
-                    reason = INTERRUPTED
+                    reason = StopReason.INTERRUPTED.value
                 ledger.tasks.set_status(run_id, task_id, TaskStatus.SKIPPED, reason)
                 by_status[task_id] = TaskStatus.SKIPPED
                 self.reporter.handle(TaskSkipped(task_id, reason))
-            elif status == TaskStatus.SKIPPED and interrupted and _after_interrupt(task, by_status):
-                ledger.tasks.set_status(run_id, task_id, TaskStatus.SKIPPED, INTERRUPTED)
         return by_status
 
     def _watch(self, ledger: Ledger, status: RunStatus, code: int) -> tuple[Any, int]:
@@ -360,30 +360,19 @@ class FleetRun:
         return result.to_json(), code
 
 
-def _after_interrupt(task: Mapping[str, Any], by_status: Mapping[str, TaskStatus]) -> bool:
-    """A task skipped only because a dependency was interrupted was skipped by the interrupt."""
-    reason = task.get("reason") or ""
-    return reason.startswith("dependency failed") and any(
-        by_status.get(dep) in (TaskStatus.INTERRUPTED, TaskStatus.SKIPPED)
-        for dep in task.get("depends_on", [])
-    )
-
-
-def _in_background(work: Callable[[], WaveOutcome]) -> WaveOutcome:
-    """Run the waves in a thread; the main thread only waits (and takes the signals)."""
-    box: dict[str, Any] = {}
+def _in_background(work: Callable[[], object]) -> None:
+    """Run the tasks in a thread; the main thread only waits (and takes the signals)."""
+    errors: list[BaseException] = []
 
     def target() -> None:
         try:
-            box["outcome"] = work()
+            work()
         except BaseException as exc:  # handed back to the main thread below
-            box["error"] = exc
+            errors.append(exc)
 
     thread = threading.Thread(target=target, name="stella-waves", daemon=True)
     thread.start()
     while thread.is_alive():
         thread.join(0.5)
-    if "error" in box:
-        raise box["error"]
-    outcome: WaveOutcome = box["outcome"]
-    return outcome
+    if errors:
+        raise errors[0]

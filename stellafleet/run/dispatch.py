@@ -21,13 +21,13 @@ from pathlib import Path
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import NoBudget, SpendBudget, settle_attempt
-from stellafleet.core.status import AttemptOutcome
+from stellafleet.core.status import AttemptOutcome, Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, worktrees
 from stellafleet.pipelines.command import RESULT_ENV, reported_usd
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit, SkipTask
-from stellafleet.run.executor import INTERRUPTED, Attempt, Execution, Executor
+from stellafleet.run.executor import Attempt, Execution, Executor
 from stellafleet.run.verdict import Record, judge, stalled_record
 from stellafleet.run.watchdog import Watchdog
 from stellafleet.state.claims import ClaimStore, Holder
@@ -164,7 +164,7 @@ class Dispatcher:
             try:
                 guard = self.budget.reserve(task.id)
             except NoBudget as exc:
-                raise SkipTask(str(exc)) from None
+                raise SkipTask(Stop(StopReason.SPEND_LIMIT, str(exc))) from None
         started = time.monotonic()
         spend: float | None = None
         try:
@@ -273,7 +273,8 @@ class Dispatcher:
     def _attempt(self, task: PlanTask, ctx: WorkerContext, *, follow_up: bool = False) -> Record:
         settings = self.settings
         if self._hard_stop.is_set():
-            return Record(AttemptOutcome.INTERRUPTED, "interrupted before the worker started", INTERRUPTED)
+            summary = "interrupted before the worker started"
+            return Record(AttemptOutcome.INTERRUPTED, summary, StopReason.INTERRUPTED.value)
         workspace = Workspace(ctx.workspace, ctx.branch)
         if task.claims:
             holder = Holder.current(ctx.run_id, task.id, task.title, ctx.attempt_id)

@@ -1,7 +1,7 @@
 """What a fleet run tells as it works: one frozen dataclass per event, and the base of their sinks.
 
-The control, the wave runner and the dispatcher emit them (`Emit`) from whichever thread they run on;
-a reporter (reporter.py) is an EventSink that decides how they look.
+The control, the plan runner (through doit's reporter) and the dispatcher emit them (`Emit`) from whichever
+thread they run on; a reporter (reporter.py) is an EventSink that decides how they look.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias
 
-from stellafleet.core.status import AttemptOutcome, TaskStatus
+from stellafleet.core.status import AttemptOutcome, Stop, TaskStatus
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class WaveEnded:
 
 @dataclass(frozen=True)
 class TaskStarted:
-    """The wave runner handed the task to its action (its attempt starts next)."""
+    """doit started the task's action (its attempt starts next)."""
 
     task: str
     wave: int
@@ -52,7 +52,7 @@ class TaskStarted:
 
 @dataclass(frozen=True)
 class TaskEnded:
-    """The wave runner's verdict on a task that ran: succeeded or failed."""
+    """doit's verdict on a task that ran: succeeded or failed."""
 
     task: str
     status: TaskStatus
@@ -60,8 +60,12 @@ class TaskEnded:
 
 
 class SkipTask(Exception):
-    """Raised by a task's action to have the task skipped rather than failed, and nothing more launched
-    (no spend guard is left for its worker); the message is the reason."""
+    """Raised by a task's action to have the task skipped rather than failed, and the run stopped for the
+    same reason (no spend guard is left for its worker)."""
+
+    def __init__(self, stop: Stop) -> None:
+        super().__init__(str(stop))
+        self.stop = stop
 
 
 @dataclass(frozen=True)
@@ -124,8 +128,8 @@ Emit = Callable[[Event], None]
 class EventSink:
     """A reporter's plumbing: serialises events from many threads onto one method per event it shows.
 
-    Subclasses override the methods of the events they show; the others do nothing, and the wave
-    runner's own bookkeeping (TaskStarted, TaskEnded, WaveEnded) no reporter shows.
+    Subclasses override the methods of the events they show; the others do nothing, and what doit tells
+    of each task besides (TaskStarted, TaskEnded, WaveEnded) no reporter shows.
     """
 
     def __init__(self) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from stellafleet.core.status import Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc.tree import Exit, ProcessTree
@@ -27,7 +28,6 @@ from stellafleet.worker.launcher import Launcher, LauncherGone
 
 # -P: the workspace (the cwd) is not put on sys.path, so a repository file can never shadow a module
 WORKER_ARGV = (sys.executable, "-P", "-m", "stellafleet.worker.main")
-INTERRUPTED = "interrupted"
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Ending:
     reported (None: it left none)."""
 
     exit: Exit
-    stop_reason: str | None
+    stop_reason: Stop | None
     result: PipelineResult | None
 
 
@@ -62,7 +62,7 @@ class Execution(Protocol):
         ...
 
     def stop(self) -> None:
-        """Stop the worker (safe from any thread); wait() then returns with stop_reason "interrupted"."""
+        """Stop the worker (safe from any thread); wait() then returns with stop_reason INTERRUPTED."""
         ...
 
 
@@ -166,7 +166,7 @@ class LocalExecution:
                 self._wake = None
         return Ending(exit_info, stop_reason, read_result(self._context.result_path))
 
-    def _follow(self) -> tuple[Exit, str | None]:
+    def _follow(self) -> tuple[Exit, Stop | None]:
         """Wait for the worker, sampling its tree; on timeout or stop(), stop the tree (proc/group.py's
         SIGTERM, grace, SIGKILL). However it ended, whatever it left running is killed with it."""
         tree, timeout = self._tree, self._context.timeout_s
@@ -174,13 +174,13 @@ class LocalExecution:
         deadline = start + timeout if timeout else None
         next_sample = start + min(0.1, self._interval)
         wake_fd = self._wake[0] if self._wake is not None else None
-        stop_reason: str | None = None
+        stop_reason: Stop | None = None
         while True:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
-                stop_reason = f"timed out after {timeout:g}s"
+                stop_reason = Stop(StopReason.TIMED_OUT, f"timed out after {timeout:g}s")
             elif self._stopped.is_set():
-                stop_reason = INTERRUPTED
+                stop_reason = Stop(StopReason.INTERRUPTED)
             if stop_reason is not None:
                 tree.stop(self._grace)
                 break

@@ -23,11 +23,12 @@ from typing import Any
 from stellafleet.core.config import ENV_KEYS, config_files
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import bundle
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc.tree import Exit
-from stellafleet.run.executor import INTERRUPTED, Attempt, Ending, Execution, Executor
+from stellafleet.run.executor import Attempt, Ending, Execution, Executor
 from stellafleet.run.prepare import Prepared, check_ray_installed
 from stellafleet.run.raytask import RemoteSpec, remote_attempt
 from stellafleet.state.ledger import Ledger
@@ -221,7 +222,7 @@ class RayExecution:
             return self._lost("the remote task ended without a result")
         except Exception as exc:  # cancelled, or the node / its Ray worker died
             if self._stopped.is_set():
-                return Ending(LOST, INTERRUPTED, None)
+                return Ending(LOST, Stop(StopReason.INTERRUPTED), None)
             return self._lost(_first_line(exc))
         finally:
             if not self._branch_made:  # the branch exists whatever happened, as with a local worktree
@@ -230,7 +231,7 @@ class RayExecution:
 
     def _lost(self, why: str) -> Ending:
         where = f"node {self.node}" if self.node else "its Ray node"
-        return Ending(LOST, f"the worker on {where} was lost ({why})", None)
+        return Ending(LOST, Stop(StopReason.LOST, f"the worker on {where} was lost ({why})"), None)
 
     def _handle(self, event: dict[str, Any]) -> Ending | None:
         ctx, ledger, kind = self._ctx, self._ledger, event.get("kind")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from stellafleet.core.status import AttemptOutcome
-from stellafleet.run.executor import INTERRUPTED, Ending
+from stellafleet.core.status import AttemptOutcome, StopReason
+from stellafleet.run.executor import Ending
 
 
 @dataclass
@@ -41,9 +41,10 @@ def judge(ending: Ending) -> Record:
     if exit_info.returncode == 0 and result is not None and result.success:
         return Record(AttemptOutcome.SUCCEEDED, result.summary or "done", None, **measured)
     if stop_reason is not None:
-        outcome = AttemptOutcome.INTERRUPTED if stop_reason == INTERRUPTED else AttemptOutcome.FAILED
+        interrupted = stop_reason.reason is StopReason.INTERRUPTED
+        outcome = AttemptOutcome.INTERRUPTED if interrupted else AttemptOutcome.FAILED
         error = f"{stop_reason} (worker {exit_info.describe()})"
-        summary = result.summary if result is not None and result.summary else stop_reason
+        summary = result.summary if result is not None and result.summary else str(stop_reason)
         return Record(outcome, summary, error, **measured)
     if result is None:
         error = (

@@ -1,34 +1,35 @@
-"""A Plan as a doit task graph: compile it, show it with doit, and run it in waves.
+"""A Plan as a doit task graph: compile it, show it with doit, and run it.
 
 doit is the graph engine: `compile_tasks` turns a Plan into doit task dicts, `PlanLoader` lets plain
 `doit list` / `doit info` inspect that graph in a user's repository (and refuses `doit run`: plans run
-through `stella fleet`), and `WaveRunner` drives doit's own TaskDispatcher one wave at a time. doit's
+through `stella fleet`), and `PlanRunner` drives doit's own TaskDispatcher and Runner many tasks at once,
+in waves or eagerly, with `DoitReporter` turning what doit reports into the run's events. doit's
 dependency file is never written: the graph always runs against an in-memory backend.
 
 This relies on doit internals (TaskDispatcher's generator protocol, Runner.select_task /
-execute_task / process_task_result, DoitCmdBase.execute); doit is pinned to one minor version and
-tests/run/test_doit_internals.py fails loudly if they change.
+execute_task / process_task_result / _handle_task_error, the reporter protocol, DoitCmdBase.execute);
+doit is pinned to one minor version and tests/run/test_doit_internals.py fails loudly if they change.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from doit.cmd_base import TaskLoader2
 from doit.control import TaskControl
 from doit.dependency import Dependency, JsonDB
-from doit.exceptions import InvalidCommand, InvalidDodoFile
+from doit.exceptions import BaseFail, InvalidCommand, InvalidDodoFile, TaskError, TaskFailed, UnmetDependency
 from doit.runner import Runner
 from doit.task import Stream, dict_to_task
 
 from stellafleet.core.errors import PlanError
-from stellafleet.core.status import TaskStatus
+from stellafleet.core.status import Stop, StopReason, TaskStatus
 from stellafleet.plan.model import Plan, PlanTask, load_plan
 from stellafleet.plan.schema import suggest
+from stellafleet.run.eager import SCHEDULES, start_order
 from stellafleet.run.events import Emit, SkipTask, TaskEnded, TaskSkipped, TaskStarted, WaveEnded, WaveStarted
 
 Action = Callable[[PlanTask], bool]
@@ -37,8 +38,11 @@ MEMORY_BACKEND = "stella-memory"
 STATE_COMMANDS = frozenset({"forget", "ignore", "reset-dep"})
 
 
-def compile_tasks(plan: Plan, action: Action | None = None) -> list[dict[str, Any]]:
-    """doit task dicts for the plan, in plan order; each task's action calls `action(plan_task)`."""
+def compile_tasks(
+    plan: Plan, action: Callable[[PlanTask], Any] | None = None, done: frozenset[str] = frozenset()
+) -> list[dict[str, Any]]:
+    """doit task dicts for the plan, in plan order; each task's action calls `action(plan_task)`. The
+    tasks in `done` are up to date (an earlier run did them); the others always run when asked."""
     tasks = []
     for task in plan.tasks:
         meta: dict[str, Any] = {
@@ -56,7 +60,7 @@ def compile_tasks(plan: Plan, action: Action | None = None) -> list[dict[str, An
                 "doc": task.title,
                 "task_dep": list(task.depends_on),
                 "meta": meta,
-                "uptodate": [False],  # a plan task always runs when asked: nothing is cached
+                "uptodate": [task.id in done],
                 "actions": [(action, [task])] if action is not None else [],
                 "verbosity": 0,
                 # doit's output capture swaps the process-wide sys.stdout: unsafe with threads
@@ -150,33 +154,91 @@ class PlanLoader(TaskLoader2):
 
 
 # ---------------------------------------------------------------------------------------------
-# running in waves
+# running
 
 
-@dataclass
-class WaveOutcome:
-    """What a WaveRunner run did."""
+class Stopped(TaskError):
+    """What doit is told of a task that never started because the run stopped first."""
 
-    statuses: dict[str, TaskStatus] = field(default_factory=dict)  # id -> succeeded, failed or skipped
-    reasons: dict[str, str] = field(default_factory=dict)  # id -> why it failed or was skipped
-    waves: list[list[str]] = field(default_factory=list)  # the waves actually launched, in order
-    stopped: str | None = None  # why no further wave was launched, if something stopped the run
+    def __init__(self, stop: Stop) -> None:
+        super().__init__(str(stop))
+        self.stop = stop
 
 
-class _SilentReporter:
-    """doit's reporter interface as a no-op sink: the WaveRunner reports through on_event."""
+class DoitReporter:
+    """doit's reporter protocol, turned into our events: what doit tells of each task is what the run saw.
 
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        return lambda *args, **kwargs: None
+    doit decides what runs: a failed task's dependents come back as UnmetDependency, transitively, and are
+    skipped naming the failed tasks they waited on; a task an earlier run did (--resume) is up to date and
+    counts as succeeded, unrun. Called on the thread that runs the plan; execute_task on a pool thread.
+    """
+
+    def __init__(self, order: Mapping[str, int], emit: Emit | None) -> None:
+        self._order = order
+        self.emit: Emit = emit or (lambda event: None)
+        self.statuses: dict[str, TaskStatus] = {}  # id -> succeeded, failed or skipped
+        self.reasons: dict[str, str] = {}  # id -> why it failed or was skipped
+        self.steps: dict[str, int] = {}  # id -> the wave it starts in (eager: the how-manieth start)
+        self._roots: dict[str, list[str]] = {}  # id -> the failed tasks it did not succeed for
+
+    def initialize(self, tasks: Any, selected_tasks: Any) -> None:
+        pass
+
+    def get_status(self, task: Any) -> None:
+        pass
+
+    def execute_task(self, task: Any) -> None:
+        self.emit(TaskStarted(task.name, self.steps[task.name]))
+
+    def add_success(self, task: Any) -> None:
+        self.statuses[task.name] = TaskStatus.SUCCEEDED
+        self.emit(TaskEnded(task.name, TaskStatus.SUCCEEDED, None))
+
+    def skip_uptodate(self, task: Any) -> None:
+        self.statuses[task.name] = TaskStatus.SUCCEEDED
+
+    def add_failure(self, task: Any, fail: BaseFail) -> None:
+        if isinstance(fail, UnmetDependency):
+            roots = {root for dep in task.task_dep for root in self._roots.get(dep, ())}
+            self._roots[task.name] = sorted(roots, key=self._order.__getitem__)
+            text = "dependency failed: " + ", ".join(self._roots[task.name])
+            self._skip(task.name, Stop(StopReason.DEPENDENCY_FAILED, text))
+        elif isinstance(fail, Stopped):
+            self._skip(task.name, fail.stop)
+        else:
+            self._roots[task.name] = [task.name]
+            self.statuses[task.name], self.reasons[task.name] = TaskStatus.FAILED, fail.message
+            self.emit(TaskEnded(task.name, TaskStatus.FAILED, fail.message))
+
+    def _skip(self, task_id: str, stop: Stop) -> None:
+        self.statuses[task_id], self.reasons[task_id] = TaskStatus.SKIPPED, str(stop)
+        self.emit(TaskSkipped(task_id, str(stop)))
+
+    def skip_ignore(self, task: Any) -> None:
+        pass  # nothing is ever ignored: the memory backend keeps no `doit ignore`
+
+    def cleanup_error(self, exception: Any) -> None:
+        pass  # plan tasks have no teardown
+
+    def teardown_task(self, task: Any) -> None:
+        pass
+
+    def runtime_error(self, msg: str) -> None:
+        raise RuntimeError(f"doit could not run the plan: {msg}")
+
+    def complete_run(self) -> None:
+        pass
 
 
-class WaveRunner(Runner):
-    """Runs a plan through doit's TaskDispatcher one wave at a time.
+class PlanRunner(Runner):
+    """Runs a plan through doit's TaskDispatcher and Runner, at most `max_concurrency` tasks at once.
 
-    Each wave is up to `max_concurrency` ready tasks in plan order, run at once in a thread pool
-    (the threads only wait: `execute` is expected to start a worker process and wait for it); the
-    next wave starts when the whole wave has finished. A failed task's dependents are skipped,
-    transitively; independent tasks go on. Events are emitted from the thread that called run().
+    The schedules differ only in which ready tasks start (_pick): `waves` starts up to max_concurrency of
+    them in plan order and the next wave once the whole wave has ended; `eager` starts one whenever a slot
+    is free, the one with the longest chain of work still waiting on it first (eager.start_order, timed by
+    `durations`). The pool's threads only wait: `execute` starts a worker process and waits for it.
+    `before_start(n, ids)` is asked before the n-th start (a wave, or an eager task) and may stop the run;
+    a stop launches nothing more.
     """
 
     def __init__(
@@ -185,99 +247,111 @@ class WaveRunner(Runner):
         max_concurrency: int,
         execute: Action,
         *,
-        before_wave: Callable[[int, list[str]], str | None] | None = None,
+        schedule: str = "waves",
+        durations: Mapping[str, float] | None = None,
+        before_start: Callable[[int, list[str]], Stop | None] | None = None,
         on_event: Emit | None = None,
         done: frozenset[str] = frozenset(),
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
-        super().__init__(
-            Dependency(MemoryBackend, ":memory:"),
-            _SilentReporter(),
-            continue_=True,
-            always_execute=True,
-            stream=Stream(0, force_global=True),
-        )
+        if schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
+        self._order = {task_id: position for position, task_id in enumerate(plan.ids)}
+        self.seen = DoitReporter(self._order, on_event)
+        memory = Dependency(MemoryBackend, ":memory:")
+        super().__init__(memory, self.seen, continue_=True, stream=Stream(0, force_global=True))
         self.plan = plan
         self.max_concurrency = max_concurrency
+        self.eager = schedule == "eager"
+        self._rank: Mapping[str, Any] = start_order(plan, durations or {}) if self.eager else self._order
         self._execute = execute
-        self._before_wave = before_wave
-        self._on_event = on_event
-        self.done = done  # tasks an earlier run already did (--resume): they count as succeeded, unrun
-        self._order = {task_id: position for position, task_id in enumerate(plan.ids)}
+        self._before_start = before_start
+        self.done = done  # tasks an earlier run already did (--resume): up to date for doit
         self._lock = threading.RLock()  # re-entrant: a signal handler may interrupt a holder
-        self._stop_reason: str | None = None
-        self._errors: dict[str, str] = {}
-        self._skipped: dict[str, str] = {}  # task id -> why its action skipped it (SkipTask)
-        self._root_failures: dict[str, list[str]] = {}
-        self.outcome = WaveOutcome()
+        self.stopped: Stop | None = None  # why nothing more starts, once something stopped the run
+        self.waves: list[list[str]] = []  # what started, in order: a wave each (eager: a task each)
 
-    def request_stop(self, reason: str) -> None:
-        """Launch no further wave; running tasks finish. Safe from any thread or a signal handler."""
+    def request_stop(self, stop: Stop) -> None:
+        """Start nothing more; running tasks finish. Safe from any thread or a signal handler."""
         with self._lock:
-            if self._stop_reason is None:
-                self._stop_reason = reason
+            if self.stopped is None:
+                self.stopped = stop
 
-    def run(self) -> WaveOutcome:
-        tasks = [dict_to_task(task) for task in compile_tasks(self.plan, self._run_task)]
+    def run(self) -> DoitReporter:
+        """Run the plan; what doit reported of each task."""
+        tasks = [dict_to_task(task) for task in compile_tasks(self.plan, self._run_task, self.done)]
         control = TaskControl(tasks)
         control.process(None)
         self.run_all(control.task_dispatcher())
-        for task_id in self.plan.ids:  # defensive: every task ends with a status
-            if task_id not in self.outcome.statuses:
-                self._skip_id(task_id, "not dispatched")
-        return self.outcome
+        return self.seen
 
-    # doit's Runner calls this to run every task; here it runs them in waves
+    # doit's Runner calls this to run every task: here, many at once
     def run_tasks(self, task_dispatcher: Any) -> None:
         self._dispatcher = task_dispatcher
         self._ready: dict[str, Any] = {}
         self._finished: list[Any] = []
-        self._pull()
-        wave_number = 0
-        # One pool for every wave: a pool per wave started its threads anew each time, and the start of
-        # each waited for the new thread to get going while the wave's first tasks were starting.
-        with ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix="stella-wave") as pool:
-            while self._ready:
-                wave = sorted(self._ready, key=self._order.__getitem__)[: self.max_concurrency]
-                reason = self._stop_before(wave_number + 1, wave)
-                if reason is not None:
-                    self._skip_ready(reason)
-                else:
-                    wave_number += 1
-                    self._run_wave(pool, wave_number, [self._ready.pop(task_id) for task_id in wave])
-                self._pull()
-        self.outcome.stopped = self._current_stop()
+        running: dict[Future[Any], Any] = {}
+        with ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix="stella-run") as pool:
+            self._hand_back()
+            while self._ready or running:
+                self._start_ready(pool, running)
+                if running:
+                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in sorted(finished, key=lambda f: self._order[running[f].task.name]):
+                        node = running.pop(future)
+                        self._conclude(node, future)
+                        self._finished.append(node)
+                    if not running and not self.eager:
+                        self.seen.emit(WaveEnded(len(self.waves)))
+                if self.eager or not running:  # a wave's dependents come up once the whole wave has ended
+                    self._hand_back()
 
-    def _current_stop(self) -> str | None:
-        with self._lock:
-            return self._stop_reason
+    def _pick(self, running: int) -> list[str]:
+        """The ready tasks to start now: eager, the first-ranked one while a slot is free; waves, up to
+        max_concurrency in plan order once the previous wave has ended."""
+        if not self._ready or running >= self.max_concurrency or (running and not self.eager):
+            return []
+        ranked = sorted(self._ready, key=self._rank.__getitem__)
+        return ranked[:1] if self.eager else ranked[: self.max_concurrency]
 
-    def _stop_before(self, number: int, ids: list[str]) -> str | None:
-        """Why the next start (wave or task `number`, of ids) must not happen: a stop already requested,
-        or before_wave's veto (which then stops the run); None: it may start."""
-        reason = self._current_stop()
-        if reason is None and self._before_wave is not None:
-            asked = self._before_wave(number, list(ids))
+    def _start_ready(self, pool: ThreadPoolExecutor, running: dict[Future[Any], Any]) -> None:
+        """Start what _pick picks; once the run is stopped, skip every ready task instead."""
+        while ids := self._pick(len(running)):
+            stop = self._stop_before(len(self.waves) + 1, ids)
+            if stop is not None:
+                for task_id in sorted(self._ready, key=self._order.__getitem__):
+                    node = self._ready.pop(task_id)
+                    self._handle_task_error(node, Stopped(stop))
+                    self._finished.append(node)  # handed back, so its dependents come up (and skip)
+                return
+            self.waves.append(ids)
+            if not self.eager:
+                self.seen.emit(WaveStarted(len(self.waves), tuple(ids)))
+            for task_id in ids:
+                self.seen.steps[task_id] = len(self.waves)
+                node = self._ready.pop(task_id)
+                running[pool.submit(self.execute_task, node.task)] = node
+
+    def _stop_before(self, number: int, ids: list[str]) -> Stop | None:
+        """Why the next start (number, of ids) must not happen: a stop already requested, or before_start's
+        veto (which then stops the run); None: it may start."""
+        stop = self.stopped
+        if stop is None and self._before_start is not None:
+            asked = self._before_start(number, list(ids))
             if asked is not None:
                 self.request_stop(asked)
-                reason = self._current_stop()
-        return reason
+                stop = self.stopped
+        return stop
 
-    def _skip_ready(self, reason: str) -> None:
-        """Skip every ready task for reason, in plan order."""
-        for task_id in sorted(self._ready, key=self._order.__getitem__):
-            node = self._ready.pop(task_id)
-            self._skip(node, reason)
-            self._finished.append(node)  # handed back, so its dependents come up (and skip)
+    def _hand_back(self) -> None:
+        """Hand finished nodes back to doit's dispatcher and collect every task that became ready.
 
-    def _pull(self) -> None:
-        """Hand finished nodes back to the dispatcher and collect every task that became ready.
-
-        Protocol of TaskDispatcher.generator: each send() passes a processed node (or None) and
-        returns the next ExecNode ready to run, or "hold on" when everything left waits on a task
-        still running; StopIteration when all tasks were dispatched."""
-        pending = list(reversed(self._finished))
+        Protocol of TaskDispatcher.generator: each send() passes a processed node (or None) and returns
+        the next ExecNode to select, or "hold on" when everything left waits on a task still running;
+        StopIteration when all tasks were dispatched. doit's select_task settles a node whose dependency
+        failed (skipped) or that is up to date (done before); one that comes up after a stop is skipped."""
+        pending = sorted(self._finished, key=lambda node: self._order[node.task.name], reverse=True)
         self._finished = []
         holding = False
         while True:
@@ -291,109 +365,33 @@ class WaveRunner(Runner):
                 node = self._dispatcher.generator.send(processed)
             except StopIteration:
                 return
-            if node == "hold on":
-                holding = True
+            holding = node == "hold on"
+            if holding:
                 continue
-            holding = False
-            reason = self._current_stop()
-            if reason is not None:
-                self._skip(node, reason)
-                pending.append(node)
-            elif node.bad_deps:
-                roots = sorted(
-                    {root for bad in node.bad_deps for root in self._root_failures[bad.task.name]},
-                    key=self._order.__getitem__,
-                )
-                self._skip(node, "dependency failed: " + ", ".join(roots), roots=roots)
-                pending.append(node)
-            elif node.task.name in self.done:  # done by an earlier run: counts as succeeded, unrun
-                node.run_status, self.outcome.statuses[node.task.name] = "successful", TaskStatus.SUCCEEDED
+            stop = self.stopped
+            if stop is not None:
+                self._handle_task_error(node, Stopped(stop))
                 pending.append(node)
             elif self.select_task(node, self._dispatcher.tasks):
                 self._ready[node.task.name] = node
-            else:  # doit refused it (cannot happen with uptodate=[False]; kept safe)
-                self._fail(node, "doit did not select the task")
+            else:
                 pending.append(node)
 
-    def _run_wave(self, pool: ThreadPoolExecutor, number: int, nodes: list[Any]) -> None:
-        ids = [node.task.name for node in nodes]
-        self.outcome.waves.append(ids)
-        self._emit(WaveStarted(number, tuple(ids)))
-        futures: dict[Future[Any], Any] = {}
-        for node in nodes:
-            self._emit(TaskStarted(node.task.name, number))
-            futures[pool.submit(self.execute_task, node.task)] = node
-        for future in as_completed(futures):
-            self._conclude(futures[future], future)
-        self._finished.extend(nodes)
-        self._emit(WaveEnded(number))
-
     def _conclude(self, node: Any, future: Future[Any]) -> None:
-        """Record the verdict on a task whose execution has finished (on the thread that called run())."""
+        """doit's verdict on a task whose execution has finished (on the thread that called run())."""
         try:
             failure = future.result()
         except BaseException as exc:  # e.g. SystemExit raised inside execute
-            self._errors[node.task.name] = f"{type(exc).__name__}: {exc}"
-            self._fail(node, self._errors[node.task.name])
-            return
+            failure = TaskError(f"{type(exc).__name__}: {exc}")
         self.process_task_result(node, failure)
-        if node.run_status == "successful":
-            self.outcome.statuses[node.task.name] = TaskStatus.SUCCEEDED
-            self._emit(TaskEnded(node.task.name, TaskStatus.SUCCEEDED, None))
-        elif node.task.name in self._skipped:
-            self._skip(node, self._skipped[node.task.name])
-        else:
-            reason = self._errors.get(node.task.name) or _failure_text(failure)
-            self._record_failure(node, reason)
 
-    def _run_task(self, task: PlanTask) -> bool:
-        """The doit python-action of every task (runs in a pool thread)."""
+    def _run_task(self, task: PlanTask) -> bool | BaseFail:
+        """The doit python-action of every task (runs in a pool thread): True, or doit's failure."""
         try:
             succeeded = bool(self._execute(task))
         except SkipTask as exc:
-            self.request_stop(self._skipped.setdefault(task.id, str(exc)))
-            return False
+            self.request_stop(exc.stop)
+            return Stopped(exc.stop)
         except Exception as exc:
-            self._errors[task.id] = f"{type(exc).__name__}: {exc}"
-            return False
-        if not succeeded:
-            self._errors[task.id] = "the task reported failure"
-        return succeeded
-
-    def _handle_task_error(self, node: Any, base_fail: Any) -> None:
-        node.run_status = "failure"
-        self.dep_manager.remove_success(node.task)
-        self.final_result = 1
-
-    def _fail(self, node: Any, reason: str) -> None:
-        node.run_status = "failure"
-        self.final_result = 1
-        self._record_failure(node, reason)
-
-    def _record_failure(self, node: Any, reason: str) -> None:
-        task_id = node.task.name
-        self._root_failures[task_id] = [task_id]
-        self.outcome.statuses[task_id] = TaskStatus.FAILED
-        self.outcome.reasons[task_id] = reason
-        self._emit(TaskEnded(task_id, TaskStatus.FAILED, reason))
-
-    def _skip(self, node: Any, reason: str, *, roots: list[str] | None = None) -> None:
-        node.run_status = "failure"  # so doit hands the bad news on to its dependents
-        self._root_failures[node.task.name] = roots or []
-        self._skip_id(node.task.name, reason)
-
-    def _skip_id(self, task_id: str, reason: str) -> None:
-        self.outcome.statuses[task_id] = TaskStatus.SKIPPED
-        self.outcome.reasons[task_id] = reason
-        self._emit(TaskSkipped(task_id, reason))
-
-    def _emit(self, event: TaskEnded | TaskSkipped | TaskStarted | WaveEnded | WaveStarted) -> None:
-        if self._on_event is not None:
-            self._on_event(event)
-
-
-def _failure_text(failure: Any) -> str:
-    try:
-        return "failed" if failure is None else str(failure.get_msg()).strip().splitlines()[-1]
-    except Exception:
-        return str(failure)
+            return TaskFailed(f"{type(exc).__name__}: {exc}")
+        return True if succeeded else TaskFailed("the task reported failure")

@@ -15,6 +15,7 @@ import pytest
 from helpers.fleet import by_id, run_record, wait_for, worker_context, write_config
 from helpers.repo import StellaRunner
 
+from stellafleet.core.status import Stop, StopReason
 from stellafleet.run.executor import Attempt, Ending, LocalExecutor
 from stellafleet.worker.launcher import Launcher
 from stellafleet.worker.main import PIPELINE_ENTRY_ENV
@@ -112,7 +113,7 @@ def test_a_worker_ignoring_sigterm_is_killed_by_sigkill_after_the_grace_period(
     tmp_path: Path, isolated_home: Path
 ) -> None:
     ending, took = _stop_after_ready(tmp_path, LocalExecutor(stop_grace_s=0.7))
-    assert ending.stop_reason == "interrupted"
+    assert ending.stop_reason == Stop(StopReason.INTERRUPTED)
     assert ending.exit.returncode == -signal.SIGKILL, ending.exit.describe()
     assert took >= 0.7
 

@@ -1,4 +1,4 @@
-"""The plan as a doit graph: task dicts, doit's list/info views, and the WaveRunner on real threads."""
+"""The plan as a doit graph: task dicts, doit's list/info views, and the PlanRunner on real threads."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stellafleet.core.status import Stop, StopReason
 from stellafleet.plan.model import Plan, PlanTask, load_plan, plan_from_data
 from stellafleet.run.doitview import doit_view
 from stellafleet.run.events import Event, TaskEnded, TaskSkipped, TaskStarted, WaveEnded, WaveStarted
-from stellafleet.run.waves import WaveRunner, compile_tasks
+from stellafleet.run.waves import PlanRunner, compile_tasks
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -110,11 +111,12 @@ def test_doit_list_and_info_views(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_waves_of_two_on_real_threads_never_overlap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     record = Recorder(seconds=0.15, barrier=2)
-    outcome = WaveRunner(independent("a", "b", "c", "d", "e"), 2, record).run()
-    assert outcome.waves == [["a", "b"], ["c", "d"], ["e"]]
-    assert outcome.statuses == dict.fromkeys("abcde", "succeeded")
-    assert outcome.reasons == {} and outcome.stopped is None
-    for earlier, later in zip(outcome.waves, outcome.waves[1:], strict=False):
+    runner = PlanRunner(independent("a", "b", "c", "d", "e"), 2, record)
+    seen = runner.run()
+    assert runner.waves == [["a", "b"], ["c", "d"], ["e"]]
+    assert seen.statuses == dict.fromkeys("abcde", "succeeded")
+    assert seen.reasons == {} and runner.stopped is None
+    for earlier, later in zip(runner.waves, runner.waves[1:], strict=False):
         last_end = max(record.times[task_id][1] for task_id in earlier)
         first_start = min(record.times[task_id][0] for task_id in later)
         assert first_start >= last_end, f"wave {later} started before wave {earlier} ended"
@@ -125,8 +127,9 @@ def test_waves_of_two_on_real_threads_never_overlap(tmp_path: Path, monkeypatch:
 
 def test_failure_skips_exactly_the_transitive_dependents() -> None:
     events: list[Event] = []
-    outcome = WaveRunner(chain_plan(), 4, Recorder(fail=("a",)), on_event=events.append).run()
-    assert outcome.statuses == {
+    runner = PlanRunner(chain_plan(), 4, Recorder(fail=("a",)), on_event=events.append)
+    seen = runner.run()
+    assert seen.statuses == {
         "a": "failed",
         "b": "skipped",
         "c": "skipped",
@@ -134,13 +137,13 @@ def test_failure_skips_exactly_the_transitive_dependents() -> None:
         "e": "succeeded",
         "f": "skipped",
     }
-    assert outcome.reasons == {
+    assert seen.reasons == {
         "a": "RuntimeError: a broke",
         "b": "dependency failed: a",
         "c": "dependency failed: a",
         "f": "dependency failed: a",
     }
-    assert outcome.waves == [["a", "d"], ["e"]]
+    assert runner.waves == [["a", "d"], ["e"]]
     skipped = [event for event in events if isinstance(event, TaskSkipped)]
     assert skipped == [
         TaskSkipped("b", "dependency failed: a"),
@@ -153,19 +156,19 @@ def test_a_diamond_names_the_failed_dependency() -> None:
     def execute(task: PlanTask) -> bool:
         return task.id != "writer"
 
-    outcome = WaveRunner(buildout(), 3, execute).run()
-    assert outcome.statuses == {
+    seen = PlanRunner(buildout(), 3, execute).run()
+    assert seen.statuses == {
         "schema": "succeeded",
         "reader": "succeeded",
         "writer": "failed",
         "docs": "skipped",
     }
-    assert outcome.reasons == {"writer": "the task reported failure", "docs": "dependency failed: writer"}
+    assert seen.reasons == {"writer": "the task reported failure", "docs": "dependency failed: writer"}
 
 
 def test_events_in_order() -> None:
     events: list[Event] = []
-    WaveRunner(buildout(), 1, lambda task: True, on_event=events.append).run()
+    PlanRunner(buildout(), 1, lambda task: True, on_event=events.append).run()
     kinds = [type(event) for event in events]
     assert kinds == [WaveStarted, TaskStarted, TaskEnded, WaveEnded] * 4
     assert events[0] == WaveStarted(1, ("schema",))
@@ -174,54 +177,56 @@ def test_events_in_order() -> None:
     assert events[-1] == WaveEnded(4)
 
 
-def test_before_wave_can_stop_the_run() -> None:
-    seen: list[tuple[int, list[str]]] = []
+def test_before_start_can_stop_the_run() -> None:
+    asked: list[tuple[int, list[str]]] = []
+    limit = Stop(StopReason.SPEND_LIMIT, "spend limit reached")
 
-    def before_wave(number: int, ids: list[str]) -> str | None:
-        seen.append((number, ids))
-        return "spend limit reached" if number == 2 else None
+    def before_start(number: int, ids: list[str]) -> Stop | None:
+        asked.append((number, ids))
+        return limit if number == 2 else None
 
-    outcome = WaveRunner(buildout(), 3, lambda task: True, before_wave=before_wave).run()
-    assert seen == [(1, ["schema"]), (2, ["reader", "writer"])]
-    assert outcome.waves == [["schema"]]
-    assert outcome.stopped == "spend limit reached"
-    assert outcome.statuses == {
+    runner = PlanRunner(buildout(), 3, lambda task: True, before_start=before_start)
+    seen = runner.run()
+    assert asked == [(1, ["schema"]), (2, ["reader", "writer"])]
+    assert runner.waves == [["schema"]]
+    assert runner.stopped == limit
+    assert seen.statuses == {
         "schema": "succeeded",
         "reader": "skipped",
         "writer": "skipped",
         "docs": "skipped",
     }
-    assert outcome.reasons == dict.fromkeys(["reader", "writer", "docs"], "spend limit reached")
+    assert seen.reasons == dict.fromkeys(["reader", "writer", "docs"], "spend limit reached")
 
 
 def test_request_stop_from_a_worker_thread_lets_the_wave_finish() -> None:
-    runner: WaveRunner
+    runner: PlanRunner
 
     def execute(task: PlanTask) -> bool:
         if task.id == "a":
-            runner.request_stop("interrupted")
-            runner.request_stop("second reason is ignored")
+            runner.request_stop(Stop(StopReason.INTERRUPTED))
+            runner.request_stop(Stop(StopReason.SPEND_LIMIT, "second reason is ignored"))
         time.sleep(0.05)
         return True
 
-    runner = WaveRunner(independent("a", "b", "c"), 2, execute)
-    outcome = runner.run()
-    assert outcome.waves == [["a", "b"]]
-    assert outcome.statuses == {"a": "succeeded", "b": "succeeded", "c": "skipped"}
-    assert outcome.reasons == {"c": "interrupted"} and outcome.stopped == "interrupted"
+    runner = PlanRunner(independent("a", "b", "c"), 2, execute)
+    seen = runner.run()
+    assert runner.waves == [["a", "b"]]
+    assert seen.statuses == {"a": "succeeded", "b": "succeeded", "c": "skipped"}
+    assert seen.reasons == {"c": "interrupted"} and runner.stopped == Stop(StopReason.INTERRUPTED)
 
 
 def test_request_stop_before_run_launches_nothing() -> None:
-    runner = WaveRunner(buildout(), 2, lambda task: pytest.fail("nothing may run"))
-    runner.request_stop("stopped early")
-    outcome = runner.run()
-    assert outcome.waves == []
-    assert set(outcome.statuses.values()) == {"skipped"} and len(outcome.statuses) == 4
+    runner = PlanRunner(buildout(), 2, lambda task: pytest.fail("nothing may run"))
+    runner.request_stop(Stop(StopReason.INTERRUPTED, "stopped early"))
+    seen = runner.run()
+    assert runner.waves == []
+    assert set(seen.statuses.values()) == {"skipped"} and len(seen.statuses) == 4
 
 
 def test_max_concurrency_must_be_positive() -> None:
     with pytest.raises(ValueError):
-        WaveRunner(buildout(), 0, lambda task: True)
+        PlanRunner(buildout(), 0, lambda task: True)
 
 
 @settings(max_examples=40, deadline=None)
@@ -246,19 +251,20 @@ def test_runner_matches_plan_waves_and_skips_dependents(
         }
     )
     failed_ids = {f"n{n}" for n in failing}
-    outcome = WaveRunner(plan, width, lambda task: task.id not in failed_ids).run()
+    runner = PlanRunner(plan, width, lambda task: task.id not in failed_ids)
+    seen = runner.run()
     if not failed_ids:
-        assert outcome.waves == plan.waves(width)
+        assert runner.waves == plan.waves(width)
     doomed: set[str] = set()
     for n in range(12):  # dependents of a failure (in plan order, so dependencies come first)
         if any(f"n{d}" in failed_ids or f"n{d}" in doomed for d in deps[n]):
             doomed.add(f"n{n}")
     for task_id in plan.ids:
         if task_id in doomed:
-            assert outcome.statuses[task_id] == "skipped", task_id
-            assert outcome.reasons[task_id].startswith("dependency failed: ")
+            assert seen.statuses[task_id] == "skipped", task_id
+            assert seen.reasons[task_id].startswith("dependency failed: ")
         elif task_id in failed_ids:
-            assert outcome.statuses[task_id] == "failed"
+            assert seen.statuses[task_id] == "failed"
         else:
-            assert outcome.statuses[task_id] == "succeeded"
-    assert all(len(wave) <= width for wave in outcome.waves)
+            assert seen.statuses[task_id] == "succeeded"
+    assert all(len(wave) <= width for wave in runner.waves)

@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 from helpers.fleet import wait_for, worker_context, write_config
 
+from stellafleet.core.status import Stop, StopReason
 from stellafleet.run.executor import Attempt, Ending, LocalExecutor
 
 
@@ -49,7 +50,7 @@ def test_stop_from_another_thread_ends_the_wait_and_the_whole_tree(
     waiter.join(30)
     assert not waiter.is_alive()
     (ending,) = ended
-    assert ending.stop_reason == "interrupted" and ending.exit.returncode != 0
+    assert ending.stop_reason == Stop(StopReason.INTERRUPTED) and ending.exit.returncode != 0
     assert _ends_within(grandchild, 5.0), "the worker's background child outlived the stopped attempt"
     execution.stop()  # after the end: nothing left to stop, and no error
 
@@ -58,4 +59,5 @@ def test_a_worker_past_its_timeout_is_stopped(tmp_path: Path, isolated_home: Pat
     write_config(tmp_path, run="sleep 60")
     ctx = worker_context(tmp_path, timeout=0.5)
     ending = LocalExecutor(stop_grace_s=2.0).start(Attempt(ctx, {**os.environ, **ctx.to_env()})).wait()
-    assert ending.stop_reason == "timed out after 0.5s" and ending.exit.returncode != 0
+    assert ending.stop_reason == Stop(StopReason.TIMED_OUT, "timed out after 0.5s")
+    assert ending.exit.returncode != 0
