@@ -8,12 +8,12 @@ import sys
 from typing import Any
 
 import doit
-from doit import cmd_base, control, dependency, doit_cmd, runner, task
+from doit import cmd_base, control, dependency, doit_cmd, exceptions, runner, task
 from doit.cmd_info import Info
 from doit.cmd_list import List
 from doit.cmd_run import Run
 
-from stellafleet.plan.model import plan_from_data
+from stellafleet.plan.model import PlanTask, plan_from_data
 from stellafleet.run.waves import MemoryBackend, PlanLoader, compile_tasks
 
 
@@ -57,6 +57,64 @@ def test_runner_methods_and_signatures() -> None:
     source = inspect.getsource(runner.Runner.process_task_result)
     needs("self._handle_task_error" in source, "process_task_result reports failures via _handle_task_error")
     needs('node.run_status = "successful"' in source, 'a successful node gets run_status "successful"')
+    source = inspect.getsource(runner.Runner.select_task)
+    needs("UnmetDependency(" in source, "select_task fails a node with bad_deps as UnmetDependency")
+    needs("self.reporter.skip_uptodate(task)" in source, "select_task reports an up-to-date task")
+
+
+class Recording:
+    """doit's reporter protocol, every call recorded as (method, task name, failure class)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str]] = []
+
+    def __getattr__(self, method: str) -> Any:
+        def record(*args: Any) -> None:
+            task_name = getattr(args[0], "name", "") if args else ""
+            failure = type(args[1]).__name__ if len(args) > 1 else ""
+            self.calls.append((method, task_name, failure))
+
+        return record
+
+
+def test_doit_runs_the_graph_and_reports_it() -> None:
+    # what PlanRunner leaves to doit: the reporter calls, failure propagation and up-to-date tasks
+    plan = plan_from_data(
+        {
+            "tasks": [
+                {"id": "done", "prompt": "p"},
+                {"id": "a", "prompt": "p", "depends_on": ["done"]},
+                {"id": "b", "prompt": "p", "depends_on": ["a"]},
+                {"id": "c", "prompt": "p", "depends_on": ["b"]},
+                {"id": "d", "prompt": "p"},
+            ]
+        }
+    )
+
+    def action(item: PlanTask) -> bool | exceptions.BaseFail:
+        return exceptions.TaskFailed("a broke") if item.id == "a" else True
+
+    tasks = [task.dict_to_task(item) for item in compile_tasks(plan, action, frozenset({"done"}))]
+    ctl = control.TaskControl(tasks)
+    ctl.process(None)
+    reporter = Recording()
+    doit_runner = runner.Runner(dependency.Dependency(MemoryBackend, ":memory:"), reporter, continue_=True)
+    doit_runner.run_all(ctl.task_dispatcher())
+    reported = [call for call in reporter.calls if call[0] != "get_status"]
+    needs(reported[0][0] == "initialize" and reported[-1][0] == "complete_run", "initialize ... complete_run")
+    needs(
+        reported[1:-1]
+        == [
+            ("skip_uptodate", "done", ""),
+            ("execute_task", "a", ""),
+            ("add_failure", "a", "TaskFailed"),  # the failure the action returned, as it is
+            ("add_failure", "b", "UnmetDependency"),
+            ("add_failure", "c", "UnmetDependency"),  # transitively
+            ("execute_task", "d", ""),
+            ("add_success", "d", ""),
+        ],
+        "doit reports an up-to-date task, a failure and its dependents, and a success",
+    )
 
 
 def test_dispatcher_generator_protocol() -> None:

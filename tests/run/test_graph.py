@@ -224,6 +224,64 @@ def test_request_stop_before_run_launches_nothing() -> None:
     assert set(seen.statuses.values()) == {"skipped"} and len(seen.statuses) == 4
 
 
+def timed_run(plan: Plan, schedule: str) -> tuple[PlanRunner, dict[str, tuple[float, float]], list[Event]]:
+    """Run plan at concurrency 2, the task `slow` taking 0.4 s and every other 0.02 s; each task's times."""
+    times: dict[str, tuple[float, float]] = {}
+    events: list[Event] = []
+
+    def execute(task: PlanTask) -> bool:
+        start = time.monotonic()
+        time.sleep(0.4 if task.id == "slow" else 0.02)
+        times[task.id] = (start, time.monotonic())
+        return True
+
+    runner = PlanRunner(plan, 2, execute, schedule=schedule, on_event=events.append)
+    assert runner.run().statuses == dict.fromkeys(plan.ids, "succeeded")
+    return runner, times, events
+
+
+def test_the_schedules_differ_only_in_which_ready_tasks_start() -> None:
+    plan = plan_from_data(
+        {
+            "tasks": [
+                {"id": "slow", "prompt": "p"},
+                {"id": "b", "prompt": "p"},
+                {"id": "b2", "prompt": "p", "depends_on": ["b"]},
+            ]
+        }
+    )
+    runner, times, events = timed_run(plan, "waves")  # b2 waits for the whole first wave
+    assert runner.waves == [["slow", "b"], ["b2"]]
+    assert times["b2"][0] >= times["slow"][1]
+    assert [event for event in events if isinstance(event, WaveStarted)][1] == WaveStarted(2, ("b2",))
+
+    runner, times, events = timed_run(plan, "eager")  # the longer chain first, b2 as soon as b is done
+    assert runner.waves == [["b"], ["slow"], ["b2"]]
+    assert times["b2"][0] < times["slow"][1]
+    assert not [event for event in events if isinstance(event, WaveStarted | WaveEnded)]
+    assert TaskStarted("b2", 3) in events
+
+
+def test_tasks_done_before_count_as_succeeded_and_do_not_run() -> None:
+    ran: list[str] = []
+    events: list[Event] = []
+
+    def execute(task: PlanTask) -> bool:
+        ran.append(task.id)
+        return True
+
+    runner = PlanRunner(buildout(), 2, execute, done=frozenset({"schema"}), on_event=events.append)
+    assert runner.run().statuses == dict.fromkeys(["schema", "reader", "writer", "docs"], "succeeded")
+    assert sorted(ran) == ["docs", "reader", "writer"]
+    assert runner.waves == [["reader", "writer"], ["docs"]]
+    assert not [event for event in events if getattr(event, "task", None) == "schema"]
+
+
+def test_an_unknown_schedule_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown schedule 'fast'"):
+        PlanRunner(buildout(), 2, lambda task: True, schedule="fast")
+
+
 def test_max_concurrency_must_be_positive() -> None:
     with pytest.raises(ValueError):
         PlanRunner(buildout(), 0, lambda task: True)
