@@ -13,6 +13,7 @@ doit is pinned to one minor version and tests/run/test_doit_internals.py fails l
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -22,6 +23,7 @@ from doit.cmd_base import TaskLoader2
 from doit.control import TaskControl
 from doit.dependency import Dependency, JsonDB
 from doit.exceptions import BaseFail, InvalidCommand, InvalidDodoFile, TaskError, TaskFailed, UnmetDependency
+from doit.reporter import ZeroReporter
 from doit.runner import Runner
 from doit.task import Stream, dict_to_task
 
@@ -165,27 +167,24 @@ class Stopped(TaskError):
         self.stop = stop
 
 
-class DoitReporter:
-    """doit's reporter protocol, turned into our events: what doit tells of each task is what the run saw.
+class DoitReporter(ZeroReporter):
+    """A doit reporter that turns what doit tells of each task into our events: what the run saw.
 
     doit decides what runs: a failed task's dependents come back as UnmetDependency, transitively, and are
     skipped naming the failed tasks they waited on; a task an earlier run did (--resume) is up to date and
     counts as succeeded, unrun. Called on the thread that runs the plan; execute_task on a pool thread.
+    The calls nothing here needs (get_status, teardown_task, complete_run, ...) do nothing, as doit's own
+    ZeroReporter's.
     """
 
     def __init__(self, order: Mapping[str, int], emit: Emit | None) -> None:
+        super().__init__(sys.stderr, {})
         self._order = order
         self.emit: Emit = emit or (lambda event: None)
         self.statuses: dict[str, TaskStatus] = {}  # id -> succeeded, failed or skipped
         self.reasons: dict[str, str] = {}  # id -> why it failed or was skipped
         self.steps: dict[str, int] = {}  # id -> the wave it starts in (eager: the how-manieth start)
         self._roots: dict[str, list[str]] = {}  # id -> the failed tasks it did not succeed for
-
-    def initialize(self, tasks: Any, selected_tasks: Any) -> None:
-        pass
-
-    def get_status(self, task: Any) -> None:
-        pass
 
     def execute_task(self, task: Any) -> None:
         self.emit(TaskStarted(task.name, self.steps[task.name]))
@@ -214,20 +213,8 @@ class DoitReporter:
         self.statuses[task_id], self.reasons[task_id] = TaskStatus.SKIPPED, str(stop)
         self.emit(TaskSkipped(task_id, str(stop)))
 
-    def skip_ignore(self, task: Any) -> None:
-        pass  # nothing is ever ignored: the memory backend keeps no `doit ignore`
-
-    def cleanup_error(self, exception: Any) -> None:
-        pass  # plan tasks have no teardown
-
-    def teardown_task(self, task: Any) -> None:
-        pass
-
     def runtime_error(self, msg: str) -> None:
         raise RuntimeError(f"doit could not run the plan: {msg}")
-
-    def complete_run(self) -> None:
-        pass
 
 
 class PlanRunner(Runner):

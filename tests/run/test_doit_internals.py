@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 import doit
-from doit import cmd_base, control, dependency, doit_cmd, exceptions, runner, task
+from doit import cmd_base, control, dependency, doit_cmd, exceptions, reporter, runner, task
 from doit.cmd_info import Info
 from doit.cmd_list import List
 from doit.cmd_run import Run
@@ -77,6 +77,21 @@ class Recording:
         return record
 
 
+def test_the_reporter_protocol_and_its_silent_base() -> None:
+    methods = ["initialize", "get_status", "execute_task", "add_failure", "add_success", "skip_uptodate"]
+    methods += ["skip_ignore", "cleanup_error", "runtime_error", "teardown_task", "complete_run"]
+    for name in methods:
+        needs(callable(getattr(reporter.ConsoleReporter, name, None)), f"the reporter protocol has {name}")
+    needs(
+        parameters(reporter.ZeroReporter.__init__)[:3] == ["self", "outstream", "options"],
+        "ZeroReporter(outstream, options)",
+    )
+    silent = reporter.ZeroReporter(None, {})  # writes nothing for any task event
+    for name in ("get_status", "execute_task", "add_success", "skip_uptodate", "teardown_task"):
+        needs(getattr(silent, name)(None) is None, f"ZeroReporter.{name} does nothing")
+    needs(silent.complete_run() is None, "ZeroReporter.complete_run does nothing")
+
+
 def test_doit_runs_the_graph_and_reports_it() -> None:
     # what PlanRunner leaves to doit: the reporter calls, failure propagation and up-to-date tasks
     plan = plan_from_data(
@@ -97,10 +112,10 @@ def test_doit_runs_the_graph_and_reports_it() -> None:
     tasks = [task.dict_to_task(item) for item in compile_tasks(plan, action, frozenset({"done"}))]
     ctl = control.TaskControl(tasks)
     ctl.process(None)
-    reporter = Recording()
-    doit_runner = runner.Runner(dependency.Dependency(MemoryBackend, ":memory:"), reporter, continue_=True)
+    recording = Recording()
+    doit_runner = runner.Runner(dependency.Dependency(MemoryBackend, ":memory:"), recording, continue_=True)
     doit_runner.run_all(ctl.task_dispatcher())
-    reported = [call for call in reporter.calls if call[0] != "get_status"]
+    reported = [call for call in recording.calls if call[0] != "get_status"]
     needs(reported[0][0] == "initialize" and reported[-1][0] == "complete_run", "initialize ... complete_run")
     needs(
         reported[1:-1]
