@@ -88,9 +88,7 @@ class Resolver:
         task = PlanTask(task_id, prompt, f"resolve {item.branch} onto {onto}", isolation="isolated")
         self.ledger.tasks.add(self.run_id, [task], {})
         paths = StatePaths(self.root)
-        executor = LocalExecutor.open(
-            [], cwd=self.root, fork=False, stop_grace_s=self.config.fleet.stop_grace
-        )
+        executor = LocalExecutor(stop_grace_s=self.config.fleet.stop_grace)
         try:
             with ClaimStore.open(paths.store_db) as claims:
                 failed = execute_in_background(self._dispatcher(tip, claims, executor), task)

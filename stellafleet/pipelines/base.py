@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Protocol
 
 from stellafleet.core.config import Config
@@ -22,9 +22,7 @@ class PipelineResult:
     steps: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        # Field by field: dataclasses.asdict's deep copy was most of the cost of writing a result file,
-        # which the fleet itself does for every direct command.
-        return {field: getattr(self, field) for field in _RESULT_FIELDS}
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PipelineResult:
@@ -47,9 +45,6 @@ class PipelineResult:
             output_tokens=int(amount("output_tokens", check_count)),
             steps=int(amount("steps", check_count)),
         )
-
-
-_RESULT_FIELDS = tuple(field.name for field in fields(PipelineResult))
 
 
 class Pipeline(Protocol):

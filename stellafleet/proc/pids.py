@@ -11,8 +11,8 @@ Two kinds of record use this rule, with the tolerance each needs:
   recorded; readings of one process's start can differ by clock-tick rounding or a stepped wall clock,
   hence START_TIME_TOLERANCE_S.
 - a ledger row (runs, attempts): T is the wall time, in epoch milliseconds, of the row written as the
-  process was started; a worker is spawned right after its attempt row is written, possibly after a
-  queue at the warm launcher, hence LEDGER_SPAWN_GRACE_S.
+  process was started; a worker is spawned right after its attempt row is written (on a busy machine,
+  possibly a while after), hence LEDGER_SPAWN_GRACE_S.
 
 Errs on the side of "alive": a process that exists but may not be inspected counts as running (a wrong
 "alive" only keeps a claim or a worktree a little longer; a wrong "dead" hands out work that is in use).

@@ -18,14 +18,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import psutil
 
 from stellafleet.proc.group import signal_group, stop_group
 
-UNKNOWN_STATUS = 255  # an exit whose status nobody could read (its reaper went away)
-REPORT_WAIT_S = 5.0
+UNKNOWN_STATUS = 255  # an exit whose status nobody could read (reaped elsewhere)
 
 
 def signal_description(returncode: int) -> str:
@@ -37,31 +35,6 @@ def signal_description(returncode: int) -> str:
     except ValueError:
         name = f"signal {-returncode}"
     return f"killed by signal {name}"
-
-
-# (exit code, CPU seconds, peak RSS bytes) of a worker, as the process that reaped it reports them
-ReapedExit = tuple[int, float, int]
-
-
-class Launcher(Protocol):
-    """What a tree needs from a process that forks workers for it and reaps them."""
-
-    @property
-    def alive(self) -> bool:
-        """False once the launcher has gone: exits it did not report yet will never be reported."""
-        ...
-
-    def spawn(self, *, env: Mapping[str, str], cwd: Path, log_path: Path) -> int:
-        """Fork a worker in a new session, stdin closed, output appended to log_path; its pid."""
-        ...
-
-    def exit_of(self, pid: int) -> ReapedExit | None:
-        """The exit of pid once the launcher has reaped it, else None."""
-        ...
-
-    def wait_exit(self, pid: int, timeout: float) -> ReapedExit | None:
-        """The exit of pid, waiting up to timeout for the launcher to report it."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -79,17 +52,11 @@ class Exit:
 
 
 class ProcessTree:
-    """One started worker; not thread-safe (one dispatch thread owns it).
+    """One started worker, our own child; not thread-safe (one dispatch thread owns it)."""
 
-    A worker is either our own child (exec'd: reaped here with wait4) or a child of the warm launcher
-    (forked there: the launcher reaps it and reports its status and rusage)."""
-
-    def __init__(
-        self, pid: int, *, popen: subprocess.Popen[bytes] | None = None, launcher: Launcher | None = None
-    ) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self.popen = popen
-        self.pid = pid
-        self._launcher = launcher
+        self.pid = popen.pid
         self._known: dict[int, psutil.Process] = {}
         self._peak_rss = 0
         self._cpu = 0.0
@@ -100,39 +67,14 @@ class ProcessTree:
                 self._pidfd = os.pidfd_open(self.pid)
             except OSError:  # already gone: poll() will find out
                 self._pidfd = None
-        # psutil's handle on the worker costs a read of /proc, which most short workers never need: it is
-        # taken when first needed, as long as the pid provably still names the worker (our unreaped
-        # child, or a pidfd that has not signalled its exit); without either, right now.
-        self._root: psutil.Process | None = None
-        self._root_bound = False
-        if popen is None and self._pidfd is None:
-            self._bind_root()
-
-    def _bind_root(self) -> psutil.Process | None:
-        if not self._root_bound:
-            self._root_bound = True
-            exited = self._pidfd is not None and bool(select.select([self._pidfd], [], [], 0)[0])
-            if not exited or self.popen is not None:
-                try:
-                    self._root = psutil.Process(self.pid)
-                except psutil.Error:
-                    self._root = None
-        return self._root
+        try:  # our unreaped child: the pid names the worker until we reap it
+            self._root: psutil.Process | None = psutil.Process(self.pid)
+        except psutil.Error:
+            self._root = None
 
     @classmethod
-    def spawn(
-        cls,
-        argv: Sequence[str],
-        *,
-        cwd: Path,
-        env: Mapping[str, str],
-        log_path: Path,
-        launcher: Launcher | None = None,
-    ) -> ProcessTree:
-        """Start the worker in a new session, stdin closed, stdout+stderr appended to log_path: forked by
-        the launcher when there is one (argv is then implied), else argv exec'd as our own child."""
-        if launcher is not None:
-            return cls(launcher.spawn(env=env, cwd=cwd, log_path=log_path), launcher=launcher)
+    def spawn(cls, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_path: Path) -> ProcessTree:
+        """Start argv in a new session, stdin closed, stdout+stderr appended to log_path."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             popen = subprocess.Popen(
@@ -145,13 +87,13 @@ class ProcessTree:
                 start_new_session=True,
                 close_fds=True,
             )
-        return cls(popen.pid, popen=popen)
+        return cls(popen)
 
     # --- observing ---
 
     def _members(self) -> list[psutil.Process]:
         members: list[psutil.Process] = []
-        root = self._bind_root() if self._exit is None else None
+        root = self._root if self._exit is None else None
         if root is not None:
             members.append(root)
             with contextlib.suppress(psutil.Error):
@@ -177,17 +119,9 @@ class ProcessTree:
         self._peak_rss = max(self._peak_rss, rss)
         self._cpu = max(self._cpu, cpu)
 
-    def _root_running(self) -> bool:
-        try:
-            root = self._bind_root()
-            return root is not None and root.status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            return False
-
     def _finish(self, code: int, cpu: float, rss: int) -> Exit:
         self._exit = Exit(code, max(self._cpu, cpu), max(self._peak_rss, rss))
-        if self.popen is not None:
-            self.popen.returncode = code  # so Popen never waits on a pid we already reaped
+        self.popen.returncode = code  # so Popen never waits on a pid we already reaped
         self.close()
         return self._exit
 
@@ -195,13 +129,8 @@ class ProcessTree:
         """The exit, once the worker has ended (its rusage includes the descendants it waited for)."""
         if self._exit is not None:
             return self._exit
-        if self.popen is not None and self.popen.returncode is not None:  # reaped by stop_group
+        if self.popen.returncode is not None:  # reaped by stop_group
             return self._finish(self.popen.returncode, self._cpu, self._peak_rss)
-        if self._launcher is not None:
-            reported = self._launcher.exit_of(self.pid)
-            if reported is None and not self._launcher.alive and not self._root_running():
-                reported = (UNKNOWN_STATUS, self._cpu, self._peak_rss)  # its reaper is gone: status lost
-            return None if reported is None else self._finish(*reported)
         try:
             pid, status, usage = os.wait4(self.pid, os.WNOHANG)
         except ChildProcessError:  # reaped elsewhere; nothing more to learn
@@ -221,12 +150,7 @@ class ProcessTree:
         if self._pidfd is not None:
             fds = [self._pidfd] + ([wake_fd] if wake_fd is not None else [])
             with contextlib.suppress(InterruptedError):
-                ready, _, _ = select.select(fds, [], [], timeout)
-                if self._launcher is not None and self._pidfd in ready:
-                    # it has exited; the launcher's report of its status follows within moments
-                    reported = self._launcher.wait_exit(self.pid, REPORT_WAIT_S)
-                    if reported is not None:
-                        return self._finish(*reported)
+                select.select(fds, [], [], timeout)
             return self.poll()
         deadline = time.monotonic() + timeout
         delay = 0.001

@@ -159,7 +159,7 @@ def fixer_for_past_run(
             config_file=config_file.resolve() if config_file else None,
             pipeline_entries={name: installed[name].value for name in sorted(names) if name in installed},
         )
-        executor = LocalExecutor.open([], cwd=root, fork=False, stop_grace_s=config.fleet.stop_grace)
+        executor = LocalExecutor(stop_grace_s=config.fleet.stop_grace)
         try:
             dispatcher = Dispatcher(settings, ledger, claims, executor, _quiet, budget=budget)
             yield CiFixRounds(dispatcher, ledger, max_rounds=max_rounds)

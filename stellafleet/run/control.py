@@ -30,7 +30,6 @@ from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.spend import SpendBudget
 from stellafleet.core.status import RunStatus, Stop, StopReason, TaskStatus
 from stellafleet.git import gitops
-from stellafleet.run.direct import DirectCommands, covers_every_task
 from stellafleet.run.dispatch import Dispatcher, RunSettings
 from stellafleet.run.events import Emit, Event, Notice, RunStarted, TaskSkipped
 from stellafleet.run.executor import Executor, LocalExecutor
@@ -198,15 +197,7 @@ class FleetRun:
 
     def run(self) -> int:
         p = self.prepared
-        # The warm launcher starts first, so its own start-up (an interpreter and the worker's imports)
-        # runs beside the rest of ours instead of before the first worker.
-        # No launcher when every task runs as a direct command: it would only start and stop again.
-        fork = p.fork_workers and not covers_every_task(p.config, p.pipeline_entries)
-        executor: Executor = LocalExecutor.open(
-            p.pipeline_modules, cwd=p.root, fork=fork, stop_grace_s=p.stop_grace_s
-        )
-        if p.config.pipelines.command.direct:
-            executor = DirectCommands(executor, p.config, stop_grace_s=p.stop_grace_s)
+        executor: Executor = LocalExecutor(stop_grace_s=p.stop_grace_s)
         if p.executor.kind == "ray":  # isolated tasks go to the cluster, shared ones stay with `executor`
             from stellafleet.run.rayexec import RayExecutor
 

@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -24,7 +24,6 @@ from stellafleet.core.status import Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc.tree import Exit, ProcessTree
-from stellafleet.worker.launcher import Launcher, LauncherGone
 
 # -P: the workspace (the cwd) is not put on sys.path, so a repository file can never shadow a module
 WORKER_ARGV = (sys.executable, "-P", "-m", "stellafleet.worker.main")
@@ -84,46 +83,24 @@ def read_result(path: Path) -> PipelineResult | None:
 
 
 class LocalExecutor:
-    """Workers as process trees on this machine: forked by the warm launcher while there is one, fresh
-    interpreters otherwise (and from the moment the launcher is gone)."""
+    """Every worker a fresh `python -m stellafleet.worker.main` process tree on this machine."""
 
-    def __init__(
-        self, *, launcher: Launcher | None = None, stop_grace_s: float = 5.0, sample_interval_s: float = 0.25
-    ) -> None:
-        self.launcher = launcher
-        self._started_launcher = launcher  # closed at the end even after it went away mid-run
+    def __init__(self, *, stop_grace_s: float = 5.0, sample_interval_s: float = 0.25) -> None:
         self.stop_grace_s = stop_grace_s
         self.sample_interval_s = sample_interval_s
 
-    @classmethod
-    def open(cls, preload: Sequence[str], *, cwd: Path, fork: bool, stop_grace_s: float) -> LocalExecutor:
-        """An executor whose warm launcher (when fork, and the platform can) preloads these modules."""
-        launcher = Launcher.start(preload, cwd=cwd) if fork else None
-        return cls(launcher=launcher, stop_grace_s=stop_grace_s)
-
     def start(self, attempt: Attempt) -> LocalExecution:
         ctx = attempt.context
-        tree = self._spawn(ctx.workspace, attempt.env, ctx.log_path)
+        tree = ProcessTree.spawn(WORKER_ARGV, cwd=ctx.workspace, env=attempt.env, log_path=ctx.log_path)
         return LocalExecution(
             tree, ctx, stop_grace_s=self.stop_grace_s, sample_interval_s=self.sample_interval_s
         )
 
-    def _spawn(self, cwd: Path, env: Mapping[str, str], log_path: Path) -> ProcessTree:
-        launcher = self.launcher
-        if launcher is not None:
-            try:
-                return ProcessTree.spawn(WORKER_ARGV, cwd=cwd, env=env, log_path=log_path, launcher=launcher)
-            except LauncherGone:
-                self.launcher = None  # from now on, every worker is a fresh interpreter
-        return ProcessTree.spawn(WORKER_ARGV, cwd=cwd, env=env, log_path=log_path)
-
     def release(self) -> None:
-        if self._started_launcher is not None:
-            self._started_launcher.release()
+        """Nothing serves the workers but the workers themselves."""
 
     def close(self) -> None:
-        if self._started_launcher is not None:
-            self._started_launcher.close()
+        """Each worker's tree is gone once its wait() returned: nothing is left to close."""
 
 
 class LocalExecution:
@@ -193,6 +170,6 @@ class LocalExecution:
                 tree.end_leftovers()
                 return done, None
         while (done := tree.wait(1.0)) is None:
-            tree.signal_tree(signal.SIGKILL)  # its launcher's report of the exit is on its way
+            tree.signal_tree(signal.SIGKILL)
         tree.end_leftovers()
         return done, stop_reason

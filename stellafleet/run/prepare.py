@@ -2,7 +2,7 @@
 
 The command line hands over what the user asked (FleetOptions); prepare() checks the environment, loads
 the config and the plan, asks the plan's pipelines whether they can run, checks --watch's readiness and
-resolves the settings the run uses (concurrency, spend guard, default pipeline, stop grace, forking).
+resolves the settings the run uses (concurrency, spend guard, default pipeline, stop grace).
 Nothing is written here (ledger, exclude file, worktrees), so a run refused with exit 2 leaves no trace.
 """
 
@@ -86,7 +86,6 @@ class Prepared:
     problems: list[str]  # what keeps the pipelines from running (only a dry run gets this far with any)
     spend_limit: float | None
     stop_grace_s: float
-    fork_workers: bool
     stop_on_first_interrupt: bool
     watch: WatchSettings | None  # None: no --watch
     config: Config  # handed whole to the CI watch; every other setting is resolved above
@@ -105,11 +104,6 @@ class Prepared:
     def spend_guard(self) -> float | None:
         """Each worker's share of the spend limit."""
         return None if self.spend_limit is None else self.spend_limit / self.concurrency.value
-
-    @property
-    def pipeline_modules(self) -> list[str]:
-        """The modules of the run's pipelines, which the warm launcher imports before forking workers."""
-        return sorted({entry.partition(":")[0] for entry in self.pipeline_entries.values()})
 
     def task_rows(self) -> list[dict[str, Any]]:
         rows = []
@@ -223,7 +217,6 @@ def prepare(options: FleetOptions) -> Prepared:
     problems = pipeline_problems(
         plan, default_pipeline, options.model, config, options.spend_limit, installed
     )
-    fork_workers, stop_grace_s = config.fleet.fork_workers, config.fleet.stop_grace
     concurrency = decide(config, options.max_concurrency)
     base_commit = gitops.resolve_commit(root, options.base_ref or "HEAD")
     executor = resolve_executor(options, config)
@@ -244,8 +237,7 @@ def prepare(options: FleetOptions) -> Prepared:
         pipeline_entries={name: installed[name].value for name in sorted(names) if name in installed},
         problems=problems,
         spend_limit=options.spend_limit,
-        stop_grace_s=stop_grace_s,
-        fork_workers=fork_workers,
+        stop_grace_s=config.fleet.stop_grace,
         stop_on_first_interrupt=options.stop_on_first_interrupt,
         watch=check_watch_ready(root, config) if options.watch and not options.dry_run else None,
         config=config,

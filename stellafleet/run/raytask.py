@@ -67,22 +67,6 @@ def node_name() -> str:
     return label
 
 
-_executors: dict[float, LocalExecutor] = {}  # one per Ray worker process, kept for the attempts after
-
-
-def node_executor(spec: RemoteSpec) -> LocalExecutor:
-    """This Ray worker's LocalExecutor: its warm launcher forks workers with the pipelines preloaded, so
-    the second attempt on a node skips an interpreter's start-up, as at home."""
-    executor = _executors.get(spec.stop_grace_s)
-    if executor is None or (executor.launcher is not None and not executor.launcher.alive):
-        preload = [spec.pipeline_entry.partition(":")[0]] if spec.pipeline_entry else []
-        executor = LocalExecutor.open(
-            preload, cwd=Path(tempfile.gettempdir()), fork=True, stop_grace_s=spec.stop_grace_s
-        )
-        _executors[spec.stop_grace_s] = executor
-    return executor
-
-
 def remote_attempt(spec: RemoteSpec, base_bundle: bytes) -> Iterator[dict[str, Any]]:
     """The attempt on this node, as a stream of events (see the module's docstring)."""
     scratch = Path(tempfile.mkdtemp(prefix="stella-remote-"))
@@ -122,7 +106,7 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
         )
         root_file = scratch / "worker.pid"
         start_reaper(root_file, spec.stop_grace_s)  # first: a cancel at any moment finds it watching
-        execution = node_executor(spec).start(Attempt(ctx, env))
+        execution = LocalExecutor(stop_grace_s=spec.stop_grace_s).start(Attempt(ctx, env))
         (scratch / "worker.pid.tmp").write_text(str(execution.pid))
         (scratch / "worker.pid.tmp").replace(root_file)
         box: dict[str, Ending] = {}

@@ -93,7 +93,7 @@ def _json_dump_calls(path: Path) -> list[str]:
 
 
 def test_commands_observatory_and_run_write_json_only_through_the_strict_helper() -> None:
-    # what stella prints, serves, or leaves for others to read (the launcher's pipe is internal)
+    # what stella prints, serves, or leaves for others to read
     paths = [
         path for package in ("commands", "observatory", "run") for path in (PACKAGE / package).rglob("*.py")
     ]

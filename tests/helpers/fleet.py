@@ -71,13 +71,9 @@ def write_config(
     run: str | None = None,
     tasks: dict[str, str] | None = None,
     extra: str = "",
-    direct: bool | None = None,
 ) -> Path:
-    """`.stella/config.toml` for the command pipeline: a default command and per-task commands (direct:
-    whether the fleet runs them without a worker process; None: the default)."""
+    """`.stella/config.toml` for the command pipeline: a default command and per-task commands."""
     lines = ["[pipelines.command]"]
-    if direct is not None:
-        lines.append(f"direct = {str(direct).lower()}")
     if run is not None:
         lines.append(f"run = {toml_str(run)}")
     for task_id, command in (tasks or {}).items():

@@ -23,9 +23,9 @@ def _gone(pid: int) -> bool:
         return True
 
 
-@pytest.mark.parametrize("direct", [False, True])
+@pytest.mark.parametrize("killed", ["worker", "command"])
 def test_a_worker_killed_by_sigkill_fails_with_the_signal_and_its_dependents_are_skipped(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner, direct: bool
+    git_repo: Path, tmp_path: Path, stella: StellaRunner, killed: str
 ) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text(
@@ -35,14 +35,15 @@ def test_a_worker_killed_by_sigkill_fails_with_the_signal_and_its_dependents_are
         '[[tasks]]\nid = "bystander"\nprompt = "p"\n\n'
         '[[tasks]]\nid = "after-bystander"\nprompt = "p"\ndepends_on = ["bystander"]\n'
     )
-    # The command kills the worker process with SIGKILL: its parent, which so leaves no result, or with
-    # direct commands (the default) the command's own shell, concluded as a worker concludes a command
-    # killed by a signal.
-    worker = "$$" if direct else "$PPID"
+    # The command kills with SIGKILL either the worker process, its parent, which so leaves no result, or
+    # its own shell, which the worker concludes as a command killed by a signal.
+    target = "$PPID" if killed == "worker" else "$$"
     reason, exit_code = (
-        ("command failed: killed by signal SIGKILL", 1) if direct else ("worker killed by signal SIGKILL", -9)
+        ("worker killed by signal SIGKILL", -9)
+        if killed == "worker"
+        else ("command failed: killed by signal SIGKILL", 1)
     )
-    write_config(git_repo, run="echo ok", tasks={"doomed": f"kill -9 {worker}; sleep 5"}, direct=direct)
+    write_config(git_repo, run="echo ok", tasks={"doomed": f"kill -9 {target}; sleep 5"})
 
     proc = stella(
         "fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "2", cwd=git_repo
