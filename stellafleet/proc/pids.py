@@ -28,22 +28,13 @@ import psutil
 START_TIME_TOLERANCE_S = 1.0
 LEDGER_SPAWN_GRACE_S = 300.0
 
-_own_start: tuple[int, float] | None = None
-
 
 def process_start_time(pid: int) -> float | None:
-    """psutil's start time of pid in epoch seconds (cached for this process), None if there is no pid."""
-    global _own_start
-    own = os.getpid()
-    if pid == own and _own_start is not None and _own_start[0] == own:
-        return _own_start[1]
+    """psutil's start time of pid in epoch seconds, None if there is no pid."""
     try:
-        started = psutil.Process(pid).create_time()
+        return psutil.Process(pid).create_time()
     except psutil.Error:
         return None
-    if pid == own:
-        _own_start = (own, started)
-    return started
 
 
 def pid_alive_since(pid: int | None, started_at_s: float | None, *, tolerance_s: float) -> bool:
@@ -52,20 +43,15 @@ def pid_alive_since(pid: int | None, started_at_s: float | None, *, tolerance_s:
     started_at_s None accepts any process holding pid."""
     if not pid or pid <= 0:
         return False
-    if pid == os.getpid():
-        created = process_start_time(pid)
-    else:
-        try:
-            proc = psutil.Process(pid)
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                return False
-            created = proc.create_time()
-        except psutil.NoSuchProcess:
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        except psutil.AccessDenied:
-            return True
-    if created is None:
+        created = proc.create_time()
+    except psutil.NoSuchProcess:
         return False
+    except psutil.AccessDenied:
+        return True
     return started_at_s is None or created <= started_at_s + tolerance_s
 
 
