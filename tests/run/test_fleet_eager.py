@@ -79,8 +79,10 @@ def test_eager_finishes_near_the_lower_bound_where_waves_wait_for_the_slowest_ta
     # waves: 1.6 + 3 * 0.2 s of sleeps at least; eager: the a and b chains run beside c
     assert walls["waves"] >= 2.2
     assert bound <= walls["eager"] < walls["waves"] - 0.4
+    # the chain starts once a has succeeded, beside c (waves start it only after c); each of its tasks
+    # pays a worker's start-up, so where the chain ends against c depends on the machine's load
     eager = by_id(run_record(git_repo)["attempts"], "task_id")
-    assert eager["a4"]["finished_at_ms"] < eager["c"]["finished_at_ms"], "the chain waited for c"
+    assert eager["a2"]["started_at_ms"] < eager["c"]["finished_at_ms"], "the chain waited for c"
 
 
 def test_eager_never_runs_more_than_max_concurrency_and_skips_a_failed_tasks_dependents(
