@@ -83,7 +83,8 @@ def _split(error: jsonschema.ValidationError, base: Path) -> Iterator[SchemaProb
     if error.validator == "additionalProperties" and isinstance(instance, dict):
         allowed = tuple(common["schema"].get("properties", {}))
         for key in instance:
-            if key not in allowed:  # a non-string key (YAML allows them) must not pass for a list index
+            if key not in allowed:
+                # a non-string key (YAML allows them) must not pass for a list index
                 where = (*path, key if isinstance(key, str) else repr(key))
                 yield SchemaProblem(where, instance=key, allowed=allowed, **common)
     elif error.validator == "required" and isinstance(instance, dict):

@@ -1,10 +1,10 @@
 """Plans: load a plan file (or inline prompts), check it whole, and hand back an immutable Plan.
 
 A plan is checked in three passes and every problem of every pass is reported at once: the file is
-parsed (planfile.py: a syntax error carries its line and column), the data is checked against the
-bundled JSON Schema (planschema.py), then the things a schema cannot say are checked: claims stay inside
-the workspace (here), and ids are unique, every dependency names another task and the dependencies form
-no cycle (plangraph.py).
+parsed (files.py: a syntax error carries its line and column), the data is checked against the
+bundled JSON Schema by jsonschema (schema.py), then the things a schema cannot say are checked: claims
+stay inside the workspace (here), and ids are unique, every dependency names another task and the
+dependencies form no cycle (checks.py).
 """
 
 from __future__ import annotations
