@@ -233,17 +233,13 @@ def load_config(
 
 def _problems(layers: list[tuple[str, dict[str, Any]]], merged: dict[str, Any]) -> list[str]:
     """Each layer's problems, naming its source; a key a table needs may come from any layer."""
-    found: list[str] = []
-    missing_in_a_layer = False
-    for source, layer in layers:
-        for problem in configschema.problems(layer, installed=_installed_pipelines):
-            if problem.keyword == "required":
-                missing_in_a_layer = True
-            else:
-                found.append(f"{source}: {problem.text}")
-    # A key missing from the merged tables is missing from every layer that has the table, so the
-    # merged data needs a second pass only when some layer missed a required key.
-    for problem in configschema.problems(merged) if missing_in_a_layer else ():
+    found = [
+        f"{source}: {problem.text}"
+        for source, layer in layers
+        for problem in configschema.problems(layer, installed=_installed_pipelines)
+        if problem.keyword != "required"
+    ]
+    for problem in configschema.problems(merged):
         if problem.keyword == "required":
             source = next(s for s, layer in reversed(layers) if _has(layer, problem.path[:-1]))
             found.append(f"{source}: {problem.text}")

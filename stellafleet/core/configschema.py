@@ -1,30 +1,26 @@
 """The bundled config JSON Schema, and every problem of a config table in plain words.
 
-Like plans: a check compiled once from the schema says "valid" for the common case; only a config it
-refuses goes through jsonschema, whose errors become one sentence per problem, each naming the key the
-way TOML writes it (`fleet.max_concurrency`, a section as `[fleet]`) with a hint: the closest known key
-or section, or the expected type.
+Like plans: jsonschema's problems (core/schemaerrors.py) become one sentence each, naming the key the way
+TOML writes it (`fleet.max_concurrency`, a section as `[fleet]`) with a hint: the closest known key or
+section, the expected type, or that the setting was removed.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path as FilePath
 from typing import Any
 
-from stellafleet.core.schemacheck import (
+from stellafleet.core.schemaerrors import (
     BundledSchema,
-    Check,
     Path,
+    SchemaProblem,
     closest,
-    compile_check,
     describe,
     is_number,
-    run_check,
     show,
     suggest,
 )
@@ -32,6 +28,11 @@ from stellafleet.core.schemacheck import (
 # The entry-point group pipelines are installed under; pipelines/ takes its GROUP from here.
 PIPELINE_GROUP = "stella.pipelines"
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+# Keys that were settings once: an old config naming one is told the setting is gone.
+REMOVED_KEYS = {
+    ("fleet", "fork_workers"): "every task is one plain worker process now",
+    ("pipelines", "command", "direct"): "every command task runs under its own worker process now",
+}
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,6 @@ def schema() -> dict[str, Any]:
     return BUNDLED.data
 
 
-def compiled_check() -> Check:
-    return BUNDLED.check
-
-
 def builtin_pipelines() -> list[str]:
     """The pipelines whose tables the schema describes."""
     return list(schema()["properties"]["pipelines"]["properties"])
@@ -69,7 +66,7 @@ def problems(data: Any, *, installed: Callable[[], Iterable[str]] | None = None)
 
     `installed`: the names of the installed pipelines, asked only when a [pipelines.NAME] table is for
     a name the schema does not know; without it such tables are taken as written."""
-    found = [] if BUNDLED.is_valid(data) else _schema_problems(data)
+    found = _unique(BUNDLED.problems(data))
     if installed is not None:
         found += _unknown_pipelines(data, installed)
     order = {path: index for index, path in enumerate(_paths(data))}
@@ -78,35 +75,15 @@ def problems(data: Any, *, installed: Callable[[], Iterable[str]] | None = None)
 
 def subtable_problems(data: Any, definition: str, path: Path) -> list[Problem]:
     """The problems of one table checked against the schema's $defs/definition, as if found at path."""
-    if run_check(_definition_check(definition), data):
-        return []
-    import jsonschema
-
-    errors = jsonschema.Draft202012Validator(_definition(definition)).iter_errors(data)
-    return _unique(problem for error in errors for problem in _explain(error, path))
+    return _unique(BUNDLED.problems(data, definition=definition, base=path))
 
 
-@functools.cache
-def _definition(definition: str) -> dict[str, Any]:
-    return {"$ref": f"#/$defs/{definition}", "$defs": schema()["$defs"]}
-
-
-@functools.cache
-def _definition_check(definition: str) -> Check:
-    return compile_check(_definition(definition))
-
-
-def _schema_problems(data: Any) -> list[Problem]:
-    return _unique(
-        problem for error in BUNDLED.validator.iter_errors(data) for problem in _explain(error, ())
-    )
-
-
-def _unique(found: Iterable[Problem]) -> list[Problem]:
+def _unique(found: Iterable[SchemaProblem]) -> list[Problem]:
     """One problem per location: a value that breaks several keywords is described once, as a whole."""
     by_path: dict[Path, Problem] = {}
     for problem in found:
-        by_path.setdefault(problem.path, problem)
+        if problem.path not in by_path:
+            by_path[problem.path] = Problem(problem.path, _explain(problem), problem.keyword)
     return list(by_path.values())
 
 
@@ -149,31 +126,27 @@ def toml_key(key: str) -> str:
 # jsonschema errors in plain words
 
 
-def _explain(error: Any, base: Path) -> Iterator[Problem]:
-    path: Path = (*base, *error.absolute_path)
-    keyword = error.validator
+def _explain(problem: SchemaProblem) -> str:
+    path, keyword = problem.path, problem.keyword
     if keyword == "additionalProperties":
-        allowed = list(error.schema.get("properties", {}))
-        for key in error.instance:
-            if key not in allowed:
-                yield Problem((*path, key), _unknown_key((*path, key), allowed, error.schema), keyword)
-    elif keyword == "required":
-        for name in error.validator_value:
-            if name not in error.instance:
-                about = error.schema.get("properties", {}).get(name, {}).get("description")
-                text = f"{location((*path, name))} is missing" + (f": {about}" if about else "")
-                yield Problem((*path, name), text, keyword)
-    elif keyword in _VALUE_KEYWORDS:
-        yield Problem(path, f"{location(path)} must be {expected(error.schema)}, not {_got(error.instance)}")
-    else:  # a keyword added to the schema later: jsonschema's own words are still one clear line
-        yield Problem(path, f"{location(path)}: {error.message}")
+        return _unknown_key(path, list(problem.allowed))
+    if keyword == "required":
+        about = problem.schema.get("properties", {}).get(path[-1], {}).get("description")
+        return f"{location(path)} is missing" + (f": {about}" if about else "")
+    if keyword in _VALUE_KEYWORDS:
+        return f"{location(path)} must be {expected(problem.schema)}, not {_got(problem.instance)}"
+    return f"{location(path)}: {problem.message}"  # a keyword added to the schema later
 
 
 _VALUE_KEYWORDS = frozenset({"type", "enum", "minimum", "exclusiveMinimum", "pattern", "minLength"})
 
 
-def _unknown_key(path: Path, allowed: list[str], table: dict[str, Any]) -> str:
+def _unknown_key(path: Path, allowed: list[str]) -> str:
     key = path[-1]
+    if path in REMOVED_KEYS:
+        return (
+            f"{location(path)} is not a known key (this setting was removed: {REMOVED_KEYS[path]}; delete it)"
+        )
     if len(path) == 1:
         close = closest(key, allowed)
         hint = f"did you mean [{close}]?" if close else f"sections: {', '.join(f'[{n}]' for n in allowed)}"
@@ -187,18 +160,18 @@ def _unknown_key(path: Path, allowed: list[str], table: dict[str, Any]) -> str:
     return f"{location(path)} is not a known key ({hint})"
 
 
-def expected(node: dict[str, Any]) -> str:
+def expected(node: Mapping[str, Any]) -> str:
     """What a value must be, in words, from its whole schema (its $ref resolved)."""
     if "$ref" in node:
-        node = {**schema()["$defs"][node["$ref"].removeprefix("#/$defs/")], **node}
-        del node["$ref"]
+        beside = {key: value for key, value in node.items() if key != "$ref"}
+        node = {**schema()["$defs"][node["$ref"].removeprefix("#/$defs/")], **beside}
     if "enum" in node:
         return "one of " + ", ".join(map(str, node["enum"]))
     kinds = node.get("type", [])
     return " or ".join(_kind_words(kind, node) for kind in ([kinds] if isinstance(kinds, str) else kinds))
 
 
-def _kind_words(kind: str, node: dict[str, Any]) -> str:
+def _kind_words(kind: str, node: Mapping[str, Any]) -> str:
     if kind in ("number", "integer"):
         noun = "number" if kind == "number" else "whole number"
         if node.get("exclusiveMinimum") == 0:

@@ -44,7 +44,6 @@ class FleetConfig:
     pipeline: str = "plain"
     max_concurrency: int | None = None
     stop_grace: float = 5.0
-    fork_workers: bool = True
     schedule: str = "waves"  # "waves" or "eager" (--schedule wins)
     idle_timeout: float = 900.0  # seconds without CPU time, output or spend before a worker is stopped
 
@@ -127,7 +126,6 @@ class CommandConfig:
 
     run: str | None = None
     tasks: Mapping[str, str | None] = field(default_factory=lambda: MappingProxyType({}))
-    direct: bool = True  # the fleet runs the command itself, without a worker process around it
 
     def command_for(self, task_id: str) -> str | None:
         """The task's own command when configured, else the pipeline's; None when blank or unset."""
@@ -200,9 +198,7 @@ def build_pipelines(table: Mapping[str, Any]) -> PipelinesConfig:
     command = table.get("command", {})
     tasks = {task_id: own.get("run") for task_id, own in command.get("tasks", {}).items()}
     return PipelinesConfig(
-        command=CommandConfig(
-            run=command.get("run"), tasks=MappingProxyType(tasks), direct=bool(command.get("direct", True))
-        ),
+        command=CommandConfig(run=command.get("run"), tasks=MappingProxyType(tasks)),
         agents=MappingProxyType(
             {name: build(AgentCliConfig, table[name]) for name in AGENT_PIPELINES if name in table}
         ),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
 EXCLUDED_DIRS = (".stella/private/", ".stella/worktrees/")
@@ -13,8 +12,7 @@ EXCLUDED_DIRS = (".stella/private/", ".stella/worktrees/")
 class StatePaths:
     root: Path
 
-    # Worked out once per object: a fleet builds several file paths below these for every task.
-    @cached_property
+    @property
     def stella_dir(self) -> Path:
         return self.root / ".stella"
 
@@ -22,7 +20,7 @@ class StatePaths:
     def config_file(self) -> Path:
         return self.stella_dir / "config.toml"
 
-    @cached_property
+    @property
     def private(self) -> Path:
         return self.stella_dir / "private"
 

@@ -55,12 +55,8 @@ def task_run_problems(where: str, raw: dict[str, Any], isolation: Any) -> list[s
     return problems
 
 
-def graph_problems(
-    name: str, raw_tasks: list[Any], ids: list[str | None], labels: list[str], *, trusted: bool
-) -> list[str]:
-    """Duplicate ids, self-dependencies, unknown dependencies and cycles.
-
-    `trusted`: the data passed the schema, so every dependency is already a well-formed id."""
+def graph_problems(name: str, raw_tasks: list[Any], ids: list[str | None], labels: list[str]) -> list[str]:
+    """Duplicate ids, self-dependencies, unknown dependencies and cycles."""
     problems: list[str] = []
     first_at: dict[str, int] = {}
     for position, task_id in enumerate(ids):
@@ -79,11 +75,10 @@ def graph_problems(
         dependencies = raw.get("depends_on") if isinstance(raw, dict) else None
         if not isinstance(dependencies, list) or not dependencies:
             continue
-        if not trusted:
-            # well-formed ids only (the schema reported the rest), each once
-            dependencies = list(
-                dict.fromkeys(dep for dep in dependencies if isinstance(dep, str) and TASK_ID.match(dep))
-            )
+        # well-formed ids only (the schema reported the rest), each once
+        dependencies = list(
+            dict.fromkeys(dep for dep in dependencies if isinstance(dep, str) and TASK_ID.match(dep))
+        )
         owns_edges = task_id is not None and first_at[task_id] == position
         for dependency in dependencies:
             if dependency == task_id:

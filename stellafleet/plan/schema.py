@@ -1,24 +1,16 @@
-"""The bundled plan JSON Schema: a compiled fast check, and jsonschema's errors in plain words.
-
-Valid plans (the common case, and the big ones) are checked by a validator compiled once from the
-schema into plain Python closures (core/schemacheck.py); only a plan that fails it goes through
-jsonschema, whose errors are then turned into one readable problem each. The compiled check is
-conservative: when it says "valid", jsonschema agrees (a property test holds it to that); when in doubt
-it says "invalid" and jsonschema has the last word.
-"""
+"""The bundled plan JSON Schema, checked by jsonschema, and each of its problems in plain words."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path as FilePath
 from typing import Any
 
-from stellafleet.core.schemacheck import (
+from stellafleet.core.schemaerrors import (
     TYPE_WORDS,
     BundledSchema,
-    Check,
     Path,
+    SchemaProblem,
     article,
     describe,
     show,
@@ -41,26 +33,13 @@ def schema() -> dict[str, Any]:
     return BUNDLED.data
 
 
-def compiled_check() -> Check:
-    """A fast validity check compiled once from the schema; True means jsonschema would accept too."""
-    return BUNDLED.check
-
-
-def is_valid(data: Any) -> bool:
-    return BUNDLED.is_valid(data)
-
-
 def schema_problems(data: Any, *, table_word: str = "table") -> list[tuple[Path, str]]:
     """Every schema violation as (location, message), in document order; [] when valid."""
-    if is_valid(data):
-        return []
     try:
-        errors = list(BUNDLED.validator.iter_errors(data))
+        found = BUNDLED.problems(data)
     except RecursionError:
         return [((), "the plan is nested too deeply (a self-referencing YAML alias?)")]
-    problems: list[tuple[Path, str]] = []
-    for error in errors:
-        problems.extend(_explain(error, table_word))
+    problems = [(problem.path, _explain(problem, table_word)) for problem in found]
     problems.sort(key=lambda item: sort_key(item[0]))
     return problems
 
@@ -69,39 +48,28 @@ def schema_problems(data: Any, *, table_word: str = "table") -> list[tuple[Path,
 # jsonschema errors in plain words
 
 
-def _explain(error: Any, table_word: str) -> Iterator[tuple[Path, str]]:
-    path: Path = tuple(error.absolute_path)
-    keyword = error.validator
-    instance = error.instance
+def _explain(problem: SchemaProblem, table_word: str) -> str:
+    path, keyword, expected, instance = problem.path, problem.keyword, problem.expected, problem.instance
     if keyword == "required":
-        for name in error.validator_value:
-            if isinstance(instance, dict) and name not in instance:
-                yield (*path, name), _missing(path, name)
-    elif keyword == "additionalProperties":
-        allowed = list(error.schema.get("properties", {}))
-        for key in instance if isinstance(instance, dict) else ():
-            if key not in allowed:  # a non-string key (YAML allows them) must not pass for a list index
-                yield (
-                    (*path, key if isinstance(key, str) else repr(key)),
-                    f"unknown key{suggest(key, allowed, listing=True)}",
-                )
-    elif keyword == "type":
-        yield path, _wrong_type(path, error.validator_value, instance, table_word)
-    elif keyword == "enum":
-        choices = " or ".join(json.dumps(choice) for choice in error.validator_value)
-        yield path, f"must be {choices}, not {show(instance)}{suggest(instance, error.validator_value)}"
-    elif keyword == "pattern":
-        yield path, _pattern(error.validator_value, instance)
-    elif keyword in ("minLength", "minItems"):
-        yield path, "the plan has no tasks" if path == ("tasks",) else "must not be empty"
-    elif keyword == "maxLength":
-        yield path, f"{show(instance)} is longer than {error.validator_value} characters"
-    elif keyword == "uniqueItems":
-        yield path, f"{show(_first_repeat(instance))} is listed more than once"
-    elif keyword == "exclusiveMinimum":
-        yield path, f"must be a number of seconds greater than {error.validator_value}, not {show(instance)}"
-    else:  # a keyword added to the schema later: jsonschema's own words are still one clear line
-        yield path, error.message
+        return _missing(path[:-1], path[-1])
+    if keyword == "additionalProperties":
+        return f"unknown key{suggest(instance, problem.allowed, listing=True)}"
+    if keyword == "type":
+        return _wrong_type(path, expected, instance, table_word)
+    if keyword == "enum":
+        choices = " or ".join(json.dumps(choice) for choice in expected)
+        return f"must be {choices}, not {show(instance)}{suggest(instance, expected)}"
+    if keyword == "pattern":
+        return _pattern(expected, instance)
+    if keyword in ("minLength", "minItems"):
+        return "the plan has no tasks" if path == ("tasks",) else "must not be empty"
+    if keyword == "maxLength":
+        return f"{show(instance)} is longer than {expected} characters"
+    if keyword == "uniqueItems":
+        return f"{show(_first_repeat(instance))} is listed more than once"
+    if keyword == "exclusiveMinimum":
+        return f"must be a number of seconds greater than {expected}, not {show(instance)}"
+    return problem.message  # a keyword added to the schema later: jsonschema's own words
 
 
 def _missing(path: Path, name: str) -> str:

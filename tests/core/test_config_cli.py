@@ -36,6 +36,21 @@ def test_an_unknown_key_stops_the_fleet_before_anything_runs(git_repo: Path, ste
     assert not StatePaths(git_repo).fleet_db.exists()
 
 
+def test_a_removed_setting_stops_the_fleet_and_says_it_is_gone(git_repo: Path, stella: StellaRunner) -> None:
+    config = write(git_repo / ".stella/config.toml", "[fleet]\nfork_workers = false\n")
+    gone = "this setting was removed: every task is one plain worker process now; delete it"
+    refused(
+        stella("config", "show", cwd=git_repo), f"{config}: fleet.fork_workers is not a known key ({gone})"
+    )
+    write(config, '[pipelines.command]\nrun = "true"\ndirect = true\n')
+    refused(
+        stella("fleet", "--dry-run", "--pipeline", "command", "Fix the tests", cwd=git_repo),
+        f"{config}: pipelines.command.direct is not a known key (this setting was removed: "
+        "every command task runs under its own worker process now; delete it)",
+    )
+    assert not StatePaths(git_repo).fleet_db.exists()
+
+
 def test_a_wrong_type_names_the_expected_type(git_repo: Path, stella: StellaRunner) -> None:
     config = write(git_repo / ".stella/config.toml", '[watch]\npoll_interval = "30s"\n')
     refused(
@@ -56,11 +71,11 @@ def test_every_problem_of_every_file_at_once(
     git_repo: Path, isolated_home: Path, tmp_path: Path, stella: StellaRunner
 ) -> None:
     user = write(isolated_home / ".config/stella/config.toml", "[engine]\nshell = 1\n")
-    given = write(tmp_path / "ci.toml", '[fleet]\nfork_workers = "no"\n[prices."m"]\ninput_per_mtok = 1\n')
+    given = write(tmp_path / "ci.toml", '[watch]\nforce_push = "no"\n[prices."m"]\ninput_per_mtok = 1\n')
     refused(
         stella("--config", str(given), "pipelines", cwd=git_repo, env={"STELLA_PROVIDER": "gemini"}),
         f"{user}: engine.shell must be true or false, not 1",
-        f'{given}: fleet.fork_workers must be true or false, not a string ("no")',
+        f'{given}: watch.force_push must be true or false, not a string ("no")',
         '$STELLA_PROVIDER: engine.provider must be one of openai, anthropic, not a string ("gemini")',
         f"{given}: prices.m.output_per_mtok is missing: dollars per million output tokens",
     )

@@ -133,9 +133,13 @@ def test_claims_are_normalised(tmp_path: Path) -> None:
     )
     assert plan.tasks[0].claims == ("src/a.rs", "src/b.rs", "c")
     assert normalise_claim("a/../b") == "b"
+    assert normalise_claim("src/a.rs") == "src/a.rs" and normalise_claim("a/b/") == "a/b"
     for bad, why in [
         ("/etc/hosts", "absolute"),
+        ("\\\\server\\x", "absolute"),
         ("C:\\x", "absolute"),
+        ("C:/x", "absolute"),
+        ("a\x00b", "NUL"),
         ("../x", "climbs out"),
         ("a/../../x", "climbs out"),
         (".", "workspace itself"),

@@ -1,0 +1,177 @@
+"""The bundled JSON Schemas (plans, the config) checked by jsonschema, and its errors as located problems.
+
+jsonschema reports every violation at once; `BundledSchema.problems` turns its errors into SchemaProblems,
+one per thing a user fixes: a table's unknown keys (one additionalProperties error) become one problem per
+key, its missing keys (one required error) one per name. Plans (plan/schema.py) and the config
+(core/configschema.py) say each in their own words, with the value helpers and hints below.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+import functools
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path as FilePath
+from typing import Any
+
+import jsonschema
+
+Path = tuple[Any, ...]  # a location inside checked data: keys and list indexes
+
+
+@dataclass(frozen=True)
+class SchemaProblem:
+    """One thing wrong at `path`: `keyword` is the JSON Schema keyword it breaks, `expected` that keyword's
+    value (the types, the choices, the pattern, the bound), `schema` the node holding it and `instance`
+    the value there. An unknown key's path ends with the key (as its repr if it is no string), `instance`
+    being the key as written and `allowed` the table's keys; a missing key's path ends with its name."""
+
+    path: Path
+    keyword: str
+    expected: Any
+    schema: Mapping[str, Any]
+    instance: Any
+    message: str  # jsonschema's own words, for a keyword nobody phrases
+    allowed: tuple[str, ...] = ()
+
+
+class BundledSchema:
+    """A schema file shipped beside its module: its text, its data and jsonschema's validator."""
+
+    def __init__(self, path: FilePath) -> None:
+        self.path = path
+        self._validators: dict[str | None, jsonschema.Draft202012Validator] = {}
+
+    @functools.cached_property
+    def text(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
+    @functools.cached_property
+    def data(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads(self.text)
+        return loaded
+
+    def validator(self, definition: str | None = None) -> jsonschema.Draft202012Validator:
+        """The validator of the whole schema, or of one of its $defs (its references resolved)."""
+        if definition not in self._validators:
+            root = (
+                self.data
+                if definition is None
+                else {"$ref": f"#/$defs/{definition}", "$defs": self.data["$defs"]}
+            )
+            self._validators[definition] = jsonschema.Draft202012Validator(root)
+        return self._validators[definition]
+
+    def problems(self, data: Any, *, definition: str | None = None, base: Path = ()) -> list[SchemaProblem]:
+        """Every problem of data, as found at base (jsonschema's order); [] when valid."""
+        errors = self.validator(definition).iter_errors(data)
+        return [problem for error in errors for problem in _split(error, base)]
+
+
+def _split(error: jsonschema.ValidationError, base: Path) -> Iterator[SchemaProblem]:
+    path: Path = (*base, *error.absolute_path)
+    instance = error.instance
+    common = {
+        "keyword": str(error.validator),
+        "expected": error.validator_value,
+        "schema": error.schema if isinstance(error.schema, Mapping) else {},
+        "message": error.message,
+    }
+    if error.validator == "additionalProperties" and isinstance(instance, dict):
+        allowed = tuple(common["schema"].get("properties", {}))
+        for key in instance:
+            if key not in allowed:
+                # a non-string key (YAML allows them) must not pass for a list index
+                where = (*path, key if isinstance(key, str) else repr(key))
+                yield SchemaProblem(where, instance=key, allowed=allowed, **common)
+    elif error.validator == "required" and isinstance(instance, dict):
+        for name in error.validator_value:
+            if name not in instance:
+                yield SchemaProblem((*path, name), instance=None, **common)
+    else:
+        yield SchemaProblem(path, instance=instance, **common)
+
+
+# ---------------------------------------------------------------------------------------------
+# values in plain words
+
+TYPE_WORDS = {
+    "array": "a list",
+    "string": "a string",
+    "number": "a number",
+    "integer": "a whole number",
+    "boolean": "true or false",
+    "null": "null",
+}
+
+
+def is_number(value: Any) -> bool:
+    """A JSON number: an int or a float, never a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def closest(value: Any, choices: list[Any] | tuple[Any, ...]) -> str | None:
+    """The choice value most likely misspells, or None."""
+    if not isinstance(value, str):
+        return None
+    names = [choice for choice in choices if isinstance(choice, str)]
+    close = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def suggest(value: Any, choices: list[Any] | tuple[Any, ...], *, listing: bool = False) -> str:
+    """' (did you mean "x"?)' for the closest choice; with listing, else every choice; or ''."""
+    close = closest(value, choices)
+    if close is not None:
+        return f" (did you mean {json.dumps(close)}?)"
+    names = [choice for choice in choices if isinstance(choice, str)]
+    if listing and names:
+        return f" (expected one of: {', '.join(names)})"
+    return ""
+
+
+def article(word: str) -> str:
+    return f"an {word}" if word[:1] in "aeiou" else f"a {word}"
+
+
+def show(value: Any) -> str:
+    """A value as a user wrote it: strings in double quotes, containers by kind only."""
+    if isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+        return text if len(text) <= 60 else text[:56] + '..."'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int) and value.bit_length() > 100:
+        return "a very large number"
+    if isinstance(value, int | float):
+        return repr(value)
+    return describe(value)
+
+
+def describe(value: Any, table_word: str = "table") -> str:
+    """What kind of value this is, with the value itself when it is short."""
+    if isinstance(value, bool):
+        return f"a boolean ({show(value)})"
+    if isinstance(value, str):
+        return f"a string ({show(value)})"
+    if isinstance(value, int | float):
+        return f"a number ({show(value)})"
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return article(table_word)
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return f"a date/time ({value.isoformat()})"
+    return f"a {type(value).__name__}"
+
+
+def sort_key(path: Path) -> tuple[tuple[int, Any], ...]:
+    """Document order for locations: list indexes before keys, each in order."""
+    return tuple((0, part) if isinstance(part, int) else (1, str(part)) for part in path)
