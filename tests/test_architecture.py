@@ -245,3 +245,58 @@ def test_the_spend_check_sees_a_guard_compared_and_dollars_summed() -> None:
         "summary = f'{money(tally.usd)} spent' + note\n"
     )
     assert spend_arithmetic(allowed) == []
+
+
+# The one process runner; testing/ holds the shipped fakes and test servers, which start processes of
+# their own (a fake agent leaving a child behind, a Ray cluster in a network namespace) as tests need.
+PROCESS_RUNNER = "stellafleet/proc/runner.py"
+STARTS_PROCESSES_ITSELF = ("stellafleet/testing/",)
+PROCESS_MODULES = {"subprocess", "plumbum"}
+OS_STARTERS = re.compile(r"system|popen|spawn\w*|posix_spawnp?|exec\w+")
+
+
+def process_starts(source: str) -> list[str]:
+    """Each line where source imports subprocess or plumbum, names Popen, or starts a program through os."""
+    found: set[tuple[int, str]] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""] + [alias.name for alias in node.names]
+        elif isinstance(node, ast.Attribute):
+            is_os = isinstance(node.value, ast.Name) and node.value.id == "os"
+            names = [f"os.{node.attr}"] if is_os and OS_STARTERS.fullmatch(node.attr) else [node.attr]
+        else:
+            names = [node.id] if isinstance(node, ast.Name) else []
+        found.update(
+            (node.lineno, name)
+            for name in names
+            if name.split(".")[0] in PROCESS_MODULES or name == "Popen" or name.startswith("os.")
+        )
+    return [f"line {line}: {name}" for line, name in sorted(found)]
+
+
+def test_every_process_starts_through_the_one_runner() -> None:
+    starts = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        if rel != PROCESS_RUNNER and not rel.startswith(STARTS_PROCESSES_ITSELF):
+            starts += [f"{rel} {where}" for where in process_starts(path.read_text(encoding="utf-8"))]
+    assert not starts, f"processes started beside {PROCESS_RUNNER}:\n" + "\n".join(starts)
+
+
+def test_the_runner_check_sees_every_way_to_start_a_process() -> None:
+    source = (
+        "import subprocess\nfrom plumbum import local\nfrom subprocess import run\n"
+        "import os\nos.system('x')\nos.execvp('x', [])\nproc: Popen\nos.getpid()\nsubprocess.run([])\n"
+    )
+    assert process_starts(source) == [
+        "line 1: subprocess",
+        "line 2: plumbum",
+        "line 3: subprocess",
+        "line 5: os.system",
+        "line 6: os.execvp",
+        "line 7: Popen",
+        "line 9: subprocess",
+    ]
+    assert process_starts("import os, sys\nos.getpid()\nos.fork()\n") == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.spend import money
 from stellafleet.core.status import CIState
+from stellafleet.proc import runner
 
 GH_MISSING = "gh is not installed: install the GitHub CLI (https://cli.github.com) and run `gh auth login`"
 
@@ -56,33 +58,24 @@ class GhRunner(Protocol):
         ...
 
 
-class PlumbumGh:
-    """The real gh, found on the current PATH and run non-interactively."""
+class SystemGh:
+    """The real gh, found on the current PATH and run non-interactively, in its own session."""
 
     def __init__(self, executable: str = "gh", *, timeout: float = 120.0) -> None:
         self.executable = executable
         self.timeout = timeout
 
     def run(self, args: Sequence[str], *, cwd: Path) -> GhResult:
-        from plumbum import local
-        from plumbum.commands.processes import CommandNotFound, ProcessTimedOut
-
-        # plumbum keeps a copy of the environment taken at import; look gh up on today's PATH.
+        found = shutil.which(self.executable, path=os.environ.get("PATH", ""))
+        if found is None:
+            raise StellaError(GH_MISSING, exit_code=EXIT_USAGE)
         try:
-            with local.env(PATH=os.environ.get("PATH", "")):
-                command = local[self.executable]
-        except CommandNotFound:
-            raise StellaError(GH_MISSING, exit_code=EXIT_USAGE) from None
-        env = {**os.environ, **GH_ENV}
-        try:
-            code, out, err = (
-                command[list(args)].with_cwd(str(cwd)).with_env(**env).run(retcode=None, timeout=self.timeout)
-            )
-        except ProcessTimedOut:
-            return GhResult(124, "", f"gh {' '.join(args[:2])} did not answer within {self.timeout:g}s")
+            done = runner.run([found, *args], cwd=cwd, env={**os.environ, **GH_ENV}, timeout=self.timeout)
         except OSError as exc:
             return GhResult(127, "", f"gh: {exc}")
-        return GhResult(int(code), str(out), str(err))
+        if done.timed_out:
+            return GhResult(124, "", f"gh {' '.join(args[:2])} did not answer within {self.timeout:g}s")
+        return GhResult(done.returncode, done.stdout, done.stderr)
 
 
 class GhError(StellaError):

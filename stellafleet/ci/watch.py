@@ -20,7 +20,7 @@ from stellafleet.ci.gh import (
     GhError,
     GhRunner,
     GitHub,
-    PlumbumGh,
+    SystemGh,
     ci_phase,
     fingerprint,
     latest_attempts,
@@ -342,7 +342,7 @@ def watch_run(
             )
             reporter.note(result.message or "")
             return result
-        github = GitHub(gh or PlumbumGh(), root, repo=settings.repo)
+        github = GitHub(gh or SystemGh(), root, repo=settings.repo)
         preflight(root, github, settings)
         watcher = Watcher(
             root,

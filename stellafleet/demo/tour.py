@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -22,6 +21,7 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import TaskStatus
 from stellafleet.demo.scaffold import PLAN_NAME, create_repository
 from stellafleet.git import gitops
+from stellafleet.proc import runner
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.ledger_attempts import FAILED_IN_LATEST_RUN
 
@@ -42,7 +42,8 @@ def run_fleet_process(root: Path) -> int:
     """The fleet, exactly as a user runs it (its output goes straight to the terminal)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STELLA_")}
     argv = [sys.executable, "-m", "stellafleet", "fleet", "--plan", PLAN_NAME, "--max-concurrency", "4"]
-    return subprocess.call(argv, cwd=root, env=env, stdin=subprocess.DEVNULL)
+    done = runner.run(argv, cwd=root, env=env, stdout=runner.INHERIT, stderr=runner.INHERIT, session=False)
+    return done.returncode
 
 
 def ledger_failures(root: Path) -> list[tuple[Any, ...]]:

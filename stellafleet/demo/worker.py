@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.command import RESULT_ENV
+from stellafleet.proc import runner
 from stellafleet.state.ledger import Ledger
 
 # What each task of the demo plan writes, by task id: workspace-relative path -> file text.
@@ -71,11 +71,7 @@ def run_task(ctx: WorkerContext, result_file: str) -> int:
     time.sleep(THINKING_S)
     write_files(ctx, files)
     title = ctx.task_title or ctx.task_id
-    done = subprocess.run(
-        [sys.executable, "-m", "stellafleet", "commit", "-m", title, *files],
-        capture_output=True,
-        text=True,
-    )
+    done = runner.run([sys.executable, "-m", "stellafleet", "commit", "-m", title, *files], session=False)
     print(done.stdout.strip() or done.stderr.strip())
     if done.returncode:
         return done.returncode

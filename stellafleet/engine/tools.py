@@ -10,7 +10,6 @@ No tool touches the whole tree: there is no checkout, reset, stash, clean, `add 
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,7 +18,7 @@ from stellafleet.engine.messages import ToolSpec
 from stellafleet.engine.tooldef import Tool, param
 from stellafleet.engine.workspace import Workspace
 from stellafleet.git import gitops
-from stellafleet.proc.group import stop_group
+from stellafleet.proc import runner
 
 Committer = Callable[[list[str], str], str]  # (paths, message) -> commit SHA
 
@@ -358,27 +357,10 @@ class Toolbox:
     # --- shell (off unless engine.shell = true) ---
 
     def shell(self, args: dict[str, Any]) -> str:
-        # Its own process group, so that stopping it stops whatever it started, not only /bin/sh.
-        with subprocess.Popen(
-            ["/bin/sh", "-c", args["command"]],
-            cwd=self.workspace.root,
-            env=self._env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            start_new_session=True,
-        ) as proc:
-            try:
-                stdout, stderr = proc.communicate(timeout=self.shell_timeout)
-            except BaseException as exc:  # the timeout, or Ctrl-C on `stella run`
-                stop_group(proc.pid, grace_s=0)  # at once: nothing to wait for
-                proc.communicate()
-                if isinstance(exc, subprocess.TimeoutExpired):
-                    raise ToolFailure(
-                        f"the command ran longer than {self.shell_timeout:g} s and was stopped"
-                    ) from None
-                raise
-        output = (stdout + stderr).strip()
-        return f"exit status {proc.returncode}\n{output}" if output else f"exit status {proc.returncode}"
+        # Its own process group, stopped at once on the timeout or Ctrl-C: whatever it started, not only sh.
+        argv = ["/bin/sh", "-c", args["command"]]
+        done = runner.run(argv, cwd=self.workspace.root, env=self._env, timeout=self.shell_timeout)
+        if done.timed_out:
+            raise ToolFailure(f"the command ran longer than {self.shell_timeout:g} s and was stopped")
+        output = (done.stdout + done.stderr).strip()
+        return f"exit status {done.returncode}\n{output}" if output else f"exit status {done.returncode}"

@@ -1,4 +1,4 @@
-"""Every git call stella makes goes through the one runner here (plumbum underneath).
+"""Every git call stella makes goes through the one runner here (proc/runner.py underneath).
 
 This module holds the runner and the repository facts, refs, branches, push and the engine's file
 queries; worktrees.py (isolated tasks' worktrees) and index.py (the commit lane's temporary index) build
@@ -13,21 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from plumbum import local
-from plumbum.commands.processes import CommandNotFound
-
 from stellafleet.core.errors import GitError, StellaError
-
-
-def _git_cmd():  # type: ignore[no-untyped-def]
-    # Look git up on the PATH of now: plumbum's own environment is a copy taken at import.
-    found = shutil.which("git", path=os.environ.get("PATH", os.defpath))
-    if found is None:
-        raise StellaError("git is not installed or not on PATH: install git and try again")
-    try:
-        return local[found]
-    except CommandNotFound:
-        raise StellaError("git is not installed or not on PATH: install git and try again") from None
+from stellafleet.proc import runner
 
 
 def _run(
@@ -35,14 +22,16 @@ def _run(
 ) -> tuple[int, str, str]:
     """The one place git runs: in cwd, with the environment of now plus env, stdin fed when given.
     Returns (exit status, stdout, stderr); a git that cannot be started raises GitError."""
-    cmd = _git_cmd()[list(args)].with_cwd(str(cwd))
+    found = shutil.which("git", path=os.environ.get("PATH", os.defpath))
+    if found is None:
+        raise StellaError("git is not installed or not on PATH: install git and try again")
     try:
-        retcode, out, err = (cmd if stdin is None else cmd << stdin).run(
-            retcode=None, env={**os.environ, **(env or {})}
-        )
+        # Part of our own work, not a command to stop: it stays in our session (a Ctrl-C reaches it).
+        env = {**os.environ, **(env or {})}
+        done = runner.run([found, *args], cwd=cwd, env=env, input=stdin, session=False)
     except OSError as exc:
         raise GitError(f"git {args[0] if args else ''}: {exc}") from None
-    return int(retcode), str(out), str(err)
+    return done.returncode, done.stdout, done.stderr
 
 
 def git(

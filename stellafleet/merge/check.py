@@ -7,12 +7,11 @@ stdout and stderr together in a file rather than a pipe, and only its last lines
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from stellafleet.proc.group import stop_group
+from stellafleet.proc import runner
 
 STOP_GRACE_S = 5.0
 
@@ -32,26 +31,18 @@ def tail_lines(text: str, lines: int) -> str:
 def run_check(command: str, cwd: Path, *, timeout_s: float, tail: int, env: dict[str, str]) -> CheckResult:
     """Run command in cwd with env over ours; passed when it exits 0 within timeout_s."""
     with tempfile.TemporaryFile(mode="w+b") as output:
-        proc = subprocess.Popen(
-            command,
-            shell=True,
+        done = runner.run(
+            ["/bin/sh", "-c", command],
             cwd=cwd,
             env={**os.environ, **env},
-            stdin=subprocess.DEVNULL,
+            timeout=timeout_s,
+            grace_s=STOP_GRACE_S,
             stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            stderr=runner.STDOUT,
         )
-        try:
-            code: int | None = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            stop_group(proc.pid, STOP_GRACE_S, leader=proc)
-            code = None
-        except KeyboardInterrupt:  # its own session does not get the terminal's Ctrl-C: pass it on
-            stop_group(proc.pid, STOP_GRACE_S, leader=proc)
-            raise
         output.seek(0)
         text = output.read().decode("utf-8", "replace")
+    code = None if done.timed_out else done.returncode
     shown = tail_lines(text, tail)
     if code is None:
         shown = (

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from dataclasses import dataclass
 from typing import ClassVar
 
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.proc import runner
 
 VERSION_TIMEOUT_S = 20.0
 
@@ -46,15 +46,10 @@ def cli_version(binary: str) -> str | None:
     if path is None:
         return None
     try:
-        done = subprocess.run(
-            [path, "--version"],
-            capture_output=True,
-            text=True,
-            timeout=VERSION_TIMEOUT_S,
-            stdin=subprocess.DEVNULL,
-            errors="replace",
-        )
-    except (OSError, subprocess.SubprocessError):
+        done = runner.run([path, "--version"], timeout=VERSION_TIMEOUT_S)
+    except OSError:
+        return None
+    if done.timed_out:
         return None
     for line in (done.stdout + "\n" + done.stderr).splitlines():
         if line.strip():

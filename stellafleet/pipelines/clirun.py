@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import subprocess
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TextIO
+from typing import TextIO
 
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.agentenv import agent_env
-from stellafleet.proc.group import signal_group, stop_group
+from stellafleet.proc import runner
+from stellafleet.proc.group import signal_group
 from stellafleet.proc.tree import signal_description
 
 GRACE_S = 5.0  # between SIGTERM and SIGKILL when stopping a CLI
@@ -129,7 +129,7 @@ class _Output:
         if reason:
             self.stop.request(reason)
 
-    def read_stdout(self, stream: TextIO) -> None:
+    def read_stdout(self, stream: Iterable[str]) -> None:
         sink = _Transcript(self.transcript, self.log)
         try:
             for line in stream:
@@ -140,7 +140,7 @@ class _Output:
         finally:
             sink.close()
 
-    def read_stderr(self, stream: TextIO) -> None:
+    def read_stderr(self, stream: Iterable[str]) -> None:
         for line in stream:
             text = line.rstrip("\n")
             self.stderr_tail.append(text)
@@ -149,39 +149,18 @@ class _Output:
                 self.log.flush()
 
 
-def _start(
-    run: CliRun, cwd: Path, env: Mapping[str, str], stdin_path: Path | None
-) -> subprocess.Popen[str] | None:
+def _start(run: CliRun, cwd: Path, env: Mapping[str, str], stdin_path: Path | None) -> runner.Process | None:
     """The CLI started in its own process group with its output piped; None (and why) if it cannot start."""
     try:
         with contextlib.ExitStack() as stack:
-            stdin = subprocess.DEVNULL if stdin_path is None else stack.enter_context(stdin_path.open("rb"))
-            return _popen(run.argv, cwd, env, stdin)
+            stdin = runner.DEVNULL if stdin_path is None else stack.enter_context(stdin_path.open("rb"))
+            return runner.start(run.argv, cwd=cwd, env=env, stdin=stdin, text=True)
     except OSError as exc:
         run.start_error = f"cannot start {run.argv[0]}: {exc.strerror or exc}"
         return None
 
 
-def _popen(
-    argv: Sequence[str], cwd: Path, env: Mapping[str, str], stdin: IO[bytes] | int
-) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        argv,
-        cwd=str(cwd),
-        env=dict(env),
-        stdin=stdin,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        bufsize=1,
-        start_new_session=True,
-        close_fds=True,
-    )
-
-
-def _start_readers(proc: subprocess.Popen[str], output: _Output) -> list[threading.Thread]:
+def _start_readers(proc: runner.Process, output: _Output) -> list[threading.Thread]:
     assert proc.stdout is not None and proc.stderr is not None
     readers = [
         threading.Thread(target=output.read_stdout, args=(proc.stdout,), daemon=True),
@@ -193,7 +172,7 @@ def _start_readers(proc: subprocess.Popen[str], output: _Output) -> list[threadi
 
 
 def _watch(
-    proc: subprocess.Popen[str],
+    proc: runner.Process,
     run: CliRun,
     stop: _Stop,
     deadline: float | None,
@@ -216,13 +195,13 @@ def _watch(
 
 
 def _end(
-    proc: subprocess.Popen[str], run: CliRun, stop: _Stop, readers: list[threading.Thread], grace_s: float
+    proc: runner.Process, run: CliRun, stop: _Stop, readers: list[threading.Thread], grace_s: float
 ) -> None:
     """Stop the CLI's group if the CLI still runs, reap it, and let the readers drain its output."""
     if proc.poll() is None:
         # Only a CLI we actually signal counts as stopped; a reason found after it exited does not.
         run.stopped = None if run.timed_out else stop.reason
-        stop_group(proc.pid, grace_s, leader=proc)
+        proc.stop(grace_s)
     else:
         proc.wait()
     for reader in readers:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,6 +25,7 @@ from stellafleet.core.config import Config
 from stellafleet.core.spend import SpendReporter, check_count, check_usd
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
+from stellafleet.proc import runner
 
 RESULT_ENV = "STELLA_COMMAND_RESULT"
 SHELL = "/bin/sh"
@@ -116,14 +116,9 @@ class CommandPipeline:
         report_path.unlink(missing_ok=True)
         env = {**os.environ, **ctx.to_env(), RESULT_ENV: str(report_path)}
         last_line = ""
-        with subprocess.Popen(
-            [SHELL, "-c", command],
-            cwd=str(ctx.workspace),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        ) as proc:
+        # The worker's own child, in its group: stopping the worker's tree stops the command with it.
+        argv = [SHELL, "-c", command]
+        with runner.start(argv, cwd=ctx.workspace, env=env, stderr=runner.STDOUT, session=False) as proc:
             assert proc.stdout is not None
             for raw in proc.stdout:  # copied to the worker's log as it comes
                 text = raw.decode(errors="replace")

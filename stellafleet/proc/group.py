@@ -9,14 +9,20 @@ error, nor one we may not signal (its members changed owner: they are no longer 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import subprocess
 import time
-from typing import Any
+from typing import Protocol
 
-GROUP_POLL_S = 0.01  # how often a stop without a leader to wait on looks whether the group has ended
+GROUP_POLL_S = 0.01  # how often a stop looks whether the group (or its leader) has ended
+
+
+class Leader(Protocol):
+    """Our own child leading the group (a Popen): its exit ends the grace, and it is reaped."""
+
+    def poll(self) -> int | None: ...
+
+    def wait(self) -> int: ...
 
 
 def signal_group(pgid: int, sig: int) -> bool:
@@ -33,19 +39,19 @@ def group_exists(pgid: int) -> bool:
     return signal_group(pgid, 0)
 
 
-def stop_group(pgid: int, grace_s: float, *, leader: subprocess.Popen[Any] | None = None) -> None:
+def _running(pgid: int, leader: Leader | None) -> bool:
+    return group_exists(pgid) if leader is None else leader.poll() is None
+
+
+def stop_group(pgid: int, grace_s: float, *, leader: Leader | None = None) -> None:
     """SIGTERM to group pgid, up to grace_s for it to end, then SIGKILL to whatever is left.
 
     With grace_s <= 0 the group is killed at once. Pass the leader when it is our own child: its exit ends
     the wait (an unreaped child keeps its group alive) and it is reaped before this returns."""
     if grace_s > 0 and signal_group(pgid, signal.SIGTERM):
-        if leader is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                leader.wait(timeout=grace_s)
-        else:
-            deadline = time.monotonic() + grace_s
-            while group_exists(pgid) and time.monotonic() < deadline:
-                time.sleep(min(GROUP_POLL_S, max(deadline - time.monotonic(), 0.0)))
+        deadline = time.monotonic() + grace_s
+        while _running(pgid, leader) and time.monotonic() < deadline:
+            time.sleep(min(GROUP_POLL_S, max(deadline - time.monotonic(), 0.0)))
     signal_group(pgid, signal.SIGKILL)
     if leader is not None:
         leader.wait()

@@ -9,8 +9,6 @@ a thread of their own so no worker waits on them; the run's end is sent before t
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
 import sys
 import threading
 import time
@@ -21,7 +19,7 @@ from typing import Any
 from stellafleet.core import jsontext
 from stellafleet.core.spend import spend_stop_text
 from stellafleet.core.status import AttemptOutcome
-from stellafleet.proc.group import stop_group
+from stellafleet.proc import runner
 from stellafleet.run.events import AttemptEnded, Emit, Event, EventSink
 
 STOP_GRACE_S = 1.0
@@ -125,32 +123,26 @@ class Notifier(EventSink):
 
     def send(self, fields: Mapping[str, Any]) -> bool:
         """Run the command with the event on stdin; False (and a warning) when it did not succeed."""
-        payload = (jsontext.dumps(self.document(fields)) + "\n").encode()
+        payload = jsontext.dumps(self.document(fields)) + "\n"
         try:
-            proc = subprocess.Popen(
-                self.command,
-                shell=True,
-                cwd=str(self.root),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # its own group, so a hanging command is stopped whole
+            done = runner.run(
+                ["/bin/sh", "-c", self.command],
+                cwd=self.root,
+                input=payload,
+                timeout=self.timeout_s,
+                grace_s=STOP_GRACE_S,
+                stdout=runner.DEVNULL,
             )
         except OSError as exc:
             self._warn(f"notify command could not start: {exc}")
             return False
-        try:
-            _, err = proc.communicate(payload, timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            stop_group(proc.pid, STOP_GRACE_S, leader=proc)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.communicate(timeout=STOP_GRACE_S)  # a process outside its group may hold the pipe
+        if done.timed_out:
             self._warn(f"notify command stopped after {self.timeout_s:g}s ({fields['event']})")
             return False
-        if proc.returncode != 0:
-            tail = err.decode(errors="replace").strip()[-TAIL_CHARS:]
+        if done.returncode != 0:
+            tail = done.stderr.strip()[-TAIL_CHARS:]
             said = f": {tail}" if tail else ""
-            self._warn(f"notify command exited {proc.returncode} ({fields['event']}){said}")
+            self._warn(f"notify command exited {done.returncode} ({fields['event']}){said}")
             return False
         return True
 

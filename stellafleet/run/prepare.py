@@ -198,7 +198,7 @@ def check_watch_ready(root: Path, config: Config) -> WatchSettings:
     from stellafleet.ci import gh, watch
 
     settings = watch.WatchSettings.from_config(config)
-    watch.preflight(root, gh.GitHub(gh.PlumbumGh(), root, repo=settings.repo), settings)
+    watch.preflight(root, gh.GitHub(gh.SystemGh(), root, repo=settings.repo), settings)
     return settings
 
 

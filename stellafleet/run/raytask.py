@@ -16,7 +16,6 @@ import dataclasses
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -28,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.core.config import load_config
+from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import bundle, gitops
 from stellafleet.pipelines.command import RESULT_ENV
+from stellafleet.proc import runner
 from stellafleet.run.executor import Attempt, Ending, LocalExecutor
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.proof import token_digest
@@ -202,7 +203,9 @@ def start_reaper(root: Path, grace_s: float) -> None:
     spending, without a fleet). Detached, it ends by itself with the worker's tree; it learns the worker's
     pid from the file root once the worker has started."""
     argv = [sys.executable, "-P", "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), str(root)]
-    subprocess.run([*argv, str(grace_s)], stdin=subprocess.DEVNULL, capture_output=True, check=True)
+    done = runner.run([*argv, str(grace_s)], session=False)  # it detaches itself once started
+    if done.returncode != 0:
+        raise StellaError(f"the reaper did not start: {done.stderr.strip() or f'exit {done.returncode}'}")
 
 
 def preflight_failure(text: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from helpers.repo import run_stella
 
-from stellafleet.ci.gh import GH_MISSING, STATUS_END, STATUS_START, PlumbumGh
+from stellafleet.ci.gh import GH_MISSING, STATUS_END, STATUS_START, SystemGh
 from stellafleet.ci.model import BranchWatch, WatchResult
 from stellafleet.ci.report import ConsoleReporter
 from stellafleet.ci.targets import branches_to_watch
@@ -463,7 +463,7 @@ def test_gh_missing_is_a_usage_error_before_any_push(repo: Repo, monkeypatch: py
     monkeypatch.setenv("PATH", str(repo.tmp / "empty"))
     with pytest.raises(StellaError) as caught:
         watch_run(
-            repo.root, RUN_ID, config=Config(), clock=FakeClock(), gh=PlumbumGh(), out=Events(FakeClock())
+            repo.root, RUN_ID, config=Config(), clock=FakeClock(), gh=SystemGh(), out=Events(FakeClock())
         )
     assert caught.value.exit_code == 2
     assert str(caught.value) == GH_MISSING

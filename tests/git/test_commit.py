@@ -7,11 +7,9 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from plumbum import local
 
 from stellafleet.core.errors import ClaimConflict, GitError, StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS
@@ -28,14 +26,12 @@ def sh(*args: str, cwd: Path) -> str:
 
 
 @pytest.fixture(autouse=True)
-def private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """git must not read the developer's own config: HOME is a fresh directory (for plumbum too)."""
+def private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """git must not read the developer's own config: HOME is a fresh directory."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    with local.env(HOME=str(home), GIT_CONFIG_NOSYSTEM="1"):
-        yield
 
 
 def init_repo(root: Path, files: dict[str, str]) -> Path:

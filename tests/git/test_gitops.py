@@ -90,7 +90,7 @@ def test_git_failure_carries_gits_message(repo: Path) -> None:
         gitops.git("branch", "-d", "no-such-branch", cwd=repo)
 
 
-# --- every git call sees the environment of the moment it runs (plumbum keeps an import-time copy) ---
+# --- every git call sees the environment of the moment it runs, not a copy taken at import ---
 
 
 def _env_config(monkeypatch: pytest.MonkeyPatch, key: str, value: str) -> None:

@@ -1,0 +1,148 @@
+"""Starting a program: the one place stella runs another process.
+
+Everything stella starts (git, gh, the notify command, merge checks, the engine's shell tool, the command
+pipeline, agent CLIs, workers) goes through `start` (a process to follow and stop) or `run` (to its end,
+or its timeout). A command gets its own session unless it is part of our own work (git, a worker's
+command), so its process group holds it and whatever it spawns, and a timeout, or Ctrl-C while we wait,
+stops that whole group the one way there is (`group.stop_group`). Captured output is read as bytes and
+decoded as UTF-8, undecodable bytes replaced; it can go to a file, the terminal or nowhere instead.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from stellafleet.proc.group import stop_group
+
+PIPE = subprocess.PIPE  # captured
+DEVNULL = subprocess.DEVNULL  # nothing in; thrown away
+STDOUT = subprocess.STDOUT  # stderr only: into wherever stdout goes
+INHERIT = None  # ours (the terminal)
+DRAIN_S = 1.0  # after a stop, how long to read what is left in the pipes (a stray process may hold them)
+
+Stream = int | IO[Any] | None
+
+
+@dataclass(frozen=True)
+class Result:
+    """How a command that was run to its end, or to its timeout, went."""
+
+    returncode: int  # negative: killed by that signal
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False  # it ran out of time and its group was stopped
+
+
+def _text(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", "replace")
+
+
+class Process:
+    """A started command. poll, wait and stop may come from another thread than the one reading it."""
+
+    def __init__(self, popen: subprocess.Popen[Any], *, session: bool) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self.session = session
+        self.stdout = popen.stdout
+        self.stderr = popen.stderr
+
+    def __enter__(self) -> Process:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._popen.__exit__(*exc)  # closes its pipes and reaps it
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    def poll(self) -> int | None:
+        return self._popen.poll()
+
+    def wait(self) -> int:
+        """Its exit status once it has ended (negative: killed by that signal)."""
+        return self._popen.wait()
+
+    def stop(self, grace_s: float) -> None:
+        """SIGTERM to its group, up to grace_s to end, SIGKILL to what is left; reaped when this returns."""
+        if not self.session:
+            raise ValueError("only a command in its own session can be stopped with its group")
+        stop_group(self.pid, grace_s, leader=self._popen)
+
+    def communicate(self, data: bytes | None, timeout: float | None) -> tuple[str, str]:
+        """Feed data to stdin, read stdout and stderr to their end; TimeoutExpired after timeout."""
+        out, err = self._popen.communicate(data, timeout)
+        return _text(out), _text(err)
+
+    def drain(self) -> tuple[str, str]:
+        """What a stopped command left in its pipes, read for at most DRAIN_S."""
+        try:
+            return self.communicate(None, DRAIN_S)
+        except subprocess.TimeoutExpired:
+            return "", ""
+
+
+def start(
+    argv: Sequence[str],
+    *,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: Stream = DEVNULL,
+    stdout: Stream = PIPE,
+    stderr: Stream = PIPE,
+    session: bool = True,
+    text: bool = False,
+) -> Process:
+    """Start argv in cwd with env (None: ours as it is now); OSError when it cannot start. text: its pipes
+    read as UTF-8 lines (undecodable bytes replaced) for a caller that follows them as they come."""
+    popen = subprocess.Popen(
+        list(argv),
+        cwd=None if cwd is None else str(cwd),
+        env=None if env is None else dict(env),
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=session,
+        close_fds=True,
+        encoding="utf-8" if text else None,
+        errors="replace" if text else None,
+        bufsize=1 if text else -1,  # text: line by line, as the caller follows it
+    )
+    return Process(popen, session=session)
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
+    timeout: float | None = None,
+    grace_s: float = 0.0,
+    stdout: Stream = PIPE,
+    stderr: Stream = PIPE,
+    session: bool = True,
+) -> Result:
+    """Run argv to its end with input (if any) on stdin. Past timeout, or on Ctrl-C while it runs, its
+    group is stopped (SIGTERM, grace_s, SIGKILL): the Result says it timed out and keeps what it printed
+    before. OSError when it cannot start."""
+    if timeout is not None and not session:
+        raise ValueError("a timeout needs the command in its own session, to stop it with its group")
+    stdin = DEVNULL if input is None else PIPE
+    with start(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, session=session) as proc:
+        try:
+            out, err = proc.communicate(None if input is None else input.encode(), timeout)
+        except subprocess.TimeoutExpired:
+            proc.stop(grace_s)
+            out, err = proc.drain()
+            return Result(proc._popen.returncode, out, err, timed_out=True)
+        except BaseException:  # Ctrl-C: its own session does not get the terminal's, so pass it on
+            if session:
+                proc.stop(grace_s)
+            raise
+    return Result(proc._popen.returncode, out, err)
