@@ -22,7 +22,7 @@ PIPE = subprocess.PIPE  # captured
 DEVNULL = subprocess.DEVNULL  # nothing in; thrown away
 STDOUT = subprocess.STDOUT  # stderr only: into wherever stdout goes
 INHERIT = None  # ours (the terminal)
-DRAIN_S = 1.0  # after a stop, how long to read what is left in the pipes (a stray process may hold them)
+DRAIN_S = 1.0  # after a stop, how long to read what is left in its pipes
 
 Stream = int | IO[Any] | None
 
@@ -74,18 +74,6 @@ class Process:
             raise ValueError("only a command in its own session can be stopped with its group")
         stop_group(self.pid, grace_s, leader=self._popen)
 
-    def communicate(self, data: bytes | None, timeout: float | None) -> tuple[str, str]:
-        """Feed data to stdin, read stdout and stderr to their end; TimeoutExpired after timeout."""
-        out, err = self._popen.communicate(data, timeout)
-        return _text(out), _text(err)
-
-    def drain(self) -> tuple[str, str]:
-        """What a stopped command left in its pipes, read for at most DRAIN_S."""
-        try:
-            return self.communicate(None, DRAIN_S)
-        except subprocess.TimeoutExpired:
-            return "", ""
-
 
 def start(
     argv: Sequence[str],
@@ -135,14 +123,18 @@ def run(
         raise ValueError("a timeout needs the command in its own session, to stop it with its group")
     stdin = DEVNULL if input is None else PIPE
     with start(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, session=session) as proc:
+        popen = proc._popen
         try:
-            out, err = proc.communicate(None if input is None else input.encode(), timeout)
+            out, err = popen.communicate(None if input is None else input.encode(), timeout)
         except subprocess.TimeoutExpired:
             proc.stop(grace_s)
-            out, err = proc.drain()
-            return Result(proc._popen.returncode, out, err, timed_out=True)
+            try:  # what it printed, unless a process that left its group still holds the pipes
+                out, err = popen.communicate(timeout=DRAIN_S)
+            except subprocess.TimeoutExpired:
+                out, err = b"", b""
+            return Result(popen.returncode, _text(out), _text(err), timed_out=True)
         except BaseException:  # Ctrl-C: its own session does not get the terminal's, so pass it on
             if session:
                 proc.stop(grace_s)
             raise
-    return Result(proc._popen.returncode, out, err)
+    return Result(popen.returncode, _text(out), _text(err))
