@@ -68,6 +68,10 @@ class Process:
         """Its exit status once it has ended (negative: killed by that signal)."""
         return self._popen.wait()
 
+    def reaped(self, code: int) -> None:
+        """Its exit, reaped by the caller (os.wait4, for the rusage): nothing waits on its pid again."""
+        self._popen.returncode = code
+
     def stop(self, grace_s: float) -> None:
         """SIGTERM to its group, up to grace_s to end, SIGKILL to what is left; reaped when this returns."""
         if not self.session:

@@ -13,7 +13,6 @@ import contextlib
 import os
 import select
 import signal
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import psutil
 
+from stellafleet.proc import runner
 from stellafleet.proc.group import signal_group, stop_group
 
 UNKNOWN_STATUS = 255  # an exit whose status nobody could read (reaped elsewhere)
@@ -54,9 +54,9 @@ class Exit:
 class ProcessTree:
     """One started worker, our own child; not thread-safe (one dispatch thread owns it)."""
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
-        self.popen = popen
-        self.pid = popen.pid
+    def __init__(self, process: runner.Process) -> None:
+        self.process = process
+        self.pid = process.pid
         self._known: dict[int, psutil.Process] = {}
         self._peak_rss = 0
         self._cpu = 0.0
@@ -77,17 +77,8 @@ class ProcessTree:
         """Start argv in a new session, stdin closed, stdout+stderr appended to log_path."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
-            popen = subprocess.Popen(
-                list(argv),
-                cwd=str(cwd),
-                env=dict(env),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
-        return cls(popen)
+            process = runner.start(argv, cwd=cwd, env=env, stdout=log, stderr=runner.STDOUT)
+        return cls(process)
 
     # --- observing ---
 
@@ -121,7 +112,7 @@ class ProcessTree:
 
     def _finish(self, code: int, cpu: float, rss: int) -> Exit:
         self._exit = Exit(code, max(self._cpu, cpu), max(self._peak_rss, rss))
-        self.popen.returncode = code  # so Popen never waits on a pid we already reaped
+        self.process.reaped(code)
         self.close()
         return self._exit
 
@@ -129,8 +120,8 @@ class ProcessTree:
         """The exit, once the worker has ended (its rusage includes the descendants it waited for)."""
         if self._exit is not None:
             return self._exit
-        if self.popen.returncode is not None:  # reaped by stop_group
-            return self._finish(self.popen.returncode, self._cpu, self._peak_rss)
+        if self.process.returncode is not None:  # reaped by stop_group
+            return self._finish(self.process.returncode, self._cpu, self._peak_rss)
         try:
             pid, status, usage = os.wait4(self.pid, os.WNOHANG)
         except ChildProcessError:  # reaped elsewhere; nothing more to learn
@@ -188,7 +179,7 @@ class ProcessTree:
     def stop(self, grace_s: float) -> None:
         """SIGTERM to the whole tree, up to grace_s for it to end, then SIGKILL to whatever is left."""
         self.signal_known(signal.SIGTERM)
-        stop_group(self.pid, grace_s, leader=self.popen if self._exit is None else None)
+        stop_group(self.pid, grace_s, leader=self.process if self._exit is None else None)
         self.signal_known(signal.SIGKILL)
 
     def end_leftovers(self) -> None:
