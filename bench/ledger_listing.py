@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from stellafleet.core.status import AttemptEnd
 from stellafleet.plan.model import PlanTask
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import StepClock, add_run
@@ -46,7 +47,10 @@ def build(path: Path, runs: int, attempts_per_run: int) -> float:
                 task = tasks[a % len(tasks)].id
                 attempt = ledger.attempts.start(run_id, task, pipeline="plain")
                 ledger.attempts.finish(
-                    attempt, outcome="failed" if a % 7 == 0 else "succeeded", exit_code=0, summary="did it"
+                    attempt,
+                    AttemptEnd(
+                        outcome="failed" if a % 7 == 0 else "succeeded", exit_code=0, summary="did it"
+                    ),
                 )
                 writes += 2
             ledger.tasks.set_status(run_id, "t0", "succeeded")

@@ -1,4 +1,5 @@
-"""The states a run, a task, an attempt and a watched branch can be in, and why one stopped short.
+"""The states a run, a task, an attempt and a watched branch can be in, why one stopped short, and how an
+attempt ended.
 
 They are StrEnums so the ledger stores plain text (and old ledgers read back as members) while the
 code compares against names the type checker knows.
@@ -6,7 +7,7 @@ code compares against names the type checker knows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 
@@ -59,6 +60,36 @@ class Stop:
 
     def __str__(self) -> str:
         return self.text or self.reason.value
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    """How one attempt ended: what its executor makes of the worker's exit, stop and result, what the
+    ledger's finish records and what the AttemptEnded event tells the sinks."""
+
+    outcome: AttemptOutcome
+    summary: str
+    error: str | None = None
+    stop: Stop | None = None  # why the worker was stopped (None: it ended by itself, or never started)
+    exit_code: int | None = None  # negative: killed by that signal
+    cpu_seconds: float | None = None
+    peak_rss_bytes: int | None = None
+    claimed_usd: float = 0.0  # what the worker's result says it spent (settled against the ledger's tally)
+
+    @classmethod
+    def failed(cls, text: str) -> AttemptEnd:
+        return cls(AttemptOutcome.FAILED, text, text)
+
+    @property
+    def reason(self) -> str | None:
+        """Why the task did not succeed (None: it did)."""
+        return None if self.outcome == AttemptOutcome.SUCCEEDED else (self.error or self.summary)
+
+    def stalled(self, evidence: str) -> AttemptEnd:
+        """The end of a worker the watchdog stopped: `stalled`, the evidence as summary and reason."""
+        if self.outcome == AttemptOutcome.SUCCEEDED:  # it finished just as it was stopped
+            return self
+        return replace(self, outcome=AttemptOutcome.STALLED, summary=evidence, error=evidence)
 
 
 class MergeStatus(StrEnum):

@@ -63,17 +63,12 @@ class Resolver:
         self.limit = spend_limit if spend_limit is not None else self.run.get("spend_limit_usd")
 
     def _dispatcher(self, tip: str, claims: ClaimStore, executor: LocalExecutor) -> Dispatcher:
-        from stellafleet import pipelines
-
-        pipeline = self.run.get("pipeline") or self.config.fleet.pipeline
-        installed = pipelines.available()
         settings = RunSettings(
             root=self.root,
             run_id=self.run_id,
             base_commit=tip,  # the resolve task's worktree starts at the current tip
-            default_pipeline=pipeline,
+            default_pipeline=self.run.get("pipeline") or self.config.fleet.pipeline,
             spend_guard_usd=self.limit,
-            pipeline_entries={pipeline: installed[pipeline].value} if pipeline in installed else {},
         )
         return Dispatcher(settings, self.ledger, claims, executor, _quiet)
 

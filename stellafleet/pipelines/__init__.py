@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
 
 from stellafleet.core.config import Config
 from stellafleet.core.configschema import PIPELINE_GROUP
 from stellafleet.core.errors import StellaError
 from stellafleet.core.spend import SpendReporter
 from stellafleet.pipelines.base import Pipeline, PipelineResult
-
-if TYPE_CHECKING:
-    from importlib.metadata import EntryPoint
 
 GROUP = PIPELINE_GROUP
 
@@ -30,10 +28,6 @@ __all__ = [
 
 
 def _entry_points() -> dict[str, EntryPoint]:
-    # Imported here, not at the top: every fleet worker imports this package, and importlib.metadata
-    # is a large share of a worker's start-up time (the fleet's per-task overhead).
-    from importlib.metadata import entry_points
-
     return {ep.name: ep for ep in entry_points(group=GROUP)}
 
 

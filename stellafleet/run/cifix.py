@@ -135,15 +135,11 @@ def fixer_for_past_run(
     """A CiFixRounds for `stella watch --fix-ci`: the run's settings read back from the ledger, workers
     started as fresh processes; the spend limit is the one given now, else the one the run had, and each
     fix-up worker's guard is what is left of it after the run's spend (at most the per-worker share)."""
-    from stellafleet import pipelines
-
     paths = StatePaths(root)
     with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
         record = ledger.get_run(run_id)
         run = record["run"]
         limit = spend_limit if spend_limit is not None else run.get("spend_limit_usd")
-        installed = pipelines.available()
-        names = {t.get("pipeline") or run.get("pipeline") or config.fleet.pipeline for t in record["tasks"]}
         concurrency = max(1, int(run.get("max_concurrency") or 1))
         budget = None
         if limit is not None:
@@ -157,7 +153,6 @@ def fixer_for_past_run(
             default_pipeline=run.get("pipeline") or config.fleet.pipeline,
             spend_guard_usd=None if limit is None else limit / concurrency,
             config_file=config_file.resolve() if config_file else None,
-            pipeline_entries={name: installed[name].value for name in sorted(names) if name in installed},
         )
         executor = LocalExecutor(stop_grace_s=config.fleet.stop_grace)
         try:

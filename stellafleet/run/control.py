@@ -170,7 +170,6 @@ def run_settings(prepared: Prepared) -> RunSettings:
         default_model=prepared.default_model,
         spend_guard_usd=prepared.spend_guard,
         config_file=prepared.config_file,
-        pipeline_entries=prepared.pipeline_entries,
     )
 
 

@@ -14,30 +14,28 @@ import sysconfig
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import NoBudget, SpendBudget, settle_attempt
-from stellafleet.core.status import AttemptOutcome, Stop, StopReason
+from stellafleet.core.status import AttemptEnd, AttemptOutcome, Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, worktrees
 from stellafleet.pipelines.command import RESULT_ENV, reported_usd
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit, SkipTask
 from stellafleet.run.executor import Attempt, Execution, Executor
-from stellafleet.run.verdict import Record, judge, stalled_record
 from stellafleet.run.watchdog import Watchdog
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.proof import new_token
-from stellafleet.worker.main import PIPELINE_ENTRY_ENV
 
 # A worker's own variables never leak from the fleet's environment into a worker: its context's, and
-# those the worker process and the command pipeline read besides.
-WORKER_VARIABLES = (*WorkerContext.env_names(), PIPELINE_ENTRY_ENV, RESULT_ENV)
+# the one the command pipeline reads besides.
+WORKER_VARIABLES = (*WorkerContext.env_names(), RESULT_ENV)
 
 
 class TaskFailed(Exception):
@@ -55,7 +53,6 @@ class RunSettings:
     default_model: str | None = None  # for tasks that name no model (None: the pipeline's own default)
     spend_guard_usd: float | None = None
     config_file: Path | None = None
-    pipeline_entries: Mapping[str, str] = field(default_factory=dict)  # name -> "module:attr"
 
     @cached_property  # one StatePaths per run: it keeps the directories it has worked out
     def paths(self) -> StatePaths:
@@ -105,13 +102,9 @@ def run_env(settings: RunSettings, base: Mapping[str, str] | None = None) -> dic
     return env
 
 
-def task_env(ctx: WorkerContext, settings: RunSettings, inherited: Mapping[str, str]) -> dict[str, str]:
+def task_env(ctx: WorkerContext, inherited: Mapping[str, str]) -> dict[str, str]:
     """One worker's environment: the run's (run_env) and its task's."""
-    env = {**inherited, **ctx.to_env()}
-    entry = settings.pipeline_entries.get(ctx.pipeline)
-    if entry:
-        env[PIPELINE_ENTRY_ENV] = entry
-    return env
+    return {**inherited, **ctx.to_env()}
 
 
 class Dispatcher:
@@ -176,43 +169,25 @@ class Dispatcher:
             self.ledger.attempts.set_reason(ctx.attempt_id, reason)
         try:
             try:
-                record = self._attempt(task, ctx, follow_up=reason is not None)
+                end = self._attempt(task, ctx, follow_up=reason is not None)
             except ClaimConflict as exc:
-                record = Record.failed(str(exc))
+                end = AttemptEnd.failed(str(exc))
             except StellaError as exc:
-                record = Record.failed(f"could not start the worker: {exc}")
+                end = AttemptEnd.failed(f"could not start the worker: {exc}")
             except Exception as exc:  # a bug must still leave the ledger consistent
-                record = Record.failed(f"internal error: {type(exc).__name__}: {exc}")
+                end = AttemptEnd.failed(f"internal error: {type(exc).__name__}: {exc}")
             spend = self.ledger.attempts.finish(
-                ctx.attempt_id,
-                outcome=record.outcome,
-                exit_code=record.exit_code,
-                summary=record.summary,
-                error=record.error,
-                cpu_seconds=record.cpu_seconds,
-                peak_rss_bytes=record.peak_rss_bytes,
-                reason=record.reason,
-                transcript_written=ctx.transcript_path.exists(),
+                ctx.attempt_id, end, transcript_written=ctx.transcript_path.exists()
             )
         finally:
             self.claims.release_attempt_if_held(ctx.run_id, ctx.attempt_id)
             with self._lock:
                 self._running.pop(task.id, None)
             self._release_guard(task.id, spend)
-        self.emit(
-            AttemptEnded(
-                task=task.id,
-                attempt=ctx.attempt_id,
-                outcome=record.outcome,
-                summary=record.summary,
-                error=record.error,
-                elapsed_s=time.monotonic() - started,
-                spend_usd=spend,
-                branch=ctx.branch,
-            )
-        )
-        if record.reason is not None:
-            raise TaskFailed(record.reason)
+        elapsed = time.monotonic() - started
+        self.emit(AttemptEnded(task.id, ctx.attempt_id, end, elapsed, spend, ctx.branch))
+        if end.reason is not None:
+            raise TaskFailed(end.reason)
         return True
 
     def _release_guard(self, task_id: str, spend: float | None) -> None:
@@ -270,17 +245,16 @@ class Dispatcher:
             path.mkdir(parents=True, exist_ok=True)
             self._made.add(path)
 
-    def _attempt(self, task: PlanTask, ctx: WorkerContext, *, follow_up: bool = False) -> Record:
+    def _attempt(self, task: PlanTask, ctx: WorkerContext, *, follow_up: bool = False) -> AttemptEnd:
         settings = self.settings
         if self._hard_stop.is_set():
             summary = "interrupted before the worker started"
-            return Record(AttemptOutcome.INTERRUPTED, summary, StopReason.INTERRUPTED.value)
+            return AttemptEnd(AttemptOutcome.INTERRUPTED, summary, StopReason.INTERRUPTED.value)
         workspace = Workspace(ctx.workspace, ctx.branch)
         if task.claims:
             holder = Holder.current(ctx.run_id, task.id, task.title, ctx.attempt_id)
             self.claims.acquire(claim_keys(settings.root, workspace, task.claims), holder)
-        remote = getattr(self.executor, "runs_remotely", None)
-        if workspace.branch is not None and not follow_up and remote is not None and remote(ctx):
+        if workspace.branch is not None and not follow_up and self.executor.runs_remotely(ctx):
             # it works in a clone on another machine; its branch comes back from there (no worktree here)
             self.ledger.tasks.set_workspace(ctx.run_id, task.id, workspace.branch, None)
         elif workspace.branch is not None and not follow_up:
@@ -311,14 +285,13 @@ class Dispatcher:
         if self.watchdog is not None:
             self.watchdog.watch(ctx, execution)
         try:
-            ending = execution.wait()
+            end = execution.wait()
         finally:
             stalled = self.watchdog.forget(ctx.attempt_id) if self.watchdog is not None else None
-        reported = (ending.result.spend_usd if ending.result is not None else 0.0, reported_usd(ctx))
-        settle_attempt(self.ledger.spend, ctx.attempt_id, reported)
+        settle_attempt(self.ledger.spend, ctx.attempt_id, (end.claimed_usd, reported_usd(ctx)))
         if workspace.branch is not None:
             self._record_branch_commits(ctx, workspace.branch)
-        return stalled_record(judge(ending), stalled) if stalled else judge(ending)
+        return end.stalled(stalled) if stalled else end
 
     def _hand_over_claims(self, ctx: WorkerContext, pid: int) -> None:
         """The declared claims are held by the worker from now on (they outlive a killed fleet with it)."""
@@ -328,7 +301,7 @@ class Dispatcher:
 
     def _start(self, ctx: WorkerContext) -> Execution:
         """Start the worker; one that starts as the run is being stopped is stopped at once."""
-        execution = self.executor.start(Attempt(ctx, task_env(ctx, self.settings, self._env)))
+        execution = self.executor.start(Attempt(ctx, task_env(ctx, self._env)))
         with self._lock:
             self._running[ctx.task_id] = execution
             stopping = self._hard_stop.is_set()

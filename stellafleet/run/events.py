@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias
 
-from stellafleet.core.status import AttemptOutcome, Stop, TaskStatus
+from stellafleet.core.status import AttemptEnd, Stop, TaskStatus
 
 
 @dataclass(frozen=True)
@@ -96,9 +96,7 @@ class AttemptEnded:
 
     task: str
     attempt: int
-    outcome: AttemptOutcome
-    summary: str
-    error: str | None
+    end: AttemptEnd
     elapsed_s: float
     spend_usd: float
     branch: str | None

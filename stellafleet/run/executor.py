@@ -3,7 +3,8 @@
 Dispatch prepares an attempt (what the worker is told and the environment it runs in) and hands it to an
 Executor, which starts the worker and returns an Execution: something the fleet waits on, or stops. The
 ledger, the claims and the spend accounting stay with the fleet; an executor only runs the worker and says
-how it ended. LocalExecutor runs each worker on this machine as a process tree.
+how it ended, as one AttemptEnd (`attempt_end`: from the worker's exit, its stop and its result file).
+LocalExecutor runs each worker on this machine as a process tree.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from stellafleet.core.status import Stop, StopReason
+from stellafleet.core.status import AttemptEnd, AttemptOutcome, Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc.tree import Exit, ProcessTree
@@ -38,16 +39,6 @@ class Attempt:
     env: Mapping[str, str]
 
 
-@dataclass(frozen=True)
-class Ending:
-    """How a worker ended: its exit, why it was stopped (None: it ended by itself), and the result it
-    reported (None: it left none)."""
-
-    exit: Exit
-    stop_reason: Stop | None
-    result: PipelineResult | None
-
-
 class Execution(Protocol):
     """A started worker."""
 
@@ -56,17 +47,22 @@ class Execution(Protocol):
         """The worker's process id, for the ledger and the display (None: no local process)."""
         ...
 
-    def wait(self) -> Ending:
+    def wait(self) -> AttemptEnd:
         """Block until the worker has ended; a worker past its context's timeout is stopped."""
         ...
 
     def stop(self) -> None:
-        """Stop the worker (safe from any thread); wait() then returns with stop_reason INTERRUPTED."""
+        """Stop the worker (safe from any thread); wait() then returns an end stopped as INTERRUPTED."""
         ...
 
 
 class Executor(Protocol):
     def start(self, attempt: Attempt) -> Execution: ...
+
+    def runs_remotely(self, context: WorkerContext) -> bool:
+        """Whether this attempt's worker runs on another machine (its branch comes back from there, so no
+        worktree is made for it here)."""
+        ...
 
     def release(self) -> None:
         """No attempt starts any more: let what serves them wind down while the run finishes."""
@@ -82,6 +78,34 @@ def read_result(path: Path) -> PipelineResult | None:
         return None
 
 
+def attempt_end(exit_info: Exit, stop: Stop | None, result: PipelineResult | None) -> AttemptEnd:
+    """How a worker ended: succeeded only when it exited 0 with a successful result."""
+    measured: dict[str, Any] = {
+        "stop": stop,
+        "exit_code": exit_info.returncode,
+        "cpu_seconds": round(exit_info.cpu_seconds, 3),
+        "peak_rss_bytes": exit_info.peak_rss_bytes or None,
+        "claimed_usd": result.spend_usd if result is not None else 0.0,
+    }
+    if exit_info.returncode == 0 and result is not None and result.success:
+        return AttemptEnd(AttemptOutcome.SUCCEEDED, result.summary or "done", None, **measured)
+    if stop is not None:
+        interrupted = stop.reason is StopReason.INTERRUPTED
+        outcome = AttemptOutcome.INTERRUPTED if interrupted else AttemptOutcome.FAILED
+        error = f"{stop} (worker {exit_info.describe()})"
+        summary = result.summary if result is not None and result.summary else str(stop)
+        return AttemptEnd(outcome, summary, error, **measured)
+    if result is None:
+        error = (
+            f"worker {exit_info.describe()}"
+            if exit_info.returncode != 0
+            else "worker exited without leaving a result"
+        )
+        return AttemptEnd(AttemptOutcome.FAILED, error, error, **measured)
+    error = result.error or f"worker {exit_info.describe()}"
+    return AttemptEnd(AttemptOutcome.FAILED, result.summary or error, error, **measured)
+
+
 class LocalExecutor:
     """Every worker a fresh `python -m stellafleet.worker.main` process tree on this machine."""
 
@@ -95,6 +119,9 @@ class LocalExecutor:
         return LocalExecution(
             tree, ctx, stop_grace_s=self.stop_grace_s, sample_interval_s=self.sample_interval_s
         )
+
+    def runs_remotely(self, context: WorkerContext) -> bool:
+        return False
 
     def release(self) -> None:
         """Nothing serves the workers but the workers themselves."""
@@ -131,7 +158,7 @@ class LocalExecution:
                 with contextlib.suppress(OSError):
                     os.write(self._wake[1], b"x")
 
-    def wait(self) -> Ending:
+    def wait(self) -> AttemptEnd:
         try:
             exit_info, stop_reason = self._follow()
         finally:
@@ -141,7 +168,7 @@ class LocalExecution:
                     with contextlib.suppress(OSError):
                         os.close(fd)
                 self._wake = None
-        return Ending(exit_info, stop_reason, read_result(self._context.result_path))
+        return attempt_end(exit_info, stop_reason, read_result(self._context.result_path))
 
     def _follow(self) -> tuple[Exit, Stop | None]:
         """Wait for the worker, sampling its tree; on timeout or stop(), stop the tree (proc/group.py's

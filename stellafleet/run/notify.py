@@ -65,19 +65,20 @@ class Notifier(EventSink):
     # --- the events ---
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
-        if event.outcome not in (AttemptOutcome.FAILED, AttemptOutcome.STALLED):
+        end = event.end
+        if end.outcome not in (AttemptOutcome.FAILED, AttemptOutcome.STALLED):
             return
-        kind = "task_stalled" if event.outcome == AttemptOutcome.STALLED else "task_failed"
+        kind = "task_stalled" if end.outcome == AttemptOutcome.STALLED else "task_failed"
         self.send_later(
             {
                 "event": kind,
                 "task": event.task,
                 "attempt": event.attempt,
-                "outcome": str(event.outcome),
-                "summary": event.summary,
-                "error": event.error,
+                "outcome": str(end.outcome),
+                "summary": end.summary,
+                "error": end.error,
                 "spend_usd": round(event.spend_usd, 6),
-                "text": f"task {event.task} {event.outcome}: {event.error or event.summary}",
+                "text": f"task {event.task} {end.outcome}: {end.error or end.summary}",
             }
         )
 

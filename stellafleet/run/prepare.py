@@ -82,7 +82,6 @@ class Prepared:
     waves: list[list[str]]
     default_pipeline: str
     default_model: str | None
-    pipeline_entries: Mapping[str, str]  # the run's pipelines: name -> "module:attr"
     problems: list[str]  # what keeps the pipelines from running (only a dry run gets this far with any)
     spend_limit: float | None
     stop_grace_s: float
@@ -222,7 +221,6 @@ def prepare(options: FleetOptions) -> Prepared:
     executor = resolve_executor(options, config)
     if problems and not options.dry_run:
         raise NotReady(problems)
-    names = {task.pipeline or default_pipeline for task in plan.tasks}
     return Prepared(
         root=root,
         plan=plan,
@@ -234,7 +232,6 @@ def prepare(options: FleetOptions) -> Prepared:
         waves=plan.waves(concurrency.value),
         default_pipeline=default_pipeline,
         default_model=options.model,
-        pipeline_entries={name: installed[name].value for name in sorted(names) if name in installed},
         problems=problems,
         spend_limit=options.spend_limit,
         stop_grace_s=config.fleet.stop_grace,

@@ -23,16 +23,14 @@ from typing import Any
 from stellafleet.core.config import ENV_KEYS, config_files
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.status import Stop, StopReason
+from stellafleet.core.status import AttemptEnd, Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import bundle
-from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc.tree import Exit
-from stellafleet.run.executor import Attempt, Ending, Execution, Executor
+from stellafleet.run.executor import Attempt, Execution, Executor, attempt_end
 from stellafleet.run.prepare import Prepared, check_ray_installed
 from stellafleet.run.raytask import RemoteSpec, remote_attempt
 from stellafleet.state.ledger import Ledger
-from stellafleet.worker.main import PIPELINE_ENTRY_ENV, write_result
 
 LOST = Exit(-9, 0.0, 0)  # what a worker whose node or Ray worker went away is recorded as
 
@@ -130,7 +128,6 @@ class RayExecutor:
         self._check_resources(resources)
         spec = RemoteSpec(
             context=ctx,
-            pipeline_entry=attempt.env.get(PIPELINE_ENTRY_ENV),
             config_layers=self._layers,
             env={key: os.environ[key] for key in ENV_KEYS if os.environ.get(key)},
             stop_grace_s=self._p.stop_grace_s,
@@ -213,27 +210,27 @@ class RayExecution:
         with contextlib.suppress(Exception):  # already finished: nothing to cancel
             self._ray.cancel(self._generator, force=True)
 
-    def wait(self) -> Ending:
+    def wait(self) -> AttemptEnd:
         try:
             for ref in self._generator:
-                ending = self._handle(self._ray.get(ref))
-                if ending is not None:
-                    return ending
+                end = self._handle(self._ray.get(ref))
+                if end is not None:
+                    return end
             return self._lost("the remote task ended without a result")
         except Exception as exc:  # cancelled, or the node / its Ray worker died
             if self._stopped.is_set():
-                return Ending(LOST, Stop(StopReason.INTERRUPTED), None)
+                return attempt_end(LOST, Stop(StopReason.INTERRUPTED), None)
             return self._lost(_first_line(exc))
         finally:
             if not self._branch_made:  # the branch exists whatever happened, as with a local worktree
                 with contextlib.suppress(Exception):
                     self._executor.fetch_branch(None, self._ctx)
 
-    def _lost(self, why: str) -> Ending:
+    def _lost(self, why: str) -> AttemptEnd:
         where = f"node {self.node}" if self.node else "its Ray node"
-        return Ending(LOST, Stop(StopReason.LOST, f"the worker on {where} was lost ({why})"), None)
+        return attempt_end(LOST, Stop(StopReason.LOST, f"the worker on {where} was lost ({why})"), None)
 
-    def _handle(self, event: dict[str, Any]) -> Ending | None:
+    def _handle(self, event: dict[str, Any]) -> AttemptEnd | None:
         ctx, ledger, kind = self._ctx, self._ledger, event.get("kind")
         if kind == "started":
             self.node = str(event["node"])
@@ -249,11 +246,11 @@ class RayExecution:
         ledger.attempts.set_progress(ctx.attempt_id)  # any event is a sign of life (heartbeats too)
         return None
 
-    def _finished(self, event: dict[str, Any]) -> Ending:
+    def _finished(self, event: dict[str, Any]) -> AttemptEnd:
+        """The node's end of the attempt, its result file, transcript, steps and branch brought home."""
         ctx = self._ctx
-        result = PipelineResult.from_json(event["result"]) if event.get("result") else None
-        if result is not None:
-            write_result(ctx.result_path, result)
+        if event.get("result") is not None:
+            ctx.result_path.write_bytes(event["result"])
         if event.get("transcript") is not None:
             ctx.transcript_path.parent.mkdir(parents=True, exist_ok=True)
             ctx.transcript_path.write_bytes(event["transcript"])
@@ -261,5 +258,5 @@ class RayExecution:
             self._ledger.attempts.set_steps(ctx.attempt_id, int(event["steps"]))
         self._executor.fetch_branch(event.get("bundle"), ctx)
         self._branch_made = True
-        code, cpu, rss = event["exit"]
-        return Ending(Exit(int(code), float(cpu), int(rss)), event.get("stop_reason"), result)
+        end: AttemptEnd = event["end"]
+        return end

@@ -4,9 +4,10 @@
 scratch directory on the task's branch, asks the pipeline whether it can run on this node, runs the
 worker there as a local process tree (the same one LocalExecutor runs at home), and yields events as they
 happen: started (the node), spend (each event with its sequence number), log (new output), heartbeat,
-finished (the exit, the result, a bundle of base..branch). The worker records into a scratch ledger
-of its own; the head is the only writer of the real ledger and the real repository. Nothing here imports
-Ray: the head wraps this function, and the node only needs stellafleet and the pipeline's tools.
+finished (the attempt's end, its result file, a bundle of base..branch). The worker records into a
+scratch ledger of its own; the head is the only writer of the real ledger and the real repository.
+Nothing here imports Ray: the head wraps this function, and the node only needs stellafleet and the
+pipeline's tools.
 """
 
 from __future__ import annotations
@@ -29,17 +30,20 @@ from typing import Any
 from stellafleet.core.config import load_config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
+from stellafleet.core.status import AttemptEnd
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import bundle, gitops
+from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.command import RESULT_ENV
 from stellafleet.proc import runner
-from stellafleet.run.executor import Attempt, Ending, LocalExecutor
+from stellafleet.proc.tree import Exit
+from stellafleet.run.executor import Attempt, LocalExecutor, attempt_end
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.proof import token_digest
-from stellafleet.worker.main import PIPELINE_ENTRY_ENV
+from stellafleet.worker.main import write_result
 
 NODE_NAME_ENV = "STELLA_NODE_NAME"  # an operator's name for the node (default: hostname and Ray node id)
-_CLEARED = (*WorkerContext.env_names(), PIPELINE_ENTRY_ENV, RESULT_ENV, "STELLA_CONFIG")
+_CLEARED = (*WorkerContext.env_names(), RESULT_ENV, "STELLA_CONFIG")
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,6 @@ class RemoteSpec:
     """Everything one remote attempt needs besides the base bundle."""
 
     context: WorkerContext  # as the fleet made it; its paths are rewritten for the node
-    pipeline_entry: str | None
     config_layers: tuple[tuple[str, str], ...] = ()  # ("user" | "project", TOML text), lowest first
     env: Mapping[str, str] = field(default_factory=dict)  # the fleet's config variables (STELLA_MODEL...)
     stop_grace_s: float = 5.0
@@ -97,7 +100,10 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
     problem = preflight(ctx, env)
     yield {"kind": "started", "node": node, "pid": None}
     if problem:
-        yield finished(preflight_failure(f"preflight on node {node}: {problem}"))
+        text = f"preflight on node {node}: {problem}"
+        failed = PipelineResult(success=False, summary=text, error=text)
+        write_result(ctx.result_path, failed)
+        yield finished(ctx, attempt_end(Exit(1, 0.0, 0), None, failed))
         return
     ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
     with Ledger.open(ctx.paths.fleet_db) as ledger:
@@ -110,8 +116,8 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
         execution = LocalExecutor(stop_grace_s=spec.stop_grace_s).start(Attempt(ctx, env))
         (scratch / "worker.pid.tmp").write_text(str(execution.pid))
         (scratch / "worker.pid.tmp").replace(root_file)
-        box: dict[str, Ending] = {}
-        waiter = threading.Thread(target=lambda: box.setdefault("ending", execution.wait()), daemon=True)
+        box: dict[str, AttemptEnd] = {}
+        waiter = threading.Thread(target=lambda: box.setdefault("end", execution.wait()), daemon=True)
         waiter.start()
         try:
             yield from _follow(spec, ctx, ledger, waiter)
@@ -120,11 +126,10 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
                 execution.stop()
                 waiter.join(spec.stop_grace_s + 5)
         steps = ledger.attempts.steps(ctx.attempt_id)
-    ending = box["ending"]
     out = scratch / "out.bundle"
     sent = bundle.create_range(repo, ctx.base_commit, home.branch, out)
     transcript = ctx.transcript_path.read_bytes() if ctx.transcript_path.exists() else None
-    yield finished(ending, out.read_bytes() if sent else None, transcript, steps)
+    yield finished(ctx, box["end"], out.read_bytes() if sent else None, transcript, steps)
 
 
 def _follow(spec: RemoteSpec, ctx: WorkerContext, ledger: Ledger, waiter: threading.Thread) -> Iterator[dict]:
@@ -169,8 +174,6 @@ def worker_env(spec: RemoteSpec, ctx: WorkerContext, scratch: Path) -> dict[str,
         if kind != "user":
             env["STELLA_CONFIG"] = str(path)
     env.update(ctx.to_env())
-    if spec.pipeline_entry:
-        env[PIPELINE_ENTRY_ENV] = spec.pipeline_entry
     scripts = sysconfig.get_path("scripts")  # the worker calls `stella commit`: this node's stella
     if scripts and scripts not in env.get("PATH", "").split(os.pathsep):
         env["PATH"] = os.pathsep.join(p for p in (env.get("PATH", ""), scripts) if p)
@@ -208,29 +211,14 @@ def start_reaper(root: Path, grace_s: float) -> None:
         raise StellaError(f"the reaper did not start: {done.stderr.strip() or f'exit {done.returncode}'}")
 
 
-def preflight_failure(text: str) -> dict[str, Any]:
-    return {"exit": (1, 0.0, 0), "stop_reason": None, "result": _failed_result(text)}
-
-
-def _failed_result(text: str) -> dict[str, Any]:
-    from stellafleet.pipelines.base import PipelineResult
-
-    return PipelineResult(success=False, summary=text, error=text).to_json()
-
-
 def finished(
-    ending: Ending | dict[str, Any],
+    ctx: WorkerContext,
+    end: AttemptEnd,
     branch_bundle: bytes | None = None,
     transcript: bytes | None = None,
     steps: int = 0,
 ) -> dict[str, Any]:
-    if isinstance(ending, Ending):
-        exit_info = ending.exit
-        fields: dict[str, Any] = {
-            "exit": (exit_info.returncode, exit_info.cpu_seconds, exit_info.peak_rss_bytes),
-            "stop_reason": ending.stop_reason,
-            "result": ending.result.to_json() if ending.result is not None else None,
-        }
-    else:
-        fields = ending
-    return {"kind": "finished", **fields, "bundle": branch_bundle, "transcript": transcript, "steps": steps}
+    """The last event: the attempt's end and what the head keeps of it (the result file as written)."""
+    result = ctx.result_path.read_bytes() if ctx.result_path.exists() else None
+    fields = {"end": end, "result": result, "bundle": branch_bundle, "transcript": transcript, "steps": steps}
+    return {"kind": "finished", **fields}

@@ -161,11 +161,12 @@ class PlainReporter(EventSink):
         self._say(f"  started {event.task} ({where}, {process})")
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
-        detail = outcome_detail(event.outcome, event.summary, event.error)
+        end = event.end
+        detail = outcome_detail(end.outcome, end.summary, end.error)
         self._say(
-            f"  {event.outcome} {event.task} after {elapsed_text(event.elapsed_s)} "
+            f"  {end.outcome} {event.task} after {elapsed_text(event.elapsed_s)} "
             f"({money(event.spend_usd)}): {one_line(detail, 160)}",
-            always=event.outcome != AttemptOutcome.SUCCEEDED,
+            always=end.outcome != AttemptOutcome.SUCCEEDED,
         )
 
     def on_task_skipped(self, event: TaskSkipped) -> None:
@@ -272,10 +273,11 @@ class LiveReporter(EventSink):
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         self._running.pop(event.task, None)
-        color = STATUS_COLORS.get(event.outcome, "yellow")
-        detail = outcome_detail(event.outcome, event.summary, event.error)
+        end = event.end
+        color = STATUS_COLORS.get(end.outcome, "yellow")
+        detail = outcome_detail(end.outcome, end.summary, end.error)
         self.console.print(
-            f"  [{color}]{event.outcome}[/] {event.task} after {elapsed_text(event.elapsed_s)} "
+            f"  [{color}]{end.outcome}[/] {event.task} after {elapsed_text(event.elapsed_s)} "
             f"({money(event.spend_usd)}): {escape(one_line(detail, 120))}",
             highlight=False,
             markup=True,

@@ -14,7 +14,7 @@ from typing import Any
 
 from stellafleet.core.errors import StellaError
 from stellafleet.core.spend import check_report
-from stellafleet.core.status import AttemptOutcome, TaskStatus
+from stellafleet.core.status import AttemptEnd, AttemptOutcome, TaskStatus
 from stellafleet.state.ledger_schema import ATTEMPT_OUTCOMES, check_choice
 from stellafleet.state.sqlitefile import Database
 
@@ -85,25 +85,13 @@ class Attempts:
         """The remote attempt's step count as its worker reported it (steps travel once, at the end)."""
         self._set(attempt_id, "steps = MAX(steps, ?)", steps)
 
-    def finish(
-        self,
-        attempt_id: int,
-        *,
-        outcome: AttemptOutcome,
-        exit_code: int | None,
-        summary: str,
-        error: str | None = None,
-        cpu_seconds: float | None = None,
-        peak_rss_bytes: int | None = None,
-        reason: str | None = None,
-        transcript_written: bool = True,
-    ) -> float:
-        """Close the attempt and set its task's status to the outcome (with reason) in one transaction;
-        returns the attempt's recorded spend in dollars. A pipeline that wrote no transcript leaves no
-        transcript path behind (`transcript_written=False`)."""
-        stored = check_choice("attempt outcome", outcome, ATTEMPT_OUTCOMES)
-        success = 1 if outcome == AttemptOutcome.SUCCEEDED else 0
-        usage = (summary, error, cpu_seconds, peak_rss_bytes, transcript_written, attempt_id)
+    def finish(self, attempt_id: int, end: AttemptEnd, *, transcript_written: bool = True) -> float:
+        """Close the attempt as it ended and set its task's status to the outcome (with the end's reason) in
+        one transaction; returns the attempt's recorded spend in dollars. A pipeline that wrote no
+        transcript leaves no transcript path behind (`transcript_written=False`)."""
+        stored = check_choice("attempt outcome", end.outcome, ATTEMPT_OUTCOMES)
+        success = 1 if end.outcome == AttemptOutcome.SUCCEEDED else 0
+        measured = (end.exit_code, end.summary, end.error, end.cpu_seconds, end.peak_rss_bytes)
         with self._db.write() as conn:
             row = conn.execute(
                 "SELECT run_id, task_id, spend_usd FROM attempts WHERE id = ?", (attempt_id,)
@@ -114,11 +102,11 @@ class Attempts:
                 "UPDATE attempts SET finished_at_ms = ?, outcome = ?, success = ?, exit_code = ?,"
                 " summary = ?, error = ?, cpu_seconds = ?, peak_rss_bytes = ?,"
                 " transcript_path = CASE WHEN ? THEN transcript_path END WHERE id = ?",
-                (self._db.now_ms(), stored, success, exit_code, *usage),
+                (self._db.now_ms(), stored, success, *measured, transcript_written, attempt_id),
             )
             conn.execute(
                 "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND id = ?",
-                (stored, reason, row[0], row[1]),
+                (stored, end.reason, row[0], row[1]),
             )
         return float(row[2])
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.core.clock import wall_ms
-from stellafleet.core.status import AttemptOutcome, CIState, RunStatus, TaskStatus
+from stellafleet.core.status import AttemptEnd, AttemptOutcome, CIState, RunStatus, TaskStatus
 from stellafleet.plan.model import PlanTask
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import BASE_COMMIT, StepClock, add_run
@@ -127,8 +127,7 @@ def _finish(ledger: Ledger, task: str, attempt: int, outcome: AttemptOutcome) ->
         AttemptOutcome.STALLED: "no progress for 10 minutes: the worker was stopped",
     }.get(outcome)
     summary = f"Built the {task} module and its tests." if error is None else f"Could not finish {task}."
-    ledger.attempts.finish(attempt, outcome=outcome, exit_code=0 if error is None else 1, summary=summary,
-                          error=error)  # fmt: skip
+    ledger.attempts.finish(attempt, AttemptEnd(outcome, summary, error, exit_code=0 if error is None else 1))
 
 
 def _settle(ledger: Ledger, live: bool) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.core.clock import wall_ms
-from stellafleet.core.status import AttemptOutcome, CIState, RunStatus, TaskStatus
+from stellafleet.core.status import AttemptEnd, AttemptOutcome, CIState, RunStatus, TaskStatus
 from stellafleet.plan.model import PlanTask
 from stellafleet.state.ledger import Ledger
 
@@ -184,7 +184,8 @@ def _succeeded_task(
         committed_at_ms=clock.ms,
     )
     ledger.attempts.finish(
-        attempt, outcome=AttemptOutcome.SUCCEEDED, exit_code=0, summary=summary, cpu_seconds=seconds / 3
+        attempt,
+        AttemptEnd(outcome=AttemptOutcome.SUCCEEDED, exit_code=0, summary=summary, cpu_seconds=seconds / 3),
     )
     ledger.tasks.set_status(run_id, task_id, TaskStatus.SUCCEEDED)
 
@@ -214,14 +215,16 @@ def _failed_run(ledger: Ledger, clock: StepClock) -> str:
     clock.advance(31)
     ledger.attempts.finish(
         writer,
-        outcome=AttemptOutcome.FAILED,
-        exit_code=1,
-        summary="Could not find the engine's emit path.",
-        error="tests failed: test_emit_records_receipt (AssertionError: 0 != 1)",
+        AttemptEnd(
+            outcome=AttemptOutcome.FAILED,
+            exit_code=1,
+            summary="Could not find the engine's emit path.",
+            error="tests failed: test_emit_records_receipt (AssertionError: 0 != 1)",
+        ),
     )
     ledger.tasks.set_status(run_id, "writer", TaskStatus.FAILED, "tests failed")
     ledger.attempts.finish(
-        lint, outcome=AttemptOutcome.SUCCEEDED, exit_code=0, summary="Fixed 7 warnings in store/."
+        lint, AttemptEnd(outcome=AttemptOutcome.SUCCEEDED, exit_code=0, summary="Fixed 7 warnings in store/.")
     )
     ledger.tasks.set_status(run_id, "lint", TaskStatus.SUCCEEDED)
     ledger.tasks.set_status(run_id, "report", TaskStatus.SKIPPED, "dependency failed: writer")

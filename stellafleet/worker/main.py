@@ -8,7 +8,6 @@ are its children.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import traceback
@@ -21,12 +20,9 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.spend import SpendTally
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.pipelines.base import Pipeline, PipelineResult
+from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc.orphan import end_when_orphaned
 from stellafleet.state.ledger import Ledger
-
-# The entry point ("module:attr") the fleet resolved for the task's pipeline: the worker runs that one.
-PIPELINE_ENTRY_ENV = "STELLA_PIPELINE_ENTRY"
 
 
 class LedgerSpend(SpendTally):
@@ -51,22 +47,10 @@ class LedgerSpend(SpendTally):
                 self._ledger = None
 
 
-def load_pipeline(name: str) -> Pipeline:
-    entry = os.environ.get(PIPELINE_ENTRY_ENV, "")
-    if ":" in entry:
-        module_name, _, attr = entry.partition(":")
-        factory = importlib.import_module(module_name)
-        for part in attr.split("."):
-            factory = getattr(factory, part)
-        pipeline: Pipeline = factory()  # type: ignore[operator]
-        return pipeline
-    return pipelines.load(name)
-
-
 def run_task(ctx: WorkerContext, spend: LedgerSpend) -> PipelineResult:
     """Run ctx's pipeline; any exception becomes a failed result carrying its text."""
     try:
-        result = load_pipeline(ctx.pipeline).run(ctx, load_config(ctx.root), spend)
+        result = pipelines.load(ctx.pipeline).run(ctx, load_config(ctx.root), spend)
     except Exception as exc:
         text = str(exc) if isinstance(exc, StellaError) else f"{type(exc).__name__}: {exc}"
         if not isinstance(exc, StellaError):

@@ -23,6 +23,7 @@ from stellafleet.core.clock import FakeClock
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import AttemptEnd
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing import fake_gh
 from stellafleet.testing.fake_gh import FakeGh
@@ -109,9 +110,11 @@ class Repo:
                 ok = task.id not in failed
                 ledger.attempts.finish(
                     attempt,
-                    outcome="succeeded" if ok else "failed",
-                    exit_code=0 if ok else 1,
-                    summary=f"Summary of {task.id}: added the work file.",
+                    AttemptEnd(
+                        outcome="succeeded" if ok else "failed",
+                        exit_code=0 if ok else 1,
+                        summary=f"Summary of {task.id}: added the work file.",
+                    ),
                 )
                 ledger.tasks.set_status(run_id, task.id, "succeeded" if ok else "failed")
             ledger.runs.finish(

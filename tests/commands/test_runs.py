@@ -14,6 +14,7 @@ import pytest
 from helpers.repo import run_stella
 
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import AttemptEnd
 from stellafleet.git import gitops, worktrees
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import build_sample_ledger
@@ -45,7 +46,9 @@ def ids(repo: Path, sleeper: subprocess.Popen[bytes]) -> dict[str, str]:
     with Ledger.open(StatePaths(repo).fleet_db) as ledger:
         # markup-looking text from a model is printed as it is, never interpreted
         attempt = ledger.get_run(ids["running"])["attempts"][0]["id"]
-        ledger.attempts.finish(attempt, outcome="failed", exit_code=1, summary="[bold red]boom[/] <b>x</b>")
+        ledger.attempts.finish(
+            attempt, AttemptEnd(outcome="failed", exit_code=1, summary="[bold red]boom[/] <b>x</b>")
+        )
         ledger.tasks.set_status(ids["running"], "bump", "running")  # the run stays in progress
     return ids
 

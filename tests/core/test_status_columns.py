@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from stellafleet.core.status import AttemptOutcome, CIState, MergeStatus, RunStatus, TaskStatus
+from stellafleet.core.status import AttemptEnd, AttemptOutcome, CIState, MergeStatus, RunStatus, TaskStatus
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.ledger_schema import (
     ATTEMPT_OUTCOMES,
@@ -68,7 +68,7 @@ def test_every_status_is_stored_as_plain_text_and_reads_back_equal(tmp_path: Pat
             assert ledger.get_run(f"r-{RunStatus.RUNNING}")["tasks"][0]["status"] == status
         for outcome in AttemptOutcome:
             attempt = ledger.attempts.start(f"r-{RunStatus.FAILED}", "t", pipeline="command")
-            ledger.attempts.finish(attempt, outcome=outcome, exit_code=0, summary=str(outcome))
+            ledger.attempts.finish(attempt, AttemptEnd(outcome=outcome, exit_code=0, summary=str(outcome)))
         for state in CIState:
             ledger.ci.upsert(
                 run_id=f"r-{RunStatus.SUCCEEDED}",
@@ -110,7 +110,7 @@ def test_an_unknown_status_is_refused_and_changes_nothing(tmp_path: Path) -> Non
         with pytest.raises(ValueError, match="unknown task status 'green'"):
             ledger.tasks.set_status("r", "t", "green")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="unknown attempt outcome 'skipped'"):
-            ledger.attempts.finish(attempt, outcome="skipped", exit_code=0, summary="")  # type: ignore[arg-type]
+            ledger.attempts.finish(attempt, AttemptEnd(outcome="skipped", exit_code=0, summary=""))  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="unknown CI state 'succeeded'"):
             ledger.ci.upsert(
                 run_id="r",

@@ -45,11 +45,10 @@ def test_every_field_has_one_variable_and_to_env_writes_exactly_those(tmp_path: 
 
 def test_a_worker_inherits_none_of_the_fleets_own_worker_variables(tmp_path: Path) -> None:
     # `stella fleet` started from inside a worker (a command pipeline running a fleet) must not hand that
-    # worker's task, result file or pipeline entry on to its own workers.
+    # worker's task or result file on to its own workers.
     outer = full_context(tmp_path / "outer")
     inherited = {
         **outer.to_env(),
-        "STELLA_PIPELINE_ENTRY": "outer_pipeline:Outer",
         "STELLA_COMMAND_RESULT": str(tmp_path / "outer-result.json"),
         "STELLA_SPEND_LIMIT": "5",
         "KEEP": "yes",
@@ -61,8 +60,8 @@ def test_a_worker_inherits_none_of_the_fleets_own_worker_variables(tmp_path: Pat
     assert {key for key in env if key.startswith("STELLA_")} == {"STELLA_SPEND_LIMIT"}
     assert env["KEEP"] == "yes"
     inner = full_context(tmp_path / "inner")
-    worker = task_env(inner, settings, env)
-    assert WorkerContext.from_env(worker) == inner and "STELLA_PIPELINE_ENTRY" not in worker
+    worker = task_env(inner, env)
+    assert WorkerContext.from_env(worker) == inner
 
 
 def test_no_worker_variable_shares_a_name_with_a_config_variable() -> None:
@@ -77,5 +76,5 @@ def test_a_fleet_hands_every_config_variable_on_to_its_workers(tmp_path: Path) -
     settings = RunSettings(root=tmp_path, run_id="r-1", base_commit="0" * 40, default_pipeline="plain")
     env = run_env(settings, base=user)
     assert {name: env[name] for name in CONFIG_VARIABLES} == user
-    worker = task_env(full_context(tmp_path), settings, env)
+    worker = task_env(full_context(tmp_path), env)
     assert {name: worker[name] for name in CONFIG_VARIABLES} == user

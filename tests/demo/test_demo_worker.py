@@ -14,6 +14,7 @@ import pytest
 from helpers.fleet import RUN, make_attempt
 from helpers.repo import git
 
+from stellafleet.core.status import AttemptEnd
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.demo.scaffold import config_text, worker_command
 from stellafleet.pipelines.command import RESULT_ENV
@@ -56,7 +57,8 @@ def test_a_conflicting_task_goes_ahead_once_the_other_claimant_has_failed(git_re
     turned_away = make_attempt(git_repo, "release-notes")
     with Ledger.open(turned_away.paths.fleet_db) as ledger:
         ledger.attempts.finish(
-            turned_away.attempt_id, outcome="failed", exit_code=None, summary="claim conflict: CHANGELOG.md"
+            turned_away.attempt_id,
+            AttemptEnd(outcome="failed", exit_code=None, summary="claim conflict: CHANGELOG.md"),
         )
     ctx = make_attempt(git_repo, "changelog")
     result = git_repo.parent / "result.json"

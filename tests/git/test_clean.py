@@ -15,6 +15,7 @@ import pytest
 from helpers.repo import run_stella
 
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import AttemptEnd
 from stellafleet.git import gitops, worktrees
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
@@ -123,7 +124,9 @@ def scene(tmp_path: Path, isolated_home: Path) -> Iterator[Scene]:
                     ledger.attempts.set_pid(attempt, sleeper.pid)
                     continue
                 ledger.attempts.set_pid(attempt, 999_999_998)
-                ledger.attempts.finish(attempt, outcome="succeeded", exit_code=0, summary=f"{task} done")
+                ledger.attempts.finish(
+                    attempt, AttemptEnd(outcome="succeeded", exit_code=0, summary=f"{task} done")
+                )
                 ledger.tasks.set_status(run_id, task, "succeeded")
             ledger.runs.finish(run_id, status, exit_code=0 if status == "succeeded" else 130)
         shared_only = "r-20261130-080000-0000"  # a run of shared tasks leaves nothing to clean

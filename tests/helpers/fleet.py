@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sqlite3
 import sys
@@ -110,6 +111,20 @@ def wait_exit(tree: ProcessTree, timeout: float = 30.0) -> Exit:
         if done is not None:
             return done
     raise AssertionError(f"the process {tree.pid} did not exit within {timeout:g}s")
+
+
+def install_pipeline(site: Path, name: str, entry: str, source: str) -> dict[str, str]:
+    """Install a pipeline plugin into site as an installer lays it out: its module and a .dist-info with
+    the `stella.pipelines` entry point `name = entry`. Returns the environment that puts site on the path
+    of a process (a worker finds it by name, as the fleet does)."""
+    module = entry.partition(":")[0]
+    site.mkdir(parents=True, exist_ok=True)
+    (site / f"{module}.py").write_text(source)
+    info = site / f"{module}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[stella.pipelines]\n{name} = {entry}\n")
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
 
 
 def wait_for(path: Path, timeout: float = 60.0) -> None:

@@ -11,6 +11,7 @@ from helpers.merging import RUN_ID, build_run, merges
 from helpers.repo import StellaRunner, git
 
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import AttemptEnd
 from stellafleet.state.ledger import Ledger
 
 # The resolver: merge the commit the prompt names, settle README.md for both sides, commit the merge.
@@ -63,7 +64,7 @@ def test_no_resolve_task_once_the_spend_limit_is_reached(git_repo: Path, stella:
     with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
         attempt = ledger.attempts.start(RUN_ID, "a", pipeline="command")
         ledger.spend.add(attempt, 1.0)
-        ledger.attempts.finish(attempt, outcome="succeeded", exit_code=0, summary="earlier work")
+        ledger.attempts.finish(attempt, AttemptEnd(outcome="succeeded", exit_code=0, summary="earlier work"))
     proc = stella("--spend-limit", "1", "merge", "--resolve", cwd=git_repo)
     assert proc.returncode == 1
     line = next(line for line in proc.stdout.splitlines() if "fleet/c-abcd" in line)

@@ -19,6 +19,7 @@ import pytest
 from helpers.fleet import Scripts, wait_for, write_config
 
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import AttemptEnd
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import add_run, build_sample_ledger, sample_task
 
@@ -205,7 +206,7 @@ def test_hand_built_ledger_lists_opens_escapes_and_updates_live(
     with Ledger.open(db) as ledger:
         attempt = ledger.get_run(ids["running"])["attempts"][0]["id"]
         ledger.spend.add(attempt, 0.40, input_tokens=20_000, output_tokens=1_000, steps=4)
-        ledger.attempts.finish(attempt, outcome="succeeded", exit_code=0, summary=XSS)
+        ledger.attempts.finish(attempt, AttemptEnd(outcome="succeeded", exit_code=0, summary=XSS))
         ledger.tasks.set_status(ids["running"], "bump", "succeeded")
         ledger.tasks.set_status(ids["running"], "notes", "running")
         second = ledger.attempts.start(ids["running"], "notes", pipeline="command")
@@ -218,7 +219,9 @@ def test_hand_built_ledger_lists_opens_escapes_and_updates_live(
     assert_inert(browser)
 
     with Ledger.open(db) as ledger:
-        ledger.attempts.finish(second, outcome="failed", exit_code=1, summary="no notes", error="boom <b>")
+        ledger.attempts.finish(
+            second, AttemptEnd(outcome="failed", exit_code=1, summary="no notes", error="boom <b>")
+        )
         ledger.tasks.set_status(ids["running"], "notes", "failed", "command failed")
         ledger.runs.finish(ids["running"], "failed", exit_code=1, reason="1 failed")
     until(browser, lambda d: "failed" in text_of(d, "h2.run-title"), "the run's end")

@@ -14,7 +14,7 @@ import pytest
 from helpers.observatory import Serve
 
 from stellafleet.core.clock import wall_ms
-from stellafleet.core.status import AttemptOutcome, CIState, RunStatus, TaskStatus
+from stellafleet.core.status import AttemptEnd, AttemptOutcome, CIState, RunStatus, TaskStatus
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.runpage import FOLD_TASKS_OVER
 from stellafleet.testing.sample_ledger import StepClock, add_run, build_sample_ledger, sample_task
@@ -60,7 +60,8 @@ def big_run(db: Path, *, live: bool = False) -> dict[str, int]:
                 outcome = AttemptOutcome.FAILED if failed else AttemptOutcome.SUCCEEDED
                 error = "tests failed: 3 of 40\nmore detail" if failed else None
                 ledger.attempts.finish(
-                    attempt, outcome=outcome, exit_code=1 if failed else 0, summary=MARK, error=error
+                    attempt,
+                    AttemptEnd(outcome=outcome, exit_code=1 if failed else 0, summary=MARK, error=error),
                 )
                 roles.setdefault("failed" if failed else "ok", attempt)
                 if n == 3:

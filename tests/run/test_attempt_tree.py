@@ -10,12 +10,11 @@ import time
 from pathlib import Path
 
 import psutil
-from helpers.fleet import by_id, run_record, wait_for, worker_context, write_config
+from helpers.fleet import by_id, install_pipeline, run_record, wait_for, worker_context, write_config
 from helpers.repo import StellaRunner
 
-from stellafleet.core.status import Stop, StopReason
-from stellafleet.run.executor import Attempt, Ending, LocalExecutor
-from stellafleet.worker.main import PIPELINE_ENTRY_ENV
+from stellafleet.core.status import AttemptEnd, Stop, StopReason
+from stellafleet.run.executor import Attempt, LocalExecutor
 
 LATE_S = 2.0
 # The command leaves a background job that would write a file later, then ends (or kills its worker).
@@ -82,17 +81,14 @@ class Stubborn:
 
 
 def _stubborn_attempt(tmp_path: Path) -> Attempt:
-    (tmp_path / "plugin").mkdir()
-    (tmp_path / "plugin" / "stubborn_pipeline.py").write_text(STUBBORN)
+    site = install_pipeline(tmp_path / "plugin", "stubborn", "stubborn_pipeline:Stubborn", STUBBORN)
     ctx = worker_context(tmp_path, pipeline="stubborn")
-    env = {**os.environ, **ctx.to_env(), PIPELINE_ENTRY_ENV: "stubborn_pipeline:Stubborn"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path / "plugin"), env.get("PYTHONPATH")]))
-    return Attempt(ctx, env)
+    return Attempt(ctx, {**os.environ, **ctx.to_env(), **site})
 
 
-def _stop_after_ready(tmp_path: Path, executor: LocalExecutor) -> tuple[Ending, float]:
+def _stop_after_ready(tmp_path: Path, executor: LocalExecutor) -> tuple[AttemptEnd, float]:
     execution = executor.start(_stubborn_attempt(tmp_path))
-    ended: list[Ending] = []
+    ended: list[AttemptEnd] = []
     waiter = threading.Thread(target=lambda: ended.append(execution.wait()))
     waiter.start()
     wait_for(tmp_path / "ready", timeout=30)
@@ -106,7 +102,7 @@ def _stop_after_ready(tmp_path: Path, executor: LocalExecutor) -> tuple[Ending, 
 def test_a_worker_ignoring_sigterm_is_killed_by_sigkill_after_the_grace_period(
     tmp_path: Path, isolated_home: Path
 ) -> None:
-    ending, took = _stop_after_ready(tmp_path, LocalExecutor(stop_grace_s=0.7))
-    assert ending.stop_reason == Stop(StopReason.INTERRUPTED)
-    assert ending.exit.returncode == -signal.SIGKILL, ending.exit.describe()
+    end, took = _stop_after_ready(tmp_path, LocalExecutor(stop_grace_s=0.7))
+    assert end.stop == Stop(StopReason.INTERRUPTED)
+    assert end.exit_code == -signal.SIGKILL, end.error
     assert took >= 0.7

@@ -11,6 +11,7 @@ import pytest
 
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import AttemptEnd
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import add_run, sample_task
@@ -38,13 +39,14 @@ def test_start_and_finish_attempt_keep_the_task_status_in_step(ledger: Ledger) -
     ledger.spend.add(attempt, 0.25, input_tokens=10, output_tokens=2, steps=1)
     spend = ledger.attempts.finish(
         attempt,
-        outcome="failed",
-        exit_code=3,
-        summary="no parser",
-        error="command failed: exit status 3",
-        cpu_seconds=0.5,
-        peak_rss_bytes=1000,
-        reason="command failed: exit status 3",
+        AttemptEnd(
+            outcome="failed",
+            exit_code=3,
+            summary="no parser",
+            error="command failed: exit status 3",
+            cpu_seconds=0.5,
+            peak_rss_bytes=1000,
+        ),
     )
     assert spend == 0.25  # what the worker reported along the way
     row = ledger.get_run(RUN)["attempts"][0]
@@ -58,9 +60,9 @@ def test_start_and_finish_attempt_keep_the_task_status_in_step(ledger: Ledger) -
 def test_finish_attempt_refuses_an_unknown_outcome_or_attempt_and_changes_nothing(ledger: Ledger) -> None:
     attempt = ledger.attempts.start(RUN, "a", pipeline="command")
     with pytest.raises(ValueError, match="unknown attempt outcome"):
-        ledger.attempts.finish(attempt, outcome="done", exit_code=0, summary="")
+        ledger.attempts.finish(attempt, AttemptEnd(outcome="done", exit_code=0, summary=""))
     with pytest.raises(StellaError, match="no attempt 999"):
-        ledger.attempts.finish(999, outcome="succeeded", exit_code=0, summary="")
+        ledger.attempts.finish(999, AttemptEnd(outcome="succeeded", exit_code=0, summary=""))
     assert ledger.get_run(RUN)["attempts"][0]["outcome"] == "running"
     assert task_row(ledger, "a")["status"] == "running"
 
@@ -86,7 +88,9 @@ def test_releasing_an_attempt_that_holds_nothing_takes_no_write_lock(tmp_path: P
 def test_an_attempt_that_wrote_no_transcript_keeps_no_transcript_path(ledger: Ledger) -> None:
     kept = ledger.attempts.start(RUN, "a", pipeline="plain", transcript_path="a.jsonl")
     dropped = ledger.attempts.start(RUN, "b", pipeline="command", transcript_path="b.jsonl")
-    ledger.attempts.finish(kept, outcome="succeeded", exit_code=0, summary="ok")
-    ledger.attempts.finish(dropped, outcome="succeeded", exit_code=0, summary="ok", transcript_written=False)
+    ledger.attempts.finish(kept, AttemptEnd(outcome="succeeded", exit_code=0, summary="ok"))
+    ledger.attempts.finish(
+        dropped, AttemptEnd(outcome="succeeded", exit_code=0, summary="ok"), transcript_written=False
+    )
     paths = {a["task_id"]: a["transcript_path"] for a in ledger.get_run(RUN)["attempts"]}
     assert paths == {"a": "a.jsonl", "b": None}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stellafleet.core.status import AttemptOutcome
+from stellafleet.core.status import AttemptEnd, AttemptOutcome
 from stellafleet.run.events import (
     AttemptEnded,
     AttemptStarted,
@@ -45,9 +45,9 @@ def run_through(reporter: LiveReporter) -> None:
         reporter.handle(
             AttemptStarted(task, f"Do {task}", 1, 7, Path("/repo"), None, logs / task, logs / f"{task}.json")
         )
-    reporter.handle(AttemptEnded("a", 1, AttemptOutcome.SUCCEEDED, "did a", None, 2.0, 0.5, None))
+    reporter.handle(AttemptEnded("a", 1, AttemptEnd(AttemptOutcome.SUCCEEDED, "did a"), 2.0, 0.5, None))
     reporter.handle(TaskEnded("a", "succeeded", None))  # the wave runner's bookkeeping: not shown
-    reporter.handle(AttemptEnded("b", 2, AttemptOutcome.FAILED, "red", "exit 1", 61.0, 0.1, None))
+    reporter.handle(AttemptEnded("b", 2, AttemptEnd(AttemptOutcome.FAILED, "red", "exit 1"), 61.0, 0.1, None))
     reporter.handle(TaskSkipped("c", "dependency failed: b"))
     reporter.handle(Notice("interrupt: stopping 1 running worker"))
     reporter.finish(DOC)

@@ -6,7 +6,7 @@ import io
 import json
 from pathlib import Path
 
-from stellafleet.core.status import AttemptOutcome
+from stellafleet.core.status import AttemptEnd, AttemptOutcome
 from stellafleet.run.events import (
     AttemptEnded,
     AttemptStarted,
@@ -66,7 +66,7 @@ def attempt_started(task: str, *, pid: int, branch: str | None) -> AttemptStarte
 def attempt_ended(
     task: str, outcome: AttemptOutcome, summary: str, error: str | None, elapsed_s: float, spend_usd: float
 ) -> AttemptEnded:
-    return AttemptEnded(task, 1, outcome, summary, error, elapsed_s, spend_usd, None)
+    return AttemptEnded(task, 1, AttemptEnd(outcome, summary, error), elapsed_s, spend_usd, None)
 
 
 def feed(reporter: PlainReporter) -> None:

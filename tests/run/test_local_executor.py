@@ -10,16 +10,16 @@ from pathlib import Path
 import psutil
 from helpers.fleet import wait_for, worker_context, write_config
 
-from stellafleet.core.status import Stop, StopReason
-from stellafleet.run.executor import Attempt, Ending, LocalExecutor
+from stellafleet.core.status import AttemptEnd, AttemptOutcome, Stop, StopReason
+from stellafleet.run.executor import Attempt, LocalExecutor
 
 
 def test_a_worker_that_ends_by_itself_reports_its_result(tmp_path: Path, isolated_home: Path) -> None:
     write_config(tmp_path, run="echo all done")
     ctx = worker_context(tmp_path)
-    ending = LocalExecutor().start(Attempt(ctx, {**os.environ, **ctx.to_env()})).wait()
-    assert ending.stop_reason is None and ending.exit.returncode == 0
-    assert ending.result is not None and ending.result.success and ending.result.summary == "all done"
+    end = LocalExecutor().start(Attempt(ctx, {**os.environ, **ctx.to_env()})).wait()
+    assert end.stop is None and end.exit_code == 0
+    assert end.outcome is AttemptOutcome.SUCCEEDED and end.summary == "all done"
 
 
 def _ends_within(pid: int, seconds: float) -> bool:
@@ -41,7 +41,7 @@ def test_stop_from_another_thread_ends_the_wait_and_the_whole_tree(
     write_config(tmp_path, run="sleep 60 & echo $! > grandchild; sleep 60")
     ctx = worker_context(tmp_path)
     execution = LocalExecutor(stop_grace_s=2.0).start(Attempt(ctx, {**os.environ, **ctx.to_env()}))
-    ended: list[Ending] = []
+    ended: list[AttemptEnd] = []
     waiter = threading.Thread(target=lambda: ended.append(execution.wait()))
     waiter.start()
     wait_for(tmp_path / "grandchild")
@@ -49,8 +49,8 @@ def test_stop_from_another_thread_ends_the_wait_and_the_whole_tree(
     execution.stop()
     waiter.join(30)
     assert not waiter.is_alive()
-    (ending,) = ended
-    assert ending.stop_reason == Stop(StopReason.INTERRUPTED) and ending.exit.returncode != 0
+    (end,) = ended
+    assert end.stop == Stop(StopReason.INTERRUPTED) and end.exit_code != 0
     assert _ends_within(grandchild, 5.0), "the worker's background child outlived the stopped attempt"
     execution.stop()  # after the end: nothing left to stop, and no error
 
@@ -58,6 +58,6 @@ def test_stop_from_another_thread_ends_the_wait_and_the_whole_tree(
 def test_a_worker_past_its_timeout_is_stopped(tmp_path: Path, isolated_home: Path) -> None:
     write_config(tmp_path, run="sleep 60")
     ctx = worker_context(tmp_path, timeout=0.5)
-    ending = LocalExecutor(stop_grace_s=2.0).start(Attempt(ctx, {**os.environ, **ctx.to_env()})).wait()
-    assert ending.stop_reason == Stop(StopReason.TIMED_OUT, "timed out after 0.5s")
-    assert ending.exit.returncode != 0
+    end = LocalExecutor(stop_grace_s=2.0).start(Attempt(ctx, {**os.environ, **ctx.to_env()})).wait()
+    assert end.stop == Stop(StopReason.TIMED_OUT, "timed out after 0.5s")
+    assert end.exit_code is not None and end.exit_code != 0

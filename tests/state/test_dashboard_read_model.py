@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.core.clock import wall_ms
-from stellafleet.core.status import AttemptOutcome, TaskStatus
+from stellafleet.core.status import AttemptEnd, AttemptOutcome, TaskStatus
 from stellafleet.state import dashboard
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_fleet import RUN_ID, build_sample_fleet
@@ -93,7 +93,7 @@ def test_a_quiet_attempt_needs_attention_until_it_shows_life(tmp_path: Path) -> 
     assert dead["attention"] == []  # a fleet that is gone has no running workers to watch
     with Ledger.open(db, now_ms=clock) as ledger:
         ledger.attempts.finish(
-            first, outcome=AttemptOutcome.STALLED, exit_code=None, summary="", error="stuck"
+            first, AttemptEnd(outcome=AttemptOutcome.STALLED, exit_code=None, summary="", error="stuck")
         )
         ledger.tasks.set_status("r-1", "b", TaskStatus.SKIPPED, "dependency failed: a")
     page = dashboard.load_run_page(db, "r-1", now_ms=quiet_at, alive=ALIVE)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from stellafleet.core.errors import StellaError
+from stellafleet.core.status import AttemptEnd
 from stellafleet.plan.model import PlanTask
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.ledger_schema import LEDGER_SCHEMA
@@ -78,7 +79,7 @@ def test_the_documented_query_finds_the_failed_attempt_of_the_latest_run(db: Pat
         new_run(ledger, "r-old")
         ledger.tasks.add("r-old", [PlanTask("t1", "p", "old task")], {"t1": 1})
         old = ledger.attempts.start("r-old", "t1", pipeline="command", branch="fleet/old")
-        ledger.attempts.finish(old, outcome="failed", exit_code=1, summary="old failure")
+        ledger.attempts.finish(old, AttemptEnd(outcome="failed", exit_code=1, summary="old failure"))
         ticks.ms += 60_000
         new_run(ledger, "r-new")
         ledger.tasks.add(
@@ -87,8 +88,10 @@ def test_the_documented_query_finds_the_failed_attempt_of_the_latest_run(db: Pat
         good = ledger.attempts.start("r-new", "ok", pipeline="command", branch="main")
         bad = ledger.attempts.start("r-new", "bad", pipeline="command", branch="fleet/bad-0123456789abcdef")
         running = ledger.attempts.start("r-new", "bad", pipeline="command")
-        ledger.attempts.finish(good, outcome="succeeded", exit_code=0, summary="all good")
-        ledger.attempts.finish(bad, outcome="failed", exit_code=1, summary="tests still fail in parser.py")
+        ledger.attempts.finish(good, AttemptEnd(outcome="succeeded", exit_code=0, summary="all good"))
+        ledger.attempts.finish(
+            bad, AttemptEnd(outcome="failed", exit_code=1, summary="tests still fail in parser.py")
+        )
         del running  # still running: success is NULL, so the query leaves it out
 
     expected = [("bad", "fleet/bad-0123456789abcdef", "tests still fail in parser.py")]
@@ -131,8 +134,8 @@ def test_run_lifecycle_and_everything_get_run_returns(db: Path) -> None:
             message="again", committed_at_ms=ticks.ms,
         )  # fmt: skip
         ticks.ms += 1500
-        ledger.attempts.finish(attempt, outcome="succeeded", exit_code=0, summary="done", cpu_seconds=1.5,
-                              peak_rss_bytes=1 << 20)  # fmt: skip
+        done = AttemptEnd("succeeded", "done", exit_code=0, cpu_seconds=1.5, peak_rss_bytes=1 << 20)
+        ledger.attempts.finish(attempt, done)
         ledger.tasks.set_status("r-20261130-aaaa", "schema", "succeeded")
         ledger.tasks.set_status("r-20261130-aaaa", "reader", "failed", "claim conflict: ...")
         ledger.tasks.set_status("r-20261130-aaaa", "docs", "skipped", "dependency failed: reader")
@@ -268,7 +271,7 @@ def test_every_query_in_the_ledger_docs_runs(db: Path) -> None:
                              attempt_id=attempt, branch="main", message="m",
                              committed_at_ms=ticks.ms)  # fmt: skip
         ticks.ms += 1000
-        ledger.attempts.finish(attempt, outcome="failed", exit_code=1, summary="nope")
+        ledger.attempts.finish(attempt, AttemptEnd(outcome="failed", exit_code=1, summary="nope"))
         ledger.tasks.set_status("r-20261130-091500-1a2b", "writer", "skipped", "spend limit reached")
         ledger.runs.finish("r-20261130-091500-1a2b", "failed", exit_code=1)
     docs = (Path(__file__).resolve().parents[2] / "docs" / "ledger.md").read_text()

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.fleet import RUN, make_attempt, write_config
+from helpers.fleet import RUN, install_pipeline, make_attempt, write_config
 
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
@@ -72,9 +72,7 @@ def test_an_unknown_pipeline_or_a_crash_becomes_a_failed_result_with_the_error(
     result = json.loads(ctx.result_path.read_text())
     assert result["success"] is False and "unknown pipeline 'no-such-pipeline'" in result["error"]
 
-    plugins = tmp_path / "plugins"
-    plugins.mkdir()
-    (plugins / "boom_pipeline.py").write_text(
+    boom = (
         "class Boom:\n"
         "    name = 'boom'\n    description = 'always crashes'\n"
         "    def preflight(self, config): return None\n"
@@ -84,7 +82,8 @@ def test_an_unknown_pipeline_or_a_crash_becomes_a_failed_result_with_the_error(
         "        raise RuntimeError('the model server went away')\n"
     )
     crash = make_attempt(tmp_path, "t2")
-    proc = run_worker(crash, STELLA_PIPELINE_ENTRY="boom_pipeline:Boom", PYTHONPATH=str(plugins))
+    site = install_pipeline(tmp_path / "plugins", "boom", "boom_pipeline:Boom", boom)
+    proc = run_worker(crash, STELLA_PIPELINE="boom", **site)
     assert proc.returncode == 1
     result = json.loads(crash.result_path.read_text())
     assert result["error"] == "RuntimeError: the model server went away"
