@@ -50,7 +50,7 @@ def describe(name: str, entry: EntryPoint, config: Config) -> dict[str, Any]:
             info["cli_path"] = pipeline.cli_path(config)
             info["version"] = pipeline.version(config) if info["cli_path"] else None
         else:
-            wraps = getattr(pipeline, "wraps", None)  # optional for third-party pipelines
+            wraps = getattr(pipeline, "wraps", None)  # optional (the Pipeline protocol says so)
             if isinstance(wraps, str) and wraps:
                 info["wraps"] = wraps
                 info["cli_path"] = find_cli(wraps)

@@ -48,6 +48,10 @@ class PipelineResult:
 
 
 class Pipeline(Protocol):
+    """How a worker does a task. `stella pipelines` also shows a plugin's `description` and, when it wraps a
+    CLI, the optional class attribute `wraps` (the CLI's name: its path and version are shown too); a
+    plugin without them is shown without them."""
+
     name: ClassVar[str]
     description: ClassVar[str]
 
