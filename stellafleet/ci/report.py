@@ -65,4 +65,3 @@ class ConsoleReporter:
         for row in (headers, *rows):
             cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:4])]
             self.console.out("  ".join([*cells, row[4]]), highlight=False)
-
