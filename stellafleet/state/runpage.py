@@ -25,11 +25,6 @@ FOLD_TASKS_OVER = 60
 BAR_FIELDS = ("attempt", "task", "lane", "start_ms", "end_ms", "outcome")
 
 
-def columns(rows: list[dict[str, Any]], fields: tuple[str, ...]) -> dict[str, list[Any]]:
-    """Rows of dicts as one list per field: the field names are written once, not once per row."""
-    return {field: [row[field] for row in rows] for field in fields}
-
-
 def _read_detail(reads: Ledger, run_id: str, *, now_ms: int, alive: Alive) -> dict[str, Any]:
     """views.read_run of the run: from the whole record for a small run, else from the narrow one
     (with the errors of the failed tasks' last attempts, which the attention strip quotes)."""
@@ -63,12 +58,16 @@ def load_first_view(
     if tasks_total <= FOLD_TASKS_OVER:
         waves = detail["waves"]
         dashboard.trim_attempts(waves)
-    spend = shown["spend"]
-    points = spend.pop("points")  # as two parallel lists (times, dollars)
+    # the bars and the spend steps as parallel lists, one per field: field names once, not once per row
+    bars, spend = shown["timeline"]["bars"], shown["spend"]
+    points = spend.pop("points")
     return {
         "run": detail["run"],
         "now_ms": now_ms,
-        "timeline": {**shown["timeline"], "bars": columns(shown["timeline"]["bars"], BAR_FIELDS)},
+        "timeline": {
+            **shown["timeline"],
+            "bars": {field: [bar[field] for bar in bars] for field in BAR_FIELDS},
+        },
         "graph": shown["graph"],
         "spend": {"t_ms": [int(p[0]) for p in points], "usd": [p[1] for p in points], **spend},
         "attention": shown["attention"],
