@@ -13,12 +13,12 @@ for it) on a read-only connection: the floor any implementation pays. Medians of
 Target: the runs page and the API's first page each under 200 ms.
 
 Then one big run is added (500 tasks in 10 waves, 2,000 attempts on 16 slots, 20,000 spend events) and
-its run page is measured: the first-view document the page fetches (GET /api/runs/<id>/page) built cold
-(the server's kept bodies emptied first, as after any ledger write) and kept, an opened attempt's details,
-the whole run document beside them, and (with chromium and chromedriver installed) the whole page in
-headless Chromium, from navigation to its data in hand (`run-data` mark) and to the run page drawn
-(`run-rendered`), cold and kept. Target: under 300 ms, API and page together. Last, the log endpoint
-serves the last 64 KiB of a 100 MB worker log (a sparse file) recorded for one of its attempts: under 20 ms.
+its run page is measured: the first-view document the page fetches (GET /api/runs/<id>/page, built on
+every request), an opened attempt's details, the whole run document beside them, and (with chromium and
+chromedriver installed) the whole page in headless Chromium, from navigation to its data in hand
+(`run-data` mark) and to the run page drawn (`run-rendered`). Target: under 300 ms, API and page
+together. Last, the log endpoint serves the last 64 KiB of a 100 MB worker log (a sparse file) recorded
+for one of its attempts: under 20 ms.
 
     python bench/observatory.py [--runs 10000] [--attempts-per-run 10] [--repeat 31] [--dir DIR]
                                 [--tasks 500] [--big-attempts 2000] [--spend-events 20000] [--log-mb 100]
@@ -28,7 +28,6 @@ serves the last 64 KiB of a 100 MB worker log (a sparse file) recorded for one o
 from __future__ import annotations
 
 import argparse
-import gzip
 import heapq
 import http.client
 import json
@@ -43,7 +42,6 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from stellafleet.observatory.runcache import RunPageCache
 from stellafleet.observatory.server import PAGE_LIMIT_DEFAULT, ObservatoryServer, make_server
 from stellafleet.state.ledger import Ledger
 
@@ -126,8 +124,6 @@ def fetcher(base_url: str, headers: dict[str, str] | None = None) -> Callable[[s
             body = response.read()
             if response.status != 200:
                 raise SystemExit(f"GET {path}: HTTP {response.status}: {body[:200]!r}")
-            if response.getheader("Content-Encoding") == "gzip":
-                return gzip.decompress(body)
             return body
         finally:
             conn.close()
@@ -242,9 +238,7 @@ def build_big_run(db: Path, tasks: int, attempts: int, events: int, log_mb: int)
     return time.perf_counter() - start, int(logged[0])
 
 
-def page_render_ms(
-    url: str, repeat: int, before_each: Callable[[], None] = lambda: None
-) -> list[tuple[float, float]] | str:
+def page_render_ms(url: str, repeat: int) -> list[tuple[float, float]] | str:
     """(navigation to the run page drawn, navigation to its data in hand) in headless Chromium, per load
     (the page's `run-rendered` and `run-data` marks); or why it cannot be measured here."""
     try:
@@ -266,7 +260,6 @@ def page_render_ms(
     try:
         for _ in range(repeat + 1):
             driver.get("about:blank")
-            before_each()
             driver.get(url)
             deadline = time.monotonic() + 30
             mark = None
@@ -302,41 +295,16 @@ def _page_lines(label: str, rendered: list[tuple[float, float]] | str) -> list[s
     ]
 
 
-def _sent_bytes(base_url: str, path: str, headers: dict[str, str]) -> int:
-    """How many body bytes the server sends for path with these request headers (before any decoding)."""
-    parts = urlsplit(base_url)
-    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
-    try:
-        conn.request("GET", path, headers=headers)
-        return len(conn.getresponse().read())
-    finally:
-        conn.close()
-
-
-def _api_figures(
-    server: ObservatoryServer,
-    get: Callable[[str], bytes],
-    args: argparse.Namespace,
-    forget: Callable[[], None],
-) -> dict[str, float]:
-    """Each run-page request cold (the server's kept bodies emptied first: the cost after any ledger
-    write) and again (kept), plus an opened attempt's details."""
-    gzip_get = fetcher(server.url, {"Accept-Encoding": "gzip"})
+def _api_figures(get: Callable[[str], bytes], args: argparse.Namespace) -> dict[str, float]:
+    """Each run-page request (built afresh every time), plus an opened attempt's details."""
     first_view, whole = f"/api/runs/{BIG_RUN}/page", f"/api/runs/{BIG_RUN}"
     attempt = json.loads(get(first_view))["timeline"]["bars"]["attempt"][-1]
-
-    def cold(path: str) -> Callable[[], bytes]:
-        return lambda: (forget(), get(path))[1]
-
     return {
-        "first view GET /api/runs/<id>/page, cold (built)": median_ms(cold(first_view), args.repeat),
-        "first view GET /api/runs/<id>/page, again (kept)": median_ms(lambda: get(first_view), args.repeat),
-        "first view, again, gzip (as a browser asks)": median_ms(lambda: gzip_get(first_view), args.repeat),
+        "first view GET /api/runs/<id>/page": median_ms(lambda: get(first_view), args.repeat),
         "attempt    GET /api/attempts/<id> (opened)": median_ms(
             lambda: get(f"/api/attempts/{attempt}"), args.repeat
         ),
-        "whole run  GET /api/runs/<id>, cold (built)": median_ms(cold(whole), args.repeat),
-        "whole run  GET /api/runs/<id>, again (kept)": median_ms(lambda: get(whole), args.repeat),
+        "whole run  GET /api/runs/<id>": median_ms(lambda: get(whole), args.repeat),
     }
 
 
@@ -349,13 +317,8 @@ def run_page_figures(
     assert len(lean["timeline"]["bars"]["attempt"]) == args.big_attempts
     assert len(lean["graph"]["nodes"]) == args.tasks
     assert lean["spend"]["usd"][-1] == lean["spend"]["total_usd"]
-
-    def forget() -> None:
-        server.run_pages = RunPageCache(db)
-
-    api = _api_figures(server, get, args, forget)
+    api = _api_figures(get, args)
     sizes = {path: len(get(path)) for path in (f"/api/runs/{BIG_RUN}/page", f"/api/runs/{BIG_RUN}")}
-    gzipped = _sent_bytes(server.url, f"/api/runs/{BIG_RUN}/page", {"Accept-Encoding": "gzip"})
     chunk = json.loads(get(f"/api/attempts/{logged}/log?tail=65536"))
     assert chunk["size"] == args.log_mb * 1024 * 1024 and chunk["next"] == chunk["size"]
     tail = median_ms(lambda: get(f"/api/attempts/{logged}/log?tail=65536"), args.repeat)
@@ -363,18 +326,15 @@ def run_page_figures(
     lines = [
         f"run page of a big run ({args.tasks} tasks, {args.big_attempts:,} attempts on {BIG_SLOTS} slots,"
         f" {args.spend_events:,} spend events; built in {seconds:.1f}s; first view {lean_kib:,.0f} KiB of"
-        f" JSON, {gzipped / 1024:,.0f} KiB gzipped; whole run document {whole_kib:,.0f} KiB)",
+        f" JSON; whole run document {whole_kib:,.0f} KiB)",
         *(f"  API   {name:<52} {ms:8.2f} ms" for name, ms in api.items()),
     ]
     url = f"{server.url}#/runs/{BIG_RUN}"
     if args.no_browser:
         lines.append("  page  in headless Chromium: skipped (--no-browser)")
     else:
-        first = page_render_ms(url, args.page_loads, forget)
-        lines += _page_lines(f"first view, cold, Chromium (median of {args.page_loads})", first)
-        lines += _page_lines(
-            f"again, kept, Chromium (median of {args.page_loads})", page_render_ms(url, args.page_loads)
-        )
+        first = page_render_ms(url, args.page_loads)
+        lines += _page_lines(f"first view, Chromium (median of {args.page_loads})", first)
     lines.append(f"  log   GET /api/attempts/<id>/log?tail=65536 of a {args.log_mb} MB log    {tail:8.2f} ms")
     lines.append(f"  target: log tail < 20 ms: {'meets' if tail < 20 else 'MISSES'}")
     return "\n".join(lines)

@@ -1,8 +1,7 @@
-"""How `stella watch` tells what happens: a line per branch change, a table at the end, or nothing.
+"""How `stella watch` tells what happens: a line per branch change and a table at the end.
 
-Reporters are event sinks for the Watcher (the WatchReporter protocol in model.py): ConsoleReporter
-styles its lines on a terminal and writes plain `watch: ...` lines in CI logs; QuietReporter is for callers
-that render the result themselves.
+The reporter is an event sink for the Watcher (the WatchReporter protocol in model.py): ConsoleReporter
+styles its lines on a terminal and writes plain `watch: ...` lines in CI logs.
 """
 
 from __future__ import annotations
@@ -66,16 +65,3 @@ class ConsoleReporter:
         for row in (headers, *rows):
             cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:4])]
             self.console.out("  ".join([*cells, row[4]]), highlight=False)
-
-
-class QuietReporter:
-    """Says nothing (for callers that render the result themselves)."""
-
-    def note(self, message: str) -> None:
-        pass
-
-    def changed(self, watch: BranchWatch) -> None:
-        pass
-
-    def finished(self, result: WatchResult) -> None:
-        pass

@@ -25,7 +25,6 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from stellafleet.core import jsontext
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.observatory import logs
-from stellafleet.observatory.runcache import Body, RunPageCache
 from stellafleet.state import dashboard, runpage, views
 
 log = logging.getLogger(__name__)
@@ -82,7 +81,6 @@ class ObservatoryServer(ThreadingHTTPServer):
     ) -> None:
         self.ledger_path = ledger_path
         self.poll_ms = poll_ms
-        self.run_pages = RunPageCache(ledger_path)
         self.loopback_only = is_loopback(address[0])
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
@@ -109,22 +107,10 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet by default; -vv shows requests
         log.debug("%s " + format, self.address_string(), *args)
 
-    def _headers(
-        self,
-        status: int,
-        content_type: str,
-        length: int,
-        *,
-        cache_static: bool = False,
-        encoding: str | None = None,
-    ) -> None:
+    def _headers(self, status: int, content_type: str, length: int, *, cache_static: bool = False) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(length))
-        if encoding is not None:  # a negotiated body: caches must key it by what the client accepts
-            self.send_header("Vary", "Accept-Encoding")
-        if encoding not in (None, "identity"):
-            self.send_header("Content-Encoding", str(encoding))
         self.send_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("X-Frame-Options", "DENY")
@@ -142,17 +128,6 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, payload: dict[str, Any], *, head: bool = False) -> None:
         body = jsontext.dumps(payload, separators=(",", ":")).encode()
         self._send(status, body, "application/json; charset=utf-8", head=head)
-
-    def _send_body(self, body: Body, *, head: bool) -> None:
-        """A run document already encoded (runcache.Body): gzip when the client takes it."""
-        accepted = self.headers.get("Accept-Encoding") or ""
-        accept_gzip = any(part.split(";")[0].strip() == "gzip" for part in accepted.lower().split(","))
-        data, encoding = body.encoded(accept_gzip=accept_gzip)
-        self._headers(
-            HTTPStatus.OK, "application/json; charset=utf-8", len(data), encoding=encoding or "identity"
-        )
-        if not head:
-            self.wfile.write(data)
 
     def _host_allowed(self) -> bool:
         """Refuse other Host names on loopback: a rebinding DNS name must not read the ledger."""
@@ -225,21 +200,16 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
             self._send_json(HTTPStatus.NOT_FOUND, {"error": "no fleet runs recorded yet"}, head=head)
             return
         load = runpage.load_first_view if first_view else dashboard.load_run_page
-
-        def build() -> dict[str, Any]:
-            doc = load(self.server.ledger_path, ref, now_ms=_now_ms())
-            doc["poll_ms"] = self.server.poll_ms
-            return doc
-
         try:
-            body = self.server.run_pages.get(("page" if first_view else "run", ref), build)
+            doc = load(self.server.ledger_path, ref, now_ms=_now_ms())
         except views.UnknownRun as exc:
             self._send_json(HTTPStatus.NOT_FOUND, {"error": str(exc)}, head=head)
             return
         except StellaError as exc:
             self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}, head=head)
             return
-        self._send_body(body, head=head)
+        doc["poll_ms"] = self.server.poll_ms
+        self._send_json(HTTPStatus.OK, doc, head=head)
 
     def _api_attempt(self, attempt_id: int, *, head: bool) -> None:
         """GET /api/attempts/<id>: what the attempt panel shows beyond its bar (summary, error, commits)."""

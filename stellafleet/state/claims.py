@@ -13,7 +13,6 @@ import json
 import logging
 import posixpath
 import sqlite3
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from types import TracebackType
 from stellafleet.core.clock import Clock, SystemClock, wall_ms
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.proc.pids import ProcessIdentity
-from stellafleet.state.sqlitefile import Schema, open_database, write_transaction
+from stellafleet.state.sqlitefile import Database, Schema
 
 log = logging.getLogger("stellafleet.state.claims")
 
@@ -102,6 +101,12 @@ def _holder(row: sqlite3.Row) -> Holder:
     )
 
 
+def _live_holder(rows: list[sqlite3.Row]) -> Holder | None:
+    """The holder in the one row found, or None when there is none or its process is gone (stale)."""
+    holder = _holder(rows[0]) if rows else None
+    return holder if holder is not None and holder.is_alive() else None
+
+
 def normalize_path(path: str) -> str:
     """The one spelling of a workspace-relative path that claims compare ("./a//b" -> "a/b")."""
     text = path.replace("\\", "/").strip()
@@ -118,21 +123,16 @@ def conflict_message(path: str, holder: Holder) -> str:
 class ClaimStore:
     """The claim store of one repository; safe to share between the threads of one process."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, clock: Clock) -> None:
-        self._conn = conn
-        self.path = path
-        self._clock = clock
-        self._lock = threading.Lock()
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self._db, self.path, self._clock = db, db.path, clock
 
     @classmethod
     def open(cls, path: Path, *, clock: Clock | None = None) -> ClaimStore:
         """Open (creating atomically) the claim store; the clock only paces the commit lane's wait."""
-        conn = open_database(Path(path), STORE_SCHEMA)
-        return cls(conn, Path(path), clock or SystemClock())
+        return cls(Database(Path(path), STORE_SCHEMA, readonly=False, now_ms=wall_ms), clock or SystemClock())
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._db.close()
 
     def __enter__(self) -> ClaimStore:
         return self
@@ -151,11 +151,8 @@ class ClaimStore:
     def touch(self, path: str, holder: Holder) -> None:
         """The implicit claim a worker takes at its first write of it; ClaimConflict if another holds it."""
         normal = normalize_path(path)
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT run_id, attempt_id FROM file_locks WHERE path = ?", (normal,)
-            ).fetchone()
-        if row is not None and row[0] == holder.run_id and row[1] == holder.attempt_id:
+        rows = self._db.read("SELECT run_id, attempt_id FROM file_locks WHERE path = ?", (normal,))
+        if rows and rows[0][0] == holder.run_id and rows[0][1] == holder.attempt_id:
             return  # already ours: the common case for every write after the first, without a write lock
         self._claim([normal], holder, implicit=True)
 
@@ -164,7 +161,7 @@ class ClaimStore:
         if not wanted:
             return
         reclaimed: list[tuple[str, Holder]] = []
-        with self._lock, write_transaction(self._conn) as conn:
+        with self._db.write() as conn:
             found = {
                 row["path"]: _holder(row)
                 for row in conn.execute(
@@ -188,7 +185,7 @@ class ClaimStore:
             stale_paths = {path for path, _ in reclaimed}
             if stale_paths:
                 conn.executemany("DELETE FROM file_locks WHERE path = ?", [(path,) for path in stale_paths])
-            now = wall_ms()
+            now = self._db.now_ms()
             conn.executemany(
                 "INSERT OR IGNORE INTO file_locks (path, run_id, task_id, task_title, attempt_id, pid,"
                 " pid_started, implicit, acquired_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -215,7 +212,7 @@ class ClaimStore:
 
     def release_attempt(self, run_id: str, attempt_id: int) -> int:
         """Free every path held by this attempt (whichever of its processes took it); returns how many."""
-        with self._lock, write_transaction(self._conn) as conn:
+        with self._db.write() as conn:
             cursor = conn.execute(
                 "DELETE FROM file_locks WHERE run_id = ? AND attempt_id = ?", (run_id, attempt_id)
             )
@@ -226,7 +223,7 @@ class ClaimStore:
 
         The fleet claims a task's declared paths before its worker exists, then hands them to the worker:
         a claim must stay held while the worker runs, even when the fleet that took it is gone."""
-        with self._lock, write_transaction(self._conn) as conn:
+        with self._db.write() as conn:
             cursor = conn.execute(
                 "UPDATE file_locks SET pid = ?, pid_started = ? WHERE run_id = ? AND attempt_id = ?",
                 (holder.pid, holder.pid_started, run_id, attempt_id),
@@ -235,21 +232,14 @@ class ClaimStore:
 
     def holder_of(self, path: str) -> Holder | None:
         """The live holder of path, or None when it is free or its holder is dead (stale)."""
-        with self._lock:
-            row = self._conn.execute(
-                f"SELECT {_HOLDER_COLUMNS} FROM file_locks WHERE path = ?", (normalize_path(path),)
-            ).fetchone()
-        if row is None:
-            return None
-        holder = _holder(row)
-        return holder if holder.is_alive() else None
+        rows = self._db.read(
+            f"SELECT {_HOLDER_COLUMNS} FROM file_locks WHERE path = ?", (normalize_path(path),)
+        )
+        return _live_holder(rows)
 
     def claims(self) -> list[tuple[str, Holder]]:
         """Every recorded claim (live or stale), by path."""
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT path, {_HOLDER_COLUMNS} FROM file_locks ORDER BY path"
-            ).fetchall()
+        rows = self._db.read(f"SELECT path, {_HOLDER_COLUMNS} FROM file_locks ORDER BY path")
         return [(row["path"], _holder(row)) for row in rows]
 
     # --- the commit lane ---
@@ -271,7 +261,7 @@ class ClaimStore:
         try:
             yield
         finally:
-            with self._lock, write_transaction(self._conn) as conn:
+            with self._db.write() as conn:
                 conn.execute(
                     "DELETE FROM commit_lane WHERE id = 1 AND run_id = ? AND attempt_id = ? AND pid = ?",
                     (holder.run_id, holder.attempt_id, holder.pid),
@@ -280,7 +270,7 @@ class ClaimStore:
     def _try_lane(self, holder: Holder) -> Holder | None:
         """Take the lane if it is free or its holder is dead; else return the live holder."""
         stale: Holder | None = None
-        with self._lock, write_transaction(self._conn) as conn:
+        with self._db.write() as conn:
             row = conn.execute(f"SELECT {_HOLDER_COLUMNS} FROM commit_lane WHERE id = 1").fetchone()
             if row is not None:
                 current = _holder(row)
@@ -297,7 +287,7 @@ class ClaimStore:
                     holder.attempt_id,
                     holder.pid,
                     holder.pid_started,
-                    wall_ms(),
+                    self._db.now_ms(),
                 ),
             )
         if stale is not None:
@@ -308,12 +298,7 @@ class ClaimStore:
 
     def lane_holder(self) -> Holder | None:
         """Who holds the commit lane right now (None when free or held by a dead process)."""
-        with self._lock:
-            row = self._conn.execute(f"SELECT {_HOLDER_COLUMNS} FROM commit_lane WHERE id = 1").fetchone()
-        if row is None:
-            return None
-        holder = _holder(row)
-        return holder if holder.is_alive() else None
+        return _live_holder(self._db.read(f"SELECT {_HOLDER_COLUMNS} FROM commit_lane WHERE id = 1"))
 
     # --- fleet fast path ---
 
@@ -322,8 +307,7 @@ class ClaimStore:
 
         A claim taken after the read is one taken after the release: it stays, as it would have with
         release_attempt, until its holder process is gone."""
-        with self._lock:
-            held = self._conn.execute(
-                "SELECT 1 FROM file_locks WHERE run_id = ? AND attempt_id = ? LIMIT 1", (run_id, attempt_id)
-            ).fetchone()
-        return self.release_attempt(run_id, attempt_id) if held is not None else 0
+        held = self._db.read(
+            "SELECT 1 FROM file_locks WHERE run_id = ? AND attempt_id = ? LIMIT 1", (run_id, attempt_id)
+        )
+        return self.release_attempt(run_id, attempt_id) if held else 0

@@ -13,7 +13,7 @@ from typing import Any
 from stellafleet.core.status import AttemptOutcome, CIState, TaskStatus
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
-from stellafleet.state.views import Alive, load_run, runs_page
+from stellafleet.state.views import Alive, read_run, resolve_run, runs_page
 
 # A running attempt with no sign of life (spend, progress, log growth) for this long needs attention.
 QUIET_AFTER_MS = 120_000
@@ -244,27 +244,30 @@ def trim_attempts(waves: list[dict[str, Any]]) -> None:
             task["attempts"] = [page_fields(attempt) for attempt in task["attempts"]]
 
 
+def pictures(reads: Ledger, detail: dict[str, Any], *, now_ms: int) -> dict[str, Any]:
+    """The run page's timeline, graph, spend and attention strip for a run_detail document (before
+    trim_attempts: the timeline needs every attempt's end, running ones' too)."""
+    shown = timeline(detail, now_ms=now_ms)
+    running = [b["attempt"] for b in shown["bars"] if b["outcome"] == AttemptOutcome.RUNNING]
+    buckets = reads.spend.buckets(
+        detail["run"]["id"], start_ms=shown["start_ms"], end_ms=shown["end_ms"], points=SPEND_POINTS
+    )
+    return {
+        "timeline": shown,
+        "graph": graph(detail),
+        "spend": spend(detail, buckets, shown["start_ms"]),
+        "attention": attention(detail, reads.spend.last_ms_of(running), now_ms=now_ms),
+    }
+
+
 def load_run_page(
     ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = pid_alive
 ) -> dict[str, Any]:
-    """views.load_run (the same document `stella runs RUN --json` prints) plus the run page's timeline,
-    graph, spend and attention strip."""
-    detail = load_run(ledger_path, ref, now_ms=now_ms, alive=alive)
-    run_id = detail["run"]["id"]
-    shown = timeline(detail, now_ms=now_ms)
-    running = [b["attempt"] for b in shown["bars"] if b["outcome"] == AttemptOutcome.RUNNING]
+    """views.load_run (the same document `stella runs RUN --json` prints) plus the run page's pictures."""
     with Ledger.open(ledger_path, readonly=True) as reads:
-        buckets = reads.spend.buckets(
-            run_id, start_ms=shown["start_ms"], end_ms=shown["end_ms"], points=SPEND_POINTS
-        )
-        last_spend = reads.spend.last_ms_of(running)
+        detail = read_run(reads, resolve_run(reads, ref), now_ms=now_ms, alive=alive)
+        detail.update(pictures(reads, detail, now_ms=now_ms))
     trim_attempts(detail["waves"])
-    detail.update(
-        timeline=shown,
-        graph=graph(detail),
-        spend=spend(detail, buckets, shown["start_ms"]),
-        attention=attention(detail, last_spend, now_ms=now_ms),
-    )
     return detail
 
 

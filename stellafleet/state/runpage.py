@@ -14,11 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stellafleet.core.errors import StellaError
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state import dashboard, views
 from stellafleet.state.ledger import Ledger
-from stellafleet.state.views import Alive, UnknownRun
+from stellafleet.state.views import Alive
 
 # Up to this many tasks the page shows every task card at once, so their details come with the first view;
 # above it the task list is folded and its cards come from the full document when it is opened.
@@ -26,38 +25,23 @@ FOLD_TASKS_OVER = 60
 BAR_FIELDS = ("attempt", "task", "lane", "start_ms", "end_ms", "outcome")
 
 
-def columns(rows: list[dict[str, Any]], fields: tuple[str, ...]) -> dict[str, list[Any]]:
-    """Rows of dicts as one list per field: the field names are written once, not once per row."""
-    return {field: [row[field] for row in rows] for field in fields}
-
-
 def _read_detail(reads: Ledger, run_id: str, *, now_ms: int, alive: Alive) -> dict[str, Any]:
-    """views.run_detail of the run: from the whole record for a small run, else from the narrow one
+    """views.read_run of the run: from the whole record for a small run, else from the narrow one
     (with the errors of the failed tasks' last attempts, which the attention strip quotes)."""
-    raw_run = reads.runs.get(run_id)
-    if raw_run is None:
-        raise UnknownRun(f"no run {run_id!r} in {reads.path}")
-    small = reads.tasks.count(run_id) <= FOLD_TASKS_OVER
-    record = reads.get_run(run_id) if small else reads.first_view_record(run_id)
-    detail = views.run_detail({**record, "run": raw_run}, now_ms=now_ms, alive=alive)
-    detail["run"]["resumed_by"] = reads.runs.resumed_by(run_id)
-    if not small:
-        failing = [
-            task["attempts"][-1]
-            for wave in detail["waves"]
-            for task in wave["tasks"]
-            if task["status"] in dashboard.FAILING and task["attempts"]
-        ]
-        errors = reads.attempts.errors([attempt["id"] for attempt in failing])
-        for attempt in failing:
-            attempt["error"] = errors.get(attempt["id"])
+    if reads.tasks.count(run_id) <= FOLD_TASKS_OVER:
+        return views.read_run(reads, run_id, now_ms=now_ms, alive=alive)
+    record = {**reads.first_view_record(run_id), "run": reads.runs.get(run_id)}
+    detail = views.read_run(reads, run_id, now_ms=now_ms, alive=alive, record=record)
+    failing = [
+        task["attempts"][-1]
+        for wave in detail["waves"]
+        for task in wave["tasks"]
+        if task["status"] in dashboard.FAILING and task["attempts"]
+    ]
+    errors = reads.attempts.errors([attempt["id"] for attempt in failing])
+    for attempt in failing:
+        attempt["error"] = errors.get(attempt["id"])
     return detail
-
-
-def _spend_series(spend: dict[str, Any]) -> dict[str, Any]:
-    """dashboard.spend with its cumulative points as two parallel lists (times, dollars)."""
-    points = spend.pop("points")
-    return {"t_ms": [int(p[0]) for p in points], "usd": [p[1] for p in points], **spend}
 
 
 def load_first_view(
@@ -67,29 +51,26 @@ def load_first_view(
     and clean-ups; `waves` (the task cards) only for a run of at most FOLD_TASKS_OVER tasks, else None.
     UnknownRun when no run matches ref."""
     with Ledger.open(ledger_path, readonly=True) as reads:
-        try:
-            run_id = reads.runs.resolve(ref)
-        except StellaError as exc:
-            raise UnknownRun(str(exc)) from None
-        detail = _read_detail(reads, run_id, now_ms=now_ms, alive=alive)
-        shown = dashboard.timeline(detail, now_ms=now_ms)
-        running = [bar["attempt"] for bar in shown["bars"] if bar["end_ms"] is None]
-        buckets = reads.spend.buckets(
-            run_id, start_ms=shown["start_ms"], end_ms=shown["end_ms"], points=dashboard.SPEND_POINTS
-        )
-        last_spend = reads.spend.last_ms_of(running)
+        detail = _read_detail(reads, views.resolve_run(reads, ref), now_ms=now_ms, alive=alive)
+        shown = dashboard.pictures(reads, detail, now_ms=now_ms)
     tasks_total = sum(len(wave["tasks"]) for wave in detail["waves"])
     waves = None
     if tasks_total <= FOLD_TASKS_OVER:
         waves = detail["waves"]
         dashboard.trim_attempts(waves)
+    # the bars and the spend steps as parallel lists, one per field: field names once, not once per row
+    bars, spend = shown["timeline"]["bars"], shown["spend"]
+    points = spend.pop("points")
     return {
         "run": detail["run"],
         "now_ms": now_ms,
-        "timeline": {**shown, "bars": columns(shown["bars"], BAR_FIELDS)},
-        "graph": dashboard.graph(detail),
-        "spend": _spend_series(dashboard.spend(detail, buckets, shown["start_ms"])),
-        "attention": dashboard.attention(detail, last_spend, now_ms=now_ms),
+        "timeline": {
+            **shown["timeline"],
+            "bars": {field: [bar[field] for bar in bars] for field in BAR_FIELDS},
+        },
+        "graph": shown["graph"],
+        "spend": {"t_ms": [int(p[0]) for p in points], "usd": [p[1] for p in points], **spend},
+        "attention": shown["attention"],
         "branches": detail["branches"],
         "commits": detail["commits"],
         "cleanups": detail["cleanups"],

@@ -238,14 +238,25 @@ class UnknownRun(StellaError):
     """No run matches the reference; the ledger itself opened fine."""
 
 
+def resolve_run(ledger: Ledger, ref: str | None) -> str:
+    """The id of the run ref names (an id, a unique prefix or "latest"); UnknownRun when there is none."""
+    try:
+        return ledger.runs.resolve(ref)
+    except StellaError as exc:
+        raise UnknownRun(str(exc)) from None
+
+
+def read_run(
+    ledger: Ledger, run_id: str, *, now_ms: int, alive: Alive, record: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """run_detail of the run (from record, a narrower read of it, if given) with the runs resuming it."""
+    detail = run_detail(record or ledger.get_run(run_id), now_ms=now_ms, alive=alive)
+    detail["run"]["resumed_by"] = ledger.runs.resumed_by(run_id)
+    return detail
+
+
 def load_run(ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = pid_alive) -> dict[str, Any]:
     """run_detail for a run named by id, unique prefix or "latest": UnknownRun when there is none,
     StellaError when the ledger cannot be read (the server answers 404 and 500 for them)."""
     with Ledger.open(ledger_path, readonly=True) as ledger:
-        try:
-            run_id = ledger.runs.resolve(ref)
-        except StellaError as exc:
-            raise UnknownRun(str(exc)) from None
-        detail = run_detail(ledger.get_run(run_id), now_ms=now_ms, alive=alive)
-        detail["run"]["resumed_by"] = ledger.runs.resumed_by(run_id)
-        return detail
+        return read_run(ledger, resolve_run(ledger, ref), now_ms=now_ms, alive=alive)
