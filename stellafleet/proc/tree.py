@@ -1,17 +1,15 @@
 """A worker process and everything it starts, treated as one tree.
 
 The worker runs in its own session (so the terminal's Ctrl-C does not reach it and the fleet decides what
-happens), its exit is awaited through a pidfd when the platform has one (no polling latency), and its CPU
-time and memory are measured from psutil samples of the whole tree plus the kernel's rusage at reaping.
+happens), its exit is polled for (reaped with wait4, for the kernel's rusage), and its CPU time and memory
+are measured from psutil samples of the whole tree plus that rusage.
 Stopping is always for the whole tree: SIGTERM to every known process and the process group, SIGKILL to
 whatever is still there after a grace period.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import select
 import signal
 import time
 from collections.abc import Mapping, Sequence
@@ -22,8 +20,10 @@ import psutil
 
 from stellafleet.proc import runner
 from stellafleet.proc.group import signal_group, stop_group
+from stellafleet.proc.usage import tree_of, usage_of
 
 UNKNOWN_STATUS = 255  # an exit whose status nobody could read (reaped elsewhere)
+POLL_S = 0.05  # how often a wait looks whether the worker has ended
 
 
 def signal_description(returncode: int) -> str:
@@ -43,10 +43,6 @@ class Exit:
     cpu_seconds: float
     peak_rss_bytes: int
 
-    @property
-    def signalled(self) -> bool:
-        return self.returncode < 0
-
     def describe(self) -> str:
         return signal_description(self.returncode)
 
@@ -61,12 +57,6 @@ class ProcessTree:
         self._peak_rss = 0
         self._cpu = 0.0
         self._exit: Exit | None = None
-        self._pidfd: int | None = None
-        if hasattr(os, "pidfd_open"):
-            try:
-                self._pidfd = os.pidfd_open(self.pid)
-            except OSError:  # already gone: poll() will find out
-                self._pidfd = None
         try:  # our unreaped child: the pid names the worker until we reap it
             self._root: psutil.Process | None = psutil.Process(self.pid)
         except psutil.Error:
@@ -83,37 +73,20 @@ class ProcessTree:
     # --- observing ---
 
     def _members(self) -> list[psutil.Process]:
-        members: list[psutil.Process] = []
-        root = self._root if self._exit is None else None
-        if root is not None:
-            members.append(root)
-            with contextlib.suppress(psutil.Error):
-                members.extend(root.children(recursive=True))
+        members = tree_of(self._root) if self._root is not None and self._exit is None else []
         for proc in members[1:]:
             self._known.setdefault(proc.pid, proc)
         return members
 
     def sample(self) -> None:
         """Record the tree's current memory and CPU time (peaks are kept)."""
-        rss = 0
-        cpu = 0.0
-        for proc in self._members():
-            try:
-                with proc.oneshot():
-                    rss += proc.memory_info().rss
-                    times = proc.cpu_times()
-                    cpu += times.user + times.system
-                    if proc is self._root:  # children it already reaped
-                        cpu += times.children_user + times.children_system
-            except psutil.Error:
-                continue
+        cpu, rss = usage_of(self._members(), self._root)
         self._peak_rss = max(self._peak_rss, rss)
         self._cpu = max(self._cpu, cpu)
 
     def _finish(self, code: int, cpu: float, rss: int) -> Exit:
         self._exit = Exit(code, max(self._cpu, cpu), max(self._peak_rss, rss))
         self.process.reaped(code)
-        self.close()
         return self._exit
 
     def poll(self) -> Exit | None:
@@ -133,27 +106,12 @@ class ProcessTree:
             os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
         )
 
-    def wait(self, timeout: float, *, wake_fd: int | None = None) -> Exit | None:
-        """Wait up to timeout for the exit (or until wake_fd becomes readable); the exit or None."""
-        done = self.poll()
-        if done is not None or timeout <= 0:
-            return done
-        if self._pidfd is not None:
-            fds = [self._pidfd] + ([wake_fd] if wake_fd is not None else [])
-            with contextlib.suppress(InterruptedError):
-                select.select(fds, [], [], timeout)
-            return self.poll()
+    def wait(self, timeout: float) -> Exit | None:
+        """Wait up to timeout for the exit; the exit or None."""
         deadline = time.monotonic() + timeout
-        delay = 0.001
-        while time.monotonic() < deadline:
-            if wake_fd is not None and select.select([wake_fd], [], [], 0)[0]:
-                break
-            time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
-            delay = min(delay * 2, 0.05)
-            done = self.poll()
-            if done is not None:
-                return done
-        return self.poll()
+        while (done := self.poll()) is None and time.monotonic() < deadline:
+            time.sleep(min(POLL_S, max(deadline - time.monotonic(), 0.0)))
+        return done
 
     # --- stopping ---
 
@@ -185,8 +143,3 @@ class ProcessTree:
     def end_leftovers(self) -> None:
         """After the worker ended: SIGKILL to whatever it left running (an attempt ends with its tree)."""
         self.signal_tree(signal.SIGKILL)
-
-    def close(self) -> None:
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None

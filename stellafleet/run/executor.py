@@ -9,9 +9,7 @@ LocalExecutor runs each worker on this machine as a process tree.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
 import sys
 import threading
@@ -24,7 +22,7 @@ from typing import Any, Protocol
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
-from stellafleet.proc.tree import Exit, ProcessTree
+from stellafleet.proc.tree import POLL_S, Exit, ProcessTree
 
 # -P: the workspace (the cwd) is not put on sys.path, so a repository file can never shadow a module
 WORKER_ARGV = (sys.executable, "-P", "-m", "stellafleet.worker.main")
@@ -140,34 +138,17 @@ class LocalExecution:
         self._context = context
         self._grace = stop_grace_s
         self._interval = sample_interval_s
-        self._stopped = threading.Event()
-        self._lock = threading.Lock()
-        # written once by stop() to wake the waiting thread; never read
-        self._wake: tuple[int, int] | None = os.pipe()
+        self._stopped = threading.Event()  # set by stop(); it also wakes the waiting thread
 
     @property
     def pid(self) -> int:
         return self._tree.pid
 
     def stop(self) -> None:
-        with self._lock:
-            if self._stopped.is_set():
-                return
-            self._stopped.set()
-            if self._wake is not None:
-                with contextlib.suppress(OSError):
-                    os.write(self._wake[1], b"x")
+        self._stopped.set()
 
     def wait(self) -> AttemptEnd:
-        try:
-            exit_info, stop_reason = self._follow()
-        finally:
-            self._tree.close()
-            with self._lock:
-                for fd in self._wake or ():
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-                self._wake = None
+        exit_info, stop_reason = self._follow()
         return attempt_end(exit_info, stop_reason, read_result(self._context.result_path))
 
     def _follow(self) -> tuple[Exit, Stop | None]:
@@ -177,7 +158,6 @@ class LocalExecution:
         start = time.monotonic()
         deadline = start + timeout if timeout else None
         next_sample = start + min(0.1, self._interval)
-        wake_fd = self._wake[0] if self._wake is not None else None
         stop_reason: Stop | None = None
         while True:
             now = time.monotonic()
@@ -191,11 +171,12 @@ class LocalExecution:
             if now >= next_sample:
                 tree.sample()
                 next_sample = now + self._interval
-            wait_for = next_sample - now if deadline is None else min(next_sample, deadline) - now
-            done = tree.wait(max(wait_for, 0.001), wake_fd=wake_fd)
+            done = tree.poll()
             if done is not None:
                 tree.end_leftovers()
                 return done, None
+            until = next_sample if deadline is None else min(next_sample, deadline)
+            self._stopped.wait(min(POLL_S, max(until - now, 0.0)))
         while (done := tree.wait(1.0)) is None:
             tree.signal_tree(signal.SIGKILL)
         tree.end_leftovers()

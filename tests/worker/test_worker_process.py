@@ -72,20 +72,6 @@ def test_signal_tree_reaches_grandchildren_even_in_another_session(tmp_path: Pat
             raise AssertionError(f"grandchild {pid} survived")
 
 
-def test_wait_returns_early_when_woken(tmp_path: Path) -> None:
-    tree = spawn(tmp_path, "import time; time.sleep(300)")
-    read_end, write_end = os.pipe()
-    os.write(write_end, b"x")
-    started = time.monotonic()
-    assert tree.wait(20, wake_fd=read_end) is None
-    assert time.monotonic() - started < 5
-    tree.signal_tree(signal.SIGTERM)
-    assert wait_exit(tree).describe() == "killed by signal SIGTERM"
-    tree.close()
-    os.close(read_end)
-    os.close(write_end)
-
-
 def test_signal_descriptions() -> None:
     assert signal_description(0) == "exit status 0"
     assert signal_description(-9) == "killed by signal SIGKILL"
