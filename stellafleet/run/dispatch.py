@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sysconfig
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
 from stellafleet.core.errors import ClaimConflict, StellaError
@@ -24,18 +22,14 @@ from stellafleet.core.spend import NoBudget, SpendBudget, settle_attempt
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, worktrees
-from stellafleet.pipelines.command import RESULT_ENV, reported_usd
+from stellafleet.pipelines.command import reported_usd
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit, SkipTask
-from stellafleet.run.executor import Attempt, Execution, Executor
+from stellafleet.run.executor import Attempt, Execution, Executor, inherited_env
 from stellafleet.run.watchdog import Watchdog
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.proof import new_token
-
-# A worker's own variables never leak from the fleet's environment into a worker: its context's, and
-# the one the command pipeline reads besides.
-WORKER_VARIABLES = (*WorkerContext.env_names(), RESULT_ENV)
 
 
 class TaskFailed(Exception):
@@ -54,7 +48,7 @@ class RunSettings:
     spend_guard_usd: float | None = None
     config_file: Path | None = None
 
-    @cached_property  # one StatePaths per run: it keeps the directories it has worked out
+    @property
     def paths(self) -> StatePaths:
         return StatePaths(self.root)
 
@@ -87,18 +81,11 @@ def workspace_for(root: Path, run_id: str, task: PlanTask) -> Workspace:
 
 
 def run_env(settings: RunSettings, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """What every worker of the run inherits: base (default: this process's environment) without any
-    worker variables, with the run's config file and this stella's scripts on PATH."""
-    env = dict(os.environ if base is None else base)
-    for key in WORKER_VARIABLES:
-        env.pop(key, None)
+    """What every worker of the run inherits: base (default: this process's environment) as
+    executor.inherited_env leaves it, with the run's config file."""
+    env = inherited_env(os.environ if base is None else base)
     if settings.config_file is not None:
         env["STELLA_CONFIG"] = str(settings.config_file)
-    # Workers call `stella commit`: make sure they find this stella, without shadowing anything on PATH.
-    scripts = sysconfig.get_path("scripts")
-    path = env.get("PATH", "")
-    if scripts and scripts not in path.split(os.pathsep):
-        env["PATH"] = os.pathsep.join(p for p in (path, scripts) if p)
     return env
 
 
@@ -129,10 +116,7 @@ class Dispatcher:
         self._hard_stop = threading.Event()
         self._lock = threading.RLock()  # re-entrant: a signal handler may interrupt a holder
         self._running: dict[str, Execution | None] = {}  # task id -> its worker, once started
-        # Worked out once per run rather than per task: the environment every worker inherits, and the
-        # directories of the run's results (os.environ is copied and sysconfig asked only here).
-        self._env = run_env(settings)
-        self._made: set[Path] = set()
+        self._env = run_env(settings)  # what every worker of the run inherits
         self.watchdog: Watchdog | None = None  # stops workers that show no progress (watchdog.py)
 
     @property
@@ -240,11 +224,6 @@ class Dispatcher:
             token=token,
         )
 
-    def _make_dir(self, path: Path) -> None:
-        if path not in self._made:  # one mkdir per directory per run, not per task
-            path.mkdir(parents=True, exist_ok=True)
-            self._made.add(path)
-
     def _attempt(self, task: PlanTask, ctx: WorkerContext, *, follow_up: bool = False) -> AttemptEnd:
         settings = self.settings
         if self._hard_stop.is_set():
@@ -260,10 +239,10 @@ class Dispatcher:
         elif workspace.branch is not None and not follow_up:
             worktrees.worktree_add(settings.root, workspace.path, workspace.branch, settings.base_commit)
             self.ledger.tasks.set_workspace(ctx.run_id, task.id, workspace.branch, str(workspace.path))
-        self._make_dir(ctx.result_path.parent)
-        self._make_dir(ctx.log_path.parent)
+        ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
+        ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
         if ctx.prompt_path is not None:  # however large, the prompt reaches the worker in a file
-            self._make_dir(ctx.prompt_path.parent)
+            ctx.prompt_path.parent.mkdir(parents=True, exist_ok=True)
             ctx.prompt_path.write_text(ctx.prompt, encoding="utf-8")
         execution = self._start(ctx)
         if execution.pid is not None:

@@ -10,8 +10,10 @@ LocalExecutor runs each worker on this machine as a process tree.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Mapping
@@ -22,10 +24,26 @@ from typing import Any, Protocol
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
+from stellafleet.pipelines.command import RESULT_ENV
 from stellafleet.proc.tree import POLL_S, Exit, ProcessTree
 
 # -P: the workspace (the cwd) is not put on sys.path, so a repository file can never shadow a module
 WORKER_ARGV = (sys.executable, "-P", "-m", "stellafleet.worker.main")
+# A worker's own variables never leak from the fleet's environment into a worker: its context's, and
+# the one the command pipeline reads besides.
+WORKER_VARIABLES = (*WorkerContext.env_names(), RESULT_ENV)
+
+
+def inherited_env(base: Mapping[str, str], *also_cleared: str) -> dict[str, str]:
+    """What a worker inherits of base: none of the worker variables (nor also_cleared), and this stella's
+    scripts on PATH, since workers call `stella commit` (added last: nothing on PATH is shadowed)."""
+    cleared = {*WORKER_VARIABLES, *also_cleared}
+    env = {key: value for key, value in base.items() if key not in cleared}
+    scripts = sysconfig.get_path("scripts")
+    path = env.get("PATH", "")
+    if scripts and scripts not in path.split(os.pathsep):
+        env["PATH"] = os.pathsep.join(p for p in (path, scripts) if p)
+    return env
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ import os
 import shutil
 import socket
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -34,16 +33,14 @@ from stellafleet.core.status import AttemptEnd
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import bundle, gitops
 from stellafleet.pipelines.base import PipelineResult
-from stellafleet.pipelines.command import RESULT_ENV
 from stellafleet.proc import runner
 from stellafleet.proc.tree import Exit
-from stellafleet.run.executor import Attempt, LocalExecutor, attempt_end
+from stellafleet.run.executor import Attempt, LocalExecutor, attempt_end, inherited_env
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.proof import token_digest
 from stellafleet.worker.main import write_result
 
 NODE_NAME_ENV = "STELLA_NODE_NAME"  # an operator's name for the node (default: hostname and Ray node id)
-_CLEARED = (*WorkerContext.env_names(), RESULT_ENV, "STELLA_CONFIG")
 
 
 @dataclass(frozen=True)
@@ -163,8 +160,9 @@ def _read_from(path: Path, offset: int) -> bytes:
 
 
 def worker_env(spec: RemoteSpec, ctx: WorkerContext, scratch: Path) -> dict[str, str]:
-    """The node's own environment (its PATH, its keys) with the task's variables and the fleet's config."""
-    env = {key: value for key, value in os.environ.items() if key not in _CLEARED}
+    """The node's own environment (its PATH with this node's stella, its keys) with the task's variables
+    and the fleet's config."""
+    env = inherited_env(os.environ, "STELLA_CONFIG")
     env.update(spec.env)
     env["XDG_CONFIG_HOME"] = str(scratch / "xdg")
     for kind, text in spec.config_layers:
@@ -174,9 +172,6 @@ def worker_env(spec: RemoteSpec, ctx: WorkerContext, scratch: Path) -> dict[str,
         if kind != "user":
             env["STELLA_CONFIG"] = str(path)
     env.update(ctx.to_env())
-    scripts = sysconfig.get_path("scripts")  # the worker calls `stella commit`: this node's stella
-    if scripts and scripts not in env.get("PATH", "").split(os.pathsep):
-        env["PATH"] = os.pathsep.join(p for p in (env.get("PATH", ""), scripts) if p)
     return env
 
 

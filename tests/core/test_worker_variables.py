@@ -7,7 +7,8 @@ from pathlib import Path
 
 from stellafleet.core.config import CONFIG_VARIABLES
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.run.dispatch import WORKER_VARIABLES, RunSettings, run_env, task_env
+from stellafleet.run.dispatch import RunSettings, run_env, task_env
+from stellafleet.run.executor import WORKER_VARIABLES
 
 
 def full_context(tmp_path: Path) -> WorkerContext:
