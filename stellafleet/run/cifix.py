@@ -17,10 +17,9 @@ from typing import Any
 from stellafleet.ci.fixci import FixOutcome, FixRequest
 from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.spend import SpendBudget
 from stellafleet.git import gitops
 from stellafleet.plan.model import PlanTask
-from stellafleet.run.dispatch import Dispatcher, RunSettings, TaskFailed
+from stellafleet.run.dispatch import Dispatcher, RunSettings, TaskFailed, spend_budget
 from stellafleet.run.events import Event, SkipTask
 from stellafleet.run.executor import LocalExecutor
 from stellafleet.state.claims import ClaimStore
@@ -77,11 +76,7 @@ class CiFixRounds:
         self.ledger = ledger
         self.run_id = dispatcher.settings.run_id
         self.root = dispatcher.settings.root
-        self._max_rounds = max_rounds
-
-    @property
-    def max_rounds(self) -> int:
-        return self._max_rounds
+        self.max_rounds = max_rounds
 
     def _task(self, task_id: str) -> dict[str, Any]:
         return next(t for t in self.ledger.get_run(self.run_id)["tasks"] if t["id"] == task_id)
@@ -141,17 +136,13 @@ def fixer_for_past_run(
         run = record["run"]
         limit = spend_limit if spend_limit is not None else run.get("spend_limit_usd")
         concurrency = max(1, int(run.get("max_concurrency") or 1))
-        budget = None
-        if limit is not None:
-            budget = SpendBudget(
-                limit, concurrency, min_guard=config.governor.min_guard_usd, spent=ledger.spend.of_run(run_id)
-            )
+        budget = spend_budget(limit, concurrency, config, spent=ledger.spend.of_run(run_id))
         settings = RunSettings(
             root=root,
             run_id=run_id,
             base_commit=run["base_commit"],
             default_pipeline=run.get("pipeline") or config.fleet.pipeline,
-            spend_guard_usd=None if limit is None else limit / concurrency,
+            spend_guard_usd=budget.per_worker if budget is not None else None,
             config_file=config_file.resolve() if config_file else None,
         )
         executor = LocalExecutor(stop_grace_s=config.fleet.stop_grace)

@@ -27,10 +27,9 @@ from stellafleet.core.errors import (
     StellaError,
 )
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
-from stellafleet.core.spend import SpendBudget
 from stellafleet.core.status import RunStatus, Stop, StopReason, TaskStatus
 from stellafleet.git import gitops
-from stellafleet.run.dispatch import Dispatcher, RunSettings
+from stellafleet.run.dispatch import Dispatcher, RunSettings, spend_budget
 from stellafleet.run.events import Emit, Event, Notice, RunStarted, TaskSkipped
 from stellafleet.run.executor import Executor, LocalExecutor
 from stellafleet.run.notify import fan_out, notifier_for
@@ -51,8 +50,8 @@ def run_fleet(options: FleetOptions, *, out: IO[str] | None = None, reporter: Re
     prepared = prepare(options)
     for warning in prepared.plan.warnings:
         print(f"stella fleet: warning: {warning}", file=sys.stderr)
-    if prepared.dry_run:
-        print_dry_run(prepared.preview(), json_mode=prepared.json_mode, stream=out)
+    if options.dry_run:
+        print_dry_run(prepared.preview(), json_mode=options.json_mode, stream=out)
         return EXIT_USAGE if prepared.problems else EXIT_OK
     return FleetRun(prepared, reporter or make_run_reporter(prepared, out)).run()
 
@@ -157,7 +156,8 @@ def make_run_reporter(prepared: Prepared, out: IO[str]) -> Reporter:
         with Ledger.open(fleet_db, readonly=True) as ledger:
             return ledger.attempts.running_progress(run_id)
 
-    return make_reporter(json_mode=prepared.json_mode, quiet=prepared.quiet, probe=probe, stream=out)
+    options = prepared.options
+    return make_reporter(json_mode=options.json_mode, quiet=options.quiet, probe=probe, stream=out)
 
 
 def run_settings(prepared: Prepared) -> RunSettings:
@@ -173,18 +173,6 @@ def run_settings(prepared: Prepared) -> RunSettings:
     )
 
 
-def spend_budget(prepared: Prepared, *, spent: float = 0.0) -> SpendBudget | None:
-    """The run's spend limit as the workers' guards, less what the run has spent (None: no limit)."""
-    if prepared.spend_limit is None:
-        return None
-    return SpendBudget(
-        prepared.spend_limit,
-        prepared.concurrency.value,
-        min_guard=prepared.config.governor.min_guard_usd,
-        spent=spent,
-    )
-
-
 class FleetRun:
     """One prepared run, from its ledger row to its result."""
 
@@ -196,7 +184,7 @@ class FleetRun:
 
     def run(self) -> int:
         p = self.prepared
-        executor: Executor = LocalExecutor(stop_grace_s=p.stop_grace_s)
+        executor: Executor = LocalExecutor(stop_grace_s=p.config.fleet.stop_grace)
         if p.executor.kind == "ray":  # isolated tasks go to the cluster, shared ones stay with `executor`
             from stellafleet.run.rayexec import RayExecutor
 
@@ -206,9 +194,8 @@ class FleetRun:
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
                 finalise_orphaned_runs(ledger, claims)  # a killed fleet's run: finalised, its claims freed
                 emit = fan_out(self.reporter.handle, self.notifier.handle if self.notifier else None)
-                dispatcher = Dispatcher(
-                    run_settings(p), ledger, claims, executor, emit, budget=spend_budget(p)
-                )
+                budget = spend_budget(p.spend_limit, p.concurrency.value, p.config)
+                dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, emit, budget=budget)
                 self._fix_parts = (claims, executor)  # --fix-ci's follow-up attempts run on these too
                 try:
                     runner, interrupted = self._drive(ledger, dispatcher)
@@ -231,7 +218,7 @@ class FleetRun:
             max_concurrency=p.concurrency.value,
             spend_limit_usd=p.spend_limit,
             pipeline=p.default_pipeline,
-            argv=list(p.argv),
+            argv=list(p.options.argv),
             root=str(p.root),
             pid=os.getpid(),
         )
@@ -288,9 +275,9 @@ class FleetRun:
             dispatcher.stop_workers,
             lambda: dispatcher.running,
             emit,
-            stop_on_first=p.stop_on_first_interrupt,
+            stop_on_first=p.options.stop_on_first_interrupt,
         )
-        with interrupts.installed(), watching(p.idle_timeout, ledger) as watchdog:
+        with interrupts.installed(), watching(p.config.fleet.idle_timeout, ledger) as watchdog:
             dispatcher.watchdog = watchdog
             self._record_start(ledger)
             _in_background(runner.run)
@@ -335,12 +322,14 @@ class FleetRun:
 
             claims, executor = self._fix_parts
             # the fix-ups' guards come out of what the run's workers left of the limit
-            budget = spend_budget(p, spent=ledger.spend.of_run(p.run_id))
+            budget = spend_budget(
+                p.spend_limit, p.concurrency.value, p.config, spent=ledger.spend.of_run(p.run_id)
+            )
             settings = run_settings(p)
             dispatcher = Dispatcher(settings, ledger, claims, executor, lambda event: None, budget=budget)
             fixer = CiFixRounds(dispatcher, ledger, max_rounds=p.fix_ci)
         result = watch_run(
-            p.root, p.run_id, config=p.config, settings=p.watch, json_mode=p.json_mode, fixer=fixer
+            p.root, p.run_id, config=p.config, settings=p.watch, json_mode=p.options.json_mode, fixer=fixer
         )
         if code == EXIT_OK and result.exit_code != EXIT_OK:
             code = result.exit_code

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from stellafleet.core.config import Config
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import NoBudget, SpendBudget, settle_attempt
@@ -92,6 +93,15 @@ def run_env(settings: RunSettings, base: Mapping[str, str] | None = None) -> dic
 def task_env(ctx: WorkerContext, inherited: Mapping[str, str]) -> dict[str, str]:
     """One worker's environment: the run's (run_env) and its task's."""
     return {**inherited, **ctx.to_env()}
+
+
+def spend_budget(
+    limit: float | None, concurrency: int, config: Config, *, spent: float = 0.0
+) -> SpendBudget | None:
+    """A run's spend limit as its workers' guards, less what the run has spent (None: no limit)."""
+    if limit is None:
+        return None
+    return SpendBudget(limit, concurrency, min_guard=config.governor.min_guard_usd, spent=spent)
 
 
 class Dispatcher:

@@ -2,7 +2,7 @@
 
 The command line hands over what the user asked (FleetOptions); prepare() checks the environment, loads
 the config and the plan, asks the plan's pipelines whether they can run, checks --watch's readiness and
-resolves the settings the run uses (concurrency, spend guard, default pipeline, stop grace).
+resolves the settings the run uses (concurrency, spend guard, default pipeline, schedule).
 Nothing is written here (ledger, exclude file, worktrees), so a run refused with exit 2 leaves no trace.
 """
 
@@ -84,18 +84,12 @@ class Prepared:
     default_model: str | None
     problems: list[str]  # what keeps the pipelines from running (only a dry run gets this far with any)
     spend_limit: float | None
-    stop_grace_s: float
-    stop_on_first_interrupt: bool
     watch: WatchSettings | None  # None: no --watch
-    config: Config  # handed whole to the CI watch; every other setting is resolved above
+    config: Config  # the [fleet] and [governor] settings as configured; the CI watch gets it whole
     config_file: Path | None
-    json_mode: bool
-    quiet: bool
-    dry_run: bool
-    argv: tuple[str, ...]
+    options: FleetOptions  # what the command line asked (how to show the run, Ctrl-C, the argv recorded)
     schedule: str = "waves"
     resume: Resume | None = None
-    idle_timeout: float = 0.0  # seconds; 0: no watchdog
     fix_ci: int = 0  # --fix-ci N: follow-up rounds per red branch while watching
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # kind, address: the command line wins
 
@@ -221,10 +215,11 @@ def prepare(options: FleetOptions) -> Prepared:
     executor = resolve_executor(options, config)
     if problems and not options.dry_run:
         raise NotReady(problems)
+    plan_file = Path(options.plan_path).resolve() if options.plan_path else None
     return Prepared(
         root=root,
         plan=plan,
-        plan_path=resume.plan_path if resume else plan_file(options),
+        plan_path=resume.plan_path if resume else plan_file,
         run_id=new_run_id(),
         base_ref=options.base_ref or gitops.current_branch(root) or "HEAD",
         base_commit=base_commit,
@@ -234,25 +229,15 @@ def prepare(options: FleetOptions) -> Prepared:
         default_model=options.model,
         problems=problems,
         spend_limit=options.spend_limit,
-        stop_grace_s=config.fleet.stop_grace,
-        stop_on_first_interrupt=options.stop_on_first_interrupt,
         watch=check_watch_ready(root, config) if options.watch and not options.dry_run else None,
         config=config,
         config_file=config_file,
-        json_mode=options.json_mode,
-        quiet=options.quiet,
-        dry_run=options.dry_run,
-        argv=tuple(options.argv),
+        options=options,
         schedule=options.schedule or config.fleet.schedule,
         resume=resume,
-        idle_timeout=config.fleet.idle_timeout,
         fix_ci=options.fix_ci if options.watch else 0,
         executor=executor,
     )
-
-
-def plan_file(options: FleetOptions) -> Path | None:
-    return Path(options.plan_path).resolve() if options.plan_path else None
 
 
 def resume_of(options: FleetOptions, root: Path) -> Resume | None:

@@ -130,7 +130,7 @@ class RayExecutor:
             context=ctx,
             config_layers=self._layers,
             env={key: os.environ[key] for key in ENV_KEYS if os.environ.get(key)},
-            stop_grace_s=self._p.stop_grace_s,
+            stop_grace_s=self._p.config.fleet.stop_grace,
         )
         generator = self._remote.options(resources=resources).remote(spec, self._base)
         return RayExecution(self, generator, ctx, ledger)
