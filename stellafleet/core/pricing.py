@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stellafleet.core.config import Config
+from stellafleet.core.configsections import PriceConfig
 from stellafleet.core.errors import StellaError
 
 _PER = 1_000_000
@@ -38,20 +39,10 @@ class TokenUsage:
         }
 
 
-@dataclass(frozen=True)
-class PriceOverride:
-    """Dollars per million tokens, from the config."""
-
-    input_per_mtok: float
-    output_per_mtok: float
-    cache_read_per_mtok: float
-    cache_write_per_mtok: float
-
-
 class Pricer:
-    """Prices one model's usage in dollars."""
+    """Prices one model's usage in dollars: at its `[prices."MODEL"]` when configured, else genai-prices'."""
 
-    def __init__(self, model: str, *, override: PriceOverride | None = None, provider: str | None = None):
+    def __init__(self, model: str, *, override: PriceConfig | None = None, provider: str | None = None):
         self.model = model
         self.override = override
         self.provider = provider
@@ -59,12 +50,13 @@ class Pricer:
 
     def cost(self, usage: TokenUsage) -> float:
         if self.override is not None:
-            o = self.override
-            return (
-                usage.uncached_input_tokens * o.input_per_mtok
-                + usage.cache_read_tokens * o.cache_read_per_mtok
-                + usage.cache_write_tokens * o.cache_write_per_mtok
-                + usage.output_tokens * o.output_per_mtok
+            p = self.override
+            cache_read, cache_write = p.cache_read_per_mtok, p.cache_write_per_mtok
+            return (  # the cache prices default to the input price
+                usage.uncached_input_tokens * p.input_per_mtok
+                + usage.cache_read_tokens * (p.input_per_mtok if cache_read is None else cache_read)
+                + usage.cache_write_tokens * (p.input_per_mtok if cache_write is None else cache_write)
+                + usage.output_tokens * p.output_per_mtok
             ) / _PER
         calc = _calc(self.model, self.provider, usage)
         if calc is None:  # price_for only builds a genai-prices Pricer for a model it knows
@@ -97,24 +89,11 @@ def _calc(model: str, provider: str | None, usage: TokenUsage) -> float | None:
     return None
 
 
-def _override(model: str, config: Config) -> PriceOverride | None:
-    prices = config.prices.get(model)
-    if prices is None:
-        return None
-    cache_read, cache_write = prices.cache_read_per_mtok, prices.cache_write_per_mtok
-    return PriceOverride(  # the cache prices default to the input price
-        input_per_mtok=prices.input_per_mtok,
-        output_per_mtok=prices.output_per_mtok,
-        cache_read_per_mtok=prices.input_per_mtok if cache_read is None else cache_read,
-        cache_write_per_mtok=prices.input_per_mtok if cache_write is None else cache_write,
-    )
-
-
 def price_for(model: str, config: Config, *, provider: str | None = None) -> Pricer | None:
     """A Pricer for model (config override first, then genai-prices), or None when no price is known."""
-    override = _override(model, config)
-    if override is not None:
-        return Pricer(model, override=override)
+    prices = config.prices.get(model)
+    if prices is not None:
+        return Pricer(model, override=prices)
     if _calc(model, provider, TokenUsage(input_tokens=1, output_tokens=1)) is None:
         return None
     return Pricer(model, provider=provider)
