@@ -1,8 +1,7 @@
-"""Time as a boundary, so tests can move it without sleeping."""
+"""Time as a boundary, so tests can move it without sleeping (stellafleet/testing/clock.py)."""
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Protocol
 
@@ -22,27 +21,6 @@ class SystemClock:
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
-
-
-class FakeClock:
-    """A clock whose sleep advances time at once; thread-safe."""
-
-    def __init__(self, start: float = 0.0) -> None:
-        self._now = start
-        self._lock = threading.Lock()
-        self.sleeps: list[float] = []
-
-    def now(self) -> float:
-        with self._lock:
-            return self._now
-
-    def sleep(self, seconds: float) -> None:
-        with self._lock:
-            self.sleeps.append(seconds)
-            self._now += max(seconds, 0.0)
-
-    def advance(self, seconds: float) -> None:
-        self.sleep(seconds)
 
 
 def wall_ms() -> int:

@@ -153,9 +153,6 @@ class Config:
             raise StellaError(f"config: [{dotted}] must be a table, not {type(value).__name__}")
         return dict(value)
 
-    def as_dict(self) -> dict[str, Any]:
-        return _merge({}, self._data)
-
 
 _BUILDERS: dict[str, Any] = {
     "engine": lambda table: build(EngineConfig, table),

@@ -91,7 +91,7 @@ class WorkerContext:
             "task_id": self.task_id,
             "task_title": self.task_title,
             "attempt_id": str(self.attempt_id),
-            "prompt": self.prompt if self.prompt_path is None or _fits_env(self.prompt) else None,
+            "prompt": self.prompt if self.prompt_path is None or self._prompt_fits_env() else None,
             "prompt_path": None if self.prompt_path is None else str(self.prompt_path),
             "isolation": self.isolation,
             "branch": self.branch,
@@ -106,6 +106,9 @@ class WorkerContext:
             "token": self.token,
         }
         return {_PREFIX + _KEYS[name]: value for name, value in values.items() if value is not None}
+
+    def _prompt_fits_env(self) -> bool:
+        return len(self.prompt.encode()) <= ENV_PROMPT_MAX_BYTES
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerContext:
@@ -160,11 +163,6 @@ class WorkerContext:
             prompt_path=Path(get("prompt_path")) if get("prompt_path") else None,
             token=get("token") or None,
         )
-
-
-def _fits_env(prompt: str) -> bool:
-    # a character is at most 4 bytes: only a long prompt is worth encoding to measure
-    return len(prompt) * 4 <= ENV_PROMPT_MAX_BYTES or len(prompt.encode()) <= ENV_PROMPT_MAX_BYTES
 
 
 def _prompt(inline: str, path: str) -> str:

@@ -183,15 +183,14 @@ def preflight(ctx: WorkerContext, env: Mapping[str, str]) -> str | None:
         config = load_config(ctx.root, env=env)
     except Exception as exc:
         return f"config: {exc}"
-    saved = {key: os.environ.get(key) for key in ("PATH",)}
+    saved = os.environ.get("PATH")
     os.environ["PATH"] = env.get("PATH", "")  # a CLI is looked up on the worker's PATH
     try:
         use = (ctx.pipeline, ctx.model)
         problems = pipelines.preflight([use], config, spend_limited=ctx.spend_guard_usd is not None)
     finally:
-        for key, value in saved.items():
-            if value is not None:
-                os.environ[key] = value
+        if saved is not None:
+            os.environ["PATH"] = saved
     return "; ".join(problems) or None
 
 

@@ -302,9 +302,7 @@ class LiveReporter(EventSink):
         from rich.table import Table
 
         with self._lock:
-            if self._started:
-                self._started = False
-                self._live.stop()
+            self.abort()
             table = Table(title=None, show_lines=False)
             for column in ("task", "wave", "status", "spend", "summary / reason", "branch"):
                 table.add_column(column, overflow="fold")

@@ -76,10 +76,6 @@ def _norm(value: Any) -> Any:
     return value
 
 
-def describe_changes(changes: Mapping[str, list[str]]) -> str:
-    return "; ".join(f"task {task_id!r}: {', '.join(what)}" for task_id, what in changes.items())
-
-
 def recorded_plan(tasks: Sequence[Mapping[str, Any]]) -> Plan:
     """The plan an inline-prompt run recorded: its tasks as they were."""
     return Plan(
@@ -133,9 +129,10 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
         )
     plan = load_plan(source, root=root) if source is not None else recorded_plan(record["tasks"])
     changes = task_changes(record["tasks"], plan)
+    described = tuple(f"task {task_id!r}: {', '.join(what)}" for task_id, what in changes.items())
     if changes and not force:
         raise StellaError(
-            f"the plan changed since run {run['id']}: {describe_changes(changes)}; "
+            f"the plan changed since run {run['id']}: {'; '.join(described)}; "
             "run with --force to resume it anyway (changed tasks run again)",
             exit_code=EXIT_USAGE,
         )
@@ -145,7 +142,7 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
         plan=plan,
         plan_path=Path(source).resolve() if source is not None else None,
         done=done_tasks(plan, statuses, changes),
-        changes=tuple(f"task {task_id!r}: {', '.join(what)}" for task_id, what in changes.items()),
+        changes=described,
     )
 
 

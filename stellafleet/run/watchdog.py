@@ -91,9 +91,7 @@ class Watchdog:
         elsewhere) is not watched: its CPU time cannot be seen, and silence alone is no proof of a hang."""
         if execution.pid is None:
             return
-        # A worker that has just started has used no CPU time and reported no spend yet, so neither is
-        # read here: a look at its process tree scans every process of the machine, which on the path
-        # of every task start was a large part of a short task's cost.
+        # A worker that has just started has used no CPU time and reported no spend yet.
         entry = Watched(context, execution, self.clock.now(), self._now_ms(), 0.0, 0, None)
         entry.output = entry.output_size()
         with self._lock:

@@ -19,13 +19,13 @@ from stellafleet.ci.model import BranchWatch, WatchResult
 from stellafleet.ci.report import ConsoleReporter
 from stellafleet.ci.targets import branches_to_watch
 from stellafleet.ci.watch import WatchSettings, watch_run
-from stellafleet.core.clock import FakeClock
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing import fake_gh
+from stellafleet.testing.clock import FakeClock
 from stellafleet.testing.fake_gh import FakeGh
 from stellafleet.testing.sample_ledger import add_run, sample_task
 

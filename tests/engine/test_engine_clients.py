@@ -7,7 +7,6 @@ from email.utils import format_datetime
 
 import pytest
 
-from stellafleet.core.clock import FakeClock
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
 from stellafleet.engine.anthropic import _anthropic_url
@@ -18,6 +17,7 @@ from stellafleet.engine.openai import _openai_url
 from stellafleet.engine.redact import Redactor
 from stellafleet.engine.settings import is_loopback, load_settings, settings_problems
 from stellafleet.engine.transport import HttpTransport, retry_after_seconds
+from stellafleet.testing.clock import FakeClock
 from stellafleet.testing.model_server import ScriptedModelServer
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC).timestamp()

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from helpers.engine import engine_config, make_context, make_repo, transcript_records
 
-from stellafleet.core.clock import FakeClock
 from stellafleet.core.errors import StellaError
 from stellafleet.pipelines.plain import PlainPipeline
 from stellafleet.state.ledger import Ledger
+from stellafleet.testing.clock import FakeClock
 from stellafleet.testing.model_server import ScriptedModelServer
 from stellafleet.worker.main import LedgerSpend
 

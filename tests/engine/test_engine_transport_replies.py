@@ -13,7 +13,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from stellafleet.core.clock import FakeClock
 from stellafleet.core.config import Config
 from stellafleet.engine.clients import make_client
 from stellafleet.engine.errors import EngineError
@@ -21,6 +20,7 @@ from stellafleet.engine.messages import UserText
 from stellafleet.engine.redact import Redactor
 from stellafleet.engine.settings import load_settings
 from stellafleet.engine.transport import HttpTransport
+from stellafleet.testing.clock import FakeClock
 
 Reply = tuple[int, dict[str, str], str]
 KEY = "sk-test-" + "k" * 24

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from helpers.fleet import RUN, worker_context
-from stellafleet.core.clock import FakeClock
 from stellafleet.core.config import Config
 from stellafleet.core.spend import SpendTally
 from stellafleet.core.workercontext import WorkerContext
@@ -17,6 +16,7 @@ from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.plain import PlainPipeline
 from stellafleet.plan.model import PlanTask
 from stellafleet.state.ledger import Ledger
+from stellafleet.testing.clock import FakeClock
 from stellafleet.testing.model_server import ScriptedModelServer
 from stellafleet.testing.sample_ledger import add_run
 

@@ -8,10 +8,10 @@ from pathlib import Path
 from helpers.fleet import by_id, file_locks, make_attempt, run_record, write_config
 from helpers.repo import StellaRunner
 
-from stellafleet.core.clock import FakeClock
 from stellafleet.core.paths import StatePaths
 from stellafleet.run.watchdog import Watchdog
 from stellafleet.state.ledger import Ledger
+from stellafleet.testing.clock import FakeClock
 
 
 class FakeExecution:

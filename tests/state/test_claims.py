@@ -15,9 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from stellafleet.core.clock import FakeClock
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.state.claims import ClaimStore, Holder, normalize_path
+from stellafleet.testing.clock import FakeClock
 
 
 @pytest.fixture
