@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
+from helpers.spawn import ended_within
 
 from stellafleet.proc import runner
 from stellafleet.proc.group import group_exists
@@ -18,18 +18,6 @@ from stellafleet.proc.group import group_exists
 HANGS_WITH_A_STUBBORN_CHILD = (
     "sh -c 'trap \"\" TERM; sleep 60' & echo $!; exec sleep 60"  # the shell becomes the sleeping leader
 )
-
-
-def ended(pid: int, within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_a_command_runs_to_its_end_with_its_output_and_status(tmp_path: Path) -> None:
@@ -60,7 +48,9 @@ def test_a_timeout_stops_the_whole_group_and_keeps_what_it_printed() -> None:
     done = runner.run(["/bin/sh", "-c", HANGS_WITH_A_STUBBORN_CHILD], timeout=0.5, grace_s=0.3)
     assert done.timed_out and done.returncode == -signal.SIGTERM
     assert time.monotonic() - started < 10
-    assert ended(int(done.stdout.split()[0]))  # the grandchild that ignored SIGTERM was killed with it
+    assert ended_within(
+        int(done.stdout.split()[0]), 10.0
+    )  # the grandchild that ignored SIGTERM was killed with it
 
 
 def test_a_started_process_is_followed_line_by_line_and_stopped_from_outside() -> None:

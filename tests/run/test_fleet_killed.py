@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 from helpers.fleet import file_locks, wait_for, write_config
 from helpers.repo import StellaRunner
+from helpers.spawn import ended_within
 
 from stellafleet.core.paths import StatePaths
 from stellafleet.state.claims import ClaimStore
@@ -21,18 +21,6 @@ from stellafleet.state.claims import ClaimStore
 # The worker's command: say who the worker is (the command's parent), leave a child, then wait (until the
 # fleet is gone).
 HOLD = 'echo $PPID > "$MARKS/worker"; sleep 300 & echo $! > "$MARKS/child"; wait'
-
-
-def _gone_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_a_killed_fleet_keeps_claims_with_its_live_workers_stops_them_and_is_finalised_later(
@@ -63,8 +51,8 @@ def test_a_killed_fleet_keeps_claims_with_its_live_workers_stops_them_and_is_fin
         fleet.send_signal(signal.SIGKILL)
         fleet.wait(timeout=30)
         # the workers do not run on unnoticed: the worker and what it started end by themselves
-        assert _gone_within(worker, 10), "the worker outlived its killed fleet"
-        assert _gone_within(child, 10), "the worker's child outlived its killed fleet"
+        assert ended_within(worker, 10), "the worker outlived its killed fleet"
+        assert ended_within(child, 10), "the worker's child outlived its killed fleet"
     finally:
         if fleet.poll() is None:
             fleet.kill()

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
-import psutil
 from helpers.fleet import wait_for, worker_context, write_config
+from helpers.spawn import ended_within
 
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, Stop, StopReason
 from stellafleet.run.executor import Attempt, LocalExecutor
@@ -22,23 +21,11 @@ def test_a_worker_that_ends_by_itself_reports_its_result(tmp_path: Path, isolate
     assert end.outcome is AttemptOutcome.SUCCEEDED and end.summary == "all done"
 
 
-def _ends_within(pid: int, seconds: float) -> bool:
-    """The signal is sent by the time wait() returns; the kernel may take a moment to end the process."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_stop_from_another_thread_ends_the_wait_and_the_whole_tree(
     tmp_path: Path, isolated_home: Path
 ) -> None:
-    write_config(tmp_path, run="sleep 60 & echo $! > grandchild; sleep 60")
+    # written whole, then renamed: the test never reads a half-written pid
+    write_config(tmp_path, run="sleep 60 & echo $! > grandchild.tmp; mv grandchild.tmp grandchild; sleep 60")
     ctx = worker_context(tmp_path)
     execution = LocalExecutor(stop_grace_s=2.0).start(Attempt(ctx, {**os.environ, **ctx.to_env()}))
     ended: list[AttemptEnd] = []
@@ -51,7 +38,7 @@ def test_stop_from_another_thread_ends_the_wait_and_the_whole_tree(
     assert not waiter.is_alive()
     (end,) = ended
     assert end.stop == Stop(StopReason.INTERRUPTED) and end.exit_code != 0
-    assert _ends_within(grandchild, 5.0), "the worker's background child outlived the stopped attempt"
+    assert ended_within(grandchild, 5.0), "the worker's background child outlived the stopped attempt"
     execution.stop()  # after the end: nothing left to stop, and no error
 
 
