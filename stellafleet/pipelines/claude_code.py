@@ -21,14 +21,8 @@ from stellafleet.pipelines.agentenv import agent_prompt, prompt_file, scratch_di
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.claude_hook import HookContext, hook_settings
 from stellafleet.pipelines.clirun import CliRun, run_agent
-from stellafleet.pipelines.support import (
-    crash_text,
-    failed,
-    json_line,
-    parse_failure,
-    short,
-    timeout_text,
-)
+from stellafleet.pipelines.support import EventLines, crash_text, failed, parse_failure, short, timeout_text
+from stellafleet.state.claims import Holder
 
 CLI = "claude"
 NO_MCP_SERVERS = json.dumps({"mcpServers": {}})
@@ -105,18 +99,14 @@ def denial_note(result: dict[str, Any]) -> str:
     return f" ({len(denials)} tool call(s) refused: {', '.join(names)}{more})"
 
 
-def interpret(result: dict[str, Any], *, guard: str | None, max_turns: int | None) -> PipelineResult:
-    """Claude Code's final `result` message as a PipelineResult (spend reported separately)."""
+def interpret(result: dict[str, Any], tally: SpendTally, *, max_turns: int | None) -> PipelineResult:
+    """Claude Code's final `result` message as a PipelineResult, its spend reported into tally."""
     cost = result.get("total_cost_usd")
     usd = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else 0.0
     input_tokens, output_tokens = usage_tokens(result.get("usage"))
     turns = _int(result.get("num_turns"))
-    totals: dict[str, Any] = {
-        "spend_usd": usd,
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "steps": turns,
-    }
+    tally.add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=turns)
+    totals = tally.totals()
     subtype = str(result.get("subtype") or "")
     raw_text = result.get("result")
     text = raw_text if isinstance(raw_text, str) else ""
@@ -131,7 +121,7 @@ def interpret(result: dict[str, Any], *, guard: str | None, max_turns: int | Non
     if subtype == "success":
         return failed(f"Claude Code reported an error: {detail or 'no details'} ({spent})", **totals)
     if subtype == "error_max_budget_usd":
-        of_guard = f" of {guard}" if guard is not None else ""
+        of_guard = f" of {tally.guard_text()}" if tally.guarded else ""
         return failed(f"Claude Code stopped at its spend guard{of_guard}: {spent}{note}", **totals)
     if subtype == "error_max_turns":
         limit = f" ({max_turns})" if max_turns is not None else ""
@@ -145,26 +135,14 @@ def interpret(result: dict[str, Any], *, guard: str | None, max_turns: int | Non
     )
 
 
-class _ResultWatcher:
-    """Keeps the last `result` message of the stream and the first line that is not JSON."""
+class _ResultWatcher(EventLines):
+    """Keeps the last `result` message of the stream."""
 
-    def __init__(self) -> None:
-        self.result: dict[str, Any] | None = None
-        self.bad_line: str | None = None
-        self.messages = 0
+    result: dict[str, Any] | None = None
 
-    def __call__(self, line: str) -> str | None:
-        if not line.strip():
-            return None
-        message = json_line(line)
-        if message is None:
-            if self.bad_line is None:
-                self.bad_line = line
-            return None
-        self.messages += 1
-        if message.get("type") == "result":
-            self.result = message
-        return None
+    def event(self, event: dict[str, Any]) -> None:
+        if event.get("type") == "result":
+            self.result = event
 
 
 class ClaudeCodePipeline(AgentCliPipeline):
@@ -198,13 +176,7 @@ class ClaudeCodePipeline(AgentCliPipeline):
         run: CliRun, watcher: _ResultWatcher, ctx: WorkerContext, max_turns: int | None, tally: SpendTally
     ) -> PipelineResult:
         if watcher.result is not None:
-            result = interpret(watcher.result, guard=tally.guard_text(), max_turns=max_turns)
-            tally.add(
-                result.spend_usd,
-                input_tokens=result.input_tokens,
-                output_tokens=result.output_tokens,
-                steps=result.steps,
-            )
+            result = interpret(watcher.result, tally, max_turns=max_turns)
             if run.timed_out:  # it reported, then hung on the way out
                 result.success = False
                 result.summary = f"{timeout_text(CLI, ctx.timeout_s)} after reporting: {result.summary}"
@@ -218,13 +190,11 @@ class ClaudeCodePipeline(AgentCliPipeline):
             return failed(crash_text(CLI, run))
         if watcher.bad_line is not None:
             return failed(parse_failure(CLI, f"not a JSON line: {short(watcher.bad_line, 120)!r}", run))
-        return failed(parse_failure(CLI, f"no result message among {watcher.messages} message(s)", run))
+        return failed(parse_failure(CLI, f"no result message among {watcher.events} message(s)", run))
 
 
 def write_hook_settings(ctx: WorkerContext) -> Path:
     """Write the hook's context and the settings file that installs it; returns the settings path."""
-    from stellafleet.state.claims import Holder
-
     holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
     scratch = scratch_dir(ctx)
     context_file = scratch / "claude-hook.json"

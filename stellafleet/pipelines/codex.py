@@ -27,14 +27,7 @@ from stellafleet.pipelines.agentenv import agent_env, agent_prompt, prompt_file
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
 from stellafleet.pipelines.codex_session import SessionLog, codex_home, writable_roots_arg
-from stellafleet.pipelines.support import (
-    crash_text,
-    failed,
-    json_line,
-    parse_failure,
-    short,
-    timeout_text,
-)
+from stellafleet.pipelines.support import EventLines, crash_text, failed, parse_failure, short, timeout_text
 
 CLI = "codex"
 # Items that are the agent doing something (as opposed to talking or thinking): each counts as a step.
@@ -91,11 +84,7 @@ class Usage:
 
     def minus(self, earlier: Usage) -> Usage:
         """What this running total adds to an earlier one (all of it when the counts went down)."""
-        if (
-            self.input_tokens < earlier.input_tokens
-            or self.cached_input_tokens < earlier.cached_input_tokens
-            or self.output_tokens < earlier.output_tokens
-        ):
+        if not self.at_least(earlier):
             return self
         return Usage(
             self.input_tokens - earlier.input_tokens,
@@ -112,10 +101,13 @@ class Usage:
         )
 
 
-class CodexFollower:
+class CodexFollower(EventLines):
     """Reads `codex exec --json` events as they arrive, reports spend, and says when to stop."""
 
+    kind = "type"
+
     def __init__(self, pricer: Pricer | None, spent: SpendTally) -> None:
+        super().__init__()
         self.pricer = pricer
         self.spent = spent
         self.total = Usage()
@@ -124,31 +116,15 @@ class CodexFollower:
         self.turn_failed: str | None = None
         self.errors: list[str] = []
         self.last_message = ""
-        self.events = 0
-        self.bad_line: str | None = None
         self.thread_id: str | None = None
         self.from_log = False  # the session log is being followed: turn totals only top it up
         self._lock = threading.Lock()
 
-    def __call__(self, line: str) -> str | None:
-        if not line.strip():
-            return None
-        event = json_line(line)
-        if event is None or not isinstance(event.get("type"), str):
-            if self.bad_line is None:
-                self.bad_line = line
-            return None
+    def event(self, event: dict[str, Any]) -> str | None:
         with self._lock:
-            self.events += 1
-            try:
-                return self._handle(event)
-            except ValueError as exc:  # a usage we cannot read: say so at the end, let codex go on
-                if self.bad_line is None:
-                    self.bad_line = f"{line} ({exc})"
-                return None
+            return self._handle(event["type"], event)
 
-    def _handle(self, event: dict[str, Any]) -> str | None:
-        kind = event["type"]
+    def _handle(self, kind: str, event: dict[str, Any]) -> str | None:
         if kind == "thread.started" and isinstance(event.get("thread_id"), str):
             self.thread_id = event["thread_id"]
         elif kind == "item.completed" and isinstance(event.get("item"), dict):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from stellafleet import __version__
@@ -22,7 +23,9 @@ from stellafleet.engine.settings import DEFAULT_KEY_ENV, EngineSettings, load_se
 from stellafleet.engine.tools import Committer, Toolbox
 from stellafleet.engine.transcript import Transcript
 from stellafleet.engine.workspace import ClaimFn, Workspace
+from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.base import PipelineResult
+from stellafleet.state.claims import ClaimStore, Holder
 
 SPEND_ENV = ("STELLA_SPEND_LIMIT", "STELLA_SPEND_GUARD")
 _HOW_TO_PRICE = 'set [prices."MODEL"] input_per_mtok and output_per_mtok in .stella/config.toml'
@@ -119,7 +122,7 @@ def _toolbox(
 ) -> Toolbox:
     """The attempt's tools: commits through the lane and, in a shared tree, claims taken on write."""
     if committer is None:
-        committer = _lane_committer(ctx)
+        committer = partial(commit_paths, ctx)
     if claim is None and ctx.shared:
         claim = _implicit_claims(ctx)
     return Toolbox(
@@ -165,23 +168,11 @@ def _result(outcome: EngineOutcome, redact: Redactor) -> PipelineResult:
     )
 
 
-def _lane_committer(ctx: WorkerContext) -> Committer:
-    from stellafleet.git.lane import commit_paths
-
-    def commit(paths: list[str], message: str) -> str:
-        return commit_paths(ctx, paths, message)
-
-    return commit
-
-
 def _implicit_claims(ctx: WorkerContext) -> ClaimFn:
-    from stellafleet.state.claims import ClaimStore, Holder
-
     holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
-    store_path = ctx.paths.store_db
 
     def claim(rel: str) -> None:
-        with ClaimStore.open(store_path) as store:
+        with ClaimStore.open(ctx.paths.store_db) as store:
             store.touch(rel, holder)
 
     return claim
