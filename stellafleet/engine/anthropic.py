@@ -110,17 +110,22 @@ class AnthropicClient(WireClient):
                     )
         except (KeyError, TypeError, AttributeError) as exc:
             raise self.transport.unexpected_shape(exc, data) from None
-        usage = data.get("usage") or {}
-        cache_read = token_count(usage.get("cache_read_input_tokens"))
-        cache_write = token_count(usage.get("cache_creation_input_tokens"))
         return ModelReply(
             turn=AssistantTurn(text="\n".join(t for t in texts if t), tool_calls=tuple(calls)),
-            # Anthropic's input_tokens leave the cached ones out: add them back for the engine's convention.
-            usage=TokenUsage(
-                input_tokens=token_count(usage.get("input_tokens")) + cache_read + cache_write,
-                output_tokens=token_count(usage.get("output_tokens")),
-                cache_read_tokens=cache_read,
-                cache_write_tokens=cache_write,
-            ),
+            usage=usage_of(data.get("usage")),
             stop_reason=data.get("stop_reason"),
         )
+
+
+def usage_of(usage: Any) -> TokenUsage:
+    """Anthropic's usage block (a Messages reply's, Claude Code's result's) in the engine's convention:
+    its input_tokens leave the cached ones out, so they are added back."""
+    usage = usage if isinstance(usage, dict) else {}
+    cache_read = token_count(usage.get("cache_read_input_tokens"))
+    cache_write = token_count(usage.get("cache_creation_input_tokens"))
+    return TokenUsage(
+        input_tokens=token_count(usage.get("input_tokens")) + cache_read + cache_write,
+        output_tokens=token_count(usage.get("output_tokens")),
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+    )

@@ -226,24 +226,9 @@ class Engine:
             content = f"error: {exc.strerror or exc}"
         except Exception as exc:  # a bug in a tool must not end the attempt
             content = f"error: {call.name} failed unexpectedly: {type(exc).__name__}: {exc}"
-        self.transcript.write(
-            "tool",
-            step=self.steps,
-            name=call.name,
-            arguments=call.arguments,
-            result=content,
-            is_error=is_error,
-        )
-        self.events(
-            "tool",
-            {
-                "step": self.steps,
-                "name": call.name,
-                "arguments": call.arguments,
-                "is_error": is_error,
-                "result": content,
-            },
-        )
+        record = {"step": self.steps, "name": call.name, "arguments": call.arguments, "result": content}
+        self.transcript.write("tool", **record, is_error=is_error)
+        self.events("tool", {**record, "is_error": is_error})
         return ToolResult(call.id, call.name, content, is_error)
 
     def _outcome(self, success: bool, summary: str, stop: str, error: str | None) -> EngineOutcome:

@@ -21,6 +21,7 @@ from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.spend import RunningTotal, SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
 from stellafleet.pipelines.agentenv import prompt_file, scratch_dir
 from stellafleet.pipelines.base import PipelineResult
@@ -184,8 +185,6 @@ def commit_edits(ctx: WorkerContext, paths: list[str], result: PipelineResult) -
     task, nothing left to commit) fails the task and leaves the edits in place."""
     if not paths:
         return result
-    from stellafleet.git.lane import commit_paths
-
     try:
         sha = commit_paths(ctx, paths, f"{ctx.task_title or ctx.task_id} (aider)")
     except StellaError as exc:

@@ -16,10 +16,12 @@ from typing import Any, ClassVar
 from stellafleet.core.config import Config
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.engine.anthropic import usage_of
+from stellafleet.engine.transport import token_count
 from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
 from stellafleet.pipelines.agentenv import agent_prompt, prompt_file, scratch_dir
 from stellafleet.pipelines.base import PipelineResult
-from stellafleet.pipelines.claude_hook import HookContext, hook_settings
+from stellafleet.pipelines.claude_hook import HookContext, edited_path, hook_settings
 from stellafleet.pipelines.clirun import CliRun, run_agent
 from stellafleet.pipelines.support import EventLines, crash_text, failed, parse_failure, short, timeout_text
 from stellafleet.state.claims import Holder
@@ -68,22 +70,6 @@ def build_argv(
     return argv + list(extra_args)
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def usage_tokens(usage: Any) -> tuple[int, int]:
-    """(prompt tokens, output tokens) from Claude's usage: its input_tokens exclude cache reads/writes."""
-    if not isinstance(usage, dict):
-        return 0, 0
-    prompt = (
-        _int(usage.get("input_tokens"))
-        + _int(usage.get("cache_creation_input_tokens"))
-        + _int(usage.get("cache_read_input_tokens"))
-    )
-    return prompt, _int(usage.get("output_tokens"))
-
-
 def denial_note(result: dict[str, Any]) -> str:
     denials = result.get("permission_denials")
     if not isinstance(denials, list) or not denials:
@@ -91,10 +77,7 @@ def denial_note(result: dict[str, Any]) -> str:
     names = []
     for denial in denials[:3]:
         if isinstance(denial, dict):
-            raw_input = denial.get("tool_input")
-            tool_input: dict[str, Any] = raw_input if isinstance(raw_input, dict) else {}
-            target = tool_input.get("file_path") or tool_input.get("notebook_path") or ""
-            names.append(f"{denial.get('tool_name', '?')} {target}".strip())
+            names.append(f"{denial.get('tool_name', '?')} {edited_path(denial) or ''}".strip())
     more = f" and {len(denials) - 3} more" if len(denials) > 3 else ""
     return f" ({len(denials)} tool call(s) refused: {', '.join(names)}{more})"
 
@@ -103,9 +86,9 @@ def interpret(result: dict[str, Any], tally: SpendTally, *, max_turns: int | Non
     """Claude Code's final `result` message as a PipelineResult, its spend reported into tally."""
     cost = result.get("total_cost_usd")
     usd = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else 0.0
-    input_tokens, output_tokens = usage_tokens(result.get("usage"))
-    turns = _int(result.get("num_turns"))
-    tally.add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=turns)
+    usage = usage_of(result.get("usage"))
+    turns = token_count(result.get("num_turns"))
+    tally.add(usd, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, steps=turns)
     totals = tally.totals()
     subtype = str(result.get("subtype") or "")
     raw_text = result.get("result")

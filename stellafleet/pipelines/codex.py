@@ -22,6 +22,8 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_price_message
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.git import gitops
+from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
 from stellafleet.pipelines.agentenv import agent_env, agent_prompt, prompt_file
 from stellafleet.pipelines.base import PipelineResult
@@ -259,9 +261,6 @@ def outcome(
 def commit_leftovers(ctx: WorkerContext, result: PipelineResult) -> PipelineResult:
     """In its own worktree, what Codex changed but did not commit is committed for it, so a finished
     task never leaves its work outside its branch (the worktree has no other writer)."""
-    from stellafleet.git import gitops
-    from stellafleet.git.lane import commit_paths
-
     try:
         paths = gitops.changed_paths(ctx.workspace)
         if paths:

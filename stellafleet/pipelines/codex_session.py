@@ -64,7 +64,6 @@ class SessionLog:
         self.thread_id: str | None = None
         self.path: Path | None = None
         self.offset = 0
-        self.totals_seen = 0
 
     def find(self) -> Path | None:
         if self.path is None and self.thread_id:
@@ -84,7 +83,6 @@ class SessionLog:
         for raw in lines:  # none while Codex is half-way through a line
             total = token_total(raw)
             if total is not None:
-                self.totals_seen += 1
                 reason = self.on_total(total) or reason
         return reason
 
