@@ -148,9 +148,7 @@ class AiderPipeline(AgentCliPipeline):
         )
         run = run_agent(ctx, argv, poll=follower.poll)
         result = outcome(run, follower, ctx)
-        if result.success:
-            result = commit_edits(ctx, edited_paths(run), result)
-        return result
+        return commit_edits(ctx, edited_paths(run), result) if result.success else result
 
 
 def outcome(run: CliRun, f: AnalyticsFollower, ctx: WorkerContext) -> PipelineResult:

@@ -138,9 +138,7 @@ class ClaudeCodePipeline(AgentCliPipeline):
     def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult:
         settings = self.settings(config)
         tally = SpendTally.for_attempt(ctx, spend)
-        settings_file: str | None = None
-        if ctx.shared:
-            settings_file = str(write_hook_settings(ctx))
+        settings_file = str(write_hook_settings(ctx)) if ctx.shared else None
         argv = build_argv(
             settings.binary,
             settings_file=settings_file,

@@ -80,27 +80,25 @@ class _Transcript:
 
     def __init__(self, path: Path | None) -> None:
         self._file: TextIO | None = None
-        if path is None:
-            return
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("a", encoding="utf-8")
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = path.open("a", encoding="utf-8")
         except OSError as exc:
             sys.stderr.write(f"stella: cannot write the transcript {path}: {exc.strerror or exc}\n")
 
     def write(self, text: str) -> None:
-        if self._file is None:
-            return
         try:
-            self._file.write(text + "\n")
-            self._file.flush()
+            if self._file is not None:
+                self._file.write(text + "\n")
+                self._file.flush()
         except OSError as exc:  # keep draining the pipe even when the disk is full
             sys.stderr.write(f"stella: transcript write failed, no longer recording it: {exc}\n")
             self.close()
 
     def close(self) -> None:
-        if self._file is not None:
-            file, self._file = self._file, None
+        file, self._file = self._file, None
+        if file is not None:
             file.close()
 
 
@@ -113,7 +111,6 @@ class _Output:
     on_line: LineHandler | None
     transcript: Path | None
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
-    log_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def follow(self, text: str) -> None:
         """Hand one stdout line to the wrapper; a reason it returns stops the CLI."""
@@ -141,9 +138,8 @@ class _Output:
         for line in stream:
             text = line.rstrip("\n")
             self.stderr_tail.append(text)
-            with self.log_lock:
-                sys.stderr.write(text + "\n")
-                sys.stderr.flush()
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
 
 
 def _start(run: CliRun, cwd: Path, env: Mapping[str, str], stdin_path: Path | None) -> runner.Process | None:
@@ -158,11 +154,8 @@ def _start(run: CliRun, cwd: Path, env: Mapping[str, str], stdin_path: Path | No
 
 
 def _start_readers(proc: runner.Process, output: _Output) -> list[threading.Thread]:
-    assert proc.stdout is not None and proc.stderr is not None
-    readers = [
-        threading.Thread(target=output.read_stdout, args=(proc.stdout,), daemon=True),
-        threading.Thread(target=output.read_stderr, args=(proc.stderr,), daemon=True),
-    ]
+    pipes = ((output.read_stdout, proc.stdout), (output.read_stderr, proc.stderr))
+    readers = [threading.Thread(target=read, args=(pipe,), daemon=True) for read, pipe in pipes]
     for reader in readers:
         reader.start()
     return readers

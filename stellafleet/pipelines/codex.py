@@ -210,12 +210,7 @@ class CodexPipeline(AgentCliPipeline):
         if tally.guarded and pricer is None:
             return failed(f"codex was not started: {self.no_price(model)}")
         follower = CodexFollower(pricer, tally)
-        session = SessionLog(codex_home(agent_env(ctx)), follower.log_total)
-
-        def poll() -> str | None:
-            session.thread_id = follower.thread_id
-            return session()
-
+        session = SessionLog(codex_home(agent_env(ctx)), follower.log_total, lambda: follower.thread_id)
         argv = build_argv(
             settings.binary,
             str(ctx.workspace),
@@ -224,7 +219,7 @@ class CodexPipeline(AgentCliPipeline):
             sandbox_args=writable_roots_arg(ctx.workspace),
         )
         prompt = prompt_file(ctx, agent_prompt(ctx))
-        run = run_agent(ctx, argv, on_line=follower, poll=poll, stdin_path=prompt)
+        run = run_agent(ctx, argv, on_line=follower, poll=session, stdin_path=prompt)
         follower.report_steps()
         result = outcome(run, follower, ctx, priced=pricer is not None, model=model)
         return commit_leftovers(ctx, result) if result.success and not ctx.shared else result

@@ -58,16 +58,17 @@ TotalHandler = Callable[[dict[str, Any]], str | None]
 class SessionLog:
     """Follows one thread's session log on each poll and hands every `token_count` total on."""
 
-    def __init__(self, home: Path, on_total: TotalHandler) -> None:
+    def __init__(self, home: Path, on_total: TotalHandler, thread_id: Callable[[], str | None]) -> None:
         self.home = home
         self.on_total = on_total
-        self.thread_id: str | None = None
+        self.thread_id = thread_id  # the thread's id once Codex has said it
         self.path: Path | None = None
         self.offset = 0
 
     def find(self) -> Path | None:
-        if self.path is None and self.thread_id:
-            matches = sorted((self.home / "sessions").glob(f"*/*/*/rollout-*{self.thread_id}.jsonl"))
+        thread = self.thread_id()
+        if self.path is None and thread:
+            matches = sorted((self.home / "sessions").glob(f"*/*/*/rollout-*{thread}.jsonl"))
             self.path = matches[-1] if matches else None
         return self.path
 

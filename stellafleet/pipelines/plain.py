@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -87,11 +88,7 @@ class PlainPipeline:
         transcript = _start_transcript(ctx, settings, redact, priced=pricer is not None)
         sink = events or ProgressPrinter([sys.stdout])  # a fleet worker's stdout is its log
         client = make_client(settings, clock=clock, redact=redact, env=env)
-        wall = (
-            settings.max_wall_seconds
-            if ctx.timeout_s is None
-            else min(settings.max_wall_seconds, ctx.timeout_s)
-        )
+        wall = min(settings.max_wall_seconds, math.inf if ctx.timeout_s is None else ctx.timeout_s)
         engine = Engine(
             client=client,
             toolbox=toolbox,
