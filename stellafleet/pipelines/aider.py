@@ -101,16 +101,12 @@ class AnalyticsFollower(EventLines):
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):  # aider's analytics stringify anything that is not a number
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
+    try:
+        return float(value)  # aider's analytics stringify anything that is not a number
+    except ValueError:
+        return None
 
 
 def _count(value: Any) -> int:

@@ -95,14 +95,14 @@ def interpret(result: dict[str, Any], tally: SpendTally, *, max_turns: int | Non
     text = raw_text if isinstance(raw_text, str) else ""
     raw_errors = result.get("errors")
     errors = [str(e) for e in raw_errors if str(e).strip()] if isinstance(raw_errors, list) else []
-    detail = short("; ".join(errors) or text or "")
+    detail = short("; ".join(errors) or text or "") or "no details"
     note = denial_note(result)
     spent = f"{money(usd)} spent in {turns} turn(s)"
     if subtype == "success" and not result.get("is_error"):
         summary = short(text, 2000) or f"Claude Code finished ({spent})"
         return PipelineResult(success=True, summary=summary + note, **totals)
     if subtype == "success":
-        return failed(f"Claude Code reported an error: {detail or 'no details'} ({spent})", **totals)
+        return failed(f"Claude Code reported an error: {detail} ({spent})", **totals)
     if subtype == "error_max_budget_usd":
         of_guard = f" of {tally.guard_text()}" if tally.guarded else ""
         return failed(f"Claude Code stopped at its spend guard{of_guard}: {spent}{note}", **totals)
@@ -112,10 +112,8 @@ def interpret(result: dict[str, Any], tally: SpendTally, *, max_turns: int | Non
             f"Claude Code stopped at its turn limit{limit} before finishing: {spent}{note}", **totals
         )
     if subtype == "error_during_execution":
-        return failed(f"Claude Code failed during execution: {detail or 'no details'} ({spent})", **totals)
-    return failed(
-        f"Claude Code ended with {subtype or 'no subtype'}: {detail or 'no details'} ({spent})", **totals
-    )
+        return failed(f"Claude Code failed during execution: {detail} ({spent})", **totals)
+    return failed(f"Claude Code ended with {subtype or 'no subtype'}: {detail} ({spent})", **totals)
 
 
 class _ResultWatcher(EventLines):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
@@ -78,21 +78,13 @@ class Usage:
         return cls(count("input_tokens"), count("cached_input_tokens"), count("output_tokens"))
 
     def at_least(self, earlier: Usage) -> bool:
-        return (
-            self.input_tokens >= earlier.input_tokens
-            and self.cached_input_tokens >= earlier.cached_input_tokens
-            and self.output_tokens >= earlier.output_tokens
-        )
+        return all(now >= then for now, then in zip(astuple(self), astuple(earlier), strict=True))
 
     def minus(self, earlier: Usage) -> Usage:
         """What this running total adds to an earlier one (all of it when the counts went down)."""
         if not self.at_least(earlier):
             return self
-        return Usage(
-            self.input_tokens - earlier.input_tokens,
-            self.cached_input_tokens - earlier.cached_input_tokens,
-            self.output_tokens - earlier.output_tokens,
-        )
+        return Usage(*(now - then for now, then in zip(astuple(self), astuple(earlier), strict=True)))
 
     def tokens(self) -> TokenUsage:
         # Codex's input_tokens include the cached ones, the convention the price table uses too.

@@ -10,7 +10,7 @@ from functools import partial
 from typing import Any
 
 from stellafleet import __version__
-from stellafleet.core.clock import Clock
+from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.config import Config
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.pricing import Pricer, price_for, unknown_price_message
@@ -99,7 +99,7 @@ class PlainPipeline:
             pricer=pricer,
             spend=tally,
             transcript=transcript,
-            clock=clock,
+            clock=clock or SystemClock(),
             events=_redacting(sink, redact),
         )
         try:
