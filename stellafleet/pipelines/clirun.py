@@ -162,11 +162,7 @@ def _start_readers(proc: runner.Process, output: _Output) -> list[threading.Thre
 
 
 def _watch(
-    proc: runner.Process,
-    run: CliRun,
-    stop: _Stop,
-    deadline: float | None,
-    poll: Poller | None,
+    proc: runner.Process, run: CliRun, stop: _Stop, deadline: float | None, poll: Poller | None
 ) -> None:
     """Wait while the CLI runs, until its deadline passes or a reason to stop it comes up."""
     while proc.poll() is None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from stellafleet.core.errors import GitError
 from stellafleet.git import gitops
-from stellafleet.pipelines.support import complete_lines
+from stellafleet.pipelines.support import complete_lines, json_line
 
 
 def git_dirs(workspace: Path) -> list[str]:
@@ -90,11 +90,8 @@ class SessionLog:
 
 def token_total(raw: str) -> dict[str, Any] | None:
     """The thread's running usage from one session-log line, when it is a `token_count` event."""
-    try:
-        record = json.loads(raw)
-    except ValueError:
-        return None
-    payload = record.get("payload") if isinstance(record, dict) else None
+    record = json_line(raw)
+    payload = record.get("payload") if record is not None else None
     if not isinstance(payload, dict) or payload.get("type") != "token_count":
         return None
     info = payload.get("info")
