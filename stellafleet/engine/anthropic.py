@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from stellafleet.core.clock import Clock
 from stellafleet.core.pricing import TokenUsage
 from stellafleet.engine.messages import (
     AssistantTurn,
@@ -15,9 +14,7 @@ from stellafleet.engine.messages import (
     ToolSpec,
     UserText,
 )
-from stellafleet.engine.redact import Redactor
-from stellafleet.engine.settings import EngineSettings
-from stellafleet.engine.transport import HttpTransport, arguments_text, token_count
+from stellafleet.engine.transport import WireClient, arguments_text, token_count
 
 ANTHROPIC_VERSION = "2023-06-01"
 
@@ -27,28 +24,15 @@ def _anthropic_url(base_url: str) -> str:
     return base + ("/messages" if base.endswith("/v1") else "/v1/messages")
 
 
-class AnthropicClient:
+class AnthropicClient(WireClient):
     """Anthropic Messages (`/v1/messages`, tool_use blocks)."""
 
-    def __init__(
-        self, settings: EngineSettings, api_key: str | None, *, clock: Clock, redact: Redactor
-    ) -> None:
-        self.settings = settings
-        headers = {"content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION}
-        if api_key:
-            headers["x-api-key"] = api_key
-        self.transport = HttpTransport(
-            label="anthropic",
-            url=_anthropic_url(settings.base_url),
-            headers=headers,
-            timeout=settings.request_timeout,
-            max_retries=settings.max_retries,
-            clock=clock,
-            redact=redact,
-        )
+    label = "anthropic"
+    endpoint = staticmethod(_anthropic_url)
 
-    def close(self) -> None:
-        self.transport.close()
+    @staticmethod
+    def headers(api_key: str | None) -> dict[str, str]:
+        return {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": api_key} if api_key else {})}
 
     @staticmethod
     def wire_messages(messages: list[Message]) -> list[dict[str, Any]]:
@@ -126,18 +110,22 @@ class AnthropicClient:
                     )
         except (KeyError, TypeError, AttributeError) as exc:
             raise self.transport.unexpected_shape(exc, data) from None
-        usage = data.get("usage") or {}
-        cache_read = token_count(usage.get("cache_read_input_tokens"))
-        cache_write = token_count(usage.get("cache_creation_input_tokens"))
         return ModelReply(
             turn=AssistantTurn(text="\n".join(t for t in texts if t), tool_calls=tuple(calls)),
-            # Anthropic's input_tokens leave the cached ones out: add them back for the engine's convention.
-            usage=TokenUsage(
-                input_tokens=token_count(usage.get("input_tokens")) + cache_read + cache_write,
-                output_tokens=token_count(usage.get("output_tokens")),
-                cache_read_tokens=cache_read,
-                cache_write_tokens=cache_write,
-            ),
+            usage=usage_of(data.get("usage")),
             stop_reason=data.get("stop_reason"),
-            raw_model=data.get("model"),
         )
+
+
+def usage_of(usage: Any) -> TokenUsage:
+    """Anthropic's usage block (a Messages reply's, Claude Code's result's) in the engine's convention:
+    its input_tokens leave the cached ones out, so they are added back."""
+    usage = usage if isinstance(usage, dict) else {}
+    cache_read = token_count(usage.get("cache_read_input_tokens"))
+    cache_write = token_count(usage.get("cache_creation_input_tokens"))
+    return TokenUsage(
+        input_tokens=token_count(usage.get("input_tokens")) + cache_read + cache_write,
+        output_tokens=token_count(usage.get("output_tokens")),
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+    )

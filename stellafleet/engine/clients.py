@@ -36,7 +36,5 @@ def make_client(
     key = settings.api_key(env)
     redact = redact or Redactor()
     redact.add(key)
-    clock = clock or SystemClock()
-    if settings.provider == "anthropic":
-        return AnthropicClient(settings, key, clock=clock, redact=redact)
-    return OpenAIClient(settings, key, clock=clock, redact=redact)
+    client = AnthropicClient if settings.provider == "anthropic" else OpenAIClient
+    return client(settings, key, clock=clock or SystemClock(), redact=redact)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from stellafleet.core.clock import Clock, SystemClock
+from stellafleet.core.clock import Clock
 from stellafleet.core.errors import StellaError
 from stellafleet.core.pricing import Pricer
 from stellafleet.core.spend import SpendTally
@@ -80,40 +80,28 @@ class EngineOutcome:
     steps: int
 
 
+@dataclass(kw_only=True)
 class Engine:
-    def __init__(
-        self,
-        *,
-        client: ModelClient,
-        toolbox: Toolbox,
-        system: str,
-        max_steps: int,
-        max_wall_seconds: float,
-        max_output_tokens: int,
-        pricer: Pricer | None,
-        spend: SpendTally,
-        transcript: Transcript,
-        clock: Clock | None = None,
-        events: EventSink | None = None,
-    ) -> None:
-        if spend.guarded and pricer is None:
+    client: ModelClient
+    toolbox: Toolbox
+    system: str
+    max_steps: int
+    max_wall_seconds: float
+    max_output_tokens: int
+    pricer: Pricer | None
+    spend: SpendTally  # the guarded tally: totals, and whether the next call fits under the guard
+    transcript: Transcript
+    clock: Clock
+    events: EventSink
+    messages: list[Message] = field(default_factory=list, init=False)
+    steps: int = field(default=0, init=False)
+    _known_tokens: int = field(default=0, init=False)  # the context size the provider reported last
+    _known_upto: int = field(default=0, init=False)  # how many messages that size covers
+    _started: float = field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        if self.spend.guarded and self.pricer is None:
             raise StellaError("a spend guard needs a price for the model")
-        self.client = client
-        self.toolbox = toolbox
-        self.system = system
-        self.max_steps = max_steps
-        self.max_wall_seconds = max_wall_seconds
-        self.max_output_tokens = max_output_tokens
-        self.pricer = pricer
-        self.spend = spend  # the guarded tally: totals, and whether the next call fits under the guard
-        self.transcript = transcript
-        self.clock = clock or SystemClock()
-        self.events = events or (lambda kind, data: None)
-        self.messages: list[Message] = []
-        self.steps = 0
-        self._known_tokens = 0  # the context size the provider reported for the last call
-        self._known_upto = 0  # how many messages that size covers
-        self._started = 0.0
 
     def run(self, task: str) -> EngineOutcome:
         self._started = self.clock.now()
@@ -226,24 +214,9 @@ class Engine:
             content = f"error: {exc.strerror or exc}"
         except Exception as exc:  # a bug in a tool must not end the attempt
             content = f"error: {call.name} failed unexpectedly: {type(exc).__name__}: {exc}"
-        self.transcript.write(
-            "tool",
-            step=self.steps,
-            name=call.name,
-            arguments=call.arguments,
-            result=content,
-            is_error=is_error,
-        )
-        self.events(
-            "tool",
-            {
-                "step": self.steps,
-                "name": call.name,
-                "arguments": call.arguments,
-                "is_error": is_error,
-                "result": content,
-            },
-        )
+        record = {"step": self.steps, "name": call.name, "arguments": call.arguments, "result": content}
+        self.transcript.write("tool", **record, is_error=is_error)
+        self.events("tool", {**record, "is_error": is_error})
         return ToolResult(call.id, call.name, content, is_error)
 
     def _outcome(self, success: bool, summary: str, stop: str, error: str | None) -> EngineOutcome:

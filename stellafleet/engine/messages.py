@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from stellafleet.core.pricing import TokenUsage
@@ -59,8 +59,6 @@ class ModelReply:
     turn: AssistantTurn
     usage: TokenUsage
     stop_reason: str | None = None
-    raw_model: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def text_size(messages: list[Message]) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from stellafleet.core.clock import Clock
 from stellafleet.core.pricing import TokenUsage
 from stellafleet.engine.messages import (
     AssistantTurn,
@@ -16,9 +15,7 @@ from stellafleet.engine.messages import (
     ToolSpec,
     UserText,
 )
-from stellafleet.engine.redact import Redactor
-from stellafleet.engine.settings import EngineSettings
-from stellafleet.engine.transport import HttpTransport, arguments_text, token_count
+from stellafleet.engine.transport import WireClient, arguments_text, token_count
 
 
 def _openai_url(base_url: str) -> str:
@@ -28,31 +25,20 @@ def _openai_url(base_url: str) -> str:
     return base + "/chat/completions"
 
 
-class OpenAIClient:
+def _max_tokens_key(base_url: str) -> str:
+    # OpenAI's own newer models take max_completion_tokens; compatible servers know max_tokens.
+    return "max_completion_tokens" if urlsplit(base_url).hostname == "api.openai.com" else "max_tokens"
+
+
+class OpenAIClient(WireClient):
     """OpenAI Chat Completions, and every server compatible with it (Ollama, vLLM, llama.cpp, ...)."""
 
-    def __init__(
-        self, settings: EngineSettings, api_key: str | None, *, clock: Clock, redact: Redactor
-    ) -> None:
-        self.settings = settings
-        headers = {"content-type": "application/json"}
-        if api_key:
-            headers["authorization"] = f"Bearer {api_key}"
-        self.transport = HttpTransport(
-            label="openai",
-            url=_openai_url(settings.base_url),
-            headers=headers,
-            timeout=settings.request_timeout,
-            max_retries=settings.max_retries,
-            clock=clock,
-            redact=redact,
-        )
-        # OpenAI's own newer models take max_completion_tokens; compatible servers know max_tokens.
-        host = urlsplit(settings.base_url).hostname or ""
-        self._max_tokens_key = "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
+    label = "openai"
+    endpoint = staticmethod(_openai_url)
 
-    def close(self) -> None:
-        self.transport.close()
+    @staticmethod
+    def headers(api_key: str | None) -> dict[str, str]:
+        return {"authorization": f"Bearer {api_key}"} if api_key else {}
 
     @staticmethod
     def wire_messages(system: str, messages: list[Message]) -> list[dict[str, Any]]:
@@ -86,7 +72,7 @@ class OpenAIClient:
         body: dict[str, Any] = {
             "model": self.settings.model,
             "messages": self.wire_messages(system, messages),
-            self._max_tokens_key: max_tokens,
+            _max_tokens_key(self.settings.base_url): max_tokens,
             "stream": False,
         }
         if tools:
@@ -125,5 +111,4 @@ class OpenAIClient:
                 cache_read_tokens=token_count(details.get("cached_tokens")),
             ),
             stop_reason=choice.get("finish_reason"),
-            raw_model=data.get("model"),
         )

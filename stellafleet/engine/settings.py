@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -45,17 +45,9 @@ class EngineSettings:
         return (env.get(self.api_key_env) or None) if self.api_key_env else None
 
     def public(self) -> dict[str, Any]:
-        """What may be written to transcripts and logs (no key, only the variable's name)."""
-        return {
-            "provider": self.provider,
-            "model": self.model,
-            "base_url": self.base_url,
-            "api_key_env": self.api_key_env,
-            "max_steps": self.max_steps,
-            "max_wall_seconds": self.max_wall_seconds,
-            "max_output_tokens": self.max_output_tokens,
-            "shell": self.shell,
-        }
+        """What a transcript records of them: the key's variable, never a key (and not the timeouts)."""
+        left_out = ("request_timeout", "max_retries", "shell_timeout")
+        return {key: value for key, value in asdict(self).items() if key not in left_out}
 
 
 def is_loopback(url: str) -> bool:
@@ -92,20 +84,9 @@ def _problems_and_values(
             f"no API key for {provider}: set {key_env} in the environment "
             f'(or name another variable with `api_key_env = "..."` under [engine])'
         )
-    values: dict[str, Any] = {
-        "provider": provider,
-        "model": model,
-        "base_url": base_url,
-        "api_key_env": key_env,
-        "max_steps": engine.max_steps,
-        "max_wall_seconds": engine.max_wall_seconds,
-        "max_output_tokens": engine.max_output_tokens,
-        "request_timeout": engine.request_timeout,
-        "max_retries": engine.max_retries,
-        "shell": engine.shell,
-        "shell_timeout": engine.shell_timeout,
-    }
-    return problems, values
+    resolved = {"provider": provider, "model": model, "base_url": base_url, "api_key_env": key_env}
+    limits = {f.name: getattr(engine, f.name) for f in fields(EngineSettings) if f.name not in resolved}
+    return problems, {**resolved, **limits}
 
 
 def settings_problems(

@@ -56,9 +56,7 @@ class Toolbox:
         self._env = dict(os.environ if env is None else env)
         for name in secret_env:
             self._env.pop(name, None)
-        self.tools: dict[str, Tool] = {}
-        for tool in self._standard():
-            self.tools[tool.name] = tool
+        self.tools = {tool.name: tool for tool in self._standard()}
         if shell:
             self.tools["shell"] = Tool(
                 "shell",

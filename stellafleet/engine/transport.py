@@ -11,13 +11,14 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
 from stellafleet.core.clock import Clock
 from stellafleet.engine.errors import EngineError
 from stellafleet.engine.redact import Redactor
+from stellafleet.engine.settings import EngineSettings
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 
@@ -127,6 +128,38 @@ class HttpTransport:
             wait = retry_after_seconds(response.headers["retry-after-ms"], 0.0)
             wait = None if wait is None else wait / 1000
         return wait
+
+
+class WireClient:
+    """What both providers' clients share: the settings and one transport to the provider's endpoint.
+    A subclass is one wire format: its label, endpoint, key header and `complete`."""
+
+    label: ClassVar[str]
+
+    def __init__(
+        self, settings: EngineSettings, api_key: str | None, *, clock: Clock, redact: Redactor
+    ) -> None:
+        self.settings = settings
+        self.transport = HttpTransport(
+            label=self.label,
+            url=self.endpoint(settings.base_url),
+            headers={"content-type": "application/json", **self.headers(api_key)},
+            timeout=settings.request_timeout,
+            max_retries=settings.max_retries,
+            clock=clock,
+            redact=redact,
+        )
+
+    @staticmethod
+    def endpoint(base_url: str) -> str:
+        raise NotImplementedError
+
+    @staticmethod
+    def headers(api_key: str | None) -> dict[str, str]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.transport.close()
 
 
 # --- what both wire formats share when reading a reply ---

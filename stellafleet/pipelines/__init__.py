@@ -10,30 +10,12 @@ from typing import Any
 from stellafleet.core.config import Config
 from stellafleet.core.configschema import PIPELINE_GROUP
 from stellafleet.core.errors import StellaError
-from stellafleet.core.spend import SpendReporter
-from stellafleet.pipelines.base import Pipeline, PipelineResult
-
-GROUP = PIPELINE_GROUP
-
-__all__ = [
-    "GROUP",
-    "Pipeline",
-    "PipelineResult",
-    "SpendReporter",
-    "ask_preflight",
-    "available",
-    "load",
-    "preflight",
-]
-
-
-def _entry_points() -> dict[str, EntryPoint]:
-    return {ep.name: ep for ep in entry_points(group=GROUP)}
+from stellafleet.pipelines.base import Pipeline
 
 
 def available() -> dict[str, EntryPoint]:
     """Installed variants by name (not imported yet)."""
-    return dict(sorted(_entry_points().items()))
+    return {ep.name: ep for ep in sorted(entry_points(group=PIPELINE_GROUP), key=lambda ep: ep.name)}
 
 
 def unknown_pipeline(name: str, installed: Iterable[str]) -> str:
@@ -42,7 +24,7 @@ def unknown_pipeline(name: str, installed: Iterable[str]) -> str:
 
 def load(name: str, installed: Mapping[str, EntryPoint] | None = None) -> Pipeline:
     """The pipeline called name, from the installed ones (`available()`; looked up when not given)."""
-    eps = _entry_points() if installed is None else installed
+    eps = available() if installed is None else installed
     if name not in eps:
         raise StellaError(unknown_pipeline(name, eps))
     try:

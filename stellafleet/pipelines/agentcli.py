@@ -24,37 +24,9 @@ class CliSettings:
     max_turns: int | None = None
 
 
-def cli_settings(config: Config, pipeline: str, default_binary: str) -> CliSettings:
-    """`[pipelines.<pipeline>]` (checked by the config's schema), with the wrapper's default binary."""
-    table = config.agent_cli(pipeline)
-    return CliSettings(
-        binary=(table.binary or default_binary).strip(),
-        extra_args=table.extra_args,
-        model=table.model,
-        max_turns=table.max_turns,
-    )
-
-
 def find_cli(binary: str) -> str | None:
     """The full path of binary (a name looked up on PATH, or a path), or None when it is not there."""
     return shutil.which(binary)
-
-
-def cli_version(binary: str) -> str | None:
-    """The first line `binary --version` prints, or None when it cannot be run."""
-    path = find_cli(binary)
-    if path is None:
-        return None
-    try:
-        done = runner.run([path, "--version"], timeout=VERSION_TIMEOUT_S)
-    except OSError:
-        return None
-    if done.timed_out:
-        return None
-    for line in (done.stdout + "\n" + done.stderr).splitlines():
-        if line.strip():
-            return line.strip()
-    return None
 
 
 class AgentCliPipeline:
@@ -67,7 +39,10 @@ class AgentCliPipeline:
     install_hint: ClassVar[str]
 
     def settings(self, config: Config) -> CliSettings:
-        return cli_settings(config, self.name, self.default_binary)
+        """`[pipelines.<name>]` (checked by the config's schema), with this wrapper's default binary."""
+        table = config.agent_cli(self.name)
+        binary = (table.binary or self.default_binary).strip()
+        return CliSettings(binary, table.extra_args, table.model, table.max_turns)
 
     def cli_path(self, config: Config) -> str | None:
         return find_cli(self.settings(config).binary)
@@ -89,13 +64,19 @@ class AgentCliPipeline:
         return None
 
     def version(self, config: Config | None = None) -> str | None:
-        binary = self.default_binary
-        if config is not None:
-            try:
-                binary = self.settings(config).binary
-            except StellaError:
-                return None
-        return cli_version(binary)
+        """The first line `binary --version` prints, or None when it cannot be run."""
+        try:
+            path = find_cli(self.default_binary if config is None else self.settings(config).binary)
+        except StellaError:
+            return None
+        try:
+            done = runner.run([path, "--version"], timeout=VERSION_TIMEOUT_S) if path else None
+        except OSError:
+            return None
+        if done is None or done.timed_out:
+            return None
+        lines = [line.strip() for line in (done.stdout + "\n" + done.stderr).splitlines() if line.strip()]
+        return lines[0] if lines else None
 
 
 def model_for(ctx: WorkerContext, settings: CliSettings) -> str | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 from stellafleet.core.workercontext import WorkerContext
@@ -17,10 +16,10 @@ def scratch_dir(ctx: WorkerContext) -> Path:
     return path
 
 
-def agent_env(ctx: WorkerContext, base: Mapping[str, str] | None = None) -> dict[str, str]:
+def agent_env(ctx: WorkerContext) -> dict[str, str]:
     """The CLI's environment: ours, the worker context (so `stella commit` works inside the agent),
     and this installation's `stella` first on PATH."""
-    env = dict(os.environ if base is None else base)
+    env = dict(os.environ)
     env.update(ctx.to_env())
     bin_dir = str(Path(sys.executable).parent)
     if (Path(bin_dir) / "stella").exists():

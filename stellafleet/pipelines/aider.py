@@ -21,11 +21,12 @@ from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.spend import RunningTotal, SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
 from stellafleet.pipelines.agentenv import prompt_file, scratch_dir
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
-from stellafleet.pipelines.support import complete_lines, crash_text, failed, json_line, short, timeout_text
+from stellafleet.pipelines.support import EventLines, complete_lines, crash_text, failed, short, timeout_text
 
 CLI = "aider"
 APPLIED = re.compile(r"^Applied edit to (?P<path>.+?)\s*$")
@@ -59,22 +60,24 @@ def build_argv(
     return argv + list(extra_args)
 
 
-class AnalyticsFollower:
+class AnalyticsFollower(EventLines):
     """Reads new complete lines of aider's analytics log on each poll; reports each model call's cost."""
 
+    kind = "event"
+
     def __init__(self, path: Path, spent: SpendTally) -> None:
+        super().__init__()
         self.path = path
         self.spent = spent
         self.offset = 0
         self.session = RunningTotal()  # aider's running total_cost
-        self.bad_line: str | None = None
 
     @property
     def calls(self) -> int:
         """Model calls seen (each is one step)."""
         return self.spent.steps
 
-    def __call__(self) -> str | None:
+    def poll(self) -> str | None:
         try:
             lines, self.offset = complete_lines(self.path, self.offset)
         except FileNotFoundError:
@@ -82,16 +85,10 @@ class AnalyticsFollower:
         if not lines:
             return None  # nothing complete yet: aider may be half-way through a line
         for raw in lines:
-            if raw.strip():
-                self._line(raw)
+            self(raw)
         return self.spent.guard_reached("by its own cost report")
 
-    def _line(self, raw: str) -> None:
-        event = json_line(raw)
-        if event is None or not isinstance(event.get("event"), str):
-            if self.bad_line is None:
-                self.bad_line = raw
-            return
+    def event(self, event: dict[str, Any]) -> None:
         if event["event"] != "message_send":
             return
         props = event.get("properties")
@@ -104,16 +101,12 @@ class AnalyticsFollower:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):  # aider's analytics stringify anything that is not a number
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
+    try:
+        return float(value)  # aider's analytics stringify anything that is not a number
+    except ValueError:
+        return None
 
 
 def _count(value: Any) -> int:
@@ -149,11 +142,9 @@ class AiderPipeline(AgentCliPipeline):
             model=model_for(ctx, settings),
             extra_args=settings.extra_args,
         )
-        run = run_agent(ctx, argv, poll=follower)
+        run = run_agent(ctx, argv, poll=follower.poll)
         result = outcome(run, follower, ctx)
-        if result.success:
-            result = commit_edits(ctx, edited_paths(run), result)
-        return result
+        return commit_edits(ctx, edited_paths(run), result) if result.success else result
 
 
 def outcome(run: CliRun, f: AnalyticsFollower, ctx: WorkerContext) -> PipelineResult:
@@ -188,8 +179,6 @@ def commit_edits(ctx: WorkerContext, paths: list[str], result: PipelineResult) -
     task, nothing left to commit) fails the task and leaves the edits in place."""
     if not paths:
         return result
-    from stellafleet.git.lane import commit_paths
-
     try:
         sha = commit_paths(ctx, paths, f"{ctx.task_title or ctx.task_id} (aider)")
     except StellaError as exc:

@@ -16,19 +16,15 @@ from typing import Any, ClassVar
 from stellafleet.core.config import Config
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.engine.anthropic import usage_of
+from stellafleet.engine.transport import token_count
 from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
 from stellafleet.pipelines.agentenv import agent_prompt, prompt_file, scratch_dir
 from stellafleet.pipelines.base import PipelineResult
-from stellafleet.pipelines.claude_hook import HookContext, hook_settings
+from stellafleet.pipelines.claude_hook import HookContext, edited_path, hook_settings
 from stellafleet.pipelines.clirun import CliRun, run_agent
-from stellafleet.pipelines.support import (
-    crash_text,
-    failed,
-    json_line,
-    parse_failure,
-    short,
-    timeout_text,
-)
+from stellafleet.pipelines.support import EventLines, crash_text, failed, parse_failure, short, timeout_text
+from stellafleet.state.claims import Holder
 
 CLI = "claude"
 NO_MCP_SERVERS = json.dumps({"mcpServers": {}})
@@ -74,22 +70,6 @@ def build_argv(
     return argv + list(extra_args)
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def usage_tokens(usage: Any) -> tuple[int, int]:
-    """(prompt tokens, output tokens) from Claude's usage: its input_tokens exclude cache reads/writes."""
-    if not isinstance(usage, dict):
-        return 0, 0
-    prompt = (
-        _int(usage.get("input_tokens"))
-        + _int(usage.get("cache_creation_input_tokens"))
-        + _int(usage.get("cache_read_input_tokens"))
-    )
-    return prompt, _int(usage.get("output_tokens"))
-
-
 def denial_note(result: dict[str, Any]) -> str:
     denials = result.get("permission_denials")
     if not isinstance(denials, list) or not denials:
@@ -97,41 +77,34 @@ def denial_note(result: dict[str, Any]) -> str:
     names = []
     for denial in denials[:3]:
         if isinstance(denial, dict):
-            raw_input = denial.get("tool_input")
-            tool_input: dict[str, Any] = raw_input if isinstance(raw_input, dict) else {}
-            target = tool_input.get("file_path") or tool_input.get("notebook_path") or ""
-            names.append(f"{denial.get('tool_name', '?')} {target}".strip())
+            names.append(f"{denial.get('tool_name', '?')} {edited_path(denial) or ''}".strip())
     more = f" and {len(denials) - 3} more" if len(denials) > 3 else ""
     return f" ({len(denials)} tool call(s) refused: {', '.join(names)}{more})"
 
 
-def interpret(result: dict[str, Any], *, guard: str | None, max_turns: int | None) -> PipelineResult:
-    """Claude Code's final `result` message as a PipelineResult (spend reported separately)."""
+def interpret(result: dict[str, Any], tally: SpendTally, *, max_turns: int | None) -> PipelineResult:
+    """Claude Code's final `result` message as a PipelineResult, its spend reported into tally."""
     cost = result.get("total_cost_usd")
     usd = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else 0.0
-    input_tokens, output_tokens = usage_tokens(result.get("usage"))
-    turns = _int(result.get("num_turns"))
-    totals: dict[str, Any] = {
-        "spend_usd": usd,
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "steps": turns,
-    }
+    usage = usage_of(result.get("usage"))
+    turns = token_count(result.get("num_turns"))
+    tally.add(usd, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, steps=turns)
+    totals = tally.totals()
     subtype = str(result.get("subtype") or "")
     raw_text = result.get("result")
     text = raw_text if isinstance(raw_text, str) else ""
     raw_errors = result.get("errors")
     errors = [str(e) for e in raw_errors if str(e).strip()] if isinstance(raw_errors, list) else []
-    detail = short("; ".join(errors) or text or "")
+    detail = short("; ".join(errors) or text or "") or "no details"
     note = denial_note(result)
     spent = f"{money(usd)} spent in {turns} turn(s)"
     if subtype == "success" and not result.get("is_error"):
         summary = short(text, 2000) or f"Claude Code finished ({spent})"
         return PipelineResult(success=True, summary=summary + note, **totals)
     if subtype == "success":
-        return failed(f"Claude Code reported an error: {detail or 'no details'} ({spent})", **totals)
+        return failed(f"Claude Code reported an error: {detail} ({spent})", **totals)
     if subtype == "error_max_budget_usd":
-        of_guard = f" of {guard}" if guard is not None else ""
+        of_guard = f" of {tally.guard_text()}" if tally.guarded else ""
         return failed(f"Claude Code stopped at its spend guard{of_guard}: {spent}{note}", **totals)
     if subtype == "error_max_turns":
         limit = f" ({max_turns})" if max_turns is not None else ""
@@ -139,32 +112,18 @@ def interpret(result: dict[str, Any], *, guard: str | None, max_turns: int | Non
             f"Claude Code stopped at its turn limit{limit} before finishing: {spent}{note}", **totals
         )
     if subtype == "error_during_execution":
-        return failed(f"Claude Code failed during execution: {detail or 'no details'} ({spent})", **totals)
-    return failed(
-        f"Claude Code ended with {subtype or 'no subtype'}: {detail or 'no details'} ({spent})", **totals
-    )
+        return failed(f"Claude Code failed during execution: {detail} ({spent})", **totals)
+    return failed(f"Claude Code ended with {subtype or 'no subtype'}: {detail} ({spent})", **totals)
 
 
-class _ResultWatcher:
-    """Keeps the last `result` message of the stream and the first line that is not JSON."""
+class _ResultWatcher(EventLines):
+    """Keeps the last `result` message of the stream."""
 
-    def __init__(self) -> None:
-        self.result: dict[str, Any] | None = None
-        self.bad_line: str | None = None
-        self.messages = 0
+    result: dict[str, Any] | None = None
 
-    def __call__(self, line: str) -> str | None:
-        if not line.strip():
-            return None
-        message = json_line(line)
-        if message is None:
-            if self.bad_line is None:
-                self.bad_line = line
-            return None
-        self.messages += 1
-        if message.get("type") == "result":
-            self.result = message
-        return None
+    def event(self, event: dict[str, Any]) -> None:
+        if event.get("type") == "result":
+            self.result = event
 
 
 class ClaudeCodePipeline(AgentCliPipeline):
@@ -177,9 +136,7 @@ class ClaudeCodePipeline(AgentCliPipeline):
     def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult:
         settings = self.settings(config)
         tally = SpendTally.for_attempt(ctx, spend)
-        settings_file: str | None = None
-        if ctx.shared:
-            settings_file = str(write_hook_settings(ctx))
+        settings_file = str(write_hook_settings(ctx)) if ctx.shared else None
         argv = build_argv(
             settings.binary,
             settings_file=settings_file,
@@ -198,13 +155,7 @@ class ClaudeCodePipeline(AgentCliPipeline):
         run: CliRun, watcher: _ResultWatcher, ctx: WorkerContext, max_turns: int | None, tally: SpendTally
     ) -> PipelineResult:
         if watcher.result is not None:
-            result = interpret(watcher.result, guard=tally.guard_text(), max_turns=max_turns)
-            tally.add(
-                result.spend_usd,
-                input_tokens=result.input_tokens,
-                output_tokens=result.output_tokens,
-                steps=result.steps,
-            )
+            result = interpret(watcher.result, tally, max_turns=max_turns)
             if run.timed_out:  # it reported, then hung on the way out
                 result.success = False
                 result.summary = f"{timeout_text(CLI, ctx.timeout_s)} after reporting: {result.summary}"
@@ -218,13 +169,11 @@ class ClaudeCodePipeline(AgentCliPipeline):
             return failed(crash_text(CLI, run))
         if watcher.bad_line is not None:
             return failed(parse_failure(CLI, f"not a JSON line: {short(watcher.bad_line, 120)!r}", run))
-        return failed(parse_failure(CLI, f"no result message among {watcher.messages} message(s)", run))
+        return failed(parse_failure(CLI, f"no result message among {watcher.events} message(s)", run))
 
 
 def write_hook_settings(ctx: WorkerContext) -> Path:
     """Write the hook's context and the settings file that installs it; returns the settings path."""
-    from stellafleet.state.claims import Holder
-
     holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
     scratch = scratch_dir(ctx)
     context_file = scratch / "claude-hook.json"

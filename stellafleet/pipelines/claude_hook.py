@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from stellafleet.state.claims import Holder
+from stellafleet.core.errors import ClaimConflict
+from stellafleet.state.claims import ClaimStore, Holder
 
 HOOK_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"
 HOOK_TIMEOUT_S = 30
@@ -41,8 +42,6 @@ class HookContext:
         return cls(workspace=workspace, store_db=store_db, **asdict(holder))
 
     def holder(self) -> Holder:
-        from stellafleet.state.claims import Holder
-
         return Holder(**{key: getattr(self, key) for key in Holder.__dataclass_fields__})
 
     def write(self, path: Path) -> None:
@@ -56,8 +55,6 @@ class HookContext:
 
 def hook_command(context_file: Path) -> str:
     """The shell command Claude Code runs for the hook (it runs hook commands through a shell)."""
-    import shlex
-
     return (
         f"{shlex.quote(sys.executable)} -m stellafleet.pipelines.claude_hook {shlex.quote(str(context_file))}"
     )
@@ -107,9 +104,6 @@ def workspace_relative(path: str, workspace: str, cwd: str | None) -> str | None
 
 def decide(event: dict[str, Any], context: HookContext) -> str | None:
     """None to let the edit go ahead (claim taken or already ours), else the reason to deny it."""
-    from stellafleet.core.errors import ClaimConflict
-    from stellafleet.state.claims import ClaimStore
-
     path = edited_path(event)
     if path is None:
         return None  # nothing that names a file: not ours to judge

@@ -1,6 +1,6 @@
 """Running an agent CLI under a timeout and a guard, following its output as it arrives.
 
-There is one way to run an agent CLI here (`run_cli`): it starts the CLI in its own process group with
+There is one way to run an agent CLI here (`run_agent`): it starts the CLI in its own process group with
 stdin closed (or reading a file: the prompt), hands each stdout line to the wrapper as it arrives (the
 wrappers parse JSON events live), copies stderr to the worker's log, keeps stdout in the attempt's
 transcript, and stops the whole group (SIGTERM, then SIGKILL after a grace period) when the task timeout
@@ -48,7 +48,6 @@ class CliRun:
     stopped: str | None = None  # why the wrapper stopped it, if it did
     timed_out: bool = False
     start_error: str | None = None
-    duration_s: float = 0.0
 
     def exit_text(self) -> str:
         return "no exit status" if self.returncode is None else signal_description(self.returncode)
@@ -79,30 +78,27 @@ class _Stop:
 class _Transcript:
     """The attempt's transcript, stdout appended line by line; one that cannot be written is not fatal."""
 
-    def __init__(self, path: Path | None, log: TextIO) -> None:
-        self._log = log
+    def __init__(self, path: Path | None) -> None:
         self._file: TextIO | None = None
-        if path is None:
-            return
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("a", encoding="utf-8")
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = path.open("a", encoding="utf-8")
         except OSError as exc:
-            log.write(f"stella: cannot write the transcript {path}: {exc.strerror or exc}\n")
+            sys.stderr.write(f"stella: cannot write the transcript {path}: {exc.strerror or exc}\n")
 
     def write(self, text: str) -> None:
-        if self._file is None:
-            return
         try:
-            self._file.write(text + "\n")
-            self._file.flush()
+            if self._file is not None:
+                self._file.write(text + "\n")
+                self._file.flush()
         except OSError as exc:  # keep draining the pipe even when the disk is full
-            self._log.write(f"stella: transcript write failed, no longer recording it: {exc}\n")
+            sys.stderr.write(f"stella: transcript write failed, no longer recording it: {exc}\n")
             self.close()
 
     def close(self) -> None:
-        if self._file is not None:
-            file, self._file = self._file, None
+        file, self._file = self._file, None
+        if file is not None:
             file.close()
 
 
@@ -114,9 +110,7 @@ class _Output:
     stop: _Stop
     on_line: LineHandler | None
     transcript: Path | None
-    log: TextIO
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
-    log_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def follow(self, text: str) -> None:
         """Hand one stdout line to the wrapper; a reason it returns stops the CLI."""
@@ -130,7 +124,7 @@ class _Output:
             self.stop.request(reason)
 
     def read_stdout(self, stream: Iterable[str]) -> None:
-        sink = _Transcript(self.transcript, self.log)
+        sink = _Transcript(self.transcript)
         try:
             for line in stream:
                 text = line.rstrip("\n")
@@ -144,9 +138,8 @@ class _Output:
         for line in stream:
             text = line.rstrip("\n")
             self.stderr_tail.append(text)
-            with self.log_lock:
-                self.log.write(text + "\n")
-                self.log.flush()
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
 
 
 def _start(run: CliRun, cwd: Path, env: Mapping[str, str], stdin_path: Path | None) -> runner.Process | None:
@@ -161,27 +154,19 @@ def _start(run: CliRun, cwd: Path, env: Mapping[str, str], stdin_path: Path | No
 
 
 def _start_readers(proc: runner.Process, output: _Output) -> list[threading.Thread]:
-    assert proc.stdout is not None and proc.stderr is not None
-    readers = [
-        threading.Thread(target=output.read_stdout, args=(proc.stdout,), daemon=True),
-        threading.Thread(target=output.read_stderr, args=(proc.stderr,), daemon=True),
-    ]
+    pipes = ((output.read_stdout, proc.stdout), (output.read_stderr, proc.stderr))
+    readers = [threading.Thread(target=read, args=(pipe,), daemon=True) for read, pipe in pipes]
     for reader in readers:
         reader.start()
     return readers
 
 
 def _watch(
-    proc: runner.Process,
-    run: CliRun,
-    stop: _Stop,
-    deadline: float | None,
-    poll: Poller | None,
-    poll_s: float,
+    proc: runner.Process, run: CliRun, stop: _Stop, deadline: float | None, poll: Poller | None
 ) -> None:
     """Wait while the CLI runs, until its deadline passes or a reason to stop it comes up."""
     while proc.poll() is None:
-        wait = poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic()))
+        wait = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic()))
         if stop.event.wait(wait):
             return
         if deadline is not None and time.monotonic() >= deadline:
@@ -194,14 +179,12 @@ def _watch(
                 return
 
 
-def _end(
-    proc: runner.Process, run: CliRun, stop: _Stop, readers: list[threading.Thread], grace_s: float
-) -> None:
+def _end(proc: runner.Process, run: CliRun, stop: _Stop, readers: list[threading.Thread]) -> None:
     """Stop the CLI's group if the CLI still runs, reap it, and let the readers drain its output."""
     if proc.poll() is None:
         # Only a CLI we actually signal counts as stopped; a reason found after it exited does not.
         run.stopped = None if run.timed_out else stop.reason
-        proc.stop(grace_s)
+        proc.stop(GRACE_S)
     else:
         proc.wait()
     for reader in readers:
@@ -213,40 +196,6 @@ def _end(
             reader.join(timeout=READER_JOIN_S)
 
 
-def run_cli(
-    argv: Sequence[str],
-    *,
-    cwd: Path,
-    env: Mapping[str, str],
-    timeout_s: float | None,
-    on_line: LineHandler | None = None,
-    poll: Poller | None = None,
-    transcript: Path | None = None,
-    log: TextIO | None = None,
-    stdin_path: Path | None = None,
-    grace_s: float = GRACE_S,
-    poll_s: float = POLL_S,
-) -> CliRun:
-    """Run an agent CLI to its end, or until timeout_s passes, or until on_line/poll return a reason."""
-    run = CliRun(argv=list(argv))
-    started = time.monotonic()
-    proc = _start(run, cwd, env, stdin_path)
-    if proc is None:
-        return run
-    stop = _Stop()
-    output = _Output(run, stop, on_line, transcript, log if log is not None else sys.stderr)
-    readers = _start_readers(proc, output)
-    deadline = None if timeout_s is None else started + timeout_s
-    _watch(proc, run, stop, deadline, poll, poll_s)
-    _end(proc, run, stop, readers, grace_s)
-    if poll is not None and not run.timed_out:
-        poll()  # a last look at files the CLI wrote just before it exited
-    run.returncode = proc.returncode
-    run.stderr_tail = list(output.stderr_tail)
-    run.duration_s = time.monotonic() - started
-    return run
-
-
 def run_agent(
     ctx: WorkerContext,
     argv: Sequence[str],
@@ -255,15 +204,22 @@ def run_agent(
     poll: Poller | None = None,
     stdin_path: Path | None = None,
 ) -> CliRun:
-    """run_cli for a task's agent: in its workspace, with the agent environment, the task's timeout and
-    the attempt's transcript (and stdin_path, if given, as its standard input)."""
-    return run_cli(
-        argv,
-        cwd=ctx.workspace,
-        env=agent_env(ctx),
-        timeout_s=ctx.timeout_s,
-        on_line=on_line,
-        poll=poll,
-        transcript=ctx.transcript_path,
-        stdin_path=stdin_path,
-    )
+    """Run a task's agent CLI in its workspace, with the agent environment, the attempt's transcript (and
+    stdin_path, if given, as its standard input), to its end, or until the task's timeout passes, or until
+    on_line/poll return a reason."""
+    run = CliRun(argv=list(argv))
+    started = time.monotonic()
+    proc = _start(run, ctx.workspace, agent_env(ctx), stdin_path)
+    if proc is None:
+        return run
+    stop = _Stop()
+    output = _Output(run, stop, on_line, ctx.transcript_path)
+    readers = _start_readers(proc, output)
+    deadline = None if ctx.timeout_s is None else started + ctx.timeout_s
+    _watch(proc, run, stop, deadline, poll)
+    _end(proc, run, stop, readers)
+    if poll is not None and not run.timed_out:
+        poll()  # a last look at files the CLI wrote just before it exited
+    run.returncode = proc.returncode
+    run.stderr_tail = list(output.stderr_tail)
+    return run

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
@@ -22,19 +22,14 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_price_message
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.git import gitops
+from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
 from stellafleet.pipelines.agentenv import agent_env, agent_prompt, prompt_file
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
 from stellafleet.pipelines.codex_session import SessionLog, codex_home, writable_roots_arg
-from stellafleet.pipelines.support import (
-    crash_text,
-    failed,
-    json_line,
-    parse_failure,
-    short,
-    timeout_text,
-)
+from stellafleet.pipelines.support import EventLines, crash_text, failed, parse_failure, short, timeout_text
 
 CLI = "codex"
 # Items that are the agent doing something (as opposed to talking or thinking): each counts as a step.
@@ -83,25 +78,13 @@ class Usage:
         return cls(count("input_tokens"), count("cached_input_tokens"), count("output_tokens"))
 
     def at_least(self, earlier: Usage) -> bool:
-        return (
-            self.input_tokens >= earlier.input_tokens
-            and self.cached_input_tokens >= earlier.cached_input_tokens
-            and self.output_tokens >= earlier.output_tokens
-        )
+        return all(now >= then for now, then in zip(astuple(self), astuple(earlier), strict=True))
 
     def minus(self, earlier: Usage) -> Usage:
         """What this running total adds to an earlier one (all of it when the counts went down)."""
-        if (
-            self.input_tokens < earlier.input_tokens
-            or self.cached_input_tokens < earlier.cached_input_tokens
-            or self.output_tokens < earlier.output_tokens
-        ):
+        if not self.at_least(earlier):
             return self
-        return Usage(
-            self.input_tokens - earlier.input_tokens,
-            self.cached_input_tokens - earlier.cached_input_tokens,
-            self.output_tokens - earlier.output_tokens,
-        )
+        return Usage(*(now - then for now, then in zip(astuple(self), astuple(earlier), strict=True)))
 
     def tokens(self) -> TokenUsage:
         # Codex's input_tokens include the cached ones, the convention the price table uses too.
@@ -112,10 +95,13 @@ class Usage:
         )
 
 
-class CodexFollower:
+class CodexFollower(EventLines):
     """Reads `codex exec --json` events as they arrive, reports spend, and says when to stop."""
 
+    kind = "type"
+
     def __init__(self, pricer: Pricer | None, spent: SpendTally) -> None:
+        super().__init__()
         self.pricer = pricer
         self.spent = spent
         self.total = Usage()
@@ -124,31 +110,15 @@ class CodexFollower:
         self.turn_failed: str | None = None
         self.errors: list[str] = []
         self.last_message = ""
-        self.events = 0
-        self.bad_line: str | None = None
         self.thread_id: str | None = None
         self.from_log = False  # the session log is being followed: turn totals only top it up
         self._lock = threading.Lock()
 
-    def __call__(self, line: str) -> str | None:
-        if not line.strip():
-            return None
-        event = json_line(line)
-        if event is None or not isinstance(event.get("type"), str):
-            if self.bad_line is None:
-                self.bad_line = line
-            return None
+    def event(self, event: dict[str, Any]) -> str | None:
         with self._lock:
-            self.events += 1
-            try:
-                return self._handle(event)
-            except ValueError as exc:  # a usage we cannot read: say so at the end, let codex go on
-                if self.bad_line is None:
-                    self.bad_line = f"{line} ({exc})"
-                return None
+            return self._handle(event["type"], event)
 
-    def _handle(self, event: dict[str, Any]) -> str | None:
-        kind = event["type"]
+    def _handle(self, kind: str, event: dict[str, Any]) -> str | None:
         if kind == "thread.started" and isinstance(event.get("thread_id"), str):
             self.thread_id = event["thread_id"]
         elif kind == "item.completed" and isinstance(event.get("item"), dict):
@@ -232,12 +202,7 @@ class CodexPipeline(AgentCliPipeline):
         if tally.guarded and pricer is None:
             return failed(f"codex was not started: {self.no_price(model)}")
         follower = CodexFollower(pricer, tally)
-        session = SessionLog(codex_home(agent_env(ctx)), follower.log_total)
-
-        def poll() -> str | None:
-            session.thread_id = follower.thread_id
-            return session()
-
+        session = SessionLog(codex_home(agent_env(ctx)), follower.log_total, lambda: follower.thread_id)
         argv = build_argv(
             settings.binary,
             str(ctx.workspace),
@@ -246,7 +211,7 @@ class CodexPipeline(AgentCliPipeline):
             sandbox_args=writable_roots_arg(ctx.workspace),
         )
         prompt = prompt_file(ctx, agent_prompt(ctx))
-        run = run_agent(ctx, argv, on_line=follower, poll=poll, stdin_path=prompt)
+        run = run_agent(ctx, argv, on_line=follower, poll=session, stdin_path=prompt)
         follower.report_steps()
         result = outcome(run, follower, ctx, priced=pricer is not None, model=model)
         return commit_leftovers(ctx, result) if result.success and not ctx.shared else result
@@ -283,9 +248,6 @@ def outcome(
 def commit_leftovers(ctx: WorkerContext, result: PipelineResult) -> PipelineResult:
     """In its own worktree, what Codex changed but did not commit is committed for it, so a finished
     task never leaves its work outside its branch (the worktree has no other writer)."""
-    from stellafleet.git import gitops
-    from stellafleet.git.lane import commit_paths
-
     try:
         paths = gitops.changed_paths(ctx.workspace)
         if paths:

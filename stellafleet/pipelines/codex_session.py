@@ -20,7 +20,7 @@ from typing import Any
 
 from stellafleet.core.errors import GitError
 from stellafleet.git import gitops
-from stellafleet.pipelines.support import complete_lines
+from stellafleet.pipelines.support import complete_lines, json_line
 
 
 def git_dirs(workspace: Path) -> list[str]:
@@ -58,17 +58,17 @@ TotalHandler = Callable[[dict[str, Any]], str | None]
 class SessionLog:
     """Follows one thread's session log on each poll and hands every `token_count` total on."""
 
-    def __init__(self, home: Path, on_total: TotalHandler) -> None:
+    def __init__(self, home: Path, on_total: TotalHandler, thread_id: Callable[[], str | None]) -> None:
         self.home = home
         self.on_total = on_total
-        self.thread_id: str | None = None
+        self.thread_id = thread_id  # the thread's id once Codex has said it
         self.path: Path | None = None
         self.offset = 0
-        self.totals_seen = 0
 
     def find(self) -> Path | None:
-        if self.path is None and self.thread_id:
-            matches = sorted((self.home / "sessions").glob(f"*/*/*/rollout-*{self.thread_id}.jsonl"))
+        thread = self.thread_id()
+        if self.path is None and thread:
+            matches = sorted((self.home / "sessions").glob(f"*/*/*/rollout-*{thread}.jsonl"))
             self.path = matches[-1] if matches else None
         return self.path
 
@@ -84,18 +84,14 @@ class SessionLog:
         for raw in lines:  # none while Codex is half-way through a line
             total = token_total(raw)
             if total is not None:
-                self.totals_seen += 1
                 reason = self.on_total(total) or reason
         return reason
 
 
 def token_total(raw: str) -> dict[str, Any] | None:
     """The thread's running usage from one session-log line, when it is a `token_count` event."""
-    try:
-        record = json.loads(raw)
-    except ValueError:
-        return None
-    payload = record.get("payload") if isinstance(record, dict) else None
+    record = json_line(raw)
+    payload = record.get("payload") if record is not None else None
     if not isinstance(payload, dict) or payload.get("type") != "token_count":
         return None
     info = payload.get("info")

@@ -26,6 +26,7 @@ from stellafleet.core.spend import SpendReporter, check_count, check_usd
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc import runner
+from stellafleet.proc.tree import signal_description
 
 RESULT_ENV = "STELLA_COMMAND_RESULT"
 SHELL = "/bin/sh"
@@ -34,12 +35,6 @@ SHELL = "/bin/sh"
 def command_for(config: Config, task_id: str) -> str | None:
     """The task's own command when configured, else the pipeline's."""
     return config.pipelines.command.command_for(task_id)
-
-
-def _signal_text(returncode: int) -> str:
-    from stellafleet.proc.tree import signal_description
-
-    return signal_description(returncode)
 
 
 def _read_report(path: Path) -> dict[str, Any]:
@@ -147,5 +142,5 @@ def conclude(returncode: int, report_path: Path, last_line: str, spend: SpendRep
     summary = str(report.get("summary") or last_line or "")
     if returncode == 0:
         return PipelineResult(True, summary or "command succeeded", None, usd, tokens_in, tokens_out, steps)
-    error = f"command failed: {_signal_text(returncode)}"
+    error = f"command failed: {signal_description(returncode)}"
     return PipelineResult(False, summary or error, error, usd, tokens_in, tokens_out, steps)

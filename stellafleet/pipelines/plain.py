@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from stellafleet import __version__
-from stellafleet.core.clock import Clock
+from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.config import Config
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.pricing import Pricer, price_for, unknown_price_message
@@ -22,7 +24,9 @@ from stellafleet.engine.settings import DEFAULT_KEY_ENV, EngineSettings, load_se
 from stellafleet.engine.tools import Committer, Toolbox
 from stellafleet.engine.transcript import Transcript
 from stellafleet.engine.workspace import ClaimFn, Workspace
+from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.base import PipelineResult
+from stellafleet.state.claims import ClaimStore, Holder
 
 SPEND_ENV = ("STELLA_SPEND_LIMIT", "STELLA_SPEND_GUARD")
 _HOW_TO_PRICE = 'set [prices."MODEL"] input_per_mtok and output_per_mtok in .stella/config.toml'
@@ -84,11 +88,7 @@ class PlainPipeline:
         transcript = _start_transcript(ctx, settings, redact, priced=pricer is not None)
         sink = events or ProgressPrinter([sys.stdout])  # a fleet worker's stdout is its log
         client = make_client(settings, clock=clock, redact=redact, env=env)
-        wall = (
-            settings.max_wall_seconds
-            if ctx.timeout_s is None
-            else min(settings.max_wall_seconds, ctx.timeout_s)
-        )
+        wall = min(settings.max_wall_seconds, math.inf if ctx.timeout_s is None else ctx.timeout_s)
         engine = Engine(
             client=client,
             toolbox=toolbox,
@@ -99,7 +99,7 @@ class PlainPipeline:
             pricer=pricer,
             spend=tally,
             transcript=transcript,
-            clock=clock,
+            clock=clock or SystemClock(),
             events=_redacting(sink, redact),
         )
         try:
@@ -119,7 +119,7 @@ def _toolbox(
 ) -> Toolbox:
     """The attempt's tools: commits through the lane and, in a shared tree, claims taken on write."""
     if committer is None:
-        committer = _lane_committer(ctx)
+        committer = partial(commit_paths, ctx)
     if claim is None and ctx.shared:
         claim = _implicit_claims(ctx)
     return Toolbox(
@@ -165,23 +165,11 @@ def _result(outcome: EngineOutcome, redact: Redactor) -> PipelineResult:
     )
 
 
-def _lane_committer(ctx: WorkerContext) -> Committer:
-    from stellafleet.git.lane import commit_paths
-
-    def commit(paths: list[str], message: str) -> str:
-        return commit_paths(ctx, paths, message)
-
-    return commit
-
-
 def _implicit_claims(ctx: WorkerContext) -> ClaimFn:
-    from stellafleet.state.claims import ClaimStore, Holder
-
     holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
-    store_path = ctx.paths.store_db
 
     def claim(rel: str) -> None:
-        with ClaimStore.open(store_path) as store:
+        with ClaimStore.open(ctx.paths.store_db) as store:
             store.touch(rel, holder)
 
     return claim

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, ClassVar
 
 from stellafleet.core.spend import money
 from stellafleet.pipelines.base import PipelineResult
@@ -28,13 +28,11 @@ def crash_text(cli: str, run: CliRun) -> str:
     return f"{cli} ended ({run.exit_text()}) before reporting a result" + (f": {detail}" if detail else "")
 
 
-def parse_failure(cli: str, detail: str, run: CliRun, *, log: TextIO | None = None) -> str:
+def parse_failure(cli: str, detail: str, run: CliRun) -> str:
     """The message for output we could not understand; the raw tail goes to the worker's log."""
-    log = log if log is not None else sys.stderr
-    log.write(f"stella: could not parse {cli} output ({detail}); the last lines it printed were:\n")
-    for line in run.stdout_tail():
-        log.write(f"  | {line}\n")
-    log.flush()
+    sys.stderr.write(f"stella: could not parse {cli} output ({detail}); the last lines it printed were:\n")
+    sys.stderr.writelines(f"  | {line}\n" for line in run.stdout_tail())
+    sys.stderr.flush()
     return f"could not parse {cli} output: {detail}"
 
 
@@ -54,6 +52,35 @@ def json_line(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+class EventLines:
+    """A CLI's JSON events, one per line, each handed to `event`; the first line that is not one is kept
+    for the error message. kind: the key whose text value makes a JSON object one of its events."""
+
+    kind: ClassVar[str | None] = None
+
+    def __init__(self) -> None:
+        self.bad_line: str | None = None
+        self.events = 0
+
+    def __call__(self, line: str) -> str | None:
+        if not line.strip():
+            return None
+        event = json_line(line)
+        if event is None or (self.kind is not None and not isinstance(event.get(self.kind), str)):
+            self.bad_line = self.bad_line or line
+            return None
+        self.events += 1
+        try:
+            return self.event(event)
+        except ValueError as exc:  # an event we cannot read (a usage): said at the end, the CLI goes on
+            self.bad_line = self.bad_line or f"{line} ({exc})"
+            return None
+
+    def event(self, event: dict[str, Any]) -> str | None:
+        """Take one event in; a reason it returns stops the CLI."""
+        raise NotImplementedError
 
 
 def complete_lines(path: Path, offset: int) -> tuple[list[str], int]:
