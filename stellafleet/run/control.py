@@ -228,7 +228,6 @@ class FleetRun:
             RunStarted(
                 run_id=p.run_id,
                 concurrency=p.concurrency.describe() + schedule_note(p.schedule, p.resume),
-                max_concurrency=p.concurrency.value,
                 base_ref=p.base_ref,
                 base_commit=p.base_commit,
                 tasks=p.plan.ids,

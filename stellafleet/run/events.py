@@ -21,7 +21,6 @@ class RunStarted:
 
     run_id: str
     concurrency: str  # how many workers at once, and why (e.g. "max concurrency 2 (--max-concurrency)")
-    max_concurrency: int
     base_ref: str
     base_commit: str
     tasks: tuple[str, ...]
@@ -82,9 +81,7 @@ class AttemptStarted:
 
     task: str
     title: str
-    attempt: int
     pid: int | None
-    workspace: Path
     branch: str | None  # only for isolated tasks
     log_path: Path
     result_path: Path
@@ -99,7 +96,6 @@ class AttemptEnded:
     end: AttemptEnd
     elapsed_s: float
     spend_usd: float
-    branch: str | None
 
 
 @dataclass(frozen=True)
