@@ -7,10 +7,10 @@ thread they run on; a reporter (reporter.py) is an EventSink that decides how th
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from stellafleet.core.status import AttemptEnd, Stop, TaskStatus
 
@@ -163,5 +163,8 @@ class EventSink:
     def on_notice(self, event: Notice) -> None:
         pass
 
+    def finish(self, doc: Mapping[str, Any]) -> None:
+        """The run's result document (run/result.py), once it is over."""
+
     def abort(self) -> None:
-        """Give back what the sink holds when the run ends without a result (most hold nothing)."""
+        """Give back what the sink holds when the run ends without a result (after finish: nothing)."""

@@ -2,8 +2,8 @@
 
 The control, the wave runner and the dispatcher only emit events (events.py); a reporter decides how they
 look: a live rich display on a terminal, plain lines for CI logs, or one JSON document at the end. Events
-come from many dispatch threads, so every reporter serialises them. The run's result document
-(run/result.py) goes to `finish`.
+come from many dispatch threads, so every reporter serialises them (events.EventSink). The run's result
+document (run/result.py) goes to `finish`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import IO, TYPE_CHECKING, Any, Protocol, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from stellafleet.core import jsontext
 from stellafleet.core.spend import money
@@ -23,7 +23,6 @@ from stellafleet.core.terminal import Piece, aligned, printable, styled
 from stellafleet.run.events import (
     AttemptEnded,
     AttemptStarted,
-    Event,
     EventSink,
     Notice,
     RunStarted,
@@ -47,18 +46,6 @@ STATUS_COLORS: dict[str, str] = {
 }
 # Tasks whose attempt ended: what their worker said is worth showing.
 ATTEMPTED = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.INTERRUPTED)
-
-
-class Reporter(Protocol):
-    """Where a run's events go (from many threads), and its result document at the end."""
-
-    def handle(self, event: Event) -> None: ...
-
-    def finish(self, doc: Mapping[str, Any]) -> None: ...
-
-    def abort(self) -> None:
-        """Give back what the display holds when the run ends without a result (after finish: nothing)."""
-        ...
 
 
 def counted(n: int, noun: str) -> str:
@@ -325,7 +312,7 @@ class LossyStream:
 
 def make_reporter(
     *, json_mode: bool, quiet: bool, probe: ProgressProbe | None = None, stream: IO[str] | None = None
-) -> Reporter:
+) -> EventSink:
     out = cast(IO[str], LossyStream(stream or sys.stdout))
     if json_mode:
         return JsonReporter(out, err=cast(IO[str], LossyStream(sys.stderr)))
