@@ -204,7 +204,6 @@ class LiveReporter(PlainReporter):
         self._live = Live(
             console=self.console, get_renderable=self._render, refresh_per_second=4, transient=True
         )
-        self._started = False
 
     def _write(self, line: Text) -> None:
         self.console.print(line)
@@ -238,7 +237,6 @@ class LiveReporter(PlainReporter):
         )
         self._waves = len(event.waves) if event.schedule == "waves" else 0
         self._live.start()
-        self._started = True
 
     def on_wave_started(self, event: WaveStarted) -> None:
         self._wave = event.wave
@@ -254,8 +252,7 @@ class LiveReporter(PlainReporter):
     def abort(self) -> None:
         """Give the terminal back (cursor, scrolling) when a run ends without a result."""
         with self._lock:
-            if self._started:
-                self._started = False
+            if self._live.is_started:
                 self._live.stop()
 
     def _table(self, rows: list[tuple[str, ...]]) -> None:
