@@ -42,9 +42,7 @@ def run_through(reporter: LiveReporter) -> None:
     reporter.handle(WaveStarted(1, ("a", "b")))
     for task in ("a", "b"):
         logs = Path("/repo/.stella/private/logs")
-        reporter.handle(
-            AttemptStarted(task, f"Do {task}", 7, None, logs / task, logs / f"{task}.json")
-        )
+        reporter.handle(AttemptStarted(task, f"Do {task}", 7, None, logs / task, logs / f"{task}.json"))
     reporter.handle(AttemptEnded("a", 1, AttemptEnd(AttemptOutcome.SUCCEEDED, "did a"), 2.0, 0.5))
     reporter.handle(TaskEnded("a", "succeeded", None))  # the wave runner's bookkeeping: not shown
     reporter.handle(AttemptEnded("b", 2, AttemptEnd(AttemptOutcome.FAILED, "red", "exit 1"), 61.0, 0.1))
