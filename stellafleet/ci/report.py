@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import ClassVar, TextIO
 
-from rich.markup import escape
-
 from stellafleet.ci.model import BranchWatch, WatchResult
 from stellafleet.core.status import CIState
+from stellafleet.core.terminal import aligned, styled
 
 
 class ConsoleReporter:
@@ -30,20 +29,15 @@ class ConsoleReporter:
     }
 
     def note(self, message: str) -> None:
-        if self.console.is_terminal:
-            self.console.print(f"[dim]watch:[/] {escape(message)}")
-        else:
-            self.console.out(f"watch: {message}", highlight=False)
+        self.console.print(styled(("watch:", "dim"), f" {message}"))
 
     def changed(self, watch: BranchWatch) -> None:
         pr = f" PR #{watch.pr_number}" if watch.pr_number is not None else ""
         if self.console.is_terminal:
-            style = self._STYLE.get(watch.state, "cyan")
-            self.console.print(
-                f"[bold]{escape(watch.branch)}[/]{pr} [{style}]{watch.state}[/] {escape(watch.phase)}"
-            )
+            state = (watch.state, self._STYLE.get(watch.state, "cyan"))
+            self.console.print(styled((watch.branch, "bold"), f"{pr} ", state, f" {watch.phase}"))
         else:
-            self.console.out(f"watch: {watch.branch}{pr}: {watch.state}: {watch.phase}", highlight=False)
+            self.console.print(styled(f"watch: {watch.branch}{pr}: {watch.state}: {watch.phase}"))
 
     def finished(self, result: WatchResult) -> None:
         if not self.table or not result.branches:
@@ -55,13 +49,11 @@ class ConsoleReporter:
             for b in result.branches
         ]
         headers = ("branch", "PR", "state", "conclusion", "reason")
-        if self.console.is_terminal:
-            table = Table(*headers, title=f"watch: run {result.run_id}")
-            for row in rows:
-                table.add_row(*(escape(cell) for cell in row))
-            self.console.print(table)
+        if not self.console.is_terminal:
+            for line in aligned([headers, *rows]):
+                self.console.print(styled(line))
             return
-        widths = [max(len(r[i]) for r in (headers, *rows)) for i in range(4)]
-        for row in (headers, *rows):
-            cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:4])]
-            self.console.out("  ".join([*cells, row[4]]), highlight=False)
+        table = Table(*headers, title=f"watch: run {result.run_id}")
+        for row in rows:
+            table.add_row(*map(styled, row))
+        self.console.print(table)

@@ -5,21 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.style import Style
 from rich.table import Table
-from rich.text import Text as RichText
 
 from stellafleet.core import jsontext
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import money
 from stellafleet.core.status import CIState, RunStatus, TaskStatus
-from stellafleet.core.terminal import printable
+from stellafleet.core.terminal import aligned, styled
 from stellafleet.git import gitops
 from stellafleet.state import views
 from stellafleet.state.ledger_recovery import finalise_orphaned_runs_in
@@ -36,17 +33,6 @@ STATUS_STYLE: dict[str, str] = {
     TaskStatus.RUNNING: "cyan",
     TaskStatus.PENDING: "cyan",
 }
-
-
-class Text(RichText):
-    """rich Text whose strings show their control characters escaped: titles, summaries and reasons come
-    from plans and models, and `\033[2J` in one must not clear the user's screen (core/terminal.py)."""
-
-    def __init__(self, text: str = "", style: str = "") -> None:
-        super().__init__(printable(text), style=style)
-
-    def append(self, text: str | RichText, style: str | Style | None = None) -> RichText:
-        return super().append(printable(text) if isinstance(text, str) else text, style)
 
 
 # Task counts always shown (succeeded/failed/skipped), then those shown only when there are some.
@@ -160,9 +146,9 @@ def fmt_status(run: dict[str, Any]) -> str:
     return str(run["status"])
 
 
-def styled(text: str, status: str | None = None) -> Text:
-    """Model-written text goes into rich as Text, never as markup."""
-    return Text(text, style=STATUS_STYLE.get(status or "", ""))
+def in_colour(text: str, status: str | None = None) -> tuple[str, str]:
+    """A piece of a line (core/terminal.styled) in the colour of a status."""
+    return (text, STATUS_STYLE.get(status or "", ""))
 
 
 # --- renderers ---
@@ -171,7 +157,7 @@ def styled(text: str, status: str | None = None) -> Text:
 def print_runs(page: dict[str, Any], *, console: Console) -> None:
     if not page["runs"]:
         where = "" if page["ledger_exists"] else f" (no ledger at {page['ledger']})"
-        console.print(Text(f"No fleet runs recorded yet{where}. Start one with: {page['start_hint']}"))
+        console.print(styled(f"No fleet runs recorded yet{where}. Start one with: {page['start_hint']}"))
         return
     headers = ("RUN", "STARTED", "DURATION", "STATUS", "OK/FAILED/SKIPPED", "SPEND", "PIPELINE", "BASE")
     rows = [
@@ -192,32 +178,23 @@ def print_runs(page: dict[str, Any], *, console: Console) -> None:
         for i, header in enumerate(headers):
             table.add_column(header, no_wrap=i in (0, 1, 2))
         for row, r in zip(rows, page["runs"], strict=True):
-            table.add_row(*(styled(cell, r["status"] if i == 3 else None) for i, cell in enumerate(row)))
+            table.add_row(
+                *(styled(in_colour(cell, r["status"] if i == 3 else None)) for i, cell in enumerate(row))
+            )
         console.print(table)
     else:
-        _plain_table(console, headers, rows)
+        for line in aligned([headers, *rows]):
+            console.print(styled(line))
     shown = len(page["runs"])
     if page["total"] > shown:
-        console.print(Text(f"({shown} of {page['total']} runs; --limit N shows more)"))
-
-
-def _plain_table(console: Console, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows, strict=False)]
-    for row in (headers, *rows):
-        line = "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
-        console.print(Text(line.rstrip()))
+        console.print(styled(f"({shown} of {page['total']} runs; --limit N shows more)"))
 
 
 def print_run(detail: dict[str, Any], *, console: Console) -> None:
     run = detail["run"]
     out = console.print
-    title = Text("run ", style="bold")
-    title.append(run["id"], style="bold")
-    title.append("  ")
-    title.append(fmt_status(run), style=STATUS_STYLE.get(run["status"], ""))
-    if run.get("exit_code") is not None:
-        title.append(f"  (exit {run['exit_code']})")
-    out(title)
+    exit_code = f"  (exit {run['exit_code']})" if run.get("exit_code") is not None else ""
+    out(styled((f"run {run['id']}", "bold"), "  ", in_colour(fmt_status(run), run["status"]), exit_code))
     facts = [
         ("started", fmt_time(run["created_at_ms"])),
         ("finished", fmt_time(run["finished_at_ms"]) if run["finished_at_ms"] else "still running"),
@@ -236,49 +213,45 @@ def print_run(detail: dict[str, Any], *, console: Console) -> None:
     ]
     for key, value in facts:
         if value:
-            out(Text(f"  {key:<12}{value}"))
+            out(styled(f"  {key:<12}{value}"))
     for wave in detail["waves"]:
-        out(Text(""))
-        out(Text("not scheduled" if wave["wave"] is None else f"wave {wave['wave']}", style="bold"))
+        out(styled(""))
+        out(styled(("not scheduled" if wave["wave"] is None else f"wave {wave['wave']}", "bold")))
         for task in wave["tasks"]:
             _print_task(console, task)
     if detail["branches"]:
-        out(Text(""))
-        out(Text("branches", style="bold"))
+        out(styled(""))
+        out(styled(("branches", "bold")))
         for b in detail["branches"]:
-            line = Text(f"  {b['branch']}")
-            if b.get("worktree"):
-                line.append(f"  worktree {b['worktree']}")
-            line.append(f"  tasks {', '.join(t for t in b['tasks'] if t) or '-'}  commits {b['commits']}")
-            line.append(f"  CI {_ci_text(b['ci'])}" if b.get("ci") else "  CI not watched")
-            out(line)
+            worktree = f"  worktree {b['worktree']}" if b.get("worktree") else ""
+            tasks = f"  tasks {', '.join(t for t in b['tasks'] if t) or '-'}  commits {b['commits']}"
+            ci = f"  CI {_ci_text(b['ci'])}" if b.get("ci") else "  CI not watched"
+            out(styled(f"  {b['branch']}{worktree}{tasks}{ci}"))
     _print_merges(console, detail.get("merges") or [])
     if detail["cleanups"]:
-        out(Text(""))
-        out(Text("clean-up", style="bold"))
+        out(styled(""))
+        out(styled(("clean-up", "bold")))
         for c in detail["cleanups"]:
             when = fmt_time(c["at_ms"])
-            out(Text(f"  {when}  {c['action']} {c['kind']} {c['target']}: {c.get('reason') or ''}"))
+            out(styled(f"  {when}  {c['action']} {c['kind']} {c['target']}: {c.get('reason') or ''}"))
 
 
 def _print_merges(console: Console, merges: list[dict[str, Any]]) -> None:
     """`stella merge`'s steps: each branch's outcome, its conflicted files or the check's last lines."""
     if not merges:
         return
-    console.print(Text(""))
-    console.print(Text("merges", style="bold"))
+    console.print(styled(""))
+    console.print(styled(("merges", "bold")))
     for m in merges:
-        line = Text(f"  {fmt_time(m['started_at_ms'])}  {m['branch']}  ")
-        line.append(str(m["status"]), style=STATUS_STYLE.get(str(m["status"]), ""))
-        line.append(f"  {m.get('strategy') or '-'} onto {m.get('onto_ref') or '-'}")
-        if m.get("reason"):
-            line.append(f": {m['reason']}")
-        console.print(line)
+        onto = f"  {m.get('strategy') or '-'} onto {m.get('onto_ref') or '-'}"
+        reason = f": {m['reason']}" if m.get("reason") else ""
+        head = f"  {fmt_time(m['started_at_ms'])}  {m['branch']}  "
+        console.print(styled(head, in_colour(str(m["status"]), str(m["status"])), onto, reason))
         if m.get("files"):
-            console.print(Text(f"    files: {', '.join(m['files'])}"))
+            console.print(styled(f"    files: {', '.join(m['files'])}"))
         if m.get("status") == "check_failed" and m.get("check_tail"):
             for tail in str(m["check_tail"]).splitlines()[-5:]:
-                console.print(Text(f"    | {tail}"))
+                console.print(styled(f"    | {tail}"))
 
 
 def _ci_text(ci: dict[str, Any]) -> str:
@@ -294,31 +267,27 @@ def _ci_text(ci: dict[str, Any]) -> str:
 
 def _print_task(console: Console, task: dict[str, Any]) -> None:
     out = console.print
-    head = Text(f"  {task['id']}  ")
-    head.append(task["status"], style=STATUS_STYLE.get(task["status"], ""))
-    head.append(f"  {task.get('isolation') or 'shared'}  {task.get('title') or ''}")
-    out(head)
+    rest = f"  {task.get('isolation') or 'shared'}  {task.get('title') or ''}"
+    out(styled(f"  {task['id']}  ", in_colour(task["status"], task["status"]), rest))
     if task.get("reason"):
-        out(Text(f"    reason: {task['reason']}", style="yellow"))
+        out(styled((f"    reason: {task['reason']}", "yellow")))
     if task.get("branch"):
-        out(Text(f"    branch {task['branch']}  worktree {task.get('worktree') or '-'}"))
+        out(styled(f"    branch {task['branch']}  worktree {task.get('worktree') or '-'}"))
     if task.get("depends_on"):
-        out(Text(f"    depends on {', '.join(task['depends_on'])}"))
+        out(styled(f"    depends on {', '.join(task['depends_on'])}"))
     for a in task["attempts"]:
-        line = Text(f"    attempt #{a['id']} ")
-        line.append(str(a["outcome"]), style=STATUS_STYLE.get(str(a["outcome"]), ""))
-        line.append(
+        facts = (
             f"  {fmt_duration(a['duration_ms'])}  {fmt_usd(a['spend_usd'])}  "
             f"{a['input_tokens']}/{a['output_tokens']} tokens  {a['steps']} steps"
             + (f"  exit {a['exit_code']}" if a.get("exit_code") is not None else "")
             + (f"  ({a['reason']})" if a.get("reason") else "")
         )
-        out(line)
+        out(styled(f"    attempt #{a['id']} ", in_colour(str(a["outcome"]), str(a["outcome"])), facts))
         if a.get("summary"):
-            out(Text(f"      summary: {a['summary']}"))
+            out(styled(f"      summary: {a['summary']}"))
         if a.get("error"):
-            out(Text(f"      error: {a['error']}", style="red"))
+            out(styled((f"      error: {a['error']}", "red")))
     for c in task["commits"]:
-        out(Text(f"    commit {c['sha'][:10]} {c.get('message') or ''}"))
+        out(styled(f"    commit {c['sha'][:10]} {c.get('message') or ''}"))
     if task.get("ci"):
-        out(Text(f"    CI {_ci_text(task['ci'])}"))
+        out(styled(f"    CI {_ci_text(task['ci'])}"))

@@ -7,6 +7,12 @@ prints that it did not write itself goes through printable(): on a terminal and 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
 # C0 controls but newline and tab, DEL, the C1 controls (0x9b is a one-byte CSI), and the Unicode
 # bidirectional embeddings, overrides and isolates (they reorder what follows them on the line).
 _ESCAPED = [
@@ -22,3 +28,26 @@ def printable(text: str) -> str:
     """text with every control character written as an escape (`\\x1b`, `\\x07`, `\\u202e`); newlines
     and tabs are kept (callers that need one line flatten them)."""
     return text.translate(_TABLE)
+
+
+# A piece of a line: its text, or its text and a rich style (shown on a terminal, dropped in plain text).
+Piece = str | tuple[str, str]
+
+
+def styled(*pieces: Piece) -> Text:
+    """One line from its pieces, every one printable(): a rich Text, so `[bold]` in a model's summary is
+    shown, not applied, either. Its `.plain` is the same line without the styles."""
+    from rich.text import Text
+
+    return Text.assemble(
+        *((printable(p), "") if isinstance(p, str) else (printable(p[0]), p[1]) for p in pieces)
+    )
+
+
+def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    """A plain table: its rows as lines of cells two spaces apart, each column but the last padded."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return [
+        "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]).rstrip()
+        for row in rows
+    ]

@@ -30,11 +30,11 @@ from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import RunStatus, Stop, StopReason, TaskStatus
 from stellafleet.git import gitops
 from stellafleet.run.dispatch import Dispatcher, RunSettings, spend_budget
-from stellafleet.run.events import Emit, Event, Notice, RunStarted, TaskSkipped
+from stellafleet.run.events import Emit, Event, EventSink, Notice, RunStarted, TaskSkipped
 from stellafleet.run.executor import Executor, LocalExecutor
 from stellafleet.run.notify import fan_out, notifier_for
 from stellafleet.run.prepare import FleetOptions, Prepared, prepare
-from stellafleet.run.reporter import Reporter, make_reporter, print_dry_run
+from stellafleet.run.reporter import make_reporter, print_dry_run
 from stellafleet.run.result import result_document
 from stellafleet.run.resume import record_lineage, schedule_note
 from stellafleet.run.watchdog import watching
@@ -44,7 +44,7 @@ from stellafleet.state.ledger import Ledger
 from stellafleet.state.ledger_recovery import finalise_orphaned_runs
 
 
-def run_fleet(options: FleetOptions, *, out: IO[str] | None = None, reporter: Reporter | None = None) -> int:
+def run_fleet(options: FleetOptions, *, out: IO[str] | None = None, reporter: EventSink | None = None) -> int:
     """`stella fleet` (and `stella run`, a fleet of one task): the exit code of the run (see errors.py)."""
     out = out or sys.stdout
     prepared = prepare(options)
@@ -148,7 +148,7 @@ def _unwritable_state(directory: Path, why: str) -> StellaError:
     )
 
 
-def make_run_reporter(prepared: Prepared, out: IO[str]) -> Reporter:
+def make_run_reporter(prepared: Prepared, out: IO[str]) -> EventSink:
     fleet_db = StatePaths(prepared.root).fleet_db
     run_id = prepared.run_id
 
@@ -176,7 +176,7 @@ def run_settings(prepared: Prepared) -> RunSettings:
 class FleetRun:
     """One prepared run, from its ledger row to its result."""
 
-    def __init__(self, prepared: Prepared, reporter: Reporter) -> None:
+    def __init__(self, prepared: Prepared, reporter: EventSink) -> None:
         self.prepared = prepared
         self.reporter = reporter
         notify = prepared.config.notify
@@ -228,7 +228,6 @@ class FleetRun:
             RunStarted(
                 run_id=p.run_id,
                 concurrency=p.concurrency.describe() + schedule_note(p.schedule, p.resume),
-                max_concurrency=p.concurrency.value,
                 base_ref=p.base_ref,
                 base_commit=p.base_commit,
                 tasks=p.plan.ids,

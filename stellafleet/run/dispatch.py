@@ -179,7 +179,7 @@ class Dispatcher:
                 self._running.pop(task.id, None)
             self._release_guard(task.id, spend)
         elapsed = time.monotonic() - started
-        self.emit(AttemptEnded(task.id, ctx.attempt_id, end, elapsed, spend, ctx.branch))
+        self.emit(AttemptEnded(task.id, ctx.attempt_id, end, elapsed, spend))
         if end.reason is not None:
             raise TaskFailed(end.reason)
         return True
@@ -263,9 +263,7 @@ class Dispatcher:
             AttemptStarted(
                 task=task.id,
                 title=task.title,
-                attempt=ctx.attempt_id,
                 pid=execution.pid,
-                workspace=ctx.workspace,
                 branch=workspace.branch,
                 log_path=ctx.log_path,
                 result_path=ctx.result_path,

@@ -7,10 +7,10 @@ thread they run on; a reporter (reporter.py) is an EventSink that decides how th
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from stellafleet.core.status import AttemptEnd, Stop, TaskStatus
 
@@ -21,7 +21,6 @@ class RunStarted:
 
     run_id: str
     concurrency: str  # how many workers at once, and why (e.g. "max concurrency 2 (--max-concurrency)")
-    max_concurrency: int
     base_ref: str
     base_commit: str
     tasks: tuple[str, ...]
@@ -82,9 +81,7 @@ class AttemptStarted:
 
     task: str
     title: str
-    attempt: int
     pid: int | None
-    workspace: Path
     branch: str | None  # only for isolated tasks
     log_path: Path
     result_path: Path
@@ -99,7 +96,6 @@ class AttemptEnded:
     end: AttemptEnd
     elapsed_s: float
     spend_usd: float
-    branch: str | None
 
 
 @dataclass(frozen=True)
@@ -167,5 +163,8 @@ class EventSink:
     def on_notice(self, event: Notice) -> None:
         pass
 
+    def finish(self, doc: Mapping[str, Any]) -> None:
+        """The run's result document (run/result.py), once it is over."""
+
     def abort(self) -> None:
-        """Give back what the sink holds when the run ends without a result (most hold nothing)."""
+        """Give back what the sink holds when the run ends without a result (after finish: nothing)."""

@@ -74,7 +74,7 @@ class LogFollower:
 
 
 class OneTaskReporter(EventSink):
-    """The Reporter of `stella run`: one task, one attempt."""
+    """The reporter of `stella run`: one task, one attempt."""
 
     def __init__(
         self,

@@ -2,8 +2,8 @@
 
 The control, the wave runner and the dispatcher only emit events (events.py); a reporter decides how they
 look: a live rich display on a terminal, plain lines for CI logs, or one JSON document at the end. Events
-come from many dispatch threads, so every reporter serialises them. The run's result document
-(run/result.py) goes to `finish`.
+come from many dispatch threads, so every reporter serialises them (events.EventSink). The run's result
+document (run/result.py) goes to `finish`.
 """
 
 from __future__ import annotations
@@ -12,23 +12,26 @@ import contextlib
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import IO, Any, Protocol, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from stellafleet.core import jsontext
 from stellafleet.core.spend import money
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus
-from stellafleet.core.terminal import printable
+from stellafleet.core.terminal import Piece, aligned, printable, styled
 from stellafleet.run.events import (
     AttemptEnded,
     AttemptStarted,
-    Event,
     EventSink,
     Notice,
     RunStarted,
     TaskSkipped,
     WaveStarted,
 )
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 # task id -> (steps, spend in dollars) of running attempts, for the live display
 ProgressProbe = Callable[[], Mapping[str, tuple[int, float]]]
@@ -43,25 +46,6 @@ STATUS_COLORS: dict[str, str] = {
 }
 # Tasks whose attempt ended: what their worker said is worth showing.
 ATTEMPTED = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.INTERRUPTED)
-
-
-class Reporter(Protocol):
-    """Where a run's events go (from many threads), and its result document at the end."""
-
-    def handle(self, event: Event) -> None: ...
-
-    def finish(self, doc: Mapping[str, Any]) -> None: ...
-
-    def abort(self) -> None:
-        """Give back what the display holds when the run ends without a result (after finish: nothing)."""
-        ...
-
-
-def escape(text: str) -> str:
-    """Text for rich markup: `[bold]` in a model's summary is shown, not applied."""
-    from rich.markup import escape as markup_escape
-
-    return markup_escape(text)
 
 
 def counted(n: int, noun: str) -> str:
@@ -92,55 +76,49 @@ def outcome_detail(outcome: AttemptOutcome | TaskStatus, summary: str | None, er
 
 
 def run_headline(doc: Mapping[str, Any]) -> str:
-    counts: dict[str, int] = {}
-    for task in doc.get("tasks", []):
-        counts[task["status"]] = counts.get(task["status"], 0) + 1
+    """`run R failed: 1 failed, 5 succeeded; spend $0.00; exit 1`."""
+    counts = Counter(task["status"] for task in doc.get("tasks", []))
     parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no tasks"
     limit = doc.get("spend_limit_usd")
     spend = money(doc.get("spend_usd")) + (f" of {money(limit)}" if limit else "")
-    shown = (
-        doc.get("reason") if doc.get("status") != RunStatus.FAILED else None
-    )  # the counts say why it failed
-    reason = f" ({shown})" if shown else ""
-    return printable(
-        f"run {doc['run_id']} {doc['status']}{reason}: {parts}; spend {spend}; exit {doc['exit_code']}"
-    )
+    # a failed run's counts say why it failed
+    reason = f" ({doc['reason']})" if doc.get("reason") and doc.get("status") != RunStatus.FAILED else ""
+    return f"run {doc['run_id']} {doc['status']}{reason}: {parts}; spend {spend}; exit {doc['exit_code']}"
+
+
+SUMMARY_HEADERS = ("task", "wave", "status", "spend", "summary / reason", "branch")
 
 
 def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
-    """task, wave, status, spend, summary-or-reason, branch: one row per task."""
+    """One row per task under SUMMARY_HEADERS."""
     rows = []
     for task in doc.get("tasks", []):
-        if task["status"] in ATTEMPTED:
-            # a task an earlier run did (--resume) has no attempt here: its reason says where it was done
-            detail = outcome_detail(task["status"], task.get("summary"), task.get("reason"))
-            detail = detail or task.get("reason") or ""
-        else:
-            detail = task.get("reason") or ""
-        rows.append(
-            (
-                task["id"],
-                str(task.get("wave") or "-"),
-                task["status"],
-                money(task.get("spend_usd") or 0.0),
-                one_line(detail, 80),
-                task.get("branch") or "",
-            )
+        status = task["status"]
+        # a task an earlier run did (--resume) has no attempt here: its reason says where it was done
+        detail = (
+            outcome_detail(status, task.get("summary"), task.get("reason")) if status in ATTEMPTED else ""
         )
+        detail = one_line(detail or task.get("reason"), 80)
+        wave, spend = str(task.get("wave") or "-"), money(task.get("spend_usd") or 0.0)
+        rows.append((task["id"], wave, status, spend, detail, task.get("branch") or ""))
     return rows
 
 
 class PlainReporter(EventSink):
-    """One line per happening: readable in CI logs and pipes."""
+    """One line per happening: readable in CI logs and pipes. The live display (LiveReporter) is this
+    reporter with the lines styled and written above its view, so both tell a run the same way."""
 
     def __init__(self, stream: IO[str] | None = None, *, quiet: bool = False) -> None:
         super().__init__()
         self.stream = stream or sys.stdout
         self.quiet = quiet
 
-    def _say(self, text: str, *, always: bool = False) -> None:
+    def _say(self, *pieces: Piece, always: bool = False) -> None:
         if always or not self.quiet:
-            print(printable(text), file=self.stream, flush=True)
+            self._write(styled(*pieces))
+
+    def _write(self, line: Text) -> None:
+        print(line.plain, file=self.stream, flush=True)
 
     def on_run_started(self, event: RunStarted) -> None:
         self._say(f"stella fleet: {event.concurrency}")
@@ -153,7 +131,7 @@ class PlainReporter(EventSink):
         )
 
     def on_wave_started(self, event: WaveStarted) -> None:
-        self._say(f"wave {event.wave}: {', '.join(event.tasks)}")
+        self._say((f"wave {event.wave}", "bold"), f": {', '.join(event.tasks)}")
 
     def on_attempt_started(self, event: AttemptStarted) -> None:
         where = f"isolated on {event.branch}" if event.branch else "shared tree"
@@ -164,28 +142,29 @@ class PlainReporter(EventSink):
         end = event.end
         detail = outcome_detail(end.outcome, end.summary, end.error)
         self._say(
-            f"  {end.outcome} {event.task} after {elapsed_text(event.elapsed_s)} "
-            f"({money(event.spend_usd)}): {one_line(detail, 160)}",
+            "  ",
+            (end.outcome, STATUS_COLORS.get(end.outcome, "yellow")),
+            f" {event.task} after {elapsed_text(event.elapsed_s)} ({money(event.spend_usd)}): ",
+            one_line(detail, 160),
             always=end.outcome != AttemptOutcome.SUCCEEDED,
         )
 
     def on_task_skipped(self, event: TaskSkipped) -> None:
-        self._say(f"  skipped {event.task}: {event.reason}", always=True)
+        self._say("  ", ("skipped", "yellow"), f" {event.task}: {event.reason}", always=True)
 
     def on_notice(self, event: Notice) -> None:
-        self._say(f"stella fleet: {event.text}", always=True)
+        self._say(("stella fleet:", "bold yellow"), f" {event.text}", always=True)
+
+    def _table(self, rows: list[tuple[str, ...]]) -> None:
+        for line in ["", *aligned(rows), ""]:
+            self._write(styled(line))
 
     def finish(self, doc: Mapping[str, Any]) -> None:
         with self._lock:
+            self.abort()
             if not self.quiet:
-                rows = [("task", "wave", "status", "spend", "summary / reason", "branch"), *summary_rows(doc)]
-                widths = [max(len(row[i]) for row in rows) for i in range(5)]
-                print("", file=self.stream)
-                for row in rows:
-                    cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:5])]
-                    print(("  ".join(cells) + "  " + row[5]).rstrip(), file=self.stream)
-                print("", file=self.stream)
-            print(run_headline(doc), file=self.stream, flush=True)
+                self._table([SUMMARY_HEADERS, *summary_rows(doc)])
+            self._say(run_headline(doc), always=True)
 
 
 class JsonReporter(EventSink):
@@ -206,15 +185,16 @@ class JsonReporter(EventSink):
             self.stream.flush()
 
 
-class LiveReporter(EventSink):
-    """A rich live view: the wave and one line per running worker; finished tasks scroll above it."""
+class LiveReporter(PlainReporter):
+    """A rich live view: the wave and one line per running worker; the plain lines, styled, scroll above
+    it, and the summary is a rich table."""
 
     def __init__(self, *, probe: ProgressProbe | None = None, stream: IO[str] | None = None) -> None:
-        super().__init__()
+        super().__init__(stream)
         from rich.console import Console
         from rich.live import Live
 
-        self.console = Console(file=stream or sys.stdout)
+        self.console = Console(file=self.stream)
         self.probe = probe
         self._running: dict[str, tuple[float, str]] = {}  # task -> (start, title)
         self._wave = 0
@@ -224,7 +204,9 @@ class LiveReporter(EventSink):
         self._live = Live(
             console=self.console, get_renderable=self._render, refresh_per_second=4, transient=True
         )
-        self._started = False
+
+    def _write(self, line: Text) -> None:
+        self.console.print(line)
 
     def _render(self) -> Any:
         from rich.table import Table
@@ -239,78 +221,51 @@ class LiveReporter(EventSink):
         # No reporter lock here: this runs under Live's own lock, and handlers print through Live.
         running = dict(self._running)
         spent = sum(spend for _, spend in self._progress.values())
-        grid.add_row(
-            f"[bold]wave {self._wave}/{self._waves or '?'}[/]" if self._waves else "[bold]eager[/]",
-            f"{len(running)} running",
-            "",
-            money(spent),
-            "",
-        )
+        where = f"wave {self._wave}/{self._waves or '?'}" if self._waves else "eager"
+        grid.add_row(styled((where, "bold")), f"{len(running)} running", "", money(spent), "")
         for task, (started, title) in running.items():
             steps, spend = self._progress.get(task, (0, 0.0))
             grid.add_row(
-                f"  {task}", elapsed_text(now - started), f"{steps} steps", money(spend), escape(title)
+                f"  {task}", elapsed_text(now - started), f"{steps} steps", money(spend), styled(title)
             )
         return grid
 
     def on_run_started(self, event: RunStarted) -> None:
-        self.console.print(f"stella fleet: {event.concurrency}", highlight=False)
-        self.console.print(
-            f"run {event.run_id}: {len(event.tasks)} tasks, base {event.base_ref} "
-            f"at {event.base_commit[:12]}",
-            highlight=False,
+        self._say(f"stella fleet: {event.concurrency}")
+        self._say(
+            f"run {event.run_id}: {len(event.tasks)} tasks, base {event.base_ref} at {event.base_commit[:12]}"
         )
         self._waves = len(event.waves) if event.schedule == "waves" else 0
         self._live.start()
-        self._started = True
 
     def on_wave_started(self, event: WaveStarted) -> None:
         self._wave = event.wave
-        self.console.print(f"[bold]wave {self._wave}[/]: {', '.join(event.tasks)}", highlight=False)
+        super().on_wave_started(event)
 
     def on_attempt_started(self, event: AttemptStarted) -> None:
         self._running[event.task] = (time.monotonic(), one_line(event.title, 50))
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         self._running.pop(event.task, None)
-        end = event.end
-        color = STATUS_COLORS.get(end.outcome, "yellow")
-        detail = outcome_detail(end.outcome, end.summary, end.error)
-        self.console.print(
-            f"  [{color}]{end.outcome}[/] {event.task} after {elapsed_text(event.elapsed_s)} "
-            f"({money(event.spend_usd)}): {escape(one_line(detail, 120))}",
-            highlight=False,
-            markup=True,
-        )
-
-    def on_task_skipped(self, event: TaskSkipped) -> None:
-        self.console.print(
-            f"  [yellow]skipped[/] {event.task}: {escape(printable(event.reason))}", highlight=False
-        )
-
-    def on_notice(self, event: Notice) -> None:
-        self.console.print(f"[bold yellow]stella fleet:[/] {escape(printable(event.text))}", highlight=False)
+        super().on_attempt_ended(event)
 
     def abort(self) -> None:
         """Give the terminal back (cursor, scrolling) when a run ends without a result."""
         with self._lock:
-            if self._started:
-                self._started = False
+            if self._live.is_started:
                 self._live.stop()
 
-    def finish(self, doc: Mapping[str, Any]) -> None:
+    def _table(self, rows: list[tuple[str, ...]]) -> None:
         from rich.table import Table
 
-        with self._lock:
-            self.abort()
-            table = Table(title=None, show_lines=False)
-            for column in ("task", "wave", "status", "spend", "summary / reason", "branch"):
-                table.add_column(column, overflow="fold")
-            for row in summary_rows(doc):
-                status = f"[{STATUS_COLORS.get(row[2], 'white')}]{row[2]}[/]"
-                table.add_row(row[0], row[1], status, row[3], escape(row[4]), row[5])
-            self.console.print(table)
-            self.console.print(run_headline(doc), highlight=False, markup=False)
+        header, *rows = rows
+        table = Table()
+        for column in header:
+            table.add_column(column, overflow="fold")
+        for task, wave, status, *rest in rows:
+            color = STATUS_COLORS.get(status, "white")
+            table.add_row(styled(task), styled(wave), styled((status, color)), *map(styled, rest))
+        self.console.print(table)
 
 
 class LossyStream:
@@ -354,7 +309,7 @@ class LossyStream:
 
 def make_reporter(
     *, json_mode: bool, quiet: bool, probe: ProgressProbe | None = None, stream: IO[str] | None = None
-) -> Reporter:
+) -> EventSink:
     out = cast(IO[str], LossyStream(stream or sys.stdout))
     if json_mode:
         return JsonReporter(out, err=cast(IO[str], LossyStream(sys.stderr)))

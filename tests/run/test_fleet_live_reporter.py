@@ -36,18 +36,16 @@ DOC = {
 def run_through(reporter: LiveReporter) -> None:
     reporter.handle(
         RunStarted(
-            "r-1", "max concurrency 2", 2, "main", "0123456789abcdef", ("a", "b"), (("a", "b"),), None, None
+            "r-1", "max concurrency 2", "main", "0123456789abcdef", ("a", "b"), (("a", "b"),), None, None
         )
     )
     reporter.handle(WaveStarted(1, ("a", "b")))
     for task in ("a", "b"):
         logs = Path("/repo/.stella/private/logs")
-        reporter.handle(
-            AttemptStarted(task, f"Do {task}", 1, 7, Path("/repo"), None, logs / task, logs / f"{task}.json")
-        )
-    reporter.handle(AttemptEnded("a", 1, AttemptEnd(AttemptOutcome.SUCCEEDED, "did a"), 2.0, 0.5, None))
+        reporter.handle(AttemptStarted(task, f"Do {task}", 7, None, logs / task, logs / f"{task}.json"))
+    reporter.handle(AttemptEnded("a", 1, AttemptEnd(AttemptOutcome.SUCCEEDED, "did a"), 2.0, 0.5))
     reporter.handle(TaskEnded("a", "succeeded", None))  # the wave runner's bookkeeping: not shown
-    reporter.handle(AttemptEnded("b", 2, AttemptEnd(AttemptOutcome.FAILED, "red", "exit 1"), 61.0, 0.1, None))
+    reporter.handle(AttemptEnded("b", 2, AttemptEnd(AttemptOutcome.FAILED, "red", "exit 1"), 61.0, 0.1))
     reporter.handle(TaskSkipped("c", "dependency failed: b"))
     reporter.handle(Notice("interrupt: stopping 1 running worker"))
     reporter.finish(DOC)

@@ -60,20 +60,19 @@ DOC = {
 def attempt_started(task: str, *, pid: int, branch: str | None) -> AttemptStarted:
     logs = Path("/repo/.stella/private/logs")
     log, result = logs / f"{task}.log", logs / f"{task}.json"
-    return AttemptStarted(task, f"Do {task}", 1, pid, Path("/repo"), branch, log, result)
+    return AttemptStarted(task, f"Do {task}", pid, branch, log, result)
 
 
 def attempt_ended(
     task: str, outcome: AttemptOutcome, summary: str, error: str | None, elapsed_s: float, spend_usd: float
 ) -> AttemptEnded:
-    return AttemptEnded(task, 1, AttemptEnd(outcome, summary, error), elapsed_s, spend_usd, None)
+    return AttemptEnded(task, 1, AttemptEnd(outcome, summary, error), elapsed_s, spend_usd)
 
 
 def feed(reporter: PlainReporter) -> None:
     reporter.handle(
         RunStarted(
             concurrency="max concurrency 2 (--max-concurrency)",
-            max_concurrency=2,
             run_id=str(DOC["run_id"]),
             tasks=("a", "b"),
             waves=(("a",), ("b",)),
