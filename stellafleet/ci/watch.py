@@ -10,7 +10,6 @@ WatchResult, the WatchReporter protocol) from model.py.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,14 +39,6 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import CIState
 from stellafleet.git import gitops
 from stellafleet.state.ledger import Ledger
-
-
-class WatchSettings(WatchConfig):
-    """The [watch] settings under the name callers knew them by: `config.watch` holds the same values."""
-
-    @classmethod
-    def from_config(cls, config: Config) -> WatchSettings:
-        return cls(**dataclasses.asdict(config.watch))
 
 
 def _duration(seconds: float) -> str:

@@ -78,7 +78,3 @@ def worktree_list(root: Path) -> list[Worktree]:
 def worktree_remove(root: Path, path: Path, *, force: bool = False) -> None:
     args = ["worktree", "remove", *(["--force"] if force else []), str(path)]
     gitops.git(*args, cwd=root)
-
-
-def worktree_prune(root: Path) -> None:
-    gitops.git("worktree", "prune", cwd=root)
