@@ -241,9 +241,7 @@ class Cleaner:
                     )
                     continue
                 reason = f"not merged ({commits} ahead), deleted by --force"
-            self._remove(
-                owner, "branch", branch, reason, partial(gitops.branch_delete, self.root, branch, force=True)
-            )
+            self._remove(owner, "branch", branch, reason, partial(gitops.branch_delete, self.root, branch))
 
 
 def clean(

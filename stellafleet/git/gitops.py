@@ -164,8 +164,9 @@ def changed_paths(path: Path) -> list[str]:
 # --- branches and history ---
 
 
-def branch_delete(root: Path, branch: str, *, force: bool = False) -> None:
-    git("branch", "-D" if force else "-d", branch, cwd=root)
+def branch_delete(root: Path, branch: str) -> None:
+    """Delete branch, merged or not (callers decide what may go)."""
+    git("branch", "-D", branch, cwd=root)
 
 
 def branches_matching(root: Path, pattern: str) -> list[str]:
@@ -186,15 +187,9 @@ class CommitInfo:
 
 def commits_between(root: Path, base: str, tip: str) -> list[CommitInfo]:
     """Commits reachable from tip and not from base, oldest first."""
-    out = git("log", "--reverse", "--format=%H%x1f%ct%x1f%s%x1e", f"{base}..{tip}", cwd=root)
-    commits = []
-    for record in out.split("\x1e"):
-        record = record.strip()
-        if not record:
-            continue
-        sha, ctime, subject = record.split("\x1f", 2)
-        commits.append(CommitInfo(sha, subject, int(ctime) * 1000))
-    return commits
+    records = git_fields("log", "-z", "--reverse", "--format=%H%x1f%ct%x1f%s", f"{base}..{tip}", cwd=root)
+    fields = [record.split("\x1f", 2) for record in records]
+    return [CommitInfo(sha, subject, int(ctime) * 1000) for sha, ctime, subject in fields]
 
 
 # --- clean ---

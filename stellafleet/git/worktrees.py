@@ -52,7 +52,7 @@ def worktree_add(root: Path, path: Path, branch: str, base_commit: str) -> None:
             if "failed to read" not in str(exc) or attempt == 19:
                 raise
             if gitops.branch_exists(root, branch) and not path.exists():
-                gitops.branch_delete(root, branch, force=True)
+                gitops.branch_delete(root, branch)
             time.sleep(0.05)
 
 

@@ -15,6 +15,7 @@ import math
 import os
 import posixpath
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -212,10 +213,7 @@ def normalise_claim(claim: str) -> str:
 
 def _labels(ids: list[str | None]) -> list[str]:
     """How problems name each task: `task "id"` when it has a usable unique id, else `task #N`."""
-    counts: dict[str, int] = {}
-    for task_id in ids:
-        if task_id is not None:
-            counts[task_id] = counts.get(task_id, 0) + 1
+    counts = Counter(task_id for task_id in ids if task_id is not None)
     labels = []
     for number, task_id in enumerate(ids, start=1):
         # a usable id is letters, digits, ".", "_" and "-": nothing to escape inside the quotes
