@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from stellafleet.ci.targets import TaskWork
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.spend import money
 from stellafleet.core.status import CIState
@@ -270,19 +271,11 @@ def with_status(body: str, block: str) -> str:
     return f"{body.rstrip()}\n\n{block}" if body.strip() else block
 
 
-def task_section(
-    *,
-    task_id: str,
-    title: str,
-    summary: str,
-    spend_usd: float,
-    commits: Sequence[tuple[str, str]],
-    run_id: str,
-) -> str:
+def task_section(task: TaskWork, run_id: str) -> str:
     """One task's part of a PR body: title, summary, spend and commits."""
-    listed = "\n".join(f"- `{sha[:12]}` {message}" for sha, message in commits) or "- (none)"
+    listed = "\n".join(f"- `{sha[:12]}` {message}" for sha, message in task.commits) or "- (none)"
     return (
-        f"## {title}\n\nTask `{task_id}` of stella fleet run `{run_id}`.\n\n"
-        f"### Summary\n\n{summary or '(no summary recorded)'}\n\n"
-        f"### Spend\n\n{money(spend_usd)}\n\n### Commits\n\n{listed}"
+        f"## {task.title}\n\nTask `{task.id}` of stella fleet run `{run_id}`.\n\n"
+        f"### Summary\n\n{task.summary or '(no summary recorded)'}\n\n"
+        f"### Spend\n\n{money(task.spend_usd)}\n\n### Commits\n\n{listed}"
     )

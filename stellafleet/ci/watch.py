@@ -10,9 +10,9 @@ WatchResult, the WatchReporter protocol) from model.py.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from pathlib import Path
 
 from stellafleet.ci.fixci import CiFixer, FixRequest, failure_excerpt
@@ -42,14 +42,6 @@ from stellafleet.git import gitops
 from stellafleet.state.ledger import Ledger
 
 
-class WatchSettings(WatchConfig):
-    """The [watch] settings under the name callers knew them by: `config.watch` holds the same values."""
-
-    @classmethod
-    def from_config(cls, config: Config) -> WatchSettings:
-        return cls(**dataclasses.asdict(config.watch))
-
-
 def _duration(seconds: float) -> str:
     seconds = int(seconds)
     hours, rest = divmod(seconds, 3600)
@@ -57,32 +49,24 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+@dataclass
 class Watcher:
     """Pushes, opens PRs, polls CI and records outcomes for one run's targets."""
 
-    def __init__(
-        self,
-        root: Path,
-        run_id: str,
-        targets: Sequence[Target],
-        *,
-        settings: WatchConfig,
-        github: GitHub,
-        ledger: Ledger,
-        clock: Clock,
-        out: WatchReporter,
-        default_branch: str | None,
-        fixer: CiFixer | None = None,
-    ) -> None:
-        self.root = root
-        self.fixer = fixer
-        self.run_id = run_id
-        self.settings = settings
-        self.github = github
-        self.ledger = ledger
-        self.clock = clock
-        self.out = out
-        self.default_branch = default_branch
+    root: Path
+    run_id: str
+    targets: InitVar[Sequence[Target]]
+    _: KW_ONLY
+    settings: WatchConfig
+    github: GitHub
+    ledger: Ledger
+    clock: Clock
+    out: WatchReporter
+    default_branch: str | None
+    fixer: CiFixer | None = None
+    watches: list[BranchWatch] = field(init=False)
+
+    def __post_init__(self, targets: Sequence[Target]) -> None:
         self.watches = [BranchWatch(t) for t in targets]
 
     def run(self) -> WatchResult:
@@ -130,17 +114,7 @@ class Watcher:
     def _open_pr(self, watch: BranchWatch) -> None:
         found = self.github.find_open_pr(watch.branch)
         if found is None:
-            sections = [
-                task_section(
-                    task_id=t.id,
-                    title=t.title,
-                    summary=t.summary,
-                    spend_usd=t.spend_usd,
-                    commits=t.commits,
-                    run_id=self.run_id,
-                )
-                for t in watch.target.tasks
-            ]
+            sections = [task_section(task, self.run_id) for task in watch.target.tasks]
             body = "\n\n".join([*sections, self._status(watch)])
             title = watch.target.title(self.run_id)
             created = self.github.create_pr(watch.branch, self.default_branch, title, body)
@@ -333,15 +307,9 @@ def watch_run(
     with Ledger.open(StatePaths(root).fleet_db) as ledger:
         targets = branches_to_watch(ledger.get_run(run_id))
         if not targets:
-            result = WatchResult(
-                run_id,
-                None,
-                [],
-                message=f"nothing to watch: no branch of run {run_id} holds "
-                "committed work of a succeeded task",
-            )
-            reporter.note(result.message or "")
-            return result
+            message = f"nothing to watch: no branch of run {run_id} holds committed work of a succeeded task"
+            reporter.note(message)
+            return WatchResult(run_id, None, [], message=message)
         github = GitHub(gh or SystemGh(), root, repo=settings.repo)
         preflight(root, github, settings)
         watcher = Watcher(

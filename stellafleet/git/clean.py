@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -138,11 +139,20 @@ class Cleaner:
         self._gone_worktrees: set[Path] = set()
         self.merged_by_stella: dict[str, str] = {}  # branch -> where `stella merge` landed it
 
-    def _decide(self, owner: _Owner, kind: str, target: str, remove: bool, reason: str) -> CleanItem:
+    def _decide(self, owner: _Owner, kind: str, target: str, remove: bool, reason: str) -> None:
         action = (WOULD_REMOVE if self.report.dry_run else REMOVED) if remove else KEPT
-        item = CleanItem(owner.run_id, owner.task_id, kind, target, action, reason)
-        self.report.items.append(item)
-        return item
+        self.report.items.append(CleanItem(owner.run_id, owner.task_id, kind, target, action, reason))
+
+    def _remove(self, owner: _Owner, kind: str, target: str, reason: str, remove: Callable[[], None]) -> bool:
+        """Remove (unless a dry run) and record the decision; what git refuses to remove is kept."""
+        if not self.report.dry_run:
+            try:
+                remove()
+            except GitError as exc:
+                self._decide(owner, kind, target, False, f"git refused: {exc}")
+                return False
+        self._decide(owner, kind, target, True, reason)
+        return True
 
     def _display(self, path: Path) -> str:
         try:
@@ -172,23 +182,15 @@ class Cleaner:
             if dirty and not self.report.force:
                 files = "1 file" if len(dirty) == 1 else f"{len(dirty)} files"
                 files += ": " + ", ".join(dirty[:3]) + (", ..." if len(dirty) > 3 else "")
-                self._decide(
-                    owner,
-                    "worktree",
-                    shown,
-                    False,
-                    f"has uncommitted changes ({files}): commit or discard them, or rerun with --force",
-                )
+                why = f"has uncommitted changes ({files}): commit or discard them, or rerun with --force"
+                self._decide(owner, "worktree", shown, False, why)
                 continue
             reason = f"uncommitted changes ({len(dirty)}) discarded by --force" if dirty else "clean worktree"
-            if not self.report.dry_run:
-                try:
-                    worktrees.worktree_remove(self.root, path, force=bool(dirty) or not path.exists())
-                except GitError as exc:
-                    self._decide(owner, "worktree", shown, False, f"git refused: {exc}")
-                    continue
-            self._gone_worktrees.add(path)
-            self._decide(owner, "worktree", shown, True, reason)
+            remove = partial(
+                worktrees.worktree_remove, self.root, path, force=bool(dirty) or not path.exists()
+            )
+            if self._remove(owner, "worktree", shown, reason, remove):
+                self._gone_worktrees.add(path)
 
     def _merge_targets(self, base_ref: str | None) -> list[str]:
         targets: list[str] = []
@@ -233,23 +235,13 @@ class Cleaner:
                 ahead = gitops.commits_ahead(self.root, targets[0], branch)
                 commits = "1 commit" if ahead == 1 else f"{ahead} commits"
                 if not self.report.force:
+                    why = f"not merged into {' or '.join(targets)} ({commits} ahead): "
                     self._decide(
-                        owner,
-                        "branch",
-                        branch,
-                        False,
-                        f"not merged into {' or '.join(targets)} ({commits} ahead): "
-                        "merge it, or rerun with --force to delete it",
+                        owner, "branch", branch, False, why + "merge it, or rerun with --force to delete it"
                     )
                     continue
                 reason = f"not merged ({commits} ahead), deleted by --force"
-            if not self.report.dry_run:
-                try:
-                    gitops.branch_delete(self.root, branch, force=True)
-                except GitError as exc:
-                    self._decide(owner, "branch", branch, False, f"git refused: {exc}")
-                    continue
-            self._decide(owner, "branch", branch, True, reason)
+            self._remove(owner, "branch", branch, reason, partial(gitops.branch_delete, self.root, branch))
 
 
 def clean(
@@ -275,12 +267,5 @@ def clean(
         cleaner.sweep_branches(branches)
         if not dry_run:
             for item in cleaner.report.items:
-                ledger.cleanups.record(
-                    run_id=item.run_id,
-                    task_id=item.task_id,
-                    kind=item.kind,
-                    target=item.target,
-                    action=item.action,
-                    reason=item.reason,
-                )
+                ledger.cleanups.record(**asdict(item))
     return cleaner.report

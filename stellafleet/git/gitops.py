@@ -17,11 +17,12 @@ from stellafleet.core.errors import GitError, StellaError
 from stellafleet.proc import runner
 
 
-def _run(
-    args: Sequence[str], *, cwd: Path | str, env: Mapping[str, str] | None = None, stdin: str | None = None
+def git_status(
+    *args: str, cwd: Path | str, env: Mapping[str, str] | None = None, stdin: str | None = None
 ) -> tuple[int, str, str]:
     """The one place git runs: in cwd, with the environment of now plus env, stdin fed when given.
-    Returns (exit status, stdout, stderr); a git that cannot be started raises GitError."""
+    Returns (exit status, stdout, stderr), for callers that read a failure's words; a git that cannot
+    be started raises GitError."""
     found = shutil.which("git", path=os.environ.get("PATH", os.defpath))
     if found is None:
         raise StellaError("git is not installed or not on PATH: install git and try again")
@@ -34,6 +35,12 @@ def _run(
     return done.returncode, done.stdout, done.stderr
 
 
+def last_words(text: str, retcode: int) -> str:
+    """The last line of git's output: what it says went wrong (else its exit status)."""
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else f"exit status {retcode}"
+
+
 def git(
     *args: str,
     cwd: Path | str,
@@ -42,22 +49,26 @@ def git(
     check: bool = True,
 ) -> str:
     """Run git in cwd and return stdout; a failure raises GitError with git's own message."""
-    retcode, out, err = _run(args, cwd=cwd, env=env, stdin=stdin)
+    retcode, out, err = git_status(*args, cwd=cwd, env=env, stdin=stdin)
     if check and retcode != 0:
-        detail = (err or out).strip().splitlines()
-        message = detail[-1] if detail else f"exit status {retcode}"
-        raise GitError(f"git {' '.join(args[:2])}: {message}")
+        raise GitError(f"git {' '.join(args[:2])}: {last_words(err or out, retcode)}")
     return out
 
 
-def git_status(*args: str, cwd: Path | str, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
-    """Run git in cwd and return (exit status, stdout, stderr), for callers that read a failure's words."""
-    return _run(args, cwd=cwd, env=env)
+def git_fields(*args: str, cwd: Path | str, env: Mapping[str, str] | None = None) -> list[str]:
+    """The fields of a `-z` listing (NUL-separated; empty fields dropped)."""
+    return [field for field in git(*args, cwd=cwd, env=env).split("\0") if field]
 
 
 def git_ok(*args: str, cwd: Path | str) -> bool:
     """True when the git command exits 0."""
-    return _run(args, cwd=cwd)[0] == 0
+    return git_status(*args, cwd=cwd)[0] == 0
+
+
+def git_path(root: Path, *args: str) -> Path:
+    """A path `git rev-parse` prints (relative ones are relative to root), made absolute."""
+    path = Path(git("rev-parse", *args, cwd=root).strip())
+    return path if path.is_absolute() else (root / path).resolve()
 
 
 # --- repository facts ---
@@ -79,21 +90,25 @@ def repo_root(cwd: Path | str) -> Path:
 
 def common_dir(root: Path) -> Path:
     """The shared .git directory (the same for the main tree and every worktree)."""
-    out = git("rev-parse", "--git-common-dir", cwd=root).strip()
-    path = Path(out)
-    return path if path.is_absolute() else (root / path).resolve()
+    return git_path(root, "--git-common-dir")
+
+
+def ref_commit(root: Path, ref: str) -> str | None:
+    """The commit ref names, or None when it names none (a deleted branch, a typo)."""
+    out = git("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", cwd=root, check=False).strip()
+    return out or None
 
 
 def has_commits(root: Path) -> bool:
-    return git_ok("rev-parse", "--verify", "-q", "HEAD^{commit}", cwd=root)
+    return ref_commit(root, "HEAD") is not None
 
 
 def resolve_commit(root: Path, ref: str) -> str:
     """The full SHA of ref; a clear error when it names no commit."""
-    try:
-        return git("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", cwd=root).strip()
-    except GitError:
-        raise StellaError(f"{ref!r} does not name a commit in {root}") from None
+    sha = ref_commit(root, ref)
+    if sha is None:
+        raise StellaError(f"{ref!r} does not name a commit in {root}")
+    return sha
 
 
 def head_commit(root: Path) -> str:
@@ -125,21 +140,20 @@ def ensure_excluded(root: Path, patterns: Sequence[str]) -> list[str]:
     return missing
 
 
-def status_porcelain(path: Path, *, ignored: bool = False) -> list[str]:
+def status_porcelain(path: Path, *, ignored: bool = False, untracked: str = "normal") -> list[str]:
     """`git status --porcelain` lines for a work tree (empty when clean); ignored: ignored files too
-    (`!! local.env`), which are work a user may not have anywhere else."""
-    out = git(
-        "status", "--porcelain", "--untracked-files=normal", *(["--ignored"] if ignored else []), cwd=path
-    )
+    (`!! local.env`), which are work a user may not have anywhere else; untracked="no": tracked files
+    only (the user's uncommitted work)."""
+    ignore = ["--ignored"] if ignored else []
+    out = git("status", "--porcelain", f"--untracked-files={untracked}", *ignore, cwd=path)
     return [line for line in out.splitlines() if line]
 
 
 def changed_paths(path: Path) -> list[str]:
     """Every file that differs from HEAD in a work tree (untracked files one by one; both sides of a
     rename), relative to it."""
-    fields = git("status", "--porcelain", "-z", "--untracked-files=all", cwd=path).split("\0")
     paths: list[str] = []
-    rest = iter(f for f in fields if f)
+    rest = iter(git_fields("status", "--porcelain", "-z", "--untracked-files=all", cwd=path))
     for entry in rest:
         paths.append(entry[3:])
         if "R" in entry[:2] or "C" in entry[:2]:
@@ -150,8 +164,9 @@ def changed_paths(path: Path) -> list[str]:
 # --- branches and history ---
 
 
-def branch_delete(root: Path, branch: str, *, force: bool = False) -> None:
-    git("branch", "-D" if force else "-d", branch, cwd=root)
+def branch_delete(root: Path, branch: str) -> None:
+    """Delete branch, merged or not (callers decide what may go)."""
+    git("branch", "-D", branch, cwd=root)
 
 
 def branches_matching(root: Path, pattern: str) -> list[str]:
@@ -172,15 +187,9 @@ class CommitInfo:
 
 def commits_between(root: Path, base: str, tip: str) -> list[CommitInfo]:
     """Commits reachable from tip and not from base, oldest first."""
-    out = git("log", "--reverse", "--format=%H%x1f%ct%x1f%s%x1e", f"{base}..{tip}", cwd=root)
-    commits = []
-    for record in out.split("\x1e"):
-        record = record.strip()
-        if not record:
-            continue
-        sha, ctime, subject = record.split("\x1f", 2)
-        commits.append(CommitInfo(sha, subject, int(ctime) * 1000))
-    return commits
+    records = git_fields("log", "-z", "--reverse", "--format=%H%x1f%ct%x1f%s", f"{base}..{tip}", cwd=root)
+    fields = [record.split("\x1f", 2) for record in records]
+    return [CommitInfo(sha, subject, int(ctime) * 1000) for sha, ctime, subject in fields]
 
 
 # --- clean ---
@@ -191,12 +200,6 @@ def main_worktree_root(cwd: Path | str) -> Path:
     root = repo_root(cwd)
     common = common_dir(root)
     return common.parent if common.name == ".git" else root
-
-
-def ref_commit(root: Path, ref: str) -> str | None:
-    """The commit ref names, or None when it names none (a deleted branch, a typo)."""
-    out = git("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", cwd=root, check=False).strip()
-    return out or None
 
 
 def commits_ahead(root: Path, base: str, tip: str) -> int:
@@ -227,7 +230,7 @@ def default_branch(root: Path, remote: str) -> str | None:
     out = git("symbolic-ref", "-q", "--short", f"refs/remotes/{remote}/HEAD", cwd=root, check=False).strip()
     if out.startswith(f"{remote}/"):
         return out[len(remote) + 1 :]
-    retcode, stdout, _ = _run(["ls-remote", "--symref", remote, "HEAD"], cwd=root, env=_push_env())
+    retcode, stdout, _ = git_status("ls-remote", "--symref", remote, "HEAD", cwd=root, env=_push_env())
     if retcode == 0:
         for line in stdout.splitlines():
             if line.startswith("ref: refs/heads/") and line.endswith("\tHEAD"):
@@ -246,7 +249,7 @@ def push(root: Path, remote: str, branch: str, *, force: bool = False) -> PushRe
     """Push branch to the same name on remote, without prompting; GitError with the remote's reason."""
     refspec = f"refs/heads/{branch}:refs/heads/{branch}"
     args = ["push", "--porcelain", *(["--force"] if force else []), remote, refspec]
-    retcode, out, err = _run(args, cwd=root, env=_push_env())
+    retcode, out, err = git_status(*args, cwd=root, env=_push_env())
     flag, summary = "", ""
     for line in out.splitlines():
         parts = line.split("\t")
@@ -279,8 +282,7 @@ def ls_files(root: Path, pathspecs: Sequence[str] = (), *, untracked: bool = Tru
     args = ["ls-files", "-z", "--cached"]
     if untracked:
         args += ["--others", "--exclude-standard"]
-    out = git(*args, "--", *pathspecs, cwd=root)
-    return [p for p in out.split("\0") if p]
+    return git_fields(*args, "--", *pathspecs, cwd=root)
 
 
 def grep(
@@ -299,12 +301,11 @@ def grep(
     args.append("-F" if fixed else "-E")
     if ignore_case:
         args.append("-i")
-    retcode, out, err = _run([*args, "-e", pattern, "--", *pathspecs], cwd=root)
+    retcode, out, err = git_status(*args, "-e", pattern, "--", *pathspecs, cwd=root)
     if retcode == 1 and not err.strip():
         return ""
     if retcode != 0:
-        detail = err.strip().splitlines()
-        raise GitError(f"git grep: {detail[-1] if detail else f'exit status {retcode}'}")
+        raise GitError(f"git grep: {last_words(err, retcode)}")
     return out
 
 

@@ -13,26 +13,27 @@ from stellafleet.core.errors import GitError
 from stellafleet.git import gitops
 
 
-def _with_index(index_file: Path) -> dict[str, str]:
+def with_index(index_file: Path) -> dict[str, str]:
+    """The environment that points git at index_file instead of the work tree's index."""
     return {"GIT_INDEX_FILE": str(index_file)}
 
 
 def read_tree_into(root: Path, index_file: Path, commit: str | None) -> None:
     """Seed index_file with commit's tree (an empty index when commit is None: an unborn branch)."""
     args = ["read-tree", commit] if commit else ["read-tree", "--empty"]
-    gitops.git(*args, cwd=root, env=_with_index(index_file))
+    gitops.git(*args, cwd=root, env=with_index(index_file))
 
 
 def stage_paths(root: Path, index_file: Path, paths: Sequence[str]) -> None:
     """Put the work tree's version of each path into index_file; a path missing on disk is removed."""
     gitops.git(
         "update-index", "--add", "--remove", "-z", "--stdin",
-        cwd=root, env=_with_index(index_file), stdin="".join(f"{p}\0" for p in paths),
+        cwd=root, env=with_index(index_file), stdin="".join(f"{p}\0" for p in paths),
     )  # fmt: skip
 
 
 def write_tree(root: Path, index_file: Path) -> str:
-    return gitops.git("write-tree", cwd=root, env=_with_index(index_file)).strip()
+    return gitops.git("write-tree", cwd=root, env=with_index(index_file)).strip()
 
 
 def tree_of(root: Path, commit: str) -> str:
@@ -57,21 +58,20 @@ def update_head_cas(root: Path, new: str, old: str | None, reflog_message: str) 
         ) from None
 
 
-def _records(listing: str) -> Iterator[tuple[list[str], str]]:
+def _records(records: list[str]) -> Iterator[tuple[list[str], str]]:
     """(the fields before the tab, the path) of each record of a `-z` listing (ls-tree, ls-files -s)."""
-    for record in listing.split("\0"):
-        if record:
-            meta, path = record.split("\t", 1)
-            yield meta.split(), path
+    for record in records:
+        meta, path = record.split("\t", 1)
+        yield meta.split(), path
 
 
 def tree_entries(root: Path, commit: str, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
     """path -> (mode, object SHA) for those of paths present in commit's tree."""
-    out = gitops.git("ls-tree", "-z", "--full-tree", commit, "--", *paths, cwd=root)
+    out = gitops.git_fields("ls-tree", "-z", "--full-tree", commit, "--", *paths, cwd=root)
     return {path: (mode, sha) for (mode, _kind, sha), path in _records(out)}
 
 
 def index_entries(root: Path, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
     """path -> (mode, object SHA) of those of paths the real index holds (stage 0)."""
-    out = gitops.git("ls-files", "-s", "-z", "--", *paths, cwd=root)
+    out = gitops.git_fields("ls-files", "-s", "-z", "--", *paths, cwd=root)
     return {path: (mode, sha) for (mode, sha, stage), path in _records(out) if stage == "0"}

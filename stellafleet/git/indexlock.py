@@ -38,8 +38,7 @@ LINGER_S = 0.1
 
 def index_file(root: Path) -> Path:
     """The index of root's work tree (a linked worktree has its own)."""
-    out = Path(gitops.git("rev-parse", "--git-path", "index", cwd=root).strip())
-    return out if out.is_absolute() else (root / out).resolve()
+    return gitops.git_path(root, "--git-path", "index")
 
 
 def _aside(index: Path, pid: int, what: str) -> Path:
@@ -145,7 +144,7 @@ class IndexLock:
     ) -> None:
         """The index as it is with exactly these entries set (or removed), stat data refreshed, aside."""
         staged = _aside(self.index, os.getpid(), "new")
-        env = {"GIT_INDEX_FILE": str(staged)}
+        env = index.with_index(staged)
         if self.index.exists():
             shutil.copyfile(self.index, staged)
         else:

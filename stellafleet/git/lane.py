@@ -11,6 +11,7 @@ when its `stella commit` was killed halfway (lanejournal.py).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 import time
@@ -43,7 +44,7 @@ def commit_paths(
     if not ctx.shared:
         # An isolated worktree has one writer: no lane, no claims.
         sha = commit_in_workspace(workspace, relpaths, message, reflog=f"stella: task {ctx.task_id}")
-        _record(ctx, workspace, sha, message)
+        _record(ctx, workspace, _pending(ctx, sha, message, relpaths))
         return sha
     journal = ctx.paths.private / lanejournal.JOURNAL_NAME
     with ClaimStore.open(ctx.paths.store_db) as store:
@@ -53,26 +54,23 @@ def commit_paths(
         # The lane belongs to this process, not to the worker: a killed `stella commit` frees it at once.
         lane_holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
         with store.commit_lane(lane_holder, timeout=lane_timeout):
-            lanejournal.finish(workspace, journal, lambda done: _record_pending(ctx, workspace, done))
-
-            def journal_it(sha: str) -> None:
-                first_line = message.strip().splitlines()[0]
-                pending = Pending(ctx.run_id, ctx.task_id, ctx.attempt_id, first_line, sha, tuple(relpaths))
-                lanejournal.write(journal, pending)
-
+            record = functools.partial(_record, ctx, workspace)
+            lanejournal.finish(workspace, journal, record)
             try:
                 sha = commit_in_workspace(
                     workspace,
                     relpaths,
                     message,
                     reflog=f"stella: task {ctx.task_id}",
-                    before_head_moves=journal_it,
+                    before_head_moves=lambda sha: lanejournal.write(
+                        journal, _pending(ctx, sha, message, relpaths)
+                    ),
                 )
             except BaseException:
                 # HEAD did not move (or, past the compare-and-swap, it did: then record it all the same)
-                lanejournal.finish(workspace, journal, lambda done: _record_pending(ctx, workspace, done))
+                lanejournal.finish(workspace, journal, record)
                 raise
-            _record(ctx, workspace, sha, message)
+            _record(ctx, workspace, _pending(ctx, sha, message, relpaths))
             lanejournal.clear(journal)
     settle_index(workspace, relpaths)
     return sha
@@ -206,22 +204,14 @@ def _build(workspace: Path, paths: Sequence[str], message: str) -> tuple[str | N
     return old, index.commit_tree(workspace, tree, old, message)
 
 
-def _record(ctx: WorkerContext, workspace: Path, sha: str, message: str) -> None:
-    branch = gitops.current_branch(workspace) or ctx.branch
-    with Ledger.open(ctx.paths.fleet_db) as ledger:
-        ledger.commits.record(
-            sha=sha,
-            run_id=ctx.run_id,
-            task_id=ctx.task_id,
-            attempt_id=ctx.attempt_id,
-            branch=branch,
-            message=message.strip().splitlines()[0],
-            committed_at_ms=wall_ms(),
-        )
+def _pending(ctx: WorkerContext, sha: str, message: str, paths: Sequence[str]) -> Pending:
+    return Pending(
+        ctx.run_id, ctx.task_id, ctx.attempt_id, message.strip().splitlines()[0], sha, tuple(paths)
+    )
 
 
-def _record_pending(ctx: WorkerContext, workspace: Path, pending: Pending) -> None:
-    """Record a commit a killed lane holder put on HEAD, for the task it was made for."""
+def _record(ctx: WorkerContext, workspace: Path, pending: Pending) -> None:
+    """Record a lane commit for the task it was made for (one a killed lane holder put on HEAD too)."""
     branch = gitops.current_branch(workspace) or ctx.branch
     with Ledger.open(ctx.paths.fleet_db) as ledger:
         ledger.commits.record(

@@ -26,10 +26,6 @@ class StepResult:
     message: str = ""
     conflict_diff: str = ""  # the conflicted files with their markers, as `git diff` shows them
 
-    @property
-    def ok(self) -> bool:
-        return self.head is not None
-
 
 def scratch_worktree(root: Path, path: Path, commit: str) -> None:
     """A linked worktree at path on a detached HEAD at commit (no branch is created)."""
@@ -63,9 +59,8 @@ def _failure(path: Path, args: tuple[str, ...], abort: tuple[str, ...]) -> StepR
         return StepResult(gitops.head_commit(path))
     conflicts = _conflicted(path)
     shown = gitops.git("diff", "--no-color", "--", *conflicts, cwd=path, check=False) if conflicts else ""
-    lines = [line.strip() for line in (err or out).splitlines() if line.strip()]
     gitops.git(*abort, cwd=path, check=False)
-    return StepResult(None, conflicts, lines[-1] if lines else f"exit status {retcode}", shown)
+    return StepResult(None, conflicts, gitops.last_words(err or out, retcode).strip(), shown)
 
 
 def rebase_onto(path: Path, onto: str, upstream: str, tip: str) -> StepResult:
@@ -101,12 +96,6 @@ def predict_merge(root: Path, tip: str, head: str) -> tuple[str | None, tuple[st
     commit_args = ("commit-tree", lines[0], "-p", tip, "-p", head, "-m", "stella merge --dry-run")
     retcode, out, _ = gitops.git_status(*commit_args, cwd=root, env=_DRY_RUN_IDENTITY)
     return (out.strip() or None) if retcode == 0 else None, ()
-
-
-def tracked_changes(root: Path) -> list[str]:
-    """`git status --porcelain` lines for tracked files only: the user's uncommitted work."""
-    out = gitops.git("status", "--porcelain", "--untracked-files=no", cwd=root)
-    return [line for line in out.splitlines() if line]
 
 
 def advance_branch(root: Path, branch: str, new: str, old: str) -> None:

@@ -52,7 +52,7 @@ def worktree_add(root: Path, path: Path, branch: str, base_commit: str) -> None:
             if "failed to read" not in str(exc) or attempt == 19:
                 raise
             if gitops.branch_exists(root, branch) and not path.exists():
-                gitops.branch_delete(root, branch, force=True)
+                gitops.branch_delete(root, branch)
             time.sleep(0.05)
 
 
@@ -78,7 +78,3 @@ def worktree_list(root: Path) -> list[Worktree]:
 def worktree_remove(root: Path, path: Path, *, force: bool = False) -> None:
     args = ["worktree", "remove", *(["--force"] if force else []), str(path)]
     gitops.git(*args, cwd=root)
-
-
-def worktree_prune(root: Path) -> None:
-    gitops.git("worktree", "prune", cwd=root)

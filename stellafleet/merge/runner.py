@@ -91,7 +91,7 @@ def _refuse_unless_ready(root: Path, options: MergeOptions) -> str:
             "check out a branch first",
             exit_code=EXIT_USAGE,
         )
-    dirty = mergeops.tracked_changes(root)
+    dirty = gitops.status_porcelain(root, untracked="no")
     if dirty and not options.dry_run:
         files = "1 file" if len(dirty) == 1 else f"{len(dirty)} files"
         raise StellaError(
@@ -274,7 +274,7 @@ class _Queue:
         onto = self.result.onto
         if gitops.current_branch(self.root) != onto or gitops.ref_commit(self.root, onto) != self.tip:
             raise GitError(f"{onto} moved or was switched away from while merging: stopped before landing")
-        if mergeops.tracked_changes(self.root):
+        if gitops.status_porcelain(self.root, untracked="no"):
             raise GitError("the work tree got uncommitted changes while merging: stopped before landing")
         mergeops.advance_branch(self.root, onto, new, self.tip)
         self.tip = item.after_sha = new

@@ -96,43 +96,20 @@ def graph_problems(name: str, raw_tasks: list[Any], ids: list[str | None], label
 def _cycles(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
     """One cycle per strongly connected group of tasks, each written a -> b -> ... -> a from the
     group's first task in plan order (an edge a -> b means a depends on b)."""
-    remaining = _after_peeling(nodes, edges)
-    if not remaining:
-        return []
     order = {node: position for position, node in enumerate(nodes)}
     cycles = []
-    for component in _strongly_connected(sorted(remaining, key=order.__getitem__), edges):
+    for component in _strongly_connected(nodes, edges):
         if len(component) < 2:
             continue
-        members = set(component)
         start = min(component, key=order.__getitem__)
-        cycles.append(_cycle_through(start, members, edges))
+        cycles.append(_cycle_through(start, set(component), edges))
     cycles.sort(key=lambda cycle: order[cycle[0]])
     return cycles
 
 
-def _after_peeling(nodes: list[str], edges: dict[str, list[str]]) -> set[str]:
-    """Kahn's algorithm: the nodes left once every node without pending dependencies is removed.
-    (Each node's edges are distinct: the schema or graph_problems saw to that.)"""
-    pending = {node: len(edges.get(node, ())) for node in nodes}
-    dependents: dict[str, list[str]] = {}
-    for node, targets in edges.items():
-        for dependency in targets:
-            dependents.setdefault(dependency, []).append(node)
-    ready = [node for node, count in pending.items() if count == 0]
-    while ready:
-        node = ready.pop()
-        del pending[node]
-        for dependent in dependents.get(node, ()):
-            pending[dependent] -= 1
-            if pending[dependent] == 0:
-                ready.append(dependent)
-    return set(pending)
-
-
 def _strongly_connected(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
-    """Tarjan's algorithm, iterative (plans can be deep enough to overflow Python's stack)."""
-    allowed = set(nodes)
+    """Tarjan's algorithm, iterative (plans can be deep enough to overflow Python's stack); every edge
+    leads to one of nodes."""
     index_of: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -150,7 +127,7 @@ def _strongly_connected(nodes: list[str], edges: dict[str, list[str]]) -> list[l
                 counter += 1
                 stack.append(node)
                 on_stack.add(node)
-            successors = [target for target in edges.get(node, ()) if target in allowed]
+            successors = edges.get(node, [])
             descended = False
             for position in range(next_edge, len(successors)):
                 target = successors[position]

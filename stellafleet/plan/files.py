@@ -81,7 +81,8 @@ def _parse_json(text: str, name: str) -> Any:
         result: dict[str, Any] = {}
         for key, value in pairs:
             if key in result:
-                raise _DuplicateKey(key)
+                problem = f"{name}: invalid JSON: key {json.dumps(key)} appears twice in one object"
+                raise PlanError([problem])
             result[key] = value
         return result
 
@@ -89,17 +90,8 @@ def _parse_json(text: str, name: str) -> Any:
         return json.loads(text, object_pairs_hook=no_duplicates)
     except json.JSONDecodeError as exc:
         raise PlanError([f"{name}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}"]) from None
-    except _DuplicateKey as exc:
-        problem = f"{name}: invalid JSON: key {json.dumps(exc.key)} appears twice in one object"
-        raise PlanError([problem]) from None
     except (ValueError, RecursionError) as exc:
         raise PlanError([f"{name}: invalid JSON: {exc}"]) from None
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
 
 
 def _parse_yaml(text: str, name: str) -> Any:

@@ -15,6 +15,7 @@ import math
 import os
 import posixpath
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -24,22 +25,8 @@ from typing import Any
 from stellafleet.core.errors import PlanError, StellaError
 from stellafleet.plan import schema as planschema
 from stellafleet.plan.checks import TASK_ID, graph_problems, task_run_problems
-from stellafleet.plan.files import PLAN_SUFFIXES, read_plan_file, workspace_of
+from stellafleet.plan.files import read_plan_file, workspace_of
 
-__all__ = [
-    "ISOLATIONS",
-    "PLAN_SUFFIXES",
-    "TITLE_WIDTH",
-    "Plan",
-    "PlanTask",
-    "load_plan",
-    "normalise_claim",
-    "plan_from_data",
-    "plan_from_prompts",
-    "title_from",
-]
-
-ISOLATIONS = ("shared", "isolated")
 TITLE_WIDTH = 72
 _PLAIN_KEY = re.compile(r"[$A-Za-z0-9_.-]+")
 _DRIVE = re.compile(r"[A-Za-z]:[\\/]")
@@ -175,7 +162,7 @@ def plan_from_data(
         raise PlanError(problems or [f"{name}: the plan has no tasks"])
     defaults = data.get("defaults") if isinstance(data.get("defaults"), dict) else {}
     warnings: list[str] = []
-    problems.extend(f"{name}: defaults: timeout: {message}" for message in _timeout_problems(defaults))
+    problems.extend(_timeout_problems(f"{name}: defaults", defaults))
     claims_of: list[tuple[str, ...]] = []
     workspace = str(root) if root is not None else None
     for position, raw in enumerate(raw_tasks):
@@ -184,8 +171,7 @@ def plan_from_data(
             continue
         where = f"{name}: {labels[position]}"
         problems.extend(task_run_problems(where, raw, raw.get("isolation", defaults.get("isolation"))))
-        if "timeout" in raw:
-            problems.extend(f"{where}: timeout: {message}" for message in _timeout_problems(raw))
+        problems.extend(_timeout_problems(where, raw))
         claims = raw.get("claims")
         claims_of.append(_claims(claims, where, workspace, problems, warnings) if claims else ())
     problems.extend(graph_problems(name, raw_tasks, ids, labels))
@@ -227,10 +213,7 @@ def normalise_claim(claim: str) -> str:
 
 def _labels(ids: list[str | None]) -> list[str]:
     """How problems name each task: `task "id"` when it has a usable unique id, else `task #N`."""
-    counts: dict[str, int] = {}
-    for task_id in ids:
-        if task_id is not None:
-            counts[task_id] = counts.get(task_id, 0) + 1
+    counts = Counter(task_id for task_id in ids if task_id is not None)
     labels = []
     for number, task_id in enumerate(ids, start=1):
         # a usable id is letters, digits, ".", "_" and "-": nothing to escape inside the quotes
@@ -259,30 +242,25 @@ def _at(name: str, labels: list[str], location: tuple[Any, ...], message: str) -
         position = location[1]
         parts.append(labels[position] if 0 <= position < len(labels) else f"task #{position + 1}")
         rest = location[2:]
-    fields = [_field_name(part) for part in rest if not isinstance(part, int) or isinstance(part, bool)]
-    parts.extend(fields)
-    parts.append(message)
-    return ": ".join(parts)
+    # keys bare when they are plain names, quoted otherwise; list indexes are left out
+    keys = [
+        key if _PLAIN_KEY.fullmatch(key) else planschema.show(key) for key in rest if isinstance(key, str)
+    ]
+    return ": ".join([*parts, *keys, message])
 
 
-def _field_name(key: Any) -> str:
-    """A key as it appears in a problem: bare when it is a plain name, quoted otherwise."""
-    if isinstance(key, str) and _PLAIN_KEY.fullmatch(key):
-        return key
-    return planschema.show(key) if isinstance(key, str) else repr(key)
-
-
-def _timeout_problems(raw: dict[Any, Any]) -> list[str]:
+def _timeout_problems(where: str, raw: dict[Any, Any]) -> list[str]:
+    """What the schema cannot say of a timeout: that it is finite (TOML and YAML can write inf)."""
     timeout = raw.get("timeout")
     if isinstance(timeout, bool) or not isinstance(timeout, int | float):
         return []  # absent, or the schema reported it
     try:
-        seconds = float(timeout)
-    except OverflowError:
-        seconds = math.inf
-    if not math.isfinite(seconds):
-        return [f"must be a finite number of seconds, not {planschema.show(timeout)}"]
-    return []
+        finite = math.isfinite(timeout)
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if finite:
+        return []
+    return [f"{where}: timeout: must be a finite number of seconds, not {planschema.show(timeout)}"]
 
 
 def _claims(

@@ -29,10 +29,6 @@ def schema_text() -> str:
     return BUNDLED.text
 
 
-def schema() -> dict[str, Any]:
-    return BUNDLED.data
-
-
 def schema_problems(data: Any, *, table_word: str = "table") -> list[tuple[Path, str]]:
     """Every schema violation as (location, message), in document order; [] when valid."""
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stellafleet.core.config import Config, load_config
-from stellafleet.core.configsections import ExecutorConfig
+from stellafleet.core.configsections import ExecutorConfig, WatchConfig
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.git import gitops
 from stellafleet.plan.model import Plan, load_plan, plan_from_prompts
@@ -26,8 +26,6 @@ from stellafleet.run.resume import Resume, load_resume
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
-
-    from stellafleet.ci.watch import WatchSettings
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,7 @@ class Prepared:
     default_model: str | None
     problems: list[str]  # what keeps the pipelines from running (only a dry run gets this far with any)
     spend_limit: float | None
-    watch: WatchSettings | None  # None: no --watch
+    watch: WatchConfig | None  # None: no --watch
     config: Config  # the [fleet] and [governor] settings as configured; the CI watch gets it whole
     config_file: Path | None
     options: FleetOptions  # what the command line asked (how to show the run, Ctrl-C, the argv recorded)
@@ -186,11 +184,11 @@ def pipeline_problems(
     return pipelines.preflight(uses, config, spend_limited=spend_limit is not None, installed=installed)
 
 
-def check_watch_ready(root: Path, config: Config) -> WatchSettings:
+def check_watch_ready(root: Path, config: Config) -> WatchConfig:
     """--watch: gh and a remote must be ready before anything runs (exit 2 otherwise)."""
     from stellafleet.ci import gh, watch
 
-    settings = watch.WatchSettings.from_config(config)
+    settings = config.watch
     watch.preflight(root, gh.GitHub(gh.SystemGh(), root, repo=settings.repo), settings)
     return settings
 

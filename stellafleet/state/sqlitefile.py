@@ -8,6 +8,7 @@ refused and never written, and every write is a short ``BEGIN IMMEDIATE`` transa
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import sqlite3
 import tempfile
@@ -55,7 +56,6 @@ def connect(path: Path, *, readonly: bool, immutable: bool = False) -> sqlite3.C
         timeout=BUSY_TIMEOUT_S,
         isolation_level=None,
         check_same_thread=False,
-        cached_statements=256,
     )
     conn.row_factory = sqlite3.Row
     return conn
@@ -115,8 +115,9 @@ def open_database(path: Path, schema: Schema, *, readonly: bool = False) -> sqli
                 with _directory_lock(path.parent):
                     if not path.exists():
                         _create_atomically(path, schema)
-                    elif path.stat().st_size == 0:
-                        _initialise_empty_file(path, schema)
+                    elif path.stat().st_size == 0:  # left by `touch`, say: _initialise_empty builds it
+                        with contextlib.closing(_connect_or_explain(path, schema, readonly=False)) as conn:
+                            _check_and_migrate(conn, path, schema, readonly=False)
         except OSError as exc:  # a read-only directory, a file where the directory should be, a full disk
             raise StellaError(
                 f"cannot create the {schema.label} at {path}: {exc.strerror or exc}; "
@@ -146,26 +147,12 @@ def _directory_lock(directory: Path) -> Iterator[None]:
     Turning an empty file into a WAL database changes its header while others may be reading it, so only
     one process may do it; locking the directory leaves no lock file behind.
     """
-    try:
-        import fcntl
-    except ImportError:  # no advisory locks here: os.link below still makes creation atomic
-        yield
-        return
     fd = os.open(directory, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # closing releases the lock
-
-
-def _initialise_empty_file(path: Path, schema: Schema) -> None:
-    """An existing but empty file (say, left by `touch`) holds nothing to lose: build the schema in it."""
-    conn = _connect_or_explain(path, schema, readonly=False)
-    try:
-        _check_and_migrate(conn, path, schema, readonly=False)
-    finally:
-        conn.close()
 
 
 def _create_atomically(path: Path, schema: Schema) -> None:

@@ -18,7 +18,7 @@ from stellafleet.ci.gh import GH_MISSING, STATUS_END, STATUS_START, SystemGh
 from stellafleet.ci.model import BranchWatch, WatchResult
 from stellafleet.ci.report import ConsoleReporter
 from stellafleet.ci.targets import branches_to_watch
-from stellafleet.ci.watch import WatchSettings, watch_run
+from stellafleet.ci.watch import watch_run
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
@@ -355,7 +355,7 @@ def test_limits_come_from_config(repo: Repo) -> None:
 )
 def test_bad_watch_config_is_a_usage_error(key: str, value: Any) -> None:
     with pytest.raises(StellaError, match=f"config: watch.{key} must be") as caught:
-        WatchSettings.from_config(Config({"watch": {key: value}}))
+        _ = Config({"watch": {key: value}}).watch
     assert caught.value.exit_code == 2
 
 

@@ -81,7 +81,7 @@ def test_worktree_lifecycle_and_commits_between(repo: Path) -> None:
     assert gitops.branches_matching(repo, "fleet/*") == ["fleet/docs-x"]
     assert not gitops.is_ancestor(repo, commits[0].sha, "main")
     worktrees.worktree_remove(repo, path)
-    gitops.branch_delete(repo, "fleet/docs-x", force=True)
+    gitops.branch_delete(repo, "fleet/docs-x")
     assert gitops.branches_matching(repo, "fleet/*") == []
 
 
