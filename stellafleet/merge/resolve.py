@@ -4,7 +4,7 @@ The task (`resolve-<task>`) is added to the run and runs through a Dispatcher li
 worktree is a new `fleet/resolve-...` branch at the current tip, and its prompt carries the conflict (the
 files, and git's diff of them with the conflict markers). The worker merges the branch there, resolves
 and commits; its result then goes through the same check as every other branch before it may land.
-No resolve task starts once the run's spend reached the limit.
+No resolve task starts once the run's spend reached the limit, and its worker is guarded by what is left.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pathlib import Path
 
 from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.spend import money
+from stellafleet.core.spend import SpendBudget, money
 from stellafleet.git import gitops
 from stellafleet.merge.queue import MergeItem
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.cifix import execute_in_background
-from stellafleet.run.dispatch import Dispatcher, RunSettings
+from stellafleet.run.dispatch import Dispatcher, RunSettings, spend_budget
 from stellafleet.run.events import Event
 from stellafleet.run.executor import LocalExecutor
 from stellafleet.state.claims import ClaimStore
@@ -62,21 +62,24 @@ class Resolver:
         self.prompts = {t["id"]: t.get("prompt") or "" for t in record["tasks"]}
         self.limit = spend_limit if spend_limit is not None else self.run.get("spend_limit_usd")
 
-    def _dispatcher(self, tip: str, claims: ClaimStore, executor: LocalExecutor) -> Dispatcher:
+    def _dispatcher(
+        self, tip: str, claims: ClaimStore, executor: LocalExecutor, budget: SpendBudget | None
+    ) -> Dispatcher:
         settings = RunSettings(
             root=self.root,
             run_id=self.run_id,
             base_commit=tip,  # the resolve task's worktree starts at the current tip
             default_pipeline=self.run.get("pipeline") or self.config.fleet.pipeline,
-            spend_guard_usd=self.limit,
         )
-        return Dispatcher(settings, self.ledger, claims, executor, _quiet)
+        return Dispatcher(settings, self.ledger, claims, executor, _quiet, budget=budget)
 
     def resolve(self, item: MergeItem, onto: str, tip: str, files: tuple[str, ...], diff: str) -> Resolution:
-        if self.limit is not None and self.ledger.spend.of_run(self.run_id) >= self.limit:
-            spent = self.ledger.spend.of_run(self.run_id)
+        # The worker's guard is what the run has left of its limit, as for the run's own workers.
+        spent = self.ledger.spend.of_run(self.run_id)
+        budget = spend_budget(self.limit, 1, self.config, spent=spent)
+        if budget is not None and budget.reached(spent):
             return Resolution(
-                None, f"spend limit reached ({money(spent)} of {money(self.limit)}): not handed on"
+                None, f"spend limit reached ({money(spent)} of {money(budget.limit)}): not handed on"
             )
         task_id = self._free_id(f"resolve-{item.task_id}")
         prompt = resolve_prompt(item, onto, files, diff, self.prompts.get(item.task_id, ""))
@@ -86,7 +89,7 @@ class Resolver:
         executor = LocalExecutor(stop_grace_s=self.config.fleet.stop_grace)
         try:
             with ClaimStore.open(paths.store_db) as claims:
-                failed = execute_in_background(self._dispatcher(tip, claims, executor), task)
+                failed = execute_in_background(self._dispatcher(tip, claims, executor, budget), task)
                 if failed is not None:
                     return Resolution(None, f"resolve task {task_id} failed: {failed}")
         finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from helpers.fleet import Scripts, write_config
 from helpers.merging import RUN_ID, build_run, merges
 from helpers.repo import StellaRunner, git
@@ -73,3 +74,23 @@ def test_no_resolve_task_once_the_spend_limit_is_reached(git_repo: Path, stella:
     )
     with Ledger.open(StatePaths(git_repo).fleet_db, readonly=True) as ledger:
         assert [t["id"] for t in ledger.get_run(RUN_ID)["tasks"]] == ["b", "a", "c", "d"]
+
+
+def test_a_resolve_worker_is_guarded_by_what_is_left_of_the_limit(
+    git_repo: Path, stella: StellaRunner, tmp_path: Path
+) -> None:
+    # the run spent $0.70 of its $1.00: the resolve worker may spend the $0.30 left, not the whole limit
+    build_run(git_repo)
+    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        attempt = ledger.attempts.start(RUN_ID, "a", pipeline="command")
+        ledger.spend.add(attempt, 0.7)
+        ledger.attempts.finish(attempt, AttemptEnd(outcome="succeeded", exit_code=0, summary="earlier work"))
+    guard = 'Path(os.environ["MARKS"], "guard").write_text(os.environ["STELLA_SPEND_GUARD"])\n'
+    write_config(
+        git_repo, run=Scripts(tmp_path / "scripts").python("resolver", "import re\n" + guard + RESOLVER)
+    )
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    proc = stella("--spend-limit", "1", "merge", "--resolve", cwd=git_repo, env={"MARKS": str(marks)})
+    assert "conflict resolved by task resolve-c" in proc.stdout, proc.stdout + proc.stderr
+    assert float((marks / "guard").read_text()) == pytest.approx(0.3)
