@@ -1,8 +1,11 @@
 """The GitHub CLI as a boundary: a small runner Protocol, the real runner, and the few gh calls watch makes.
 
 Everything stella asks GitHub goes through ``gh`` (so the user's own ``gh auth login`` is all the setup
-there is). Tests hand in their own runner, or put the scriptable fake from ``stellafleet.testing.fake_gh``
-on PATH in front of the real one.
+there is; ``GH_HOST`` and ``GH_ENTERPRISE_TOKEN`` point it at a GitHub Enterprise host). A call GitHub
+refuses for a while (a rate limit: HTTP 429, or 403 saying so; a server error: HTTP 5xx) is retried every
+``Retry.wait`` seconds for at most ``Retry.give_up_after``, then fails naming what GitHub said. The CI
+tests run the real gh against ``stellafleet.testing.github_server``; in-process tests of the watch's
+own logic hand in ``stellafleet.testing.fake_gh.FakeGh``.
 """
 
 from __future__ import annotations
@@ -11,12 +14,13 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from stellafleet.ci.targets import TaskWork
+from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.spend import money
 from stellafleet.core.status import CIState
@@ -51,6 +55,34 @@ class GhResult:
         """gh's own last words, for an error message."""
         lines = [line.strip() for line in (self.stderr or self.stdout).splitlines() if line.strip()]
         return lines[-1] if lines else f"exit status {self.returncode}"
+
+
+_HTTP_STATUS = re.compile(r"\bHTTP (\d{3})\b|status code: (\d{3})\b")
+
+
+def github_trouble(result: GhResult) -> str | None:
+    """A rate limit or server error, by name ("GitHub rate limit (HTTP 429)"), or None for other failures."""
+    if result.returncode == 0:
+        return None
+    text = f"{result.stderr}\n{result.stdout}"
+    match = _HTTP_STATUS.search(text)
+    code = int(match.group(1) or match.group(2)) if match else None
+    if code == 429 or (code in (403, None) and "rate limit" in text.lower()):
+        return f"GitHub rate limit (HTTP {code or 403})"
+    if code is not None and 500 <= code <= 599:
+        return f"GitHub server error (HTTP {code})"
+    return None
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How long a gh call GitHub refuses for a while is retried: every `wait` seconds (the watch's poll
+    interval), at most `give_up_after` seconds in all (its stall timeout)."""
+
+    wait: float = 30.0
+    give_up_after: float = 1200.0
+    clock: Clock = field(default_factory=SystemClock)
+    on_retry: Callable[[str], None] | None = None  # told each retry, in one line
 
 
 class GhRunner(Protocol):
@@ -173,14 +205,32 @@ _PR_NUMBER = re.compile(r"/pull/(\d+)")
 class GitHub:
     """The gh calls watch makes, run in the repository (gh finds the GitHub repository from its remotes)."""
 
-    def __init__(self, runner: GhRunner, cwd: Path, *, repo: str | None = None) -> None:
+    def __init__(
+        self, runner: GhRunner, cwd: Path, *, repo: str | None = None, retry: Retry | None = None
+    ) -> None:
         self.runner = runner
         self.cwd = cwd
         self.repo = repo
+        self.retry = retry or Retry()
 
-    def _gh(self, *args: str, repo_flag: bool = True) -> GhResult:
+    def _gh(self, *args: str, repo_flag: bool = True, retry: bool = True) -> GhResult:
+        """gh ARGS, retried while GitHub answers with a rate limit or a server error (see Retry); a
+        failure that outlasts the retries has the trouble's name put before gh's own words."""
         extra = ["--repo", self.repo] if self.repo and repo_flag else []
-        return self.runner.run([*args, *extra], cwd=self.cwd)
+        policy = self.retry
+        start = policy.clock.now()
+        while True:
+            result = self.runner.run([*args, *extra], cwd=self.cwd)
+            trouble = github_trouble(result)
+            if trouble is None:
+                return result
+            waited = policy.clock.now() - start
+            if not retry or waited + policy.wait > policy.give_up_after:
+                after = f" (still failing after {_seconds(waited)} of retries)" if retry and waited else ""
+                return GhResult(result.returncode, result.stdout, f"{trouble}{after}: {result.detail()}")
+            if policy.on_retry is not None:
+                policy.on_retry(f"gh {' '.join(args[:2])}: {trouble}; retrying in {_seconds(policy.wait)}")
+            policy.clock.sleep(policy.wait)
 
     def _json(self, result: GhResult, what: str) -> Any:
         if result.returncode != 0:
@@ -192,13 +242,17 @@ class GitHub:
 
     def check_auth(self) -> None:
         """StellaError (exit 2) saying what to do when gh has no usable login."""
-        result = self._gh("auth", "status", repo_flag=False)
+        result = self._gh("auth", "status", repo_flag=False, retry=False)
         if result.returncode != 0:
             text = f"{result.stdout}\n{result.stderr}"
-            lines = [line.strip() for line in text.splitlines() if line.strip()]
-            said = next((line for line in lines if "not logged in" in line.lower()), result.detail())
+            lines = [line.strip(" -X\u2717") for line in text.splitlines() if line.strip()]
+            said = next(
+                (line for line in lines if "not logged in" in line.lower() or "invalid" in line.lower()),
+                result.detail(),
+            )
             raise StellaError(
-                f"gh is not authenticated ({said}): run `gh auth login` (or set GH_TOKEN) and try again",
+                f"gh is not authenticated ({said}): run `gh auth login` (or set GH_TOKEN; for a GitHub "
+                "Enterprise host, GH_HOST and GH_ENTERPRISE_TOKEN) and try again",
                 exit_code=EXIT_USAGE,
             )
 
@@ -228,8 +282,9 @@ class GitHub:
             raise GhError(f"gh pr edit #{number} failed: {result.detail()}")
 
     def list_runs(self, sha: str) -> list[CiRun]:
+        """The commit's workflow runs; not retried here: the watch polls again at its next interval."""
         args = ("run", "list", "--commit", sha, "--limit", "100", "--json", RUN_FIELDS)
-        found = self._json(self._gh(*args), "run list") or []
+        found = self._json(self._gh(*args, retry=False), "run list") or []
         return [CiRun.from_gh(item) for item in found if isinstance(item, dict)]
 
     def failed_log(self, run_id: int) -> str:
@@ -238,6 +293,10 @@ class GitHub:
         if result.returncode != 0:
             raise GhError(f"gh run view {run_id} --log-failed failed: {result.detail()}")
         return result.stdout
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:g}s" if seconds < 60 else f"{int(seconds) // 60}m{int(seconds) % 60:02d}s"
 
 
 # --- pull request text ---

@@ -20,6 +20,7 @@ from stellafleet.ci.gh import (
     GhError,
     GhRunner,
     GitHub,
+    Retry,
     SystemGh,
     ci_phase,
     fingerprint,
@@ -190,6 +191,8 @@ class Watcher:
         if now - watch.last_change >= s.stall_timeout:
             known_red = red_label(runs)
             reason = f"no CI progress for {_duration(s.stall_timeout)} ({ci_phase(runs)})"
+            if watch.gh_trouble:
+                reason += f" (gh kept failing: {watch.gh_trouble})"
             self._finish(watch, CIState.STALLED, known_red, reason)
             return
         self._set_phase(watch, ci_phase(runs))
@@ -310,7 +313,9 @@ def watch_run(
             message = f"nothing to watch: no branch of run {run_id} holds committed work of a succeeded task"
             reporter.note(message)
             return WatchResult(run_id, None, [], message=message)
-        github = GitHub(gh or SystemGh(), root, repo=settings.repo)
+        clock = clock or SystemClock()
+        retry = Retry(settings.poll_interval, settings.stall_timeout, clock, reporter.note)
+        github = GitHub(gh or SystemGh(), root, repo=settings.repo, retry=retry)
         preflight(root, github, settings)
         watcher = Watcher(
             root,
@@ -319,7 +324,7 @@ def watch_run(
             settings=settings,
             github=github,
             ledger=ledger,
-            clock=clock or SystemClock(),
+            clock=clock,
             out=reporter,
             default_branch=gitops.default_branch(root, settings.remote),
             fixer=fixer,
