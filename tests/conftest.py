@@ -12,6 +12,16 @@ from helpers.agents import FakeAgents
 from helpers.repo import GIT_EMAIL, GIT_NAME, StellaRunner, git, run_stella
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """The real gh the CI tests run (tests/helpers/realgh.py), in every test run's header."""
+    from helpers.realgh import GH_INSTALLED, find_gh, gh_version
+
+    found = find_gh()
+    if found is None:
+        return f"gh: not installed at {GH_INSTALLED} (the real-gh CI tests skip; CI=true fails them)"
+    return f"gh: {gh_version(found)} at {found}"
+
+
 @pytest.fixture
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """HOME (and XDG config) in tmp_path, no system git config, no STELLA_* variables from outside."""
