@@ -112,8 +112,9 @@ def test_watch_opens_and_keeps_current_a_pr_per_branch_and_a_second_watch_reuses
         assert verdict in pr["body"] and branch["head_sha"][:12] in pr["body"]
         assert branch["run_urls"][0].startswith(f"https://{host.host}/octo/widgets/actions/runs/")
     ops = host.operations()
-    for expected in ("query UserCurrent", "query PullRequestList", "mutation PullRequestCreate",
-                     "mutation PullRequestUpdate", "GET /api/v3/repos/octo/widgets/actions/runs"):  # fmt: skip
+    asked = ("query UserCurrent", "query PullRequestList", "mutation PullRequestCreate",
+             "mutation PullRequestUpdate", "GET /api/v3/repos/octo/widgets/actions/runs")  # fmt: skip
+    for expected in asked:
         assert expected in ops, (expected, sorted(set(ops)))
     assert ops.count("mutation PullRequestCreate") == 2
 
