@@ -54,6 +54,8 @@ class GhResult:
     def detail(self) -> str:
         """gh's own last words, for an error message."""
         lines = [line.strip() for line in (self.stderr or self.stdout).splitlines() if line.strip()]
+        if len(lines) > 1 and lines[-1].startswith("https://"):  # "... already exists:" then its URL
+            return f"{lines[-2]} {lines[-1]}"
         return lines[-1] if lines else f"exit status {self.returncode}"
 
 
@@ -271,10 +273,14 @@ class GitHub:
             raise GhError(f"gh pr create failed for {branch}: {result.detail()}")
         urls = [line.strip() for line in result.stdout.splitlines() if "/pull/" in line]
         match = _PR_NUMBER.search(urls[-1]) if urls else None
-        if match is None:
-            view = self._json(self._gh("pr", "view", branch, "--json", "number,url,body"), "pr view")
-            return PullRequest(int(view["number"]), str(view["url"]), str(view.get("body") or body))
+        if match is None:  # gh printed no URL: ask for the pull request it made
+            return self.view_pr(branch)
         return PullRequest(int(match.group(1)), urls[-1], body)
+
+    def view_pr(self, ref: str) -> PullRequest:
+        """The pull request of a branch, number or URL (`gh pr view REF --json number,url,body`)."""
+        view = self._json(self._gh("pr", "view", ref, "--json", "number,url,body"), "pr view")
+        return PullRequest(int(view["number"]), str(view["url"]), str(view.get("body") or ""))
 
     def edit_pr_body(self, number: int, body: str) -> None:
         result = self._gh("pr", "edit", str(number), "--body", body)
