@@ -282,6 +282,17 @@ class GitHub:
         view = self._json(self._gh("pr", "view", ref, "--json", "number,url,body"), "pr view")
         return PullRequest(int(view["number"]), str(view["url"]), str(view.get("body") or ""))
 
+    def pr_fields(self, number: int, fields: str) -> dict[str, Any]:
+        """`gh pr view N --json FIELDS`."""
+        found = self._json(self._gh("pr", "view", str(number), "--json", fields), f"pr view {number}")
+        return dict(found or {})
+
+    def merge_pr(self, number: int, strategy: str) -> None:
+        """`gh pr merge N --merge|--squash|--rebase` (on a base that needs a merge queue, gh queues it)."""
+        result = self._gh("pr", "merge", str(number), f"--{strategy}")
+        if result.returncode != 0:
+            raise GhError(f"gh pr merge {number} --{strategy} failed: {result.detail()}")
+
     def edit_pr_body(self, number: int, body: str) -> None:
         result = self._gh("pr", "edit", str(number), "--body", body)
         if result.returncode != 0:

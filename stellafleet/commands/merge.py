@@ -9,10 +9,12 @@ from pathlib import Path
 from stellafleet.commands import config_file_arg
 from stellafleet.core import jsontext
 from stellafleet.core.config import load_config
+from stellafleet.core.errors import StellaError
 from stellafleet.core.status import MergeStatus
 from stellafleet.git import gitops
 from stellafleet.merge.queue import MergeItem
 from stellafleet.merge.runner import STRATEGIES, MergeOptions, MergeResult, merge_run
+from stellafleet.merge.viagh import GH_STRATEGIES
 from stellafleet.state.ledger import Ledger
 
 
@@ -34,7 +36,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--unwatched", action="store_true", help="take every succeeded branch, whatever CI said (or not)"
     )
-    parser.add_argument("--strategy", choices=STRATEGIES, help="rebase or merge (default: [merge] strategy)")
+    parser.add_argument(
+        "--strategy",
+        choices=sorted({*STRATEGIES, *GH_STRATEGIES}),
+        help="rebase or merge (default: [merge] strategy); with --via-gh also squash",
+    )
+    parser.add_argument(
+        "--via-gh",
+        action="store_true",
+        help="ask GitHub to merge each green branch's pull request (gh pr merge; a merge queue is "
+        "honoured) in dependency order, instead of merging locally",
+    )
     parser.add_argument("--check", metavar="CMD", help="the check command (default: [merge] check)")
     parser.add_argument(
         "--resolve",
@@ -59,6 +71,20 @@ def run(args: argparse.Namespace) -> int:
         check_timeout=settings.check_timeout,
         check_tail_lines=settings.check_tail_lines,
     )
+    if args.via_gh:
+        from stellafleet.merge.viagh import merge_via_gh
+
+        if args.resolve:
+            raise StellaError(
+                "--resolve resolves conflicts locally; it does not go with --via-gh", exit_code=2
+            )
+
+        result = merge_via_gh(root, options, config.watch, progress=None if args.json else print_item)
+        if args.json:
+            print(jsontext.dumps(result.to_json(), indent=2))
+        else:
+            print_summary(result)
+        return result.exit_code
     make_resolver = None
     if args.resolve:
         from stellafleet.merge.resolve import Resolver
@@ -105,6 +131,11 @@ def print_summary(result: MergeResult) -> None:
     if result.options.dry_run:
         count = f"{len(result.queue)} branch(es) of run {result.run_id}"
         print(f"dry run: {count} onto {result.onto}; nothing changed")
+        return
+    if result.onto == "GitHub":  # --via-gh: GitHub merged them; nothing moved here
+        failed = result.count(MergeStatus.ERROR)
+        print(f"run {result.run_id}: GitHub merged {result.count(MergeStatus.MERGED)}, failed {failed}, "
+              f"skipped {result.count(MergeStatus.SKIPPED)} (nothing merged locally)")  # fmt: skip
         return
     moved = (
         f"{result.onto} moved {result.start_sha[:12]} -> {result.end_sha[:12]}"

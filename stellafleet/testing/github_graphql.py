@@ -110,7 +110,9 @@ def pr_node(state: GitHubState, repo: Repository, pr: PullRequest, base: str) ->
         "files": {"nodes": [], "totalCount": 0},
         "statusCheckRollup": {"nodes": []},
         "reviewDecision": "",
-        "autoMergeRequest": None,
+        "autoMergeRequest": None
+        if pr.queued_at is None
+        else {"enabledAt": pr.updated_at, "mergeMethod": repo.merge_queue_method},
         "viewerCanEditFiles": True,
         "potentialMergeCommit": None,
         "repository": {"nameWithOwner": repo.full_name},
@@ -234,11 +236,12 @@ def _pr_merge(state: GitHubState, variables: Vars, base: str) -> dict[str, Any]:
 def _pr_auto_merge(state: GitHubState, variables: Vars, base: str) -> dict[str, Any]:
     """`gh pr merge` on a repository with a merge queue: the pull request joins the queue."""
     given = variables.get("input") or {}
-    _, pr = _repo_of_pr(state, str(given.get("pullRequestId")))
+    repo, pr = _repo_of_pr(state, str(given.get("pullRequestId")))
     if pr.state != "OPEN":
         raise GraphQLError(f"Pull request #{pr.number} is not open")
     if pr.queued_at is None:
         pr.queued_at = state.now()
+        state.events.append(f"queued {repo.full_name}#{pr.number}")
     return {"enablePullRequestAutoMerge": {"clientMutationId": None}}
 
 

@@ -257,6 +257,7 @@ def snapshot(state: GitHubState) -> dict[str, Any]:
                 for repo in state.repos.values()
             },
             "requests": list(state.requests),
+            "events": list(state.events),
         }
 
 

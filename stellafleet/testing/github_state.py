@@ -167,6 +167,7 @@ class GitHubState:
         self.repos: dict[str, Repository] = {}
         self.faults: list[Fault] = []
         self.requests: list[dict[str, Any]] = []
+        self.events: list[str] = []  # "queued owner/name#N", "merged owner/name#N", in order
         self._next_id = 7_000_000_001
         for full in repos:
             self.add_repo(full)
@@ -267,6 +268,7 @@ class GitHubState:
         pr.state, pr.merged_at, pr.merge_commit, pr.merge_method = "MERGED", self.iso(), new, method
         pr.queued_at = None
         pr.updated_at = self.iso()
+        self.events.append(f"merged {repo.full_name}#{pr.number}")
         self.start_run(repo, pr.base, new)
         return new
 
