@@ -15,6 +15,8 @@ stopped. Point the real gh at it as at a GitHub Enterprise Server: ``GH_HOST=loc
   "times": 2, "retry_after": 1}`` answers the next matching requests with that status (403 and 429 as
   GitHub's rate limit: ``Retry-After`` and ``x-ratelimit-remaining: 0``; 5xx as a server error).
   ``POST /_control/repo`` with ``{"repo": "OWNER/NAME", "merge_queue": true}`` sets a repository up;
+  ``POST /_control/rerun`` with ``{"repo": "OWNER/NAME", "run_id": N, "result": "success"}`` re-runs a
+  run (its next attempt);
   ``GET /_control/state`` returns the pull requests, runs and the request log.
 """
 
@@ -149,6 +151,10 @@ class _Handler(BaseHTTPRequestHandler):
                 repo = state.repos.get(str(data.get("repo", "")).lower()) or state.add_repo(data["repo"])
                 repo.merge_queue = bool(data.get("merge_queue", repo.merge_queue))
             return Reply.json(200, {"ok": True})
+        if path == "/_control/rerun":
+            repo = state.repos[str(data["repo"]).lower()]
+            run = state.rerun(repo, int(data["run_id"]), failing=data.get("result") == "failure")
+            return Reply.json(200, {"id": run.id, "attempt": run.attempt})
         if path == "/_control/state":
             return Reply.json(200, snapshot(state))
         return Reply.json(404, {"message": "Not Found"})

@@ -222,6 +222,16 @@ class GitHubState:
             repo.runs.append(run)
         return run
 
+    def rerun(self, repo: Repository, run_id: int, *, failing: bool) -> WorkflowRun:
+        """Re-run a workflow run, as GitHub's "Re-run jobs": the same id, the next attempt, from queued."""
+        with self.lock:
+            run = repo.run(run_id)
+            if run is None:
+                raise KeyError(run_id)
+            run.attempt += 1
+            run.started, run.failing, run.created_at = self.now(), failing, self.iso()
+            return run
+
     def failed_log_lines(self, run: WorkflowRun) -> list[str]:
         """The failing step's log lines (what `gh run view --log-failed` shows, without its prefix)."""
         stamp = self.iso(run.started + self.ci_seconds / 2)

@@ -58,6 +58,7 @@ class Repo:
         shared: tuple[str, ...] = (),
         failed: tuple[str, ...] = (),
         shared_branch: str = "main",
+        ci_result: str | None = None,
     ) -> None:
         """A finished run in the ledger, with real branches and commits for its tasks."""
         tasks = [
@@ -80,6 +81,9 @@ class Repo:
                 git("switch", "-q", branch, cwd=self.root)
                 (self.root / f"{task.id}-{run_id}.txt").write_text(f"work of {task.id}\n")
                 git("add", f"{task.id}-{run_id}.txt", cwd=self.root)
+                if ci_result is not None:  # what the local GitHub API server's simulated CI concludes
+                    (self.root / ".ci-result").write_text(f"{ci_result}\n")
+                    git("add", ".ci-result", cwd=self.root)
                 git("commit", "-qm", f"{task.id}: add work", cwd=self.root)
                 sha = git("rev-parse", "HEAD", cwd=self.root)
                 git("switch", "-q", "main", cwd=self.root)
