@@ -1,19 +1,18 @@
 """`--fix-ci N`: a branch that ends red gets follow-up attempts of its task, fed the failing CI log, in
-its own worktree and branch; each is pushed and watched again, at most N rounds, under the spend limit."""
+its own worktree and branch; each is pushed and watched again, at most N rounds, under the spend limit.
+The real gh against the local GitHub API server: its simulated CI fails a tree whose `.ci-result` says
+failure, and `gh run view --log-failed` reads the failing step's lines from the run's log archive."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers.fleet import Scripts, run_record, write_config
+from helpers.realgh import GitHubHost
 from helpers.repo import StellaRunner, git
-
-from stellafleet.testing import fake_gh
 
 PLAN = """\
 [[tasks]]
@@ -39,16 +38,12 @@ follow_up = "Failing jobs' log" in prompt
 # the task id in the text and subject: two tasks' identical commits would be one commit (one SHA)
 text = "fixed" if (follow_up and TASK == "fixable") else f"{TASK}: broken {n}"
 (WS / "work.txt").write_text(text + "\\n")
-subprocess.run(["git", "add", "work.txt"], check=True)
+(WS / ".ci-result").write_text("success\\n" if text == "fixed" else "failure\\n")
+subprocess.run(["git", "add", "work.txt", ".ci-result"], check=True)
 subject = "fix: work.txt says fixed" if text == "fixed" else f"{TASK}: work attempt {n}"
 subprocess.run(["git", "commit", "-q", "-m", subject], check=True)
 report(spend_usd=float(os.environ.get("SPEND_EACH", "0.25")), summary=subject)
 """
-
-FAILURE = [{"databaseId": 501, "name": "build", "workflowName": "CI", "status": "completed",
-            "conclusion": "failure", "updatedAt": "2026-11-30T12:05:00Z"}]  # fmt: skip
-SUCCESS = [{**FAILURE[0], "databaseId": 502, "conclusion": "success"}]
-LOG = "build\tRun pytest\t2026-11-30T12:04:59Z E   AssertionError: work.txt says 'broken' (MARKER-7731)\n"
 
 
 @pytest.fixture
@@ -59,25 +54,21 @@ def marks(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_home: Path) -> Iterator[GitHubHost]:
+    github = GitHubHost(tmp_path, monkeypatch, ci_seconds=0.6)
+    yield github
+    github.stop()
+
+
+@pytest.fixture
 def fleet_repo(
-    git_repo: Path, tmp_path: Path, marks: Path, monkeypatch: pytest.MonkeyPatch
+    git_repo: Path, tmp_path: Path, marks: Path, host: GitHubHost, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Path]:
-    origin = tmp_path / "origin.git"
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], check=True)
-    git("remote", "add", "origin", str(origin), cwd=git_repo)
+    git("remote", "add", "origin", host.clone_url(), cwd=git_repo)
     git("push", "-q", "origin", "main", cwd=git_repo)
     command = Scripts(tmp_path / "scripts").python("worker", WORKER)
-    write_config(git_repo, run=command, extra="[watch]\npoll_interval = 0.01\nfix_ci_log_bytes = 200\n")
-    fake_gh.install(tmp_path / "bin")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    script = tmp_path / "gh-script.json"
-    script.write_text(
-        json.dumps(
-            {"runs": {"subject:fix:": [SUCCESS], "*": [FAILURE]}, "logs": {"501": "x" * 500 + "\n" + LOG}}
-        )
-    )
-    monkeypatch.setenv("FAKE_GH_SCRIPT", str(script))
-    monkeypatch.setenv("FAKE_GH_STATE", str(tmp_path / "gh-state.json"))
+    watch = f'[watch]\npoll_interval = 0.1\nfix_ci_log_bytes = 200\nrepo = "{host.repo_flag}"\n'
+    write_config(git_repo, run=command, extra=watch)
     monkeypatch.setenv("MARKS", str(marks))
     (tmp_path / "plan.toml").write_text(PLAN)
     yield git_repo
@@ -88,7 +79,7 @@ def attempts_of(record: dict, task: str) -> list[dict]:
 
 
 def test_fix_ci_fixes_one_branch_in_one_round_and_gives_up_on_the_other_after_two(
-    fleet_repo: Path, tmp_path: Path, marks: Path, stella: StellaRunner
+    fleet_repo: Path, tmp_path: Path, marks: Path, host: GitHubHost, stella: StellaRunner
 ) -> None:
     plan = str(tmp_path / "plan.toml")
     proc = stella(
@@ -120,13 +111,15 @@ def test_fix_ci_fixes_one_branch_in_one_round_and_gives_up_on_the_other_after_tw
     # the failure text reached the follow-up's prompt, trimmed to its last bytes; the first had none
     first, second = (marks / "prompt-fixable-1.txt").read_text(), (marks / "prompt-fixable-2.txt").read_text()
     assert first == "make work.txt say fixed"
-    assert second.startswith("make work.txt say fixed\n") and "MARKER-7731" in second
-    assert "earlier bytes left out" in second and "x" * 300 not in second
+    assert second.startswith("make work.txt say fixed\n") and ".ci-result says failure at" in second
+    assert "build\tRun tests\t" in second and "Process completed with exit code 1." in second
+    # trimmed to its last 200 bytes: the step's first lines are left out
+    assert "earlier bytes left out" in second and "##[group]Run python -m pytest" not in second
     assert "fix-up round 1 of at most 2" in (marks / "prompt-stubborn-2.txt").read_text()
     assert "fix-up round 2 of at most 2" in (marks / "prompt-stubborn-3.txt").read_text()
     assert not (marks / "prompt-stubborn-4.txt").exists()
-    gh_calls = json.loads((tmp_path / "gh-state.json").read_text())["calls"]
-    assert sum(1 for c in gh_calls if c["args"][:2] == ["run", "view"]) == 3
+    logs = [op for op in host.operations() if "/actions/runs/" in op and op.endswith("/logs")]
+    assert len(logs) == 3  # one `gh run view --log-failed` per red round
 
     shown = stella("runs", "latest", cwd=fleet_repo)
     assert shown.stdout.count("ci-fix") == 3
@@ -177,7 +170,7 @@ def test_stella_watch_fix_ci_sends_a_past_runs_red_branch_back(
     record = run_record(fleet_repo)
     assert [a["reason"] for a in record["attempts"]] == [None, "ci-fix"]
     assert record["attempts"][1]["worktree"] == record["attempts"][0]["worktree"]
-    assert "MARKER-7731" in (marks / "prompt-fixable-2.txt").read_text()
+    assert ".ci-result says failure at" in (marks / "prompt-fixable-2.txt").read_text()
 
 
 @pytest.mark.parametrize(
