@@ -1,18 +1,19 @@
-"""A scriptable stand-in for the GitHub CLI (`gh`), for tests of `stella watch`.
+"""A scriptable in-process stand-in for the GitHub CLI (`gh`), for tests of the watch's own logic.
 
-Use it in-process (``FakeGh`` is a ``stellafleet.ci.gh.GhRunner``) or as the ``gh`` executable:
-``install(bin_dir)`` writes a ``gh`` script into bin_dir that runs ``python -m stellafleet.testing.fake_gh``.
-Put bin_dir first on PATH and set ``FAKE_GH_SCRIPT`` (a JSON file: the script below) and ``FAKE_GH_STATE``
-(a JSON file where it keeps its pull requests, counters and a log of every call, for assertions).
+``FakeGh`` is a ``stellafleet.ci.gh.GhRunner`` for the cases the real gh cannot be made to produce
+against the local GitHub API server (``stellafleet.testing.github_server``, which every test of what gh
+itself does runs against): cancelled, timed-out or unknown conclusions, runs that stall, a scripted
+failure of one call. Its outputs are the real gh 2.102's, as seen against that server: the same lines
+on stdout and stderr, the same exit codes, only the fields asked for with ``--json``.
 
 It answers ``auth status``, ``pr list``, ``pr create``, ``pr edit``, ``pr view``, ``run list`` and
-``run view ID --log-failed`` with the shapes gh documents, printing only the fields asked for with ``--json``.
+``run view ID --log-failed``.
 
 The script (every key optional)::
 
     {
       "repo": "octo/widgets",          # used in the URLs it prints
-      "auth": "ok" | "logged_out",
+      "auth": "ok" | "logged_out" | "bad_token",
       "prs": [{"number": 7, "headRefName": "fleet/x", "body": "..."}],    # pull requests already open
       "runs": {"<commit sha>" or "*": [snapshot, snapshot, ...]},
           # successive `gh run list --commit SHA` calls get successive snapshots; the last one repeats.
@@ -31,8 +32,6 @@ The script (every key optional)::
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,15 @@ from stellafleet.ci.gh import GhResult
 from stellafleet.git import gitops
 
 NOT_LOGGED_IN = "You are not logged into any GitHub hosts. To log in, run: gh auth login\n"
+BAD_TOKEN = (
+    "github.com\n  X Failed to log in to github.com using token (GH_TOKEN)\n  - Active account: true\n"
+    "  - The token in GH_TOKEN is invalid.\n"
+)
+LOGGED_IN = (
+    "github.com\n  \u2713 Logged in to github.com account octo (GH_TOKEN)\n  - Active account: true\n"
+    "  - Git operations protocol: https\n  - Token: gho_************************************\n"
+    "  - Token scopes: 'gist', 'read:org', 'repo', 'workflow'\n"
+)
 
 
 # The flags that take no value (every other flag watch uses takes one).
@@ -76,35 +84,22 @@ def _pick(item: Mapping[str, Any], fields: str | None) -> dict[str, Any]:
 
 
 class FakeGh:
-    """Answers gh commands from a script; keeps state in memory or in a JSON file shared across processes."""
+    """Answers gh commands from a script, keeping its pull requests, counters and calls in memory."""
 
     def __init__(
         self,
         script: Mapping[str, Any] | None = None,
         *,
-        state_path: Path | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.script: dict[str, Any] = dict(script or {})
-        self.state_path = state_path
         self.env = env
         self._memory: dict[str, Any] | None = None
         self._cwd = Path.cwd()
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> FakeGh:
-        env = os.environ if env is None else env
-        script_file = env.get("FAKE_GH_SCRIPT")
-        script = json.loads(Path(script_file).read_text()) if script_file else {}
-        state = env.get("FAKE_GH_STATE")
-        return cls(script, state_path=Path(state) if state else None, env=env)
-
     # --- state ---
 
     def state(self) -> dict[str, Any]:
-        if self.state_path is not None and self.state_path.exists():
-            loaded: dict[str, Any] = json.loads(self.state_path.read_text())
-            return loaded
         if self._memory is None:
             prs = [self._fill_pr(dict(pr)) for pr in self.script.get("prs", [])]
             self._memory = {"calls": [], "counters": {}, "prs": prs}
@@ -112,10 +107,6 @@ class FakeGh:
 
     def _save(self, state: dict[str, Any]) -> None:
         self._memory = state
-        if self.state_path is not None:
-            tmp = self.state_path.with_name(self.state_path.name + ".tmp")
-            tmp.write_text(json.dumps(state, indent=1))
-            os.replace(tmp, self.state_path)
 
     @property
     def calls(self) -> list[list[str]]:
@@ -177,9 +168,12 @@ class FakeGh:
         return result
 
     def _auth_status(self, state: dict[str, Any], words: list[str], flags: dict[str, str]) -> GhResult:
-        if self.script.get("auth", "ok") == "logged_out":
+        auth = self.script.get("auth", "ok")
+        if auth == "logged_out":
             return GhResult(1, "", NOT_LOGGED_IN)
-        return GhResult(0, "github.com\n  ✓ Logged in to github.com account octo (GH_TOKEN)\n", "")
+        if auth == "bad_token":
+            return GhResult(1, "", BAD_TOKEN)
+        return GhResult(0, LOGGED_IN, "")
 
     def _find(self, state: dict[str, Any], ref: str) -> dict[str, Any] | None:
         for pr in state["prs"]:
@@ -222,7 +216,10 @@ class FakeGh:
     def _pr_edit(self, state: dict[str, Any], words: list[str], flags: dict[str, str]) -> GhResult:
         pr = self._find(state, words[2] if len(words) > 2 else "")
         if pr is None:
-            return GhResult(1, "", f"GraphQL: Could not resolve to a PullRequest ({' '.join(words[2:3])})\n")
+            number = " ".join(words[2:3])
+            return GhResult(
+                1, "", f"GraphQL: Could not resolve to a PullRequest with the number of {number}.\n"
+            )
         for field in ("body", "title"):
             if field in flags:
                 pr[field] = flags[field]
@@ -260,7 +257,8 @@ class FakeGh:
         logs = self.script.get("logs", {})
         text = logs.get(run_id, logs.get("*"))
         if text is None:
-            return GhResult(1, "", f"could not find any workflow run with ID {run_id}\n")
+            url = f"https://api.github.com/repos/{self.repo}/actions/runs/{run_id}?exclude_pull_requests=true"
+            return GhResult(1, "", f"failed to get run: HTTP 404: Not Found ({url})\n")
         return GhResult(0, str(text), "")
 
     def _fill_run(self, run: Mapping[str, Any], index: int, sha: str, n: int) -> dict[str, Any]:
@@ -276,28 +274,3 @@ class FakeGh:
         filled.setdefault("headSha", sha)
         filled.setdefault("event", "push")
         return filled
-
-
-def install(bin_dir: Path, *, python: str | None = None) -> Path:
-    """Write an executable `gh` into bin_dir that runs this fake; returns its path."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    package_parent = Path(__file__).resolve().parents[2]
-    script = bin_dir / "gh"
-    script.write_text(
-        "#!/bin/sh\n"
-        f'PYTHONPATH="{package_parent}${{PYTHONPATH:+:$PYTHONPATH}}" '
-        f'exec "{python or sys.executable}" -m stellafleet.testing.fake_gh "$@"\n'
-    )
-    script.chmod(0o755)
-    return script
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    result = FakeGh.from_env().run(list(sys.argv[1:] if argv is None else argv), cwd=Path.cwd())
-    sys.stdout.write(result.stdout)
-    sys.stderr.write(result.stderr)
-    return result.returncode
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -39,6 +39,4 @@ def test_only_failed_runs_logs_are_fetched_each_under_its_label(tmp_path: Path) 
 def test_a_log_gh_cannot_fetch_is_named_not_fatal(tmp_path: Path) -> None:
     github = GitHub(FakeGh({"logs": {}}), tmp_path)
     text = failure_excerpt(github, [ci_run(5, "failure")], 10_000)
-    assert (
-        "(could not fetch the log: gh run view 5 --log-failed failed: could not find any workflow run" in text
-    )
+    assert "(could not fetch the log: gh run view 5 --log-failed failed: failed to get run: HTTP 404" in text
