@@ -39,7 +39,9 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> I
 
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host: GitHubHost) -> Repo:
-    return make_repo(tmp_path, monkeypatch, origin=host.server.state.repos[REPO].path, url=host.clone_url())
+    return make_repo(
+        tmp_path, monkeypatch, origin=host.local_server.state.repos[REPO].path, url=host.clone_url()
+    )
 
 
 class Notes:

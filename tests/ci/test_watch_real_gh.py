@@ -59,7 +59,9 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> I
 
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host: GitHubHost) -> Repo:
-    return make_repo(tmp_path, monkeypatch, origin=host.server.state.repos[REPO].path, url=host.clone_url())
+    return make_repo(
+        tmp_path, monkeypatch, origin=host.local_server.state.repos[REPO].path, url=host.clone_url()
+    )
 
 
 def config(host: GitHubHost) -> Config:
@@ -115,7 +117,9 @@ def test_pr_is_created_once_and_a_second_watch_sees_the_rerun_pass(
     assert "**red**: failure: CI" in before["body"]
 
     [run] = first.branches[0].runs
-    host.server.state.rerun(host.server.state.repos[REPO], run.id, failing=False)  # "Re-run jobs" on GitHub
+    host.local_server.state.rerun(
+        host.local_server.state.repos[REPO], run.id, failing=False
+    )  # "Re-run jobs" on GitHub
     second = watch_run(repo.root, RUN_ID, config=config(host), clock=clock, out=Events())
     assert second.exit_code == 0
     [after] = second.branches[0].runs
@@ -154,7 +158,7 @@ def test_gh_not_logged_in_is_a_usage_error_before_any_push(
 def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Repo, GitHubHost]]:
     github = GitHubHost(tmp_path, monkeypatch, ci_seconds=0.6)
     repo = make_repo(
-        tmp_path, monkeypatch, origin=github.server.state.repos[REPO].path, url=github.clone_url()
+        tmp_path, monkeypatch, origin=github.local_server.state.repos[REPO].path, url=github.clone_url()
     )
     (repo.root / ".stella").mkdir(exist_ok=True)
     (repo.root / ".stella" / "config.toml").write_text(

@@ -4,6 +4,11 @@
 it fails instead. `GitHubHost` starts `stellafleet.testing.github_server` in this process, puts a `gh`
 link to the real binary first on PATH and points gh and git at the server (GH_HOST, GH_ENTERPRISE_TOKEN,
 SSL_CERT_FILE, GIT_SSL_CAINFO, a fresh GH_CONFIG_DIR).
+
+With STELLA_TEST_GH_HOST, STELLA_TEST_GH_REPO and STELLA_TEST_GH_TOKEN set (docs/watch.md, "On your own
+GitHub Enterprise test host"), a test that allows it (`external_ok=True`) runs against that host and
+repository instead, and the others skip: `local` says which, and what the local server alone can say
+(`operations()`, its state) is only asked when it is true.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ TESTED_GH = "2.102.0"  # tools/dev.py's pin; docs/watch.md names it
 REPO = "octo/widgets"
 # Read once at import: the fixtures that isolate a test's environment drop STELLA_* variables.
 _ON_PATH = shutil.which("gh", path=os.environ.get("STELLA_REAL_CLI_PATH", ""))
+EXTERNAL_HOST = os.environ.get("STELLA_TEST_GH_HOST")
+EXTERNAL_REPO = os.environ.get("STELLA_TEST_GH_REPO") or ""
+EXTERNAL_TOKEN = os.environ.get("STELLA_TEST_GH_TOKEN") or ""
+EXTERNAL_CA = os.environ.get("STELLA_TEST_GH_CA_FILE")
 
 
 def find_gh() -> str | None:
@@ -63,15 +72,30 @@ class GitHubHost:
         ci_seconds: float = 0.6,
         clock: Clock | None = None,
         repos: tuple[str, ...] = (REPO,),
+        external_ok: bool = False,
     ) -> None:
+        if EXTERNAL_HOST and not external_ok:
+            pytest.skip("STELLA_TEST_GH_HOST is set: this test needs the local GitHub API server's controls")
         self.gh = real_gh()
         self.version = gh_version(self.gh)
         bin_dir = tmp_path / "gh-bin"
         bin_dir.mkdir()
         (bin_dir / "gh").symlink_to(self.gh)  # the binary itself, not a wrapper script
-        self.server = GitHubServer(repos, directory=tmp_path / "github", ci_seconds=ci_seconds, clock=clock)
-        self.server.start()
-        self.env = {**self.server.gh_env(), "GH_CONFIG_DIR": str(tmp_path / "gh-config")}
+        self.local = not EXTERNAL_HOST
+        self.server: GitHubServer | None = None
+        if EXTERNAL_HOST:
+            self._host, self.repo, self.token = EXTERNAL_HOST, EXTERNAL_REPO, EXTERNAL_TOKEN
+            self.env = {"GH_HOST": EXTERNAL_HOST, "GH_ENTERPRISE_TOKEN": EXTERNAL_TOKEN}
+            if EXTERNAL_CA:
+                self.env.update({"SSL_CERT_FILE": EXTERNAL_CA, "GIT_SSL_CAINFO": EXTERNAL_CA})
+        else:
+            self.server = GitHubServer(
+                repos, directory=tmp_path / "github", ci_seconds=ci_seconds, clock=clock
+            )
+            self.server.start()
+            self._host, self.repo, self.token = self.server.host, REPO, self.server.token
+            self.env = self.server.gh_env()
+        self.env["GH_CONFIG_DIR"] = str(tmp_path / "gh-config")
         for key, value in self.env.items():
             monkeypatch.setenv(key, value)
         for key in ("GH_TOKEN", "GITHUB_TOKEN", "GH_REPO"):
@@ -80,38 +104,98 @@ class GitHubHost:
 
     @property
     def host(self) -> str:
-        return self.server.host
+        return self._host
+
+    @property
+    def local_server(self) -> GitHubServer:
+        """The local GitHub API server (host.local only: tests that use it are not external_ok)."""
+        assert self.server is not None
+        return self.server
 
     @property
     def repo_flag(self) -> str:
-        """What `[watch] repo` says: HOST:PORT/OWNER/NAME (gh cannot tell a port from the remotes)."""
-        return f"{self.host}/{REPO}"
+        """What `[watch] repo` says: HOST[:PORT]/OWNER/NAME (gh cannot tell a port from the remotes)."""
+        return f"{self.host}/{self.repo}"
 
-    def clone_url(self, repo: str = REPO) -> str:
-        return self.server.clone_url(repo)
+    def watch_config(self) -> str:
+        """The `[watch]` section for a test: a quick poll here, a patient one on a real host."""
+        if self.local:
+            return f'[watch]\npoll_interval = 0.1\nrepo = "{self.repo_flag}"\n'
+        return f'[watch]\npoll_interval = 10\ntotal_timeout = 1800\nrepo = "{self.repo_flag}"\n'
+
+    @property
+    def stella_timeout(self) -> float:
+        """How long a `stella fleet --watch` may take: a real host's runners take minutes."""
+        return 120.0 if self.local else 2400.0
+
+    def clone_url(self, repo: str | None = None) -> str:
+        return f"https://x-access-token:{self.token}@{self.host}/{repo or self.repo}.git"
+
+    def seed(self, root: Path) -> None:
+        """root's main becomes the repository's: pushed to the local server, or taken from the real host."""
+        if self.local:
+            subprocess.run(["git", "push", "-q", "origin", "main"], cwd=root, check=True)
+        else:
+            subprocess.run(["git", "fetch", "-q", "origin", self.default_branch], cwd=root, check=True)
+            subprocess.run(["git", "reset", "-q", "--hard", "FETCH_HEAD"], cwd=root, check=True)
+
+    @property
+    def default_branch(self) -> str:
+        if self.local:
+            return "main"
+        return str(self.api(f"repos/{self.repo}")["default_branch"])
+
+    def api(self, path: str) -> Any:
+        done = subprocess.run(
+            [self.gh, "api", path], capture_output=True, text=True, check=True, env=os.environ
+        )
+        return json.loads(done.stdout)
 
     def fault(self, status: int, match: str, *, times: int = 1, retry_after: int | None = None) -> None:
+        assert self.server is not None
         self.server.state.add_fault(Fault(status, match, times, retry_after))
 
     def state(self) -> dict[str, Any]:
+        assert self.server is not None, "the local server's state: only with host.local"
         return snapshot(self.server.state)
 
     def prs(self, repo: str = REPO) -> list[dict[str, Any]]:
-        prs: list[dict[str, Any]] = self.state()["repos"][repo]["prs"]
-        return prs
+        """The repository's pull requests: head, base, number, title, body, state, merge_commit."""
+        if self.local:
+            prs: list[dict[str, Any]] = self.state()["repos"][repo]["prs"]
+            return prs
+        found = self.api(f"repos/{self.repo}/pulls?state=all&per_page=100")
+        return [
+            {
+                "number": pr["number"],
+                "head": pr["head"]["ref"],
+                "base": pr["base"]["ref"],
+                "title": pr["title"],
+                "body": pr["body"] or "",
+                "state": "MERGED" if pr.get("merged_at") else str(pr["state"]).upper(),
+                "merge_commit": pr.get("merge_commit_sha") if pr.get("merged_at") else None,
+            }
+            for pr in found
+        ]
 
     def operations(self) -> list[str]:
-        """Every request so far as `METHOD PATH` (REST, git) or its GraphQL operation."""
+        """Every request so far as `METHOD PATH` (REST, git) or its GraphQL operation (host.local only)."""
         return [
             entry["operation"] or f"{entry['method']} {entry['path'].split('?')[0]}"
             for entry in self.state()["requests"]
         ]
 
     def remote_refs(self, repo: str = REPO) -> dict[str, str]:
-        return self.server.state.repos[repo].refs()
+        if self.server is not None:
+            return self.server.state.repos[repo].refs()
+        out = subprocess.run(
+            ["git", "ls-remote", "--heads", self.clone_url()], capture_output=True, text=True, check=True
+        ).stdout
+        return {ref: sha for sha, ref in (line.split("\t") for line in out.splitlines() if "\t" in line)}
 
     def stop(self) -> None:
-        self.server.stop()
+        if self.server is not None:
+            self.server.stop()
 
 
 def json_out(text: str) -> Any:

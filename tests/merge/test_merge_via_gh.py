@@ -67,7 +67,7 @@ def watched(git_repo: Path, host: GitHubHost, tmp_path: Path, stella: StellaRunn
 
 
 def main_log(host: GitHubHost) -> list[str]:
-    path = host.server.state.repos[REPO].path
+    path = host.local_server.state.repos[REPO].path
     return git("log", "--format=%s", "main", cwd=path).splitlines()
 
 
@@ -109,7 +109,7 @@ def test_via_gh_squashes_each_green_pr_in_dependency_order_and_records_it(
 def test_via_gh_goes_through_the_merge_queue_when_the_repository_has_one(
     git_repo: Path, host: GitHubHost, watched: dict[str, dict], stella: StellaRunner
 ) -> None:
-    host.server.state.repos[REPO].merge_queue = True
+    host.local_server.state.repos[REPO].merge_queue = True
     proc = stella("merge", "--via-gh", cwd=git_repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [line for line in proc.stdout.splitlines() if "GitHub merged PR" in line]
