@@ -104,6 +104,32 @@ def repo_json(call: Call) -> dict[str, Any]:
     }
 
 
+def _pulls(call: Call) -> Reply:
+    """GET /repos/O/N/pulls (what `gh api` shows of pull requests; stella itself uses GraphQL for them)."""
+    wanted = call.arg("state") or "open"
+    found = []
+    for pr in reversed(call.repo.prs):
+        state = "open" if pr.state == "OPEN" else "closed"
+        if wanted not in ("all", state):
+            continue
+        found.append(
+            {
+                "number": pr.number,
+                "html_url": call.html(f"/pull/{pr.number}"),
+                "state": state,
+                "title": pr.title,
+                "body": pr.body,
+                "head": {"ref": pr.head, "sha": call.repo.refs().get(f"refs/heads/{pr.head}")},
+                "base": {"ref": pr.base},
+                "merged_at": pr.merged_at,
+                "merge_commit_sha": pr.merge_commit,
+                "created_at": pr.created_at,
+                "updated_at": pr.updated_at,
+            }
+        )
+    return Reply.json(200, found)
+
+
 # --- actions ---
 
 
@@ -259,6 +285,7 @@ def _workflow(call: Call) -> Reply:
 _REPO = r"/repos/(?P<owner>[^/]+)/(?P<name>[^/]+)"
 _ROUTES: list[tuple[str, re.Pattern[str], Callable[[Call], Reply]]] = [
     ("GET", re.compile(_REPO), _repo),
+    ("GET", re.compile(_REPO + r"/pulls"), _pulls),
     ("GET", re.compile(_REPO + r"/actions/runs"), _runs),
     ("GET", re.compile(_REPO + r"/actions/runs/(?P<id>\d+)"), _run),
     ("GET", re.compile(_REPO + r"/actions/runs/(?P<id>\d+)/attempts/\d+"), _run),
