@@ -287,11 +287,13 @@ class GitHub:
         found = self._json(self._gh("pr", "view", str(number), "--json", fields), f"pr view {number}")
         return dict(found or {})
 
-    def merge_pr(self, number: int, strategy: str) -> None:
-        """`gh pr merge N --merge|--squash|--rebase` (on a base that needs a merge queue, gh queues it)."""
+    def merge_pr(self, number: int, strategy: str) -> str:
+        """`gh pr merge N --merge|--squash|--rebase` (on a base that needs a merge queue, gh queues it);
+        what gh said (it names the merge queue when it used one)."""
         result = self._gh("pr", "merge", str(number), f"--{strategy}")
         if result.returncode != 0:
             raise GhError(f"gh pr merge {number} --{strategy} failed: {result.detail()}")
+        return f"{result.stdout}\n{result.stderr}"
 
     def edit_pr_body(self, number: int, body: str) -> None:
         result = self._gh("pr", "edit", str(number), "--body", body)

@@ -151,15 +151,16 @@ class _Lander:
         elif before.state != "OPEN":
             item.status, item.reason = MergeStatus.ERROR, f"PR #{number} is {before.state.lower()}, not open"
         else:
-            self.github.merge_pr(number, self.result.options.strategy)
-            self._wait_merged(item, number)
+            said = self.github.merge_pr(number, self.result.options.strategy)
+            self._wait_merged(item, number, queued="merge queue" in said.lower())
         self._record(item, before.base, before.head)
 
-    def _wait_merged(self, item: MergeItem, number: int) -> None:
-        """Until GitHub says the pull request is merged: at once, or when its merge queue gets to it."""
+    def _wait_merged(self, item: MergeItem, number: int, *, queued: bool) -> None:
+        """Until GitHub says the pull request is merged: at once, or when its merge queue gets to it
+        (queued: gh said it used the queue; the queue may have merged it before we look)."""
         now = self._state(number)
         start = self.clock.now()
-        queued = now.state == "OPEN" and now.queued
+        queued = queued or (now.state == "OPEN" and now.queued)
         while now.state == "OPEN" and now.queued:
             if self.clock.now() - start >= self.settings.stall_timeout:
                 item.status = MergeStatus.ERROR
