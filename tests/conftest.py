@@ -6,20 +6,30 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.agents import FakeAgents
 from helpers.repo import GIT_EMAIL, GIT_NAME, StellaRunner, git, run_stella
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    """The real gh the CI tests run (tests/helpers/realgh.py), in every test run's header."""
+def _gh_line() -> str:
     from helpers.realgh import GH_INSTALLED, find_gh, gh_version
 
     found = find_gh()
     if found is None:
         return f"gh: not installed at {GH_INSTALLED} (the real-gh CI tests skip; CI=true fails them)"
     return f"gh: {gh_version(found)} at {found}"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """The real gh the CI tests run (tests/helpers/realgh.py), at the top of a verbose run."""
+    return _gh_line()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """... and at the end of every run, quiet ones too: which gh the CI tests ran against."""
+    terminalreporter.write_line(_gh_line())
 
 
 @pytest.fixture
