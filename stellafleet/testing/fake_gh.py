@@ -217,9 +217,8 @@ class FakeGh:
         pr = self._find(state, words[2] if len(words) > 2 else "")
         if pr is None:
             number = " ".join(words[2:3])
-            return GhResult(
-                1, "", f"GraphQL: Could not resolve to a PullRequest with the number of {number}.\n"
-            )
+            said = f"GraphQL: Could not resolve to a PullRequest with the number of {number}."
+            return GhResult(1, "", f"{said} (repository.pullRequest)\n")
         for field in ("body", "title"):
             if field in flags:
                 pr[field] = flags[field]

@@ -41,11 +41,19 @@ def answer_graphql(state: GitHubState, body: bytes, base: str) -> Reply:
         with state.lock:
             return Reply.json(200, {"data": select(handler(state, variables, base), query)})
     except GraphQLError as exc:
-        return Reply.json(200, {"data": None, "errors": [{"type": "NOT_FOUND", "message": str(exc)}]})
+        error: dict[str, Any] = {"type": exc.kind, "message": str(exc)}
+        if exc.path:
+            error["path"] = list(exc.path)
+        return Reply.json(200, {"data": None, "errors": [error]})
 
 
 class GraphQLError(Exception):
-    """An answer of GraphQL errors (HTTP 200, as GitHub sends them)."""
+    """An answer of GraphQL errors (HTTP 200, as GitHub sends them): a message, a type, the field's path."""
+
+    def __init__(self, message: str, *, kind: str = "UNPROCESSABLE", path: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.path = path
 
 
 Vars = dict[str, Any]
@@ -56,9 +64,14 @@ def _viewer(state: GitHubState, variables: Vars, base: str) -> dict[str, Any]:
 
 
 def _repo_of(state: GitHubState, variables: Vars) -> Repository:
-    repo = state.repo(str(variables.get("owner")), str(variables.get("repo") or variables.get("name")))
+    owner, name = str(variables.get("owner")), str(variables.get("repo") or variables.get("name"))
+    repo = state.repo(owner, name)
     if repo is None:
-        raise GraphQLError(f"Could not resolve to a Repository with the name '{variables.get('repo')}'.")
+        raise GraphQLError(
+            f"Could not resolve to a Repository with the name '{owner}/{name}'.",
+            kind="NOT_FOUND",
+            path=("repository",),
+        )
     return repo
 
 
@@ -170,7 +183,7 @@ def _repo_of_pr(state: GitHubState, node_id: str) -> tuple[Repository, PullReque
         for pr in repo.prs:
             if pr.node_id == node_id:
                 return repo, pr
-    raise GraphQLError(f"Could not resolve to a node with the global id of '{node_id}'")
+    raise GraphQLError(f"Could not resolve to a node with the global id of '{node_id}'", kind="NOT_FOUND")
 
 
 def _pr_create(state: GitHubState, variables: Vars, base: str) -> dict[str, Any]:
@@ -202,7 +215,11 @@ def _pr_by_number(state: GitHubState, variables: Vars, base: str) -> dict[str, A
     number = int(variables.get("pr_number") or variables.get("number") or 0)
     pr = repo.pr(number)
     if pr is None:
-        raise GraphQLError(f"Could not resolve to a PullRequest with the number of {number}.")
+        raise GraphQLError(
+            f"Could not resolve to a PullRequest with the number of {number}.",
+            kind="NOT_FOUND",
+            path=("repository", "pullRequest"),
+        )
     return {"repository": {"pullRequest": pr_node(state, repo, pr, base)}}
 
 
