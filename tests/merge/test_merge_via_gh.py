@@ -75,6 +75,13 @@ def test_via_gh_squashes_each_green_pr_in_dependency_order_and_records_it(
     git_repo: Path, host: GitHubHost, watched: dict[str, dict], stella: StellaRunner
 ) -> None:
     assert watched["broken"]["state"] == "red"
+    dry = stella("merge", "--via-gh", "--strategy", "squash", "--dry-run", cwd=git_repo)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert f"would ask GitHub to merge PR #{watched['base']['pr_number']} (squash)" in dry.stdout
+    refused = stella("merge", "--via-gh", "--resolve", cwd=git_repo)
+    assert refused.returncode == 2 and "does not go with --via-gh" in refused.stderr
+    assert "mutation PullRequestMerge" not in host.operations() and run_record(git_repo)["merges"] == []
+
     proc = stella("merge", "--via-gh", "--strategy", "squash", "--json", cwd=git_repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
