@@ -152,9 +152,9 @@ def make_run_reporter(prepared: Prepared, out: IO[str]) -> EventSink:
     fleet_db = StatePaths(prepared.root).fleet_db
     run_id = prepared.run_id
 
-    def probe() -> Mapping[str, tuple[int, float]]:
+    def probe() -> tuple[Mapping[str, tuple[int, float]], float]:
         with Ledger.open(fleet_db, readonly=True) as ledger:
-            return ledger.attempts.running_progress(run_id)
+            return ledger.attempts.running_progress(run_id), ledger.spend.of_run(run_id)
 
     options = prepared.options
     return make_reporter(json_mode=options.json_mode, quiet=options.quiet, probe=probe, stream=out)

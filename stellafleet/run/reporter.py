@@ -33,8 +33,9 @@ from stellafleet.run.events import (
 if TYPE_CHECKING:
     from rich.text import Text
 
-# task id -> (steps, spend in dollars) of running attempts, for the live display
-ProgressProbe = Callable[[], Mapping[str, tuple[int, float]]]
+# (task id -> (steps, spend in dollars) of its running attempt, the run's total spend so far) for the
+# live display
+ProgressProbe = Callable[[], tuple[Mapping[str, tuple[int, float]], float]]
 
 
 # The colour of a task's status (or an attempt's outcome) on a terminal.
@@ -189,7 +190,13 @@ class LiveReporter(PlainReporter):
     """A rich live view: the wave and one line per running worker; the plain lines, styled, scroll above
     it, and the summary is a rich table."""
 
-    def __init__(self, *, probe: ProgressProbe | None = None, stream: IO[str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        probe: ProgressProbe | None = None,
+        stream: IO[str] | None = None,
+        refresh_per_second: float = 4,
+    ) -> None:
         super().__init__(stream)
         from rich.console import Console
         from rich.live import Live
@@ -200,13 +207,24 @@ class LiveReporter(PlainReporter):
         self._wave = 0
         self._waves = 0
         self._progress: Mapping[str, tuple[int, float]] = {}
+        self._spent = 0.0  # the whole run's, all waves so far, as the ledger last said
+        self._ended_spend = 0.0  # what the attempts that ended spent, as their events said
+        self._limit: float | None = None
         self._probed_at = 0.0
         self._live = Live(
-            console=self.console, get_renderable=self._render, refresh_per_second=4, transient=True
+            console=self.console,
+            get_renderable=self._render,
+            refresh_per_second=refresh_per_second,
+            transient=True,
         )
 
     def _write(self, line: Text) -> None:
-        self.console.print(line)
+        # Under Live's lock: rich renders and writes a print (the cursor moved up over the view, the line,
+        # the view again) after its render hook let go of that lock, so a refresh from Live's thread could
+        # interleave with it, each moving the cursor by a stale height: a finished task's line was
+        # overwritten and a stale view line stayed behind. Live's refresh holds the lock for all of it.
+        with self._live._lock:
+            self.console.print(line)
 
     def _render(self) -> Any:
         from rich.table import Table
@@ -216,17 +234,20 @@ class LiveReporter(PlainReporter):
             self._probed_at = now
             # a busy or half-written ledger never breaks the display
             with contextlib.suppress(Exception):
-                self._progress = self.probe()
+                self._progress, self._spent = self.probe()
         grid = Table.grid(padding=(0, 2))
-        # No reporter lock here: this runs under Live's own lock, and handlers print through Live.
+        # No reporter lock here: this runs under Live's own lock, and handlers print under it too.
         running = dict(self._running)
-        spent = sum(spend for _, spend in self._progress.values())
+        # the run's total, not only what the running tasks spent: it must not go back down between waves
+        running_spend = sum(spend for task, (_, spend) in self._progress.items() if task in running)
+        spent = max(self._spent, self._ended_spend + running_spend)
+        total = money(spent) + (f" of {money(self._limit)}" if self._limit else "")
         where = f"wave {self._wave}/{self._waves or '?'}" if self._waves else "eager"
-        grid.add_row(styled((where, "bold")), f"{len(running)} running", "", money(spent), "")
+        grid.add_row(styled((where, "bold")), f"{len(running)} running", "", total, "")
         for task, (started, title) in running.items():
             steps, spend = self._progress.get(task, (0, 0.0))
             grid.add_row(
-                f"  {task}", elapsed_text(now - started), f"{steps} steps", money(spend), styled(title)
+                f"  {task}", elapsed_text(now - started), counted(steps, "step"), money(spend), styled(title)
             )
         return grid
 
@@ -236,6 +257,7 @@ class LiveReporter(PlainReporter):
             f"run {event.run_id}: {len(event.tasks)} tasks, base {event.base_ref} at {event.base_commit[:12]}"
         )
         self._waves = len(event.waves) if event.schedule == "waves" else 0
+        self._limit = event.spend_limit_usd
         self._live.start()
 
     def on_wave_started(self, event: WaveStarted) -> None:
@@ -243,10 +265,13 @@ class LiveReporter(PlainReporter):
         super().on_wave_started(event)
 
     def on_attempt_started(self, event: AttemptStarted) -> None:
-        self._running[event.task] = (time.monotonic(), one_line(event.title, 50))
+        with self._live._lock:  # the view is drawn from Live's thread: change what it shows under its lock
+            self._running[event.task] = (time.monotonic(), one_line(event.title, 50))
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
-        self._running.pop(event.task, None)
+        with self._live._lock:
+            self._running.pop(event.task, None)
+            self._ended_spend += event.spend_usd
         super().on_attempt_ended(event)
 
     def abort(self) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from stellafleet.run.events import (
     WaveStarted,
 )
 from stellafleet.run.reporter import LiveReporter
+from tests.helpers.screen import final_screen
 
 DOC = {
     "run_id": "r-1",
@@ -82,3 +85,91 @@ def test_live_colours_follow_the_outcome(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "\x1b[32msucceeded\x1b[0m a after" in text
     assert "\x1b[31mfailed\x1b[0m b after" in text
     assert "\x1b[33mskipped\x1b[0m c:" in text
+
+
+def started(task: str) -> AttemptStarted:
+    logs = Path("/repo/.stella/private/logs")
+    return AttemptStarted(task, f"Do {task}", 7, None, logs / task, logs / f"{task}.json")
+
+
+def test_the_view_shows_the_run_total_against_the_limit_across_waves() -> None:
+    """The dollar figure is the whole run's (what ended in wave 1 stays counted in wave 2), of the limit."""
+    progress: dict[str, tuple[int, float]] = {}
+    total = [0.0]
+    reporter = LiveReporter(stream=io.StringIO(), probe=lambda: (dict(progress), total[0]))
+    reporter.handle(
+        RunStarted("r-1", "max concurrency 1", "main", "0" * 40, ("a", "b"), (("a",), ("b",)), 5.0, 5.0)
+    )
+    try:
+        reporter.handle(WaveStarted(1, ("a",)))
+        reporter.handle(started("a"))
+        progress["a"], total[0] = (1, 0.03), 0.03
+        assert rows_of(reporter) == [["wave 1/2", "1 running", "", "$0.03 of $5.00", ""], ["a", "1 step"]]
+        del progress["a"]
+        reporter.handle(AttemptEnded("a", 1, AttemptEnd(AttemptOutcome.SUCCEEDED, "did a"), 2.0, 0.03))
+        reporter.handle(WaveStarted(2, ("b",)))
+        reporter.handle(started("b"))
+        progress["b"], total[0] = (2, 0.01), 0.04
+        assert rows_of(reporter)[0][3] == "$0.04 of $5.00"
+        assert rows_of(reporter)[1][:2] == ["b", "2 steps"]
+        total[0] = 0.0  # a ledger read that lags behind the events never takes the figure back down
+        assert rows_of(reporter)[0][3] == "$0.04 of $5.00"
+    finally:
+        reporter.abort()
+
+
+def rows_of(reporter: LiveReporter) -> list[list[str]]:
+    """The view's header row, then each task's name and steps (its elapsed time and title left out)."""
+    from rich.text import Text
+
+    reporter._probed_at = 0.0  # probe again now
+    columns = reporter._render().columns
+    cells = [[cell.plain if isinstance(cell, Text) else str(cell) for cell in col.cells] for col in columns]
+    rows = [[cell.strip() for cell in row] for row in zip(*cells, strict=True)]
+    return [rows[0]] + [[row[0], row[2]] for row in rows[1:]]
+
+
+def test_every_line_survives_the_views_refreshes_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attempts end on many threads while Live redraws its view from its own: each finished task's line
+    stays on the screen, and the view (`wave 1/1 ... running`) is gone once the run is over. A print that
+    interleaved with a refresh used to move the cursor by a stale height: a line vanished, a view line
+    stayed behind."""
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setenv("TERM", "xterm")
+    tasks = tuple(f"t{n:02d}" for n in range(32))
+    out = Terminal()
+    reporter = LiveReporter(stream=out, probe=lambda: ({}, 0.0), refresh_per_second=2000)
+    reporter.handle(RunStarted("r-1", "max concurrency 4", "main", "0" * 40, tasks, (tasks,), 5.0, 0.6))
+    reporter.handle(WaveStarted(1, tasks))
+
+    def work(mine: tuple[str, ...]) -> None:
+        for task in mine:
+            reporter.handle(started(task))
+            end = AttemptEnd(AttemptOutcome.SUCCEEDED, f"did {task}")
+            reporter.handle(AttemptEnded(task, 1, end, 1.0, 0.01))
+
+    threads = [threading.Thread(target=work, args=(tasks[n::4],)) for n in range(4)]
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch all the time: the race, if there is one, is met at once
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switching)
+    doc = {
+        **DOC,
+        "status": "succeeded",
+        "exit_code": 0,
+        "reason": None,
+        "spend_usd": 0.24,
+        "spend_limit_usd": 5.0,
+        "tasks": [],
+    }
+    reporter.finish(doc)
+    screen = final_screen(out.getvalue())
+    for task in tasks:
+        assert f"  succeeded {task} after 1.0s ($0.01): did {task}" in screen, "\n".join(screen)
+    assert not [line for line in screen if "running" in line], "\n".join(screen)
+    assert screen[-1] == "run r-1 succeeded: no tasks; spend $0.24 of $5.00; exit 0"
