@@ -38,7 +38,7 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
     return FleetOptions(
         prompts=(args.prompt,),
         max_concurrency=1,  # the worker's spend guard is the whole limit
-        base_ref="HEAD",
+        # no base_ref: the current branch is recorded as the base, as `stella fleet` records it
         pipeline=PIPELINE,
         model=args.model,
         json_mode=args.json,

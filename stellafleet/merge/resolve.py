@@ -19,7 +19,7 @@ from stellafleet.git import gitops
 from stellafleet.merge.queue import MergeItem
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.cifix import execute_in_background
-from stellafleet.run.dispatch import Dispatcher, RunSettings, spend_budget
+from stellafleet.run.dispatch import Dispatcher, RunSettings, recorded_default_pipeline, spend_budget
 from stellafleet.run.events import Event
 from stellafleet.run.executor import LocalExecutor
 from stellafleet.state.claims import ClaimStore
@@ -69,7 +69,7 @@ class Resolver:
             root=self.root,
             run_id=self.run_id,
             base_commit=tip,  # the resolve task's worktree starts at the current tip
-            default_pipeline=self.run.get("pipeline") or self.config.fleet.pipeline,
+            default_pipeline=recorded_default_pipeline(self.run, self.config),
         )
         return Dispatcher(settings, self.ledger, claims, executor, _quiet, budget=budget)
 

@@ -19,7 +19,13 @@ from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
 from stellafleet.git import gitops
 from stellafleet.plan.model import PlanTask
-from stellafleet.run.dispatch import Dispatcher, RunSettings, TaskFailed, spend_budget
+from stellafleet.run.dispatch import (
+    Dispatcher,
+    RunSettings,
+    TaskFailed,
+    recorded_default_pipeline,
+    spend_budget,
+)
 from stellafleet.run.events import Event, SkipTask
 from stellafleet.run.executor import LocalExecutor
 from stellafleet.state.claims import ClaimStore
@@ -141,7 +147,7 @@ def fixer_for_past_run(
             root=root,
             run_id=run_id,
             base_commit=run["base_commit"],
-            default_pipeline=run.get("pipeline") or config.fleet.pipeline,
+            default_pipeline=recorded_default_pipeline(run, config),
             spend_guard_usd=budget.per_worker if budget is not None else None,
             config_file=config_file.resolve() if config_file else None,
         )

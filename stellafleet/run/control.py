@@ -217,7 +217,7 @@ class FleetRun:
             base_commit=p.base_commit,
             max_concurrency=p.concurrency.value,
             spend_limit_usd=p.spend_limit,
-            pipeline=p.default_pipeline,
+            pipeline=p.run_pipeline,
             argv=list(p.options.argv),
             root=str(p.root),
             pid=os.getpid(),

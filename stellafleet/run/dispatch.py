@@ -37,6 +37,16 @@ class TaskFailed(Exception):
     """A task's attempt did not succeed; the message is the reason shown and recorded."""
 
 
+MIXED_PIPELINES = "mixed"  # runs.pipeline of a run whose tasks use more than one pipeline
+
+
+def recorded_default_pipeline(run: Mapping[str, object], config: Config) -> str:
+    """The pipeline a follow-up task of a recorded run (a CI fix-up, a merge resolve) runs with: the run's
+    one pipeline, else (a run of several, or none recorded) the config's."""
+    pipeline = run.get("pipeline")
+    return str(pipeline) if pipeline and pipeline != MIXED_PIPELINES else config.fleet.pipeline
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """What every attempt of one run shares."""

@@ -20,7 +20,7 @@ from stellafleet.core.configsections import ExecutorConfig, WatchConfig
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.git import gitops
 from stellafleet.plan.model import Plan, load_plan, plan_from_prompts
-from stellafleet.run.dispatch import workspace_for
+from stellafleet.run.dispatch import MIXED_PIPELINES, workspace_for
 from stellafleet.run.governor import Decision, decide
 from stellafleet.run.resume import Resume, load_resume
 
@@ -90,6 +90,13 @@ class Prepared:
     resume: Resume | None = None
     fix_ci: int = 0  # --fix-ci N: follow-up rounds per red branch while watching
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # kind, address: the command line wins
+
+    @property
+    def run_pipeline(self) -> str:
+        """The run's pipeline as recorded (runs.pipeline) and shown: the one every task runs with (a
+        plan's `[defaults] pipeline`, --pipeline or the config's), or `mixed` when its tasks use several."""
+        used = {task.pipeline or self.default_pipeline for task in self.plan.tasks}
+        return used.pop() if len(used) == 1 else MIXED_PIPELINES
 
     @property
     def spend_guard(self) -> float | None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stellafleet.core.clock import wall_ms
+from stellafleet.run.dispatch import MIXED_PIPELINES
 from stellafleet.state.views import run_model
 
 ATTEMPT_KEYS = (
@@ -36,8 +37,10 @@ ATTEMPT_KEYS = (
 RUN_KEYS = ("status", "exit_code", "reason", "base_ref", "base_commit", "max_concurrency")
 
 
-def _task_result(task: Mapping[str, Any], default_pipeline: str | None) -> dict[str, Any]:
+def _task_result(task: Mapping[str, Any], run_pipeline: str | None) -> dict[str, Any]:
     attempts = [{key: attempt[key] for key in ATTEMPT_KEYS} for attempt in task["attempts"]]
+    ran = task["attempts"][-1].get("pipeline") if task["attempts"] else None
+    default = run_pipeline if run_pipeline != MIXED_PIPELINES else None
     return {
         "id": task["id"],
         "title": task["title"],
@@ -45,7 +48,7 @@ def _task_result(task: Mapping[str, Any], default_pipeline: str | None) -> dict[
         "status": task["status"],
         "reason": task["reason"],
         "isolation": task["isolation"],
-        "pipeline": task["pipeline"] or default_pipeline,
+        "pipeline": task["pipeline"] or ran or default,
         "depends_on": task["depends_on"],
         "claims": task["claims"],
         "branch": task["branch"],

@@ -155,10 +155,11 @@ class Attempts:
     def past_durations(self, tasks: Iterable[tuple[str, str | None, str]]) -> dict[str, float]:
         """Task id -> seconds the latest succeeded attempt of the same task took in one of the ledger's
         last PAST_RUNS runs, for tasks given as (id, prompt, pipeline): the same id, prompt and pipeline
-        (the task's own, else its run's) make the same task. Tasks never seen are left out."""
+        (the one its attempt ran, else the task's own, else its run's) make the same task. Tasks never seen are left out."""
         wanted = {task_id: (prompt, pipeline) for task_id, prompt, pipeline in tasks}
         rows = self._db.read(
-            "SELECT a.task_id, t.prompt, coalesce(t.pipeline, r.pipeline), a.finished_at_ms - a.started_at_ms"
+            "SELECT a.task_id, t.prompt, coalesce(a.pipeline, t.pipeline, r.pipeline),"
+            " a.finished_at_ms - a.started_at_ms"
             " FROM (SELECT id, pipeline FROM runs ORDER BY created_at_ms DESC, id DESC LIMIT ?) AS r"
             " JOIN attempts a ON a.run_id = r.id JOIN tasks t ON t.run_id = a.run_id AND t.id = a.task_id"
             " WHERE a.outcome = ? AND a.finished_at_ms IS NOT NULL ORDER BY a.id",

@@ -68,6 +68,7 @@ def test_stella_run_leaves_the_rows_of_a_one_task_fleet(
             "plain",
         )
         assert attempt["spend_usd"] == pytest.approx(run["spend_usd"]) and attempt["spend_usd"] > 0
+        assert run["base_ref"] == "main"  # the branch name, not HEAD, for both
     assert [event["usd"] for event in single["spend_events"]] == [
         event["usd"] for event in fleet["spend_events"]
     ]

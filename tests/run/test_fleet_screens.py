@@ -1,0 +1,48 @@
+"""What `stella fleet` records and says of a run: its pipeline, its base, its result document."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from helpers.fleet import run_record, write_config
+from helpers.repo import StellaRunner
+
+from stellafleet.run.prepare import FleetOptions, prepare
+
+TWO_TASKS = '[[tasks]]\nid = "a"\nprompt = "Do a"\n\n[[tasks]]\nid = "b"\nprompt = "Do b"\n'
+
+
+def test_the_run_records_the_plans_default_pipeline(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    """No --pipeline: the run's pipeline is the plan's `[defaults] pipeline` (not the config's `plain`),
+    in the ledger, `stella runs` and the run's read model the dashboard shows."""
+    write_config(git_repo, run="true")
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[defaults]\npipeline = "command"\n\n' + TWO_TASKS)
+    done = stella("fleet", "--plan", str(plan), cwd=git_repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = run_record(git_repo)
+    assert record["run"]["pipeline"] == "command"
+    listing = stella("runs", cwd=git_repo)
+    row = next(line for line in listing.stdout.splitlines() if record["run"]["id"] in line)
+    assert " command " in f" {row} ", listing.stdout
+    shown = json.loads(stella("runs", record["run"]["id"], "--json", cwd=git_repo).stdout)
+    assert shown["run"]["pipeline"] == "command"
+    tasks = [task for wave in shown["waves"] for task in wave["tasks"]]
+    assert [task["pipeline"] for task in tasks] == ["command", "command"]
+
+
+def test_a_run_of_several_pipelines_is_mixed(git_repo: Path, tmp_path: Path, isolated_home: Path) -> None:
+    write_config(git_repo, run="true")
+    plan = tmp_path / "plan.toml"
+    plan.write_text(TWO_TASKS.replace('prompt = "Do b"', 'prompt = "Do b"\npipeline = "command"'))
+    options = FleetOptions(plan_path=str(plan), cwd=git_repo, dry_run=True)
+    assert prepare(options).run_pipeline == "mixed"
+    assert (
+        prepare(
+            FleetOptions(plan_path=str(plan), cwd=git_repo, dry_run=True, pipeline="command")
+        ).run_pipeline
+        == "command"
+    )
