@@ -54,6 +54,9 @@ class ConfigError(StellaError):
         super().__init__("\n".join(self.problems), exit_code=EXIT_USAGE)
 
 
+PROJECT_CONFIG = ".stella/config.toml"  # as messages name it
+
+
 class Config:
     """The merged config. `Config(data)` built in code is checked section by section when first read."""
 
@@ -64,9 +67,12 @@ class Config:
         *,
         origins: Origins | None = None,
         checked: bool = False,
+        settings_file: str = PROJECT_CONFIG,
     ) -> None:
         self._data: dict[str, Any] = dict(data or {})
         self.sources = sources
+        # where a missing setting is to be set: the --config (or $STELLA_CONFIG) file, else the project's
+        self.settings_file = settings_file
         self.origins: Origins = dict(origins or {})
         self._checked = checked
 
@@ -225,7 +231,18 @@ def load_config(
     problems = _problems(layers, data)
     if problems:
         raise ConfigError(problems)
-    return Config(data, tuple(source for source, _ in layers), origins=origins, checked=True)
+    chosen = [
+        file.path
+        for file in config_files(root, config_file=config_file, env=env)
+        if file.kind in ("--config", "$STELLA_CONFIG")
+    ]
+    return Config(
+        data,
+        tuple(source for source, _ in layers),
+        origins=origins,
+        checked=True,
+        settings_file=str(chosen[0]) if chosen else PROJECT_CONFIG,
+    )
 
 
 def _problems(layers: list[tuple[str, dict[str, Any]]], merged: dict[str, Any]) -> list[str]:

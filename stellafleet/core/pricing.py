@@ -99,10 +99,10 @@ def price_for(model: str, config: Config, *, provider: str | None = None) -> Pri
     return Pricer(model, provider=provider)
 
 
-def unknown_price_message(model: str) -> str:
-    """How to set a price, for a model neither the config nor genai-prices knows."""
+def unknown_price_message(model: str, settings_file: str = ".stella/config.toml") -> str:
+    """How to set a price (in settings_file), for a model neither the config nor genai-prices knows."""
     return (
         f"no price known for model {model!r} and a spend limit is set: add its price to "
-        f'.stella/config.toml as [prices."{model}"] with input_per_mtok = ... and output_per_mtok = ... '
+        f'{settings_file} as [prices."{model}"] with input_per_mtok = ... and output_per_mtok = ... '
         "(dollars per million tokens; 0 and 0 for a free local model)"
     )

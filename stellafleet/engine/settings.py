@@ -69,7 +69,7 @@ def _problems_and_values(
     model = model or engine.model
     if not model:
         problems.append(
-            'no model configured: set `model = "..."` under [engine] in .stella/config.toml '
+            f'no model configured: set `model = "..."` under [engine] in {config.settings_file} '
             "(or the STELLA_MODEL environment variable)"
         )
         model = ""

@@ -182,13 +182,13 @@ class CodexPipeline(AgentCliPipeline):
         except Exception as exc:  # a malformed [prices] table is a config problem to report, not a crash
             return f"pipeline {self.name}: {exc}"
         if spend_limited and pricer is None:
-            return f"pipeline {self.name}: {self.no_price(model)}"
+            return f"pipeline {self.name}: {self.no_price(model, config.settings_file)}"
         return None
 
-    def no_price(self, model: str | None) -> str:
+    def no_price(self, model: str | None, settings_file: str = ".stella/config.toml") -> str:
         """Why Codex cannot run under a spend limit without a price, and how to set one."""
         why = (
-            unknown_price_message(model)
+            unknown_price_message(model, settings_file)
             if model
             else f"no model is set to price its token usage with: set [pipelines.{self.name}] model"
         )

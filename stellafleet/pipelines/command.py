@@ -93,7 +93,7 @@ class CommandPipeline:
     def preflight(self, config: Config) -> str | None:
         if command_for(config, "") is None and not config.pipelines.command.tasks:
             return (
-                "the command pipeline has no command: set it in .stella/config.toml as\n"
+                f"the command pipeline has no command: set it in {config.settings_file} as\n"
                 '  [pipelines.command]\n  run = "your-command --prompt \\"$STELLA_PROMPT\\""'
             )
         return None

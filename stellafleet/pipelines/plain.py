@@ -35,7 +35,7 @@ _HOW_TO_PRICE = 'set [prices."MODEL"] input_per_mtok and output_per_mtok in .ste
 def _pricer(settings: EngineSettings, config: Config, *, needed: bool) -> Pricer | None:
     pricer = price_for(settings.model, config, provider=settings.provider)
     if pricer is None and needed:
-        raise StellaError(unknown_price_message(settings.model), exit_code=EXIT_USAGE)
+        raise StellaError(unknown_price_message(settings.model, config.settings_file), exit_code=EXIT_USAGE)
     return pricer
 
 

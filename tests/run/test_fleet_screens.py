@@ -46,3 +46,16 @@ def test_a_run_of_several_pipelines_is_mixed(git_repo: Path, tmp_path: Path, iso
         ).run_pipeline
         == "command"
     )
+
+
+def test_a_missing_setting_names_the_config_file_given(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    config = tmp_path / "other.toml"
+    config.write_text("[fleet]\nmax_concurrency = 1\n")
+    done = stella("--config", str(config), "fleet", "--pipeline", "command", "Do a", cwd=git_repo)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"the command pipeline has no command: set it in {config} as" in done.stderr
+    assert ".stella/config.toml" not in done.stderr
+    done = stella("fleet", "--pipeline", "command", "Do a", cwd=git_repo)  # no --config: the project's
+    assert "the command pipeline has no command: set it in .stella/config.toml as" in done.stderr
