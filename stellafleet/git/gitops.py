@@ -192,6 +192,12 @@ def commits_between(root: Path, base: str, tip: str) -> list[CommitInfo]:
     return [CommitInfo(sha, subject, int(ctime) * 1000) for sha, ctime, subject in fields]
 
 
+def commit_subject(root: Path, sha: str) -> str | None:
+    """The subject line of commit sha in root's repository (None: no such commit)."""
+    retcode, out, _ = git_status("log", "-1", "--format=%s", f"{sha}^{{commit}}", "--", cwd=root)
+    return out.strip() if retcode == 0 else None
+
+
 # --- clean ---
 
 

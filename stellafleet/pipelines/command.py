@@ -10,13 +10,15 @@ The command runs through /bin/sh in the task's workspace with the task in its en
 STELLA_TASK_ID, STELLA_RUN_ID, STELLA_WORKSPACE, STELLA_SPEND_GUARD, ...). It may write a JSON object to
 the file named by STELLA_COMMAND_RESULT: {"spend_usd": 0.12, "summary": "...", "input_tokens": 10,
 "output_tokens": 20, "steps": 3}; the dollars are reported as the task's spend. Exit status 0 is success;
-the summary is the result file's, else the last non-empty line of output.
+the summary is the result file's, else the last non-empty line of output (a bare commit SHA, as
+`stella commit` prints, becomes `committed <short sha> <subject>`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,6 +26,7 @@ from typing import Any, ClassVar
 from stellafleet.core.config import Config
 from stellafleet.core.spend import SpendReporter, check_count, check_usd
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.git import gitops
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc import runner
 from stellafleet.proc.tree import signal_description
@@ -123,7 +126,19 @@ class CommandPipeline:
                 if line:
                     last_line = line
             returncode = proc.wait()
-        return conclude(returncode, report_path, last_line, spend)
+        return conclude(returncode, report_path, committed_summary(ctx.workspace, last_line), spend)
+
+
+FULL_SHA = re.compile(r"[0-9a-f]{40}")
+
+
+def committed_summary(workspace: Path, line: str) -> str:
+    """The summary a last output line makes: a bare commit SHA (what `stella commit` prints, the last
+    thing many scripts do) says `committed <short sha> <subject>`; any other line is itself."""
+    if not FULL_SHA.fullmatch(line):
+        return line
+    subject = gitops.commit_subject(workspace, line)
+    return line if subject is None else f"committed {line[:12]} {subject}"
 
 
 def conclude(returncode: int, report_path: Path, last_line: str, spend: SpendReporter) -> PipelineResult:

@@ -59,3 +59,15 @@ def test_a_missing_setting_names_the_config_file_given(
     assert ".stella/config.toml" not in done.stderr
     done = stella("fleet", "--pipeline", "command", "Do a", cwd=git_repo)  # no --config: the project's
     assert "the command pipeline has no command: set it in .stella/config.toml as" in done.stderr
+
+
+def test_a_command_ending_in_stella_commit_is_summarised_by_its_commit(
+    git_repo: Path, stella: StellaRunner
+) -> None:
+    write_config(git_repo, run='echo hi > x.txt && stella commit -m "Add x.txt" x.txt')
+    done = stella("fleet", "--pipeline", "command", "Add x", cwd=git_repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = run_record(git_repo)
+    (attempt,), (commit,) = record["attempts"], record["commits"]
+    assert attempt["summary"] == f"committed {commit['sha'][:12]} Add x.txt"
+    assert f"committed {commit['sha'][:12]} Add x.txt" in done.stdout
