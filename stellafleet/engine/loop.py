@@ -141,7 +141,7 @@ class Engine:
         if self.steps >= self.max_steps:
             raise LimitReached(
                 "max_steps",
-                f"stopped after {self.steps} steps: the step limit (engine.max_steps) was reached",
+                f"stopped after {_steps(self.steps)}: the step limit (engine.max_steps) was reached",
             )
         elapsed = self.clock.now() - self._started
         if elapsed >= self.max_wall_seconds:
@@ -155,7 +155,11 @@ class Engine:
             refused = self.spend.no_room_for(worst)
             if refused is not None:
                 raise LimitReached(
-                    "spend_guard", f"stopped by the spend guard after {self.steps} steps: {refused}"
+                    "spend_guard",
+                    f"stopped by the spend guard after {_steps(self.steps)}: {refused}; to let it go on, "
+                    f"lower [engine] max_output_tokens (now {self.max_output_tokens}), raise the spend "
+                    "limit, or run fewer workers at once (each worker's guard is the limit divided by "
+                    "the concurrency)",
                 )
 
     def context_tokens(self) -> int:
@@ -233,3 +237,8 @@ class Engine:
             output_tokens=self.spend.output_tokens,
             steps=self.steps,
         )
+
+
+def _steps(n: int) -> str:
+    """`1 step`, `2 steps`."""
+    return f"{n} step" if n == 1 else f"{n} steps"

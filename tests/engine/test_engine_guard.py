@@ -45,6 +45,27 @@ def test_guard_stops_before_the_call_that_could_cross_it(tmp_path: Path, wire: s
     assert attempt["spend_usd"] == pytest.approx(3 * PER_CALL) and attempt["spend_usd"] <= 0.05
     assert (attempt["input_tokens"], attempt["output_tokens"], attempt["steps"]) == (30_000, 1_500, 3)
     assert transcript_records(ctx)[-1]["stop"] == "spend_guard"
+    assert result.summary.startswith("stopped by the spend guard after 3 steps: ")
+    # what to change for the worker to go on
+    assert result.summary.endswith(
+        "; to let it go on, lower [engine] max_output_tokens (now 4000), raise the spend limit, or run "
+        "fewer workers at once (each worker's guard is the limit divided by the concurrency)"
+    )
+
+
+def test_a_guard_stop_after_one_step_says_1_step(tmp_path: Path) -> None:
+    root = make_repo(tmp_path / "repo")
+    ctx = make_context(root, guard=0.025)  # call 1 fits; $0.011 + $0.0185 for call 2 does not
+    script = [{"repeat": 3, "tool_calls": [{"name": "git_status"}], "usage": USAGE}]
+    config = engine_config(
+        server := ScriptedModelServer(script), "openai", prices=PRICES, max_output_tokens=4000
+    )
+    with server:
+        result = PlainPipeline().run(ctx, config, LedgerSpend(ctx), clock=FakeClock(), env={})
+    assert len(server.requests) == 1
+    assert result.summary.startswith(
+        "stopped by the spend guard after 1 step: spent $0.011 of the $0.025 guard"
+    )
 
 
 def test_guard_counts_the_whole_context_of_the_next_call(tmp_path: Path) -> None:
