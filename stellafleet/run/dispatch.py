@@ -135,6 +135,10 @@ class Dispatcher:
         self.emit = emit
         self._hard_stop = threading.Event()
         self._lock = threading.RLock()  # re-entrant: a signal handler may interrupt a holder
+        # Shared-tree tasks with claims take their claims and start their worker one at a time: a task
+        # whose claim conflicts then sees the holder's worker (not the fleet holding for it) and fails
+        # after the holder's "started" line.
+        self._claiming = threading.Lock()
         self._running: dict[str, Execution | None] = {}  # task id -> its worker, once started
         self._env = run_env(settings)  # what every worker of the run inherits
         self.watchdog: Watchdog | None = None  # stops workers that show no progress (watchdog.py)
@@ -245,11 +249,29 @@ class Dispatcher:
         )
 
     def _attempt(self, task: PlanTask, ctx: WorkerContext, *, follow_up: bool = False) -> AttemptEnd:
-        settings = self.settings
         if self._hard_stop.is_set():
             summary = "interrupted before the worker started"
             return AttemptEnd(AttemptOutcome.INTERRUPTED, summary, StopReason.INTERRUPTED.value)
         workspace = Workspace(ctx.workspace, ctx.branch)
+        in_turn = bool(task.claims) and workspace.branch is None
+        with self._claiming if in_turn else contextlib.nullcontext():
+            execution = self._launch(task, ctx, workspace, follow_up=follow_up)
+        if self.watchdog is not None:
+            self.watchdog.watch(ctx, execution)
+        try:
+            end = execution.wait()
+        finally:
+            stalled = self.watchdog.forget(ctx.attempt_id) if self.watchdog is not None else None
+        settle_attempt(self.ledger.spend, ctx.attempt_id, (end.claimed_usd, reported_usd(ctx)))
+        if workspace.branch is not None:
+            self._record_branch_commits(ctx, workspace.branch)
+        return end.stalled(stalled) if stalled else end
+
+    def _launch(
+        self, task: PlanTask, ctx: WorkerContext, workspace: Workspace, *, follow_up: bool
+    ) -> Execution:
+        """Claims, workspace, the worker started (its claims handed to it), AttemptStarted."""
+        settings = self.settings
         if task.claims:
             holder = Holder.current(ctx.run_id, task.id, task.title, ctx.attempt_id)
             self.claims.acquire(claim_keys(settings.root, workspace, task.claims), holder)
@@ -279,16 +301,7 @@ class Dispatcher:
                 result_path=ctx.result_path,
             )
         )
-        if self.watchdog is not None:
-            self.watchdog.watch(ctx, execution)
-        try:
-            end = execution.wait()
-        finally:
-            stalled = self.watchdog.forget(ctx.attempt_id) if self.watchdog is not None else None
-        settle_attempt(self.ledger.spend, ctx.attempt_id, (end.claimed_usd, reported_usd(ctx)))
-        if workspace.branch is not None:
-            self._record_branch_commits(ctx, workspace.branch)
-        return end.stalled(stalled) if stalled else end
+        return execution
 
     def _hand_over_claims(self, ctx: WorkerContext, pid: int) -> None:
         """The declared claims are held by the worker from now on (they outlive a killed fleet with it)."""

@@ -252,6 +252,10 @@ def test_two_tasks_of_one_wave_claiming_one_path_second_fails_naming_the_first(
         f"(run {record['run']['id']}, pid "
     )
     assert tasks[loser]["reason"].startswith(expected)
+    # the holder named is the winner's worker (not the fleet holding for it), and its start came first
+    (held,) = [a for a in record["attempts"] if a["task_id"] == winner]
+    assert tasks[loser]["reason"].startswith(f"{expected}{held['pid']})")
+    assert proc.stdout.index(f"  started {winner} ") < proc.stdout.index(f"  failed {loser} "), proc.stdout
     failed = [a for a in record["attempts"] if a["task_id"] == loser]
     assert len(failed) == 1 and failed[0]["success"] == 0
     assert failed[0]["error"].startswith(expected) and failed[0]["summary"].startswith(expected)
