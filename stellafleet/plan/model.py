@@ -72,18 +72,20 @@ class Plan:
             hint = planschema.suggest(task_id, list(self._by_id))
             raise StellaError(f"no task {json.dumps(task_id)} in {self.source or 'the plan'}{hint}") from None
 
-    def waves(self, max_concurrency: int) -> list[list[str]]:
+    def waves(self, max_concurrency: int, done: frozenset[str] = frozenset()) -> list[list[str]]:
         """Greedy waves: each holds up to max_concurrency tasks whose dependencies ran in earlier
-        waves, taken in plan order; a wave starts only after the previous one has finished."""
+        waves, taken in plan order; a wave starts only after the previous one has finished. Tasks in
+        `done` (an earlier run did them: --resume) are in no wave, and their dependents wait on nothing
+        for them."""
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
         index = {task.id: position for position, task in enumerate(self.tasks)}
-        waiting_on = [len(task.depends_on) for task in self.tasks]
+        waiting_on = [sum(dep not in done for dep in task.depends_on) for task in self.tasks]
         dependents: list[list[int]] = [[] for _ in self.tasks]
         for position, task in enumerate(self.tasks):
             for dependency in task.depends_on:
                 dependents[index[dependency]].append(position)
-        ready = [position for position, count in enumerate(waiting_on) if count == 0]
+        ready = [p for p, count in enumerate(waiting_on) if count == 0 and self.tasks[p].id not in done]
         heapq.heapify(ready)
         waves: list[list[str]] = []
         while ready:

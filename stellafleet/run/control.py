@@ -30,7 +30,7 @@ from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import RunStatus, Stop, StopReason, TaskStatus
 from stellafleet.git import gitops
 from stellafleet.run.dispatch import Dispatcher, RunSettings, spend_budget
-from stellafleet.run.events import Emit, Event, EventSink, Notice, RunStarted, TaskSkipped
+from stellafleet.run.events import Emit, Event, EventSink, Notice, RunStarted, TaskSkipped, WaveStarted
 from stellafleet.run.executor import Executor, LocalExecutor
 from stellafleet.run.notify import fan_out, notifier_for
 from stellafleet.run.prepare import FleetOptions, Prepared, prepare
@@ -222,7 +222,9 @@ class FleetRun:
             root=str(p.root),
             pid=os.getpid(),
         )
-        ledger.tasks.add(p.run_id, p.plan.tasks, p.plan.wave_numbers(p.concurrency.value))
+        # a task an earlier run did (--resume) is in no wave of this one
+        waves = {task_id: number for number, wave in enumerate(p.waves, start=1) for task_id in wave}
+        ledger.tasks.add(p.run_id, p.plan.tasks, waves)
         record_lineage(ledger, p.run_id, p.schedule, p.resume)
         self.reporter.handle(
             RunStarted(
@@ -245,6 +247,8 @@ class FleetRun:
         def on_event(event: Event) -> None:
             if isinstance(event, TaskSkipped):
                 ledger.tasks.set_status(p.run_id, event.task, TaskStatus.SKIPPED, event.reason)
+            elif isinstance(event, WaveStarted):  # the table numbers waves as the progress lines do
+                ledger.tasks.set_wave(p.run_id, event.tasks, event.wave)
             emit(event)
 
         def before_start(number: int, task_ids: list[str]) -> Stop | None:

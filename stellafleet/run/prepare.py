@@ -229,7 +229,7 @@ def prepare(options: FleetOptions) -> Prepared:
         base_ref=options.base_ref or gitops.current_branch(root) or "HEAD",
         base_commit=base_commit,
         concurrency=concurrency,
-        waves=plan.waves(concurrency.value),
+        waves=plan.waves(concurrency.value, done=resume.done if resume else frozenset()),
         default_pipeline=default_pipeline,
         default_model=options.model,
         problems=problems,

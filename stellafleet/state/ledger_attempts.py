@@ -155,7 +155,8 @@ class Attempts:
     def past_durations(self, tasks: Iterable[tuple[str, str | None, str]]) -> dict[str, float]:
         """Task id -> seconds the latest succeeded attempt of the same task took in one of the ledger's
         last PAST_RUNS runs, for tasks given as (id, prompt, pipeline): the same id, prompt and pipeline
-        (the one its attempt ran, else the task's own, else its run's) make the same task. Tasks never seen are left out."""
+        (the one its attempt ran, else the task's own, else its run's) make the same task. Tasks never
+        seen are left out."""
         wanted = {task_id: (prompt, pipeline) for task_id, prompt, pipeline in tasks}
         rows = self._db.read(
             "SELECT a.task_id, t.prompt, coalesce(a.pipeline, t.pipeline, r.pipeline),"

@@ -212,6 +212,14 @@ class Tasks:
                 (stored, reason, run_id, task_id),
             )
 
+    def set_wave(self, run_id: str, task_ids: Iterable[str], wave: int) -> None:
+        """The wave the tasks started in (the run's waves are numbered as they start)."""
+        with self._db.write() as conn:
+            conn.executemany(
+                "UPDATE tasks SET wave = ? WHERE run_id = ? AND id = ?",
+                [(wave, run_id, task_id) for task_id in task_ids],
+            )
+
     def set_workspace(self, run_id: str, task_id: str, branch: str | None, worktree: str | None) -> None:
         with self._db.write() as conn:
             conn.execute(

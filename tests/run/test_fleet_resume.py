@@ -80,6 +80,13 @@ def test_resume_runs_exactly_the_failed_task_and_its_dependents(
     assert tasks["a"]["reason"] == f"succeeded in run {before['run']['id']}"
     assert _attempts(run_record(git_repo, before["run"]["id"])) == ["a", "b", "c", "e"]  # untouched
     assert f"resumes {before['run']['id']} (3 of 5 tasks done)" in second.stdout
+    # the progress lines and the table number the resumed run's waves alike: c and d are its 1 and 2
+    assert "wave 1: c\n" in second.stdout and "wave 2: d\n" in second.stdout, second.stdout
+    assert "1 wave" not in second.stdout and "2 waves" in second.stdout
+    assert {t: tasks[t]["wave"] for t in "abcde"} == {"a": None, "b": None, "c": 1, "d": 2, "e": None}
+    rows = [line.split() for line in second.stdout.splitlines()]
+    table = {row[0]: row[1] for row in rows if row and row[0] in tuple("abcde")}
+    assert table == {"a": "-", "b": "-", "c": "1", "d": "2", "e": "-"}, second.stdout
 
     listing = stella("runs", "--json", cwd=git_repo)
     rows = by_id(json.loads(listing.stdout)["runs"])
@@ -138,7 +145,10 @@ def test_resume_of_inline_prompts_reuses_the_recorded_tasks(
     record = run_record(git_repo)
     assert _attempts(record) == ["t2"]
     assert f"succeeded in run {first_id}" in resumed.stdout  # the summary row of a task done before
-    assert [t["prompt"] for t in record["tasks"]] == ["one", "two", "three"]
+    prompts = {t["id"]: t["prompt"] for t in record["tasks"]}
+    assert prompts == {"t1": "one", "t2": "two", "t3": "three"}
+    # the tasks done before come first, in no wave of this run; t2 is its wave 1
+    assert [(t["id"], t["wave"]) for t in record["tasks"]] == [("t1", None), ("t3", None), ("t2", 1)]
     both = stella(*args, "--resume", "latest", "four", cwd=git_repo)
     assert both.returncode == 2 and "give no prompts" in both.stderr
     nothing = stella(*args, "--resume", "nosuchrun", cwd=git_repo)
