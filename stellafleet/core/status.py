@@ -92,6 +92,16 @@ class AttemptEnd:
         return replace(self, outcome=AttemptOutcome.STALLED, summary=evidence, error=evidence)
 
 
+def outcome_detail(outcome: str, summary: str | None, error: str | None) -> str:
+    """What an attempt's end says: the summary of a success; for anything else the error, followed by
+    the worker's own words (a command's `exit status 128` and git's `fatal: ...` after it)."""
+    if outcome == AttemptOutcome.SUCCEEDED or not error:
+        return summary or ""
+    if summary and summary != error and summary not in error:
+        return f"{error}: {summary}"
+    return error
+
+
 class MergeStatus(StrEnum):
     """One branch's step through `stella merge`."""
 

@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 from stellafleet.core import jsontext
 from stellafleet.core.spend import money
-from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus
+from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus, outcome_detail
 from stellafleet.core.terminal import Piece, aligned, printable, styled
 from stellafleet.run.events import (
     AttemptEnded,
@@ -65,15 +65,6 @@ def one_line(text: str | None, limit: int = 100) -> str:
     """text on one line, its control characters shown escaped (core/terminal.py), cut at limit."""
     flat = " ".join(printable(text or "").split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def outcome_detail(outcome: AttemptOutcome | TaskStatus, summary: str | None, error: str | None) -> str:
-    """The summary of a success; for anything else the error, followed by the worker's own words."""
-    if outcome == AttemptOutcome.SUCCEEDED or not error:
-        return summary or ""
-    if summary and summary != error and summary not in error:
-        return f"{error}: {summary}"
-    return error
 
 
 def run_headline(doc: Mapping[str, Any]) -> str:

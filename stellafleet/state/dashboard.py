@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stellafleet.core.status import AttemptOutcome, CIState, TaskStatus
+from stellafleet.core.status import AttemptOutcome, CIState, TaskStatus, outcome_detail
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.views import Alive, read_run, resolve_run, runs_page
@@ -206,14 +206,17 @@ def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int
     for task in tasks:
         if task["status"] in FAILING:
             last_attempt = task["attempts"][-1] if task["attempts"] else None
-            text = (last_attempt or {}).get("error") or task.get("reason") or ""
+            ended = last_attempt or {}
+            # the error with the worker's own words after it (git's message after `exit status 128`)
+            said = outcome_detail(task["status"], ended.get("summary"), ended.get("error"))
+            text = " ".join((said or task.get("reason") or "").split())
             items.append(
                 {
                     "kind": "failed",
                     "task": task["id"],
                     "attempt": last_attempt["id"] if last_attempt else None,
                     "status": task["status"],
-                    "text": text.strip().splitlines()[0][:300] if text.strip() else "",
+                    "text": text if len(text) <= 300 else text[:299] + "…",
                 }
             )
     for ci in detail["ci"]:

@@ -63,6 +63,8 @@ def run_row(run: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> di
         "base_ref": run.get("base_ref"),
         "base_commit": run.get("base_commit"),
         "plan_path": run.get("plan_path"),
+        # what the run was: its command line (a plan's run also has plan_path)
+        "command": _command_line([str(arg) for arg in _json_list(run.get("argv"))]),
         "max_concurrency": run.get("max_concurrency"),
         "schedule": run.get("schedule") or "waves",  # ledgers from before schedules ran in waves
         "resumed_from": run.get("resumed_from"),
@@ -204,7 +206,6 @@ def run_model(record: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) 
     argv = [str(arg) for arg in _json_list(raw_run.get("argv"))]
     run.update(
         argv=argv,
-        command=_command_line(argv),
         root=raw_run.get("root"),
         plan_sha256=raw_run.get("plan_sha256"),
     )

@@ -26,6 +26,13 @@ import { sparkline } from "./spend.js";
     return spent + " / " + fmtUsd(run.spend_limit_usd);
   }
 
+  // what a run was: its plan file's name, else its command line (prompts cut short; the full line on hover)
+  function fmtWhat(run) {
+    if (run.plan_path) return run.plan_path.split("/").pop();
+    const line = run.command || "—";
+    return line.length > 48 ? line.slice(0, 47) + "…" : line;
+  }
+
   function fmtBase(run) {
     const parts = [];
     if (run.base_ref) parts.push(run.base_ref);
@@ -165,7 +172,7 @@ import { sparkline } from "./spend.js";
       pager.replaceChildren();
       return;
     }
-    const head = el("tr", null, ["Run", "Started", "Duration", "Status", "Tasks", "Spend", "Pipeline", "Base"].map(
+    const head = el("tr", null, ["Run", "Started", "Duration", "Status", "Tasks", "Spend", "Pipeline", "Plan or command", "Base"].map(
       (h) => el("th", { scope: "col", text: h })));
     const rows = data.runs.map((run) => el("tr", { className: "run-row", "data-run-id": run.id },
       el("td", null, el("a", { className: "run-link", href: "#/runs/" + encodeURIComponent(run.id), text: run.id })),
@@ -175,6 +182,7 @@ import { sparkline } from "./spend.js";
       el("td", null, taskCounts(run.tasks)),
       el("td", { className: "nowrap spend-cell" }, sparkline(run.spend_spark, run.spend_limit_usd), " ", fmtSpend(run)),
       el("td", { text: run.pipeline || "—" }),
+      el("td", { className: "mono what-cell", title: run.command || run.plan_path || "", text: fmtWhat(run) }),
       el("td", { className: "mono", text: fmtBase(run) })));
     body.replaceChildren(el("table", { id: "runs-table", className: "grid" }, el("thead", null, head), el("tbody", null, rows)));
     const first = data.offset + 1;

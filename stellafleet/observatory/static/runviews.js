@@ -2,7 +2,7 @@
 // attempt's panel (which keeps its log stream across the page's polls).
 "use strict";
 
-import { badge, el, extLink, fmtDuration } from "./dom.js";
+import { badge, el, extLink, fmtDuration, fmtUsd } from "./dom.js";
 import { AttemptPanel } from "./attempt.js";
 import { renderGraph } from "./graph.js";
 import { renderSpendChart, renderSpendTasks } from "./spend.js";
@@ -29,7 +29,8 @@ function attentionItem(item, data, onSelect) {
   const node = el("li", { className: "attention-item k-" + item.kind, "data-kind": item.kind, "data-task": item.task, "data-attempt": item.attempt },
     item.kind === "quiet" ? el("span", { className: "badge st-stalled attention-kind", text: "quiet" })
       : badge(item.kind === "failed" ? item.status : "red", "attention-kind"),
-    el("span", { className: "attention-label", text: KIND_LABEL[item.kind] }),
+    // a failed task's badge already says how it ended ("failed", "interrupted"): no label repeats it
+    item.kind === "failed" ? null : el("span", { className: "attention-label", text: KIND_LABEL[item.kind] }),
     el("span", { className: "mono attention-task", text: item.task || item.branch || "" }),
     item.branch && item.task ? el("span", { className: "mono muted", text: item.branch }) : null,
     el("span", { className: "attention-text", text: text }),
@@ -96,7 +97,8 @@ export class RunVisuals {
     this.spend.replaceChildren(
       el("div", { className: "spend-chart" }, renderSpendChart(data.spend, this.timelineData, { width: Math.floor(width * 0.58), live: live, now_ms: data.now_ms })),
       el("div", { className: "spend-tasks" }, el("h4", { text: "Spend per task" }),
-        data.spend.per_task.length ? renderSpendTasks(data.spend, { width: Math.floor(width * 0.38) }) : el("p", { className: "muted", text: "No spend recorded yet." })));
+        data.spend.per_task.length ? renderSpendTasks(data.spend, { width: Math.floor(width * 0.38) })
+          : el("p", { className: "muted no-spend", text: live ? "No spend recorded yet." : fmtUsd(data.run.spend_usd || 0) + " spent." })));
     this.panel.show(this.selected, this.outcomes.get(this.selected), true); // the run changed: so may the attempt
   }
 

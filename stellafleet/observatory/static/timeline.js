@@ -7,6 +7,16 @@ import { fmtDuration, frame, statusClass, svg, timeTicks } from "./dom.js";
 const GUTTER = 110;
 const TOP = 26;
 
+const CHAR_PX = 6.6; // a bar label's character at 11 px
+
+// The task's name as it fits in a bar `px` wide: whole, cut with an ellipsis, or nothing when not even two
+// characters fit.
+export function barLabel(task, px) {
+  const fits = Math.floor((px - 8) / CHAR_PX);
+  if (!task || fits < 2) return "";
+  return task.length <= fits ? task : task.slice(0, fits - 1) + "…";
+}
+
 export function renderTimeline(tl, opts) {
   const width = Math.max(480, opts.width);
   const lanes = tl.lanes.length;
@@ -44,6 +54,7 @@ export function renderTimeline(tl, opts) {
   }
 
   const bars = svg("g", { className: "bars" });
+  const labels = svg("g", { className: "bar-labels" });
   const pad = laneH >= 12 ? 3 : 1;
   for (const bar of tl.bars) {
     const stop = bar.end_ms === null ? end : bar.end_ms;
@@ -57,8 +68,13 @@ export function renderTimeline(tl, opts) {
       tabindex: 0,
     });
     bars.appendChild(rect);
+    const label = barLabel(bar.task, Math.max(2, x(stop) - x0 - 1));
+    if (label && laneH >= 14) {  // the task's name on its bar, cut to fit; the whole name is the bar's tooltip
+      labels.appendChild(svg("text", { x: x0 + 4, y: TOP + bar.lane * laneH + laneH / 2 + 4, className: "bar-label", "data-attempt": bar.attempt, text: label }));
+    }
   }
   chart.appendChild(bars);
+  chart.appendChild(labels);
   chart.appendChild(waves);
   if (opts.live) {
     const nx = x(opts.now_ms);
