@@ -161,6 +161,13 @@ def changed_paths(path: Path) -> list[str]:
     return [p for p in dict.fromkeys(paths) if p]
 
 
+def unresolved_merge(root: Path) -> tuple[bool, list[str]]:
+    """(a merge is in progress: MERGE_HEAD exists, the paths with unresolved conflicts) of root's tree."""
+    merging = git_path(root, "--git-path", "MERGE_HEAD").exists()
+    conflicted = git_fields("diff", "--name-only", "-z", "--diff-filter=U", cwd=root)
+    return merging, conflicted
+
+
 # --- branches and history ---
 
 

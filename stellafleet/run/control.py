@@ -48,7 +48,7 @@ def run_fleet(options: FleetOptions, *, out: IO[str] | None = None, reporter: Ev
     """`stella fleet` (and `stella run`, a fleet of one task): the exit code of the run (see errors.py)."""
     out = out or sys.stdout
     prepared = prepare(options)
-    for warning in prepared.plan.warnings:
+    for warning in (*prepared.plan.warnings, *prepared.warnings):
         print(f"stella fleet: warning: {warning}", file=sys.stderr)
     if options.dry_run:
         print_dry_run(prepared.preview(), json_mode=options.json_mode, stream=out)

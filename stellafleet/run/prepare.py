@@ -90,6 +90,7 @@ class Prepared:
     resume: Resume | None = None
     fix_ci: int = 0  # --fix-ci N: follow-up rounds per red branch while watching
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # kind, address: the command line wins
+    warnings: tuple[str, ...] = ()  # about the repository (an unresolved merge), said before the run
 
     @property
     def run_pipeline(self) -> str:
@@ -159,6 +160,31 @@ def check_environment(cwd: Path) -> Path:
     return root
 
 
+def merge_state_notes(root: Path, plan: Plan) -> tuple[list[str], list[str]]:
+    """(warnings, problems) of a repository with an unresolved merge: a warning that shared-tree tasks
+    work and commit in the middle of it, and a problem for each shared task claiming a conflicted path
+    (its worker would build on conflict markers and `stella commit` would record them)."""
+    merging, conflicted = gitops.unresolved_merge(root)
+    if not merging and not conflicted:
+        return [], []
+    listed = ", ".join(conflicted[:5]) + (f" and {len(conflicted) - 5} more" if len(conflicted) > 5 else "")
+    what = "an unfinished merge (MERGE_HEAD)" if merging else "unresolved conflicts"
+    paths = f" with unresolved conflicts in {listed}" if conflicted else ""
+    warnings = [
+        f"the repository is in {what}{paths}: shared-tree tasks work and commit in the middle of it; "
+        "finish it (`git merge --continue`) or abort it (`git merge --abort`) first"
+    ]
+    problems = [
+        f"task {task.id!r} claims {path!r}, which has unresolved merge conflicts: resolve it "
+        "(or run the task isolated) first"
+        for task in plan.tasks
+        if task.isolation != "isolated"
+        for path in task.claims
+        if path in conflicted
+    ]
+    return warnings, problems
+
+
 def build_plan(options: FleetOptions, root: Path) -> Plan:
     if options.plan_path and options.prompts:
         raise StellaError("give either prompts or --plan FILE, not both (put the prompts into the plan)")
@@ -218,6 +244,8 @@ def prepare(options: FleetOptions) -> Prepared:
     concurrency = decide(config, options.max_concurrency)
     base_commit = gitops.resolve_commit(root, options.base_ref or "HEAD")
     executor = resolve_executor(options, config)
+    merge_warnings, merge_problems = merge_state_notes(root, plan)
+    problems = [*problems, *merge_problems]
     if problems and not options.dry_run:
         raise NotReady(problems)
     plan_file = Path(options.plan_path).resolve() if options.plan_path else None
@@ -242,6 +270,7 @@ def prepare(options: FleetOptions) -> Prepared:
         resume=resume,
         fix_ci=options.fix_ci if options.watch else 0,
         executor=executor,
+        warnings=tuple(merge_warnings),
     )
 
 

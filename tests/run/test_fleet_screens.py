@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from helpers.fleet import run_record, write_config
-from helpers.repo import StellaRunner
+from helpers.repo import StellaRunner, git
 
 from stellafleet.run.prepare import FleetOptions, prepare
 
@@ -71,3 +72,37 @@ def test_a_command_ending_in_stella_commit_is_summarised_by_its_commit(
     (attempt,), (commit,) = record["attempts"], record["commits"]
     assert attempt["summary"] == f"committed {commit['sha'][:12]} Add x.txt"
     assert f"committed {commit['sha'][:12]} Add x.txt" in done.stdout
+
+
+def _conflicted(repo: Path) -> None:
+    """repo in the middle of a merge with a conflict in README.md."""
+    git("checkout", "-q", "-b", "other", cwd=repo)
+    (repo / "README.md").write_text("theirs\n")
+    git("commit", "-q", "-am", "theirs", cwd=repo)
+    git("checkout", "-q", "main", cwd=repo)
+    (repo / "README.md").write_text("ours\n")
+    git("commit", "-q", "-am", "ours", cwd=repo)
+    merged = subprocess.run(["git", "merge", "other"], cwd=repo, capture_output=True, text=True)
+    assert merged.returncode == 1 and (repo / ".git/MERGE_HEAD").exists(), merged.stdout
+
+
+def test_an_unresolved_merge_is_warned_of_and_a_claim_on_its_conflict_refused(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    write_config(git_repo, run="true")
+    _conflicted(git_repo)
+    done = stella("fleet", "--pipeline", "command", "Do a", cwd=git_repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        "stella fleet: warning: the repository is in an unfinished merge (MERGE_HEAD) with unresolved "
+        "conflicts in README.md: shared-tree tasks work and commit in the middle of it; finish it "
+        "(`git merge --continue`) or abort it (`git merge --abort`) first"
+    ) in done.stderr
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[tasks]]\nid = "a"\nprompt = "Edit the readme"\nclaims = ["README.md"]\n')
+    refused = stella("fleet", "--pipeline", "command", "--plan", str(plan), cwd=git_repo)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "task 'a' claims 'README.md', which has unresolved merge conflicts" in refused.stderr
+    git("merge", "--abort", cwd=git_repo)
+    clean = stella("fleet", "--pipeline", "command", "--plan", str(plan), cwd=git_repo)
+    assert clean.returncode == 0 and "warning" not in clean.stderr, clean.stderr
