@@ -29,7 +29,7 @@ from typing import Any
 from stellafleet.core.config import load_config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
-from stellafleet.core.status import AttemptEnd
+from stellafleet.core.status import AttemptEnd, AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import bundle, gitops
 from stellafleet.pipelines.base import PipelineResult
@@ -83,8 +83,6 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
     (scratch / "base.bundle").write_bytes(base_bundle)
     repo = scratch / "repo"
     assert home.branch is not None
-    bundle.clone_on_branch(scratch / "base.bundle", repo, home.branch)
-    gitops.ensure_excluded(repo, EXCLUDED_DIRS)
     ctx = dataclasses.replace(
         home,
         root=repo,
@@ -93,6 +91,11 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
         log_path=scratch / "worker.log",
         transcript_path=scratch / "transcript.jsonl",
     )
+    cloned = _clone(scratch / "base.bundle", repo, home.branch)
+    if cloned is not None:  # git's own words, not a lost worker: nothing was started
+        yield {"kind": "started", "node": node, "pid": None}
+        yield finished(ctx, AttemptEnd.failed(f"could not clone the base on node {node}: {cloned}"))
+        return
     env = worker_env(spec, ctx, scratch)
     problem = preflight(ctx, env)
     yield {"kind": "started", "node": node, "pid": None}
@@ -124,9 +127,24 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
                 waiter.join(spec.stop_grace_s + 5)
         steps = ledger.attempts.steps(ctx.attempt_id)
     out = scratch / "out.bundle"
-    sent = bundle.create_range(repo, ctx.base_commit, home.branch, out)
+    end, sent = box["end"], False
+    try:
+        sent = bundle.create_range(repo, ctx.base_commit, home.branch, out)
+    except StellaError as exc:  # the clone's objects are broken: say what git said
+        why = f"could not bring the branch home from node {node}: {exc}"
+        end = dataclasses.replace(end, outcome=AttemptOutcome.FAILED, summary=end.summary or why, error=why)
     transcript = ctx.transcript_path.read_bytes() if ctx.transcript_path.exists() else None
-    yield finished(ctx, box["end"], out.read_bytes() if sent else None, transcript, steps)
+    yield finished(ctx, end, out.read_bytes() if sent else None, transcript, steps)
+
+
+def _clone(base: Path, repo: Path, branch: str) -> str | None:
+    """The base bundle cloned at repo on branch; git's error when it cannot be (a corrupt bundle)."""
+    try:
+        bundle.clone_on_branch(base, repo, branch)
+        gitops.ensure_excluded(repo, EXCLUDED_DIRS)
+    except StellaError as exc:
+        return str(exc)
+    return None
 
 
 def _follow(spec: RemoteSpec, ctx: WorkerContext, ledger: Ledger, waiter: threading.Thread) -> Iterator[dict]:
