@@ -2,7 +2,9 @@
 
 It is the run's read model (state/views.run_model, which `stella runs RUN --json` and the dashboard
 project from too), cut down to what a finished run's caller needs: the run's outcome, each task with its
-attempts and commits, and the branches it touched.
+attempts and commits, and the branches it touched. Its `run` is the one run header both documents carry
+(`run.id`, `run.status`, ...); the same fields at the top level (`run_id`, `status`, ...) are kept for
+scripts written against the earlier shape (docs/fleet.md, "Output").
 """
 
 from __future__ import annotations
@@ -65,6 +67,9 @@ def result_document(record: dict[str, Any], watch: Mapping[str, Any] | None = No
     model = run_model(record, now_ms=wall_ms())
     run = model["run"]
     return {
+        # the header `stella runs RUN --json` has; a run just finished is resumed by none yet
+        "run": {**run, "resumed_by": []},
+        # the earlier shape's top-level fields, kept for compatibility: the same values as run.*
         "run_id": run["id"],
         **{key: run[key] for key in RUN_KEYS},
         "spend_usd": round(run["spend_usd"], 6),

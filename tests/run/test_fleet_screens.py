@@ -106,3 +106,17 @@ def test_an_unresolved_merge_is_warned_of_and_a_claim_on_its_conflict_refused(
     git("merge", "--abort", cwd=git_repo)
     clean = stella("fleet", "--pipeline", "command", "--plan", str(plan), cwd=git_repo)
     assert clean.returncode == 0 and "warning" not in clean.stderr, clean.stderr
+
+
+def test_fleet_json_and_runs_json_share_the_run_header(git_repo: Path, stella: StellaRunner) -> None:
+    write_config(git_repo, run="true")
+    done = stella("fleet", "--pipeline", "command", "--json", "Do a", cwd=git_repo)
+    assert done.returncode == 0, done.stderr
+    fleet = json.loads(done.stdout)
+    shown = json.loads(stella("runs", fleet["run"]["id"], "--json", cwd=git_repo).stdout)
+    volatile = ("live", "duration_ms")  # the same run read a moment later
+    assert {k: v for k, v in fleet["run"].items() if k not in volatile} == {
+        k: v for k, v in shown["run"].items() if k not in volatile
+    }
+    # the earlier shape's top-level fields stay, the same values as run.*
+    assert (fleet["run_id"], fleet["status"], fleet["exit_code"]) == (fleet["run"]["id"], "succeeded", 0)
