@@ -126,19 +126,22 @@ class CommandPipeline:
                 if line:
                     last_line = line
             returncode = proc.wait()
-        return conclude(returncode, report_path, committed_summary(ctx.workspace, last_line), spend)
+        return conclude(returncode, report_path, committed_summary(ctx, last_line), spend)
 
 
 FULL_SHA = re.compile(r"[0-9a-f]{40}")
 
 
-def committed_summary(workspace: Path, line: str) -> str:
-    """The summary a last output line makes: a bare commit SHA (what `stella commit` prints, the last
-    thing many scripts do) says `committed <short sha> <subject>`; any other line is itself."""
-    if not FULL_SHA.fullmatch(line):
+def committed_summary(ctx: WorkerContext, line: str) -> str:
+    """The summary a last output line makes: a bare SHA of a commit the task made (what `stella commit`
+    prints, the last thing many scripts do) says `committed <short sha> <subject>`; any other line, or
+    the SHA of a commit the run started from (`git rev-parse HEAD`), is itself."""
+    if not FULL_SHA.fullmatch(line) or line == ctx.base_commit:
         return line
-    subject = gitops.commit_subject(workspace, line)
-    return line if subject is None else f"committed {line[:12]} {subject}"
+    subject = gitops.commit_subject(ctx.workspace, line)
+    if subject is None or gitops.is_ancestor(ctx.workspace, line, ctx.base_commit):
+        return line
+    return f"committed {line[:12]} {subject}"
 
 
 def conclude(returncode: int, report_path: Path, last_line: str, spend: SpendReporter) -> PipelineResult:
