@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from stellafleet import pipelines
 from stellafleet.commands import positive_int
 from stellafleet.core import jsontext
 from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, PlanError, StellaError
@@ -66,6 +67,12 @@ def check_command(args: argparse.Namespace) -> int:
         except PlanError as exc:
             for problem in exc.problems:
                 print(problem)
+            code = EXIT_USAGE
+            continue
+        unknown = plan.unknown_pipelines(list(pipelines.available()))
+        for problem in unknown:
+            print(problem)
+        if unknown:
             code = EXIT_USAGE
             continue
         for warning in plan.warnings:

@@ -12,6 +12,7 @@ import datetime
 import difflib
 import functools
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path as FilePath
@@ -19,6 +20,9 @@ from typing import Any
 
 import jsonschema
 
+from stellafleet.core.terminal import printable
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 Path = tuple[Any, ...]  # a location inside checked data: keys and list indexes
 
 
@@ -140,7 +144,10 @@ def article(word: str) -> str:
 def show(value: Any) -> str:
     """A value as a user wrote it: strings in double quotes, containers by kind only."""
     if isinstance(value, str):
-        text = json.dumps(value, ensure_ascii=False)
+        # JSON escapes the C0 controls; printable() the rest, and a lone surrogate (no text) is escaped
+        text = printable(
+            _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, ensure_ascii=False))
+        )
         return text if len(text) <= 60 else text[:56] + '..."'
     if isinstance(value, bool):
         return "true" if value else "false"
