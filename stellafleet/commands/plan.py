@@ -10,6 +10,7 @@ from stellafleet import pipelines
 from stellafleet.commands import positive_int
 from stellafleet.core import jsontext
 from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, PlanError, StellaError
+from stellafleet.core.terminal import printable, single_line, styled
 from stellafleet.plan import schema as planschema
 from stellafleet.plan.model import Plan, load_plan
 from stellafleet.run.doitview import doit_view
@@ -149,7 +150,7 @@ def _count(number: int, noun: str) -> str:
 
 def _doit(plan: Plan, argv: list[str]) -> int:
     code, out, err = doit_view(plan, argv)
-    sys.stdout.write(out)
+    sys.stdout.write(printable(out))  # the plan's titles and prompts: shown, never obeyed
     if code != 0:
         raise StellaError(err.strip().removeprefix("ERROR: ") or f"doit {argv[0]} failed (exit {code})")
     return EXIT_OK
@@ -171,13 +172,13 @@ def _details(plan: Plan, task_id: str) -> list[tuple[str, str]]:
 
 
 def _show_plain(plan: Plan, waves: list[list[str]], heading: str) -> None:
-    print(heading)
+    print(printable(heading))
     for number, wave in enumerate(waves, start=1):
         print(f"\nwave {number}")
         for task_id in wave:
-            print(f"  {task_id}  {plan.task(task_id).title}")
+            print(f"  {task_id}  {single_line(plan.task(task_id).title)}")
             for key, value in _details(plan, task_id):
-                print(f"      {key}: {value}")
+                print(f"      {key}: {single_line(value)}")
 
 
 def _show_rich(plan: Plan, waves: list[list[str]], heading: str) -> None:
@@ -193,7 +194,7 @@ def _show_rich(plan: Plan, waves: list[list[str]], heading: str) -> None:
             table.add_row(
                 str(number) if position == 0 else "",
                 task_id,
-                task.title,
+                styled(single_line(task.title)),
                 ", ".join(task.depends_on) or "-",
                 "\n".join(task.claims) or "-",
                 task.isolation,

@@ -161,3 +161,12 @@ def test_clean_counts_a_rebased_branch_as_merged(git_repo: Path, stella: StellaR
     assert kept == {"fleet/c-abcd", "fleet/d-abcd"}
     with sqlite3.connect(StatePaths(git_repo).fleet_db) as conn:
         assert conn.execute("SELECT count(*) FROM cleanups WHERE action = 'removed'").fetchone()[0] == 2
+
+
+def test_the_checks_output_is_shown_escaped_never_obeyed(git_repo: Path, stella: StellaRunner) -> None:
+    build_run(git_repo)
+    check = "printf 'bad \\033]0;pwned\\007 \\033[2J\\n'; test ! -e bad.txt"
+    proc = stella("merge", "--check", check, cwd=git_repo)
+    assert proc.returncode == 1, proc.stderr
+    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout, repr(proc.stdout)
+    assert "      | bad \\x1b]0;pwned\\x07 \\x1b[2J" in proc.stdout.splitlines(), proc.stdout

@@ -178,14 +178,16 @@ def test_claims_on_private_state_or_odd_paths_are_refused() -> None:
     with pytest.raises(PlanError) as caught:
         plan_from_data({"tasks": [{"id": "a", "prompt": "p", "claims": claims}]}, source="p.json")
     where = 'p.json: task "a": claims:'
+    private = "is inside stella's private state (.stella/private, .stella/worktrees)"
+    surrogate = "contains a lone surrogate (\\ud800), which is not text: write the character itself"
     assert caught.value.problems == [
         f'{where} ".git/config" is inside git\'s own directory (.git), which no task edits',
         f'{where} "sub/.git/HEAD" is inside git\'s own directory (.git), which no task edits',
-        f'{where} ".stella/private/store.db" is inside stella\'s private state (.stella/private, .stella/worktrees)',
-        f'{where} ".stella/worktrees/x/a.py" is inside stella\'s private state (.stella/private, .stella/worktrees)',
+        f'{where} ".stella/private/store.db" {private}',
+        f'{where} ".stella/worktrees/x/a.py" {private}',
         f'{where} "a\\nb" contains a control character (a newline, a tab, ...): a claim names a file',
         f"{where} \"a\\\\b\" contains a backslash: separate the parts of a path with '/'",
-        f'{where} "x\\ud800" contains a lone surrogate (\\ud800), which is not text: write the character itself',
+        f'{where} "x\\ud800" {surrogate}',
     ]
 
 
