@@ -288,3 +288,16 @@ def test_a_lone_surrogate_or_a_mistyped_pipeline_stops_the_fleet_before_a_run_ro
         proc.stderr
     )
     assert not StatePaths(git_repo).fleet_db.exists()
+
+
+def test_config_file_given_only_on_the_command_line_reaches_the_worker(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    # the project has no config: the command to run is in FILE only, so the worker must read FILE too
+    given = tmp_path / "elsewhere.toml"
+    given.write_text('[pipelines.command]\nrun = "echo ran the given file"\n')
+    assert not StatePaths(git_repo).config_file.exists()
+    proc = stella("--config", str(given), "fleet", "--json", "--pipeline", "command", "one", cwd=git_repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert by_id(doc["tasks"])["t1"]["summary"] == "ran the given file"
