@@ -87,7 +87,10 @@ def test_green_branches_land_in_dependency_order_and_head_only_moves_to_checked_
         ("c", "conflict"),
         ("d", "check_failed"),
     ]
-    assert doc["queue"][0]["reason"] == "already in main" and doc["end_sha"] == passed[-1]
+    assert [i["reason"] for i in doc["queue"][:2]] == ["already in main", "already in main"]
+    assert doc["end_sha"] == passed[-1]
+    dry = json.loads(stella("merge", "--dry-run", "--json", cwd=git_repo).stdout)  # the preview says so too
+    assert [i["reason"] for i in dry["queue"][:2]] == ["already in main", "already in main"]
 
 
 def test_a_dirty_tree_is_refused_and_nothing_changes(git_repo: Path, stella: StellaRunner) -> None:
@@ -170,3 +173,14 @@ def test_the_checks_output_is_shown_escaped_never_obeyed(git_repo: Path, stella:
     assert proc.returncode == 1, proc.stderr
     assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout, repr(proc.stdout)
     assert "      | bad \\x1b]0;pwned\\x07 \\x1b[2J" in proc.stdout.splitlines(), proc.stdout
+
+
+def test_a_dependency_whose_branch_is_gone_skips_its_dependent(git_repo: Path, stella: StellaRunner) -> None:
+    build_run(git_repo)
+    git("branch", "-D", "fleet/a-abcd", cwd=git_repo)
+    proc = stella("merge", "--check", "test ! -e bad.txt", "--json", cwd=git_repo)
+    doc = json.loads(proc.stdout)
+    queue = {i["task_id"]: i for i in doc["queue"]}
+    assert queue["a"]["status"] == "skipped" and "no longer exists" in queue["a"]["reason"]
+    assert (queue["b"]["status"], queue["b"]["reason"]) == ("skipped", "depends on a, which did not land")
+    assert not (git_repo / "b.txt").exists()  # b, built on a, did not land a's work either
