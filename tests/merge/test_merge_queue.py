@@ -184,3 +184,25 @@ def test_a_dependency_whose_branch_is_gone_skips_its_dependent(git_repo: Path, s
     assert queue["a"]["status"] == "skipped" and "no longer exists" in queue["a"]["reason"]
     assert (queue["b"]["status"], queue["b"]["reason"]) == ("skipped", "depends on a, which did not land")
     assert not (git_repo / "b.txt").exists()  # b, built on a, did not land a's work either
+
+
+def test_check_tail_lines_keeps_exactly_the_last_n_lines(git_repo: Path, stella: StellaRunner) -> None:
+    build_run(git_repo)
+    (git_repo / ".stella" / "config.toml").write_text(
+        '[merge]\ncheck = "if [ -e bad.txt ]; then seq 1 50; exit 1; fi"\ncheck_tail_lines = 3\n'
+    )
+    doc = json.loads(stella("merge", "--json", cwd=git_repo).stdout)
+    d = next(i for i in doc["queue"] if i["task_id"] == "d")
+    assert d["status"] == "check_failed" and d["check_tail"] == "48\n49\n50"
+    assert {r["branch"]: r["check_tail"] for r in merges(git_repo)}["fleet/d-abcd"] == "48\n49\n50"
+
+
+def test_check_timeout_stops_a_hanging_check(git_repo: Path, stella: StellaRunner) -> None:
+    build_run(git_repo)
+    (git_repo / ".stella" / "config.toml").write_text(
+        '[merge]\ncheck = "if [ -e bad.txt ]; then echo hanging; sleep 600; fi"\ncheck_timeout = 0.5\n'
+    )
+    proc = stella("merge", "--json", cwd=git_repo, timeout=60)  # without the timeout: 600 s, then killed
+    d = next(i for i in json.loads(proc.stdout)["queue"] if i["task_id"] == "d")
+    assert d["status"] == "check_failed" and d["reason"].endswith("ran out of time")
+    assert d["check_tail"] == "hanging\n(stopped after 0.5s: check_timeout under [merge])"
