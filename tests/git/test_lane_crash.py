@@ -60,9 +60,9 @@ def test_a_killed_stella_commit_frees_the_lane_at_once_and_its_commit_is_finishe
         marks["release"].touch()  # its orphaned update-ref now moves HEAD: a commit with no record yet
         wait_for(marks["committed"], timeout=10, process=worker)
         # free at once: with no time at all to wait, the lane of the killed holder is taken over
-        with ClaimStore.open(ctx.paths.store_db) as store:
-            with store.commit_lane(Holder.current(RUN, "probe", "Probe", 99), timeout=0):
-                pass
+        probe = Holder.current(RUN, "probe", "Probe", 99)
+        with ClaimStore.open(ctx.paths.store_db) as store, store.commit_lane(probe, timeout=0):
+            pass
         (git_repo / "b.txt").write_text("b\n")
         proc = run_stella("commit", "-m", "Add b", "b.txt", cwd=git_repo, env=ctx.to_env(), timeout=30)
     finally:
