@@ -167,8 +167,9 @@ def test_schedule_comes_from_the_config_and_plan_show_explains_eager(
 def test_a_plan_run_again_starts_first_the_longest_chain_by_how_long_its_tasks_took_before(
     git_repo: Path, tmp_path: Path, stella: StellaRunner
 ) -> None:
-    # a -> a2 is the longest chain in tasks, b alone the longest in time: one slot shows which starts first
-    write_config(git_repo, run="true", tasks={"a": "sleep 0.05", "a2": "sleep 0.05", "b": "sleep 0.4"})
+    # a -> a2 is the longest chain in tasks, b alone the longest in time: one slot shows which starts first.
+    # A duration is the attempt's, its worker's start included: b's 1.5 s outweighs a second start-up.
+    write_config(git_repo, run="true", tasks={"a": "sleep 0.05", "a2": "sleep 0.05", "b": "sleep 1.5"})
     plan = _plan(tmp_path, {"a2": "a"}, {"a": 0, "a2": 0, "b": 0})
 
     def first_started() -> str:
