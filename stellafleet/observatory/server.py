@@ -271,7 +271,7 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         self._send_json(status, payload, head=head)
 
 
-_WHOLE = re.compile(r"[0-9]{1,18}")  # ASCII digits ('²'.isdigit() is true), below SQLite's 2**63
+_WHOLE = re.compile(r"-?[0-9]{1,18}")  # ASCII digits ('²'.isdigit() is true), below SQLite's 2**63
 
 
 def whole_number(text: str) -> int | None:

@@ -156,8 +156,11 @@ def plan_from_prompts(prompts: Sequence[str]) -> Plan:
     """Inline prompts as a plan of independent tasks t1, t2, ... titled by their first line."""
     problems = [
         f"prompt #{number}: must not be empty"
-        for number, prompt in enumerate(prompts, start=1)
         if not isinstance(prompt, str) or not prompt.strip()
+        else f"prompt #{number}: {why}"
+        for number, prompt in enumerate(prompts, start=1)
+        # a command line's bytes that are not UTF-8 arrive as lone surrogates
+        if not isinstance(prompt, str) or not prompt.strip() or (why := text_problem(prompt)) is not None
     ]
     if not prompts:
         problems.append("no tasks: give one or more prompts, or --plan FILE")

@@ -403,3 +403,13 @@ def test_a_prompt_of_any_size_is_accepted(tmp_path: Path) -> None:
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"tasks": [{"id": "huge", "prompt": "x" * 300_000}]}))
     assert len(load_plan(plan).tasks[0].prompt) == 300_000
+
+
+def test_an_inline_prompt_that_is_not_utf8_is_refused() -> None:
+    # the command line's bytes b"bad \xff" arrive as "bad \udcff" (surrogateescape)
+    with pytest.raises(PlanError) as caught:
+        plan_from_prompts([b"bad \xff".decode("utf-8", "surrogateescape"), "fine", " "])
+    assert caught.value.problems == [
+        "prompt #1: contains a lone surrogate (\\udcff), which is not text: write the character itself",
+        "prompt #3: must not be empty",
+    ]
