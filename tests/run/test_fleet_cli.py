@@ -301,3 +301,15 @@ def test_config_file_given_only_on_the_command_line_reaches_the_worker(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
     assert by_id(doc["tasks"])["t1"]["summary"] == "ran the given file"
+
+
+def test_a_mistyped_pipeline_option_names_the_closest_installed_one(
+    git_repo: Path, stella: StellaRunner
+) -> None:
+    proc = stella("fleet", "--pipeline", "claud-code", "one", cwd=git_repo)
+    assert proc.returncode == 2
+    assert (
+        "unknown pipeline 'claud-code' (did you mean \"claude-code\"?): installed pipelines are "
+        in proc.stderr
+    )
+    assert not StatePaths(git_repo).fleet_db.exists()
