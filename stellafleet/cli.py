@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from stellafleet import __version__
 from stellafleet.core.errors import EXIT_INTERRUPTED, EXIT_USAGE, StellaError
+from stellafleet.core.terminal import printable
 
 COMMAND_MODULES = (
     "fleet",
@@ -161,7 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         return int(args.func(args))
     except StellaError as exc:
-        print(f"stella: error: {exc}" if "\n" not in str(exc) else str(exc), file=sys.stderr)
+        text = printable(str(exc))  # it can quote a file, a git message or a plan: shown, never obeyed
+        print(f"stella: error: {text}" if "\n" not in text else text, file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("stella: interrupted", file=sys.stderr)

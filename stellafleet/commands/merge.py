@@ -11,6 +11,7 @@ from stellafleet.core import jsontext
 from stellafleet.core.config import load_config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.status import MergeStatus
+from stellafleet.core.terminal import printable, single_line
 from stellafleet.git import gitops
 from stellafleet.merge.queue import MergeItem
 from stellafleet.merge.runner import STRATEGIES, MergeOptions, MergeResult, merge_run
@@ -115,16 +116,17 @@ MARK = {
 def print_item(item: MergeItem) -> None:
     after = f" (after {', '.join(item.after)})" if item.after else ""
     mark = "would clash" if item.reason.startswith("would conflict") else MARK[item.status]
-    print(f"{item.position:>2}. {mark:<12} {item.branch} [{item.task_id}]{after}: {item.reason}")
+    said = single_line(f"{item.branch} [{item.task_id}]{after}: {item.reason}")
+    print(f"{item.position:>2}. {mark:<12} {said}")
     if item.status == MergeStatus.CHECK_FAILED and item.check_tail:
-        for line in item.check_tail.splitlines():
-            print(f"      | {line}")
+        for said in item.check_tail.splitlines():  # the check's own output: shown, never obeyed
+            print(f"      | {printable(said)}")
     sys.stdout.flush()
 
 
 def print_summary(result: MergeResult) -> None:
     for item in result.left_out:
-        print(f"    {'left out':<12} {item.branch} [{item.task_id}]: {item.reason}")
+        print(f"    {'left out':<12} {single_line(f'{item.branch} [{item.task_id}]: {item.reason}')}")
     if not result.queue:
         print(f"Nothing to merge from run {result.run_id}: no succeeded fleet/* branch is ready.")
         return

@@ -6,9 +6,11 @@ import argparse
 import sys
 from typing import Any
 
+from stellafleet import pipelines
 from stellafleet.commands import positive_int
 from stellafleet.core import jsontext
 from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, PlanError, StellaError
+from stellafleet.core.terminal import printable, single_line, styled
 from stellafleet.plan import schema as planschema
 from stellafleet.plan.model import Plan, load_plan
 from stellafleet.run.doitview import doit_view
@@ -66,6 +68,12 @@ def check_command(args: argparse.Namespace) -> int:
         except PlanError as exc:
             for problem in exc.problems:
                 print(problem)
+            code = EXIT_USAGE
+            continue
+        unknown = plan.unknown_pipelines(list(pipelines.available()))
+        for problem in unknown:
+            print(problem)
+        if unknown:
             code = EXIT_USAGE
             continue
         for warning in plan.warnings:
@@ -142,7 +150,7 @@ def _count(number: int, noun: str) -> str:
 
 def _doit(plan: Plan, argv: list[str]) -> int:
     code, out, err = doit_view(plan, argv)
-    sys.stdout.write(out)
+    sys.stdout.write(printable(out))  # the plan's titles and prompts: shown, never obeyed
     if code != 0:
         raise StellaError(err.strip().removeprefix("ERROR: ") or f"doit {argv[0]} failed (exit {code})")
     return EXIT_OK
@@ -164,13 +172,13 @@ def _details(plan: Plan, task_id: str) -> list[tuple[str, str]]:
 
 
 def _show_plain(plan: Plan, waves: list[list[str]], heading: str) -> None:
-    print(heading)
+    print(printable(heading))
     for number, wave in enumerate(waves, start=1):
         print(f"\nwave {number}")
         for task_id in wave:
-            print(f"  {task_id}  {plan.task(task_id).title}")
+            print(f"  {task_id}  {single_line(plan.task(task_id).title)}")
             for key, value in _details(plan, task_id):
-                print(f"      {key}: {value}")
+                print(f"      {key}: {single_line(value)}")
 
 
 def _show_rich(plan: Plan, waves: list[list[str]], heading: str) -> None:
@@ -186,7 +194,7 @@ def _show_rich(plan: Plan, waves: list[list[str]], heading: str) -> None:
             table.add_row(
                 str(number) if position == 0 else "",
                 task_id,
-                task.title,
+                styled(single_line(task.title)),
                 ", ".join(task.depends_on) or "-",
                 "\n".join(task.claims) or "-",
                 task.isolation,

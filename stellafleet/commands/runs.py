@@ -16,7 +16,7 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import money
 from stellafleet.core.status import CIState, RunStatus, TaskStatus
-from stellafleet.core.terminal import aligned, styled
+from stellafleet.core.terminal import aligned, single_line, styled
 from stellafleet.git import gitops
 from stellafleet.state import views
 from stellafleet.state.ledger_recovery import finalise_orphaned_runs_in
@@ -213,7 +213,7 @@ def print_run(detail: dict[str, Any], *, console: Console) -> None:
     ]
     for key, value in facts:
         if value:
-            out(styled(f"  {key:<12}{value}"))
+            out(styled(f"  {key:<12}{single_line(value)}"))
     for wave in detail["waves"]:
         out(styled(""))
         out(styled(("not scheduled" if wave["wave"] is None else f"wave {wave['wave']}", "bold")))
@@ -233,7 +233,11 @@ def print_run(detail: dict[str, Any], *, console: Console) -> None:
         out(styled(("clean-up", "bold")))
         for c in detail["cleanups"]:
             when = fmt_time(c["at_ms"])
-            out(styled(f"  {when}  {c['action']} {c['kind']} {c['target']}: {c.get('reason') or ''}"))
+            out(
+                styled(
+                    f"  {when}  {c['action']} {c['kind']} {c['target']}: {single_line(c.get('reason') or '')}"
+                )
+            )
 
 
 def _print_merges(console: Console, merges: list[dict[str, Any]]) -> None:
@@ -244,7 +248,7 @@ def _print_merges(console: Console, merges: list[dict[str, Any]]) -> None:
     console.print(styled(("merges", "bold")))
     for m in merges:
         onto = f"  {m.get('strategy') or '-'} onto {m.get('onto_ref') or '-'}"
-        reason = f": {m['reason']}" if m.get("reason") else ""
+        reason = f": {single_line(m['reason'])}" if m.get("reason") else ""
         head = f"  {fmt_time(m['started_at_ms'])}  {m['branch']}  "
         console.print(styled(head, in_colour(str(m["status"]), str(m["status"])), onto, reason))
         if m.get("files"):
@@ -267,10 +271,10 @@ def _ci_text(ci: dict[str, Any]) -> str:
 
 def _print_task(console: Console, task: dict[str, Any]) -> None:
     out = console.print
-    rest = f"  {task.get('isolation') or 'shared'}  {task.get('title') or ''}"
+    rest = f"  {task.get('isolation') or 'shared'}  {single_line(task.get('title') or '')}"
     out(styled(f"  {task['id']}  ", in_colour(task["status"], task["status"]), rest))
     if task.get("reason"):
-        out(styled((f"    reason: {task['reason']}", "yellow")))
+        out(styled((f"    reason: {single_line(task['reason'])}", "yellow")))
     if task.get("branch"):
         out(styled(f"    branch {task['branch']}  worktree {task.get('worktree') or '-'}"))
     if task.get("depends_on"):
@@ -280,14 +284,14 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
             f"  {fmt_duration(a['duration_ms'])}  {fmt_usd(a['spend_usd'])}  "
             f"{a['input_tokens']}/{a['output_tokens']} tokens  {a['steps']} steps"
             + (f"  exit {a['exit_code']}" if a.get("exit_code") is not None else "")
-            + (f"  ({a['reason']})" if a.get("reason") else "")
+            + (f"  ({single_line(a['reason'])})" if a.get("reason") else "")
         )
         out(styled(f"    attempt #{a['id']} ", in_colour(str(a["outcome"]), str(a["outcome"])), facts))
         if a.get("summary"):
-            out(styled(f"      summary: {a['summary']}"))
+            out(styled(f"      summary: {single_line(a['summary'])}"))
         if a.get("error"):
-            out(styled((f"      error: {a['error']}", "red")))
+            out(styled((f"      error: {single_line(a['error'])}", "red")))
     for c in task["commits"]:
-        out(styled(f"    commit {c['sha'][:10]} {c.get('message') or ''}"))
+        out(styled(f"    commit {c['sha'][:10]} {single_line(c.get('message') or '')}"))
     if task.get("ci"):
         out(styled(f"    CI {_ci_text(task['ci'])}"))

@@ -44,7 +44,8 @@ class Problem:
     keyword: str = ""
 
 
-BUNDLED = BundledSchema(FilePath(__file__).parent / "config.schema.json")
+URL_PATTERN = "^https?://[^/\\s]"
+BUNDLED = BundledSchema(FilePath(__file__).parent / "config.schema.json", finite=True)
 
 
 def schema_text() -> str:
@@ -182,6 +183,8 @@ def _kind_words(kind: str, node: Mapping[str, Any]) -> str:
     if kind == "string":
         if node.get("pattern") == "\\S" or node.get("minLength", 0) > 0:
             return "a non-empty string"
+        if node.get("pattern") == URL_PATTERN:
+            return "an http:// or https:// URL"
         if "pattern" in node:
             return "a name of letters, digits, '.', '_' and '-'"
         return "a string"

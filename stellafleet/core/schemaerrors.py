@@ -12,6 +12,8 @@ import datetime
 import difflib
 import functools
 import json
+import math
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path as FilePath
@@ -19,6 +21,9 @@ from typing import Any
 
 import jsonschema
 
+from stellafleet.core.terminal import printable
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 Path = tuple[Any, ...]  # a location inside checked data: keys and list indexes
 
 
@@ -41,8 +46,11 @@ class SchemaProblem:
 class BundledSchema:
     """A schema file shipped beside its module: its text, its data and jsonschema's validator."""
 
-    def __init__(self, path: FilePath) -> None:
+    def __init__(self, path: FilePath, *, finite: bool = False) -> None:
+        """finite: a "number" is a finite one (not NaN or infinity, which TOML can write) and an
+        "integer" is an int (not 1e9, which JSON Schema counts as one)."""
         self.path = path
+        self.finite = finite
         self._validators: dict[str | None, jsonschema.Draft202012Validator] = {}
 
     @functools.cached_property
@@ -62,13 +70,35 @@ class BundledSchema:
                 if definition is None
                 else {"$ref": f"#/$defs/{definition}", "$defs": self.data["$defs"]}
             )
-            self._validators[definition] = jsonschema.Draft202012Validator(root)
+            kind = _FINITE if self.finite else jsonschema.Draft202012Validator
+            self._validators[definition] = kind(root)
         return self._validators[definition]
 
     def problems(self, data: Any, *, definition: str | None = None, base: Path = ()) -> list[SchemaProblem]:
         """Every problem of data, as found at base (jsonschema's order); [] when valid."""
         errors = self.validator(definition).iter_errors(data)
         return [problem for error in errors for problem in _split(error, base)]
+
+
+def _finite_number(checker: Any, instance: Any) -> bool:
+    if isinstance(instance, bool) or not isinstance(instance, int | float):
+        return False
+    try:
+        return math.isfinite(instance)
+    except OverflowError:  # an int beyond any float
+        return False
+
+
+def _whole_number(checker: Any, instance: Any) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_FINITE = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
+        {"number": _finite_number, "integer": _whole_number}
+    ),
+)
 
 
 def _split(error: jsonschema.ValidationError, base: Path) -> Iterator[SchemaProblem]:
@@ -140,7 +170,10 @@ def article(word: str) -> str:
 def show(value: Any) -> str:
     """A value as a user wrote it: strings in double quotes, containers by kind only."""
     if isinstance(value, str):
-        text = json.dumps(value, ensure_ascii=False)
+        # JSON escapes the C0 controls; printable() the rest, and a lone surrogate (no text) is escaped
+        text = printable(
+            _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, ensure_ascii=False))
+        )
         return text if len(text) <= 60 else text[:56] + '..."'
     if isinstance(value, bool):
         return "true" if value else "false"

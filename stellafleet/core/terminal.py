@@ -30,6 +30,12 @@ def printable(text: str) -> str:
     return text.translate(_TABLE)
 
 
+def single_line(text: str) -> str:
+    """printable(text) on one line: its newlines, tabs and runs of spaces become one space each, so
+    text from elsewhere cannot start a line of its own (and pass for one stella wrote)."""
+    return " ".join(printable(text).split())
+
+
 # A piece of a line: its text, or its text and a rich style (shown on a terminal, dropped in plain text).
 Piece = str | tuple[str, str]
 

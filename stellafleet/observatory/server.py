@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import logging
+import re
 import socket
 import sys
 import time
@@ -144,6 +145,17 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         self._route(head=False)
 
     def _route(self, *, head: bool) -> None:
+        try:
+            self._dispatch(head=head)
+        except ConnectionError:  # the browser went away: nobody to answer
+            pass
+        except Exception as exc:  # a bug answers with a JSON error instead of dropping the connection
+            log.debug("%s failed", self.path, exc_info=True)
+            self._send_json(
+                HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(exc).__name__}"}
+            )
+
+    def _dispatch(self, *, head: bool) -> None:
         if not self._host_allowed():
             self._send_json(HTTPStatus.MISDIRECTED_REQUEST, {"error": "unexpected Host header"}, head=head)
             return
@@ -154,8 +166,8 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, _static(name), content_type, head=head)
         elif path == "/api/runs":
             self._api_runs(parse_qs(parts.query), head=head)
-        elif path.startswith("/api/attempts/") and path[len("/api/attempts/") :].isdigit():
-            self._api_attempt(int(path[len("/api/attempts/") :]), head=head)
+        elif path.startswith("/api/attempts/") and "/" not in path[len("/api/attempts/") :]:
+            self._api_attempt(path[len("/api/attempts/") :], head=head)
         elif path.startswith("/api/attempts/"):
             self._api_attempt_log(path[len("/api/attempts/") :], parse_qs(parts.query), head=head)
         elif path.startswith("/api/runs/") and path.endswith("/page") and len(path) > len("/api/runs//page"):
@@ -169,10 +181,9 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
 
     def _int_param(self, query: dict[str, list[str]], name: str, default: int, low: int, high: int) -> int:
         raw = query.get(name, [str(default)])[-1]
-        try:
-            value = int(raw)
-        except ValueError:
-            raise StellaError(f"{name} must be a whole number, not {raw!r}") from None
+        value = whole_number(raw)
+        if value is None:
+            raise StellaError(f"{name} must be a whole number, not {raw[:40]!r}")
         if not low <= value <= high:
             raise StellaError(f"{name} must be between {low} and {high}, not {value}")
         return value
@@ -211,8 +222,14 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         doc["poll_ms"] = self.server.poll_ms
         self._send_json(HTTPStatus.OK, doc, head=head)
 
-    def _api_attempt(self, attempt_id: int, *, head: bool) -> None:
+    def _api_attempt(self, raw_id: str, *, head: bool) -> None:
         """GET /api/attempts/<id>: what the attempt panel shows beyond its bar (summary, error, commits)."""
+        attempt_id = whole_number(raw_id)
+        if attempt_id is None:
+            self._send_json(
+                HTTPStatus.NOT_FOUND, {"error": f"no such page: /api/attempts/{raw_id[:40]}"}, head=head
+            )
+            return
         if not self.server.ledger_path.exists():
             self._send_json(HTTPStatus.NOT_FOUND, {"error": "no fleet runs recorded yet"}, head=head)
             return
@@ -230,8 +247,9 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
 
     def _api_attempt_log(self, rest: str, query: dict[str, list[str]], *, head: bool) -> None:
         """GET /api/attempts/<id>/log|transcript?offset=N&limit=M, or ?tail=N for the last N bytes."""
-        attempt, _, kind = rest.partition("/")
-        if not attempt.isdigit() or kind not in logs.KINDS:
+        raw_id, _, kind = rest.partition("/")
+        attempt = whole_number(raw_id)
+        if attempt is None or kind not in logs.KINDS:
             self._send_json(HTTPStatus.NOT_FOUND, {"error": f"no such page: /api/attempts/{rest}"}, head=head)
             return
         try:
@@ -246,11 +264,19 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
             return
         try:
             status, payload = logs.attempt_log(
-                self.server.ledger_path, int(attempt), kind, offset=offset, tail=tail, limit=limit
+                self.server.ledger_path, attempt, kind, offset=offset, tail=tail, limit=limit
             )
         except StellaError as exc:
             status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}
         self._send_json(status, payload, head=head)
+
+
+_WHOLE = re.compile(r"-?[0-9]{1,18}")  # ASCII digits ('²'.isdigit() is true), below SQLite's 2**63
+
+
+def whole_number(text: str) -> int | None:
+    """A path or query parameter as a whole number a ledger id can be; None for anything else."""
+    return int(text) if _WHOLE.fullmatch(text) else None
 
 
 def make_server(

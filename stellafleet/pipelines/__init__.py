@@ -10,6 +10,7 @@ from typing import Any
 from stellafleet.core.config import Config
 from stellafleet.core.configschema import PIPELINE_GROUP
 from stellafleet.core.errors import StellaError
+from stellafleet.core.schemaerrors import suggest
 from stellafleet.pipelines.base import Pipeline
 
 
@@ -19,7 +20,10 @@ def available() -> dict[str, EntryPoint]:
 
 
 def unknown_pipeline(name: str, installed: Iterable[str]) -> str:
-    return f"unknown pipeline {name!r}: installed pipelines are {', '.join(sorted(installed)) or 'none'}"
+    """`unknown pipeline 'x'` with the closest installed name, and every installed one."""
+    names = sorted(installed)
+    listing = ", ".join(names) or "none"
+    return f"unknown pipeline {name!r}{suggest(name, names)}: installed pipelines are {listing}"
 
 
 def load(name: str, installed: Mapping[str, EntryPoint] | None = None) -> Pipeline:

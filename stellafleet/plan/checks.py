@@ -34,13 +34,33 @@ def branch_problem(branch: str) -> str | None:
     return next((why for broken, why in rules if broken), None)
 
 
+# A UTF-16 surrogate on its own (JSON and YAML can write "\ud800"): no text, so no file, database or
+# process can be handed it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+TEXT_KEYS = ("prompt", "title", "pipeline", "model")
+
+
+def text_problem(value: str) -> str | None:
+    """Why a plan string cannot be handed on (None: it can): a NUL, or a lone UTF-16 surrogate."""
+    if "\x00" in value:
+        return "contains a NUL character, which no worker can be handed"
+    surrogate = _SURROGATE.search(value)
+    if surrogate is not None:
+        return (
+            f"contains a lone surrogate (\\u{ord(surrogate.group()):04x}), which is not text: "
+            "write the character itself"
+        )
+    return None
+
+
 def task_run_problems(where: str, raw: dict[str, Any], isolation: Any) -> list[str]:
-    """What passes the schema but would fail only when the task runs: a NUL in its prompt or title (no
-    process can be handed one), or an isolated task whose id names no valid git branch."""
+    """What passes the schema but would fail only when the task runs: a NUL or a lone surrogate in its
+    prompt, title, pipeline or model (no process can be handed one), or an isolated task whose id names no
+    valid git branch."""
     problems = [
-        f"{where}: {key}: contains a NUL character, which no worker can be handed"
-        for key in ("prompt", "title")
-        if isinstance(raw.get(key), str) and "\x00" in raw[key]
+        f"{where}: {key}: {why}"
+        for key in TEXT_KEYS
+        if isinstance(raw.get(key), str) and (why := text_problem(raw[key])) is not None
     ]
     task_id = raw.get("id")
     if isolation == "isolated" and isinstance(task_id, str) and TASK_ID.match(task_id):

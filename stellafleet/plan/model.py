@@ -23,13 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.core.errors import PlanError, StellaError
+from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.plan import schema as planschema
-from stellafleet.plan.checks import TASK_ID, graph_problems, task_run_problems
+from stellafleet.plan.checks import TASK_ID, graph_problems, task_run_problems, text_problem
 from stellafleet.plan.files import read_plan_file, workspace_of
 
 TITLE_WIDTH = 72
 _PLAIN_KEY = re.compile(r"[$A-Za-z0-9_.-]+")
 _DRIVE = re.compile(r"[A-Za-z]:[\\/]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,32 @@ class Plan:
     source: str | None = None
     sha256: str | None = None
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    default_pipeline: str | None = None  # the plan's [defaults] pipeline, when it names one
+
+    def unknown_pipelines(self, installed: Sequence[str]) -> list[str]:
+        """A problem for each pipeline the plan names that is not installed, at its place in the file (the
+        [defaults] or the task) with the closest installed name; [] when every one is installed."""
+        name = self.source or "plan"
+        choices = sorted(installed)
+
+        def problem(where: str, pipeline: str) -> str:
+            hint = planschema.suggest(pipeline, choices)
+            return (
+                f"{name}: {where}: pipeline: unknown pipeline {planschema.show(pipeline)}{hint}; "
+                f"installed pipelines are {', '.join(choices) or 'none'}"
+            )
+
+        problems = []
+        if self.default_pipeline is not None and self.default_pipeline not in installed:
+            problems.append(problem("defaults", self.default_pipeline))
+        problems.extend(
+            problem(f"task {json.dumps(task.id)}", task.pipeline)
+            for task in self.tasks
+            if task.pipeline is not None
+            and task.pipeline != self.default_pipeline
+            and task.pipeline not in installed
+        )
+        return problems
 
     @cached_property
     def _by_id(self) -> dict[str, PlanTask]:
@@ -130,8 +158,11 @@ def plan_from_prompts(prompts: Sequence[str]) -> Plan:
     """Inline prompts as a plan of independent tasks t1, t2, ... titled by their first line."""
     problems = [
         f"prompt #{number}: must not be empty"
-        for number, prompt in enumerate(prompts, start=1)
         if not isinstance(prompt, str) or not prompt.strip()
+        else f"prompt #{number}: {why}"
+        for number, prompt in enumerate(prompts, start=1)
+        # a command line's bytes that are not UTF-8 arrive as lone surrogates
+        if not isinstance(prompt, str) or not prompt.strip() or (why := text_problem(prompt)) is not None
     ]
     if not prompts:
         problems.append("no tasks: give one or more prompts, or --plan FILE")
@@ -163,8 +194,8 @@ def plan_from_data(
     if not isinstance(raw_tasks, list):
         raise PlanError(problems or [f"{name}: the plan has no tasks"])
     defaults = data.get("defaults") if isinstance(data.get("defaults"), dict) else {}
-    warnings: list[str] = []
     problems.extend(_timeout_problems(f"{name}: defaults", defaults))
+    problems.extend(task_run_problems(f"{name}: defaults", defaults, None))
     claims_of: list[tuple[str, ...]] = []
     workspace = str(root) if root is not None else None
     for position, raw in enumerate(raw_tasks):
@@ -175,14 +206,15 @@ def plan_from_data(
         problems.extend(task_run_problems(where, raw, raw.get("isolation", defaults.get("isolation"))))
         problems.extend(_timeout_problems(where, raw))
         claims = raw.get("claims")
-        claims_of.append(_claims(claims, where, workspace, problems, warnings) if claims else ())
+        claims_of.append(_claims(claims, where, workspace, problems) if claims else ())
     problems.extend(graph_problems(name, raw_tasks, ids, labels))
     if problems:
         raise PlanError(problems)
     tasks = tuple(
         _build_task(raw, defaults, claims) for raw, claims in zip(raw_tasks, claims_of, strict=True)
     )
-    return Plan(tasks=tasks, source=source, sha256=sha256, warnings=tuple(warnings))
+    pipeline = defaults.get("pipeline")
+    return Plan(tasks=tasks, source=source, sha256=sha256, default_pipeline=pipeline)
 
 
 def title_from(prompt: str) -> str:
@@ -195,10 +227,15 @@ def normalise_claim(claim: str) -> str:
     """`./a//b/` -> `a/b`; ValueError (with the reason) for a path that is not inside the workspace."""
     if not claim.strip():
         raise ValueError("is blank: a claim names a file")
-    if "\x00" in claim:
-        raise ValueError("contains a NUL character")
+    why = text_problem(claim)
+    if why is not None:
+        raise ValueError(why)
     if claim.startswith(("/", "\\")) or _DRIVE.match(claim):
         raise ValueError("is an absolute path; claims are relative to the workspace")
+    if _CONTROL.search(claim):
+        raise ValueError("contains a control character (a newline, a tab, ...): a claim names a file")
+    if "\\" in claim:
+        raise ValueError("contains a backslash: separate the parts of a path with '/'")
     if claim == "~" or claim.startswith("~/"):
         raise ValueError("starts at the home directory; claims are relative to the workspace")
     normal = posixpath.normpath(claim)
@@ -206,6 +243,10 @@ def normalise_claim(claim: str) -> str:
         raise ValueError("names the workspace itself; claims name files")
     if normal == ".." or normal.startswith("../"):
         raise ValueError("climbs out of the workspace")
+    if ".git" in normal.split("/"):
+        raise ValueError("is inside git's own directory (.git), which no task edits")
+    if any(f"{normal}/".startswith(private) for private in EXCLUDED_DIRS):
+        raise ValueError("is inside stella's private state (.stella/private, .stella/worktrees)")
     return normal
 
 
@@ -265,9 +306,7 @@ def _timeout_problems(where: str, raw: dict[Any, Any]) -> list[str]:
     return [f"{where}: timeout: must be a finite number of seconds, not {planschema.show(timeout)}"]
 
 
-def _claims(
-    raw_claims: Any, where: str, workspace: str | None, problems: list[str], warnings: list[str]
-) -> tuple[str, ...]:
+def _claims(raw_claims: Any, where: str, workspace: str | None, problems: list[str]) -> tuple[str, ...]:
     if not isinstance(raw_claims, list):
         return ()
     normalised: list[str] = []
@@ -290,9 +329,9 @@ def _claims(
         first_spelling[normal] = claim
         normalised.append(normal)
         if claim.endswith("/") or (workspace is not None and os.path.isdir(os.path.join(workspace, normal))):
-            warnings.append(
+            problems.append(
                 f"{where}: claims: {planschema.show(normal)} is a directory; claims match exact file "
-                "paths, so it protects no file inside it"
+                "paths, so it would protect no file inside it: claim the files"
             )
     return tuple(normalised)
 

@@ -19,6 +19,7 @@ from typing import Any
 from stellafleet.core import jsontext
 from stellafleet.core.spend import spend_stop_text
 from stellafleet.core.status import AttemptOutcome
+from stellafleet.core.terminal import single_line
 from stellafleet.proc import runner
 from stellafleet.run.events import AttemptEnded, Emit, Event, EventSink
 
@@ -135,13 +136,13 @@ class Notifier(EventSink):
                 stdout=runner.DEVNULL,
             )
         except OSError as exc:
-            self._warn(f"notify command could not start: {exc}")
+            self._warn(f"notify command could not start: {single_line(str(exc))}")
             return False
         if done.timed_out:
             self._warn(f"notify command stopped after {self.timeout_s:g}s ({fields['event']})")
             return False
         if done.returncode != 0:
-            tail = done.stderr.strip()[-TAIL_CHARS:]
+            tail = single_line(done.stderr[-TAIL_CHARS * 4 :])[-TAIL_CHARS:]  # its words, never its escapes
             said = f": {tail}" if tail else ""
             self._warn(f"notify command exited {done.returncode} ({fields['event']}){said}")
             return False

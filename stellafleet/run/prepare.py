@@ -211,9 +211,12 @@ def pipeline_problems(
         {(task.pipeline or pipeline, task.model or model) for task in plan.tasks},
         key=lambda use: (use[0], use[1] or ""),
     )
-    unknown = sorted({name for name, _ in uses if name not in installed})
-    if unknown:
-        return [pipelines.unknown_pipeline(name, installed) for name in unknown]
+    named = plan.unknown_pipelines(list(installed))  # at their place in the plan file
+    unknown = sorted(
+        {name for name, _ in uses if name not in installed} - {task.pipeline for task in plan.tasks}
+    )
+    if named or unknown:
+        return named + [pipelines.unknown_pipeline(name, installed) for name in unknown]
     return pipelines.preflight(uses, config, spend_limited=spend_limit is not None, installed=installed)
 
 

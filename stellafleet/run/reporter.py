@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from stellafleet.core import jsontext
 from stellafleet.core.spend import money
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus, outcome_detail
-from stellafleet.core.terminal import Piece, aligned, printable, styled
+from stellafleet.core.terminal import Piece, aligned, single_line, styled
 from stellafleet.run.events import (
     AttemptEnded,
     AttemptStarted,
@@ -63,7 +63,7 @@ def elapsed_text(seconds: float) -> str:
 
 def one_line(text: str | None, limit: int = 100) -> str:
     """text on one line, its control characters shown escaped (core/terminal.py), cut at limit."""
-    flat = " ".join(printable(text or "").split())
+    flat = single_line(text or "")
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 

@@ -24,6 +24,20 @@ def test_trim_log_keeps_the_end_cut_at_a_line_and_says_how_much_went() -> None:
     assert trim_log("short\n", 40) == "short"
 
 
+def test_a_log_of_exactly_the_limit_comes_back_whole() -> None:
+    text = "".join(f"é line {i}\n" for i in range(4))  # "é" is two bytes: the limit counts bytes
+    size = len(text.encode())
+    assert trim_log(text, size) == text.strip("\n") and "left out" not in trim_log(text, size)
+    assert "left out" in trim_log(text, size - 1)  # one byte less and the first line goes
+
+
+def test_a_failure_excerpt_of_exactly_the_limit_comes_back_whole(tmp_path: Path) -> None:
+    github = GitHub(FakeGh({"logs": {"7": "test\tpytest\tE assert 1 == 2\n"}}), tmp_path)
+    whole = failure_excerpt(github, [ci_run(7, "failure")], 10_000)
+    assert failure_excerpt(github, [ci_run(7, "failure")], len(whole.encode())) == whole
+    assert "left out" not in whole
+
+
 def test_only_failed_runs_logs_are_fetched_each_under_its_label(tmp_path: Path) -> None:
     gh = FakeGh({"logs": {"7": "test\tpytest\tE assert 1 == 2\n", "*": "lint\truff\tE501\n"}})
     github = GitHub(gh, tmp_path)

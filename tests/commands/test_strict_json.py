@@ -7,7 +7,9 @@ Two tasks reporting a spend of 1e308 once made the run's spend `$inf`; `stella r
 from __future__ import annotations
 
 import ast
+import io
 import json
+import math
 import sqlite3
 import threading
 import urllib.request
@@ -18,6 +20,7 @@ from helpers.fleet import Scripts, run_record, write_config
 from helpers.repo import StellaRunner
 
 import stellafleet
+from stellafleet.core import jsontext
 from stellafleet.core.paths import StatePaths
 from stellafleet.observatory.server import make_server
 
@@ -99,3 +102,12 @@ def test_commands_observatory_and_run_write_json_only_through_the_strict_helper(
     ]
     offenders = [call for path in [*paths, PACKAGE / "worker" / "main.py"] for call in _json_dump_calls(path)]
     assert offenders == [], "use stellafleet.core.jsontext (strict JSON) instead of json.dump(s)"
+
+
+def test_non_finite_numbers_at_any_depth_become_null() -> None:
+    value = {"t": (1.5, math.nan, [math.inf, {"x": (-math.inf,)}]), "l": [math.nan], "n": 2}
+    expected = '{"t": [1.5, null, [null, {"x": [null]}]], "l": [null], "n": 2}'
+    assert jsontext.dumps(value) == expected
+    stream = io.StringIO()
+    jsontext.dump((math.nan, "a"), stream)
+    assert stream.getvalue() == '[null, "a"]'

@@ -54,3 +54,52 @@ def test_section_must_be_a_table(tmp_path: Path) -> None:
     assert config.get("engine.model", "fallback") == "fallback"
     with pytest.raises(StellaError, match=r"\[engine\] must be a table"):
         config.section("engine")
+
+
+def _number_keys(node: dict, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
+    """Every (dotted path, type) of the config schema whose value is a number or a whole number."""
+    from stellafleet.core import configschema
+
+    if "$ref" in node:
+        node = configschema.schema()["$defs"][node["$ref"].removeprefix("#/$defs/")]
+    if node.get("type") in ("number", "integer"):
+        return [(path, node["type"])]
+    found = []
+    for key, child in node.get("properties", {}).items():
+        found += _number_keys(child, (*path, key))
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        found += _number_keys(extra, (*path, "some-name"))
+    return found
+
+
+def test_nan_and_infinity_are_refused_for_every_number_and_a_float_for_every_count(tmp_path: Path) -> None:
+    from stellafleet.core import configschema
+
+    keys = _number_keys(configschema.schema())
+    assert len(keys) > 20 and (("notify", "timeout"), "number") in keys
+    assert (("engine", "max_steps"), "integer") in keys
+    for path, kind in keys:
+        values = ["nan", "inf", "-inf"] + (["1e9", "2.0"] if kind == "integer" else [])
+        for value in values:
+            table, key = ".".join(f'"{part}"' for part in path[:-1]), path[-1]
+            config_file = write(tmp_path / "c.toml", f"[{table}]\n{key} = {value}\n")
+            with pytest.raises(StellaError) as caught:
+                load_config(None, config_file=config_file, env={"HOME": str(tmp_path)})
+            shown = {"nan": "nan", "inf": "inf", "-inf": "-inf", "1e9": "1000000000.0", "2.0": "2.0"}[value]
+            assert f"{'.'.join(path)} must be a " in str(caught.value), (path, value)
+            assert f", not {shown}" in str(caught.value), (path, value)
+
+
+def test_base_url_must_be_http_or_https_from_a_file_or_the_environment(tmp_path: Path) -> None:
+    for url in ("file:///etc/passwd", "ftp://host", "localhost:8080", "http://"):
+        config_file = write(tmp_path / "c.toml", f'[engine]\nbase_url = "{url}"\n')
+        with pytest.raises(StellaError, match=r"engine\.base_url must be an http:// or https:// URL"):
+            load_config(None, config_file=config_file, env={"HOME": str(tmp_path)})
+        with pytest.raises(StellaError, match=r"\$STELLA_BASE_URL: engine\.base_url must be an http"):
+            load_config(None, env={"HOME": str(tmp_path), "STELLA_BASE_URL": url})
+    for url in ("http://127.0.0.1:8080/v1", "https://api.example.com"):
+        assert (
+            load_config(None, env={"HOME": str(tmp_path), "STELLA_BASE_URL": url}).get("engine.base_url")
+            == url
+        )

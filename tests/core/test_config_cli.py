@@ -170,3 +170,16 @@ def test_config_without_a_subcommand_is_a_usage_error(stella: StellaRunner, tmp_
     result = stella("config", cwd=tmp_path)
     assert result.returncode == 2
     assert "show" in result.stderr and "schema" in result.stderr
+
+
+def test_show_names_stella_base_url_as_the_origin_of_engine_base_url(
+    git_repo: Path, stella: StellaRunner
+) -> None:
+    url = "http://127.0.0.1:9/v1"
+    result = stella("config", "show", "--json", cwd=git_repo, env={"STELLA_BASE_URL": url})
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["config"]["engine"]["base_url"] == url
+    assert shown["sources"]["engine.base_url"] == "$STELLA_BASE_URL"
+    text = stella("config", "show", cwd=git_repo, env={"STELLA_BASE_URL": url})
+    assert re.search(rf'^base_url = "{re.escape(url)}" +# \$STELLA_BASE_URL$', text.stdout, re.MULTILINE)

@@ -252,7 +252,7 @@ def test_an_environment_variable_is_checked_and_named(tmp_path: Path) -> None:
 def test_typed_sections_are_built_once_from_checked_data(tmp_path: Path) -> None:
     write(
         tmp_path / ".stella/config.toml",
-        '[engine]\nmodel = "m"\nmax_steps = 7.0\nmax_wall_seconds = 60\n'
+        '[engine]\nmodel = "m"\nmax_steps = 7\nmax_wall_seconds = 60\n'
         "[pipelines.claude-code]\nextra_args = \"--add-dir 'a b'\"\n"
         '[pipelines.command.tasks."docs.v2"]\nrun = "make docs"\n'
         "[fleet]\nmax_concurrency = 3\n",

@@ -156,6 +156,18 @@ def test_the_budget_hands_out_guards_until_too_little_is_left() -> None:
     assert budget.exhausted() is not None  # $0.05 left, under the minimum guard
 
 
+def test_a_guard_exactly_the_minimum_still_starts() -> None:
+    # binary-exact amounts: a guard of exactly min_guard_usd is enough, a cent less is not
+    budget = SpendBudget(1.0, 4, min_guard=0.25)
+    assert budget.exhausted() is None and budget.reserve("a") == 0.25  # per worker = the minimum
+    left = SpendBudget(1.0, 1, min_guard=0.25, spent=0.75)
+    assert left.exhausted() is None and left.reserve("a") == 0.25  # what is left = the minimum
+    under = SpendBudget(1.0, 1, min_guard=0.25, spent=0.765625)
+    assert under.exhausted() is not None
+    with pytest.raises(NoBudget):
+        under.reserve("a")
+
+
 def test_the_before_start_check_stops_at_the_limit_and_says_so_once_asked() -> None:
     budget = SpendBudget(5.0, 2, min_guard=0.01)
     told: list[tuple[float, float]] = []

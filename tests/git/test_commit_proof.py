@@ -7,10 +7,9 @@ import dataclasses
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from helpers.fleet import RUN, make_attempt, wait_for
+from helpers.fleet import RUN, make_attempt, wait_until
 from helpers.repo import StellaRunner, git
 
 from stellafleet.state.ledger import Ledger
@@ -59,8 +58,8 @@ def test_the_whole_environment_copied_out_of_a_running_worker_is_refused(
         refused(proc, f"not started by the worker of attempt {ctx.attempt_id}")
         assert commits(git_repo) == []
         go.touch()
-        wait_for(rc)
-        time.sleep(0.05)
+        # the whole line written: the event itself, not a guess at how long echo takes
+        wait_until(lambda: rc.exists() and rc.read_text().endswith("\n"), f"{rc} written", process=worker)
         assert rc.read_text().strip() == "0"
     finally:
         worker.kill()

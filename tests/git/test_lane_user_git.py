@@ -8,12 +8,10 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers.fleet import make_attempt, run_record, write_config
+from helpers.fleet import make_attempt, run_record, wait_until, write_config
 from helpers.repo import StellaRunner, git
 
 from stellafleet.core.errors import GitError
@@ -106,13 +104,6 @@ PAUSE_HOOK = (
 )
 
 
-def _wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
-
-
 def test_a_user_commit_that_read_the_index_before_a_lane_commit_fails_instead_of_undoing_it(
     git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -133,12 +124,12 @@ def test_a_user_commit_that_read_the_index_before_a_lane_commit_fails_instead_of
         stderr=subprocess.PIPE,
         text=True,
     )
-    _wait_until((pause / "paused").exists, "the user's git commit to read the index")
+    wait_until((pause / "paused").exists, "the user's git commit to read the index", process=user)
     (git_repo / "a.txt").write_text("the worker's\n")
     landed: list[str] = []
     lane = threading.Thread(target=lambda: landed.append(commit_paths(ctx, ["a.txt"], "t1: add a")))
     lane.start()
-    _wait_until(lambda: gitops.head_commit(git_repo) != base, "the lane commit to move HEAD")
+    wait_until(lambda: gitops.head_commit(git_repo) != base, "the lane commit to move HEAD")
     # HEAD and the index are the lane's now; it still holds index.lock when the user's git goes on
     assert (git_repo / ".git" / "index.lock").exists()
     (pause / "go").touch()
@@ -158,12 +149,22 @@ def test_a_user_commit_that_read_the_index_before_a_lane_commit_fails_instead_of
     assert git("status", "--porcelain", "--untracked-files=no", cwd=git_repo) == ""
 
     # the index is stella's own now: the next lane commit does not hold the lock any longer than it needs
+    lingered: list[bool] = []
+    real_linger = indexlock.IndexLock.linger
+
+    def linger(lock: indexlock.IndexLock) -> None:
+        lingered.append(lock.replaces_foreign)
+        real_linger(lock)
+
+    monkeypatch.setattr(indexlock.IndexLock, "linger", linger)
+    monkeypatch.setattr(indexlock, "LINGER_S", 0.1)  # how long is not the question here, whether it is
+    (git_repo / "mine2.txt").write_text("the user's too\n")
+    git("add", "mine2.txt", cwd=git_repo)  # the user's git writes the index
     (git_repo / "b.txt").write_text("b\n")
-    commit_paths(ctx, ["b.txt"], "t1: add b")  # replaces the index the user's commit wrote: lingers
+    commit_paths(ctx, ["b.txt"], "t1: add b")  # replaces the index the user's git wrote: lingers
     (git_repo / "c.txt").write_text("c\n")
-    started = time.monotonic()
-    commit_paths(ctx, ["c.txt"], "t1: add c")
-    assert time.monotonic() - started < 2.5
+    commit_paths(ctx, ["c.txt"], "t1: add c")  # replaces stella's own: does not
+    assert lingered == [True, False]
 
 
 def test_a_commit_waits_while_git_holds_the_index_lock_and_gives_up_after_a_bound(
@@ -173,11 +174,20 @@ def test_a_commit_waits_while_git_holds_the_index_lock_and_gives_up_after_a_boun
     lock = git_repo / ".git" / "index.lock"
     lock.write_bytes(b"DIRC held by another git process")
     (git_repo / "a.txt").write_text("a\n")
-    timer = threading.Timer(0.5, lock.unlink)
-    timer.start()
-    started = time.monotonic()
+    # git lets go of its lock once the commit has found it held three times: the commit waited for it
+    seen_held: list[Path] = []
+    real_stale = indexlock._stale_marker
+
+    def stale_marker(path: Path) -> int | None:
+        seen_held.append(path)
+        if len(seen_held) == 3:
+            path.unlink()
+        return real_stale(path)
+
+    monkeypatch.setattr(indexlock, "_stale_marker", stale_marker)
     sha = commit_paths(ctx, ["a.txt"], "Add a")
-    assert time.monotonic() - started >= 0.4
+    assert seen_held == [lock] * 3
+    monkeypatch.setattr(indexlock, "_stale_marker", real_stale)
     assert sha == gitops.head_commit(git_repo)
     assert git("status", "--porcelain", "--untracked-files=no", cwd=git_repo) == ""
 

@@ -8,8 +8,9 @@ import shlex
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.workercontext import WorkerContext
@@ -127,13 +128,35 @@ def install_pipeline(site: Path, name: str, entry: str, source: str) -> dict[str
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
 
 
-def wait_for(path: Path, timeout: float = 60.0) -> None:
-    """Block until path exists (the test's side of a file barrier)."""
+class Polled(Protocol):
+    """A process a test waits on: subprocess.Popen, ProcessTree (poll() is None while it runs)."""
+
+    pid: int
+
+    def poll(self) -> Any: ...
+
+
+def wait_until(
+    condition: Callable[[], bool], what: str, *, process: Polled | None = None, timeout: float = 60.0
+) -> None:
+    """Block until condition() holds (checked every few ms: the event itself, not a guessed sleep).
+    When process ends first, fail at once, naming how it ended, instead of waiting out the timeout."""
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while not condition():
+        ended = process.poll() if process is not None else None
+        if ended is not None:
+            if condition():  # it did its part just before it ended
+                return
+            how = ended.describe() if hasattr(ended, "describe") else f"exit status {ended}"
+            raise AssertionError(f"process {process.pid} ended ({how}) before {what}")  # type: ignore[union-attr]
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {path}")
-        time.sleep(0.02)
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.005)
+
+
+def wait_for(path: Path, timeout: float = 60.0, *, process: Polled | None = None) -> None:
+    """Block until path exists (the test's side of a file barrier); fails at once if process ends first."""
+    wait_until(path.exists, f"{path} to appear", process=process, timeout=timeout)
 
 
 RUN = "r-20261130-120000-abcd"

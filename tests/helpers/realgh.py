@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from helpers.needs import missing
 from stellafleet.core.clock import Clock
 from stellafleet.testing.github_server import GitHubServer, snapshot
 from stellafleet.testing.github_state import Fault
@@ -50,9 +51,7 @@ def real_gh() -> str:
     if found:
         return found
     reason = f"the real gh is not installed at {GH_INSTALLED}: run `python3 tools/dev.py gh`"
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
+    missing(reason)
 
 
 def gh_version(path: str | None = None) -> str:

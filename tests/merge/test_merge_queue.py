@@ -87,7 +87,10 @@ def test_green_branches_land_in_dependency_order_and_head_only_moves_to_checked_
         ("c", "conflict"),
         ("d", "check_failed"),
     ]
-    assert doc["queue"][0]["reason"] == "already in main" and doc["end_sha"] == passed[-1]
+    assert [i["reason"] for i in doc["queue"][:2]] == ["already in main", "already in main"]
+    assert doc["end_sha"] == passed[-1]
+    dry = json.loads(stella("merge", "--dry-run", "--json", cwd=git_repo).stdout)  # the preview says so too
+    assert [i["reason"] for i in dry["queue"][:2]] == ["already in main", "already in main"]
 
 
 def test_a_dirty_tree_is_refused_and_nothing_changes(git_repo: Path, stella: StellaRunner) -> None:
@@ -161,3 +164,45 @@ def test_clean_counts_a_rebased_branch_as_merged(git_repo: Path, stella: StellaR
     assert kept == {"fleet/c-abcd", "fleet/d-abcd"}
     with sqlite3.connect(StatePaths(git_repo).fleet_db) as conn:
         assert conn.execute("SELECT count(*) FROM cleanups WHERE action = 'removed'").fetchone()[0] == 2
+
+
+def test_the_checks_output_is_shown_escaped_never_obeyed(git_repo: Path, stella: StellaRunner) -> None:
+    build_run(git_repo)
+    check = "printf 'bad \\033]0;pwned\\007 \\033[2J\\n'; test ! -e bad.txt"
+    proc = stella("merge", "--check", check, cwd=git_repo)
+    assert proc.returncode == 1, proc.stderr
+    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout, repr(proc.stdout)
+    assert "      | bad \\x1b]0;pwned\\x07 \\x1b[2J" in proc.stdout.splitlines(), proc.stdout
+
+
+def test_a_dependency_whose_branch_is_gone_skips_its_dependent(git_repo: Path, stella: StellaRunner) -> None:
+    build_run(git_repo)
+    git("branch", "-D", "fleet/a-abcd", cwd=git_repo)
+    proc = stella("merge", "--check", "test ! -e bad.txt", "--json", cwd=git_repo)
+    doc = json.loads(proc.stdout)
+    queue = {i["task_id"]: i for i in doc["queue"]}
+    assert queue["a"]["status"] == "skipped" and "no longer exists" in queue["a"]["reason"]
+    assert (queue["b"]["status"], queue["b"]["reason"]) == ("skipped", "depends on a, which did not land")
+    assert not (git_repo / "b.txt").exists()  # b, built on a, did not land a's work either
+
+
+def test_check_tail_lines_keeps_exactly_the_last_n_lines(git_repo: Path, stella: StellaRunner) -> None:
+    build_run(git_repo)
+    (git_repo / ".stella" / "config.toml").write_text(
+        '[merge]\ncheck = "if [ -e bad.txt ]; then seq 1 50; exit 1; fi"\ncheck_tail_lines = 3\n'
+    )
+    doc = json.loads(stella("merge", "--json", cwd=git_repo).stdout)
+    d = next(i for i in doc["queue"] if i["task_id"] == "d")
+    assert d["status"] == "check_failed" and d["check_tail"] == "48\n49\n50"
+    assert {r["branch"]: r["check_tail"] for r in merges(git_repo)}["fleet/d-abcd"] == "48\n49\n50"
+
+
+def test_check_timeout_stops_a_hanging_check(git_repo: Path, stella: StellaRunner) -> None:
+    build_run(git_repo)
+    (git_repo / ".stella" / "config.toml").write_text(
+        '[merge]\ncheck = "if [ -e bad.txt ]; then echo hanging; sleep 600; fi"\ncheck_timeout = 0.5\n'
+    )
+    proc = stella("merge", "--json", cwd=git_repo, timeout=60)  # without the timeout: 600 s, then killed
+    d = next(i for i in json.loads(proc.stdout)["queue"] if i["task_id"] == "d")
+    assert d["status"] == "check_failed" and d["reason"].endswith("ran out of time")
+    assert d["check_tail"] == "hanging\n(stopped after 0.5s: check_timeout under [merge])"

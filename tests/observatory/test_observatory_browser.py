@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from helpers.fleet import Scripts, wait_for, write_config
+from helpers.needs import missing
 
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd
@@ -63,9 +64,7 @@ def _browser_or_reason() -> tuple[str, str] | str:
 def browser(tmp_path: Path) -> Iterator[Any]:
     found = _browser_or_reason()
     if isinstance(found, str):
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"headless browser test cannot run under CI: {found}")
-        pytest.skip(found)
+        missing(found)
     chromium, driver_path = found
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service

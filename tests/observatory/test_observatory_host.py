@@ -8,7 +8,9 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
+from helpers.needs import missing
 
+from stellafleet.core.errors import StellaError
 from stellafleet.observatory.server import ObservatoryServer, make_server
 from stellafleet.testing.sample_ledger import build_sample_ledger
 
@@ -33,8 +35,8 @@ def ask(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     build_sample_ledger(ledger)
     try:
         server = make_server(ledger, host=request.param, port=0)
-    except Exception as exc:  # a machine without IPv6 on loopback
-        pytest.skip(f"cannot listen on {request.param}: {exc}")
+    except StellaError as exc:  # a machine without IPv6 on loopback; anything else is a failure
+        missing(f"cannot listen on {request.param}: {exc}")
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     yield lambda host: _status(server, host)
     server.shutdown()

@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -224,3 +225,48 @@ def test_a_browser_that_hangs_up_mid_answer_prints_no_traceback(
         assert "ValueError: a real bug" in capfd.readouterr().err  # everything else is still reported
     finally:
         server.server_close()
+
+
+def _raw_get(url: str, target: bytes) -> tuple[int, dict[str, Any]]:
+    """GET target as raw bytes (urllib refuses a non-ASCII path): the status and the JSON body."""
+    host, port = url.removeprefix("http://").rstrip("/").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head, "the connection was dropped with no answer"
+    return int(head.split()[1]), json.loads(body)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        b"/api/attempts/99999999999999999999",
+        b"/api/attempts/\xb2",  # '\xb2'.isdigit() is true, int() refuses it
+        b"/api/attempts/%C2%B2",
+        b"/api/attempts/-1",
+        b"/api/attempts/99999999999999999999/log",
+        b"/api/attempts/\xb2/transcript",
+        b"/api/attempts/1/log?offset=\xb2",
+        b"/api/attempts/1/log?tail=99999999999999999999999999",
+        b"/api/runs?limit=\xb2",
+        b"/api/runs?offset=99999999999999999999999999",
+    ],
+)
+def test_a_numeric_parameter_out_of_reach_is_a_json_error_not_a_dropped_connection(
+    tmp_path: Path, target: bytes, capfd: pytest.CaptureFixture[str]
+) -> None:
+    build_sample_ledger(tmp_path / "fleet.db")
+    server = make_server(tmp_path / "fleet.db", host="127.0.0.1", port=0)
+
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        status, body = _raw_get(server.url, target)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert status in (400, 404), body
+    assert set(body) == {"error"} and body["error"]
+    assert "Traceback" not in capfd.readouterr().err

@@ -155,7 +155,7 @@ def test_claims_naming_the_same_file_twice(tmp_path: Path) -> None:
     assert caught.value.problems == ['p.toml: task "a": claims: "./a/b" and "a/b" name the same file']
 
 
-def test_directory_claim_warns_relative_to_the_repository(git_repo: Path) -> None:
+def test_directory_claim_is_refused_relative_to_the_repository(git_repo: Path) -> None:
     (git_repo / "src" / "store").mkdir(parents=True)
     (git_repo / "plans").mkdir()
     plan_file = write(
@@ -163,12 +163,60 @@ def test_directory_claim_warns_relative_to_the_repository(git_repo: Path) -> Non
         "p.toml",
         '[[tasks]]\nid = "a"\nprompt = "p"\nclaims = ["src/store", "src/store/schema.rs", "docs/"]\n',
     )
-    plan = load_plan(plan_file)
-    assert plan.tasks[0].claims == ("src/store", "src/store/schema.rs", "docs")
-    assert len(plan.warnings) == 2
-    assert plan.warnings[0].startswith(f'{plan_file}: task "a": claims: "src/store" is a directory')
-    assert '"docs" is a directory' in plan.warnings[1]
-    assert load_plan(plan_file, root=git_repo / "plans").warnings == (plan.warnings[1],)
+    problems = problems_of(plan_file)
+    assert len(problems) == 2
+    assert problems[0].startswith(f'{plan_file}: task "a": claims: "src/store" is a directory')
+    assert '"docs" is a directory' in problems[1]
+    with pytest.raises(PlanError) as caught:
+        load_plan(plan_file, root=git_repo / "plans")
+    assert caught.value.problems == [problems[1]]
+
+
+def test_claims_on_private_state_or_odd_paths_are_refused() -> None:
+    claims = [".git/config", "sub/.git/HEAD", ".stella/private/store.db", ".stella/worktrees/x/a.py"]
+    claims += ["a\nb", "a\\b", "x\ud800", ".stella/config.toml", ".gitignore"]
+    with pytest.raises(PlanError) as caught:
+        plan_from_data({"tasks": [{"id": "a", "prompt": "p", "claims": claims}]}, source="p.json")
+    where = 'p.json: task "a": claims:'
+    private = "is inside stella's private state (.stella/private, .stella/worktrees)"
+    surrogate = "contains a lone surrogate (\\ud800), which is not text: write the character itself"
+    assert caught.value.problems == [
+        f'{where} ".git/config" is inside git\'s own directory (.git), which no task edits',
+        f'{where} "sub/.git/HEAD" is inside git\'s own directory (.git), which no task edits',
+        f'{where} ".stella/private/store.db" {private}',
+        f'{where} ".stella/worktrees/x/a.py" {private}',
+        f'{where} "a\\nb" contains a control character (a newline, a tab, ...): a claim names a file',
+        f"{where} \"a\\\\b\" contains a backslash: separate the parts of a path with '/'",
+        f'{where} "x\\ud800" {surrogate}',
+    ]
+
+
+def test_a_lone_surrogate_in_a_json_plan_is_refused(tmp_path: Path) -> None:
+    text = '{"tasks": [{"id": "a", "prompt": "fix \\ud800", "title": "t\\udfff", "model": "m\\ud801"}]}'
+    plan_file = write(tmp_path, "p.json", text)
+    why = "which is not text: write the character itself"
+    assert problems_of(plan_file) == [
+        f'{plan_file}: task "a": prompt: contains a lone surrogate (\\ud800), {why}',
+        f'{plan_file}: task "a": title: contains a lone surrogate (\\udfff), {why}',
+        f'{plan_file}: task "a": model: contains a lone surrogate (\\ud801), {why}',
+    ]
+
+
+def test_unknown_pipelines_are_named_at_their_place_with_the_closest_installed_one() -> None:
+    plan = plan_from_data(
+        {
+            "defaults": {"pipeline": "claud-code"},
+            "tasks": [{"id": "a", "prompt": "p"}, {"id": "b", "prompt": "p", "pipeline": "comand"}],
+        },
+        source="p.toml",
+    )
+    installed = ["plain", "command", "claude-code"]
+    listing = "installed pipelines are claude-code, command, plain"
+    assert plan.unknown_pipelines(installed) == [
+        f'p.toml: defaults: pipeline: unknown pipeline "claud-code" (did you mean "claude-code"?); {listing}',
+        f'p.toml: task "b": pipeline: unknown pipeline "comand" (did you mean "command"?); {listing}',
+    ]
+    assert plan.unknown_pipelines([*installed, "claud-code", "comand"]) == []
 
 
 def test_every_problem_of_a_file_at_once() -> None:
@@ -355,3 +403,13 @@ def test_a_prompt_of_any_size_is_accepted(tmp_path: Path) -> None:
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"tasks": [{"id": "huge", "prompt": "x" * 300_000}]}))
     assert len(load_plan(plan).tasks[0].prompt) == 300_000
+
+
+def test_an_inline_prompt_that_is_not_utf8_is_refused() -> None:
+    # the command line's bytes b"bad \xff" arrive as "bad \udcff" (surrogateescape)
+    with pytest.raises(PlanError) as caught:
+        plan_from_prompts([b"bad \xff".decode("utf-8", "surrogateescape"), "fine", " "])
+    assert caught.value.problems == [
+        "prompt #1: contains a lone surrogate (\\udcff), which is not text: write the character itself",
+        "prompt #3: must not be empty",
+    ]

@@ -76,15 +76,28 @@ def test_check_several_files(stella: StellaRunner) -> None:
     assert (ok.returncode, ok.stdout) == (0, "ok: feature-buildout.json (4 tasks, 3 waves)\n")
 
 
-def test_check_prints_warnings_but_passes(stella: StellaRunner, git_repo: Path) -> None:
+def test_check_refuses_a_directory_claim_and_an_unknown_pipeline(
+    stella: StellaRunner, git_repo: Path
+) -> None:
     (git_repo / "src").mkdir()
-    (git_repo / "plan.toml").write_text('[[tasks]]\nid = "a"\nprompt = "p"\nclaims = ["src"]\n')
-    result = stella("plan", "check", "plan.toml", cwd=git_repo)
-    assert result.returncode == 0
-    assert result.stdout.splitlines()[0].startswith(
-        'warning: plan.toml: task "a": claims: "src" is a directory'
+    (git_repo / "plan.toml").write_text(
+        '[[tasks]]\nid = "a"\nprompt = "p"\nclaims = ["src"]\n'
+        '[[tasks]]\nid = "b"\nprompt = "p"\npipeline = "claud-code"\n'
     )
-    assert result.stdout.splitlines()[1] == "ok: plan.toml (1 task, 1 wave)"
+    result = stella("plan", "check", "plan.toml", cwd=git_repo)
+    assert (result.returncode, result.stderr) == (2, "")
+    assert result.stdout.splitlines() == [
+        'plan.toml: task "a": claims: "src" is a directory; claims match exact file paths, so it would '
+        "protect no file inside it: claim the files"
+    ]
+    (git_repo / "plan.toml").write_text('[[tasks]]\nid = "b"\nprompt = "p"\npipeline = "claud-code"\n')
+    result = stella("plan", "check", "plan.toml", cwd=git_repo)
+    assert result.returncode == 2
+    assert result.stdout.startswith(
+        'plan.toml: task "b": pipeline: unknown pipeline "claud-code" (did you mean "claude-code"?); '
+        "installed pipelines are "
+    )
+    assert "ok:" not in result.stdout
 
 
 def waves_in(text: str) -> list[list[str]]:

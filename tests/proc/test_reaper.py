@@ -53,7 +53,7 @@ def test_a_dead_parent_takes_its_workers_tree_along(tmp_path: Path) -> None:
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)])
     try:
         for name in ("worker", "reaper", "command"):
-            wait_for(tmp_path / name, timeout=30)
+            wait_for(tmp_path / name, timeout=30, process=parent)
         pids = [int((tmp_path / name).read_text()) for name in ("worker", "command", "reaper")]
         assert all(alive(pid) for pid in pids)
         os.kill(parent.pid, signal.SIGKILL)

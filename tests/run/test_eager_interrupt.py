@@ -57,8 +57,8 @@ def test_ctrl_c_under_eager_keeps_the_interrupt_rules(
     )  # fmt: skip
     seen: list[str] = []
     try:
-        wait_for(marks / "a.started")
-        wait_for(marks / "b.started")
+        wait_for(marks / "a.started", process=proc)
+        wait_for(marks / "b.started", process=proc)
         os.killpg(proc.pid, signal.SIGINT)  # what the terminal does
         assert proc.stdout is not None
         for line in proc.stdout:  # the first press is heard before the second is sent

@@ -290,7 +290,7 @@ def test_a_second_fleet_run_cannot_take_a_path_the_first_run_holds(
         cwd=git_repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     spawned.append(first)
-    wait_for(marks / "holder.holding")
+    wait_for(marks / "holder.holding", process=first)
     with_first = run_record(git_repo)
     first_run = with_first["run"]["id"]
     holder_attempt = with_first["attempts"][0]

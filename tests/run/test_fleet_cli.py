@@ -269,3 +269,47 @@ def test_a_state_directory_stella_cannot_create_is_one_clear_line_with_exit_2(
     assert "cannot write stella's state" in lines[0] and str(private) in lines[0]
     assert private.read_text() == "the user's own file\n"
     assert not (git_repo / "ran").exists()
+
+
+def test_a_lone_surrogate_or_a_mistyped_pipeline_stops_the_fleet_before_a_run_row(
+    git_repo: Path, stella: StellaRunner
+) -> None:
+    (git_repo / "s.json").write_text('{"tasks": [{"id": "a", "prompt": "fix \\ud800"}]}')
+    proc = stella("fleet", "--plan", "s.json", cwd=git_repo)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        'stella: error: s.json: task "a": prompt: contains a lone surrogate (\\ud800), which is not text: '
+        "write the character itself"
+    )
+    (git_repo / "p.toml").write_text('[[tasks]]\nid = "a"\nprompt = "p"\npipeline = "claud-code"\n')
+    proc = stella("fleet", "--plan", "p.toml", cwd=git_repo)
+    assert proc.returncode == 2
+    assert 'p.toml: task "a": pipeline: unknown pipeline "claud-code" (did you mean "claude-code"?)' in (
+        proc.stderr
+    )
+    assert not StatePaths(git_repo).fleet_db.exists()
+
+
+def test_config_file_given_only_on_the_command_line_reaches_the_worker(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    # the project has no config: the command to run is in FILE only, so the worker must read FILE too
+    given = tmp_path / "elsewhere.toml"
+    given.write_text('[pipelines.command]\nrun = "echo ran the given file"\n')
+    assert not StatePaths(git_repo).config_file.exists()
+    proc = stella("--config", str(given), "fleet", "--json", "--pipeline", "command", "one", cwd=git_repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert by_id(doc["tasks"])["t1"]["summary"] == "ran the given file"
+
+
+def test_a_mistyped_pipeline_option_names_the_closest_installed_one(
+    git_repo: Path, stella: StellaRunner
+) -> None:
+    proc = stella("fleet", "--pipeline", "claud-code", "one", cwd=git_repo)
+    assert proc.returncode == 2
+    assert (
+        "unknown pipeline 'claud-code' (did you mean \"claude-code\"?): installed pipelines are "
+        in proc.stderr
+    )
+    assert not StatePaths(git_repo).fleet_db.exists()

@@ -29,8 +29,11 @@ def _plan(tmp_path: Path, depends: dict[str, str] = DEPENDS, ids: Any = DURATION
     return plan
 
 
-def _sleepers(root: Path) -> None:
-    write_config(root, run="sleep 1", tasks={task_id: f"sleep {s}" for task_id, s in DURATIONS.items()})
+def _sleepers(root: Path, c: str) -> None:
+    """Every task sleeps its DURATIONS, but c runs the command c, and a4 marks its end in $MARKS."""
+    tasks = {task_id: f"sleep {s}" for task_id, s in DURATIONS.items()}
+    tasks.update(c=c, a4=f'{tasks["a4"]} && touch "$MARKS/a4.done"')
+    write_config(root, run="sleep 1", tasks=tasks)
 
 
 def _intervals(record: dict[str, Any]) -> list[tuple[int, int, str]]:
@@ -46,42 +49,50 @@ def _most_at_once(intervals: list[tuple[int, int, str]]) -> int:
     return most
 
 
-def _wall_s(record: dict[str, Any]) -> float:
-    spans = _intervals(record)
-    return (max(end for _, end, _ in spans) - min(start for start, _, _ in spans)) / 1000
-
-
-def _fleet(stella: StellaRunner, root: Path, plan: Path, schedule: str, *extra: str) -> Any:
+def _fleet(stella: StellaRunner, root: Path, plan: Path, schedule: str, *extra: str, **env: str) -> Any:
     return stella(
         *extra, "fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "3",
-        "--schedule", schedule, cwd=root,
+        "--schedule", schedule, cwd=root, env=env,
     )  # fmt: skip
 
 
-def test_eager_finishes_near_the_lower_bound_where_waves_wait_for_the_slowest_task(
+def _started(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return by_id(record["attempts"], "task_id")
+
+
+def test_eager_runs_the_chains_beside_the_slow_task_where_waves_wait_for_it(
     git_repo: Path, tmp_path: Path, stella: StellaRunner
 ) -> None:
     plan = _plan(tmp_path)
-    _sleepers(git_repo)
     bound = lower_bound(load_plan(plan), DURATIONS, 3)
     assert bound == pytest.approx(3.2) and critical_path(load_plan(plan), DURATIONS) == pytest.approx(3.2)
+    marks = tmp_path / "marks"
+    marks.mkdir()
 
-    walls = {}
-    for schedule in ("waves", "eager"):
-        proc = _fleet(stella, git_repo, plan, schedule)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        record = run_record(git_repo)
-        assert record["run"]["schedule"] == schedule
-        assert {t["status"] for t in record["tasks"]} == {"succeeded"}
-        assert _most_at_once(_intervals(record)) <= 3
-        walls[schedule] = _wall_s(record)
-        print(f"{schedule}: {walls[schedule]:.2f}s (lower bound {bound:.2f}s)")
+    # waves: nothing of the second wave starts before the first wave's slow task c has ended
+    _sleepers(git_repo, c="sleep 0.3")
+    proc = _fleet(stella, git_repo, plan, "waves", MARKS=str(marks))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = run_record(git_repo)
+    assert record["run"]["schedule"] == "waves" and {t["status"] for t in record["tasks"]} == {"succeeded"}
+    assert _most_at_once(_intervals(record)) <= 3
+    waves = _started(record)
+    assert all(waves[t]["started_at_ms"] >= waves["c"]["finished_at_ms"] for t in ("a2", "a3", "a4", "b2"))
 
-    # waves: 3.2 + 3 * 0.2 s of sleeps at least; eager: the a and b chains run beside c
-    assert walls["waves"] >= 3.8
-    assert bound <= walls["eager"] < walls["waves"] - 0.4
-    eager = by_id(run_record(git_repo)["attempts"], "task_id")
-    assert eager["a4"]["finished_at_ms"] < eager["c"]["finished_at_ms"], "the chain waited for c"
+    # eager: c ends only once a4, at the end of a's chain, has ended: the chain ran beside c (under waves
+    # this c would wait for good); no guess at how long anything takes
+    (marks / "a4.done").unlink()
+    done = '"$MARKS/a4.done"'
+    wait = f"i=0; while [ ! -e {done} ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done; test -e {done}"
+    _sleepers(git_repo, c=wait)
+    proc = _fleet(stella, git_repo, plan, "eager", MARKS=str(marks))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = run_record(git_repo)
+    assert record["run"]["schedule"] == "eager" and {t["status"] for t in record["tasks"]} == {"succeeded"}
+    assert _most_at_once(_intervals(record)) <= 3
+    eager = _started(record)
+    assert eager["a2"]["started_at_ms"] < eager["c"]["finished_at_ms"], "the chain waited for c"
+    assert eager["b2"]["started_at_ms"] < eager["c"]["finished_at_ms"]
 
 
 def test_eager_never_runs_more_than_max_concurrency_and_skips_a_failed_tasks_dependents(
@@ -156,8 +167,11 @@ def test_schedule_comes_from_the_config_and_plan_show_explains_eager(
 def test_a_plan_run_again_starts_first_the_longest_chain_by_how_long_its_tasks_took_before(
     git_repo: Path, tmp_path: Path, stella: StellaRunner
 ) -> None:
-    # a -> a2 is the longest chain in tasks, b alone the longest in time: one slot shows which starts first
-    write_config(git_repo, run="true", tasks={"a": "sleep 0.05", "a2": "sleep 0.05", "b": "sleep 0.4"})
+    # a -> a2 is the longest chain in tasks, b alone the longest in time: one slot shows which starts first.
+    # A duration is the attempt's, its worker's start-up included: b's 1.5 s outweighs a second start-up
+    # (0.3 s on an idle machine, over 2 s on a very loaded one), so the recorded durations say which chain
+    # is longer and the second run must start that one first.
+    write_config(git_repo, run="true", tasks={"a": "sleep 0.05", "a2": "sleep 0.05", "b": "sleep 1.5"})
     plan = _plan(tmp_path, {"a2": "a"}, {"a": 0, "a2": 0, "b": 0})
 
     def first_started() -> str:
@@ -169,7 +183,9 @@ def test_a_plan_run_again_starts_first_the_longest_chain_by_how_long_its_tasks_t
         return _intervals(run_record(git_repo))[0][2]
 
     assert first_started() == "a"  # nothing known yet: the chain of two tasks
-    assert first_started() == "b"  # the ledger knows b takes longer than a and a2 together
+    took = {task: (end - start) / 1000 for start, end, task in _intervals(run_record(git_repo))}
+    longest = "b" if took["b"] > took["a"] + took["a2"] else "a"  # "b" but on a machine loaded past reason
+    assert first_started() == longest, took  # the ledger knows b takes longer than a and a2 together
     plan.write_text(plan.read_text().replace('id = "b"\nprompt = "p"', 'id = "b"\nprompt = "changed"'))
     assert first_started() == "a"  # another prompt is another task: its past says nothing
 

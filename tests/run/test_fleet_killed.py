@@ -37,7 +37,7 @@ def test_a_killed_fleet_keeps_claims_with_its_live_workers_stops_them_and_is_fin
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        wait_for(marks / "child", timeout=60)
+        wait_for(marks / "child", timeout=60, process=fleet)
         worker, child = int((marks / "worker").read_text()), int((marks / "child").read_text())
         # the declared claim is held by the worker itself, not only by the fleet that took it (handed over
         # once the worker has started)

@@ -127,6 +127,28 @@ def test_a_changed_plan_is_refused_naming_the_task_unless_forced(
     assert _attempts(run_record(git_repo)) == ["b", "c", "d"]
 
 
+def test_forcing_a_changed_task_runs_again_its_dependent_that_had_succeeded(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner, monkeypatch
+) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("MARKS", str(marks))
+    monkeypatch.setenv("INPUT", str(tmp_path / "input.txt"))
+    write_config(git_repo, run=Scripts(tmp_path / "scripts").python("reader", READER))
+    args = ("fleet", "--pipeline", "command", "--max-concurrency", "2")
+    assert stella(*args, "--plan", str(plan), cwd=git_repo).returncode == 1  # a, b, e succeed; c fails
+    (tmp_path / "input.txt").write_text("x")
+    plan.write_text(PLAN.replace('prompt = "first"', 'prompt = "first, reworded"'))
+
+    forced = stella(*args, "--resume", "latest", "--force", cwd=git_repo)
+
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    # a changed: b, which had succeeded on the old a, is not done either; e (independent) is
+    assert _attempts(run_record(git_repo)) == ["a", "b", "c", "d"]
+
+
 def test_resume_of_inline_prompts_reuses_the_recorded_tasks(
     git_repo: Path, tmp_path: Path, stella: StellaRunner
 ) -> None:

@@ -63,7 +63,8 @@ class Fleet:
         )  # fmt: skip
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -87,7 +88,7 @@ class Fleet:
 
     def finish(self, timeout: float = 60.0) -> int:
         code = self.proc.wait(timeout=timeout)
-        time.sleep(0.05)
+        self.reader.join(timeout)  # it ends at the end of the fleet's output: every line is queued
         while not self.lines.empty():
             self.seen.append(self.lines.get())
         return code
@@ -121,8 +122,8 @@ def test_one_ctrl_c_launches_nothing_more_and_lets_running_workers_finish(
     plan, marks = _setup(git_repo, tmp_path)
     fleet = Fleet(git_repo, plan, marks)
     try:
-        wait_for(marks / "a.started")
-        wait_for(marks / "b.started")
+        wait_for(marks / "a.started", process=fleet.proc)
+        wait_for(marks / "b.started", process=fleet.proc)
         fleet.ctrl_c()
         line = fleet.expect("interrupt:")
         assert "waiting for 2 running workers; press Ctrl-C again to stop them" in line
@@ -151,8 +152,8 @@ def test_a_second_ctrl_c_stops_the_workers_process_trees(
     plan, marks = _setup(git_repo, tmp_path)
     fleet = Fleet(git_repo, plan, marks)
     try:
-        wait_for(marks / "a.started")
-        wait_for(marks / "b.started")
+        wait_for(marks / "a.started", process=fleet.proc)
+        wait_for(marks / "b.started", process=fleet.proc)
         fleet.ctrl_c()
         fleet.expect("press Ctrl-C again")
         fleet.ctrl_c()
@@ -186,8 +187,8 @@ def test_a_hangup_stops_the_workers_and_leaves_the_ledger_consistent(
     plan, marks = _setup(git_repo, tmp_path)
     fleet = Fleet(git_repo, plan, marks)
     try:
-        wait_for(marks / "a.started")
-        wait_for(marks / "b.started")
+        wait_for(marks / "a.started", process=fleet.proc)
+        wait_for(marks / "b.started", process=fleet.proc)
         os.killpg(fleet.proc.pid, signal.SIGHUP)
         code = fleet.finish()
     finally:

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from stellafleet.core.errors import ClaimConflict, StellaError
+from stellafleet.state import claims
 from stellafleet.state.claims import ClaimStore, Holder, normalize_path
 from stellafleet.testing.clock import FakeClock
 
@@ -177,7 +178,10 @@ def test_a_holder_killed_mid_hold_loses_its_claims_to_the_next_acquirer(
         victim.close()
 
 
-def test_commit_lane_is_one_holder_at_a_time_with_a_bounded_wait(store_path: Path) -> None:
+def test_commit_lane_is_one_holder_at_a_time_with_a_bounded_wait(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(claims, "LANE_POLL_S", 0.25)  # binary-exact: 1.5 s is exactly six polls
     clock = FakeClock()
     with ClaimStore.open(store_path, clock=clock) as store:
         first, second = holder("t1", 1), holder("t2", 2)
@@ -186,7 +190,7 @@ def test_commit_lane_is_one_holder_at_a_time_with_a_bounded_wait(store_path: Pat
             held = r'commit lane is still held by task "t1" .* after 1.5s'
             with pytest.raises(StellaError, match=held), store.commit_lane(second, timeout=1.5):
                 pytest.fail("entered a held lane")
-            assert 1.5 <= sum(clock.sleeps) < 1.6 and max(clock.sleeps) <= 0.05
+            assert clock.sleeps == [0.25] * 6 and clock.now() == 1.5  # not one poll more, nor one less
         assert store.lane_holder() is None
         with store.commit_lane(second, timeout=0):
             assert store.lane_holder() == second

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.needs import missing
 
 from stellafleet.core.errors import StellaError
 from stellafleet.core.status import AttemptEnd
@@ -101,7 +102,7 @@ def test_the_documented_query_finds_the_failed_attempt_of_the_latest_run(db: Pat
 
     cli = shutil.which("sqlite3")
     if cli is None:
-        pytest.skip("the sqlite3 command-line shell is not installed (the Python check above passed)")
+        missing("the sqlite3 command-line shell is not installed (the Python check above passed)")
     out = subprocess.run([cli, str(db), DOC_QUERY], check=True, capture_output=True, text=True).stdout
     assert out.strip().splitlines() == ["bad|fleet/bad-0123456789abcdef|tests still fail in parser.py"]
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
-from helpers.fleet import wait_exit
+import pytest
+from helpers.fleet import wait_exit, wait_for, wait_until
 
 from stellafleet.proc.tree import ProcessTree, signal_description
 
@@ -32,10 +33,12 @@ def test_exit_status_output_and_session(tmp_path: Path) -> None:
 def test_cpu_time_and_peak_memory_are_measured(tmp_path: Path) -> None:
     code = (
         "import time\nblob = bytearray(80 * 1024 * 1024)\nfor i in range(0, len(blob), 4096): blob[i] = 1\n"
+        "print('touched', flush=True)\n"
         "end = time.process_time() + 0.4\nwhile time.process_time() < end: pass\n"
     )
     tree = spawn(tmp_path, code)
-    time.sleep(0.3)
+    log = tmp_path / "logs" / "w.log"
+    wait_until(lambda: "touched" in log.read_text(), "the memory to be touched", process=tree)
     tree.sample()
     done = wait_exit(tree)
     assert done.cpu_seconds >= 0.35
@@ -51,25 +54,21 @@ def test_signal_tree_reaches_grandchildren_even_in_another_session(tmp_path: Pat
     )
     tree = spawn(tmp_path, code)
     log = tmp_path / "logs" / "w.log"
-    deadline = time.monotonic() + 30
-    while not log.read_text().strip() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: log.read_text().endswith("\n"), "the grandchildren's pids", process=tree)
     grandchildren = [int(pid) for pid in log.read_text().split()]
     tree.sample()
     tree.signal_tree(signal.SIGKILL)
     done = wait_exit(tree)
     assert done.describe() == "killed by signal SIGKILL"
     for pid in grandchildren:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                    break
-            except psutil.NoSuchProcess:
-                break
-            time.sleep(0.02)
-        else:
-            raise AssertionError(f"grandchild {pid} survived")
+        wait_until(lambda pid=pid: _ended(pid), f"grandchild {pid} to end", timeout=10)
+
+
+def _ended(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def test_signal_descriptions() -> None:
@@ -77,3 +76,14 @@ def test_signal_descriptions() -> None:
     assert signal_description(-9) == "killed by signal SIGKILL"
     assert signal_description(-15) == "killed by signal SIGTERM"
     assert signal_description(-200) == "killed by signal signal 200"
+
+
+def test_waiting_on_a_worker_that_died_fails_at_once_saying_how_it_ended(tmp_path: Path) -> None:
+    tree = spawn(tmp_path, "import sys; sys.exit(5)")
+    # without the process the wait would time out after 60 s with another message
+    with pytest.raises(AssertionError, match=r"ended \(exit status 5\) before .*never to appear"):
+        wait_for(tmp_path / "never", timeout=60, process=tree)
+    suicide = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    popen = subprocess.Popen([sys.executable, "-c", suicide])
+    with pytest.raises(AssertionError, match=rf"process {popen.pid} ended \(exit status -9\)"):
+        wait_for(tmp_path / "never", timeout=60, process=popen)

@@ -8,11 +8,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
-from helpers.fleet import by_id, file_locks, make_attempt, run_record, wait_exit, wait_for, write_config
+from helpers.fleet import (
+    by_id,
+    file_locks,
+    make_attempt,
+    run_record,
+    wait_exit,
+    wait_for,
+    wait_until,
+    write_config,
+)
 
 from stellafleet.proc.tree import ProcessTree
 from stellafleet.run.executor import WORKER_ARGV
@@ -52,9 +60,9 @@ def test_a_worker_gets_exactly_its_environment_cwd_session_and_log_and_runs_its_
 
 def test_a_worker_killed_by_a_signal_reports_it(tmp_path: Path, isolated_home: Path) -> None:
     ctx = make_attempt(tmp_path)
-    write_config(tmp_path, run="sleep 300")
+    write_config(tmp_path, run="touch started; exec sleep 300")
     tree = _spawn(tmp_path, {"PATH": os.environ["PATH"], **ctx.to_env()}, ctx.log_path)
-    time.sleep(0.2)
+    wait_for(tmp_path / "started", timeout=30, process=tree)  # its command is running: a whole tree to kill
     tree.sample()
     tree.signal_tree(signal.SIGKILL)
     assert wait_exit(tree).describe() == "killed by signal SIGKILL"
@@ -83,18 +91,16 @@ def test_a_worker_whose_fleet_dies_ends_itself_and_its_whole_group(
     try:
         assert fleet.stdout is not None
         worker = int(fleet.stdout.readline())
-        wait_for(tmp_path / "child.txt", timeout=30)
-        while not (tmp_path / "child.txt").read_text().strip():
-            time.sleep(0.01)
+        child_file = tmp_path / "child.txt"
+        wait_until(lambda: child_file.exists() and child_file.read_text().endswith("\n"), "the child's pid",
+                   process=fleet, timeout=30)  # fmt: skip
         child = int((tmp_path / "child.txt").read_text())
         assert os.getpgid(child) == worker  # the command's child is in the worker's group
         fleet.kill()
         fleet.wait()
         # orphaned, the worker ends itself and its whole group (proc/orphan.py)
-        deadline = time.monotonic() + 10
-        while [p for p in (worker, child) if _running(p)]:
-            assert time.monotonic() < deadline, "the worker or its command's child outlived its fleet"
-            time.sleep(0.02)
+        wait_until(lambda: not _running(worker) and not _running(child), "the worker and its child to end",
+                   timeout=10)  # fmt: skip
     finally:
         if fleet.poll() is None:
             fleet.kill()
