@@ -193,6 +193,13 @@ def settle_attempt(ledger: SpendLedger, attempt_id: int, reported: Iterable[floa
     return missing
 
 
+def task_guard(fleet_guard: float | None, max_spend: float | None) -> float | None:
+    """A task's worker's guard: the smaller of the fleet's (its per-worker share) and the task's own
+    max_spend; None when neither caps it."""
+    caps = [cap for cap in (fleet_guard, max_spend) if cap is not None]
+    return min(caps) if caps else None
+
+
 def spend_stop_text(spent: float, limit: float) -> str:
     """The one line that says the run's spend has reached its limit: `spend limit reached: $X of $Y`."""
     return f"{StopReason.SPEND_LIMIT}: {money(spent)} of {money(limit)}"

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from stellafleet.core.clock import Clock
 from stellafleet.core.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -32,6 +33,7 @@ from stellafleet.git import gitops
 from stellafleet.run.dispatch import Dispatcher, RunSettings, spend_budget
 from stellafleet.run.events import Emit, Event, EventSink, Notice, RunStarted, TaskSkipped
 from stellafleet.run.executor import Executor, LocalExecutor
+from stellafleet.run.limiter import Limiter, LimitPolicy
 from stellafleet.run.notify import fan_out, notifier_for
 from stellafleet.run.prepare import FleetOptions, Prepared, prepare
 from stellafleet.run.reporter import make_reporter, print_dry_run
@@ -116,6 +118,8 @@ def exit_status(
         return RunStatus.INTERRUPTED, EXIT_INTERRUPTED, StopReason.INTERRUPTED.value
     if stopped is not None and stopped.reason is StopReason.SPEND_LIMIT:
         return RunStatus.SPEND_LIMITED, EXIT_SPEND_LIMIT, str(stopped)
+    if stopped is not None and stopped.reason is StopReason.USAGE_LIMIT:  # exit 3 too: --resume goes on
+        return RunStatus.USAGE_LIMITED, EXIT_SPEND_LIMIT, str(stopped)
     unsuccessful = Counter(status for status in statuses.values() if status != TaskStatus.SUCCEEDED)
     if unsuccessful:
         return (
@@ -176,8 +180,9 @@ def run_settings(prepared: Prepared) -> RunSettings:
 class FleetRun:
     """One prepared run, from its ledger row to its result."""
 
-    def __init__(self, prepared: Prepared, reporter: EventSink) -> None:
+    def __init__(self, prepared: Prepared, reporter: EventSink, *, clock: Clock | None = None) -> None:
         self.prepared = prepared
+        self.clock = clock  # what the fleet waits with, held by provider limits (tests inject one)
         self.reporter = reporter
         notify = prepared.config.notify
         self.notifier = notifier_for(notify.command, notify.timeout, prepared.run_id, prepared.root)
@@ -268,6 +273,7 @@ class FleetRun:
             before_start=before_start,
             on_event=on_event,
             done=p.resume.done if p.resume else frozenset(),
+            gate=self._limiter(ledger, dispatcher),
         )
         interrupts = Interrupts(
             runner.request_stop,
@@ -281,6 +287,21 @@ class FleetRun:
             self._record_start(ledger)
             _in_background(runner.run)
         return runner, interrupts.count > 0
+
+    def _limiter(self, ledger: Ledger, dispatcher: Dispatcher) -> Limiter | None:
+        """The run's width and hold under provider limits, told by dispatch of each ended attempt
+        (None under `[fleet] fleet_backoff = false`: each worker retries on its own)."""
+        p = self.prepared
+        fleet = p.config.fleet
+        if not fleet.fleet_backoff:
+            return None
+        wait = p.options.wait_for_limits or fleet.wait_for_limits
+        policy = LimitPolicy(wait=wait, max_wait=fleet.max_limit_wait)
+        limiter = Limiter(
+            ledger, p.run_id, p.concurrency.value, policy=policy, emit=self.reporter.handle, clock=self.clock
+        )
+        dispatcher.limiter = limiter
+        return limiter
 
     def _finish(self, ledger: Ledger, runner: PlanRunner, interrupted: bool) -> int:
         """Settle every task, record the run's end (and its CI watch), report the result; the exit code."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from stellafleet.core.config import Config
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.spend import NoBudget, SpendBudget, settle_attempt
+from stellafleet.core.spend import NoBudget, SpendBudget, settle_attempt, task_guard
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, worktrees
@@ -27,6 +27,7 @@ from stellafleet.pipelines.command import reported_usd
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit, SkipTask
 from stellafleet.run.executor import Attempt, Execution, Executor, inherited_env
+from stellafleet.run.limiter import Limiter
 from stellafleet.run.watchdog import Watchdog
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
@@ -128,6 +129,7 @@ class Dispatcher:
         self._running: dict[str, Execution | None] = {}  # task id -> its worker, once started
         self._env = run_env(settings)  # what every worker of the run inherits
         self.watchdog: Watchdog | None = None  # stops workers that show no progress (watchdog.py)
+        self.limiter: Limiter | None = None  # the run's width under provider limits (limiter.py)
 
     @property
     def running(self) -> list[str]:
@@ -146,12 +148,7 @@ class Dispatcher:
 
     def execute(self, task: PlanTask, *, reason: str | None = None) -> bool:
         """One attempt of task; with a reason (`ci-fix`) a follow-up one, in the task's existing worktree."""
-        guard = self.settings.spend_guard_usd
-        if self.budget is not None:
-            try:
-                guard = self.budget.reserve(task.id)
-            except NoBudget as exc:
-                raise SkipTask(Stop(StopReason.SPEND_LIMIT, str(exc))) from None
+        guard = self._guard(task)
         started = time.monotonic()
         spend: float | None = None
         try:
@@ -180,9 +177,33 @@ class Dispatcher:
             self._release_guard(task.id, spend)
         elapsed = time.monotonic() - started
         self.emit(AttemptEnded(task.id, ctx.attempt_id, end, elapsed, spend))
+        if self.limiter is not None and self._limited(task, ctx.attempt_id, end):
+            return self.execute(task, reason="usage-limit")
         if end.reason is not None:
             raise TaskFailed(end.reason)
         return True
+
+    def _guard(self, task: PlanTask) -> float | None:
+        """The task's worker's guard: its share of the run's budget (held until it ends), at most the
+        task's max_spend; SkipTask when the budget has too little left."""
+        guard = self.settings.spend_guard_usd
+        if self.budget is not None:
+            try:
+                guard = self.budget.reserve(task.id)
+            except NoBudget as exc:
+                raise SkipTask(Stop(StopReason.SPEND_LIMIT, str(exc))) from None
+        return task_guard(guard, task.max_spend)
+
+    def _limited(self, task: PlanTask, attempt_id: int, end: AttemptEnd) -> bool:
+        """Tell the limiter the attempt ended; one that failed on a usage limit is run again after its
+        reset under --wait-for-limits (True), else the task is skipped with the reset (SkipTask)."""
+        assert self.limiter is not None
+        usage = self.limiter.attempt_ended(attempt_id)
+        if usage is None or end.reason is None:
+            return False
+        if self.limiter.wait_for_reset(usage):
+            return True
+        raise SkipTask(self.limiter.usage_stop(usage))
 
     def _release_guard(self, task_id: str, spend: float | None) -> None:
         """The task's worker ended: its guard is free again, what it spent counts."""
@@ -209,6 +230,7 @@ class Dispatcher:
             log_path=str(log_path),
             transcript_path=str(transcript_path),
             token_sha256=token_sha256,
+            guard_usd=guard,
         )
         with self._lock:
             self._running[task.id] = None

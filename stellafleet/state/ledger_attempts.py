@@ -45,13 +45,16 @@ class Attempts:
         log_path: str | None = None,
         transcript_path: str | None = None,
         token_sha256: str | None = None,
+        guard_usd: float | None = None,
     ) -> int:
-        """A new running attempt for the task, whose status becomes `running` in the same transaction."""
-        paths = (branch, worktree, log_path, transcript_path, token_sha256)
+        """A new running attempt for the task, whose status becomes `running` in the same transaction;
+        guard_usd is its worker's spend guard (None: unguarded)."""
+        paths = (branch, worktree, log_path, transcript_path, token_sha256, guard_usd)
         with self._db.write() as conn:
             cursor = conn.execute(
                 "INSERT INTO attempts (run_id, task_id, started_at_ms, outcome, pipeline, branch, worktree,"
-                " log_path, transcript_path, token_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " log_path, transcript_path, token_sha256, guard_usd)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, task_id, self._db.now_ms(), str(AttemptOutcome.RUNNING), pipeline, *paths),
             )
             attempt_id = cursor.lastrowid
