@@ -13,12 +13,13 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from stellafleet.core.clock import Clock
+from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -46,7 +47,13 @@ from stellafleet.state.ledger import Ledger
 from stellafleet.state.ledger_recovery import finalise_orphaned_runs
 
 
-def run_fleet(options: FleetOptions, *, out: IO[str] | None = None, reporter: EventSink | None = None) -> int:
+def run_fleet(
+    options: FleetOptions,
+    *,
+    out: IO[str] | None = None,
+    reporter: EventSink | None = None,
+    clock: Clock | None = None,
+) -> int:
     """`stella fleet` (and `stella run`, a fleet of one task): the exit code of the run (see errors.py)."""
     out = out or sys.stdout
     prepared = prepare(options)
@@ -55,7 +62,7 @@ def run_fleet(options: FleetOptions, *, out: IO[str] | None = None, reporter: Ev
     if options.dry_run:
         print_dry_run(prepared.preview(), json_mode=options.json_mode, stream=out)
         return EXIT_USAGE if prepared.problems else EXIT_OK
-    return FleetRun(prepared, reporter or make_run_reporter(prepared, out)).run()
+    return FleetRun(prepared, reporter or make_run_reporter(prepared, out), clock=clock).run()
 
 
 class Interrupts:
@@ -297,8 +304,16 @@ class FleetRun:
             return None
         wait = p.options.wait_for_limits or fleet.wait_for_limits
         policy = LimitPolicy(wait=wait, max_wait=fleet.max_limit_wait)
+        clock = self.clock or SystemClock()
+        wall = time.time if self.clock is None else self.clock.now  # an injected clock is a wall clock
         limiter = Limiter(
-            ledger, p.run_id, p.concurrency.value, policy=policy, emit=self.reporter.handle, clock=self.clock
+            ledger,
+            p.run_id,
+            p.concurrency.value,
+            policy=policy,
+            emit=self.reporter.handle,
+            clock=clock,
+            wall=wall,
         )
         dispatcher.limiter = limiter
         return limiter
