@@ -86,14 +86,14 @@ def kind_of(status: int | None, retry_after_s: float | None, text: str) -> Limit
 
 
 def from_http(
-    status: int,
+    status: int | None,
     retry_after_s: float | None,
     text: str,
     *,
     source: str = "engine",
     now_wall: float | None = None,
 ) -> LimitEvent | None:
-    """The limit event an HTTP answer is (None: not a limit)."""
+    """The limit event an HTTP answer (or a CLI's report of one) is (None: not a limit)."""
     kind = kind_of(status, retry_after_s, text)
     if kind is None:
         return None

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from stellafleet.core.config import Config
 from stellafleet.core.errors import ClaimConflict, StellaError
+from stellafleet.core.limits import LimitKind, kind_of
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import NoBudget, SpendBudget, settle_attempt, task_guard
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, Stop, StopReason
@@ -32,6 +33,9 @@ from stellafleet.run.watchdog import Watchdog
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.proof import new_token
+
+# How many times a task whose attempt failed on a rate limit (its CLI gave up) is run again after the hold.
+RATE_RERUNS = 2
 
 
 class TaskFailed(Exception):
@@ -130,6 +134,7 @@ class Dispatcher:
         self._env = run_env(settings)  # what every worker of the run inherits
         self.watchdog: Watchdog | None = None  # stops workers that show no progress (watchdog.py)
         self.limiter: Limiter | None = None  # the run's width under provider limits (limiter.py)
+        self._reruns: dict[str, int] = {}  # task id -> attempts run again after a rate limit ended one
 
     @property
     def running(self) -> list[str]:
@@ -178,7 +183,7 @@ class Dispatcher:
         elapsed = time.monotonic() - started
         self.emit(AttemptEnded(task.id, ctx.attempt_id, end, elapsed, spend))
         if self.limiter is not None and self._limited(task, ctx.attempt_id, end):
-            return self.execute(task, reason="usage-limit")
+            return self.execute(task, reason="limit")
         if end.reason is not None:
             raise TaskFailed(end.reason)
         return True
@@ -195,15 +200,25 @@ class Dispatcher:
         return task_guard(guard, task.max_spend)
 
     def _limited(self, task: PlanTask, attempt_id: int, end: AttemptEnd) -> bool:
-        """Tell the limiter the attempt ended; one that failed on a usage limit is run again after its
-        reset under --wait-for-limits (True), else the task is skipped with the reset (SkipTask)."""
+        """Tell the limiter the attempt ended. One that failed on a usage limit runs again after its reset
+        under --wait-for-limits (True), else its task is skipped with the reset (SkipTask); one that failed
+        because its CLI gave up on a rate limit runs again once the hold is over (at most RATE_RERUNS)."""
         assert self.limiter is not None
-        usage = self.limiter.attempt_ended(attempt_id)
-        if usage is None or end.reason is None:
+        rows = self.limiter.attempt_ended(attempt_id)
+        if not rows or end.reason is None:
             return False
-        if self.limiter.wait_for_reset(usage):
-            return True
-        raise SkipTask(self.limiter.usage_stop(usage))
+        usage = next((row for row in rows if row["kind"] == LimitKind.USAGE), None)
+        if usage is not None:
+            if self.limiter.wait_for_reset(usage):
+                return True
+            raise SkipTask(self.limiter.usage_stop(usage))
+        with self._lock:
+            reruns = self._reruns.get(task.id, 0)
+            if kind_of(None, None, end.reason) is None or reruns >= RATE_RERUNS:
+                return False
+            self._reruns[task.id] = reruns + 1
+        self.limiter.wait_out_hold()
+        return True
 
     def _release_guard(self, task_id: str, spend: float | None) -> None:
         """The task's worker ended: its guard is free again, what it spent counts."""

@@ -81,18 +81,23 @@ class Limiter:
 
     # --- what the dispatcher tells ---
 
-    def attempt_ended(self, attempt_id: int) -> dict[str, Any] | None:
-        """An attempt ended: without a limit the width grows by one; its usage-limit row, if it met one."""
+    def attempt_ended(self, attempt_id: int) -> list[dict[str, Any]]:
+        """An attempt ended: without a limit the width grows by one. The limit rows it wrote."""
         self.poll()
         rows = self.ledger.limits.of_attempt(attempt_id)
-        usage = next((row for row in rows if row["kind"] == LimitKind.USAGE), None)
         if not rows:
             with self._lock:
                 before = self.width_now.value
                 after = self.width_now.grow()
             if after != before:
                 self._record(f"grew to {after} after a task ended without a limit", after)
-        return usage
+        return rows
+
+    def wait_out_hold(self) -> None:
+        """Wait until new starts are no longer held (a rate limit's reset)."""
+        hold = self.hold_s()
+        if hold > 0:
+            self.wait(hold)
 
     def wait_for_reset(self, usage: dict[str, Any]) -> bool:
         """Under --wait-for-limits, wait until a usage limit's reset (True: waited, run it again);

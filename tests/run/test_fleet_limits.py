@@ -124,7 +124,7 @@ def test_with_wait_for_limits_a_near_usage_reset_is_waited_for_and_the_run_compl
     assert {task["status"] for task in record["tasks"]} == {"succeeded"}
     a_attempts = [row for row in record["attempts"] if row["task_id"] == "a"]
     assert [row["outcome"] for row in a_attempts] == ["failed", "succeeded"]
-    assert a_attempts[1]["reason"] == "usage-limit"
+    assert a_attempts[1]["reason"] == "limit"
     rows = limit_rows(root)
     (usage,) = [row for row in rows if row["kind"] == "usage"]
     # the fleet waited (on its clock, which started before the run) until the reset 3 s after the limit
