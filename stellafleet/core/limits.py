@@ -27,6 +27,10 @@ _RESET_IN = re.compile(
     r"(?:(\d+(?:\.\d+)?)\s*m(?:in(?:ute)?s?)?)?\s*(?:(\d+(?:\.\d+)?)\s*s(?:ec(?:ond)?s?)?)?",
     re.I,
 )
+# Codex: "Try again at Dec 2nd, 2026 12:10 AM." (the machine's local time)
+_RESET_AT = re.compile(
+    r"try again at (\w{3})\w* (\d{1,2})(?:st|nd|rd|th)?,? (\d{4}),? (\d{1,2}):(\d{2})\s*([AP]M)?", re.I
+)
 _RESET_EPOCH = re.compile(r"(?:limit reached|reset(?:s|_at)?)\W{0,3}(\d{10})\b", re.I)
 
 
@@ -110,6 +114,15 @@ def reset_in_text(text: str, now_wall: float | None = None) -> float | None:
     epoch = _RESET_EPOCH.search(text)
     if epoch:
         return max(0.0, float(epoch.group(1)) - now)
+    at = _RESET_AT.search(text)
+    if at:
+        month, day, year, hour, minute, half = at.groups()
+        hour_24 = int(hour) % 12 + (12 if (half or "").upper() == "PM" else 0) if half else int(hour)
+        try:
+            when = datetime.strptime(f"{month[:3]} {day} {year} {hour_24}:{minute}", "%b %d %Y %H:%M")
+        except ValueError:
+            return None
+        return max(0.0, when.timestamp() - now)  # naive: the local time the CLI wrote it in
     match = _RESET_IN.search(text)
     if match and any(match.groups()):
         hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())

@@ -147,7 +147,8 @@ class ScriptHandler(BaseHTTPRequestHandler):
         headers = {"retry-after": str(error["retry_after"])} if error.get("retry_after") is not None else {}
         message = error.get("body", f"scripted error {error['status']}")
         kind = error.get("type", "rate_limit_error" if error["status"] == 429 else "scripted_error")
-        self._send(int(error["status"]), {"error": {"type": kind, "message": message}}, headers)
+        fields = error.get("fields") or {}
+        self._send(int(error["status"]), {"error": {"type": kind, "message": message, **fields}}, headers)
 
 
 def handler_for(server: StepSource) -> type[BaseHTTPRequestHandler]:

@@ -36,10 +36,20 @@ def test_kind_of_an_answer(status: int | None, wait: float | None, text: str, ki
         ("resets in 30s", 30.0),
         ("Claude AI usage limit reached|1800003600", 3600.0),
         ("no reset named here", None),
+        ("You’ve hit your usage limit. Try again at Jan 15th, 2027 9:00 AM.", 3600.0),  # local time
     ],
 )
 def test_the_reset_a_message_names(text: str, seconds: float | None) -> None:
     assert reset_in_text(text, NOW) == seconds
+
+
+def test_a_reset_codex_names_as_a_local_time() -> None:
+    from datetime import datetime
+
+    text = "You’ve hit your usage limit. Try again at Jan 15th, 2027 12:10 PM."
+    expected = datetime(2027, 1, 15, 12, 10).timestamp() - NOW
+    assert reset_in_text(text, NOW) == pytest.approx(expected)
+    assert reset_in_text("Try again at Jan 16th, 2027 12:10 AM.", NOW) == pytest.approx(expected + 12 * 3600)
 
 
 def test_an_http_limit_carries_its_reset_and_a_cli_one_its_words() -> None:
