@@ -135,7 +135,8 @@ class Limiter:
         before, after = self.width_now.value, self.width_now.lower()
         if reset is not None:
             self._hold_until_ms = max(self._hold_until_ms, int(reset))
-        why = f"halved to {after} (was {before}) after a rate limit in task {task} ({reset_text(reset)})"
+        change = f"halved to {after} (was {before})" if after != before else f"kept at {after}"
+        why = f"{change} after a rate limit in task {task} ({reset_text(reset)})"
         self._record(why, after)
 
     def _usage(self, row: dict[str, Any], reset: int | None) -> None:

@@ -30,8 +30,8 @@ Provider limits, across every client and ahead of the script (they use up no ste
 `rate_limit=RateLimit(calls=N, retry_after=S)` answers the first N requests 429 with `Retry-After: S`,
 and any request that comes back before the latest such answer's S seconds have passed gets 429 too (a
 provider's window: `rate_limited` counts all of them); `usage_limit=UsageLimit(calls=M, reset_in=7200)`
-answers the first M requests 429 with a usage-limit message naming a reset that far away (in words, without
-a Retry-After, as a provider's quota answer).
+answers the first M requests 429 with a usage-limit message naming a reset that far away (in Retry-After,
+in words and as `resets_at`, as a provider's quota answer).
 
 Run it for the offline quick start::
 
@@ -77,9 +77,15 @@ class UsageLimit:
         hours, rest = divmod(int(self.reset_in), 3600)
         minutes, seconds = divmod(rest, 60)
         message = f"You've hit your usage limit. Try again in {hours}h {minutes}m {seconds}s."
-        # like a provider's quota answer: no Retry-After (nothing to retry for hours), the reset in words
+        # like a provider's quota answer: the reset in Retry-After, in words and as resets_at
         resets = {"resets_in_seconds": int(self.reset_in), "resets_at": int(time.time() + self.reset_in)}
-        return {"status": 429, "body": message, "type": "usage_limit_reached", "fields": resets}
+        return {
+            "status": 429,
+            "retry_after": f"{self.reset_in:g}",
+            "body": message,
+            "type": "usage_limit_reached",
+            "fields": resets,
+        }
 
 
 class ScriptError(ValueError):
