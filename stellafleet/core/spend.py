@@ -62,6 +62,10 @@ def check_report(
 
 
 class SpendReporter(Protocol):
+    """Where a spender's reports go. Cached input tokens (`cache_read_tokens`, `cache_write_tokens`: of
+    input_tokens, those read from or written to the provider's prompt cache) are passed only when a
+    report has some, so a reporter that knows nothing of them keeps working."""
+
     def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None: ...
 
 
@@ -85,6 +89,8 @@ class SpendTally:
         self.input_tokens = 0
         self.output_tokens = 0
         self.steps = 0
+        self.cache_read_tokens = 0
+        self.cache_write_tokens = 0
         self._lock = threading.Lock()
 
     @classmethod
@@ -92,18 +98,33 @@ class SpendTally:
         """A tally under ctx's guard (STELLA_SPEND_GUARD) that passes every report on to spend."""
         return cls(spend, guard_usd=ctx.spend_guard_usd)
 
-    def record(self, usd: float, input_tokens: int, output_tokens: int, steps: int) -> None:
-        """Where a report lands; it is counted only once this returns (a refused report is not)."""
+    def record(
+        self, usd: float, input_tokens: int, output_tokens: int, steps: int, cached: tuple[int, int] = (0, 0)
+    ) -> None:
+        """Where a report lands; it is counted only once this returns (a refused report is not).
+        cached: (cache read, cache write) input tokens."""
         if self.inner is not None:
-            self.inner.add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps)
+            extra = cache_fields(cached)
+            self.inner.add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps, **extra)
 
-    def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None:
+    def add(
+        self,
+        usd: float,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        steps: int = 0,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> None:
         with self._lock:
-            self.record(usd, input_tokens, output_tokens, steps)
+            self.record(usd, input_tokens, output_tokens, steps, (cache_read_tokens, cache_write_tokens))
             self.usd += usd
             self.input_tokens += input_tokens
             self.output_tokens += output_tokens
             self.steps += steps
+            self.cache_read_tokens += cache_read_tokens
+            self.cache_write_tokens += cache_write_tokens
 
     def totals(self) -> dict[str, Any]:
         """The totals under a pipeline result's names (spend_usd, input_tokens, output_tokens, steps)."""
@@ -158,6 +179,12 @@ class SpendTally:
         result.input_tokens = self.input_tokens
         result.output_tokens = self.output_tokens
         result.steps = self.steps
+
+
+def cache_fields(cached: tuple[int, int]) -> dict[str, int]:
+    """A report's cached input tokens as keyword arguments, only those it has (see SpendReporter)."""
+    names = ("cache_read_tokens", "cache_write_tokens")
+    return {name: count for name, count in zip(names, cached, strict=True) if count}
 
 
 class RunningTotal:

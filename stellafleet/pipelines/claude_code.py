@@ -90,7 +90,14 @@ def interpret(result: dict[str, Any], tally: SpendTally, *, max_turns: int | Non
     usd = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else 0.0
     usage = usage_of(result.get("usage"))
     turns = token_count(result.get("num_turns"))
-    tally.add(usd, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, steps=turns)
+    tally.add(
+        usd,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        steps=turns,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+    )
     totals = tally.totals()
     subtype = str(result.get("subtype") or "")
     raw_text = result.get("result")

@@ -168,7 +168,10 @@ class CodexFollower(EventLines):
         added = total.minus(self.total)
         self.total = total
         usd = self.pricer.cost(added.tokens()) if self.pricer is not None else 0.0
-        self.spent.add(usd, input_tokens=added.input_tokens, output_tokens=added.output_tokens)
+        cached = min(added.cached_input_tokens, added.input_tokens)
+        self.spent.add(
+            usd, input_tokens=added.input_tokens, output_tokens=added.output_tokens, cache_read_tokens=cached
+        )
         return self.spent.guard_reached("priced from its token usage")
 
     def report_steps(self) -> None:

@@ -68,6 +68,7 @@ class Ledger:
             "ci": self.ci.of_run(run_id),
             "cleanups": self.cleanups.of_run(run_id),
             "merges": self.merges.of_run(run_id),
+            "limits": self.limits.of_run(run_id),
         }
 
     def first_view_record(self, run_id: str) -> dict[str, Any]:
@@ -82,6 +83,7 @@ class Ledger:
             ),
             "ci": self.ci.of_run(run_id),
             "cleanups": self.cleanups.of_run(run_id),
+            "limits": self.limits.of_run(run_id),
         }
 
     def attempt_record(self, attempt_id: int) -> dict[str, Any] | None:

@@ -59,9 +59,17 @@ class LedgerSpend(SpendTally):
             self._ledger = Ledger.open(self.ctx.paths.fleet_db)
         return self._ledger
 
-    def record(self, usd: float, input_tokens: int, output_tokens: int, steps: int) -> None:
+    def record(
+        self, usd: float, input_tokens: int, output_tokens: int, steps: int, cached: tuple[int, int] = (0, 0)
+    ) -> None:
         self.ledger().spend.add(
-            self.ctx.attempt_id, usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps
+            self.ctx.attempt_id,
+            usd,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            steps=steps,
+            cache_read_tokens=cached[0],
+            cache_write_tokens=cached[1],
         )
 
     def close(self) -> None:
