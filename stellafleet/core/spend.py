@@ -11,6 +11,7 @@ settles each ended attempt (settle_attempt). Every dollar amount shown to people
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -218,6 +219,32 @@ def settle_attempt(ledger: SpendLedger, attempt_id: int, reported: Iterable[floa
         return 0.0
     ledger.add(attempt_id, missing)
     return missing
+
+
+def spend_range(amounts: Iterable[float]) -> tuple[float, float]:
+    """(median, 90th percentile) of past attempts' dollars (nearest rank); (0, 0) for none."""
+    ordered = sorted(amounts)
+    if not ordered:
+        return 0.0, 0.0
+    return statistics.median(ordered), ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+
+
+def total_spend(ranges: Iterable[tuple[float, float]]) -> tuple[float, float]:
+    """Tasks' (median, 90th percentile) dollars added up into the run's, each figure on its own."""
+    pairs = list(ranges)
+    return sum(pair[0] for pair in pairs), sum(pair[1] for pair in pairs)
+
+
+def where_limit_stops(expected: Iterable[tuple[str, float]], limit: float) -> str | None:
+    """The task (of (task id, dollars) in start order) at which the run's spend likely reaches limit:
+    the first whose start finds the total already at the limit, or whose own spend takes it past; None:
+    the limit likely holds the whole run."""
+    total = 0.0
+    for task_id, usd in expected:
+        total += usd
+        if total > limit + EPSILON_USD:
+            return task_id
+    return None
 
 
 def task_guard(fleet_guard: float | None, max_spend: float | None) -> float | None:

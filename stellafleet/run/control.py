@@ -59,6 +59,12 @@ def run_fleet(
     prepared = prepare(options)
     for warning in prepared.plan.warnings:
         print(f"stella fleet: warning: {warning}", file=sys.stderr)
+    if options.estimate:  # nothing runs: what the ledger's history says the run would cost and take
+        from stellafleet.run.estimate import estimate, print_estimate
+
+        with Ledger.open(StatePaths(prepared.root).fleet_db) as ledger:
+            print_estimate(estimate(prepared, ledger), json_mode=options.json_mode, stream=out)
+        return EXIT_OK
     if options.dry_run:
         print_dry_run(prepared.preview(), json_mode=options.json_mode, stream=out)
         return EXIT_USAGE if prepared.problems else EXIT_OK

@@ -19,6 +19,7 @@ from stellafleet.core.errors import EXIT_INTERRUPTED, StellaError
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus
 from stellafleet.state.ledger_attempts import BAR_COLUMNS, Attempts, Spend
 from stellafleet.state.ledger_branches import CI, Cleanups, Commits, Merges
+from stellafleet.state.ledger_history import History
 from stellafleet.state.ledger_limits import Limits
 from stellafleet.state.ledger_runs import CARD_COLUMNS, Runs, Tasks, TaskSpec
 from stellafleet.state.ledger_schema import LEDGER_SCHEMA
@@ -35,7 +36,7 @@ class Ledger:
         self.path, self.readonly = db.path, db.readonly
         self.runs, self.tasks, self.attempts, self.spend = Runs(db), Tasks(db), Attempts(db), Spend(db)
         self.commits, self.ci, self.cleanups, self.merges = Commits(db), CI(db), Cleanups(db), Merges(db)
-        self.limits = Limits(db)
+        self.limits, self.history = Limits(db), History(db)
 
     @classmethod
     def open(cls, path: Path, *, readonly: bool = False, now_ms: Callable[[], int] = wall_ms) -> Ledger:
