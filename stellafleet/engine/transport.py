@@ -128,12 +128,12 @@ class HttpTransport:
                 self.clock.sleep(min(hold, self.max_retry_after))
 
     def _report_limit(self, status: int, wait: float | None, text: str, detail: str) -> None:
-        """Tell the fleet of a limit; a usage limit ends the call (EngineError) instead of a retry."""
-        event = from_http(status, wait, text, now_wall=self.wall())
-        if event is None:
+        """Tell the fleet of a limit; under a fleet a usage limit ends the call (EngineError) instead of a
+        retry (without one, the capped wait and retry stay as they were)."""
+        event = from_http(status, wait, text, now_wall=self.wall()) if self.limits is not None else None
+        if event is None or self.limits is None:
             return
-        if self.limits is not None:
-            self.limits.limit(event)
+        self.limits.limit(event)
         if event.kind is LimitKind.USAGE:
             raise self.fail(f"usage limit reached ({event.reset_text()}): {detail}", status)
 

@@ -87,3 +87,26 @@ def test_claude_codes_rate_limit_retries_narrow_the_fleet_and_the_task_succeeds(
     assert all(row["status"] == 429 and row["reset_at_ms"] for row in rates)
     widths = [row["concurrency"] for row in rows if row["kind"] == "concurrency"]
     assert widths and min(widths) == 1
+
+
+@pytest.mark.parametrize("cli", ["claude", "codex", "aider"])
+def test_max_spend_caps_the_real_clis_task_and_is_its_recorded_guard(
+    cli: str, git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    pipeline = PIPELINES[cli]
+    # each call costs more than the task's cap: 200k input tokens (Claude Code and aider price their own
+    # calls; stella prices Codex's at its model's price)
+    heavy = {"text": "still thinking", "usage": {"input_tokens": 200_000, "output_tokens": 50}}
+    with ScriptedModelServer([heavy] * 6) as server:
+        env = fleet_setup(git_repo, server, [cli])
+        plan = write_plan(
+            tmp_path, [{"id": "capped", "prompt": "say hi", "pipeline": pipeline, "max_spend": 0.01}]
+        )
+        proc = stella("fleet", "--plan", str(plan), cwd=git_repo, env=env, timeout=RUN_TIMEOUT_S)
+    record = run_record(git_repo)
+    (attempt,) = record["attempts"]
+    assert attempt["guard_usd"] == pytest.approx(0.01), proc.stdout + proc.stderr
+    assert attempt["spend_usd"] > 0
+    assert len(server.requests) <= 2, len(server.requests)  # stopped at the first call past the cap
+    if cli == "claude":
+        assert "spend guard of $0.01" in (attempt["summary"] or ""), attempt
