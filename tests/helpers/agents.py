@@ -32,7 +32,7 @@ class RecordingSpend:
     def add(
         self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0, **cached: int
     ) -> None:
-        """cached: cache_read_tokens / cache_write_tokens, kept in `cached` (passed only when there are any)."""
+        """cached: cache_read_tokens / cache_write_tokens, kept in `cached` (passed only when some)."""
         with self._lock:
             self.calls.append(
                 {"usd": usd, "input_tokens": input_tokens, "output_tokens": output_tokens, "steps": steps}
