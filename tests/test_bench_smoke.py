@@ -30,6 +30,11 @@ FLEET_OVERHEAD_TOY = ["--tasks", "4", "--concurrency", "2", "--seconds", "0.2", 
         ("engine_tools.py", ["--files", "300", "--repeat", "1"], "git grep"),
         ("schedule.py", ["--tasks", "6", "--concurrency", "2", "--scale", "0.05"], "lower bound"),
         (
+            "fleet_limits.py",
+            ["--tasks", "2", "--concurrency", "2", "--reads", "2", "--limited", "1", "--retry-after", "0.5"],
+            "model calls saved",
+        ),
+        (
             "fleet_overhead.py",
             FLEET_OVERHEAD_TOY,
             "the lower bound",

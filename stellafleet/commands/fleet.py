@@ -70,7 +70,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="where isolated tasks run: this machine (local) or a Ray cluster (default: [executor] kind)",
     )
     parser.add_argument("--ray-address", metavar="ADDR", help="the Ray cluster to use (HOST:PORT)")
+    _limit_options(parser)
     parser.set_defaults(func=run)
+
+
+def _limit_options(parser: argparse.ArgumentParser) -> None:
+    """Provider limits and money before it is spent."""
+    parser.add_argument(
+        "--wait-for-limits",
+        action="store_true",
+        help="on a provider's usage limit, wait for its reset (up to [fleet] max_limit_wait) and go on, "
+        "instead of skipping the tasks not yet started (exit 3, --resume continues)",
+    )
+    parser.add_argument(
+        "--estimate",
+        action="store_true",
+        help="run nothing: estimate each task's spend and duration and the run's total and wall time from "
+        "the ledger's history (with --spend-limit: whether and where the limit likely stops it)",
+    )
 
 
 def options_from(args: argparse.Namespace) -> FleetOptions:
@@ -100,6 +117,8 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
         fix_ci=args.fix_ci or 0,
         executor=getattr(args, "executor", None),
         ray_address=getattr(args, "ray_address", None),
+        wait_for_limits=getattr(args, "wait_for_limits", False),
+        estimate=getattr(args, "estimate", False),
     )
 
 

@@ -228,6 +228,7 @@ def print_run(detail: dict[str, Any], *, console: Console) -> None:
             ci = f"  CI {_ci_text(b['ci'])}" if b.get("ci") else "  CI not watched"
             out(styled(f"  {b['branch']}{worktree}{tasks}{ci}"))
     _print_merges(console, detail.get("merges") or [])
+    _print_limits(console, detail.get("limits") or [])
     if detail["cleanups"]:
         out(styled(""))
         out(styled(("clean-up", "bold")))
@@ -238,6 +239,29 @@ def print_run(detail: dict[str, Any], *, console: Console) -> None:
                     f"  {when}  {c['action']} {c['kind']} {c['target']}: {single_line(c.get('reason') or '')}"
                 )
             )
+
+
+def cached_text(attempt: dict[str, Any]) -> str:
+    """` (cache: 1200 read, 300 written)` for an attempt with cached input tokens, else nothing."""
+    read, written = attempt.get("cache_read_tokens") or 0, attempt.get("cache_write_tokens") or 0
+    return f" (cache: {read} read, {written} written)" if read or written else ""
+
+
+def _print_limits(console: Console, limits: list[dict[str, Any]]) -> None:
+    """The provider limits the run's workers met, and the fleet's width as it changed."""
+    if not limits:
+        return
+    console.print(styled(""))
+    console.print(styled(("provider limits", "bold")))
+    for row in limits:
+        if row["kind"] == "concurrency":
+            text = f"  {fmt_time(row['at_ms'])}  fleet width {row['concurrency']}: {row.get('message') or ''}"
+        else:
+            where = f"task {row.get('task_id') or '-'} ({row['source']})"
+            reset = f", resets {fmt_time(row['reset_at_ms'])}" if row.get("reset_at_ms") else ""
+            said = row.get("message") or ""
+            text = f"  {fmt_time(row['at_ms'])}  {row['kind']} limit in {where}{reset}: {said}"
+        console.print(styled(text[:200]))
 
 
 def _print_merges(console: Console, merges: list[dict[str, Any]]) -> None:
@@ -282,7 +306,8 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
     for a in task["attempts"]:
         facts = (
             f"  {fmt_duration(a['duration_ms'])}  {fmt_usd(a['spend_usd'])}  "
-            f"{a['input_tokens']}/{a['output_tokens']} tokens  {a['steps']} steps"
+            f"{a['input_tokens']}/{a['output_tokens']} tokens{cached_text(a)}  {a['steps']} steps"
+            + (f"  guard {fmt_usd(a['guard_usd'])}" if a.get("guard_usd") is not None else "")
             + (f"  exit {a['exit_code']}" if a.get("exit_code") is not None else "")
             + (f"  ({single_line(a['reason'])})" if a.get("reason") else "")
         )

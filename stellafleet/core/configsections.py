@@ -46,6 +46,9 @@ class FleetConfig:
     stop_grace: float = 5.0
     schedule: str = "waves"  # "waves" or "eager" (--schedule wins)
     idle_timeout: float = 900.0  # seconds without CPU time, output or spend before a worker is stopped
+    fleet_backoff: bool = True  # workers report provider limits; the fleet narrows and holds (core/limits.py)
+    wait_for_limits: bool = False  # a usage limit: wait for its reset instead of skipping what is left
+    max_limit_wait: float = 21600.0  # the longest reset --wait-for-limits waits for (seconds)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ settles each ended attempt (settle_attempt). Every dollar amount shown to people
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -62,6 +63,10 @@ def check_report(
 
 
 class SpendReporter(Protocol):
+    """Where a spender's reports go. Cached input tokens (`cache_read_tokens`, `cache_write_tokens`: of
+    input_tokens, those read from or written to the provider's prompt cache) are passed only when a
+    report has some, so a reporter that knows nothing of them keeps working."""
+
     def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None: ...
 
 
@@ -85,6 +90,8 @@ class SpendTally:
         self.input_tokens = 0
         self.output_tokens = 0
         self.steps = 0
+        self.cache_read_tokens = 0
+        self.cache_write_tokens = 0
         self._lock = threading.Lock()
 
     @classmethod
@@ -92,18 +99,33 @@ class SpendTally:
         """A tally under ctx's guard (STELLA_SPEND_GUARD) that passes every report on to spend."""
         return cls(spend, guard_usd=ctx.spend_guard_usd)
 
-    def record(self, usd: float, input_tokens: int, output_tokens: int, steps: int) -> None:
-        """Where a report lands; it is counted only once this returns (a refused report is not)."""
+    def record(
+        self, usd: float, input_tokens: int, output_tokens: int, steps: int, cached: tuple[int, int] = (0, 0)
+    ) -> None:
+        """Where a report lands; it is counted only once this returns (a refused report is not).
+        cached: (cache read, cache write) input tokens."""
         if self.inner is not None:
-            self.inner.add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps)
+            extra = cache_fields(cached)
+            self.inner.add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps, **extra)
 
-    def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None:
+    def add(
+        self,
+        usd: float,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        steps: int = 0,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> None:
         with self._lock:
-            self.record(usd, input_tokens, output_tokens, steps)
+            self.record(usd, input_tokens, output_tokens, steps, (cache_read_tokens, cache_write_tokens))
             self.usd += usd
             self.input_tokens += input_tokens
             self.output_tokens += output_tokens
             self.steps += steps
+            self.cache_read_tokens += cache_read_tokens
+            self.cache_write_tokens += cache_write_tokens
 
     def totals(self) -> dict[str, Any]:
         """The totals under a pipeline result's names (spend_usd, input_tokens, output_tokens, steps)."""
@@ -160,6 +182,12 @@ class SpendTally:
         result.steps = self.steps
 
 
+def cache_fields(cached: tuple[int, int]) -> dict[str, int]:
+    """A report's cached input tokens as keyword arguments, only those it has (see SpendReporter)."""
+    names = ("cache_read_tokens", "cache_write_tokens")
+    return {name: count for name, count in zip(names, cached, strict=True) if count}
+
+
 class RunningTotal:
     """A CLI's own running total of dollars (aider's `total_cost`) as the step each new total adds."""
 
@@ -191,6 +219,39 @@ def settle_attempt(ledger: SpendLedger, attempt_id: int, reported: Iterable[floa
         return 0.0
     ledger.add(attempt_id, missing)
     return missing
+
+
+def spend_range(amounts: Iterable[float]) -> tuple[float, float]:
+    """(median, 90th percentile) of past attempts' dollars (nearest rank); (0, 0) for none."""
+    ordered = sorted(amounts)
+    if not ordered:
+        return 0.0, 0.0
+    return statistics.median(ordered), ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+
+
+def total_spend(ranges: Iterable[tuple[float, float]]) -> tuple[float, float]:
+    """Tasks' (median, 90th percentile) dollars added up into the run's, each figure on its own."""
+    pairs = list(ranges)
+    return sum(pair[0] for pair in pairs), sum(pair[1] for pair in pairs)
+
+
+def where_limit_stops(expected: Iterable[tuple[str, float]], limit: float) -> str | None:
+    """The task (of (task id, dollars) in start order) at which the run's spend likely reaches limit:
+    the first whose start finds the total already at the limit, or whose own spend takes it past; None:
+    the limit likely holds the whole run."""
+    total = 0.0
+    for task_id, usd in expected:
+        total += usd
+        if total > limit + EPSILON_USD:
+            return task_id
+    return None
+
+
+def task_guard(fleet_guard: float | None, max_spend: float | None) -> float | None:
+    """A task's worker's guard: the smaller of the fleet's (its per-worker share) and the task's own
+    max_spend; None when neither caps it."""
+    caps = [cap for cap in (fleet_guard, max_spend) if cap is not None]
+    return min(caps) if caps else None
 
 
 def spend_stop_text(spent: float, limit: float) -> str:

@@ -16,6 +16,7 @@ class RunStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     SPEND_LIMITED = "spend_limited"
+    USAGE_LIMITED = "usage_limited"  # a provider's usage limit stopped it (exit 3; --resume goes on)
     INTERRUPTED = "interrupted"
 
 
@@ -47,6 +48,7 @@ class StopReason(StrEnum):
     TIMED_OUT = "timed out"
     LOST = "lost"  # a remote worker's node or Ray worker went away
     SPEND_LIMIT = "spend limit reached"
+    USAGE_LIMIT = "usage limit reached"  # a provider's quota, with a far reset (core/limits.py)
     DEPENDENCY_FAILED = "dependency failed"
     NOT_STARTED = "not started"
 

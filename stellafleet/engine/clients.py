@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from stellafleet.core.clock import Clock, SystemClock
+from stellafleet.core.limits import LimitReporter
 from stellafleet.engine.anthropic import AnthropicClient
 from stellafleet.engine.messages import Message, ModelReply, ToolSpec
 from stellafleet.engine.openai import OpenAIClient
@@ -31,10 +32,11 @@ def make_client(
     clock: Clock | None = None,
     redact: Redactor | None = None,
     env: Mapping[str, str] | None = None,
+    limits: LimitReporter | None = None,
 ) -> ModelClient:
     """The client for settings.provider, with its key read from the environment now."""
     key = settings.api_key(env)
     redact = redact or Redactor()
     redact.add(key)
     client = AnthropicClient if settings.provider == "anthropic" else OpenAIClient
-    return client(settings, key, clock=clock or SystemClock(), redact=redact)
+    return client(settings, key, clock=clock or SystemClock(), redact=redact, limits=limits)

@@ -177,7 +177,14 @@ class Engine:
         usage = reply.usage
         usd = self.pricer.cost(usage) if self.pricer is not None else 0.0
         self.steps += 1
-        self.spend.add(usd, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, steps=1)
+        self.spend.add(
+            usd,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            steps=1,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+        )
         if usage.input_tokens:
             self._known_tokens = usage.input_tokens + usage.output_tokens
             self._known_upto = len(self.messages) + 1  # this reply is counted in output_tokens

@@ -2,7 +2,10 @@
 
 429, 5xx and connection errors are retried with exponential backoff, honouring Retry-After (seconds or
 an HTTP date) and Retry-After-Ms, sleeping through the injected clock. The last failure is an
-EngineError with the status and a short excerpt of the body, with any key masked.
+EngineError with the status and a short excerpt of the body, with any key masked. With a LimitReporter
+(a worker of a fleet) every rate or usage limit is reported as it is met, a call waits out the latest
+rate-limit reset any worker of the run was told (the fleet-wide backoff), and a usage limit is not
+retried: its reset is hours away, the fleet decides what to do.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any, ClassVar
 import httpx
 
 from stellafleet.core.clock import Clock
+from stellafleet.core.limits import LimitKind, LimitReporter, from_http
 from stellafleet.engine.errors import EngineError
 from stellafleet.engine.redact import Redactor
 from stellafleet.engine.settings import EngineSettings
@@ -61,6 +65,7 @@ class HttpTransport:
         backoff_base: float = 1.0,
         backoff_max: float = 30.0,
         max_retry_after: float = 300.0,
+        limits: LimitReporter | None = None,
     ) -> None:
         self.label = label
         self.url = url
@@ -71,6 +76,7 @@ class HttpTransport:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.max_retry_after = max_retry_after
+        self.limits = limits
         self.http = httpx.Client(headers=dict(headers), timeout=timeout)
 
     def close(self) -> None:
@@ -89,6 +95,7 @@ class HttpTransport:
         attempts = self.max_retries + 1
         for attempt in range(1, attempts + 1):
             wait: float | None = None
+            self._hold()
             try:
                 response = self.http.post(self.url, json=body)
             except httpx.TransportError as exc:
@@ -107,10 +114,28 @@ class HttpTransport:
                 if attempt == attempts:
                     raise self.fail(f"{detail} (after {attempts} attempts)", status)
                 wait = self._asked_wait(response)
+                self._report_limit(status, wait, response.text, detail)
             if wait is None:
                 wait = min(self.backoff_base * 2 ** (attempt - 1), self.backoff_max)
             self.clock.sleep(min(wait, self.max_retry_after))
         raise AssertionError("unreachable")
+
+    def _hold(self) -> None:
+        """Wait out the latest rate-limit reset another worker of the run was told, before calling."""
+        if self.limits is not None:
+            hold = self.limits.hold_s()
+            if hold > 0:
+                self.clock.sleep(min(hold, self.max_retry_after))
+
+    def _report_limit(self, status: int, wait: float | None, text: str, detail: str) -> None:
+        """Tell the fleet of a limit; under a fleet a usage limit ends the call (EngineError) instead of a
+        retry (without one, the capped wait and retry stay as they were)."""
+        event = from_http(status, wait, text, now_wall=self.wall()) if self.limits is not None else None
+        if event is None or self.limits is None:
+            return
+        self.limits.limit(event)
+        if event.kind is LimitKind.USAGE:
+            raise self.fail(f"usage limit reached ({event.reset_text()}): {detail}", status)
 
     def _json_object(self, response: httpx.Response) -> dict[str, Any]:
         try:
@@ -137,7 +162,13 @@ class WireClient:
     label: ClassVar[str]
 
     def __init__(
-        self, settings: EngineSettings, api_key: str | None, *, clock: Clock, redact: Redactor
+        self,
+        settings: EngineSettings,
+        api_key: str | None,
+        *,
+        clock: Clock,
+        redact: Redactor,
+        limits: LimitReporter | None = None,
     ) -> None:
         self.settings = settings
         self.transport = HttpTransport(
@@ -148,6 +179,7 @@ class WireClient:
             max_retries=settings.max_retries,
             clock=clock,
             redact=redact,
+            limits=limits,
         )
 
     @staticmethod

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
+from stellafleet.core.limits import LimitKind, LimitReporter, from_http, from_text, limits_of
 from stellafleet.core.spend import RunningTotal, SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git.lane import commit_paths
@@ -30,6 +31,7 @@ from stellafleet.pipelines.support import EventLines, complete_lines, crash_text
 
 CLI = "aider"
 APPLIED = re.compile(r"^Applied edit to (?P<path>.+?)\s*$")
+RETRYING = re.compile(r".*Retrying in (\d+(?:\.\d+)?) seconds")
 
 
 def build_argv(
@@ -109,6 +111,41 @@ def _number(value: Any) -> float | None:
         return None
 
 
+class LimitLines:
+    """aider's stdout, read for the limits it reports: litellm's `RateLimitError: ...` (the provider's
+    words, wrapped over lines, naming a usage limit's reset) up to its `Retrying in N seconds...`. Each is
+    told to the fleet once; a usage limit stops aider (it would retry for minutes against a reset hours
+    away), so the attempt ends with the reset and the fleet decides."""
+
+    def __init__(self, limits: LimitReporter | None) -> None:
+        self.limits = limits
+        self.collecting: list[str] | None = None
+        self.told: set[str] = set()
+
+    def __call__(self, line: str) -> str | None:
+        if self.limits is None:
+            return None
+        if "RateLimitError" in line:
+            self.collecting = []
+        if self.collecting is None:
+            return None
+        self.collecting.append(line.strip())
+        if not RETRYING.match(line.strip()) and len(self.collecting) < 8:
+            return None
+        text, self.collecting = " ".join(self.collecting), None
+        retry = RETRYING.search(text)
+        found = from_text(text.split("Retrying in")[0], source=CLI)
+        if found is None or text in self.told:
+            return None
+        self.told.add(text)
+        if found.kind is LimitKind.RATE and retry and found.reset_at_ms is None:
+            found = from_http(None, float(retry.group(1)), text, source=CLI)
+        if found is None:
+            return None
+        self.limits.limit(found)
+        return f"usage limit reached ({found.reset_text()})" if found.kind is LimitKind.USAGE else None
+
+
 def _count(value: Any) -> int:
     number = _number(value)
     return int(number) if number is not None and number >= 0 else 0
@@ -142,7 +179,7 @@ class AiderPipeline(AgentCliPipeline):
             model=model_for(ctx, settings),
             extra_args=settings.extra_args,
         )
-        run = run_agent(ctx, argv, poll=follower.poll)
+        run = run_agent(ctx, argv, on_line=LimitLines(limits_of(spend)), poll=follower.poll)
         result = outcome(run, follower, ctx)
         return commit_edits(ctx, edited_paths(run), result) if result.success else result
 

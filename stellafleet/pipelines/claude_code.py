@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
+from stellafleet.core.limits import LimitReporter, from_http, limits_of
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.anthropic import usage_of
@@ -27,6 +28,7 @@ from stellafleet.pipelines.support import EventLines, crash_text, failed, parse_
 from stellafleet.state.claims import Holder
 
 CLI = "claude"
+CLI_NAME = "claude-code"  # the source of its limit events
 NO_MCP_SERVERS = json.dumps({"mcpServers": {}})
 # In print mode Claude Code refuses any shell command that needs approval ("This command requires
 # approval"); these are the ones the commit instructions ask for, so they are allowed up front.
@@ -88,7 +90,14 @@ def interpret(result: dict[str, Any], tally: SpendTally, *, max_turns: int | Non
     usd = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else 0.0
     usage = usage_of(result.get("usage"))
     turns = token_count(result.get("num_turns"))
-    tally.add(usd, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, steps=turns)
+    tally.add(
+        usd,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        steps=turns,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+    )
     totals = tally.totals()
     subtype = str(result.get("subtype") or "")
     raw_text = result.get("result")
@@ -117,13 +126,35 @@ def interpret(result: dict[str, Any], tally: SpendTally, *, max_turns: int | Non
 
 
 class _ResultWatcher(EventLines):
-    """Keeps the last `result` message of the stream."""
+    """Keeps the last `result` message of the stream, and tells the fleet of each limit Claude Code met:
+    an `api_retry` system message on a 429/529 (a rate limit, with the delay it waits), or a result that
+    ended on one (`api_error_status`, its text naming the reset of a usage limit)."""
 
     result: dict[str, Any] | None = None
+    limits: LimitReporter | None = None
 
     def event(self, event: dict[str, Any]) -> None:
-        if event.get("type") == "result":
+        kind = event.get("type")
+        if kind == "result":
             self.result = event
+        if self.limits is None:
+            return
+        found = None
+        if kind == "system" and event.get("subtype") == "api_retry":
+            delay = event.get("retry_delay_ms")
+            wait = delay / 1000 if isinstance(delay, int | float) else None
+            found = from_http(
+                _status(event.get("error_status")), wait, str(event.get("error") or ""), source=CLI_NAME
+            )
+        elif kind == "result" and event.get("api_error_status") is not None:
+            text = f"{event.get('api_error_type') or ''} {event.get('result') or ''}"
+            found = from_http(_status(event.get("api_error_status")), None, text, source=CLI_NAME)
+        if found is not None:
+            self.limits.limit(found)
+
+
+def _status(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class ClaudeCodePipeline(AgentCliPipeline):
@@ -147,6 +178,7 @@ class ClaudeCodePipeline(AgentCliPipeline):
             allowed=SHARED_COMMANDS if ctx.shared else ISOLATED_COMMANDS,
         )
         watcher = _ResultWatcher()
+        watcher.limits = limits_of(spend)
         run = run_agent(ctx, argv, on_line=watcher, stdin_path=prompt_file(ctx, agent_prompt(ctx)))
         return self.outcome(run, watcher, ctx, settings.max_turns, tally)
 

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
+from stellafleet.core.limits import LimitReporter, from_text, limits_of
 from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_price_message
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
@@ -112,6 +113,8 @@ class CodexFollower(EventLines):
         self.last_message = ""
         self.thread_id: str | None = None
         self.from_log = False  # the session log is being followed: turn totals only top it up
+        self.limits: LimitReporter | None = None  # where the limits Codex reports go (the fleet)
+        self._limits_told: set[str] = set()
         self._lock = threading.Lock()
 
     def event(self, event: dict[str, Any]) -> str | None:
@@ -135,9 +138,20 @@ class CodexFollower(EventLines):
             error = event.get("error")
             message = error.get("message") if isinstance(error, dict) else error
             self.turn_failed = str(message or "no details")
+            self._limit(self.turn_failed)
         elif kind == "error":
             self.errors.append(str(event.get("message") or "no details"))
+            self._limit(self.errors[-1])
         return None
+
+    def _limit(self, message: str) -> None:
+        """Tell the fleet of a rate or usage limit Codex reports (`last status: 429`, `usage limit`), once."""
+        if self.limits is None or message in self._limits_told:
+            return
+        found = from_text(message, source=CLI)
+        if found is not None:
+            self._limits_told.add(message)
+            self.limits.limit(found)
 
     def log_total(self, value: dict[str, Any]) -> str | None:
         """A running total from Codex's session log (after each model call)."""
@@ -154,7 +168,10 @@ class CodexFollower(EventLines):
         added = total.minus(self.total)
         self.total = total
         usd = self.pricer.cost(added.tokens()) if self.pricer is not None else 0.0
-        self.spent.add(usd, input_tokens=added.input_tokens, output_tokens=added.output_tokens)
+        cached = min(added.cached_input_tokens, added.input_tokens)
+        self.spent.add(
+            usd, input_tokens=added.input_tokens, output_tokens=added.output_tokens, cache_read_tokens=cached
+        )
         return self.spent.guard_reached("priced from its token usage")
 
     def report_steps(self) -> None:
@@ -202,6 +219,7 @@ class CodexPipeline(AgentCliPipeline):
         if tally.guarded and pricer is None:
             return failed(f"codex was not started: {self.no_price(model)}")
         follower = CodexFollower(pricer, tally)
+        follower.limits = limits_of(spend)
         session = SessionLog(codex_home(agent_env(ctx)), follower.log_total, lambda: follower.thread_id)
         argv = build_argv(
             settings.binary,

@@ -13,6 +13,7 @@ from stellafleet import __version__
 from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.config import Config
 from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.limits import limits_of
 from stellafleet.core.pricing import Pricer, price_for, unknown_price_message
 from stellafleet.core.spend import SpendReporter, SpendTally
 from stellafleet.core.workercontext import WorkerContext
@@ -87,7 +88,7 @@ class PlainPipeline:
         toolbox = _toolbox(ctx, settings, env, committer=committer, claim=claim)
         transcript = _start_transcript(ctx, settings, redact, priced=pricer is not None)
         sink = events or ProgressPrinter([sys.stdout])  # a fleet worker's stdout is its log
-        client = make_client(settings, clock=clock, redact=redact, env=env)
+        client = make_client(settings, clock=clock, redact=redact, env=env, limits=limits_of(spend))
         wall = min(settings.max_wall_seconds, math.inf if ctx.timeout_s is None else ctx.timeout_s)
         engine = Engine(
             client=client,

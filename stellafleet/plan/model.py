@@ -47,6 +47,7 @@ class PlanTask:
     pipeline: str | None = None
     model: str | None = None
     timeout: float | None = None
+    max_spend: float | None = None  # USD: this task's worker's guard is at most this
 
 
 @dataclass(frozen=True)
@@ -292,18 +293,25 @@ def _at(name: str, labels: list[str], location: tuple[Any, ...], message: str) -
     return ": ".join([*parts, *keys, message])
 
 
+FINITE = (("timeout", "seconds"), ("max_spend", "dollars"))
+
+
 def _timeout_problems(where: str, raw: dict[Any, Any]) -> list[str]:
-    """What the schema cannot say of a timeout: that it is finite (TOML and YAML can write inf)."""
-    timeout = raw.get("timeout")
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        return []  # absent, or the schema reported it
-    try:
-        finite = math.isfinite(timeout)
-    except OverflowError:  # an int too large for a float
-        finite = False
-    if finite:
-        return []
-    return [f"{where}: timeout: must be a finite number of seconds, not {planschema.show(timeout)}"]
+    """What the schema cannot say of a timeout or a max_spend: that it is finite (TOML and YAML can
+    write inf and nan)."""
+    problems = []
+    for key, unit in FINITE:
+        value = raw.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue  # absent, or the schema reported it
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # an int too large for a float
+            finite = False
+        if not finite:
+            shown = planschema.show(value)
+            problems.append(f"{where}: {key}: must be a finite number of {unit}, not {shown}")
+    return problems
 
 
 def _claims(raw_claims: Any, where: str, workspace: str | None, problems: list[str]) -> tuple[str, ...]:
@@ -338,7 +346,7 @@ def _claims(raw_claims: Any, where: str, workspace: str | None, problems: list[s
 
 def _build_task(raw: dict[str, Any], defaults: dict[str, Any], claims: tuple[str, ...]) -> PlanTask:
     values = {**defaults, **raw}
-    timeout = values.get("timeout")
+    timeout, max_spend = values.get("timeout"), values.get("max_spend")
     prompt: str = raw["prompt"]
     title = raw.get("title")
     return PlanTask(
@@ -351,4 +359,5 @@ def _build_task(raw: dict[str, Any], defaults: dict[str, Any], claims: tuple[str
         pipeline=values.get("pipeline"),
         model=values.get("model"),
         timeout=float(timeout) if timeout is not None else None,
+        max_spend=float(max_spend) if max_spend is not None else None,
     )

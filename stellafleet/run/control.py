@@ -13,11 +13,13 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -32,6 +34,7 @@ from stellafleet.git import gitops
 from stellafleet.run.dispatch import Dispatcher, RunSettings, spend_budget
 from stellafleet.run.events import Emit, Event, EventSink, Notice, RunStarted, TaskSkipped, WaveStarted
 from stellafleet.run.executor import Executor, LocalExecutor
+from stellafleet.run.limiter import Limiter, LimitPolicy
 from stellafleet.run.notify import fan_out, notifier_for
 from stellafleet.run.prepare import FleetOptions, Prepared, prepare
 from stellafleet.run.reporter import make_reporter, print_dry_run
@@ -44,16 +47,28 @@ from stellafleet.state.ledger import Ledger
 from stellafleet.state.ledger_recovery import finalise_orphaned_runs
 
 
-def run_fleet(options: FleetOptions, *, out: IO[str] | None = None, reporter: EventSink | None = None) -> int:
+def run_fleet(
+    options: FleetOptions,
+    *,
+    out: IO[str] | None = None,
+    reporter: EventSink | None = None,
+    clock: Clock | None = None,
+) -> int:
     """`stella fleet` (and `stella run`, a fleet of one task): the exit code of the run (see errors.py)."""
     out = out or sys.stdout
     prepared = prepare(options)
     for warning in (*prepared.plan.warnings, *prepared.warnings):
         print(f"stella fleet: warning: {warning}", file=sys.stderr)
+    if options.estimate:  # nothing runs: what the ledger's history says the run would cost and take
+        from stellafleet.run.estimate import estimate, print_estimate
+
+        with Ledger.open(StatePaths(prepared.root).fleet_db) as ledger:
+            print_estimate(estimate(prepared, ledger), json_mode=options.json_mode, stream=out)
+        return EXIT_OK
     if options.dry_run:
         print_dry_run(prepared.preview(), json_mode=options.json_mode, stream=out)
         return EXIT_USAGE if prepared.problems else EXIT_OK
-    return FleetRun(prepared, reporter or make_run_reporter(prepared, out)).run()
+    return FleetRun(prepared, reporter or make_run_reporter(prepared, out), clock=clock).run()
 
 
 class Interrupts:
@@ -116,6 +131,8 @@ def exit_status(
         return RunStatus.INTERRUPTED, EXIT_INTERRUPTED, StopReason.INTERRUPTED.value
     if stopped is not None and stopped.reason is StopReason.SPEND_LIMIT:
         return RunStatus.SPEND_LIMITED, EXIT_SPEND_LIMIT, str(stopped)
+    if stopped is not None and stopped.reason is StopReason.USAGE_LIMIT:  # exit 3 too: --resume goes on
+        return RunStatus.USAGE_LIMITED, EXIT_SPEND_LIMIT, str(stopped)
     unsuccessful = Counter(status for status in statuses.values() if status != TaskStatus.SUCCEEDED)
     if unsuccessful:
         return (
@@ -176,8 +193,9 @@ def run_settings(prepared: Prepared) -> RunSettings:
 class FleetRun:
     """One prepared run, from its ledger row to its result."""
 
-    def __init__(self, prepared: Prepared, reporter: EventSink) -> None:
+    def __init__(self, prepared: Prepared, reporter: EventSink, *, clock: Clock | None = None) -> None:
         self.prepared = prepared
+        self.clock = clock  # what the fleet waits with, held by provider limits (tests inject one)
         self.reporter = reporter
         notify = prepared.config.notify
         self.notifier = notifier_for(notify.command, notify.timeout, prepared.run_id, prepared.root)
@@ -272,6 +290,7 @@ class FleetRun:
             before_start=before_start,
             on_event=on_event,
             done=p.resume.done if p.resume else frozenset(),
+            gate=self._limiter(ledger, dispatcher),
         )
         interrupts = Interrupts(
             runner.request_stop,
@@ -285,6 +304,29 @@ class FleetRun:
             self._record_start(ledger)
             _in_background(runner.run)
         return runner, interrupts.count > 0
+
+    def _limiter(self, ledger: Ledger, dispatcher: Dispatcher) -> Limiter | None:
+        """The run's width and hold under provider limits, told by dispatch of each ended attempt
+        (None under `[fleet] fleet_backoff = false`: each worker retries on its own)."""
+        p = self.prepared
+        fleet = p.config.fleet
+        if not fleet.fleet_backoff:
+            return None
+        wait = p.options.wait_for_limits or fleet.wait_for_limits
+        policy = LimitPolicy(wait=wait, max_wait=fleet.max_limit_wait)
+        clock = self.clock or SystemClock()
+        wall = time.time if self.clock is None else self.clock.now  # an injected clock is a wall clock
+        limiter = Limiter(
+            ledger,
+            p.run_id,
+            p.concurrency.value,
+            policy=policy,
+            emit=self.reporter.handle,
+            clock=clock,
+            wall=wall,
+        )
+        dispatcher.limiter = limiter
+        return limiter
 
     def _finish(self, ledger: Ledger, runner: PlanRunner, interrupted: bool) -> int:
         """Settle every task, record the run's end (and its CI watch), report the result; the exit code."""

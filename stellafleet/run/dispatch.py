@@ -18,8 +18,9 @@ from pathlib import Path
 
 from stellafleet.core.config import Config
 from stellafleet.core.errors import ClaimConflict, StellaError
+from stellafleet.core.limits import LimitKind, kind_of
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.spend import NoBudget, SpendBudget, settle_attempt
+from stellafleet.core.spend import NoBudget, SpendBudget, settle_attempt, task_guard
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, worktrees
@@ -27,10 +28,14 @@ from stellafleet.pipelines.command import reported_usd
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit, SkipTask
 from stellafleet.run.executor import Attempt, Execution, Executor, inherited_env
+from stellafleet.run.limiter import Limiter
 from stellafleet.run.watchdog import Watchdog
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.proof import new_token
+
+# How many times a task whose attempt failed on a rate limit (its CLI gave up) is run again after the hold.
+RATE_RERUNS = 2
 
 
 class TaskFailed(Exception):
@@ -142,6 +147,8 @@ class Dispatcher:
         self._running: dict[str, Execution | None] = {}  # task id -> its worker, once started
         self._env = run_env(settings)  # what every worker of the run inherits
         self.watchdog: Watchdog | None = None  # stops workers that show no progress (watchdog.py)
+        self.limiter: Limiter | None = None  # the run's width under provider limits (limiter.py)
+        self._reruns: dict[str, int] = {}  # task id -> attempts run again after a rate limit ended one
 
     @property
     def running(self) -> list[str]:
@@ -160,12 +167,7 @@ class Dispatcher:
 
     def execute(self, task: PlanTask, *, reason: str | None = None) -> bool:
         """One attempt of task; with a reason (`ci-fix`) a follow-up one, in the task's existing worktree."""
-        guard = self.settings.spend_guard_usd
-        if self.budget is not None:
-            try:
-                guard = self.budget.reserve(task.id)
-            except NoBudget as exc:
-                raise SkipTask(Stop(StopReason.SPEND_LIMIT, str(exc))) from None
+        guard = self._guard(task)
         started = time.monotonic()
         spend: float | None = None
         try:
@@ -194,8 +196,42 @@ class Dispatcher:
             self._release_guard(task.id, spend)
         elapsed = time.monotonic() - started
         self.emit(AttemptEnded(task.id, ctx.attempt_id, end, elapsed, spend))
+        if self.limiter is not None and self._limited(task, ctx.attempt_id, end):
+            return self.execute(task, reason="limit")
         if end.reason is not None:
             raise TaskFailed(end.reason)
+        return True
+
+    def _guard(self, task: PlanTask) -> float | None:
+        """The task's worker's guard: its share of the run's budget (held until it ends), at most the
+        task's max_spend; SkipTask when the budget has too little left."""
+        guard = self.settings.spend_guard_usd
+        if self.budget is not None:
+            try:
+                guard = self.budget.reserve(task.id)
+            except NoBudget as exc:
+                raise SkipTask(Stop(StopReason.SPEND_LIMIT, str(exc))) from None
+        return task_guard(guard, task.max_spend)
+
+    def _limited(self, task: PlanTask, attempt_id: int, end: AttemptEnd) -> bool:
+        """Tell the limiter the attempt ended. One that failed on a usage limit runs again after its reset
+        under --wait-for-limits (True), else its task is skipped with the reset (SkipTask); one that failed
+        because its CLI gave up on a rate limit runs again once the hold is over (at most RATE_RERUNS)."""
+        assert self.limiter is not None
+        rows = self.limiter.attempt_ended(attempt_id)
+        if not rows or end.reason is None:
+            return False
+        usage = next((row for row in rows if row["kind"] == LimitKind.USAGE), None)
+        if usage is not None:
+            if self.limiter.wait_for_reset(usage):
+                return True
+            raise SkipTask(self.limiter.usage_stop(usage))
+        with self._lock:
+            reruns = self._reruns.get(task.id, 0)
+            if kind_of(None, None, end.reason) is None or reruns >= RATE_RERUNS:
+                return False
+            self._reruns[task.id] = reruns + 1
+        self.limiter.wait_out_hold()
         return True
 
     def _release_guard(self, task_id: str, spend: float | None) -> None:
@@ -223,6 +259,7 @@ class Dispatcher:
             log_path=str(log_path),
             transcript_path=str(transcript_path),
             token_sha256=token_sha256,
+            guard_usd=guard,
         )
         with self._lock:
             self._running[task.id] = None

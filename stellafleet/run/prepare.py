@@ -53,6 +53,8 @@ class FleetOptions:
     fix_ci: int = 0  # with watch: follow-up rounds per red branch
     executor: str | None = None  # "local" | "ray" (None: the config's [executor] kind)
     ray_address: str | None = None
+    wait_for_limits: bool = False  # a usage limit: wait for its reset instead of stopping (exit 3)
+    estimate: bool = False  # print what the run would likely cost and take, from the ledger; run nothing
 
 
 class NotReady(StellaError):

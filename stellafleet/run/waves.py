@@ -17,7 +17,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, Protocol
 
 from doit.cmd_base import TaskLoader2
 from doit.control import TaskControl
@@ -35,6 +35,21 @@ from stellafleet.run.eager import SCHEDULES, start_order
 from stellafleet.run.events import Emit, SkipTask, TaskEnded, TaskSkipped, TaskStarted, WaveEnded, WaveStarted
 
 Action = Callable[[PlanTask], bool]
+
+
+class StartGate(Protocol):
+    """What may start now beyond the dependencies and max_concurrency (run/limiter.py's Limiter: the
+    width and the hold under provider limits, and the stop a usage limit makes)."""
+
+    def width(self) -> int: ...
+
+    def hold_s(self) -> float: ...
+
+    def stop(self) -> Stop | None: ...
+
+    def wait(self, seconds: float) -> None: ...
+
+
 MEMORY_BACKEND = "stella-memory"
 # doit commands about doit's dependency state, which a plan never has (it lives in memory)
 STATE_COMMANDS = frozenset({"forget", "ignore", "reset-dep"})
@@ -239,6 +254,7 @@ class PlanRunner(Runner):
         before_start: Callable[[int, list[str]], Stop | None] | None = None,
         on_event: Emit | None = None,
         done: frozenset[str] = frozenset(),
+        gate: StartGate | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
@@ -254,6 +270,7 @@ class PlanRunner(Runner):
         self._rank: Mapping[str, Any] = start_order(plan, durations or {}) if self.eager else self._order
         self._execute = execute
         self._before_start = before_start
+        self.gate = gate  # the width and hold under provider limits (None: max_concurrency, no hold)
         self.done = done  # tasks an earlier run already did (--resume): up to date for doit
         self._lock = threading.RLock()  # re-entrant: a signal handler may interrupt a holder
         self.stopped: Stop | None = None  # why nothing more starts, once something stopped the run
@@ -283,8 +300,9 @@ class PlanRunner(Runner):
             self._hand_back()
             while self._ready or running:
                 self._start_ready(pool, running)
+                held = self._held(running)
                 if running:
-                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                    finished, _ = wait(running, timeout=held, return_when=FIRST_COMPLETED)
                     for future in sorted(finished, key=lambda f: self._order[running[f].task.name]):
                         node = running.pop(future)
                         self._conclude(node, future)
@@ -294,13 +312,40 @@ class PlanRunner(Runner):
                 if self.eager or not running:  # a wave's dependents come up once the whole wave has ended
                     self._hand_back()
 
+    def _held(self, running: dict[Future[Any], Any]) -> float | None:
+        """With ready tasks held back by the gate: how long to wait before looking again (the runner
+        waits it out itself when nothing runs); None: nothing is held."""
+        if self.gate is None or not self._ready or self.stopped is not None:
+            return None
+        hold = self.gate.hold_s()
+        if hold <= 0:
+            return None
+        if not running:
+            self.gate.wait(hold)
+        return hold
+
+    def _width(self) -> int:
+        """How many tasks may run at once now: max_concurrency, or less under provider limits."""
+        if self.gate is None:
+            return self.max_concurrency
+        return max(1, min(self.max_concurrency, self.gate.width()))
+
     def _pick(self, running: int) -> list[str]:
         """The ready tasks to start now: eager, the first-ranked one while a slot is free; waves, up to
-        max_concurrency in plan order once the previous wave has ended."""
-        if not self._ready or running >= self.max_concurrency or (running and not self.eager):
+        the width in plan order once the previous wave has ended. None while the gate holds starts."""
+        if not self._ready or (running and not self.eager):
+            return []
+        if self.gate is not None and self.stopped is None:
+            stop = self.gate.stop()
+            if stop is not None:
+                self.request_stop(stop)
+            elif self.gate.hold_s() > 0:
+                return []
+        width = self._width()
+        if running >= width:
             return []
         ranked = sorted(self._ready, key=self._rank.__getitem__)
-        return ranked[:1] if self.eager else ranked[: self.max_concurrency]
+        return ranked[:1] if self.eager else ranked[:width]
 
     def _start_ready(self, pool: ThreadPoolExecutor, running: dict[Future[Any], Any]) -> None:
         """Start what _pick picks; once the run is stopped, skip every ready task instead."""

@@ -19,6 +19,8 @@ from stellafleet.core.errors import EXIT_INTERRUPTED, StellaError
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus
 from stellafleet.state.ledger_attempts import BAR_COLUMNS, Attempts, Spend
 from stellafleet.state.ledger_branches import CI, Cleanups, Commits, Merges
+from stellafleet.state.ledger_history import History
+from stellafleet.state.ledger_limits import Limits
 from stellafleet.state.ledger_runs import CARD_COLUMNS, Runs, Tasks, TaskSpec
 from stellafleet.state.ledger_schema import LEDGER_SCHEMA
 from stellafleet.state.sqlitefile import Database
@@ -34,6 +36,7 @@ class Ledger:
         self.path, self.readonly = db.path, db.readonly
         self.runs, self.tasks, self.attempts, self.spend = Runs(db), Tasks(db), Attempts(db), Spend(db)
         self.commits, self.ci, self.cleanups, self.merges = Commits(db), CI(db), Cleanups(db), Merges(db)
+        self.limits, self.history = Limits(db), History(db)
 
     @classmethod
     def open(cls, path: Path, *, readonly: bool = False, now_ms: Callable[[], int] = wall_ms) -> Ledger:
@@ -66,6 +69,7 @@ class Ledger:
             "ci": self.ci.of_run(run_id),
             "cleanups": self.cleanups.of_run(run_id),
             "merges": self.merges.of_run(run_id),
+            "limits": self.limits.of_run(run_id),
         }
 
     def first_view_record(self, run_id: str) -> dict[str, Any]:
@@ -80,6 +84,7 @@ class Ledger:
             ),
             "ci": self.ci.of_run(run_id),
             "cleanups": self.cleanups.of_run(run_id),
+            "limits": self.limits.of_run(run_id),
         }
 
     def attempt_record(self, attempt_id: int) -> dict[str, Any] | None:

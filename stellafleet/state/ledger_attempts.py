@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stellafleet.core.errors import StellaError
-from stellafleet.core.spend import check_report
+from stellafleet.core.spend import check_count, check_report
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, TaskStatus
 from stellafleet.state.ledger_schema import ATTEMPT_OUTCOMES, check_choice
 from stellafleet.state.sqlitefile import Database
@@ -45,13 +45,16 @@ class Attempts:
         log_path: str | None = None,
         transcript_path: str | None = None,
         token_sha256: str | None = None,
+        guard_usd: float | None = None,
     ) -> int:
-        """A new running attempt for the task, whose status becomes `running` in the same transaction."""
-        paths = (branch, worktree, log_path, transcript_path, token_sha256)
+        """A new running attempt for the task, whose status becomes `running` in the same transaction;
+        guard_usd is its worker's spend guard (None: unguarded)."""
+        paths = (branch, worktree, log_path, transcript_path, token_sha256, guard_usd)
         with self._db.write() as conn:
             cursor = conn.execute(
                 "INSERT INTO attempts (run_id, task_id, started_at_ms, outcome, pipeline, branch, worktree,"
-                " log_path, transcript_path, token_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " log_path, transcript_path, token_sha256, guard_usd)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, task_id, self._db.now_ms(), str(AttemptOutcome.RUNNING), pipeline, *paths),
             )
             attempt_id = cursor.lastrowid
@@ -209,11 +212,16 @@ class Spend:
         output_tokens: int = 0,
         steps: int = 0,
         seq: int | None = None,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
     ) -> bool:
-        """Add to an attempt's (and its run's) spend, tokens and steps, from any process; a non-finite,
-        negative or absurd amount is refused (StellaError). With seq, a re-delivered report adds nothing."""
+        """Add to an attempt's (and its run's) spend, tokens (cached input tokens too) and steps, from any
+        process; a non-finite, negative or absurd amount is refused (StellaError). With seq, a
+        re-delivered report adds nothing."""
         try:
             usd, input_tokens, output_tokens, steps = check_report(usd, input_tokens, output_tokens, steps)
+            cached = (check_count(cache_read_tokens, "cache_read_tokens"),
+                      check_count(cache_write_tokens, "cache_write_tokens"))  # fmt: skip
         except ValueError as exc:
             raise StellaError(f"refused a spend report for attempt {attempt_id}: {exc}") from None
         with self._db.write() as conn:
@@ -221,16 +229,19 @@ class Spend:
             if row is None:
                 raise StellaError(f"no attempt {attempt_id} in the fleet ledger {self._db.path}")
             cursor = conn.execute(
-                "INSERT INTO spend_events (attempt_id, run_id, usd, input_tokens, output_tokens, at_ms, seq)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (attempt_id, row[0], usd, input_tokens, output_tokens, self._db.now_ms(), seq),
+                "INSERT INTO spend_events (attempt_id, run_id, usd, input_tokens, output_tokens, at_ms, seq,"
+                " cache_read_tokens, cache_write_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT DO NOTHING",
+                (attempt_id, row[0], usd, input_tokens, output_tokens, self._db.now_ms(), seq, *cached),
             )
             if cursor.rowcount == 0:
                 return False  # this seq was recorded before
             conn.execute(
                 "UPDATE attempts SET spend_usd = spend_usd + ?, input_tokens = input_tokens + ?,"
-                " output_tokens = output_tokens + ?, steps = steps + ? WHERE id = ?",
-                (usd, input_tokens, output_tokens, steps, attempt_id),
+                " output_tokens = output_tokens + ?, steps = steps + ?,"
+                " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?"
+                " WHERE id = ?",
+                (usd, input_tokens, output_tokens, steps, *cached, attempt_id),
             )
             conn.execute("UPDATE runs SET spend_usd = spend_usd + ? WHERE id = ?", (usd, row[0]))
         return True

@@ -166,8 +166,33 @@ _V2 = (
     "CREATE INDEX merges_by_run ON merges(run_id, branch)",
 )
 
+# Version 3: provider limits and money known before it is spent: a row per limit a worker met
+# (limit_events; the fleet's concurrency changes are rows too), each attempt's guard, its cached input
+# tokens (read from and written to the provider's prompt cache) and the same per spend event.
+_V3 = (
+    """CREATE TABLE limit_events (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        attempt_id INTEGER,
+        task_id TEXT,
+        at_ms INTEGER NOT NULL,
+        source TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status INTEGER,
+        reset_at_ms INTEGER,
+        message TEXT,
+        concurrency INTEGER
+    )""",
+    "CREATE INDEX limit_events_by_run ON limit_events(run_id, id)",
+    "ALTER TABLE attempts ADD COLUMN guard_usd REAL",
+    "ALTER TABLE attempts ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE attempts ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE spend_events ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE spend_events ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0",
+)
+
 # Forward migrations: MIGRATIONS[n] takes a ledger from user_version n to n + 1. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 
 LEDGER_SCHEMA = Schema(label="fleet ledger", application_id=0x53544C46, migrations=MIGRATIONS)  # "STLF"
 

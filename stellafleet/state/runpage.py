@@ -74,6 +74,7 @@ def load_first_view(
         "branches": detail["branches"],
         "commits": detail["commits"],
         "cleanups": detail["cleanups"],
+        "limits": detail["limits"],
         "tasks_total": tasks_total,
         "waves": waves,
     }

@@ -217,6 +217,7 @@ def run_model(record: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) 
         "ci": record["ci"],
         "cleanups": record["cleanups"],
         "merges": record.get("merges", []),
+        "limits": record.get("limits", []),
     }
 
 

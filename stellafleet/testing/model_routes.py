@@ -146,7 +146,9 @@ class ScriptHandler(BaseHTTPRequestHandler):
     def _error(self, error: dict[str, Any]) -> None:
         headers = {"retry-after": str(error["retry_after"])} if error.get("retry_after") is not None else {}
         message = error.get("body", f"scripted error {error['status']}")
-        self._send(int(error["status"]), {"error": {"type": "scripted_error", "message": message}}, headers)
+        kind = error.get("type", "rate_limit_error" if error["status"] == 429 else "scripted_error")
+        fields = error.get("fields") or {}
+        self._send(int(error["status"]), {"error": {"type": kind, "message": message, **fields}}, headers)
 
 
 def handler_for(server: StepSource) -> type[BaseHTTPRequestHandler]:

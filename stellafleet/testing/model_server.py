@@ -26,6 +26,13 @@ is one response, every key optional::
 
 A request after the last step gets HTTP 400 "script exhausted".
 
+Provider limits, across every client and ahead of the script (they use up no step):
+`rate_limit=RateLimit(calls=N, retry_after=S)` answers the first N requests 429 with `Retry-After: S`,
+and any request that comes back before the latest such answer's S seconds have passed gets 429 too (a
+provider's window: `rate_limited` counts all of them); `usage_limit=UsageLimit(calls=M, reset_in=7200)`
+answers the first M requests 429 with a usage-limit message naming a reset that far away (in Retry-After,
+in words and as `resets_at`, as a provider's quota answer).
+
 Run it for the offline quick start::
 
     python -m stellafleet.testing.model_server SCRIPT [--port N]
@@ -38,19 +45,47 @@ import contextlib
 import json
 import sys
 import threading
+import time
 import tomllib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from stellafleet.testing.model_routes import RecordedRequest, handler_for
 
-__all__ = ["RecordedRequest", "ScriptError", "ScriptedModelServer", "load_script"]
+__all__ = ["RateLimit", "RecordedRequest", "ScriptError", "ScriptedModelServer", "UsageLimit", "load_script"]
 
 STEP_KEYS = {"text", "tool_calls", "usage", "error", "repeat", "delay", "disconnect", "stop_reason", "after"}
 AFTER_TIMEOUT_S = 120.0  # how long a step waits for the request it comes after
 USAGE_KEYS = {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"}
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    calls: int
+    retry_after: float = 1.0
+
+
+@dataclass(frozen=True)
+class UsageLimit:
+    calls: int = 1
+    reset_in: float = 7200.0
+
+    def error(self) -> dict[str, Any]:
+        hours, rest = divmod(int(self.reset_in), 3600)
+        minutes, seconds = divmod(rest, 60)
+        message = f"You've hit your usage limit. Try again in {hours}h {minutes}m {seconds}s."
+        # like a provider's quota answer: the reset in Retry-After, in words and as resets_at
+        resets = {"resets_in_seconds": int(self.reset_in), "resets_at": int(time.time() + self.reset_in)}
+        return {
+            "status": 429,
+            "retry_after": f"{self.reset_in:g}",
+            "body": message,
+            "type": "usage_limit_reached",
+            "fields": resets,
+        }
 
 
 class ScriptError(ValueError):
@@ -127,6 +162,8 @@ class ScriptedModelServer:
         host: str = "127.0.0.1",
         port: int = 0,
         verbose: bool = False,
+        rate_limit: RateLimit | None = None,
+        usage_limit: UsageLimit | None = None,
     ):
         self.scripts: dict[str, list[dict[str, Any]]] = {"": expand_steps(steps)}
         for key, script in (scripts or {}).items():
@@ -138,6 +175,10 @@ class ScriptedModelServer:
         self._lock = threading.Condition()
         self._texts: list[str] = []  # every request body as JSON text, for `after`
         self._served = dict.fromkeys(self.scripts, 0)
+        self.rate_limit, self.usage_limit = rate_limit, usage_limit
+        self.rate_limited = 0  # requests answered 429 for the rate limit
+        self.usage_limited = 0  # requests answered 429 for the usage limit
+        self._window_ends = 0.0  # time.monotonic() until which the rate limit's window is in force
         self._httpd = ThreadingHTTPServer((host, port), handler_for(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -171,12 +212,32 @@ class ScriptedModelServer:
         text = json.dumps(request.body)
         return next((key for key in self.scripts if key and key in text), "")
 
+    def _limited(self) -> dict[str, Any] | None:
+        """The limit answer this request gets, ahead of the script (None: the script answers)."""
+        usage, rate = self.usage_limit, self.rate_limit
+        if usage is not None and self.usage_limited < usage.calls:
+            self.usage_limited += 1
+            return {"error": usage.error()}
+        if rate is None:
+            return None
+        now = time.monotonic()
+        if self.rate_limited < rate.calls or now < self._window_ends:
+            if self.rate_limited < rate.calls:
+                self._window_ends = max(self._window_ends, now + rate.retry_after)
+            self.rate_limited += 1
+            wait = max(self._window_ends - now, 0.001)
+            return {"error": {"status": 429, "retry_after": f"{wait:.3f}", "body": "rate limited"}}
+        return None
+
     def next_step(self, request: RecordedRequest) -> tuple[int, dict[str, Any] | None]:
         key = self.script_for(request)
         with self._lock:
             self.requests.append(request)
             self._texts.append(json.dumps(request.body))
             self._lock.notify_all()
+            limited = self._limited()
+            if limited is not None:
+                return 0, limited
             served, steps = self._served[key], self.scripts[key]
             if served >= len(steps):
                 return served + 1, None

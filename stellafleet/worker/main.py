@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from stellafleet import pipelines
 from stellafleet.core import jsontext
 from stellafleet.core.config import load_config
 from stellafleet.core.errors import StellaError
+from stellafleet.core.limits import LimitEvent
 from stellafleet.core.spend import SpendTally
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
@@ -25,19 +27,49 @@ from stellafleet.proc.orphan import end_when_orphaned
 from stellafleet.state.ledger import Ledger
 
 
+class LedgerLimits:
+    """The worker's limit reporter: each limit it meets lands in the ledger (the fleet reads it there),
+    and the fleet-wide hold is the latest rate-limit reset any worker of the run wrote."""
+
+    def __init__(self, spend: LedgerSpend) -> None:
+        self._spend = spend
+
+    def limit(self, event: LimitEvent) -> None:
+        ctx = self._spend.ctx
+        print(f"stella worker: {event.kind} limit from {event.source} ({event.reset_text()})", flush=True)
+        self._spend.ledger().limits.add(ctx.run_id, event, attempt_id=ctx.attempt_id, task_id=ctx.task_id)
+
+    def hold_s(self) -> float:
+        reset = self._spend.ledger().limits.latest_rate_reset_ms(self._spend.ctx.run_id)
+        return 0.0 if reset is None else max(0.0, reset / 1000 - time.time())
+
+
 class LedgerSpend(SpendTally):
-    """The worker's tally: every report lands in the ledger for this attempt as it happens."""
+    """The worker's tally: every report lands in the ledger for this attempt as it happens; its limits
+    too, unless `[fleet] fleet_backoff = false` leaves each worker to retry on its own."""
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: WorkerContext, *, fleet_backoff: bool = True) -> None:
         super().__init__()
-        self._ctx = ctx
+        self.ctx = ctx
         self._ledger: Ledger | None = None
+        self.limits = LedgerLimits(self) if fleet_backoff else None
 
-    def record(self, usd: float, input_tokens: int, output_tokens: int, steps: int) -> None:
+    def ledger(self) -> Ledger:
         if self._ledger is None:
-            self._ledger = Ledger.open(self._ctx.paths.fleet_db)
-        self._ledger.spend.add(
-            self._ctx.attempt_id, usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps
+            self._ledger = Ledger.open(self.ctx.paths.fleet_db)
+        return self._ledger
+
+    def record(
+        self, usd: float, input_tokens: int, output_tokens: int, steps: int, cached: tuple[int, int] = (0, 0)
+    ) -> None:
+        self.ledger().spend.add(
+            self.ctx.attempt_id,
+            usd,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            steps=steps,
+            cache_read_tokens=cached[0],
+            cache_write_tokens=cached[1],
         )
 
     def close(self) -> None:
@@ -71,6 +103,14 @@ def write_result(path: Path, result: PipelineResult) -> None:
     os.replace(tmp, path)
 
 
+def _fleet_backoff(ctx: WorkerContext) -> bool:
+    """`[fleet] fleet_backoff` (a config the pipeline will refuse is its to report: default here)."""
+    try:
+        return load_config(ctx.root).fleet.fleet_backoff
+    except StellaError:
+        return True
+
+
 def main() -> int:
     try:
         ctx = WorkerContext.from_env()
@@ -84,7 +124,7 @@ def main() -> int:
         f"pipeline {ctx.pipeline} in {ctx.workspace}",
         flush=True,
     )
-    spend = LedgerSpend(ctx)
+    spend = LedgerSpend(ctx, fleet_backoff=_fleet_backoff(ctx))
     try:
         result = run_task(ctx, spend)
     finally:

@@ -151,3 +151,41 @@ def test_settings_problems_are_listed_together() -> None:
 def test_model_override_wins() -> None:
     config = Config({"engine": {"model": "a", "base_url": "http://127.0.0.1:1/v1"}})
     assert load_settings(config, model="b", env={}).model == "b"
+
+
+class Told:
+    """A fleet's limit reporter, in memory: the limits told, and a hold to wait out before each call."""
+
+    def __init__(self, hold: float = 0.0) -> None:
+        self.events: list = []
+        self.hold = hold
+
+    def limit(self, event) -> None:  # type: ignore[no-untyped-def]
+        self.events.append(event)
+
+    def hold_s(self) -> float:
+        hold, self.hold = self.hold, 0.0
+        return hold
+
+
+def test_under_a_fleet_limits_are_told_the_hold_is_waited_out_and_a_usage_limit_is_not_retried() -> None:
+    from stellafleet.core.limits import LimitKind
+
+    steps = [
+        {"error": {"status": 429, "retry_after": "2"}},
+        {"text": "ok"},
+        {"error": {"status": 429, "body": "You've hit your usage limit. Try again in 2h 0m 0s."}},
+        {"text": "never"},
+    ]
+    clock, told = FakeClock(), Told(hold=1.5)
+    with ScriptedModelServer(steps) as server:
+        sent = transport(server, clock)
+        sent.limits = told
+        sent.post({})
+        with pytest.raises(EngineError) as raised:
+            sent.post({})
+        assert len(server.requests) == 3
+    assert clock.sleeps == [1.5, 2.0]  # the fleet's hold, then the Retry-After
+    assert [event.kind for event in told.events] == [LimitKind.RATE, LimitKind.USAGE]
+    assert told.events[0].status == 429 and told.events[0].reset_at_ms is not None
+    assert "usage limit reached (resets " in str(raised.value)

@@ -26,13 +26,18 @@ class RecordingSpend:
     """A SpendReporter that keeps every report (reports may come from a reader thread)."""
 
     calls: list[dict[str, Any]] = field(default_factory=list)
+    cached: list[dict[str, int]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None:
+    def add(
+        self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0, **cached: int
+    ) -> None:
+        """cached: cache_read_tokens / cache_write_tokens, kept in `cached` (passed only when some)."""
         with self._lock:
             self.calls.append(
                 {"usd": usd, "input_tokens": input_tokens, "output_tokens": output_tokens, "steps": steps}
             )
+            self.cached.append(cached)
 
     @property
     def usd(self) -> float:

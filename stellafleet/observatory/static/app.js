@@ -3,7 +3,7 @@
 // the DOM is built with createElement + textContent only; nothing is ever parsed as HTML.
 "use strict";
 
-import { badge, el, extLink, fmtDuration, fmtTime, fmtUsd, shortSha } from "./dom.js";
+import { badge, cachedText, el, extLink, fmtDuration, fmtTime, fmtUsd, shortSha } from "./dom.js";
 import { RunVisuals } from "./runviews.js";
 import { sparkline } from "./spend.js";
 
@@ -262,6 +262,7 @@ import { sparkline } from "./spend.js";
     ]));
     const rest = [wavesSection(run, data), branchesSection(data.branches), commitsSection(data.commits)];
     if (data.cleanups.length) rest.push(cleanupsSection(data.cleanups));
+    if (data.limits && data.limits.length) rest.push(limitsSection(data.limits));
     layout.rest.replaceChildren(...rest);
     visuals.render(data, Math.max(600, body.clientWidth - 8));
     performance.mark("run-rendered");
@@ -346,7 +347,7 @@ import { sparkline } from "./spend.js";
       "attempt #" + a.id,
       fmtDuration(a.duration_ms),
       fmtUsd(a.spend_usd),
-      (a.input_tokens || 0) + " in / " + (a.output_tokens || 0) + " out tokens",
+      (a.input_tokens || 0) + " in / " + (a.output_tokens || 0) + " out tokens" + cachedText(a),
       (a.steps || 0) + " steps",
     ];
     if (a.exit_code !== null && a.exit_code !== undefined) facts.push("exit " + a.exit_code);
@@ -403,6 +404,19 @@ import { sparkline } from "./spend.js";
       el("td", { text: c.message || "" }),
       el("td", { text: fmtTime(c.committed_at_ms) })))));
     return section;
+  }
+
+  // The provider limits the run's workers met, and the fleet's width as it narrowed and grew back.
+  function limitsSection(limits) {
+    return el("section", { className: "limits" }, el("h3", { text: "Provider limits" }),
+      table("limits-table", ["When", "Kind", "Task", "Source", "Resets", "Width", "What"], limits.map((l) => el("tr", null,
+        el("td", { text: fmtTime(l.at_ms) }),
+        el("td", null, badge(l.kind)),
+        el("td", { className: "mono", text: l.task_id || "" }),
+        el("td", { text: l.source }),
+        el("td", { text: l.reset_at_ms ? fmtTime(l.reset_at_ms) : "" }),
+        el("td", { text: l.concurrency === null || l.concurrency === undefined ? "" : String(l.concurrency) }),
+        el("td", { text: l.message || "" })))));
   }
 
   function cleanupsSection(cleanups) {

@@ -3,7 +3,7 @@
 // finished one's pages from the start.
 "use strict";
 
-import { badge, el, extLink, fmtDuration, fmtTime, fmtUsd, shortSha } from "./dom.js";
+import { badge, cachedText, el, extLink, fmtDuration, fmtTime, fmtUsd, shortSha } from "./dom.js";
 
 const TAIL_BYTES = 64 * 1024;
 const PAGE_BYTES = 64 * 1024;
@@ -151,7 +151,8 @@ function attemptFacts(found) {
     ["Task", task.id + (task.title ? " — " + task.title : "")],
     ["Started", fmtTime(a.started_at_ms)],
     ["Duration", fmtDuration(a.duration_ms)],
-    ["Spend", fmtUsd(a.spend_usd) + " · " + (a.input_tokens || 0) + " in / " + (a.output_tokens || 0) + " out tokens · " + (a.steps || 0) + " steps"],
+    ["Spend", fmtUsd(a.spend_usd) + " · " + (a.input_tokens || 0) + " in / " + (a.output_tokens || 0) + " out tokens" + cachedText(a) + " · " + (a.steps || 0) + " steps"],
+    ["Guard", a.guard_usd === null || a.guard_usd === undefined ? null : fmtUsd(a.guard_usd)],
     ["Node", a.node],
     ["Branch", a.branch || task.branch],
     ["Worktree", a.worktree],

@@ -3,8 +3,8 @@
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 export const STATUSES = new Set([
-  "running", "succeeded", "failed", "skipped", "pending", "interrupted", "spend_limited",
-  "green", "red", "stalled", "abandoned", "no_ci", "error", "removed", "kept",
+  "running", "succeeded", "failed", "skipped", "pending", "interrupted", "spend_limited", "usage_limited",
+  "green", "red", "stalled", "abandoned", "no_ci", "error", "removed", "kept", "rate", "usage", "concurrency",
 ]);
 
 function fill(node, props, children, asAttribute) {
@@ -80,6 +80,12 @@ export function fmtDuration(ms) {
 
 // Dollars as the terminal writes them (core/spend.py money): at least two decimals, up to four,
 // two significant digits below a hundredth of a cent ($1.50, $0.003, $0.0035, $0.000042).
+// " (cache: 1200 read, 300 written)" for an attempt with cached input tokens, else "" (as `stella runs`).
+export function cachedText(a) {
+  const read = a.cache_read_tokens || 0, written = a.cache_write_tokens || 0;
+  return read || written ? " (cache: " + read + " read, " + written + " written)" : "";
+}
+
 export function fmtUsd(x) {
   let v = Number(x || 0);
   if (!isFinite(v)) return "$?";

@@ -1,0 +1,161 @@
+"""Provider limits, in one place: what a limit event is, how one is recognised, and the fleet's width.
+
+A worker meets a limit when its model provider (or its agent CLI) answers with a rate limit (429, 529,
+"overloaded": come back in seconds) or a usage limit (a quota whose reset is hours away). The worker
+reports each one as it happens (LimitReporter: the worker's lands it in the ledger's limit_events), and
+the fleet reads them to lower how many tasks run at once and to hold new starts until the reset
+(run/limiter.py). `Width` is that arithmetic: halve on a limit, one more per task that ended without one,
+never below 1 or above the run's --max-concurrency.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Protocol
+
+# A rate limit whose reset is further away than this is a usage limit: not worth waiting in a worker.
+FAR_RESET_S = 300.0
+LIMIT_STATUSES = frozenset({429, 529})
+_USAGE_WORDS = re.compile(r"usage limit|quota|insufficient_quota|billing|limit reached|hit your limit", re.I)
+_RATE_WORDS = re.compile(r"rate.?limit|overloaded|too many requests|\b429\b|\b529\b", re.I)
+_RESET_IN = re.compile(
+    r"(?:try again|resets?|retry)\s+(?:in|after)\s+(?:(\d+(?:\.\d+)?)\s*h(?:ours?)?)?\s*"
+    r"(?:(\d+(?:\.\d+)?)\s*m(?:in(?:ute)?s?)?)?\s*(?:(\d+(?:\.\d+)?)\s*s(?:ec(?:ond)?s?)?)?",
+    re.I,
+)
+# Codex: "Try again at Dec 2nd, 2026 12:10 AM." (the machine's local time)
+_RESET_AT = re.compile(
+    r"try again at (\w{3})\w* (\d{1,2})(?:st|nd|rd|th)?,? (\d{4}),? (\d{1,2}):(\d{2})\s*([AP]M)?", re.I
+)
+_RESET_EPOCH = re.compile(r"(?:limit reached|reset(?:s|_at)?)\W{0,3}(\d{10})\b", re.I)
+
+
+class LimitKind(StrEnum):
+    RATE = "rate"  # come back in seconds: the fleet halves its width and holds starts until the reset
+    USAGE = "usage"  # a quota with a far reset: the run stops starting work (or waits: --wait-for-limits)
+    CONCURRENCY = "concurrency"  # the fleet's own row: its width changed (grew back after limits)
+
+
+@dataclass(frozen=True)
+class LimitEvent:
+    """One limit a worker met: its kind, where it came from, when it resets (epoch ms), what was said."""
+
+    kind: LimitKind
+    source: str  # engine | claude-code | codex | aider | fleet
+    status: int | None = None
+    reset_at_ms: int | None = None
+    message: str = ""
+
+    def reset_text(self) -> str:
+        """The reset for people: `resets 14:05:00 UTC` (`reset unknown` without one)."""
+        return reset_text(self.reset_at_ms)
+
+
+class LimitReporter(Protocol):
+    """Where a worker's limit events go (the worker's: the ledger), and the fleet-wide hold."""
+
+    def limit(self, event: LimitEvent) -> None: ...
+
+    def hold_s(self) -> float:
+        """Seconds until the latest rate-limit reset any worker of the run reported (0: none ahead)."""
+        ...
+
+
+def limits_of(spend: object) -> LimitReporter | None:
+    """The limit reporter a pipeline's spend reporter carries (a fleet worker's does; None otherwise)."""
+    found = getattr(spend, "limits", None)
+    return found if found is not None and hasattr(found, "limit") else None
+
+
+def reset_text(reset_at_ms: int | None) -> str:
+    if reset_at_ms is None:
+        return "reset unknown"
+    when = datetime.fromtimestamp(reset_at_ms / 1000, UTC)
+    return f"resets {when:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def kind_of(status: int | None, retry_after_s: float | None, text: str) -> LimitKind | None:
+    """The limit an answer means (None: it is no limit): a usage limit when it says so or its reset is
+    far; a rate limit on 429/529, an `overloaded` answer or rate-limit words."""
+    far = retry_after_s is not None and retry_after_s > FAR_RESET_S
+    if (_USAGE_WORDS.search(text) and (status in LIMIT_STATUSES or status is None)) or far:
+        return LimitKind.USAGE
+    if status in LIMIT_STATUSES or (status in (None, 503) and _RATE_WORDS.search(text)):
+        return LimitKind.RATE
+    return None
+
+
+def from_http(
+    status: int | None,
+    retry_after_s: float | None,
+    text: str,
+    *,
+    source: str = "engine",
+    now_wall: float | None = None,
+) -> LimitEvent | None:
+    """The limit event an HTTP answer (or a CLI's report of one) is (None: not a limit)."""
+    kind = kind_of(status, retry_after_s, text)
+    if kind is None:
+        return None
+    now = time.time() if now_wall is None else now_wall
+    seconds = retry_after_s if retry_after_s is not None else reset_in_text(text)
+    reset = None if seconds is None else int((now + seconds) * 1000)
+    return LimitEvent(kind, source, status, reset, " ".join(text.split())[:300])
+
+
+def reset_in_text(text: str, now_wall: float | None = None) -> float | None:
+    """Seconds to a reset a CLI's message names: `try again in 2h 5m`, `resets in 30s`, or an epoch
+    timestamp (`limit reached|1767225600`); None when it names none."""
+    now = time.time() if now_wall is None else now_wall
+    epoch = _RESET_EPOCH.search(text)
+    if epoch:
+        return max(0.0, float(epoch.group(1)) - now)
+    at = _RESET_AT.search(text)
+    if at:
+        month, day, year, hour, minute, half = at.groups()
+        hour_24 = int(hour) % 12 + (12 if (half or "").upper() == "PM" else 0) if half else int(hour)
+        try:
+            when = datetime.strptime(f"{month[:3]} {day} {year} {hour_24}:{minute}", "%b %d %Y %H:%M")
+        except ValueError:
+            return None
+        return max(0.0, when.timestamp() - now)  # naive: the local time the CLI wrote it in
+    match = _RESET_IN.search(text)
+    if match and any(match.groups()):
+        hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+        return hours * 3600 + minutes * 60 + seconds
+    return None
+
+
+def from_text(text: str, *, source: str, now_wall: float | None = None) -> LimitEvent | None:
+    """The limit event an agent CLI's message tells of (None: it tells of none)."""
+    kind = kind_of(None, None, text)
+    if kind is None:
+        return None
+    now = time.time() if now_wall is None else now_wall
+    seconds = reset_in_text(text, now)
+    if kind is LimitKind.RATE and seconds is not None and seconds > FAR_RESET_S:
+        kind = LimitKind.USAGE
+    reset = None if seconds is None else int((now + seconds) * 1000)
+    return LimitEvent(kind, source, None, reset, " ".join(text.split())[:300])
+
+
+class Width:
+    """How many tasks a run starts at once under provider limits: halve on a limit event, grow by one
+    after each task that finished without one, never below 1 or above `ceiling`. Not thread-safe on its
+    own (run/limiter.py holds a lock around it)."""
+
+    def __init__(self, ceiling: int) -> None:
+        self.ceiling = max(1, ceiling)
+        self.value = self.ceiling
+
+    def lower(self) -> int:
+        self.value = max(1, self.value // 2)
+        return self.value
+
+    def grow(self) -> int:
+        self.value = min(self.ceiling, self.value + 1)
+        return self.value

@@ -1,0 +1,218 @@
+"""`stella fleet --plan FILE --estimate`: what a run will likely cost and take, before anything runs.
+
+Each task's figures come from the ledger's finished attempts: the same task (id, prompt and pipeline)
+where it has run, else tasks of the same pipeline and model; each figure is a range (the median and the
+90th percentile) and says how many attempts it rests on. The run's total adds the tasks up; its wall time
+plays the tasks' durations through the chosen schedule (waves, or eager with the run's width). With
+`--spend-limit` it says whether the limit likely stops the run and at which task. A task with no history
+has no figures (it is named, never guessed), and a plan none of whose tasks has any says so.
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+from dataclasses import dataclass
+from typing import IO, Any
+
+from stellafleet.core import jsontext
+from stellafleet.core.spend import money, spend_range, total_spend, where_limit_stops
+from stellafleet.plan.model import Plan
+from stellafleet.run.eager import start_order
+from stellafleet.run.prepare import Prepared
+from stellafleet.state.ledger import Ledger
+from stellafleet.state.ledger_history import Past
+
+SAME_TASK = "the same task"
+SAME_KIND = "tasks of the same pipeline and model"
+
+
+@dataclass(frozen=True)
+class TaskEstimate:
+    task_id: str
+    pipeline: str
+    model: str | None
+    basis: str | None  # SAME_TASK, SAME_KIND, or None: never run
+    attempts: int
+    usd: tuple[float, float] | None  # (median, 90th percentile)
+    seconds: tuple[float, float] | None
+
+    def to_json(self) -> dict[str, Any]:
+        def pair(value: tuple[float, float] | None) -> dict[str, float] | None:
+            return None if value is None else {"median": value[0], "p90": value[1]}
+
+        return {
+            "task": self.task_id,
+            "pipeline": self.pipeline,
+            "model": self.model,
+            "basis": self.basis,
+            "attempts": self.attempts,
+            "spend_usd": pair(self.usd),
+            "duration_s": pair(self.seconds),
+        }
+
+
+def _range(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[max(0, -(-9 * len(ordered) // 10) - 1)]
+
+
+def task_estimate(
+    ledger: Ledger, task_id: str, prompt: str, pipeline: str, model: str | None
+) -> TaskEstimate:
+    past: list[Past] = ledger.history.same_task(task_id, prompt, pipeline)
+    basis: str | None = SAME_TASK
+    if not past:
+        past, basis = ledger.history.same_kind(pipeline, model), SAME_KIND
+    if not past:
+        return TaskEstimate(task_id, pipeline, model, None, 0, None, None)
+    usd = spend_range(p.usd for p in past)
+    return TaskEstimate(task_id, pipeline, model, basis, len(past), usd, _range([p.seconds for p in past]))
+
+
+def play(plan: Plan, seconds: dict[str, float], width: int, schedule: str) -> tuple[float, list[str]]:
+    """(wall time, start order) of the plan with these durations through the schedule at this width."""
+    if schedule == "waves":
+        waves = plan.waves(width)
+        return sum(max((seconds[t] for t in wave), default=0.0) for wave in waves), [
+            t for w in waves for t in w
+        ]
+    rank = start_order(plan, seconds)
+    waiting = {task.id: set(task.depends_on) for task in plan.tasks}
+    running: list[tuple[float, str]] = []
+    now, order = 0.0, []
+    while waiting or running:
+        ready = sorted((t for t, deps in waiting.items() if not deps), key=rank.__getitem__)
+        for task_id in ready[: max(0, width - len(running))]:
+            del waiting[task_id]
+            order.append(task_id)
+            heapq.heappush(running, (now + seconds[task_id], task_id))
+        if not running:
+            break  # what is left waits on nothing that runs: cannot happen in a checked plan
+        now, done = heapq.heappop(running)
+        for deps in waiting.values():
+            deps.discard(done)
+    return now, order
+
+
+@dataclass(frozen=True)
+class Estimate:
+    plan: str
+    schedule: str
+    concurrency: int
+    tasks: list[TaskEstimate]
+    wall_s: tuple[float, float]
+    spend_limit: float | None
+    stops_at: tuple[str | None, str | None]  # (at the median, at the 90th percentile)
+
+    @property
+    def known(self) -> list[TaskEstimate]:
+        return [task for task in self.tasks if task.basis is not None]
+
+    def total_usd(self) -> tuple[float, float]:
+        return total_spend([t.usd for t in self.known if t.usd is not None])
+
+    def to_json(self) -> dict[str, Any]:
+        total = self.total_usd()
+        return {
+            "plan": self.plan,
+            "schedule": self.schedule,
+            "max_concurrency": self.concurrency,
+            "history": bool(self.known),
+            "tasks": [task.to_json() for task in self.tasks],
+            "without_history": [task.task_id for task in self.tasks if task.basis is None],
+            "total_spend_usd": {"median": total[0], "p90": total[1]} if self.known else None,
+            "wall_time_s": {"median": self.wall_s[0], "p90": self.wall_s[1]} if self.known else None,
+            "spend_limit_usd": self.spend_limit,
+            "likely_stops_at": {"median": self.stops_at[0], "p90": self.stops_at[1]}
+            if self.spend_limit is not None and self.known
+            else None,
+        }
+
+
+def estimate(prepared: Prepared, ledger: Ledger) -> Estimate:
+    """The estimate of the prepared run from the ledger's history (nothing is written)."""
+    p = prepared
+    tasks = [
+        task_estimate(ledger, t.id, t.prompt, t.pipeline or p.default_pipeline, t.model or p.default_model)
+        for t in p.plan.tasks
+    ]
+    width = p.concurrency.value
+    walls, orders = [], []
+    for index in (0, 1):  # the median, then the 90th percentile
+        seconds = {t.task_id: t.seconds[index] if t.seconds else 0.0 for t in tasks}
+        wall, order = play(p.plan, seconds, width, p.schedule)
+        walls.append(wall)
+        orders.append(order)
+    stops: list[str | None] = [None, None]
+    if p.spend_limit is not None:
+        by_id = {t.task_id: t for t in tasks}
+        for index in (0, 1):
+            expected = [(tid, u[index]) for tid in orders[index] if (u := by_id[tid].usd) is not None]
+            stops[index] = where_limit_stops(expected, p.spend_limit)
+    source = str(p.plan_path) if p.plan_path else "the prompts"
+    return Estimate(
+        source, p.schedule, width, tasks, (walls[0], walls[1]), p.spend_limit, (stops[0], stops[1])
+    )
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}{'s' if count != 1 else ''}"
+
+
+def seconds_text(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def print_estimate(found: Estimate, *, json_mode: bool, stream: IO[str]) -> None:
+    """The estimate as JSON or as text."""
+    if json_mode:
+        stream.write(jsontext.dumps(found.to_json()) + "\n")
+        return
+    for line in estimate_lines(found):
+        stream.write(line + "\n")
+
+
+def estimate_lines(found: Estimate) -> list[str]:
+    shape = f"{len(found.tasks)} tasks, {found.schedule}, max concurrency {found.concurrency}"
+    head = f"estimate for {found.plan}: {shape}"
+    if not found.known:
+        return [
+            head,
+            "no estimate: none of these tasks, nor any task of the same pipeline and model, has run before "
+            "(the ledger has no history to estimate from); nothing is guessed",
+        ]
+    lines = [head + ", from the ledger's history (median / 90th percentile):"]
+    for t in found.tasks:
+        if t.usd is None or t.seconds is None:
+            lines.append(f"  {t.task_id}: no history ({t.pipeline}, model {t.model or 'default'}): left out")
+            continue
+        lines.append(
+            f"  {t.task_id}: {money(t.usd[0])} / {money(t.usd[1])}, {seconds_text(t.seconds[0])} / "
+            f"{seconds_text(t.seconds[1])}  (from {t.basis}: {plural(t.attempts, 'attempt')})"
+        )
+    total = found.total_usd()
+    missing = len(found.tasks) - len(found.known)
+    left_out = f" ({missing} task{'s' if missing != 1 else ''} without history left out)" if missing else ""
+    lines.append(f"total: {money(total[0])} / {money(total[1])}{left_out}")
+    lines.append(
+        f"wall time: {seconds_text(found.wall_s[0])} / {seconds_text(found.wall_s[1])}"
+        f" through the {found.schedule} schedule"
+    )
+    if found.spend_limit is not None:
+        median, p90 = found.stops_at
+        limit = money(found.spend_limit)
+        if median is None and p90 is None:
+            lines.append(f"spend limit {limit}: likely not reached")
+        elif median is None:
+            lines.append(
+                f"spend limit {limit}: not reached at the median; at the 90th percentile it stops at {p90}"
+            )
+        else:
+            lines.append(
+                f"spend limit {limit}: likely stops the run at task {median} (90th percentile: at {p90})"
+            )
+    return lines

@@ -1,0 +1,154 @@
+"""The fleet's side of provider limits: how many tasks may start now, and when.
+
+Workers write each limit they meet to the ledger's limit_events as it happens (worker/main.py); the
+Limiter reads the rows it has not seen yet each time the runner is about to start work, and so lowers the
+run's width (halved on each rate limit, one more after each task that ended without one: core/limits.py's
+Width), holds new starts until the latest reset it was told, and on a usage limit either stops the run
+(the tasks not started end skipped with the reset time, exit 3, `--resume` continues) or, with
+`--wait-for-limits`, waits for the reset. Each change is a `concurrency` row in the ledger and a notice in
+the live display. Running workers are never stopped for a limit. The runner (waves.py) consults it
+through `width()`, `hold_s()` and `stop()`; the dispatcher tells it each attempt that ended.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from stellafleet.core.clock import Clock, SystemClock
+from stellafleet.core.limits import LimitEvent, LimitKind, Width, reset_text
+from stellafleet.core.status import Stop, StopReason
+from stellafleet.run.events import Emit, Notice
+from stellafleet.state.ledger import Ledger
+
+
+@dataclass(frozen=True)
+class LimitPolicy:
+    """What a run does on a usage limit: wait for its reset (up to max_wait seconds) or stop."""
+
+    wait: bool = False
+    max_wait: float = 21600.0
+
+
+class Limiter:
+    """A run's width and hold under provider limits; thread-safe (dispatch threads and the runner)."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        run_id: str,
+        ceiling: int,
+        *,
+        policy: LimitPolicy = LimitPolicy(),
+        emit: Emit | None = None,
+        clock: Clock | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.ledger, self.run_id, self.policy = ledger, run_id, policy
+        self.width_now = Width(ceiling)
+        self.emit: Emit = emit or (lambda event: None)
+        self.clock = clock or SystemClock()
+        self.wall = wall
+        self._seen = 0  # the last limit_events row read
+        self._hold_until_ms = 0
+        self._stop: Stop | None = None
+        self._lock = threading.RLock()
+
+    # --- what the runner asks ---
+
+    def width(self) -> int:
+        """How many tasks may run at once now."""
+        self.poll()
+        return self.width_now.value
+
+    def hold_s(self) -> float:
+        """Seconds until new tasks may start (0: now)."""
+        self.poll()
+        with self._lock:
+            return max(0.0, self._hold_until_ms / 1000 - self.wall())
+
+    def stop(self) -> Stop | None:
+        """The usage limit that stops the run (None: none)."""
+        self.poll()
+        return self._stop
+
+    def wait(self, seconds: float) -> None:
+        """Wait (through the clock) while starts are held."""
+        self.clock.sleep(max(0.0, seconds))
+
+    # --- what the dispatcher tells ---
+
+    def attempt_ended(self, attempt_id: int) -> list[dict[str, Any]]:
+        """An attempt ended: without a limit the width grows by one. The limit rows it wrote."""
+        self.poll()
+        rows = self.ledger.limits.of_attempt(attempt_id)
+        if not rows:
+            with self._lock:
+                before = self.width_now.value
+                after = self.width_now.grow()
+            if after != before:
+                self._record(f"grew to {after} after a task ended without a limit", after)
+        return rows
+
+    def wait_out_hold(self) -> None:
+        """Wait until new starts are no longer held (a rate limit's reset)."""
+        hold = self.hold_s()
+        if hold > 0:
+            self.wait(hold)
+
+    def wait_for_reset(self, usage: dict[str, Any]) -> bool:
+        """Under --wait-for-limits, wait until a usage limit's reset (True: waited, run it again);
+        False: the run stops for it instead."""
+        reset_ms = usage.get("reset_at_ms")
+        left = None if reset_ms is None else reset_ms / 1000 - self.wall()
+        if not self.policy.wait or left is None or left > self.policy.max_wait:
+            return False
+        self.wait(left)
+        return True
+
+    def usage_stop(self, usage: dict[str, Any]) -> Stop:
+        """The stop a usage limit makes: `usage limit reached (resets ... UTC): <what was said>`."""
+        text = f"{StopReason.USAGE_LIMIT} ({reset_text(usage.get('reset_at_ms'))})"
+        if usage.get("message"):
+            text += f": {usage['message'][:160]}"
+        return Stop(StopReason.USAGE_LIMIT, text)
+
+    # --- reading the ledger ---
+
+    def poll(self) -> None:
+        """Take in the limit rows workers wrote since the last look."""
+        with self._lock:
+            rows = self.ledger.limits.after(self.run_id, self._seen)
+            for row in rows:
+                self._seen = max(self._seen, int(row["id"]))
+                self._take(row)
+
+    def _take(self, row: dict[str, Any]) -> None:
+        reset = row.get("reset_at_ms")
+        task = row.get("task_id") or "?"
+        if row["kind"] == LimitKind.USAGE:
+            self._usage(row, reset)
+            return
+        before, after = self.width_now.value, self.width_now.lower()
+        if reset is not None:
+            self._hold_until_ms = max(self._hold_until_ms, int(reset))
+        change = f"halved to {after} (was {before})" if after != before else f"kept at {after}"
+        why = f"{change} after a rate limit in task {task} ({reset_text(reset)})"
+        self._record(why, after)
+
+    def _usage(self, row: dict[str, Any], reset: int | None) -> None:
+        left = None if reset is None else reset / 1000 - self.wall()
+        if self.policy.wait and left is not None and left <= self.policy.max_wait:
+            self._hold_until_ms = max(self._hold_until_ms, int(reset or 0))
+            self._record(f"waiting for a usage limit's reset ({reset_text(reset)})", self.width_now.value)
+        elif self._stop is None:
+            self._stop = self.usage_stop(row)
+            self._record(f"{self._stop}: starting nothing more", self.width_now.value)
+
+    def _record(self, why: str, width: int) -> None:
+        event = LimitEvent(LimitKind.CONCURRENCY, "fleet", message=why)
+        self.ledger.limits.add(self.run_id, event, concurrency=width)
+        self.emit(Notice(f"provider limits: {why}"))

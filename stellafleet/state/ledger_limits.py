@@ -1,0 +1,83 @@
+"""The ledger's `limit_events` table: every provider limit a run's workers met, and the fleet's width.
+
+A worker writes a row as it meets a limit (a rate limit or a usage limit, with the reset it was told);
+the fleet reads the rows it has not seen yet (after), and writes its own `concurrency` rows when its
+width changes, so the ledger shows the width drop and recover.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from stellafleet.core.limits import LimitEvent, LimitKind
+from stellafleet.state.sqlitefile import Database
+
+
+class Limits:
+    """The limit_events table."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def add(
+        self,
+        run_id: str,
+        event: LimitEvent,
+        *,
+        attempt_id: int | None = None,
+        task_id: str | None = None,
+        concurrency: int | None = None,
+    ) -> int:
+        """One limit row (an attempt's, or the fleet's own with its width); its id."""
+        with self._db.write() as conn:
+            cursor = conn.execute(
+                "INSERT INTO limit_events (run_id, attempt_id, task_id, at_ms, source, kind, status,"
+                " reset_at_ms, message, concurrency) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    attempt_id,
+                    task_id,
+                    self._db.now_ms(),
+                    event.source,
+                    str(event.kind),
+                    event.status,
+                    event.reset_at_ms,
+                    event.message,
+                    concurrency,
+                ),
+            )
+        assert cursor.lastrowid is not None
+        return int(cursor.lastrowid)
+
+    def of_attempt(self, attempt_id: int) -> list[dict[str, Any]]:
+        """An attempt's limit rows, oldest first."""
+        return self._db.rows("SELECT * FROM limit_events WHERE attempt_id = ? ORDER BY id", (attempt_id,))
+
+    def after(self, run_id: str, after_id: int) -> list[dict[str, Any]]:
+        """The run's limit rows its workers wrote past row id after_id (the fleet's own rows left out)."""
+        return self._db.rows(
+            "SELECT * FROM limit_events WHERE run_id = ? AND id > ? AND kind != ? ORDER BY id",
+            (run_id, after_id, str(LimitKind.CONCURRENCY)),
+        )
+
+    def of_run(self, run_id: str) -> list[dict[str, Any]]:
+        """Every limit row of the run, the fleet's width changes included, oldest first."""
+        return self._db.rows("SELECT * FROM limit_events WHERE run_id = ? ORDER BY id", (run_id,))
+
+    def latest_rate_reset_ms(self, run_id: str) -> int | None:
+        """The furthest reset of the run's rate limits (epoch ms; None: none reported)."""
+        rows = self._db.read(
+            "SELECT max(reset_at_ms) FROM limit_events WHERE run_id = ? AND kind = ?",
+            (run_id, str(LimitKind.RATE)),
+        )
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def counts(self, run_ids: list[str]) -> dict[str, int]:
+        """run id -> how many limits its workers met (runs without any left out)."""
+        rows = self._db.read(
+            "SELECT run_id, count(*) FROM limit_events WHERE run_id IN (SELECT value FROM json_each(?))"
+            " AND kind != ? GROUP BY run_id",
+            (json.dumps(run_ids), str(LimitKind.CONCURRENCY)),
+        )
+        return {str(row[0]): int(row[1]) for row in rows}
