@@ -272,7 +272,11 @@ def _ci_text(ci: dict[str, Any]) -> str:
 def _print_task(console: Console, task: dict[str, Any]) -> None:
     out = console.print
     rest = f"  {task.get('isolation') or 'shared'}  {single_line(task.get('title') or '')}"
-    out(styled(f"  {task['id']}  ", in_colour(task["status"], task["status"]), rest))
+    if task.get("expands"):
+        rest += "  (expands at run time)"
+    emitted = f"emitted by {task['parent']}: " if task.get("parent") else ""
+    indent = "  " * (1 + (task.get("depth") or 0))
+    out(styled(f"{indent}{emitted}{task['id']}  ", in_colour(task["status"], task["status"]), rest))
     if task.get("reason"):
         out(styled((f"    reason: {single_line(task['reason'])}", "yellow")))
     if task.get("branch"):

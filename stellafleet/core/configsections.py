@@ -46,6 +46,8 @@ class FleetConfig:
     stop_grace: float = 5.0
     schedule: str = "waves"  # "waves" or "eager" (--schedule wins)
     idle_timeout: float = 900.0  # seconds without CPU time, output or spend before a worker is stopped
+    max_emitted_tasks: int = 500  # tasks all expanding tasks of one run may add (plan/fragment.py)
+    max_expand_depth: int = 3  # levels of emitted tasks below a plan task
 
 
 @dataclass(frozen=True)

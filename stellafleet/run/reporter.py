@@ -26,6 +26,7 @@ from stellafleet.run.events import (
     EventSink,
     Notice,
     RunStarted,
+    TasksEmitted,
     TaskSkipped,
     WaveStarted,
 )
@@ -146,6 +147,10 @@ class PlainReporter(EventSink):
 
     def on_notice(self, event: Notice) -> None:
         self._say(("stella fleet:", "bold yellow"), f" {event.text}", always=True)
+
+    def on_tasks_emitted(self, event: TasksEmitted) -> None:
+        shown = ", ".join(event.tasks[:8]) + (", ..." if len(event.tasks) > 8 else "")
+        self._say(f"  {event.parent} emitted {counted(len(event.tasks), 'task')}: {shown}")
 
     def _table(self, rows: list[tuple[str, ...]]) -> None:
         for line in ["", *aligned(rows), ""]:
