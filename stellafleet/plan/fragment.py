@@ -11,14 +11,16 @@ theirs, which have all succeeded when it emits) by its full id; the fragment's o
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from stellafleet.core.errors import PlanError
 from stellafleet.plan.files import read_fragment_file
-from stellafleet.plan.model import PlanTask, plan_from_data
+from stellafleet.plan.model import PlanTask, normalise_claim, plan_from_data
 
 
 @dataclass(frozen=True)
@@ -44,11 +46,45 @@ def load_fragment(path: Path, emitter: PlanTask, rules: FragmentRules) -> tuple[
     read = read_fragment_file(path, name)
     if read is None or (isinstance(read.data, dict) and read.data.get("tasks") == []):
         return ()
-    plan = plan_from_data(read.data, source=name, table_word=read.table_word, outside=rules.visible)
-    problems = claim_overlaps(name, plan.tasks) + _limit_problems(name, plan.tasks, rules)
-    if problems:
-        raise PlanError(problems)
+    # checked on the tasks as written, so they are reported with the plan checks' problems too
+    loose = _loose_tasks(read.data)
+    extra = claim_overlaps(name, loose) + _limit_problems(name, loose, rules)
+    try:
+        plan = plan_from_data(read.data, source=name, table_word=read.table_word, outside=rules.visible)
+    except PlanError as exc:
+        raise PlanError(exc.problems + extra) from None
+    if extra:
+        raise PlanError(extra)
     return rename(emitter.id, plan.tasks)
+
+
+def _loose_tasks(data: Any) -> list[PlanTask]:
+    """The fragment's tasks as far as they can be read whatever else is wrong with them: those with a
+    string id, their string dependencies and the claims that name a file inside the workspace."""
+    raw_tasks = data.get("tasks") if isinstance(data, dict) else None
+    defaults = data.get("defaults") if isinstance(data, dict) else None
+    isolation = defaults.get("isolation", "shared") if isinstance(defaults, dict) else "shared"
+    tasks = []
+    for raw in raw_tasks if isinstance(raw_tasks, list) else []:
+        if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
+            continue
+        claims = []
+        for claim in raw.get("claims") if isinstance(raw.get("claims"), list) else []:
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                claims.append(normalise_claim(claim))
+        deps = raw.get("depends_on") if isinstance(raw.get("depends_on"), list) else []
+        tasks.append(
+            PlanTask(
+                id=raw["id"],
+                prompt="",
+                title="",
+                depends_on=tuple(dep for dep in deps if isinstance(dep, str)),
+                claims=tuple(dict.fromkeys(claims)),
+                isolation=raw.get("isolation", isolation),
+                expands=raw.get("expands") is True,
+            )
+        )
+    return tasks
 
 
 def rename(emitter: str, tasks: Sequence[PlanTask]) -> tuple[PlanTask, ...]:

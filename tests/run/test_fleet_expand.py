@@ -5,11 +5,16 @@ pipeline)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from helpers.fleet import Scripts, by_id, run_record, write_config
+from helpers.fleet import Scripts, by_id, run_record, wait_for, write_config
 from helpers.repo import StellaRunner
+from helpers.spawn import ended_within
 
 PLAN = """\
 [[tasks]]
@@ -35,6 +40,9 @@ def say(what):
     with log.open("a") as stream:
         stream.write(f"{what} {TASK}\\n")
 say("start")
+if TASK == os.environ.get("GATED"):  # holds until the test opens the gate
+    Path(os.environ["GATE"] + ".pid").write_text(str(os.getpid()))
+    wait_file(os.environ["GATE"], timeout=120)
 if os.environ.get("STELLA_PLAN_OUT") and TASK in json.loads(os.environ.get("EMITTERS", '["split"]')):
     fragment = Path(os.environ["FRAGMENTS"], TASK).read_text()
     Path(os.environ["STELLA_PLAN_OUT"]).write_text(fragment)
@@ -44,14 +52,14 @@ report(summary=f"{TASK} done")
 """
 
 
-def twenty_modules() -> str:
-    """m01..m20: m(i) depends on m(i-1) when i is not a multiple of 5 plus one (four chains of five), the
-    first of each chain on the plan's `survey` (a task the emitter could see); the last one on all."""
-    lines = ["[defaults]", 'timeout = 60', ""]
-    for number in range(1, 21):
+def twenty_modules(count: int = 20) -> str:
+    """m01..m20: m(i) depends on m(i-1) when i is not a multiple of 5 plus one (chains of five), the first
+    of each chain on the plan's `survey` (a task the emitter could see); the last one on every chain's."""
+    lines = ["[defaults]", "timeout = 60", ""]
+    for number in range(1, count + 1):
         deps = [f"m{number - 1:02d}"] if number % 5 != 1 else ["survey"]
-        if number == 20:
-            deps = [f"m{n:02d}" for n in (5, 10, 15, 19)]
+        if number == count:
+            deps = [f"m{n:02d}" for n in sorted({*range(5, count, 5), count - 1})]
         lines += [
             "[[tasks]]",
             f'id = "m{number:02d}"',
@@ -97,7 +105,8 @@ def test_an_emitter_adds_twenty_tasks_that_run_in_order_behind_it_as_a_barrier(
     at = {(what, task): position for position, (what, task) in enumerate(log)}
     emitted = [f"split.m{n:02d}" for n in range(1, 21)]
     # every task ran exactly once
-    assert sorted(task for what, task in log if what == "end") == sorted(["survey", "split", "integrate", *emitted])
+    ended = sorted(task for what, task in log if what == "end")
+    assert ended == sorted(["survey", "split", "integrate", *emitted])
     record = run_record(git_repo)
     tasks = by_id(record["tasks"])
     for task_id in emitted:
@@ -122,3 +131,172 @@ def test_an_emitter_adds_twenty_tasks_that_run_in_order_behind_it_as_a_barrier(
     assert order == ["survey", "split", *emitted, "integrate"]
     shown = by_id(doc["tasks"])
     assert shown["split"]["expands"] is True and shown["split.m07"]["parent"] == "split"
+
+
+BROKEN = """\
+[[tasks]]
+id = "a"
+prompt = "one"
+depends_on = ["b"]
+claims = ["src/shared.py"]
+
+[[tasks]]
+id = "b"
+prompt = "two"
+depends_on = ["a"]
+
+[[tasks]]
+id = "c"
+prompt = "three"
+depends_on = ["nowhere"]
+claims = ["src/shared.py"]
+
+[[tasks]]
+id = "c"
+prompt = "three again"
+
+[[tasks]]
+id = "d"
+prompt = "four"
+claims = ["src/shared.py"]
+"""
+
+SMALL = """\
+[[tasks]]
+id = "split"
+prompt = "emit"
+expands = true
+
+[[tasks]]
+id = "integrate"
+prompt = "after"
+depends_on = ["split"]
+"""
+
+
+def test_an_invalid_fragment_fails_its_emitter_with_every_problem_and_runs_none_of_it(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner, monkeypatch
+) -> None:
+    plan = _setup(tmp_path, git_repo, monkeypatch, {"split": BROKEN}, plan=SMALL)
+    done = stella("fleet", "--plan", str(plan), "--pipeline", "command", "--json", cwd=git_repo)
+    assert done.returncode != 0
+    record = run_record(git_repo)
+    tasks = by_id(record["tasks"])
+    assert sorted(tasks) == ["integrate", "split"]  # nothing of the fragment was added
+    assert [task for what, task in _log(tmp_path) if what == "start"] == ["split"]
+    split = tasks["split"]
+    assert split["status"] == "failed" and split["fragment_path"] is None
+    reason = split["reason"]
+    assert reason.startswith("its plan fragment was refused (")
+    for problem in (
+        'fragment of "split": dependency cycle: a -> b -> a',
+        'fragment of "split": task #3 ("c"): depends_on: unknown task "nowhere"',
+        'fragment of "split": task #4: id: duplicate id "c" (task #3 has it too)',
+        'fragment of "split": task "d": claims: "src/shared.py" is claimed by task "a" too, and they may run',
+    ):
+        assert problem in reason, (problem, reason)
+    assert tasks["integrate"]["status"] == "skipped"
+    assert tasks["integrate"]["reason"] == "dependency failed: split"
+
+
+def test_the_cap_on_emitted_tasks_refuses_a_fragment_with_a_clear_line(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner, monkeypatch
+) -> None:
+    plan = _setup(tmp_path, git_repo, monkeypatch, {"split": twenty_modules()})
+    config = git_repo / ".stella" / "config.toml"
+    config.write_text(config.read_text() + "\n[fleet]\nmax_emitted_tasks = 12\n")
+    done = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    assert done.returncode != 0
+    split = by_id(run_record(git_repo)["tasks"])["split"]
+    assert split["reason"] == (
+        'its plan fragment was refused: fragment of "split": emits 20 tasks, more than the 12 the run may '
+        "still add ([fleet] max_emitted_tasks = 12, 0 emitted so far); emit fewer tasks or raise the limit"
+    )
+    assert "emits 20 tasks, more than the 12" in done.stdout + done.stderr
+
+
+NESTED = """\
+[[tasks]]
+id = "sub"
+prompt = "split further"
+expands = true
+
+[[tasks]]
+id = "after"
+prompt = "after the sub-split"
+depends_on = ["sub"]
+"""
+
+DEEPER = """\
+[[tasks]]
+id = "leaf"
+prompt = "a leaf"
+expands = true
+"""
+
+
+def test_an_emitted_task_expands_in_turn_up_to_the_depth_limit(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner, monkeypatch
+) -> None:
+    fragments = {"split": NESTED, "split.sub": DEEPER}
+    plan = _setup(tmp_path, git_repo, monkeypatch, fragments, plan=SMALL)
+    config = git_repo / ".stella" / "config.toml"
+    config.write_text(config.read_text() + "\n[fleet]\nmax_expand_depth = 2\n")
+    done = stella("fleet", "--plan", str(plan), "--pipeline", "command", "--json", cwd=git_repo)
+    assert done.returncode != 0
+    tasks = by_id(run_record(git_repo)["tasks"])
+    # split (a plan task) emitted sub, which expands too: one level down may; two levels down may not
+    assert tasks["split.sub"]["parent_id"] == "split" and tasks["split.sub"]["expands"] == 1
+    assert tasks["split.sub"]["reason"] == (
+        'its plan fragment was refused: fragment of "split.sub": task "leaf": expands: an emitted task 2 '
+        "levels down may not expand ([fleet] max_expand_depth = 2); do its work in it, or raise the limit"
+    )
+    assert "split.sub.leaf" not in tasks
+    assert tasks["split.after"]["reason"] == "dependency failed: split.sub"
+    assert tasks["integrate"]["reason"] == "dependency failed: split.sub"
+    assert [task for what, task in _log(tmp_path) if what == "start"] == ["split", "split.sub"]
+
+
+def test_resume_after_the_fleet_is_killed_mid_expansion_runs_each_emitted_task_exactly_once(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner, monkeypatch
+) -> None:
+    plan = _setup(tmp_path, git_repo, monkeypatch, {"split": twenty_modules(6)})
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("GATED", "split.m03")
+    monkeypatch.setenv("GATE", str(gate))
+    # one at a time: the gated task is the only one running when the fleet dies (a worker that is busy then
+    # may finish its work before it notices its fleet is gone, unrecorded, and would run again)
+    args = ["fleet", "--pipeline", "command", "--max-concurrency", "1"]
+    fleet = subprocess.Popen(
+        [sys.executable, "-m", "stellafleet", *args, "--plan", str(plan)],
+        cwd=git_repo, env=dict(os.environ),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(Path(f"{gate}.pid"), timeout=120)
+        fleet.send_signal(signal.SIGKILL)  # some emitted tasks done, one held, the rest not started
+        fleet.wait(timeout=30)
+    finally:
+        if fleet.poll() is None:
+            fleet.kill()
+            fleet.wait()
+    first = run_record(git_repo)
+    ended_before = {task for what, task in _log(tmp_path) if what == "end"}
+    assert ended_before == {"survey", "split", "split.m01", "split.m02"}
+    assert len(by_id(first["tasks"])) == 9  # the emitted tasks were recorded under their parent
+    held = int(Path(f"{gate}.pid").read_text())
+    assert ended_within(held, 15), "the held worker outlived its killed fleet"
+
+    gate.write_text("open")
+    second = stella(*args, "--resume", "latest", cwd=git_repo)
+    assert second.returncode == 0, second.stdout + second.stderr
+    ends = [task for what, task in _log(tmp_path) if what == "end"]
+    emitted = [f"split.m{n:02d}" for n in range(1, 7)]
+    assert sorted(ends) == sorted(["survey", "split", "integrate", *emitted])  # each exactly once
+    after = run_record(git_repo)
+    tasks = by_id(after["tasks"])
+    assert all(tasks[task_id]["status"] == "succeeded" for task_id in ["split", "integrate", *emitted])
+    assert all(tasks[task_id]["parent_id"] == "split" for task_id in emitted)
+    rerun = sorted(attempt["task_id"] for attempt in after["attempts"])
+    assert rerun == sorted(set(emitted) - ended_before | {"integrate"})
+    assert tasks["split"]["reason"] == f"succeeded in run {first['run']['id']}"
