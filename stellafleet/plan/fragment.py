@@ -69,10 +69,11 @@ def _loose_tasks(data: Any) -> list[PlanTask]:
         if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
             continue
         claims = []
-        for claim in raw.get("claims") if isinstance(raw.get("claims"), list) else []:
+        listed: list[Any] = raw["claims"] if isinstance(raw.get("claims"), list) else []
+        for claim in listed:
             with contextlib.suppress(ValueError, TypeError, AttributeError):
                 claims.append(normalise_claim(claim))
-        deps = raw.get("depends_on") if isinstance(raw.get("depends_on"), list) else []
+        deps: list[Any] = raw["depends_on"] if isinstance(raw.get("depends_on"), list) else []
         tasks.append(
             PlanTask(
                 id=raw["id"],
@@ -80,7 +81,7 @@ def _loose_tasks(data: Any) -> list[PlanTask]:
                 title="",
                 depends_on=tuple(dep for dep in deps if isinstance(dep, str)),
                 claims=tuple(dict.fromkeys(claims)),
-                isolation=raw.get("isolation", isolation),
+                isolation=str(raw.get("isolation", isolation)),
                 expands=raw.get("expands") is True,
             )
         )
