@@ -88,7 +88,7 @@ def test_the_engine_emits_tasks_with_its_tool_and_the_fleet_runs_them(repo: Path
     conn = sqlite3.connect(repo / ".stella/private/fleet.db")
     conn.row_factory = sqlite3.Row
     rows = {row["id"]: row for row in conn.execute("SELECT * FROM tasks")}
-    order = [row["task_id"] for row in conn.execute("SELECT task_id FROM attempts ORDER BY started_at_ms, id")]
+    order = [row[0] for row in conn.execute("SELECT task_id FROM attempts ORDER BY started_at_ms, id")]
     summaries = dict(conn.execute("SELECT task_id, summary FROM attempts").fetchall())
     conn.close()
     assert order == ["split", "split.alpha", "split.beta", "integrate"]
