@@ -382,9 +382,7 @@ class Toolbox:
             raise ToolFailure(f"the fragment is not valid TOML or JSON: {exc}") from None
         tasks = data.get("tasks") if isinstance(data, dict) else None
         if not isinstance(tasks, list):
-            raise ToolFailure(
-                'the fragment has no tasks: write [[tasks]] tables (TOML) or {"tasks": [...]}'
-            )
+            raise ToolFailure('the fragment has no tasks: write [[tasks]] tables (TOML) or {"tasks": [...]}')
         assert self.plan_out is not None  # the tool exists only with it
         partial = self.plan_out.with_name(self.plan_out.name + ".part")
         partial.write_text(text, encoding="utf-8")
