@@ -118,6 +118,7 @@ class Prepared:
                     "pipeline": task.pipeline or self.default_pipeline,
                     "depends_on": list(task.depends_on),
                     "claims": list(task.claims),
+                    "expands": task.expands,
                     "worktree": str(ws.path.relative_to(self.root)) if ws.isolated else None,
                     "branch": ws.branch,
                 }
@@ -138,6 +139,7 @@ class Prepared:
             "schedule": self.schedule,
             "resumes": self.resume.run_id if self.resume else None,
             "done": sorted(self.resume.done) if self.resume else [],
+            "emitted": [task.id for task in self.resume.emitted] if self.resume else [],
             "tasks": self.task_rows(),
             "problems": self.problems,
         }

@@ -354,6 +354,8 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str] | 
     if doc.get("resumes"):
         done = ", ".join(doc.get("done") or []) or "none"
         print(f"resumes {doc['resumes']}; done there, no new attempt: {done}", file=out)
+        if doc.get("emitted"):
+            print(f"kept from what its tasks emitted: {', '.join(doc['emitted'])}", file=out)
     tasks = {task["id"]: task for task in doc["tasks"]}
     for number, wave in enumerate(doc["waves"], start=1):
         print(f"wave {number}:", file=out)
@@ -365,7 +367,10 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str] | 
                 where = "shared tree"
             deps = f"; after {', '.join(task['depends_on'])}" if task["depends_on"] else ""
             claims = f"; claims {', '.join(task['claims'])}" if task["claims"] else ""
-            print(f"  {task_id} [{task['pipeline']}] {where}{deps}{claims}", file=out)
+            grows = (
+                "; expands at run time (what it emits runs before its dependents)" if task["expands"] else ""
+            )
+            print(f"  {task_id} [{task['pipeline']}] {where}{deps}{claims}{grows}", file=out)
     if any(task["isolation"] == "isolated" for task in doc["tasks"]):
         print(
             f"(branch hashes come from the run id: this preview used {doc['run_id']}; "
