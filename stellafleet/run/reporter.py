@@ -202,6 +202,7 @@ class LiveReporter(PlainReporter):
         self._running: dict[str, tuple[float, str]] = {}  # task -> (start, title)
         self._wave = 0
         self._waves = 0
+        self._grown = False
         self._progress: Mapping[str, tuple[int, float]] = {}
         self._spent = 0.0  # the whole run's, all waves so far, as the ledger last said
         self._ended_spend = 0.0  # what the attempts that ended spent, as their events said
@@ -238,7 +239,8 @@ class LiveReporter(PlainReporter):
         running_spend = sum(spend for task, (_, spend) in self._progress.items() if task in running)
         spent = max(self._spent, self._ended_spend + running_spend)
         total = money(spent) + (f" of {money(self._limit)}" if self._limit else "")
-        where = f"wave {self._wave}/{self._waves or '?'}" if self._waves else "eager"
+        waves = "?" if self._grown else self._waves  # emitted tasks run in waves the plan did not have
+        where = f"wave {self._wave}/{waves or '?'}" if self._waves else "eager"
         grid.add_row(styled((where, "bold")), f"{len(running)} running", "", total, "")
         for task, (started, title) in running.items():
             steps, spend = self._progress.get(task, (0, 0.0))
@@ -259,6 +261,10 @@ class LiveReporter(PlainReporter):
     def on_wave_started(self, event: WaveStarted) -> None:
         self._wave = event.wave
         super().on_wave_started(event)
+
+    def on_tasks_emitted(self, event: TasksEmitted) -> None:
+        self._grown = True
+        super().on_tasks_emitted(event)
 
     def on_attempt_started(self, event: AttemptStarted) -> None:
         with self._live._lock:  # the view is drawn from Live's thread: change what it shows under its lock
