@@ -131,6 +131,14 @@ def test_an_emitter_adds_twenty_tasks_that_run_in_order_behind_it_as_a_barrier(
     assert order == ["survey", "split", *emitted, "integrate"]
     shown = by_id(doc["tasks"])
     assert shown["split"]["expands"] is True and shown["split.m07"]["parent"] == "split"
+    if schedule == "waves":  # `stella runs RUN` shows them under their parent too
+        listed = stella("runs", "latest", cwd=git_repo).stdout
+        assert (
+            "  split  succeeded  shared  list the modules and emit one task per module  (expands at run time)"
+            in listed
+        )
+        assert "    split.m07  succeeded  shared  migrate module 7  (emitted by split)" in listed
+        assert listed.index("split.m20") < listed.index("  integrate  succeeded")
 
 
 BROKEN = """\
