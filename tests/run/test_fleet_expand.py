@@ -308,3 +308,47 @@ def test_resume_after_the_fleet_is_killed_mid_expansion_runs_each_emitted_task_e
     rerun = sorted(attempt["task_id"] for attempt in after["attempts"])
     assert rerun == sorted(set(emitted) - ended_before | {"integrate"})
     assert tasks["split"]["reason"] == f"succeeded in run {first['run']['id']}"
+
+
+HOLDER = """\
+import sqlite3
+log = Path(os.environ["LOG"])
+with log.open("a") as stream:
+    stream.write(f"start {TASK}\\n")
+if TASK == "holder":  # holds its claim until the emitted task that wants the same file has failed on it
+    db = Path(os.environ["STELLA_ROOT"], ".stella", "private", "fleet.db")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        row = conn.execute("SELECT status FROM tasks WHERE id = 'split.a'").fetchone()
+        conn.close()
+        if row and row[0] == "failed":
+            break
+        time.sleep(0.1)
+if os.environ.get("STELLA_PLAN_OUT"):
+    fragment = '[[tasks]]\\nid = "a"\\nprompt = "p"\\nclaims = ["held.txt"]\\n'
+    Path(os.environ["STELLA_PLAN_OUT"]).write_text(fragment)
+report(summary=f"{TASK} done")
+"""
+
+
+def test_an_emitted_task_whose_claim_a_running_task_holds_fails_naming_it(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner, monkeypatch
+) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        '[[tasks]]\nid = "holder"\nprompt = "hold"\nclaims = ["held.txt"]\n\n'
+        '[[tasks]]\nid = "split"\nprompt = "emit"\nexpands = true\n'
+    )
+    monkeypatch.setenv("LOG", str(tmp_path / "log"))
+    write_config(git_repo, run=Scripts(tmp_path / "scripts").python("holder", HOLDER))
+    done = stella(
+        "fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "2",
+        "--schedule", "eager", cwd=git_repo,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    tasks = by_id(run_record(git_repo)["tasks"])
+    assert tasks["holder"]["status"] == "succeeded" and tasks["split"]["status"] == "succeeded"
+    assert tasks["split.a"]["status"] == "failed"
+    assert "held.txt" in tasks["split.a"]["reason"] and "holder" in tasks["split.a"]["reason"]
+    assert ("start", "split.a") not in _log(tmp_path)  # it failed on the claim, before its worker started
