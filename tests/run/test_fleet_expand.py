@@ -91,11 +91,12 @@ def _log(tmp_path: Path) -> list[tuple[str, str]]:
     return [tuple(line.split()) for line in path.read_text().splitlines()]  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("schedule", ["waves", "eager"])
+# the eager schedule with fewer tasks, to keep the suite quick (tests/run/test_graph_growth.py has both)
+@pytest.mark.parametrize(("schedule", "count"), [("waves", 20), ("eager", 8)])
 def test_an_emitter_adds_twenty_tasks_that_run_in_order_behind_it_as_a_barrier(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner, monkeypatch, schedule: str
+    git_repo: Path, tmp_path: Path, stella: StellaRunner, monkeypatch, schedule: str, count: int
 ) -> None:
-    plan = _setup(tmp_path, git_repo, monkeypatch, {"split": twenty_modules()})
+    plan = _setup(tmp_path, git_repo, monkeypatch, {"split": twenty_modules(count)})
     done = stella(
         "fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "4",
         "--schedule", schedule, "--json", cwd=git_repo,
@@ -103,7 +104,7 @@ def test_an_emitter_adds_twenty_tasks_that_run_in_order_behind_it_as_a_barrier(
     assert done.returncode == 0, done.stderr + done.stdout
     log = _log(tmp_path)
     at = {(what, task): position for position, (what, task) in enumerate(log)}
-    emitted = [f"split.m{n:02d}" for n in range(1, 21)]
+    emitted = [f"split.m{n:02d}" for n in range(1, count + 1)]
     # every task ran exactly once
     ended = sorted(task for what, task in log if what == "end")
     assert ended == sorted(["survey", "split", "integrate", *emitted])
