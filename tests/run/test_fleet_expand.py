@@ -129,7 +129,8 @@ def test_an_emitter_adds_twenty_tasks_that_run_in_order_behind_it_as_a_barrier(
     assert doc["status"] == "succeeded"
     # --json lists each emitted task under its parent
     order = [task["id"] for task in doc["tasks"]]
-    assert order == ["survey", "split", *emitted, "integrate"]
+    assert order[:2] == ["survey", "split"] and order[-1] == "integrate"
+    assert sorted(order[2:-1]) == emitted  # right after their parent (in the order they started)
     shown = by_id(doc["tasks"])
     assert shown["split"]["expands"] is True and shown["split.m07"]["parent"] == "split"
     if schedule == "waves":  # `stella runs RUN` shows them under their parent too
