@@ -249,8 +249,7 @@ class Tasks:
 
     def of_run(self, run_id: str, columns: str = "*") -> list[dict[str, Any]]:
         """The run's tasks in plan order (by wave), with depends_on (and claims, if read) decoded."""
-        # emitted tasks (no wave) after the plan's, in the order they were emitted
-        query = f"SELECT {columns} FROM tasks WHERE run_id = ? ORDER BY wave IS NULL, wave, rowid"
+        query = f"SELECT {columns} FROM tasks WHERE run_id = ? ORDER BY wave, rowid"
         tasks = self._db.rows(query, (run_id,))
         for task in tasks:
             task["depends_on"] = json.loads(task["depends_on_json"] or "[]")
