@@ -14,6 +14,7 @@ from stellafleet.core.terminal import printable, single_line, styled
 from stellafleet.plan import schema as planschema
 from stellafleet.plan.model import Plan, load_plan
 from stellafleet.run.doitview import doit_view
+from stellafleet.run.waves import EXPANDS_NOTE
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -163,6 +164,8 @@ def _details(plan: Plan, task_id: str) -> list[tuple[str, str]]:
         ("claims", ", ".join(task.claims) or "-"),
         ("isolation", task.isolation),
     ]
+    if task.expands:
+        rows.append(("expands", "at run time: its worker emits more tasks, which run before its dependents"))
     rows.extend(
         (key, str(value))
         for key, value in (("pipeline", task.pipeline), ("model", task.model), ("timeout", task.timeout))
@@ -176,7 +179,8 @@ def _show_plain(plan: Plan, waves: list[list[str]], heading: str) -> None:
     for number, wave in enumerate(waves, start=1):
         print(f"\nwave {number}")
         for task_id in wave:
-            print(f"  {task_id}  {single_line(plan.task(task_id).title)}")
+            task = plan.task(task_id)
+            print(f"  {task_id}  {single_line(task.title)}" + (f" {EXPANDS_NOTE}" if task.expands else ""))
             for key, value in _details(plan, task_id):
                 print(f"      {key}: {single_line(value)}")
 
@@ -194,7 +198,7 @@ def _show_rich(plan: Plan, waves: list[list[str]], heading: str) -> None:
             table.add_row(
                 str(number) if position == 0 else "",
                 task_id,
-                styled(single_line(task.title)),
+                styled(single_line(task.title) + (f" {EXPANDS_NOTE}" if task.expands else "")),
                 ", ".join(task.depends_on) or "-",
                 "\n".join(task.claims) or "-",
                 task.isolation,
@@ -221,6 +225,7 @@ def _document(plan: Plan, limit: int | None, waves: list[list[str]]) -> dict[str
                 "pipeline": task.pipeline,
                 "model": task.model,
                 "timeout": task.timeout,
+                "expands": task.expands,
                 "wave": wave_of[task.id],
             }
             for task in plan.tasks

@@ -294,8 +294,17 @@ def _ci_text(ci: dict[str, Any]) -> str:
 
 
 def _print_task(console: Console, task: dict[str, Any]) -> None:
-    out = console.print
+    pad = 2 * (task.get("depth") or 0)  # an emitted task is shown under the task that emitted it
+
+    def out(line: Any) -> None:
+        line.pad_left(pad)
+        console.print(line)
+
     rest = f"  {task.get('isolation') or 'shared'}  {single_line(task.get('title') or '')}"
+    if task.get("expands"):
+        rest += "  (expands at run time)"
+    if task.get("parent"):
+        rest += f"  (emitted by {task['parent']})"
     out(styled(f"  {task['id']}  ", in_colour(task["status"], task["status"]), rest))
     if task.get("reason"):
         out(styled((f"    reason: {single_line(task['reason'])}", "yellow")))

@@ -49,6 +49,8 @@ class FleetConfig:
     fleet_backoff: bool = True  # workers report provider limits; the fleet narrows and holds (core/limits.py)
     wait_for_limits: bool = False  # a usage limit: wait for its reset instead of skipping what is left
     max_limit_wait: float = 21600.0  # the longest reset --wait-for-limits waits for (seconds)
+    max_emitted_tasks: int = 500  # tasks all expanding tasks of one run may add (plan/fragment.py)
+    max_expand_depth: int = 3  # levels of emitted tasks below a plan task
 
 
 @dataclass(frozen=True)

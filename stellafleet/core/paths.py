@@ -47,3 +47,7 @@ class StatePaths:
 
     def prompt_file(self, run_id: str, task_id: str, attempt_id: int) -> Path:
         return self.private / "prompts" / run_id / f"{task_id}-{attempt_id}.txt"
+
+    def fragment_file(self, run_id: str, task_id: str, attempt_id: int) -> Path:
+        """Where an expanding task's worker writes its plan fragment ($STELLA_PLAN_OUT)."""
+        return self.private / "fragments" / run_id / f"{task_id}-{attempt_id}.plan"

@@ -43,6 +43,7 @@ _KEYS: dict[str, str] = {
     "log_path": "LOG_FILE",
     "transcript_path": "TRANSCRIPT_FILE",
     "token": "ATTEMPT_PROOF",
+    "plan_out": "PLAN_OUT",
 }
 
 
@@ -69,6 +70,8 @@ class WorkerContext:
     # The attempt's secret: only its worker (and what the worker starts) is told it; the ledger keeps its
     # SHA-256, so `stella commit` can prove it runs inside the attempt it names.
     token: str | None = None
+    # An expanding task's (plan field `expands`): where its worker may write the tasks it adds to the run.
+    plan_out: Path | None = None
 
     @property
     def paths(self) -> StatePaths:
@@ -104,6 +107,7 @@ class WorkerContext:
             "log_path": str(self.log_path),
             "transcript_path": str(self.transcript_path),
             "token": self.token,
+            "plan_out": None if self.plan_out is None else str(self.plan_out),
         }
         return {_PREFIX + _KEYS[name]: value for name, value in values.items() if value is not None}
 
@@ -162,6 +166,7 @@ class WorkerContext:
             transcript_path=Path(get("transcript_path", os.devnull)),
             prompt_path=Path(get("prompt_path")) if get("prompt_path") else None,
             token=get("token") or None,
+            plan_out=Path(get("plan_out")) if get("plan_out") else None,
         )
 
 

@@ -9,8 +9,11 @@ No tool touches the whole tree: there is no checkout, reset, stash, clean, `add 
 
 from __future__ import annotations
 
+import json
 import os
+import tomllib
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from stellafleet.engine.errors import Finished, FormatError, ToolFailure
@@ -49,8 +52,10 @@ class Toolbox:
         shell_timeout: float = 120.0,
         env: Mapping[str, str] | None = None,
         secret_env: tuple[str, ...] = SECRET_ENV,
+        plan_out: Path | None = None,
     ) -> None:
         self.workspace = workspace
+        self.plan_out = plan_out  # an expanding task's: where emit_tasks writes its plan fragment
         self.committer = committer
         self.shell_timeout = shell_timeout
         self._env = dict(os.environ if env is None else env)
@@ -65,6 +70,21 @@ class Toolbox:
                 {"command": param("string", "the command line, run by /bin/sh")},
                 ("command",),
                 self.shell,
+            )
+
+        if plan_out is not None:
+            self.tools["emit_tasks"] = Tool(
+                "emit_tasks",
+                "Add tasks to the run, to start once this task has succeeded: a plan fragment in TOML "
+                "([[tasks]] tables with id, prompt and optionally title, depends_on, claims, isolation, "
+                'pipeline, model, timeout; an optional [defaults] table) or JSON ({"tasks": [...]}). '
+                "depends_on names another task of the fragment by its id, or a task this one depends on. "
+                "Their ids become <this task>.<id>; tasks that depend on this one wait for all of them. "
+                "Calling it again replaces the fragment; the fleet checks it when this task ends, and a "
+                "problem in it fails this task.",
+                {"fragment": param("string", "the whole fragment, TOML or JSON")},
+                ("fragment",),
+                self.emit_tasks,
             )
 
     @property
@@ -351,6 +371,23 @@ class Toolbox:
 
     def finish(self, args: dict[str, Any]) -> str:
         raise Finished(args["summary"].strip(), bool(args.get("success", True)))
+
+    # --- emit_tasks (an expanding task's) ---
+
+    def emit_tasks(self, args: dict[str, Any]) -> str:
+        text: str = args["fragment"]
+        try:
+            data = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
+        except (ValueError, tomllib.TOMLDecodeError) as exc:
+            raise ToolFailure(f"the fragment is not valid TOML or JSON: {exc}") from None
+        tasks = data.get("tasks") if isinstance(data, dict) else None
+        if not isinstance(tasks, list):
+            raise ToolFailure('the fragment has no tasks: write [[tasks]] tables (TOML) or {"tasks": [...]}')
+        assert self.plan_out is not None  # the tool exists only with it
+        partial = self.plan_out.with_name(self.plan_out.name + ".part")
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, self.plan_out)  # a fragment is never read half-written
+        return f"the fragment holds {len(tasks)} tasks; they run once this task has succeeded"
 
     # --- shell (off unless engine.shell = true) ---
 

@@ -130,6 +130,7 @@ def _toolbox(
         shell_timeout=settings.shell_timeout,
         env=env,
         secret_env=tuple({settings.api_key_env, *DEFAULT_KEY_ENV.values()} - {""}),
+        plan_out=ctx.plan_out,
     )
 
 

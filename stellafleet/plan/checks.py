@@ -75,8 +75,15 @@ def task_run_problems(where: str, raw: dict[str, Any], isolation: Any) -> list[s
     return problems
 
 
-def graph_problems(name: str, raw_tasks: list[Any], ids: list[str | None], labels: list[str]) -> list[str]:
-    """Duplicate ids, self-dependencies, unknown dependencies and cycles."""
+def graph_problems(
+    name: str,
+    raw_tasks: list[Any],
+    ids: list[str | None],
+    labels: list[str],
+    outside: frozenset[str] = frozenset(),
+) -> list[str]:
+    """Duplicate ids, self-dependencies, unknown dependencies and cycles; a dependency on a task of
+    `outside` (not one of these tasks) is known and takes no part in their cycles."""
     problems: list[str] = []
     first_at: dict[str, int] = {}
     for position, task_id in enumerate(ids):
@@ -103,8 +110,10 @@ def graph_problems(name: str, raw_tasks: list[Any], ids: list[str | None], label
         for dependency in dependencies:
             if dependency == task_id:
                 problems.append(f"{name}: {labels[position]}: depends_on: the task depends on itself")
+            elif dependency not in first_at and dependency in outside:
+                continue
             elif dependency not in first_at:
-                hint = planschema.suggest(dependency, known)
+                hint = planschema.suggest(dependency, known + sorted(outside))
                 problems.append(f'{name}: {labels[position]}: depends_on: unknown task "{dependency}"{hint}')
             elif owns_edges:
                 edges.setdefault(task_id, []).append(dependency)  # type: ignore[arg-type]

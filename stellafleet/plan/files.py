@@ -37,6 +37,23 @@ def read_plan_file(path: str | Path) -> PlanFile:
     if suffix not in PLAN_SUFFIXES:
         shown = f'"{plan_path.suffix}"' if plan_path.suffix else "(none)"
         raise PlanError([f"{name}: unknown plan format {shown}: use .toml, .json, .yaml or .yml"])
+    raw, text = _read(plan_path, name)
+    data = _PARSERS[suffix](text, name)
+    return PlanFile(data, hashlib.sha256(raw).hexdigest(), _TABLE_WORDS[suffix])
+
+
+def read_fragment_file(path: Path, name: str) -> PlanFile | None:
+    """A plan fragment a worker wrote to $STELLA_PLAN_OUT: JSON when its first character is `{`, TOML
+    otherwise (the file has no telling suffix); None when the worker wrote none."""
+    if not path.exists():
+        return None
+    raw, text = _read(path, name)
+    suffix = ".json" if text.lstrip().startswith("{") else ".toml"
+    return PlanFile(_PARSERS[suffix](text, name), hashlib.sha256(raw).hexdigest(), _TABLE_WORDS[suffix])
+
+
+def _read(plan_path: Path, name: str) -> tuple[bytes, str]:
+    """The file's bytes and its UTF-8 text; PlanError when it cannot be read as a plan."""
     try:
         with plan_path.open("rb") as stream:
             raw = stream.read(MAX_PLAN_BYTES + 1)
@@ -49,12 +66,10 @@ def read_plan_file(path: str | Path) -> PlanFile:
     if len(raw) > MAX_PLAN_BYTES:
         raise PlanError([f"{name}: larger than {MAX_PLAN_BYTES // (1024 * 1024)} MiB: not a plan file"])
     try:
-        text = raw.decode("utf-8-sig")
+        return raw, raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise PlanError([f"{name}:{line}: not UTF-8 text (byte {exc.start})"]) from None
-    data = _PARSERS[suffix](text, name)
-    return PlanFile(data, hashlib.sha256(raw).hexdigest(), _TABLE_WORDS[suffix])
 
 
 def _parse_toml(text: str, name: str) -> Any:

@@ -48,6 +48,8 @@ class PlanTask:
     model: str | None = None
     timeout: float | None = None
     max_spend: float | None = None  # USD: this task's worker's guard is at most this
+    expands: bool = False  # its worker may emit more tasks at run time (plan/fragment.py)
+    parent: str | None = None  # the task that emitted this one (None: a task of the plan file)
 
 
 @dataclass(frozen=True)
@@ -184,8 +186,10 @@ def plan_from_data(
     sha256: str | None = None,
     root: Path | None = None,
     table_word: str = "table",
+    outside: frozenset[str] = frozenset(),
 ) -> Plan:
-    """Check already-parsed plan data (what a TOML/JSON/YAML file holds) and build the Plan."""
+    """Check already-parsed plan data (what a TOML/JSON/YAML file holds) and build the Plan. A dependency
+    may also name a task in `outside` (a fragment's tasks may depend on tasks their emitter could see)."""
     name = source or "plan"
     raw_tasks: list[Any] = data.get("tasks") if isinstance(data, dict) else None  # type: ignore[assignment]
     ids = [_usable_id(raw) for raw in raw_tasks] if isinstance(raw_tasks, list) else []
@@ -208,7 +212,7 @@ def plan_from_data(
         problems.extend(_timeout_problems(where, raw))
         claims = raw.get("claims")
         claims_of.append(_claims(claims, where, workspace, problems) if claims else ())
-    problems.extend(graph_problems(name, raw_tasks, ids, labels))
+    problems.extend(graph_problems(name, raw_tasks, ids, labels, outside))
     if problems:
         raise PlanError(problems)
     tasks = tuple(
@@ -360,4 +364,5 @@ def _build_task(raw: dict[str, Any], defaults: dict[str, Any], claims: tuple[str
         model=values.get("model"),
         timeout=float(timeout) if timeout is not None else None,
         max_spend=float(max_spend) if max_spend is not None else None,
+        expands=raw.get("expands") is True,
     )

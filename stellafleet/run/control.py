@@ -34,6 +34,7 @@ from stellafleet.git import gitops
 from stellafleet.run.dispatch import Dispatcher, RunSettings, spend_budget
 from stellafleet.run.events import Emit, Event, EventSink, Notice, RunStarted, TaskSkipped, WaveStarted
 from stellafleet.run.executor import Executor, LocalExecutor
+from stellafleet.run.expand import Expansions
 from stellafleet.run.limiter import Limiter, LimitPolicy
 from stellafleet.run.notify import fan_out, notifier_for
 from stellafleet.run.prepare import FleetOptions, Prepared, prepare
@@ -243,7 +244,7 @@ class FleetRun:
         # a task an earlier run did (--resume) is in no wave of this one
         waves = {task_id: number for number, wave in enumerate(p.waves, start=1) for task_id in wave}
         ledger.tasks.add(p.run_id, p.plan.tasks, waves)
-        record_lineage(ledger, p.run_id, p.schedule, p.resume)
+        record_lineage(ledger, p.run_id, p.schedule, p.resume)  # with what the resumed run's tasks emitted
         self.reporter.handle(
             RunStarted(
                 run_id=p.run_id,
@@ -281,6 +282,16 @@ class FleetRun:
             durations = ledger.attempts.past_durations(
                 (task.id, task.prompt, task.pipeline or p.default_pipeline) for task in p.plan.tasks
             )
+        fleet = p.config.fleet
+        expansions = Expansions(
+            p.plan,
+            ledger,
+            p.run_id,
+            max_emitted=fleet.max_emitted_tasks,
+            max_depth=fleet.max_expand_depth,
+            emitted=p.resume.emitted if p.resume else (),
+        )
+        dispatcher.expansions = expansions
         runner = PlanRunner(
             p.plan,
             p.concurrency.value,
@@ -291,6 +302,7 @@ class FleetRun:
             on_event=on_event,
             done=p.resume.done if p.resume else frozenset(),
             gate=self._limiter(ledger, dispatcher),
+            expansions=expansions,
         )
         interrupts = Interrupts(
             runner.request_stop,

@@ -28,6 +28,7 @@ from stellafleet.pipelines.command import reported_usd
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit, SkipTask
 from stellafleet.run.executor import Attempt, Execution, Executor, inherited_env
+from stellafleet.run.expand import Expansions
 from stellafleet.run.limiter import Limiter
 from stellafleet.run.watchdog import Watchdog
 from stellafleet.state.claims import ClaimStore, Holder
@@ -149,6 +150,7 @@ class Dispatcher:
         self.watchdog: Watchdog | None = None  # stops workers that show no progress (watchdog.py)
         self.limiter: Limiter | None = None  # the run's width under provider limits (limiter.py)
         self._reruns: dict[str, int] = {}  # task id -> attempts run again after a rate limit ended one
+        self.expansions: Expansions | None = None  # checks and records what expanding tasks emit (expand.py)
 
     @property
     def running(self) -> list[str]:
@@ -180,6 +182,8 @@ class Dispatcher:
         try:
             try:
                 end = self._attempt(task, ctx, follow_up=reason is not None)
+                if end.reason is None and self.expansions is not None:
+                    end = self.expansions.settle(task, ctx.plan_out, end)
             except ClaimConflict as exc:
                 end = AttemptEnd.failed(str(exc))
             except StellaError as exc:
@@ -283,6 +287,7 @@ class Dispatcher:
             transcript_path=transcript_path,
             prompt_path=paths.prompt_file(run_id, task.id, attempt_id),
             token=token,
+            plan_out=paths.fragment_file(run_id, task.id, attempt_id) if task.expands else None,
         )
 
     def _attempt(self, task: PlanTask, ctx: WorkerContext, *, follow_up: bool = False) -> AttemptEnd:
@@ -319,6 +324,8 @@ class Dispatcher:
             worktrees.worktree_add(settings.root, workspace.path, workspace.branch, settings.base_commit)
             self.ledger.tasks.set_workspace(ctx.run_id, task.id, workspace.branch, str(workspace.path))
         ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
+        if ctx.plan_out is not None:
+            ctx.plan_out.parent.mkdir(parents=True, exist_ok=True)
         ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
         if ctx.prompt_path is not None:  # however large, the prompt reaches the worker in a file
             ctx.prompt_path.parent.mkdir(parents=True, exist_ok=True)

@@ -58,6 +58,14 @@ class TaskEnded:
     reason: str | None
 
 
+@dataclass(frozen=True)
+class TasksEmitted:
+    """An expanding task succeeded and its fragment's tasks joined the run (expand.py)."""
+
+    parent: str
+    tasks: tuple[str, ...]
+
+
 class SkipTask(Exception):
     """Raised by a task's action to have the task skipped rather than failed, and the run stopped for the
     same reason (no spend guard is left for its worker)."""
@@ -112,6 +120,7 @@ Event: TypeAlias = (
     | TaskStarted
     | TaskEnded
     | TaskSkipped
+    | TasksEmitted
     | AttemptStarted
     | AttemptEnded
     | Notice
@@ -142,6 +151,8 @@ class EventSink:
                     self.on_attempt_ended(event)
                 case TaskSkipped():
                     self.on_task_skipped(event)
+                case TasksEmitted():
+                    self.on_tasks_emitted(event)
                 case Notice():
                     self.on_notice(event)
 
@@ -158,6 +169,9 @@ class EventSink:
         pass
 
     def on_task_skipped(self, event: TaskSkipped) -> None:
+        pass
+
+    def on_tasks_emitted(self, event: TasksEmitted) -> None:
         pass
 
     def on_notice(self, event: Notice) -> None:

@@ -120,6 +120,7 @@ class Prepared:
                     "pipeline": task.pipeline or self.default_pipeline,
                     "depends_on": list(task.depends_on),
                     "claims": list(task.claims),
+                    "expands": task.expands,
                     "worktree": str(ws.path.relative_to(self.root)) if ws.isolated else None,
                     "branch": ws.branch,
                 }
@@ -140,6 +141,7 @@ class Prepared:
             "schedule": self.schedule,
             "resumes": self.resume.run_id if self.resume else None,
             "done": sorted(self.resume.done) if self.resume else [],
+            "emitted": [task.id for task in self.resume.emitted] if self.resume else [],
             "tasks": self.task_rows(),
             "problems": self.problems,
         }
@@ -251,6 +253,13 @@ def prepare(options: FleetOptions) -> Prepared:
     executor = resolve_executor(options, config)
     merge_warnings, merge_problems = merge_state_notes(root, plan)
     problems = [*problems, *merge_problems]
+    if executor.kind == "ray":  # an isolated task's worker runs on a node: its fragment would stay there
+        problems += [
+            f"task {task.id!r}: expands = true needs the task to run on this machine, and isolated tasks "
+            'run on the Ray cluster: make it shared, or run without [executor] kind = "ray"'
+            for task in plan.tasks
+            if task.expands and task.isolation == "isolated"
+        ]
     if problems and not options.dry_run:
         raise NotReady(problems)
     plan_file = Path(options.plan_path).resolve() if options.plan_path else None

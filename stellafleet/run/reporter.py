@@ -26,6 +26,7 @@ from stellafleet.run.events import (
     EventSink,
     Notice,
     RunStarted,
+    TasksEmitted,
     TaskSkipped,
     WaveStarted,
 )
@@ -147,6 +148,10 @@ class PlainReporter(EventSink):
     def on_notice(self, event: Notice) -> None:
         self._say(("stella fleet:", "bold yellow"), f" {event.text}", always=True)
 
+    def on_tasks_emitted(self, event: TasksEmitted) -> None:
+        shown = ", ".join(event.tasks[:8]) + (", ..." if len(event.tasks) > 8 else "")
+        self._say(f"  {event.parent} emitted {counted(len(event.tasks), 'task')}: {shown}")
+
     def _table(self, rows: list[tuple[str, ...]]) -> None:
         for line in ["", *aligned(rows), ""]:
             self._write(styled(line))
@@ -197,6 +202,7 @@ class LiveReporter(PlainReporter):
         self._running: dict[str, tuple[float, str]] = {}  # task -> (start, title)
         self._wave = 0
         self._waves = 0
+        self._grown = False
         self._progress: Mapping[str, tuple[int, float]] = {}
         self._spent = 0.0  # the whole run's, all waves so far, as the ledger last said
         self._ended_spend = 0.0  # what the attempts that ended spent, as their events said
@@ -233,7 +239,8 @@ class LiveReporter(PlainReporter):
         running_spend = sum(spend for task, (_, spend) in self._progress.items() if task in running)
         spent = max(self._spent, self._ended_spend + running_spend)
         total = money(spent) + (f" of {money(self._limit)}" if self._limit else "")
-        where = f"wave {self._wave}/{self._waves or '?'}" if self._waves else "eager"
+        waves = "?" if self._grown else self._waves  # emitted tasks run in waves the plan did not have
+        where = f"wave {self._wave}/{waves or '?'}" if self._waves else "eager"
         grid.add_row(styled((where, "bold")), f"{len(running)} running", "", total, "")
         for task, (started, title) in running.items():
             steps, spend = self._progress.get(task, (0, 0.0))
@@ -254,6 +261,10 @@ class LiveReporter(PlainReporter):
     def on_wave_started(self, event: WaveStarted) -> None:
         self._wave = event.wave
         super().on_wave_started(event)
+
+    def on_tasks_emitted(self, event: TasksEmitted) -> None:
+        self._grown = True
+        super().on_tasks_emitted(event)
 
     def on_attempt_started(self, event: AttemptStarted) -> None:
         with self._live._lock:  # the view is drawn from Live's thread: change what it shows under its lock
@@ -349,6 +360,8 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str] | 
     if doc.get("resumes"):
         done = ", ".join(doc.get("done") or []) or "none"
         print(f"resumes {doc['resumes']}; done there, no new attempt: {done}", file=out)
+        if doc.get("emitted"):
+            print(f"kept from what its tasks emitted: {', '.join(doc['emitted'])}", file=out)
     tasks = {task["id"]: task for task in doc["tasks"]}
     for number, wave in enumerate(doc["waves"], start=1):
         print(f"wave {number}:", file=out)
@@ -360,7 +373,10 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str] | 
                 where = "shared tree"
             deps = f"; after {', '.join(task['depends_on'])}" if task["depends_on"] else ""
             claims = f"; claims {', '.join(task['claims'])}" if task["claims"] else ""
-            print(f"  {task_id} [{task['pipeline']}] {where}{deps}{claims}", file=out)
+            grows = (
+                "; expands at run time (what it emits runs before its dependents)" if task["expands"] else ""
+            )
+            print(f"  {task_id} [{task['pipeline']}] {where}{deps}{claims}{grows}", file=out)
     if any(task["isolation"] == "isolated" for task in doc["tasks"]):
         print(
             f"(branch hashes come from the run id: this preview used {doc['run_id']}; "

@@ -31,6 +31,7 @@ COMPARED = (
     ("pipeline", "pipeline"),
     ("model", "model"),
     ("timeout_s", "timeout"),
+    ("expands", "expands"),
 )
 
 
@@ -43,6 +44,9 @@ class Resume:
     plan_path: Path | None
     done: frozenset[str]  # task ids the earlier run finished: they get no new attempt
     changes: tuple[str, ...] = ()  # what changed in the plan (only with --force)
+    # what the earlier run's expanding tasks that count as done emitted: the new run has them too
+    emitted: tuple[PlanTask, ...] = ()
+    fragments: tuple[tuple[str, str], ...] = ()  # (done expanding task, the fragment it wrote)
 
     def done_reason(self) -> str:
         return f"succeeded in run {self.run_id}"
@@ -51,7 +55,7 @@ class Resume:
 def task_changes(recorded: Sequence[Mapping[str, Any]], plan: Plan) -> dict[str, list[str]]:
     """Task id -> what differs between the earlier run's recorded tasks and the plan now."""
     changes: dict[str, list[str]] = {}
-    before = {row["id"]: row for row in recorded}
+    before = {row["id"]: row for row in recorded if not row.get("parent_id")}
     for task in plan.tasks:
         row = before.get(task.id)
         if row is None:
@@ -78,22 +82,45 @@ def _norm(value: Any) -> Any:
 
 def recorded_plan(tasks: Sequence[Mapping[str, Any]]) -> Plan:
     """The plan an inline-prompt run recorded: its tasks as they were."""
-    return Plan(
-        tasks=tuple(
-            PlanTask(
-                id=row["id"],
-                prompt=row["prompt"],
-                title=row["title"],
-                depends_on=tuple(row.get("depends_on") or ()),
-                claims=tuple(row.get("claims") or ()),
-                isolation=row.get("isolation") or "shared",
-                pipeline=row.get("pipeline"),
-                model=row.get("model"),
-                timeout=row.get("timeout_s"),
-            )
-            for row in tasks
-        )
+    return Plan(tasks=tuple(recorded_task(row) for row in tasks if not row.get("parent_id")))
+
+
+def recorded_task(row: Mapping[str, Any]) -> PlanTask:
+    """A task as the ledger recorded it."""
+    return PlanTask(
+        id=row["id"],
+        prompt=row["prompt"],
+        title=row["title"],
+        depends_on=tuple(row.get("depends_on") or ()),
+        claims=tuple(row.get("claims") or ()),
+        isolation=row.get("isolation") or "shared",
+        pipeline=row.get("pipeline"),
+        model=row.get("model"),
+        timeout=row.get("timeout_s"),
+        expands=bool(row.get("expands")),
+        parent=row.get("parent_id"),
     )
+
+
+def kept_emitted(
+    plan: Plan,
+    rows: Sequence[Mapping[str, Any]],
+    statuses: Mapping[str, str],
+    changed: Mapping[str, list[str]],
+) -> tuple[tuple[PlanTask, ...], frozenset[str]]:
+    """What the earlier run's expanding tasks emitted that a resume keeps: the tasks of every emitter that
+    counts as done (its fragment was accepted; an emitter that runs again emits afresh), and which of all
+    the tasks are done."""
+    emitted = [recorded_task(row) for row in rows if row.get("parent_id")]
+    whole = Plan(tasks=plan.tasks + tuple(task for task in emitted if task.id not in plan.ids))
+    done = done_tasks(whole, statuses, changed)
+    kept: list[PlanTask] = []
+    keeps = set(plan.ids)
+    for task in emitted:  # recorded in the order they were emitted: a parent comes before its tasks
+        if task.parent in keeps and task.parent in done:
+            kept.append(task)
+            keeps.add(task.id)
+    return tuple(kept), frozenset(task_id for task_id in done if task_id in keeps)
 
 
 def done_tasks(plan: Plan, statuses: Mapping[str, str], changed: Mapping[str, list[str]]) -> frozenset[str]:
@@ -137,12 +164,20 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
             exit_code=EXIT_USAGE,
         )
     statuses = {row["id"]: row["status"] for row in record["tasks"]}
+    emitted, done = kept_emitted(plan, record["tasks"], statuses, changes)
+    fragments = tuple(
+        (row["id"], row["fragment_path"])
+        for row in record["tasks"]
+        if row.get("fragment_path") and row["id"] in done
+    )
     return Resume(
         run_id=run["id"],
         plan=plan,
         plan_path=Path(source).resolve() if source is not None else None,
-        done=done_tasks(plan, statuses, changes),
+        done=done,
         changes=described,
+        emitted=emitted,
+        fragments=fragments,
     )
 
 
@@ -150,6 +185,9 @@ def record_lineage(ledger: Ledger, run_id: str, schedule: str, resume: Resume | 
     """The new run's schedule and the run it resumes; the tasks done before are marked succeeded."""
     ledger.runs.set_lineage(run_id, schedule=schedule, resumed_from=resume.run_id if resume else None)
     if resume is not None:
+        ledger.tasks.add(run_id, resume.emitted, {})
+        for task_id, fragment_path in resume.fragments:
+            ledger.tasks.set_fragment(run_id, task_id, fragment_path)
         for task_id in sorted(resume.done):
             ledger.tasks.set_status(run_id, task_id, TaskStatus.SUCCEEDED, resume.done_reason())
 
@@ -158,5 +196,6 @@ def schedule_note(schedule: str, resume: Resume | None) -> str:
     """What the run's first line adds about its schedule and the run it resumes."""
     note = ", eager schedule" if schedule == "eager" else ""
     if resume is not None:
-        note += f"; resumes {resume.run_id} ({len(resume.done)} of {len(resume.plan.tasks)} tasks done)"
+        total = len(resume.plan.tasks) + len(resume.emitted)
+        note += f"; resumes {resume.run_id} ({len(resume.done)} of {total} tasks done)"
     return note

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from typing import Any, Protocol
 
 from doit.cmd_base import TaskLoader2
@@ -25,14 +26,24 @@ from doit.dependency import Dependency, JsonDB
 from doit.exceptions import BaseFail, InvalidCommand, InvalidDodoFile, TaskError, TaskFailed, UnmetDependency
 from doit.reporter import ZeroReporter
 from doit.runner import Runner
-from doit.task import Stream, dict_to_task
+from doit.task import DelayedLoader, Stream, Task, dict_to_task
 
 from stellafleet.core.errors import PlanError
 from stellafleet.core.status import Stop, StopReason, TaskStatus
 from stellafleet.plan.model import Plan, PlanTask, load_plan
 from stellafleet.plan.schema import suggest
 from stellafleet.run.eager import SCHEDULES, start_order
-from stellafleet.run.events import Emit, SkipTask, TaskEnded, TaskSkipped, TaskStarted, WaveEnded, WaveStarted
+from stellafleet.run.events import (
+    Emit,
+    SkipTask,
+    TaskEnded,
+    TasksEmitted,
+    TaskSkipped,
+    TaskStarted,
+    WaveEnded,
+    WaveStarted,
+)
+from stellafleet.run.expand import Expansions
 
 Action = Callable[[PlanTask], bool]
 
@@ -50,6 +61,8 @@ class StartGate(Protocol):
     def wait(self, seconds: float) -> None: ...
 
 
+BARRIER = ":emitted"
+EXPANDS_NOTE = "(expands at run time)"
 MEMORY_BACKEND = "stella-memory"
 # doit commands about doit's dependency state, which a plan never has (it lives in memory)
 STATE_COMMANDS = frozenset({"forget", "ignore", "reset-dep"})
@@ -60,31 +73,41 @@ def compile_tasks(
 ) -> list[dict[str, Any]]:
     """doit task dicts for the plan, in plan order; each task's action calls `action(plan_task)`. The
     tasks in `done` are up to date (an earlier run did them); the others always run when asked."""
-    tasks = []
-    for task in plan.tasks:
-        meta: dict[str, Any] = {
-            "prompt": task.prompt,
-            "claims": list(task.claims),
-            "isolation": task.isolation,
-        }
-        for key in ("pipeline", "model", "timeout"):
-            value = getattr(task, key)
-            if value is not None:
-                meta[key] = value
-        tasks.append(
-            {
-                "name": task.id,
-                "doc": task.title,
-                "task_dep": list(task.depends_on),
-                "meta": meta,
-                "uptodate": [task.id in done],
-                "actions": [(action, [task])] if action is not None else [],
-                "verbosity": 0,
-                # doit's output capture swaps the process-wide sys.stdout: unsafe with threads
-                "io": {"capture": False},
-            }
-        )
-    return tasks
+    return [doit_task(task, action, done) for task in plan.tasks]
+
+
+def doit_task(
+    task: PlanTask, action: Callable[[PlanTask], Any] | None, done: frozenset[str], deps: Sequence[str] = ()
+) -> dict[str, Any]:
+    """One task's doit dict; `deps` (default: its depends_on) are the doit names it waits for."""
+    meta: dict[str, Any] = {
+        "prompt": task.prompt,
+        "claims": list(task.claims),
+        "isolation": task.isolation,
+    }
+    for key in ("pipeline", "model", "timeout", "parent"):
+        value = getattr(task, key)
+        if value is not None:
+            meta[key] = value
+    if task.expands:
+        meta["expands"] = True
+    return {
+        "name": task.id,
+        "doc": f"{task.title} {EXPANDS_NOTE}" if task.expands else task.title,
+        "task_dep": list(deps or task.depends_on),
+        "meta": meta,
+        "uptodate": [task.id in done],
+        "actions": [(action, [task])] if action is not None else [],
+        "verbosity": 0,
+        # doit's output capture swaps the process-wide sys.stdout: unsafe with threads
+        "io": {"capture": False},
+    }
+
+
+def barrier(task_id: str) -> str:
+    """The doit name of an expanding task's barrier: it waits for the task and everything it emitted, and
+    the task's dependents wait for it (a plan id cannot hold ':', so no task has this name)."""
+    return task_id + BARRIER
 
 
 class MemoryBackend(JsonDB):
@@ -205,6 +228,8 @@ class DoitReporter(ZeroReporter):
         self.emit(TaskStarted(task.name, self.steps[task.name]))
 
     def add_success(self, task: Any) -> None:
+        if task.name.endswith(BARRIER):  # not a task of the run: its emitter's and children's are told
+            return
         self.statuses[task.name] = TaskStatus.SUCCEEDED
         self.emit(TaskEnded(task.name, TaskStatus.SUCCEEDED, None))
 
@@ -215,10 +240,13 @@ class DoitReporter(ZeroReporter):
         if isinstance(fail, UnmetDependency):
             roots = {root for dep in task.task_dep for root in self._roots.get(dep, ())}
             self._roots[task.name] = sorted(roots, key=self._order.__getitem__)
+            if task.name.endswith(BARRIER):
+                return
             text = "dependency failed: " + ", ".join(self._roots[task.name])
             self._skip(task.name, Stop(StopReason.DEPENDENCY_FAILED, text))
         elif isinstance(fail, Stopped):
-            self._skip(task.name, fail.stop)
+            if not task.name.endswith(BARRIER):
+                self._skip(task.name, fail.stop)
         else:
             self._roots[task.name] = [task.name]
             self.statuses[task.name], self.reasons[task.name] = TaskStatus.FAILED, fail.message
@@ -255,6 +283,7 @@ class PlanRunner(Runner):
         on_event: Emit | None = None,
         done: frozenset[str] = frozenset(),
         gate: StartGate | None = None,
+        expansions: Expansions | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
@@ -267,7 +296,9 @@ class PlanRunner(Runner):
         self.plan = plan
         self.max_concurrency = max_concurrency
         self.eager = schedule == "eager"
-        self._rank: Mapping[str, Any] = start_order(plan, durations or {}) if self.eager else self._order
+        self._durations = durations or {}
+        self._rank: Mapping[str, Any] = start_order(plan, self._durations) if self.eager else self._order
+        self.expansions = expansions  # what expanding tasks emitted (None: tasks that expand add nothing)
         self._execute = execute
         self._before_start = before_start
         self.gate = gate  # the width and hold under provider limits (None: max_concurrency, no hold)
@@ -284,7 +315,10 @@ class PlanRunner(Runner):
 
     def run(self) -> DoitReporter:
         """Run the plan; what doit reported of each task."""
-        tasks = [dict_to_task(task) for task in compile_tasks(self.plan, self._run_task, self.done)]
+        tasks = self._doit_tasks(self.plan.tasks)
+        for task in self.plan.tasks:  # what --resume found emitted before is known up front
+            for child in self._known_children(task):
+                self._order.setdefault(child.id, len(self._order))
         control = TaskControl(tasks)
         control.process(None)
         self.run_all(control.task_dispatcher())
@@ -405,9 +439,52 @@ class PlanRunner(Runner):
                 self._handle_task_error(node, Stopped(stop))
                 pending.append(node)
             elif self.select_task(node, self._dispatcher.tasks):
+                if node.task.name.endswith(BARRIER):  # nothing to run: all it waited for has succeeded
+                    self.process_task_result(node, None)
+                    pending.append(node)
+                    continue
                 self._ready[node.task.name] = node
             else:
                 pending.append(node)
+
+    # --- plans that grow (expand.py): a barrier per expanding task, through doit's delayed task creation
+
+    def _doit_tasks(self, tasks: Sequence[PlanTask]) -> list[Task]:
+        """doit tasks for these plan tasks, each expanding one followed by its barrier: a DelayedLoader
+        that doit calls once the task has been processed (succeeded, failed or up to date), which becomes a
+        task waiting for it and all it emitted. A dependency on an expanding task waits for its barrier."""
+        doit_tasks = []
+        for task in tasks:
+            deps = [self._doit_name(dep) for dep in task.depends_on]
+            doit_tasks.append(dict_to_task(doit_task(task, self._run_task, self.done, deps)))
+            if task.expands:
+                loader = DelayedLoader(lambda task=task: self._grow(task), executed=task.id)
+                doit_tasks.append(Task(barrier(task.id), None, loader=loader))
+        return doit_tasks
+
+    def _doit_name(self, task_id: str) -> str:
+        known = self.expansions.tasks.get(task_id) if self.expansions is not None else None
+        task = known or self.plan.task(task_id)
+        return barrier(task_id) if task.expands else task_id
+
+    def _known_children(self, task: PlanTask) -> tuple[PlanTask, ...]:
+        return self.expansions.children(task.id) if self.expansions is not None and task.expands else ()
+
+    def _grow(self, task: PlanTask) -> Iterator[Task]:
+        """The barrier of an expanding task and what the task emitted (nothing if it failed), joining the
+        graph (called by doit's dispatcher on the thread that runs the plan)."""
+        children = self._known_children(task)
+        for child in children:
+            self._order.setdefault(child.id, len(self._order))
+        known = set(self.plan.ids)
+        added = tuple(child for child in children if child.id not in known)
+        if added:
+            self.plan = replace(self.plan, tasks=self.plan.tasks + added)
+            if self.eager:
+                self._rank = start_order(self.plan, self._durations)
+            self.seen.emit(TasksEmitted(task.id, tuple(child.id for child in added)))
+        waits = [task.id, *(self._doit_name(child.id) for child in children)]
+        return (item for item in [Task(barrier(task.id), None, task_dep=waits), *self._doit_tasks(children)])
 
     def _conclude(self, node: Any, future: Future[Any]) -> None:
         """doit's verdict on a task whose execution has finished (on the thread that called run())."""

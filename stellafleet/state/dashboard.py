@@ -114,6 +114,8 @@ def graph(detail: dict[str, Any]) -> dict[str, Any]:
     one edge per dependency, and for a skipped task the chain back to the failure that caused it."""
     columns = [wave["tasks"] for wave in detail["waves"]]
     by_id = {task["id"]: task for tasks in columns for task in tasks}
+    if any(task.get("parent") for task in by_id.values()):
+        columns = grown_columns(list(by_id.values()))
     row_of: dict[str, float] = {}
     nodes = []
     for col, tasks in enumerate(columns):
@@ -132,6 +134,8 @@ def graph(detail: dict[str, Any]) -> dict[str, Any]:
                     "title": task.get("title") or "",
                     "status": task["status"],
                     "wave": task["wave"],
+                    "parent": task.get("parent"),  # emitted by that expanding task (listed under it)
+                    "expands": bool(task.get("expands")),
                     "col": col,
                     "row": row,
                     "attempt": task["attempts"][-1]["id"] if task["attempts"] else None,
@@ -148,12 +152,47 @@ def graph(detail: dict[str, Any]) -> dict[str, Any]:
         for dep in task.get("depends_on") or []
         if dep in by_id
     ]
+    edges += [  # an expanding task to what it emitted
+        {"from": task["parent"], "to": task_id, "cause": False, "emitted": True}
+        for task_id, task in by_id.items()
+        if task.get("parent") in by_id
+    ]
     return {
         "columns": len(columns),
         "rows": max((len(t) for t in columns), default=0),
         "nodes": nodes,
         "edges": edges,
     }
+
+
+def grown_columns(tasks: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """A grown plan's columns: each task one after its dependencies and after its parent, and a task that
+    depends on an expanding task after everything that task emitted (it waited for all of it)."""
+    by_id = {task["id"]: task for task in tasks}
+    emitted: dict[str, list[str]] = {}
+    for task in tasks:
+        if task.get("parent") in by_id:
+            emitted.setdefault(task["parent"], []).append(task["id"])
+    column: dict[str, int] = {}
+
+    def after(task_id: str) -> list[str]:  # what a dependent of task_id waits for: it and all it emitted
+        return [task_id, *(d for child in emitted.get(task_id, []) for d in after(child))]
+
+    def place(task_id: str) -> int:
+        if task_id not in column:
+            column[task_id] = 0  # a guard: a recorded graph has no cycle
+            task = by_id[task_id]
+            waits = [d for dep in task.get("depends_on") or [] if dep in by_id for d in after(dep)]
+            waits += [task["parent"]] if task.get("parent") in by_id else []
+            column[task_id] = max((place(d) + 1 for d in waits), default=0)
+        return column[task_id]
+
+    columns: list[list[dict[str, Any]]] = []
+    for task in tasks:
+        col = place(task["id"])
+        columns.extend([] for _ in range(col + 1 - len(columns)))
+        columns[col].append(task)
+    return columns
 
 
 def spend(detail: dict[str, Any], buckets: list[tuple[int, float]], start_ms: int) -> dict[str, Any]:

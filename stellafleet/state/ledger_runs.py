@@ -36,6 +36,10 @@ class TaskSpec(Protocol):
     def model(self) -> str | None: ...
     @property
     def timeout(self) -> float | None: ...
+    @property
+    def expands(self) -> bool: ...
+    @property
+    def parent(self) -> str | None: ...
 
 
 class Runs:
@@ -171,7 +175,9 @@ class Runs:
 
 
 # The columns of a task the run page's first view draws (no prompt, model or claims).
-CARD_COLUMNS = "id, title, status, reason, isolation, wave, branch, worktree, depends_on_json"
+CARD_COLUMNS = (
+    "id, title, status, reason, isolation, wave, branch, worktree, depends_on_json, expands, parent_id"
+)
 
 
 class Tasks:
@@ -194,14 +200,25 @@ class Tasks:
                 task.pipeline,
                 task.model,
                 task.timeout,
+                int(task.expands),
+                task.parent,
             )
             for task in tasks
         ]
         with self._db.write() as conn:
             conn.executemany(
                 "INSERT INTO tasks (run_id, id, title, prompt, depends_on_json, claims_json, isolation, wave,"
-                " pipeline, model, timeout_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " pipeline, model, timeout_s, expands, parent_id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
+            )
+
+    def set_fragment(self, run_id: str, task_id: str, fragment_path: str) -> None:
+        """The plan fragment an expanding task's worker wrote (its tasks are added with parent_id)."""
+        with self._db.write() as conn:
+            conn.execute(
+                "UPDATE tasks SET fragment_path = ? WHERE run_id = ? AND id = ?",
+                (fragment_path, run_id, task_id),
             )
 
     def set_status(self, run_id: str, task_id: str, status: TaskStatus, reason: str | None = None) -> None:
@@ -232,7 +249,8 @@ class Tasks:
 
     def of_run(self, run_id: str, columns: str = "*") -> list[dict[str, Any]]:
         """The run's tasks in plan order (by wave), with depends_on (and claims, if read) decoded."""
-        tasks = self._db.rows(f"SELECT {columns} FROM tasks WHERE run_id = ? ORDER BY wave, rowid", (run_id,))
+        query = f"SELECT {columns} FROM tasks WHERE run_id = ? ORDER BY wave, rowid"
+        tasks = self._db.rows(query, (run_id,))
         for task in tasks:
             task["depends_on"] = json.loads(task["depends_on_json"] or "[]")
             if "claims_json" in task:

@@ -191,8 +191,16 @@ _V3 = (
     "ALTER TABLE spend_events ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0",
 )
 
+# Version 4: plans that grow: whether a task expands, the task that emitted it (tasks.parent_id, NULL for
+# a task of the plan file) and the fragment an expanding task's worker wrote (tasks.fragment_path).
+_V4 = (
+    "ALTER TABLE tasks ADD COLUMN expands INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE tasks ADD COLUMN parent_id TEXT",
+    "ALTER TABLE tasks ADD COLUMN fragment_path TEXT",
+)
+
 # Forward migrations: MIGRATIONS[n] takes a ledger from user_version n to n + 1. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 
 LEDGER_SCHEMA = Schema(label="fleet ledger", application_id=0x53544C46, migrations=MIGRATIONS)  # "STLF"
 

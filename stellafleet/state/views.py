@@ -135,6 +135,8 @@ _TASK_KEYS = (
     "worktree",
     "depends_on",
     "claims",
+    "expands",
+    "fragment_path",
 )
 
 
@@ -159,12 +161,32 @@ def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str,
                 attempt["started_at_ms"], attempt["finished_at_ms"], now_ms, live
             )
         view = {key: task.get(key) for key in _TASK_KEYS}
+        view["expands"] = bool(view["expands"])
+        view["parent"] = task.get("parent_id")  # the expanding task that emitted it (None: the plan's)
         view["attempts"] = attempts
         view["commits"] = commits_by_task.get(task["id"], [])
         view["spend_usd"] = sum(float(a.get("spend_usd") or 0.0) for a in attempts)
         view["ci"] = ci_by_branch.get(task["branch"]) if task.get("branch") else None
         tasks.append(view)
-    return tasks
+    return under_parents(tasks)
+
+
+def under_parents(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tasks in their order, each emitted task right after its parent (and its earlier siblings with
+    theirs), each with its depth: 0 for a plan task, 1 for what one emitted, and so on."""
+    children: dict[str | None, list[dict[str, Any]]] = {}
+    ids = {task["id"] for task in tasks}
+    for task in tasks:
+        parent = task.get("parent")
+        children.setdefault(parent if parent in ids else None, []).append(task)
+    ordered: list[dict[str, Any]] = []
+    todo = [(task, 0) for task in reversed(children.get(None, []))]
+    while todo:
+        task, depth = todo.pop()
+        task["depth"] = depth
+        ordered.append(task)
+        todo.extend((child, depth + 1) for child in reversed(children.get(task["id"], [])))
+    return ordered
 
 
 def _branches(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -225,8 +247,11 @@ def run_detail(record: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive)
     """One run opened up (`stella runs RUN --json`, the run page): run_model with its tasks by wave."""
     model = run_model(record, now_ms=now_ms, alive=alive)
     waves: dict[int | None, list[dict[str, Any]]] = {}
-    for task in model.pop("tasks"):
-        waves.setdefault(task["wave"], []).append(task)
+    wave_of: dict[str, int | None] = {}
+    for task in model.pop("tasks"):  # an emitted task is listed under its parent, in the parent's wave
+        wave = wave_of.get(task["parent"], task["wave"]) if task.get("parent") else task["wave"]
+        wave_of[task["id"]] = wave
+        waves.setdefault(wave, []).append(task)
     ordered = sorted(waves.items(), key=lambda item: (item[0] is None, item[0] or 0))
     return {
         "run": model["run"],

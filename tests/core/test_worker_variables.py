@@ -35,6 +35,7 @@ def full_context(tmp_path: Path) -> WorkerContext:
         transcript_path=tmp_path / "docs.jsonl",
         prompt_path=tmp_path / "prompt.txt",
         token="0123456789abcdef",
+        plan_out=tmp_path / "fragment.plan",
     )
 
 

@@ -238,3 +238,27 @@ def test_loader_and_command_plumbing() -> None:
         "InvalidDodoFile" in run_source and "return 3" in run_source,
         "DoitMain.run turns InvalidDodoFile into 'ERROR: ...' and exit 3",
     )
+
+
+def test_delayed_task_creation_as_plans_that_grow_use_it() -> None:
+    # an expanding task's barrier is a placeholder Task with a DelayedLoader(executed=...): doit adds the
+    # `executed` task to its task_dep, calls the creator once that task is processed, takes the Tasks of the
+    # generator it returns into its graph and re-processes the placeholder's node as the real task
+    needs(
+        parameters(task.DelayedLoader.__init__)[:3] == ["self", "creator", "executed"],
+        "DelayedLoader(creator, executed)",
+    )
+    placeholder = task.Task("x:emitted", None, loader=task.DelayedLoader(lambda: None, executed="x"))
+    needs(placeholder.task_dep == ["x"], "a loader's `executed` task becomes the placeholder's task_dep")
+    source = inspect.getsource(control.TaskDispatcher)  # _add_task is wrapped by no_none
+    needs("generate_tasks(to_load, task_gen" in source, "_add_task creates tasks with generate_tasks")
+    needs("self.tasks[nt.name] = nt" in source, "_add_task adds the created tasks to the dispatcher's tasks")
+    needs('yield "reset generator"' in source, "_add_task re-processes the placeholder as the created task")
+    source = inspect.getsource(control.TaskDispatcher._dispatcher_generator)
+    needs("node.reset_task(self.tasks[node.task.name]" in source, "the node is reset to the created task")
+    from doit import loader
+
+    made = loader.generate_tasks(
+        "x:emitted", (t for t in [task.Task("x:emitted", None), task.Task("y", None)])
+    )
+    needs([t.name for t in made] == ["x:emitted", "y"], "generate_tasks takes Task objects from a generator")

@@ -28,7 +28,7 @@ CONTRACT_COLUMNS = {
     " max_concurrency spend_limit_usd spend_usd pipeline argv root pid exit_code reason"
     " schedule resumed_from executor",
     "tasks": "run_id id title prompt depends_on_json claims_json isolation wave status reason pipeline"
-    " model timeout_s branch worktree",
+    " model timeout_s branch worktree expands parent_id fragment_path",
     "attempts": "id run_id task_id started_at_ms finished_at_ms success outcome branch worktree pid"
     " exit_code spend_usd input_tokens output_tokens steps summary error cpu_seconds peak_rss_bytes"
     " pipeline log_path transcript_path node reason token_sha256 last_progress_ms guard_usd"
@@ -69,7 +69,7 @@ def test_a_new_ledger_has_the_contract_schema_in_wal_mode(db: Path) -> None:
     Ledger.open(db).close()
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == LEDGER_SCHEMA.version == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == LEDGER_SCHEMA.version == 4
     for table, columns in CONTRACT_COLUMNS.items():
         have = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
         assert have == columns.split(), table
@@ -269,6 +269,11 @@ def test_every_query_in_the_ledger_docs_runs(db: Path) -> None:
         ledger.tasks.add(
             "r-20261130-091500-1a2b", [PlanTask("writer", "p", "Write", claims=("src/store/schema.rs",))], {}
         )
+        emitted = [
+            PlanTask("split", "p", "Split", expands=True),
+            PlanTask("split.m1", "p", "M1", parent="split"),
+        ]
+        ledger.tasks.add("r-20261130-091500-1a2b", emitted, {})
         attempt = ledger.attempts.start("r-20261130-091500-1a2b", "writer", pipeline="plain")
         ledger.spend.add(attempt, 0.5, input_tokens=10, output_tokens=2)
         ledger.commits.record(sha="a" * 40, run_id="r-20261130-091500-1a2b", task_id="writer",

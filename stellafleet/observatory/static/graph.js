@@ -1,5 +1,7 @@
 // The plan graph: waves as columns, tasks as nodes coloured by status, one edge per dependency.
 // A skipped task links back to the failure that caused it (its chain of edges is drawn as the cause).
+// A plan that grew (tasks emitted at run time) is laid out by steps instead, each emitted task after its
+// parent, and a dotted edge joins an expanding task to each task it emitted.
 "use strict";
 
 import { frame, statusClass, svg } from "./dom.js";
@@ -24,7 +26,8 @@ export function renderGraph(graph, opts) {
   const heads = svg("g", { className: "axis" });
   for (let col = 0; col < graph.columns; col++) {
     const first = graph.nodes.find((n) => n.col === col);
-    const label = first && first.wave !== null ? "wave " + first.wave : "not scheduled";
+    const grown = graph.nodes.some((n) => n.parent);
+    const label = grown ? "step " + (col + 1) : first && first.wave !== null ? "wave " + first.wave : "not scheduled";
     heads.appendChild(svg("text", { x: 12 + col * COL_W, y: 14, className: "tick", text: label }));
   }
   chart.appendChild(heads);
@@ -37,7 +40,8 @@ export function renderGraph(graph, opts) {
     const mid = (x1 + x2) / 2;
     edges.appendChild(svg("path", {
       d: "M" + x1 + "," + y1 + " C" + mid + "," + y1 + " " + mid + "," + y2 + " " + x2 + "," + y2,
-      className: "edge" + (edge.cause ? " cause" : ""), "data-from": edge.from, "data-to": edge.to,
+      className: "edge" + (edge.cause ? " cause" : "") + (edge.emitted ? " emitted" : ""),
+      "data-from": edge.from, "data-to": edge.to,
     }));
   }
   chart.appendChild(edges);
@@ -69,6 +73,8 @@ export function renderGraph(graph, opts) {
     if (!g || g.querySelector("title")) return;
     const node = byId.get(g.getAttribute("data-task"));
     let tip = node.id + (node.title ? " — " + node.title : "") + " · " + node.status;
+    if (node.parent) tip += " · emitted by " + node.parent;
+    if (node.expands) tip += " · expands at run time";
     if (node.caused_by) tip += " · skipped because " + node.caused_by + " failed (click to open it)";
     g.appendChild(svg("title", { text: tip }));
   });

@@ -1,0 +1,178 @@
+"""Plan fragments: the tasks an expanding task (`expands = true`) adds to its run.
+
+The worker writes the fragment to $STELLA_PLAN_OUT in the plan format (`[[tasks]]`, an optional
+`[defaults]`; TOML, or JSON when it starts with `{`). It is checked like a plan, every problem at once
+(model.plan_from_data: schema, claims, duplicate ids, unknown dependencies, cycles), and besides: no two of
+its shared tasks that may run at the same time claim one file, an emitted task may expand only above the
+depth limit, and the run's cap on emitted tasks holds. Its tasks become `<emitter>.<id>`; a dependency
+names another task of the fragment by its own id, or a task the emitter could see (its dependencies and
+theirs, which have all succeeded when it emits) by its full id; the fragment's own ids win.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from stellafleet.core.errors import PlanError
+from stellafleet.plan.files import read_fragment_file
+from stellafleet.plan.model import PlanTask, normalise_claim, plan_from_data
+
+
+@dataclass(frozen=True)
+class FragmentRules:
+    """What a fragment is checked against besides the plan checks."""
+
+    visible: frozenset[str]  # the full ids its tasks may depend on
+    depth: int  # how deep its tasks are: 1 for what a plan task emits
+    max_depth: int
+    emitted_before: int  # tasks the run's fragments added so far
+    max_emitted: int
+
+
+def fragment_name(emitter: str) -> str:
+    """How problems name a fragment."""
+    return f"fragment of {json.dumps(emitter)}"
+
+
+def load_fragment(path: Path, emitter: PlanTask, rules: FragmentRules) -> tuple[PlanTask, ...]:
+    """The checked, renamed tasks of emitter's fragment at path (none when it wrote no file or an empty
+    task list); PlanError listing every problem found."""
+    name = fragment_name(emitter.id)
+    read = read_fragment_file(path, name)
+    if read is None or (isinstance(read.data, dict) and read.data.get("tasks") == []):
+        return ()
+    # checked on the tasks as written, so they are reported with the plan checks' problems too
+    loose = _loose_tasks(read.data)
+    extra = claim_overlaps(name, loose) + _limit_problems(name, loose, rules)
+    try:
+        plan = plan_from_data(read.data, source=name, table_word=read.table_word, outside=rules.visible)
+    except PlanError as exc:
+        raise PlanError(exc.problems + extra) from None
+    if extra:
+        raise PlanError(extra)
+    return rename(emitter.id, plan.tasks)
+
+
+def _loose_tasks(data: Any) -> list[PlanTask]:
+    """The fragment's tasks as far as they can be read whatever else is wrong with them: those with a
+    string id, their string dependencies and the claims that name a file inside the workspace."""
+    raw_tasks = data.get("tasks") if isinstance(data, dict) else None
+    defaults = data.get("defaults") if isinstance(data, dict) else None
+    isolation = defaults.get("isolation", "shared") if isinstance(defaults, dict) else "shared"
+    tasks = []
+    for raw in raw_tasks if isinstance(raw_tasks, list) else []:
+        if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
+            continue
+        claims = []
+        listed: list[Any] = raw["claims"] if isinstance(raw.get("claims"), list) else []
+        for claim in listed:
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                claims.append(normalise_claim(claim))
+        deps: list[Any] = raw["depends_on"] if isinstance(raw.get("depends_on"), list) else []
+        tasks.append(
+            PlanTask(
+                id=raw["id"],
+                prompt="",
+                title="",
+                depends_on=tuple(dep for dep in deps if isinstance(dep, str)),
+                claims=tuple(dict.fromkeys(claims)),
+                isolation=str(raw.get("isolation", isolation)),
+                expands=raw.get("expands") is True,
+            )
+        )
+    return tasks
+
+
+def rename(emitter: str, tasks: Sequence[PlanTask]) -> tuple[PlanTask, ...]:
+    """The fragment's tasks as the run knows them: `<emitter>.<id>`, their dependencies on each other
+    renamed too, their parent the emitter."""
+    local = {task.id for task in tasks}
+
+    def full(task_id: str) -> str:
+        return f"{emitter}.{task_id}" if task_id in local else task_id
+
+    return tuple(
+        replace(task, id=full(task.id), depends_on=tuple(map(full, task.depends_on)), parent=emitter)
+        for task in tasks
+    )
+
+
+def claim_overlaps(name: str, tasks: Sequence[PlanTask]) -> list[str]:
+    """Two shared tasks that claim one file while neither waits for the other: one would fail on the
+    other's claim. (An isolated task's claims are its own worktree's files: they never overlap.)"""
+    before = _ancestors(tasks)
+    claimed: dict[str, list[str]] = {}
+    problems = []
+    for task in tasks:
+        if task.isolation == "isolated":
+            continue
+        for claim in task.claims:
+            for other in claimed.setdefault(claim, []):
+                if other not in before[task.id] and task.id not in before[other]:
+                    problems.append(
+                        f'{name}: task "{task.id}": claims: "{claim}" is claimed by task "{other}" too, '
+                        "and they may run at the same time; make one depend on the other"
+                    )
+            claimed[claim].append(task.id)
+    return problems
+
+
+def _ancestors(tasks: Sequence[PlanTask]) -> dict[str, set[str]]:
+    """Task id -> every task of these it waits for, directly or not (the graph has no cycle)."""
+    by_id = {task.id: task for task in tasks}
+    found: dict[str, set[str]] = {}
+
+    def visit(task_id: str) -> set[str]:
+        if task_id not in found:
+            found[task_id] = set()  # a guard; the checks reported any cycle before this runs
+            deps = [dep for dep in by_id[task_id].depends_on if dep in by_id]
+            found[task_id] = set(deps).union(*(visit(dep) for dep in deps))
+        return found[task_id]
+
+    for task in tasks:
+        visit(task.id)
+    return found
+
+
+def _limit_problems(name: str, tasks: Sequence[PlanTask], rules: FragmentRules) -> list[str]:
+    problems = []
+    room = max(rules.max_emitted - rules.emitted_before, 0)
+    if len(tasks) > room:
+        problems.append(
+            f"{name}: emits {len(tasks)} tasks, more than the {room} the run may still add "
+            f"([fleet] max_emitted_tasks = {rules.max_emitted}, {rules.emitted_before} emitted so far); "
+            "emit fewer tasks or raise the limit"
+        )
+    if rules.depth >= rules.max_depth:
+        for task in tasks:
+            if task.expands:
+                problems.append(
+                    f'{name}: task "{task.id}": expands: an emitted task {rules.depth} levels down may not '
+                    f"expand ([fleet] max_expand_depth = {rules.max_depth}); "
+                    "do its work in it, or raise the limit"
+                )
+    return problems
+
+
+def visible_to(task: PlanTask, tasks: Mapping[str, PlanTask]) -> frozenset[str]:
+    """The tasks a task's fragment may depend on: its dependencies and theirs, and so on, with what each
+    of them emitted (a dependency on an expanding task waits for all it emitted): all have succeeded
+    before the task runs."""
+    emitted: dict[str, list[str]] = {}
+    for other in tasks.values():
+        if other.parent is not None:
+            emitted.setdefault(other.parent, []).append(other.id)
+    seen: set[str] = set()
+    todo = list(task.depends_on)
+    while todo:
+        task_id = todo.pop()
+        if task_id not in seen and task_id in tasks:
+            seen.add(task_id)
+            todo.extend(tasks[task_id].depends_on)
+            todo.extend(emitted.get(task_id, ()))
+    return frozenset(seen)

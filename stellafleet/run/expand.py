@@ -1,0 +1,103 @@
+"""Plans that grow: what the run's expanding tasks (`expands = true`) have added to it.
+
+An expanding task's worker is told $STELLA_PLAN_OUT (a file under the run's state directory). When its
+attempt succeeds, the dispatcher hands the end to `Expansions.settle` before recording it: the fragment is
+checked (plan/fragment.py: every problem at once, the run's cap and the depth limit) and either refused,
+failing the task with every problem and adding nothing, or its tasks are recorded in the ledger under
+their parent (tasks.parent_id, the parent's tasks.fragment_path) before the parent is recorded succeeded,
+so a fleet killed at any point leaves either a parent to run again or its tasks to run. The wave runner
+(waves.py) then asks `children` for the tasks to add to doit's graph.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from stellafleet.core.errors import PlanError
+from stellafleet.core.status import AttemptEnd
+from stellafleet.plan.fragment import FragmentRules, fragment_name, load_fragment, visible_to
+from stellafleet.plan.model import Plan, PlanTask
+from stellafleet.state.ledger import Ledger
+
+
+class Expansions:
+    """The run's tasks, the plan's and those emitted so far; `settle` is thread-safe."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        ledger: Ledger,
+        run_id: str,
+        *,
+        max_emitted: int,
+        max_depth: int,
+        emitted: Iterable[PlanTask] = (),
+    ) -> None:
+        self.ledger = ledger
+        self.run_id = run_id
+        self.max_emitted = max_emitted
+        self.max_depth = max_depth
+        self.tasks: dict[str, PlanTask] = {task.id: task for task in plan.tasks}
+        self.seeded = tuple(emitted)  # what an earlier run's expanding tasks emitted (--resume)
+        for task in self.seeded:
+            self.tasks[task.id] = task
+        self.count = len(self.seeded)  # tasks emitted in this run and the one it resumes
+        self._lock = threading.Lock()
+
+    def children(self, task_id: str) -> tuple[PlanTask, ...]:
+        """What task_id emitted, in its fragment's order (nothing: it failed, emitted none or is unknown)."""
+        with self._lock:
+            return tuple(task for task in self.tasks.values() if task.parent == task_id)
+
+    def depth(self, task_id: str) -> int:
+        """0 for a plan task, 1 for what one emitted, and so on."""
+        depth, task = 0, self.tasks.get(task_id)
+        while task is not None and task.parent is not None:
+            depth, task = depth + 1, self.tasks.get(task.parent)
+        return depth
+
+    def settle(self, task: PlanTask, plan_out: Path | None, end: AttemptEnd) -> AttemptEnd:
+        """The end to record for an expanding task's succeeded attempt: its fragment's tasks recorded and
+        the end as it was, or a failed end naming every problem of the fragment (nothing of it runs)."""
+        if plan_out is None:
+            return end
+        with self._lock:
+            rules = FragmentRules(
+                visible=visible_to(task, self.tasks),
+                depth=self.depth(task.id) + 1,
+                max_depth=self.max_depth,
+                emitted_before=self.count,
+                max_emitted=self.max_emitted,
+            )
+            try:
+                emitted = load_fragment(plan_out, task, rules)
+                _refuse_taken(task.id, emitted, self.tasks)
+            except PlanError as exc:
+                return AttemptEnd.failed(refused(exc.problems))
+            self.ledger.tasks.add(self.run_id, emitted, {})
+            self.ledger.tasks.set_fragment(self.run_id, task.id, str(plan_out))
+            for child in emitted:
+                self.tasks[child.id] = child
+            self.count += len(emitted)
+        if not emitted:
+            return end
+        return replace(end, summary=f"{end.summary} (emitted {len(emitted)} tasks)")
+
+
+def refused(problems: list[str]) -> str:
+    """The reason an expanding task fails with when its fragment is refused: every problem."""
+    if len(problems) == 1:
+        return f"its plan fragment was refused: {problems[0]}"
+    return f"its plan fragment was refused ({len(problems)} problems): " + "; ".join(problems)
+
+
+def _refuse_taken(emitter: str, emitted: Iterable[PlanTask], tasks: dict[str, PlanTask]) -> None:
+    """An emitted task's full id must not be a task the run already has."""
+    taken = [task.id for task in emitted if task.id in tasks]
+    if taken:
+        name = fragment_name(emitter)
+        problems = [f'{name}: task "{t}": id: the run already has a task "{t}"' for t in taken]
+        raise PlanError(problems)
