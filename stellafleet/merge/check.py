@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +29,17 @@ def tail_lines(text: str, lines: int) -> str:
     return "\n".join(kept)
 
 
-def run_check(command: str, cwd: Path, *, timeout_s: float, tail: int, env: dict[str, str]) -> CheckResult:
-    """Run command in cwd with env over ours; passed when it exits 0 within timeout_s."""
+def run_check(
+    command: str,
+    cwd: Path,
+    *,
+    timeout_s: float,
+    tail: int,
+    env: dict[str, str],
+    on_start: Callable[[int], None] | None = None,
+) -> CheckResult:
+    """Run command in cwd with env over ours; passed when it exits 0 within timeout_s. on_start is told
+    the pid (and process group) it runs as, for the merge's journal."""
     with tempfile.TemporaryFile(mode="w+b") as output:
         done = runner.run(
             ["/bin/sh", "-c", command],
@@ -39,6 +49,7 @@ def run_check(command: str, cwd: Path, *, timeout_s: float, tail: int, env: dict
             grace_s=STOP_GRACE_S,
             stdout=output,
             stderr=runner.STDOUT,
+            on_start=on_start,
         )
         output.seek(0)
         text = output.read().decode("utf-8", "replace")
