@@ -33,13 +33,12 @@ from stellafleet.proc.pids import ProcessIdentity
 from stellafleet.state.ledger import Ledger
 
 LOCK_NAME = "merge.lock"
-JOURNAL_NAME = "merge-journal.json"
 CHECK_STOP_GRACE_S = 2.0
 
 
 def _paths(root: Path) -> tuple[Path, Path]:
-    private = StatePaths(root).private
-    return private / LOCK_NAME, private / JOURNAL_NAME
+    paths = StatePaths(root)
+    return paths.private / LOCK_NAME, paths.merge_journal
 
 
 def _take(lock_path: Path) -> int | None:
@@ -98,14 +97,6 @@ def holding(root: Path) -> Iterator[Journal]:
             journal_path.unlink()
     finally:
         _release(fd)
-
-
-def find_root(start: Path) -> Path | None:
-    """The repository root above start that holds a merge journal (a file check only, no git)."""
-    for place in (start, *start.parents):
-        if (place / ".stella" / "private" / JOURNAL_NAME).is_file():
-            return place
-    return None
 
 
 def repair(root: Path) -> str | None:
