@@ -17,6 +17,7 @@ from typing import Any
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import RunStatus, TaskStatus
+from stellafleet.git import gitops
 from stellafleet.plan.model import Plan, PlanTask, load_plan
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
@@ -43,6 +44,7 @@ class Resume:
     plan_path: Path | None
     done: frozenset[str]  # task ids the earlier run finished: they get no new attempt
     changes: tuple[str, ...] = ()  # what changed in the plan (only with --force)
+    lost: tuple[str, ...] = ()  # succeeded isolated tasks whose branch no longer holds their work
 
     def done_reason(self) -> str:
         return f"succeeded in run {self.run_id}"
@@ -111,6 +113,25 @@ def done_tasks(plan: Plan, statuses: Mapping[str, str], changed: Mapping[str, li
     return frozenset(done)
 
 
+def lost_work(root: Path, record: Mapping[str, Any]) -> list[str]:
+    """The succeeded isolated tasks whose fleet/* branch is gone or no longer holds the commits recorded
+    for the task: they are not done. (A task carried over from a run this one resumed has no branch of
+    its own in this run and is left as it is.)"""
+    commits: dict[str, list[str]] = {}
+    for row in record["commits"]:
+        commits.setdefault(str(row["task_id"]), []).append(str(row["sha"]))
+    lost = []
+    for task in record["tasks"]:
+        branch = task.get("branch")
+        if task["status"] != TaskStatus.SUCCEEDED or task.get("isolation") != "isolated" or not branch:
+            continue
+        head = gitops.ref_commit(root, f"refs/heads/{branch}")
+        shas = commits.get(task["id"], [])
+        if head is None or not all(gitops.is_ancestor(root, sha, head) for sha in shas):
+            lost.append(str(task["id"]))
+    return lost
+
+
 def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> Resume:
     """The earlier run named by ref (`latest`, an id or a unique prefix) and its re-read, checked plan."""
     fleet_db = StatePaths(root).fleet_db
@@ -118,6 +139,8 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
         raise StellaError(f"nothing to resume: no fleet runs recorded yet (no ledger at {fleet_db})")
     with Ledger.open(fleet_db, readonly=True) as ledger:
         record = ledger.get_run(ledger.runs.resolve(ref))
+        if not force:  # checked again as the new run's row is written, in one transaction
+            ledger.runs.check_resumable(record["run"]["id"])
     run = record["run"]
     if run["status"] == RunStatus.RUNNING and pid_alive(run.get("pid"), run.get("created_at_ms")):
         raise StellaError(f"run {run['id']} is still running: resume it once it has ended")
@@ -137,12 +160,16 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
             exit_code=EXIT_USAGE,
         )
     statuses = {row["id"]: row["status"] for row in record["tasks"]}
+    lost = lost_work(root, record)
+    for task_id in lost:
+        statuses[task_id] = TaskStatus.FAILED  # its only work product is gone: it runs again
     return Resume(
         run_id=run["id"],
         plan=plan,
         plan_path=Path(source).resolve() if source is not None else None,
         done=done_tasks(plan, statuses, changes),
         changes=described,
+        lost=tuple(lost),
     )
 
 
@@ -159,4 +186,6 @@ def schedule_note(schedule: str, resume: Resume | None) -> str:
     note = ", eager schedule" if schedule == "eager" else ""
     if resume is not None:
         note += f"; resumes {resume.run_id} ({len(resume.done)} of {len(resume.plan.tasks)} tasks done)"
+        if resume.lost:
+            note += f"; {', '.join(resume.lost)} run again: the branch no longer holds the work"
     return note
