@@ -24,6 +24,7 @@ from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc.orphan import end_when_orphaned
+from stellafleet.proc.subreaper import become_subreaper, end_descendants
 from stellafleet.state.ledger import Ledger
 
 
@@ -119,6 +120,7 @@ def main() -> int:
         return 2
     if os.getpgrp() == os.getpid():  # a worker the fleet started (its own group): it dies with the fleet
         end_when_orphaned()
+    become_subreaper()  # what the task starts stays below this process, even if it double-forks
     print(
         f"stella worker: run {ctx.run_id} task {ctx.task_id} attempt {ctx.attempt_id} "
         f"pipeline {ctx.pipeline} in {ctx.workspace}",
@@ -129,6 +131,9 @@ def main() -> int:
         result = run_task(ctx, spend)
     finally:
         spend.close()
+    left = end_descendants()  # nothing outlives its attempt: the result is written once they are gone
+    if left:
+        print(f"stella worker: ended {left} process(es) the task left running", flush=True)
     write_result(ctx.result_path, result)
     outcome = AttemptOutcome.SUCCEEDED if result.success else AttemptOutcome.FAILED
     print(f"stella worker: {outcome}: {result.summary}", flush=True)
