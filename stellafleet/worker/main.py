@@ -9,6 +9,7 @@ are its children.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import traceback
@@ -112,6 +113,13 @@ def _fleet_backoff(ctx: WorkerContext) -> bool:
         return True
 
 
+def _end_with_descendants(signum: int, frame: object) -> None:
+    """A stopped worker (the fleet's SIGTERM) takes everything below it along, then ends as signalled."""
+    end_descendants()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
 def main() -> int:
     try:
         ctx = WorkerContext.from_env()
@@ -120,7 +128,8 @@ def main() -> int:
         return 2
     if os.getpgrp() == os.getpid():  # a worker the fleet started (its own group): it dies with the fleet
         end_when_orphaned()
-    become_subreaper()  # what the task starts stays below this process, even if it double-forks
+    if become_subreaper():  # what the task starts stays below this process, even if it double-forks
+        signal.signal(signal.SIGTERM, _end_with_descendants)
     print(
         f"stella worker: run {ctx.run_id} task {ctx.task_id} attempt {ctx.attempt_id} "
         f"pipeline {ctx.pipeline} in {ctx.workspace}",

@@ -98,3 +98,18 @@ def test_a_double_forked_child_of_the_notify_command_ends_with_it(
 
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert_gone_and_quiet(pidfile, target)
+
+
+def test_a_double_forked_child_of_a_timed_out_attempt_ends_with_it(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    pidfile, target = tmp_path / "writer.pid", git_repo / "written.txt"
+    write_config(git_repo, run=double_fork(tmp_path, pidfile, target) + "; sleep 60")
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[tasks]]\nid = "slow"\nprompt = "p"\ntimeout = 2\n')
+
+    proc = stella("fleet", "--pipeline", "command", "--plan", str(plan), cwd=git_repo)
+
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert by_id(run_record(git_repo)["tasks"])["slow"]["status"] == "failed"
+    assert_gone_and_quiet(pidfile, target)
