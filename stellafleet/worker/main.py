@@ -27,6 +27,7 @@ from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc.orphan import end_when_orphaned
 from stellafleet.proc.subreaper import become_subreaper, end_descendants
 from stellafleet.state.ledger import Ledger
+from stellafleet.worker.leftovers import commit_leftovers
 
 
 class LedgerLimits:
@@ -143,6 +144,7 @@ def main() -> int:
     left = end_descendants()  # nothing outlives its attempt: the result is written once they are gone
     if left:
         print(f"stella worker: ended {left} process(es) the task left running", flush=True)
+    result = commit_leftovers(ctx, result)  # once nothing else writes its worktree
     write_result(ctx.result_path, result)
     outcome = AttemptOutcome.SUCCEEDED if result.success else AttemptOutcome.FAILED
     print(f"stella worker: {outcome}: {result.summary}", flush=True)
