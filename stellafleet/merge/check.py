@@ -1,7 +1,8 @@
 """The user's check command, run on a merged result in the scratch worktree.
 
-It runs through the shell in its own process group (so a timeout stops everything it started), with
-stdout and stderr together in a file rather than a pipe, and only its last lines are kept.
+It runs through the shell in its own process group, under the child subreaper (proc/subreaper.py), so a
+timeout stops everything it started, double-forked processes too; stdout and stderr go together to a
+file rather than a pipe, and only its last lines are kept.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stellafleet.proc import runner
+from stellafleet.proc.subreaper import reaped_argv
 
 STOP_GRACE_S = 5.0
 
@@ -42,7 +44,7 @@ def run_check(
     the pid (and process group) it runs as, for the merge's journal."""
     with tempfile.TemporaryFile(mode="w+b") as output:
         done = runner.run(
-            ["/bin/sh", "-c", command],
+            reaped_argv(["/bin/sh", "-c", command]),  # what it leaves running ends with it
             cwd=cwd,
             env={**os.environ, **env},
             timeout=timeout_s,

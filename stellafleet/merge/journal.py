@@ -115,6 +115,8 @@ def repair(root: Path) -> str | None:
             data = {}
         said = _finish(root, data)
         journal_path.unlink(missing_ok=True)
+        for tmp in journal_path.parent.glob(f"{journal_path.name}.*.tmp"):  # one killed mid-write
+            tmp.unlink(missing_ok=True)
     except GitError as exc:
         said = f"could not finish it: {exc.message}; the journal stays at {journal_path}"
     finally:

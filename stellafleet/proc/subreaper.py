@@ -109,7 +109,7 @@ def main(argv: Sequence[str]) -> int:
     become_subreaper()
 
     def stop(signum: int, frame: object) -> None:
-        end_descendants(0.0)
+        end_descendants()
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)

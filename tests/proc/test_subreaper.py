@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers.fleet import by_id, run_record, write_config
+from helpers.merging import build_run
 from helpers.repo import StellaRunner
 from helpers.spawn import ended_within
 
@@ -112,4 +113,14 @@ def test_a_double_forked_child_of_a_timed_out_attempt_ends_with_it(
 
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert by_id(run_record(git_repo)["tasks"])["slow"]["status"] == "failed"
+    assert_gone_and_quiet(pidfile, target)
+
+
+def test_a_double_forked_child_of_the_merge_check_ends_with_the_check(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    build_run(git_repo)
+    pidfile, target = tmp_path / "writer.pid", tmp_path / "checked.txt"
+    proc = stella("merge", "--check", double_fork(tmp_path, pidfile, target), cwd=git_repo)
+    assert "merged" in proc.stdout, proc.stdout + proc.stderr
     assert_gone_and_quiet(pidfile, target)
