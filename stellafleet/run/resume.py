@@ -16,7 +16,7 @@ from typing import Any
 
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.status import RunStatus, TaskStatus
+from stellafleet.core.status import MergeStatus, RunStatus, TaskStatus
 from stellafleet.git import gitops
 from stellafleet.plan.model import Plan, PlanTask, load_plan
 from stellafleet.proc.pids import pid_alive
@@ -115,21 +115,29 @@ def done_tasks(plan: Plan, statuses: Mapping[str, str], changed: Mapping[str, li
 
 def lost_work(root: Path, record: Mapping[str, Any]) -> list[str]:
     """The succeeded isolated tasks whose fleet/* branch is gone or no longer holds the commits recorded
-    for the task: they are not done. (A task carried over from a run this one resumed has no branch of
-    its own in this run and is left as it is.)"""
+    for the task, and whose work did not land either (a branch `stella merge` landed, or whose commits
+    are in HEAD, may be cleaned away): they are not done. (A task carried over from a run this one
+    resumed has no branch of its own in this run and is left as it is.)"""
     commits: dict[str, list[str]] = {}
     for row in record["commits"]:
         commits.setdefault(str(row["task_id"]), []).append(str(row["sha"]))
+    landed = {row["branch"] for row in record.get("merges", []) if row["status"] == MergeStatus.MERGED}
     lost = []
     for task in record["tasks"]:
         branch = task.get("branch")
         if task["status"] != TaskStatus.SUCCEEDED or task.get("isolation") != "isolated" or not branch:
             continue
-        head = gitops.ref_commit(root, f"refs/heads/{branch}")
         shas = commits.get(task["id"], [])
-        if head is None or not all(gitops.is_ancestor(root, sha, head) for sha in shas):
+        if branch in landed or _holds(root, f"refs/heads/{branch}", shas):
+            continue
+        if not shas or not _holds(root, "HEAD", shas):
             lost.append(str(task["id"]))
     return lost
+
+
+def _holds(root: Path, ref: str, shas: list[str]) -> bool:
+    head = gitops.ref_commit(root, ref)
+    return head is not None and all(gitops.is_ancestor(root, sha, head) for sha in shas)
 
 
 def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> Resume:

@@ -141,3 +141,19 @@ def test_a_branch_reset_below_its_commits_is_not_done_either(
 
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert sorted(a["task_id"] for a in run_record(git_repo)["attempts"]) == ["a", "b"]
+
+
+def test_a_branch_cleaned_away_after_its_work_landed_is_still_done(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    first_id, env = first_run(git_repo, tmp_path, stella)
+    (tmp_path / "release").write_text("")
+    task = by_id(run_record(git_repo, first_id)["tasks"])["a"]
+    git("merge", "-q", "--no-ff", "-m", "land a", task["branch"], cwd=git_repo)
+    git("worktree", "remove", "--force", task["worktree"], cwd=git_repo)
+    git("branch", "-D", task["branch"], cwd=git_repo)  # gone, but its commit is in main
+
+    resumed = stella(*ARGS, "--resume", first_id, cwd=git_repo, env=env)
+
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert [a["task_id"] for a in run_record(git_repo)["attempts"]] == ["b"]
