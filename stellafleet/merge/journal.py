@@ -92,9 +92,14 @@ def holding(root: Path) -> Iterator[Journal]:
     try:
         journal = Journal(journal_path)
         journal.note()
-        yield journal
-        with contextlib.suppress(FileNotFoundError):
-            journal_path.unlink()
+        try:
+            yield journal
+        except BaseException:  # an error or Ctrl-C mid-step: settle what it left at once, as a repair would
+            with contextlib.suppress(GitError, StellaError, OSError):
+                _finish(root, journal.data)
+                journal_path.unlink(missing_ok=True)
+            raise
+        journal_path.unlink(missing_ok=True)
     finally:
         _release(fd)
 
@@ -140,7 +145,7 @@ def _stop_check(data: dict[str, Any]) -> str | None:
 def _finish(root: Path, data: dict[str, Any]) -> str:
     done = [said] if (said := _stop_check(data)) else []
     landing = data.get("landing")
-    status, after, reason = MergeStatus.ERROR, None, "stella merge was killed before this branch landed"
+    status, after, reason = MergeStatus.ERROR, None, "stella merge was stopped before this branch landed (killed or interrupted)"
     if landing:
         onto, old, new = landing["onto"], landing["old"], landing["new"]
         if mergeops.finish_advance(root, onto, old, new):

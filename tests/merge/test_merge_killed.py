@@ -121,7 +121,7 @@ def test_a_merge_killed_during_its_check_leaves_no_check_worktree_or_planned_row
     assert "its check (pid " in done.stderr and ") stopped" in done.stderr
     assert ended_within(check_pid, 10)
     [row] = merges(git_repo)
-    assert row["status"] == "error" and "killed before this branch landed" in row["reason"]
+    assert row["status"] == "error" and "stopped before this branch landed" in row["reason"]
     assert git("rev-parse", "main", cwd=git_repo).strip() == start
     assert git("status", "--porcelain", "--untracked-files=no", cwd=git_repo) == ""
     assert not scratch.exists() and worktrees(git_repo) == [str(git_repo)]
@@ -141,3 +141,23 @@ def test_a_second_merge_is_refused_while_one_runs(
     finally:
         kill_merge(proc)
     stella("runs", cwd=git_repo)
+
+
+def test_a_merge_interrupted_with_ctrl_c_settles_its_row_and_scratch_at_once(
+    git_repo: Path, stella: StellaRunner, tmp_path: Path
+) -> None:
+    build_run(git_repo)
+    pid_file = tmp_path / "check.pid"
+    proc = start_merge(
+        git_repo, {}, "--check", f"echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; sleep 60"
+    )
+    wait_for(pid_file)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert ended_within(int(pid_file.read_text()), 10)
+    assert not StatePaths(git_repo).merge_journal.exists()
+    [row] = merges(git_repo)
+    assert row["status"] == "error" and "stopped before this branch landed" in row["reason"]
+    assert worktrees(git_repo) == [str(git_repo)]
+    assert stella("runs", cwd=git_repo).stderr == ""  # nothing left for the next command to finish
