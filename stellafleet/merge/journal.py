@@ -145,7 +145,11 @@ def _stop_check(data: dict[str, Any]) -> str | None:
 def _finish(root: Path, data: dict[str, Any]) -> str:
     done = [said] if (said := _stop_check(data)) else []
     landing = data.get("landing")
-    status, after, reason = MergeStatus.ERROR, None, "stella merge was stopped before this branch landed (killed or interrupted)"
+    status, after, reason = (
+        MergeStatus.ERROR,
+        None,
+        "stella merge was stopped before this branch landed (killed or interrupted)",
+    )
     if landing:
         onto, old, new = landing["onto"], landing["old"], landing["new"]
         if mergeops.finish_advance(root, onto, old, new):
