@@ -11,14 +11,15 @@ while it ran are ended (proc/tree.py).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import psutil
+if TYPE_CHECKING:  # psutil and ctypes are imported when needed: a worker starts without them
+    import psutil
 
 PR_SET_CHILD_SUBREAPER = 36
 LEFTOVER_GRACE_S = 1.0
@@ -29,6 +30,8 @@ def become_subreaper() -> bool:
     """Make this process its orphaned descendants' new parent; False where the system cannot."""
     if not sys.platform.startswith("linux"):
         return False
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
@@ -37,6 +40,8 @@ def become_subreaper() -> bool:
 
 
 def _descendants() -> list[psutil.Process]:
+    import psutil
+
     try:
         return psutil.Process().children(recursive=True)
     except psutil.Error:
@@ -44,11 +49,21 @@ def _descendants() -> list[psutil.Process]:
 
 
 def _send(procs: Sequence[psutil.Process], sig: int) -> None:
+    import psutil
+
     for proc in procs:
         try:
             proc.send_signal(sig)  # psutil refuses a pid that was reused by another process
         except psutil.Error:
             continue
+
+
+def _has_children() -> bool:
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
 
 
 def _reap() -> None:
@@ -65,6 +80,8 @@ def _reap() -> None:
 def end_descendants(grace_s: float = LEFTOVER_GRACE_S) -> int:
     """SIGTERM to every descendant of this process, up to grace_s for them to end, then SIGKILL to
     whatever is left (again, until none is left); all are reaped. Returns how many there were."""
+    if not _has_children():
+        return 0  # a descendant without a living parent would be our child: there is none
     found = [p for p in _descendants() if not _zombie(p)]
     count = len(found)
     if found:
@@ -87,6 +104,8 @@ def end_descendants(grace_s: float = LEFTOVER_GRACE_S) -> int:
 
 
 def _zombie(proc: psutil.Process) -> bool:
+    import psutil
+
     try:
         return proc.status() == psutil.STATUS_ZOMBIE
     except psutil.Error:

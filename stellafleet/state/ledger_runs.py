@@ -9,7 +9,6 @@ from typing import Any, Protocol
 
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.status import RunStatus, TaskStatus
-from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger_schema import RUN_STATUSES, TASK_STATUSES, check_choice
 from stellafleet.state.sqlitefile import Database
 
@@ -44,6 +43,9 @@ RESUMERS = "SELECT id, status, pid, created_at_ms FROM runs WHERE resumed_from =
 
 def _resumers(rows: Iterable[Any]) -> list[tuple[str, bool]]:
     """(id, still running) of each run that resumed a run, oldest first, from RESUMERS' rows."""
+    # psutil only here, so a worker opening the ledger starts without it
+    from stellafleet.proc.pids import pid_alive
+
     return [(str(row[0]), row[1] == RunStatus.RUNNING and pid_alive(row[2], row[3])) for row in rows]
 
 

@@ -27,7 +27,6 @@ from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc.orphan import end_when_orphaned
 from stellafleet.proc.subreaper import become_subreaper, end_descendants
 from stellafleet.state.ledger import Ledger
-from stellafleet.worker.leftovers import commit_leftovers
 
 
 class LedgerLimits:
@@ -144,7 +143,10 @@ def main() -> int:
     left = end_descendants()  # nothing outlives its attempt: the result is written once they are gone
     if left:
         print(f"stella worker: ended {left} process(es) the task left running", flush=True)
-    result = commit_leftovers(ctx, result)  # once nothing else writes its worktree
+    if result.success and not ctx.shared:  # once nothing else writes its worktree
+        from stellafleet.worker.leftovers import commit_leftovers  # the lane: only when needed
+
+        result = commit_leftovers(ctx, result)
     write_result(ctx.result_path, result)
     outcome = AttemptOutcome.SUCCEEDED if result.success else AttemptOutcome.FAILED
     print(f"stella worker: {outcome}: {result.summary}", flush=True)
