@@ -10,9 +10,11 @@ import shlex
 import sys
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 
 from stellafleet import __version__
 from stellafleet.core.errors import EXIT_INTERRUPTED, EXIT_USAGE, StellaError
+from stellafleet.core.paths import StatePaths
 from stellafleet.core.terminal import printable
 
 COMMAND_MODULES = (
@@ -131,6 +133,17 @@ def _apply_env_defaults(args: argparse.Namespace) -> None:
             raise StellaError(f"STELLA_SPEND_LIMIT: {exc}") from None
 
 
+def finish_killed_merge(cwd: Path) -> None:
+    """A `stella merge` killed in this repository is finished by whichever stella command comes next
+    (merge/journal.py); finding its journal is a few file checks, so `stella commit` stays fast."""
+    for place in (cwd, *cwd.parents):
+        if StatePaths(place).merge_journal.is_file():
+            from stellafleet.merge.journal import repair
+
+            repair(place)
+            return
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     corrected = misplaced_spend_limit(argv)
@@ -160,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return EXIT_USAGE
+        finish_killed_merge(Path.cwd())
         return int(args.func(args))
     except StellaError as exc:
         text = printable(str(exc))  # it can quote a file, a git message or a plan: shown, never obeyed

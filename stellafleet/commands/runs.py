@@ -308,6 +308,8 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
     out(styled(f"  {task['id']}  ", in_colour(task["status"], task["status"]), rest))
     if task.get("reason"):
         out(styled((f"    reason: {single_line(task['reason'])}", "yellow")))
+    if task.get("no_commits"):
+        out(styled(("    no commits: it succeeded, but its branch holds nothing of its own", "yellow")))
     if task.get("branch"):
         out(styled(f"    branch {task['branch']}  worktree {task.get('worktree') or '-'}"))
     if task.get("depends_on"):

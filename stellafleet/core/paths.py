@@ -33,6 +33,11 @@ class StatePaths:
         return self.private / "store.db"
 
     @property
+    def merge_journal(self) -> Path:
+        """What a running `stella merge` holds outside the ledger (merge/journal.py)."""
+        return self.private / "merge-journal.json"
+
+    @property
     def worktrees(self) -> Path:
         return self.stella_dir / "worktrees"
 

@@ -119,3 +119,19 @@ def patches_upstream(root: Path, upstream: str, head: str) -> bool:
     out = gitops.git("cherry", upstream, head, cwd=root, check=False)
     lines = [line for line in out.splitlines() if line.strip()]
     return bool(lines) and all(line.startswith("-") for line in lines)
+
+
+def finish_advance(root: Path, branch: str, old: str, new: str) -> bool:
+    """After a merge was killed inside advance_branch: True when the branch's ref had moved to new, and
+    now the index and the files follow it too (a two-tree read-tree, which is a no-op when they already
+    did); False when the ref had not moved to new (nothing landed: the tree is left as it is)."""
+    if gitops.ref_commit(root, f"refs/heads/{branch}") != new:
+        return False
+    gitops.git("read-tree", "-m", "-u", old, new, cwd=root)
+    return True
+
+
+def contains(root: Path, result: str, head: str) -> bool:
+    """Whether a branch at head is verifiably in result: head is an ancestor of it (a merge, a resolve
+    that merged it), or every one of its patches is there (a rebase: `git cherry`)."""
+    return gitops.is_ancestor(root, head, result) or patches_upstream(root, result, head)

@@ -1,17 +1,20 @@
 """The user's check command, run on a merged result in the scratch worktree.
 
-It runs through the shell in its own process group (so a timeout stops everything it started), with
-stdout and stderr together in a file rather than a pipe, and only its last lines are kept.
+It runs through the shell in its own process group, under the child subreaper (proc/subreaper.py), so a
+timeout stops everything it started, double-forked processes too; stdout and stderr go together to a
+file rather than a pipe, and only its last lines are kept.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from stellafleet.proc import runner
+from stellafleet.proc.subreaper import reaped_argv
 
 STOP_GRACE_S = 5.0
 
@@ -28,17 +31,27 @@ def tail_lines(text: str, lines: int) -> str:
     return "\n".join(kept)
 
 
-def run_check(command: str, cwd: Path, *, timeout_s: float, tail: int, env: dict[str, str]) -> CheckResult:
-    """Run command in cwd with env over ours; passed when it exits 0 within timeout_s."""
+def run_check(
+    command: str,
+    cwd: Path,
+    *,
+    timeout_s: float,
+    tail: int,
+    env: dict[str, str],
+    on_start: Callable[[int], None] | None = None,
+) -> CheckResult:
+    """Run command in cwd with env over ours; passed when it exits 0 within timeout_s. on_start is told
+    the pid (and process group) it runs as, for the merge's journal."""
     with tempfile.TemporaryFile(mode="w+b") as output:
         done = runner.run(
-            ["/bin/sh", "-c", command],
+            reaped_argv(["/bin/sh", "-c", command]),  # what it leaves running ends with it
             cwd=cwd,
             env={**os.environ, **env},
             timeout=timeout_s,
             grace_s=STOP_GRACE_S,
             stdout=output,
             stderr=runner.STDOUT,
+            on_start=on_start,
         )
         output.seek(0)
         text = output.read().decode("utf-8", "replace")

@@ -15,7 +15,7 @@ from pathlib import Path
 from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import SpendBudget, money
-from stellafleet.git import gitops
+from stellafleet.git import gitops, mergeops
 from stellafleet.merge.queue import MergeItem
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.cifix import execute_in_background
@@ -98,6 +98,12 @@ class Resolver:
         head = gitops.ref_commit(self.root, branch) if branch else None
         if head is None or head == tip or not gitops.is_ancestor(self.root, tip, head):
             return Resolution(None, f"resolve task {task_id} left no commit on top of {onto}")
+        if item.head is None or not mergeops.contains(self.root, head, item.head):
+            return Resolution(
+                None,
+                f"resolve task {task_id} committed {head[:12]} on {branch} but never merged {item.branch} "
+                f"(its head {(item.head or '?')[:12]} is not in it): not landed",
+            )
         return Resolution(head, f"conflict resolved by task {task_id} on {branch}")
 
     def _free_id(self, wanted: str) -> str:

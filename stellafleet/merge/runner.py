@@ -10,6 +10,7 @@ step is a row in the ledger's `merges` table.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -21,7 +22,9 @@ from stellafleet.core.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, GitEr
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import MergeStatus
 from stellafleet.git import gitops, mergeops
+from stellafleet.merge import journal as merge_journal
 from stellafleet.merge.check import run_check
+from stellafleet.merge.journal import Journal
 from stellafleet.merge.queue import MergeItem, plan_queue
 from stellafleet.merge.resolve import Resolution
 from stellafleet.state.ledger import Ledger
@@ -117,17 +120,19 @@ def merge_run(
     make_resolver: Callable[[Ledger, str], Resolving] | None = None,
 ) -> MergeResult:
     """Run the merge queue (or, with dry_run, say what it would do) for one run of the ledger."""
+    merge_journal.repair(root)  # a killed merge's half-done step first: it decides what is clean
     onto = _refuse_unless_ready(root, options)
     db = StatePaths(root).fleet_db
     if not db.exists():
         raise StellaError(f"no fleet has run in {root} yet: nothing to merge", exit_code=EXIT_USAGE)
-    with Ledger.open(db, readonly=options.dry_run) as ledger:
+    held = contextlib.nullcontext(None) if options.dry_run else merge_journal.holding(root)
+    with held as journal, Ledger.open(db, readonly=options.dry_run) as ledger:
         run_id = ledger.runs.resolve(options.run_ref)
         queue, left_out = plan_queue(ledger.get_run(run_id), unwatched=options.unwatched)
         tip = gitops.head_commit(root)
         result = MergeResult(run_id, onto, options, tip, tip, queue, left_out)
         resolver = make_resolver(ledger, run_id) if make_resolver and not options.dry_run else None
-        queue_run = _Queue(root, ledger, result, progress or (lambda item: None), resolver)
+        queue_run = _Queue(root, ledger, result, progress or (lambda item: None), resolver, journal)
         if options.dry_run:
             queue_run.preview()
         else:
@@ -139,9 +144,16 @@ class _Queue:
     """One pass through the queue, holding the tip the next branch lands on."""
 
     def __init__(
-        self, root: Path, ledger: Ledger, result: MergeResult, progress: Progress, resolver: Resolving | None
+        self,
+        root: Path,
+        ledger: Ledger,
+        result: MergeResult,
+        progress: Progress,
+        resolver: Resolving | None,
+        journal: Journal | None = None,
     ) -> None:
         self.resolver = resolver
+        self.journal = journal or Journal(None)  # a dry run changes nothing, so it journals nothing
         self.root = root
         self.ledger = ledger
         self.result = result
@@ -195,6 +207,7 @@ class _Queue:
     def run(self) -> None:
         scratch = Path(tempfile.mkdtemp(prefix="stella-merge-"))
         worktree = scratch / "tree"
+        self.journal.note(scratch=str(scratch), worktree=str(worktree))
         mergeops.scratch_worktree(self.root, worktree, self.tip)
         try:
             for item in self.result.queue:
@@ -215,6 +228,7 @@ class _Queue:
             self._record(item, None)
             return
         merge_id = self._start_row(item)
+        self.journal.note(merge_id=merge_id, branch=item.branch, head=item.head)
         try:
             self._land(item, worktree)
         except GitError as exc:
@@ -222,6 +236,7 @@ class _Queue:
         if item.status != MergeStatus.MERGED:
             self.not_landed.add(item.task_id)
         self._record(item, merge_id)
+        self.journal.note(merge_id=None, branch=None, head=None, landing=None)
 
     def _land(self, item: MergeItem, worktree: Path) -> None:
         assert item.head is not None
@@ -259,7 +274,9 @@ class _Queue:
                 timeout_s=self.options.check_timeout,
                 tail=self.options.check_tail_lines,
                 env=env,
+                on_start=self.journal.check_started,
             )
+            self.journal.note(check=None)
             item.check_tail = checked.tail
             if not checked.passed:
                 how = "ran out of time" if checked.exit_code is None else f"exited {checked.exit_code}"
@@ -276,6 +293,10 @@ class _Queue:
             raise GitError(f"{onto} moved or was switched away from while merging: stopped before landing")
         if gitops.status_porcelain(self.root, untracked="no"):
             raise GitError("the work tree got uncommitted changes while merging: stopped before landing")
+        assert item.head is not None
+        if not mergeops.contains(self.root, new, item.head):
+            raise GitError(f"the result {new[:12]} does not hold {item.branch}'s commits: not landed")
+        self.journal.note(landing={"onto": onto, "old": self.tip, "new": new})
         mergeops.advance_branch(self.root, onto, new, self.tip)
         self.tip = item.after_sha = new
         item.status = MergeStatus.MERGED

@@ -18,13 +18,10 @@ from dataclasses import astuple, dataclass
 from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
-from stellafleet.core.errors import StellaError
 from stellafleet.core.limits import LimitReporter, from_text, limits_of
 from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_price_message
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import gitops
-from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
 from stellafleet.pipelines.agentenv import agent_env, agent_prompt, prompt_file
 from stellafleet.pipelines.base import PipelineResult
@@ -232,7 +229,7 @@ class CodexPipeline(AgentCliPipeline):
         run = run_agent(ctx, argv, on_line=follower, poll=session, stdin_path=prompt)
         follower.report_steps()
         result = outcome(run, follower, ctx, priced=pricer is not None, model=model)
-        return commit_leftovers(ctx, result) if result.success and not ctx.shared else result
+        return result  # what it left uncommitted, the worker commits (worker/leftovers.py)
 
 
 def outcome(
@@ -261,18 +258,3 @@ def outcome(
     if f.bad_line is not None:
         return failed(parse_failure(CLI, f"not a JSON event: {short(f.bad_line, 120)!r}", run), **totals)
     return failed(parse_failure(CLI, f"no turn.completed among {f.events} event(s)", run), **totals)
-
-
-def commit_leftovers(ctx: WorkerContext, result: PipelineResult) -> PipelineResult:
-    """In its own worktree, what Codex changed but did not commit is committed for it, so a finished
-    task never leaves its work outside its branch (the worktree has no other writer)."""
-    try:
-        paths = gitops.changed_paths(ctx.workspace)
-        if paths:
-            sha = commit_paths(ctx, paths, f"{ctx.task_title or ctx.task_id} (codex, uncommitted changes)")
-            result.summary = f"{result.summary}; committed what it left uncommitted in {sha[:12]}"
-    except StellaError as exc:
-        result.success = False
-        result.summary = f"{result.summary}; its uncommitted changes could not be committed: {exc}"
-        result.error = result.summary
-    return result

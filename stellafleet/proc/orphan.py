@@ -14,6 +14,7 @@ import threading
 import time
 
 from stellafleet.proc.group import signal_group
+from stellafleet.proc.subreaper import end_descendants
 
 ORPHAN_POLL_S = 0.25
 
@@ -21,7 +22,8 @@ ORPHAN_POLL_S = 0.25
 def _watch(parent: int, interval: float) -> None:
     while os.getppid() == parent:
         time.sleep(interval)
-    # Orphaned: the fleet is gone. Everything this worker started goes with it.
+    # Orphaned: the fleet is gone. Everything this worker started goes with it (also what left its group).
+    end_descendants(0.0)
     if os.getpgrp() == os.getpid():
         signal_group(os.getpid(), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)

@@ -11,7 +11,7 @@ decoded as UTF-8, undecodable bytes replaced; it can go to a file, the terminal 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -119,16 +119,19 @@ def run(
     stdout: Stream = PIPE,
     stderr: Stream = PIPE,
     session: bool = True,
+    on_start: Callable[[int], None] | None = None,
 ) -> Result:
     """Run argv to its end with input (if any) on stdin. Past timeout, or on Ctrl-C while it runs, its
     group is stopped (SIGTERM, grace_s, SIGKILL): the Result says it timed out and keeps what it printed
-    before. OSError when it cannot start."""
+    before. on_start is told its pid once it has started (to record it). OSError when it cannot start."""
     if timeout is not None and not session:
         raise ValueError("a timeout needs the command in its own session, to stop it with its group")
     stdin = DEVNULL if input is None else PIPE
     with start(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, session=session) as proc:
         popen = proc._popen
         try:
+            if on_start is not None:
+                on_start(proc.pid)
             out, err = popen.communicate(None if input is None else input.encode(), timeout)
         except subprocess.TimeoutExpired:
             proc.stop(grace_s)

@@ -240,6 +240,8 @@ class FleetRun:
             argv=list(p.options.argv),
             root=str(p.root),
             pid=os.getpid(),
+            resumes=p.resume.run_id if p.resume else None,
+            force=p.options.force,
         )
         # a task an earlier run did (--resume) is in no wave of this one
         waves = {task_id: number for number, wave in enumerate(p.waves, start=1) for task_id in wave}

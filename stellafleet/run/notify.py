@@ -21,6 +21,7 @@ from stellafleet.core.spend import spend_stop_text
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.terminal import single_line
 from stellafleet.proc import runner
+from stellafleet.proc.subreaper import reaped_argv
 from stellafleet.run.events import AttemptEnded, Emit, Event, EventSink
 
 STOP_GRACE_S = 1.0
@@ -128,7 +129,7 @@ class Notifier(EventSink):
         payload = jsontext.dumps(self.document(fields)) + "\n"
         try:
             done = runner.run(
-                ["/bin/sh", "-c", self.command],
+                reaped_argv(["/bin/sh", "-c", self.command]),  # what it leaves running ends with it
                 cwd=self.root,
                 input=payload,
                 timeout=self.timeout_s,

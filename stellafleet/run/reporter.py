@@ -92,6 +92,8 @@ def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, 
             outcome_detail(status, task.get("summary"), task.get("reason")) if status in ATTEMPTED else ""
         )
         detail = one_line(detail or task.get("reason"), 80)
+        if task.get("no_commits"):
+            detail = one_line(f"NO COMMITS: {detail}", 80)
         wave, spend = str(task.get("wave") or "-"), money(task.get("spend_usd") or 0.0)
         rows.append((task["id"], wave, status, spend, detail, task.get("branch") or ""))
     return rows

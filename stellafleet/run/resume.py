@@ -16,7 +16,8 @@ from typing import Any
 
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.status import RunStatus, TaskStatus
+from stellafleet.core.status import MergeStatus, RunStatus, TaskStatus
+from stellafleet.git import gitops
 from stellafleet.plan.model import Plan, PlanTask, load_plan
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
@@ -47,6 +48,7 @@ class Resume:
     # what the earlier run's expanding tasks that count as done emitted: the new run has them too
     emitted: tuple[PlanTask, ...] = ()
     fragments: tuple[tuple[str, str], ...] = ()  # (done expanding task, the fragment it wrote)
+    lost: tuple[str, ...] = ()  # succeeded isolated tasks whose branch no longer holds their work
 
     def done_reason(self) -> str:
         return f"succeeded in run {self.run_id}"
@@ -138,6 +140,33 @@ def done_tasks(plan: Plan, statuses: Mapping[str, str], changed: Mapping[str, li
     return frozenset(done)
 
 
+def lost_work(root: Path, record: Mapping[str, Any]) -> list[str]:
+    """The succeeded isolated tasks whose fleet/* branch is gone or no longer holds the commits recorded
+    for the task, and whose work did not land either (a branch `stella merge` landed, or whose commits
+    are in HEAD, may be cleaned away): they are not done. (A task carried over from a run this one
+    resumed has no branch of its own in this run and is left as it is.)"""
+    commits: dict[str, list[str]] = {}
+    for row in record["commits"]:
+        commits.setdefault(str(row["task_id"]), []).append(str(row["sha"]))
+    landed = {row["branch"] for row in record.get("merges", []) if row["status"] == MergeStatus.MERGED}
+    lost = []
+    for task in record["tasks"]:
+        branch = task.get("branch")
+        if task["status"] != TaskStatus.SUCCEEDED or task.get("isolation") != "isolated" or not branch:
+            continue
+        shas = commits.get(task["id"], [])
+        if branch in landed or _holds(root, f"refs/heads/{branch}", shas):
+            continue
+        if not shas or not _holds(root, "HEAD", shas):
+            lost.append(str(task["id"]))
+    return lost
+
+
+def _holds(root: Path, ref: str, shas: list[str]) -> bool:
+    head = gitops.ref_commit(root, ref)
+    return head is not None and all(gitops.is_ancestor(root, sha, head) for sha in shas)
+
+
 def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> Resume:
     """The earlier run named by ref (`latest`, an id or a unique prefix) and its re-read, checked plan."""
     fleet_db = StatePaths(root).fleet_db
@@ -145,6 +174,8 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
         raise StellaError(f"nothing to resume: no fleet runs recorded yet (no ledger at {fleet_db})")
     with Ledger.open(fleet_db, readonly=True) as ledger:
         record = ledger.get_run(ledger.runs.resolve(ref))
+        if not force:  # checked again as the new run's row is written, in one transaction
+            ledger.runs.check_resumable(record["run"]["id"])
     run = record["run"]
     if run["status"] == RunStatus.RUNNING and pid_alive(run.get("pid"), run.get("created_at_ms")):
         raise StellaError(f"run {run['id']} is still running: resume it once it has ended")
@@ -164,6 +195,9 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
             exit_code=EXIT_USAGE,
         )
     statuses = {row["id"]: row["status"] for row in record["tasks"]}
+    lost = lost_work(root, record)
+    for task_id in lost:
+        statuses[task_id] = TaskStatus.FAILED  # its only work product is gone: it runs again
     emitted, done = kept_emitted(plan, record["tasks"], statuses, changes)
     fragments = tuple(
         (row["id"], row["fragment_path"])
@@ -178,6 +212,7 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
         changes=described,
         emitted=emitted,
         fragments=fragments,
+        lost=tuple(lost),
     )
 
 
@@ -198,4 +233,6 @@ def schedule_note(schedule: str, resume: Resume | None) -> str:
     if resume is not None:
         total = len(resume.plan.tasks) + len(resume.emitted)
         note += f"; resumes {resume.run_id} ({len(resume.done)} of {total} tasks done)"
+        if resume.lost:
+            note += f"; {', '.join(resume.lost)} run again: the branch no longer holds the work"
     return note

@@ -229,7 +229,8 @@ def _log_mtime_ms(path: str | None) -> int:
 
 
 def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int) -> list[dict[str, Any]]:
-    """Running attempts gone quiet (live runs only), failed tasks, red CI branches; most urgent first."""
+    """Running attempts gone quiet (live runs only), failed tasks, succeeded isolated tasks with no commit,
+    red CI branches; most urgent first."""
     items: list[dict[str, Any]] = []
     tasks = [task for wave in detail["waves"] for task in wave["tasks"]]
     for task in tasks:
@@ -256,6 +257,18 @@ def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int
                     "attempt": last_attempt["id"] if last_attempt else None,
                     "status": task["status"],
                     "text": text if len(text) <= 300 else text[:299] + "…",
+                }
+            )
+    for task in tasks:
+        if task.get("no_commits"):
+            last_attempt = task["attempts"][-1]
+            items.append(
+                {
+                    "kind": "no_commits",
+                    "task": task["id"],
+                    "attempt": last_attempt["id"],
+                    "status": task["status"],
+                    "text": "succeeded with no commit: its branch holds nothing to merge",
                 }
             )
     for ci in detail["ci"]:

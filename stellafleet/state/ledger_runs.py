@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from stellafleet.core.errors import StellaError
+from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.state.ledger_schema import RUN_STATUSES, TASK_STATUSES, check_choice
 from stellafleet.state.sqlitefile import Database
@@ -42,6 +42,35 @@ class TaskSpec(Protocol):
     def parent(self) -> str | None: ...
 
 
+RESUMERS = "SELECT id, status, pid, created_at_ms FROM runs WHERE resumed_from = ? ORDER BY created_at_ms, id"
+
+
+def _resumers(rows: Iterable[Any]) -> list[tuple[str, bool]]:
+    """(id, still running) of each run that resumed a run, oldest first, from RESUMERS' rows."""
+    # psutil only here, so a worker opening the ledger starts without it
+    from stellafleet.proc.pids import pid_alive
+
+    return [(str(row[0]), row[1] == RunStatus.RUNNING and pid_alive(row[2], row[3])) for row in rows]
+
+
+def refuse_resumed(run_id: str, resumers: list[tuple[str, bool]]) -> None:
+    """`stella fleet --resume` is exclusive: a run is resumed once, by one live fleet at a time."""
+    live = [rid for rid, running in resumers if running]
+    if live:
+        raise StellaError(
+            f"run {run_id} is being resumed by run {live[-1]}, which is still running: wait for it to end, "
+            "or add --force to resume it again anyway (its tasks would run twice)",
+            exit_code=EXIT_USAGE,
+        )
+    if resumers:
+        last = resumers[-1][0]
+        raise StellaError(
+            f"run {run_id} was already resumed by run {last}: resume that one (`stella fleet --resume "
+            f"{last}`), or add --force to resume {run_id} again anyway",
+            exit_code=EXIT_USAGE,
+        )
+
+
 class Runs:
     """The runs table: a run's settings, status, lineage and total spend."""
 
@@ -62,18 +91,37 @@ class Runs:
         argv: list[str],
         root: str,
         pid: int,
+        resumes: str | None = None,
+        force: bool = False,
     ) -> None:
+        """The run's row. resumes: the run it resumes, refused (in the same transaction, so two resumes
+        started at once cannot both pass) when another run resumed or is resuming it, unless force."""
         values = (plan_path, plan_sha256, base_ref, base_commit, max_concurrency, spend_limit_usd, pipeline)
         with self._db.write() as conn:
+            if resumes is not None and not force:
+                refuse_resumed(resumes, _resumers(conn.execute(RESUMERS, (resumes,)).fetchall()))
             try:
                 conn.execute(
                     "INSERT INTO runs (id, created_at_ms, status, plan_path, plan_sha256, base_ref,"
-                    " base_commit, max_concurrency, spend_limit_usd, pipeline, argv, root, pid)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (run_id, self._db.now_ms(), str(RunStatus.RUNNING), *values, json.dumps(argv), root, pid),
+                    " base_commit, max_concurrency, spend_limit_usd, pipeline, argv, root, pid, resumed_from)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        run_id,
+                        self._db.now_ms(),
+                        str(RunStatus.RUNNING),
+                        *values,
+                        json.dumps(argv),
+                        root,
+                        pid,
+                        resumes,
+                    ),
                 )
             except sqlite3.IntegrityError:
                 raise StellaError(f"run {run_id} is already in the ledger {self._db.path}") from None
+
+    def check_resumable(self, run_id: str) -> None:
+        """StellaError naming the run that resumed (or is resuming) run_id, if there is one."""
+        refuse_resumed(run_id, _resumers(self._db.read(RESUMERS, (run_id,))))
 
     def finish(self, run_id: str, status: RunStatus, *, exit_code: int, reason: str | None = None) -> None:
         stored = check_choice("run status", status, RUN_STATUSES)

@@ -147,6 +147,17 @@ def _by_task(rows: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]
     return grouped
 
 
+def no_commits(task: dict[str, Any]) -> bool:
+    """A succeeded isolated task of this run with no commit: its branch holds nothing of its own (what it
+    did, if anything, was left uncommitted), so there is nothing to merge; worth flagging."""
+    return (
+        task.get("status") == TaskStatus.SUCCEEDED
+        and task.get("isolation") == "isolated"
+        and bool(task.get("attempts"))
+        and not task.get("commits")
+    )
+
+
 def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str, Any]]:
     """A run's tasks in the ledger's order, each with its attempts (and how long each ran), commits,
     spend and CI."""
@@ -165,6 +176,7 @@ def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str,
         view["parent"] = task.get("parent_id")  # the expanding task that emitted it (None: the plan's)
         view["attempts"] = attempts
         view["commits"] = commits_by_task.get(task["id"], [])
+        view["no_commits"] = no_commits(view)
         view["spend_usd"] = sum(float(a.get("spend_usd") or 0.0) for a in attempts)
         view["ci"] = ci_by_branch.get(task["branch"]) if task.get("branch") else None
         tasks.append(view)

@@ -117,7 +117,7 @@ def build_sample_fleet(path: Path, *, live_pid: int | None = None) -> str:
                 _log(logs / f"{task}.log", clock.ms, f"[{task}] step: edited src/{task}.py, ran the tests")
             else:
                 _finish(ledger, task, running.pop(task), fields["outcome"])
-        _settle(ledger, live)
+        _settle(ledger, live, clock.ms)
     return RUN_ID
 
 
@@ -130,13 +130,17 @@ def _finish(ledger: Ledger, task: str, attempt: int, outcome: AttemptOutcome) ->
     ledger.attempts.finish(attempt, AttemptEnd(outcome, summary, error, exit_code=0 if error is None else 1))
 
 
-def _settle(ledger: Ledger, live: bool) -> None:
-    """Skips, the red CI branch and (unless live) the run's end."""
+def _settle(ledger: Ledger, live: bool, now_ms: int) -> None:
+    """Skips, the isolated tasks' commits, the red CI branch and (unless live) the run's end."""
     for task, cause in (("ast", "parser"), ("errors", "parser"), ("codegen", "ast"), ("docs", "errors")):
         ledger.tasks.set_status(RUN_ID, task, TaskStatus.SKIPPED, f"dependency failed: {cause}")
     ledger.tasks.set_workspace(
         RUN_ID, "store", "fleet/store-1b2c3d4e5f607182", ".stella/worktrees/store-1b2c"
     )
+    isolated = (("store", "5" * 40, "fleet/store-1b2c3d4e5f607182"), ("dashboard", "6" * 40, None))
+    for task, sha, branch in isolated:
+        ledger.commits.record(sha=sha, run_id=RUN_ID, task_id=task, attempt_id=None, branch=branch,
+                              message=f"{task}: its module", committed_at_ms=now_ms)  # fmt: skip
     ledger.ci.upsert(run_id=RUN_ID, branch="fleet/store-1b2c3d4e5f607182", task_id="store", head_sha="5" * 40,
                      pr_url="https://github.com/example/shop/pull/431", pr_number=431, state=CIState.RED,
                      conclusion="failure", reason="2 checks failed", run_urls=[])  # fmt: skip

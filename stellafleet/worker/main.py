@@ -9,6 +9,7 @@ are its children.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import traceback
@@ -24,6 +25,7 @@ from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc.orphan import end_when_orphaned
+from stellafleet.proc.subreaper import become_subreaper, end_descendants
 from stellafleet.state.ledger import Ledger
 
 
@@ -111,6 +113,13 @@ def _fleet_backoff(ctx: WorkerContext) -> bool:
         return True
 
 
+def _end_with_descendants(signum: int, frame: object) -> None:
+    """A stopped worker (the fleet's SIGTERM) takes everything below it along, then ends as signalled."""
+    end_descendants()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
 def main() -> int:
     try:
         ctx = WorkerContext.from_env()
@@ -119,6 +128,8 @@ def main() -> int:
         return 2
     if os.getpgrp() == os.getpid():  # a worker the fleet started (its own group): it dies with the fleet
         end_when_orphaned()
+    if become_subreaper():  # what the task starts stays below this process, even if it double-forks
+        signal.signal(signal.SIGTERM, _end_with_descendants)
     print(
         f"stella worker: run {ctx.run_id} task {ctx.task_id} attempt {ctx.attempt_id} "
         f"pipeline {ctx.pipeline} in {ctx.workspace}",
@@ -129,6 +140,13 @@ def main() -> int:
         result = run_task(ctx, spend)
     finally:
         spend.close()
+    left = end_descendants()  # nothing outlives its attempt: the result is written once they are gone
+    if left:
+        print(f"stella worker: ended {left} process(es) the task left running", flush=True)
+    if result.success and not ctx.shared:  # once nothing else writes its worktree
+        from stellafleet.worker.leftovers import commit_leftovers  # the lane: only when needed
+
+        result = commit_leftovers(ctx, result)
     write_result(ctx.result_path, result)
     outcome = AttemptOutcome.SUCCEEDED if result.success else AttemptOutcome.FAILED
     print(f"stella worker: {outcome}: {result.summary}", flush=True)

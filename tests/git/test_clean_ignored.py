@@ -32,7 +32,9 @@ def test_ignored_and_untracked_files_keep_a_worktree_without_force(
     ran = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     (worktree,) = list(StatePaths(git_repo).worktrees.iterdir())
-    (worktree / "scratch.txt").unlink()  # only the ignored file is left: git status calls this clean
+    # scratch.txt was committed for the task (its uncommitted work): only the ignored file is left, which
+    # git status calls clean
+    assert git("status", "--porcelain", cwd=worktree) == ""
 
     result = stella("clean", "--json", cwd=git_repo)
     assert result.returncode == 0, result.stderr

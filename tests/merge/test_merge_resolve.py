@@ -4,6 +4,7 @@ conflict; its merge is checked like any other before it lands, under the spend l
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,31 @@ def test_a_resolve_worker_is_guarded_by_what_is_left_of_the_limit(
     proc = stella("--spend-limit", "1", "merge", "--resolve", cwd=git_repo, env={"MARKS": str(marks)})
     assert "conflict resolved by task resolve-c" in proc.stdout, proc.stdout + proc.stderr
     assert float((marks / "guard").read_text()) == pytest.approx(0.3)
+
+
+# A resolver that never merges: it commits a file of its own and reports success.
+UNRELATED = """
+(WS / "notes.txt").write_text("looked at it\\n")
+subprocess.run(["git", "add", "notes.txt"], check=True)
+subprocess.run(["git", "commit", "-q", "-m", "notes"], check=True)
+report(spend_usd=0.1, summary="done")
+"""
+
+
+def test_a_resolve_task_that_never_merged_the_branch_is_not_recorded_merged(
+    git_repo: Path, stella: StellaRunner, tmp_path: Path
+) -> None:
+    heads = build_run(git_repo).heads
+    write_config(git_repo, run=Scripts(tmp_path / "scripts").python("resolver", UNRELATED))
+    proc = stella("merge", "--resolve", cwd=git_repo)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rows = {r["task_id"]: r for r in merges(git_repo)}
+    assert rows["c"]["status"] == "conflict" and rows["c"]["after_sha"] is None
+    assert "never merged fleet/c-abcd" in str(rows["c"]["reason"]), rows["c"]["reason"]
+    line = next(line for line in proc.stdout.splitlines() if "fleet/c-abcd" in line)
+    assert "CONFLICT" in line and "never merged" in line
+    # c's commit is not in main, and neither is the resolver's unrelated file
+    assert git("merge-base", "--is-ancestor", heads["a"], "main", cwd=git_repo) == ""
+    assert not (git_repo / "notes.txt").exists() and not (git_repo / "c.txt").exists()
+    done = subprocess.run(["git", "merge-base", "--is-ancestor", heads["c"], "main"], cwd=git_repo)
+    assert done.returncode == 1
