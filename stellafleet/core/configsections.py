@@ -49,6 +49,8 @@ class FleetConfig:
     fleet_backoff: bool = True  # workers report provider limits; the fleet narrows and holds (core/limits.py)
     wait_for_limits: bool = False  # a usage limit: wait for its reset instead of skipping what is left
     max_limit_wait: float = 21600.0  # the longest reset --wait-for-limits waits for (seconds)
+    init_submodules: bool = True  # isolated worktrees get the main tree's submodules
+    allow_detached: bool = False  # shared tasks may commit onto a detached HEAD
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,13 @@ class WatchConfig:
     force_push: bool = False
     repo: str | None = None  # OWNER/NAME for gh when the remotes do not make it obvious
     fix_ci_log_bytes: int = 8000
+
+
+@dataclass(frozen=True)
+class CommitConfig:
+    """[commit]: how a worker's `stella commit` is made."""
+
+    hooks: str = "run"  # "run" | "skip": the repository's commit hooks
 
 
 @dataclass(frozen=True)

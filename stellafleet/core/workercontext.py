@@ -43,6 +43,7 @@ _KEYS: dict[str, str] = {
     "log_path": "LOG_FILE",
     "transcript_path": "TRANSCRIPT_FILE",
     "token": "ATTEMPT_PROOF",
+    "commit_hooks": "COMMIT_HOOKS",
 }
 
 
@@ -69,6 +70,7 @@ class WorkerContext:
     # The attempt's secret: only its worker (and what the worker starts) is told it; the ledger keeps its
     # SHA-256, so `stella commit` can prove it runs inside the attempt it names.
     token: str | None = None
+    commit_hooks: str = "run"  # [commit] hooks: whether `stella commit` runs the repository's hooks
 
     @property
     def paths(self) -> StatePaths:
@@ -104,6 +106,7 @@ class WorkerContext:
             "log_path": str(self.log_path),
             "transcript_path": str(self.transcript_path),
             "token": self.token,
+            "commit_hooks": self.commit_hooks,
         }
         return {_PREFIX + _KEYS[name]: value for name, value in values.items() if value is not None}
 
@@ -162,6 +165,7 @@ class WorkerContext:
             transcript_path=Path(get("transcript_path", os.devnull)),
             prompt_path=Path(get("prompt_path")) if get("prompt_path") else None,
             token=get("token") or None,
+            commit_hooks="skip" if get("commit_hooks") == "skip" else "run",
         )
 
 
