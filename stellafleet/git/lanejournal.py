@@ -19,8 +19,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from stellafleet.core.clock import wall_ms
 from stellafleet.git import gitops
 from stellafleet.git.indexlock import IndexLock
+from stellafleet.state.ledger import Ledger
 
 JOURNAL_NAME = "commit-lane.json"
 
@@ -98,20 +100,27 @@ REF_UPDATE_WAIT_S = 5.0
 
 def _wait_for_ref_updates(root: Path) -> None:
     """A `git update-ref` the dead holder started may outlive it and still move HEAD: wait (a bounded
-    time) while a lock on HEAD or its branch is held, so the verdict below sees where HEAD ends up."""
+    time) while a lock on HEAD or its branch is held, so the verdict below sees where HEAD ends up. When
+    no git process runs in the work tree any more, such a lock is what that update-ref left when it was
+    killed with its holder (SIGKILL leaves git no time to remove it): the update never happened, and the
+    lock goes, or the user's next `git commit` would fail on it."""
     common = gitops.common_dir(root)
     branch = gitops.current_branch(root)
     locks = [common / "HEAD.lock"] + ([common / "refs" / "heads" / f"{branch}.lock"] if branch else [])
     deadline = time.monotonic() + REF_UPDATE_WAIT_S
-    while any(lock.exists() for lock in locks) and time.monotonic() < deadline:
+    while any(lock.exists() for lock in locks):
+        if not gitops.git_processes_in(root, started_before=time.time()):
+            for lock in locks:
+                with contextlib.suppress(OSError):
+                    lock.unlink()
+            return
+        if time.monotonic() >= deadline:
+            return
         time.sleep(0.02)
 
 
 def record(fleet_db: Path, root: Path, pending: Pending) -> None:
     """Record a lane commit in the ledger for the task it was made for."""
-    from stellafleet.core.clock import wall_ms
-    from stellafleet.state.ledger import Ledger
-
     branch = gitops.current_branch(root) or pending.branch or "HEAD"
     with Ledger.open(fleet_db) as ledger:
         ledger.commits.record(

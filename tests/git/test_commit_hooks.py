@@ -172,9 +172,9 @@ def test_hooks_of_concurrent_commits_in_the_shared_tree_never_touch_another_work
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     text=True,
-                )  # fmt: skip
+                )
             )
-        results = [proc.communicate(timeout=120) + (proc.returncode,) for proc in commits]
+        results = [(*proc.communicate(timeout=120), proc.returncode) for proc in commits]
     finally:
         stop.touch()
         writer.wait(timeout=30)
