@@ -19,6 +19,8 @@ from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.git import gitops, hooks
 from stellafleet.plan.model import Plan
 
+STATE_DIR = ".stella/"  # stella's own files (the project config among them) are not the user's changes
+
 
 @dataclass(frozen=True)
 class TreeCheck:
@@ -58,7 +60,7 @@ def check_tree(
             "to commit onto the detached HEAD anyway",
             exit_code=EXIT_USAGE,
         )
-    changed = tuple(gitops.changed_paths(root))
+    changed = tuple(p for p in gitops.changed_paths(root) if not p.startswith(STATE_DIR))
     claims = _claimed_by(plan)
     dirty_claimed = [(path, owner) for path in changed if (owner := _owner(path, claims)) is not None]
     notes = list(_hook_notes(root, config))
@@ -72,8 +74,9 @@ def check_tree(
     if dirty_claimed:
         named = ", ".join(path for path, _ in dirty_claimed)
         notes.append(
-            f"warning: --allow-dirty: {named} have uncommitted changes of yours; the workers' commits of "
-            "them take only what the workers write, and your changes stay uncommitted"
+            f"warning: --allow-dirty: {named} {'has' if len(dirty_claimed) == 1 else 'have'} uncommitted "
+            "changes of yours; the workers' commits take only what the workers write, and your changes "
+            "stay uncommitted"
         )
     elif changed:
         notes.append(
