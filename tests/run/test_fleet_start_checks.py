@@ -111,3 +111,23 @@ def test_a_detached_head_is_refused_for_shared_work_unless_asked_for(
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     assert git("rev-parse", "HEAD~1", cwd=git_repo).strip() == detached
     assert git("show", "HEAD:t1.txt", cwd=git_repo) == "by t1\n"
+
+
+def test_hooks_skip_warns_once_at_the_start_when_hooks_are_installed(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    _setup(git_repo, tmp_path, COMMITTER)
+    write_config(git_repo, run=COMMITTER, extra='[commit]\nhooks = "skip"\n')
+    hook = git_repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\necho refused by the hook >&2\nexit 1\n")
+    hook.chmod(0o755)
+
+    proc = stella("fleet", "--pipeline", "command", "write t1", "write t2", cwd=git_repo)
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if "will not run" in line]
+    assert warned == [
+        'stella fleet: warning: [commit] hooks = "skip": the installed pre-commit hooks will not run for '
+        "the workers' commits"
+    ]
+    assert "refused by the hook" not in proc.stdout + proc.stderr
