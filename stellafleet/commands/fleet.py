@@ -71,6 +71,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--ray-address", metavar="ADDR", help="the Ray cluster to use (HOST:PORT)")
     _limit_options(parser)
+    add_tree_flags(parser)
+    parser.set_defaults(func=run)
+
+
+def add_tree_flags(parser: argparse.ArgumentParser) -> None:
+    """--allow-dirty and --allow-detached: what the start of a run may find in the shared tree."""
     parser.add_argument(
         "--allow-dirty",
         action="store_true",
@@ -82,7 +88,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="let shared tasks commit onto a detached HEAD (default: refused; [fleet] allow_detached)",
     )
-    parser.set_defaults(func=run)
 
 
 def _limit_options(parser: argparse.ArgumentParser) -> None:

@@ -34,6 +34,7 @@ from stellafleet.git.lanejournal import Pending
 from stellafleet.state.claims import ClaimStore, Holder
 
 HEAD_RETRIES = 20  # builds of one commit while other commits keep landing under it
+OPTIMISTIC_TRIES = 5  # of those, built without holding git's index.lock
 
 
 def commit_paths(
@@ -239,12 +240,18 @@ def commit_in_workspace(
     under it (the user's own `git commit`), the commit is built again on the new HEAD: the paths are this
     attempt's own, so nothing another commit did is undone."""
     moved: GitError | None = None
-    for attempt in range(HEAD_RETRIES):
-        # The first attempt builds everything without the lock; when HEAD moved meanwhile (the user's
-        # commit), the next ones build under it, so they cannot be overtaken again.
-        ahead = _prepare(workspace, staged) if attempt == 0 else None
-        try:
+    ahead: _Ahead | None = None
+    try:
+        for attempt in range(HEAD_RETRIES):
+            # The first attempts build everything without the lock, onto HEAD as it is just before; when
+            # HEAD moved meanwhile (the user's commit), the lock is let go at once and they catch up. The
+            # last ones build under the lock, so they cannot be overtaken again.
+            optimistic = attempt < OPTIMISTIC_TRIES
+            if optimistic:
+                ahead = _catch_up(workspace, staged, ahead)
             with IndexLock.held(workspace) as lock:
+                if optimistic and ahead is not None and lock.head() != ahead.old:
+                    continue
                 ahead = _current(workspace, staged, lock, ahead)
                 if before_head_moves is not None:
                     before_head_moves(ahead.new, ahead.update.before)
@@ -254,12 +261,13 @@ def commit_in_workspace(
                 except GitError as exc:  # moved by something that takes no index.lock: build it again
                     moved = exc
                     lock.match_head(staged.paths)
+                    ahead = None
                     continue
                 lock.linger()
                 return ahead.new
-        finally:
-            if ahead is not None:
-                ahead.update.discard()
+    finally:
+        if ahead is not None:
+            ahead.update.discard()
     paths = ", ".join(staged.paths)
     raise moved or GitError(f"HEAD kept moving while committing {paths}; nothing was committed")
 
@@ -273,21 +281,43 @@ class _Ahead:
     update: indexlock.Update
 
 
+def _rebased(workspace: Path, staged: Staged, ahead: _Ahead, head: str | None) -> _Ahead | None:
+    """The commit built ahead with its change put onto head instead, in as few git calls as can be (None
+    when that cannot be done: they touch the same paths, or head does not descend from its parent)."""
+    if head is None or ahead.old is None:
+        return None
+    tree = index.rebased_tree(workspace, head, ahead.new)
+    if tree is None or not gitops.is_ancestor(workspace, ahead.old, head):
+        return None
+    return _Ahead(head, index.commit_tree(workspace, tree, head, staged.message), ahead.update)
+
+
+def _catch_up(workspace: Path, staged: Staged, ahead: _Ahead | None) -> _Ahead:
+    """Without the lock: the commit (and index update) built ahead, on HEAD as it is now."""
+    if ahead is None:
+        return _prepare(workspace, staged)
+    head = gitops.head_from_files(ahead.update.staged.parent) or gitops.ref_commit(workspace, "HEAD")
+    if head == ahead.old:
+        return ahead
+    rebased = _rebased(workspace, staged, ahead, head)
+    if rebased is not None:
+        return rebased
+    ahead.update.discard()
+    return _prepare(workspace, staged)
+
+
 def _current(workspace: Path, staged: Staged, lock: IndexLock, ahead: _Ahead | None) -> _Ahead:
     """Under the lock: the commit built ahead, brought onto HEAD as it is now (or built again)."""
     head = lock.head()
-    if ahead is not None and head == ahead.old:
-        ahead.update = lock.fresh(ahead.update)
-        return ahead
-    if ahead is not None and head is not None and ahead.old is not None:
-        # HEAD moved (the user's commit): the commit's change put onto it, in as few git calls as can be
-        tree = index.rebased_tree(workspace, head, ahead.new)
-        if tree is not None and gitops.is_ancestor(workspace, ahead.old, head):
-            ahead.update = lock.fresh(ahead.update)
-            return _Ahead(head, index.commit_tree(workspace, tree, head, staged.message), ahead.update)
-    if ahead is not None:
-        ahead.update.discard()
-    return _prepare(workspace, staged, real=lock.index)
+    if ahead is not None and head != ahead.old:
+        rebased = _rebased(workspace, staged, ahead, head)
+        if rebased is None:
+            ahead.update.discard()
+        ahead = rebased
+    if ahead is None:
+        return _prepare(workspace, staged, real=lock.index)
+    ahead.update = lock.fresh(ahead.update)
+    return ahead
 
 
 def _prepare(workspace: Path, staged: Staged, *, real: Path | None = None) -> _Ahead:
