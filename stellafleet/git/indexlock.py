@@ -231,7 +231,7 @@ class IndexLock:
 
     def restore(self, entries: Mapping[str, tuple[str, str]], removed: Sequence[str]) -> None:
         """Set exactly these entries of the real index (removing the removed), under the lock."""
-        self.install(prepare_update(self.root, entries, removed, real=self.index))
+        self.install(prepare_update(self.root, entries, removed, real=self.index, quick=True))
 
     def linger(self) -> None:
         """Hold the lock while a git process that may have read the replaced index runs (module note)."""
