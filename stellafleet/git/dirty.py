@@ -73,8 +73,9 @@ def worker_entries(root: Path, paths: Sequence[str], snapshot: Snapshot) -> dict
         ours = gitops.git("hash-object", "--", path, cwd=root).strip()
         committed = index.tree_entries(root, head, [path]).get(path) if head else None
         if ours == user:  # the worker did not change it: HEAD's version stays
-            if committed is not None:
-                entries[path] = committed
+            if committed is None:
+                raise StellaError(f"nothing to commit: {path} holds only your own uncommitted changes")
+            entries[path] = committed
             continue
         mode = "100755" if full.stat().st_mode & stat.S_IXUSR else "100644"
         entries[path] = (mode, _merge(root, path, committed[1] if committed else None, user))

@@ -216,8 +216,6 @@ def stage(
     if "pre-commit" in installed:
         hooks_mod.run_pre_commit(workspace, index_file, paths)  # HookFailed: nothing committed
     entries = index.file_entries(workspace, index_file, paths)  # a hook may have staged more of them
-    if old is not None and entries == index.tree_entries(workspace, old, paths):
-        raise StellaError(f"nothing to commit: {', '.join(paths)} match HEAD already")
     if "commit-msg" in installed:
         message = hooks_mod.run_commit_msg(workspace, index_file, message, scratch)
     return Staged(tuple(paths), entries, message)
