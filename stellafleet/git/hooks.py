@@ -50,8 +50,11 @@ def installed(root: Path, names: Sequence[str] = ("pre-commit", "commit-msg")) -
     return [name for name in names if os.access(where / name, os.X_OK) and (where / name).is_file()]
 
 
-def _framework_command(script: Path, paths: Sequence[str]) -> list[str] | None:
-    """`pre-commit run --files PATH...` for a hook the pre-commit framework installed, else None."""
+def _framework_command(
+    script: Path, paths: Sequence[str], stage: str = "pre-commit", extra: Sequence[str] = ()
+) -> list[str] | None:
+    """`pre-commit run --hook-stage STAGE --files PATH...` for a hook the pre-commit framework installed,
+    else None (`--files` is what keeps it from stashing, at every stage)."""
     try:
         text = script.read_text(errors="replace")
     except OSError:
@@ -66,7 +69,7 @@ def _framework_command(script: Path, paths: Sequence[str]) -> list[str] | None:
         program = [str(shutil.which("pre-commit"))]
     else:
         program = [sys.executable, "-m", "pre_commit"]
-    args = ["run", "--hook-stage", "pre-commit", "--color", "never"]
+    args = ["run", "--hook-stage", stage, "--color", "never", *extra]
     if config:
         args += ["--config", config.group(1).strip("'\"")]
     return [*program, *args, "--files", *paths]
@@ -101,12 +104,14 @@ def run_pre_commit(root: Path, index_file: Path, paths: Sequence[str]) -> None:
         raise _failed("pre-commit", retcode, output)
 
 
-def run_commit_msg(root: Path, index_file: Path, message: str, scratch: Path) -> str:
+def run_commit_msg(root: Path, index_file: Path, message: str, scratch: Path, paths: Sequence[str]) -> str:
     """Run the commit-msg hook on message (it may edit it); the message to commit, HookFailed on refusal."""
     script = hooks_dir(root) / "commit-msg"
     message_file = scratch / "COMMIT_EDITMSG"
     message_file.write_text(message if message.endswith("\n") else message + "\n")
-    retcode, output = _run([str(script), str(message_file)], root, index_file)
+    named = ("--commit-msg-filename", str(message_file))
+    argv = _framework_command(script, paths, "commit-msg", named) or [str(script), str(message_file)]
+    retcode, output = _run(argv, root, index_file)
     if retcode != 0:
         raise _failed("commit-msg", retcode, output)
     edited = message_file.read_text()
@@ -115,13 +120,14 @@ def run_commit_msg(root: Path, index_file: Path, message: str, scratch: Path) ->
     return edited
 
 
-def run_post_commit(root: Path) -> None:
+def run_post_commit(root: Path, paths: Sequence[str]) -> None:
     """Run the post-commit hook (as git does: its exit status changes nothing; its output goes to stderr)."""
     script = hooks_dir(root) / "post-commit"
     if not (script.is_file() and os.access(script, os.X_OK)):
         return
+    argv = _framework_command(script, paths, "post-commit") or [str(script)]
     try:
-        done = runner.run([str(script)], cwd=root, stderr=runner.STDOUT, session=False)
+        done = runner.run(argv, cwd=root, stderr=runner.STDOUT, session=False)
     except OSError:
         return
     if done.stdout.strip():

@@ -63,7 +63,7 @@ def commit_paths(
         else:
             sha = _commit_shared(ctx, workspace, relpaths, staging, reflog, lane_timeout)
     if run_hooks:
-        hooks_mod.run_post_commit(workspace)
+        hooks_mod.run_post_commit(workspace, relpaths)
     return sha
 
 
@@ -217,7 +217,7 @@ def stage(
         hooks_mod.run_pre_commit(workspace, index_file, paths)  # HookFailed: nothing committed
     entries = index.file_entries(workspace, index_file, paths)  # a hook may have staged more of them
     if "commit-msg" in installed:
-        message = hooks_mod.run_commit_msg(workspace, index_file, message, scratch)
+        message = hooks_mod.run_commit_msg(workspace, index_file, message, scratch, paths)
     return Staged(tuple(paths), entries, message)
 
 

@@ -192,3 +192,35 @@ def test_hooks_of_concurrent_commits_in_the_shared_tree_never_touch_another_work
     assert git("status", "--porcelain", "--untracked-files=no", cwd=git_repo).split() == ["M", "other.txt"]
     with Ledger.open(git_repo / ".stella" / "private" / "fleet.db", readonly=True) as ledger:
         assert len(ledger.get_run(RUN)["commits"]) == 4
+
+
+MSG_CONFIG = textwrap.dedent("""\
+    repos:
+      - repo: local
+        hooks:
+          - id: no-wip
+            name: no WIP commits
+            language: pygrep
+            entry: ^WIP
+            stages: [commit-msg]
+""")
+
+
+def test_the_frameworks_commit_msg_hook_checks_the_message(git_repo: Path, stella: StellaRunner) -> None:
+    (git_repo / ".pre-commit-config.yaml").write_text(MSG_CONFIG)
+    git("add", ".pre-commit-config.yaml", cwd=git_repo)
+    git("commit", "-q", "-m", "pre-commit config", cwd=git_repo)
+    install = [sys.executable, "-m", "pre_commit", "install", "--hook-type", "commit-msg"]
+    subprocess.run(install, cwd=git_repo, check=True, capture_output=True)
+    ctx = make_attempt(git_repo)
+    before = head(git_repo)
+    (git_repo / "c.txt").write_text("c\n")
+
+    refused = stella("commit", "-m", "WIP: add c", "c.txt", cwd=git_repo, env=ctx.to_env())
+
+    assert refused.returncode == 1
+    assert "the commit-msg hook refused the commit" in refused.stderr and "no WIP commits" in refused.stderr
+    assert head(git_repo) == before
+    done = stella("commit", "-m", "Add c", "c.txt", cwd=git_repo, env=ctx.to_env())
+    assert done.returncode == 0, done.stderr
+    assert git("log", "-1", "--format=%s", cwd=git_repo).strip() == "Add c"
