@@ -43,6 +43,8 @@ exit codes:
 """
 
 _GLOBAL_WITH_VALUE = {"--spend-limit", "--config", "-C"}
+# `stella commit` cleans up the lane itself, under it; `stella demo` works in a scratch repository.
+_NO_LANE_RECOVERY = {"commit", "demo"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -173,7 +175,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return EXIT_USAGE
-        finish_killed_merge(Path.cwd())
+        if args.command not in _NO_LANE_RECOVERY:
+            # a `stella commit` killed mid-lane left git's index.lock or a half-made commit: cleaned up now
+            from stellafleet.git.lanerecovery import recover_quietly
+
+            recover_quietly(os.getcwd())
+        finish_killed_merge(Path.cwd())  # after the lane's clean-up: the repair needs the index
         return int(args.func(args))
     except StellaError as exc:
         text = printable(str(exc))  # it can quote a file, a git message or a plan: shown, never obeyed

@@ -29,6 +29,7 @@ FLEET_OVERHEAD_TOY = ["--tasks", "4", "--concurrency", "2", "--seconds", "0.2", 
         ("observatory.py", OBSERVATORY_TOY.split(), "log tail"),
         ("engine_tools.py", ["--files", "300", "--repeat", "1"], "git grep"),
         ("schedule.py", ["--tasks", "6", "--concurrency", "2", "--scale", "0.05"], "lower bound"),
+        ("lane_user_git.py", ["--tasks", "3", "--concurrency", "2"], "user git calls"),
         (
             "fleet_limits.py",
             ["--tasks", "2", "--concurrency", "2", "--reads", "2", "--limited", "1", "--retry-after", "0.5"],
@@ -44,7 +45,7 @@ FLEET_OVERHEAD_TOY = ["--tasks", "4", "--concurrency", "2", "--seconds", "0.2", 
 def test_bench_script_runs(script: str, args: list[str], expected: str, tmp_path: Path) -> None:
     extra = (
         ["--dir", str(tmp_path)]
-        if script in {"claims_throughput.py", "ledger_listing.py", "observatory.py"}
+        if script in {"claims_throughput.py", "ledger_listing.py", "observatory.py", "lane_user_git.py"}
         else []
     )
     result = subprocess.run(

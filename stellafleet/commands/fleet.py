@@ -71,7 +71,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--ray-address", metavar="ADDR", help="the Ray cluster to use (HOST:PORT)")
     _limit_options(parser)
+    add_tree_flags(parser)
     parser.set_defaults(func=run)
+
+
+def add_tree_flags(parser: argparse.ArgumentParser) -> None:
+    """--allow-dirty and --allow-detached: what the start of a run may find in the shared tree."""
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="start although files the tasks claim have uncommitted changes of yours (the workers' commits "
+        "leave your changes out)",
+    )
+    parser.add_argument(
+        "--allow-detached",
+        action="store_true",
+        help="let shared tasks commit onto a detached HEAD (default: refused; [fleet] allow_detached)",
+    )
 
 
 def _limit_options(parser: argparse.ArgumentParser) -> None:
@@ -119,6 +135,8 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
         ray_address=getattr(args, "ray_address", None),
         wait_for_limits=getattr(args, "wait_for_limits", False),
         estimate=getattr(args, "estimate", False),
+        allow_dirty=getattr(args, "allow_dirty", False),
+        allow_detached=getattr(args, "allow_detached", False),
     )
 
 

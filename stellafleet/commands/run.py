@@ -28,6 +28,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("prompt", metavar="PROMPT", help="what the worker should do")
     parser.add_argument("--model", help="use this model instead of engine.model")
     parser.add_argument("--json", action="store_true", help="print one JSON result document instead")
+    parser.add_argument(
+        "--allow-detached",
+        action="store_true",
+        help="commit onto a detached HEAD (default: refused; [fleet] allow_detached)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -46,6 +51,7 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
         spend_limit=args.spend_limit,
         config_file=args.config,
         stop_on_first_interrupt=True,
+        allow_detached=getattr(args, "allow_detached", False),
         argv=("stella", "run", *(("--model", args.model) if args.model else ()), args.prompt),
     )
 

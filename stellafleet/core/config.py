@@ -18,6 +18,7 @@ from typing import Any
 from stellafleet.core import configschema
 from stellafleet.core.configsections import (
     AgentCliConfig,
+    CommitConfig,
     EngineConfig,
     ExecutorConfig,
     FleetConfig,
@@ -103,6 +104,10 @@ class Config:
         return self._typed("notify")
 
     @functools.cached_property
+    def commit(self) -> CommitConfig:
+        return self._typed("commit")
+
+    @functools.cached_property
     def merge(self) -> MergeConfig:
         return self._typed("merge")
 
@@ -167,6 +172,7 @@ _BUILDERS: dict[str, Any] = {
     "executor": build_executor,
     "watch": lambda table: build(WatchConfig, table),
     "notify": lambda table: build(NotifyConfig, table),
+    "commit": lambda table: build(CommitConfig, table),
     "merge": lambda table: build(MergeConfig, table),
     "prices": build_prices,
     "pipelines": build_pipelines,

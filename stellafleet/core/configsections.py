@@ -51,6 +51,8 @@ class FleetConfig:
     max_limit_wait: float = 21600.0  # the longest reset --wait-for-limits waits for (seconds)
     max_emitted_tasks: int = 500  # tasks all expanding tasks of one run may add (plan/fragment.py)
     max_expand_depth: int = 3  # levels of emitted tasks below a plan task
+    init_submodules: bool = True  # isolated worktrees get the main tree's submodules
+    allow_detached: bool = False  # shared tasks may commit onto a detached HEAD
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,13 @@ class WatchConfig:
     force_push: bool = False
     repo: str | None = None  # OWNER/NAME for gh when the remotes do not make it obvious
     fix_ci_log_bytes: int = 8000
+
+
+@dataclass(frozen=True)
+class CommitConfig:
+    """[commit]: how a worker's `stella commit` is made."""
+
+    hooks: str = "run"  # "run" | "skip": the repository's commit hooks
 
 
 @dataclass(frozen=True)

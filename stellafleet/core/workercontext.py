@@ -44,6 +44,7 @@ _KEYS: dict[str, str] = {
     "transcript_path": "TRANSCRIPT_FILE",
     "token": "ATTEMPT_PROOF",
     "plan_out": "PLAN_OUT",
+    "commit_hooks": "COMMIT_HOOKS",
 }
 
 
@@ -72,6 +73,7 @@ class WorkerContext:
     token: str | None = None
     # An expanding task's (plan field `expands`): where its worker may write the tasks it adds to the run.
     plan_out: Path | None = None
+    commit_hooks: str = "run"  # [commit] hooks: whether `stella commit` runs the repository's hooks
 
     @property
     def paths(self) -> StatePaths:
@@ -108,6 +110,7 @@ class WorkerContext:
             "transcript_path": str(self.transcript_path),
             "token": self.token,
             "plan_out": None if self.plan_out is None else str(self.plan_out),
+            "commit_hooks": self.commit_hooks,
         }
         return {_PREFIX + _KEYS[name]: value for name, value in values.items() if value is not None}
 
@@ -167,6 +170,7 @@ class WorkerContext:
             prompt_path=Path(get("prompt_path")) if get("prompt_path") else None,
             token=get("token") or None,
             plan_out=Path(get("plan_out")) if get("plan_out") else None,
+            commit_hooks="skip" if get("commit_hooks") == "skip" else "run",
         )
 
 

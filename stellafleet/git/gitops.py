@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from stellafleet.core.errors import GitError, StellaError
 from stellafleet.proc import runner
 
@@ -166,6 +168,42 @@ def unresolved_merge(root: Path) -> tuple[bool, list[str]]:
     merging = git_path(root, "--git-path", "MERGE_HEAD").exists()
     conflicted = git_fields("diff", "--name-only", "-z", "--diff-filter=U", cwd=root)
     return merging, conflicted
+
+
+# --- running git processes ---
+
+
+def _git_processes() -> list[int]:
+    """The pids of running git processes (Linux: read from /proc, the fast way; elsewhere psutil)."""
+    if not os.path.isdir("/proc/self"):
+        return [p.pid for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("git")]
+    found: list[int] = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/comm", "rb") as fh:
+                    if fh.read(3) == b"git":
+                        found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def git_processes_in(root: Path, *, started_before: float) -> list[psutil.Process]:
+    """The git processes working in root's work tree that started before a time (time.time())."""
+    top = str(root.resolve())
+    found: list[psutil.Process] = []
+    for pid in _git_processes():
+        try:
+            proc = psutil.Process(pid)
+            if proc.create_time() > started_before:
+                continue
+            cwd = proc.cwd()
+        except (psutil.Error, OSError):
+            continue
+        if cwd == top or cwd.startswith(top + os.sep):
+            found.append(proc)
+    return found
 
 
 # --- branches and history ---
@@ -328,3 +366,22 @@ def diff(root: Path, paths: Sequence[str] = (), *, staged: bool = False) -> str:
     if staged:
         args.append("--cached")
     return git(*args, "--", *paths, cwd=root)
+
+
+def head_from_files(git_dir: Path) -> str | None:
+    """HEAD's commit read straight from the ref files (no git process), or None when that cannot be done
+    safely (a packed or reftable ref, an unusual layout): callers then ask git (ref_commit)."""
+    try:
+        text = (git_dir / "HEAD").read_text().strip()
+        if not text.startswith("ref: "):
+            sha = text
+        else:
+            common = git_dir
+            if (git_dir / "commondir").exists():
+                common = (git_dir / (git_dir / "commondir").read_text().strip()).resolve()
+            if (common / "reftable").exists():
+                return None
+            sha = (common / text[len("ref: ") :].strip()).read_text().strip()
+    except OSError:
+        return None
+    return sha if len(sha) in (40, 64) and all(c in "0123456789abcdef" for c in sha) else None

@@ -6,7 +6,7 @@ read or swept in; HEAD moves only by compare-and-swap.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from stellafleet.core.errors import GitError
@@ -75,3 +75,42 @@ def index_entries(root: Path, paths: Sequence[str]) -> dict[str, tuple[str, str]
     """path -> (mode, object SHA) of those of paths the real index holds (stage 0)."""
     out = gitops.git_fields("ls-files", "-s", "-z", "--", *paths, cwd=root)
     return {path: (mode, sha) for (mode, sha, stage), path in _records(out) if stage == "0"}
+
+
+def set_entries(
+    root: Path, index_file: Path, entries: Mapping[str, tuple[str, str]], removed: Sequence[str]
+) -> None:
+    """Set exactly these entries of index_file (mode, object SHA) and remove the removed paths."""
+    env = with_index(index_file)
+    lines = "".join(f"{mode} {sha}\t{path}\0" for path, (mode, sha) in entries.items())
+    if lines:
+        gitops.git("update-index", "-z", "--index-info", cwd=root, env=env, stdin=lines)
+    if removed:
+        gone = "".join(f"{path}\0" for path in removed)
+        gitops.git("update-index", "--force-remove", "-z", "--stdin", cwd=root, env=env, stdin=gone)
+
+
+def file_entries(root: Path, index_file: Path, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """path -> (mode, object SHA) of those of paths index_file holds (stage 0)."""
+    out = gitops.git_fields("ls-files", "-s", "-z", "--", *paths, cwd=root, env=with_index(index_file))
+    return {path: (mode, sha) for (mode, sha, stage), path in _records(out) if stage == "0"}
+
+
+def hide_others(root: Path, index_file: Path, paths: Sequence[str]) -> None:
+    """Mark every entry of index_file but paths skip-worktree: git diff and status see only paths."""
+    keep = set(paths)
+    listed = gitops.git_fields("ls-files", "-z", cwd=root, env=with_index(index_file))
+    others = [path for path in listed if path not in keep]
+    if others:
+        gitops.git(
+            "update-index", "--skip-worktree", "-z", "--stdin",
+            cwd=root, env=with_index(index_file), stdin="".join(f"{p}\0" for p in others),
+        )  # fmt: skip
+
+
+def rebased_tree(root: Path, head: str, commit: str) -> str | None:
+    """The tree of head plus what commit changed over its parent (a merge of the two, their merge base
+    commit's parent); None when they touch the same paths or head does not descend from that parent."""
+    retcode, out, _ = gitops.git_status("merge-tree", "--write-tree", "--no-messages", head, commit, cwd=root)
+    lines = out.split()
+    return lines[0] if retcode == 0 and lines else None

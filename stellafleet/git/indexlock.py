@@ -1,29 +1,33 @@
-"""Git's own index lock, taken the way git takes it, so a lane commit and the user's git never interleave.
+"""Git's own index lock, taken the way git takes it, and held only for the instant the real index changes.
 
 Every git command that writes the index first creates `index.lock` beside it (exclusively), writes the
-new index there and renames it over the index. A lane commit does the same: it takes `index.lock`
-(waiting a bounded time while another git process holds it), prepares the updated index aside, moves
-HEAD, and only then installs the index, so to any other git command HEAD and the index change together.
-The lock file names its holder (stella's pid and start time): one left behind by a killed stella is
-removed by the next lane commit; one held by git itself is only ever waited for.
+new index there and renames it over the index; a git command that finds the lock taken fails at once. So
+a lane commit holds it as briefly as it can: the updated index is prepared aside first, from a copy of the
+real one and without the lock (`prepare_update`); under the lock only the check that the real index is
+still the one copied (else it is prepared again, now under the lock), the rename that installs it and the
+compare-and-swap of HEAD remain. The lock file names its holder (stella's pid and start time): one left
+behind by a killed stella is removed by the next stella command; one held by git itself is only waited for.
 
-`git commit` reads the index before it takes index.lock and installs its refreshed copy before it moves
-HEAD: one that read the index just before a lane commit installed its own, and locks it just after, puts
-back an index without the lane's paths (its own commit then fails, HEAD having moved, but the next one
-would delete them). Such a copy needs writing only when the index it read was not stella's own (stella's
-carries a complete cache tree and fresh stat data, which `git commit` leaves as they are). So when the
-index a lane commit replaces was written by another git process, the lock is held a moment longer
-(LINGER_S): a `git commit` that read the old index meets the lock and fails before writing anything.
+`git commit` (and `git status`, which writes a refreshed index when it can) reads the index before it
+takes index.lock: one that read the index just before a lane commit installed its own, and locks it just
+after, would put back an index without the lane's paths (its own commit then fails, HEAD having moved, but
+the next one would delete them). So after installing, the lock is held while a git process of this work
+tree that started before the install is still running, at most LINGER_S: such a process meets the lock
+and fails before writing anything; with none running, the lock is released at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from stellafleet.core.errors import GitError
 from stellafleet.git import gitops, index
@@ -31,9 +35,13 @@ from stellafleet.proc.pids import ProcessIdentity
 
 MARKER = "stella-index-lock"
 LOCK_WAIT_S = 10.0
-LOCK_POLL_S = 0.01
-# Longer than the step of `git commit` from reading the index (and stat-ing the work tree) to locking it.
+LOCK_POLL_S = 0.005
+# The most a lane commit holds the lock for a git process that may have read the index it replaced.
 LINGER_S = 0.1
+LINGER_POLL_S = 0.002
+CLOCK_TICK_S = 0.02  # process start times are known to a clock tick: a process this close may be older
+ASIDE_PREFIX = ".stella-"
+_serial = itertools.count()
 
 
 def index_file(root: Path) -> Path:
@@ -42,11 +50,7 @@ def index_file(root: Path) -> Path:
 
 
 def _aside(index: Path, pid: int, what: str) -> Path:
-    return index.with_name(f"{index.name}.stella-{what}-{pid}")
-
-
-def _installed_note(index: Path) -> Path:
-    return index.with_name(f"{index.name}.stella-installed")
+    return index.with_name(f"{index.name}{ASIDE_PREFIX}{what}-{pid}")
 
 
 def _identity(path: Path) -> str | None:
@@ -57,16 +61,7 @@ def _identity(path: Path) -> str | None:
     return f"{st.st_ino} {st.st_size} {st.st_mtime_ns}"
 
 
-def _written_by_stella(index: Path) -> bool:
-    """Whether index is the one a lane commit installed last (not since rewritten by another git)."""
-    try:
-        noted = _installed_note(index).read_text()
-    except OSError:
-        return False
-    return noted == _identity(index)
-
-
-def _stale_marker(lock: Path) -> int | None:
+def stale_marker(lock: Path) -> int | None:
     """The pid of a dead stella process that left lock behind; None for a live holder or git's own lock."""
     try:
         text = lock.read_text(errors="replace")[:200]
@@ -82,15 +77,95 @@ def _stale_marker(lock: Path) -> int | None:
     return None if identity.is_alive() else identity.pid
 
 
-class IndexLock:
-    """index.lock held by this process; prepare an updated index aside, then install it."""
+def remove_dead_leftovers(index: Path) -> list[Path]:
+    """index.lock left by a dead stella, and the aside files (`index.stella-*-PID`) of dead stella
+    processes; returns what was removed. A live holder's files and git's own lock are left alone."""
+    removed: list[Path] = []
+    lock = index.with_name(index.name + ".lock")
+    if stale_marker(lock) is not None:
+        with contextlib.suppress(OSError):
+            lock.unlink()
+            removed.append(lock)
+    for leftover in index.parent.glob(f"{index.name}{ASIDE_PREFIX}*"):
+        pid_text = leftover.name.rsplit("-", 1)[-1].split(".")[0]
+        dead = not pid_text.isdigit() or not psutil.pid_exists(int(pid_text))
+        if dead or leftover.name == f"{index.name}{ASIDE_PREFIX}installed":  # an older stella's note
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+                removed.append(leftover)
+    return removed
 
-    def __init__(self, index: Path, marker: Path) -> None:
+
+@dataclass
+class Update:
+    """A prepared index aside: the real one (as it was when copied) with exactly some entries changed."""
+
+    staged: Path
+    source: str | None  # the identity of the real index it was copied from
+    before: dict[str, tuple[str, str]]  # the changed paths' entries in the real index, as copied
+    entries: Mapping[str, tuple[str, str]]
+    removed: tuple[str, ...]
+
+    def discard(self) -> None:
+        with contextlib.suppress(OSError):
+            self.staged.unlink()
+
+
+def prepare_update(
+    root: Path,
+    entries: Mapping[str, tuple[str, str]],
+    removed: Sequence[str],
+    *,
+    real: Path | None = None,
+    quick: bool = False,
+) -> Update:
+    """The real index with exactly these entries set (or removed), prepared aside. quick (under the lock):
+    only that; else also the stat data refreshed and the cache tree complete, as `git commit` leaves it."""
+    real = index_file(root) if real is None else real
+    staged = _aside(real, os.getpid(), f"new{next(_serial)}")
+    env = index.with_index(staged)
+    source = _copy(real, staged)
+    if source is None:
+        gitops.git("read-tree", "--empty", cwd=root, env=env)
+    before = index.file_entries(root, staged, [*entries, *removed]) if source and not quick else {}
+    index.set_entries(root, staged, entries, removed)
+    if not quick:
+        # --refresh only rewrites stat data of entries whose content matches the work tree; it exits 1
+        # when some entry (the user's unstaged work) does not, which is expected here.
+        gitops.git("update-index", "-q", "--refresh", cwd=root, env=env, check=False)
+        gitops.git("write-tree", cwd=root, env=env, check=False)  # the cache tree, stored in the index
+    return Update(staged, source, before, dict(entries), tuple(removed))
+
+
+def _copy(real: Path, staged: Path) -> str | None:
+    """Copy the real index to staged; the identity of the one copied (None: there is no index yet)."""
+    for _ in range(5):
+        source = _identity(real)
+        if source is None:
+            return None
+        with contextlib.suppress(FileNotFoundError):
+            shutil.copyfile(real, staged)  # git writes an index by rename: the copy is one whole index
+            if _identity(real) == source:
+                return source
+    return None if _identity(real) is None else "changing"  # `fresh` prepares it again under the lock
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class IndexLock:
+    """index.lock held by this process; install prepared updates of the real index under it."""
+
+    def __init__(self, root: Path, index: Path, marker: Path) -> None:
+        self.root = root
         self.index = index
         self.lock = index.with_name(index.name + ".lock")
         self._marker = marker
-        self._staged: Path | None = None
-        self.replaces_foreign = False
+        self._installed_at: float | None = None
 
     @classmethod
     @contextlib.contextmanager
@@ -102,10 +177,9 @@ class IndexLock:
         index = index_file(root)
         marker = _aside(index, identity.pid, "lock")
         marker.write_text(f"{MARKER} {identity.pid} {identity.started_at!r}\n")
-        lock = cls(index, marker)
+        lock = cls(root, index, marker)
         try:
             lock._acquire(time.monotonic() + timeout, timeout)
-            lock.replaces_foreign = not _written_by_stella(index)
             try:
                 yield lock
             finally:
@@ -121,16 +195,8 @@ class IndexLock:
                 return
             except FileExistsError:
                 pass
-            dead = _stale_marker(self.lock)
-            if dead is not None:
-                for leftover in (
-                    self.lock,
-                    _aside(self.index, dead, "lock"),
-                    _aside(self.index, dead, "new"),
-                    _aside(self.index, dead, "noting"),
-                ):
-                    with contextlib.suppress(OSError):
-                        leftover.unlink()
+            if stale_marker(self.lock) is not None:
+                remove_dead_leftovers(self.index)
                 continue
             if time.monotonic() >= deadline:
                 raise GitError(
@@ -139,57 +205,45 @@ class IndexLock:
                 )
             time.sleep(LOCK_POLL_S)
 
-    def prepare(
-        self, root: Path, entries: Mapping[str, tuple[str, str]], removed: Sequence[str], *, null_oid: str
-    ) -> None:
-        """The index as it is with exactly these entries set (or removed), stat data refreshed, aside."""
-        staged = _aside(self.index, os.getpid(), "new")
-        env = index.with_index(staged)
-        if self.index.exists():
-            shutil.copyfile(self.index, staged)
-        else:
-            gitops.git("read-tree", "--empty", cwd=root, env=env)
-        self._staged = staged
-        lines = [f"{mode} {sha}\t{path}\0" for path, (mode, sha) in entries.items()]
-        lines += [f"0 {null_oid}\t{path}\0" for path in removed]
-        gitops.git("update-index", "-z", "--index-info", cwd=root, env=env, stdin="".join(lines))
-        # --refresh only rewrites stat data of entries whose content matches the work tree; it exits 1
-        # when some entry (the user's unstaged work) does not, which is expected here.
-        gitops.git("update-index", "-q", "--refresh", cwd=root, env=env, check=False)
-        # A complete cache tree (write-tree stores it in the index) leaves a `git commit` that read the
-        # index just before this one is installed nothing to write back over it: git commit reads the
-        # index before it takes index.lock, and rewrites it after only when it changed something.
-        gitops.git("write-tree", cwd=root, env=env, check=False)
+    def fresh(self, update: Update) -> Update:
+        """update, or (when the real index changed since it was copied) the same update prepared again."""
+        if _identity(self.index) == update.source:
+            return update
+        update.discard()
+        again = prepare_update(self.root, update.entries, update.removed, real=self.index, quick=True)
+        again.before = update.before  # these paths are the lane's own: what the copy had is what they had
+        return again
 
-    def match_head(self, root: Path, paths: Sequence[str]) -> None:
-        """Set these paths' entries to HEAD's (removing those HEAD lacks), and install that index."""
-        head = gitops.ref_commit(root, "HEAD")
-        entries = index.tree_entries(root, head, paths) if head else {}
-        self.prepare(
-            root, entries, [p for p in paths if p not in entries], null_oid="0" * len(head or "0" * 40)
-        )
-        self.install()
-
-    def install(self) -> None:
+    def install(self, update: Update) -> None:
         """Put the prepared index in place (one rename: readers see the old index or the new one)."""
-        assert self._staged is not None
-        os.replace(self._staged, self.index)
-        self._staged = None
-        identity = _identity(self.index)
-        if identity is not None:
-            noted = _aside(self.index, os.getpid(), "noting")
-            noted.write_text(identity)
-            os.replace(noted, _installed_note(self.index))
+        os.replace(update.staged, self.index)
+        self._installed_at = time.time()
+
+    def head(self) -> str | None:
+        """HEAD's commit now (read from the ref files when it can: the lock is held meanwhile)."""
+        return gitops.head_from_files(self.index.parent) or gitops.ref_commit(self.root, "HEAD")
+
+    def match_head(self, paths: Sequence[str]) -> None:
+        """Set these paths' entries to HEAD's (removing those HEAD lacks), and install that index."""
+        head = gitops.ref_commit(self.root, "HEAD")
+        entries = index.tree_entries(self.root, head, paths) if head else {}
+        self.restore(entries, [p for p in paths if p not in entries])
+
+    def restore(self, entries: Mapping[str, tuple[str, str]], removed: Sequence[str]) -> None:
+        """Set exactly these entries of the real index (removing the removed), under the lock."""
+        self.install(prepare_update(self.root, entries, removed, real=self.index, quick=True))
 
     def linger(self) -> None:
-        """Hold the lock a moment more when the index replaced was another git's (see the module's note)."""
-        if self.replaces_foreign:
-            time.sleep(LINGER_S)
+        """Hold the lock while a git process that may have read the replaced index runs (module note)."""
+        if self._installed_at is None:
+            return
+        deadline = time.monotonic() + LINGER_S
+        racing = gitops.git_processes_in(self.root, started_before=self._installed_at + CLOCK_TICK_S)
+        while racing and time.monotonic() < deadline:
+            time.sleep(LINGER_POLL_S)
+            racing = [proc for proc in racing if _running(proc)]
 
     def _release(self) -> None:
-        if self._staged is not None:
-            with contextlib.suppress(OSError):
-                self._staged.unlink()
         with contextlib.suppress(OSError):
             if os.stat(self.lock).st_ino == os.stat(self._marker).st_ino:
                 self.lock.unlink()

@@ -1,11 +1,14 @@
 """A worker's commit of exactly its own paths, through the commit lane in the shared tree.
 
-The commit is built in a temporary index seeded from HEAD, so nothing the user (or another worker)
-has staged is swept in; HEAD moves by compare-and-swap, so a commit never lands on top of a HEAD it did
-not see; only the committed paths' entries of the real index are updated, so `git status` shows them clean
-while every other staged or unstaged change stays exactly as it was. HEAD and the index change together
-under git's own index.lock (indexlock.py), and a commit is recorded in the ledger whenever HEAD moved, even
-when its `stella commit` was killed halfway (lanejournal.py).
+The paths are staged in a private index seeded from HEAD, so nothing the user (or another worker) has
+staged is swept in, and the repository's commit hooks run on exactly them (hooks.py); the commit is then
+built in another private index on the HEAD of the moment, and HEAD moves by compare-and-swap, so a commit
+never lands on top of a HEAD it did not see. Only the committed paths' entries of the real index are
+updated, so `git status` shows them clean while every other staged or unstaged change stays exactly as it
+was; the real index is touched only for that final update, under git's own index.lock, held for an
+instant (indexlock.py). A commit is recorded in the ledger whenever HEAD moved, even when its `stella
+commit` was killed halfway, and whatever a killed one left is cleaned up by the next stella command
+(lanejournal.py, lanerecovery.py).
 """
 
 from __future__ import annotations
@@ -15,22 +18,23 @@ import functools
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import GitError, StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import gitops, index, lanejournal
+from stellafleet.git import dirty, gitops, index, indexlock, lanejournal, submodules
+from stellafleet.git import hooks as hooks_mod
 from stellafleet.git.indexlock import IndexLock
 from stellafleet.git.lanejournal import Pending
 from stellafleet.state.claims import ClaimStore, Holder
-from stellafleet.state.ledger import Ledger
 
 HEAD_RETRIES = 20  # builds of one commit while other commits keep landing under it
+OPTIMISTIC_TRIES = 5  # of those, built without holding git's index.lock
 
 
 def commit_paths(
@@ -41,38 +45,63 @@ def commit_paths(
         raise StellaError("a commit needs a message")
     workspace = Path(ctx.workspace)
     relpaths = confine_paths(workspace, paths)
-    if not ctx.shared:
-        # An isolated worktree has one writer: no lane, no claims.
-        sha = commit_in_workspace(workspace, relpaths, message, reflog=f"stella: task {ctx.task_id}")
-        _record(ctx, workspace, _pending(ctx, sha, message, relpaths))
-        return sha
+    submodules.refuse_inside(workspace, relpaths)
+    reflog = f"stella: task {ctx.task_id}"
+    run_hooks = ctx.commit_hooks == "run"
+    with tempfile.TemporaryDirectory(prefix="stella-commit-") as tmp:
+        # in the shared tree, a file the user had changed when the run started: the worker's changes only
+        snapshot = dirty.load(ctx.root, ctx.run_id) if ctx.shared else {}
+        contents = dirty.worker_entries(workspace, relpaths, snapshot) if snapshot else {}
+        staging = functools.partial(
+            stage, workspace, relpaths, message, Path(tmp), hooks=run_hooks, contents=contents
+        )
+        if not ctx.shared:
+            # An isolated worktree has one writer: no lane, no claims.
+            staged = staging()
+            sha = commit_in_workspace(workspace, staged, reflog=reflog)
+            lanejournal.record(ctx.paths.fleet_db, workspace, _pending(ctx, sha, staged))
+        else:
+            sha = _commit_shared(ctx, workspace, relpaths, staging, reflog, lane_timeout)
+    if run_hooks:
+        hooks_mod.run_post_commit(workspace, relpaths)
+    return sha
+
+
+def _commit_shared(
+    ctx: WorkerContext,
+    workspace: Path,
+    paths: Sequence[str],
+    staging: Callable[[], Staged],
+    reflog: str,
+    lane_timeout: float,
+) -> str:
+    """The shared tree's commit: the claims first, then the staging and its hooks (outside the lane, which
+    is held only to build the commit and put it on HEAD), then the lane."""
     journal = ctx.paths.private / lanejournal.JOURNAL_NAME
+    record = functools.partial(lanejournal.record, ctx.paths.fleet_db, workspace)
     with ClaimStore.open(ctx.paths.store_db) as store:
         holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id, worker_pid(ctx))
         # Only the attempt's own paths: a path another live worker holds fails here, by name.
-        store.acquire(relpaths, holder)
+        store.acquire(paths, holder)
+        staged = staging()
         # The lane belongs to this process, not to the worker: a killed `stella commit` frees it at once.
         lane_holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
         with store.commit_lane(lane_holder, timeout=lane_timeout):
-            record = functools.partial(_record, ctx, workspace)
+            indexlock.remove_dead_leftovers(indexlock.index_file(workspace))
             lanejournal.finish(workspace, journal, record)
+
+            def journal_it(sha: str, before: Mapping[str, tuple[str, str]]) -> None:
+                lanejournal.write(journal, _pending(ctx, sha, staged, before))
+
             try:
-                sha = commit_in_workspace(
-                    workspace,
-                    relpaths,
-                    message,
-                    reflog=f"stella: task {ctx.task_id}",
-                    before_head_moves=lambda sha: lanejournal.write(
-                        journal, _pending(ctx, sha, message, relpaths)
-                    ),
-                )
+                sha = commit_in_workspace(workspace, staged, reflog=reflog, before_head_moves=journal_it)
             except BaseException:
                 # HEAD did not move (or, past the compare-and-swap, it did: then record it all the same)
                 lanejournal.finish(workspace, journal, record)
                 raise
-            _record(ctx, workspace, _pending(ctx, sha, message, relpaths))
+            record(_pending(ctx, sha, staged))
             lanejournal.clear(journal)
-    settle_index(workspace, relpaths)
+    settle_index(workspace, staged.paths)
     return sha
 
 
@@ -96,7 +125,7 @@ def settle_index(workspace: Path, paths: Sequence[str]) -> None:
             continue
         with contextlib.suppress(GitError), IndexLock.held(workspace, timeout=1.0) as lock:
             if index.index_entries(workspace, paths) != committed:
-                lock.match_head(workspace, paths)
+                lock.match_head(paths)
 
 
 def worker_pid(ctx: WorkerContext) -> int:
@@ -148,78 +177,175 @@ def confine_paths(workspace: Path, paths: Sequence[str]) -> list[str]:
     return result
 
 
-def commit_in_workspace(
+@dataclass(frozen=True)
+class Staged:
+    """What a commit puts on HEAD: these paths' entries (absent ones as deletions), and its message."""
+
+    paths: tuple[str, ...]
+    entries: Mapping[str, tuple[str, str]]
+    message: str
+
+    @property
+    def gone(self) -> list[str]:
+        return [path for path in self.paths if path not in self.entries]
+
+
+def stage(
     workspace: Path,
     paths: Sequence[str],
     message: str,
+    scratch: Path,
     *,
-    reflog: str,
-    before_head_moves: Callable[[str], None] | None = None,
-) -> str:
-    """HEAD + exactly these paths as one new commit on HEAD, by compare-and-swap; returns its SHA.
-
-    before_head_moves(sha) runs just before HEAD moves (the lane journals the commit there). When HEAD
-    moves under it (the user's own `git commit`), the commit is built again on the new HEAD: the paths
-    are this attempt's own, so nothing another commit did is undone."""
-    moved: GitError | None = None
-    for _ in range(HEAD_RETRIES):
-        # git's index.lock is held from reading HEAD until both HEAD and the index have changed, as a
-        # `git commit` holds it, so the user's commit cannot land in between. The index changes first: a
-        # git command that reads (without the lock) the new HEAD reads the new index too, and one that
-        # read the old HEAD fails its own compare-and-swap (its next commit would undo this one's files).
-        with IndexLock.held(workspace) as lock:
-            old, new = _build(workspace, paths, message)
-            entries = index.tree_entries(workspace, new, paths)
-            gone = [path for path in paths if path not in entries]
-            lock.prepare(workspace, entries, gone, null_oid="0" * len(new))
-            if before_head_moves is not None:
-                before_head_moves(new)
-            lock.install()
-            try:
-                index.update_head_cas(workspace, new, old, reflog)
-            except GitError as exc:  # moved by something that takes no index.lock: build it again
-                moved = exc
-                lock.match_head(workspace, paths)
-                continue
-            lock.linger()
-            return new
-    raise moved or GitError(f"HEAD kept moving while committing {', '.join(paths)}; nothing was committed")
-
-
-def _build(workspace: Path, paths: Sequence[str], message: str) -> tuple[str | None, str]:
-    """(HEAD, a new commit of HEAD plus exactly these paths from the work tree, HEAD its parent)."""
+    hooks: bool = True,
+    contents: Mapping[str, tuple[str, str]] | None = None,
+) -> Staged:
+    """The paths as the work tree has them (or, for those in contents, those entries), staged in a private
+    index on HEAD, and the repository's pre-commit and commit-msg hooks run on them (hooks.py)."""
     old = gitops.ref_commit(workspace, "HEAD")
     missing = [path for path in paths if not os.path.lexists(workspace / path)]
     known = index.tree_entries(workspace, old, missing) if old and missing else {}
     unknown = [path for path in missing if path not in known]
     if unknown:
         raise StellaError(f"cannot commit {', '.join(unknown)}: no such file in the workspace or in HEAD")
+    index_file = scratch / "index"
+    index.read_tree_into(workspace, index_file, old)
+    index.stage_paths(workspace, index_file, [p for p in paths if p not in (contents or {})])
+    if contents:
+        index.set_entries(workspace, index_file, contents, [])
+    installed = hooks_mod.installed(workspace) if hooks else []
+    if "pre-commit" in installed:
+        hooks_mod.run_pre_commit(workspace, index_file, paths)  # HookFailed: nothing committed
+    entries = index.file_entries(workspace, index_file, paths)  # a hook may have staged more of them
+    if "commit-msg" in installed:
+        message = hooks_mod.run_commit_msg(workspace, index_file, message, scratch, paths)
+    return Staged(tuple(paths), entries, message)
+
+
+def commit_in_workspace(
+    workspace: Path,
+    staged: Staged,
+    *,
+    reflog: str,
+    before_head_moves: Callable[[str, Mapping[str, tuple[str, str]]], None] | None = None,
+) -> str:
+    """HEAD + exactly the staged entries as one new commit on HEAD, by compare-and-swap; returns its SHA.
+
+    The commit and the updated index are built aside; git's index.lock is held only to install that
+    index and move HEAD (indexlock.py), as a `git commit` holds it, so the user's commit cannot land in
+    between. The index changes first: a git command that reads (without the lock) the new HEAD reads the
+    new index too, and one that read the old HEAD fails its own compare-and-swap. before_head_moves(sha,
+    the paths' index entries before) runs just before (the lane journals the commit there). When HEAD moves
+    under it (the user's own `git commit`), the commit is built again on the new HEAD: the paths are this
+    attempt's own, so nothing another commit did is undone."""
+    moved: GitError | None = None
+    ahead: _Ahead | None = None
+    try:
+        for attempt in range(HEAD_RETRIES):
+            # The first attempts build everything without the lock, onto HEAD as it is just before; when
+            # HEAD moved meanwhile (the user's commit), the lock is let go at once and they catch up. The
+            # last ones build under the lock, so they cannot be overtaken again.
+            optimistic = attempt < OPTIMISTIC_TRIES
+            if optimistic:
+                ahead = _catch_up(workspace, staged, ahead)
+            with IndexLock.held(workspace) as lock:
+                if optimistic and ahead is not None and lock.head() != ahead.old:
+                    continue
+                ahead = _current(workspace, staged, lock, ahead)
+                if before_head_moves is not None:
+                    before_head_moves(ahead.new, ahead.update.before)
+                lock.install(ahead.update)
+                try:
+                    index.update_head_cas(workspace, ahead.new, ahead.old, reflog)
+                except GitError as exc:  # moved by something that takes no index.lock: build it again
+                    moved = exc
+                    lock.match_head(staged.paths)
+                    ahead = None
+                    continue
+                lock.linger()
+                return ahead.new
+    finally:
+        if ahead is not None:
+            ahead.update.discard()
+    paths = ", ".join(staged.paths)
+    raise moved or GitError(f"HEAD kept moving while committing {paths}; nothing was committed")
+
+
+@dataclass
+class _Ahead:
+    """A commit built on `old` and the real index's update for it, prepared aside."""
+
+    old: str | None
+    new: str
+    update: indexlock.Update
+
+
+def _rebased(workspace: Path, staged: Staged, ahead: _Ahead, head: str | None) -> _Ahead | None:
+    """The commit built ahead with its change put onto head instead, in as few git calls as can be (None
+    when that cannot be done: they touch the same paths, or head does not descend from its parent)."""
+    if head is None or ahead.old is None:
+        return None
+    tree = index.rebased_tree(workspace, head, ahead.new)
+    if tree is None or not gitops.is_ancestor(workspace, ahead.old, head):
+        return None
+    return _Ahead(head, index.commit_tree(workspace, tree, head, staged.message), ahead.update)
+
+
+def _catch_up(workspace: Path, staged: Staged, ahead: _Ahead | None) -> _Ahead:
+    """Without the lock: the commit (and index update) built ahead, on HEAD as it is now."""
+    if ahead is None:
+        return _prepare(workspace, staged)
+    head = gitops.head_from_files(ahead.update.staged.parent) or gitops.ref_commit(workspace, "HEAD")
+    if head == ahead.old:
+        return ahead
+    rebased = _rebased(workspace, staged, ahead, head)
+    if rebased is not None:
+        return rebased
+    ahead.update.discard()
+    return _prepare(workspace, staged)
+
+
+def _current(workspace: Path, staged: Staged, lock: IndexLock, ahead: _Ahead | None) -> _Ahead:
+    """Under the lock: the commit built ahead, brought onto HEAD as it is now (or built again)."""
+    head = lock.head()
+    if ahead is not None and head != ahead.old:
+        rebased = _rebased(workspace, staged, ahead, head)
+        if rebased is None:
+            ahead.update.discard()
+        ahead = rebased
+    if ahead is None:
+        return _prepare(workspace, staged, real=lock.index)
+    ahead.update = lock.fresh(ahead.update)
+    return ahead
+
+
+def _prepare(workspace: Path, staged: Staged, *, real: Path | None = None) -> _Ahead:
+    old, new = _build(workspace, staged)
+    return _Ahead(old, new, indexlock.prepare_update(workspace, staged.entries, staged.gone, real=real))
+
+
+def _build(workspace: Path, staged: Staged) -> tuple[str | None, str]:
+    """(HEAD, a new commit of HEAD plus exactly the staged entries, HEAD its parent)."""
+    old = gitops.ref_commit(workspace, "HEAD")
     with tempfile.TemporaryDirectory(prefix="stella-index-") as tmp:
         index_file = Path(tmp) / "index"
         index.read_tree_into(workspace, index_file, old)
-        index.stage_paths(workspace, index_file, paths)
+        index.set_entries(workspace, index_file, staged.entries, staged.gone)
         tree = index.write_tree(workspace, index_file)
     if old is not None and tree == index.tree_of(workspace, old):
-        raise StellaError(f"nothing to commit: {', '.join(paths)} match HEAD already")
-    return old, index.commit_tree(workspace, tree, old, message)
+        raise StellaError(f"nothing to commit: {', '.join(staged.paths)} match HEAD already")
+    return old, index.commit_tree(workspace, tree, old, staged.message)
 
 
-def _pending(ctx: WorkerContext, sha: str, message: str, paths: Sequence[str]) -> Pending:
+def _pending(
+    ctx: WorkerContext, sha: str, staged: Staged, before: Mapping[str, tuple[str, str]] | None = None
+) -> Pending:
     return Pending(
-        ctx.run_id, ctx.task_id, ctx.attempt_id, message.strip().splitlines()[0], sha, tuple(paths)
+        ctx.run_id,
+        ctx.task_id,
+        ctx.attempt_id,
+        staged.message.strip().splitlines()[0],
+        sha,
+        staged.paths,
+        before=dict(before or {}),
+        branch=ctx.branch,
     )
-
-
-def _record(ctx: WorkerContext, workspace: Path, pending: Pending) -> None:
-    """Record a lane commit for the task it was made for (one a killed lane holder put on HEAD too)."""
-    branch = gitops.current_branch(workspace) or ctx.branch
-    with Ledger.open(ctx.paths.fleet_db) as ledger:
-        ledger.commits.record(
-            sha=pending.sha,
-            run_id=pending.run_id,
-            task_id=pending.task_id,
-            attempt_id=pending.attempt_id,
-            branch=branch,
-            message=pending.message,
-            committed_at_ms=wall_ms(),
-        )

@@ -76,5 +76,13 @@ def worktree_list(root: Path) -> list[Worktree]:
 
 
 def worktree_remove(root: Path, path: Path, *, force: bool = False) -> None:
+    """Remove a linked worktree. git refuses one with initialised submodules (the fleet initialises them,
+    submodules.py) unless forced; one whose `git status` is clean, submodules included (a submodule with
+    changes or other commits shows there), is removed with --force: nothing in it is uncommitted."""
     args = ["worktree", "remove", *(["--force"] if force else []), str(path)]
-    gitops.git(*args, cwd=root)
+    try:
+        gitops.git(*args, cwd=root)
+    except GitError as exc:
+        if force or "submodules" not in str(exc) or gitops.status_porcelain(path):
+            raise
+        gitops.git("worktree", "remove", "--force", str(path), cwd=root)

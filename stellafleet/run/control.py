@@ -30,7 +30,7 @@ from stellafleet.core.errors import (
 )
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import RunStatus, Stop, StopReason, TaskStatus
-from stellafleet.git import gitops
+from stellafleet.git import dirty, gitops, lanerecovery
 from stellafleet.run.dispatch import Dispatcher, RunSettings, spend_budget
 from stellafleet.run.events import Emit, Event, EventSink, Notice, RunStarted, TaskSkipped, WaveStarted
 from stellafleet.run.executor import Executor, LocalExecutor
@@ -60,6 +60,8 @@ def run_fleet(
     prepared = prepare(options)
     for warning in (*prepared.plan.warnings, *prepared.warnings):
         print(f"stella fleet: warning: {warning}", file=sys.stderr)
+    for note in prepared.tree.notes:
+        print(f"stella fleet: {note}", file=sys.stderr)
     if options.estimate:  # nothing runs: what the ledger's history says the run would cost and take
         from stellafleet.run.estimate import estimate, print_estimate
 
@@ -188,6 +190,8 @@ def run_settings(prepared: Prepared) -> RunSettings:
         default_model=prepared.default_model,
         spend_guard_usd=prepared.spend_guard,
         config_file=prepared.config_file,
+        commit_hooks=prepared.config.commit.hooks,
+        init_submodules=prepared.config.fleet.init_submodules,
     )
 
 
@@ -210,8 +214,11 @@ class FleetRun:
             executor = RayExecutor.open(p, local=executor)
         try:
             paths = ensure_state_dirs(p.root)
+            if p.tree.changed:  # the user's changes at the start: kept out of the workers' commits
+                dirty.save(p.root, p.run_id, dirty.take(p.root, p.tree.changed))
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
                 finalise_orphaned_runs(ledger, claims)  # a killed fleet's run: finalised, its claims freed
+                lanerecovery.recover_quietly(p.root)  # and what a killed `stella commit` left in the lane
                 emit = fan_out(self.reporter.handle, self.notifier.handle if self.notifier else None)
                 budget = spend_budget(p.spend_limit, p.concurrency.value, p.config)
                 dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, emit, budget=budget)
@@ -346,6 +353,7 @@ class FleetRun:
         """Settle every task, record the run's end (and its CI watch), report the result; the exit code."""
         p = self.prepared
         statuses = self._settle(ledger, runner.seen.reasons, interrupted)
+        lanerecovery.recover_quietly(p.root)  # a worker's `stella commit` stopped mid-lane: cleaned up now
         status, code, reason = exit_status(interrupted, runner.stopped, statuses)
         ledger.runs.finish(p.run_id, status, exit_code=code, reason=reason)
         if self.notifier is not None:

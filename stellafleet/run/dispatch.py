@@ -23,7 +23,7 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import NoBudget, SpendBudget, settle_attempt, task_guard
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import gitops, worktrees
+from stellafleet.git import gitops, submodules, worktrees
 from stellafleet.pipelines.command import reported_usd
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit, SkipTask
@@ -64,6 +64,8 @@ class RunSettings:
     default_model: str | None = None  # for tasks that name no model (None: the pipeline's own default)
     spend_guard_usd: float | None = None
     config_file: Path | None = None
+    commit_hooks: str = "run"  # [commit] hooks, handed to every worker's `stella commit`
+    init_submodules: bool = True  # [fleet] init_submodules, for isolated worktrees
 
     @property
     def paths(self) -> StatePaths:
@@ -288,6 +290,7 @@ class Dispatcher:
             prompt_path=paths.prompt_file(run_id, task.id, attempt_id),
             token=token,
             plan_out=paths.fragment_file(run_id, task.id, attempt_id) if task.expands else None,
+            commit_hooks=settings.commit_hooks,
         )
 
     def _attempt(self, task: PlanTask, ctx: WorkerContext, *, follow_up: bool = False) -> AttemptEnd:
@@ -322,6 +325,8 @@ class Dispatcher:
             self.ledger.tasks.set_workspace(ctx.run_id, task.id, workspace.branch, None)
         elif workspace.branch is not None and not follow_up:
             worktrees.worktree_add(settings.root, workspace.path, workspace.branch, settings.base_commit)
+            if settings.init_submodules:
+                submodules.init_in_worktree(settings.root, workspace.path)
             self.ledger.tasks.set_workspace(ctx.run_id, task.id, workspace.branch, str(workspace.path))
         ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
         if ctx.plan_out is not None:

@@ -23,6 +23,7 @@ from stellafleet.plan.model import Plan, load_plan, plan_from_prompts
 from stellafleet.run.dispatch import MIXED_PIPELINES, workspace_for
 from stellafleet.run.governor import Decision, decide
 from stellafleet.run.resume import Resume, load_resume
+from stellafleet.run.treecheck import TreeCheck, check_tree
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -55,6 +56,8 @@ class FleetOptions:
     ray_address: str | None = None
     wait_for_limits: bool = False  # a usage limit: wait for its reset instead of stopping (exit 3)
     estimate: bool = False  # print what the run would likely cost and take, from the ledger; run nothing
+    allow_dirty: bool = False  # claimed files may have the user's uncommitted changes (kept out of commits)
+    allow_detached: bool = False  # shared tasks may commit onto a detached HEAD
 
 
 class NotReady(StellaError):
@@ -93,6 +96,7 @@ class Prepared:
     fix_ci: int = 0  # --fix-ci N: follow-up rounds per red branch while watching
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # kind, address: the command line wins
     warnings: tuple[str, ...] = ()  # about the repository (an unresolved merge), said before the run
+    tree: TreeCheck = field(default_factory=TreeCheck)  # the shared tree at the start: notes, changed files
 
     @property
     def run_pipeline(self) -> str:
@@ -260,6 +264,9 @@ def prepare(options: FleetOptions) -> Prepared:
             for task in plan.tasks
             if task.expands and task.isolation == "isolated"
         ]
+    tree = check_tree(
+        root, plan, config, allow_dirty=options.allow_dirty, allow_detached=options.allow_detached
+    )
     if problems and not options.dry_run:
         raise NotReady(problems)
     plan_file = Path(options.plan_path).resolve() if options.plan_path else None
@@ -285,6 +292,7 @@ def prepare(options: FleetOptions) -> Prepared:
         fix_ci=options.fix_ci if options.watch else 0,
         executor=executor,
         warnings=tuple(merge_warnings),
+        tree=tree,
     )
 
 

@@ -62,4 +62,4 @@ def test_a_dead_holders_leftovers_beside_the_index_are_gone_after_the_next_lane_
     assert sha == gitops.head_commit(git_repo)
     assert [path.name for path in leftovers if path.exists()] == []
     assert not (git_dir / "index.lock").exists()
-    assert sorted(p.name for p in git_dir.glob("index.stella-*")) == ["index.stella-installed"]
+    assert sorted(p.name for p in git_dir.glob("index.stella-*")) == []

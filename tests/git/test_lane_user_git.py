@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -148,23 +149,28 @@ def test_a_user_commit_that_read_the_index_before_a_lane_commit_fails_instead_of
     assert git("log", "--diff-filter=D", "--name-only", "--format=", f"{base}..HEAD", cwd=git_repo) == ""
     assert git("status", "--porcelain", "--untracked-files=no", cwd=git_repo) == ""
 
-    # the index is stella's own now: the next lane commit does not hold the lock any longer than it needs
-    lingered: list[bool] = []
+    # with no git process of the tree running, the next lane commit holds the lock no longer than it needs;
+    # with one that started before the index was replaced (a long-lived `git cat-file --batch`), it lingers
+    lingered: list[float] = []
     real_linger = indexlock.IndexLock.linger
 
     def linger(lock: indexlock.IndexLock) -> None:
-        lingered.append(lock.replaces_foreign)
+        started = time.monotonic()
         real_linger(lock)
+        lingered.append(time.monotonic() - started)
 
     monkeypatch.setattr(indexlock.IndexLock, "linger", linger)
-    monkeypatch.setattr(indexlock, "LINGER_S", 0.1)  # how long is not the question here, whether it is
-    (git_repo / "mine2.txt").write_text("the user's too\n")
-    git("add", "mine2.txt", cwd=git_repo)  # the user's git writes the index
+    monkeypatch.setattr(indexlock, "LINGER_S", 0.5)
     (git_repo / "b.txt").write_text("b\n")
-    commit_paths(ctx, ["b.txt"], "t1: add b")  # replaces the index the user's git wrote: lingers
-    (git_repo / "c.txt").write_text("c\n")
-    commit_paths(ctx, ["c.txt"], "t1: add c")  # replaces stella's own: does not
-    assert lingered == [True, False]
+    commit_paths(ctx, ["b.txt"], "t1: add b")  # no git running in the tree: no linger
+    reader = subprocess.Popen(["git", "cat-file", "--batch"], cwd=git_repo, stdin=subprocess.PIPE)
+    try:
+        time.sleep(0.05)  # started well before the install, to the clock tick
+        (git_repo / "c.txt").write_text("c\n")
+        commit_paths(ctx, ["c.txt"], "t1: add c")  # one running since before: lingers its full bound
+    finally:
+        reader.communicate(timeout=10)
+    assert lingered[0] < 0.25 and lingered[1] >= 0.5, lingered
 
 
 def test_a_commit_waits_while_git_holds_the_index_lock_and_gives_up_after_a_bound(
@@ -176,7 +182,7 @@ def test_a_commit_waits_while_git_holds_the_index_lock_and_gives_up_after_a_boun
     (git_repo / "a.txt").write_text("a\n")
     # git lets go of its lock once the commit has found it held three times: the commit waited for it
     seen_held: list[Path] = []
-    real_stale = indexlock._stale_marker
+    real_stale = indexlock.stale_marker
 
     def stale_marker(path: Path) -> int | None:
         seen_held.append(path)
@@ -184,10 +190,10 @@ def test_a_commit_waits_while_git_holds_the_index_lock_and_gives_up_after_a_boun
             path.unlink()
         return real_stale(path)
 
-    monkeypatch.setattr(indexlock, "_stale_marker", stale_marker)
+    monkeypatch.setattr(indexlock, "stale_marker", stale_marker)
     sha = commit_paths(ctx, ["a.txt"], "Add a")
     assert seen_held == [lock] * 3
-    monkeypatch.setattr(indexlock, "_stale_marker", real_stale)
+    monkeypatch.setattr(indexlock, "stale_marker", real_stale)
     assert sha == gitops.head_commit(git_repo)
     assert git("status", "--porcelain", "--untracked-files=no", cwd=git_repo) == ""
 
