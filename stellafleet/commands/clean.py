@@ -8,6 +8,7 @@ from pathlib import Path
 from stellafleet.core import jsontext
 from stellafleet.git import gitops
 from stellafleet.git.clean import KEPT, REMOVED, WOULD_REMOVE, CleanReport, clean
+from stellafleet.run.salvaging import before_abandon
 from stellafleet.state.ledger_recovery import finalise_orphaned_runs_in
 
 
@@ -37,7 +38,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     root = gitops.main_worktree_root(Path.cwd())
-    finalise_orphaned_runs_in(root)  # a killed fleet's run is over: its workspaces are no longer in use
+    # a killed fleet's run is over (its attempts' work salvaged): its workspaces are no longer in use
+    finalise_orphaned_runs_in(root, before_abandon(root))
     report = clean(root, run_ref=args.run_ref, dry_run=args.dry_run, force=args.force)
     if args.json:
         print(jsontext.dumps(report.to_json(), indent=2))

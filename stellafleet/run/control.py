@@ -40,6 +40,7 @@ from stellafleet.run.prepare import FleetOptions, Prepared, prepare
 from stellafleet.run.reporter import make_reporter, print_dry_run
 from stellafleet.run.result import result_document
 from stellafleet.run.resume import record_lineage, schedule_note
+from stellafleet.run.salvaging import before_abandon
 from stellafleet.run.watchdog import watching
 from stellafleet.run.waves import PlanRunner
 from stellafleet.state.claims import ClaimStore
@@ -187,6 +188,8 @@ def run_settings(prepared: Prepared) -> RunSettings:
         default_model=prepared.default_model,
         spend_guard_usd=prepared.spend_guard,
         config_file=prepared.config_file,
+        worktree=prepared.config.worktree,
+        start_points=prepared.start_points,
     )
 
 
@@ -210,7 +213,8 @@ class FleetRun:
         try:
             paths = ensure_state_dirs(p.root)
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
-                finalise_orphaned_runs(ledger, claims)  # a killed fleet's run: finalised, its claims freed
+                # a killed fleet's run: its attempts' work salvaged, the run finalised, its claims freed
+                finalise_orphaned_runs(ledger, claims, before_abandon=before_abandon(p.root))
                 emit = fan_out(self.reporter.handle, self.notifier.handle if self.notifier else None)
                 budget = spend_budget(p.spend_limit, p.concurrency.value, p.config)
                 dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, emit, budget=budget)
