@@ -312,12 +312,16 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
             + (f"  guard {fmt_usd(a['guard_usd'])}" if a.get("guard_usd") is not None else "")
             + (f"  exit {a['exit_code']}" if a.get("exit_code") is not None else "")
             + (f"  ({single_line(a['reason'])})" if a.get("reason") else "")
+            + (f"  setup {a['setup_ms'] / 1000:.1f} s" if a.get("setup_ms") is not None else "")
         )
         out(styled(f"    attempt #{a['id']} ", in_colour(str(a["outcome"]), str(a["outcome"])), facts))
         if a.get("summary"):
             out(styled(f"      summary: {single_line(a['summary'])}"))
         if a.get("error"):
             out(styled((f"      error: {single_line(a['error'])}", "red")))
+        if a.get("salvage_sha"):
+            saved = f"      salvaged: {a['salvage_ref']} ({a['salvage_sha'][:12]}); restore: "
+            out(styled((saved, "yellow"), (a["salvage_restore"], "bold")))
     for c in task["commits"]:
         out(styled(f"    commit {c['sha'][:10]} {single_line(c.get('message') or '')}"))
     if task.get("ci"):

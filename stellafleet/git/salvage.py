@@ -39,12 +39,6 @@ def salvage_ref(run_id: str, task_id: str, attempt_id: int) -> str:
     return f"{SALVAGE_PREFIX}/{run_id}/{task_id}/{attempt_id}"
 
 
-def restore_command(sha: str) -> str:
-    """What the user types to get the salvaged work back: its changes applied to the checked-out tree,
-    uncommitted, for review (on the branch it was built on, or anywhere it applies)."""
-    return f"git cherry-pick --no-commit {sha[:12]}"
-
-
 def _snapshot(workspace: Path, head: str, paths: Sequence[str] | None, scratch: Path) -> str:
     """The tree of head with the workspace's files (all of them, or only paths) as they are on disk."""
     index_file = scratch / "salvage.index"

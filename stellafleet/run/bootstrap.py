@@ -9,7 +9,6 @@ the log") and no worker starts.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 from stellafleet.core.configsections import WorktreeConfig
 from stellafleet.core.errors import StellaError
 from stellafleet.git import include
-from stellafleet.proc import runner
+from stellafleet.proc import shell
 
 INDEX_VAR = "STELLA_WORKTREE_INDEX"
 
@@ -58,11 +57,6 @@ class Readied:
     setup_s: float | None  # None: no setup command
 
 
-def _log_line(log_path: Path, text: str) -> None:
-    with log_path.open("a", encoding="utf-8") as log:
-        log.write(f"[stella] {text}\n")
-
-
 def copy_included(root: Path, worktree: Path, config: WorktreeConfig) -> include.Copied:
     """The `.worktreeinclude` files into the new worktree; SetupFailed naming any file over the limit."""
     paths = include.included_files(root)
@@ -75,26 +69,10 @@ def copy_included(root: Path, worktree: Path, config: WorktreeConfig) -> include
 
 def run_setup(command: str, worktree: Path, env: Mapping[str, str], log_path: Path, timeout: float) -> float:
     """Run the setup command to its end; its seconds, or SetupFailed with the reason."""
-    _log_line(log_path, f"setup: {command}")
-    started = time.monotonic()
-    with log_path.open("ab") as log:
-        try:
-            done = runner.run(
-                ["/bin/sh", "-c", command], cwd=worktree, env=env, timeout=timeout, grace_s=2.0,
-                stdout=log, stderr=runner.STDOUT,
-            )  # fmt: skip
-        except OSError as exc:
-            raise SetupFailed(f"setup failed: could not start /bin/sh: {exc}") from None
-    elapsed = time.monotonic() - started
-    if done.timed_out:
-        _log_line(log_path, f"setup timed out after {elapsed:.1f} s ([worktree] setup_timeout = {timeout:g})")
-        raise SetupFailed(f"setup failed: timed out after {elapsed:.1f} s; see the log", elapsed)
-    if done.returncode != 0:
-        how = f"exit {done.returncode}" if done.returncode > 0 else f"killed by signal {-done.returncode}"
-        _log_line(log_path, f"setup failed: {how} after {elapsed:.1f} s")
-        raise SetupFailed(f"setup failed: {how} after {elapsed:.1f} s; see the log", elapsed)
-    _log_line(log_path, f"setup done in {elapsed:.1f} s")
-    return elapsed
+    done = shell.run_logged("setup", command, cwd=worktree, env=env, log_path=log_path, timeout=timeout)
+    if not done.ok:
+        raise SetupFailed(f"setup failed: {done.describe(timeout)}; see the log", done.seconds)
+    return done.seconds
 
 
 def ready(
@@ -104,7 +82,7 @@ def ready(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     copied = copy_included(root, worktree, config)
     if copied.files:
-        _log_line(
+        shell.log_line(
             log_path, f"{include.INCLUDE_FILE}: copied {copied.files} files ({copied.bytes / 1e6:.1f} MB)"
         )
     if config.setup is None:

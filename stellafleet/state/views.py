@@ -145,6 +145,12 @@ def _by_task(rows: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]
     return grouped
 
 
+def salvage_restore(sha: str) -> str:
+    """The command that brings a salvaged attempt's work back: its changes applied to the checked-out
+    tree, uncommitted, for review (on the branch it was built on, or wherever it applies)."""
+    return f"git cherry-pick --no-commit {sha[:12]}"
+
+
 def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str, Any]]:
     """A run's tasks in the ledger's order, each with its attempts (and how long each ran), commits,
     spend and CI."""
@@ -158,6 +164,8 @@ def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str,
             attempt["duration_ms"] = attempt_duration_ms(
                 attempt["started_at_ms"], attempt["finished_at_ms"], now_ms, live
             )
+            if attempt.get("salvage_sha"):
+                attempt["salvage_restore"] = salvage_restore(str(attempt["salvage_sha"]))
         view = {key: task.get(key) for key in _TASK_KEYS}
         view["attempts"] = attempts
         view["commits"] = commits_by_task.get(task["id"], [])
