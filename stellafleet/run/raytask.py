@@ -31,10 +31,11 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import AttemptEnd, AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import bundle, gitops
+from stellafleet.git import bundle, gitops, nodeclone
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc import runner
 from stellafleet.proc.tree import Exit
+from stellafleet.run import bootstrap
 from stellafleet.run.executor import Attempt, LocalExecutor, attempt_end, inherited_env
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.proof import token_digest
@@ -71,16 +72,39 @@ def node_name() -> str:
 def remote_attempt(spec: RemoteSpec, base_bundle: bytes) -> Iterator[dict[str, Any]]:
     """The attempt on this node, as a stream of events (see the module's docstring)."""
     scratch = Path(tempfile.mkdtemp(prefix="stella-remote-"))
+    clone: Path | None = None
     try:
-        yield from _attempt(spec, base_bundle, scratch)
+        clone = checkout(spec.context, base_bundle, scratch / "repo")
+        yield from _attempt(spec, scratch)
     finally:
+        if clone is not None and spec.context.branch is not None:
+            nodeclone.remove_worktree(clone, scratch / "repo", spec.context.branch)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[dict[str, Any]]:
+def checkout(home: WorkerContext, base_bundle: bytes, repo: Path) -> Path | None:
+    """The task's branch checked out at repo: a worktree of the node's kept clone of the base (returned),
+    or, when the node cannot keep one, a clone of its own (None)."""
+    assert home.branch is not None
+    try:
+
+        def write_bundle(path: Path) -> None:
+            path.write_bytes(base_bundle)
+
+        clone = nodeclone.base_clone(write_bundle, home.base_commit)
+        nodeclone.add_worktree(clone, repo, home.branch, home.base_commit)
+        return clone
+    except (OSError, StellaError):  # no writable cache on this node: a clone per attempt, as before
+        shutil.rmtree(repo, ignore_errors=True)
+        (repo.parent / "base.bundle").write_bytes(base_bundle)
+        bundle.clone_on_branch(repo.parent / "base.bundle", repo, home.branch)
+        gitops.ensure_excluded(repo, EXCLUDED_DIRS)
+        return None
+
+
+def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
     home = spec.context
     node = node_name()
-    (scratch / "base.bundle").write_bytes(base_bundle)
     repo = scratch / "repo"
     assert home.branch is not None
     ctx = dataclasses.replace(
@@ -105,6 +129,16 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
         write_result(ctx.result_path, failed)
         yield finished(ctx, attempt_end(Exit(1, 0.0, 0), None, failed))
         return
+    setup = load_config(ctx.root, env=env).worktree
+    if setup.setup is not None:  # in the task's checkout on this node, as a local worktree gets it
+        try:
+            seconds = bootstrap.run_setup(setup.setup, repo, env, ctx.log_path, setup.setup_timeout)
+        except bootstrap.SetupFailed as exc:
+            yield {"kind": "setup", "seconds": exc.seconds}
+            yield {"kind": "log", "data": _read_from(ctx.log_path, 0)}
+            yield finished(ctx, AttemptEnd.failed(f"{exc} (on node {node})"))
+            return
+        yield {"kind": "setup", "seconds": seconds}
     ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
     with Ledger.open(ctx.paths.fleet_db) as ledger:
         digest = token_digest(ctx.token) if ctx.token else None
