@@ -10,11 +10,10 @@ size limit is refused by name before anything is copied.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import os
-import shutil
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,42 +66,79 @@ def check_sizes(root: Path, paths: Sequence[str], max_bytes: int) -> None:
         )
 
 
-def _clone(src: Path, dst: Path) -> bool:
-    """dst as a copy of src, copy-on-write when the file system allows; True when it was a clone."""
-    with src.open("rb") as fin, dst.open("wb") as fout:
-        with contextlib.suppress(OSError):
-            fcntl.ioctl(fout.fileno(), _FICLONE, fin.fileno())
-            return True
-        size, offset = os.fstat(fin.fileno()).st_size, 0
+class _Copier:
+    """Copies files with as few system calls as it can: one lstat of the source, an exclusive create of
+    the copy (never overwriting), a clone ioctl until the file system says it cannot, then the kernel's
+    copy_file_range (itself a reflink where the file system can), else read/write."""
+
+    def __init__(self) -> None:
+        self.can_clone = True
+        self.can_range = True
+        self.made: set[str] = set()
+
+    def parent(self, dst: str) -> None:
+        parent = os.path.dirname(dst)
+        if parent not in self.made:
+            os.makedirs(parent, exist_ok=True)
+            self.made.add(parent)
+
+    def copy(self, src: str, dst: str, st: os.stat_result) -> bool:
+        """dst as a copy of src (mode kept); True when it was a copy-on-write clone. FileExistsError when
+        dst is already there."""
+        fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            while offset < size:  # in-kernel copy: a reflink on file systems that can (btrfs, xfs, NFS 4.2)
-                done = os.copy_file_range(fin.fileno(), fout.fileno(), size - offset, offset, offset)
-                if done == 0:
-                    break
-                offset += done
-        except OSError as exc:
-            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                raise
-            fin.seek(offset)
-            fout.seek(offset)
-            shutil.copyfileobj(fin, fout, 1 << 20)
-    return False
+            fin = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fchmod(fout, stat.S_IMODE(st.st_mode))
+                if self.can_clone:
+                    try:
+                        fcntl.ioctl(fout, _FICLONE, fin)
+                        return True
+                    except OSError:
+                        self.can_clone = False  # this file system cannot: do not ask again
+                self._copy_range(fin, fout, st.st_size)
+            finally:
+                os.close(fin)
+        finally:
+            os.close(fout)
+        return False
+
+    def _copy_range(self, fin: int, fout: int, size: int) -> None:
+        offset = 0
+        if self.can_range:
+            try:
+                while offset < size:
+                    done = os.copy_file_range(fin, fout, size - offset, offset, offset)
+                    if done == 0:
+                        break
+                    offset += done
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+                self.can_range = False
+        os.lseek(fin, offset, os.SEEK_SET)
+        os.lseek(fout, offset, os.SEEK_SET)
+        while chunk := os.read(fin, 1 << 20):
+            os.write(fout, chunk)
 
 
 def copy_into(root: Path, worktree: Path, paths: Sequence[str]) -> Copied:
     """Copy paths (as included_files lists them) from root into worktree at the same place; an existing
     file there (the checkout's) is never overwritten."""
+    copier = _Copier()
     files = size = cloned = 0
     for path in paths:
-        src, dst = root / path, worktree / path
-        if dst.exists() or dst.is_symlink():
+        src, dst = os.path.join(root, path), os.path.join(worktree, path)
+        st = os.lstat(src)
+        copier.parent(dst)
+        try:
+            if stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(src), dst)
+            else:
+                cloned += copier.copy(src, dst, st)
+                size += st.st_size
+        except FileExistsError:
             continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            os.symlink(os.readlink(src), dst)
-        else:
-            cloned += _clone(src, dst)
-            shutil.copymode(src, dst)
-            size += src.stat().st_size
         files += 1
     return Copied(files, size, cloned)
