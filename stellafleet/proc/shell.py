@@ -6,6 +6,7 @@ and stderr are appended to the log, after a `[stella]` line naming it and before
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from pathlib import Path
 from stellafleet.proc import runner
 
 STOP_GRACE_S = 2.0
+POLL_S = 0.02  # how often a running command is checked for its end, timeout or stop
 
 
 @dataclass(frozen=True)
@@ -44,22 +46,40 @@ def log_line(log_path: Path, text: str) -> None:
 
 
 def run_logged(
-    label: str, command: str, *, cwd: Path, env: Mapping[str, str], log_path: Path, timeout: float
+    label: str,
+    command: str,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    log_path: Path,
+    timeout: float,
+    stop: threading.Event | None = None,
 ) -> ShellRun:
-    """Run command in cwd with exactly env, output appended to log_path; how it ended."""
+    """Run command in cwd with exactly env, output appended to log_path, until it ends, its timeout
+    passes or stop is set (then its group is stopped); how it ended."""
     log_line(log_path, f"{label}: {command}")
     started = time.monotonic()
+    stop = stop or threading.Event()
     try:
         with log_path.open("ab") as log:
-            done = runner.run(
-                ["/bin/sh", "-c", command], cwd=cwd, env=env, timeout=timeout, grace_s=STOP_GRACE_S,
-                stdout=log, stderr=runner.STDOUT,
-            )  # fmt: skip
+            proc = runner.start(
+                ["/bin/sh", "-c", command], cwd=cwd, env=env, stdout=log, stderr=runner.STDOUT
+            )
     except OSError as exc:
         result = ShellRun(None, time.monotonic() - started, f"could not start /bin/sh: {exc}")
     else:
-        code = None if done.timed_out else done.returncode
-        result = ShellRun(code, time.monotonic() - started)
+        with proc:
+            while proc.poll() is None and not stop.is_set() and time.monotonic() - started < timeout:
+                stop.wait(POLL_S)
+            if proc.poll() is None:
+                proc.stop(STOP_GRACE_S)
+        seconds = time.monotonic() - started
+        if stop.is_set() and proc.returncode != 0:
+            result = ShellRun(None, seconds, f"stopped after {seconds:.1f} s: the run is being stopped")
+        else:
+            result = ShellRun(
+                None if seconds >= timeout and proc.returncode != 0 else proc.returncode, seconds
+            )
     ended = f"done in {result.seconds:.1f} s" if result.ok else result.describe(timeout)
     log_line(log_path, f"{label} {ended}")
     return result

@@ -67,16 +67,31 @@ def copy_included(root: Path, worktree: Path, config: WorktreeConfig) -> include
     return include.copy_into(root, worktree, paths)
 
 
-def run_setup(command: str, worktree: Path, env: Mapping[str, str], log_path: Path, timeout: float) -> float:
-    """Run the setup command to its end; its seconds, or SetupFailed with the reason."""
-    done = shell.run_logged("setup", command, cwd=worktree, env=env, log_path=log_path, timeout=timeout)
+def run_setup(
+    command: str,
+    worktree: Path,
+    env: Mapping[str, str],
+    log_path: Path,
+    timeout: float,
+    stop: threading.Event | None = None,
+) -> float:
+    """Run the setup command to its end; its seconds, or SetupFailed with the reason (also when stop is
+    set while it runs: the run is being stopped)."""
+    done = shell.run_logged(
+        "setup", command, cwd=worktree, env=env, log_path=log_path, timeout=timeout, stop=stop
+    )
     if not done.ok:
         raise SetupFailed(f"setup failed: {done.describe(timeout)}; see the log", done.seconds)
     return done.seconds
 
 
 def ready(
-    root: Path, worktree: Path, config: WorktreeConfig, env: Mapping[str, str], log_path: Path
+    root: Path,
+    worktree: Path,
+    config: WorktreeConfig,
+    env: Mapping[str, str],
+    log_path: Path,
+    stop: threading.Event | None = None,
 ) -> Readied:
     """Copy the included files, then run the setup command (if any); SetupFailed with the reason."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -87,4 +102,4 @@ def ready(
         )
     if config.setup is None:
         return Readied(copied, None)
-    return Readied(copied, run_setup(config.setup, worktree, env, log_path, config.setup_timeout))
+    return Readied(copied, run_setup(config.setup, worktree, env, log_path, config.setup_timeout, stop))

@@ -380,10 +380,14 @@ class Dispatcher:
         worktrees.worktree_add(settings.root, ctx.workspace, branch, start)
         self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, branch, str(ctx.workspace))
         try:
-            readied = bootstrap.ready(settings.root, ctx.workspace, settings.worktree, env, ctx.log_path)
+            readied = bootstrap.ready(
+                settings.root, ctx.workspace, settings.worktree, env, ctx.log_path, self._hard_stop
+            )
         except bootstrap.SetupFailed as exc:
             if exc.seconds is not None:
                 self.ledger.attempts.set_setup(ctx.attempt_id, exc.seconds)
+            if self._hard_stop.is_set():
+                return AttemptEnd(AttemptOutcome.INTERRUPTED, str(exc), StopReason.INTERRUPTED.value)
             return AttemptEnd.failed(str(exc))
         if readied.setup_s is not None:
             self.ledger.attempts.set_setup(ctx.attempt_id, readied.setup_s)
