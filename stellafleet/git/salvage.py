@@ -8,6 +8,7 @@ Nothing to keep (the tree is HEAD's) makes no commit. `stella clean --salvage` i
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -42,12 +43,23 @@ def salvage_ref(run_id: str, task_id: str, attempt_id: int) -> str:
 def _snapshot(workspace: Path, head: str, paths: Sequence[str] | None, scratch: Path) -> str:
     """The tree of head with the workspace's files (all of them, or only paths) as they are on disk."""
     index_file = scratch / "salvage.index"
-    index.read_tree_into(workspace, index_file, head)
     env = index.with_index(index_file)
-    if paths is None:
-        gitops.git("add", "-A", "--", ".", *(f":!{d}" for d in EXCLUDED_DIRS), cwd=workspace, env=env)
-    elif paths:
-        index.stage_paths(workspace, index_file, list(paths))
+    if paths is not None:
+        index.read_tree_into(workspace, index_file, head)
+        if paths:
+            index.stage_paths(workspace, index_file, list(paths))
+        return index.write_tree(workspace, index_file)
+    add_all = ("add", "-A", "--", ".", *(f":!{d}" for d in EXCLUDED_DIRS))
+    own = gitops.git_path(workspace, "--git-path", "index")
+    if own.is_file():
+        # a copy of the worktree's own index: its stat data lets `add -A` hash only what changed (a
+        # fresh one would rehash every file); what it holds does not matter, `add -A` makes it the disk's
+        shutil.copyfile(own, index_file)
+        if gitops.git_status(*add_all, cwd=workspace, env=env)[0] == 0:
+            return index.write_tree(workspace, index_file)
+    index_file.unlink(missing_ok=True)  # no index of its own, or one git cannot use as a copy
+    index.read_tree_into(workspace, index_file, head)
+    gitops.git(*add_all, cwd=workspace, env=env)
     return index.write_tree(workspace, index_file)
 
 
