@@ -88,3 +88,28 @@ def test_force_prints_each_deleted_branchs_tip_and_without_it_unmerged_work_stay
     assert f"removed      branch   {branch}" in forced.stdout
     assert f"not merged (1 commit ahead), deleted by --force (was {tip[:7]})" in forced.stdout
     assert git("branch", "--list", branch, cwd=git_repo) == ""
+
+
+def test_teardown_runs_in_the_worktree_before_clean_removes_it(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    teardown = f'pwd > {marks}/teardown; test -f "$PWD/README.md"'
+    write_config(git_repo, run="true", extra=f"[worktree]\nteardown = {json.dumps(teardown)}\n")
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[tasks]]\nid = "svc"\nprompt = "p"\nisolation = "isolated"\n')
+    ran = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    (worktree,) = list(StatePaths(git_repo).worktrees.iterdir())
+
+    dry = stella("clean", "--dry-run", cwd=git_repo)
+    assert dry.returncode == 0 and not (marks / "teardown").exists()  # a dry run runs nothing
+    result = stella("clean", "--json", cwd=git_repo)
+    assert result.returncode == 0, result.stderr
+    [item] = [i for i in json.loads(result.stdout)["removed"] if i["kind"] == "worktree"]
+    assert item["reason"] == "clean worktree; teardown ran"
+    assert Path((marks / "teardown").read_text().strip()).resolve() == worktree.resolve()
+    assert not worktree.exists()
+    log = StatePaths(git_repo).log_file(item["run_id"], "svc").read_text()
+    assert f"[stella] teardown: {teardown}" in log and "[stella] teardown done in " in log
