@@ -20,6 +20,7 @@ from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.git import bundle, gitops
 
 CACHE_ENV = "STELLA_NODE_CACHE"
+READY = ".git/stella-clone-ready"  # written last: a clone without it was cut short and is made again
 
 
 def cache_dir() -> Path:
@@ -44,9 +45,10 @@ def base_clone(write_bundle: Callable[[Path], None], base_commit: str, *, cache:
     """The node's clone holding base_commit; the first time, write_bundle(path) writes the run's base
     bundle to clone it from."""
     root = (cache or cache_dir()) / base_commit
+    if (root / READY).exists():  # made before, completely: no git call needed to know it
+        return root
     with _locked(root.with_suffix(".lock")):
-        ready = (root / ".git").exists() and gitops.ref_commit(root, base_commit) is not None
-        if not ready:
+        if not (root / READY).exists():
             shutil.rmtree(root, ignore_errors=True)  # a half-made clone of a killed attempt
             scratch = root.with_name(root.name + ".new")
             shutil.rmtree(scratch, ignore_errors=True)
@@ -54,6 +56,7 @@ def base_clone(write_bundle: Callable[[Path], None], base_commit: str, *, cache:
             write_bundle(scratch / "base.bundle")
             bundle.clone_on_branch(scratch / "base.bundle", scratch / "repo", "stella-base")
             gitops.ensure_excluded(scratch / "repo", EXCLUDED_DIRS)
+            (scratch / "repo" / READY).write_text(base_commit + "\n")
             (scratch / "repo").replace(root)
             shutil.rmtree(scratch, ignore_errors=True)
     return root
@@ -62,12 +65,14 @@ def base_clone(write_bundle: Callable[[Path], None], base_commit: str, *, cache:
 def add_worktree(clone: Path, path: Path, branch: str, base_commit: str) -> None:
     """The attempt's worktree of the clone at path, on branch (made anew at base_commit)."""
     with _locked(clone.with_suffix(".lock")):  # worktree adds of one clone, one at a time
-        gitops.git("worktree", "prune", cwd=clone)
+        # -f: a killed attempt's worktree may still hold a branch of that name; -B resets it to the base
         gitops.git("worktree", "add", "-q", "-f", "-B", branch, str(path), base_commit, cwd=clone)
 
 
 def remove_worktree(clone: Path, path: Path, branch: str) -> None:
-    """The attempt's worktree and branch gone from the clone (what it made was bundled home first)."""
+    """The attempt's worktree and branch gone from the clone (what it made was bundled home first): the
+    directory goes, then one prune drops its registration (a killed attempt's too) and the branch with it."""
+    shutil.rmtree(path, ignore_errors=True)
     with _locked(clone.with_suffix(".lock")):
-        gitops.git("worktree", "remove", "--force", str(path), cwd=clone, check=False)
-        gitops.git("branch", "-D", branch, cwd=clone, check=False)
+        gitops.git("worktree", "prune", cwd=clone, check=False)
+        gitops.git("update-ref", "-d", f"refs/heads/{branch}", cwd=clone, check=False)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stellafleet.core.config import load_config
+from stellafleet.core.config import Config, load_config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import AttemptEnd, AttemptOutcome
@@ -121,7 +121,7 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
         yield finished(ctx, AttemptEnd.failed(f"could not clone the base on node {node}: {cloned}"))
         return
     env = worker_env(spec, ctx, scratch)
-    problem = preflight(ctx, env)
+    problem, config = preflight(ctx, env)
     yield {"kind": "started", "node": node, "pid": None}
     if problem:
         text = f"preflight on node {node}: {problem}"
@@ -129,8 +129,10 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
         write_result(ctx.result_path, failed)
         yield finished(ctx, attempt_end(Exit(1, 0.0, 0), None, failed))
         return
-    setup = load_config(ctx.root, env=env).worktree
-    if setup.setup is not None:  # in the task's checkout on this node, as a local worktree gets it
+    setup = config.worktree if config is not None else None
+    if (
+        setup is not None and setup.setup is not None
+    ):  # in the task's checkout on this node, as a local worktree gets it
         try:
             seconds = bootstrap.run_setup(setup.setup, repo, env, ctx.log_path, setup.setup_timeout)
         except bootstrap.SetupFailed as exc:
@@ -227,14 +229,15 @@ def worker_env(spec: RemoteSpec, ctx: WorkerContext, scratch: Path) -> dict[str,
     return env
 
 
-def preflight(ctx: WorkerContext, env: Mapping[str, str]) -> str | None:
-    """Can the task's pipeline run on this node (its CLI installed, its config complete)? None: yes."""
+def preflight(ctx: WorkerContext, env: Mapping[str, str]) -> tuple[str | None, Config | None]:
+    """Can the task's pipeline run on this node (its CLI installed, its config complete)? (None, the
+    config as the node reads it) when it can, else (the problem, the config or None)."""
     from stellafleet import pipelines
 
     try:
         config = load_config(ctx.root, env=env)
     except Exception as exc:
-        return f"config: {exc}"
+        return f"config: {exc}", None
     saved = os.environ.get("PATH")
     os.environ["PATH"] = env.get("PATH", "")  # a CLI is looked up on the worker's PATH
     try:
@@ -243,7 +246,7 @@ def preflight(ctx: WorkerContext, env: Mapping[str, str]) -> str | None:
     finally:
         if saved is not None:
             os.environ["PATH"] = saved
-    return "; ".join(problems) or None
+    return "; ".join(problems) or None, config
 
 
 def start_reaper(root: Path, grace_s: float) -> None:

@@ -14,6 +14,9 @@ from pathlib import Path
 from helpers.fleet import Scripts, run_record, wait_for, write_config
 from helpers.repo import StellaRunner, git
 
+from stellafleet.core.paths import StatePaths
+from stellafleet.state import runpage
+
 # Write work, then never finish: the attempt must be stopped (timeout, watchdog or a dead fleet).
 WRITE_THEN_HANG = """\
 (WS / "work.txt").write_text(f"{TASK} was half way\\n")
@@ -61,6 +64,13 @@ def test_a_timed_out_isolated_task_leaves_a_salvage_ref_and_from_salvage_resumes
     detail = json.loads(stella("runs", run_id, "--json", cwd=git_repo).stdout)
     [task] = [task for wave in detail["waves"] for task in wave["tasks"]]
     assert task["attempts"][0]["salvage_restore"] == restore
+    opened = runpage.load_attempt(
+        StatePaths(git_repo).fleet_db, attempt["id"], now_ms=int(time.time() * 1000)
+    )
+    assert opened is not None  # the dashboard's attempt panel gets the ref, the SHA and the command
+    shown_there = opened["attempt"]
+    assert (shown_there["salvage_ref"], shown_there["salvage_sha"]) == (attempt["salvage_ref"], sha)
+    assert shown_there["salvage_restore"] == restore
 
     # the resumed task starts from the salvage commit, and its prompt says so
     marks = tmp_path / "marks"
