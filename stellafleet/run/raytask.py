@@ -74,7 +74,14 @@ def remote_attempt(spec: RemoteSpec, base_bundle: bytes) -> Iterator[dict[str, A
     scratch = Path(tempfile.mkdtemp(prefix="stella-remote-"))
     clone: Path | None = None
     try:
-        clone = checkout(spec.context, base_bundle, scratch / "repo")
+        try:
+            clone = checkout(spec.context, base_bundle, scratch / "repo")
+        except StellaError as exc:  # git's own words, not a lost worker: nothing was started
+            node = node_name()
+            yield {"kind": "started", "node": node, "pid": None}
+            why = f"could not clone the base on node {node}: {exc}"
+            yield finished(_node_context(spec.context, scratch), AttemptEnd.failed(why))
+            return
         yield from _attempt(spec, scratch)
     finally:
         if clone is not None and spec.context.branch is not None:
@@ -102,12 +109,10 @@ def checkout(home: WorkerContext, base_bundle: bytes, repo: Path) -> Path | None
         return None
 
 
-def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
-    home = spec.context
-    node = node_name()
+def _node_context(home: WorkerContext, scratch: Path) -> WorkerContext:
+    """The attempt's context with its paths on this node (the checkout at scratch/repo)."""
     repo = scratch / "repo"
-    assert home.branch is not None
-    ctx = dataclasses.replace(
+    return dataclasses.replace(
         home,
         root=repo,
         workspace=repo,
@@ -115,11 +120,30 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
         log_path=scratch / "worker.log",
         transcript_path=scratch / "transcript.jsonl",
     )
-    cloned = _clone(scratch / "base.bundle", repo, home.branch)
-    if cloned is not None:  # git's own words, not a lost worker: nothing was started
-        yield {"kind": "started", "node": node, "pid": None}
-        yield finished(ctx, AttemptEnd.failed(f"could not clone the base on node {node}: {cloned}"))
+
+
+def _setup(ctx: WorkerContext, config: Config | None, env: Mapping[str, str], node: str) -> Iterator[dict]:
+    """`[worktree] setup` in the task's checkout on this node, as a local worktree gets it: its time,
+    and on a failure its log and the failed end (the caller stops after a `finished` event)."""
+    setup = config.worktree if config is not None else None
+    if setup is None or setup.setup is None:
         return
+    try:
+        seconds = bootstrap.run_setup(setup.setup, ctx.workspace, env, ctx.log_path, setup.setup_timeout)
+    except bootstrap.SetupFailed as exc:
+        yield {"kind": "setup", "seconds": exc.seconds}
+        yield {"kind": "log", "data": _read_from(ctx.log_path, 0)}
+        yield finished(ctx, AttemptEnd.failed(f"{exc} (on node {node})"))
+        return
+    yield {"kind": "setup", "seconds": seconds}
+
+
+def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
+    home = spec.context
+    node = node_name()
+    repo = scratch / "repo"
+    assert home.branch is not None
+    ctx = _node_context(home, scratch)
     env = worker_env(spec, ctx, scratch)
     problem, config = preflight(ctx, env)
     yield {"kind": "started", "node": node, "pid": None}
@@ -129,18 +153,10 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
         write_result(ctx.result_path, failed)
         yield finished(ctx, attempt_end(Exit(1, 0.0, 0), None, failed))
         return
-    setup = config.worktree if config is not None else None
-    if (
-        setup is not None and setup.setup is not None
-    ):  # in the task's checkout on this node, as a local worktree gets it
-        try:
-            seconds = bootstrap.run_setup(setup.setup, repo, env, ctx.log_path, setup.setup_timeout)
-        except bootstrap.SetupFailed as exc:
-            yield {"kind": "setup", "seconds": exc.seconds}
-            yield {"kind": "log", "data": _read_from(ctx.log_path, 0)}
-            yield finished(ctx, AttemptEnd.failed(f"{exc} (on node {node})"))
+    for event in _setup(ctx, config, env, node):
+        yield event
+        if event["kind"] == "finished":
             return
-        yield {"kind": "setup", "seconds": seconds}
     ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
     with Ledger.open(ctx.paths.fleet_db) as ledger:
         digest = token_digest(ctx.token) if ctx.token else None
@@ -171,16 +187,6 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
         end = dataclasses.replace(end, outcome=AttemptOutcome.FAILED, summary=end.summary or why, error=why)
     transcript = ctx.transcript_path.read_bytes() if ctx.transcript_path.exists() else None
     yield finished(ctx, end, out.read_bytes() if sent else None, transcript, steps)
-
-
-def _clone(base: Path, repo: Path, branch: str) -> str | None:
-    """The base bundle cloned at repo on branch; git's error when it cannot be (a corrupt bundle)."""
-    try:
-        bundle.clone_on_branch(base, repo, branch)
-        gitops.ensure_excluded(repo, EXCLUDED_DIRS)
-    except StellaError as exc:
-        return str(exc)
-    return None
 
 
 def _follow(spec: RemoteSpec, ctx: WorkerContext, ledger: Ledger, waiter: threading.Thread) -> Iterator[dict]:

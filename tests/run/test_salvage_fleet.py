@@ -43,9 +43,10 @@ def test_a_timed_out_isolated_task_leaves_a_salvage_ref_and_from_salvage_resumes
     git_repo: Path, tmp_path: Path, stella: StellaRunner
 ) -> None:
     scripts = Scripts(tmp_path / "scripts")
+    # timeout 8 s: room for the worker and its command to start on a busy machine before they write
     write_config(git_repo, run=scripts.python("hang", WRITE_THEN_HANG), extra="[fleet]\nstop_grace = 1\n")
     plan = tmp_path / "plan.toml"
-    plan.write_text('[[tasks]]\nid = "slow"\nprompt = "finish it"\nisolation = "isolated"\ntimeout = 3\n')
+    plan.write_text('[[tasks]]\nid = "slow"\nprompt = "finish it"\nisolation = "isolated"\ntimeout = 8\n')
     ran = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
     assert ran.returncode == 1, ran.stdout + ran.stderr
     record = run_record(git_repo)
