@@ -30,6 +30,7 @@ FLEET_OVERHEAD_TOY = ["--tasks", "4", "--concurrency", "2", "--seconds", "0.2", 
         ("engine_tools.py", ["--files", "300", "--repeat", "1"], "git grep"),
         ("schedule.py", ["--tasks", "6", "--concurrency", "2", "--scale", "0.05"], "lower bound"),
         ("lane_user_git.py", ["--tasks", "3", "--concurrency", "2"], "user git calls"),
+        ("bootstrap.py", ["--mb", "1", "--worktrees", "2", "--skip-fleet"], "ratio stellafleet / cp -r"),
         (
             "fleet_limits.py",
             ["--tasks", "2", "--concurrency", "2", "--reads", "2", "--limited", "1", "--retry-after", "0.5"],

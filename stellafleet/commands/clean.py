@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from stellafleet.commands import config_file_arg
 from stellafleet.core import jsontext
+from stellafleet.core.config import load_config
+from stellafleet.core.errors import StellaError
 from stellafleet.git import gitops
 from stellafleet.git.clean import KEPT, REMOVED, WOULD_REMOVE, CleanReport, clean
+from stellafleet.run.salvaging import before_abandon
 from stellafleet.state.ledger_recovery import finalise_orphaned_runs_in
 
 
@@ -18,8 +22,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Remove the worktrees (under .stella/worktrees/) and fleet/* branches that the ledger "
             "recorded for finished runs' tasks. Never touches a live attempt's, even with --force. "
-            "Without --force it keeps (and names) worktrees with uncommitted changes and branches not "
-            "merged into the run's base or the current branch. Your own branches are never candidates."
+            "Without --force it keeps (and names) worktrees with uncommitted changes (ignored files do not "
+            "count, as for git) unless a salvage ref holds them, and branches with commits no other branch "
+            "and no salvage ref holds. Each deleted branch's tip is printed (was SHA). `[worktree] teardown` "
+            "runs before a worktree goes. Your own branches are never candidates."
         ),
     )
     parser.add_argument(
@@ -31,14 +37,39 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also remove dirty worktrees and unmerged branches (never a live attempt's)",
     )
+    parser.add_argument(
+        "--salvage",
+        action="store_true",
+        help="also remove the runs' salvage refs (refs/stella/salvage/...: unfinished attempts' uncommitted "
+        "work); nothing else ever removes them",
+    )
+    parser.add_argument(
+        "--older-than",
+        type=float,
+        metavar="DAYS",
+        help="with --salvage: only salvage refs older than DAYS days",
+    )
     parser.add_argument("--json", action="store_true", help="print the decisions as JSON")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     root = gitops.main_worktree_root(Path.cwd())
-    finalise_orphaned_runs_in(root)  # a killed fleet's run is over: its workspaces are no longer in use
-    report = clean(root, run_ref=args.run_ref, dry_run=args.dry_run, force=args.force)
+    # a killed fleet's run is over (its attempts' work salvaged): its workspaces are no longer in use
+    finalise_orphaned_runs_in(root, before_abandon(root))
+    if args.older_than is not None and not args.salvage:
+        raise StellaError("--older-than goes with --salvage: stella clean --salvage --older-than DAYS")
+    if args.older_than is not None and args.older_than < 0:
+        raise StellaError(f"--older-than must be 0 or more days, not {args.older_than:g}")
+    report = clean(
+        root,
+        run_ref=args.run_ref,
+        dry_run=args.dry_run,
+        force=args.force,
+        worktree=load_config(root, config_file=config_file_arg(args)).worktree,
+        salvage_refs=args.salvage,
+        older_than_days=args.older_than,
+    )
     if args.json:
         print(jsontext.dumps(report.to_json(), indent=2))
     else:

@@ -65,6 +65,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--force", action="store_true", help="with --resume: resume even if the plan changed")
     parser.add_argument(
+        "--from-salvage",
+        action="store_true",
+        help="with --resume: each resumed isolated task starts from the work its last attempt left "
+        "uncommitted (its latest salvage commit) instead of the base",
+    )
+    parser.add_argument(
         "--executor",
         choices=("local", "ray"),
         help="where isolated tasks run: this machine (local) or a Ray cluster (default: [executor] kind)",
@@ -129,6 +135,7 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
         schedule=getattr(args, "schedule", None),
         resume=getattr(args, "resume", None),
         force=getattr(args, "force", False),
+        from_salvage=getattr(args, "from_salvage", False),
         argv=("stella", *sys.argv[1:]),
         fix_ci=args.fix_ci or 0,
         executor=getattr(args, "executor", None),

@@ -18,6 +18,7 @@ from stellafleet.core.spend import money
 from stellafleet.core.status import CIState, RunStatus, TaskStatus
 from stellafleet.core.terminal import aligned, single_line, styled
 from stellafleet.git import gitops
+from stellafleet.run.salvaging import before_abandon
 from stellafleet.state import views
 from stellafleet.state.ledger_recovery import finalise_orphaned_runs_in
 
@@ -61,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise StellaError(f"--limit must be at least 1, not {args.limit}")
     root = gitops.main_worktree_root(Path.cwd())
-    finalise_orphaned_runs_in(root)  # a run whose fleet was killed shows as interrupted, not running
+    # a run whose fleet was killed shows as interrupted, not running (its attempts' work salvaged)
+    finalise_orphaned_runs_in(root, before_abandon(root))
     ledger = StatePaths(root).fleet_db
     now_ms = int(time.time() * 1000)
     if args.run_ref is None:
@@ -321,12 +323,16 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
             + (f"  guard {fmt_usd(a['guard_usd'])}" if a.get("guard_usd") is not None else "")
             + (f"  exit {a['exit_code']}" if a.get("exit_code") is not None else "")
             + (f"  ({single_line(a['reason'])})" if a.get("reason") else "")
+            + (f"  setup {a['setup_ms'] / 1000:.1f} s" if a.get("setup_ms") is not None else "")
         )
         out(styled(f"    attempt #{a['id']} ", in_colour(str(a["outcome"]), str(a["outcome"])), facts))
         if a.get("summary"):
             out(styled(f"      summary: {single_line(a['summary'])}"))
         if a.get("error"):
             out(styled((f"      error: {single_line(a['error'])}", "red")))
+        if a.get("salvage_sha"):
+            saved = f"      salvaged: {a['salvage_ref']} ({a['salvage_sha'][:12]}); restore: "
+            out(styled((saved, "yellow"), (a["salvage_restore"], "bold")))
     for c in task["commits"]:
         out(styled(f"    commit {c['sha'][:10]} {single_line(c.get('message') or '')}"))
     if task.get("ci"):

@@ -28,6 +28,7 @@ from stellafleet.core.configsections import (
     PipelinesConfig,
     PriceConfig,
     WatchConfig,
+    WorktreeConfig,
     build,
     build_executor,
     build_pipelines,
@@ -112,6 +113,10 @@ class Config:
         return self._typed("merge")
 
     @functools.cached_property
+    def worktree(self) -> WorktreeConfig:
+        return self._typed("worktree")
+
+    @functools.cached_property
     def prices(self) -> Mapping[str, PriceConfig]:
         return self._typed("prices")
 
@@ -174,6 +179,7 @@ _BUILDERS: dict[str, Any] = {
     "notify": lambda table: build(NotifyConfig, table),
     "commit": lambda table: build(CommitConfig, table),
     "merge": lambda table: build(MergeConfig, table),
+    "worktree": lambda table: build(WorktreeConfig, table),
     "prices": build_prices,
     "pipelines": build_pipelines,
 }

@@ -116,6 +116,17 @@ class MergeConfig:
 
 
 @dataclass(frozen=True)
+class WorktreeConfig:
+    """`[worktree]`: readying an isolated task's worktree (docs/bootstrap.md); None: no such command."""
+
+    setup: str | None = None
+    setup_timeout: float = 600.0
+    teardown: str | None = None
+    teardown_timeout: float = 120.0
+    include_max_mb: float = 100.0
+
+
+@dataclass(frozen=True)
 class NotifyConfig:
     """`[notify]`: a shell command told (JSON on stdin) when a run ends, a task fails or stalls, or the
     spend limit is reached; None: no notifications."""

@@ -8,16 +8,19 @@ Every decision is named, and recorded in the ledger's `cleanups` table unless it
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from stellafleet.core.configsections import WorktreeConfig
 from stellafleet.core.errors import GitError
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import RunStatus
-from stellafleet.git import gitops, mergeops, worktrees
+from stellafleet.git import gitops, mergeops, salvage, worktrees
+from stellafleet.proc import shell
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 
@@ -114,10 +117,21 @@ def _collect(
     return worktrees, branches
 
 
+def _run_live(ledger: Ledger, run_id: str, alive: Callable[[int | None, int | None], bool]) -> bool:
+    """Whether the run's fleet still runs (an unknown run, from refs alone, is not live)."""
+    run = ledger.runs.get(run_id)
+    return (
+        run is not None
+        and run.get("status") == RunStatus.RUNNING
+        and alive(run.get("pid"), run.get("created_at_ms"))
+    )
+
+
 def uncommitted(path: Path) -> list[str]:
-    """What a worktree holds that no commit has: changed, untracked and ignored files alike (an ignored
-    `local.env` is work the user may have nowhere else); stella's own state does not count."""
-    names = [line[3:] for line in gitops.status_porcelain(path, ignored=True)]
+    """What a worktree holds that no commit has, judged as git judges it: changed and untracked files;
+    ignored ones (`.pytest_cache/`, `node_modules/`, a `.worktreeinclude` copy) never count, as for
+    `git worktree remove`; stella's own state does not count either."""
+    names = [line[3:] for line in gitops.status_porcelain(path)]
     return [name for name in names if not name.startswith(EXCLUDED_DIRS)]
 
 
@@ -131,8 +145,10 @@ class Cleaner:
         dry_run: bool,
         force: bool,
         alive: Callable[[int | None, int | None], bool] = pid_alive,
+        worktree: WorktreeConfig | None = None,
     ) -> None:
         self.root = root
+        self.worktree = worktree or WorktreeConfig()  # its teardown runs before a worktree goes
         self.paths = StatePaths(root)
         self.report = CleanReport(dry_run=dry_run, force=force)
         self.alive = alive
@@ -179,18 +195,38 @@ class Cleaner:
                 self._decide(owner, "worktree", shown, False, f"{owner.live}; never removed while live")
                 continue
             dirty = uncommitted(path) if path.exists() else []
-            if dirty and not self.report.force:
+            held = self._salvaged(owner, path) if dirty else None
+            if dirty and held is None and not self.report.force:
                 files = "1 file" if len(dirty) == 1 else f"{len(dirty)} files"
                 files += ": " + ", ".join(dirty[:3]) + (", ..." if len(dirty) > 3 else "")
                 why = f"has uncommitted changes ({files}): commit or discard them, or rerun with --force"
                 self._decide(owner, "worktree", shown, False, why)
                 continue
-            reason = f"uncommitted changes ({len(dirty)}) discarded by --force" if dirty else "clean worktree"
+            reason = "clean worktree"
+            if dirty:
+                reason = f"uncommitted changes ({len(dirty)}) " + (
+                    f"kept in {held.ref} ({held.sha[:7]})" if held else "discarded by --force"
+                )
+            reason += self._teardown(owner, path)
             remove = partial(
                 worktrees.worktree_remove, self.root, path, force=bool(dirty) or not path.exists()
             )
             if self._remove(owner, "worktree", shown, reason, remove):
                 self._gone_worktrees.add(path)
+
+    def _salvaged(self, owner: _Owner, path: Path) -> salvage.SalvageRef | None:
+        """The task's salvage ref when it holds exactly the worktree's uncommitted work (nothing is lost)."""
+        if owner.task_id is None:
+            return None
+        return salvage.holds_worktree(self.root, path, owner.run_id, owner.task_id)
+
+    def _teardown(self, owner: _Owner, path: Path) -> str:
+        """Run `[worktree] teardown` in the worktree (unless a dry run); what the reason adds about it."""
+        command = self.worktree.teardown
+        if command is None or self.report.dry_run or not path.exists():
+            return ""
+        log_path = self.paths.log_file(owner.run_id, owner.task_id or "clean")
+        return "; " + run_teardown(command, path, log_path, self.worktree.teardown_timeout)
 
     def _merge_targets(self, base_ref: str | None) -> list[str]:
         targets: list[str] = []
@@ -224,24 +260,53 @@ class Cleaner:
             if where is not None and where not in self._gone_worktrees:
                 self._decide(owner, "branch", branch, False, f"checked out in {self._display(where)}")
                 continue
-            targets = self._merge_targets(owner.base_ref)
-            merged_into = next((t for t in targets if gitops.is_ancestor(self.root, branch, t)), None)
-            patched_into = None if merged_into else self._patches_in(branch, targets)
-            if merged_into is not None:
-                reason = f"merged into {merged_into}"
-            elif patched_into is not None:
-                reason = patched_into
-            else:
-                ahead = gitops.commits_ahead(self.root, targets[0], branch)
-                commits = "1 commit" if ahead == 1 else f"{ahead} commits"
-                if not self.report.force:
-                    why = f"not merged into {' or '.join(targets)} ({commits} ahead): "
-                    self._decide(
-                        owner, "branch", branch, False, why + "merge it, or rerun with --force to delete it"
-                    )
-                    continue
-                reason = f"not merged ({commits} ahead), deleted by --force"
+            reason = self._branch_reason(owner, branch)
+            if reason is None:
+                continue
+            tip = gitops.ref_commit(self.root, f"refs/heads/{branch}") or ""
+            reason += f" (was {tip[:7]})"  # as `git branch -D` prints it: the way back to the commits
             self._remove(owner, "branch", branch, reason, partial(gitops.branch_delete, self.root, branch))
+
+    def _branch_reason(self, owner: _Owner, branch: str) -> str | None:
+        """Why the branch may go, or None once it is kept (the decision recorded)."""
+        targets = self._merge_targets(owner.base_ref)
+        merged_into = next((t for t in targets if gitops.is_ancestor(self.root, branch, t)), None)
+        if merged_into is not None:
+            return f"merged into {merged_into}"
+        patched_into = self._patches_in(branch, targets)
+        if patched_into is not None:
+            return patched_into
+        if salvage.held_elsewhere(self.root, branch) == 0:
+            return "every commit is on another branch or a salvage ref"
+        ahead = gitops.commits_ahead(self.root, targets[0], branch)
+        commits = "1 commit" if ahead == 1 else f"{ahead} commits"
+        if not self.report.force:
+            why = f"not merged into {' or '.join(targets)} ({commits} ahead): "
+            self._decide(owner, "branch", branch, False, why + "merge it, or rerun with --force to delete it")
+            return None
+        return f"not merged ({commits} ahead), deleted by --force"
+
+    def sweep_salvage(self, run_ids: list[str], live: set[str], older_than_days: float | None) -> None:
+        """--salvage: remove the salvage refs of the runs (older than the given days), never a live run's."""
+        for run_id in run_ids:
+            for ref in salvage.older_than(salvage.salvage_refs(self.root, run_id), older_than_days):
+                _, task_id, attempt = ref.parts
+                owner = _Owner(run_id, task_id, None, None)
+                if run_id in live:
+                    self._decide(owner, "salvage", ref.ref, False, f"run {run_id} is still running")
+                    continue
+                reason = f"salvage of attempt {attempt} removed by --salvage (was {ref.sha[:7]})"
+                self._remove(
+                    owner, "salvage", ref.ref, reason, partial(salvage.delete_salvage, self.root, ref)
+                )
+
+
+def run_teardown(command: str, worktree: Path, log_path: Path, timeout: float) -> str:
+    """`[worktree] teardown` in the worktree before it goes (output to the task's log); in words."""
+    done = shell.run_logged(
+        "teardown", command, cwd=worktree, env=os.environ, log_path=log_path, timeout=timeout
+    )
+    return "teardown ran" if done.ok else f"teardown failed ({done.describe(timeout)}), removed anyway"
 
 
 def clean(
@@ -251,14 +316,23 @@ def clean(
     dry_run: bool = False,
     force: bool = False,
     alive: Callable[[int | None, int | None], bool] = pid_alive,
+    worktree: WorktreeConfig | None = None,
+    salvage_refs: bool = False,
+    older_than_days: float | None = None,
 ) -> CleanReport:
-    """Sweep one run (run_ref) or every run's leftovers; records the decisions unless dry_run."""
-    cleaner = Cleaner(root, dry_run=dry_run, force=force, alive=alive)
+    """Sweep one run (run_ref) or every run's leftovers; records the decisions unless dry_run. With
+    salvage_refs, the runs' salvage refs (older than older_than_days) go first, so what they held no
+    longer protects a branch or worktree."""
+    cleaner = Cleaner(root, dry_run=dry_run, force=force, alive=alive, worktree=worktree)
     db = StatePaths(root).fleet_db
     if not db.exists():
         return cleaner.report
     with Ledger.open(db, readonly=dry_run) as ledger:
         run_ids = [ledger.runs.resolve(run_ref)] if run_ref else ledger.runs.with_workspaces()
+        if salvage_refs:
+            salvaged = run_ids if run_ref else sorted({r.parts[0] for r in salvage.salvage_refs(root)})
+            live = {run_id for run_id in salvaged if _run_live(ledger, run_id, alive)}
+            cleaner.sweep_salvage(salvaged, live, older_than_days)
         cleaner.report.runs_considered = len(run_ids)
         details = [ledger.get_run(run_id) for run_id in run_ids]
         worktrees, branches = _collect(details, alive)

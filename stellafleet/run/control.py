@@ -41,6 +41,7 @@ from stellafleet.run.prepare import FleetOptions, Prepared, prepare
 from stellafleet.run.reporter import make_reporter, print_dry_run
 from stellafleet.run.result import result_document
 from stellafleet.run.resume import record_lineage, schedule_note
+from stellafleet.run.salvaging import before_abandon
 from stellafleet.run.watchdog import watching
 from stellafleet.run.waves import PlanRunner
 from stellafleet.state.claims import ClaimStore
@@ -192,6 +193,8 @@ def run_settings(prepared: Prepared) -> RunSettings:
         config_file=prepared.config_file,
         commit_hooks=prepared.config.commit.hooks,
         init_submodules=prepared.config.fleet.init_submodules,
+        worktree=prepared.config.worktree,
+        start_points=prepared.start_points,
     )
 
 
@@ -217,7 +220,8 @@ class FleetRun:
             if p.tree.changed:  # the user's changes at the start: kept out of the workers' commits
                 dirty.save(p.root, p.run_id, dirty.take(p.root, p.tree.changed))
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
-                finalise_orphaned_runs(ledger, claims)  # a killed fleet's run: finalised, its claims freed
+                # a killed fleet's run: its attempts' work salvaged, the run finalised, its claims freed
+                finalise_orphaned_runs(ledger, claims, before_abandon=before_abandon(p.root))
                 lanerecovery.recover_quietly(p.root)  # and what a killed `stella commit` left in the lane
                 emit = fan_out(self.reporter.handle, self.notifier.handle if self.notifier else None)
                 budget = spend_budget(p.spend_limit, p.concurrency.value, p.config)

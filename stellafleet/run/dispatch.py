@@ -13,10 +13,11 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stellafleet.core.config import Config
+from stellafleet.core.configsections import WorktreeConfig
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.core.limits import LimitKind, kind_of
 from stellafleet.core.paths import StatePaths
@@ -26,10 +27,12 @@ from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, submodules, worktrees
 from stellafleet.pipelines.command import reported_usd
 from stellafleet.plan.model import PlanTask
+from stellafleet.run import bootstrap
 from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit, SkipTask
 from stellafleet.run.executor import Attempt, Execution, Executor, inherited_env
 from stellafleet.run.expand import Expansions
 from stellafleet.run.limiter import Limiter
+from stellafleet.run.salvaging import salvage_attempt
 from stellafleet.run.watchdog import Watchdog
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
@@ -66,6 +69,10 @@ class RunSettings:
     config_file: Path | None = None
     commit_hooks: str = "run"  # [commit] hooks, handed to every worker's `stella commit`
     init_submodules: bool = True  # [fleet] init_submodules, for isolated worktrees
+    # [worktree]: the include limit and the setup command (bootstrap.py)
+    worktree: WorktreeConfig = field(default_factory=WorktreeConfig)
+    # task id -> the commit its new worktree starts from, instead of base_commit (--from-salvage)
+    start_points: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def paths(self) -> StatePaths:
@@ -153,6 +160,7 @@ class Dispatcher:
         self.limiter: Limiter | None = None  # the run's width under provider limits (limiter.py)
         self._reruns: dict[str, int] = {}  # task id -> attempts run again after a rate limit ended one
         self.expansions: Expansions | None = None  # checks and records what expanding tasks emit (expand.py)
+        self._indexes = bootstrap.WorktreeIndexes()  # STELLA_WORKTREE_INDEX of the live worktrees
 
     @property
     def running(self) -> list[str]:
@@ -199,6 +207,7 @@ class Dispatcher:
             self.claims.release_attempt_if_held(ctx.run_id, ctx.attempt_id)
             with self._lock:
                 self._running.pop(task.id, None)
+            self._indexes.release(task.id)
             self._release_guard(task.id, spend)
         elapsed = time.monotonic() - started
         self.emit(AttemptEnded(task.id, ctx.attempt_id, end, elapsed, spend))
@@ -276,7 +285,7 @@ class Dispatcher:
             task_id=task.id,
             task_title=task.title,
             attempt_id=attempt_id,
-            prompt=task.prompt,
+            prompt=self._prompt(task),
             isolation="isolated" if workspace.isolated else "shared",
             branch=workspace.branch,
             base_commit=settings.base_commit,
@@ -293,14 +302,28 @@ class Dispatcher:
             commit_hooks=settings.commit_hooks,
         )
 
+    def _prompt(self, task: PlanTask) -> str:
+        """The task's prompt; one whose worktree starts from a salvage commit is told so first."""
+        start = self.settings.start_points.get(task.id)
+        if start is None or task.isolation != "isolated":
+            return task.prompt
+        return (
+            f"Your worktree starts from commit {start[:12]}, the work an earlier attempt of this task left "
+            "uncommitted when it stopped (salvaged by stella): review it and continue from there "
+            "rather than starting over.\n\n" + task.prompt
+        )
+
     def _attempt(self, task: PlanTask, ctx: WorkerContext, *, follow_up: bool = False) -> AttemptEnd:
         if self._hard_stop.is_set():
             summary = "interrupted before the worker started"
             return AttemptEnd(AttemptOutcome.INTERRUPTED, summary, StopReason.INTERRUPTED.value)
         workspace = Workspace(ctx.workspace, ctx.branch)
         in_turn = bool(task.claims) and workspace.branch is None
+        remote = workspace.isolated and self.executor.runs_remotely(ctx)
         with self._claiming if in_turn else contextlib.nullcontext():
-            execution = self._launch(task, ctx, workspace, follow_up=follow_up)
+            execution = self._launch(task, ctx, workspace, follow_up=follow_up, remote=remote)
+        if isinstance(execution, AttemptEnd):  # its worktree could not be readied: no worker started
+            return execution
         if self.watchdog is not None:
             self.watchdog.watch(ctx, execution)
         try:
@@ -308,34 +331,37 @@ class Dispatcher:
         finally:
             stalled = self.watchdog.forget(ctx.attempt_id) if self.watchdog is not None else None
         settle_attempt(self.ledger.spend, ctx.attempt_id, (end.claimed_usd, reported_usd(ctx)))
+        end = end.stalled(stalled) if stalled else end
+        if end.outcome != AttemptOutcome.SUCCEEDED and not remote:
+            self._salvage(ctx, workspace, end)
         if workspace.branch is not None:
             self._record_branch_commits(ctx, workspace.branch)
-        return end.stalled(stalled) if stalled else end
+        return end
 
     def _launch(
-        self, task: PlanTask, ctx: WorkerContext, workspace: Workspace, *, follow_up: bool
-    ) -> Execution:
-        """Claims, workspace, the worker started (its claims handed to it), AttemptStarted."""
+        self, task: PlanTask, ctx: WorkerContext, workspace: Workspace, *, follow_up: bool, remote: bool
+    ) -> Execution | AttemptEnd:
+        """Claims, workspace, the worker started (its claims handed to it), AttemptStarted; the failed end
+        instead when a new worktree cannot be readied (bootstrap.py)."""
         settings = self.settings
         if task.claims:
             holder = Holder.current(ctx.run_id, task.id, task.title, ctx.attempt_id)
             self.claims.acquire(claim_keys(settings.root, workspace, task.claims), holder)
-        if workspace.branch is not None and not follow_up and self.executor.runs_remotely(ctx):
-            # it works in a clone on another machine; its branch comes back from there (no worktree here)
-            self.ledger.tasks.set_workspace(ctx.run_id, task.id, workspace.branch, None)
-        elif workspace.branch is not None and not follow_up:
-            worktrees.worktree_add(settings.root, workspace.path, workspace.branch, settings.base_commit)
-            if settings.init_submodules:
-                submodules.init_in_worktree(settings.root, workspace.path)
-            self.ledger.tasks.set_workspace(ctx.run_id, task.id, workspace.branch, str(workspace.path))
         ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
         if ctx.plan_out is not None:
             ctx.plan_out.parent.mkdir(parents=True, exist_ok=True)
         ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = task_env(ctx, self._env)
+        if workspace.isolated:
+            env[bootstrap.INDEX_VAR] = str(self._indexes.take(task.id))
+        if workspace.branch is not None and not follow_up:
+            failed = self._new_worktree(ctx, workspace.branch, env, remote=remote)
+            if failed is not None:
+                return failed
         if ctx.prompt_path is not None:  # however large, the prompt reaches the worker in a file
             ctx.prompt_path.parent.mkdir(parents=True, exist_ok=True)
             ctx.prompt_path.write_text(ctx.prompt, encoding="utf-8")
-        execution = self._start(ctx)
+        execution = self._start(ctx, env)
         if execution.pid is not None:
             self.ledger.attempts.set_pid(ctx.attempt_id, execution.pid)
             if task.claims:
@@ -352,15 +378,56 @@ class Dispatcher:
         )
         return execution
 
+    def _new_worktree(
+        self, ctx: WorkerContext, branch: str, env: Mapping[str, str], *, remote: bool
+    ) -> AttemptEnd | None:
+        """The task's worktree from its start point, readied (bootstrap.py); a failed end if it cannot be."""
+        settings = self.settings
+        if remote:  # it works in a clone on another machine; its branch comes back from there
+            self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, branch, None)
+            return None
+        start = settings.start_points.get(ctx.task_id, settings.base_commit)
+        worktrees.worktree_add(settings.root, ctx.workspace, branch, start)
+        if settings.init_submodules:
+            submodules.init_in_worktree(settings.root, ctx.workspace)
+        self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, branch, str(ctx.workspace))
+        try:
+            readied = bootstrap.ready(
+                settings.root, ctx.workspace, settings.worktree, env, ctx.log_path, self._hard_stop
+            )
+        except bootstrap.SetupFailed as exc:
+            if exc.seconds is not None:
+                self.ledger.attempts.set_setup(ctx.attempt_id, exc.seconds)
+            if self._hard_stop.is_set():
+                return AttemptEnd(AttemptOutcome.INTERRUPTED, str(exc), StopReason.INTERRUPTED.value)
+            return AttemptEnd.failed(str(exc))
+        if readied.setup_s is not None:
+            self.ledger.attempts.set_setup(ctx.attempt_id, readied.setup_s)
+        return None
+
+    def _salvage(self, ctx: WorkerContext, workspace: Workspace, end: AttemptEnd) -> None:
+        """Keep what the unfinished attempt left uncommitted (salvaging.py): its worktree, or its claims."""
+        claimed = [] if workspace.isolated else self.claims.paths_of_attempt(ctx.run_id, ctx.attempt_id)
+        salvage_attempt(
+            self.ledger,
+            root=self.settings.root,
+            run_id=ctx.run_id,
+            task_id=ctx.task_id,
+            attempt_id=ctx.attempt_id,
+            worktree=workspace.path if workspace.isolated else None,
+            claimed=claimed,
+            outcome=str(end.outcome),
+        )
+
     def _hand_over_claims(self, ctx: WorkerContext, pid: int) -> None:
         """The declared claims are held by the worker from now on (they outlive a killed fleet with it)."""
         with contextlib.suppress(StellaError):  # a worker that already ended: the fleet keeps holding them
             worker = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id, pid)
             self.claims.hand_over(ctx.run_id, ctx.attempt_id, worker)
 
-    def _start(self, ctx: WorkerContext) -> Execution:
+    def _start(self, ctx: WorkerContext, env: dict[str, str]) -> Execution:
         """Start the worker; one that starts as the run is being stopped is stopped at once."""
-        execution = self.executor.start(Attempt(ctx, task_env(ctx, self._env)))
+        execution = self.executor.start(Attempt(ctx, env))
         with self._lock:
             self._running[ctx.task_id] = execution
             stopping = self._hard_stop.is_set()

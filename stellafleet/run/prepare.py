@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from stellafleet.core.config import Config, load_config
 from stellafleet.core.configsections import ExecutorConfig, WatchConfig
 from stellafleet.core.errors import EXIT_USAGE, StellaError
-from stellafleet.git import gitops
+from stellafleet.git import gitops, salvage
 from stellafleet.plan.model import Plan, load_plan, plan_from_prompts
 from stellafleet.run.dispatch import MIXED_PIPELINES, workspace_for
 from stellafleet.run.governor import Decision, decide
@@ -51,6 +51,7 @@ class FleetOptions:
     schedule: str | None = None  # "waves" or "eager" (None: the config's, else waves)
     resume: str | None = None  # an earlier run to resume: "latest", an id or a unique prefix
     force: bool = False  # resume even though the plan changed
+    from_salvage: bool = False  # with resume: isolated tasks start from their latest salvage commit
     fix_ci: int = 0  # with watch: follow-up rounds per red branch
     executor: str | None = None  # "local" | "ray" (None: the config's [executor] kind)
     ray_address: str | None = None
@@ -95,6 +96,7 @@ class Prepared:
     resume: Resume | None = None
     fix_ci: int = 0  # --fix-ci N: follow-up rounds per red branch while watching
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # kind, address: the command line wins
+    start_points: Mapping[str, str] = field(default_factory=dict)  # --from-salvage: task id -> commit
     warnings: tuple[str, ...] = ()  # about the repository (an unresolved merge), said before the run
     tree: TreeCheck = field(default_factory=TreeCheck)  # the shared tree at the start: notes, changed files
 
@@ -293,7 +295,24 @@ def prepare(options: FleetOptions) -> Prepared:
         executor=executor,
         warnings=tuple(merge_warnings),
         tree=tree,
+        start_points=salvage_start_points(root, resume, options.from_salvage),
     )
+
+
+def salvage_start_points(root: Path, resume: Resume | None, from_salvage: bool) -> dict[str, str]:
+    """--from-salvage: each resumed isolated task's latest salvage commit in the resumed run, by task id
+    (tasks with none start from the base as usual)."""
+    if not from_salvage:
+        return {}
+    if resume is None:
+        raise StellaError("--from-salvage only goes with --resume RUN", exit_code=EXIT_USAGE)
+    points = {}
+    for task in resume.plan.tasks:
+        if task.isolation == "isolated" and task.id not in resume.done:
+            latest = salvage.latest_salvage(root, resume.run_id, task.id)
+            if latest is not None:
+                points[task.id] = latest.sha
+    return points
 
 
 def resume_of(options: FleetOptions, root: Path) -> Resume | None:

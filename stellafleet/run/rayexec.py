@@ -27,6 +27,7 @@ from stellafleet.core.status import AttemptEnd, Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import bundle
 from stellafleet.proc.tree import Exit
+from stellafleet.run.bootstrap import INDEX_VAR
 from stellafleet.run.executor import Attempt, Execution, Executor, attempt_end
 from stellafleet.run.prepare import Prepared, check_ray_installed
 from stellafleet.run.raytask import RemoteSpec, remote_attempt
@@ -129,7 +130,10 @@ class RayExecutor:
         spec = RemoteSpec(
             context=ctx,
             config_layers=self._layers,
-            env={key: os.environ[key] for key in ENV_KEYS if os.environ.get(key)},
+            env={
+                **{key: os.environ[key] for key in ENV_KEYS if os.environ.get(key)},
+                **{key: attempt.env[key] for key in (INDEX_VAR,) if key in attempt.env},
+            },
             stop_grace_s=self._p.config.fleet.stop_grace,
         )
         generator = self._remote.options(resources=resources).remote(spec, self._base)
@@ -238,6 +242,8 @@ class RayExecution:
         elif kind == "spend":
             fields = {key: event[key] for key in ("seq", "usd", "input_tokens", "output_tokens")}
             ledger.spend.add(ctx.attempt_id, **fields)
+        elif kind == "setup" and event.get("seconds") is not None:
+            ledger.attempts.set_setup(ctx.attempt_id, float(event["seconds"]))
         elif kind == "log":
             with ctx.log_path.open("ab") as log:
                 log.write(event["data"])

@@ -26,15 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stellafleet.core.config import load_config
+from stellafleet.core.config import Config, load_config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import AttemptEnd, AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import bundle, gitops
+from stellafleet.git import bundle, gitops, nodeclone
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc import runner
 from stellafleet.proc.tree import Exit
+from stellafleet.run import bootstrap
 from stellafleet.run.executor import Attempt, LocalExecutor, attempt_end, inherited_env
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.proof import token_digest
@@ -71,19 +72,47 @@ def node_name() -> str:
 def remote_attempt(spec: RemoteSpec, base_bundle: bytes) -> Iterator[dict[str, Any]]:
     """The attempt on this node, as a stream of events (see the module's docstring)."""
     scratch = Path(tempfile.mkdtemp(prefix="stella-remote-"))
+    clone: Path | None = None
     try:
-        yield from _attempt(spec, base_bundle, scratch)
+        try:
+            clone = checkout(spec.context, base_bundle, scratch / "repo")
+        except StellaError as exc:  # git's own words, not a lost worker: nothing was started
+            node = node_name()
+            yield {"kind": "started", "node": node, "pid": None}
+            why = f"could not clone the base on node {node}: {exc}"
+            yield finished(_node_context(spec.context, scratch), AttemptEnd.failed(why))
+            return
+        yield from _attempt(spec, scratch)
     finally:
+        if clone is not None and spec.context.branch is not None:
+            nodeclone.remove_worktree(clone, scratch / "repo", spec.context.branch)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[dict[str, Any]]:
-    home = spec.context
-    node = node_name()
-    (scratch / "base.bundle").write_bytes(base_bundle)
-    repo = scratch / "repo"
+def checkout(home: WorkerContext, base_bundle: bytes, repo: Path) -> Path | None:
+    """The task's branch checked out at repo: a worktree of the node's kept clone of the base (returned),
+    or, when the node cannot keep one, a clone of its own (None)."""
     assert home.branch is not None
-    ctx = dataclasses.replace(
+    try:
+
+        def write_bundle(path: Path) -> None:
+            path.write_bytes(base_bundle)
+
+        clone = nodeclone.base_clone(write_bundle, home.base_commit)
+        nodeclone.add_worktree(clone, repo, home.branch, home.base_commit)
+        return clone
+    except (OSError, StellaError):  # no writable cache on this node: a clone per attempt, as before
+        shutil.rmtree(repo, ignore_errors=True)
+        (repo.parent / "base.bundle").write_bytes(base_bundle)
+        bundle.clone_on_branch(repo.parent / "base.bundle", repo, home.branch)
+        gitops.ensure_excluded(repo, EXCLUDED_DIRS)
+        return None
+
+
+def _node_context(home: WorkerContext, scratch: Path) -> WorkerContext:
+    """The attempt's context with its paths on this node (the checkout at scratch/repo)."""
+    repo = scratch / "repo"
+    return dataclasses.replace(
         home,
         root=repo,
         workspace=repo,
@@ -91,13 +120,32 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
         log_path=scratch / "worker.log",
         transcript_path=scratch / "transcript.jsonl",
     )
-    cloned = _clone(scratch / "base.bundle", repo, home.branch)
-    if cloned is not None:  # git's own words, not a lost worker: nothing was started
-        yield {"kind": "started", "node": node, "pid": None}
-        yield finished(ctx, AttemptEnd.failed(f"could not clone the base on node {node}: {cloned}"))
+
+
+def _setup(ctx: WorkerContext, config: Config | None, env: Mapping[str, str], node: str) -> Iterator[dict]:
+    """`[worktree] setup` in the task's checkout on this node, as a local worktree gets it: its time,
+    and on a failure its log and the failed end (the caller stops after a `finished` event)."""
+    setup = config.worktree if config is not None else None
+    if setup is None or setup.setup is None:
         return
+    try:
+        seconds = bootstrap.run_setup(setup.setup, ctx.workspace, env, ctx.log_path, setup.setup_timeout)
+    except bootstrap.SetupFailed as exc:
+        yield {"kind": "setup", "seconds": exc.seconds}
+        yield {"kind": "log", "data": _read_from(ctx.log_path, 0)}
+        yield finished(ctx, AttemptEnd.failed(f"{exc} (on node {node})"))
+        return
+    yield {"kind": "setup", "seconds": seconds}
+
+
+def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
+    home = spec.context
+    node = node_name()
+    repo = scratch / "repo"
+    assert home.branch is not None
+    ctx = _node_context(home, scratch)
     env = worker_env(spec, ctx, scratch)
-    problem = preflight(ctx, env)
+    problem, config = preflight(ctx, env)
     yield {"kind": "started", "node": node, "pid": None}
     if problem:
         text = f"preflight on node {node}: {problem}"
@@ -105,6 +153,10 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
         write_result(ctx.result_path, failed)
         yield finished(ctx, attempt_end(Exit(1, 0.0, 0), None, failed))
         return
+    for event in _setup(ctx, config, env, node):
+        yield event
+        if event["kind"] == "finished":
+            return
     ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
     with Ledger.open(ctx.paths.fleet_db) as ledger:
         digest = token_digest(ctx.token) if ctx.token else None
@@ -135,16 +187,6 @@ def _attempt(spec: RemoteSpec, base_bundle: bytes, scratch: Path) -> Iterator[di
         end = dataclasses.replace(end, outcome=AttemptOutcome.FAILED, summary=end.summary or why, error=why)
     transcript = ctx.transcript_path.read_bytes() if ctx.transcript_path.exists() else None
     yield finished(ctx, end, out.read_bytes() if sent else None, transcript, steps)
-
-
-def _clone(base: Path, repo: Path, branch: str) -> str | None:
-    """The base bundle cloned at repo on branch; git's error when it cannot be (a corrupt bundle)."""
-    try:
-        bundle.clone_on_branch(base, repo, branch)
-        gitops.ensure_excluded(repo, EXCLUDED_DIRS)
-    except StellaError as exc:
-        return str(exc)
-    return None
 
 
 def _follow(spec: RemoteSpec, ctx: WorkerContext, ledger: Ledger, waiter: threading.Thread) -> Iterator[dict]:
@@ -193,14 +235,15 @@ def worker_env(spec: RemoteSpec, ctx: WorkerContext, scratch: Path) -> dict[str,
     return env
 
 
-def preflight(ctx: WorkerContext, env: Mapping[str, str]) -> str | None:
-    """Can the task's pipeline run on this node (its CLI installed, its config complete)? None: yes."""
+def preflight(ctx: WorkerContext, env: Mapping[str, str]) -> tuple[str | None, Config | None]:
+    """Can the task's pipeline run on this node (its CLI installed, its config complete)? (None, the
+    config as the node reads it) when it can, else (the problem, the config or None)."""
     from stellafleet import pipelines
 
     try:
         config = load_config(ctx.root, env=env)
     except Exception as exc:
-        return f"config: {exc}"
+        return f"config: {exc}", None
     saved = os.environ.get("PATH")
     os.environ["PATH"] = env.get("PATH", "")  # a CLI is looked up on the worker's PATH
     try:
@@ -209,7 +252,7 @@ def preflight(ctx: WorkerContext, env: Mapping[str, str]) -> str | None:
     finally:
         if saved is not None:
             os.environ["PATH"] = saved
-    return "; ".join(problems) or None
+    return "; ".join(problems) or None, config
 
 
 def start_reaper(root: Path, grace_s: float) -> None:

@@ -218,6 +218,14 @@ class ClaimStore:
             )
             return cursor.rowcount
 
+    def paths_of_attempt(self, run_id: str, attempt_id: int) -> list[str]:
+        """Every path this attempt holds (declared and implicit), sorted."""
+        rows = self._db.read(
+            "SELECT path FROM file_locks WHERE run_id = ? AND attempt_id = ? ORDER BY path",
+            (run_id, attempt_id),
+        )
+        return [str(row[0]) for row in rows]
+
     def hand_over(self, run_id: str, attempt_id: int, holder: Holder) -> int:
         """Make holder's process the holder of every path this attempt holds; returns how many.
 

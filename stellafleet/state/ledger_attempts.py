@@ -84,6 +84,14 @@ class Attempts:
         """The node a remote attempt runs on; it has no worktree here (its clone is on the node)."""
         self._set(attempt_id, "node = ?, worktree = NULL", node)
 
+    def set_setup(self, attempt_id: int, seconds: float) -> None:
+        """How long the attempt's `[worktree] setup` command ran (whether it succeeded or not)."""
+        self._set(attempt_id, "setup_ms = ?", round(seconds * 1000))
+
+    def set_salvage(self, attempt_id: int, ref: str, sha: str) -> None:
+        """The commit that keeps what the unfinished attempt left uncommitted (git/salvage.py)."""
+        self._set(attempt_id, "salvage_ref = ?, salvage_sha = ?", ref, sha)
+
     def set_steps(self, attempt_id: int, steps: int) -> None:
         """The remote attempt's step count as its worker reported it (steps travel once, at the end)."""
         self._set(attempt_id, "steps = MAX(steps, ?)", steps)

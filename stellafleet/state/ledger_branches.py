@@ -112,7 +112,7 @@ class Cleanups:
         action: str,
         reason: str | None,
     ) -> None:
-        check_choice("cleanup kind", kind, ("worktree", "branch"))
+        check_choice("cleanup kind", kind, ("worktree", "branch", "salvage"))
         check_choice("cleanup action", action, ("removed", "kept"))
         with self._db.write() as conn:
             conn.execute(

@@ -13,6 +13,7 @@ import contextlib
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
@@ -21,6 +22,9 @@ from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
 
 Alive = Callable[[int | None, int | None], bool]
+# Called with a run's open attempts just before they are abandoned, their claims still recorded: what the
+# run layer does then (run/salvaging.py keeps their uncommitted work).
+BeforeAbandon = Callable[[Ledger, ClaimStore | None, str, list[dict[str, Any]]], None]
 
 
 def fleet_gone_reason(pid: int | None) -> str:
@@ -28,7 +32,11 @@ def fleet_gone_reason(pid: int | None) -> str:
 
 
 def finalise_orphaned_runs(
-    ledger: Ledger, store: ClaimStore | None, *, alive: Alive = pid_alive
+    ledger: Ledger,
+    store: ClaimStore | None,
+    *,
+    alive: Alive = pid_alive,
+    before_abandon: BeforeAbandon | None = None,
 ) -> list[str]:
     """Finalise every `running` run whose fleet is gone and whose workers have ended; their ids."""
     finalised: list[str] = []
@@ -38,6 +46,8 @@ def finalise_orphaned_runs(
         attempts = ledger.attempts.running(run["id"])
         if any(a["pid"] is not None and alive(a["pid"], a["started_at_ms"]) for a in attempts):
             continue  # a worker still runs: its claims stay held until it has ended too
+        if before_abandon is not None:
+            before_abandon(ledger, store, run["id"], attempts)
         ledger.abandon_run(run["id"], fleet_gone_reason(run["pid"]))
         if store is not None:
             for attempt in attempts:
@@ -46,7 +56,7 @@ def finalise_orphaned_runs(
     return finalised
 
 
-def finalise_orphaned_runs_in(root: Path) -> list[str]:
+def finalise_orphaned_runs_in(root: Path, before_abandon: BeforeAbandon | None = None) -> list[str]:
     """finalise_orphaned_runs for the repository at root (nothing when it has no ledger).
 
     Best effort: a ledger that cannot be written right now is left for the next command."""
@@ -56,7 +66,7 @@ def finalise_orphaned_runs_in(root: Path) -> list[str]:
     with contextlib.suppress(StellaError, sqlite3.Error, OSError), Ledger.open(fleet_db) as ledger:
         store = ClaimStore.open(store_db) if store_db.exists() else None
         try:
-            return finalise_orphaned_runs(ledger, store)
+            return finalise_orphaned_runs(ledger, store, before_abandon=before_abandon)
         finally:
             if store is not None:
                 store.close()

@@ -199,8 +199,17 @@ _V4 = (
     "ALTER TABLE tasks ADD COLUMN fragment_path TEXT",
 )
 
+# Version 5: worktree bootstrap and salvage: how long an attempt's `[worktree] setup` took
+# (attempts.setup_ms) and the commit that keeps an unfinished attempt's uncommitted work
+# (attempts.salvage_ref, attempts.salvage_sha).
+_V5 = (
+    "ALTER TABLE attempts ADD COLUMN setup_ms INTEGER",
+    "ALTER TABLE attempts ADD COLUMN salvage_ref TEXT",
+    "ALTER TABLE attempts ADD COLUMN salvage_sha TEXT",
+)
+
 # Forward migrations: MIGRATIONS[n] takes a ledger from user_version n to n + 1. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 
 LEDGER_SCHEMA = Schema(label="fleet ledger", application_id=0x53544C46, migrations=MIGRATIONS)  # "STLF"
 

@@ -93,8 +93,11 @@ def load_attempt(
     live = views.run_row(raw_run, now_ms=now_ms, alive=alive)["live"]
     attempt = found["attempt"]
     duration = views.attempt_duration_ms(attempt["started_at_ms"], attempt["finished_at_ms"], now_ms, live)
+    shown = {**dashboard.page_fields(attempt), "duration_ms": duration}
+    if attempt.get("salvage_sha"):
+        shown["salvage_restore"] = views.salvage_restore(str(attempt["salvage_sha"]))
     return {
-        "attempt": {**dashboard.page_fields(attempt), "duration_ms": duration},
+        "attempt": shown,
         "task": found["task"],
         "commits": found["commits"],
         "ci": found["ci"],

@@ -158,6 +158,12 @@ def no_commits(task: dict[str, Any]) -> bool:
     )
 
 
+def salvage_restore(sha: str) -> str:
+    """The command that brings a salvaged attempt's work back: its changes applied to the checked-out
+    tree, uncommitted, for review (on the branch it was built on, or wherever it applies)."""
+    return f"git cherry-pick --no-commit {sha[:12]}"
+
+
 def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str, Any]]:
     """A run's tasks in the ledger's order, each with its attempts (and how long each ran), commits,
     spend and CI."""
@@ -171,6 +177,8 @@ def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str,
             attempt["duration_ms"] = attempt_duration_ms(
                 attempt["started_at_ms"], attempt["finished_at_ms"], now_ms, live
             )
+            if attempt.get("salvage_sha"):
+                attempt["salvage_restore"] = salvage_restore(str(attempt["salvage_sha"]))
         view = {key: task.get(key) for key in _TASK_KEYS}
         view["expands"] = bool(view["expands"])
         view["parent"] = task.get("parent_id")  # the expanding task that emitted it (None: the plan's)

@@ -122,7 +122,9 @@ class Cluster:
             "--disable-usage-stats", "--block",
         ]  # fmt: skip
         log = (self.temp / f"{name}.log").open("ab")
-        env = quiet_env({"STELLA_NODE_NAME": name.replace("_", "-")})
+        # each node keeps its clones of a run's base apart, as on a machine of its own (git/nodeclone.py)
+        cache = str(self.temp / f"{name}-clones")
+        env = quiet_env({"STELLA_NODE_NAME": name.replace("_", "-"), "STELLA_NODE_CACHE": cache})
         self.nodes[name] = subprocess.Popen(
             self.ns(argv), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )

@@ -110,6 +110,7 @@ def schema_default(section: str, key: str) -> Any:
         ("governor", configsections.GovernorConfig),
         ("watch", configsections.WatchConfig),
         ("merge", configsections.MergeConfig),
+        ("worktree", configsections.WorktreeConfig),
     ],
 )
 def test_typed_sections_have_the_schemas_keys_and_defaults(section: str, kind: type) -> None:

@@ -1,7 +1,9 @@
-"""`stella clean` never deletes work no commit holds: ignored and untracked files in a task's worktree count.
+"""`stella clean` judges like git: ignored files never make a worktree dirty, untracked ones do.
 
-An isolated task wrote a gitignored `local.env` in its worktree; `stella clean` without --force saw a
-"clean worktree" (git status hides ignored files) and removed it, and the file with it.
+A task that ran pytest and ruff left `.pytest_cache/` and `.ruff_cache/` (ignored) in its worktree; clean
+called them "uncommitted changes" and kept the worktree and its already-merged branch, where `git status`
+is clean and `git worktree remove` succeeds. Untracked, not ignored work still keeps a worktree, and
+`--force` prints each deleted branch's tip as `git branch -D` does.
 """
 
 from __future__ import annotations
@@ -15,34 +17,99 @@ from helpers.repo import StellaRunner, git
 from stellafleet.core.paths import StatePaths
 
 WRITER = """\
-Path(WS / "local.env").write_text("API_TOKEN=only-copy\\n")
+for cache in (".pytest_cache", ".ruff_cache"):
+    (WS / cache).mkdir()
+    (WS / cache / "CACHEDIR.TAG").write_text("Signature: 8a477f597d28d172789f06886806bc55\\n")
 Path(WS / "scratch.txt").write_text("x")
 """
 
+COMMITTER = """\
+Path(WS / "feature.txt").write_text("feature\\n")
+subprocess.run(["git", "add", "feature.txt"], cwd=WS, check=True)
+subprocess.run(["git", "commit", "-q", "-m", "feature"], cwd=WS, check=True)
+"""
 
-def test_ignored_and_untracked_files_keep_a_worktree_without_force(
+
+def _ignore_caches(root: Path) -> None:
+    (root / ".gitignore").write_text(".pytest_cache/\n.ruff_cache/\n")
+    git("add", ".gitignore", cwd=root)
+    git("commit", "-q", "-m", "ignore caches", cwd=root)
+
+
+def test_ignored_caches_never_keep_a_worktree_but_untracked_work_does(
     git_repo: Path, tmp_path: Path, stella: StellaRunner
 ) -> None:
-    (git_repo / ".gitignore").write_text("local.env\n")
-    git("add", ".gitignore", cwd=git_repo)
-    git("commit", "-q", "-m", "ignore local.env", cwd=git_repo)
+    _ignore_caches(git_repo)
     write_config(git_repo, run=Scripts(tmp_path / "scripts").python("writer", WRITER))
     plan = tmp_path / "plan.toml"
-    plan.write_text('[[tasks]]\nid = "env"\nprompt = "p"\nisolation = "isolated"\n')
+    plan.write_text('[[tasks]]\nid = "cache"\nprompt = "p"\nisolation = "isolated"\n')
     ran = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     (worktree,) = list(StatePaths(git_repo).worktrees.iterdir())
-    # scratch.txt was committed for the task (its uncommitted work): only the ignored file is left, which
-    # git status calls clean
-    assert git("status", "--porcelain", cwd=worktree) == ""
+    shown = str(worktree.relative_to(git_repo))
 
+    kept = json.loads(stella("clean", "--json", cwd=git_repo).stdout)["kept"]
+    reasons = {item["target"]: item["reason"] for item in kept}
+    assert reasons[shown].startswith("has uncommitted changes (1 file: scratch.txt)"), kept
+
+    (worktree / "scratch.txt").unlink()  # only ignored caches are left: git status calls this clean
+    assert git("status", "--porcelain", cwd=worktree) == ""
     result = stella("clean", "--json", cwd=git_repo)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    kept = {item["target"]: item["reason"] for item in report["kept"]}
-    shown = str(worktree.relative_to(git_repo))
-    assert kept[shown].startswith("has uncommitted changes (1 file: local.env)"), report
-    assert (worktree / "local.env").read_text() == "API_TOKEN=only-copy\n"
+    removed = {item["target"]: item["reason"] for item in report["removed"]}
+    assert removed[shown] == "clean worktree", report
+    assert not worktree.exists()
+    # its branch (no commits beyond main: merged) went with it, its tip named
+    [branch] = [item for item in report["removed"] if item["kind"] == "branch"]
+    main = git("rev-parse", "main", cwd=git_repo).strip()
+    assert branch["reason"] == f"merged into main (was {main[:7]})"
 
-    forced = stella("clean", "--force", "--json", cwd=git_repo)
-    assert forced.returncode == 0 and not worktree.exists(), forced.stdout + forced.stderr
+
+def test_force_prints_each_deleted_branchs_tip_and_without_it_unmerged_work_stays(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    write_config(git_repo, run=Scripts(tmp_path / "scripts").python("committer", COMMITTER))
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[tasks]]\nid = "feat"\nprompt = "p"\nisolation = "isolated"\n')
+    ran = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    [branch] = [b for b in git("branch", "--format=%(refname:short)", cwd=git_repo).split() if b != "main"]
+    tip = git("rev-parse", branch, cwd=git_repo).strip()
+
+    plain = stella("clean", cwd=git_repo)
+    assert plain.returncode == 0, plain.stderr
+    assert f"kept         branch   {branch}" in plain.stdout
+    assert "not merged into main (1 commit ahead): merge it, or rerun with --force" in plain.stdout
+    assert git("rev-parse", branch, cwd=git_repo).strip() == tip
+
+    forced = stella("clean", "--force", cwd=git_repo)
+    assert forced.returncode == 0, forced.stderr
+    assert f"removed      branch   {branch}" in forced.stdout
+    assert f"not merged (1 commit ahead), deleted by --force (was {tip[:7]})" in forced.stdout
+    assert git("branch", "--list", branch, cwd=git_repo) == ""
+
+
+def test_teardown_runs_in_the_worktree_before_clean_removes_it(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    teardown = f'pwd > {marks}/teardown; test -f "$PWD/README.md"'
+    write_config(git_repo, run="true", extra=f"[worktree]\nteardown = {json.dumps(teardown)}\n")
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[tasks]]\nid = "svc"\nprompt = "p"\nisolation = "isolated"\n')
+    ran = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    (worktree,) = list(StatePaths(git_repo).worktrees.iterdir())
+
+    dry = stella("clean", "--dry-run", cwd=git_repo)
+    assert dry.returncode == 0 and not (marks / "teardown").exists()  # a dry run runs nothing
+    result = stella("clean", "--json", cwd=git_repo)
+    assert result.returncode == 0, result.stderr
+    [item] = [i for i in json.loads(result.stdout)["removed"] if i["kind"] == "worktree"]
+    assert item["reason"] == "clean worktree; teardown ran"
+    assert Path((marks / "teardown").read_text().strip()).resolve() == worktree.resolve()
+    assert not worktree.exists()
+    log = StatePaths(git_repo).log_file(item["run_id"], "svc").read_text()
+    assert f"[stella] teardown: {teardown}" in log and "[stella] teardown done in " in log

@@ -421,3 +421,36 @@ def test_the_engine_configured_by_environment_or_file_runs_on_the_cluster(
     assert json.loads(models.read_text()) == ["task-model"] * 3 + [configured] * 3
     attempts = by_id(run_record(root)["attempts"], "task_id")
     assert {attempts[t]["node"] for t in ("own", "configured")} <= {"node-a", "node-b"}
+
+
+def test_nodes_keep_one_clone_of_the_base_and_run_the_setup_in_each_tasks_checkout(
+    cluster: raycluster.Cluster, tmp_path: Path
+) -> None:
+    setup = 'echo "setup of $STELLA_TASK_ID on $STELLA_NODE_NAME, index $STELLA_WORKTREE_INDEX"'
+    config = f"[pipelines.command]\nrun = {toml_str(WORK)}\n\n[worktree]\nsetup = {toml_str(setup)}\n"
+    root = make_repo(tmp_path / "repo", config)
+    plan = "".join(f'[[tasks]]\nid = "n{n}"\nprompt = "p"\nisolation = "isolated"\n\n' for n in range(4))
+    (root.parent / "plan.toml").write_text(plan)
+
+    ran = run_fleet(cluster, root)
+
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    record = run_record(root)
+    base = record["run"]["base_commit"]
+    for attempt in record["attempts"]:
+        assert attempt["setup_ms"] is not None
+        log = Path(attempt["log_path"]).read_text()
+        assert f"setup of {attempt['task_id']} on {attempt['node']}, index " in log, log
+        assert git("show", f"{attempt['branch']}:{attempt['task_id']}.txt", cwd=root) == (
+            f"work of {attempt['task_id']}\n"
+        )
+    for node in ("node_a", "node_b"):
+        cache = cluster.temp / f"{node}-clones"
+        clones = [path.name for path in cache.iterdir() if path.is_dir()] if cache.exists() else []
+        # one clone per base commit (this run's, and the other tests' runs'), never one per attempt
+        assert all(len(name) == 40 for name in clones), clones
+        if base in clones:  # each attempt's worktree and branch are gone from it once the attempt ended
+            listed = git("worktree", "list", "--porcelain", cwd=cache / base)
+            assert listed.count("worktree ") == 1, listed
+            assert git("branch", "--list", "fleet/*", cwd=cache / base) == ""
+    assert any((cluster.temp / f"{node}-clones" / base).exists() for node in ("node_a", "node_b"))

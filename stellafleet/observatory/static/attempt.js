@@ -157,6 +157,7 @@ function attemptFacts(found) {
     ["Branch", a.branch || task.branch],
     ["Worktree", a.worktree],
     ["Exit code", a.exit_code],
+    ["Setup", a.setup_ms === undefined ? null : (a.setup_ms / 1000).toFixed(1) + " s"],
   ];
   const out = [
     el("h3", { className: "attempt-title" }, "Attempt #" + a.id + " ", badge(a.outcome)),
@@ -169,6 +170,12 @@ function attemptFacts(found) {
   }
   if (a.summary) out.push(el("p", { className: "summary", id: "attempt-summary", text: a.summary }));
   if (a.error) out.push(el("pre", { className: "error", id: "attempt-error", text: a.error }));
+  if (a.salvage_sha) {
+    // its uncommitted work, kept as a commit when it ended without success, and how to get it back
+    out.push(el("p", { className: "salvage", id: "attempt-salvage" }, "Salvaged: ",
+      el("span", { className: "mono", text: a.salvage_ref + " (" + shortSha(a.salvage_sha) + ")" }),
+      " · restore with ", el("code", { text: a.salvage_restore })));
+  }
   if (commits.length) {
     out.push(el("ul", { className: "commits" }, commits.map((c) => el("li", null,
       el("span", { className: "mono", text: shortSha(c.sha) }), " ", el("span", { text: c.message || "" })))));

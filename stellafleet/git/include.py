@@ -1,0 +1,144 @@
+"""`.worktreeinclude`: the ignored files a new isolated worktree gets copied from the main tree.
+
+`.worktreeinclude` at the repository root is gitignore syntax (the convention other agent tools share).
+A file is copied when git itself says it is untracked, matches a pattern of `.worktreeinclude` and is
+ignored by the repository's own ignore rules: tracked files come from the checkout, files outside the
+repository are never listed, stella's own state never. Copies are copy-on-write clones where the file
+system can (FICLONE, then copy_file_range), else plain copies; symlinks stay symlinks; a file over the
+size limit is refused by name before anything is copied.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from stellafleet.core.errors import StellaError
+from stellafleet.core.paths import EXCLUDED_DIRS
+from stellafleet.git import gitops
+
+INCLUDE_FILE = ".worktreeinclude"
+_FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
+
+
+@dataclass(frozen=True)
+class Copied:
+    files: int
+    bytes: int
+    cloned: int  # how many of them were copy-on-write clones
+
+
+def included_files(root: Path) -> list[str]:
+    """The repository's ignored, untracked files that `.worktreeinclude` names, relative to root, sorted."""
+    if not (root / INCLUDE_FILE).is_file():
+        return []
+    wanted = gitops.git_fields(
+        "ls-files", "-z", "--others", "--ignored", f"--exclude-from={INCLUDE_FILE}", cwd=root
+    )
+    wanted = [path for path in wanted if not path.startswith((*EXCLUDED_DIRS, ".stella/"))]
+    if not wanted:
+        return []
+    code, out, _err = gitops.git_status(
+        "check-ignore", "-z", "--stdin", cwd=root, stdin="".join(f"{p}\0" for p in wanted)
+    )
+    if code not in (0, 1):
+        raise StellaError(f"git check-ignore failed in {root}: {gitops.last_words(_err or out, code)}")
+    ignored = {path for path in out.split("\0") if path}
+    return sorted(path for path in wanted if path in ignored)
+
+
+def check_sizes(root: Path, paths: Sequence[str], max_bytes: int) -> None:
+    """StellaError naming every file over max_bytes (symlinks count as themselves, not their target)."""
+    over = []
+    for path in paths:
+        st = (root / path).lstat()
+        if st.st_size > max_bytes and not os.path.islink(root / path):
+            over.append(f"{path} ({st.st_size / 1e6:.1f} MB)")
+    if over:
+        raise StellaError(
+            f"{INCLUDE_FILE}: {', '.join(over)} over [worktree] include_max_mb = {max_bytes / 1e6:g}: "
+            f"raise include_max_mb, or leave the file out of {INCLUDE_FILE}"
+        )
+
+
+class _Copier:
+    """Copies files with as few system calls as it can: one lstat of the source, an exclusive create of
+    the copy (never overwriting), a clone ioctl until the file system says it cannot, then the kernel's
+    copy_file_range (itself a reflink where the file system can), else read/write."""
+
+    def __init__(self) -> None:
+        self.can_clone = True
+        self.can_range = True
+        self.made: set[str] = set()
+
+    def parent(self, dst: str) -> None:
+        parent = os.path.dirname(dst)
+        if parent not in self.made:
+            os.makedirs(parent, exist_ok=True)
+            self.made.add(parent)
+
+    def copy(self, src: str, dst: str, st: os.stat_result) -> bool:
+        """dst as a copy of src (mode kept); True when it was a copy-on-write clone. FileExistsError when
+        dst is already there."""
+        fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            fin = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fchmod(fout, stat.S_IMODE(st.st_mode))
+                if self.can_clone:
+                    try:
+                        fcntl.ioctl(fout, _FICLONE, fin)
+                        return True
+                    except OSError:
+                        self.can_clone = False  # this file system cannot: do not ask again
+                self._copy_range(fin, fout, st.st_size)
+            finally:
+                os.close(fin)
+        finally:
+            os.close(fout)
+        return False
+
+    def _copy_range(self, fin: int, fout: int, size: int) -> None:
+        offset = 0
+        if self.can_range:
+            try:
+                while offset < size:
+                    done = os.copy_file_range(fin, fout, size - offset, offset, offset)
+                    if done == 0:
+                        break
+                    offset += done
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+                self.can_range = False
+        os.lseek(fin, offset, os.SEEK_SET)
+        os.lseek(fout, offset, os.SEEK_SET)
+        while chunk := os.read(fin, 1 << 20):
+            os.write(fout, chunk)
+
+
+def copy_into(root: Path, worktree: Path, paths: Sequence[str]) -> Copied:
+    """Copy paths (as included_files lists them) from root into worktree at the same place; an existing
+    file there (the checkout's) is never overwritten."""
+    copier = _Copier()
+    files = size = cloned = 0
+    for path in paths:
+        src, dst = os.path.join(root, path), os.path.join(worktree, path)
+        st = os.lstat(src)
+        copier.parent(dst)
+        try:
+            if stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(src), dst)
+            else:
+                cloned += copier.copy(src, dst, st)
+                size += st.st_size
+        except FileExistsError:
+            continue
+        files += 1
+    return Copied(files, size, cloned)

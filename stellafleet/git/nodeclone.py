@@ -1,0 +1,78 @@
+"""A Ray node's clone of a run's base, kept between attempts: each attempt pays for a worktree, not a clone.
+
+One clone per node and base commit, under the node's cache directory (`$STELLA_NODE_CACHE`, else
+`$XDG_CACHE_HOME/stella/clones`, else `~/.cache/stella/clones`), made from the run's base bundle by the
+first attempt that needs it (under a file lock, so attempts starting at once on one node make it once).
+Each attempt then adds its own worktree of that clone on its task's branch, and removes it (and the
+branch) when it ends. Nothing of the user's is kept: the clone holds only what the bundle carried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from stellafleet.core.paths import EXCLUDED_DIRS
+from stellafleet.git import bundle, gitops
+
+CACHE_ENV = "STELLA_NODE_CACHE"
+READY = ".git/stella-clone-ready"  # written last: a clone without it was cut short and is made again
+
+
+def cache_dir() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "stella" / "clones"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def base_clone(write_bundle: Callable[[Path], None], base_commit: str, *, cache: Path | None = None) -> Path:
+    """The node's clone holding base_commit; the first time, write_bundle(path) writes the run's base
+    bundle to clone it from."""
+    root = (cache or cache_dir()) / base_commit
+    if (root / READY).exists():  # made before, completely: no git call needed to know it
+        return root
+    with _locked(root.with_suffix(".lock")):
+        if not (root / READY).exists():
+            shutil.rmtree(root, ignore_errors=True)  # a half-made clone of a killed attempt
+            scratch = root.with_name(root.name + ".new")
+            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.mkdir(parents=True)
+            write_bundle(scratch / "base.bundle")
+            bundle.clone_on_branch(scratch / "base.bundle", scratch / "repo", "stella-base")
+            gitops.ensure_excluded(scratch / "repo", EXCLUDED_DIRS)
+            (scratch / "repo" / READY).write_text(base_commit + "\n")
+            (scratch / "repo").replace(root)
+            shutil.rmtree(scratch, ignore_errors=True)
+    return root
+
+
+def add_worktree(clone: Path, path: Path, branch: str, base_commit: str) -> None:
+    """The attempt's worktree of the clone at path, on branch (made anew at base_commit)."""
+    with _locked(clone.with_suffix(".lock")):  # worktree adds of one clone, one at a time
+        # -f: a killed attempt's worktree may still hold a branch of that name; -B resets it to the base
+        gitops.git("worktree", "add", "-q", "-f", "-B", branch, str(path), base_commit, cwd=clone)
+
+
+def remove_worktree(clone: Path, path: Path, branch: str) -> None:
+    """The attempt's worktree and branch gone from the clone (what it made was bundled home first): the
+    directory goes, then one prune drops its registration (a killed attempt's too) and the branch with it."""
+    shutil.rmtree(path, ignore_errors=True)
+    with _locked(clone.with_suffix(".lock")):
+        gitops.git("worktree", "prune", cwd=clone, check=False)
+        gitops.git("update-ref", "-d", f"refs/heads/{branch}", cwd=clone, check=False)

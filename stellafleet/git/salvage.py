@@ -1,0 +1,171 @@
+"""Salvage: an unfinished attempt's uncommitted work, kept as a commit on `refs/stella/salvage/...`.
+
+The commit is built in a temporary index, so the workspace's files and its own index are never read into
+or written: for an isolated task the whole worktree (changed and untracked, not ignored files) on top of
+the worktree's HEAD; for a shared task only the paths it claimed, as they are on disk, on top of HEAD.
+Nothing to keep (the tree is HEAD's) makes no commit. `stella clean --salvage` is the only remover.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from stellafleet.core.errors import GitError
+from stellafleet.core.paths import EXCLUDED_DIRS
+from stellafleet.git import gitops, index
+
+SALVAGE_PREFIX = "refs/stella/salvage"
+# commit-tree needs an identity; a repository without one still gets its work kept, under this one.
+_FALLBACK_IDENTITY = {
+    "GIT_AUTHOR_NAME": "stella salvage",
+    "GIT_AUTHOR_EMAIL": "stella@localhost",
+    "GIT_COMMITTER_NAME": "stella salvage",
+    "GIT_COMMITTER_EMAIL": "stella@localhost",
+}
+
+
+@dataclass(frozen=True)
+class Salvaged:
+    ref: str
+    sha: str
+    files: int  # how many paths differ from the commit it is built on
+
+
+def salvage_ref(run_id: str, task_id: str, attempt_id: int) -> str:
+    return f"{SALVAGE_PREFIX}/{run_id}/{task_id}/{attempt_id}"
+
+
+def _snapshot(workspace: Path, head: str, paths: Sequence[str] | None, scratch: Path) -> str:
+    """The tree of head with the workspace's files (all of them, or only paths) as they are on disk."""
+    index_file = scratch / "salvage.index"
+    env = index.with_index(index_file)
+    if paths is not None:
+        index.read_tree_into(workspace, index_file, head)
+        if paths:
+            index.stage_paths(workspace, index_file, list(paths))
+        return index.write_tree(workspace, index_file)
+    add_all = ("add", "-A", "--", ".", *(f":!{d}" for d in EXCLUDED_DIRS))
+    own = gitops.git_path(workspace, "--git-path", "index")
+    if own.is_file():
+        # a copy of the worktree's own index: its stat data lets `add -A` hash only what changed (a
+        # fresh one would rehash every file); what it holds does not matter, `add -A` makes it the disk's
+        shutil.copyfile(own, index_file)
+        if gitops.git_status(*add_all, cwd=workspace, env=env)[0] == 0:
+            return index.write_tree(workspace, index_file)
+    index_file.unlink(missing_ok=True)  # no index of its own, or one git cannot use as a copy
+    index.read_tree_into(workspace, index_file, head)
+    gitops.git(*add_all, cwd=workspace, env=env)
+    return index.write_tree(workspace, index_file)
+
+
+def snapshot_tree(workspace: Path, head: str, paths: Sequence[str] | None = None) -> str:
+    """The tree a salvage of workspace would hold now (never touching its index or files)."""
+    with tempfile.TemporaryDirectory(prefix="stella-salvage-") as scratch:
+        return _snapshot(workspace, head, paths, Path(scratch))
+
+
+def _commit(workspace: Path, tree: str, parent: str, message: str) -> str:
+    args = ("commit-tree", tree, "-p", parent, "-F", "-")
+    code, out, _err = gitops.git_status(*args, cwd=workspace, stdin=message)
+    if code != 0:  # most often: no user.name/user.email configured
+        out = gitops.git(*args, cwd=workspace, stdin=message, env=_FALLBACK_IDENTITY)
+    return out.strip()
+
+
+def salvage(
+    workspace: Path,
+    ref: str,
+    *,
+    paths: Sequence[str] | None = None,
+    message: str,
+) -> Salvaged | None:
+    """Record the workspace's uncommitted work (paths None: all of it; else only those paths) as a commit
+    on ref, on top of HEAD; None when there is nothing HEAD does not already hold."""
+    head = gitops.ref_commit(workspace, "HEAD")
+    if head is None:
+        return None  # an unborn branch: nothing to build on (stella refuses such repositories anyway)
+    tree = snapshot_tree(workspace, head, paths)
+    if tree == index.tree_of(workspace, head):
+        return None
+    sha = _commit(workspace, tree, head, message if message.endswith("\n") else message + "\n")
+    gitops.git("update-ref", "-m", "stella salvage", ref, sha, "", cwd=workspace)  # create only
+    changed = gitops.git_fields(
+        "diff-tree", "-r", "-z", "--name-only", "--no-commit-id", head, sha, cwd=workspace
+    )
+    return Salvaged(ref, sha, len(changed))
+
+
+@dataclass(frozen=True)
+class SalvageRef:
+    ref: str
+    sha: str
+    created_s: int  # the commit's committer time
+
+    @property
+    def parts(self) -> tuple[str, str, str]:
+        """(run id, task id, attempt id) from the ref's name."""
+        run_id, _, rest = self.ref.removeprefix(SALVAGE_PREFIX + "/").partition("/")
+        task_id, _, attempt = rest.rpartition("/")
+        return run_id, task_id, attempt
+
+
+def salvage_refs(root: Path, run_id: str | None = None) -> list[SalvageRef]:
+    """Every salvage ref (of one run), oldest first."""
+    prefix = f"{SALVAGE_PREFIX}/{run_id}/" if run_id else f"{SALVAGE_PREFIX}/"
+    out = gitops.git(
+        "for-each-ref", "--sort=committerdate", "--format=%(refname)%00%(objectname)%00%(committerdate:unix)",
+        prefix, cwd=root,
+    )  # fmt: skip
+    found = []
+    for line in out.splitlines():
+        ref, sha, when = line.split("\0")
+        found.append(SalvageRef(ref, sha, int(when or 0)))
+    return found
+
+
+def latest_salvage(root: Path, run_id: str, task_id: str) -> SalvageRef | None:
+    """The newest salvage of one task of a run (the highest attempt id), or None."""
+    mine = [s for s in salvage_refs(root, run_id) if s.parts[1] == task_id and s.parts[2].isdigit()]
+    return max(mine, key=lambda s: int(s.parts[2])) if mine else None
+
+
+def delete_salvage(root: Path, ref: SalvageRef) -> None:
+    """Delete one salvage ref, only if it still points where it was listed."""
+    gitops.git("update-ref", "-d", ref.ref, ref.sha, cwd=root)
+
+
+def older_than(
+    refs: Sequence[SalvageRef], days: float | None, *, now_s: float | None = None
+) -> list[SalvageRef]:
+    if days is None:
+        return list(refs)
+    cutoff = (time.time() if now_s is None else now_s) - days * 86400
+    return [ref for ref in refs if ref.created_s < cutoff]
+
+
+def held_elsewhere(root: Path, branch: str) -> int:
+    """How many of branch's commits no other local branch and no salvage ref holds (0: deleting the branch
+    loses no commit)."""
+    out = gitops.git(
+        "rev-list", "--count", f"refs/heads/{branch}", "--not", f"--exclude={branch}", "--branches",
+        f"--glob={SALVAGE_PREFIX}/*", cwd=root,
+    )  # fmt: skip
+    return int(out.strip() or 0)
+
+
+def holds_worktree(root: Path, worktree: Path, run_id: str, task_id: str) -> SalvageRef | None:
+    """The task's latest salvage when it holds exactly what the worktree holds now, else None."""
+    latest = latest_salvage(root, run_id, task_id)
+    head = gitops.ref_commit(worktree, "HEAD")
+    if latest is None or head is None:
+        return None
+    try:
+        now = snapshot_tree(worktree, head)
+    except GitError:
+        return None
+    return latest if now == index.tree_of(root, latest.sha) else None

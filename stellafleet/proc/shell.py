@@ -1,0 +1,85 @@
+"""A user's shell command (`[worktree] setup` and `teardown`) run to its end with its output in a log.
+
+It runs through /bin/sh in its own process group, so a timeout stops everything it started; its stdout
+and stderr are appended to the log, after a `[stella]` line naming it and before one saying how it ended.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from stellafleet.proc import runner
+
+STOP_GRACE_S = 2.0
+POLL_S = 0.02  # how often a running command is checked for its end, timeout or stop
+
+
+@dataclass(frozen=True)
+class ShellRun:
+    exit_code: int | None  # None: it ran out of time (or could not start: see `error`)
+    seconds: float
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def describe(self, timeout: float) -> str:
+        """How it ended, in words: `exit 2 after 3.1 s`, `timed out after 600.0 s`."""
+        if self.error is not None:
+            return self.error
+        if self.exit_code is None:
+            return f"timed out after {self.seconds:.1f} s (limit {timeout:g} s)"
+        if self.exit_code < 0:
+            return f"killed by signal {-self.exit_code} after {self.seconds:.1f} s"
+        return f"exit {self.exit_code} after {self.seconds:.1f} s"
+
+
+def log_line(log_path: Path, text: str) -> None:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("a", encoding="utf-8") as log:
+        log.write(f"[stella] {text}\n")
+
+
+def run_logged(
+    label: str,
+    command: str,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    log_path: Path,
+    timeout: float,
+    stop: threading.Event | None = None,
+) -> ShellRun:
+    """Run command in cwd with exactly env, output appended to log_path, until it ends, its timeout
+    passes or stop is set (then its group is stopped); how it ended."""
+    log_line(log_path, f"{label}: {command}")
+    started = time.monotonic()
+    stop = stop or threading.Event()
+    try:
+        with log_path.open("ab") as log:
+            proc = runner.start(
+                ["/bin/sh", "-c", command], cwd=cwd, env=env, stdout=log, stderr=runner.STDOUT
+            )
+    except OSError as exc:
+        result = ShellRun(None, time.monotonic() - started, f"could not start /bin/sh: {exc}")
+    else:
+        with proc:
+            while proc.poll() is None and not stop.is_set() and time.monotonic() - started < timeout:
+                stop.wait(POLL_S)
+            if proc.poll() is None:
+                proc.stop(STOP_GRACE_S)
+        seconds = time.monotonic() - started
+        if stop.is_set() and proc.returncode != 0:
+            result = ShellRun(None, seconds, f"stopped after {seconds:.1f} s: the run is being stopped")
+        else:
+            result = ShellRun(
+                None if seconds >= timeout and proc.returncode != 0 else proc.returncode, seconds
+            )
+    ended = f"done in {result.seconds:.1f} s" if result.ok else result.describe(timeout)
+    log_line(log_path, f"{label} {ended}")
+    return result

@@ -1,0 +1,105 @@
+"""Readying a new isolated worktree before its worker starts: `.worktreeinclude`, then `[worktree] setup`.
+
+The setup command runs in the worktree with the worker's environment plus `STELLA_WORKTREE_INDEX`, a
+small number no other live worktree of the run has (for ports and database names); its output goes to
+the task's log. A failure or timeout becomes the attempt's reason ("setup failed: exit 2 after 3.1 s; see
+the log") and no worker starts.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from stellafleet.core.configsections import WorktreeConfig
+from stellafleet.core.errors import StellaError
+from stellafleet.git import include
+from stellafleet.proc import shell
+
+INDEX_VAR = "STELLA_WORKTREE_INDEX"
+
+
+class SetupFailed(StellaError):
+    """The worktree could not be readied; the message is the attempt's reason, seconds how long the setup
+    command ran (None: it never ran)."""
+
+    def __init__(self, message: str, seconds: float | None = None) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+
+
+class WorktreeIndexes:
+    """Hands out the smallest number (from 1) no live worktree of the run holds; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, int] = {}  # task id -> its number
+
+    def take(self, task_id: str) -> int:
+        with self._lock:
+            if task_id in self._held:
+                return self._held[task_id]
+            used = set(self._held.values())
+            number = next(n for n in range(1, len(used) + 2) if n not in used)
+            self._held[task_id] = number
+            return number
+
+    def release(self, task_id: str) -> None:
+        with self._lock:
+            self._held.pop(task_id, None)
+
+
+@dataclass(frozen=True)
+class Readied:
+    included: include.Copied
+    setup_s: float | None  # None: no setup command
+
+
+def copy_included(root: Path, worktree: Path, config: WorktreeConfig) -> include.Copied:
+    """The `.worktreeinclude` files into the new worktree; SetupFailed naming any file over the limit."""
+    paths = include.included_files(root)
+    try:
+        include.check_sizes(root, paths, int(config.include_max_mb * 1_000_000))
+    except StellaError as exc:
+        raise SetupFailed(f"setup failed: {exc}") from None
+    return include.copy_into(root, worktree, paths)
+
+
+def run_setup(
+    command: str,
+    worktree: Path,
+    env: Mapping[str, str],
+    log_path: Path,
+    timeout: float,
+    stop: threading.Event | None = None,
+) -> float:
+    """Run the setup command to its end; its seconds, or SetupFailed with the reason (also when stop is
+    set while it runs: the run is being stopped)."""
+    done = shell.run_logged(
+        "setup", command, cwd=worktree, env=env, log_path=log_path, timeout=timeout, stop=stop
+    )
+    if not done.ok:
+        raise SetupFailed(f"setup failed: {done.describe(timeout)}; see the log", done.seconds)
+    return done.seconds
+
+
+def ready(
+    root: Path,
+    worktree: Path,
+    config: WorktreeConfig,
+    env: Mapping[str, str],
+    log_path: Path,
+    stop: threading.Event | None = None,
+) -> Readied:
+    """Copy the included files, then run the setup command (if any); SetupFailed with the reason."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    copied = copy_included(root, worktree, config)
+    if copied.files:
+        shell.log_line(
+            log_path, f"{include.INCLUDE_FILE}: copied {copied.files} files ({copied.bytes / 1e6:.1f} MB)"
+        )
+    if config.setup is None:
+        return Readied(copied, None)
+    return Readied(copied, run_setup(config.setup, worktree, env, log_path, config.setup_timeout, stop))

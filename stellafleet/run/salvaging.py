@@ -1,0 +1,84 @@
+"""When an attempt ends without success, keep what it left uncommitted (git/salvage.py) and record it.
+
+Two moments: the dispatcher, as an attempt that timed out, stalled, was interrupted, hit its spend guard or
+crashed ends; and the next stella command that finalises a killed fleet's run (`before_abandon`, handed to
+ledger_recovery), for the attempts that fleet never saw end. A salvage that fails is logged, never raised:
+it must not turn an attempt's end into another error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from stellafleet.core.errors import StellaError
+from stellafleet.git import salvage as salvage_git
+from stellafleet.state.claims import ClaimStore
+from stellafleet.state.ledger import Ledger
+from stellafleet.state.ledger_recovery import BeforeAbandon
+
+log = logging.getLogger(__name__)
+
+
+def salvage_attempt(
+    ledger: Ledger,
+    *,
+    root: Path,
+    run_id: str,
+    task_id: str,
+    attempt_id: int,
+    worktree: Path | None,
+    claimed: Sequence[str],
+    outcome: str,
+) -> salvage_git.Salvaged | None:
+    """Salvage one attempt's work (worktree: all of it; else the claimed paths of the shared tree) and
+    record the ref and SHA on the attempt; None when there was nothing to keep."""
+    if worktree is None and not claimed:
+        return None
+    workspace = worktree if worktree is not None else root
+    if not workspace.is_dir():
+        return None
+    what = "its worktree" if worktree is not None else f"its claimed paths ({len(claimed)})"
+    message = (
+        f"stella salvage: {task_id}, attempt {attempt_id} ({outcome})\n\n"
+        f"What {what} held uncommitted when the attempt ended without success (run {run_id}).\n"
+    )
+    ref = salvage_git.salvage_ref(run_id, task_id, attempt_id)
+    try:
+        saved = salvage_git.salvage(
+            workspace, ref, paths=None if worktree is not None else list(claimed), message=message
+        )
+    except (StellaError, OSError) as exc:
+        log.warning("could not salvage attempt %s of task %s: %s", attempt_id, task_id, exc)
+        return None
+    if saved is not None:
+        ledger.attempts.set_salvage(attempt_id, saved.ref, saved.sha)
+    return saved
+
+
+def before_abandon(root: Path) -> BeforeAbandon:
+    """The hook ledger_recovery calls before it abandons a killed fleet's open attempts: each one's
+    uncommitted work is salvaged first (its claims are still recorded then)."""
+
+    def hook(ledger: Ledger, store: ClaimStore | None, run_id: str, attempts: list[dict[str, Any]]) -> None:
+        for open_attempt in attempts:
+            attempt_id = int(open_attempt["id"])
+            row = ledger.attempts.get(attempt_id, "task_id, branch, worktree, node")
+            if row is None or (row["branch"] and not row["worktree"]):
+                continue  # unknown, or an isolated attempt on a remote node: no workspace here
+            worktree = Path(row["worktree"]) if row["worktree"] else None
+            claimed = [] if store is None or worktree else store.paths_of_attempt(run_id, attempt_id)
+            salvage_attempt(
+                ledger,
+                root=root,
+                run_id=run_id,
+                task_id=str(row["task_id"]),
+                attempt_id=attempt_id,
+                worktree=worktree,
+                claimed=claimed,
+                outcome="abandoned",
+            )
+
+    return hook

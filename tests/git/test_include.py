@@ -1,0 +1,74 @@
+"""`.worktreeinclude` on a real repository: which files git says to copy, and how they are copied."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from helpers.repo import git
+
+from stellafleet.core.errors import StellaError
+from stellafleet.git import include
+
+
+def _repo_with_includes(root: Path, outside: Path) -> None:
+    (root / ".gitignore").write_text(".env\nconfig/local/\nnode_modules/\n*.secret\nlink.env\n")
+    (root / ".worktreeinclude").write_text(
+        ".env\nconfig/local/\nREADME.md\nnotes.txt\n../outside.env\nlink.env\n"
+    )
+    git("add", ".gitignore", ".worktreeinclude", cwd=root)
+    git("commit", "-q", "-m", "ignores", cwd=root)
+    (root / ".env").write_text("TOKEN=1\n")
+    (root / "config" / "local").mkdir(parents=True)
+    (root / "config" / "local" / "db.toml").write_text("port = 5432\n")
+    (root / "node_modules").mkdir()
+    (root / "node_modules" / "big.js").write_text("ignored but not included\n")
+    (root / "a.secret").write_text("ignored, not included\n")
+    (root / "notes.txt").write_text("included but not ignored: the user's untracked work, not copied\n")
+    outside.write_text("outside the repository\n")
+    os.symlink(".env", root / "link.env")
+    (root / ".stella" / "private").mkdir(parents=True)
+
+
+def test_only_ignored_untracked_files_that_match_are_listed(git_repo: Path, tmp_path: Path) -> None:
+    _repo_with_includes(git_repo, tmp_path / "outside.env")
+    assert include.included_files(git_repo) == [".env", "config/local/db.toml", "link.env"]
+    # README.md matches a pattern but is tracked; notes.txt is not ignored; ../outside.env is outside
+
+
+def test_copies_land_at_the_same_path_with_symlinks_kept_and_the_checkout_never_overwritten(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    _repo_with_includes(git_repo, tmp_path / "outside.env")
+    os.chmod(git_repo / ".env", 0o600)
+    tree = tmp_path / "wt"
+    git("worktree", "add", "-q", "-b", "fleet/x", str(tree), "HEAD", cwd=git_repo)
+    (tree / ".env").write_text("already here\n")  # never overwritten
+
+    copied = include.copy_into(git_repo, tree, [*include.included_files(git_repo)])
+
+    assert copied.files == 2
+    assert (tree / ".env").read_text() == "already here\n"
+    assert (tree / "config" / "local" / "db.toml").read_text() == "port = 5432\n"
+    assert os.readlink(tree / "link.env") == ".env"
+    assert not (tree / "notes.txt").exists() and not (tree / "node_modules").exists()
+    assert git("status", "--porcelain", cwd=tree) == ""  # ignored copies: the worktree is still clean
+
+
+def test_a_file_over_the_limit_is_refused_by_name(git_repo: Path, tmp_path: Path) -> None:
+    _repo_with_includes(git_repo, tmp_path / "outside.env")
+    (git_repo / "config" / "local" / "dump.sql").write_bytes(b"x" * 3_000_000)
+    paths = include.included_files(git_repo)
+    with pytest.raises(StellaError) as raised:
+        include.check_sizes(git_repo, paths, 2_000_000)
+    assert str(raised.value) == (
+        ".worktreeinclude: config/local/dump.sql (3.0 MB) over [worktree] include_max_mb = 2: "
+        "raise include_max_mb, or leave the file out of .worktreeinclude"
+    )
+    include.check_sizes(git_repo, paths, 4_000_000)
+
+
+def test_no_include_file_copies_nothing(git_repo: Path) -> None:
+    (git_repo / ".env").write_text("x")
+    assert include.included_files(git_repo) == []
