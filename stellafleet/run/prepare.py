@@ -266,11 +266,12 @@ def prepare(options: FleetOptions) -> Prepared:
             for task in plan.tasks
             if task.expands and task.isolation == "isolated"
         ]
+    if problems and not options.dry_run:
+        raise NotReady(problems)
+    # after the problems: a conflicted claimed path is named as a conflict, not as the user's changes
     tree = check_tree(
         root, plan, config, allow_dirty=options.allow_dirty, allow_detached=options.allow_detached
     )
-    if problems and not options.dry_run:
-        raise NotReady(problems)
     plan_file = Path(options.plan_path).resolve() if options.plan_path else None
     return Prepared(
         root=root,
