@@ -34,7 +34,7 @@ from stellafleet.ci.model import BranchWatch, WatchReporter, WatchResult
 from stellafleet.ci.report import ConsoleReporter
 from stellafleet.ci.targets import Target, branches_to_watch
 from stellafleet.core.clock import Clock, SystemClock
-from stellafleet.core.config import Config
+from stellafleet.core.config import PROJECT_CONFIG, Config
 from stellafleet.core.configsections import WatchConfig
 from stellafleet.core.errors import EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
@@ -276,8 +276,9 @@ class Watcher:
         )
 
 
-def preflight(root: Path, github: GitHub, settings: WatchConfig) -> None:
-    """Everything that must hold before the first push; StellaError (exit 2) saying what to do."""
+def preflight(root: Path, github: GitHub, settings: WatchConfig, settings_file: str = PROJECT_CONFIG) -> None:
+    """Everything that must hold before the first push; StellaError (exit 2) saying what to do
+    (settings_file: the config file a setting is to be written in, as Config.settings_file names it)."""
     github.check_auth()
     remotes = gitops.remote_names(root)
     if settings.remote not in remotes:
@@ -285,7 +286,7 @@ def preflight(root: Path, github: GitHub, settings: WatchConfig) -> None:
         raise StellaError(
             f"no git remote named {settings.remote!r} to push to{have}: add one with "
             f"`git remote add {settings.remote} URL`, or name another one with "
-            '`remote = "NAME"` under [watch] in .stella/config.toml',
+            f'`remote = "NAME"` under [watch] in {settings_file}',
             exit_code=EXIT_USAGE,
         )
 
@@ -316,7 +317,7 @@ def watch_run(
         clock = clock or SystemClock()
         retry = Retry(settings.poll_interval, settings.stall_timeout, clock, reporter.note)
         github = GitHub(gh or SystemGh(), root, repo=settings.repo, retry=retry)
-        preflight(root, github, settings)
+        preflight(root, github, settings, config.settings_file)
         watcher = Watcher(
             root,
             run_id,

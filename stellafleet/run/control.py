@@ -303,6 +303,7 @@ class FleetRun:
             max_emitted=fleet.max_emitted_tasks,
             max_depth=fleet.max_expand_depth,
             emitted=p.resume.emitted if p.resume else (),
+            isolated_remote=p.executor.kind == "ray",
         )
         dispatcher.expansions = expansions
         runner = PlanRunner(

@@ -35,8 +35,12 @@ class Expansions:
         max_emitted: int,
         max_depth: int,
         emitted: Iterable[PlanTask] = (),
+        isolated_remote: bool = False,
     ) -> None:
         self.ledger = ledger
+        # isolated tasks run on the Ray cluster: an emitted isolated task may not expand (its fragment
+        # would be written on a node, out of the fleet's sight), as prepare refuses it in the plan file
+        self.isolated_remote = isolated_remote
         self.run_id = run_id
         self.max_emitted = max_emitted
         self.max_depth = max_depth
@@ -75,6 +79,8 @@ class Expansions:
             try:
                 emitted = load_fragment(plan_out, task, rules)
                 _refuse_taken(task.id, emitted, self.tasks)
+                if self.isolated_remote:
+                    _refuse_remote_expanding(task.id, emitted)
             except PlanError as exc:
                 return AttemptEnd.failed(refused(exc.problems))
             self.ledger.tasks.add(self.run_id, emitted, {})
@@ -101,3 +107,17 @@ def _refuse_taken(emitter: str, emitted: Iterable[PlanTask], tasks: dict[str, Pl
         name = fragment_name(emitter)
         problems = [f'{name}: task "{t}": id: the run already has a task "{t}"' for t in taken]
         raise PlanError(problems)
+
+
+def _refuse_remote_expanding(emitter: str, emitted: Iterable[PlanTask]) -> None:
+    """Under the Ray executor an emitted isolated task may not expand: it would run on a node."""
+    remote = [task.id for task in emitted if task.expands and task.isolation == "isolated"]
+    if remote:
+        name = fragment_name(emitter)
+        raise PlanError(
+            [
+                f'{name}: task "{t}": expands: an isolated task runs on the Ray cluster, where what it '
+                "emits would stay on the node: make it shared, or leave expands out"
+                for t in remote
+            ]
+        )

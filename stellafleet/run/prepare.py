@@ -235,7 +235,7 @@ def check_watch_ready(root: Path, config: Config) -> WatchConfig:
     from stellafleet.ci import gh, watch
 
     settings = config.watch
-    watch.preflight(root, gh.GitHub(gh.SystemGh(), root, repo=settings.repo), settings)
+    watch.preflight(root, gh.GitHub(gh.SystemGh(), root, repo=settings.repo), settings, config.settings_file)
     return settings
 
 

@@ -299,6 +299,22 @@ def test_no_remote_to_push_to(repo: Repo) -> None:
     assert result.exit_code == 0 and result.remote == "upstream"
 
 
+def test_no_remote_names_the_config_file_the_setting_goes_in(repo: Repo, tmp_path: Path) -> None:
+    repo.add_run()
+    git("remote", "remove", "origin", cwd=repo.root)
+    given = str(tmp_path / "ci.toml")  # as `stella --config ci.toml` makes it (Config.settings_file)
+    with pytest.raises(StellaError) as caught:
+        watch_run(
+            repo.root,
+            RUN_ID,
+            config=Config({}, settings_file=given),
+            clock=FakeClock(),
+            gh=FakeGh({}),
+            out=Events(FakeClock()),
+        )
+    assert str(caught.value).endswith(f'`remote = "NAME"` under [watch] in {given}')
+
+
 def test_push_rejected_by_the_remote(repo: Repo) -> None:
     repo.add_run()
     hook = repo.origin / "hooks" / "pre-receive"

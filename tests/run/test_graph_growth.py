@@ -150,3 +150,23 @@ def test_a_resumed_emitter_brings_back_its_tasks_and_only_what_is_left_runs(tmp_
     assert sorted(fleet.order) == ["aside", "integrate", "split.c"]
     assert fleet.order.index("split.c") < fleet.order.index("integrate")
     assert seen.statuses["split.a"] == "succeeded"
+
+
+def test_under_ray_an_emitted_isolated_task_may_not_expand(tmp_path: Path) -> None:
+    """Its worker would run on a node, where the fragment it writes stays: refused like the plan file's."""
+    plan = plan_from_data(PLAN)
+    ledger = Ledger.open(tmp_path / "fleet.db")
+    add_run(ledger, "r-1")
+    ledger.tasks.add("r-1", plan.tasks, {})
+    fragment = tmp_path / "split.plan"
+    fragment.write_text('[[tasks]]\nid = "far"\nprompt = "p"\nisolation = "isolated"\nexpands = true\n')
+    split = next(task for task in plan.tasks if task.id == "split")
+    succeeded = AttemptEnd(AttemptOutcome.SUCCEEDED, "done")
+    here = Expansions(plan, ledger, "r-1", max_emitted=50, max_depth=3)
+    remote = Expansions(plan, ledger, "r-1", max_emitted=50, max_depth=3, isolated_remote=True)
+    end = remote.settle(split, fragment, succeeded)
+    assert end.outcome == AttemptOutcome.FAILED
+    assert 'task "split.far": expands: an isolated task runs on the Ray cluster' in (end.reason or "")
+    assert remote.children("split") == ()
+    assert here.settle(split, fragment, succeeded).reason is None  # the local executor: it may
+    assert [task.id for task in here.children("split")] == ["split.far"]
