@@ -29,8 +29,8 @@ def _ledger(db: Path) -> tuple[str, str]:
     clean-up; and a finished run of inline prompts that spent nothing."""
     clock = StepClock(1_796_116_500_000)
     with Ledger.open(db, now_ms=clock) as ledger:
-        planned = add_run(ledger, "r-20261201-100000-aaaa", plan_path="/work/plans/receipts.toml",
-                          argv=["stella", "fleet", "--plan", "/work/plans/receipts.toml"])  # fmt: skip
+        planned = add_run(ledger, "r-20261201-100000-aaaa", plan_path="/home/dev/plans/receipts.toml",
+                          argv=["stella", "fleet", "--plan", "/home/dev/plans/receipts.toml"])  # fmt: skip
         ledger.tasks.add(planned, [sample_task(LONG_ID), sample_task("merge")], {LONG_ID: 1, "merge": 1})
         done = ledger.attempts.start(planned, LONG_ID, pipeline="command")
         broke = ledger.attempts.start(planned, "merge", pipeline="command")
@@ -43,7 +43,7 @@ def _ledger(db: Path) -> tuple[str, str]:
         ledger.attempts.finish(broke, end)
         ledger.tasks.set_status(planned, "merge", "failed", "command failed: exit status 128")
         ledger.cleanups.record(run_id=planned, task_id=LONG_ID, kind="worktree",
-                               target="/work/repo/.stella/worktrees/" + LONG_ID + "-5c1d7e9a0b2f4a6c" * 3,
+                               target="/home/dev/repo/.stella/worktrees/" + LONG_ID + "-5c1d7e9a0b2f4a6c" * 3,
                                action="removed", reason="its branch is merged into main and nothing is left "
                                "uncommitted in the worktree, so nothing of it is lost")  # fmt: skip
         ledger.runs.finish(planned, "failed", exit_code=1, reason="1 failed")
