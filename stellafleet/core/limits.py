@@ -31,6 +31,8 @@ _RESET_IN = re.compile(
 _RESET_AT = re.compile(
     r"try again at (\w{3})\w* (\d{1,2})(?:st|nd|rd|th)?,? (\d{4}),? (\d{1,2}):(\d{2})\s*([AP]M)?", re.I
 )
+# Codex, for a reset later the same day: "Try again at 2:02 AM." (the next such local time)
+_RESET_AT_TIME = re.compile(r"try again at (\d{1,2}):(\d{2})\s*([AP]M)?\b", re.I)
 _RESET_EPOCH = re.compile(r"(?:limit reached|reset(?:s|_at)?)\W{0,3}(\d{10})\b", re.I)
 
 
@@ -108,8 +110,9 @@ def from_http(
 
 
 def reset_in_text(text: str, now_wall: float | None = None) -> float | None:
-    """Seconds to a reset a CLI's message names: `try again in 2h 5m`, `resets in 30s`, or an epoch
-    timestamp (`limit reached|1767225600`); None when it names none."""
+    """Seconds to a reset a CLI's message names: `try again in 2h 5m`, `resets in 30s`, `try again at
+    Dec 2nd, 2026 12:10 AM` or `try again at 2:02 AM` (local time), or an epoch timestamp
+    (`limit reached|1767225600`); None when it names none."""
     now = time.time() if now_wall is None else now_wall
     epoch = _RESET_EPOCH.search(text)
     if epoch:
@@ -117,17 +120,36 @@ def reset_in_text(text: str, now_wall: float | None = None) -> float | None:
     at = _RESET_AT.search(text)
     if at:
         month, day, year, hour, minute, half = at.groups()
-        hour_24 = int(hour) % 12 + (12 if (half or "").upper() == "PM" else 0) if half else int(hour)
         try:
-            when = datetime.strptime(f"{month[:3]} {day} {year} {hour_24}:{minute}", "%b %d %Y %H:%M")
+            when = datetime.strptime(
+                f"{month[:3]} {day} {year} {_hour_24(hour, half)}:{minute}", "%b %d %Y %H:%M"
+            )
         except ValueError:
             return None
         return max(0.0, when.timestamp() - now)  # naive: the local time the CLI wrote it in
+    at_time = _RESET_AT_TIME.search(text)
+    if at_time:
+        hour, minute, half = at_time.groups()
+        try:
+            when = datetime.fromtimestamp(now).replace(
+                hour=_hour_24(hour, half), minute=int(minute), second=0, microsecond=0
+            )
+        except ValueError:
+            return None
+        ahead = when.timestamp() - now
+        return ahead if ahead >= 0 else ahead + 86400.0  # a time already past today is tomorrow's
     match = _RESET_IN.search(text)
     if match and any(match.groups()):
         hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
         return hours * 3600 + minutes * 60 + seconds
     return None
+
+
+def _hour_24(hour: str, half: str | None) -> int:
+    """A clock hour with its AM/PM (if any) as 0-23."""
+    if not half:
+        return int(hour)
+    return int(hour) % 12 + (12 if half.upper() == "PM" else 0)
 
 
 def from_text(text: str, *, source: str, now_wall: float | None = None) -> LimitEvent | None:

@@ -52,6 +52,22 @@ def test_a_reset_codex_names_as_a_local_time() -> None:
     assert reset_in_text("Try again at Jan 16th, 2027 12:10 AM.", NOW) == pytest.approx(expected + 12 * 3600)
 
 
+def test_a_reset_later_the_same_day_codex_names_by_its_time_alone() -> None:
+    """Codex leaves the date out when the reset is today: "Try again at 2:02 AM." is the next 2:02 AM."""
+    from datetime import datetime, timedelta
+
+    local = datetime.fromtimestamp(NOW).replace(second=0, microsecond=0)
+    ahead, behind = local + timedelta(hours=2), local - timedelta(hours=1)
+    lead = NOW - local.timestamp()  # NOW's seconds past its whole minute
+
+    def said(when: datetime) -> str:
+        return f"You’ve hit your usage limit. Try again at {when.strftime('%I:%M %p').lstrip('0')}."
+
+    assert reset_in_text(said(ahead), NOW) == pytest.approx(7200 - lead)
+    assert reset_in_text(said(behind), NOW) == pytest.approx(23 * 3600 - lead)  # past today: tomorrow's
+    assert reset_in_text(f"Try again at {ahead.strftime('%H:%M')}", NOW) == pytest.approx(7200 - lead)
+
+
 def test_an_http_limit_carries_its_reset_and_a_cli_one_its_words() -> None:
     event = from_http(429, 2.5, "rate limited", now_wall=NOW)
     assert event is not None and event.kind is LimitKind.RATE and event.source == "engine"
