@@ -135,9 +135,16 @@ def _apply_env_defaults(args: argparse.Namespace) -> None:
             raise StellaError(f"STELLA_SPEND_LIMIT: {exc}") from None
 
 
-def finish_killed_merge(cwd: Path) -> None:
-    """A `stella merge` killed in this repository is finished by whichever stella command comes next
-    (merge/journal.py); finding its journal is a few file checks, so `stella commit` stays fast."""
+def finish_killed_work(command: str, cwd: Path) -> None:
+    """What a killed stella process left in this repository is finished by whichever command comes next:
+    a `stella commit` killed mid-lane (git's index.lock, a half-made commit; not for `commit` itself,
+    which cleans up under the lane), then a killed `stella merge` (merge/journal.py; after the lane, as
+    its repair needs the index). Finding the merge journal is a few file checks, so `stella commit` stays
+    fast."""
+    if command not in _NO_LANE_RECOVERY:
+        from stellafleet.git.lanerecovery import recover_quietly
+
+        recover_quietly(cwd)
     for place in (cwd, *cwd.parents):
         if StatePaths(place).merge_journal.is_file():
             from stellafleet.merge.journal import repair
@@ -175,12 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return EXIT_USAGE
-        if args.command not in _NO_LANE_RECOVERY:
-            # a `stella commit` killed mid-lane left git's index.lock or a half-made commit: cleaned up now
-            from stellafleet.git.lanerecovery import recover_quietly
-
-            recover_quietly(os.getcwd())
-        finish_killed_merge(Path.cwd())  # after the lane's clean-up: the repair needs the index
+        finish_killed_work(args.command, Path.cwd())
         return int(args.func(args))
     except StellaError as exc:
         text = printable(str(exc))  # it can quote a file, a git message or a plan: shown, never obeyed
