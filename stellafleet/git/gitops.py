@@ -19,22 +19,41 @@ from stellafleet.core.errors import GitError, StellaError
 from stellafleet.proc import runner
 
 
+def _git_program() -> str:
+    found = shutil.which("git", path=os.environ.get("PATH", os.defpath))
+    if found is None:
+        raise StellaError("git is not installed or not on PATH: install git and try again")
+    return found
+
+
+def _git_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    # No optional locks: a `git status` of ours never holds index.lock, where the user's git would fail.
+    return {**os.environ, "GIT_OPTIONAL_LOCKS": "0", **(env or {})}
+
+
 def git_status(
     *args: str, cwd: Path | str, env: Mapping[str, str] | None = None, stdin: str | None = None
 ) -> tuple[int, str, str]:
     """The one place git runs: in cwd, with the environment of now plus env, stdin fed when given.
     Returns (exit status, stdout, stderr), for callers that read a failure's words; a git that cannot
     be started raises GitError."""
-    found = shutil.which("git", path=os.environ.get("PATH", os.defpath))
-    if found is None:
-        raise StellaError("git is not installed or not on PATH: install git and try again")
+    program = _git_program()
     try:
         # Part of our own work, not a command to stop: it stays in our session (a Ctrl-C reaches it).
-        env = {**os.environ, **(env or {})}
-        done = runner.run([found, *args], cwd=cwd, env=env, input=stdin, session=False)
+        done = runner.run([program, *args], cwd=cwd, env=_git_env(env), input=stdin, session=False)
     except OSError as exc:
         raise GitError(f"git {args[0] if args else ''}: {exc}") from None
     return done.returncode, done.stdout, done.stderr
+
+
+def git_started(*args: str, cwd: Path | str) -> runner.Process:
+    """git started now and left waiting for its input (runner.Process.finish feeds it), for a step that
+    must take no longer than git's own work once it is due."""
+    program = _git_program()
+    try:
+        return runner.start([program, *args], cwd=cwd, env=_git_env(None), stdin=runner.PIPE, session=False)
+    except OSError as exc:
+        raise GitError(f"git {args[0] if args else ''}: {exc}") from None
 
 
 def last_words(text: str, retcode: int) -> str:

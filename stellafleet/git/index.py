@@ -46,16 +46,28 @@ def commit_tree(root: Path, tree: str, parent: str | None, message: str) -> str:
     return gitops.git(*args, cwd=root, stdin=message if message.endswith("\n") else message + "\n").strip()
 
 
-def update_head_cas(root: Path, new: str, old: str | None, reflog_message: str) -> None:
-    """Move HEAD (through the branch it points at) to new only if it is still old; GitError otherwise."""
-    try:
-        gitops.git("update-ref", "-m", reflog_message, "HEAD", new, old or "", cwd=root)
-    except GitError as exc:
-        now = gitops.ref_commit(root, "HEAD")
-        raise GitError(
-            f"HEAD moved while committing (expected {(old or 'no commit')[:12]}, found "
-            f"{(now or 'no commit')[:12]}); nothing was committed: try again ({exc})"
-        ) from None
+class HeadMove:
+    """A compare-and-swap of HEAD (through the branch it points at), its `git update-ref --stdin` started
+    ahead: when the move is due (under index.lock), only the move itself is left to wait for."""
+
+    def __init__(self, root: Path, reflog_message: str) -> None:
+        self.root = root
+        self._git = gitops.git_started("update-ref", "-m", reflog_message, "--stdin", cwd=root)
+
+    def move(self, new: str, old: str | None) -> None:
+        """HEAD to new only if it is still old (None: no commit yet); GitError otherwise. Used up."""
+        done = self._git.finish(f"update HEAD {new} {old or '0' * len(new)}\n")
+        if done.returncode != 0:
+            now = gitops.ref_commit(self.root, "HEAD")
+            raise GitError(
+                f"HEAD moved while committing (expected {(old or 'no commit')[:12]}, found "
+                f"{(now or 'no commit')[:12]}); nothing was committed: try again "
+                f"({gitops.last_words(done.stderr, done.returncode)})"
+            )
+
+    def cancel(self) -> None:
+        """Let it end without moving anything (no input)."""
+        self._git.finish()
 
 
 def _records(records: list[str]) -> Iterator[tuple[list[str], str]]:

@@ -53,12 +53,17 @@ def _aside(index: Path, pid: int, what: str) -> Path:
     return index.with_name(f"{index.name}{ASIDE_PREFIX}{what}-{pid}")
 
 
-def _identity(path: Path) -> str | None:
+def identity(path: Path) -> str | None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return None
     return f"{st.st_ino} {st.st_size} {st.st_mtime_ns}"
+
+
+def head_now(root: Path, index: Path) -> str | None:
+    """HEAD's commit of root, whose index this is (read from the ref files when it can, no lock)."""
+    return gitops.head_from_files(index.parent) or gitops.ref_commit(root, "HEAD")
 
 
 def stale_marker(lock: Path) -> int | None:
@@ -137,17 +142,28 @@ def prepare_update(
     return Update(staged, source, before, dict(entries), tuple(removed))
 
 
+def refreshed(root: Path, update: Update, *, real: Path | None = None) -> Update:
+    """update, or (when the real index changed since it was copied) the same update prepared again."""
+    real = index_file(root) if real is None else real
+    if identity(real) == update.source:
+        return update
+    update.discard()
+    again = prepare_update(root, update.entries, update.removed, real=real, quick=True)
+    again.before = update.before  # these paths are the lane's own: what the copy had is what they had
+    return again
+
+
 def _copy(real: Path, staged: Path) -> str | None:
     """Copy the real index to staged; the identity of the one copied (None: there is no index yet)."""
     for _ in range(5):
-        source = _identity(real)
+        source = identity(real)
         if source is None:
             return None
         with contextlib.suppress(FileNotFoundError):
             shutil.copyfile(real, staged)  # git writes an index by rename: the copy is one whole index
-            if _identity(real) == source:
+            if identity(real) == source:
                 return source
-    return None if _identity(real) is None else "changing"  # `fresh` prepares it again under the lock
+    return None if identity(real) is None else "changing"  # `fresh` prepares it again under the lock
 
 
 def _running(proc: psutil.Process) -> bool:
@@ -206,13 +222,8 @@ class IndexLock:
             time.sleep(LOCK_POLL_S)
 
     def fresh(self, update: Update) -> Update:
-        """update, or (when the real index changed since it was copied) the same update prepared again."""
-        if _identity(self.index) == update.source:
-            return update
-        update.discard()
-        again = prepare_update(self.root, update.entries, update.removed, real=self.index, quick=True)
-        again.before = update.before  # these paths are the lane's own: what the copy had is what they had
-        return again
+        """update, prepared again when the real index changed since it was copied (under the lock)."""
+        return refreshed(self.root, update, real=self.index)
 
     def install(self, update: Update) -> None:
         """Put the prepared index in place (one rename: readers see the old index or the new one)."""
@@ -220,8 +231,8 @@ class IndexLock:
         self._installed_at = time.time()
 
     def head(self) -> str | None:
-        """HEAD's commit now (read from the ref files when it can: the lock is held meanwhile)."""
-        return gitops.head_from_files(self.index.parent) or gitops.ref_commit(self.root, "HEAD")
+        """HEAD's commit now."""
+        return head_now(self.root, self.index)
 
     def match_head(self, paths: Sequence[str]) -> None:
         """Set these paths' entries to HEAD's (removing those HEAD lacks), and install that index."""

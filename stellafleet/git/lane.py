@@ -33,8 +33,8 @@ from stellafleet.git.indexlock import IndexLock
 from stellafleet.git.lanejournal import Pending
 from stellafleet.state.claims import ClaimStore, Holder
 
-HEAD_RETRIES = 20  # builds of one commit while other commits keep landing under it
-OPTIMISTIC_TRIES = 5  # of those, built without holding git's index.lock
+HEAD_RETRIES = 20  # builds of one commit under the lock, when HEAD moves by something that takes none
+OPTIMISTIC_S = 5.0  # how long a commit is built without the lock while other commits keep landing
 
 
 def commit_paths(
@@ -239,35 +239,58 @@ def commit_in_workspace(
     attempt's own, so nothing another commit did is undone."""
     moved: GitError | None = None
     ahead: _Ahead | None = None
+    mover: index.HeadMove | None = None  # started ahead: under the lock, only the move itself is left
+    journal = before_head_moves or (lambda sha, before: None)
+    real = indexlock.index_file(workspace)
+    optimistic_until = time.monotonic() + OPTIMISTIC_S
+    tries = 0
     try:
-        for attempt in range(HEAD_RETRIES):
-            # The first attempts build everything without the lock, onto HEAD as it is just before; when
-            # HEAD moved meanwhile (the user's commit), the lock is let go at once and they catch up. The
-            # last ones build under the lock, so they cannot be overtaken again.
-            optimistic = attempt < OPTIMISTIC_TRIES
+        while tries < HEAD_RETRIES:
+            # While others keep landing, everything is built without the lock, onto HEAD and the real
+            # index as they are; the lock is taken only once neither moved since, and then held for the
+            # install and the move of HEAD alone. Past OPTIMISTIC_S, it is built under the lock, so it
+            # cannot be overtaken again.
+            optimistic = time.monotonic() < optimistic_until
+            mover = mover or index.HeadMove(workspace, reflog)
             if optimistic:
-                ahead = _catch_up(workspace, staged, ahead)
-            with IndexLock.held(workspace) as lock:
-                if optimistic and ahead is not None and lock.head() != ahead.old:
+                ahead = _catch_up(workspace, staged, ahead, real)
+                if not _settled(workspace, ahead, real):
                     continue
-                ahead = _current(workspace, staged, lock, ahead)
-                if before_head_moves is not None:
-                    before_head_moves(ahead.new, ahead.update.before)
+                journal(ahead.new, ahead.update.before)
+            else:
+                tries += 1
+            with IndexLock.held(workspace) as lock:
+                if optimistic and ahead is not None and not _settled(workspace, ahead, real):
+                    continue
+                if not optimistic:
+                    ahead = _current(workspace, staged, lock, ahead)
+                    journal(ahead.new, ahead.update.before)
+                assert ahead is not None
                 lock.install(ahead.update)
+                move, mover = mover, None
                 try:
-                    index.update_head_cas(workspace, ahead.new, ahead.old, reflog)
+                    move.move(ahead.new, ahead.old)
                 except GitError as exc:  # moved by something that takes no index.lock: build it again
                     moved = exc
                     lock.match_head(staged.paths)
                     ahead = None
+                    tries += 1
                     continue
                 lock.linger()
                 return ahead.new
     finally:
+        if mover is not None:
+            mover.cancel()
         if ahead is not None:
             ahead.update.discard()
     paths = ", ".join(staged.paths)
     raise moved or GitError(f"HEAD kept moving while committing {paths}; nothing was committed")
+
+
+def _settled(workspace: Path, ahead: _Ahead, real: Path) -> bool:
+    """True while HEAD and the real index are what ahead was built on (read from the files, no git)."""
+    same_index = indexlock.identity(real) == ahead.update.source
+    return same_index and indexlock.head_now(workspace, real) == ahead.old
 
 
 @dataclass
@@ -290,18 +313,19 @@ def _rebased(workspace: Path, staged: Staged, ahead: _Ahead, head: str | None) -
     return _Ahead(head, index.commit_tree(workspace, tree, head, staged.message), ahead.update)
 
 
-def _catch_up(workspace: Path, staged: Staged, ahead: _Ahead | None) -> _Ahead:
+def _catch_up(workspace: Path, staged: Staged, ahead: _Ahead | None, real: Path) -> _Ahead:
     """Without the lock: the commit (and index update) built ahead, on HEAD as it is now."""
     if ahead is None:
         return _prepare(workspace, staged)
-    head = gitops.head_from_files(ahead.update.staged.parent) or gitops.ref_commit(workspace, "HEAD")
-    if head == ahead.old:
-        return ahead
-    rebased = _rebased(workspace, staged, ahead, head)
-    if rebased is not None:
-        return rebased
-    ahead.update.discard()
-    return _prepare(workspace, staged)
+    head = indexlock.head_now(workspace, real)
+    if head != ahead.old:
+        rebased = _rebased(workspace, staged, ahead, head)
+        if rebased is None:
+            ahead.update.discard()
+            return _prepare(workspace, staged)
+        ahead = rebased
+    ahead.update = indexlock.refreshed(workspace, ahead.update, real=real)
+    return ahead
 
 
 def _current(workspace: Path, staged: Staged, lock: IndexLock, ahead: _Ahead | None) -> _Ahead:

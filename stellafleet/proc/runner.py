@@ -68,6 +68,11 @@ class Process:
         """Its exit status once it has ended (negative: killed by that signal)."""
         return self._popen.wait()
 
+    def finish(self, input: str = "") -> Result:
+        """Feed input to a process started with stdin=PIPE, close its stdin and wait for its end."""
+        out, err = self._popen.communicate(input.encode())
+        return Result(self._popen.returncode, _text(out), _text(err))
+
     def reaped(self, code: int) -> None:
         """Its exit, reaped by the caller (os.wait4, for the rusage): nothing waits on its pid again."""
         self._popen.returncode = code
