@@ -4,7 +4,9 @@ The worker runs in its own session (so the terminal's Ctrl-C does not reach it a
 happens), its exit is polled for (reaped with wait4, for the kernel's rusage), and its CPU time and memory
 are measured from psutil samples of the whole tree plus that rusage.
 Stopping is always for the whole tree: SIGTERM to every known process and the process group, SIGKILL to
-whatever is still there after a grace period.
+whatever is still there after a grace period. A process that left the tree between two samples (a double
+fork while its worker was being killed: the orphan goes to init) is found by the attempt's identity in
+its environment, which every descendant inherits.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from stellafleet.proc import runner
 from stellafleet.proc.group import signal_group, stop_group
 from stellafleet.proc.usage import tree_of, usage_of
 
+IDENTITY_KEYS = ("STELLA_RUN_ID", "STELLA_ATTEMPT_ID")  # in the environment of an attempt's processes
 UNKNOWN_STATUS = 255  # an exit whose status nobody could read (reaped elsewhere)
 POLL_S = 0.05  # how often a wait looks whether the worker has ended
 
@@ -50,8 +53,9 @@ class Exit:
 class ProcessTree:
     """One started worker, our own child; not thread-safe (one dispatch thread owns it)."""
 
-    def __init__(self, process: runner.Process) -> None:
+    def __init__(self, process: runner.Process, identity: Mapping[str, str] | None = None) -> None:
         self.process = process
+        self._identity = dict(identity or {})
         self.pid = process.pid
         self._known: dict[int, psutil.Process] = {}
         self._peak_rss = 0
@@ -68,7 +72,7 @@ class ProcessTree:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             process = runner.start(argv, cwd=cwd, env=env, stdout=log, stderr=runner.STDOUT)
-        return cls(process)
+        return cls(process, {key: env[key] for key in IDENTITY_KEYS if key in env})
 
     # --- observing ---
 
@@ -128,6 +132,8 @@ class ProcessTree:
         targets = {proc.pid: proc for proc in members}
         for pid, proc in self._known.items():
             targets.setdefault(pid, proc)
+        for proc in carrying(self._identity):
+            targets.setdefault(proc.pid, proc)
         for proc in targets.values():
             try:
                 proc.send_signal(sig)  # psutil refuses a pid that was reused by another process
@@ -143,3 +149,20 @@ class ProcessTree:
     def end_leftovers(self) -> None:
         """After the worker ended: SIGKILL to whatever it left running (an attempt ends with its tree)."""
         self.signal_tree(signal.SIGKILL)
+
+
+def carrying(identity: Mapping[str, str]) -> list[psutil.Process]:
+    """The processes (other than this one) whose environment holds all of identity; none for an empty one."""
+    if len(identity) < len(IDENTITY_KEYS):
+        return []
+    found: list[psutil.Process] = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            environ = proc.environ()
+        except (psutil.Error, OSError):
+            continue
+        if all(environ.get(key) == value for key, value in identity.items()):
+            found.append(proc)
+    return found

@@ -124,3 +124,24 @@ def test_a_double_forked_child_of_the_merge_check_ends_with_the_check(
     proc = stella("merge", "--check", double_fork(tmp_path, pidfile, target), cwd=git_repo)
     assert "merged" in proc.stdout, proc.stdout + proc.stderr
     assert_gone_and_quiet(pidfile, target)
+
+
+def test_a_double_forked_child_of_a_killed_worker_ends_with_its_attempt(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    """The worker is SIGKILLed a moment after the double fork, well before the fleet's next sample of its
+    tree: the orphan is handed to init, out of every tree, and is found by the attempt's environment."""
+    pidfile, target = tmp_path / "writer.pid", git_repo / "written.txt"
+    kill_worker = (
+        "import os, psutil, signal, sys; orphan = psutil.Process(int(open(sys.argv[1]).read())); "
+        "os.kill(orphan.ppid(), signal.SIGKILL)"  # the worker: the subreaper the orphan was handed to
+    )
+    killer = shlex.join([sys.executable, "-c", kill_worker, str(pidfile)])
+    run = f"{double_fork(tmp_path, pidfile, target)} && {killer}"
+    write_config(git_repo, run=run)
+
+    proc = stella("fleet", "--pipeline", "command", "leave a writer, then lose the worker", cwd=git_repo)
+
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert by_id(run_record(git_repo)["tasks"])["t1"]["status"] == "failed"
+    assert_gone_and_quiet(pidfile, target)
