@@ -166,6 +166,16 @@ def _copy(real: Path, staged: Path) -> str | None:
     return None if identity(real) is None else "changing"  # `fresh` prepares it again under the lock
 
 
+def _may_write(proc: psutil.Process, index: Path) -> bool:
+    """Whether a git process may write this index: not one pointed at another (a private index, as every
+    lane and salvage step of stella's own uses)."""
+    try:
+        other = proc.environ().get("GIT_INDEX_FILE")
+    except psutil.Error:
+        return True
+    return other is None or not os.path.isabs(other) or Path(other) == index
+
+
 def _running(proc: psutil.Process) -> bool:
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
@@ -250,6 +260,7 @@ class IndexLock:
             return
         deadline = time.monotonic() + LINGER_S
         racing = gitops.git_processes_in(self.root, started_before=self._installed_at + CLOCK_TICK_S)
+        racing = [proc for proc in racing if _may_write(proc, self.index)]
         while racing and time.monotonic() < deadline:
             time.sleep(LINGER_POLL_S)
             racing = [proc for proc in racing if _running(proc)]
