@@ -230,13 +230,12 @@ def commit_in_workspace(
 ) -> str:
     """HEAD + exactly the staged entries as one new commit on HEAD, by compare-and-swap; returns its SHA.
 
-    The commit and the updated index are built aside; git's index.lock is held only to install that
-    index and move HEAD (indexlock.py), as a `git commit` holds it, so the user's commit cannot land in
-    between. The index changes first: a git command that reads (without the lock) the new HEAD reads the
-    new index too, and one that read the old HEAD fails its own compare-and-swap. before_head_moves(sha,
-    the paths' index entries before) runs just before (the lane journals the commit there). When HEAD moves
-    under it (the user's own `git commit`), the commit is built again on the new HEAD: the paths are this
-    attempt's own, so nothing another commit did is undone."""
+    Commit and index update are built aside; index.lock is held only to install the index and move HEAD
+    (indexlock.py), so the user's commit cannot land in between. The index changes first: a git command
+    that reads the new HEAD reads the new index too, and one that read the old HEAD fails its own
+    compare-and-swap. before_head_moves(sha, the paths' index entries before) runs just before (the
+    lane's journal). A HEAD moved meanwhile (the user's `git commit`) gets the commit rebuilt on it: the
+    paths are this attempt's own, so nothing another commit did is undone."""
     moved: GitError | None = None
     ahead: _Ahead | None = None
     mover: index.HeadMove | None = None  # started ahead: under the lock, only the move itself is left
@@ -246,10 +245,8 @@ def commit_in_workspace(
     tries = 0
     try:
         while tries < HEAD_RETRIES:
-            # While others keep landing, everything is built without the lock, onto HEAD and the real
-            # index as they are; the lock is taken only once neither moved since, and then held for the
-            # install and the move of HEAD alone. Past OPTIMISTIC_S, it is built under the lock, so it
-            # cannot be overtaken again.
+            # Built without the lock, onto HEAD and the real index as they are, until neither moved from
+            # the start of a catch-up to its end; past OPTIMISTIC_S, built under it (not overtaken again).
             optimistic = time.monotonic() < optimistic_until
             mover = mover or index.HeadMove(workspace, reflog)
             if optimistic:
@@ -257,8 +254,7 @@ def commit_in_workspace(
                 if not _settled(workspace, ahead, real):
                     continue
                 journal(ahead.new, ahead.update.before)
-            else:
-                tries += 1
+            tries += not optimistic
             with IndexLock.held(workspace) as lock:
                 if optimistic and ahead is not None and not _settled(workspace, ahead, real):
                     continue
