@@ -116,8 +116,11 @@ def run_env(settings: RunSettings, base: Mapping[str, str] | None = None) -> dic
 
 
 def task_env(ctx: WorkerContext, inherited: Mapping[str, str]) -> dict[str, str]:
-    """One worker's environment: the run's (run_env) and its task's."""
-    return {**inherited, **ctx.to_env()}
+    """One worker's environment: the run's (run_env) and its task's. In the shared tree, its git takes
+    no optional locks unless the user says otherwise: an agent's `git status` then never holds the
+    index.lock the user's own git (and the commit lane) would meet."""
+    shared = {"GIT_OPTIONAL_LOCKS": "0"} if ctx.shared and "GIT_OPTIONAL_LOCKS" not in inherited else {}
+    return {**inherited, **shared, **ctx.to_env()}
 
 
 def spend_budget(

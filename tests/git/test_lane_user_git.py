@@ -209,3 +209,25 @@ def test_a_commit_waits_while_git_holds_the_index_lock_and_gives_up_after_a_boun
     lock.write_text(f"{indexlock.MARKER} 999999 0.0\n")
     assert commit_paths(ctx, ["a.txt"], "Change a") == gitops.head_commit(git_repo)
     assert not lock.exists()
+
+
+def test_a_shared_workers_git_takes_no_optional_locks_and_an_isolated_ones_is_left_alone(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    # A real `git status` run by a shared worker must not hold index.lock to write back refreshed stat
+    # data, where the user's git (and the commit lane) would fail on it; in its own worktree it may.
+    said = tmp_path / "said"
+    write_config(git_repo, run=f'echo "$STELLA_TASK_ID ${{GIT_OPTIONAL_LOCKS-unset}}" >> {said}')
+    plan = tmp_path / "plan.toml"
+    shared, own = '[[tasks]]\nid = "shared"\nprompt = "p"\n', '[[tasks]]\nid = "own"\nprompt = "p"\n'
+    plan.write_text(f'{shared}\n{own}isolation = "isolated"\n')
+    proc = stella("fleet", "--pipeline", "command", "--plan", str(plan), cwd=git_repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(said.read_text().splitlines()) == ["own unset", "shared 0"]
+
+    said.unlink()
+    proc = stella(
+        "fleet", "--pipeline", "command", "--plan", str(plan), cwd=git_repo, env={"GIT_OPTIONAL_LOCKS": "1"}
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(said.read_text().splitlines()) == ["own 1", "shared 1"]  # the user's own setting stands
