@@ -45,6 +45,7 @@ _KEYS: dict[str, str] = {
     "token": "ATTEMPT_PROOF",
     "plan_out": "PLAN_OUT",
     "commit_hooks": "COMMIT_HOOKS",
+    "allow_detached": "ALLOW_DETACHED",
 }
 
 
@@ -74,6 +75,8 @@ class WorkerContext:
     # An expanding task's (plan field `expands`): where its worker may write the tasks it adds to the run.
     plan_out: Path | None = None
     commit_hooks: str = "run"  # [commit] hooks: whether `stella commit` runs the repository's hooks
+    # --allow-detached / [fleet] allow_detached: a shared commit may go onto a detached HEAD
+    allow_detached: bool = False
 
     @property
     def paths(self) -> StatePaths:
@@ -111,6 +114,7 @@ class WorkerContext:
             "token": self.token,
             "plan_out": None if self.plan_out is None else str(self.plan_out),
             "commit_hooks": self.commit_hooks,
+            "allow_detached": "1" if self.allow_detached else None,
         }
         return {_PREFIX + _KEYS[name]: value for name, value in values.items() if value is not None}
 
@@ -171,6 +175,7 @@ class WorkerContext:
             token=get("token") or None,
             plan_out=Path(get("plan_out")) if get("plan_out") else None,
             commit_hooks="skip" if get("commit_hooks") == "skip" else "run",
+            allow_detached=get("allow_detached") == "1",
         )
 
 

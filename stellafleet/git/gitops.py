@@ -142,6 +142,22 @@ def current_branch(root: Path) -> str | None:
     return out or None
 
 
+def refuse_detached_head(root: Path, *, allowed: bool = False) -> None:
+    """StellaError when HEAD is detached (unless allowed: --allow-detached), for a shared-tree commit:
+    the user may check out a commit (`git checkout --detach`) while the run goes on, and a commit there
+    would be reachable only through the reflog once a branch is checked out again. One git call when
+    HEAD is on a branch, as it runs before every shared commit."""
+    if allowed or current_branch(root) is not None:
+        return
+    at = git("rev-parse", "--short=12", "HEAD", cwd=root, check=False).strip() or "?"
+    raise StellaError(
+        f"HEAD is detached (at {at}): this shared-tree commit would go onto it, where only the reflog "
+        "keeps it once a branch is checked out; check out a branch again (`git switch -` goes back to "
+        "it) and commit again, or start the run with --allow-detached to commit onto a detached HEAD",
+        exit_code=1,
+    )
+
+
 def branch_exists(root: Path, branch: str) -> bool:
     return git_ok("show-ref", "--verify", "-q", f"refs/heads/{branch}", cwd=root)
 

@@ -61,6 +61,7 @@ def commit_paths(
             sha = commit_in_workspace(workspace, staged, reflog=reflog)
             lanejournal.record(ctx.paths.fleet_db, workspace, _pending(ctx, sha, staged))
         else:
+            gitops.refuse_detached_head(workspace, allowed=ctx.allow_detached)  # detached since the start?
             sha = _commit_shared(ctx, workspace, relpaths, staging, reflog, lane_timeout)
     if run_hooks:
         hooks_mod.run_post_commit(workspace, relpaths)

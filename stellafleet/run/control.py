@@ -192,6 +192,7 @@ def run_settings(prepared: Prepared) -> RunSettings:
         spend_guard_usd=prepared.spend_guard,
         config_file=prepared.config_file,
         commit_hooks=prepared.config.commit.hooks,
+        allow_detached=prepared.options.allow_detached or prepared.config.fleet.allow_detached,
         init_submodules=prepared.config.fleet.init_submodules,
         worktree=prepared.config.worktree,
         start_points=prepared.start_points,

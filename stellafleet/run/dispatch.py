@@ -68,6 +68,7 @@ class RunSettings:
     spend_guard_usd: float | None = None
     config_file: Path | None = None
     commit_hooks: str = "run"  # [commit] hooks, handed to every worker's `stella commit`
+    allow_detached: bool = False  # --allow-detached: shared commits may go onto a detached HEAD
     init_submodules: bool = True  # [fleet] init_submodules, for isolated worktrees
     # [worktree]: the include limit and the setup command (bootstrap.py)
     worktree: WorktreeConfig = field(default_factory=WorktreeConfig)
@@ -303,6 +304,7 @@ class Dispatcher:
             token=token,
             plan_out=paths.fragment_file(run_id, task.id, attempt_id) if task.expands else None,
             commit_hooks=settings.commit_hooks,
+            allow_detached=settings.allow_detached,
         )
 
     def _prompt(self, task: PlanTask) -> str:

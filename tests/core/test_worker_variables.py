@@ -36,6 +36,7 @@ def full_context(tmp_path: Path) -> WorkerContext:
         prompt_path=tmp_path / "prompt.txt",
         token="0123456789abcdef",
         plan_out=tmp_path / "fragment.plan",
+        allow_detached=True,
     )
 
 

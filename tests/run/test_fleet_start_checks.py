@@ -7,9 +7,12 @@ uncommitted in it. A detached HEAD is refused for shared work unless --allow-det
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-from helpers.fleet import run_record, write_config
+from helpers.fleet import Scripts, run_record, wait_for, write_config
 from helpers.repo import StellaRunner, git
 
 PLAN = """\
@@ -111,6 +114,48 @@ def test_a_detached_head_is_refused_for_shared_work_unless_asked_for(
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     assert git("rev-parse", "HEAD~1", cwd=git_repo).strip() == detached
     assert git("show", "HEAD:t1.txt", cwd=git_repo) == "by t1\n"
+
+
+# The worker writes its file, says so, and commits only once the test has detached HEAD under it.
+LATE_COMMITTER = """
+(WS / "t1.txt").write_text("by t1\\n")
+mark("written")
+wait_file(MARKS / "detached")
+out = subprocess.run(["stella", "commit", "-m", "t1", "t1.txt"], capture_output=True, text=True)
+mark("commit.out", out.stderr)
+sys.exit(out.returncode)
+"""
+
+
+def test_a_head_detached_during_the_run_refuses_the_shared_commit(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner, spawned: list[subprocess.Popen[str]]
+) -> None:
+    _setup(git_repo, tmp_path, Scripts(tmp_path / "scripts").python("late", LATE_COMMITTER))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    fleet = subprocess.Popen(
+        [sys.executable, "-m", "stellafleet", "fleet", "--pipeline", "command", "write t1"],
+        cwd=git_repo, env={**os.environ, "MARKS": str(marks)}, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    spawned.append(fleet)
+    wait_for(marks / "written", process=fleet)
+    git("checkout", "-q", "--detach", cwd=git_repo)  # the user, while the run goes on
+    detached = git("rev-parse", "HEAD", cwd=git_repo).strip()
+    (marks / "detached").touch()
+    out, err = fleet.communicate(timeout=120)
+
+    assert fleet.returncode == 1, out + err
+    said = (marks / "commit.out").read_text().strip().splitlines()
+    assert said == [
+        f"stella: error: HEAD is detached (at {detached[:12]}): this shared-tree commit would go onto it, "
+        "where only the reflog keeps it once a branch is checked out; check out a branch again (`git "
+        "switch -` goes back to it) and commit again, or start the run with --allow-detached to commit "
+        "onto a detached HEAD"
+    ]
+    assert git("rev-parse", "HEAD", cwd=git_repo).strip() == detached  # nothing committed onto it
+    assert git("rev-parse", "main", cwd=git_repo).strip() == detached
+    assert run_record(git_repo)["commits"] == []
 
 
 def test_hooks_skip_warns_once_at_the_start_when_hooks_are_installed(
