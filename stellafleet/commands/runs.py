@@ -135,10 +135,13 @@ def fmt_tasks(tasks: dict[str, int]) -> str:
     return text + (", " + ", ".join(extra) if extra else "")
 
 
-def fmt_task_counts(tasks: dict[str, int]) -> str:
-    """Compact: succeeded/failed/skipped, then what is still open."""
+def fmt_task_counts(tasks: dict[str, int], no_commits: int = 0) -> str:
+    """Compact: succeeded/failed/skipped, then what is still open, then the succeeded tasks that
+    committed nothing (isolated ones: nothing of theirs to merge)."""
     text = "/".join(str(tasks[status]) for status in SETTLED_STATUSES)
     extra = [f"{tasks[k]} {k}" for k in OTHER_STATUSES if tasks.get(k)]
+    if no_commits:
+        extra.append(f"{no_commits} ok with 0 commits")
     return text + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -168,7 +171,7 @@ def print_runs(page: dict[str, Any], *, console: Console) -> None:
             fmt_time(r["created_at_ms"]),
             fmt_duration(r["duration_ms"]),
             fmt_status(r) + (f" (resumes {r['resumed_from']})" if r.get("resumed_from") else ""),
-            fmt_task_counts(r["tasks"]),
+            fmt_task_counts(r["tasks"], len(r.get("no_commits") or ())),
             fmt_spend(r),
             r.get("pipeline") or "-",
             fmt_base(r),

@@ -197,7 +197,18 @@ class Runs:
             f"SELECT run_id, count(*) FROM attempts WHERE {in_page} GROUP BY run_id", (ids,)
         )
         attempts_of = {row[0]: int(row[1]) for row in attempts}
+        # views.no_commits in SQL: succeeded isolated tasks with an attempt and not one commit
+        no_commits: dict[str, list[str]] = {run["id"]: [] for run in runs}
+        for row in self._db.read(
+            f"SELECT t.run_id, t.id FROM tasks t WHERE t.{in_page} AND t.status = ? AND t.isolation = ?"
+            " AND EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = t.run_id AND a.task_id = t.id)"
+            " AND NOT EXISTS (SELECT 1 FROM commits c WHERE c.run_id = t.run_id AND c.task_id = t.id)"
+            " ORDER BY t.rowid",
+            (ids, str(TaskStatus.SUCCEEDED), "isolated"),
+        ):
+            no_commits[row[0]].append(str(row[1]))
         for run in runs:
+            run["no_commits"] = no_commits[run["id"]]
             run["task_counts"] = counts[run["id"]]
             run["tasks_total"] = sum(counts[run["id"]].values())
             run["attempts_total"] = attempts_of.get(run["id"], 0)

@@ -72,6 +72,8 @@ def run_row(run: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> di
         "reason": run.get("reason"),
         "pid": run.get("pid"),
         "tasks": tasks,
+        # its succeeded isolated tasks with no commit (no_commits below): nothing of theirs to merge
+        "no_commits": [str(task_id) for task_id in run.get("no_commits") or ()],
         "attempts_total": run.get("attempts_total"),
     }
 
@@ -251,9 +253,11 @@ def run_model(record: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) 
         root=raw_run.get("root"),
         plan_sha256=raw_run.get("plan_sha256"),
     )
+    tasks = _tasks(record, now_ms=now_ms, live=run["live"])
+    run["no_commits"] = [task["id"] for task in tasks if task["no_commits"]]
     return {
         "run": run,
-        "tasks": _tasks(record, now_ms=now_ms, live=run["live"]),
+        "tasks": tasks,
         "branches": _branches(record),
         "commits": record["commits"],
         "ci": record["ci"],

@@ -4,6 +4,7 @@ a message saying so; and a succeeded isolated task with no commit at all is flag
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -65,6 +66,14 @@ def test_uncommitted_work_of_an_isolated_task_is_committed_and_no_commit_is_flag
     assert "NO COMMITS" in rows["nothing"] and "NO COMMITS" not in rows["left"]
     shown = stella("runs", "latest", cwd=git_repo)
     assert shown.stdout.count("no commits: it succeeded, but its branch holds nothing") == 1
+    # and in the list of runs: the count in the run's row, the task's id in --json
+    listed = stella("runs", cwd=git_repo)
+    [row] = [line for line in listed.stdout.splitlines() if line.startswith(record["run"]["id"])]
+    assert " 2/0/0 (1 ok with 0 commits) " in row, listed.stdout
+    [run] = json.loads(stella("runs", "--json", cwd=git_repo).stdout)["runs"]
+    assert run["no_commits"] == ["nothing"]
+    one = json.loads(stella("runs", "latest", "--json", cwd=git_repo).stdout)
+    assert one["run"]["no_commits"] == ["nothing"]
     page = load_first_view(StatePaths(git_repo).fleet_db, None, now_ms=int(time.time() * 1000))
     flagged = [item for item in page["attention"] if item["kind"] == "no_commits"]
     assert [item["task"] for item in flagged] == ["nothing"]
