@@ -124,10 +124,44 @@ def patches_upstream(root: Path, upstream: str, head: str) -> bool:
 def finish_advance(root: Path, branch: str, old: str, new: str) -> bool:
     """After a merge was killed inside advance_branch: True when the branch's ref had moved to new, and
     now the index and the files follow it too (a two-tree read-tree, which is a no-op when they already
-    did); False when the ref had not moved to new (nothing landed: the tree is left as it is)."""
+    did); False when the ref had not moved to new (nothing landed: the tree is left as it is).
+
+    A read-tree killed while writing files leaves some of them at new and the index at old (its new index
+    was never put in place), and a second read-tree refuses those as local changes. So when it refuses,
+    the index entries of the files that already hold new's content are set to new's, and it runs again;
+    a file with any other content is a real local change and is still refused."""
     if gitops.ref_commit(root, f"refs/heads/{branch}") != new:
         return False
-    gitops.git("read-tree", "-m", "-u", old, new, cwd=root)
+    retcode, out, err = gitops.git_status("read-tree", "-m", "-u", old, new, cwd=root)
+    if retcode != 0:
+        if not _adopt_written(root, old, new):
+            raise GitError(f"git read-tree -m: {gitops.last_words(err or out, retcode)}")
+        gitops.git("read-tree", "-m", "-u", old, new, cwd=root)
+    return True
+
+
+def _adopt_written(root: Path, old: str, new: str) -> bool:
+    """Set to new's the index entries of the files old..new changes whose work-tree file already holds
+    new's content (what a killed checkout wrote); whether there were any."""
+    out = gitops.git("diff-tree", "-r", "-z", "--no-renames", old, new, cwd=root)
+    fields = out.split("\0")
+    wanted: dict[str, tuple[str, str]] = {}
+    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+        _, mode, _, sha, status = meta.lstrip(":").split(" ")
+        full = root / path
+        if status != "D" and full.is_file() and not full.is_symlink():
+            wanted[path] = (mode, sha)
+    if not wanted:
+        return False
+    stdin = "".join(f"{path}\n" for path in wanted)
+    hashes = gitops.git("hash-object", "--stdin-paths", cwd=root, stdin=stdin).split()
+    written = [
+        (path, entry) for (path, entry), sha in zip(wanted.items(), hashes, strict=True) if sha == entry[1]
+    ]
+    if not written:
+        return False
+    info = "".join(f"{mode} {sha}\t{path}\n" for path, (mode, sha) in written)
+    gitops.git("update-index", "--index-info", cwd=root, stdin=info)
     return True
 
 

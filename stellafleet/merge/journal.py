@@ -7,9 +7,10 @@ scratch directory and worktree, the ledger row of the branch it is on, the check
 one runs, and, around the one step git cannot do atomically (the branch ref moves, then the index and the
 files follow), the old and new commit. The next stella command that finds the journal and can take the
 lock knows the merge is dead and finishes its work (`repair`): the check's process group is stopped, a
-ref that moved gets its index and files (a ref that did not is left as it was), the `planned` row becomes
-`merged` only when the branch is verifiably in the branch it landed on (else `error`), and the scratch
-worktree and directory are removed.
+ref that moved gets its index and files (a ref that did not is left as it was; git's own index.lock,
+which a read-tree killed with the merge leaves, is removed when it is provably that git's), the
+`planned` row becomes `merged` only when the branch is verifiably in the branch it landed on (else
+`error`), and the scratch worktree and directory are removed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,13 +29,14 @@ from typing import Any
 from stellafleet.core.errors import EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import MergeStatus
-from stellafleet.git import mergeops
+from stellafleet.git import gitops, mergeops
 from stellafleet.proc.group import stop_group
 from stellafleet.proc.pids import ProcessIdentity
 from stellafleet.state.ledger import Ledger
 
 LOCK_NAME = "merge.lock"
 CHECK_STOP_GRACE_S = 2.0
+LOCK_CLOCK_SLACK_S = 2.0  # file times may be coarse: a lock made just after the journal may look older
 
 
 def _paths(root: Path) -> tuple[Path, Path]:
@@ -96,7 +99,7 @@ def holding(root: Path) -> Iterator[Journal]:
             yield journal
         except BaseException:  # an error or Ctrl-C mid-step: settle what it left at once, as a repair would
             with contextlib.suppress(GitError, StellaError, OSError):
-                _finish(root, journal.data)
+                _finish(root, journal.data, journal_path.stat().st_mtime)
                 journal_path.unlink(missing_ok=True)
             raise
         journal_path.unlink(missing_ok=True)
@@ -116,17 +119,21 @@ def repair(root: Path) -> str | None:
     try:
         try:
             data = json.loads(journal_path.read_text())
+            journal_at: float | None = journal_path.stat().st_mtime
         except (OSError, ValueError):
-            data = {}
-        said = _finish(root, data)
+            data, journal_at = {}, None
+        said = _finish(root, data, journal_at)
         journal_path.unlink(missing_ok=True)
         for tmp in journal_path.parent.glob(f"{journal_path.name}.*.tmp"):  # one killed mid-write
             tmp.unlink(missing_ok=True)
+        line = f"stella: a killed stella merge (pid {data.get('pid', '?')}) was finished: {said}"
     except GitError as exc:
-        said = f"could not finish it: {exc.message}; the journal stays at {journal_path}"
+        line = (
+            f"stella: a killed stella merge (pid {data.get('pid', '?')}) is not finished yet: "
+            f"{exc.message} (its journal stays at {journal_path})"
+        )
     finally:
         _release(fd)
-    line = f"stella: a killed stella merge (pid {data.get('pid', '?')}) was finished: {said}"
     print(line, file=sys.stderr)
     return line
 
@@ -142,7 +149,34 @@ def _stop_check(data: dict[str, Any]) -> str | None:
     return f"its check (pid {who.pid}) stopped"
 
 
-def _finish(root: Path, data: dict[str, Any]) -> str:
+def _drop_index_lock(root: Path, journal_at: float | None) -> str | None:
+    """Remove git's index.lock when the killed merge's own git left it: the journal was last written as
+    the branch was about to move (the landing step), the lock is younger than that, the merge is dead
+    (its lock is ours) and no git process runs in the repository. Such a lock stops every git command
+    that writes the index, the user's too, and would stop finishing the landing. A lock that may be a
+    live git's is left: GitError, said in one line."""
+    lock = gitops.git_path(root, "--git-path", "index.lock")
+    try:
+        made = lock.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    shown = os.path.relpath(lock, root)
+    if journal_at is None or made < journal_at - LOCK_CLOCK_SLACK_S:
+        raise GitError(
+            f"{shown} is older than the killed merge's last step, so it may be another git's: if no git "
+            "command is running in this repository, remove it and run any stella command again"
+        )
+    running = gitops.git_processes_in(root, started_before=time.time())
+    if running:
+        raise GitError(
+            f"{shown} is there and a git process runs in this repository (pid {running[0].pid}): left "
+            "alone; run any stella command again once it has ended to finish the merge"
+        )
+    lock.unlink(missing_ok=True)
+    return f"removed the {shown} its killed git left"
+
+
+def _finish(root: Path, data: dict[str, Any], journal_at: float | None = None) -> str:
     done = [said] if (said := _stop_check(data)) else []
     landing = data.get("landing")
     status, after, reason = (
@@ -152,6 +186,8 @@ def _finish(root: Path, data: dict[str, Any]) -> str:
     )
     if landing:
         onto, old, new = landing["onto"], landing["old"], landing["new"]
+        if (said := _drop_index_lock(root, journal_at)) is not None:
+            done.append(said)
         if mergeops.finish_advance(root, onto, old, new):
             done.append(f"{onto} at {new[:12]} got its index and files")
             if mergeops.contains(root, new, data.get("head") or new):

@@ -161,3 +161,75 @@ def test_a_merge_interrupted_with_ctrl_c_settles_its_row_and_scratch_at_once(
     assert row["status"] == "error" and "stopped before this branch landed" in row["reason"]
     assert worktrees(git_repo) == [str(git_repo)]
     assert stella("runs", cwd=git_repo).stderr == ""  # nothing left for the next command to finish
+
+
+def slow_checkout_of(root: Path, path: str, mark: Path) -> None:
+    """Make the real `git read-tree -m -u` in root stop inside its checkout of path, holding git's own
+    .git/index.lock, until it is killed: a smudge filter for path that, in root's work tree and only the
+    first time, marks that it started and sleeps. This widens the window a kill has to land in; the lock
+    and the half-written tree are git's own. Files before path in the index (README.md) are already
+    written by then."""
+    (root / ".git" / "info").mkdir(exist_ok=True)
+    (root / ".git" / "info" / "attributes").write_text(f"{path} filter=slow\n")
+    smudge = f'if [ "$(pwd)" = "{root}" ] && [ ! -e "{mark}" ]; then touch "{mark}"; sleep 60; fi; cat'
+    git("config", "filter.slow.smudge", smudge, cwd=root)
+    git("config", "filter.slow.clean", "cat", cwd=root)
+
+
+def test_a_merge_killed_inside_read_tree_has_gits_index_lock_removed_and_the_step_finished(
+    git_repo: Path, stella: StellaRunner, tmp_path: Path
+) -> None:
+    heads = build_run(git_repo).heads
+    mark = tmp_path / "checkout.started"
+    slow_checkout_of(git_repo, "a.txt", mark)
+    proc = start_merge(git_repo, {})
+    wait_for(mark)
+    kill_merge(proc)
+
+    lock = git_repo / ".git" / "index.lock"
+    assert lock.exists()  # git's own, left by the killed read-tree
+    new = json.loads(StatePaths(git_repo).merge_journal.read_text())["landing"]["new"]
+    assert git("rev-parse", "main", cwd=git_repo).strip() == new
+    # README.md was written before the kill, the index still has the old one
+    assert (git_repo / "README.md").read_text() == "# changed by a\n"
+
+    done = stella("runs", cwd=git_repo)
+    assert done.returncode == 0, done.stderr
+    assert "removed the .git/index.lock its killed git left" in done.stderr, done.stderr
+    assert "recorded merged" in done.stderr
+    assert not lock.exists()
+    assert git("status", "--porcelain", "--untracked-files=no", cwd=git_repo) == ""
+    assert (git_repo / "a.txt").read_text() == "a\n"
+    assert git("merge-base", "--is-ancestor", heads["a"], "HEAD", cwd=git_repo) == ""
+    [row] = merges(git_repo)
+    assert row["status"] == "merged" and row["after_sha"] == new
+    assert not StatePaths(git_repo).merge_journal.exists()
+
+
+def test_an_index_lock_with_a_live_git_in_the_repository_is_left_and_said_in_one_line(
+    git_repo: Path, stella: StellaRunner, tmp_path: Path
+) -> None:
+    build_run(git_repo)
+    mark = tmp_path / "checkout.started"
+    slow_checkout_of(git_repo, "a.txt", mark)
+    proc = start_merge(git_repo, {})
+    wait_for(mark)
+    kill_merge(proc)
+    lock = git_repo / ".git" / "index.lock"
+    # a git of the user's still runs in the repository (a pager left open, say): the lock may be its own
+    other = subprocess.Popen(
+        [REAL_GIT or "git", "hash-object", "--stdin"], cwd=git_repo, stdin=subprocess.PIPE, text=True
+    )
+    try:
+        time.sleep(0.2)
+        done = stella("runs", cwd=git_repo)
+    finally:
+        other.communicate("x", timeout=30)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "index.lock" in line]
+    assert len(said) == 1 and "a git process runs in this repository" in said[0], done.stderr
+    assert lock.exists() and StatePaths(git_repo).merge_journal.exists()
+
+    again = stella("runs", cwd=git_repo)  # once it has ended, the next command finishes the merge
+    assert "removed the .git/index.lock" in again.stderr and "recorded merged" in again.stderr
+    assert not lock.exists() and not StatePaths(git_repo).merge_journal.exists()
