@@ -4,13 +4,14 @@ by the next stella command.
 A merge holds `.stella/private/merge.lock` (an exclusive flock, which the kernel lets go of when the
 process dies, however it dies) for as long as it runs, and keeps `merge-journal.json` next to it: its
 scratch directory and worktree, the ledger row of the branch it is on, the check command's process while
-one runs, and, around the one step git cannot do atomically (the branch ref moves, then the index and the
-files follow), the old and new commit. The next stella command that finds the journal and can take the
-lock knows the merge is dead and finishes its work (`repair`): the check's process group is stopped, a
-ref that moved gets its index and files (a ref that did not is left as it was; git's own index.lock,
-which a read-tree killed with the merge leaves, is removed when it is provably that git's), the
-`planned` row becomes `merged` only when the branch is verifiably in the branch it landed on (else
-`error`), and the scratch worktree and directory are removed.
+one runs, the resolve task while one runs (--resolve: merge/killedresolve.py finishes it), and, around
+the one step git cannot do atomically (the branch ref moves, then the index and the files follow), the
+old and new commit. The next stella command that finds the journal and can take the lock knows the merge
+is dead and finishes its work (`repair`): the check's process group is stopped, a ref that moved gets its
+index and files (a ref that did not is left as it was; git's own index.lock, which a read-tree killed
+with the merge leaves, is removed when it is provably that git's), the `planned` row becomes `merged`
+only when the branch is verifiably in the branch it landed on (else `error`), and the scratch worktree
+and directory are removed.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from stellafleet.core.errors import EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import MergeStatus
 from stellafleet.git import gitops, mergeops
+from stellafleet.merge import killedresolve
 from stellafleet.proc.group import stop_group
 from stellafleet.proc.pids import ProcessIdentity
 from stellafleet.state.ledger import Ledger
@@ -193,12 +195,14 @@ def _finish(root: Path, data: dict[str, Any], journal_at: float | None = None) -
             if mergeops.contains(root, new, data.get("head") or new):
                 status, after = MergeStatus.MERGED, new
                 reason = f"landed on {onto} at {new[:12]} (finished after stella merge was killed)"
-    merge_id = data.get("merge_id")
-    if merge_id is not None:
-        db = StatePaths(root).fleet_db
-        with Ledger.open(db) as ledger:
-            ledger.merges.finish(int(merge_id), status, after_sha=after, reason=reason)
-        done.append(f"{data.get('branch') or 'its branch'} recorded {status}")
+    merge_id, resolving = data.get("merge_id"), data.get("resolving")
+    if merge_id is not None or resolving:
+        with Ledger.open(StatePaths(root).fleet_db) as ledger:
+            if resolving:  # its worker first: it may still write in the worktree that goes
+                done.append(killedresolve.finish(root, ledger, resolving))
+            if merge_id is not None:
+                ledger.merges.finish(int(merge_id), status, after_sha=after, reason=reason)
+                done.append(f"{data.get('branch') or 'its branch'} recorded {status}")
     worktree, scratch = data.get("worktree"), data.get("scratch")
     if worktree:
         mergeops.drop_worktree(root, Path(worktree))

@@ -16,6 +16,7 @@ from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import SpendBudget, money
 from stellafleet.git import gitops, mergeops
+from stellafleet.merge.journal import Journal
 from stellafleet.merge.queue import MergeItem
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.cifix import execute_in_background
@@ -73,7 +74,9 @@ class Resolver:
         )
         return Dispatcher(settings, self.ledger, claims, executor, _quiet, budget=budget)
 
-    def resolve(self, item: MergeItem, onto: str, tip: str, files: tuple[str, ...], diff: str) -> Resolution:
+    def resolve(
+        self, item: MergeItem, onto: str, tip: str, files: tuple[str, ...], diff: str, journal: Journal
+    ) -> Resolution:
         # The worker's guard is what the run has left of its limit, as for the run's own workers.
         spent = self.ledger.spend.of_run(self.run_id)
         budget = spend_budget(self.limit, 1, self.config, spent=spent)
@@ -85,15 +88,18 @@ class Resolver:
         prompt = resolve_prompt(item, onto, files, diff, self.prompts.get(item.task_id, ""))
         task = PlanTask(task_id, prompt, f"resolve {item.branch} onto {onto}", isolation="isolated")
         self.ledger.tasks.add(self.run_id, [task], {})
+        # A merge killed from here on leaves the task running: the next stella command finishes it.
+        journal.note(resolving={"run_id": self.run_id, "task_id": task_id, "tip": tip})
         paths = StatePaths(self.root)
         executor = LocalExecutor(stop_grace_s=self.config.fleet.stop_grace)
         try:
             with ClaimStore.open(paths.store_db) as claims:
                 failed = execute_in_background(self._dispatcher(tip, claims, executor, budget), task)
-                if failed is not None:
-                    return Resolution(None, f"resolve task {task_id} failed: {failed}")
         finally:
             executor.close()
+        journal.note(resolving=None)  # ended (not on Ctrl-C: then the merge's own clean-up finishes it)
+        if failed is not None:
+            return Resolution(None, f"resolve task {task_id} failed: {failed}")
         branch = next(t["branch"] for t in self.ledger.get_run(self.run_id)["tasks"] if t["id"] == task_id)
         head = gitops.ref_commit(self.root, branch) if branch else None
         if head is None or head == tip or not gitops.is_ancestor(self.root, tip, head):

@@ -108,7 +108,7 @@ class Resolving(Protocol):
     """--resolve: hands a conflicting branch to a worker (merge/resolve.py's Resolver)."""
 
     def resolve(
-        self, item: MergeItem, onto: str, tip: str, files: tuple[str, ...], diff: str
+        self, item: MergeItem, onto: str, tip: str, files: tuple[str, ...], diff: str, journal: Journal
     ) -> Resolution: ...
 
 
@@ -255,7 +255,7 @@ class _Queue:
             if self.resolver is None or not step.conflicts:
                 return
             fixed = self.resolver.resolve(
-                item, self.result.onto, self.tip, step.conflicts, step.conflict_diff
+                item, self.result.onto, self.tip, step.conflicts, step.conflict_diff, self.journal
             )
             if fixed.head is None:
                 item.reason += f"; {fixed.note}"
