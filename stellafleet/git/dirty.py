@@ -5,8 +5,10 @@ written to the object store, or its absence) in `.stella/private/dirty/<run>.jso
 `stella commit` of such a file then commits HEAD's version plus exactly what the worker changed since the
 run started (a three-way merge of HEAD's version, the user's and the worker's: `git merge-file`), so the
 user's own edits stay uncommitted in the file, as they were; where the worker's changes overlap the user's
-the commit is refused, naming the file. A run refuses to start when a file a shared task claims has such
-changes, unless asked to with --allow-dirty.
+the commit is refused, naming the file. The versions are merged as bytes (a non-UTF-8 text file keeps
+its bytes). A binary file cannot be merged: once the user's version is HEAD's (they committed it since)
+the worker's whole file is committed, else its commit is refused, naming it and saying what to do. A run
+refuses to start when a file a shared task claims has such changes, unless asked to with --allow-dirty.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.git import gitops, index
 
+BINARY_PROBE_BYTES = 8000
 Snapshot = Mapping[str, str | None]  # path -> the blob of the user's version (None: the file was absent)
 
 
@@ -56,10 +59,6 @@ def load(root: Path, run_id: str) -> dict[str, str | None]:
     return {str(path): (str(blob) if blob else None) for path, blob in dict(data).items()}
 
 
-def _blob_text(root: Path, blob: str | None) -> str:
-    return gitops.git("cat-file", "blob", blob, cwd=root) if blob else ""
-
-
 def worker_entries(root: Path, paths: Sequence[str], snapshot: Snapshot) -> dict[str, tuple[str, str]]:
     """For those of paths the user had changed at the start (and the worker changed since, and did not
     delete): the entry to commit, HEAD's version plus the worker's changes only."""
@@ -78,23 +77,58 @@ def worker_entries(root: Path, paths: Sequence[str], snapshot: Snapshot) -> dict
             entries[path] = committed
             continue
         mode = "100755" if full.stat().st_mode & stat.S_IXUSR else "100644"
-        entries[path] = (mode, _merge(root, path, committed[1] if committed else None, user))
+        head_blob = committed[1] if committed else None
+        if user == head_blob:  # your changes were committed since (or undone): the file is the worker's
+            entries[path] = (mode, gitops.git("hash-object", "-w", "--", path, cwd=root).strip())
+            continue
+        entries[path] = (mode, _merge(root, path, head_blob, user))
     return entries
 
 
+def _is_binary(data: bytes) -> bool:
+    """git's own test (buffer_is_binary): a NUL byte in the first 8000 bytes."""
+    return b"\0" in data[:BINARY_PROBE_BYTES]
+
+
+def _unpack(root: Path, blob: str | None, scratch: Path, name: str) -> Path:
+    """A blob's bytes in a file of scratch (empty for None), by git itself: no text decoding on the way,
+    so a binary or non-UTF-8 file arrives as it is."""
+    target = scratch / name
+    if blob is None:
+        target.write_bytes(b"")
+        return target
+    env = {"GIT_DIR": str(gitops.common_dir(root))}  # unpack-file writes into its cwd: scratch
+    made = gitops.git("unpack-file", blob, cwd=scratch, env=env).strip()
+    os.replace(scratch / made, target)
+    return target
+
+
 def _merge(root: Path, path: str, head_blob: str | None, user_blob: str | None) -> str:
-    """The blob of HEAD's version of path plus what the work tree changed since the user's version."""
+    """The blob of HEAD's version of path plus what the work tree changed since the user's version.
+
+    The versions are merged as bytes, in files (`git merge-file` writes the result into HEAD's copy).
+    A binary file cannot be merged: it is refused, naming it, unless the user's version is HEAD's (then
+    the caller commits the worker's whole file)."""
     with tempfile.TemporaryDirectory(prefix="stella-dirty-") as tmp:
-        head_file, user_file = Path(tmp) / "head", Path(tmp) / "user"
-        head_file.write_text(_blob_text(root, head_blob))
-        user_file.write_text(_blob_text(root, user_blob))
-        args = ["merge-file", "-p", "-L", "HEAD", "-L", "yours", "-L", "worker"]
-        retcode, out, err = gitops.git_status(*args, str(head_file), str(user_file), path, cwd=root)
-    if retcode != 0:
-        raise StellaError(
-            f"cannot commit {path} without your own uncommitted changes in it: the worker's changes "
-            "overlap them (it had changes of yours when the run started); commit or stash yours and "
-            f"commit the file again{': ' + gitops.last_words(err, retcode) if retcode < 0 else ''}",
-            exit_code=1,
-        )
-    return gitops.git("hash-object", "-w", "--stdin", cwd=root, stdin=out).strip()
+        head_file = _unpack(root, head_blob, Path(tmp), "head")
+        user_file = _unpack(root, user_blob, Path(tmp), "user")
+        versions = (head_file.read_bytes(), user_file.read_bytes(), (root / path).read_bytes())
+        if any(_is_binary(data) for data in versions):
+            yours = f"blob {user_blob[:12]}" if user_blob else "the file deleted"
+            raise StellaError(
+                f"cannot commit {path} with only the worker's changes: it is a binary file, which git "
+                f"cannot merge, and it had uncommitted changes of yours when the run started (your "
+                f"version: {yours}); commit your version of it first, then commit the file again, or "
+                f"commit it yourself with both (`git add {path} && git commit`)",
+                exit_code=1,
+            )
+        args = ["merge-file", "-L", "HEAD", "-L", "yours", "-L", "worker"]
+        retcode, _, err = gitops.git_status(*args, str(head_file), str(user_file), path, cwd=root)
+        if retcode != 0:
+            raise StellaError(
+                f"cannot commit {path} without your own uncommitted changes in it: the worker's changes "
+                "overlap them (it had changes of yours when the run started); commit or stash yours and "
+                f"commit the file again{': ' + gitops.last_words(err, retcode) if retcode < 0 else ''}",
+                exit_code=1,
+            )
+        return gitops.git("hash-object", "-w", "--no-filters", str(head_file), cwd=root).strip()
