@@ -38,21 +38,27 @@ def execute_in_background(dispatcher: Dispatcher, task: PlanTask, *, reason: str
     """dispatcher.execute(task) in a thread while this one waits: Ctrl-C here stops the worker and lets
     the attempt be recorded before it is raised on. Returns why the task failed, or None."""
     box: dict[str, BaseException] = {}
+    # Waited on as an Event, not with Thread.join: after Ctrl-C interrupted a join, the next join was
+    # seen to return (CPython 3.11) while the thread still ran, so the attempt went unrecorded and the
+    # merge's clean-up found it running.
+    finished = threading.Event()
 
     def work() -> None:
         try:
             dispatcher.execute(task, reason=reason)
         except BaseException as exc:  # handed back to the waiting thread below
             box["error"] = exc
+        finally:
+            finished.set()
 
     thread = threading.Thread(target=work, name=f"stella-{task.id}", daemon=True)
     thread.start()
     try:
-        while thread.is_alive():
-            thread.join(0.5)
+        while not finished.wait(0.5):
+            pass
     except KeyboardInterrupt:
         dispatcher.stop_workers()
-        thread.join()
+        finished.wait()
         raise
     error = box.get("error")
     if isinstance(error, TaskFailed | SkipTask):  # SkipTask: too little of the spend limit is left

@@ -83,3 +83,31 @@ def test_a_merge_killed_with_its_resolve_worker_is_finished_by_the_next_command(
     assert git("status", "--porcelain", "--untracked-files=no", cwd=git_repo) == ""
     assert not StatePaths(git_repo).merge_journal.exists()
     assert stella("runs", cwd=git_repo).stderr == ""  # nothing left for a later command
+
+
+def test_a_merge_interrupted_with_ctrl_c_while_resolving_settles_its_resolve_task_at_once(
+    git_repo: Path, stella: StellaRunner, tmp_path: Path
+) -> None:
+    build_run(git_repo)
+    write_config(git_repo, run=Scripts(tmp_path / "scripts").python("resolver", STUCK))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    proc = start_merge(git_repo, {"MARKS": str(marks)}, "--resolve")
+    wait_for(marks / "resolver.json")
+    resolver, helper = json.loads((marks / "resolver.json").read_text())
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+
+    assert proc.returncode == 130, out + err
+    assert ended_within(resolver, 10) and ended_within(helper, 10)
+    with Ledger.open(StatePaths(git_repo).fleet_db, readonly=True) as ledger:
+        record = ledger.get_run(RUN_ID)
+    [task] = [t for t in record["tasks"] if t["id"] == "resolve-c"]
+    [attempt] = [a for a in record["attempts"] if a["task_id"] == "resolve-c"]
+    assert task["status"] == "interrupted" and attempt["outcome"] == "interrupted"
+    assert git("show", f"{attempt['salvage_sha']}:half-done.txt", cwd=git_repo) == "resolving\n"
+    assert not Path(attempt["worktree"]).exists() and worktrees(git_repo) == [str(git_repo)]
+    assert git("branch", "--list", attempt["branch"], cwd=git_repo) == ""
+    assert {r["task_id"]: r["status"] for r in merges(git_repo)}["c"] == "error"
+    assert not StatePaths(git_repo).merge_journal.exists()
+    assert stella("runs", cwd=git_repo).stderr == ""  # nothing left for the next command
