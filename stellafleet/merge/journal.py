@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from stellafleet.state.ledger import Ledger
 LOCK_NAME = "merge.lock"
 CHECK_STOP_GRACE_S = 2.0
 LOCK_CLOCK_SLACK_S = 2.0  # file times may be coarse: a lock made just after the journal may look older
+PROCESS_CLOCK_TICK_S = 0.05  # a process's start time is known to a clock tick (and boot-time rounding)
 
 
 def _paths(root: Path) -> tuple[Path, Path]:
@@ -154,9 +154,9 @@ def _stop_check(data: dict[str, Any]) -> str | None:
 def _drop_index_lock(root: Path, journal_at: float | None) -> str | None:
     """Remove git's index.lock when the killed merge's own git left it: the journal was last written as
     the branch was about to move (the landing step), the lock is younger than that, the merge is dead
-    (its lock is ours) and no git process runs in the repository. Such a lock stops every git command
-    that writes the index, the user's too, and would stop finishing the landing. A lock that may be a
-    live git's is left: GitError, said in one line."""
+    (its lock is ours) and no git process that started before the lock runs in the repository. Such a
+    lock stops every git command that writes the index, the user's too, and would stop finishing the
+    landing. A lock that may be a live git's is left: GitError, said in one line."""
     lock = gitops.git_path(root, "--git-path", "index.lock")
     try:
         made = lock.stat().st_mtime
@@ -168,7 +168,9 @@ def _drop_index_lock(root: Path, journal_at: float | None) -> str | None:
             f"{shown} is older than the killed merge's last step, so it may be another git's: if no git "
             "command is running in this repository, remove it and run any stella command again"
         )
-    running = gitops.git_processes_in(root, started_before=time.time())
+    # Only a git that started before the lock was made can hold it (a later one found it taken); start
+    # times are known to a clock tick, so one that close counts too.
+    running = gitops.git_processes_in(root, started_before=made + PROCESS_CLOCK_TICK_S)
     if running:
         raise GitError(
             f"{shown} is there and a git process runs in this repository (pid {running[0].pid}): left "

@@ -212,19 +212,19 @@ def test_an_index_lock_with_a_live_git_in_the_repository_is_left_and_said_in_one
     build_run(git_repo)
     mark = tmp_path / "checkout.started"
     slow_checkout_of(git_repo, "a.txt", mark)
-    proc = start_merge(git_repo, {})
-    wait_for(mark)
-    kill_merge(proc)
-    lock = git_repo / ".git" / "index.lock"
-    # a git of the user's still runs in the repository (a pager left open, say): the lock may be its own
+    # a git of the user's started before the lock was made and still runs in the repository (waiting on
+    # its input, as a git waiting for an editor would): the lock may be its own, so it stays
     other = subprocess.Popen(
         [REAL_GIT or "git", "hash-object", "--stdin"], cwd=git_repo, stdin=subprocess.PIPE, text=True
     )
     try:
-        time.sleep(0.2)
+        proc = start_merge(git_repo, {})
+        wait_for(mark)
+        kill_merge(proc)
         done = stella("runs", cwd=git_repo)
     finally:
         other.communicate("x", timeout=30)
+    lock = git_repo / ".git" / "index.lock"
     assert done.returncode == 0, done.stderr
     said = [line for line in done.stderr.splitlines() if "index.lock" in line]
     assert len(said) == 1 and "a git process runs in this repository" in said[0], done.stderr
