@@ -58,11 +58,14 @@ class FleetConfig:
 @dataclass(frozen=True)
 class ExecutorConfig:
     """`[executor]`: where isolated tasks run; `ray` hands them to a Ray cluster (docs/scale-out.md).
-    `tasks`: task id -> the Ray resources that task also needs (e.g. {"gpu_box": 1} to pin it)."""
+    `tasks`: task id -> the Ray resources that task also needs (e.g. {"gpu_box": 1} to pin it).
+    `send_worktreeinclude`: the `.worktreeinclude` files travel with each remote attempt (off: ignored
+    files, often secrets, never leave this machine unless asked)."""
 
     kind: str = "local"
     address: str | None = None
     slot_resource: str = "stella_slot"
+    send_worktreeinclude: bool = False
     resources: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     tasks: Mapping[str, Mapping[str, float]] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -203,13 +206,16 @@ def build(kind: type[T], table: Mapping[str, Any]) -> T:
     return kind(**values)
 
 
+_EXECUTOR_SCALARS = ("kind", "address", "slot_resource", "send_worktreeinclude")
+
+
 def build_executor(table: Mapping[str, Any]) -> ExecutorConfig:
     tasks = {
         task_id: MappingProxyType(dict(own.get("resources", {})))
         for task_id, own in table.get("tasks", {}).items()
     }
     return ExecutorConfig(
-        **{key: table[key] for key in ("kind", "address", "slot_resource") if key in table},
+        **{key: table[key] for key in _EXECUTOR_SCALARS if key in table},
         resources=MappingProxyType(dict(table.get("resources", {}))),
         tasks=MappingProxyType(tasks),
     )

@@ -46,6 +46,16 @@ def create_range(repo: Path, base: str, branch: str, out: Path) -> bool:
     return True
 
 
+def create_ref(repo: Path, ref: str, after: str, out: Path) -> None:
+    """A bundle of ref (any full ref name, e.g. a salvage ref) with only what after does not hold."""
+    gitops.git("bundle", "create", "-q", str(out), ref, f"^{after}", cwd=repo)
+
+
+def fetch_ref(root: Path, bundle: Path, ref: str) -> None:
+    """Create ref in root from the bundle (it must not exist yet: no + in the refspec)."""
+    gitops.git("fetch", "-q", str(bundle), f"{ref}:{ref}", cwd=root)
+
+
 def fetch_branch(root: Path, bundle: Path | None, branch: str, base: str) -> None:
     """Create branch in root: the bundle's branch when there is one, else at base (nothing was committed)."""
     if bundle is None:

@@ -5,7 +5,9 @@ A file is copied when git itself says it is untracked, matches a pattern of `.wo
 ignored by the repository's own ignore rules: tracked files come from the checkout, files outside the
 repository are never listed, stella's own state never. Copies are copy-on-write clones where the file
 system can (FICLONE, then copy_file_range), else plain copies; symlinks stay symlinks; a file over the
-size limit is refused by name before anything is copied.
+size limit is refused by name before anything is copied. For a Ray node (only when asked: `[executor]
+send_worktreeinclude`) the same files are packed into memory to travel with the attempt, and unpacked
+into the node's checkout with the same rules.
 """
 
 from __future__ import annotations
@@ -142,3 +144,54 @@ def copy_into(root: Path, worktree: Path, paths: Sequence[str]) -> Copied:
             continue
         files += 1
     return Copied(files, size, cloned)
+
+
+@dataclass(frozen=True)
+class Packed:
+    """One included file as it travels to another machine: its content, or a symlink's target."""
+
+    path: str
+    mode: int
+    data: bytes
+    link: bool = False
+
+
+def pack(root: Path, paths: Sequence[str]) -> tuple[Packed, ...]:
+    """The files at paths (as included_files lists them, check_sizes passed) read into memory."""
+    packed = []
+    for path in paths:
+        src = os.path.join(root, path)
+        st = os.lstat(src)
+        if stat.S_ISLNK(st.st_mode):
+            packed.append(Packed(path, 0, os.fsencode(os.readlink(src)), link=True))
+        else:
+            with open(src, "rb") as handle:
+                packed.append(Packed(path, stat.S_IMODE(st.st_mode), handle.read()))
+    return tuple(packed)
+
+
+def unpack(files: Sequence[Packed], worktree: Path) -> Copied:
+    """Write packed files into worktree at their paths, as copy_into does: an existing file (the
+    checkout's) is never overwritten, modes are kept, symlinks stay symlinks."""
+    copier = _Copier()
+    count = size = 0
+    for file in files:
+        dst = os.path.join(worktree, file.path)
+        copier.parent(dst)
+        try:
+            if file.link:
+                os.symlink(os.fsdecode(file.data), dst)
+            else:
+                fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+                try:
+                    os.fchmod(fd, file.mode)
+                    view = memoryview(file.data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                finally:
+                    os.close(fd)
+                size += len(file.data)
+        except FileExistsError:
+            continue
+        count += 1
+    return Copied(count, size, 0)

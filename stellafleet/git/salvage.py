@@ -17,7 +17,7 @@ from pathlib import Path
 
 from stellafleet.core.errors import GitError
 from stellafleet.core.paths import EXCLUDED_DIRS
-from stellafleet.git import gitops, index
+from stellafleet.git import bundle, gitops, index
 
 SALVAGE_PREFIX = "refs/stella/salvage"
 # commit-tree needs an identity; a repository without one still gets its work kept, under this one.
@@ -49,7 +49,7 @@ def _snapshot(workspace: Path, head: str, paths: Sequence[str] | None, scratch: 
         if paths:
             index.stage_paths(workspace, index_file, list(paths))
         return index.write_tree(workspace, index_file)
-    add_all = ("add", "-A", "--", ".", *(f":!{d}" for d in EXCLUDED_DIRS))
+    add_all = ("add", "-A", "--", ".", *(f":!{d}" for d in _excluded_unless_ignored(workspace)))
     own = gitops.git_path(workspace, "--git-path", "index")
     if own.is_file():
         # a copy of the worktree's own index: its stat data lets `add -A` hash only what changed (a
@@ -61,6 +61,18 @@ def _snapshot(workspace: Path, head: str, paths: Sequence[str] | None, scratch: 
     index.read_tree_into(workspace, index_file, head)
     gitops.git(*add_all, cwd=workspace, env=env)
     return index.write_tree(workspace, index_file)
+
+
+def _excluded_unless_ignored(workspace: Path) -> list[str]:
+    """stella's own directories to leave out of `add -A` by pathspec: those the ignore rules do not leave
+    out already. (git refuses an exclude pathspec naming an ignored directory that exists, as a Ray
+    node's checkout holds `.stella/private/`, with exit 1: "The following paths are ignored".)"""
+    present = [d for d in EXCLUDED_DIRS if (workspace / d).is_dir()]
+    if not present:
+        return list(EXCLUDED_DIRS)
+    _code, out, _err = gitops.git_status("check-ignore", "--", *present, cwd=workspace)
+    ignored = {path.rstrip("/") for path in out.splitlines()}
+    return [d for d in EXCLUDED_DIRS if d.rstrip("/") not in ignored]
 
 
 def snapshot_tree(workspace: Path, head: str, paths: Sequence[str] | None = None) -> str:
@@ -169,3 +181,13 @@ def holds_worktree(root: Path, worktree: Path, run_id: str, task_id: str) -> Sal
     except GitError:
         return None
     return latest if now == index.tree_of(root, latest.sha) else None
+
+
+def bundle_salvage(workspace: Path, saved: Salvaged, out: Path) -> None:
+    """A bundle at out of the salvage commit alone (over the commit it was built on), its ref then gone
+    from workspace's repository: a Ray node's clone outlives the attempt, the salvage lives on where the
+    bundle is fetched."""
+    try:
+        bundle.create_ref(workspace, saved.ref, f"{saved.sha}^", out)
+    finally:
+        gitops.git("update-ref", "-d", saved.ref, saved.sha, cwd=workspace, check=False)

@@ -57,14 +57,39 @@ class Readied:
     setup_s: float | None  # None: no setup command
 
 
-def copy_included(root: Path, worktree: Path, config: WorktreeConfig) -> include.Copied:
-    """The `.worktreeinclude` files into the new worktree; SetupFailed naming any file over the limit."""
+def _included(root: Path, config: WorktreeConfig) -> list[str]:
+    """The `.worktreeinclude` files of root; SetupFailed naming any file over the limit."""
     paths = include.included_files(root)
     try:
         include.check_sizes(root, paths, int(config.include_max_mb * 1_000_000))
     except StellaError as exc:
         raise SetupFailed(f"setup failed: {exc}") from None
-    return include.copy_into(root, worktree, paths)
+    return paths
+
+
+def copy_included(root: Path, worktree: Path, config: WorktreeConfig) -> include.Copied:
+    """The `.worktreeinclude` files into the new worktree; SetupFailed naming any file over the limit."""
+    return include.copy_into(root, worktree, _included(root, config))
+
+
+def pack_included(root: Path, config: WorktreeConfig) -> tuple[include.Packed, ...]:
+    """The `.worktreeinclude` files read to travel to a Ray node (the same files and limit as a local
+    worktree gets); SetupFailed naming any file over the limit, before any is read."""
+    return include.pack(root, _included(root, config))
+
+
+def unpack_included(files: tuple[include.Packed, ...], worktree: Path, log_path: Path) -> include.Copied:
+    """Packed `.worktreeinclude` files into a node's checkout, logged as a local copy is."""
+    copied = include.unpack(files, worktree)
+    _log_copied(log_path, copied)
+    return copied
+
+
+def _log_copied(log_path: Path, copied: include.Copied) -> None:
+    if copied.files:
+        shell.log_line(
+            log_path, f"{include.INCLUDE_FILE}: copied {copied.files} files ({copied.bytes / 1e6:.1f} MB)"
+        )
 
 
 def run_setup(
@@ -96,10 +121,7 @@ def ready(
     """Copy the included files, then run the setup command (if any); SetupFailed with the reason."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     copied = copy_included(root, worktree, config)
-    if copied.files:
-        shell.log_line(
-            log_path, f"{include.INCLUDE_FILE}: copied {copied.files} files ({copied.bytes / 1e6:.1f} MB)"
-        )
+    _log_copied(log_path, copied)
     if config.setup is None:
         return Readied(copied, None)
     return Readied(copied, run_setup(config.setup, worktree, env, log_path, config.setup_timeout, stop))

@@ -25,14 +25,15 @@ from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd, Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import bundle
+from stellafleet.git import bundle, include
 from stellafleet.proc.tree import Exit
-from stellafleet.run.bootstrap import INDEX_VAR
+from stellafleet.run.bootstrap import INDEX_VAR, SetupFailed, pack_included
 from stellafleet.run.executor import Attempt, Execution, Executor, attempt_end
 from stellafleet.run.prepare import Prepared, check_ray_installed
 from stellafleet.run.raytask import RemoteSpec, remote_attempt
 from stellafleet.state.ledger import Ledger
 
+log = logging.getLogger(__name__)
 LOST = Exit(-9, 0.0, 0)  # what a worker whose node or Ray worker went away is recorded as
 
 
@@ -127,6 +128,10 @@ class RayExecutor:
             return self._local.start(attempt)
         resources = self._p.executor.resources_for(ctx.task_id)
         self._check_resources(resources)
+        try:
+            included = self._included()
+        except SetupFailed as exc:  # a file over the limit: refused by name, as for a local worktree
+            return Refused(self, ctx, AttemptEnd.failed(str(exc)))
         spec = RemoteSpec(
             context=ctx,
             config_layers=self._layers,
@@ -135,9 +140,17 @@ class RayExecutor:
                 **{key: attempt.env[key] for key in (INDEX_VAR,) if key in attempt.env},
             },
             stop_grace_s=self._p.config.fleet.stop_grace,
+            included=included,
         )
         generator = self._remote.options(resources=resources).remote(spec, self._base)
         return RayExecution(self, generator, ctx, ledger)
+
+    def _included(self) -> tuple[include.Packed, ...]:
+        """The `.worktreeinclude` files for a node, read anew for each attempt as a local worktree copies
+        them anew; none unless `[executor] send_worktreeinclude` asks (they are often secrets)."""
+        if not self._p.executor.send_worktreeinclude:
+            return ()
+        return pack_included(self._p.root, self._p.config.worktree)
 
     def _check_resources(self, resources: dict[str, float]) -> None:
         """A resource no node has would leave the task waiting forever: refuse it now, by name."""
@@ -166,6 +179,23 @@ class RayExecutor:
                 bundle.fetch_branch(self._p.root, path, ctx.branch, ctx.base_commit)
             finally:
                 path.unlink(missing_ok=True)
+
+    def fetch_salvage(self, salvaged: dict[str, Any], ctx: WorkerContext) -> bool:
+        """The node's salvage commit of the attempt into the repository under its ref (the branch it was
+        built on is here already); False, logged, when git refuses it."""
+        with self._lock:
+            path = self._scratch / f"{ctx.task_id}-{ctx.attempt_id}.salvage.bundle"
+            path.write_bytes(salvaged["bundle"])
+            try:
+                bundle.fetch_ref(self._p.root, path, str(salvaged["ref"]))
+            except StellaError as exc:
+                log.warning(
+                    "could not keep the salvage of attempt %s of %s: %s", ctx.attempt_id, ctx.task_id, exc
+                )
+                return False
+            finally:
+                path.unlink(missing_ok=True)
+        return True
 
     def release(self) -> None:
         self._local.release()
@@ -264,5 +294,29 @@ class RayExecution:
             self._ledger.attempts.set_steps(ctx.attempt_id, int(event["steps"]))
         self._executor.fetch_branch(event.get("bundle"), ctx)
         self._branch_made = True
+        salvaged = event.get("salvage")
+        if salvaged is not None and self._executor.fetch_salvage(salvaged, ctx):
+            self._ledger.attempts.set_salvage(ctx.attempt_id, str(salvaged["ref"]), str(salvaged["sha"]))
         end: AttemptEnd = event["end"]
         return end
+
+
+class Refused:
+    """An attempt refused before it was sent (its `.worktreeinclude` files over the limit): it ends at
+    once, failed with the reason, its branch made at the base as for any attempt that never ran."""
+
+    def __init__(self, executor: RayExecutor, ctx: WorkerContext, end: AttemptEnd) -> None:
+        self._executor = executor
+        self._ctx = ctx
+        self._end = end
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    def stop(self) -> None:
+        """Nothing runs."""
+
+    def wait(self) -> AttemptEnd:
+        self._executor.fetch_branch(None, self._ctx)
+        return self._end

@@ -4,7 +4,8 @@
 scratch directory on the task's branch, asks the pipeline whether it can run on this node, runs the
 worker there as a local process tree (the same one LocalExecutor runs at home), and yields events as they
 happen: started (the node), spend (each event with its sequence number), log (new output), heartbeat,
-finished (the attempt's end, its result file, a bundle of base..branch). The worker records into a
+finished (the attempt's end, its result file, a bundle of base..branch, and for an attempt that ended
+without success with work uncommitted, its salvage commit in a bundle of its own). The worker records into a
 scratch ledger of its own; the head is the only writer of the real ledger and the real repository.
 Nothing here imports Ray: the head wraps this function, and the node only needs stellafleet and the
 pipeline's tools.
@@ -31,11 +32,11 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import AttemptEnd, AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import bundle, gitops, nodeclone
+from stellafleet.git import bundle, gitops, include, nodeclone, salvage
 from stellafleet.pipelines.base import PipelineResult
-from stellafleet.proc import runner
+from stellafleet.proc import runner, shell
 from stellafleet.proc.tree import Exit
-from stellafleet.run import bootstrap
+from stellafleet.run import bootstrap, salvaging
 from stellafleet.run.executor import Attempt, LocalExecutor, attempt_end, inherited_env
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.proof import token_digest
@@ -54,6 +55,7 @@ class RemoteSpec:
     stop_grace_s: float = 5.0
     heartbeat_s: float = 5.0
     poll_s: float = 0.1
+    included: tuple[include.Packed, ...] = ()  # the `.worktreeinclude` files, when the user sends them
 
 
 def node_name() -> str:
@@ -153,6 +155,8 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
         write_result(ctx.result_path, failed)
         yield finished(ctx, attempt_end(Exit(1, 0.0, 0), None, failed))
         return
+    if spec.included:  # before the setup, as in a local worktree: the setup may read them
+        bootstrap.unpack_included(spec.included, repo, ctx.log_path)
     for event in _setup(ctx, config, env, node):
         yield event
         if event["kind"] == "finished":
@@ -178,15 +182,38 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
                 execution.stop()
                 waiter.join(spec.stop_grace_s + 5)
         steps = ledger.attempts.steps(ctx.attempt_id)
+    end = box["end"]
+    saved = _salvage(ctx, end, scratch) if end.outcome != AttemptOutcome.SUCCEEDED else None
     out = scratch / "out.bundle"
-    end, sent = box["end"], False
+    sent = False
     try:
         sent = bundle.create_range(repo, ctx.base_commit, home.branch, out)
     except StellaError as exc:  # the clone's objects are broken: say what git said
         why = f"could not bring the branch home from node {node}: {exc}"
         end = dataclasses.replace(end, outcome=AttemptOutcome.FAILED, summary=end.summary or why, error=why)
     transcript = ctx.transcript_path.read_bytes() if ctx.transcript_path.exists() else None
-    yield finished(ctx, end, out.read_bytes() if sent else None, transcript, steps)
+    yield finished(ctx, end, out.read_bytes() if sent else None, transcript, steps, saved)
+
+
+def _salvage(ctx: WorkerContext, end: AttemptEnd, scratch: Path) -> dict[str, Any] | None:
+    """The unfinished attempt's uncommitted work as a salvage commit, bundled for the head (which records
+    it as a local attempt's); None when there was nothing to keep, or it could not be kept (logged)."""
+    saved = salvaging.salvage_checkout(
+        ctx.workspace,
+        run_id=ctx.run_id,
+        task_id=ctx.task_id,
+        attempt_id=ctx.attempt_id,
+        outcome=str(end.outcome),
+    )
+    if saved is None:
+        return None
+    out = scratch / "salvage.bundle"
+    try:
+        salvage.bundle_salvage(ctx.workspace, saved, out)
+    except StellaError as exc:
+        shell.log_line(ctx.log_path, f"could not bring the salvage of this attempt home: {exc}")
+        return None
+    return {"ref": saved.ref, "sha": saved.sha, "files": saved.files, "bundle": out.read_bytes()}
 
 
 def _follow(spec: RemoteSpec, ctx: WorkerContext, ledger: Ledger, waiter: threading.Thread) -> Iterator[dict]:
@@ -272,8 +299,10 @@ def finished(
     branch_bundle: bytes | None = None,
     transcript: bytes | None = None,
     steps: int = 0,
+    salvaged: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The last event: the attempt's end and what the head keeps of it (the result file as written)."""
+    """The last event: the attempt's end and what the head keeps of it (the result file as written; the
+    salvage: ref, sha, files and a bundle of the commit)."""
     result = ctx.result_path.read_bytes() if ctx.result_path.exists() else None
     fields = {"end": end, "result": result, "bundle": branch_bundle, "transcript": transcript, "steps": steps}
-    return {"kind": "finished", **fields}
+    return {"kind": "finished", **fields, "salvage": salvaged}

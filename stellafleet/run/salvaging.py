@@ -1,9 +1,10 @@
 """When an attempt ends without success, keep what it left uncommitted (git/salvage.py) and record it.
 
-Two moments: the dispatcher, as an attempt that timed out, stalled, was interrupted, hit its spend guard or
-crashed ends; and the next stella command that finalises a killed fleet's run (`before_abandon`, handed to
-ledger_recovery), for the attempts that fleet never saw end. A salvage that fails is logged, never raised:
-it must not turn an attempt's end into another error.
+Three moments: the dispatcher, as an attempt that timed out, stalled, was interrupted, hit its spend guard
+or crashed ends; a Ray node, as it sees its attempt end without success (`salvage_checkout`: the commit
+comes home in a bundle, and the head records it); and the next stella command that finalises a killed
+fleet's run (`before_abandon`, handed to ledger_recovery), for the attempts that fleet never saw end. A
+salvage that fails is logged, never raised: it must not turn an attempt's end into another error.
 """
 
 from __future__ import annotations
@@ -40,22 +41,35 @@ def salvage_attempt(
     workspace = worktree if worktree is not None else root
     if not workspace.is_dir():
         return None
-    what = "its worktree" if worktree is not None else f"its claimed paths ({len(claimed)})"
+    paths = None if worktree is not None else list(claimed)
+    saved = _salvage(workspace, run_id, task_id, attempt_id, outcome, paths)
+    if saved is not None:
+        ledger.attempts.set_salvage(attempt_id, saved.ref, saved.sha)
+    return saved
+
+
+def salvage_checkout(
+    checkout: Path, *, run_id: str, task_id: str, attempt_id: int, outcome: str
+) -> salvage_git.Salvaged | None:
+    """Salvage an isolated attempt's checkout that is not this machine's worktree (a Ray node's): the
+    commit and ref are made there, and the head records them once they came home."""
+    return _salvage(checkout, run_id, task_id, attempt_id, outcome, None)
+
+
+def _salvage(
+    workspace: Path, run_id: str, task_id: str, attempt_id: int, outcome: str, paths: list[str] | None
+) -> salvage_git.Salvaged | None:
+    what = "its worktree" if paths is None else f"its claimed paths ({len(paths)})"
     message = (
         f"stella salvage: {task_id}, attempt {attempt_id} ({outcome})\n\n"
         f"What {what} held uncommitted when the attempt ended without success (run {run_id}).\n"
     )
     ref = salvage_git.salvage_ref(run_id, task_id, attempt_id)
     try:
-        saved = salvage_git.salvage(
-            workspace, ref, paths=None if worktree is not None else list(claimed), message=message
-        )
+        return salvage_git.salvage(workspace, ref, paths=paths, message=message)
     except (StellaError, OSError) as exc:
         log.warning("could not salvage attempt %s of task %s: %s", attempt_id, task_id, exc)
         return None
-    if saved is not None:
-        ledger.attempts.set_salvage(attempt_id, saved.ref, saved.sha)
-    return saved
 
 
 def before_abandon(root: Path) -> BeforeAbandon:

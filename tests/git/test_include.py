@@ -72,3 +72,23 @@ def test_a_file_over_the_limit_is_refused_by_name(git_repo: Path, tmp_path: Path
 def test_no_include_file_copies_nothing(git_repo: Path) -> None:
     (git_repo / ".env").write_text("x")
     assert include.included_files(git_repo) == []
+
+
+def test_packed_files_unpack_as_copies_do(git_repo: Path, tmp_path: Path) -> None:
+    """What travels to a Ray node: the same files, modes and symlinks, and the checkout still wins."""
+    _repo_with_includes(git_repo, tmp_path / "outside.env")
+    os.chmod(git_repo / "config" / "local" / "db.toml", 0o640)
+    tree = tmp_path / "node-checkout"
+    git("worktree", "add", "-q", "-b", "fleet/y", str(tree), "HEAD", cwd=git_repo)
+    (tree / ".env").write_text("already here\n")
+
+    packed = include.pack(git_repo, include.included_files(git_repo))
+    unpacked = include.unpack(packed, tree)
+
+    assert [file.path for file in packed] == [".env", "config/local/db.toml", "link.env"]
+    assert (unpacked.files, unpacked.bytes) == (2, len("port = 5432\n"))
+    assert (tree / ".env").read_text() == "already here\n"
+    assert (tree / "config" / "local" / "db.toml").read_text() == "port = 5432\n"
+    assert (tree / "config" / "local" / "db.toml").stat().st_mode & 0o777 == 0o640
+    assert os.readlink(tree / "link.env") == ".env"
+    assert git("status", "--porcelain", cwd=tree) == ""

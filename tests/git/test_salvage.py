@@ -146,3 +146,20 @@ def test_a_branch_whose_commits_a_salvage_ref_holds_loses_nothing_when_deleted(g
     git("update-ref", "-d", "refs/stella/salvage/r/t/1", cwd=git_repo)
     git("branch", "user-copy", "fleet/a", cwd=git_repo)
     assert salvage.held_elsewhere(git_repo, "fleet/a") == 0
+
+
+def test_a_checkout_holding_stellas_own_ignored_state_is_salvaged_without_it(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """A Ray node's checkout holds the attempt's `.stella/private/` (its scratch ledger, its result): git
+    refuses an exclude pathspec naming an ignored directory that exists, and the salvage must not fail."""
+    tree = tmp_path / "node-checkout"
+    git("worktree", "add", "-q", "-b", "fleet/n", str(tree), "HEAD", cwd=git_repo)
+    (git_repo / ".git" / "info" / "exclude").write_text(".stella/private/\n.stella/worktrees/\n")
+    (tree / ".stella" / "private" / "results").mkdir(parents=True)
+    (tree / ".stella" / "private" / "results" / "t-1.json").write_text("{}\n")
+    (tree / "half.txt").write_text("half way\n")
+
+    saved = salvage.salvage(tree, salvage.salvage_ref("r-1", "n", 1), message="salvage n")
+
+    assert saved is not None and _files(git_repo, saved.sha) == {"half.txt": "half way\n"}

@@ -454,3 +454,92 @@ def test_nodes_keep_one_clone_of_the_base_and_run_the_setup_in_each_tasks_checko
             assert listed.count("worktree ") == 1, listed
             assert git("branch", "--list", "fleet/*", cwd=cache / base) == ""
     assert any((cluster.temp / f"{node}-clones" / base).exists() for node in ("node_a", "node_b"))
+
+
+# Commits one file, writes another and edits README.md, then hangs past its task's timeout.
+COMMIT_WRITE_HANG = (
+    'echo one > one.txt && stella commit -m "one" one.txt && echo "half way" > half.txt && '
+    'echo "edited on the node" > README.md && sleep 120'
+)
+
+
+def test_a_timed_out_remote_task_leaves_its_uncommitted_work_on_a_salvage_ref(
+    cluster: raycluster.Cluster, tmp_path: Path
+) -> None:
+    config = f"[pipelines.command]\nrun = {toml_str(COMMIT_WRITE_HANG)}\n\n[fleet]\nstop_grace = 1\n"
+    root = make_repo(tmp_path / "repo", config)
+    # timeout 10 s: room for the worker to start and write on a busy machine before it is stopped
+    (root.parent / "plan.toml").write_text(
+        '[[tasks]]\nid = "slow"\nprompt = "p"\nisolation = "isolated"\ntimeout = 10\n'
+    )
+
+    ran = run_fleet(cluster, root)
+
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    record = run_record(root)
+    [attempt] = record["attempts"]
+    assert attempt["node"] in {"node-a", "node-b"} and "timed out after 10s" in attempt["error"]
+    assert attempt["salvage_ref"] == f"refs/stella/salvage/{record['run']['id']}/slow/{attempt['id']}"
+    sha = attempt["salvage_sha"]
+    assert git("rev-parse", attempt["salvage_ref"], cwd=root).strip() == sha
+    # on top of the task's branch as it came home (its one commit), holding exactly what was uncommitted
+    assert git("rev-parse", f"{sha}^", cwd=root) == git("rev-parse", attempt["branch"], cwd=root)
+    assert git("log", "-1", "--format=%s", attempt["branch"], cwd=root) == "one\n"
+    names = git("diff-tree", "-r", "--no-commit-id", "--name-only", f"{sha}^", sha, cwd=root).split()
+    assert sorted(names) == ["README.md", "half.txt"]
+    assert git("show", f"{sha}:half.txt", cwd=root) == "half way\n"
+    # the node's kept clone holds no salvage ref of it: the ref lives where it came home
+    for node in ("node_a", "node_b"):
+        clone = cluster.temp / f"{node}-clones" / record["run"]["base_commit"]
+        if clone.exists():
+            assert git("for-each-ref", "refs/stella/", cwd=clone) == ""
+
+
+INCLUDE_TASK = (
+    '{ cat .env 2>/dev/null || echo "no .env"; } > seen.txt && stella commit -m seen seen.txt && '
+    'echo \'{"summary": "looked"}\' > "$STELLA_COMMAND_RESULT"'
+)
+INCLUDE_SETUP = 'if [ -f .env ]; then echo "setup saw .env"; else echo "setup saw no .env"; fi'
+
+
+def test_worktreeinclude_files_travel_to_the_node_only_when_asked(
+    cluster: raycluster.Cluster, tmp_path: Path
+) -> None:
+    common = f"[pipelines.command]\nrun = {toml_str(INCLUDE_TASK)}\n\n"
+    common += f"[worktree]\nsetup = {toml_str(INCLUDE_SETUP)}\n"
+    root = make_repo(tmp_path / "repo", common)
+    (root / ".gitignore").write_text(".env\n")
+    (root / ".worktreeinclude").write_text(".env\n")
+    git("add", ".gitignore", ".worktreeinclude", cwd=root)
+    git("commit", "-q", "-m", "ignores", cwd=root)
+    (root / ".env").write_text("API_TOKEN=from-the-head\n")
+    (root.parent / "plan.toml").write_text('[[tasks]]\nid = "inc"\nprompt = "p"\nisolation = "isolated"\n')
+    config = StatePaths(root).config_file
+
+    def attempt_of_run(extra: str) -> tuple[dict[str, Any], str]:
+        config.write_text(common + extra)
+        ran = run_fleet(cluster, root)
+        [attempt] = run_record(root)["attempts"]
+        return attempt, ran.stdout + ran.stderr
+
+    off, out = attempt_of_run("")  # the default: nothing of .worktreeinclude leaves this machine
+    assert off["outcome"] == "succeeded", out
+    assert git("show", f"{off['branch']}:seen.txt", cwd=root) == "no .env\n"
+    assert "setup saw no .env" in Path(off["log_path"]).read_text()
+
+    on, out = attempt_of_run("\n[executor]\nsend_worktreeinclude = true\n")
+    assert on["outcome"] == "succeeded", out
+    assert on["node"] in {"node-a", "node-b"}
+    assert git("show", f"{on['branch']}:seen.txt", cwd=root) == "API_TOKEN=from-the-head\n"
+    log = Path(on["log_path"]).read_text()
+    assert "[stella] .worktreeinclude: copied 1 files (0.0 MB)" in log and "setup saw .env" in log, log
+
+    # the local limit holds for a node too: refused by name, before anything is sent or any worker starts
+    over, out = attempt_of_run("include_max_mb = 0.00001\n\n[executor]\nsend_worktreeinclude = true\n")
+    assert over["outcome"] == "failed", out
+    assert over["error"] == (
+        "setup failed: .worktreeinclude: .env (0.0 MB) over [worktree] include_max_mb = 1e-05: "
+        "raise include_max_mb, or leave the file out of .worktreeinclude"
+    )
+    assert over["node"] is None
+    assert git("rev-parse", over["branch"], cwd=root).strip() == git("rev-parse", "main", cwd=root).strip()
