@@ -1,7 +1,9 @@
 """`python -m stellafleet.proc.reaper WATCHED ROOT GRACE`: end ROOT's process tree once WATCHED is gone.
 
 ROOT is a pid, or a file the pid will be written to (so the reaper can start before the worker does); the
-file's directory is the attempt's scratch directory, removed once the tree has been stopped.
+file's directory is the attempt's scratch directory, removed once the tree has been stopped. Or ROOT is a
+directory: the reaper is then kept for every attempt WATCHED runs, each naming its tree by a `*.pid` file
+there while it runs (`reap_all`).
 
 A worker started on a remote node belongs to the process that runs its attempt there. That process can
 die without a word (a forced cancel, a lost node): its worker, started in a session of its own, would live
@@ -110,6 +112,55 @@ def reap(watched: int, root_source: int | Path, grace_s: float, *, poll_s: float
     return True
 
 
+def _roots_in(directory: Path) -> dict[str, tuple[int, Path | None]]:
+    """The trees a kept reaper watches now: each `*.pid` file's pid, and the directory to remove once that
+    tree was stopped (the file's second line, if any). A file being written (no pid yet) is left for the
+    next look."""
+    found: dict[str, tuple[int, Path | None]] = {}
+    for path in directory.glob("*.pid"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            lines = path.read_text().splitlines()
+            found[path.name] = (int(lines[0]), Path(lines[1]) if len(lines) > 1 and lines[1] else None)
+    return found
+
+
+def reap_all(watched: int, directory: Path, grace_s: float, *, poll_s: float = POLL_S) -> int:
+    """The kept reaper of one process that runs many attempts one after another (a Ray worker): while
+    watched runs, every `*.pid` file in directory names a worker tree to learn (its starter removes the
+    file once the tree has ended); once watched is gone, stop the trees still named and remove directory.
+    Returns how many trees it stopped. One such reaper serves every attempt of its process: an attempt
+    pays for a file, not for a new reaper process."""
+    identity = ProcessIdentity.of(watched)
+    trees: dict[str, tuple[Members, Path | None]] = {}
+    while True:
+        roots = _roots_in(directory)
+        for name in [name for name in trees if name not in roots]:
+            del trees[name]  # its attempt is over: the tree ended with it
+        for name, (root, scratch) in roots.items():
+            if name not in trees:
+                try:
+                    check_root(root)
+                except ValueError:
+                    continue  # never this process, init or an ancestor; the other trees stay watched
+                trees[name] = (Members(root), scratch)
+            trees[name][0].learn()  # now: once orphaned, members are no longer root's descendants
+        if identity is None or not identity.is_alive() or not directory.is_dir():
+            break
+        time.sleep(poll_s)
+    live = [(members, scratch) for members, scratch in trees.values() if members.alive()]
+    for members, _ in live:
+        members.signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(members.alive() for members, _ in live) and time.monotonic() < deadline:
+        time.sleep(min(poll_s, grace_s))
+    for members, scratch in live:
+        members.signal(signal.SIGKILL)
+        if scratch is not None:  # the attempt's scratch directory: nobody else is left to remove it
+            shutil.rmtree(scratch, ignore_errors=True)
+    shutil.rmtree(directory, ignore_errors=True)
+    return len(live)
+
+
 def detach() -> None:
     """Go on in a grandchild in a session of its own (printing its pid); the caller's child exits now.
     Past this point the reaper says nothing: its output goes nowhere."""
@@ -130,7 +181,10 @@ def main(argv: list[str]) -> int:
     watched, grace_s = int(argv[0]), float(argv[2])
     root: int | Path = int(argv[1]) if argv[1].isdigit() else Path(argv[1])
     try:
-        reap(watched, root, grace_s)
+        if isinstance(root, Path) and root.is_dir():
+            reap_all(watched, root, grace_s)
+        else:
+            reap(watched, root, grace_s)
     except ValueError as exc:
         print(f"stella reaper: {exc}", file=sys.stderr)
         return 2

@@ -35,6 +35,7 @@ from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import bundle, gitops, include, nodeclone, salvage
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc import runner, shell
+from stellafleet.proc.pids import ProcessIdentity
 from stellafleet.proc.tree import Exit
 from stellafleet.run import bootstrap, salvaging
 from stellafleet.run.executor import Attempt, LocalExecutor, attempt_end, inherited_env
@@ -167,11 +168,11 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
         ledger.seed_attempt(
             ctx.run_id, ctx.task_id, ctx.attempt_id, isolation=ctx.isolation, token_sha256=digest
         )
-        root_file = scratch / "worker.pid"
-        start_reaper(root_file, spec.stop_grace_s)  # first: a cancel at any moment finds it watching
+        reaper = kept_reaper(spec.stop_grace_s)  # first: a cancel at any moment finds it watching
         execution = LocalExecutor(stop_grace_s=spec.stop_grace_s).start(Attempt(ctx, env))
-        (scratch / "worker.pid.tmp").write_text(str(execution.pid))
-        (scratch / "worker.pid.tmp").replace(root_file)
+        root_file = reaper / f"attempt-{ctx.attempt_id}.pid"
+        (reaper / f"attempt-{ctx.attempt_id}.tmp").write_text(f"{execution.pid}\n{scratch}\n")
+        (reaper / f"attempt-{ctx.attempt_id}.tmp").replace(root_file)
         box: dict[str, AttemptEnd] = {}
         waiter = threading.Thread(target=lambda: box.setdefault("end", execution.wait()), daemon=True)
         waiter.start()
@@ -181,6 +182,8 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
             if waiter.is_alive():  # the stream was closed early (cancelled) or failed: the worker goes too
                 execution.stop()
                 waiter.join(spec.stop_grace_s + 5)
+            if not waiter.is_alive():  # its tree has ended: nothing of it left for the reaper to stop
+                root_file.unlink(missing_ok=True)
         steps = ledger.attempts.steps(ctx.attempt_id)
     end = box["end"]
     saved = _salvage(ctx, end, scratch) if end.outcome != AttemptOutcome.SUCCEEDED else None
@@ -282,15 +285,38 @@ def preflight(ctx: WorkerContext, env: Mapping[str, str]) -> tuple[str | None, C
     return "; ".join(problems) or None, config
 
 
-def start_reaper(root: Path, grace_s: float) -> None:
-    """The sidecar that stops the worker's tree if this process dies first (a forced cancel or a lost
-    node kills the Ray worker outright, and Ray its children: the worker's own tree must not live on,
-    spending, without a fleet). Detached, it ends by itself with the worker's tree; it learns the worker's
-    pid from the file root once the worker has started."""
+_REAPERS: dict[float, tuple[Path, ProcessIdentity]] = {}  # stop grace -> this process's kept reaper
+_REAPERS_LOCK = threading.Lock()
+
+
+def kept_reaper(grace_s: float) -> Path:
+    """The directory of this process's kept reaper, started the first time (or again once it is gone).
+
+    The reaper is the sidecar that stops a worker's tree if this process dies first (a forced cancel or a
+    lost node kills the Ray worker outright, and Ray its children: the worker's own tree must not live on,
+    spending, without a fleet). A Ray worker runs attempt after attempt, so one detached reaper watches it
+    for all of them (proc/reaper.py `reap_all`): each attempt names its worker's tree by a pid file in
+    the directory while it runs, instead of starting a reaper of its own (a Python process each time)."""
+    with _REAPERS_LOCK:
+        kept = _REAPERS.get(grace_s)
+        if kept is not None and kept[0].is_dir() and kept[1].is_alive():
+            return kept[0]
+        directory = Path(tempfile.mkdtemp(prefix="stella-reaper-"))
+        pid = start_reaper(directory, grace_s)
+        identity = ProcessIdentity.of(pid)
+        if identity is None:
+            raise StellaError("the reaper ended as it started")
+        _REAPERS[grace_s] = (directory, identity)
+        return directory
+
+
+def start_reaper(root: Path, grace_s: float) -> int:
+    """A detached reaper watching this process, for the tree (or trees) root names; its pid."""
     argv = [sys.executable, "-P", "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), str(root)]
     done = runner.run([*argv, str(grace_s)], session=False)  # it detaches itself once started
-    if done.returncode != 0:
+    if done.returncode != 0 or not done.stdout.strip().isdigit():
         raise StellaError(f"the reaper did not start: {done.stderr.strip() or f'exit {done.returncode}'}")
+    return int(done.stdout.strip())
 
 
 def finished(

@@ -81,3 +81,46 @@ def test_the_reaper_ends_by_itself_with_the_tree(tmp_path: Path) -> None:
     reaper = int(subprocess.run([*argv, "1"], capture_output=True, text=True, check=True).stdout)
     worker.wait()
     assert gone_within([reaper], 15)
+
+
+# A parent that runs attempts one after another, as a Ray worker does: one kept reaper watches a directory,
+# each worker tree is named there by a pid file while it runs. Worker "done" had its file removed (its
+# attempt is over), worker "running" still has its file when the parent dies.
+KEPT = """\
+import os, subprocess, sys, tempfile, time
+marks = sys.argv[1]
+kept = marks + "/kept"
+os.mkdir(kept)
+argv = [sys.executable, "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), kept, "1"]
+reaper = int(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+for name in ("done", "running"):
+    os.mkdir(marks + "/scratch-" + name)
+    worker = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    open(kept + "/" + name + ".tmp", "w").write(f"{worker.pid}\\n{marks}/scratch-{name}\\n")
+    os.replace(kept + "/" + name + ".tmp", kept + "/" + name + ".pid")
+    open(marks + "/" + name, "w").write(str(worker.pid))
+time.sleep(1.0)  # the reaper has learned both trees
+os.unlink(kept + "/done.pid")
+time.sleep(1.0)  # and forgotten the one whose file went
+open(marks + "/reaper", "w").write(str(reaper))
+time.sleep(300)
+"""
+
+
+def test_a_kept_reaper_stops_the_trees_still_named_and_forgets_the_ended_ones(tmp_path: Path) -> None:
+    parent = subprocess.Popen([sys.executable, "-c", KEPT, str(tmp_path)])
+    pids: dict[str, int] = {}
+    try:
+        for name in ("done", "running", "reaper"):
+            wait_for(tmp_path / name, timeout=30, process=parent)
+            pids[name] = int((tmp_path / name).read_text())
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        assert gone_within([pids["running"], pids["reaper"]], 15)
+        assert alive(pids["done"])  # its attempt was over: not the reaper's to stop
+        assert not (tmp_path / "kept").exists() and not (tmp_path / "scratch-running").exists()
+        assert (tmp_path / "scratch-done").exists()
+    finally:
+        for pid in pids.values():
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
