@@ -14,6 +14,7 @@ from stellafleet.git import gitops
 
 # A bundle carries refs, not bare commits: the base is bundled under this ref, made and removed around it.
 _BASE_REF = "refs/stella/bundle-base"
+_START_REF = "refs/stella/bundle-start"
 
 
 def create_base(root: Path, commit: str, out: Path, *, tag: str) -> None:
@@ -24,6 +25,40 @@ def create_base(root: Path, commit: str, out: Path, *, tag: str) -> None:
         gitops.git("bundle", "create", "-q", str(out), ref, cwd=root)
     finally:
         gitops.git("update-ref", "-d", ref, cwd=root, check=False)
+
+
+def create_start(root: Path, commit: str, base: str, out: Path, *, tag: str) -> None:
+    """A bundle of what commit holds past base (a --from-salvage start point), under one ref named by tag:
+    a node's clone of the base needs only that to check commit out."""
+    ref = f"{_START_REF}/{tag}"
+    gitops.git("update-ref", ref, commit, cwd=root)
+    try:
+        gitops.git("bundle", "create", "-q", str(out), ref, f"^{base}", cwd=root)
+    finally:
+        gitops.git("update-ref", "-d", ref, cwd=root, check=False)
+
+
+def fetch_start(repo: Path, bundle: Path, tag: str) -> str:
+    """The objects of a create_start bundle into repo; the start commit (under a ref of tag here, which
+    the caller drops once a branch holds the commit: drop_start)."""
+    heads = gitops.git("bundle", "list-heads", str(bundle), cwd=repo).split()
+    if len(heads) < 2:
+        raise GitError(f"git bundle {bundle}: it names no ref")
+    gitops.git("fetch", "-q", str(bundle), f"+{heads[1]}:{_START_REF}/{tag}", cwd=repo)
+    return heads[0]
+
+
+def drop_start(repo: Path, tag: str) -> None:
+    gitops.git("update-ref", "-d", f"{_START_REF}/{tag}", cwd=repo, check=False)
+
+
+def check_out_start(repo: Path, bundle: Path, branch: str) -> None:
+    """branch of a clone of the base, checked out at the commit of a create_start bundle instead."""
+    commit = fetch_start(repo, bundle, "checkout")
+    try:
+        gitops.git("checkout", "-q", "-B", branch, commit, cwd=repo)
+    finally:
+        drop_start(repo, "checkout")
 
 
 def clone_on_branch(bundle: Path, dest: Path, branch: str) -> str:

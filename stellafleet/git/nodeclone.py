@@ -62,11 +62,18 @@ def base_clone(write_bundle: Callable[[Path], None], base_commit: str, *, cache:
     return root
 
 
-def add_worktree(clone: Path, path: Path, branch: str, base_commit: str) -> None:
-    """The attempt's worktree of the clone at path, on branch (made anew at base_commit)."""
+def add_worktree(clone: Path, path: Path, branch: str, base_commit: str, start: Path | None = None) -> None:
+    """The attempt's worktree of the clone at path, on branch (made anew at base_commit, or at the commit
+    of the start bundle: a --from-salvage start point, whose objects are fetched into the clone first)."""
     with _locked(clone.with_suffix(".lock")):  # worktree adds of one clone, one at a time
-        # -f: a killed attempt's worktree may still hold a branch of that name; -B resets it to the base
-        gitops.git("worktree", "add", "-q", "-f", "-B", branch, str(path), base_commit, cwd=clone)
+        tag = path.parent.name  # the attempt's scratch directory: unique while it runs
+        commit = bundle.fetch_start(clone, start, tag) if start is not None else base_commit
+        try:
+            # -f: a killed attempt's worktree may still hold a branch of that name; -B resets it
+            gitops.git("worktree", "add", "-q", "-f", "-B", branch, str(path), commit, cwd=clone)
+        finally:
+            if start is not None:  # the branch holds the commit now
+                bundle.drop_start(clone, tag)
 
 
 def remove_worktree(clone: Path, path: Path, branch: str) -> None:

@@ -141,6 +141,7 @@ class RayExecutor:
             },
             stop_grace_s=self._p.config.fleet.stop_grace,
             included=included,
+            start=self._start_point(ctx),
         )
         generator = self._remote.options(resources=resources).remote(spec, self._base)
         return RayExecution(self, generator, ctx, ledger)
@@ -151,6 +152,21 @@ class RayExecutor:
         if not self._p.executor.send_worktreeinclude:
             return ()
         return pack_included(self._p.root, self._p.config.worktree)
+
+    def _start_point(self, ctx: WorkerContext) -> bytes | None:
+        """--from-salvage: a bundle of the commit the task's checkout starts from (its latest salvage, and
+        what it is built on past the base); None: it starts from the base."""
+        start = self._p.start_points.get(ctx.task_id)
+        if start is None or start == ctx.base_commit:
+            return None
+        path = self._scratch / f"{ctx.task_id}-{ctx.attempt_id}.start.bundle"
+        try:
+            bundle.create_start(
+                self._p.root, start, ctx.base_commit, path, tag=f"{self._p.run_id}-{ctx.attempt_id}"
+            )
+            return path.read_bytes()
+        finally:
+            path.unlink(missing_ok=True)
 
     def _check_resources(self, resources: dict[str, float]) -> None:
         """A resource no node has would leave the task waiting forever: refuse it now, by name."""

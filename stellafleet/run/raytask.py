@@ -57,6 +57,7 @@ class RemoteSpec:
     heartbeat_s: float = 5.0
     poll_s: float = 0.1
     included: tuple[include.Packed, ...] = ()  # the `.worktreeinclude` files, when the user sends them
+    start: bytes | None = None  # --from-salvage: a bundle of the task's start commit past the base
 
 
 def node_name() -> str:
@@ -78,7 +79,7 @@ def remote_attempt(spec: RemoteSpec, base_bundle: bytes) -> Iterator[dict[str, A
     clone: Path | None = None
     try:
         try:
-            clone = checkout(spec.context, base_bundle, scratch / "repo")
+            clone = checkout(spec.context, base_bundle, scratch / "repo", spec.start)
         except StellaError as exc:  # git's own words, not a lost worker: nothing was started
             node = node_name()
             yield {"kind": "started", "node": node, "pid": None}
@@ -92,22 +93,28 @@ def remote_attempt(spec: RemoteSpec, base_bundle: bytes) -> Iterator[dict[str, A
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def checkout(home: WorkerContext, base_bundle: bytes, repo: Path) -> Path | None:
-    """The task's branch checked out at repo: a worktree of the node's kept clone of the base (returned),
-    or, when the node cannot keep one, a clone of its own (None)."""
+def checkout(home: WorkerContext, base_bundle: bytes, repo: Path, start: bytes | None = None) -> Path | None:
+    """The task's branch checked out at repo (at the base, or at the commit of the start bundle): a
+    worktree of the node's kept clone of the base (returned), or, when the node cannot keep one, a clone of
+    its own (None)."""
     assert home.branch is not None
+    start_path = repo.parent / "start.bundle" if start is not None else None
+    if start_path is not None and start is not None:
+        start_path.write_bytes(start)
     try:
 
         def write_bundle(path: Path) -> None:
             path.write_bytes(base_bundle)
 
         clone = nodeclone.base_clone(write_bundle, home.base_commit)
-        nodeclone.add_worktree(clone, repo, home.branch, home.base_commit)
+        nodeclone.add_worktree(clone, repo, home.branch, home.base_commit, start_path)
         return clone
     except (OSError, StellaError):  # no writable cache on this node: a clone per attempt, as before
         shutil.rmtree(repo, ignore_errors=True)
         (repo.parent / "base.bundle").write_bytes(base_bundle)
         bundle.clone_on_branch(repo.parent / "base.bundle", repo, home.branch)
+        if start_path is not None:
+            bundle.check_out_start(repo, start_path, home.branch)
         gitops.ensure_excluded(repo, EXCLUDED_DIRS)
         return None
 

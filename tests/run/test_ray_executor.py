@@ -494,6 +494,21 @@ def test_a_timed_out_remote_task_leaves_its_uncommitted_work_on_a_salvage_ref(
         if clone.exists():
             assert git("for-each-ref", "refs/stella/", cwd=clone) == ""
 
+    # --from-salvage: the resumed task's checkout on the node starts from that commit, as a local one does
+    look = 'cp half.txt seen.txt && stella commit -m "seen" seen.txt && '
+    look += 'echo \'{"summary": "continued"}\' > "$STELLA_COMMAND_RESULT"'
+    StatePaths(root).config_file.write_text(f"[pipelines.command]\nrun = {toml_str(look)}\n")
+    argv = [sys.executable, "-m", "stellafleet", "fleet", "--resume", record["run"]["id"], "--from-salvage"]
+    argv += ["--pipeline", "command", "--executor", "ray", "--ray-address", raycluster.ADDRESS]
+    resumed = subprocess.run(
+        cluster.ns(argv), cwd=root, env=fleet_env(root.parent), capture_output=True, text=True, timeout=400
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    [again] = run_record(root)["attempts"]
+    assert again["node"] in {"node-a", "node-b"}
+    assert git("show", f"{again['branch']}:seen.txt", cwd=root) == "half way\n"
+    assert git("log", "--format=%H", "-3", again["branch"], cwd=root).split()[1] == sha
+
 
 INCLUDE_TASK = (
     '{ cat .env 2>/dev/null || echo "no .env"; } > seen.txt && stella commit -m seen seen.txt && '

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from helpers.fleet import worker_context
 from helpers.repo import git
 
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.git import bundle
-from stellafleet.run.raytask import RemoteSpec, remote_attempt
+from stellafleet.run.raytask import RemoteSpec, checkout, remote_attempt
 
 
 def _base_bundle(git_repo: Path, tmp_path: Path) -> bytes:
@@ -37,3 +38,34 @@ def test_a_clone_of_corrupt_objects_reports_gits_error(git_repo: Path, tmp_path:
     assert end.outcome == AttemptOutcome.FAILED
     assert end.error.startswith("could not clone the base on node node-a: git fetch -q: "), end.error
     assert "SIGKILL" not in end.error and end.exit_code is None
+
+
+@pytest.mark.parametrize("cache", ["kept", "none"])
+def test_a_start_bundle_checks_the_branch_out_at_its_commit(
+    git_repo: Path, tmp_path: Path, monkeypatch, cache: str
+) -> None:
+    """--from-salvage on a node: the checkout starts from the salvage commit, in the kept clone or, where
+    the node cannot keep one (its cache is not writable), in a clone of its own."""
+    base = git("rev-parse", "HEAD", cwd=git_repo).strip()
+    (git_repo / "half.txt").write_text("half way\n")
+    git("add", "half.txt", cwd=git_repo)
+    git("commit", "-q", "-m", "salvaged", cwd=git_repo)
+    start = git("rev-parse", "HEAD", cwd=git_repo).strip()
+    (tmp_path / "not-a-dir").write_text("")
+    monkeypatch.setenv("STELLA_NODE_CACHE", str(tmp_path / ("cache" if cache == "kept" else "not-a-dir/x")))
+    bundle.create_base(git_repo, base, tmp_path / "base.bundle", tag="r-1")
+    bundle.create_start(git_repo, start, base, tmp_path / "start.bundle", tag="r-1-t1")
+    ctx = worker_context(git_repo, isolation="isolated", branch="fleet/t1-0123456789abcdef", base_commit=base)
+    (tmp_path / "scratch").mkdir()
+    repo = tmp_path / "scratch" / "repo"
+
+    clone = checkout(
+        ctx, (tmp_path / "base.bundle").read_bytes(), repo, (tmp_path / "start.bundle").read_bytes()
+    )
+
+    assert (clone is not None) == (cache == "kept")
+    assert git("rev-parse", "HEAD", cwd=repo).strip() == start
+    assert git("branch", "--show-current", cwd=repo).strip() == "fleet/t1-0123456789abcdef"
+    assert (repo / "half.txt").read_text() == "half way\n"
+    assert git("for-each-ref", "refs/stella/", cwd=clone or repo) == ""  # no temporary ref left behind
+    assert git("for-each-ref", "refs/stella/", cwd=git_repo) == ""
