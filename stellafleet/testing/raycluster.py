@@ -116,8 +116,10 @@ class Cluster:
 
     def _node(self, name: str, role: list[str], slots: int) -> None:
         resources = json.dumps({name: 1, "stella_slot": slots})
+        # --num-cpus = slots, as docs/scale-out.md says to start a node: Ray keeps that many idle workers
+        # warm, and kills any beyond it after a second idle (the next attempt then waits for a new one)
         argv = [
-            str(BIN / "ray"), "start", *role, "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
+            str(BIN / "ray"), "start", *role, "--node-ip-address", "127.0.0.1", "--num-cpus", str(slots),
             "--object-store-memory", "100000000", "--resources", resources, "--temp-dir", str(self.temp),
             "--disable-usage-stats", "--block",
         ]  # fmt: skip
