@@ -129,6 +129,8 @@ def _node_context(home: WorkerContext, scratch: Path) -> WorkerContext:
         result_path=StatePaths(repo).result_file(home.run_id, home.task_id, home.attempt_id),
         log_path=scratch / "worker.log",
         transcript_path=scratch / "transcript.jsonl",
+        # the fleet's prompt file is on the fleet's machine: the node writes its own (_attempt)
+        prompt_path=scratch / "prompt.txt" if home.prompt_path is not None else None,
     )
 
 
@@ -154,6 +156,8 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
     repo = scratch / "repo"
     assert home.branch is not None
     ctx = _node_context(home, scratch)
+    if ctx.prompt_path is not None:  # however large, the prompt reaches the worker in a file, as at home
+        ctx.prompt_path.write_text(ctx.prompt, encoding="utf-8")
     env = worker_env(spec, ctx, scratch)
     problem, config = preflight(ctx, env)
     yield {"kind": "started", "node": node, "pid": None}

@@ -3,6 +3,7 @@ reports when git fails there: git's error as the attempt's, not a worker "lost" 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from helpers.fleet import worker_context
 from helpers.repo import git
 
 from stellafleet.core.status import AttemptOutcome
+from stellafleet.core.workercontext import ENV_PROMPT_MAX_BYTES
 from stellafleet.git import bundle
 from stellafleet.run.raytask import RemoteSpec, checkout, remote_attempt
 
@@ -69,3 +71,30 @@ def test_a_start_bundle_checks_the_branch_out_at_its_commit(
     assert (repo / "half.txt").read_text() == "half way\n"
     assert git("for-each-ref", "refs/stella/", cwd=clone or repo) == ""  # no temporary ref left behind
     assert git("for-each-ref", "refs/stella/", cwd=git_repo) == ""
+
+
+def test_the_worker_on_a_node_reads_its_whole_prompt_from_a_file_there(
+    git_repo: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The fleet's prompt file is on the fleet's machine: a prompt too large for the environment must
+    reach the node's worker in a file of the node's."""
+    monkeypatch.setenv("STELLA_NODE_CACHE", str(tmp_path / "cache"))
+    base = git("rev-parse", "HEAD", cwd=git_repo).strip()
+    bundle.create_base(git_repo, base, tmp_path / "base.bundle", tag="r-1")
+    prompt = "do the thing carefully. " * (ENV_PROMPT_MAX_BYTES // 10)
+    seen = tmp_path / "seen.txt"
+    ctx = worker_context(
+        git_repo, isolation="isolated", branch="fleet/t1-0123456789abcdef", base_commit=base, token="tok"
+    )
+    ctx = dataclasses.replace(ctx, prompt=prompt, prompt_path=tmp_path / "on-the-fleets-machine.txt")
+    config = f'[pipelines.command]\nrun = "cp \\"$STELLA_PROMPT_FILE\\" {seen}"\n'
+
+    events = list(
+        remote_attempt(
+            RemoteSpec(context=ctx, config_layers=(("project", config),)),
+            (tmp_path / "base.bundle").read_bytes(),
+        )
+    )
+
+    assert events[-1]["kind"] == "finished"
+    assert seen.read_text() == prompt
