@@ -24,7 +24,8 @@ from stellafleet.proc import runner
 from stellafleet.proc.group import signal_group, stop_group
 from stellafleet.proc.usage import tree_of, usage_of
 
-IDENTITY_KEYS = ("STELLA_RUN_ID", "STELLA_ATTEMPT_ID")  # in the environment of an attempt's processes
+# in the environment of an attempt's processes: its repository, its run, its attempt (ids are per ledger)
+IDENTITY_KEYS = ("STELLA_ROOT", "STELLA_RUN_ID", "STELLA_ATTEMPT_ID")
 UNKNOWN_STATUS = 255  # an exit whose status nobody could read (reaped elsewhere)
 POLL_S = 0.05  # how often a wait looks whether the worker has ended
 

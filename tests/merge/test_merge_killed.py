@@ -38,9 +38,13 @@ def start_merge(root: Path, env: dict[str, str], *args: str) -> subprocess.Popen
     )
 
 
-def wait_for(path: Path, seconds: float = 60.0) -> None:
+def wait_for(path: Path, seconds: float = 60.0, *, proc: subprocess.Popen[str] | None = None) -> None:
+    """Wait for path to appear; fail at once, with what it said, when proc ended before it did."""
     deadline = time.monotonic() + seconds
     while not path.exists():
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"{path} never appeared: the merge ended ({proc.returncode}):\n{out}{err}")
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.02)
 

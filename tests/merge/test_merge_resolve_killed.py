@@ -41,7 +41,7 @@ def test_a_merge_killed_with_its_resolve_worker_is_finished_by_the_next_command(
     marks = tmp_path / "marks"
     marks.mkdir()
     proc = start_merge(git_repo, {"MARKS": str(marks)}, "--resolve")
-    wait_for(marks / "resolver.json")
+    wait_for(marks / "resolver.json", proc=proc)
     resolver, helper = json.loads((marks / "resolver.json").read_text())
     worker = os.getpgid(resolver)  # the worker leads a session of its own: its group is its pid
     scratch = Path(json.loads(StatePaths(git_repo).merge_journal.read_text())["scratch"])
@@ -93,7 +93,7 @@ def test_a_merge_interrupted_with_ctrl_c_while_resolving_settles_its_resolve_tas
     marks = tmp_path / "marks"
     marks.mkdir()
     proc = start_merge(git_repo, {"MARKS": str(marks)}, "--resolve")
-    wait_for(marks / "resolver.json")
+    wait_for(marks / "resolver.json", proc=proc)
     resolver, helper = json.loads((marks / "resolver.json").read_text())
     os.kill(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)

@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -145,3 +146,19 @@ def test_a_double_forked_child_of_a_killed_worker_ends_with_its_attempt(
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert by_id(run_record(git_repo)["tasks"])["t1"]["status"] == "failed"
     assert_gone_and_quiet(pidfile, target)
+
+
+def test_an_attempts_identity_names_its_repository_too(tmp_path: Path) -> None:
+    """Run and attempt ids are per ledger: another repository's attempt with the same ids (two fleets side
+    by side, each with its attempt 1) is not this one's, and its processes are left alone."""
+    from stellafleet.proc.tree import carrying
+
+    ids = {"STELLA_RUN_ID": "r-1", "STELLA_ATTEMPT_ID": "1"}
+    theirs = {**os.environ, **ids, "STELLA_ROOT": str(tmp_path / "theirs")}
+    with subprocess.Popen(["sleep", "30"], env=theirs) as other:
+        try:
+            mine = {**ids, "STELLA_ROOT": str(tmp_path / "mine")}
+            assert other.pid not in {proc.pid for proc in carrying(mine)}
+            assert other.pid in {proc.pid for proc in carrying({**ids, "STELLA_ROOT": theirs["STELLA_ROOT"]})}
+        finally:
+            other.kill()
