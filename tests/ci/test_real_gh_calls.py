@@ -7,7 +7,7 @@ The server and the watch share one FakeClock, so CI's minutes and the retries' w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,11 +30,8 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> Iterator[GitHubHost]:
-    github = GitHubHost(tmp_path, monkeypatch, ci_seconds=CI_SECONDS, clock=clock)
-    print(f"real gh: {github.version}")
-    yield github
-    github.stop()
+def host(github_host: Callable[..., GitHubHost], clock: FakeClock) -> GitHubHost:
+    return github_host(ci_seconds=CI_SECONDS, clock=clock)
 
 
 @pytest.fixture
