@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -154,7 +154,7 @@ def test_gh_not_logged_in_is_a_usage_error_before_any_push(
 @pytest.fixture
 def live(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, github_host: Callable[..., GitHubHost]
-) -> Iterator[tuple[Repo, GitHubHost]]:
+) -> tuple[Repo, GitHubHost]:
     github = github_host(ci_seconds=0.6)
     repo = make_repo(
         tmp_path, monkeypatch, origin=github.local_server.state.repos[REPO].path, url=github.clone_url()
@@ -163,7 +163,7 @@ def live(
     (repo.root / ".stella" / "config.toml").write_text(
         f'[watch]\npoll_interval = 0.1\nrepo = "{github.repo_flag}"\n'
     )
-    yield repo, github
+    return repo, github
 
 
 def stella(repo: Repo, *args: str) -> subprocess.CompletedProcess[str]:
