@@ -4,14 +4,35 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from helpers.agents import FakeAgents
 from helpers.progress import register
 from helpers.repo import GIT_EMAIL, GIT_NAME, StellaRunner, git, run_stella
+
+if TYPE_CHECKING:
+    from helpers.realgh import GitHubHost
+
+    from stellafleet.testing.github_server import GitHubServer
+
+
+def _cache_bytecode_outside_the_sources() -> None:
+    """With PYTHONDONTWRITEBYTECODE set (some machines do), every Python process the tests start (stella,
+    its workers, the fake CLIs, the real aider) compiles each module it imports from source again: aider's
+    2,700 modules cost each of its runs 6 s of a 2-core machine. Their bytecode goes to one cache outside
+    the source trees instead (PYTHONPYCACHEPREFIX), which keeps what the setting asks for: no __pycache__
+    in the checkout or in .agents. Set here, at import, so the xdist workers inherit it too."""
+    if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+        del os.environ["PYTHONDONTWRITEBYTECODE"]
+        cache = Path(tempfile.gettempdir()) / f"stellafleet-test-pycache-{os.getuid()}"
+        os.environ["PYTHONPYCACHEPREFIX"] = str(cache)
+
+
+_cache_bytecode_outside_the_sources()
 
 
 def _gh_line() -> str:
@@ -87,3 +108,37 @@ def spawned() -> Iterator[list[subprocess.Popen[str]]]:
 def fakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, git_repo: Path) -> FakeAgents:
     """The fake agent CLIs (claude, codex, aider) first on PATH, with their script and log, in git_repo."""
     return FakeAgents(tmp_path, monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def github_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitHubServer | None]:
+    """The session's one local GitHub API server, started when a test first needs it (helpers/realgh.py)."""
+    from helpers.realgh import shared_server
+
+    yield from shared_server(tmp_path_factory.mktemp("github-server"))
+
+
+@pytest.fixture
+def github_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, github_server: GitHubServer | None
+) -> Iterator[Callable[..., GitHubHost]]:
+    """github_host(ci_seconds=, clock=, external_ok=): the real gh and git pointed at the session's
+    server, its state fresh for this test (GitHubHost's options)."""
+    from helpers.realgh import GitHubHost
+
+    made: list[GitHubHost] = []
+
+    def make(**options: Any) -> GitHubHost:
+        made.append(GitHubHost(tmp_path, monkeypatch, shared=github_server, **options))
+        print(f"real gh: {made[-1].version}")  # shown with -s / -rA: which gh these tests ran
+        return made[-1]
+
+    yield make
+    for host in made:
+        host.stop()
+
+
+@pytest.fixture
+def host(github_host: Callable[..., GitHubHost], isolated_home: Path) -> GitHubHost:
+    """The real gh against the local GitHub API server, CI taking 0.6 s, HOME isolated."""
+    return github_host(ci_seconds=0.6)

@@ -306,6 +306,16 @@ class GitHubServer:
         self._thread.start()
         return self
 
+    def reset(
+        self, repos: Sequence[str], *, directory: Path, ci_seconds: float = 3.0, clock: Clock | None = None
+    ) -> GitHubState:
+        """A fresh state behind the running server: new bare repositories in directory, no pull requests,
+        runs, faults or request log. Tests share one server (its certificates, port and token) this way,
+        and none sees what an earlier one left."""
+        self.state = GitHubState(directory, list(repos), ci_seconds=ci_seconds, clock=clock)
+        self._server.state = self.state
+        return self.state
+
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()

@@ -54,13 +54,6 @@ def marks(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_home: Path) -> Iterator[GitHubHost]:
-    github = GitHubHost(tmp_path, monkeypatch, ci_seconds=0.6)
-    yield github
-    github.stop()
-
-
-@pytest.fixture
 def fleet_repo(
     git_repo: Path, tmp_path: Path, marks: Path, host: GitHubHost, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Path]:

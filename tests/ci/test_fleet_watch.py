@@ -4,7 +4,6 @@ with the real gh against the local GitHub API server (its simulated CI reads `.c
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,13 +21,6 @@ def work(ci_result: str) -> str:
         f'echo "new work" > work.txt && echo {ci_result} > .ci-result && git add work.txt .ci-result && '
         'git commit -q -m "add work" && echo "work committed"'
     )
-
-
-@pytest.fixture
-def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_home: Path) -> Iterator[GitHubHost]:
-    github = GitHubHost(tmp_path, monkeypatch, ci_seconds=0.6)
-    yield github
-    github.stop()
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ STELLA_TEST_GH_HOST set they run against that host instead (docs/watch.md), its 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -50,11 +50,8 @@ report(spend_usd=0.1, summary=subject)
 
 
 @pytest.fixture
-def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_home: Path) -> Iterator[GitHubHost]:
-    github = GitHubHost(tmp_path, monkeypatch, ci_seconds=0.6, external_ok=True)
-    print(f"real gh: {github.version}")  # shown with -s / -rA: which gh these tests ran
-    yield github
-    github.stop()
+def host(github_host: Callable[..., GitHubHost], isolated_home: Path) -> GitHubHost:
+    return github_host(ci_seconds=0.6, external_ok=True)  # these also run against an external host
 
 
 @pytest.fixture

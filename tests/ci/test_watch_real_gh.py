@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -50,11 +50,8 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> Iterator[GitHubHost]:
-    github = GitHubHost(tmp_path, monkeypatch, ci_seconds=CI_SECONDS, clock=clock)
-    print(f"real gh: {github.version}")
-    yield github
-    github.stop()
+def host(github_host: Callable[..., GitHubHost], clock: FakeClock) -> GitHubHost:
+    return github_host(ci_seconds=CI_SECONDS, clock=clock)
 
 
 @pytest.fixture
@@ -155,8 +152,10 @@ def test_gh_not_logged_in_is_a_usage_error_before_any_push(
 
 
 @pytest.fixture
-def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Repo, GitHubHost]]:
-    github = GitHubHost(tmp_path, monkeypatch, ci_seconds=0.6)
+def live(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, github_host: Callable[..., GitHubHost]
+) -> tuple[Repo, GitHubHost]:
+    github = github_host(ci_seconds=0.6)
     repo = make_repo(
         tmp_path, monkeypatch, origin=github.local_server.state.repos[REPO].path, url=github.clone_url()
     )
@@ -164,8 +163,7 @@ def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Repo
     (repo.root / ".stella" / "config.toml").write_text(
         f'[watch]\npoll_interval = 0.1\nrepo = "{github.repo_flag}"\n'
     )
-    yield repo, github
-    github.stop()
+    return repo, github
 
 
 def stella(repo: Repo, *args: str) -> subprocess.CompletedProcess[str]:

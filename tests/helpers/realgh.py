@@ -1,9 +1,12 @@
 """The real gh (installed by `python3 tools/dev.py gh`, or `agents`) against the local GitHub API server.
 
 `real_gh()` is the binary's path: locally a test skips with the reason when it is missing, under CI=true
-it fails instead. `GitHubHost` starts `stellafleet.testing.github_server` in this process, puts a `gh`
-link to the real binary first on PATH and points gh and git at the server (GH_HOST, GH_ENTERPRISE_TOKEN,
-SSL_CERT_FILE, GIT_SSL_CAINFO, a fresh GH_CONFIG_DIR).
+it fails instead. `GitHubHost` gives a test `stellafleet.testing.github_server` in this process, puts a
+`gh` link to the real binary first on PATH and points gh and git at the server (GH_HOST,
+GH_ENTERPRISE_TOKEN, SSL_CERT_FILE, GIT_SSL_CAINFO, a fresh GH_CONFIG_DIR). The tests share one server
+per session (`shared_server`, the `github_server` fixture): each test gets it with a fresh state (its own
+bare repositories in its tmp_path, no pull requests, runs, faults or requests), so starting one (its
+certificate authority) is paid once.
 
 With STELLA_TEST_GH_HOST, STELLA_TEST_GH_REPO and STELLA_TEST_GH_TOKEN set (docs/watch.md, "On your own
 GitHub Enterprise test host"), a test that allows it (`external_ok=True`) runs against that host and
@@ -17,6 +20,8 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +61,25 @@ def real_gh() -> str:
 
 def gh_version(path: str | None = None) -> str:
     """`gh --version`'s first line, e.g. `gh version 2.102.0 (2026-09-30)`."""
-    done = subprocess.run([path or real_gh(), "--version"], capture_output=True, text=True, check=True)
+    return _version_of(path or real_gh())
+
+
+@cache  # one binary's version does not change during a session
+def _version_of(path: str) -> str:
+    done = subprocess.run([path, "--version"], capture_output=True, text=True, check=True)
     return done.stdout.splitlines()[0].strip()
+
+
+def shared_server(directory: Path) -> Iterator[GitHubServer | None]:
+    """Body of the session's `github_server` fixture: one running server (None with an external host)."""
+    if EXTERNAL_HOST:
+        yield None
+        return
+    server = GitHubServer((), directory=directory).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 class GitHubHost:
@@ -72,6 +94,7 @@ class GitHubHost:
         clock: Clock | None = None,
         repos: tuple[str, ...] = (REPO,),
         external_ok: bool = False,
+        shared: GitHubServer | None = None,
     ) -> None:
         if EXTERNAL_HOST and not external_ok:
             pytest.skip("STELLA_TEST_GH_HOST is set: this test needs the local GitHub API server's controls")
@@ -82,16 +105,20 @@ class GitHubHost:
         (bin_dir / "gh").symlink_to(self.gh)  # the binary itself, not a wrapper script
         self.local = not EXTERNAL_HOST
         self.server: GitHubServer | None = None
+        self._own_server = shared is None
         if EXTERNAL_HOST:
             self._host, self.repo, self.token = EXTERNAL_HOST, EXTERNAL_REPO, EXTERNAL_TOKEN
             self.env = {"GH_HOST": EXTERNAL_HOST, "GH_ENTERPRISE_TOKEN": EXTERNAL_TOKEN}
             if EXTERNAL_CA:
                 self.env.update({"SSL_CERT_FILE": EXTERNAL_CA, "GIT_SSL_CAINFO": EXTERNAL_CA})
         else:
-            self.server = GitHubServer(
-                repos, directory=tmp_path / "github", ci_seconds=ci_seconds, clock=clock
-            )
-            self.server.start()
+            if shared is not None:  # the session's server, its state fresh for this test
+                self.server = shared
+                shared.reset(repos, directory=tmp_path / "github", ci_seconds=ci_seconds, clock=clock)
+            else:
+                self.server = GitHubServer(
+                    repos, directory=tmp_path / "github", ci_seconds=ci_seconds, clock=clock
+                ).start()
             self._host, self.repo, self.token = self.server.host, REPO, self.server.token
             self.env = self.server.gh_env()
         self.env["GH_CONFIG_DIR"] = str(tmp_path / "gh-config")
@@ -193,7 +220,7 @@ class GitHubHost:
         return {ref: sha for sha, ref in (line.split("\t") for line in out.splitlines() if "\t" in line)}
 
     def stop(self) -> None:
-        if self.server is not None:
+        if self.server is not None and self._own_server:
             self.server.stop()
 
 

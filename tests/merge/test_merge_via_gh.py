@@ -4,7 +4,6 @@ pull request in dependency order, with the chosen strategy or through the reposi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,14 +39,6 @@ subprocess.run(["git", "add", f"{TASK}.txt", ".ci-result"], check=True)
 subprocess.run(["git", "commit", "-q", "-m", f"{TASK}: add {TASK}.txt"], check=True)
 report(spend_usd=0.1, summary=f"added {TASK}.txt")
 """
-
-
-@pytest.fixture
-def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_home: Path) -> Iterator[GitHubHost]:
-    github = GitHubHost(tmp_path, monkeypatch, ci_seconds=0.6)
-    print(f"real gh: {github.version}")
-    yield github
-    github.stop()
 
 
 @pytest.fixture

@@ -7,17 +7,15 @@ package (the `dev` extra). Without them the tests skip, except under CI=true whe
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers.fleet import Scripts, wait_for, write_config
-from helpers.needs import missing
 
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd
@@ -27,61 +25,20 @@ from stellafleet.testing.sample_ledger import add_run, build_sample_ledger, samp
 pytestmark = pytest.mark.browser
 
 XSS = '<script>window.__pwned=1</script> <img src=x onerror="window.__pwned=2">'
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1280,900",
-)
-
-
-def _find(names: tuple[str, ...]) -> str | None:
-    for name in names:
-        found = shutil.which(name) or (name if os.path.isabs(name) and os.access(name, os.X_OK) else None)
-        if found:
-            return found
-    return None
-
-
-def _browser_or_reason() -> tuple[str, str] | str:
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "the selenium package is not installed (pip install -e '.[dev]')"
-    chromium = _find(("/usr/bin/chromium", "chromium", "chromium-browser"))
-    driver = _find(("/usr/bin/chromedriver", "chromedriver"))
-    if chromium is None or driver is None:
-        return "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
-    return chromium, driver
 
 
 @pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
-    found = _browser_or_reason()
-    if isinstance(found, str):
-        missing(found)
-    chromium, driver_path = found
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+def browser(chromium: Any) -> Iterator[Any]:
+    """The session's headless Chromium (tests/observatory/conftest.py) on a blank page, its console log
+    read empty, so what an earlier test's page logged is not this test's."""
+    blank(chromium)
+    yield chromium
+    blank(chromium)  # off this test's page before its observatory stops (its polls would log errors)
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_path)
-    options.add_argument(f"--user-data-dir={profile}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
-    driver.set_page_load_timeout(30)
-    try:
-        yield driver
-    finally:
-        driver.quit()
+
+def blank(driver: Any) -> None:
+    driver.get("about:blank")
+    driver.get_log("browser")  # reading the log empties it
 
 
 @pytest.fixture
@@ -107,6 +64,22 @@ def observatory(spawned: list[subprocess.Popen[str]]) -> Callable[[Path], str]:
         return line.split()[2]
 
     return start
+
+
+@contextmanager
+def quick_idle_poll(driver: Any) -> Iterator[None]:
+    """Pages loaded meanwhile wait a twentieth of any timeout of 10 s or more: the list's idle poll (10 s,
+    app.js) comes in half a second. The browser's clock moved on, as a FakeClock moves the server's; the
+    poll itself (its timer, request and redraw) is still the page's own."""
+    script = (
+        "const realSetTimeout = window.setTimeout;"
+        "window.setTimeout = (fn, ms, ...args) => realSetTimeout(fn, ms >= 10000 ? ms / 20 : ms, ...args);"
+    )
+    added = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": script})
+    try:
+        yield
+    finally:  # the browser is the session's: the next test's pages keep their own timers
+        driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", added)
 
 
 def until(driver: Any, check: Callable[[Any], Any], what: str, timeout: float = 20.0) -> Any:
@@ -252,21 +225,22 @@ def test_empty_state_explains_how_to_start(
     git_repo: Path, observatory: Callable[[Path], str], browser: Any
 ) -> None:
     url = observatory(git_repo)
-    browser.get(url)
-    until(browser, lambda d: css(d, "#empty-state"), "the empty state")
-    text = text_of(browser, "#empty-state")
-    assert "No fleet runs recorded yet" in text and 'stella fleet "' in text
-    # the first fleet shows up without a reload
-    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
-        add_run(
-            ledger,
-            "r-20261130-000000-abcd",
-            pipeline="plain",
-            argv=["stella", "fleet", "x"],
-            root=str(git_repo),
-        )
-        ledger.tasks.add("r-20261130-000000-abcd", [sample_task("t1", "x")], {"t1": 1})
-    until(browser, lambda d: len(css(d, "tr.run-row")) == 1, "the first run", timeout=30)
+    with quick_idle_poll(browser):
+        browser.get(url)
+        until(browser, lambda d: css(d, "#empty-state"), "the empty state")
+        text = text_of(browser, "#empty-state")
+        assert "No fleet runs recorded yet" in text and 'stella fleet "' in text
+        # the first fleet shows up without a reload, at the list's next idle poll
+        with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+            add_run(
+                ledger,
+                "r-20261130-000000-abcd",
+                pipeline="plain",
+                argv=["stella", "fleet", "x"],
+                root=str(git_repo),
+            )
+            ledger.tasks.add("r-20261130-000000-abcd", [sample_task("t1", "x")], {"t1": 1})
+        until(browser, lambda d: len(css(d, "tr.run-row")) == 1, "the first run", timeout=30)
 
 
 def test_real_fleet_run_shows_and_updates_live(

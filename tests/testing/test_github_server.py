@@ -115,3 +115,26 @@ def test_faults_on_demand_answer_as_github_does(server: dict[str, Any], status: 
     else:
         assert headers.get("x-ratelimit-remaining") is None and body["message"] == "Server Error"
     assert request(server, "/api/v3/repos/octo/widgets")[0] == 200  # only `times` requests
+
+
+def test_reset_gives_the_running_server_a_fresh_state(tmp_path: Path) -> None:
+    """The suite shares one server per session: reset() empties what a test left, at the same address."""
+    from stellafleet.testing.github_server import GitHubServer
+    from stellafleet.testing.github_state import Fault
+
+    with GitHubServer(["octo/widgets"], directory=tmp_path / "srv") as github:
+        where = {"host": github.host, "ca_file": str(github.ca_file), "token": github.token}
+        github.state.add_fault(Fault(503, "/api/v3/repos/octo/widgets"))
+        assert request(where, "/api/v3/repos/octo/widgets")[0] == 503
+        old = github.state
+        fresh = github.reset(["octo/gadgets"], directory=tmp_path / "next", ci_seconds=1.0)
+        assert github.state is fresh and fresh is not old and fresh.ci_seconds == 1.0
+        assert fresh.requests == [] and fresh.faults == [] and list(fresh.repos) == ["octo/gadgets"]
+        assert fresh.repos["octo/gadgets"].path.is_relative_to(tmp_path / "next")
+        status, _, body = request(where, "/api/v3/repos/octo/gadgets")  # the same host, CA and token
+        assert status == 200 and body["full_name"] == "octo/gadgets"
+        assert request(where, "/api/v3/repos/octo/widgets")[0] == 404  # the old state's repository is gone
+        assert [entry["path"] for entry in fresh.requests] == [
+            "/api/v3/repos/octo/gadgets",
+            "/api/v3/repos/octo/widgets",
+        ]
