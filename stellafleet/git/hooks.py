@@ -72,7 +72,9 @@ def _framework_command(
     args = ["run", "--hook-stage", stage, "--color", "never", *extra]
     if config:
         args += ["--config", config.group(1).strip("'\"")]
-    return [*program, *args, "--files", *paths]
+    # The framework's argument parser takes a path starting with "-" for an option and refuses the whole
+    # run, where `git commit -- -x` commits it; "./-x" is the same file to it and to every hook it runs.
+    return [*program, *args, "--files", *(f"./{path}" if path.startswith("-") else path for path in paths)]
 
 
 def _run(argv: Sequence[str], root: Path, index_file: Path) -> tuple[int, str]:

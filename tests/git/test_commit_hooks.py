@@ -224,3 +224,36 @@ def test_the_frameworks_commit_msg_hook_checks_the_message(git_repo: Path, stell
     done = stella("commit", "-m", "Add c", "c.txt", cwd=git_repo, env=ctx.to_env())
     assert done.returncode == 0, done.stderr
     assert git("log", "-1", "--format=%s", cwd=git_repo).strip() == "Add c"
+
+
+def test_the_framework_runs_on_a_path_that_starts_with_a_dash(
+    git_repo: Path, stella: StellaRunner, tmp_path: Path
+) -> None:
+    # `pre-commit run --files -x.txt` took "-x.txt" for an option and refused the whole run (a usage
+    # error), failing every commit of such a file; `git commit -- -x.txt` runs the framework's hooks on it.
+    seen = tmp_path / "seen"
+    config = textwrap.dedent("""\
+        repos:
+          - repo: local
+            hooks:
+              - id: record
+                name: record the files
+                language: system
+                entry: sh -c 'printf "%s\\n" "$@" > "$SEEN"' --
+        """)
+    (git_repo / ".pre-commit-config.yaml").write_text(config)
+    git("add", ".pre-commit-config.yaml", cwd=git_repo)
+    git("commit", "-q", "-m", "pre-commit config", cwd=git_repo)
+    subprocess.run(
+        [sys.executable, "-m", "pre_commit", "install"], cwd=git_repo, check=True, capture_output=True
+    )
+    ctx = make_attempt(git_repo)
+    (git_repo / "-x.txt").write_text("dash\n")
+
+    done = stella(
+        "commit", "-m", "Add -x", "--", "-x.txt", cwd=git_repo, env={**ctx.to_env(), "SEEN": str(seen)}
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert seen.read_text() == "-x.txt\n"  # the hook ran on the file, as for git commit
+    assert git("show", "HEAD:-x.txt", cwd=git_repo) == "dash\n"
