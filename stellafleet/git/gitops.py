@@ -142,6 +142,20 @@ def current_branch(root: Path) -> str | None:
     return out or None
 
 
+def head_detached(root: Path, git_dir: Path) -> bool:
+    """Whether root's HEAD is detached, read from git_dir's HEAD file when it can (no git process: called
+    under index.lock), else from git."""
+    try:
+        text = (git_dir / "HEAD").read_text().strip()
+    except OSError:
+        text = ""
+    if text.startswith("ref: "):
+        return False
+    if len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text):
+        return True
+    return current_branch(root) is None
+
+
 def refuse_detached_head(root: Path, *, allowed: bool = False) -> None:
     """StellaError when HEAD is detached (unless allowed: --allow-detached), for a shared-tree commit:
     the user may check out a commit (`git checkout --detach`) while the run goes on, and a commit there

@@ -95,7 +95,13 @@ def _commit_shared(
                 lanejournal.write(journal, _pending(ctx, sha, staged, before))
 
             try:
-                sha = commit_in_workspace(workspace, staged, reflog=reflog, before_head_moves=journal_it)
+                sha = commit_in_workspace(
+                    workspace,
+                    staged,
+                    reflog=reflog,
+                    before_head_moves=journal_it,
+                    on_branch=not ctx.allow_detached,
+                )
             except BaseException:
                 # HEAD did not move (or, past the compare-and-swap, it did: then record it all the same)
                 lanejournal.finish(workspace, journal, record)
@@ -228,15 +234,15 @@ def commit_in_workspace(
     *,
     reflog: str,
     before_head_moves: Callable[[str, Mapping[str, tuple[str, str]]], None] | None = None,
+    on_branch: bool = False,  # refused if HEAD is detached when it would move: _installable
 ) -> str:
     """HEAD + exactly the staged entries as one new commit on HEAD, by compare-and-swap; returns its SHA.
 
     Commit and index update are built aside; index.lock is held only to install the index and move HEAD
-    (indexlock.py), so the user's commit cannot land in between. The index changes first: a git command
-    that reads the new HEAD reads the new index too, and one that read the old HEAD fails its own
-    compare-and-swap. before_head_moves(sha, the paths' index entries before) runs just before (the
-    lane's journal). A HEAD moved meanwhile (the user's `git commit`) gets the commit rebuilt on it: the
-    paths are this attempt's own, so nothing another commit did is undone."""
+    (indexlock.py), so the user's commit cannot land in between. The index changes first: git reading the
+    new HEAD reads the new index, git that read the old HEAD fails its own compare-and-swap. The lane's
+    journal, before_head_moves(sha, the paths' index entries before), runs just before. A HEAD moved
+    meanwhile (the user's `git commit`) gets the commit rebuilt on it, of this attempt's paths only."""
     moved: GitError | None = None
     ahead: _Ahead | None = None
     mover: index.HeadMove | None = None  # started ahead: under the lock, only the move itself is left
@@ -262,7 +268,7 @@ def commit_in_workspace(
                 if not optimistic:
                     ahead = _current(workspace, staged, lock, ahead)
                     journal(ahead.new, ahead.update.before)
-                assert ahead is not None
+                ahead = _installable(workspace, real, ahead, on_branch)
                 lock.install(ahead.update)
                 move, mover = mover, None
                 try:
@@ -282,6 +288,16 @@ def commit_in_workspace(
             ahead.update.discard()
     paths = ", ".join(staged.paths)
     raise moved or GitError(f"HEAD kept moving while committing {paths}; nothing was committed")
+
+
+def _installable(workspace: Path, real: Path, ahead: _Ahead | None, on_branch: bool) -> _Ahead:
+    """ahead, under index.lock just before the move; StellaError, nothing moved, when on_branch and HEAD
+    has been detached (the user's `git checkout --detach`) since the check before the hooks and the
+    lane's wait, which take seconds."""
+    assert ahead is not None
+    if on_branch and gitops.head_detached(workspace, real.parent):
+        gitops.refuse_detached_head(workspace)
+    return ahead
 
 
 def _settled(workspace: Path, ahead: _Ahead, real: Path) -> bool:
