@@ -7,12 +7,16 @@ in the `ci` table (or, with `unwatched`, whatever CI said), ordered so a task's 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from stellafleet.core.status import CIState, MergeStatus, TaskStatus
 
 BRANCH_PREFIX = "fleet/"
+# The title of a `stella merge --resolve` task (resolve.py), by which plan_queue knows one.
+RESOLVE_TITLE = "resolve {branch} onto {onto}"
+_RESOLVE_TITLE = re.compile(r"resolve (fleet/\S+) onto \S+")
 
 
 @dataclass
@@ -59,6 +63,14 @@ def _not_taken(task: dict[str, Any], ci: dict[str, Any] | None, unwatched: bool)
     return None
 
 
+def resolved_branch(task: dict[str, Any]) -> str | None:
+    """The branch a resolve task was made for (it has no wave: it is not the plan's), else None."""
+    if task.get("wave") is not None or not str(task["id"]).startswith("resolve-"):
+        return None
+    found = _RESOLVE_TITLE.fullmatch(task.get("title") or "")
+    return found.group(1) if found else None
+
+
 def _depends(tasks: dict[str, dict[str, Any]], task_id: str, wanted: set[str]) -> set[str]:
     """The tasks of `wanted` that task_id depends on, directly or through tasks outside it."""
     found: set[str] = set()
@@ -86,7 +98,15 @@ def plan_queue(run: dict[str, Any], *, unwatched: bool) -> tuple[list[MergeItem]
         branch = task.get("branch") or ""
         if task["status"] != TaskStatus.SUCCEEDED or not branch.startswith(BRANCH_PREFIX):
             continue
-        why = _not_taken(task, ci.get(branch), unwatched)
+        # A resolve task's work lands only as the resolution of its branch, checked with it; on its own
+        # (its merge killed, its check failed, or it never merged the branch) it would land unchecked
+        # work, or conflict and be handed to a resolve task of its own.
+        resolves = resolved_branch(task)
+        why = (
+            f"a resolve task's branch: it lands only as the resolution of {resolves} (stella merge --resolve)"
+            if resolves
+            else _not_taken(task, ci.get(branch), unwatched)
+        )
         if why is None:
             chosen.append(task)
         else:

@@ -17,7 +17,7 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import SpendBudget, money
 from stellafleet.git import gitops, mergeops
 from stellafleet.merge.journal import Journal
-from stellafleet.merge.queue import MergeItem
+from stellafleet.merge.queue import RESOLVE_TITLE, MergeItem
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.cifix import execute_in_background
 from stellafleet.run.dispatch import Dispatcher, RunSettings, recorded_default_pipeline, spend_budget
@@ -86,7 +86,9 @@ class Resolver:
             )
         task_id = self._free_id(f"resolve-{item.task_id}")
         prompt = resolve_prompt(item, onto, files, diff, self.prompts.get(item.task_id, ""))
-        task = PlanTask(task_id, prompt, f"resolve {item.branch} onto {onto}", isolation="isolated")
+        task = PlanTask(
+            task_id, prompt, RESOLVE_TITLE.format(branch=item.branch, onto=onto), isolation="isolated"
+        )
         self.ledger.tasks.add(self.run_id, [task], {})
         # A merge killed from here on leaves the task running: the next stella command finishes it.
         journal.note(resolving={"run_id": self.run_id, "task_id": task_id, "tip": tip})

@@ -123,3 +123,24 @@ def test_a_resolve_task_that_never_merged_the_branch_is_not_recorded_merged(
     assert not (git_repo / "notes.txt").exists() and not (git_repo / "c.txt").exists()
     done = subprocess.run(["git", "merge-base", "--is-ancestor", heads["c"], "main"], cwd=git_repo)
     assert done.returncode == 1
+
+
+def test_a_resolve_tasks_branch_that_did_not_land_is_never_merged_on_its_own(
+    git_repo: Path, stella: StellaRunner, tmp_path: Path
+) -> None:
+    # Its resolve task succeeded but its result did not land (here it never merged the branch; the same
+    # after a failed check, or a merge killed while it ran). The next `stella merge` took the resolve
+    # task's branch as one of the run's own and landed its unrelated commit unchecked against the branch
+    # it was for; with --resolve, one that conflicted got a resolve task of its own (resolve-resolve-c).
+    build_run(git_repo)
+    write_config(git_repo, run=Scripts(tmp_path / "scripts").python("resolver", UNRELATED))
+    first = stella("merge", "--resolve", "--check", "test ! -e bad.txt", cwd=git_repo)
+    assert first.returncode == 1, first.stdout + first.stderr
+
+    # --unwatched: every succeeded task's branch, whatever CI said (the resolve task's was never watched)
+    again = stella("merge", "--unwatched", "--check", "test ! -e bad.txt", cwd=git_repo)
+
+    assert not (git_repo / "notes.txt").exists()  # the resolver's unrelated commit is not in main
+    assert [r["task_id"] for r in merges(git_repo) if r["status"] == "merged"] == ["a", "b"]
+    left = next(line for line in again.stdout.splitlines() if "fleet/resolve-c-" in line)
+    assert "left out" in left and "it lands only as the resolution of fleet/c-abcd" in left, again.stdout
