@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ import psutil
 from stellafleet.core.errors import GitError, StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import dirty, gitops, index, indexlock, lanejournal, submodules
+from stellafleet.git import dirty, gitops, index, indexlock, lanejournal, scratch, submodules
 from stellafleet.git import hooks as hooks_mod
 from stellafleet.git.indexlock import IndexLock
 from stellafleet.git.lanejournal import Pending
@@ -48,7 +47,7 @@ def commit_paths(
     submodules.refuse_inside(workspace, relpaths)
     reflog = f"stella: task {ctx.task_id}"
     run_hooks = ctx.commit_hooks == "run"
-    with tempfile.TemporaryDirectory(prefix="stella-commit-") as tmp:
+    with scratch.directory("stella-commit-") as tmp:  # named for its process: swept once it is gone
         # in the shared tree, a file the user had changed when the run started: the worker's changes only
         snapshot = dirty.load(ctx.root, ctx.run_id) if ctx.shared else {}
         contents = dirty.worker_entries(workspace, relpaths, snapshot) if snapshot else {}
@@ -363,7 +362,7 @@ def _prepare(workspace: Path, staged: Staged, *, real: Path | None = None) -> _A
 def _build(workspace: Path, staged: Staged) -> tuple[str | None, str]:
     """(HEAD, a new commit of HEAD plus exactly the staged entries, HEAD its parent)."""
     old = gitops.ref_commit(workspace, "HEAD")
-    with tempfile.TemporaryDirectory(prefix="stella-index-") as tmp:
+    with scratch.directory("stella-index-") as tmp:
         index_file = Path(tmp) / "index"
         index.read_tree_into(workspace, index_file, old)
         index.set_entries(workspace, index_file, staged.entries, staged.gone)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
-from stellafleet.git import gitops, indexlock, lanejournal
+from stellafleet.git import gitops, indexlock, lanejournal, scratch
 from stellafleet.state.claims import ClaimStore, Holder
 
 log = logging.getLogger(__name__)
@@ -66,3 +66,5 @@ def recover_quietly(cwd: Path | str) -> None:
             log.info("commit lane: %s (left by a stella process that is gone)", line)
     except (StellaError, OSError) as exc:
         log.warning("could not clean up after a stopped stella commit: %s", exc)
+    for gone in scratch.sweep_dead():
+        log.info("removed %s (left by a stella commit that is gone)", gone)
