@@ -47,7 +47,7 @@ def commit_paths(
     submodules.refuse_inside(workspace, relpaths)
     reflog = f"stella: task {ctx.task_id}"
     run_hooks = ctx.commit_hooks == "run"
-    with scratch.directory("stella-commit-") as tmp:  # named for its process: swept once it is gone
+    with scratch.directory("stella-commit-") as tmp:  # locked while this process lives: swept after
         # in the shared tree, a file the user had changed when the run started: the worker's changes only
         snapshot = dirty.load(ctx.root, ctx.run_id) if ctx.shared else {}
         contents = dirty.worker_entries(workspace, relpaths, snapshot) if snapshot else {}

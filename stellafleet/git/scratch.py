@@ -4,41 +4,61 @@ is gone.
 A commit stages into a private index in a directory of its own (`stella-commit-*`, `stella-index-*`).
 A `stella commit` killed with SIGKILL (or SIGTERM, which ends Python without unwinding) never removes it,
 and a fleet whose workers time out or are stopped leaves one per stopped commit, each a copy of the
-repository's index. The directory's name carries its process's identity (pid and start time), so any
-later stella command removes those of processes that no longer run, never a live commit's.
+repository's index. The commit holds an flock on the directory's `.owner` file while it lives; any later
+stella command removes the directories whose lock it can take. The kernel lets go of the lock when the
+process dies, whatever pid namespace it ran in (an agent CLI's sandbox may have its own, sharing this
+temp folder), so a live commit's directory is never taken for a dead one; one without `.owner` (being
+made, or made by an older stella) is left alone.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
+import fcntl
+import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
-from stellafleet.proc.pids import ProcessIdentity
-
 PREFIXES = ("stella-commit-", "stella-index-")
-_NAMED = re.compile(r"(stella-(?:commit|index)-)(\d+)-(\d+)-")
+OWNER = ".owner"
 
 
-def directory(prefix: str) -> tempfile.TemporaryDirectory[str]:
-    """A TemporaryDirectory named prefix + this process's identity (prefix: one of PREFIXES)."""
-    me = ProcessIdentity.of()
-    marker = f"{me.pid}-{int(me.started_at * 1000)}-" if me else ""
-    return tempfile.TemporaryDirectory(prefix=f"{prefix}{marker}")
+@contextlib.contextmanager
+def directory(prefix: str) -> Iterator[str]:
+    """A temporary directory named prefix... (one of PREFIXES), owned by this process while it is open."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        owner = os.open(Path(tmp) / OWNER, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(owner, fcntl.LOCK_EX)
+            yield tmp
+        finally:
+            os.close(owner)
+
+
+def _abandoned(entry: Path) -> bool:
+    """True when entry's owner lock can be taken: the process that made it is gone."""
+    try:
+        owner = os.open(entry / OWNER, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(owner)  # the lock goes with it; the directory is removed next
+    return True
 
 
 def sweep_dead(where: Path | None = None) -> list[Path]:
     """Remove the scratch directories whose process no longer runs; returns them."""
     removed: list[Path] = []
-    for entry in Path(where or tempfile.gettempdir()).glob("stella-*-*-*-*"):
-        named = _NAMED.match(entry.name)
-        if named is None or not entry.is_dir():
-            continue
-        if ProcessIdentity(int(named.group(2)), int(named.group(3)) / 1000).is_alive():
-            continue
-        with contextlib.suppress(OSError):
-            shutil.rmtree(entry)
-            removed.append(entry)
+    base = Path(where or tempfile.gettempdir())
+    for entry in (found for prefix in PREFIXES for found in base.glob(f"{prefix}*")):
+        if entry.is_dir() and _abandoned(entry):
+            with contextlib.suppress(OSError):
+                shutil.rmtree(entry)
+                removed.append(entry)
     return removed
