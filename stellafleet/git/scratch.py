@@ -29,9 +29,12 @@ OWNER = ".owner"
 def directory(prefix: str) -> Iterator[str]:
     """A temporary directory named prefix... (one of PREFIXES), owned by this process while it is open."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-        owner = os.open(Path(tmp) / OWNER, os.O_CREAT | os.O_RDWR, 0o600)
+        # locked before it takes its name: a sweep never finds an `.owner` it could lock
+        unnamed = Path(tmp) / f"{OWNER}.new"
+        owner = os.open(unnamed, os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(owner, fcntl.LOCK_EX)
+            os.replace(unnamed, Path(tmp) / OWNER)
             yield tmp
         finally:
             os.close(owner)
