@@ -151,7 +151,7 @@ def head_detached(root: Path, git_dir: Path) -> bool:
         text = ""
     if text.startswith("ref: "):
         return False
-    if len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text):
+    if is_object_id(text):
         return True
     return current_branch(root) is None
 
@@ -433,4 +433,9 @@ def head_from_files(git_dir: Path) -> str | None:
             sha = (common / text[len("ref: ") :].strip()).read_text().strip()
     except OSError:
         return None
-    return sha if len(sha) in (40, 64) and all(c in "0123456789abcdef" for c in sha) else None
+    return sha if is_object_id(sha) else None
+
+
+def is_object_id(text: str) -> bool:
+    """Whether text is a full object id as git writes it (SHA-1 or SHA-256, lowercase hex)."""
+    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)

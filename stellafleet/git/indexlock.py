@@ -163,7 +163,7 @@ def _copy(real: Path, staged: Path) -> str | None:
             shutil.copyfile(real, staged)  # git writes an index by rename: the copy is one whole index
             if identity(real) == source:
                 return source
-    return None if identity(real) is None else "changing"  # `fresh` prepares it again under the lock
+    return None if identity(real) is None else "changing"  # `refreshed` prepares it again
 
 
 def _may_write(proc: psutil.Process, index: Path) -> bool:

@@ -98,8 +98,9 @@ def checkout(home: WorkerContext, base_bundle: bytes, repo: Path, start: bytes |
     worktree of the node's kept clone of the base (returned), or, when the node cannot keep one, a clone of
     its own (None)."""
     assert home.branch is not None
-    start_path = repo.parent / "start.bundle" if start is not None else None
-    if start_path is not None and start is not None:
+    start_path: Path | None = None
+    if start is not None:
+        start_path = repo.parent / "start.bundle"
         start_path.write_bytes(start)
     try:
 
