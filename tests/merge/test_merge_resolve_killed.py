@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import psutil
@@ -32,17 +33,23 @@ time.sleep(300)
 """
 
 
+def start_stuck_resolve(root: Path, tmp_path: Path) -> tuple[subprocess.Popen[str], int, int]:
+    """`stella merge --resolve` started, once its resolver runs: the merge, the resolver and its helper."""
+    write_config(root, run=Scripts(tmp_path / "scripts").python("resolver", STUCK))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    proc = start_merge(root, {"MARKS": str(marks)}, "--resolve")
+    wait_for(marks / "resolver.json", proc=proc)
+    resolver, helper = json.loads((marks / "resolver.json").read_text())
+    return proc, int(resolver), int(helper)
+
+
 def test_a_merge_killed_with_its_resolve_worker_is_finished_by_the_next_command(
     git_repo: Path, stella: StellaRunner, tmp_path: Path
 ) -> None:
     build_run(git_repo)
     start = git("rev-parse", "main", cwd=git_repo).strip()
-    write_config(git_repo, run=Scripts(tmp_path / "scripts").python("resolver", STUCK))
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    proc = start_merge(git_repo, {"MARKS": str(marks)}, "--resolve")
-    wait_for(marks / "resolver.json", proc=proc)
-    resolver, helper = json.loads((marks / "resolver.json").read_text())
+    proc, resolver, helper = start_stuck_resolve(git_repo, tmp_path)
     worker = os.getpgid(resolver)  # the worker leads a session of its own: its group is its pid
     scratch = Path(json.loads(StatePaths(git_repo).merge_journal.read_text())["scratch"])
     # killed together: the merge with everything in its session, and the worker itself (SIGKILL, so it
@@ -89,12 +96,7 @@ def test_a_merge_interrupted_with_ctrl_c_while_resolving_settles_its_resolve_tas
     git_repo: Path, stella: StellaRunner, tmp_path: Path
 ) -> None:
     build_run(git_repo)
-    write_config(git_repo, run=Scripts(tmp_path / "scripts").python("resolver", STUCK))
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    proc = start_merge(git_repo, {"MARKS": str(marks)}, "--resolve")
-    wait_for(marks / "resolver.json", proc=proc)
-    resolver, helper = json.loads((marks / "resolver.json").read_text())
+    proc, resolver, helper = start_stuck_resolve(git_repo, tmp_path)
     os.kill(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
 
