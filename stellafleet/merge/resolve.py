@@ -20,9 +20,11 @@ from stellafleet.merge.journal import Journal
 from stellafleet.merge.queue import RESOLVE_TITLE, MergeItem
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.cifix import execute_in_background
-from stellafleet.run.dispatch import Dispatcher, RunSettings, recorded_default_pipeline, spend_budget
+from stellafleet.run.dispatch import Dispatcher
 from stellafleet.run.events import Event
 from stellafleet.run.executor import LocalExecutor
+from stellafleet.run.steps import factory
+from stellafleet.run.steps.spend import spend_budget
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
 
@@ -66,13 +68,14 @@ class Resolver:
     def _dispatcher(
         self, tip: str, claims: ClaimStore, executor: LocalExecutor, budget: SpendBudget | None
     ) -> Dispatcher:
-        settings = RunSettings(
-            root=self.root,
-            run_id=self.run_id,
-            base_commit=tip,  # the resolve task's worktree starts at the current tip
-            default_pipeline=recorded_default_pipeline(self.run, self.config),
+        settings = factory.run_settings(
+            self.root,
+            self.run_id,
+            tip,  # the resolve task's worktree starts at the current tip
+            self.config,
+            default_pipeline=factory.recorded_default_pipeline(self.run, self.config),
         )
-        return Dispatcher(settings, self.ledger, claims, executor, _quiet, budget=budget)
+        return factory.dispatcher(settings, self.ledger, claims, executor, _quiet, budget=budget)
 
     def resolve(
         self, item: MergeItem, onto: str, tip: str, files: tuple[str, ...], diff: str, journal: Journal

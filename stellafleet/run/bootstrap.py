@@ -67,22 +67,10 @@ def _included(root: Path, config: WorktreeConfig) -> list[str]:
     return paths
 
 
-def copy_included(root: Path, worktree: Path, config: WorktreeConfig) -> include.Copied:
-    """The `.worktreeinclude` files into the new worktree; SetupFailed naming any file over the limit."""
-    return include.copy_into(root, worktree, _included(root, config))
-
-
 def pack_included(root: Path, config: WorktreeConfig) -> tuple[include.Packed, ...]:
     """The `.worktreeinclude` files read to travel to a Ray node (the same files and limit as a local
     worktree gets); SetupFailed naming any file over the limit, before any is read."""
     return include.pack(root, _included(root, config))
-
-
-def unpack_included(files: tuple[include.Packed, ...], worktree: Path, log_path: Path) -> include.Copied:
-    """Packed `.worktreeinclude` files into a node's checkout, logged as a local copy is."""
-    copied = include.unpack(files, worktree)
-    _log_copied(log_path, copied)
-    return copied
 
 
 def _log_copied(log_path: Path, copied: include.Copied) -> None:
@@ -111,16 +99,22 @@ def run_setup(
 
 
 def ready(
-    root: Path,
     worktree: Path,
     config: WorktreeConfig,
     env: Mapping[str, str],
     log_path: Path,
     stop: threading.Event | None = None,
+    *,
+    root: Path | None = None,
+    packed: tuple[include.Packed, ...] = (),
 ) -> Readied:
-    """Copy the included files, then run the setup command (if any); SetupFailed with the reason."""
+    """Copy the included files (root's, or the ones packed for a Ray node's checkout), then run the setup
+    command (if any); SetupFailed with the reason."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    copied = copy_included(root, worktree, config)
+    if root is not None:
+        copied = include.copy_into(root, worktree, _included(root, config))
+    else:
+        copied = include.unpack(packed, worktree)
     _log_copied(log_path, copied)
     if config.setup is None:
         return Readied(copied, None)

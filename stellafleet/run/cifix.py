@@ -17,17 +17,14 @@ from typing import Any
 from stellafleet.ci.fixci import FixOutcome, FixRequest
 from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.spend import SpendBudget
 from stellafleet.git import gitops
 from stellafleet.plan.model import PlanTask
-from stellafleet.run.dispatch import (
-    Dispatcher,
-    RunSettings,
-    TaskFailed,
-    recorded_default_pipeline,
-    spend_budget,
-)
+from stellafleet.run.dispatch import Dispatcher, TaskFailed
 from stellafleet.run.events import Event, SkipTask
 from stellafleet.run.executor import LocalExecutor
+from stellafleet.run.steps import factory
+from stellafleet.run.steps.spend import spend_budget
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
 
@@ -83,9 +80,12 @@ def fix_prompt(prompt: str, request: FixRequest) -> str:
 class CiFixRounds:
     """The CiFixer the watch calls: one follow-up attempt per round, on the run's Dispatcher."""
 
-    def __init__(self, dispatcher: Dispatcher, ledger: Ledger, *, max_rounds: int) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, ledger: Ledger, budget: SpendBudget | None, *, max_rounds: int
+    ) -> None:
         self.dispatcher = dispatcher
         self.ledger = ledger
+        self.budget = budget  # the run's spend limit, as its dispatcher's guards
         self.run_id = dispatcher.settings.run_id
         self.root = dispatcher.settings.root
         self.max_rounds = max_rounds
@@ -98,8 +98,8 @@ class CiFixRounds:
         return ids[-1] if ids else None
 
     def fix(self, request: FixRequest) -> FixOutcome:
-        budget = self.dispatcher.budget  # under the run's spend limit
-        reached = budget.reached(self.ledger.spend.of_run(self.run_id)) if budget is not None else None
+        spent = self.ledger.spend.of_run(self.run_id)
+        reached = self.budget.reached(spent) if self.budget is not None else None
         if reached is not None:
             return FixOutcome(None, reached + "; no fix-up attempt")
         row = self._task(request.task_id)
@@ -149,17 +149,18 @@ def fixer_for_past_run(
         limit = spend_limit if spend_limit is not None else run.get("spend_limit_usd")
         concurrency = max(1, int(run.get("max_concurrency") or 1))
         budget = spend_budget(limit, concurrency, config, spent=ledger.spend.of_run(run_id))
-        settings = RunSettings(
-            root=root,
-            run_id=run_id,
-            base_commit=run["base_commit"],
-            default_pipeline=recorded_default_pipeline(run, config),
-            spend_guard_usd=budget.per_worker if budget is not None else None,
+        settings = factory.run_settings(
+            root,
+            run_id,
+            run["base_commit"],
+            config,
+            default_pipeline=factory.recorded_default_pipeline(run, config),
+            spend_guard=budget.per_worker if budget is not None else None,
             config_file=config_file.resolve() if config_file else None,
         )
         executor = LocalExecutor(stop_grace_s=config.fleet.stop_grace)
         try:
-            dispatcher = Dispatcher(settings, ledger, claims, executor, _quiet, budget=budget)
-            yield CiFixRounds(dispatcher, ledger, max_rounds=max_rounds)
+            dispatcher = factory.dispatcher(settings, ledger, claims, executor, _quiet, budget=budget)
+            yield CiFixRounds(dispatcher, ledger, budget, max_rounds=max_rounds)
         finally:
             executor.close()

@@ -29,9 +29,10 @@ from stellafleet.core.errors import (
     StellaError,
 )
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
+from stellafleet.core.spend import SpendBudget
 from stellafleet.core.status import RunStatus, Stop, StopReason, TaskStatus
 from stellafleet.git import dirty, gitops, lanerecovery
-from stellafleet.run.dispatch import Dispatcher, RunSettings, spend_budget
+from stellafleet.run.dispatch import Dispatcher
 from stellafleet.run.events import Emit, Event, EventSink, Notice, RunStarted, TaskSkipped, WaveStarted
 from stellafleet.run.executor import Executor, LocalExecutor
 from stellafleet.run.expand import Expansions
@@ -42,6 +43,8 @@ from stellafleet.run.reporter import make_reporter, print_dry_run
 from stellafleet.run.result import result_document
 from stellafleet.run.resume import record_lineage, schedule_note
 from stellafleet.run.salvaging import before_abandon
+from stellafleet.run.steps import RunSettings, factory
+from stellafleet.run.steps.spend import spend_budget
 from stellafleet.run.watchdog import watching
 from stellafleet.run.waves import PlanRunner
 from stellafleet.state.claims import ClaimStore
@@ -183,18 +186,16 @@ def make_run_reporter(prepared: Prepared, out: IO[str]) -> EventSink:
 
 def run_settings(prepared: Prepared) -> RunSettings:
     """What every attempt of the prepared run shares."""
-    return RunSettings(
-        root=prepared.root,
-        run_id=prepared.run_id,
-        base_commit=prepared.base_commit,
+    return factory.run_settings(
+        prepared.root,
+        prepared.run_id,
+        prepared.base_commit,
+        prepared.config,
         default_pipeline=prepared.default_pipeline,
         default_model=prepared.default_model,
-        spend_guard_usd=prepared.spend_guard,
+        spend_guard=prepared.spend_guard,
         config_file=prepared.config_file,
-        commit_hooks=prepared.config.commit.hooks,
-        allow_detached=prepared.options.allow_detached or prepared.config.fleet.allow_detached,
-        init_submodules=prepared.config.fleet.init_submodules,
-        worktree=prepared.config.worktree,
+        allow_detached=prepared.options.allow_detached,
         start_points=prepared.start_points,
     )
 
@@ -226,10 +227,9 @@ class FleetRun:
                 lanerecovery.recover_quietly(p.root)  # and what a killed `stella commit` left in the lane
                 emit = fan_out(self.reporter.handle, self.notifier.handle if self.notifier else None)
                 budget = spend_budget(p.spend_limit, p.concurrency.value, p.config)
-                dispatcher = Dispatcher(run_settings(p), ledger, claims, executor, emit, budget=budget)
                 self._fix_parts = (claims, executor)  # --fix-ci's follow-up attempts run on these too
                 try:
-                    runner, interrupted = self._drive(ledger, dispatcher)
+                    runner, interrupted = self._drive(ledger, claims, executor, emit, budget)
                     executor.release()  # nothing more to start: let it wind down while we finish
                     return self._finish(ledger, runner, interrupted)
                 finally:
@@ -273,22 +273,24 @@ class FleetRun:
             )
         )
 
-    def _drive(self, ledger: Ledger, dispatcher: Dispatcher) -> tuple[PlanRunner, bool]:
+    def _drive(
+        self, ledger: Ledger, claims: ClaimStore, executor: Executor, emit: Emit, budget: SpendBudget | None
+    ) -> tuple[PlanRunner, bool]:
         """Record the run and run its tasks under the run's signal handling; (the runner, interrupted)."""
-        p, emit = self.prepared, self.reporter.handle
+        p = self.prepared
 
         def on_event(event: Event) -> None:
             if isinstance(event, TaskSkipped):
                 ledger.tasks.set_status(p.run_id, event.task, TaskStatus.SKIPPED, event.reason)
             elif isinstance(event, WaveStarted):  # the table numbers waves as the progress lines do
                 ledger.tasks.set_wave(p.run_id, event.tasks, event.wave)
-            emit(event)
+            self.reporter.handle(event)
 
         def before_start(number: int, task_ids: list[str]) -> Stop | None:
-            if dispatcher.budget is None:  # no spend limit
+            if budget is None:  # no spend limit
                 return None
             told = self.notifier.spend_limit_reached if self.notifier is not None else None
-            why = dispatcher.budget.before_start(ledger.spend.of_run(p.run_id), told)
+            why = budget.before_start(ledger.spend.of_run(p.run_id), told)
             return Stop(StopReason.SPEND_LIMIT, why) if why else None
 
         durations = None
@@ -296,8 +298,43 @@ class FleetRun:
             durations = ledger.attempts.past_durations(
                 (task.id, task.prompt, task.pipeline or p.default_pipeline) for task in p.plan.tasks
             )
-        fleet = p.config.fleet
-        expansions = Expansions(
+        expansions, limiter = self._expansions(ledger), self._limiter(ledger)
+        with watching(p.config.fleet.idle_timeout, ledger) as watchdog:
+            dispatcher = factory.dispatcher(
+                run_settings(p), ledger, claims, executor, emit,
+                budget=budget, limiter=limiter, expansions=expansions, watchdog=watchdog,
+            )  # fmt: skip
+            runner = PlanRunner(
+                p.plan,
+                p.concurrency.value,
+                dispatcher.execute,
+                schedule=p.schedule,
+                durations=durations,
+                before_start=before_start,
+                on_event=on_event,
+                done=p.resume.done if p.resume else frozenset(),
+                gate=limiter,
+                expansions=expansions,
+            )
+            interrupts = self._interrupts(runner, dispatcher)
+            with interrupts.installed():
+                self._record_start(ledger)
+                _in_background(runner.run)
+        return runner, interrupts.count > 0
+
+    def _interrupts(self, runner: PlanRunner, dispatcher: Dispatcher) -> Interrupts:
+        return Interrupts(
+            runner.request_stop,
+            dispatcher.stop_workers,
+            lambda: dispatcher.running,
+            self.reporter.handle,
+            stop_on_first=self.prepared.options.stop_on_first_interrupt,
+        )
+
+    def _expansions(self, ledger: Ledger) -> Expansions:
+        """What the run's expanding tasks emit, checked and recorded (expand.py)."""
+        p, fleet = self.prepared, self.prepared.config.fleet
+        return Expansions(
             p.plan,
             ledger,
             p.run_id,
@@ -306,33 +343,8 @@ class FleetRun:
             emitted=p.resume.emitted if p.resume else (),
             isolated_remote=p.executor.kind == "ray",
         )
-        dispatcher.expansions = expansions
-        runner = PlanRunner(
-            p.plan,
-            p.concurrency.value,
-            dispatcher.execute,
-            schedule=p.schedule,
-            durations=durations,
-            before_start=before_start,
-            on_event=on_event,
-            done=p.resume.done if p.resume else frozenset(),
-            gate=self._limiter(ledger, dispatcher),
-            expansions=expansions,
-        )
-        interrupts = Interrupts(
-            runner.request_stop,
-            dispatcher.stop_workers,
-            lambda: dispatcher.running,
-            emit,
-            stop_on_first=p.options.stop_on_first_interrupt,
-        )
-        with interrupts.installed(), watching(p.config.fleet.idle_timeout, ledger) as watchdog:
-            dispatcher.watchdog = watchdog
-            self._record_start(ledger)
-            _in_background(runner.run)
-        return runner, interrupts.count > 0
 
-    def _limiter(self, ledger: Ledger, dispatcher: Dispatcher) -> Limiter | None:
+    def _limiter(self, ledger: Ledger) -> Limiter | None:
         """The run's width and hold under provider limits, told by dispatch of each ended attempt
         (None under `[fleet] fleet_backoff = false`: each worker retries on its own)."""
         p = self.prepared
@@ -343,7 +355,7 @@ class FleetRun:
         policy = LimitPolicy(wait=wait, max_wait=fleet.max_limit_wait)
         clock = self.clock or SystemClock()
         wall = time.time if self.clock is None else self.clock.now  # an injected clock is a wall clock
-        limiter = Limiter(
+        return Limiter(
             ledger,
             p.run_id,
             p.concurrency.value,
@@ -352,8 +364,6 @@ class FleetRun:
             clock=clock,
             wall=wall,
         )
-        dispatcher.limiter = limiter
-        return limiter
 
     def _finish(self, ledger: Ledger, runner: PlanRunner, interrupted: bool) -> int:
         """Settle every task, record the run's end (and its CI watch), report the result; the exit code."""
@@ -398,9 +408,10 @@ class FleetRun:
             budget = spend_budget(
                 p.spend_limit, p.concurrency.value, p.config, spent=ledger.spend.of_run(p.run_id)
             )
-            settings = run_settings(p)
-            dispatcher = Dispatcher(settings, ledger, claims, executor, lambda event: None, budget=budget)
-            fixer = CiFixRounds(dispatcher, ledger, max_rounds=p.fix_ci)
+            dispatcher = factory.dispatcher(
+                run_settings(p), ledger, claims, executor, lambda event: None, budget=budget
+            )
+            fixer = CiFixRounds(dispatcher, ledger, budget, max_rounds=p.fix_ci)
         result = watch_run(
             p.root, p.run_id, config=p.config, settings=p.watch, json_mode=p.options.json_mode, fixer=fixer
         )

@@ -20,9 +20,10 @@ from stellafleet.core.configsections import ExecutorConfig, WatchConfig
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.git import gitops, salvage
 from stellafleet.plan.model import Plan, load_plan, plan_from_prompts
-from stellafleet.run.dispatch import MIXED_PIPELINES, workspace_for
 from stellafleet.run.governor import Decision, decide
 from stellafleet.run.resume import Resume, load_resume
+from stellafleet.run.steps import workspace_for
+from stellafleet.run.steps.factory import MIXED_PIPELINES
 from stellafleet.run.treecheck import TreeCheck, check_tree
 
 if TYPE_CHECKING:

@@ -135,20 +135,21 @@ def _node_context(home: WorkerContext, scratch: Path) -> WorkerContext:
     )
 
 
-def _setup(ctx: WorkerContext, config: Config | None, env: Mapping[str, str], node: str) -> Iterator[dict]:
-    """`[worktree] setup` in the task's checkout on this node, as a local worktree gets it: its time,
-    and on a failure its log and the failed end (the caller stops after a `finished` event)."""
-    setup = config.worktree if config is not None else None
-    if setup is None or setup.setup is None:
-        return
+def _ready(
+    spec: RemoteSpec, ctx: WorkerContext, config: Config, env: Mapping[str, str], node: str
+) -> Iterator[dict]:
+    """The checkout readied as a local worktree is (bootstrap.ready: the included files sent, then
+    `[worktree] setup`): its time, and on a failure its log and the failed end (the caller stops after a
+    `finished` event)."""
     try:
-        seconds = bootstrap.run_setup(setup.setup, ctx.workspace, env, ctx.log_path, setup.setup_timeout)
+        readied = bootstrap.ready(ctx.workspace, config.worktree, env, ctx.log_path, packed=spec.included)
     except bootstrap.SetupFailed as exc:
         yield {"kind": "setup", "seconds": exc.seconds}
         yield {"kind": "log", "data": _read_from(ctx.log_path, 0)}
         yield finished(ctx, AttemptEnd.failed(f"{exc} (on node {node})"))
         return
-    yield {"kind": "setup", "seconds": seconds}
+    if readied.setup_s is not None:
+        yield {"kind": "setup", "seconds": readied.setup_s}
 
 
 def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
@@ -168,9 +169,8 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
         write_result(ctx.result_path, failed)
         yield finished(ctx, attempt_end(Exit(1, 0.0, 0), None, failed))
         return
-    if spec.included:  # before the setup, as in a local worktree: the setup may read them
-        bootstrap.unpack_included(spec.included, repo, ctx.log_path)
-    for event in _setup(ctx, config, env, node):
+    assert config is not None  # preflight read it
+    for event in _ready(spec, ctx, config, env, node):
         yield event
         if event["kind"] == "finished":
             return

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stellafleet.core.clock import wall_ms
-from stellafleet.run.dispatch import MIXED_PIPELINES
+from stellafleet.run.steps.factory import MIXED_PIPELINES
 from stellafleet.state.views import run_model
 
 ATTEMPT_KEYS = (

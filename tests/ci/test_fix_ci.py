@@ -214,3 +214,36 @@ def test_a_fleets_fix_up_with_less_than_the_minimum_guard_left_is_not_started(
     assert "less than the $0.01 minimum guard left" in watched["reason"], watched
     assert [a["reason"] for a in run_record(fleet_repo)["attempts"]] == [None]
     assert not (marks / "guard-fixable-2.txt").exists()
+
+
+# Commits through `stella commit`, so the repository's pre-commit hook (which refuses every commit) is
+# run or skipped as [commit] hooks says. Every attempt marks what it was told.
+HOOKED = """
+n = len(list(MARKS.glob(f"hooks-{TASK}-*"))) + 1
+mark(f"hooks-{TASK}-{n}", os.environ.get("STELLA_COMMIT_HOOKS", "unset"))
+follow_up = "Failing jobs' log" in os.environ["STELLA_PROMPT"]
+(WS / "work.txt").write_text("fixed\\n" if follow_up else "broken\\n")
+(WS / ".ci-result").write_text("success\\n" if follow_up else "failure\\n")
+stella_commit("fix: work.txt says fixed" if follow_up else "work", "work.txt", ".ci-result")
+report(spend_usd=0.0, summary="committed")
+"""
+
+
+def test_commit_hooks_skip_reaches_a_past_runs_fix_up_worker(
+    fleet_repo: Path, tmp_path: Path, marks: Path, host: GitHubHost, stella: StellaRunner
+) -> None:
+    hook = fleet_repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\necho refused by the hook >&2\nexit 1\n")
+    hook.chmod(0o755)
+    config = f'[watch]\npoll_interval = 0.1\nrepo = "{host.repo_flag}"\n\n[commit]\nhooks = "skip"\n'
+    write_config(fleet_repo, run=Scripts(tmp_path / "scripts").python("hooked", HOOKED), extra=config)
+    (tmp_path / "plan.toml").write_text(PLAN.split("\n\n")[0])  # the fixable task alone
+    first = stella(
+        "fleet", "--watch", "--plan", str(tmp_path / "plan.toml"), "--pipeline", "command", cwd=fleet_repo
+    )
+    assert first.returncode == 4, first.stdout + first.stderr
+    proc = stella("watch", "--fix-ci", "1", "--json", cwd=fleet_repo)
+    assert [(marks / f"hooks-fixable-{n}").read_text() for n in (1, 2)] == ["skip", "skip"]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [watched] = json.loads(proc.stdout)["branches"]
+    assert watched["state"] == "green" and watched["fix_rounds"] == 1

@@ -8,33 +8,18 @@ from pathlib import Path
 
 import pytest
 from helpers.fleet import RUN, make_attempt, run_record, write_config
-from helpers.repo import StellaRunner, git
+from helpers.repo import UPSTREAM_AUTHOR, StellaRunner, add_submodule, git
 
 from stellafleet.core.errors import GitError
 from stellafleet.git import submodules, worktrees
 from stellafleet.state.ledger import Ledger
-
-AS_U = ("-c", "user.name=Upstream", "-c", "user.email=upstream@example.invalid")
-
-
-def add_submodule(repo: Path, tmp_path: Path) -> Path:
-    upstream = tmp_path / "lib"
-    upstream.mkdir()
-    git("init", "-q", "-b", "main", cwd=upstream)
-    (upstream / "lib.c").write_text("int lib;\n")
-    git("add", "lib.c", cwd=upstream)
-    git(*AS_U, "commit", "-q", "-m", "one", cwd=upstream)
-    add = ("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(upstream), "vendor/lib")
-    git(*add, cwd=repo)
-    git("commit", "-q", "-m", "add the lib submodule", cwd=repo)
-    return repo / "vendor" / "lib"
 
 
 def test_a_submodule_pointer_update_is_committed_and_recorded(
     git_repo: Path, tmp_path: Path, stella: StellaRunner
 ) -> None:
     sub = add_submodule(git_repo, tmp_path)
-    git(*AS_U, "commit", "-q", "--allow-empty", "-m", "two", cwd=sub)
+    git(*UPSTREAM_AUTHOR, "commit", "-q", "--allow-empty", "-m", "two", cwd=sub)
     bumped = git("rev-parse", "HEAD", cwd=sub).strip()
     ctx = make_attempt(git_repo)
 

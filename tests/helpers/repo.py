@@ -36,3 +36,20 @@ def run_stella(
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+UPSTREAM_AUTHOR = ("-c", "user.name=Upstream", "-c", "user.email=upstream@example.invalid")
+
+
+def add_submodule(repo: Path, tmp_path: Path) -> Path:
+    """A real submodule at vendor/lib (a local repository added with `git submodule add`), committed."""
+    upstream = tmp_path / "lib"
+    upstream.mkdir()
+    git("init", "-q", "-b", "main", cwd=upstream)
+    (upstream / "lib.c").write_text("int lib;\n")
+    git("add", "lib.c", cwd=upstream)
+    git(*UPSTREAM_AUTHOR, "commit", "-q", "-m", "one", cwd=upstream)
+    add = ("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(upstream), "vendor/lib")
+    git(*add, cwd=repo)
+    git("commit", "-q", "-m", "add the lib submodule", cwd=repo)
+    return repo / "vendor" / "lib"

@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.fleet import Scripts, write_config
+from helpers.fleet import Scripts, toml_str, write_config
 from helpers.merging import RUN_ID, build_run, merges
-from helpers.repo import StellaRunner, git
+from helpers.repo import StellaRunner, add_submodule, git
 
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd
@@ -59,6 +59,28 @@ def test_a_conflict_goes_to_a_worker_and_its_merge_lands_after_the_check(
     [task] = [t for t in record["tasks"] if t["id"] == "resolve-c"]
     assert task["status"] == "succeeded" and task["branch"].startswith("fleet/resolve-c-")
     assert record["run"]["spend_usd"] == 0.3
+
+
+@pytest.mark.parametrize(("fleet", "lib"), [("", "True"), ("init_submodules = false", "False")])
+def test_a_resolve_tasks_worktree_is_readied_as_the_fleets_are(
+    git_repo: Path, stella: StellaRunner, tmp_path: Path, fleet: str, lib: str
+) -> None:
+    # [worktree] setup runs in it and [fleet] init_submodules decides about its submodules
+    add_submodule(git_repo, tmp_path)
+    build_run(git_repo)
+    looks = 'mark(f"{TASK}.lib", (WS / "vendor" / "lib" / "lib.c").exists())\n'
+    setup = 'echo "$STELLA_TASK_ID" >> "$MARKS/setup.log"'
+    write_config(
+        git_repo,
+        run=Scripts(tmp_path / "scripts").python("resolver", "import re\n" + looks + RESOLVER),
+        extra=f"[fleet]\n{fleet}\n[worktree]\nsetup = {toml_str(setup)}\n",
+    )
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    proc = stella("merge", "--resolve", cwd=git_repo, env={"MARKS": str(marks)})
+    assert "conflict resolved by task resolve-c" in proc.stdout, proc.stdout + proc.stderr
+    assert (marks / "resolve-c.lib").read_text() == lib
+    assert (marks / "setup.log").read_text().split() == ["resolve-c"]
 
 
 def test_no_resolve_task_once_the_spend_limit_is_reached(git_repo: Path, stella: StellaRunner) -> None:

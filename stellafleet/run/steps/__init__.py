@@ -1,0 +1,131 @@
+"""The attempt's steps: each feature around one attempt (spend guard, limits, claims, workspace, salvage,
+expansions, watchdog, branch commits) is an AttemptStep in a module of its own; dispatch.py runs them.
+
+The hooks, in the steps' order: `admit` before the attempt's ledger row exists (SkipTask skips the task),
+`before_start` before the worker starts (AttemptFailed, ClaimConflict or StellaError end the attempt
+without a worker), `started` with its Execution, `ended` with its AttemptEnd (returning the end to record);
+then, in reverse order and always (also when an earlier hook failed), `released`, for every step admitted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stellafleet.core.configsections import WorktreeConfig
+from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import AttemptEnd
+from stellafleet.core.workercontext import WorkerContext
+from stellafleet.git.worktrees import isolated_name
+from stellafleet.plan.model import PlanTask
+from stellafleet.run.executor import Execution
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What every attempt of one run shares (built by steps/factory.py's run_settings)."""
+
+    root: Path
+    run_id: str
+    base_commit: str
+    default_pipeline: str
+    default_model: str | None = None  # for tasks that name no model (None: the pipeline's own default)
+    spend_guard_usd: float | None = None
+    config_file: Path | None = None
+    commit_hooks: str = "run"  # [commit] hooks, handed to every worker's `stella commit`
+    allow_detached: bool = False  # --allow-detached: shared commits may go onto a detached HEAD
+    init_submodules: bool = True  # [fleet] init_submodules, for isolated worktrees
+    worktree: WorktreeConfig = field(default_factory=WorktreeConfig)  # [worktree]: include limit, setup
+    # task id -> the commit its new worktree starts from, instead of base_commit (--from-salvage)
+    start_points: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def paths(self) -> StatePaths:
+        return StatePaths(self.root)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    path: Path
+    branch: str | None  # only for isolated tasks
+
+    @property
+    def isolated(self) -> bool:
+        return self.branch is not None
+
+
+def workspace_for(root: Path, run_id: str, task: PlanTask) -> Workspace:
+    """The repository root for shared tasks; `.stella/worktrees/<slug>-<hash>` on `fleet/...` otherwise."""
+    if task.isolation != "isolated":
+        return Workspace(root, None)
+    name = isolated_name(run_id, task.id)
+    return Workspace(StatePaths(root).worktrees / name, f"fleet/{name}")
+
+
+@dataclass(eq=False)
+class AttemptState:
+    """One attempt as its steps see it; the dispatcher fills it in as the attempt goes."""
+
+    task: PlanTask
+    settings: RunSettings
+    stopping: threading.Event  # set once the run stops its workers
+    reason: str | None = None  # why a follow-up attempt exists (`ci-fix`, `limit`); None: a task's own
+    guard: float | None = None  # the worker's spend guard, decided on admission
+    prompt: str = ""  # what the worker is told, decided on admission (the task's prompt by default)
+    context: WorkerContext | None = None  # once the attempt's ledger row is open
+    env: dict[str, str] = field(default_factory=dict)  # the worker's environment, before it starts
+    remote: bool = False  # its worker runs on another machine (no worktree here)
+    spend: float | None = None  # what the ledger recorded it spent, once finished
+    recorded: AttemptEnd | None = None  # the end the ledger recorded
+
+    @property
+    def ctx(self) -> WorkerContext:
+        assert self.context is not None, "the attempt is not open"
+        return self.context
+
+    @property
+    def workspace(self) -> Workspace:
+        return Workspace(self.ctx.workspace, self.ctx.branch)
+
+    @property
+    def follow_up(self) -> bool:
+        """A follow-up attempt runs in the task's existing workspace."""
+        return self.reason is not None
+
+
+class AttemptFailed(Exception):
+    """Raised by a step's before_start: the attempt ends so, and no worker starts."""
+
+    def __init__(self, end: AttemptEnd) -> None:
+        super().__init__(end.reason)
+        self.end = end
+
+
+class RunAgain(Exception):
+    """Raised by a step's released: the task gets another attempt, for this reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class AttemptStep:
+    """A feature around each attempt; every hook does nothing unless the step says otherwise."""
+
+    def admit(self, attempt: AttemptState) -> None:
+        """Before the attempt is recorded."""
+
+    def before_start(self, attempt: AttemptState) -> None:
+        """The attempt is open; its worker has not started."""
+
+    def started(self, attempt: AttemptState, execution: Execution) -> None:
+        """Its worker started."""
+
+    def ended(self, attempt: AttemptState, end: AttemptEnd) -> AttemptEnd:
+        """Its worker ended; the end to record."""
+        return end
+
+    def released(self, attempt: AttemptState) -> None:
+        """The attempt is over (recorded, or failed before): always called, in reverse order."""

@@ -1,0 +1,29 @@
+"""Branch commits: an isolated attempt's commits on its branch, recorded in the ledger as it ends."""
+
+from __future__ import annotations
+
+from stellafleet.core.status import AttemptEnd
+from stellafleet.git import gitops
+from stellafleet.run.steps import AttemptState, AttemptStep
+from stellafleet.state.ledger import Ledger
+
+
+class BranchCommits(AttemptStep):
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    def ended(self, attempt: AttemptState, end: AttemptEnd) -> AttemptEnd:
+        ctx = attempt.ctx
+        if ctx.branch is None:
+            return end
+        for commit in gitops.commits_between(ctx.root, ctx.base_commit, ctx.branch):
+            self.ledger.commits.record(
+                sha=commit.sha,
+                run_id=ctx.run_id,
+                task_id=ctx.task_id,
+                attempt_id=ctx.attempt_id,
+                branch=ctx.branch,
+                message=commit.message,
+                committed_at_ms=commit.committed_at_ms,
+            )
+        return end

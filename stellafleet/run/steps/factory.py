@@ -1,0 +1,92 @@
+"""The one place a run's attempts are put together: its RunSettings from the config, and the Dispatcher
+with its steps, for `stella fleet`, `stella merge --resolve` and `--fix-ci` alike."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from stellafleet.core.config import Config
+from stellafleet.core.spend import SpendBudget
+from stellafleet.run.dispatch import Dispatcher
+from stellafleet.run.events import Emit
+from stellafleet.run.executor import Executor
+from stellafleet.run.expand import Expansions
+from stellafleet.run.limiter import Limiter
+from stellafleet.run.steps import AttemptStep, RunSettings
+from stellafleet.run.steps.claims import Claims
+from stellafleet.run.steps.commits import BranchCommits
+from stellafleet.run.steps.expansions import Expand
+from stellafleet.run.steps.limits import LimitGate
+from stellafleet.run.steps.salvage import Salvage
+from stellafleet.run.steps.spend import SpendGuard
+from stellafleet.run.steps.watch import Watch
+from stellafleet.run.steps.workspace import Workspaces
+from stellafleet.run.watchdog import Watchdog
+from stellafleet.state.claims import ClaimStore
+from stellafleet.state.ledger import Ledger
+
+MIXED_PIPELINES = "mixed"  # runs.pipeline of a run whose tasks use more than one pipeline
+
+
+def recorded_default_pipeline(run: Mapping[str, object], config: Config) -> str:
+    """The pipeline a follow-up task of a recorded run (a CI fix-up, a merge resolve) runs with: the run's
+    one pipeline, else (a run of several, or none recorded) the config's."""
+    pipeline = run.get("pipeline")
+    return str(pipeline) if pipeline and pipeline != MIXED_PIPELINES else config.fleet.pipeline
+
+
+def run_settings(
+    root: Path,
+    run_id: str,
+    base_commit: str,
+    config: Config,
+    *,
+    default_pipeline: str,
+    default_model: str | None = None,
+    spend_guard: float | None = None,
+    config_file: Path | None = None,
+    allow_detached: bool = False,
+    start_points: Mapping[str, str] | None = None,
+) -> RunSettings:
+    """What every attempt of a run shares; what the config says about attempts is read here only."""
+    return RunSettings(
+        root=root,
+        run_id=run_id,
+        base_commit=base_commit,
+        default_pipeline=default_pipeline,
+        default_model=default_model,
+        spend_guard_usd=spend_guard,
+        config_file=config_file,
+        commit_hooks=config.commit.hooks,
+        allow_detached=allow_detached or config.fleet.allow_detached,
+        init_submodules=config.fleet.init_submodules,
+        worktree=config.worktree,
+        start_points=start_points or {},
+    )
+
+
+def dispatcher(
+    settings: RunSettings,
+    ledger: Ledger,
+    claims: ClaimStore,
+    executor: Executor,
+    emit: Emit,
+    *,
+    budget: SpendBudget | None = None,
+    limiter: Limiter | None = None,
+    expansions: Expansions | None = None,
+    watchdog: Watchdog | None = None,
+) -> Dispatcher:
+    """The run's Dispatcher and its steps, in their order (released in the reverse one)."""
+    steps: list[AttemptStep | None] = [
+        LimitGate(limiter) if limiter is not None else None,  # released last: after the guard is free
+        SpendGuard(ledger, budget, settings.spend_guard_usd),
+        Claims(claims, settings.root),
+        Workspaces(settings, ledger),
+        Watch(watchdog) if watchdog is not None else None,
+        Salvage(ledger, claims),  # after the watchdog: a stalled attempt's salvage says so
+        BranchCommits(ledger),
+        Expand(expansions) if expansions is not None else None,
+    ]
+    return Dispatcher(settings, ledger, executor, emit, [step for step in steps if step is not None])

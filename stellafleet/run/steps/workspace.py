@@ -1,0 +1,71 @@
+"""The workspace: an isolated task's new worktree from its start point, its submodules, readied
+(run/bootstrap.py: `.worktreeinclude`, `[worktree] setup`), with its STELLA_WORKTREE_INDEX."""
+
+from __future__ import annotations
+
+from stellafleet.core.status import AttemptEnd, AttemptOutcome, StopReason
+from stellafleet.git import submodules, worktrees
+from stellafleet.run import bootstrap
+from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, RunSettings
+from stellafleet.state.ledger import Ledger
+
+
+def salvage_note(start: str) -> str:
+    return (
+        f"Your worktree starts from commit {start[:12]}, the work an earlier attempt of this task left "
+        "uncommitted when it stopped (salvaged by stella): review it and continue from there "
+        "rather than starting over.\n\n"
+    )
+
+
+class Workspaces(AttemptStep):
+    def __init__(self, settings: RunSettings, ledger: Ledger) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.indexes = bootstrap.WorktreeIndexes()  # STELLA_WORKTREE_INDEX of the live worktrees
+
+    def admit(self, attempt: AttemptState) -> None:
+        """A task whose worktree starts from a salvage commit is told so first."""
+        start = self.settings.start_points.get(attempt.task.id)
+        if start is not None and attempt.task.isolation == "isolated":
+            attempt.prompt = salvage_note(start) + attempt.prompt
+
+    def before_start(self, attempt: AttemptState) -> None:
+        """A new worktree, readied (a follow-up reuses the task's); AttemptFailed if it cannot be."""
+        ctx = attempt.ctx
+        if ctx.branch is None:
+            return
+        attempt.env[bootstrap.INDEX_VAR] = str(self.indexes.take(ctx.task_id))
+        if attempt.follow_up:
+            return
+        if attempt.remote:  # it works in a clone on another machine; its branch comes back from there
+            self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, ctx.branch, None)
+            return
+        settings = self.settings
+        start = settings.start_points.get(ctx.task_id, settings.base_commit)
+        worktrees.worktree_add(settings.root, ctx.workspace, ctx.branch, start)
+        if settings.init_submodules:
+            submodules.init_in_worktree(settings.root, ctx.workspace)
+        self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, ctx.branch, str(ctx.workspace))
+        try:
+            readied = bootstrap.ready(
+                ctx.workspace,
+                settings.worktree,
+                attempt.env,
+                ctx.log_path,
+                attempt.stopping,
+                root=settings.root,
+            )
+        except bootstrap.SetupFailed as exc:
+            if exc.seconds is not None:
+                self.ledger.attempts.set_setup(ctx.attempt_id, exc.seconds)
+            if attempt.stopping.is_set():
+                raise AttemptFailed(
+                    AttemptEnd(AttemptOutcome.INTERRUPTED, str(exc), StopReason.INTERRUPTED.value)
+                ) from None
+            raise AttemptFailed(AttemptEnd.failed(str(exc))) from None
+        if readied.setup_s is not None:
+            self.ledger.attempts.set_setup(ctx.attempt_id, readied.setup_s)
+
+    def released(self, attempt: AttemptState) -> None:
+        self.indexes.release(attempt.task.id)
