@@ -1,7 +1,7 @@
 """Plans that grow: what the run's expanding tasks (`expands = true`) have added to it.
 
 An expanding task's worker is told $STELLA_PLAN_OUT (a file under the run's state directory). When its
-attempt succeeds, the dispatcher hands the end to `Expansions.settle` before recording it: the fragment is
+attempt succeeds, its step (steps/expansions.py) settles the end before it is recorded: the fragment is
 checked (plan/fragment.py: every problem at once, the run's cap and the depth limit) and either refused,
 failing the task with every problem and adding nothing, or its tasks are recorded in the ledger under
 their parent (tasks.parent_id, the parent's tasks.fragment_path) before the parent is recorded succeeded,

@@ -7,7 +7,7 @@ Width), holds new starts until the latest reset it was told, and on a usage limi
 (the tasks not started end skipped with the reset time, exit 3, `--resume` continues) or, with
 `--wait-for-limits`, waits for the reset. Each change is a `concurrency` row in the ledger and a notice in
 the live display. Running workers are never stopped for a limit. The runner (waves.py) consults it
-through `width()`, `hold_s()` and `stop()`; the dispatcher tells it each attempt that ended.
+through `width()`, `hold_s()` and `stop()`; the limit step (steps/limits.py) tells it each attempt that ended.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class Limiter:
         """Wait (through the clock) while starts are held."""
         self.clock.sleep(max(0.0, seconds))
 
-    # --- what the dispatcher tells ---
+    # --- what the limit step tells ---
 
     def attempt_ended(self, attempt_id: int) -> list[dict[str, Any]]:
         """An attempt ended: without a limit the width grows by one. The limit rows it wrote."""
