@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         limit = getattr(args, "spend_limit", None)
 
         def make_resolver(ledger: Ledger, run_id: str) -> Resolver:
-            return Resolver(root, ledger, run_id, config, limit)
+            return Resolver(root, ledger, run_id, config, limit, config_file_arg(args))
 
     result = merge_run(root, options, progress=None if args.json else print_item, make_resolver=make_resolver)
     if args.json:

@@ -55,11 +55,20 @@ def _quiet(event: Event) -> None:
 class Resolver:
     """Runs resolve tasks for one run; opened once per `stella merge --resolve`."""
 
-    def __init__(self, root: Path, ledger: Ledger, run_id: str, config: Config, spend_limit: float | None):
+    def __init__(
+        self,
+        root: Path,
+        ledger: Ledger,
+        run_id: str,
+        config: Config,
+        spend_limit: float | None,
+        config_file: Path | None = None,  # the global --config, handed to the worker too
+    ) -> None:
         self.root = root
         self.ledger = ledger
         self.run_id = run_id
         self.config = config
+        self.config_file = config_file.resolve() if config_file else None
         record = ledger.get_run(run_id)
         self.run = record["run"]
         self.prompts = {t["id"]: t.get("prompt") or "" for t in record["tasks"]}
@@ -74,6 +83,7 @@ class Resolver:
             tip,  # the resolve task's worktree starts at the current tip
             self.config,
             default_pipeline=factory.recorded_default_pipeline(self.run, self.config),
+            config_file=self.config_file,
         )
         return factory.dispatcher(settings, self.ledger, claims, executor, _quiet, budget=budget)
 

@@ -83,6 +83,20 @@ def test_a_resolve_tasks_worktree_is_readied_as_the_fleets_are(
     assert (marks / "setup.log").read_text().split() == ["resolve-c"]
 
 
+def test_a_resolve_worker_reads_the_config_file_stella_was_given(
+    git_repo: Path, stella: StellaRunner, tmp_path: Path
+) -> None:
+    build_run(git_repo)
+    config = write_config(
+        git_repo, run=Scripts(tmp_path / "scripts").python("resolver", "import re\n" + RESOLVER)
+    )
+    given = config.rename(tmp_path / "given.toml")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    proc = stella("--config", str(given), "merge", "--resolve", cwd=git_repo, env={"MARKS": str(marks)})
+    assert "conflict resolved by task resolve-c" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_no_resolve_task_once_the_spend_limit_is_reached(git_repo: Path, stella: StellaRunner) -> None:
     build_run(git_repo)
     with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
