@@ -63,7 +63,9 @@ def holding(root: Path) -> Iterator[Journal]:
         owner.write(RECORD, "merge", exclusive=True)
     except journal.Busy:
         raise StellaError(
-            "another stella merge is running in this repository: wait for it to end", exit_code=EXIT_USAGE
+            "another stella merge is running in this repository (or a killed one is not finished yet, as "
+            "said above): wait for it to end",
+            exit_code=EXIT_USAGE,
         ) from None
     merge = Journal(root)
     try:

@@ -98,10 +98,10 @@ class Owner:
             try:
                 os.link(tmp, path)
             except FileExistsError:
+                self._release_if_idle()
                 raise Busy(name) from None
             finally:
                 tmp.unlink()
-                self._release_if_idle()
         else:
             os.replace(tmp, path)
         self._records.add(name)

@@ -21,7 +21,8 @@ OWNER = """
 import sys, time
 from pathlib import Path
 from stellafleet.state import journal
-journal.owner(Path(sys.argv[1])).write(sys.argv[2], sys.argv[3], path=sys.argv[4])
+exclusive = sys.argv[5:] == ["exclusive"]  # as a merge writes its record: one per repository
+journal.owner(Path(sys.argv[1])).write(sys.argv[2], sys.argv[3], path=sys.argv[4], exclusive=exclusive)
 print("ready", flush=True)
 time.sleep(300)
 """
@@ -37,11 +38,10 @@ def owners() -> Iterator[list[subprocess.Popen[str]]]:
 
 
 def start_owner(
-    owners: list[subprocess.Popen[str]], root: Path, name: str, kind: str, path: Path
+    owners: list[subprocess.Popen[str]], root: Path, name: str, kind: str, path: Path, *more: str
 ) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", OWNER, str(root), name, kind, str(path)], stdout=subprocess.PIPE, text=True
-    )
+    command = [sys.executable, "-c", OWNER, str(root), name, kind, str(path), *more]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     owners.append(proc)
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
     return proc
@@ -56,12 +56,13 @@ def journal_files(root: Path) -> list[str]:
     return sorted(p.name for p in StatePaths(root).journal.iterdir() if p.suffix in (".json", ".lock"))
 
 
+@pytest.mark.parametrize("how", [(), ("exclusive",)], ids=["record", "exclusive-record"])
 def test_a_record_whose_owner_lives_is_never_repaired(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner, owners: list[subprocess.Popen[str]]
+    git_repo: Path, tmp_path: Path, stella: StellaRunner, owners: list[subprocess.Popen[str]], how: tuple[str]
 ) -> None:
     kept = tmp_path / "stella-commit-live"
     kept.mkdir()
-    start_owner(owners, git_repo, "scratch-live", "scratch", kept)
+    start_owner(owners, git_repo, "scratch-live", "scratch", kept, *how)
     before = journal_files(git_repo)
     for _ in range(2):
         done = stella("runs", cwd=git_repo)
