@@ -14,8 +14,8 @@ from pathlib import Path
 
 from stellafleet import __version__
 from stellafleet.core.errors import EXIT_INTERRUPTED, EXIT_USAGE, StellaError
-from stellafleet.core.paths import StatePaths
 from stellafleet.core.terminal import printable
+from stellafleet.state.journal import recover_from
 
 COMMAND_MODULES = (
     "fleet",
@@ -43,8 +43,6 @@ exit codes:
 """
 
 _GLOBAL_WITH_VALUE = {"--spend-limit", "--config", "-C"}
-# `stella commit` cleans up the lane itself, under it; `stella demo` works in a scratch repository.
-_NO_LANE_RECOVERY = {"commit", "demo"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -135,24 +133,6 @@ def _apply_env_defaults(args: argparse.Namespace) -> None:
             raise StellaError(f"STELLA_SPEND_LIMIT: {exc}") from None
 
 
-def finish_killed_work(command: str, cwd: Path) -> None:
-    """What a killed stella process left in this repository is finished by whichever command comes next:
-    a `stella commit` killed mid-lane (git's index.lock, a half-made commit; not for `commit` itself,
-    which cleans up under the lane), then a killed `stella merge` (merge/journal.py; after the lane, as
-    its repair needs the index). Finding the merge journal is a few file checks, so `stella commit` stays
-    fast."""
-    if command not in _NO_LANE_RECOVERY:
-        from stellafleet.git.lanerecovery import recover_quietly
-
-        recover_quietly(cwd)
-    for place in (cwd, *cwd.parents):
-        if StatePaths(place).merge_journal.is_file():
-            from stellafleet.merge.journal import repair
-
-            repair(place)
-            return
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     corrected = misplaced_spend_limit(argv)
@@ -182,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return EXIT_USAGE
-        finish_killed_work(args.command, Path.cwd())
+        recover_from(Path.cwd())  # what a killed stella process left here, repaired first
         return int(args.func(args))
     except StellaError as exc:
         text = printable(str(exc))  # it can quote a file, a git message or a plan: shown, never obeyed

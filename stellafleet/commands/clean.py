@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from stellafleet.commands import config_file_arg
@@ -11,8 +12,7 @@ from stellafleet.core.config import load_config
 from stellafleet.core.errors import StellaError
 from stellafleet.git import gitops
 from stellafleet.git.clean import KEPT, REMOVED, WOULD_REMOVE, CleanReport, clean
-from stellafleet.run.salvaging import before_abandon
-from stellafleet.state.ledger_recovery import finalise_orphaned_runs_in
+from stellafleet.state import journal
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -55,21 +55,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     root = gitops.main_worktree_root(Path.cwd())
-    # a killed fleet's run is over (its attempts' work salvaged): its workspaces are no longer in use
-    finalise_orphaned_runs_in(root, before_abandon(root))
     if args.older_than is not None and not args.salvage:
         raise StellaError("--older-than goes with --salvage: stella clean --salvage --older-than DAYS")
     if args.older_than is not None and args.older_than < 0:
         raise StellaError(f"--older-than must be 0 or more days, not {args.older_than:g}")
-    report = clean(
-        root,
-        run_ref=args.run_ref,
-        dry_run=args.dry_run,
-        force=args.force,
-        worktree=load_config(root, config_file=config_file_arg(args)).worktree,
-        salvage_refs=args.salvage,
-        older_than_days=args.older_than,
-    )
+    worktree = load_config(root, config_file=config_file_arg(args)).worktree
+    with journal.acting(root, "clean") if not args.dry_run else contextlib.nullcontext():
+        report = clean(
+            root,
+            run_ref=args.run_ref,
+            dry_run=args.dry_run,
+            force=args.force,
+            worktree=worktree,
+            salvage_refs=args.salvage,
+            older_than_days=args.older_than,
+        )
     if args.json:
         print(jsontext.dumps(report.to_json(), indent=2))
     else:

@@ -36,12 +36,14 @@ def workspace_relative(workspace: Path, given: str, cwd: Path) -> str:
 def run(args: argparse.Namespace) -> int:
     from stellafleet.core.workercontext import WorkerContext
     from stellafleet.git.lane import commit_paths
+    from stellafleet.state import journal
     from stellafleet.state.proof import prove_attempt
 
     ctx = WorkerContext.from_env()  # outside a worker: a clear StellaError, exit 2
     prove_attempt(ctx)  # a copied or made-up worker environment: refused, exit 2
     cwd = Path(os.path.realpath(os.getcwd()))
     paths = [workspace_relative(ctx.workspace, given, cwd) for given in args.paths]
-    sha = commit_paths(ctx, paths, args.message)
+    with journal.acting(ctx.root, "commit"):  # killed, its lane and scratch are repaired by the next command
+        sha = commit_paths(ctx, paths, args.message)
     print(sha)
     return EXIT_OK

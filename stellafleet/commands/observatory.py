@@ -11,8 +11,6 @@ from pathlib import Path
 from stellafleet.core.paths import StatePaths
 from stellafleet.git import gitops
 from stellafleet.observatory.server import DEFAULT_HOST, DEFAULT_PORT, is_loopback, make_server
-from stellafleet.run.salvaging import before_abandon
-from stellafleet.state.ledger_recovery import finalise_orphaned_runs_in
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -48,7 +46,6 @@ def _port(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     root = gitops.main_worktree_root(Path.cwd())
-    finalise_orphaned_runs_in(root, before_abandon(root))
     ledger = StatePaths(root).fleet_db
     server = make_server(ledger, host=args.host, port=args.port)
     if not is_loopback(args.host):

@@ -18,9 +18,7 @@ from stellafleet.core.spend import money
 from stellafleet.core.status import CIState, RunStatus, TaskStatus
 from stellafleet.core.terminal import aligned, single_line, styled
 from stellafleet.git import gitops
-from stellafleet.run.salvaging import before_abandon
 from stellafleet.state import views
-from stellafleet.state.ledger_recovery import finalise_orphaned_runs_in
 
 # The colour of a run's, a task's or an attempt's status, and of a watched branch's CI state.
 STATUS_STYLE: dict[str, str] = {
@@ -62,8 +60,6 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise StellaError(f"--limit must be at least 1, not {args.limit}")
     root = gitops.main_worktree_root(Path.cwd())
-    # a run whose fleet was killed shows as interrupted, not running (its attempts' work salvaged)
-    finalise_orphaned_runs_in(root, before_abandon(root))
     ledger = StatePaths(root).fleet_db
     now_ms = int(time.time() * 1000)
     if args.run_ref is None:

@@ -33,9 +33,14 @@ class StatePaths:
         return self.private / "store.db"
 
     @property
+    def journal(self) -> Path:
+        """The journal's records and owner locks (state/journal.py)."""
+        return self.private
+
+    @property
     def merge_journal(self) -> Path:
-        """What a running `stella merge` holds outside the ledger (merge/journal.py)."""
-        return self.private / "merge-journal.json"
+        """The running `stella merge`'s journal record (merge/journal.py)."""
+        return self.journal / "merge.json"
 
     @property
     def worktrees(self) -> Path:

@@ -9,7 +9,7 @@ Every decision is named, and recorded in the ledger's `cleanups` table unless it
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -22,6 +22,7 @@ from stellafleet.core.status import RunStatus
 from stellafleet.git import gitops, mergeops, salvage, worktrees
 from stellafleet.proc import shell
 from stellafleet.proc.pids import pid_alive
+from stellafleet.state.journal import Record
 from stellafleet.state.ledger import Ledger
 
 BRANCH_PREFIX = "fleet/"
@@ -343,3 +344,9 @@ def clean(
             for item in cleaner.report.items:
                 ledger.cleanups.record(**asdict(item))
     return cleaner.report
+
+
+def repair(root: Path, records: Sequence[Record]) -> bool:
+    """A killed `stella clean`: git forgets the worktree it was removing (the next clean decides again)."""
+    gitops.git("worktree", "prune", cwd=root, check=False)
+    return True

@@ -31,7 +31,7 @@ import psutil
 
 from stellafleet.core.errors import GitError
 from stellafleet.git import gitops, index
-from stellafleet.proc.pids import ProcessIdentity
+from stellafleet.proc.pids import ProcessIdentity, pid_alive_since
 
 MARKER = "stella-index-lock"
 LOCK_WAIT_S = 10.0
@@ -93,7 +93,7 @@ def remove_dead_leftovers(index: Path) -> list[Path]:
             removed.append(lock)
     for leftover in index.parent.glob(f"{index.name}{ASIDE_PREFIX}*"):
         pid_text = leftover.name.rsplit("-", 1)[-1].split(".")[0]
-        dead = not pid_text.isdigit() or not psutil.pid_exists(int(pid_text))
+        dead = not pid_text.isdigit() or not pid_alive_since(int(pid_text), None, tolerance_s=0.0)
         if dead or leftover.name == f"{index.name}{ASIDE_PREFIX}installed":  # an older stella's note
             with contextlib.suppress(OSError):
                 leftover.unlink()

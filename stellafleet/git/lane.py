@@ -8,7 +8,7 @@ updated, so `git status` shows them clean while every other staged or unstaged c
 was; the real index is touched only for that final update, under git's own index.lock, held for an
 instant (indexlock.py). A commit is recorded in the ledger whenever HEAD moved, even when its `stella
 commit` was killed halfway, and whatever a killed one left is cleaned up by the next stella command
-(lanejournal.py, lanerecovery.py).
+(lanejournal.py).
 """
 
 from __future__ import annotations

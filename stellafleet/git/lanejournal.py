@@ -1,28 +1,34 @@
-"""The commit lane's journal: the commit a lane holder is about to put on HEAD, until it is recorded.
+"""The commit lane's journal record: the commit a lane holder is about to put on HEAD, until it is recorded,
+and the repair of a killed `stella commit`.
 
-Moving HEAD (git) and recording the commit (the ledger) cannot be one transaction. So the holder writes
-the journal before HEAD moves and removes it once the commit is recorded and the index updated; a holder
-killed in between leaves the journal behind, and the next stella command finishes the job
-(lanerecovery.py): if HEAD has the commit, it is recorded for its task and the index entries of its paths
-are set to HEAD's; if not, nothing was committed, the index entries of its paths are put back as they were
-before (the journal keeps them) and the journal is dropped. Either way HEAD moved <=> the commit is
-recorded, and the user's index holds no half of a commit.
+Moving HEAD (git) and recording the commit (the ledger) cannot be one transaction, so the holder writes
+the record (`commit-lane.json`, state/journal.py) before HEAD moves and drops it once the commit is
+recorded and the index updated. A holder killed in between leaves it, and whoever takes the lane next
+finishes the job (`finish`): if HEAD has the commit, it is recorded and its paths' index entries set to
+HEAD's; if not, they are put back as they were before. `repair` does that from any stella command, with
+git's index.lock and aside files that a dead stella's marker names: the user's own git fails on them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
+import functools
+import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stellafleet.core.clock import wall_ms
-from stellafleet.git import gitops
+from stellafleet.core.errors import StellaError
+from stellafleet.core.paths import StatePaths
+from stellafleet.git import gitops, indexlock
 from stellafleet.git.indexlock import IndexLock
+from stellafleet.state import journal
+from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
+
+log = logging.getLogger(__name__)
 
 JOURNAL_NAME = "commit-lane.json"
 
@@ -43,20 +49,21 @@ class Pending:
 
 
 def write(path: Path, pending: Pending) -> None:
-    """Write the journal atomically (a reader sees no journal or a whole one)."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({**asdict(pending), "before": dict(pending.before)}))
-    os.replace(tmp, path)
+    """Write the record (a reader sees none or a whole one), owned by this process."""
+    fields = {**asdict(pending), "before": dict(pending.before)}
+    journal.owner_in(path.parent).write(path.stem, "commit", **fields)
 
 
 def clear(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+    journal.owner_in(path.parent).drop(path.stem)  # this process's own
+    path.unlink(missing_ok=True)  # or a killed holder's, finished under the lane
 
 
 def read(path: Path) -> Pending | None:
     try:
-        data = json.loads(path.read_text())
+        data = journal.read(path)
+        if data is None:
+            return None
         return Pending(
             run_id=str(data["run_id"]),
             task_id=str(data["task_id"]),
@@ -67,9 +74,7 @@ def read(path: Path) -> Pending | None:
             before={str(p): (str(m), str(o)) for p, (m, o) in dict(data.get("before") or {}).items()},
             branch=data.get("branch"),
         )
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         clear(path)  # unreadable: written by no complete lane commit
         return None
 
@@ -132,3 +137,30 @@ def record(fleet_db: Path, root: Path, pending: Pending) -> None:
             message=pending.message,
             committed_at_ms=wall_ms(),
         )
+
+
+def repair(root: Path, records: Sequence[journal.Record]) -> bool:
+    """What a killed `stella commit` left in root's lane (see the module's doc), under the lane unless a
+    live holder has it: that one finishes what it finds when it takes the lane."""
+    paths = StatePaths(root)
+    if not paths.store_db.exists():
+        return True
+    with ClaimStore.open(paths.store_db) as store, contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(store.commit_lane(Holder.current("", "stella-recovery", "", 0), timeout=0.0))
+        except StellaError:
+            return True
+        real = indexlock.index_file(root)
+        done = [f"removed {leftover.name}" for leftover in indexlock.remove_dead_leftovers(real)]
+        path = paths.journal / JOURNAL_NAME
+        pending = read(path)
+        if pending is not None:
+            landed = finish(root, path, functools.partial(record, paths.fleet_db, root))
+            done.append(
+                f"recorded commit {pending.sha[:12]} of task {pending.task_id}"
+                if landed is not None
+                else f"put the index entries of {', '.join(pending.paths)} back as they were"
+            )
+    for line in done:
+        log.info("commit lane: %s (left by a stella process that is gone)", line)
+    return True

@@ -1,28 +1,23 @@
-"""stella merge's journal: what a running merge holds outside the ledger, so a killed one is finished
-by the next stella command.
+"""stella merge's journal record: what a running merge holds outside the ledger, so that a killed one is
+finished by the next stella command.
 
-A merge holds `.stella/private/merge.lock` (an exclusive flock, which the kernel lets go of when the
-process dies, however it dies) for as long as it runs, and keeps `merge-journal.json` next to it: its
+A merge keeps one record (`merge.json`, state/journal.py; only one merge runs per repository): its
 scratch directory and worktree, the ledger row of the branch it is on, the check command's process while
 one runs, the resolve task while one runs (--resolve: merge/killedresolve.py finishes it), and, around
 the one step git cannot do atomically (the branch ref moves, then the index and the files follow), the
-old and new commit. The next stella command that finds the journal and can take the lock knows the merge
-is dead and finishes its work (`repair`): the check's process group is stopped, a ref that moved gets its
-index and files (a ref that did not is left as it was; git's own index.lock, which a read-tree killed
-with the merge leaves, is removed when it is provably that git's), the `planned` row becomes `merged`
-only when the branch is verifiably in the branch it landed on (else `error`), and the scratch worktree
-and directory are removed.
+old and new commit. Its `repair` stops the check's process group, gives a ref that moved its index and
+files (git's own index.lock, which a read-tree killed with the merge leaves, is removed when it is
+provably that git's), settles the `planned` row (`merged` only when the branch is verifiably in the
+branch it landed on, else `error`) and removes the scratch worktree and directory.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,50 +28,26 @@ from stellafleet.git import gitops, mergeops
 from stellafleet.merge import killedresolve
 from stellafleet.proc.group import stop_group
 from stellafleet.proc.pids import ProcessIdentity
+from stellafleet.state import journal
 from stellafleet.state.ledger import Ledger
 
-LOCK_NAME = "merge.lock"
+RECORD = "merge"
 CHECK_STOP_GRACE_S = 2.0
-LOCK_CLOCK_SLACK_S = 2.0  # file times may be coarse: a lock made just after the journal may look older
+LOCK_CLOCK_SLACK_S = 2.0  # file times may be coarse: a lock made just after the record may look older
 PROCESS_CLOCK_TICK_S = 0.05  # a process's start time is known to a clock tick (and boot-time rounding)
 
 
-def _paths(root: Path) -> tuple[Path, Path]:
-    paths = StatePaths(root)
-    return paths.private / LOCK_NAME, paths.merge_journal
-
-
-def _take(lock_path: Path) -> int | None:
-    """The lock's file descriptor, held; None when a live process holds it."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def _release(fd: int) -> None:
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    os.close(fd)
-
-
 class Journal:
-    """The running merge's journal; every change is written atomically before the step it covers."""
+    """The running merge's record; every change is written before the step it covers."""
 
-    def __init__(self, path: Path | None) -> None:
-        self.path = path  # None: a dry run's, which writes nothing
-        self.data: dict[str, Any] = {"pid": os.getpid()}
+    def __init__(self, root: Path | None) -> None:
+        self.root = root  # None: a dry run's, which writes nothing
+        self.data: dict[str, Any] = {}
 
     def note(self, **fields: Any) -> None:
         self.data.update(fields)
-        if self.path is None:
-            return
-        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.data))
-        os.replace(tmp, self.path)
+        if self.root is not None:
+            journal.owner(self.root).write(RECORD, "merge", **self.data)
 
     def check_started(self, pid: int) -> None:
         who = ProcessIdentity.of(pid)
@@ -85,59 +56,45 @@ class Journal:
 
 @contextlib.contextmanager
 def holding(root: Path) -> Iterator[Journal]:
-    """The merge lock and a fresh journal for one `stella merge`, an earlier killed one repaired first;
-    StellaError (exit 2) while another stella merge runs in this repository."""
-    repair(root)
-    lock_path, journal_path = _paths(root)
-    fd = _take(lock_path)
-    if fd is None:
+    """The merge's record for one `stella merge`; StellaError (exit 2) while another stella merge runs
+    in this repository (or a killed one is not finished yet)."""
+    owner = journal.owner(root)
+    try:
+        owner.write(RECORD, "merge", exclusive=True)
+    except journal.Busy:
         raise StellaError(
-            "another stella merge is running in this repository: wait for it to end", exit_code=EXIT_USAGE
-        )
+            "another stella merge is running in this repository (or a killed one is not finished yet, as "
+            "said above): wait for it to end",
+            exit_code=EXIT_USAGE,
+        ) from None
+    merge = Journal(root)
     try:
-        journal = Journal(journal_path)
-        journal.note()
-        try:
-            yield journal
-        except BaseException:  # an error or Ctrl-C mid-step: settle what it left at once, as a repair would
-            with contextlib.suppress(GitError, StellaError, OSError):
-                _finish(root, journal.data, journal_path.stat().st_mtime)
-                journal_path.unlink(missing_ok=True)
-            raise
-        journal_path.unlink(missing_ok=True)
-    finally:
-        _release(fd)
+        yield merge
+    except BaseException:  # an error or Ctrl-C mid-step: settle what it left at once, as a repair would
+        with contextlib.suppress(GitError, StellaError, OSError):
+            _finish(root, merge.data, StatePaths(root).merge_journal.stat().st_mtime)
+            owner.drop(RECORD)
+        raise
+    owner.drop(RECORD)
 
 
-def repair(root: Path) -> str | None:
-    """Finish what a killed `stella merge` left (see the module's doc); what was done, in one line, or None
-    when there is no journal or its merge is still running."""
-    lock_path, journal_path = _paths(root)
-    if not journal_path.is_file():
-        return None
-    fd = _take(lock_path)
-    if fd is None:
-        return None  # the merge is alive (or another command is repairing it right now)
-    try:
+def repair(root: Path, records: Sequence[journal.Record]) -> bool:
+    """Finish what a killed `stella merge` left (see the module's doc), said in one line; False when it
+    cannot be finished yet (the record stays for the next command)."""
+    done = True
+    for record in records:
+        data, pid = record.data, record.data.get("pid", "?")
         try:
-            data = json.loads(journal_path.read_text())
-            journal_at: float | None = journal_path.stat().st_mtime
-        except (OSError, ValueError):
-            data, journal_at = {}, None
-        said = _finish(root, data, journal_at)
-        journal_path.unlink(missing_ok=True)
-        for tmp in journal_path.parent.glob(f"{journal_path.name}.*.tmp"):  # one killed mid-write
-            tmp.unlink(missing_ok=True)
-        line = f"stella: a killed stella merge (pid {data.get('pid', '?')}) was finished: {said}"
-    except GitError as exc:
-        line = (
-            f"stella: a killed stella merge (pid {data.get('pid', '?')}) is not finished yet: "
-            f"{exc.message} (its journal stays at {journal_path})"
-        )
-    finally:
-        _release(fd)
-    print(line, file=sys.stderr)
-    return line
+            said = _finish(root, data, record.written_at)
+            line = f"stella: a killed stella merge (pid {pid}) was finished: {said}"
+        except GitError as exc:
+            line = (
+                f"stella: a killed stella merge (pid {pid}) is not finished yet: "
+                f"{exc.message} (its journal stays at {record.path})"
+            )
+            done = False
+        print(line, file=sys.stderr)
+    return done
 
 
 def _stop_check(data: dict[str, Any]) -> str | None:

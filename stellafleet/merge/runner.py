@@ -27,6 +27,7 @@ from stellafleet.merge.check import run_check
 from stellafleet.merge.journal import Journal
 from stellafleet.merge.queue import MergeItem, plan_queue
 from stellafleet.merge.resolve import Resolution
+from stellafleet.state.journal import recover
 from stellafleet.state.ledger import Ledger
 
 STRATEGIES = ("rebase", "merge")
@@ -120,7 +121,7 @@ def merge_run(
     make_resolver: Callable[[Ledger, str], Resolving] | None = None,
 ) -> MergeResult:
     """Run the merge queue (or, with dry_run, say what it would do) for one run of the ledger."""
-    merge_journal.repair(root)  # a killed merge's half-done step first: it decides what is clean
+    recover(root)  # a killed merge's half-done step first: it decides what is clean
     onto = _refuse_unless_ready(root, options)
     db = StatePaths(root).fleet_db
     if not db.exists():

@@ -31,7 +31,7 @@ from stellafleet.core.errors import (
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.spend import SpendBudget
 from stellafleet.core.status import RunStatus, Stop, StopReason, TaskStatus
-from stellafleet.git import dirty, gitops, lanerecovery
+from stellafleet.git import dirty, gitops
 from stellafleet.run.dispatch import Dispatcher
 from stellafleet.run.events import Emit, Event, EventSink, Notice, RunStarted, TaskSkipped, WaveStarted
 from stellafleet.run.executor import Executor, LocalExecutor
@@ -42,14 +42,13 @@ from stellafleet.run.prepare import FleetOptions, Prepared, prepare
 from stellafleet.run.reporter import make_reporter, print_dry_run
 from stellafleet.run.result import result_document
 from stellafleet.run.resume import record_lineage, schedule_note
-from stellafleet.run.salvaging import before_abandon
 from stellafleet.run.steps import RunSettings, factory
 from stellafleet.run.steps.spend import spend_budget
 from stellafleet.run.watchdog import watching
 from stellafleet.run.waves import PlanRunner
+from stellafleet.state import journal
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
-from stellafleet.state.ledger_recovery import finalise_orphaned_runs
 
 
 def run_fleet(
@@ -222,9 +221,8 @@ class FleetRun:
             if p.tree.changed:  # the user's changes at the start: kept out of the workers' commits
                 dirty.save(p.root, p.run_id, dirty.take(p.root, p.tree.changed))
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
-                # a killed fleet's run: its attempts' work salvaged, the run finalised, its claims freed
-                finalise_orphaned_runs(ledger, claims, before_abandon=before_abandon(p.root))
-                lanerecovery.recover_quietly(p.root)  # and what a killed `stella commit` left in the lane
+                journal.recover(p.root)  # what killed stella processes left: a fleet's run, a commit's lane
+                journal.owner(p.root).write(f"fleet-{p.run_id}", "fleet", run_id=p.run_id)
                 emit = fan_out(self.reporter.handle, self.notifier.handle if self.notifier else None)
                 budget = spend_budget(p.spend_limit, p.concurrency.value, p.config)
                 self._fix_parts = (claims, executor)  # --fix-ci's follow-up attempts run on these too
@@ -369,9 +367,10 @@ class FleetRun:
         """Settle every task, record the run's end (and its CI watch), report the result; the exit code."""
         p = self.prepared
         statuses = self._settle(ledger, runner.seen.reasons, interrupted)
-        lanerecovery.recover_quietly(p.root)  # a worker's `stella commit` stopped mid-lane: cleaned up now
         status, code, reason = exit_status(interrupted, runner.stopped, statuses)
         ledger.runs.finish(p.run_id, status, exit_code=code, reason=reason)
+        journal.owner(p.root).drop(f"fleet-{p.run_id}")
+        journal.recover(p.root)  # a worker's `stella commit` stopped mid-lane: repaired now
         if self.notifier is not None:
             self.notifier.run_ended(status, code, reason, Counter(str(s) for s in statuses.values()))
         watch_doc = None

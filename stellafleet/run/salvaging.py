@@ -3,22 +3,26 @@
 Three moments: the dispatcher, as an attempt that timed out, stalled, was interrupted, hit its spend guard
 or crashed ends; a Ray node, as it sees its attempt end without success (`salvage_checkout`: the commit
 comes home in a bundle, and the head records it); and the next stella command that finalises a killed
-fleet's run (`before_abandon`, handed to ledger_recovery), for the attempts that fleet never saw end. A
-salvage that fails is logged, never raised: it must not turn an attempt's end into another error.
+fleet's run (`repair`, the journal's repair of a killed fleet), for the attempts that fleet never saw
+end. A salvage that fails is logged, never raised: it must not turn an attempt's end into another error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from stellafleet.core.errors import StellaError
+from stellafleet.core.paths import StatePaths
 from stellafleet.git import salvage as salvage_git
+from stellafleet.state import journal
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
-from stellafleet.state.ledger_recovery import BeforeAbandon
+from stellafleet.state.ledger_recovery import BeforeAbandon, finalise_run
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +77,8 @@ def _salvage(
 
 
 def before_abandon(root: Path) -> BeforeAbandon:
-    """The hook ledger_recovery calls before it abandons a killed fleet's open attempts: each one's
-    uncommitted work is salvaged first (its claims are still recorded then)."""
+    """What runs before a killed fleet's open attempts are abandoned: each one's uncommitted work is
+    salvaged (its claims are still recorded then)."""
 
     def hook(ledger: Ledger, store: ClaimStore | None, run_id: str, attempts: list[dict[str, Any]]) -> None:
         for open_attempt in attempts:
@@ -96,3 +100,23 @@ def before_abandon(root: Path) -> BeforeAbandon:
             )
 
     return hook
+
+
+def repair(root: Path, records: Sequence[journal.Record]) -> bool:
+    """The runs of a killed fleet finalised, their open attempts' work salvaged first; False while a worker
+    of one still runs, or the ledger cannot be written right now (a later command finishes it)."""
+    paths = StatePaths(root)
+    if not paths.fleet_db.exists():
+        return True
+    finished = False
+    with contextlib.suppress(StellaError, sqlite3.Error, OSError), Ledger.open(paths.fleet_db) as ledger:
+        store = ClaimStore.open(paths.store_db) if paths.store_db.exists() else None
+        try:
+            hook = before_abandon(root)
+            finished = all(
+                [finalise_run(ledger, store, str(r.data.get("run_id")), before_abandon=hook) for r in records]
+            )
+        finally:
+            if store is not None:
+                store.close()
+    return finished
