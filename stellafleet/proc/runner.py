@@ -4,7 +4,7 @@ Everything stella starts (git, gh, the notify command, merge checks, the engine'
 pipeline, agent CLIs, workers) goes through `start` (a process to follow and stop) or `run` (to its end,
 or its timeout). A command gets its own session unless it is part of our own work (git, a worker's
 command), so its process group holds it and whatever it spawns, and a timeout, or Ctrl-C while we wait,
-stops that whole group the one way there is (`group.stop_group`). Captured output is read as bytes and
+stops that whole group the one way there is (proc/group.py). Captured output is read as bytes and
 decoded as UTF-8, undecodable bytes replaced; it can go to a file, the terminal or nowhere instead.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from stellafleet.proc.group import stop_group
+from stellafleet.proc.group import ProcessSet
 
 PIPE = subprocess.PIPE  # captured
 DEVNULL = subprocess.DEVNULL  # nothing in; thrown away
@@ -77,11 +77,12 @@ class Process:
         """Its exit, reaped by the caller (os.wait4, for the rusage): nothing waits on its pid again."""
         self._popen.returncode = code
 
-    def stop(self, grace_s: float) -> None:
-        """SIGTERM to its group, up to grace_s to end, SIGKILL to what is left; reaped when this returns."""
+    def stop(self, grace_s: float, *, identity: Mapping[str, str] | None = None) -> None:
+        """SIGTERM to its group (and what carries identity, an attempt's), up to grace_s to end, SIGKILL
+        to what is left; reaped when this returns."""
         if not self.session:
             raise ValueError("only a command in its own session can be stopped with its group")
-        stop_group(self.pid, grace_s, leader=self._popen)
+        ProcessSet(self.pid, group=self.pid, leader=self._popen, identity=identity).stop(grace_s)
 
 
 def start(
