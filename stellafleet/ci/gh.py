@@ -105,7 +105,8 @@ class SystemGh:
         if found is None:
             raise StellaError(GH_MISSING, exit_code=EXIT_USAGE)
         try:
-            done = runner.run([found, *args], cwd=cwd, env={**os.environ, **GH_ENV}, timeout=self.timeout)
+            env = {**os.environ, **GH_ENV}
+            done = runner.run([found, *args], cwd=cwd, env=env, timeout=self.timeout, plumbum=True)
         except OSError as exc:
             return GhResult(127, "", f"gh: {exc}")
         if done.timed_out:

@@ -40,7 +40,9 @@ def git_status(
     program = _git_program()
     try:
         # Part of our own work, not a command to stop: it stays in our session (a Ctrl-C reaches it).
-        done = runner.run([program, *args], cwd=cwd, env=_git_env(env), input=stdin, session=False)
+        done = runner.run(
+            [program, *args], cwd=cwd, env=_git_env(env), input=stdin, session=False, plumbum=True
+        )
     except OSError as exc:
         raise GitError(f"git {args[0] if args else ''}: {exc}") from None
     return done.returncode, done.stdout, done.stderr
@@ -51,7 +53,9 @@ def git_started(*args: str, cwd: Path | str) -> runner.Process:
     must take no longer than git's own work once it is due."""
     program = _git_program()
     try:
-        return runner.start([program, *args], cwd=cwd, env=_git_env(None), stdin=runner.PIPE, session=False)
+        return runner.start(
+            [program, *args], cwd=cwd, env=_git_env(None), stdin=runner.PIPE, session=False, plumbum=True
+        )
     except OSError as exc:
         raise GitError(f"git {args[0] if args else ''}: {exc}") from None
 

@@ -3,8 +3,8 @@
 aider has no JSON output and no budget flag. Its machine-readable cost source is the analytics log
 (`--analytics-log FILE`, written even with `--no-analytics`): one JSON line per event, and after each model
 call a `message_send` event with `prompt_tokens`, `completion_tokens`, `cost` and the session's running
-`total_cost`. The wrapper follows that file while aider works, reports each call's cost, and stops aider
-(SIGTERM to its process group, SIGKILL after a grace period) once the worker's guard is reached.
+`total_cost`. The wrapper follows that file while aider works, reports each call's cost, and stops aider's
+process group (pipelines/clirun.py) once the worker's guard is reached.
 
 aider edits files but commits nothing here (`--no-auto-commits`); the wrapper commits the files aider says
 it edited ("Applied edit to PATH") through the commit lane, which first claims them for this attempt.

@@ -1,17 +1,14 @@
-"""Running an agent CLI under a timeout and a guard, following its output as it arrives.
+"""Running an agent CLI under a timeout and a guard, following its output as it arrives (`run_agent`).
 
-There is one way to run an agent CLI here (`run_agent`): it starts the CLI in its own process group with
-stdin closed (or reading a file: the prompt), hands each stdout line to the wrapper as it arrives (the
-wrappers parse JSON events live), copies stderr to the worker's log, keeps stdout in the attempt's
-transcript, and stops the whole group (SIGTERM, then SIGKILL after a grace period) when the task timeout
-passes or when the wrapper says so (its spend guard is reached). Stopping the group matters: agent CLIs
+The CLI runs in its own process group, stdin closed (or the prompt's file); each stdout line goes to the
+wrapper as it comes (they parse JSON events live) and to the transcript, stderr to the worker's log. At
+the task's timeout, or when the wrapper says so (its spend guard), its whole group is stopped: agent CLIs
 start shells, test runners and language servers that must not outlive the attempt.
 """
 
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
 import threading
 import time
@@ -24,7 +21,6 @@ from typing import TextIO
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.agentenv import agent_env
 from stellafleet.proc import runner
-from stellafleet.proc.group import signal_group
 from stellafleet.proc.tree import signal_description
 
 GRACE_S = 5.0  # between SIGTERM and SIGKILL when stopping a CLI
@@ -190,8 +186,8 @@ def _end(proc: runner.Process, run: CliRun, stop: _Stop, readers: list[threading
     for reader in readers:
         reader.join(timeout=READER_JOIN_S)
     if any(reader.is_alive() for reader in readers):
-        # A process the CLI started still holds its output open: stop what is left of the group.
-        signal_group(proc.pid, signal.SIGKILL)
+        # A process the CLI started still holds its output open: kill what is left of the group.
+        proc.stop(0.0)
         for reader in readers:
             reader.join(timeout=READER_JOIN_S)
 

@@ -3,9 +3,9 @@
 Codex reports tokens, not dollars, and has no budget flag. The wrapper prices the thread's running
 token totals with the engine's price table (or `[prices."MODEL"]`) as they arrive, from Codex's session
 log after every model call and from `turn.completed` at the end, reports each increase to the ledger, and
-stops Codex (SIGTERM to its process group, SIGKILL after a grace period) once the worker's guard is
-reached. Headless settings: the repository's git directories are writable roots of its sandbox (so it can
-commit), web search is off, and sub-agents are off (their spend would not be in the thread's usage).
+stops Codex's process group (pipelines/clirun.py) once the worker's guard is reached. Headless settings:
+the repository's git directories are writable roots of its sandbox (so it can commit), web search is off,
+and sub-agents are off (their spend would not be in the thread's usage).
 Codex itself refuses `request_user_input` in `codex exec` ("unavailable in Default mode"), so a worker
 never waits for an answer.
 """

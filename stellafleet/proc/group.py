@@ -1,20 +1,26 @@
-"""Stopping a process group: the one way stella ends a command together with everything it started.
+"""Stopping a set of processes: the one way stella ends a command, a worker or a tree with all it started.
 
-Every command stella runs for someone else (a worker, an agent CLI, a shell tool call) starts in its own
-session, so its process group holds the command and whatever it spawned. Stopping is SIGTERM to the
-group, a grace period for it to end, then SIGKILL to whatever is left: members of a group may outlive its
-leader, and the group id stays theirs while any member lives. A group that is already gone is not an
-error, nor one we may not signal (its members changed owner: they are no longer ours to stop).
+A set is a process group, the processes seen in it or below its members, and those carrying an attempt's
+identity in their environment (a double fork leaves the tree, never the environment). A stop is SIGTERM
+to all, a grace period, SIGKILL until none is left. What is gone, or no longer ours to signal, is skipped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
-from typing import Protocol
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Protocol
 
-GROUP_POLL_S = 0.01  # how often a stop looks whether the group (or its leader) has ended
+if TYPE_CHECKING:  # imported when a set is made: a worker that never stops one starts without psutil
+    import psutil
+
+# in the environment of an attempt's processes: its repository, its run, its attempt (ids are per ledger)
+IDENTITY_KEYS = ("STELLA_ROOT", "STELLA_RUN_ID", "STELLA_ATTEMPT_ID")
+POLL_S = 0.01  # how often a stop looks whether its set has ended
+KILL_ROUNDS = 50  # a member forking as it is killed shows up in the next round
 
 
 class Leader(Protocol):
@@ -39,19 +45,133 @@ def group_exists(pgid: int) -> bool:
     return signal_group(pgid, 0)
 
 
-def _running(pgid: int, leader: Leader | None) -> bool:
-    return group_exists(pgid) if leader is None else leader.poll() is None
+def identity_in(env: Mapping[str, str]) -> dict[str, str]:
+    """The attempt identity env carries (empty when it carries none of it)."""
+    return {key: env[key] for key in IDENTITY_KEYS if key in env}
+
+
+def carrying(identity: Mapping[str, str]) -> list[psutil.Process]:
+    """The processes whose environment holds all of identity, never this one nor its ancestors."""
+    import psutil
+
+    if len(identity) < len(IDENTITY_KEYS):
+        return []
+    me = psutil.Process()
+    ours = {me.pid, *(proc.pid for proc in me.parents())}
+    found: list[psutil.Process] = []
+    for proc in psutil.process_iter():
+        if proc.pid in ours:
+            continue
+        with contextlib.suppress(psutil.Error, OSError):
+            environ = proc.environ()
+            if all(environ.get(key) == value for key, value in identity.items()):
+                found.append(proc)
+    return found
+
+
+def _live(proc: psutil.Process) -> bool:
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class ProcessSet:
+    """The processes one stop ends. Members are psutil handles, which refuse a pid reused since; below
+    names a process (this one, as a subreaper) whose descendants are members but not itself."""
+
+    def __init__(
+        self,
+        *pids: int,
+        group: int | None = None,
+        leader: Leader | None = None,
+        identity: Mapping[str, str] | None = None,
+        below: int | None = None,
+    ) -> None:
+        import psutil
+
+        self.group = group
+        self.leader = leader
+        self.identities = [found] if (found := identity_in(identity or {})) else []
+        self.below = below
+        self.known: dict[int, psutil.Process] = {}
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):
+                self.add([psutil.Process(pid)])
+
+    def add(self, procs: Iterable[psutil.Process]) -> None:
+        for proc in procs:
+            self.known.setdefault(proc.pid, proc)
+
+    def merge(self, other: ProcessSet) -> None:
+        """Take other's members and identities in, to stop both with one grace."""
+        self.add(other.known.values())
+        self.identities.extend(other.identities)
+
+    def learn(self, *, sweep: bool = False) -> None:
+        """Add every live process below the live members (one look at the process table); with sweep,
+        every process carrying one of the identities too."""
+        import psutil
+
+        tops = [pid for pid, proc in self.known.items() if _live(proc)]
+        if self.below is not None:
+            tops.append(self.below)
+        children: dict[int, list[psutil.Process]] = {}
+        for proc in psutil.process_iter(["ppid", "status"]) if tops else []:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE:
+                children.setdefault(proc.info["ppid"], []).append(proc)
+        stack, seen = tops, set()
+        while stack:
+            pid = stack.pop()
+            if pid not in seen:
+                seen.add(pid)
+                found = children.get(pid, [])
+                self.add(found)
+                stack.extend(proc.pid for proc in found)
+        for identity in self.identities if sweep else []:
+            self.add(carrying(identity))
+
+    def alive(self) -> list[psutil.Process]:
+        """The members still running (a zombie has ended: it only waits to be reaped)."""
+        return [proc for proc in self.known.values() if _live(proc)]
+
+    def signal(self, sig: int, *, sweep: bool = True) -> bool:
+        """Send sig to the group and every live member, learned now; whether anything got it."""
+        import psutil
+
+        self.learn(sweep=sweep)
+        sent = self.group is not None and signal_group(self.group, sig)
+        for proc in self.alive():
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(sig)
+                sent = True
+        return sent
+
+    def running(self) -> bool:
+        if self.leader is not None:
+            return self.leader.poll() is None
+        return bool(self.alive()) or (self.group is not None and group_exists(self.group))
+
+    def stop(self, grace_s: float) -> None:
+        """SIGTERM to all, up to grace_s for them to end (the leader's exit ends it), then SIGKILL until
+        no member is left; the leader is reaped before this returns. grace_s <= 0: killed at once."""
+        if grace_s > 0 and self.signal(signal.SIGTERM):
+            deadline = time.monotonic() + grace_s
+            while self.running() and time.monotonic() < deadline:
+                time.sleep(min(POLL_S, max(deadline - time.monotonic(), 0.0)))
+        self.signal(signal.SIGKILL)
+        for _ in range(KILL_ROUNDS):
+            self.learn()
+            if not self.alive():
+                break
+            time.sleep(POLL_S)
+            self.signal(signal.SIGKILL, sweep=False)
+        if self.leader is not None:
+            self.leader.wait()
 
 
 def stop_group(pgid: int, grace_s: float, *, leader: Leader | None = None) -> None:
-    """SIGTERM to group pgid, up to grace_s for it to end, then SIGKILL to whatever is left.
-
-    With grace_s <= 0 the group is killed at once. Pass the leader when it is our own child: its exit ends
-    the wait (an unreaped child keeps its group alive) and it is reaped before this returns."""
-    if grace_s > 0 and signal_group(pgid, signal.SIGTERM):
-        deadline = time.monotonic() + grace_s
-        while _running(pgid, leader) and time.monotonic() < deadline:
-            time.sleep(min(GROUP_POLL_S, max(deadline - time.monotonic(), 0.0)))
-    signal_group(pgid, signal.SIGKILL)
-    if leader is not None:
-        leader.wait()
+    """Stop process group pgid (a command started in a session of its own: its pid); see ProcessSet.stop."""
+    ProcessSet(group=pgid, leader=leader).stop(grace_s)

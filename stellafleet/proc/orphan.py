@@ -1,9 +1,6 @@
-"""Processes that must not outlive the fleet that started them.
+"""A worker must not outlive the fleet that started it: once orphaned, it kills all it started and itself.
 
-Every worker watches its own parent (the fleet, or on a Ray node the process that started it): once the
-worker is orphaned, it kills its whole process group, itself included. A killed fleet so leaves no worker
-running on unnoticed, still writing files and committing; its run is finalised later
-(state/ledger_recovery.py).
+A killed fleet so leaves no worker writing files and committing unnoticed; its run is finalised later.
 """
 
 from __future__ import annotations

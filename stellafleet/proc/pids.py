@@ -1,21 +1,11 @@
 """Is the process recorded as pid P, started at time T, still running? One answer for every caller.
 
-A pid alone does not name a process: the kernel hands a freed pid to the next process that starts. But a
-pid is only reused after its process ended, so a process now holding P that was created later than T
-(plus a tolerance) is a different program. A process created earlier than T still counts as the recorded
-one: T may have been written after the process started (a run's row), and a wall clock stepped back
-moves every reading of a start time back with it.
-
-Two kinds of record use this rule, with the tolerance each needs:
-- a process identity (claims): T is psutil's start time of the process itself, read when it was
-  recorded; readings of one process's start can differ by clock-tick rounding or a stepped wall clock,
-  hence START_TIME_TOLERANCE_S.
-- a ledger row (runs, attempts): T is the wall time, in epoch milliseconds, of the row written as the
-  process was started; a worker is spawned right after its attempt row is written (on a busy machine,
-  possibly a while after), hence LEDGER_SPAWN_GRACE_S.
-
-Errs on the side of "alive": a process that exists but may not be inspected counts as running (a wrong
-"alive" only keeps a claim or a worktree a little longer; a wrong "dead" hands out work that is in use).
+A freed pid goes to the next process, but only after its process ended: a process holding P created
+later than T (plus a tolerance) is another program. One created earlier still counts (T may have been
+written after the start; a stepped-back clock moves every reading back). The tolerance is
+START_TIME_TOLERANCE_S for a process identity (psutil's own reading, clock-tick rounding) and
+LEDGER_SPAWN_GRACE_S for a ledger row (its wall time, written just before the spawn on a busy machine).
+Errs towards "alive": a wrong "alive" only keeps a claim a little longer, a wrong "dead" hands out work.
 """
 
 from __future__ import annotations

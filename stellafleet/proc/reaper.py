@@ -1,17 +1,12 @@
-"""`python -m stellafleet.proc.reaper WATCHED ROOT GRACE`: end ROOT's process tree once WATCHED is gone.
+"""`python -m stellafleet.proc.reaper [--detach] WATCHED DIRECTORY GRACE`: a node's sidecar that ends the
+worker trees of WATCHED once WATCHED is gone.
 
-ROOT is a pid, or a file the pid will be written to (so the reaper can start before the worker does); the
-file's directory is the attempt's scratch directory, removed once the tree has been stopped. Or ROOT is a
-directory: the reaper is then kept for every attempt WATCHED runs, each naming its tree by a `*.pid` file
-there while it runs (`reap_all`).
-
-A worker started on a remote node belongs to the process that runs its attempt there. That process can
-die without a word (a forced cancel, a lost node): its worker, started in a session of its own, would live
-on, spending, with nobody to stop it. This sidecar watches that process (by identity, so a reused pid
-does not fool it) and learns the worker's tree as it grows; once the watched process is gone it stops
-every member it has seen (SIGTERM, GRACE seconds, SIGKILL), as the fleet does at home. It ends by itself
-once the whole tree has. It detaches from WATCHED (double fork, a session of its own): Ray kills a dying
-worker's children, and this sidecar must outlive exactly that.
+A worker started on a remote node belongs to the process that runs its attempts there (a Ray worker),
+which can die without a word (a forced cancel, a lost node): its worker, in a session of its own, would
+live on, spending. While WATCHED runs (known by identity: a reused pid does not fool it), each of its
+attempts names its worker's tree by a `*.pid` file in DIRECTORY; the reaper learns each tree as it grows,
+and once WATCHED is gone stops the trees still named (proc/group.py's stop, GRACE seconds). It detaches
+(double fork, a session of its own): Ray kills a dying worker's children, and it must outlive exactly that.
 """
 
 from __future__ import annotations
@@ -19,13 +14,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import sys
 import time
 from pathlib import Path
 
 import psutil
 
+from stellafleet.proc.group import ProcessSet, identity_in
 from stellafleet.proc.pids import ProcessIdentity
 
 POLL_S = 0.2
@@ -38,78 +33,13 @@ def check_root(root: int) -> None:
         raise ValueError(f"refusing to watch the tree of pid {root}: it is this process, init or an ancestor")
 
 
-class Members:
-    """The processes of one tree as seen so far: psutil handles, which refuse a pid reused since."""
-
-    def __init__(self, root: int) -> None:
-        self.known: dict[int, psutil.Process] = {}
-        with contextlib.suppress(psutil.Error):
-            self.known[root] = psutil.Process(root)
-
-    def learn(self) -> None:
-        for proc in list(self.known.values()):
-            with contextlib.suppress(psutil.Error):
-                for child in proc.children(recursive=True):
-                    self.known.setdefault(child.pid, child)
-
-    def alive(self) -> list[psutil.Process]:
-        found = []
-        for proc in self.known.values():
-            with contextlib.suppress(psutil.Error):
-                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                    found.append(proc)
-        return found
-
-    def signal(self, sig: int) -> None:
-        for proc in self.alive():
-            with contextlib.suppress(psutil.Error):
-                proc.send_signal(sig)
-
-
-def read_root(source: int | Path) -> int | None:
-    """The root's pid: given, or once its starter has written it to the file (None: not yet)."""
-    if isinstance(source, int):
-        return source
+def _tree(root: int) -> ProcessSet:
+    """root's tree, swept at its stop by the attempt identity root's environment carries."""
     try:
-        return int(source.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def reap(watched: int, root_source: int | Path, grace_s: float, *, poll_s: float = POLL_S) -> bool:
-    """Wait while watched runs, then stop root's tree; False when there was nothing to stop (the tree
-    ended by itself, or no root was ever named and its file's directory is gone).
-
-    The root may be named by a file its starter writes once it has started it: then the reaper can be
-    running before the worker is, and a cancel at any moment finds it watching."""
-    identity = ProcessIdentity.of(watched)  # None: it is gone already
-    members: Members | None = None
-    while True:
-        if members is None:
-            root = read_root(root_source)
-            if root is not None:
-                check_root(root)
-                members = Members(root)
-            elif isinstance(root_source, Path) and not root_source.parent.exists():
-                return False  # the attempt is over and its scratch directory removed
-        if identity is None or not identity.is_alive():
-            break
-        if members is not None:
-            members.learn()  # now: once orphaned, members are no longer root's descendants
-            if not members.alive():
-                return False
-        time.sleep(poll_s)
-    if members is None:
-        return False
-    members.learn()
-    members.signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while members.alive() and time.monotonic() < deadline:
-        time.sleep(min(poll_s, grace_s))
-    members.signal(signal.SIGKILL)
-    if isinstance(root_source, Path):  # the root file's directory is the attempt's scratch: nobody else
-        shutil.rmtree(root_source.parent, ignore_errors=True)  # is left to remove it
-    return True
+        environ = psutil.Process(root).environ()
+    except (psutil.Error, OSError):
+        environ = {}
+    return ProcessSet(root, identity=identity_in(environ))
 
 
 def _roots_in(directory: Path) -> dict[str, tuple[int, Path | None]]:
@@ -131,7 +61,7 @@ def reap_all(watched: int, directory: Path, grace_s: float, *, poll_s: float = P
     Returns how many trees it stopped. One such reaper serves every attempt of its process: an attempt
     pays for a file, not for a new reaper process."""
     identity = ProcessIdentity.of(watched)
-    trees: dict[str, tuple[Members, Path | None]] = {}
+    trees: dict[str, tuple[ProcessSet, Path | None]] = {}
     while True:
         roots = _roots_in(directory)
         for name in [name for name in trees if name not in roots]:
@@ -142,19 +72,17 @@ def reap_all(watched: int, directory: Path, grace_s: float, *, poll_s: float = P
                     check_root(root)
                 except ValueError:
                     continue  # never this process, init or an ancestor; the other trees stay watched
-                trees[name] = (Members(root), scratch)
+                trees[name] = (_tree(root), scratch)
             trees[name][0].learn()  # now: once orphaned, members are no longer root's descendants
         if identity is None or not identity.is_alive() or not directory.is_dir():
             break
         time.sleep(poll_s)
     live = [(members, scratch) for members, scratch in trees.values() if members.alive()]
+    everything = ProcessSet()  # one stop, one grace, for all of them
     for members, _ in live:
-        members.signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while any(members.alive() for members, _ in live) and time.monotonic() < deadline:
-        time.sleep(min(poll_s, grace_s))
-    for members, scratch in live:
-        members.signal(signal.SIGKILL)
+        everything.merge(members)
+    everything.stop(grace_s)
+    for _, scratch in live:
         if scratch is not None:  # the attempt's scratch directory: nobody else is left to remove it
             shutil.rmtree(scratch, ignore_errors=True)
     shutil.rmtree(directory, ignore_errors=True)
@@ -175,19 +103,15 @@ def detach() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv and argv[0] == "--detach":
-        argv = argv[1:]
-        detach()
-    watched, grace_s = int(argv[0]), float(argv[2])
-    root: int | Path = int(argv[1]) if argv[1].isdigit() else Path(argv[1])
-    try:
-        if isinstance(root, Path) and root.is_dir():
-            reap_all(watched, root, grace_s)
-        else:
-            reap(watched, root, grace_s)
-    except ValueError as exc:
-        print(f"stella reaper: {exc}", file=sys.stderr)
+    detached = bool(argv) and argv[0] == "--detach"
+    args = argv[1:] if detached else argv
+    watched, directory, grace_s = int(args[0]), Path(args[1]), float(args[2])
+    if not directory.is_dir():
+        print(f"stella reaper: {directory} is not a directory", file=sys.stderr)
         return 2
+    if detached:
+        detach()
+    reap_all(watched, directory, grace_s)
     return 0
 
 

@@ -1,22 +1,24 @@
-"""Starting a program: the one place stella runs another process.
+"""Starting a program: the one place stella runs another process, through `start` or `run`.
 
-Everything stella starts (git, gh, the notify command, merge checks, the engine's shell tool, the command
-pipeline, agent CLIs, workers) goes through `start` (a process to follow and stop) or `run` (to its end,
-or its timeout). A command gets its own session unless it is part of our own work (git, a worker's
-command), so its process group holds it and whatever it spawns, and a timeout, or Ctrl-C while we wait,
-stops that whole group the one way there is (`group.stop_group`). Captured output is read as bytes and
-decoded as UTF-8, undecodable bytes replaced; it can go to a file, the terminal or nowhere instead.
+git and gh start as plumbum commands (their callers say `plumbum=True`), as the design has it; anything
+else starts with subprocess alone, so a worker that runs neither never imports plumbum. A command gets its
+own session unless it is part of our own work (git, a worker's command): a timeout, or Ctrl-C while we
+wait, stops its whole group (proc/group.py). Captured output is decoded as UTF-8, bad bytes replaced.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
+import os
+import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from stellafleet.proc.group import stop_group
+from stellafleet.proc.group import ProcessSet
 
 PIPE = subprocess.PIPE  # captured
 DEVNULL = subprocess.DEVNULL  # nothing in; thrown away
@@ -44,8 +46,9 @@ def _text(data: bytes | None) -> str:
 class Process:
     """A started command. poll, wait and stop may come from another thread than the one reading it."""
 
-    def __init__(self, popen: subprocess.Popen[Any], *, session: bool) -> None:
+    def __init__(self, popen: subprocess.Popen[Any], *, session: bool, handle: object = None) -> None:
         self._popen = popen
+        self._handle = handle  # plumbum's, kept while we use its process: once dropped, it closes the pipes
         self.pid = popen.pid
         self.session = session
         self.stdout = popen.stdout
@@ -77,11 +80,45 @@ class Process:
         """Its exit, reaped by the caller (os.wait4, for the rusage): nothing waits on its pid again."""
         self._popen.returncode = code
 
-    def stop(self, grace_s: float) -> None:
-        """SIGTERM to its group, up to grace_s to end, SIGKILL to what is left; reaped when this returns."""
+    def stop(self, grace_s: float, *, identity: Mapping[str, str] | None = None) -> None:
+        """SIGTERM to its group (and what carries identity, an attempt's), up to grace_s to end, SIGKILL
+        to what is left; reaped when this returns."""
         if not self.session:
             raise ValueError("only a command in its own session can be stopped with its group")
-        stop_group(self.pid, grace_s, leader=self._popen)
+        ProcessSet(self.pid, group=self.pid, leader=self._popen, identity=identity).stop(grace_s)
+
+
+@functools.cache
+def _plumbum_command() -> type[Any]:
+    """plumbum's LocalCommand on a machine whose own environment is empty: a command then runs with
+    exactly the environment given (plumbum's `local` adds the copy of ours it took at import)."""
+    from plumbum.machines.local import LocalCommand, LocalEnv, LocalMachine
+
+    class ExactEnvMachine(LocalMachine):
+        env = LocalEnv()
+
+    ExactEnvMachine.env.clear()
+    machine = ExactEnvMachine()
+
+    class Command(LocalCommand):
+        @property
+        def machine(self) -> LocalMachine:
+            return machine
+
+    return Command
+
+
+def _popen(argv: list[str], env: dict[str, str] | None, plumbum: bool, **options: Any) -> Process:
+    """argv started with subprocess's options, as a plumbum command or with Popen."""
+    session = bool(options.get("start_new_session"))
+    if not plumbum:
+        return Process(subprocess.Popen(argv, env=env, **options), session=session)
+    env = dict(os.environ) if env is None else env
+    program = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=env.get("PATH", os.defpath))
+    if program is None:  # as Popen says it
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
+    handle = _plumbum_command()(program)[argv[1:]].popen(env=env, **options)
+    return Process(handle._proc, session=session, handle=handle)
 
 
 def start(
@@ -94,13 +131,15 @@ def start(
     stderr: Stream = PIPE,
     session: bool = True,
     text: bool = False,
+    plumbum: bool = False,
 ) -> Process:
     """Start argv in cwd with env (None: ours as it is now); OSError when it cannot start. text: its pipes
     read as UTF-8 lines (undecodable bytes replaced) for a caller that follows them as they come."""
-    popen = subprocess.Popen(
+    return _popen(
         list(argv),
+        None if env is None else dict(env),
+        plumbum,
         cwd=None if cwd is None else str(cwd),
-        env=None if env is None else dict(env),
         stdin=stdin,
         stdout=stdout,
         stderr=stderr,
@@ -110,7 +149,6 @@ def start(
         errors="replace" if text else None,
         bufsize=1 if text else -1,  # text: line by line, as the caller follows it
     )
-    return Process(popen, session=session)
 
 
 def run(
@@ -125,6 +163,7 @@ def run(
     stderr: Stream = PIPE,
     session: bool = True,
     on_start: Callable[[int], None] | None = None,
+    plumbum: bool = False,
 ) -> Result:
     """Run argv to its end with input (if any) on stdin. Past timeout, or on Ctrl-C while it runs, its
     group is stopped (SIGTERM, grace_s, SIGKILL): the Result says it timed out and keeps what it printed
@@ -132,7 +171,9 @@ def run(
     if timeout is not None and not session:
         raise ValueError("a timeout needs the command in its own session, to stop it with its group")
     stdin = DEVNULL if input is None else PIPE
-    with start(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, session=session) as proc:
+    with start(
+        argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, session=session, plumbum=plumbum
+    ) as proc:
         popen = proc._popen
         try:
             if on_start is not None:

@@ -1,7 +1,7 @@
 """A user's shell command (`[worktree] setup` and `teardown`) run to its end with its output in a log.
 
-It runs through /bin/sh in its own process group, so a timeout stops everything it started; its stdout
-and stderr are appended to the log, after a `[stella]` line naming it and before one saying how it ended.
+It runs through /bin/sh in its own process group, so a timeout stops everything it started; its output
+goes to the log between a `[stella]` line naming it and one saying how it ended.
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ def run_logged(
         with proc:
             while proc.poll() is None and not stop.is_set() and time.monotonic() - started < timeout:
                 stop.wait(POLL_S)
-            if proc.poll() is None:
-                proc.stop(STOP_GRACE_S)
+            if proc.poll() is None:  # what carries the attempt's identity goes too, double forks included
+                proc.stop(STOP_GRACE_S, identity=env)
         seconds = time.monotonic() - started
         if stop.is_set() and proc.returncode != 0:
             result = ShellRun(None, seconds, f"stopped after {seconds:.1f} s: the run is being stopped")

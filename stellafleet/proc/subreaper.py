@@ -1,12 +1,9 @@
-"""A process that keeps every descendant it ever had, so none outlives it: Linux's child subreaper.
+"""Linux's child subreaper: a process that keeps every descendant it ever had, so none outlives it.
 
-A process that double-forks (fork, setsid, fork again, the middle one exits) leaves the process group and
-the tree of whoever started it: its orphan is handed to init, and nothing stella watches would see it.
-A child subreaper (`prctl(PR_SET_CHILD_SUBREAPER)`) is handed those orphans instead, so they stay its
-descendants: the worker (the process that owns an attempt's tree) and the notify command's wrapper
-(`python -m stellafleet.proc.subreaper -- ARGV`) become one, and end everything below them before they
-end themselves. Elsewhere than Linux there is no subreaper: only the process group and the tree seen
-while it ran are ended (proc/tree.py).
+A double fork hands its orphan to init, out of every tree stella watches; a subreaper
+(`prctl(PR_SET_CHILD_SUBREAPER)`) is handed it instead. The worker and the wrapper
+`python -m stellafleet.proc.subreaper -- ARGV` (notify, merge checks) become one and stop everything below
+them before they end. Elsewhere than Linux, only the group and the tree seen are stopped (proc/tree.py).
 """
 
 from __future__ import annotations
@@ -14,16 +11,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # psutil and ctypes are imported when needed: a worker starts without them
-    import psutil
+from stellafleet.proc.group import ProcessSet
 
 PR_SET_CHILD_SUBREAPER = 36
 LEFTOVER_GRACE_S = 1.0
-KILL_ROUNDS = 50  # SIGKILL rounds: a process forking as it is killed shows up in the next round
 
 
 def become_subreaper() -> bool:
@@ -39,33 +32,6 @@ def become_subreaper() -> bool:
         return False
 
 
-def _descendants() -> list[psutil.Process]:
-    import psutil
-
-    try:
-        return psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return []
-
-
-def _send(procs: Sequence[psutil.Process], sig: int) -> None:
-    import psutil
-
-    for proc in procs:
-        try:
-            proc.send_signal(sig)  # psutil refuses a pid that was reused by another process
-        except psutil.Error:
-            continue
-
-
-def _has_children() -> bool:
-    try:
-        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return False
-    return True
-
-
 def _reap() -> None:
     """Collect the exit of every child that has ended (the orphans handed to us are ours to reap)."""
     while True:
@@ -78,38 +44,15 @@ def _reap() -> None:
 
 
 def end_descendants(grace_s: float = LEFTOVER_GRACE_S) -> int:
-    """SIGTERM to every descendant of this process, up to grace_s for them to end, then SIGKILL to
-    whatever is left (again, until none is left); all are reaped. Returns how many there were."""
-    if not _has_children():
-        return 0  # a descendant without a living parent would be our child: there is none
-    found = [p for p in _descendants() if not _zombie(p)]
-    count = len(found)
-    if found:
-        _send(found, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and any(p.is_running() and not _zombie(p) for p in found):
-            _reap()
-            time.sleep(0.02)
-    for _ in range(KILL_ROUNDS):
-        _reap()
-        left = [p for p in _descendants() if not _zombie(p)]
-        if not left:
-            break
-        count += len({p.pid for p in left} - {p.pid for p in found})
-        found.extend(left)
-        _send(left, signal.SIGKILL)
-        time.sleep(0.01)
-    _reap()
-    return count
-
-
-def _zombie(proc: psutil.Process) -> bool:
-    import psutil
-
+    """Stop every descendant of this process (proc/group.py's stop) and reap them; how many there were."""
     try:
-        return proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return True
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return 0  # a descendant without a living parent would be our child: there is none
+    descendants = ProcessSet(below=os.getpid())
+    descendants.stop(grace_s)
+    _reap()
+    return len(descendants.known)
 
 
 def reaped_argv(argv: Sequence[str]) -> list[str]:

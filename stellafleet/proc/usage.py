@@ -1,8 +1,5 @@
-"""What a running process tree has used so far: CPU time and memory, read with psutil.
-
-The worker's own tree measures itself with it (proc/tree.py), and the watchdog reads a worker's CPU time
-from outside (run/watchdog.py).
-"""
+"""What a running process tree has used so far, read with psutil: for the worker's tree (proc/tree.py)
+and the watchdog (run/watchdog.py)."""
 
 from __future__ import annotations
 

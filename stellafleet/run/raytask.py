@@ -322,10 +322,10 @@ def kept_reaper(grace_s: float) -> Path:
         return directory
 
 
-def start_reaper(root: Path, grace_s: float) -> int:
-    """A detached reaper watching this process, for the tree (or trees) root names; its pid."""
-    argv = [sys.executable, "-P", "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), str(root)]
-    done = runner.run([*argv, str(grace_s)], session=False)  # it detaches itself once started
+def start_reaper(directory: Path, grace_s: float) -> int:
+    """A detached reaper watching this process, for the trees named in directory; its pid."""
+    argv = [sys.executable, "-P", "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid())]
+    done = runner.run([*argv, str(directory), str(grace_s)], session=False)  # it detaches itself once started
     if done.returncode != 0 or not done.stdout.strip().isdigit():
         raise StellaError(f"the reaper did not start: {done.stderr.strip() or f'exit {done.returncode}'}")
     return int(done.stdout.strip())

@@ -13,24 +13,31 @@ import psutil
 import pytest
 from helpers.fleet import wait_for
 
-# A parent that starts a worker tree in a session of its own (the worker's command in yet another
-# session, as the command pipeline starts it) and the reaper, detached, then waits to be killed.
+# A parent that starts a worker tree in a session of its own, as a Ray worker does: the reaper first,
+# detached, watching a directory where the worker's tree is then named by a pid file (with its scratch
+# directory). The worker's command runs in yet another session, as the command pipeline starts it, and a
+# second one leaves it at once (a shell that exits under its sleep): only the attempt's identity in its
+# environment names that orphan.
 PARENT = """\
 import os, subprocess, sys, time
 marks = sys.argv[1]
-inner = "import subprocess, sys, time; p = subprocess.Popen(['sleep', '300'], start_new_session=True); "
-inner += f"open({marks!r} + '/command', 'w').write(str(p.pid)); time.sleep(300)"
-os.mkdir(marks + "/scratch")
-root_file = marks + "/scratch/root.pid"  # the reaper starts first and learns the worker's pid from this file
-argv = [sys.executable, "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), root_file, "1"]
+kept, scratch = marks + "/kept", marks + "/scratch"
+os.mkdir(kept)
+os.mkdir(scratch)
+argv = [sys.executable, "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), kept, "1"]
 reaper = int(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
-worker = subprocess.Popen([sys.executable, "-c", inner], start_new_session=True)
-open(root_file + ".tmp", "w").write(str(worker.pid))
-os.replace(root_file + ".tmp", root_file)
+inner = "import subprocess, sys, time; p = subprocess.Popen(['sleep', '300'], start_new_session=True); "
+inner += f"open({marks!r} + '/command', 'w').write(str(p.pid)); "
+inner += f"subprocess.run(['sh', '-c', 'sleep 300 & echo $! > {marks}/orphan']); time.sleep(300)"
+ids = {"STELLA_ROOT": marks, "STELLA_RUN_ID": "r-1", "STELLA_ATTEMPT_ID": "1"}
+worker = subprocess.Popen([sys.executable, "-c", inner], start_new_session=True, env={**os.environ, **ids})
+open(kept + "/attempt-1.tmp", "w").write(f"{worker.pid}\\n{scratch}\\n")
+os.replace(kept + "/attempt-1.tmp", kept + "/attempt-1.pid")
 open(marks + "/worker", "w").write(str(worker.pid))
 open(marks + "/reaper", "w").write(str(reaper))
 time.sleep(300)
 """
+NAMES = ("worker", "command", "orphan", "reaper")
 
 
 def alive(pid: int) -> bool:
@@ -52,18 +59,20 @@ def gone_within(pids: list[int], timeout: float) -> bool:
 def test_a_dead_parent_takes_its_workers_tree_along(tmp_path: Path) -> None:
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)])
     try:
-        for name in ("worker", "reaper", "command"):
+        for name in NAMES:
             wait_for(tmp_path / name, timeout=30, process=parent)
-        pids = [int((tmp_path / name).read_text()) for name in ("worker", "command", "reaper")]
+        pids = [int((tmp_path / name).read_text()) for name in NAMES]
         assert all(alive(pid) for pid in pids)
+        assert psutil.Process(pids[2]).ppid() != pids[0]  # the orphan has left the worker's tree
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
         assert gone_within(pids, 15), [pid for pid in pids if alive(pid)]
         assert not (tmp_path / "scratch").exists()  # the attempt's scratch directory went with it
+        assert not (tmp_path / "kept").exists()
     finally:
-        for name in ("worker", "command", "reaper"):
+        for name in NAMES:
             path = tmp_path / name
-            if path.exists() and alive(int(path.read_text())):
+            if path.exists() and path.read_text().strip() and alive(int(path.read_text())):
                 os.kill(int(path.read_text()), signal.SIGKILL)
 
 
@@ -75,12 +84,21 @@ def test_it_refuses_a_tree_that_holds_itself_or_the_whole_system() -> None:
             check_root(pid)
 
 
-def test_the_reaper_ends_by_itself_with_the_tree(tmp_path: Path) -> None:
-    worker = subprocess.Popen(["sleep", "0.5"], start_new_session=True)
-    argv = [sys.executable, "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), str(worker.pid)]
-    reaper = int(subprocess.run([*argv, "1"], capture_output=True, text=True, check=True).stdout)
-    worker.wait()
+def test_the_reaper_ends_by_itself_once_its_process_has_with_nothing_to_stop(tmp_path: Path) -> None:
+    watched = subprocess.Popen(["sleep", "0.5"])
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    argv = [sys.executable, "-m", "stellafleet.proc.reaper", "--detach", str(watched.pid), str(kept), "1"]
+    reaper = int(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+    watched.wait()
     assert gone_within([reaper], 15)
+    assert not kept.exists()
+
+
+def test_it_refuses_a_directory_that_is_not_there(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid())]
+    done = subprocess.run([*argv, str(tmp_path / "x"), "1"], capture_output=True, text=True)
+    assert done.returncode == 2 and "not a directory" in done.stderr
 
 
 # A parent that runs attempts one after another, as a Ray worker does: one kept reaper watches a directory,

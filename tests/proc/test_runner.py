@@ -79,3 +79,40 @@ def test_a_command_gets_its_own_session_unless_it_is_part_of_our_work() -> None:
 def test_a_program_that_cannot_start_raises_oserror(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         runner.run([str(tmp_path / "no-such-program")])
+
+
+def test_a_plumbum_command_keeps_the_runners_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """git and gh start as plumbum commands: exactly the environment given (plumbum's own adds a copy of
+    ours), the program looked up on that environment's PATH, a timeout that stops the whole group."""
+    import plumbum  # noqa: F401  (its copy of our environment holds HOME, and not LEAK)
+
+    monkeypatch.setenv("LEAK", "ours")
+    env_and_args = "import os, sys; print(os.environ.get('HOME'), os.environ.get('LEAK'), sys.argv[1:])"
+    show = [sys.executable, "-c", env_and_args]
+    done = runner.run([*show, "a b", ""], env={"PATH": os.environ["PATH"]}, plumbum=True)
+    assert done.stdout == "None None ['a b', '']\n"
+    # env None: ours as it is now
+    assert runner.run(show, plumbum=True).stdout == f"{os.environ['HOME']} ours []\n"
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "tool").write_text("#!/bin/sh\necho found $0\n")
+    (tmp_path / "bin" / "tool").chmod(0o755)
+    done = runner.run(["tool"], env={"PATH": str(tmp_path / "bin")}, plumbum=True)
+    assert done.stdout == f"found {tmp_path / 'bin' / 'tool'}\n"
+    with pytest.raises(OSError):
+        runner.run(["tool"], plumbum=True)
+
+    done = runner.run(["/bin/sh", "-c", HANGS_WITH_A_STUBBORN_CHILD], timeout=0.5, grace_s=0.3, plumbum=True)
+    assert done.timed_out and done.returncode == -signal.SIGTERM
+    assert ended_within(int(done.stdout.split()[0]), 10.0)
+
+
+def test_git_runs_through_plumbum_and_a_plain_command_never_loads_it(tmp_path: Path) -> None:
+    code = (
+        "import sys; from stellafleet.proc import runner; runner.run(['true']); "
+        "before = 'plumbum' in sys.modules; "
+        "from stellafleet.git.gitops import git; git('init', '-q', cwd=sys.argv[1]); "
+        "print(before, 'plumbum' in sys.modules)"
+    )
+    assert runner.run([sys.executable, "-c", code, str(tmp_path)]).stdout == "False True\n"
+    assert (tmp_path / ".git").is_dir()

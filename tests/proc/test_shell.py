@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from pathlib import Path
+
+from helpers.spawn import ended_within
 
 from stellafleet.proc import shell
 
@@ -48,3 +51,22 @@ def test_stop_ends_a_running_command_at_once(tmp_path: Path) -> None:
         stop=stop,
     )
     assert done.seconds < 10 and done.error is not None and "the run is being stopped" in done.error
+
+
+def test_a_timeout_ends_what_the_command_left_outside_its_group_and_tree(tmp_path: Path) -> None:
+    """A setup that double-forks a daemon into a session of its own: its attempt's identity, which the
+    daemon inherited, names it when the setup is stopped. Another repository's same ids are left alone."""
+    ids = {"STELLA_ROOT": str(tmp_path), "STELLA_RUN_ID": "r-1", "STELLA_ATTEMPT_ID": "1"}
+    theirs = {**os.environ, **ids, "STELLA_ROOT": str(tmp_path / "theirs")}
+    pidfile = tmp_path / "daemon.pid"
+    daemon = f"(setsid sleep 300 & echo $! > {pidfile}); sleep 300"
+    with subprocess.Popen(["sleep", "300"], env=theirs) as other:
+        try:
+            done = shell.run_logged(
+                "setup", daemon, cwd=tmp_path, env={**os.environ, **ids}, log_path=tmp_path / "l", timeout=1
+            )
+            assert done.exit_code is None
+            assert ended_within(int(pidfile.read_text()), 10.0)
+            assert other.poll() is None
+        finally:
+            other.kill()

@@ -151,7 +151,7 @@ def test_a_double_forked_child_of_a_killed_worker_ends_with_its_attempt(
 def test_an_attempts_identity_names_its_repository_too(tmp_path: Path) -> None:
     """Run and attempt ids are per ledger: another repository's attempt with the same ids (two fleets side
     by side, each with its attempt 1) is not this one's, and its processes are left alone."""
-    from stellafleet.proc.tree import carrying
+    from stellafleet.proc.group import carrying
 
     ids = {"STELLA_RUN_ID": "r-1", "STELLA_ATTEMPT_ID": "1"}
     theirs = {**os.environ, **ids, "STELLA_ROOT": str(tmp_path / "theirs")}
