@@ -1,9 +1,4 @@
-"""--fix-ci: what the watch hands back to the fleet when a branch ends red, and the failure it hands over.
-
-The watch (layer ci) does not run workers; the fleet's side (run/cifix.py) does, behind the `CiFixer`
-Protocol: given the branch, its task and the failing jobs' log excerpt, it runs one follow-up attempt in
-the branch's worktree and says whether the branch has a new head to push and watch again.
-"""
+"""--fix-ci: what the watch hands the fleet's `CiFixer` for a red branch, with the failure excerpt."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""What the watch is made of: one watched branch, the result of a watch, and where its events go.
-
-The Watcher (watch.py) fills these in; the reporters (report.py) and the fleet's own output read them.
-"""
+"""What the watch is made of: one watched branch, the result of a watch, and where its events go."""
 
 from __future__ import annotations
 

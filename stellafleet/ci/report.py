@@ -1,8 +1,4 @@
-"""How `stella watch` tells what happens: a line per branch change and a table at the end.
-
-The reporter is an event sink for the Watcher (the WatchReporter protocol in model.py): ConsoleReporter
-styles its lines on a terminal and writes plain `watch: ...` lines in CI logs.
-"""
+"""How `stella watch` tells what happens: a line per branch change and a table at the end."""
 
 from __future__ import annotations
 
@@ -14,8 +10,6 @@ from stellafleet.core.terminal import aligned, styled
 
 
 class ConsoleReporter:
-    """One line per branch change (styled on a terminal, plain in CI logs) and a table at the end."""
-
     def __init__(self, stream: TextIO, *, table: bool = True) -> None:
         from rich.console import Console
 

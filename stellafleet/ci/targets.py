@@ -1,8 +1,4 @@
-"""Which branches of a run hold successful work, and so are worth pushing and watching through CI.
-
-From the ledger's record of the run: every isolated task that succeeded and whose branch has commits
-recorded, and each branch that succeeded shared tasks committed to (usually the one the fleet ran on).
-"""
+"""Which branches of a run hold successful work, and so are worth pushing and watching through CI."""
 
 from __future__ import annotations
 
@@ -23,8 +19,6 @@ class TaskWork:
 
 @dataclass(frozen=True)
 class Target:
-    """A branch that holds successful work of a run."""
-
     branch: str
     kind: str  # "isolated" | "shared"
     tasks: tuple[TaskWork, ...]

@@ -1,12 +1,4 @@
-"""Watch: push each branch with successful work, keep its PR's CI status current, and report green or red.
-
-One loop polls every watched branch's CI with `gh run list --commit SHA` every ``poll_interval``. A branch
-ends green, red, ``no_ci`` (nothing appeared within ``appear_timeout``), ``stalled`` (its runs' fingerprint
-did not change for ``stall_timeout``) or red by timeout (still running after ``total_timeout``). Time comes
-from an injected Clock, so tests cover two hours in milliseconds. Which branches to watch comes from
-targets.py, what the user sees from the reporters in report.py, and the watch's data types (BranchWatch,
-WatchResult, the WatchReporter protocol) from model.py.
-"""
+"""Watch: push each branch with successful work, keep its PR's CI status current, report green or red."""
 
 from __future__ import annotations
 
@@ -84,8 +76,6 @@ class Watcher:
             raise
         return WatchResult(self.run_id, self.settings.remote, self.watches, start=start)
 
-    # --- push and pull request ---
-
     def _start(self, watch: BranchWatch) -> None:
         watch.head_sha = gitops.ref_commit(self.root, watch.branch)
         if watch.head_sha is None:
@@ -136,8 +126,6 @@ class Watcher:
             watch.pr_body = body
         except GhError as exc:  # the CI verdict still stands; say the PR lags behind
             self.out.note(f"{watch.branch}: could not update PR #{watch.pr_number}: {exc.message}")
-
-    # --- polling ---
 
     def _poll_until_done(self, start: float) -> None:
         s = self.settings
@@ -197,8 +185,6 @@ class Watcher:
             return
         self._set_phase(watch, ci_phase(runs))
 
-    # --- --fix-ci ---
-
     def _red(self, watch: BranchWatch, label: str, reason: str) -> None:
         """A branch whose CI failed: hand it to the fixer for another round, or end it red."""
         if self._fix(watch, reason):
@@ -243,8 +229,6 @@ class Watcher:
         self._changed(watch)
         return True
 
-    # --- recording ---
-
     def _set_phase(self, watch: BranchWatch, phase: str) -> None:
         if phase != watch.phase:
             watch.phase = phase
@@ -277,8 +261,7 @@ class Watcher:
 
 
 def preflight(root: Path, github: GitHub, settings: WatchConfig, settings_file: str = PROJECT_CONFIG) -> None:
-    """Everything that must hold before the first push; StellaError (exit 2) saying what to do
-    (settings_file: the config file a setting is to be written in, as Config.settings_file names it)."""
+    """Everything that must hold before the first push; StellaError (exit 2) saying what to do."""
     github.check_auth()
     remotes = gitops.remote_names(root)
     if settings.remote not in remotes:

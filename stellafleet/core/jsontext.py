@@ -1,9 +1,5 @@
-"""Strict JSON out: every document stella prints, serves or writes for others goes through here.
-
-Python's json writes NaN and Infinity as bare `NaN`/`Infinity`, which no JSON parser in a browser or
-in jq accepts: one such number in a run made the dashboard list no runs at all. Amounts are checked
-where they enter (core/spend.py); this is the last line: a non-finite number is written as null.
-"""
+"""Strict JSON out: every document stella prints, serves or writes goes through here, so no parser
+meets a bare NaN or Infinity (a non-finite number is written as null)."""
 
 from __future__ import annotations
 
@@ -13,7 +9,7 @@ from typing import IO, Any
 
 
 def finite(value: Any) -> Any:
-    """value with every non-finite float (in dicts, lists and tuples, at any depth) replaced by None."""
+    """value with every non-finite float, at any depth, replaced by None."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):

@@ -1,12 +1,5 @@
-"""Provider limits, in one place: what a limit event is, how one is recognised, and the fleet's width.
-
-A worker meets a limit when its model provider (or its agent CLI) answers with a rate limit (429, 529,
-"overloaded": come back in seconds) or a usage limit (a quota whose reset is hours away). The worker
-reports each one as it happens (LimitReporter: the worker's lands it in the ledger's limit_events), and
-the fleet reads them to lower how many tasks run at once and to hold new starts until the reset
-(run/limiter.py). `Width` is that arithmetic: halve on a limit, one more per task that ended without one,
-never below 1 or above the run's --max-concurrency.
-"""
+"""Provider limits: what a limit event is, how one is recognised, and the fleet's width under them
+(halve on a limit, one more per task that ended without one, within 1 and --max-concurrency)."""
 
 from __future__ import annotations
 
@@ -27,19 +20,17 @@ _RESET_IN = re.compile(
     r"(?:(\d+(?:\.\d+)?)\s*m(?:in(?:ute)?s?)?)?\s*(?:(\d+(?:\.\d+)?)\s*s(?:ec(?:ond)?s?)?)?",
     re.I,
 )
-# Codex: "Try again at Dec 2nd, 2026 12:10 AM." (the machine's local time)
 _RESET_AT = re.compile(
     r"try again at (\w{3})\w* (\d{1,2})(?:st|nd|rd|th)?,? (\d{4}),? (\d{1,2}):(\d{2})\s*([AP]M)?", re.I
 )
-# Codex, for a reset later the same day: "Try again at 2:02 AM." (the next such local time)
 _RESET_AT_TIME = re.compile(r"try again at (\d{1,2}):(\d{2})\s*([AP]M)?\b", re.I)
 _RESET_EPOCH = re.compile(r"(?:limit reached|reset(?:s|_at)?)\W{0,3}(\d{10})\b", re.I)
 
 
 class LimitKind(StrEnum):
-    RATE = "rate"  # come back in seconds: the fleet halves its width and holds starts until the reset
-    USAGE = "usage"  # a quota with a far reset: the run stops starting work (or waits: --wait-for-limits)
-    CONCURRENCY = "concurrency"  # the fleet's own row: its width changed (grew back after limits)
+    RATE = "rate"  # come back in seconds
+    USAGE = "usage"  # a quota with a far reset
+    CONCURRENCY = "concurrency"  # the fleet's own row: its width changed
 
 
 @dataclass(frozen=True)
@@ -68,7 +59,7 @@ class LimitReporter(Protocol):
 
 
 def limits_of(spend: object) -> LimitReporter | None:
-    """The limit reporter a pipeline's spend reporter carries (a fleet worker's does; None otherwise)."""
+    """The limit reporter a pipeline's spend reporter carries, if any."""
     found = getattr(spend, "limits", None)
     return found if found is not None and hasattr(found, "limit") else None
 
@@ -81,8 +72,7 @@ def reset_text(reset_at_ms: int | None) -> str:
 
 
 def kind_of(status: int | None, retry_after_s: float | None, text: str) -> LimitKind | None:
-    """The limit an answer means (None: it is no limit): a usage limit when it says so or its reset is
-    far; a rate limit on 429/529, an `overloaded` answer or rate-limit words."""
+    """The limit an answer means (None: no limit); usage when it says so or its reset is far."""
     far = retry_after_s is not None and retry_after_s > FAR_RESET_S
     if (_USAGE_WORDS.search(text) and (status in LIMIT_STATUSES or status is None)) or far:
         return LimitKind.USAGE
@@ -110,9 +100,8 @@ def from_http(
 
 
 def reset_in_text(text: str, now_wall: float | None = None) -> float | None:
-    """Seconds to a reset a CLI's message names: `try again in 2h 5m`, `resets in 30s`, `try again at
-    Dec 2nd, 2026 12:10 AM` or `try again at 2:02 AM` (local time), or an epoch timestamp
-    (`limit reached|1767225600`); None when it names none."""
+    """Seconds to the reset a CLI's message names (`try again in 2h 5m`, `try again at 2:02 AM`, an epoch
+    timestamp); None when it names none."""
     now = time.time() if now_wall is None else now_wall
     epoch = _RESET_EPOCH.search(text)
     if epoch:
@@ -146,7 +135,6 @@ def reset_in_text(text: str, now_wall: float | None = None) -> float | None:
 
 
 def _hour_24(hour: str, half: str | None) -> int:
-    """A clock hour with its AM/PM (if any) as 0-23."""
     if not half:
         return int(hour)
     return int(hour) % 12 + (12 if half.upper() == "PM" else 0)
@@ -166,9 +154,7 @@ def from_text(text: str, *, source: str, now_wall: float | None = None) -> Limit
 
 
 class Width:
-    """How many tasks a run starts at once under provider limits: halve on a limit event, grow by one
-    after each task that finished without one, never below 1 or above `ceiling`. Not thread-safe on its
-    own (run/limiter.py holds a lock around it)."""
+    """How many tasks a run starts at once under provider limits. Not thread-safe (run/limiter.py locks)."""
 
     def __init__(self, ceiling: int) -> None:
         self.ceiling = max(1, ceiling)

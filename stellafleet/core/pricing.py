@@ -1,10 +1,5 @@
 """Token usage to dollars: genai-prices' table, overridable per model under `[prices."MODEL"]`.
-
-One convention for usage everywhere in the engine (the one genai-prices uses): `input_tokens` counts
-every prompt token, cached ones included; `cache_read_tokens` and `cache_write_tokens` say how many of
-them were read from or written to the provider's prompt cache. The clients convert each wire format to it
-(OpenAI's prompt_tokens already include cached tokens; Anthropic's input_tokens exclude them).
-"""
+`input_tokens` counts every prompt token, cached ones included (genai-prices' convention)."""
 
 from __future__ import annotations
 
@@ -59,7 +54,7 @@ class Pricer:
                 + usage.output_tokens * p.output_per_mtok
             ) / _PER
         calc = _calc(self.model, self.provider, usage)
-        if calc is None:  # price_for only builds a genai-prices Pricer for a model it knows
+        if calc is None:
             raise StellaError(f"no price known for model {self.model!r}")
         return calc
 

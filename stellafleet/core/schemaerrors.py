@@ -1,10 +1,5 @@
-"""The bundled JSON Schemas (plans, the config) checked by jsonschema, and its errors as located problems.
-
-jsonschema reports every violation at once; `BundledSchema.problems` turns its errors into SchemaProblems,
-one per thing a user fixes: a table's unknown keys (one additionalProperties error) become one problem per
-key, its missing keys (one required error) one per name. Plans (plan/schema.py) and the config
-(core/configschema.py) say each in their own words, with the value helpers and hints below.
-"""
+"""The bundled JSON Schemas checked by jsonschema, and its errors as SchemaProblems: one per thing a user
+fixes (one per unknown or missing key)."""
 
 from __future__ import annotations
 
@@ -29,10 +24,8 @@ Path = tuple[Any, ...]  # a location inside checked data: keys and list indexes
 
 @dataclass(frozen=True)
 class SchemaProblem:
-    """One thing wrong at `path`: `keyword` is the JSON Schema keyword it breaks, `expected` that keyword's
-    value (the types, the choices, the pattern, the bound), `schema` the node holding it and `instance`
-    the value there. An unknown key's path ends with the key (as its repr if it is no string), `instance`
-    being the key as written and `allowed` the table's keys; a missing key's path ends with its name."""
+    """One thing wrong at `path`: the JSON Schema `keyword` it breaks, that keyword's `expected` value,
+    the `schema` node and the `instance` there (for an unknown key: the key, with `allowed`)."""
 
     path: Path
     keyword: str
@@ -47,8 +40,7 @@ class BundledSchema:
     """A schema file shipped beside its module: its text, its data and jsonschema's validator."""
 
     def __init__(self, path: FilePath, *, finite: bool = False) -> None:
-        """finite: a "number" is a finite one (not NaN or infinity, which TOML can write) and an
-        "integer" is an int (not 1e9, which JSON Schema counts as one)."""
+        """finite: a "number" is finite and an "integer" an int (not 1e9)."""
         self.path = path
         self.finite = finite
         self._validators: dict[str | None, jsonschema.Draft202012Validator] = {}
@@ -125,7 +117,6 @@ def _split(error: jsonschema.ValidationError, base: Path) -> Iterator[SchemaProb
         yield SchemaProblem(path, instance=instance, **common)
 
 
-# ---------------------------------------------------------------------------------------------
 # values in plain words
 
 TYPE_WORDS = {
@@ -139,7 +130,6 @@ TYPE_WORDS = {
 
 
 def is_number(value: Any) -> bool:
-    """A JSON number: an int or a float, never a bool."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -170,7 +160,7 @@ def article(word: str) -> str:
 def show(value: Any) -> str:
     """A value as a user wrote it: strings in double quotes, containers by kind only."""
     if isinstance(value, str):
-        # JSON escapes the C0 controls; printable() the rest, and a lone surrogate (no text) is escaped
+        # a lone surrogate (no text) is escaped
         text = printable(
             _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, ensure_ascii=False))
         )

@@ -1,12 +1,5 @@
-"""Spend, in one place: what a report may hold, the guarded tally every spender reports into, the fleet's
-budget of guards and its before-start check, the settle of a finished attempt, and dollars for people.
-
-The engine and the pipelines report what each model call cost into a SpendTally as it happens and ask it
-whether another call fits under the worker's guard (or whether the guard has been passed); they keep no
-sums and compare no dollars of their own. The worker's tally lands each report in the ledger; the fleet
-hands out the guards (SpendBudget), stops starting work once the run's total reaches the limit, and
-settles each ended attempt (settle_attempt). Every dollar amount shown to people goes through money().
-"""
+"""Spend: what a report may hold, the guarded tally every spender reports into, the fleet's budget of
+guards, the settle of a finished attempt, and dollars for people (money())."""
 
 from __future__ import annotations
 
@@ -21,8 +14,7 @@ from stellafleet.core.status import StopReason
 if TYPE_CHECKING:
     from stellafleet.core.workercontext import WorkerContext
 
-# No honest report comes near these: a larger figure is a bug or an attack, and adding two of them up
-# overflowed to infinity (two tasks reporting 1e308 made the run's spend `$inf`).
+# No honest report comes near these: a larger figure is a bug or an attack.
 MAX_REPORT_USD = 100_000.0
 MAX_REPORT_COUNT = 10**12
 # Below this the difference is float rounding in adding the same reports up twice, not lost money.
@@ -63,9 +55,7 @@ def check_report(
 
 
 class SpendReporter(Protocol):
-    """Where a spender's reports go. Cached input tokens (`cache_read_tokens`, `cache_write_tokens`: of
-    input_tokens, those read from or written to the provider's prompt cache) are passed only when a
-    report has some, so a reporter that knows nothing of them keeps working."""
+    """Where a spender's reports go; cached input tokens are passed only when a report has some."""
 
     def add(self, usd: float, *, input_tokens: int = 0, output_tokens: int = 0, steps: int = 0) -> None: ...
 
@@ -80,8 +70,8 @@ class Totals(Protocol):
 
 
 class SpendTally:
-    """The running totals of one spender, passing each report on (to `inner`, the ledger, nowhere) and
-    answering for the worker's guard; thread-safe (a CLI's output and its logs are read on two threads)."""
+    """The running totals of one spender, passing each report on and answering for the worker's guard;
+    thread-safe."""
 
     def __init__(self, inner: SpendReporter | None = None, *, guard_usd: float | None = None) -> None:
         self.inner = inner
@@ -102,8 +92,7 @@ class SpendTally:
     def record(
         self, usd: float, input_tokens: int, output_tokens: int, steps: int, cached: tuple[int, int] = (0, 0)
     ) -> None:
-        """Where a report lands; it is counted only once this returns (a refused report is not).
-        cached: (cache read, cache write) input tokens."""
+        """Where a report lands; counted only once this returns. cached: (cache read, cache write) tokens."""
         if self.inner is not None:
             extra = cache_fields(cached)
             self.inner.add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps, **extra)
@@ -138,7 +127,6 @@ class SpendTally:
 
     @property
     def guarded(self) -> bool:
-        """The worker has a guard, so what it spends must be priced."""
         return self.guard_usd is not None
 
     def no_room_for(self, worst_usd: float) -> str | None:
@@ -161,15 +149,14 @@ class SpendTally:
         return None if self.guard_usd is None else money(self.guard_usd)
 
     def cli_budget(self) -> str | None:
-        """The guard as an agent CLI's own dollar budget (Claude Code's --max-budget-usd), rounded down to
-        a hundredth of a cent so the CLI never spends past it; None without a guard."""
+        """The guard as an agent CLI's own budget (--max-budget-usd), rounded down so it never overspends."""
         if self.guard_usd is None:
             return None
         return f"{math.floor(self.guard_usd * 10_000) / 10_000:.4f}"
 
     def settle(self, result: Totals) -> None:
-        """Report whatever the finished result claims beyond what was reported along the way (never
-        less), then make the result say what was reported: spend claimed is spend reported."""
+        """Report what the result claims beyond what was reported (never less): spend claimed is spend
+        reported."""
         extra_usd = max(0.0, result.spend_usd - self.usd)
         extra_in = max(0, result.input_tokens - self.input_tokens)
         extra_out = max(0, result.output_tokens - self.output_tokens)
@@ -211,9 +198,8 @@ class SpendLedger(Protocol):
 
 
 def settle_attempt(ledger: SpendLedger, attempt_id: int, reported: Iterable[float]) -> float:
-    """Spend reported is spend recorded: after an attempt's worker ended, record what it reported (the
-    most of its reports: its result, its command's result file) beyond what the ledger holds, since a
-    worker stopped or killed before it recorded a report must not lose those dollars. The dollars added."""
+    """Record what an ended attempt's worker reported beyond what the ledger holds, so a killed worker's
+    dollars are not lost. The dollars added."""
     missing = max(reported, default=0.0) - ledger.of_attempt(attempt_id)
     if missing <= EPSILON_USD:
         return 0.0
@@ -236,9 +222,8 @@ def total_spend(ranges: Iterable[tuple[float, float]]) -> tuple[float, float]:
 
 
 def where_limit_stops(expected: Iterable[tuple[str, float]], limit: float) -> str | None:
-    """The task (of (task id, dollars) in start order) at which the run's spend likely reaches limit:
-    the first whose start finds the total already at the limit, or whose own spend takes it past; None:
-    the limit likely holds the whole run."""
+    """The task (of (task id, dollars) in start order) at which the run's spend likely reaches limit;
+    None: the limit likely holds the whole run."""
     total = 0.0
     for task_id, usd in expected:
         total += usd
@@ -248,8 +233,7 @@ def where_limit_stops(expected: Iterable[tuple[str, float]], limit: float) -> st
 
 
 def task_guard(fleet_guard: float | None, max_spend: float | None) -> float | None:
-    """A task's worker's guard: the smaller of the fleet's (its per-worker share) and the task's own
-    max_spend; None when neither caps it."""
+    """A task's worker's guard: the smaller of the fleet's share and the task's max_spend (None: neither)."""
     caps = [cap for cap in (fleet_guard, max_spend) if cap is not None]
     return min(caps) if caps else None
 
@@ -264,14 +248,8 @@ class NoBudget(Exception):
 
 
 class SpendBudget:
-    """A run's spend limit, handed out as its workers' guards so the run's total never passes it.
-
-    Each worker starts with a guard of min(limit / concurrency, what is left of the limit): the limit
-    less what ended attempts spent and less the guards of the workers still running (their spend is
-    bounded by their guard, so their whole guard is held until they end; then what they really spent
-    counts instead). A task whose guard would be under the minimum (`[governor] min_guard_usd`) is not
-    started. Thread-safe (one dispatch thread per task).
-    """
+    """A run's spend limit, handed out as its workers' guards so the run's total never passes it: a
+    running worker holds its whole guard until it ends. Thread-safe."""
 
     def __init__(self, limit: float, concurrency: int, *, min_guard: float, spent: float = 0.0) -> None:
         self.limit = limit
@@ -291,8 +269,7 @@ class SpendBudget:
     def before_start(
         self, spent: float, on_reached: Callable[[float, float], None] | None = None
     ) -> str | None:
-        """Why no new wave or task may start, the run having spent this much (None: one may): the limit
-        is reached (on_reached is told), or too little of it is left for another worker's guard."""
+        """Why no new wave or task may start, the run having spent this much (None: one may)."""
         reason = self.reached(spent)
         if reason is not None and on_reached is not None:
             on_reached(spent, self.limit)
@@ -331,11 +308,8 @@ class SpendBudget:
 
 
 def money(usd: float | None) -> str:
-    """Dollars for people, with the precision they have: `$1.50`, `$0.003`, `$0.0035`, `$0.015`; `-`
-    when unknown. At least two decimals, up to four (a hundredth of a cent), since agent calls routinely
-    cost fractions of a cent; a smaller amount that is not zero keeps two significant digits
-    (`$0.000042`) rather than read as nothing. The dashboard's fmtUsd (observatory/static/app.js)
-    writes amounts the same way."""
+    """Dollars for people: two to four decimals, two significant digits below that, `-` when unknown.
+    The dashboard's fmtUsd (observatory/static/app.js) writes amounts the same way."""
     if usd is None:
         return "-"
     if not math.isfinite(usd):

@@ -1,9 +1,5 @@
 """The states a run, a task, an attempt and a watched branch can be in, why one stopped short, and how an
-attempt ended.
-
-They are StrEnums so the ledger stores plain text (and old ledgers read back as members) while the
-code compares against names the type checker knows.
-"""
+attempt ended; StrEnums, so the ledger stores plain text."""
 
 from __future__ import annotations
 
@@ -66,8 +62,8 @@ class Stop:
 
 @dataclass(frozen=True)
 class AttemptEnd:
-    """How one attempt ended: what its executor makes of the worker's exit, stop and result, what the
-    ledger's finish records and what the AttemptEnded event tells the sinks."""
+    """How one attempt ended: what the executor makes of the worker's exit, what the ledger records and
+    the AttemptEnded event tells."""
 
     outcome: AttemptOutcome
     summary: str
@@ -95,8 +91,7 @@ class AttemptEnd:
 
 
 def outcome_detail(outcome: str, summary: str | None, error: str | None) -> str:
-    """What an attempt's end says: the summary of a success; for anything else the error, followed by
-    the worker's own words (a command's `exit status 128` and git's `fatal: ...` after it)."""
+    """What an attempt's end says: a success's summary; else the error, then the worker's own words."""
     if outcome == AttemptOutcome.SUCCEEDED or not error:
         return summary or ""
     if summary and summary != error and summary not in error:

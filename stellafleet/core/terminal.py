@@ -1,9 +1,4 @@
-"""Text from workers and models, made safe to print: control characters are shown, never obeyed.
-
-A task's title comes from a plan and its summary from a model or an agent CLI; printed raw, `\\033[2J`
-in a summary cleared the user's screen and `\\033]0;...\\007` set the window title. Everything stella
-prints that it did not write itself goes through printable(): on a terminal and in plain output alike.
-"""
+"""Text from workers and models, made safe to print: control characters are shown, never obeyed."""
 
 from __future__ import annotations
 
@@ -25,14 +20,12 @@ _TABLE = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _ESCAPED}
 
 
 def printable(text: str) -> str:
-    """text with every control character written as an escape (`\\x1b`, `\\x07`, `\\u202e`); newlines
-    and tabs are kept (callers that need one line flatten them)."""
+    """text with every control character escaped (`\\x1b`); newlines and tabs are kept."""
     return text.translate(_TABLE)
 
 
 def single_line(text: str) -> str:
-    """printable(text) on one line: its newlines, tabs and runs of spaces become one space each, so
-    text from elsewhere cannot start a line of its own (and pass for one stella wrote)."""
+    """printable(text) on one line, so text from elsewhere cannot pass for a line stella wrote."""
     return " ".join(printable(text).split())
 
 
@@ -41,8 +34,7 @@ Piece = str | tuple[str, str]
 
 
 def styled(*pieces: Piece) -> Text:
-    """One line from its pieces, every one printable(): a rich Text, so `[bold]` in a model's summary is
-    shown, not applied, either. Its `.plain` is the same line without the styles."""
+    """One line from its pieces, every one printable(), as a rich Text (`.plain`: without styles)."""
     from rich.text import Text
 
     return Text.assemble(

@@ -1,8 +1,5 @@
-"""What a worker process is told about its task, carried in its environment.
-
-The prompt is handed over in a file (STELLA_PROMPT_FILE), however large; STELLA_PROMPT carries it too when
-it is small enough for the environment (at most ENV_PROMPT_MAX_BYTES), for commands that read it there.
-"""
+"""What a worker process is told about its task, carried in its environment (the prompt in a file,
+and inline too when small)."""
 
 from __future__ import annotations
 
@@ -19,10 +16,8 @@ _PREFIX = "STELLA_"
 # Linux refuses one environment string over 128 KiB (and an exec whose whole environment is too big).
 ENV_PROMPT_MAX_BYTES = 100_000
 
-# Each field's variable (STELLA_<KEY>): the one list of what a worker learns from its environment. A fleet
-# also clears these from its own environment before its workers inherit it (env_names), so none may share a
-# name with a config variable (core/config.py's CONFIG_VARIABLES): the task's model is STELLA_TASK_MODEL,
-# never STELLA_MODEL, which is the user's engine.model.
+# Each field's variable (STELLA_<KEY>); a fleet clears these from its own environment (env_names), so
+# none may share a name with a config variable.
 _KEYS: dict[str, str] = {
     "root": "ROOT",
     "workspace": "WORKSPACE",
@@ -69,8 +64,7 @@ class WorkerContext:
     log_path: Path
     transcript_path: Path
     prompt_path: Path | None = None  # the prompt in a file (written by the fleet before the worker starts)
-    # The attempt's secret: only its worker (and what the worker starts) is told it; the ledger keeps its
-    # SHA-256, so `stella commit` can prove it runs inside the attempt it names.
+    # The attempt's secret: the ledger keeps its SHA-256, so `stella commit` can prove its attempt.
     token: str | None = None
     # An expanding task's (plan field `expands`): where its worker may write the tasks it adds to the run.
     plan_out: Path | None = None

@@ -25,8 +25,6 @@ def _anthropic_url(base_url: str) -> str:
 
 
 class AnthropicClient(WireClient):
-    """Anthropic Messages (`/v1/messages`, tool_use blocks)."""
-
     label = "anthropic"
     endpoint = staticmethod(_anthropic_url)
 
@@ -118,8 +116,7 @@ class AnthropicClient(WireClient):
 
 
 def usage_of(usage: Any) -> TokenUsage:
-    """Anthropic's usage block (a Messages reply's, Claude Code's result's) in the engine's convention:
-    its input_tokens leave the cached ones out, so they are added back."""
+    """Anthropic's usage block in the engine's convention (its input_tokens leave cached ones out)."""
     usage = usage if isinstance(usage, dict) else {}
     cache_read = token_count(usage.get("cache_read_input_tokens"))
     cache_write = token_count(usage.get("cache_creation_input_tokens"))

@@ -1,8 +1,4 @@
-"""Model clients behind one Protocol, and the choice of one from the engine settings.
-
-Each provider's wire format is its own module (openai.py: Chat Completions, anthropic.py: Messages);
-both post through transport.py, which retries and turns failures into EngineError.
-"""
+"""Model clients behind one Protocol, and the choice of one from the engine settings."""
 
 from __future__ import annotations
 

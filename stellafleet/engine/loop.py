@@ -1,11 +1,4 @@
-"""The step loop: model call -> tool calls -> tool results -> repeat, until finish or a limit.
-
-Control flow is by exceptions: `finish` raises Finished, a limit raises LimitReached before the model
-call it would allow, a model request that fails for good raises EngineError. Limits are checked before
-every call: the step count, the wall time, and the spend guard with room for one worst-case call (the
-whole current context at the input price plus max_output_tokens at the output price), so an attempt
-never spends more than its guard.
-"""
+"""The step loop: model call -> tool calls -> results -> repeat; limits checked before every call."""
 
 from __future__ import annotations
 
@@ -247,5 +240,4 @@ class Engine:
 
 
 def _steps(n: int) -> str:
-    """`1 step`, `2 steps`."""
     return f"{n} step" if n == 1 else f"{n} steps"

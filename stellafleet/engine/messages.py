@@ -62,7 +62,6 @@ class ModelReply:
 
 
 def text_size(messages: list[Message]) -> int:
-    """Characters in the conversation, for estimating its size in tokens."""
     size = 0
     for message in messages:
         if isinstance(message, UserText):

@@ -31,8 +31,6 @@ def _max_tokens_key(base_url: str) -> str:
 
 
 class OpenAIClient(WireClient):
-    """OpenAI Chat Completions, and every server compatible with it (Ollama, vLLM, llama.cpp, ...)."""
-
     label = "openai"
     endpoint = staticmethod(_openai_url)
 

@@ -1,8 +1,4 @@
-"""The engine's settings, read from the `[engine]` table of the layered config.
-
-API keys are never part of the config: the config names the environment variable that holds the key
-(`api_key_env`), and the key is read from the environment when the client is built.
-"""
+"""The engine's `[engine]` settings; a key is never config, only the name of its variable (`api_key_env`)."""
 
 from __future__ import annotations
 
@@ -63,8 +59,7 @@ def is_loopback(url: str) -> bool:
 def _problems_and_values(
     config: Config, model: str | None, env: Mapping[str, str]
 ) -> tuple[list[str], dict[str, Any]]:
-    """The settings' values, and every problem: the [engine] table's own (the config's schema), then
-    what the engine needs to run (a model, an http(s) URL, a key unless the server is local)."""
+    """The settings' values, and every problem: the [engine] table's own, then what running needs."""
     engine, problems = config.checked("engine")
     model = model or engine.model
     if not model:
@@ -92,7 +87,6 @@ def _problems_and_values(
 def settings_problems(
     config: Config, *, model: str | None = None, env: Mapping[str, str] | None = None
 ) -> list[str]:
-    """Everything wrong with the engine config (empty when it can run)."""
     return _problems_and_values(config, model, os.environ if env is None else env)[0]
 
 

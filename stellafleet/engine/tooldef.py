@@ -1,10 +1,4 @@
-"""What one engine tool is: a name, a description, its parameters as JSON Schema, and the check of the
-model's arguments against them before it runs.
-
-Models send arguments loosely typed (numbers and booleans as text, one path for a list of paths), so the
-check accepts those and turns them into the declared type; anything else is a FormatError naming the
-argument and what it should be, which goes back to the model.
-"""
+"""One engine tool: name, description, JSON Schema parameters, and the check of the model's arguments."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""The engine's tools: files, search, git, commit, finish (and a shell, off unless configured).
-
-Each tool takes the model's arguments (checked against its schema first, see tooldef.py) and returns
-text for the model. Anything that goes wrong is a ToolFailure (or a StellaError such as ClaimConflict)
-whose message goes back to the model as the tool's result; only `finish` ends the loop, by raising
-Finished.
-No tool touches the whole tree: there is no checkout, reset, stash, clean, `add -A` or amend here.
-"""
+"""The engine's tools: files, search, git, commit, finish, an opt-in shell; none touches the whole tree."""
 
 from __future__ import annotations
 
@@ -41,8 +34,6 @@ def _truncate(text: str, limit: int = MAX_RESULT_CHARS) -> str:
 
 
 class Toolbox:
-    """The tool set for one attempt in one workspace."""
-
     def __init__(
         self,
         workspace: Workspace,
@@ -203,8 +194,6 @@ class Toolbox:
             ),
         ]
 
-    # --- files ---
-
     def read_file(self, args: dict[str, Any]) -> str:
         full, rel = self.workspace.resolve(args["path"])
         if full.is_dir():
@@ -282,8 +271,6 @@ class Toolbox:
         extra = f"\n... and {len(names) - MAX_ENTRIES} more" if len(names) > MAX_ENTRIES else ""
         return "\n".join(names[:MAX_ENTRIES]) + extra
 
-    # --- search ---
-
     def _under(self, given: str | None) -> str:
         if not given:
             return ""
@@ -337,8 +324,6 @@ class Toolbox:
             )
         return "\n".join(lines)
 
-    # --- git ---
-
     def git_status(self, args: dict[str, Any]) -> str:
         lines = gitops.status_porcelain(self.workspace.root)
         return "\n".join(lines) if lines else "clean: nothing to commit"
@@ -372,8 +357,6 @@ class Toolbox:
     def finish(self, args: dict[str, Any]) -> str:
         raise Finished(args["summary"].strip(), bool(args.get("success", True)))
 
-    # --- emit_tasks (an expanding task's) ---
-
     def emit_tasks(self, args: dict[str, Any]) -> str:
         text: str = args["fragment"]
         try:
@@ -388,8 +371,6 @@ class Toolbox:
         partial.write_text(text, encoding="utf-8")
         os.replace(partial, self.plan_out)  # a fragment is never read half-written
         return f"the fragment holds {len(tasks)} tasks; they run once this task has succeeded"
-
-    # --- shell (off unless engine.shell = true) ---
 
     def shell(self, args: dict[str, Any]) -> str:
         # Its own process group, stopped at once on the timeout or Ctrl-C: whatever it started, not only sh.

@@ -1,12 +1,4 @@
-"""The HTTP under every model client: POST JSON, retry what may pass, turn failures into EngineError.
-
-429, 5xx and connection errors are retried with exponential backoff, honouring Retry-After (seconds or
-an HTTP date) and Retry-After-Ms, sleeping through the injected clock. The last failure is an
-EngineError with the status and a short excerpt of the body, with any key masked. With a LimitReporter
-(a worker of a fleet) every rate or usage limit is reported as it is met, a call waits out the latest
-rate-limit reset any worker of the run was told (the fleet-wide backoff), and a usage limit is not
-retried: its reset is hours away, the fleet decides what to do.
-"""
+"""The HTTP under every model client: POST JSON, retry 429, 5xx and connection errors, report limits."""
 
 from __future__ import annotations
 
@@ -49,8 +41,6 @@ def _excerpt(text: str, limit: int = 200) -> str:
 
 
 class HttpTransport:
-    """POST JSON with retries; one instance per client."""
-
     def __init__(
         self,
         *,
@@ -128,8 +118,7 @@ class HttpTransport:
                 self.clock.sleep(min(hold, self.max_retry_after))
 
     def _report_limit(self, status: int, wait: float | None, text: str, detail: str) -> None:
-        """Tell the fleet of a limit; under a fleet a usage limit ends the call (EngineError) instead of a
-        retry (without one, the capped wait and retry stay as they were)."""
+        """Tell the fleet of a limit; under a fleet a usage limit ends the call (EngineError)."""
         event = from_http(status, wait, text, now_wall=self.wall()) if self.limits is not None else None
         if event is None or self.limits is None:
             return
@@ -156,8 +145,7 @@ class HttpTransport:
 
 
 class WireClient:
-    """What both providers' clients share: the settings and one transport to the provider's endpoint.
-    A subclass is one wire format: its label, endpoint, key header and `complete`."""
+    """What both providers' clients share: the settings and one transport; a subclass is one wire format."""
 
     label: ClassVar[str]
 
@@ -192,9 +180,6 @@ class WireClient:
 
     def close(self) -> None:
         self.transport.close()
-
-
-# --- what both wire formats share when reading a reply ---
 
 
 def arguments_text(value: Any) -> str:

@@ -1,9 +1,4 @@
-"""The workspace a worker may touch: every path confined to it, every write claimed first.
-
-A path is refused when it is absolute, when it climbs out (`../x`), or when it leads outside through a
-symlink. Writes inside `.git/` or stella's private state are refused too. In the shared tree each write
-first takes an implicit claim on the file, so a file another live worker holds fails at once, by name.
-"""
+"""The workspace a worker may touch: every path confined to it, every shared-tree write claimed first."""
 
 from __future__ import annotations
 

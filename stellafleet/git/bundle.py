@@ -1,9 +1,5 @@
-"""Repositories carried as git bundles: how an isolated task's work travels to another machine and back.
-
-The fleet bundles the pinned base once; a remote task clones it into a scratch repository on the task's
-branch, works there, and bundles base..branch back; the fleet fetches that into the real repository as the
-task's branch. No worktree and no credentials are needed on either side: a bundle is a file of git objects.
-"""
+"""Repositories carried as git bundles: how an isolated task's work travels to another machine and back
+(the base out, base..branch home)."""
 
 from __future__ import annotations
 
@@ -28,8 +24,7 @@ def create_base(root: Path, commit: str, out: Path, *, tag: str) -> None:
 
 
 def create_start(root: Path, commit: str, base: str, out: Path, *, tag: str) -> None:
-    """A bundle of what commit holds past base (a --from-salvage start point), under one ref named by tag:
-    a node's clone of the base needs only that to check commit out."""
+    """A bundle of what commit holds past base (a --from-salvage start point), under one ref named by tag."""
     ref = f"{_START_REF}/{tag}"
     gitops.git("update-ref", ref, commit, cwd=root)
     try:
@@ -39,8 +34,7 @@ def create_start(root: Path, commit: str, base: str, out: Path, *, tag: str) -> 
 
 
 def fetch_start(repo: Path, bundle: Path, tag: str) -> str:
-    """The objects of a create_start bundle into repo; the start commit (under a ref of tag here, which
-    the caller drops once a branch holds the commit: drop_start)."""
+    """The objects of a create_start bundle into repo; the start commit (under a ref of tag: drop_start)."""
     heads = gitops.git("bundle", "list-heads", str(bundle), cwd=repo).split()
     if len(heads) < 2:
         raise GitError(f"git bundle {bundle}: it names no ref")

@@ -1,10 +1,5 @@
-"""Sweep the worktrees and `fleet/*` branches that finished fleet runs left behind.
-
-Only what the ledger recorded for stella's own tasks is ever a candidate, so a user's branches are never
-touched. Anything belonging to a live attempt stays whatever the flags say; without --force, worktrees
-with uncommitted changes and branches not merged into the run's base (or the current branch) stay too.
-Every decision is named, and recorded in the ledger's `cleanups` table unless it is a dry run.
-"""
+"""Sweep the worktrees and `fleet/*` branches that finished fleet runs left behind: only what the ledger
+recorded for stella's own tasks, never a live attempt's; every decision named and recorded."""
 
 from __future__ import annotations
 
@@ -129,9 +124,8 @@ def _run_live(ledger: Ledger, run_id: str, alive: Callable[[int | None, int | No
 
 
 def uncommitted(path: Path) -> list[str]:
-    """What a worktree holds that no commit has, judged as git judges it: changed and untracked files;
-    ignored ones (`.pytest_cache/`, `node_modules/`, a `.worktreeinclude` copy) never count, as for
-    `git worktree remove`; stella's own state does not count either."""
+    """What a worktree holds that no commit has, as git judges it (ignored files and stella's state do not
+    count)."""
     names = [line[3:] for line in gitops.status_porcelain(path)]
     return [name for name in names if not name.startswith(EXCLUDED_DIRS)]
 
@@ -239,8 +233,7 @@ class Cleaner:
         return targets or ["HEAD"]
 
     def _patches_in(self, branch: str, targets: list[str]) -> str | None:
-        """Why a branch that is no ancestor of a target still counts as merged (its patches are there,
-        as after `stella merge` rebased it), or None."""
+        """Why a branch that is no ancestor of a target still counts as merged (its patches are there)."""
         into = next((t for t in targets if mergeops.patches_upstream(self.root, t, branch)), None)
         if into is None:
             return None
@@ -321,9 +314,8 @@ def clean(
     salvage_refs: bool = False,
     older_than_days: float | None = None,
 ) -> CleanReport:
-    """Sweep one run (run_ref) or every run's leftovers; records the decisions unless dry_run. With
-    salvage_refs, the runs' salvage refs (older than older_than_days) go first, so what they held no
-    longer protects a branch or worktree."""
+    """Sweep one run (run_ref) or every run's leftovers; with salvage_refs, the salvage refs go first so
+    they no longer protect a branch or worktree."""
     cleaner = Cleaner(root, dry_run=dry_run, force=force, alive=alive, worktree=worktree)
     db = StatePaths(root).fleet_db
     if not db.exists():

@@ -1,15 +1,5 @@
-"""The user's uncommitted changes at the start of a run, kept out of the workers' commits.
-
-At its start a run notes the version of every file the user has changed and not committed (its blob,
-written to the object store, or its absence) in `.stella/private/dirty/<run>.json`. A worker's
-`stella commit` of such a file then commits HEAD's version plus exactly what the worker changed since the
-run started (a three-way merge of HEAD's version, the user's and the worker's: `git merge-file`), so the
-user's own edits stay uncommitted in the file, as they were; where the worker's changes overlap the user's
-the commit is refused, naming the file. The versions are merged as bytes (a non-UTF-8 text file keeps
-its bytes). A binary file cannot be merged: once the user's version is HEAD's (they committed it since)
-the worker's whole file is committed, else its commit is refused, naming it and saying what to do. A run
-refuses to start when a file a shared task claims has such changes, unless asked to with --allow-dirty.
-"""
+"""The user's uncommitted changes at the start of a run, kept out of the workers' commits: a worker's
+commit of such a file is a three-way merge that leaves the user's edits uncommitted."""
 
 from __future__ import annotations
 
@@ -60,8 +50,7 @@ def load(root: Path, run_id: str) -> dict[str, str | None]:
 
 
 def worker_entries(root: Path, paths: Sequence[str], snapshot: Snapshot) -> dict[str, tuple[str, str]]:
-    """For those of paths the user had changed at the start (and the worker changed since, and did not
-    delete): the entry to commit, HEAD's version plus the worker's changes only."""
+    """The entry to commit (HEAD's version plus the worker's changes) for paths the user had changed."""
     entries: dict[str, tuple[str, str]] = {}
     head = gitops.ref_commit(root, "HEAD")
     for path in paths:
@@ -91,8 +80,7 @@ def _is_binary(data: bytes) -> bool:
 
 
 def _unpack(root: Path, blob: str | None, scratch: Path, name: str) -> Path:
-    """A blob's bytes in a file of scratch (empty for None), by git itself: no text decoding on the way,
-    so a binary or non-UTF-8 file arrives as it is."""
+    """A blob's bytes in a file of scratch (empty for None), by git itself, with no text decoding."""
     target = scratch / name
     if blob is None:
         target.write_bytes(b"")
@@ -104,11 +92,8 @@ def _unpack(root: Path, blob: str | None, scratch: Path, name: str) -> Path:
 
 
 def _merge(root: Path, path: str, head_blob: str | None, user_blob: str | None) -> str:
-    """The blob of HEAD's version of path plus what the work tree changed since the user's version.
-
-    The versions are merged as bytes, in files (`git merge-file` writes the result into HEAD's copy).
-    A binary file cannot be merged: it is refused, naming it, unless the user's version is HEAD's (then
-    the caller commits the worker's whole file)."""
+    """The blob of HEAD's version of path plus what the work tree changed since the user's version
+    (merged as bytes; a binary file is refused unless the user's version is HEAD's)."""
     with tempfile.TemporaryDirectory(prefix="stella-dirty-") as tmp:
         head_file = _unpack(root, head_blob, Path(tmp), "head")
         user_file = _unpack(root, user_blob, Path(tmp), "user")

@@ -1,9 +1,4 @@
-"""Every git call stella makes goes through the one runner here (proc/runner.py underneath).
-
-This module holds the runner and the repository facts, refs, branches, push and the engine's file
-queries; worktrees.py (isolated tasks' worktrees) and index.py (the commit lane's temporary index) build
-on its `git`. Nothing outside stellafleet/git runs git.
-"""
+"""Every git call stella makes goes through the one runner here; nothing outside stellafleet/git runs git."""
 
 from __future__ import annotations
 
@@ -34,9 +29,7 @@ def _git_env(env: Mapping[str, str] | None) -> dict[str, str]:
 def git_status(
     *args: str, cwd: Path | str, env: Mapping[str, str] | None = None, stdin: str | None = None
 ) -> tuple[int, str, str]:
-    """The one place git runs: in cwd, with the environment of now plus env, stdin fed when given.
-    Returns (exit status, stdout, stderr), for callers that read a failure's words; a git that cannot
-    be started raises GitError."""
+    """The one place git runs: (exit status, stdout, stderr); a git that cannot start raises GitError."""
     program = _git_program()
     try:
         # Part of our own work, not a command to stop: it stays in our session (a Ctrl-C reaches it).
@@ -49,8 +42,7 @@ def git_status(
 
 
 def git_started(*args: str, cwd: Path | str) -> runner.Process:
-    """git started now and left waiting for its input (runner.Process.finish feeds it), for a step that
-    must take no longer than git's own work once it is due."""
+    """git started now and left waiting for its input (runner.Process.finish feeds it)."""
     program = _git_program()
     try:
         return runner.start(
@@ -147,8 +139,7 @@ def current_branch(root: Path) -> str | None:
 
 
 def head_detached(root: Path, git_dir: Path) -> bool:
-    """Whether root's HEAD is detached, read from git_dir's HEAD file when it can (no git process: called
-    under index.lock), else from git."""
+    """Whether root's HEAD is detached, from git_dir's HEAD file when it can (called under index.lock)."""
     try:
         text = (git_dir / "HEAD").read_text().strip()
     except OSError:
@@ -161,10 +152,8 @@ def head_detached(root: Path, git_dir: Path) -> bool:
 
 
 def refuse_detached_head(root: Path, *, allowed: bool = False) -> None:
-    """StellaError when HEAD is detached (unless allowed: --allow-detached), for a shared-tree commit:
-    the user may check out a commit (`git checkout --detach`) while the run goes on, and a commit there
-    would be reachable only through the reflog once a branch is checked out again. One git call when
-    HEAD is on a branch, as it runs before every shared commit."""
+    """StellaError when HEAD is detached (unless allowed: --allow-detached), for a shared-tree commit,
+    which there would be reachable only through the reflog."""
     if allowed or current_branch(root) is not None:
         return
     at = git("rev-parse", "--short=12", "HEAD", cwd=root, check=False).strip() or "?"
@@ -196,17 +185,14 @@ def ensure_excluded(root: Path, patterns: Sequence[str]) -> list[str]:
 
 
 def status_porcelain(path: Path, *, ignored: bool = False, untracked: str = "normal") -> list[str]:
-    """`git status --porcelain` lines for a work tree (empty when clean); ignored: ignored files too
-    (`!! local.env`), which are work a user may not have anywhere else; untracked="no": tracked files
-    only (the user's uncommitted work)."""
+    """`git status --porcelain` lines for a work tree (empty when clean), ignored files too if asked."""
     ignore = ["--ignored"] if ignored else []
     out = git("status", "--porcelain", f"--untracked-files={untracked}", *ignore, cwd=path)
     return [line for line in out.splitlines() if line]
 
 
 def changed_paths(path: Path) -> list[str]:
-    """Every file that differs from HEAD in a work tree (untracked files one by one; both sides of a
-    rename), relative to it."""
+    """Every file that differs from HEAD in a work tree (both sides of a rename), relative to it."""
     paths: list[str] = []
     rest = iter(git_fields("status", "--porcelain", "-z", "--untracked-files=all", cwd=path))
     for entry in rest:
@@ -367,8 +353,7 @@ def push(root: Path, remote: str, branch: str, *, force: bool = False) -> PushRe
     remote_lines = [line for line in remote_lines if line]
     other = [line for line in err_lines if not line.startswith("remote:")]
     if not summary and not remote_lines:
-        # The remote was never reached (bad URL, no credentials, network): git's first fatal line says
-        # why; its last line is only the tail of its advice ("... and the repository exists.").
+        # The remote was never reached: git's first fatal line says why.
         fatal = [line for line in other if line.startswith(("fatal:", "error:"))]
         reason = (fatal or other or [f"exit status {retcode}"])[0]
         raise GitError(f"push of {branch} to {remote} failed: {reason}")
@@ -422,8 +407,7 @@ def diff(root: Path, paths: Sequence[str] = (), *, staged: bool = False) -> str:
 
 
 def head_from_files(git_dir: Path) -> str | None:
-    """HEAD's commit read straight from the ref files (no git process), or None when that cannot be done
-    safely (a packed or reftable ref, an unusual layout): callers then ask git (ref_commit)."""
+    """HEAD's commit read straight from the ref files, or None when that is unsafe (then ask git)."""
     try:
         text = (git_dir / "HEAD").read_text().strip()
         if not text.startswith("ref: "):

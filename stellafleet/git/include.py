@@ -1,14 +1,5 @@
-"""`.worktreeinclude`: the ignored files a new isolated worktree gets copied from the main tree.
-
-`.worktreeinclude` at the repository root is gitignore syntax (the convention other agent tools share).
-A file is copied when git itself says it is untracked, matches a pattern of `.worktreeinclude` and is
-ignored by the repository's own ignore rules: tracked files come from the checkout, files outside the
-repository are never listed, stella's own state never. Copies are copy-on-write clones where the file
-system can (FICLONE, then copy_file_range), else plain copies; symlinks stay symlinks; a file over the
-size limit is refused by name before anything is copied. For a Ray node (only when asked: `[executor]
-send_worktreeinclude`) the same files are packed into memory to travel with the attempt, and unpacked
-into the node's checkout with the same rules.
-"""
+"""`.worktreeinclude` (gitignore syntax): the ignored, untracked files a new isolated worktree gets copied
+from the main tree (copy-on-write where it can), or packed to travel to a Ray node."""
 
 from __future__ import annotations
 
@@ -69,9 +60,8 @@ def check_sizes(root: Path, paths: Sequence[str], max_bytes: int) -> None:
 
 
 class _Copier:
-    """Copies files with as few system calls as it can: one lstat of the source, an exclusive create of
-    the copy (never overwriting), a clone ioctl until the file system says it cannot, then the kernel's
-    copy_file_range (itself a reflink where the file system can), else read/write."""
+    """Copies files with as few system calls as it can: a clone ioctl until the file system refuses,
+    then copy_file_range, else read/write; never overwriting."""
 
     def __init__(self) -> None:
         self.can_clone = True
@@ -85,8 +75,7 @@ class _Copier:
             self.made.add(parent)
 
     def copy(self, src: str, dst: str, st: os.stat_result) -> bool:
-        """dst as a copy of src (mode kept); True when it was a copy-on-write clone. FileExistsError when
-        dst is already there."""
+        """dst as a copy of src (mode kept); True when it was a clone. FileExistsError when dst exists."""
         fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             fin = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
@@ -126,8 +115,7 @@ class _Copier:
 
 
 def copy_into(root: Path, worktree: Path, paths: Sequence[str]) -> Copied:
-    """Copy paths (as included_files lists them) from root into worktree at the same place; an existing
-    file there (the checkout's) is never overwritten."""
+    """Copy paths from root into worktree at the same place, never overwriting the checkout's files."""
     copier = _Copier()
     files = size = cloned = 0
     for path in paths:
@@ -171,8 +159,7 @@ def pack(root: Path, paths: Sequence[str]) -> tuple[Packed, ...]:
 
 
 def unpack(files: Sequence[Packed], worktree: Path) -> Copied:
-    """Write packed files into worktree at their paths, as copy_into does: an existing file (the
-    checkout's) is never overwritten, modes are kept, symlinks stay symlinks."""
+    """Write packed files into worktree at their paths, as copy_into does."""
     copier = _Copier()
     count = size = 0
     for file in files:

@@ -1,9 +1,5 @@
-"""The git steps of `stella merge`: a scratch worktree on a detached HEAD, rebase or merge there, and
-moving the user's branch forward only by a compare-and-swap of its ref plus a safe two-tree checkout.
-
-Nothing here rewrites a fleet branch or force-pushes: the rebased or merged commits exist only in the
-scratch worktree until the user's branch is moved to them.
-"""
+"""The git steps of `stella merge`: rebase or merge in a scratch worktree on a detached HEAD, then move
+the user's branch by a compare-and-swap of its ref and a two-tree checkout. Nothing is force-pushed."""
 
 from __future__ import annotations
 
@@ -83,9 +79,8 @@ _DRY_RUN_IDENTITY = {
 
 
 def predict_merge(root: Path, tip: str, head: str) -> tuple[str | None, tuple[str, ...] | None]:
-    """Whether head merges cleanly onto tip, without a worktree (`git merge-tree --write-tree`): (a
-    commit object of the merge to chain the next prediction on, ()) when clean, (None, files) when it
-    conflicts, (None, None) when this git cannot tell (before 2.38). Writes objects only, never a ref."""
+    """Whether head merges cleanly onto tip, by `git merge-tree --write-tree`: (merge commit, ()) when
+    clean, (None, files) on conflict, (None, None) before git 2.38. Writes no ref."""
     args = ("merge-tree", "--write-tree", "--name-only", "--no-messages", tip, head)
     retcode, out, _ = gitops.git_status(*args, cwd=root)
     lines = out.splitlines()
@@ -99,11 +94,8 @@ def predict_merge(root: Path, tip: str, head: str) -> tuple[str | None, tuple[st
 
 
 def advance_branch(root: Path, branch: str, new: str, old: str) -> None:
-    """Move the checked-out branch from old to new (a descendant), ref and work tree together.
-
-    The ref moves by compare-and-swap, so a branch that moved meanwhile is left alone; the tree moves by
-    a two-tree read-tree, which refuses (and the ref is put back) rather than overwrite a local change
-    or an untracked file."""
+    """Move the checked-out branch from old to new by compare-and-swap, then a two-tree read-tree that
+    refuses (putting the ref back) rather than overwrite a local change."""
     ref = f"refs/heads/{branch}"
     gitops.git("update-ref", "-m", f"stella merge: fast-forward to {new[:12]}", ref, new, old, cwd=root)
     try:
@@ -114,22 +106,15 @@ def advance_branch(root: Path, branch: str, new: str, old: str) -> None:
 
 
 def patches_upstream(root: Path, upstream: str, head: str) -> bool:
-    """True when every commit of head not in upstream has an equivalent patch there (`git cherry`):
-    how a branch that was rebased onto upstream still counts as merged."""
+    """True when every commit of head not in upstream has an equivalent patch there (`git cherry`)."""
     out = gitops.git("cherry", upstream, head, cwd=root, check=False)
     lines = [line for line in out.splitlines() if line.strip()]
     return bool(lines) and all(line.startswith("-") for line in lines)
 
 
 def finish_advance(root: Path, branch: str, old: str, new: str) -> bool:
-    """After a merge was killed inside advance_branch: True when the branch's ref had moved to new, and
-    now the index and the files follow it too (a two-tree read-tree, which is a no-op when they already
-    did); False when the ref had not moved to new (nothing landed: the tree is left as it is).
-
-    A read-tree killed while writing files leaves some of them at new and the index at old (its new index
-    was never put in place), and a second read-tree refuses those as local changes. So when it refuses,
-    the index entries of the files that already hold new's content are set to new's, and it runs again;
-    a file with any other content is a real local change and is still refused."""
+    """After a merge was killed inside advance_branch: True when the ref had moved to new, and now the
+    index and files follow it (files a killed read-tree already wrote are adopted); False otherwise."""
     if gitops.ref_commit(root, f"refs/heads/{branch}") != new:
         return False
     retcode, out, err = gitops.git_status("read-tree", "-m", "-u", old, new, cwd=root)
@@ -141,8 +126,7 @@ def finish_advance(root: Path, branch: str, old: str, new: str) -> bool:
 
 
 def _adopt_written(root: Path, old: str, new: str) -> bool:
-    """Set to new's the index entries of the files old..new changes whose work-tree file already holds
-    new's content (what a killed checkout wrote); whether there were any."""
+    """Set to new's the index entries of files old..new changes that already hold new's content."""
     out = gitops.git("diff-tree", "-r", "-z", "--no-renames", old, new, cwd=root)
     fields = out.split("\0")
     wanted: dict[str, tuple[str, str]] = {}
@@ -166,6 +150,5 @@ def _adopt_written(root: Path, old: str, new: str) -> bool:
 
 
 def contains(root: Path, result: str, head: str) -> bool:
-    """Whether a branch at head is verifiably in result: head is an ancestor of it (a merge, a resolve
-    that merged it), or every one of its patches is there (a rebase: `git cherry`)."""
+    """Whether a branch at head is in result: an ancestor of it, or every patch there (`git cherry`)."""
     return gitops.is_ancestor(root, head, result) or patches_upstream(root, result, head)

@@ -1,11 +1,5 @@
-"""A Ray node's clone of a run's base, kept between attempts: each attempt pays for a worktree, not a clone.
-
-One clone per node and base commit, under the node's cache directory (`$STELLA_NODE_CACHE`, else
-`$XDG_CACHE_HOME/stella/clones`, else `~/.cache/stella/clones`), made from the run's base bundle by the
-first attempt that needs it (under a file lock, so attempts starting at once on one node make it once).
-Each attempt then adds its own worktree of that clone on its task's branch, and removes it (and the
-branch) when it ends. Nothing of the user's is kept: the clone holds only what the bundle carried.
-"""
+"""A Ray node's clone of a run's base, kept between attempts (one per node and base commit, made once
+under a file lock): each attempt pays for a worktree, not a clone."""
 
 from __future__ import annotations
 
@@ -42,8 +36,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def base_clone(write_bundle: Callable[[Path], None], base_commit: str, *, cache: Path | None = None) -> Path:
-    """The node's clone holding base_commit; the first time, write_bundle(path) writes the run's base
-    bundle to clone it from."""
+    """The node's clone holding base_commit; the first time, write_bundle(path) writes the bundle."""
     root = (cache or cache_dir()) / base_commit
     if (root / READY).exists():  # made before, completely: no git call needed to know it
         return root
@@ -63,8 +56,7 @@ def base_clone(write_bundle: Callable[[Path], None], base_commit: str, *, cache:
 
 
 def add_worktree(clone: Path, path: Path, branch: str, base_commit: str, start: Path | None = None) -> None:
-    """The attempt's worktree of the clone at path, on branch (made anew at base_commit, or at the commit
-    of the start bundle: a --from-salvage start point, whose objects are fetched into the clone first)."""
+    """The attempt's worktree of the clone at path, on branch, at base_commit or the start bundle's commit."""
     with _locked(clone.with_suffix(".lock")):  # worktree adds of one clone, one at a time
         tag = path.parent.name  # the attempt's scratch directory: unique while it runs
         commit = bundle.fetch_start(clone, start, tag) if start is not None else base_commit
@@ -77,8 +69,7 @@ def add_worktree(clone: Path, path: Path, branch: str, base_commit: str, start: 
 
 
 def remove_worktree(clone: Path, path: Path, branch: str) -> None:
-    """The attempt's worktree and branch gone from the clone (what it made was bundled home first): the
-    directory goes, then one prune drops its registration (a killed attempt's too) and the branch with it."""
+    """The attempt's worktree and branch gone from the clone (a killed attempt's too, by one prune)."""
     shutil.rmtree(path, ignore_errors=True)
     with _locked(clone.with_suffix(".lock")):
         gitops.git("worktree", "prune", cwd=clone, check=False)

@@ -1,10 +1,5 @@
-"""Salvage: an unfinished attempt's uncommitted work, kept as a commit on `refs/stella/salvage/...`.
-
-The commit is built in a temporary index, so the workspace's files and its own index are never read into
-or written: for an isolated task the whole worktree (changed and untracked, not ignored files) on top of
-the worktree's HEAD; for a shared task only the paths it claimed, as they are on disk, on top of HEAD.
-Nothing to keep (the tree is HEAD's) makes no commit. `stella clean --salvage` is the only remover.
-"""
+"""Salvage: an unfinished attempt's uncommitted work, kept as a commit on `refs/stella/salvage/...`, built
+in a temporary index so the workspace is never touched. `stella clean --salvage` is the only remover."""
 
 from __future__ import annotations
 
@@ -52,8 +47,7 @@ def _snapshot(workspace: Path, head: str, paths: Sequence[str] | None, scratch: 
     add_all = ("add", "-A", "--", ".", *(f":!{d}" for d in _excluded_unless_ignored(workspace)))
     own = gitops.git_path(workspace, "--git-path", "index")
     if own.is_file():
-        # a copy of the worktree's own index: its stat data lets `add -A` hash only what changed (a
-        # fresh one would rehash every file); what it holds does not matter, `add -A` makes it the disk's
+        # a copy of the worktree's own index: its stat data lets `add -A` hash only what changed
         shutil.copyfile(own, index_file)
         if gitops.git_status(*add_all, cwd=workspace, env=env)[0] == 0:
             return index.write_tree(workspace, index_file)
@@ -64,9 +58,8 @@ def _snapshot(workspace: Path, head: str, paths: Sequence[str] | None, scratch: 
 
 
 def _excluded_unless_ignored(workspace: Path) -> list[str]:
-    """stella's own directories to leave out of `add -A` by pathspec: those the ignore rules do not leave
-    out already. (git refuses an exclude pathspec naming an ignored directory that exists, as a Ray
-    node's checkout holds `.stella/private/`, with exit 1: "The following paths are ignored".)"""
+    """stella's own directories to exclude from `add -A` by pathspec, unless ignored already (git refuses
+    an exclude pathspec naming an ignored directory)."""
     present = [d for d in EXCLUDED_DIRS if (workspace / d).is_dir()]
     if not present:
         return list(EXCLUDED_DIRS)
@@ -96,8 +89,8 @@ def salvage(
     paths: Sequence[str] | None = None,
     message: str,
 ) -> Salvaged | None:
-    """Record the workspace's uncommitted work (paths None: all of it; else only those paths) as a commit
-    on ref, on top of HEAD; None when there is nothing HEAD does not already hold."""
+    """Record the workspace's uncommitted work (paths None: all of it) as a commit on ref, on top of HEAD;
+    None when HEAD already holds it."""
     head = gitops.ref_commit(workspace, "HEAD")
     if head is None:
         return None  # an unborn branch: nothing to build on (stella refuses such repositories anyway)
@@ -161,8 +154,7 @@ def older_than(
 
 
 def held_elsewhere(root: Path, branch: str) -> int:
-    """How many of branch's commits no other local branch and no salvage ref holds (0: deleting the branch
-    loses no commit)."""
+    """How many of branch's commits no other local branch or salvage ref holds (0: safe to delete)."""
     out = gitops.git(
         "rev-list", "--count", f"refs/heads/{branch}", "--not", f"--exclude={branch}", "--branches",
         f"--glob={SALVAGE_PREFIX}/*", cwd=root,
@@ -184,9 +176,7 @@ def holds_worktree(root: Path, worktree: Path, run_id: str, task_id: str) -> Sal
 
 
 def bundle_salvage(workspace: Path, saved: Salvaged, out: Path) -> None:
-    """A bundle at out of the salvage commit alone (over the commit it was built on), its ref then gone
-    from workspace's repository: a Ray node's clone outlives the attempt, the salvage lives on where the
-    bundle is fetched."""
+    """A bundle at out of the salvage commit alone, its ref then gone from workspace's repository."""
     try:
         bundle.create_ref(workspace, saved.ref, f"{saved.sha}^", out)
     finally:

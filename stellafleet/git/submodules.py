@@ -1,11 +1,5 @@
-"""Submodules: a worker commits a submodule's pointer, never a file inside it; isolated worktrees get them.
-
-A file inside a submodule belongs to the submodule's own repository: `stella commit vendor/lib/x.c` is
-refused by name (commit it in the submodule, then `stella commit vendor/lib` records the new pointer). A
-new isolated worktree has empty submodule directories, as `git worktree add` leaves them; the fleet
-initialises those the main tree has checked out, cloning from the main tree's own checkout of each (no
-network; `[fleet] init_submodules = false` turns it off).
-"""
+"""Submodules: a worker commits a submodule's pointer, never a file inside it; isolated worktrees get the
+main tree's checked-out submodules, cloned locally from it."""
 
 from __future__ import annotations
 
@@ -58,10 +52,8 @@ def refuse_inside(root: Path, paths: Sequence[str]) -> None:
 
 
 def init_in_worktree(root: Path, worktree: Path) -> list[str]:
-    """Initialise in worktree the submodules the main tree at root has checked out; the paths initialised.
-
-    Each is cloned from the main tree's checkout (a local clone: `protocol.file.allow` for that one
-    command). One that cannot be initialised is left empty with a warning: the task still runs."""
+    """Initialise in worktree the submodules the main tree at root has checked out (a local clone each;
+    one that fails is left empty with a warning); the paths initialised."""
     wanted = {name: path for name, path in declared(worktree).items() if (root / path / ".git").exists()}
     if not wanted:
         return []

@@ -1,7 +1,4 @@
-"""The checks of a plan that a schema cannot express: in its dependency graph duplicate ids, a task
-depending on itself or on an unknown task (with the closest id as a hint), and cycles, each reported once
-as `a -> b -> ... -> a` from the group's first task in plan order; and in each task what would only fail
-once it runs (a NUL in its prompt, an isolated task's id that names no git branch)."""
+"""The checks of a plan a schema cannot express: ids, dependencies, cycles, and what fails only at run."""
 
 from __future__ import annotations
 
@@ -34,8 +31,7 @@ def branch_problem(branch: str) -> str | None:
     return next((why for broken, why in rules if broken), None)
 
 
-# A UTF-16 surrogate on its own (JSON and YAML can write "\ud800"): no text, so no file, database or
-# process can be handed it.
+# A lone UTF-16 surrogate (JSON and YAML can write "\ud800") is no text: nothing can be handed it.
 _SURROGATE = re.compile("[\ud800-\udfff]")
 TEXT_KEYS = ("prompt", "title", "pipeline", "model")
 
@@ -54,9 +50,7 @@ def text_problem(value: str) -> str | None:
 
 
 def task_run_problems(where: str, raw: dict[str, Any], isolation: Any) -> list[str]:
-    """What passes the schema but would fail only when the task runs: a NUL or a lone surrogate in its
-    prompt, title, pipeline or model (no process can be handed one), or an isolated task whose id names no
-    valid git branch."""
+    """What passes the schema but would fail only when the task runs (a NUL, a bad branch name)."""
     problems = [
         f"{where}: {key}: {why}"
         for key in TEXT_KEYS
@@ -82,8 +76,7 @@ def graph_problems(
     labels: list[str],
     outside: frozenset[str] = frozenset(),
 ) -> list[str]:
-    """Duplicate ids, self-dependencies, unknown dependencies and cycles; a dependency on a task of
-    `outside` (not one of these tasks) is known and takes no part in their cycles."""
+    """Duplicate ids, self or unknown dependencies and cycles (a task of `outside` is known)."""
     problems: list[str] = []
     first_at: dict[str, int] = {}
     for position, task_id in enumerate(ids):
@@ -123,8 +116,7 @@ def graph_problems(
 
 
 def _cycles(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
-    """One cycle per strongly connected group of tasks, each written a -> b -> ... -> a from the
-    group's first task in plan order (an edge a -> b means a depends on b)."""
+    """One cycle per strongly connected group, a -> b -> ... -> a from its first task in plan order."""
     order = {node: position for position, node in enumerate(nodes)}
     cycles = []
     for component in _strongly_connected(nodes, edges):
@@ -137,8 +129,7 @@ def _cycles(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
 
 
 def _strongly_connected(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
-    """Tarjan's algorithm, iterative (plans can be deep enough to overflow Python's stack); every edge
-    leads to one of nodes."""
+    """Tarjan's algorithm, iterative (plans can be deep enough to overflow Python's stack)."""
     index_of: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []

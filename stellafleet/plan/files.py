@@ -1,5 +1,4 @@
-"""Reading a plan file: its format from the suffix, UTF-8 text, and a parse whose syntax errors carry the
-file's line and column (TOML, JSON without duplicate keys, YAML)."""
+"""Reading a plan file (TOML, JSON, YAML by suffix), its syntax errors carrying line and column."""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ class PlanFile:
 
 
 def read_plan_file(path: str | Path) -> PlanFile:
-    """Read and parse a plan file by its suffix; PlanError (one problem, with line and column where the
-    parser tells them) when it is missing, unreadable, not UTF-8, or not valid TOML/JSON/YAML."""
+    """Read and parse a plan file by its suffix; PlanError (with line and column) when it cannot."""
     name = str(path)
     plan_path = Path(path)
     suffix = plan_path.suffix.lower()
@@ -43,8 +41,7 @@ def read_plan_file(path: str | Path) -> PlanFile:
 
 
 def read_fragment_file(path: Path, name: str) -> PlanFile | None:
-    """A plan fragment a worker wrote to $STELLA_PLAN_OUT: JSON when its first character is `{`, TOML
-    otherwise (the file has no telling suffix); None when the worker wrote none."""
+    """A fragment from $STELLA_PLAN_OUT (JSON when it starts with `{`, else TOML); None: none written."""
     if not path.exists():
         return None
     raw, text = _read(path, name)

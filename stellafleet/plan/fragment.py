@@ -1,13 +1,4 @@
-"""Plan fragments: the tasks an expanding task (`expands = true`) adds to its run.
-
-The worker writes the fragment to $STELLA_PLAN_OUT in the plan format (`[[tasks]]`, an optional
-`[defaults]`; TOML, or JSON when it starts with `{`). It is checked like a plan, every problem at once
-(model.plan_from_data: schema, claims, duplicate ids, unknown dependencies, cycles), and besides: no two of
-its shared tasks that may run at the same time claim one file, an emitted task may expand only above the
-depth limit, and the run's cap on emitted tasks holds. Its tasks become `<emitter>.<id>`; a dependency
-names another task of the fragment by its own id, or a task the emitter could see (its dependencies and
-theirs, which have all succeeded when it emits) by its full id; the fragment's own ids win.
-"""
+"""Plan fragments: the tasks an expanding task (`expands = true`) adds to its run, as `<emitter>.<id>`."""
 
 from __future__ import annotations
 
@@ -35,13 +26,11 @@ class FragmentRules:
 
 
 def fragment_name(emitter: str) -> str:
-    """How problems name a fragment."""
     return f"fragment of {json.dumps(emitter)}"
 
 
 def load_fragment(path: Path, emitter: PlanTask, rules: FragmentRules) -> tuple[PlanTask, ...]:
-    """The checked, renamed tasks of emitter's fragment at path (none when it wrote no file or an empty
-    task list); PlanError listing every problem found."""
+    """The checked, renamed tasks of emitter's fragment at path; PlanError listing every problem."""
     name = fragment_name(emitter.id)
     read = read_fragment_file(path, name)
     if read is None or (isinstance(read.data, dict) and read.data.get("tasks") == []):
@@ -59,8 +48,7 @@ def load_fragment(path: Path, emitter: PlanTask, rules: FragmentRules) -> tuple[
 
 
 def _loose_tasks(data: Any) -> list[PlanTask]:
-    """The fragment's tasks as far as they can be read whatever else is wrong with them: those with a
-    string id, their string dependencies and the claims that name a file inside the workspace."""
+    """The fragment's tasks as far as they can be read whatever else is wrong with them."""
     raw_tasks = data.get("tasks") if isinstance(data, dict) else None
     defaults = data.get("defaults") if isinstance(data, dict) else None
     isolation = defaults.get("isolation", "shared") if isinstance(defaults, dict) else "shared"
@@ -89,8 +77,7 @@ def _loose_tasks(data: Any) -> list[PlanTask]:
 
 
 def rename(emitter: str, tasks: Sequence[PlanTask]) -> tuple[PlanTask, ...]:
-    """The fragment's tasks as the run knows them: `<emitter>.<id>`, their dependencies on each other
-    renamed too, their parent the emitter."""
+    """The fragment's tasks as the run knows them: `<emitter>.<id>`, their parent the emitter."""
     local = {task.id for task in tasks}
 
     def full(task_id: str) -> str:
@@ -103,8 +90,7 @@ def rename(emitter: str, tasks: Sequence[PlanTask]) -> tuple[PlanTask, ...]:
 
 
 def claim_overlaps(name: str, tasks: Sequence[PlanTask]) -> list[str]:
-    """Two shared tasks that claim one file while neither waits for the other: one would fail on the
-    other's claim. (An isolated task's claims are its own worktree's files: they never overlap.)"""
+    """Two shared tasks that claim one file while neither waits for the other (one would fail)."""
     before = _ancestors(tasks)
     claimed: dict[str, list[str]] = {}
     problems = []
@@ -160,9 +146,7 @@ def _limit_problems(name: str, tasks: Sequence[PlanTask], rules: FragmentRules) 
 
 
 def visible_to(task: PlanTask, tasks: Mapping[str, PlanTask]) -> frozenset[str]:
-    """The tasks a task's fragment may depend on: its dependencies and theirs, and so on, with what each
-    of them emitted (a dependency on an expanding task waits for all it emitted): all have succeeded
-    before the task runs."""
+    """The tasks a task's fragment may depend on: its dependencies, transitively, and what they emitted."""
     emitted: dict[str, list[str]] = {}
     for other in tasks.values():
         if other.parent is not None:

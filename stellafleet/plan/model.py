@@ -1,11 +1,4 @@
-"""Plans: load a plan file (or inline prompts), check it whole, and hand back an immutable Plan.
-
-A plan is checked in three passes and every problem of every pass is reported at once: the file is
-parsed (files.py: a syntax error carries its line and column), the data is checked against the
-bundled JSON Schema by jsonschema (schema.py), then the things a schema cannot say are checked: claims
-stay inside the workspace (here), and ids are unique, every dependency names another task and the
-dependencies form no cycle (checks.py).
-"""
+"""Plans: load a plan file (or inline prompts), check it whole, and hand back an immutable Plan."""
 
 from __future__ import annotations
 
@@ -63,8 +56,7 @@ class Plan:
     default_pipeline: str | None = None  # the plan's [defaults] pipeline, when it names one
 
     def unknown_pipelines(self, installed: Sequence[str]) -> list[str]:
-        """A problem for each pipeline the plan names that is not installed, at its place in the file (the
-        [defaults] or the task) with the closest installed name; [] when every one is installed."""
+        """A problem for each pipeline the plan names that is not installed, with the closest name."""
         name = self.source or "plan"
         choices = sorted(installed)
 
@@ -104,10 +96,7 @@ class Plan:
             raise StellaError(f"no task {json.dumps(task_id)} in {self.source or 'the plan'}{hint}") from None
 
     def waves(self, max_concurrency: int, done: frozenset[str] = frozenset()) -> list[list[str]]:
-        """Greedy waves: each holds up to max_concurrency tasks whose dependencies ran in earlier
-        waves, taken in plan order; a wave starts only after the previous one has finished. Tasks in
-        `done` (an earlier run did them: --resume) are in no wave, and their dependents wait on nothing
-        for them."""
+        """Greedy waves of up to max_concurrency ready tasks in plan order; `done` tasks are in none."""
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
         index = {task.id: position for position, task in enumerate(self.tasks)}
@@ -138,15 +127,8 @@ class Plan:
         }
 
 
-# ---------------------------------------------------------------------------------------------
-# entry points
-
-
 def load_plan(path: str | Path, *, root: Path | None = None) -> Plan:
-    """Load and check a plan file; PlanError lists every problem found.
-
-    `root` is the workspace the claims are relative to (default: the git repository holding the
-    plan file, else its directory); it is only used to warn about claims naming directories."""
+    """Load and check a plan file; PlanError lists every problem. `root`: what claims are relative to."""
     read = read_plan_file(path)
     return plan_from_data(
         read.data,
@@ -188,8 +170,7 @@ def plan_from_data(
     table_word: str = "table",
     outside: frozenset[str] = frozenset(),
 ) -> Plan:
-    """Check already-parsed plan data (what a TOML/JSON/YAML file holds) and build the Plan. A dependency
-    may also name a task in `outside` (a fragment's tasks may depend on tasks their emitter could see)."""
+    """Check already-parsed plan data and build the Plan; dependencies may name tasks in `outside`."""
     name = source or "plan"
     raw_tasks: list[Any] = data.get("tasks") if isinstance(data, dict) else None  # type: ignore[assignment]
     ids = [_usable_id(raw) for raw in raw_tasks] if isinstance(raw_tasks, list) else []
@@ -255,10 +236,6 @@ def normalise_claim(claim: str) -> str:
     return normal
 
 
-# ---------------------------------------------------------------------------------------------
-# checks a schema cannot express
-
-
 def _labels(ids: list[str | None]) -> list[str]:
     """How problems name each task: `task "id"` when it has a usable unique id, else `task #N`."""
     counts = Counter(task_id for task_id in ids if task_id is not None)
@@ -301,8 +278,7 @@ FINITE = (("timeout", "seconds"), ("max_spend", "dollars"))
 
 
 def _timeout_problems(where: str, raw: dict[Any, Any]) -> list[str]:
-    """What the schema cannot say of a timeout or a max_spend: that it is finite (TOML and YAML can
-    write inf and nan)."""
+    """That a timeout or a max_spend is finite (TOML and YAML can write inf and nan)."""
     problems = []
     for key, unit in FINITE:
         value = raw.get(key)

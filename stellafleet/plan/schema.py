@@ -40,10 +40,6 @@ def schema_problems(data: Any, *, table_word: str = "table") -> list[tuple[Path,
     return problems
 
 
-# ---------------------------------------------------------------------------------------------
-# jsonschema errors in plain words
-
-
 def _explain(problem: SchemaProblem, table_word: str) -> str:
     path, keyword, expected, instance = problem.path, problem.keyword, problem.expected, problem.instance
     if keyword == "required":

@@ -1,10 +1,5 @@
-"""Cooperative file claims and the commit lane, kept in `.stella/private/store.db`.
-
-Locks live in the database, not in process memory, so several fleet runs in one repository coordinate.
-A holder is a process (pid plus its start time, so a reused pid is not mistaken for the old holder)
-acting for one attempt of one task. A claim whose holder process is gone is stale: the next acquirer
-takes it over inside its own transaction and logs the reclaim. All claims SQL lives in this module.
-"""
+"""Cooperative file claims and the commit lane, in `.stella/private/store.db`; a dead holder's claim is
+taken over. All claims SQL lives here."""
 
 from __future__ import annotations
 
@@ -142,8 +137,6 @@ class ClaimStore:
     ) -> None:
         self.close()
 
-    # --- file claims ---
-
     def acquire(self, paths: Sequence[str], holder: Holder) -> None:
         """Claim every path for holder's attempt, or none of them; ClaimConflict names a live holder."""
         self._claim([normalize_path(p) for p in paths], holder, implicit=False)
@@ -219,7 +212,6 @@ class ClaimStore:
             return cursor.rowcount
 
     def paths_of_attempt(self, run_id: str, attempt_id: int) -> list[str]:
-        """Every path this attempt holds (declared and implicit), sorted."""
         rows = self._db.read(
             "SELECT path FROM file_locks WHERE run_id = ? AND attempt_id = ? ORDER BY path",
             (run_id, attempt_id),
@@ -227,10 +219,7 @@ class ClaimStore:
         return [str(row[0]) for row in rows]
 
     def hand_over(self, run_id: str, attempt_id: int, holder: Holder) -> int:
-        """Make holder's process the holder of every path this attempt holds; returns how many.
-
-        The fleet claims a task's declared paths before its worker exists, then hands them to the worker:
-        a claim must stay held while the worker runs, even when the fleet that took it is gone."""
+        """Make holder's process the holder of every path this attempt holds; returns how many."""
         with self._db.write() as conn:
             cursor = conn.execute(
                 "UPDATE file_locks SET pid = ?, pid_started = ? WHERE run_id = ? AND attempt_id = ?",
@@ -246,11 +235,8 @@ class ClaimStore:
         return _live_holder(rows)
 
     def claims(self) -> list[tuple[str, Holder]]:
-        """Every recorded claim (live or stale), by path."""
         rows = self._db.read(f"SELECT path, {_HOLDER_COLUMNS} FROM file_locks ORDER BY path")
         return [(row["path"], _holder(row)) for row in rows]
-
-    # --- the commit lane ---
 
     @contextlib.contextmanager
     def commit_lane(self, holder: Holder, *, timeout: float = 60.0) -> Iterator[None]:
@@ -308,13 +294,8 @@ class ClaimStore:
         """Who holds the commit lane right now (None when free or held by a dead process)."""
         return _live_holder(self._db.read(f"SELECT {_HOLDER_COLUMNS} FROM commit_lane WHERE id = 1"))
 
-    # --- fleet fast path ---
-
     def release_attempt_if_held(self, run_id: str, attempt_id: int) -> int:
-        """release_attempt, without taking the write lock when the attempt holds nothing (most attempts).
-
-        A claim taken after the read is one taken after the release: it stays, as it would have with
-        release_attempt, until its holder process is gone."""
+        """release_attempt, without the write lock when the attempt holds nothing (most attempts)."""
         held = self._db.read(
             "SELECT 1 FROM file_locks WHERE run_id = ? AND attempt_id = ? LIMIT 1", (run_id, attempt_id)
         )

@@ -1,9 +1,4 @@
-"""The run page's pictures as data: timeline lanes, the plan graph, spend over time, what needs attention.
-
-The observatory draws these; the layout decisions that need the whole run (which lane an attempt sits
-in, the order of a wave's nodes, the cause of a skip) are made here once, in Python, so the page only maps
-numbers to pixels and a test can check them without a browser.
-"""
+"""The run page's pictures as data, laid out here once so the page only maps numbers to pixels."""
 
 from __future__ import annotations
 
@@ -110,8 +105,7 @@ def _cause(task_id: str, by_id: dict[str, dict[str, Any]], seen: set[str]) -> li
 
 
 def graph(detail: dict[str, Any]) -> dict[str, Any]:
-    """The plan's DAG by waves: nodes with a column (wave) and a row (ordered near their dependencies),
-    one edge per dependency, and for a skipped task the chain back to the failure that caused it."""
+    """The plan's DAG by waves, nodes near their dependencies; a skipped task's chain back to its cause."""
     columns = [wave["tasks"] for wave in detail["waves"]]
     by_id = {task["id"]: task for tasks in columns for task in tasks}
     if any(task.get("parent") for task in by_id.values()):
@@ -166,8 +160,7 @@ def graph(detail: dict[str, Any]) -> dict[str, Any]:
 
 
 def grown_columns(tasks: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """A grown plan's columns: each task one after its dependencies and after its parent, and a task that
-    depends on an expanding task after everything that task emitted (it waited for all of it)."""
+    """A grown plan's columns: each task after its dependencies, its parent, and all they emitted."""
     by_id = {task["id"]: task for task in tasks}
     emitted: dict[str, list[str]] = {}
     for task in tasks:
@@ -229,8 +222,7 @@ def _log_mtime_ms(path: str | None) -> int:
 
 
 def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int) -> list[dict[str, Any]]:
-    """Running attempts gone quiet (live runs only), failed tasks, succeeded isolated tasks with no commit,
-    red CI branches; most urgent first."""
+    """Running attempts gone quiet, failed tasks, isolated tasks with no commit, red CI; most urgent first."""
     items: list[dict[str, Any]] = []
     tasks = [task for wave in detail["waves"] for task in wave["tasks"]]
     for task in tasks:
@@ -300,8 +292,7 @@ def trim_attempts(waves: list[dict[str, Any]]) -> None:
 
 
 def pictures(reads: Ledger, detail: dict[str, Any], *, now_ms: int) -> dict[str, Any]:
-    """The run page's timeline, graph, spend and attention strip for a run_detail document (before
-    trim_attempts: the timeline needs every attempt's end, running ones' too)."""
+    """The run page's timeline, graph, spend and attention for a run_detail (before trim_attempts)."""
     shown = timeline(detail, now_ms=now_ms)
     running = [b["attempt"] for b in shown["bars"] if b["outcome"] == AttemptOutcome.RUNNING]
     buckets = reads.spend.buckets(

@@ -1,11 +1,4 @@
-"""The fleet ledger: every run, task, attempt, commit and dollar, in `.stella/private/fleet.db`.
-
-Its tables and columns are a public interface (users query them with sqlite3; docs/ledger.md lists them).
-All ledger SQL lives in state/: the tables in ledger_schema.py, one object per table (ledger_runs,
-ledger_attempts, ledger_branches), composed here with the reads and writes that span tables. Many
-processes write at once: each write is one short ``BEGIN IMMEDIATE`` transaction in WAL mode. All times
-are epoch milliseconds.
-"""
+"""The fleet ledger, `.stella/private/fleet.db`: one object per table (a public interface: docs/ledger.md)."""
 
 from __future__ import annotations
 
@@ -54,8 +47,6 @@ class Ledger:
     ) -> None:
         self.close()
 
-    # --- reads across tables ---
-
     def get_run(self, run_id: str) -> dict[str, Any]:
         """Everything recorded about one run; StellaError if the ledger has no such run."""
         run = self.runs.get(run_id)
@@ -73,9 +64,7 @@ class Ledger:
         }
 
     def first_view_record(self, run_id: str) -> dict[str, Any]:
-        """What the run page draws first, in the shape of get_run but narrow: tasks without their prompts,
-        attempts as timeline bars (no summaries, errors or paths but the log's, whose mtime tells a quiet
-        attempt), and the run's commits, CI and clean-ups for its tables."""
+        """What the run page draws first, shaped as get_run but narrow (no prompts, summaries or errors)."""
         return {
             "tasks": self.tasks.of_run(run_id, CARD_COLUMNS),
             "attempts": self.attempts.of_run(run_id, BAR_COLUMNS),
@@ -88,8 +77,7 @@ class Ledger:
         }
 
     def attempt_record(self, attempt_id: int) -> dict[str, Any] | None:
-        """One attempt opened on the run page: its row, its task's id, title and branch, the commits it
-        made and the CI of its branch (the task's own first, else the attempt's); None if there is none."""
+        """One attempt opened on the run page: its row, its task, its commits and its branch's CI."""
         attempt = self.attempts.get(attempt_id)
         if attempt is None:
             return None
@@ -108,8 +96,6 @@ class Ledger:
             "commits": self.commits.of_attempt(run_id, attempt_id),
             "ci": next((ci for ci in found if ci is not None), None),
         }
-
-    # --- writes across tables ---
 
     def abandon_run(self, run_id: str, reason: str) -> None:
         """A run whose fleet is gone: its open attempts `abandoned`, their tasks and the run `interrupted`."""
@@ -139,9 +125,7 @@ class Ledger:
     def seed_attempt(
         self, run_id: str, task_id: str, attempt_id: int, *, isolation: str, token_sha256: str | None
     ) -> None:
-        """A scratch ledger on a remote node: the one run, task and attempt (under the fleet's own ids) its
-        worker records against, with the digest of the attempt's secret, so `stella commit` on the node can
-        prove it acts for the attempt; the remote task reads the rows back to stream them home."""
+        """A remote node's scratch ledger: the one run, task and attempt its worker records against."""
         now = self._db.now_ms()
         with self._db.write() as conn:
             conn.execute("INSERT INTO runs (id, created_at_ms) VALUES (?, ?)", (run_id, now))

@@ -1,9 +1,4 @@
-"""The ledger's `attempts` and `spend_events` tables: each run of a task's worker, and what it spent.
-
-Spend is added with increments (to the attempt and its run in the same transaction), never
-read-modify-write in Python, so every process may report at once. A remote attempt streams its events
-back with a sequence number, and a re-delivered one adds nothing (spend_events.seq is unique per attempt).
-"""
+"""The ledger's `attempts` and `spend_events` tables; spend is added by increments in SQL, never in Python."""
 
 from __future__ import annotations
 
@@ -18,10 +13,8 @@ from stellafleet.core.status import AttemptEnd, AttemptOutcome, TaskStatus
 from stellafleet.state.ledger_schema import ATTEMPT_OUTCOMES, check_choice
 from stellafleet.state.sqlitefile import Database
 
-# How far back the eager schedule looks for how long a task took before (past_durations): the same plan
-# run again, or resumed, is among the last few runs.
+# How many past runs past_durations looks back in.
 PAST_RUNS = 20
-# The columns of an attempt the run page's first view draws as a timeline bar.
 BAR_COLUMNS = (
     "id, task_id, node, started_at_ms, finished_at_ms, outcome, spend_usd, last_progress_ms, log_path"
 )
@@ -47,8 +40,7 @@ class Attempts:
         token_sha256: str | None = None,
         guard_usd: float | None = None,
     ) -> int:
-        """A new running attempt for the task, whose status becomes `running` in the same transaction;
-        guard_usd is its worker's spend guard (None: unguarded)."""
+        """A new running attempt for the task (its status `running` in the same transaction)."""
         paths = (branch, worktree, log_path, transcript_path, token_sha256, guard_usd)
         with self._db.write() as conn:
             cursor = conn.execute(
@@ -97,9 +89,7 @@ class Attempts:
         self._set(attempt_id, "steps = MAX(steps, ?)", steps)
 
     def finish(self, attempt_id: int, end: AttemptEnd, *, transcript_written: bool = True) -> float:
-        """Close the attempt as it ended and set its task's status to the outcome (with the end's reason) in
-        one transaction; returns the attempt's recorded spend in dollars. A pipeline that wrote no
-        transcript leaves no transcript path behind (`transcript_written=False`)."""
+        """Close the attempt and set its task's status in one transaction; returns its recorded dollars."""
         stored = check_choice("attempt outcome", end.outcome, ATTEMPT_OUTCOMES)
         success = 1 if end.outcome == AttemptOutcome.SUCCEEDED else 0
         measured = (end.exit_code, end.summary, end.error, end.cpu_seconds, end.peak_rss_bytes)
@@ -141,7 +131,6 @@ class Attempts:
         return self._db.rows(f"SELECT {columns} FROM attempts WHERE run_id = ? ORDER BY id", (run_id,))
 
     def running(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's attempts still running: id, worker pid and start."""
         return self._db.rows(
             "SELECT id, pid, started_at_ms FROM attempts WHERE run_id = ? AND outcome = ?",
             (run_id, str(AttemptOutcome.RUNNING)),
@@ -156,7 +145,6 @@ class Attempts:
         return {str(row[0]): (int(row[1]), float(row[2])) for row in rows}
 
     def errors(self, attempt_ids: list[int]) -> dict[int, str]:
-        """attempt id -> its recorded error, for the given attempts that have one."""
         rows = self._db.read(
             f"SELECT id, error FROM attempts WHERE id {IN_LIST} AND error IS NOT NULL",
             (json.dumps(attempt_ids),),
@@ -164,10 +152,7 @@ class Attempts:
         return {int(row[0]): str(row[1]) for row in rows}
 
     def past_durations(self, tasks: Iterable[tuple[str, str | None, str]]) -> dict[str, float]:
-        """Task id -> seconds the latest succeeded attempt of the same task took in one of the ledger's
-        last PAST_RUNS runs, for tasks given as (id, prompt, pipeline): the same id, prompt and pipeline
-        (the one its attempt ran, else the task's own, else its run's) make the same task. Tasks never
-        seen are left out."""
+        """Task id -> seconds the same task (id, prompt, pipeline) last took in the last PAST_RUNS runs."""
         wanted = {task_id: (prompt, pipeline) for task_id, prompt, pipeline in tasks}
         rows = self._db.read(
             "SELECT a.task_id, t.prompt, coalesce(a.pipeline, t.pipeline, r.pipeline),"
@@ -223,9 +208,7 @@ class Spend:
         cache_read_tokens: int = 0,
         cache_write_tokens: int = 0,
     ) -> bool:
-        """Add to an attempt's (and its run's) spend, tokens (cached input tokens too) and steps, from any
-        process; a non-finite, negative or absurd amount is refused (StellaError). With seq, a
-        re-delivered report adds nothing."""
+        """Add to an attempt's and its run's spend, tokens and steps; a re-delivered seq adds nothing."""
         try:
             usd, input_tokens, output_tokens, steps = check_report(usd, input_tokens, output_tokens, steps)
             cached = (check_count(cache_read_tokens, "cache_read_tokens"),
@@ -270,7 +253,6 @@ class Spend:
         return self.last_ms_of([attempt_id]).get(attempt_id)
 
     def last_ms_of(self, attempt_ids: list[int]) -> dict[int, int]:
-        """attempt id -> time of its latest spend event, for the given attempts that have one."""
         rows = self._db.read(
             f"SELECT attempt_id, max(at_ms) FROM spend_events WHERE attempt_id {IN_LIST} GROUP BY attempt_id",
             (json.dumps(attempt_ids),),
@@ -287,9 +269,7 @@ class Spend:
         return [SpendEvent(int(r[0]), float(r[1]), int(r[2]), int(r[3])) for r in rows]
 
     def buckets(self, run_id: str, *, start_ms: int, end_ms: int, points: int) -> list[tuple[int, float]]:
-        """The run's spend events summed into `points` equal time buckets over [start_ms, end_ms]:
-        (time of the bucket's last event, dollars in the bucket), in time order; events outside the span
-        fall into the first or last bucket, so the buckets always add up to every event."""
+        """The run's spend summed into `points` equal time buckets: (time of the last event, dollars)."""
         rows = self._db.read(
             "SELECT min(?, max(0, (at_ms - ?) * ? / ?)) AS bucket, max(at_ms), sum(usd) FROM spend_events"
             " WHERE run_id = ? GROUP BY bucket ORDER BY bucket",
@@ -300,9 +280,7 @@ class Spend:
     def sparklines(
         self, spans: list[tuple[str, int, int]], *, points: int, now_ms: int
     ) -> dict[str, list[float]]:
-        """Cumulative dollars per run at `points` equal steps over each (run id, start, end) span, each
-        attempt's spend counted when it ended (still running: now). Built from the attempts, not the
-        spend events: a list row's sparkline needs its shape, and a run has ten times fewer attempts."""
+        """Cumulative dollars per run at `points` steps over each (run id, start, end) span."""
         lines: dict[str, list[float]] = {}
         for run_id, start_ms, end_ms in spans:
             rows = self._db.read(

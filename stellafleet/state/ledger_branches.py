@@ -1,8 +1,4 @@
-"""The ledger's tables about branches: `commits`, `ci`, `cleanups` and `merges`.
-
-A merges row is written when a branch's step starts (status `planned`) and closed with its outcome, so an
-interrupted `stella merge` leaves a visible `planned` row behind rather than nothing.
-"""
+"""The ledger's tables about branches: `commits`, `ci`, `cleanups` and `merges`."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""The ledger's `limit_events` table: every provider limit a run's workers met, and the fleet's width.
-
-A worker writes a row as it meets a limit (a rate limit or a usage limit, with the reset it was told);
-the fleet reads the rows it has not seen yet (after), and writes its own `concurrency` rows when its
-width changes, so the ledger shows the width drop and recover.
-"""
+"""The ledger's `limit_events` table: the provider limits a run's workers met, and the fleet's width."""
 
 from __future__ import annotations
 
@@ -15,8 +10,6 @@ from stellafleet.state.sqlitefile import Database
 
 
 class Limits:
-    """The limit_events table."""
-
     def __init__(self, db: Database) -> None:
         self._db = db
 
@@ -51,7 +44,6 @@ class Limits:
         return int(cursor.lastrowid)
 
     def of_attempt(self, attempt_id: int) -> list[dict[str, Any]]:
-        """An attempt's limit rows, oldest first."""
         return self._db.rows("SELECT * FROM limit_events WHERE attempt_id = ? ORDER BY id", (attempt_id,))
 
     def after(self, run_id: str, after_id: int) -> list[dict[str, Any]]:

@@ -1,8 +1,4 @@
-"""The fleet ledger's tables: the DDL, its user_version and the forward migrations.
-
-The tables and columns are a public interface (users query them with sqlite3; docs/ledger.md lists them):
-a new version only ever appends a migration that adds tables or columns, never renames or drops them.
-"""
+"""The fleet ledger's DDL and forward migrations, which only ever add tables or columns."""
 
 from __future__ import annotations
 
@@ -131,10 +127,6 @@ _V1 = (
     "CREATE INDEX spend_events_by_run ON spend_events(run_id)",
 )
 
-# Version 2: scheduling and resume (runs.schedule, runs.resumed_from), where an attempt ran and why it
-# exists (attempts.node, attempts.reason, attempts.token_sha256 proving `stella commit` runs inside it,
-# attempts.last_progress_ms for the watchdog), de-duplicated streamed spend (spend_events.seq) and the
-# merge queue's steps (merges).
 _V2 = (
     "ALTER TABLE runs ADD COLUMN schedule TEXT",
     "ALTER TABLE runs ADD COLUMN resumed_from TEXT",
@@ -166,9 +158,6 @@ _V2 = (
     "CREATE INDEX merges_by_run ON merges(run_id, branch)",
 )
 
-# Version 3: provider limits and money known before it is spent: a row per limit a worker met
-# (limit_events; the fleet's concurrency changes are rows too), each attempt's guard, its cached input
-# tokens (read from and written to the provider's prompt cache) and the same per spend event.
 _V3 = (
     """CREATE TABLE limit_events (
         id INTEGER PRIMARY KEY,
@@ -191,24 +180,19 @@ _V3 = (
     "ALTER TABLE spend_events ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0",
 )
 
-# Version 4: plans that grow: whether a task expands, the task that emitted it (tasks.parent_id, NULL for
-# a task of the plan file) and the fragment an expanding task's worker wrote (tasks.fragment_path).
 _V4 = (
     "ALTER TABLE tasks ADD COLUMN expands INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE tasks ADD COLUMN parent_id TEXT",
     "ALTER TABLE tasks ADD COLUMN fragment_path TEXT",
 )
 
-# Version 5: worktree bootstrap and salvage: how long an attempt's `[worktree] setup` took
-# (attempts.setup_ms) and the commit that keeps an unfinished attempt's uncommitted work
-# (attempts.salvage_ref, attempts.salvage_sha).
 _V5 = (
     "ALTER TABLE attempts ADD COLUMN setup_ms INTEGER",
     "ALTER TABLE attempts ADD COLUMN salvage_ref TEXT",
     "ALTER TABLE attempts ADD COLUMN salvage_sha TEXT",
 )
 
-# Forward migrations: MIGRATIONS[n] takes a ledger from user_version n to n + 1. Append, never edit.
+# MIGRATIONS[n] takes a ledger from user_version n to n + 1. Append, never edit.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 
 LEDGER_SCHEMA = Schema(label="fleet ledger", application_id=0x53544C46, migrations=MIGRATIONS)  # "STLF"

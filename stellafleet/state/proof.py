@@ -1,14 +1,5 @@
-"""Proof that a process acts for the attempt its environment names, before `stella commit` acts for it.
-
-Anyone running as the same user can read and copy a worker's environment, so naming an attempt
-(STELLA_RUN_ID, STELLA_ATTEMPT_ID) proves nothing. The fleet hands each worker a secret
-(STELLA_ATTEMPT_PROOF), keeps only its SHA-256 in the ledger, and records the worker's pid. A process acts
-for an attempt when the attempt is in the ledger and still running, the secret matches, and the attempt's
-worker is this process or one of its ancestors (checked whenever the worker's pid is recorded: an
-executor that runs workers elsewhere has no local pid to check; and a command that an agent CLI runs in a
-PID namespace of its own, made after the attempt started, cannot see its ancestors, so there the secret
-alone decides).
-"""
+"""Proof that a process acts for the attempt its environment names: the secret matches the ledger's
+digest and the attempt's worker is this process or an ancestor (when it can tell)."""
 
 from __future__ import annotations
 

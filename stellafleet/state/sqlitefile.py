@@ -1,9 +1,4 @@
-"""Opening stella's own SQLite files safely: atomic creation, identity checks, forward migrations.
-
-Both state databases (the ledger and the claim store) are opened through here, so they share one set of
-rules: a file is created whole or not at all, a file that is not ours (or is from a newer stella) is
-refused and never written, and every write is a short ``BEGIN IMMEDIATE`` transaction in WAL mode.
-"""
+"""Opening stella's own SQLite files safely: created whole, a foreign or newer file refused, WAL mode."""
 
 from __future__ import annotations
 
@@ -27,11 +22,7 @@ BUSY_TIMEOUT_S = 30.0
 
 @dataclass(frozen=True)
 class Schema:
-    """What a database file must look like: its SQLite application id and its migration scripts.
-
-    ``migrations[n]`` takes the file from ``user_version`` n to n + 1; each is a tuple of statements
-    run inside one write transaction together with the version bump.
-    """
+    """A database file's application id and migrations (``migrations[n]``: user_version n to n + 1)."""
 
     label: str  # for messages: "fleet ledger", "claim store"
     application_id: int
@@ -43,11 +34,7 @@ class Schema:
 
 
 def connect(path: Path, *, readonly: bool, immutable: bool = False) -> sqlite3.Connection:
-    """A connection to an existing file (never creates one) in autocommit mode; transactions are explicit.
-
-    ``immutable`` reads the main file alone, taking no locks and creating no -wal/-shm files: for looking
-    at a file that may not be ours without leaving a trace.
-    """
+    """A connection to an existing file in autocommit mode; ``immutable``: no locks, no trace."""
     mode = "ro" if readonly or immutable else "rw"
     uri = f"file:{quote(str(path.resolve()))}?mode={mode}" + ("&immutable=1" if immutable else "")
     conn = sqlite3.connect(
@@ -75,8 +62,7 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 
 class Database:
-    """One open connection to a stella database, shared by one process's threads: reads, short write
-    transactions and the clock its rows are stamped with."""
+    """One open connection to a stella database, shared by one process's threads."""
 
     def __init__(self, path: Path, schema: Schema, *, readonly: bool, now_ms: Callable[[], int]) -> None:
         self.conn = open_database(path, schema, readonly=readonly)
@@ -142,11 +128,7 @@ def _connect_or_explain(path: Path, schema: Schema, *, readonly: bool) -> sqlite
 
 @contextlib.contextmanager
 def _directory_lock(directory: Path) -> Iterator[None]:
-    """Serialise the creation of a database among processes: an advisory lock on its directory.
-
-    Turning an empty file into a WAL database changes its header while others may be reading it, so only
-    one process may do it; locking the directory leaves no lock file behind.
-    """
+    """Serialise creating a database among processes: an advisory lock on its directory (no lock file)."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -156,11 +138,7 @@ def _directory_lock(directory: Path) -> Iterator[None]:
 
 
 def _create_atomically(path: Path, schema: Schema) -> None:
-    """Build the whole schema in a private file beside path, then link it into place.
-
-    ``os.link`` never replaces an existing file, so when several processes race to create the same
-    database exactly one wins, the others discard their copy, and nobody ever sees a half-built file.
-    """
+    """Build the whole schema in a private file, then link it into place (``os.link`` never replaces)."""
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
@@ -177,8 +155,7 @@ def _create_atomically(path: Path, schema: Schema) -> None:
         except FileExistsError:
             pass  # another process created it first; theirs is as good as ours
         except OSError:
-            # A filesystem without hard links: fall back to exclusive creation of an empty file, which
-            # _check_and_migrate then initialises inside a BEGIN IMMEDIATE transaction.
+            # No hard links: create an empty file exclusively; _check_and_migrate initialises it.
             with contextlib.suppress(FileExistsError):
                 os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
     finally:
@@ -208,13 +185,7 @@ def _identity(conn: sqlite3.Connection) -> tuple[int, int, list[str]]:
 
 
 def _precheck(path: Path, schema: Schema) -> None:
-    """Refuse a foreign or newer file before opening it normally, which could leave -wal/-shm files beside it.
-
-    The file is read through SQLite itself (immutable=1: no locks, nothing written), never with a plain
-    open(): closing any descriptor of a file drops every POSIX lock this process holds on it, including a
-    live connection's, which lets another process checkpoint or reset the WAL under that connection. A live
-    WAL database is left to the normal open, which reads it consistently through its WAL.
-    """
+    """Refuse a foreign or newer file before opening it, read through SQLite (a plain open() drops locks)."""
     if path.stat().st_size == 0 or Path(f"{path}-wal").exists():
         return  # empty (may become ours), or in use in WAL mode: the normal open judges it
     try:
@@ -299,6 +270,5 @@ def _initialise_empty(conn: sqlite3.Connection, path: Path, schema: Schema) -> N
 def _tune(conn: sqlite3.Connection) -> None:
     if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
         conn.execute("PRAGMA journal_mode=WAL")
-    # In WAL mode NORMAL loses no committed data on a process crash (only possibly the last transactions
-    # on power loss) and spares an fsync per commit, which the claim store's throughput depends on.
+    # In WAL mode NORMAL loses no committed data on a process crash and spares an fsync per commit.
     conn.execute("PRAGMA synchronous=NORMAL")

@@ -1,8 +1,4 @@
-"""What a reader sees of the ledger: run rows and run details as plain JSON-ready dicts.
-
-Shared by the observatory's JSON API and `stella runs --json`, so both say the same thing. Nothing here
-formats for a screen; values stay raw (epoch ms, dollars as floats) and the renderers format them.
-"""
+"""What a reader sees of the ledger, as JSON-ready dicts: the observatory's API and `stella runs --json`."""
 
 from __future__ import annotations
 
@@ -17,7 +13,6 @@ from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 
-# The task counts of a run row, in the order its readers show them.
 TASK_OUTCOMES = (
     TaskStatus.SUCCEEDED,
     TaskStatus.FAILED,
@@ -63,7 +58,6 @@ def run_row(run: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> di
         "base_ref": run.get("base_ref"),
         "base_commit": run.get("base_commit"),
         "plan_path": run.get("plan_path"),
-        # what the run was: its command line (a plan's run also has plan_path)
         "command": _command_line([str(arg) for arg in _json_list(run.get("argv"))]),
         "max_concurrency": run.get("max_concurrency"),
         "schedule": run.get("schedule") or "waves",  # ledgers from before schedules ran in waves
@@ -150,8 +144,7 @@ def _by_task(rows: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]
 
 
 def no_commits(task: dict[str, Any]) -> bool:
-    """A succeeded isolated task of this run with no commit: its branch holds nothing of its own (what it
-    did, if anything, was left uncommitted), so there is nothing to merge; worth flagging."""
+    """A succeeded isolated task of this run with no commit: nothing of its own to merge; worth flagging."""
     return (
         task.get("status") == TaskStatus.SUCCEEDED
         and task.get("isolation") == "isolated"
@@ -161,14 +154,12 @@ def no_commits(task: dict[str, Any]) -> bool:
 
 
 def salvage_restore(sha: str) -> str:
-    """The command that brings a salvaged attempt's work back: its changes applied to the checked-out
-    tree, uncommitted, for review (on the branch it was built on, or wherever it applies)."""
+    """The command that applies a salvaged attempt's work to the checked-out tree, uncommitted."""
     return f"git cherry-pick --no-commit {sha[:12]}"
 
 
 def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str, Any]]:
-    """A run's tasks in the ledger's order, each with its attempts (and how long each ran), commits,
-    spend and CI."""
+    """A run's tasks in the ledger's order, each with its attempts, commits, spend and CI."""
     attempts_by_task = _by_task(record["attempts"])
     commits_by_task = _by_task(record["commits"])
     ci_by_branch = {entry["branch"]: entry for entry in record["ci"]}
@@ -194,8 +185,7 @@ def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str,
 
 
 def under_parents(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The tasks in their order, each emitted task right after its parent (and its earlier siblings with
-    theirs), each with its depth: 0 for a plan task, 1 for what one emitted, and so on."""
+    """The tasks in order, each emitted task right after its parent, each with its depth (0: a plan's)."""
     children: dict[str | None, list[dict[str, Any]]] = {}
     ids = {task["id"] for task in tasks}
     for task in tasks:
@@ -234,10 +224,7 @@ def _branches(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def run_model(record: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> dict[str, Any]:
-    """The read model of one run, from the ledger's record of it (Ledger.get_run or first_view_record):
-    its header (a runs-list row plus its command line), its tasks in the ledger's order with their
-    attempts, commits, spend and CI, and every branch it touched. `stella runs RUN --json`, the run page
-    (run_detail) and `stella fleet --json` (run/result.py) each project their document from it."""
+    """The read model of one run that `stella runs RUN --json`, the run page and `fleet --json` project."""
     raw_run = record["run"]
     counts: dict[str, int] = {}
     for task in record["tasks"]:
@@ -307,7 +294,6 @@ def read_run(
 
 
 def load_run(ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = pid_alive) -> dict[str, Any]:
-    """run_detail for a run named by id, unique prefix or "latest": UnknownRun when there is none,
-    StellaError when the ledger cannot be read (the server answers 404 and 500 for them)."""
+    """run_detail for a run named by id, prefix or "latest"; UnknownRun, or StellaError on a bad ledger."""
     with Ledger.open(ledger_path, readonly=True) as ledger:
         return read_run(ledger, resolve_run(ledger, ref), now_ms=now_ms, alive=alive)
