@@ -24,6 +24,7 @@ from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.spend import money
 from stellafleet.core.status import CIState
+from stellafleet.core.words import duration_text
 from stellafleet.proc import runner
 
 GH_MISSING = "gh is not installed: install the GitHub CLI (https://cli.github.com) and run `gh auth login`"
@@ -229,10 +230,15 @@ class GitHub:
                 return result
             waited = policy.clock.now() - start
             if not retry or waited + policy.wait > policy.give_up_after:
-                after = f" (still failing after {_seconds(waited)} of retries)" if retry and waited else ""
+                after = (
+                    f" (still failing after {duration_text(waited, as_set=True)} of retries)"
+                    if retry and waited
+                    else ""
+                )
                 return GhResult(result.returncode, result.stdout, f"{trouble}{after}: {result.detail()}")
             if policy.on_retry is not None:
-                policy.on_retry(f"gh {' '.join(args[:2])}: {trouble}; retrying in {_seconds(policy.wait)}")
+                wait = duration_text(policy.wait, as_set=True)
+                policy.on_retry(f"gh {' '.join(args[:2])}: {trouble}; retrying in {wait}")
             policy.clock.sleep(policy.wait)
 
     def _json(self, result: GhResult, what: str) -> Any:
@@ -313,10 +319,6 @@ class GitHub:
         if result.returncode != 0:
             raise GhError(f"gh run view {run_id} --log-failed failed: {result.detail()}")
         return result.stdout
-
-
-def _seconds(seconds: float) -> str:
-    return f"{seconds:g}s" if seconds < 60 else f"{int(seconds) // 60}m{int(seconds) % 60:02d}s"
 
 
 # --- pull request text ---

@@ -31,15 +31,9 @@ from stellafleet.core.configsections import WatchConfig
 from stellafleet.core.errors import EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import CIState
+from stellafleet.core.words import duration_text
 from stellafleet.git import gitops
 from stellafleet.state.ledger import Ledger
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 @dataclass
@@ -137,9 +131,10 @@ class Watcher:
                 return
             now = self.clock.now()
             if now - start >= s.total_timeout:
+                after = duration_text(s.total_timeout, as_set=True)
                 for watch in self.watches:
                     if not watch.done:
-                        reason = f"CI still running when watching stopped after {_duration(s.total_timeout)}"
+                        reason = f"CI still running when watching stopped after {after}"
                         self._finish(watch, CIState.RED, "timeout", reason)
                 return
             self.clock.sleep(min(s.poll_interval, start + s.total_timeout - now))
@@ -161,7 +156,8 @@ class Watcher:
         s = self.settings
         if not runs:
             if now - watch.since >= s.appear_timeout:
-                reason = f"no CI run appeared for {watch.head_sha[:12]} within {_duration(s.appear_timeout)}"
+                within = duration_text(s.appear_timeout, as_set=True)
+                reason = f"no CI run appeared for {watch.head_sha[:12]} within {within}"
                 if watch.gh_trouble:
                     reason += f" (gh kept failing: {watch.gh_trouble})"
                 self._finish(watch, CIState.NO_CI, None, reason)
@@ -178,7 +174,7 @@ class Watcher:
             return
         if now - watch.last_change >= s.stall_timeout:
             known_red = red_label(runs)
-            reason = f"no CI progress for {_duration(s.stall_timeout)} ({ci_phase(runs)})"
+            reason = f"no CI progress for {duration_text(s.stall_timeout, as_set=True)} ({ci_phase(runs)})"
             if watch.gh_trouble:
                 reason += f" (gh kept failing: {watch.gh_trouble})"
             self._finish(watch, CIState.STALLED, known_red, reason)

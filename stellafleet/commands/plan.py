@@ -11,6 +11,7 @@ from stellafleet.commands import positive_int
 from stellafleet.core import jsontext
 from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, PlanError, StellaError
 from stellafleet.core.terminal import printable, single_line, styled
+from stellafleet.core.words import plural
 from stellafleet.plan import schema as planschema
 from stellafleet.plan.model import Plan, load_plan
 from stellafleet.run.doitview import doit_view
@@ -80,7 +81,7 @@ def check_command(args: argparse.Namespace) -> int:
         for warning in plan.warnings:
             print(f"warning: {warning}")
         waves = len(plan.waves(len(plan.tasks)))
-        print(f"ok: {name} ({_count(len(plan.tasks), 'task')}, {_count(waves, 'wave')})")
+        print(f"ok: {name} ({plural(len(plan.tasks), 'task')}, {plural(waves, 'wave')})")
     return code
 
 
@@ -96,7 +97,7 @@ def show_command(args: argparse.Namespace) -> int:
         document.update(schedule="eager" if eager else "waves", explanation=explained)
         print(jsontext.dumps(document, indent=2, ensure_ascii=False))
         return EXIT_OK
-    heading = f"{args.file}: {_count(len(plan.tasks), 'task')} in {_count(len(waves), 'wave')} " + (
+    heading = f"{args.file}: {plural(len(plan.tasks), 'task')} in {plural(len(waves), 'wave')} " + (
         f"(max concurrency {limit})" if limit else "(no concurrency limit)"
     )
     if explained:
@@ -143,10 +144,6 @@ def schema_command(args: argparse.Namespace) -> int:
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help(sys.stderr)
     return EXIT_USAGE
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 def _doit(plan: Plan, argv: list[str]) -> int:

@@ -17,6 +17,7 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import money
 from stellafleet.core.status import CIState, RunStatus, TaskStatus
 from stellafleet.core.terminal import aligned, single_line, styled
+from stellafleet.core.words import duration_text
 from stellafleet.git import gitops
 from stellafleet.state import views
 
@@ -98,15 +99,7 @@ def fmt_time(ms: int | None) -> str:
 def fmt_duration(ms: int | None) -> str:
     if ms is None:
         return "-"
-    seconds = ms / 1000
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    total = round(seconds)
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
+    return duration_text(ms / 1000, spaced=True)
 
 
 def fmt_usd(value: float | None) -> str:

@@ -2,12 +2,15 @@
 
 Every file is checked against the bundled JSON Schema (config.schema.json, `stella config schema`) as it
 is loaded: every problem at once, each naming its file, the key and a hint, and nothing runs (exit 2).
+Files already found valid (their digest in .stella/private) are not checked again: a worker stays light.
 The code then reads typed sections (`config.engine`, `config.fleet`, ...), built once from checked data.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -35,6 +38,7 @@ from stellafleet.core.configsections import (
     build_prices,
 )
 from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.paths import StatePaths
 
 # Environment variables that override config keys; API keys are deliberately absent.
 ENV_KEYS = {
@@ -70,6 +74,7 @@ class Config:
         origins: Origins | None = None,
         checked: bool = False,
         settings_file: str = PROJECT_CONFIG,
+        digest: str | None = None,
     ) -> None:
         self._data: dict[str, Any] = dict(data or {})
         self.sources = sources
@@ -77,6 +82,12 @@ class Config:
         self.settings_file = settings_file
         self.origins: Origins = dict(origins or {})
         self._checked = checked
+        self._digest = digest  # of the layers load_config found valid
+
+    def remember_checked(self, root: Path) -> None:
+        """Once the private directory exists: later processes with these layers skip the check."""
+        if self._checked and self._digest:
+            _remember(StatePaths(root).config_checked, self._digest)
 
     # --- typed sections ---
 
@@ -240,9 +251,13 @@ def load_config(
     origins: dict[tuple[str, ...], str] = {}
     for source, layer in layers:
         _merge(data, layer, origins, source)
-    problems = _problems(layers, data)
-    if problems:
-        raise ConfigError(problems)
+    known = StatePaths(root).config_checked if root is not None else None
+    digest = _digest(layers)
+    if known is None or _read_known(known) != digest:
+        problems = _problems(layers, data)
+        if problems:
+            raise ConfigError(problems)
+        _remember(known, digest)
     chosen = [
         file.path
         for file in config_files(root, config_file=config_file, env=env)
@@ -254,6 +269,7 @@ def load_config(
         origins=origins,
         checked=True,
         settings_file=str(chosen[0]) if chosen else PROJECT_CONFIG,
+        digest=digest,
     )
 
 
@@ -270,6 +286,31 @@ def _problems(layers: list[tuple[str, dict[str, Any]]], merged: dict[str, Any]) 
             source = next(s for s, layer in reversed(layers) if _has(layer, problem.path[:-1]))
             found.append(f"{source}: {problem.text}")
     return found
+
+
+def _digest(layers: list[tuple[str, dict[str, Any]]]) -> str:
+    text = json.dumps([configschema.schema_text(), layers], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _read_known(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _remember(path: Path | None, digest: str) -> None:
+    """The digest of layers found valid, so the next process (each worker) with the same files and schema
+    skips the check and never loads jsonschema; only where the fleet made its private directory."""
+    if path is None or not path.parent.is_dir():
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(digest)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def _installed_pipelines() -> list[str]:

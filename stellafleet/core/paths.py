@@ -29,6 +29,10 @@ class StatePaths:
         return self.private / "fleet.db"
 
     @property
+    def config_checked(self) -> Path:
+        return self.private / "config-checked"  # the digest of the config last found valid (core/config.py)
+
+    @property
     def store_db(self) -> Path:
         return self.private / "store.db"
 

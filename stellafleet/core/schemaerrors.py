@@ -12,11 +12,12 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path as FilePath
-from typing import Any
-
-import jsonschema
+from typing import TYPE_CHECKING, Any
 
 from stellafleet.core.terminal import printable
+
+if TYPE_CHECKING:
+    import jsonschema
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 Path = tuple[Any, ...]  # a location inside checked data: keys and list indexes
@@ -62,8 +63,7 @@ class BundledSchema:
                 if definition is None
                 else {"$ref": f"#/$defs/{definition}", "$defs": self.data["$defs"]}
             )
-            kind = _FINITE if self.finite else jsonschema.Draft202012Validator
-            self._validators[definition] = kind(root)
+            self._validators[definition] = _validator_kind(self.finite)(root)
         return self._validators[definition]
 
     def problems(self, data: Any, *, definition: str | None = None, base: Path = ()) -> list[SchemaProblem]:
@@ -85,12 +85,19 @@ def _whole_number(checker: Any, instance: Any) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-_FINITE = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
-        {"number": _finite_number, "integer": _whole_number}
-    ),
-)
+@functools.cache
+def _validator_kind(finite: bool) -> Any:
+    # imported when a document is first checked: a worker whose config is known good never loads it
+    import jsonschema
+
+    if not finite:
+        return jsonschema.Draft202012Validator
+    return jsonschema.validators.extend(
+        jsonschema.Draft202012Validator,
+        type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
+            {"number": _finite_number, "integer": _whole_number}
+        ),
+    )
 
 
 def _split(error: jsonschema.ValidationError, base: Path) -> Iterator[SchemaProblem]:

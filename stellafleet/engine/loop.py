@@ -11,6 +11,7 @@ from stellafleet.core.clock import Clock
 from stellafleet.core.errors import StellaError
 from stellafleet.core.pricing import Pricer
 from stellafleet.core.spend import SpendTally
+from stellafleet.core.words import plural
 from stellafleet.engine.clients import ModelClient
 from stellafleet.engine.errors import EngineError, Finished, FormatError, LimitReached, ToolFailure
 from stellafleet.engine.messages import (
@@ -134,7 +135,7 @@ class Engine:
         if self.steps >= self.max_steps:
             raise LimitReached(
                 "max_steps",
-                f"stopped after {_steps(self.steps)}: the step limit (engine.max_steps) was reached",
+                f"stopped after {plural(self.steps, 'step')}: the step limit (engine.max_steps) was reached",
             )
         elapsed = self.clock.now() - self._started
         if elapsed >= self.max_wall_seconds:
@@ -149,8 +150,8 @@ class Engine:
             if refused is not None:
                 raise LimitReached(
                     "spend_guard",
-                    f"stopped by the spend guard after {_steps(self.steps)}: {refused}; to let it go on, "
-                    f"lower [engine] max_output_tokens (now {self.max_output_tokens}), raise the spend "
+                    f"stopped by the spend guard after {plural(self.steps, 'step')}: {refused}; to let it go "
+                    f"on, lower [engine] max_output_tokens (now {self.max_output_tokens}), raise the spend "
                     "limit, or run fewer workers at once (each worker's guard is the limit divided by "
                     "the concurrency)",
                 )
@@ -237,7 +238,3 @@ class Engine:
             output_tokens=self.spend.output_tokens,
             steps=self.steps,
         )
-
-
-def _steps(n: int) -> str:
-    return f"{n} step" if n == 1 else f"{n} steps"

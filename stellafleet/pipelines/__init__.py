@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import inspect
+import importlib
 from collections.abc import Callable, Iterable, Mapping
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stellafleet.core.config import Config
 from stellafleet.core.configschema import PIPELINE_GROUP
@@ -13,9 +12,24 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.schemaerrors import suggest
 from stellafleet.pipelines.base import Pipeline
 
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+# stella's own entry points (pyproject.toml, checked by a test): a worker loads its built-in pipeline without
+# importlib.metadata reading every installed package's metadata
+BUILTIN = {
+    "plain": "stellafleet.pipelines.plain:PlainPipeline",
+    "command": "stellafleet.pipelines.command:CommandPipeline",
+    "claude-code": "stellafleet.pipelines.claude_code:ClaudeCodePipeline",
+    "codex": "stellafleet.pipelines.codex:CodexPipeline",
+    "aider": "stellafleet.pipelines.aider:AiderPipeline",
+}
+
 
 def available() -> dict[str, EntryPoint]:
     """Installed variants by name (not imported yet)."""
+    from importlib.metadata import entry_points
+
     return {ep.name: ep for ep in sorted(entry_points(group=PIPELINE_GROUP), key=lambda ep: ep.name)}
 
 
@@ -28,13 +42,17 @@ def unknown_pipeline(name: str, installed: Iterable[str]) -> str:
 
 def load(name: str, installed: Mapping[str, EntryPoint] | None = None) -> Pipeline:
     """The pipeline called name, from the installed ones (`available()`; looked up when not given)."""
-    eps = available() if installed is None else installed
-    if name not in eps:
-        raise StellaError(unknown_pipeline(name, eps))
-    try:
-        factory = eps[name].load()
-    except Exception as exc:  # a broken third-party plugin must not take stella down with a traceback
-        raise StellaError(f"pipeline {name!r} failed to load from {eps[name].value}: {exc}") from None
+    if installed is None and name in BUILTIN:
+        module, _, attr = BUILTIN[name].partition(":")
+        factory = getattr(importlib.import_module(module), attr)
+    else:
+        eps = available() if installed is None else installed
+        if name not in eps:
+            raise StellaError(unknown_pipeline(name, eps))
+        try:
+            factory = eps[name].load()
+        except Exception as exc:  # a broken third-party plugin must not take stella down with a traceback
+            raise StellaError(f"pipeline {name!r} failed to load from {eps[name].value}: {exc}") from None
     pipeline: Pipeline = factory()
     return pipeline
 
@@ -94,6 +112,8 @@ def ask_preflight(
 
 def _keywords(function: Callable[..., Any]) -> set[str] | None:
     """The keyword arguments function accepts by name; None when it takes any (**kwargs)."""
+    import inspect
+
     try:
         parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):  # no signature to read: call it the old way

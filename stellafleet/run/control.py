@@ -218,6 +218,7 @@ class FleetRun:
             executor = RayExecutor.open(p, local=executor)
         try:
             paths = ensure_state_dirs(p.root)
+            p.config.remember_checked(p.root)  # each worker then reads the config without checking it again
             if p.tree.changed:  # the user's changes at the start: kept out of the workers' commits
                 dirty.save(p.root, p.run_id, dirty.take(p.root, p.tree.changed))
             with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:

@@ -17,6 +17,7 @@ from typing import IO, Any
 
 from stellafleet.core import jsontext
 from stellafleet.core.spend import money, spend_range, total_spend, where_limit_stops
+from stellafleet.core.words import duration_text, plural
 from stellafleet.plan.model import Plan
 from stellafleet.run.eager import start_order
 from stellafleet.run.prepare import Prepared
@@ -156,17 +157,6 @@ def estimate(prepared: Prepared, ledger: Ledger) -> Estimate:
     )
 
 
-def plural(count: int, word: str) -> str:
-    return f"{count} {word}{'s' if count != 1 else ''}"
-
-
-def seconds_text(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, rest = divmod(int(seconds), 60)
-    return f"{minutes}m{rest:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
-
-
 def print_estimate(found: Estimate, *, json_mode: bool, stream: IO[str]) -> None:
     """The estimate as JSON or as text."""
     if json_mode:
@@ -191,15 +181,15 @@ def estimate_lines(found: Estimate) -> list[str]:
             lines.append(f"  {t.task_id}: no history ({t.pipeline}, model {t.model or 'default'}): left out")
             continue
         lines.append(
-            f"  {t.task_id}: {money(t.usd[0])} / {money(t.usd[1])}, {seconds_text(t.seconds[0])} / "
-            f"{seconds_text(t.seconds[1])}  (from {t.basis}: {plural(t.attempts, 'attempt')})"
+            f"  {t.task_id}: {money(t.usd[0])} / {money(t.usd[1])}, {duration_text(t.seconds[0])} / "
+            f"{duration_text(t.seconds[1])}  (from {t.basis}: {plural(t.attempts, 'attempt')})"
         )
     total = found.total_usd()
     missing = len(found.tasks) - len(found.known)
-    left_out = f" ({missing} task{'s' if missing != 1 else ''} without history left out)" if missing else ""
+    left_out = f" ({plural(missing, 'task')} without history left out)" if missing else ""
     lines.append(f"total: {money(total[0])} / {money(total[1])}{left_out}")
     lines.append(
-        f"wall time: {seconds_text(found.wall_s[0])} / {seconds_text(found.wall_s[1])}"
+        f"wall time: {duration_text(found.wall_s[0])} / {duration_text(found.wall_s[1])}"
         f" through the {found.schedule} schedule"
     )
     if found.spend_limit is not None:

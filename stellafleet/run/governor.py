@@ -18,6 +18,7 @@ from typing import Any
 
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
+from stellafleet.core.words import plural
 
 GIB = 1024**3
 
@@ -70,10 +71,7 @@ def governed(config: Config, machine: MachineState) -> Decision:
     by_memory = max(1, math.floor(machine.available_bytes / (per_worker_gib * GIB)))
     value = max(1, min(by_cpu, by_memory, ceiling))
     free_gib = machine.available_bytes / GIB
-    reason = (
-        f"governor: {machine.cores} core{'s' if machine.cores != 1 else ''}, "
-        f"{free_gib:.1f} GiB free, load {machine.load_1m:.1f}"
-    )
+    reason = f"governor: {plural(machine.cores, 'core')}, {free_gib:.1f} GiB free, load {machine.load_1m:.1f}"
     if value == ceiling and min(by_cpu, by_memory) > ceiling:
         reason += f", capped at governor.max {ceiling}"
     elif value == by_memory and by_memory < by_cpu:

@@ -20,6 +20,8 @@ from stellafleet.core import jsontext
 from stellafleet.core.spend import money
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus, outcome_detail
 from stellafleet.core.terminal import Piece, aligned, single_line, styled
+from stellafleet.core.words import duration_text
+from stellafleet.core.words import plural as counted
 from stellafleet.run.events import (
     AttemptEnded,
     AttemptStarted,
@@ -48,18 +50,6 @@ STATUS_COLORS: dict[str, str] = {
 }
 # Tasks whose attempt ended: what their worker said is worth showing.
 ATTEMPTED = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.INTERRUPTED)
-
-
-def counted(n: int, noun: str) -> str:
-    """`1 task`, `2 tasks`."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def elapsed_text(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 def one_line(text: str | None, limit: int = 100) -> str:
@@ -139,7 +129,7 @@ class PlainReporter(EventSink):
         self._say(
             "  ",
             (end.outcome, STATUS_COLORS.get(end.outcome, "yellow")),
-            f" {event.task} after {elapsed_text(event.elapsed_s)} ({money(event.spend_usd)}): ",
+            f" {event.task} after {duration_text(event.elapsed_s)} ({money(event.spend_usd)}): ",
             one_line(detail, 160),
             always=end.outcome != AttemptOutcome.SUCCEEDED,
         )
@@ -247,7 +237,7 @@ class LiveReporter(PlainReporter):
         for task, (started, title) in running.items():
             steps, spend = self._progress.get(task, (0, 0.0))
             grid.add_row(
-                f"  {task}", elapsed_text(now - started), counted(steps, "step"), money(spend), styled(title)
+                f"  {task}", duration_text(now - started), counted(steps, "step"), money(spend), styled(title)
             )
         return grid
 

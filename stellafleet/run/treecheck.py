@@ -10,12 +10,12 @@ once that they will not run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from stellafleet.core.config import Config
 from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.words import plural
 from stellafleet.git import gitops, hooks
 from stellafleet.plan.model import Plan
 
@@ -39,10 +39,6 @@ def _owner(path: str, claims: dict[str, str]) -> str | None:
         if path == claim or path.startswith(claim.rstrip("/") + "/"):
             return task_id
     return None
-
-
-def _files(paths: Sequence[str]) -> str:
-    return "1 file" if len(paths) == 1 else f"{len(paths)} files"
 
 
 def check_tree(
@@ -80,8 +76,8 @@ def check_tree(
         )
     elif changed:
         notes.append(
-            f"your work tree has uncommitted changes ({_files(changed)}): they stay yours, workers' "
-            "commits leave them out"
+            f"your work tree has uncommitted changes ({plural(len(changed), 'file')}): they stay yours, "
+            "workers' commits leave them out"
         )
     return TreeCheck(tuple(notes), changed)
 

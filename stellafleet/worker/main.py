@@ -12,7 +12,6 @@ import os
 import signal
 import sys
 import time
-import traceback
 from pathlib import Path
 
 from stellafleet import pipelines
@@ -88,6 +87,8 @@ def run_task(ctx: WorkerContext, spend: LedgerSpend) -> PipelineResult:
     except Exception as exc:
         text = str(exc) if isinstance(exc, StellaError) else f"{type(exc).__name__}: {exc}"
         if not isinstance(exc, StellaError):
+            import traceback
+
             traceback.print_exc()
         result = PipelineResult(success=False, summary=f"worker error: {text}", error=text)
     try:

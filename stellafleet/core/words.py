@@ -1,0 +1,18 @@
+"""Counts and durations in the words stella prints them with, one rule each."""
+
+from __future__ import annotations
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 task`, `2 tasks`, `0 tasks`."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def duration_text(seconds: float, *, as_set: bool = False, spaced: bool = False) -> str:
+    """`2.0s`, `1m05s`, `2h03m`. as_set shows a configured amount under a minute as written (`30s`,
+    `1.5s`) rather than as a measurement; spaced (`1m 05s`) is for table columns."""
+    if seconds < 60:
+        return f"{seconds:g}s" if as_set else f"{seconds:.1f}s"
+    sep = " " if spaced else ""
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{sep}{secs:02d}s" if minutes < 60 else f"{minutes // 60}h{sep}{minutes % 60:02d}m"
