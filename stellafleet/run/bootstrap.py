@@ -1,9 +1,6 @@
-"""Readying a new isolated worktree before its worker starts: `.worktreeinclude`, then `[worktree] setup`.
-
-The setup command runs in the worktree with the worker's environment plus `STELLA_WORKTREE_INDEX`, a
-small number no other live worktree of the run has (for ports and database names); its output goes to
-the task's log. A failure or timeout becomes the attempt's reason ("setup failed: exit 2 after 3.1 s; see
-the log") and no worker starts.
+"""Readying a new isolated worktree (or a Ray node's checkout) before its worker starts:
+`.worktreeinclude`, then `[worktree] setup` with the worker's environment and `STELLA_WORKTREE_INDEX`
+(a number no other live worktree of the run has); a failure is the attempt's reason and no worker starts.
 """
 
 from __future__ import annotations
@@ -80,24 +77,6 @@ def _log_copied(log_path: Path, copied: include.Copied) -> None:
         )
 
 
-def run_setup(
-    command: str,
-    worktree: Path,
-    env: Mapping[str, str],
-    log_path: Path,
-    timeout: float,
-    stop: threading.Event | None = None,
-) -> float:
-    """Run the setup command to its end; its seconds, or SetupFailed with the reason (also when stop is
-    set while it runs: the run is being stopped)."""
-    done = shell.run_logged(
-        "setup", command, cwd=worktree, env=env, log_path=log_path, timeout=timeout, stop=stop
-    )
-    if not done.ok:
-        raise SetupFailed(f"setup failed: {done.describe(timeout)}; see the log", done.seconds)
-    return done.seconds
-
-
 def ready(
     worktree: Path,
     config: WorktreeConfig,
@@ -108,8 +87,8 @@ def ready(
     root: Path | None = None,
     packed: tuple[include.Packed, ...] = (),
 ) -> Readied:
-    """Copy the included files (root's, or the ones packed for a Ray node's checkout), then run the setup
-    command (if any); SetupFailed with the reason."""
+    """Copy the included files (root's, or the ones packed for a node), then run the setup command (if
+    any) to its end; SetupFailed with the reason (also when stop is set while it runs)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     if root is not None:
         copied = include.copy_into(root, worktree, _included(root, config))
@@ -118,4 +97,10 @@ def ready(
     _log_copied(log_path, copied)
     if config.setup is None:
         return Readied(copied, None)
-    return Readied(copied, run_setup(config.setup, worktree, env, log_path, config.setup_timeout, stop))
+    timeout = config.setup_timeout
+    done = shell.run_logged(
+        "setup", config.setup, cwd=worktree, env=env, log_path=log_path, timeout=timeout, stop=stop
+    )
+    if not done.ok:
+        raise SetupFailed(f"setup failed: {done.describe(timeout)}; see the log", done.seconds)
+    return Readied(copied, done.seconds)

@@ -1,9 +1,7 @@
 """One run, the control: prepare, record the run, drive the waves, settle, and the run's exit status.
 
-prepare.py decides whether a run may start and with what settings; dispatch.py runs each task's attempt
-and reporter.py shows it all. This module decides the order of things and the run's outcome. The waves
-are driven from a background thread so the main thread only waits, which keeps Ctrl-C handling free of
-locks.
+The waves run in a background thread so the main thread only waits, which keeps Ctrl-C handling free
+of locks.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.spend import SpendBudget
 from stellafleet.core.status import RunStatus, Stop, StopReason, TaskStatus
 from stellafleet.git import dirty, gitops
-from stellafleet.run.dispatch import Dispatcher
 from stellafleet.run.events import Emit, Event, EventSink, Notice, RunStarted, TaskSkipped, WaveStarted
 from stellafleet.run.executor import Executor, LocalExecutor
 from stellafleet.run.expand import Expansions
@@ -315,20 +312,17 @@ class FleetRun:
                 gate=limiter,
                 expansions=expansions,
             )
-            interrupts = self._interrupts(runner, dispatcher)
+            interrupts = Interrupts(
+                runner.request_stop,
+                dispatcher.stop_workers,
+                lambda: dispatcher.running,
+                self.reporter.handle,
+                stop_on_first=p.options.stop_on_first_interrupt,
+            )
             with interrupts.installed():
                 self._record_start(ledger)
                 _in_background(runner.run)
         return runner, interrupts.count > 0
-
-    def _interrupts(self, runner: PlanRunner, dispatcher: Dispatcher) -> Interrupts:
-        return Interrupts(
-            runner.request_stop,
-            dispatcher.stop_workers,
-            lambda: dispatcher.running,
-            self.reporter.handle,
-            stop_on_first=self.prepared.options.stop_on_first_interrupt,
-        )
 
     def _expansions(self, ledger: Ledger) -> Expansions:
         """What the run's expanding tasks emit, checked and recorded (expand.py)."""

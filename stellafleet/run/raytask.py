@@ -1,14 +1,9 @@
 """What runs on a Ray node for one isolated attempt: clone, preflight, worker, stream, bundle back.
 
-`remote_attempt` is a generator the head runs as a Ray streaming task. It clones the base bundle into a
-scratch directory on the task's branch, asks the pipeline whether it can run on this node, runs the
-worker there as a local process tree (the same one LocalExecutor runs at home), and yields events as they
-happen: started (the node), spend (each event with its sequence number), log (new output), heartbeat,
-finished (the attempt's end, its result file, a bundle of base..branch, and for an attempt that ended
-without success with work uncommitted, its salvage commit in a bundle of its own). The worker records into a
-scratch ledger of its own; the head is the only writer of the real ledger and the real repository.
-Nothing here imports Ray: the head wraps this function, and the node only needs stellafleet and the
-pipeline's tools.
+`remote_attempt`, a generator the head runs as a Ray streaming task, yields events as they happen:
+started, spend (numbered), log, setup, heartbeat, finished (the end, the result file, a bundle of
+base..branch, and a salvage commit's bundle). The worker records into a scratch ledger of its own; the
+head is the only writer of the real ledger and repository. Nothing here imports Ray.
 """
 
 from __future__ import annotations
