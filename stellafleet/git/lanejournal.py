@@ -104,11 +104,9 @@ REF_UPDATE_WAIT_S = 5.0
 
 
 def _wait_for_ref_updates(root: Path) -> None:
-    """A `git update-ref` the dead holder started may outlive it and still move HEAD: wait (a bounded
-    time) while a lock on HEAD or its branch is held, so the verdict below sees where HEAD ends up. When
-    no git process runs in the work tree any more, such a lock is what that update-ref left when it was
-    killed with its holder (SIGKILL leaves git no time to remove it): the update never happened, and the
-    lock goes, or the user's next `git commit` would fail on it."""
+    """Wait (a bounded time) while a lock on HEAD or its branch is held: the dead holder's `git
+    update-ref` may outlive it and still move HEAD. With no git process left in the work tree, the lock
+    is what that update-ref left as it was killed: the update never happened, and the lock goes."""
     common = gitops.common_dir(root)
     branch = gitops.current_branch(root)
     locks = [common / "HEAD.lock"] + ([common / "refs" / "heads" / f"{branch}.lock"] if branch else [])

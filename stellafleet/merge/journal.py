@@ -109,11 +109,9 @@ def _stop_check(data: dict[str, Any]) -> str | None:
 
 
 def _drop_index_lock(root: Path, journal_at: float | None) -> str | None:
-    """Remove git's index.lock when the killed merge's own git left it: the journal was last written as
-    the branch was about to move (the landing step), the lock is younger than that, the merge is dead
-    (its lock is ours) and no git process that started before the lock runs in the repository. Such a
-    lock stops every git command that writes the index, the user's too, and would stop finishing the
-    landing. A lock that may be a live git's is left: GitError, said in one line."""
+    """Remove git's index.lock when the killed merge's own git left it: the record was last written as
+    the branch was about to move (the landing step), the lock is younger than that and no git process
+    that started before the lock runs in the repository. One that may be a live git's stays: GitError."""
     lock = gitops.git_path(root, "--git-path", "index.lock")
     try:
         made = lock.stat().st_mtime

@@ -1,13 +1,10 @@
-"""A `stella merge --resolve` killed while its resolve task ran: that task finished by the next command.
+"""The repair of a `stella merge --resolve` killed while its resolve task ran (the merge's record names
+the task: its run, its id and the tip its worktree started at).
 
-The merge journal notes the resolve task (its run, its id and the tip its worktree started at) while the
-task runs. A merge killed then leaves the task's attempt `running` in the ledger, its worker (which ends
-itself once orphaned, but may not have yet, and whose agent may have outlived it in its process group)
-and its worktree on a new `fleet/resolve-...` branch. The journal's repair (merge/journal.py) calls
-`finish` here: the worker's process group is stopped, what the worktree held uncommitted is salvaged (as
-for a killed fleet's attempts), the attempt becomes `abandoned` and its task `interrupted`, the worktree
-is removed (kept, and said, only when its uncommitted work could not be salvaged), and its branch is
-deleted when it holds nothing beyond the tip it started at.
+The worker's process group is stopped (its agent may outlive it there), what the worktree held
+uncommitted is salvaged, the attempt becomes `abandoned` and its task `interrupted`, the worktree is
+removed (kept, and said, only when its work could not be salvaged), and its branch is deleted when it
+holds nothing beyond the tip it started at.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,6 @@ REPAIRS = {
     "fleet": "stellafleet.run.salvaging:repair",
     "clean": "stellafleet.git.clean:repair",
 }
-Repair = Callable[[Path, Sequence["Record"]], bool]
 
 
 class Busy(Exception):
@@ -176,13 +175,13 @@ def recover(root: Path) -> None:
     except OSError:
         return
     locks = {name[: -len(".lock")] for name in names if name.endswith(".lock")}
-    if not any(name.endswith(".json") for name in names) and not locks:
-        return
     held: dict[str, int] = {}
     try:
         for name in sorted(locks):
             if (fd := _take(directory / f"{name}.lock")) is not None:
                 held[name] = fd
+        if not held:
+            return  # every owner lives (a record's owner lock only goes after its last record)
         records = _dead_records(directory, names, locks, held)
         order = list(REPAIRS)
         for kind in sorted(records, key=lambda k: order.index(k) if k in order else len(order)):
@@ -215,7 +214,7 @@ def _dead_records(
             if (fd := _take(directory / f"{who}.lock")) is None:
                 continue
             held[who] = fd
-        if data.get("owner") == who and read(path) == data:  # still there, as read
+        if read(path) == data:  # still there, as read
             found.setdefault(str(data["kind"]), []).append(Record(path, data))
     for owner_name in held:
         for tmp in directory.glob(f"*.{owner_name}.tmp"):  # one killed as it wrote
@@ -231,9 +230,8 @@ def _repair(root: Path, kind: str, records: list[Record]) -> None:
             _say(f"{record.path} is a journal record of a kind this stella does not know ({kind!r}): left")
         return
     module, function = target.split(":")
-    repair: Repair = getattr(importlib.import_module(module), function)
     try:
-        done = repair(root, records)
+        done = getattr(importlib.import_module(module), function)(root, records)
     except (StellaError, OSError) as exc:
         log.warning("could not repair what a stopped stella process left (%s): %s", kind, exc)
         return
