@@ -51,10 +51,11 @@ def identity_in(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def carrying(identity: Mapping[str, str]) -> list[psutil.Process]:
-    """The processes whose environment holds all of identity, never this one nor its ancestors."""
+    """The processes whose environment holds all of identity, never this one nor its ancestors; none
+    when it is this process's own (a stella run inside an attempt leaves that attempt's processes be)."""
     import psutil
 
-    if len(identity) < len(IDENTITY_KEYS):
+    if len(identity) < len(IDENTITY_KEYS) or identity_in(os.environ) == identity:
         return []
     me = psutil.Process()
     ours = {me.pid, *(proc.pid for proc in me.parents())}

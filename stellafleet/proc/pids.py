@@ -5,7 +5,7 @@ later than T (plus a tolerance) is another program. One created earlier still co
 written after the start; a stepped-back clock moves every reading back). The tolerance is
 START_TIME_TOLERANCE_S for a process identity (psutil's own reading, clock-tick rounding) and
 LEDGER_SPAWN_GRACE_S for a ledger row (its wall time, written just before the spawn on a busy machine).
-Errs towards "alive": a wrong "alive" only keeps a claim a little longer, a wrong "dead" hands out work.
+Errs towards "alive": a wrong "alive" keeps a claim a little longer, a wrong "dead" hands out work in use.
 """
 
 from __future__ import annotations

@@ -85,7 +85,8 @@ class Process:
         to what is left; reaped when this returns."""
         if not self.session:
             raise ValueError("only a command in its own session can be stopped with its group")
-        ProcessSet(self.pid, group=self.pid, leader=self._popen, identity=identity).stop(grace_s)
+        ours = () if self._popen.returncode is not None else (self.pid,)  # a reaped pid may be another's
+        ProcessSet(*ours, group=self.pid, leader=self._popen, identity=identity).stop(grace_s)
 
 
 @functools.cache

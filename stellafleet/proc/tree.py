@@ -57,10 +57,8 @@ class ProcessTree:
         self._peak_rss = 0
         self._cpu = 0.0
         self._exit: Exit | None = None
-        try:  # our unreaped child: the pid names the worker until we reap it
-            self._root: psutil.Process | None = psutil.Process(self.pid)
-        except psutil.Error:
-            self._root = None
+        # our unreaped child: the pid names the worker until we reap it
+        self._root: psutil.Process | None = self.members.known.get(self.pid)
 
     @classmethod
     def spawn(cls, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_path: Path) -> ProcessTree:

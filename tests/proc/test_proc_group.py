@@ -118,3 +118,21 @@ def test_signal_group_reports_whether_the_group_was_there(sig: int) -> None:
     assert signal_group(leader.pid, sig)
     assert leader.wait(timeout=10) == -sig
     assert not signal_group(leader.pid, sig)
+
+
+def test_a_set_stops_what_carries_its_identity_but_never_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process the set was not given is found by the attempt's identity in its environment; a stop made
+    by a process carrying that same identity (a stella run inside the attempt) leaves the attempt be."""
+    from stellafleet.proc.group import IDENTITY_KEYS, ProcessSet
+
+    ids = dict(zip(IDENTITY_KEYS, ("/nowhere", "r-1", f"{os.getpid()}"), strict=True))
+    with subprocess.Popen(["sleep", "60"], env={**os.environ, **ids}) as carrier:
+        try:
+            monkeypatch.setattr(os, "environ", {**os.environ, **ids})
+            ProcessSet(identity=ids).stop(0.2)
+            assert carrier.poll() is None
+            monkeypatch.undo()
+            ProcessSet(identity=ids).stop(0.2)
+            assert carrier.wait(10) == -signal.SIGTERM
+        finally:
+            carrier.kill()

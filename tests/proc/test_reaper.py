@@ -24,17 +24,25 @@ marks = sys.argv[1]
 kept, scratch = marks + "/kept", marks + "/scratch"
 os.mkdir(kept)
 os.mkdir(scratch)
+
+def mark(name, text):  # whole or not at all: the test reads it as soon as it is there
+    open(marks + "/" + name + ".tmp", "w").write(text)
+    os.replace(marks + "/" + name + ".tmp", marks + "/" + name)
+
 argv = [sys.executable, "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), kept, "1"]
 reaper = int(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
-inner = "import subprocess, sys, time; p = subprocess.Popen(['sleep', '300'], start_new_session=True); "
-inner += f"open({marks!r} + '/command', 'w').write(str(p.pid)); "
-inner += f"subprocess.run(['sh', '-c', 'sleep 300 & echo $! > {marks}/orphan']); time.sleep(300)"
+inner = "import os, subprocess, sys, time; p = subprocess.Popen(['sleep', '300'], start_new_session=True); "
+inner += f"open({marks!r} + '/command.tmp', 'w').write(str(p.pid)); "
+inner += f"os.replace({marks!r} + '/command.tmp', {marks!r} + '/command'); "
+orphan = f"sleep 300 & echo $! > {marks}/o.tmp && mv {marks}/o.tmp {marks}/orphan"
+inner += f"subprocess.run(['sh', '-c', {orphan!r}]); "
+inner += "time.sleep(300)"
 ids = {"STELLA_ROOT": marks, "STELLA_RUN_ID": "r-1", "STELLA_ATTEMPT_ID": "1"}
 worker = subprocess.Popen([sys.executable, "-c", inner], start_new_session=True, env={**os.environ, **ids})
 open(kept + "/attempt-1.tmp", "w").write(f"{worker.pid}\\n{scratch}\\n")
 os.replace(kept + "/attempt-1.tmp", kept + "/attempt-1.pid")
-open(marks + "/worker", "w").write(str(worker.pid))
-open(marks + "/reaper", "w").write(str(reaper))
+mark("worker", str(worker.pid))
+mark("reaper", str(reaper))
 time.sleep(300)
 """
 NAMES = ("worker", "command", "orphan", "reaper")
@@ -72,7 +80,7 @@ def test_a_dead_parent_takes_its_workers_tree_along(tmp_path: Path) -> None:
     finally:
         for name in NAMES:
             path = tmp_path / name
-            if path.exists() and path.read_text().strip() and alive(int(path.read_text())):
+            if path.exists() and alive(int(path.read_text())):
                 os.kill(int(path.read_text()), signal.SIGKILL)
 
 
