@@ -22,12 +22,10 @@ def positive_int(text: str) -> int:
 
 
 def config_file_arg(args: argparse.Namespace) -> Path | None:
-    """The global --config FILE, if given."""
     return Path(args.config) if getattr(args, "config", None) else None
 
 
 def repository_or_none() -> Path | None:
-    """This repository's root, or None outside one."""
     from stellafleet.core.errors import StellaError
     from stellafleet.git import gitops
 
@@ -38,8 +36,7 @@ def repository_or_none() -> Path | None:
 
 
 def command_config(args: argparse.Namespace) -> Config:
-    """The config for a command that also works outside a repository (then only the user's file and
-    --config apply)."""
+    """The config for a command that also works outside a repository (the user's file and --config)."""
     from stellafleet.core.config import load_config
 
     return load_config(repository_or_none(), config_file=config_file_arg(args))

@@ -21,7 +21,6 @@ from stellafleet.core.words import duration_text
 from stellafleet.git import gitops
 from stellafleet.state import views
 
-# The colour of a run's, a task's or an attempt's status, and of a watched branch's CI state.
 STATUS_STYLE: dict[str, str] = {
     TaskStatus.SUCCEEDED: "green",
     CIState.GREEN: "green",
@@ -89,9 +88,6 @@ def _console() -> Console:
     return Console(highlight=False, no_color=True, width=10_000, soft_wrap=True, force_terminal=False)
 
 
-# --- formatting ---
-
-
 def fmt_time(ms: int | None) -> str:
     return "-" if ms is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
 
@@ -125,8 +121,7 @@ def fmt_tasks(tasks: dict[str, int]) -> str:
 
 
 def fmt_task_counts(tasks: dict[str, int], no_commits: int = 0) -> str:
-    """Compact: succeeded/failed/skipped, then what is still open, then the succeeded tasks that
-    committed nothing (isolated ones: nothing of theirs to merge)."""
+    """Compact: succeeded/failed/skipped, then what is still open, then the tasks that committed nothing."""
     text = "/".join(str(tasks[status]) for status in SETTLED_STATUSES)
     extra = [f"{tasks[k]} {k}" for k in OTHER_STATUSES if tasks.get(k)]
     if no_commits:
@@ -143,9 +138,6 @@ def fmt_status(run: dict[str, Any]) -> str:
 def in_colour(text: str, status: str | None = None) -> tuple[str, str]:
     """A piece of a line (core/terminal.styled) in the colour of a status."""
     return (text, STATUS_STYLE.get(status or "", ""))
-
-
-# --- renderers ---
 
 
 def print_runs(page: dict[str, Any], *, console: Console) -> None:

@@ -1,5 +1,4 @@
-"""Strict JSON out: every document stella prints, serves or writes goes through here, so no parser
-meets a bare NaN or Infinity (a non-finite number is written as null)."""
+"""Strict JSON out: every document stella writes goes through here, a non-finite number as null."""
 
 from __future__ import annotations
 
@@ -20,10 +19,8 @@ def finite(value: Any) -> Any:
 
 
 def dumps(value: Any, **kwargs: Any) -> str:
-    """json.dumps, strict: never NaN or Infinity."""
     return json.dumps(finite(value), allow_nan=False, **kwargs)
 
 
 def dump(value: Any, stream: IO[str], **kwargs: Any) -> None:
-    """json.dump, strict: never NaN or Infinity."""
     json.dump(finite(value), stream, allow_nan=False, **kwargs)

@@ -1,5 +1,4 @@
-"""Provider limits: what a limit event is, how one is recognised, and the fleet's width under them
-(halve on a limit, one more per task that ended without one, within 1 and --max-concurrency)."""
+"""Provider limits: what a limit event is, how one is recognised, and the fleet's width under them."""
 
 from __future__ import annotations
 
@@ -100,8 +99,7 @@ def from_http(
 
 
 def reset_in_text(text: str, now_wall: float | None = None) -> float | None:
-    """Seconds to the reset a CLI's message names (`try again in 2h 5m`, `try again at 2:02 AM`, an epoch
-    timestamp); None when it names none."""
+    """Seconds to the reset a CLI's message names (`try again in 2h 5m`, ...); None when it names none."""
     now = time.time() if now_wall is None else now_wall
     epoch = _RESET_EPOCH.search(text)
     if epoch:

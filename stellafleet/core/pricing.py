@@ -1,5 +1,4 @@
-"""Token usage to dollars: genai-prices' table, overridable per model under `[prices."MODEL"]`.
-`input_tokens` counts every prompt token, cached ones included (genai-prices' convention)."""
+"""Token usage to dollars: genai-prices' table, overridable per model under `[prices."MODEL"]`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The bundled JSON Schemas checked by jsonschema, and its errors as SchemaProblems: one per thing a user
-fixes (one per unknown or missing key)."""
+"""The bundled JSON Schemas checked by jsonschema, its errors as one SchemaProblem per thing to fix."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ Path = tuple[Any, ...]  # a location inside checked data: keys and list indexes
 
 @dataclass(frozen=True)
 class SchemaProblem:
-    """One thing wrong at `path`: the JSON Schema `keyword` it breaks, that keyword's `expected` value,
-    the `schema` node and the `instance` there (for an unknown key: the key, with `allowed`)."""
+    """One thing wrong at `path`: the JSON Schema `keyword` it breaks, with its `expected` value."""
 
     path: Path
     keyword: str
@@ -123,8 +121,6 @@ def _split(error: jsonschema.ValidationError, base: Path) -> Iterator[SchemaProb
     else:
         yield SchemaProblem(path, instance=instance, **common)
 
-
-# values in plain words
 
 TYPE_WORDS = {
     "array": "a list",

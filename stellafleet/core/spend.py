@@ -1,5 +1,4 @@
-"""Spend: what a report may hold, the guarded tally every spender reports into, the fleet's budget of
-guards, the settle of a finished attempt, and dollars for people (money())."""
+"""Spend: reports, the guarded tally, the fleet's budget of guards, the settle, and money() for people."""
 
 from __future__ import annotations
 
@@ -70,8 +69,7 @@ class Totals(Protocol):
 
 
 class SpendTally:
-    """The running totals of one spender, passing each report on and answering for the worker's guard;
-    thread-safe."""
+    """The running totals of one spender, answering for the worker's guard; thread-safe."""
 
     def __init__(self, inner: SpendReporter | None = None, *, guard_usd: float | None = None) -> None:
         self.inner = inner
@@ -155,8 +153,7 @@ class SpendTally:
         return f"{math.floor(self.guard_usd * 10_000) / 10_000:.4f}"
 
     def settle(self, result: Totals) -> None:
-        """Report what the result claims beyond what was reported (never less): spend claimed is spend
-        reported."""
+        """Report what the result claims beyond what was reported: spend claimed is spend reported."""
         extra_usd = max(0.0, result.spend_usd - self.usd)
         extra_in = max(0, result.input_tokens - self.input_tokens)
         extra_out = max(0, result.output_tokens - self.output_tokens)
@@ -198,8 +195,7 @@ class SpendLedger(Protocol):
 
 
 def settle_attempt(ledger: SpendLedger, attempt_id: int, reported: Iterable[float]) -> float:
-    """Record what an ended attempt's worker reported beyond what the ledger holds, so a killed worker's
-    dollars are not lost. The dollars added."""
+    """Record what an ended attempt's worker reported beyond what the ledger holds; the dollars added."""
     missing = max(reported, default=0.0) - ledger.of_attempt(attempt_id)
     if missing <= EPSILON_USD:
         return 0.0
@@ -222,8 +218,7 @@ def total_spend(ranges: Iterable[tuple[float, float]]) -> tuple[float, float]:
 
 
 def where_limit_stops(expected: Iterable[tuple[str, float]], limit: float) -> str | None:
-    """The task (of (task id, dollars) in start order) at which the run's spend likely reaches limit;
-    None: the limit likely holds the whole run."""
+    """The task (in start order) at which the run's spend likely reaches limit; None: it likely holds."""
     total = 0.0
     for task_id, usd in expected:
         total += usd
@@ -248,8 +243,8 @@ class NoBudget(Exception):
 
 
 class SpendBudget:
-    """A run's spend limit, handed out as its workers' guards so the run's total never passes it: a
-    running worker holds its whole guard until it ends. Thread-safe."""
+    """A run's spend limit, handed out as its workers' guards so the total never passes it: a running worker
+    holds its whole guard until it ends. Thread-safe."""
 
     def __init__(self, limit: float, concurrency: int, *, min_guard: float, spent: float = 0.0) -> None:
         self.limit = limit
@@ -308,8 +303,7 @@ class SpendBudget:
 
 
 def money(usd: float | None) -> str:
-    """Dollars for people: two to four decimals, two significant digits below that, `-` when unknown.
-    The dashboard's fmtUsd (observatory/static/app.js) writes amounts the same way."""
+    """Dollars for people, as the dashboard's fmtUsd writes them: `$1.50`, `$0.0035`, `-` when unknown."""
     if usd is None:
         return "-"
     if not math.isfinite(usd):

@@ -1,5 +1,4 @@
-"""The states a run, a task, an attempt and a watched branch can be in, why one stopped short, and how an
-attempt ended; StrEnums, so the ledger stores plain text."""
+"""The states of a run, a task, an attempt and a watched branch, stop reasons and attempt ends."""
 
 from __future__ import annotations
 
@@ -62,8 +61,7 @@ class Stop:
 
 @dataclass(frozen=True)
 class AttemptEnd:
-    """How one attempt ended: what the executor makes of the worker's exit, what the ledger records and
-    the AttemptEnded event tells."""
+    """How one attempt ended, as the executor, the ledger and the AttemptEnded event see it."""
 
     outcome: AttemptOutcome
     summary: str

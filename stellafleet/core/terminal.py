@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.text import Text
 
-# C0 controls but newline and tab, DEL, the C1 controls (0x9b is a one-byte CSI), and the Unicode
-# bidirectional embeddings, overrides and isolates (they reorder what follows them on the line).
+# C0 and C1 controls (not newline or tab), DEL, and the Unicode bidirectional controls.
 _ESCAPED = [
     *(c for c in range(0x20) if chr(c) not in "\n\t"),
     *range(0x7F, 0xA0),

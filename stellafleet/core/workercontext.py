@@ -1,5 +1,4 @@
-"""What a worker process is told about its task, carried in its environment (the prompt in a file,
-and inline too when small)."""
+"""What a worker process is told about its task, carried in its environment."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ _PREFIX = "STELLA_"
 # Linux refuses one environment string over 128 KiB (and an exec whose whole environment is too big).
 ENV_PROMPT_MAX_BYTES = 100_000
 
-# Each field's variable (STELLA_<KEY>); a fleet clears these from its own environment (env_names), so
-# none may share a name with a config variable.
+# Each field's variable (STELLA_<KEY>); none may share a name with a config variable (env_names).
 _KEYS: dict[str, str] = {
     "root": "ROOT",
     "workspace": "WORKSPACE",

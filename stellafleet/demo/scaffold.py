@@ -1,10 +1,4 @@
-"""The scratch repository of `stella demo`: a small project, the demo plan and the config.
-
-The config runs every task through the `command` pipeline with the simulated worker
-(`stellafleet.demo.worker`) in place of a model. The plan has three waves, shared tasks under claims, one
-isolated task, and one designed failure: two tasks of the first wave claim the same file, so the second
-to dispatch fails naming the first.
-"""
+"""The scratch repository of `stella demo`: a small project, the demo plan and its config."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""`stella demo`: a real fleet, offline, in a scratch repository, shown and checked step by step.
-
-The workers' edits are simulated (stellafleet.demo.worker, through the `command` pipeline: no model, no
-network, no key). Everything else is the real thing: worker processes, file claims, the commit lane,
-an isolated worktree on a fleet/* branch, the ledger. The tour runs the fleet as a user would, shows
-git and the ledger afterwards, and checks that the run went as designed, the one failure included.
-"""
+"""`stella demo`: a real fleet, offline, in a scratch repository, with only the workers' edits simulated."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The simulated worker of `stella demo`: writes what an agent would write, then commits it.
-
-The demo's command pipeline runs it as `python -m stellafleet.demo.worker` in each task's workspace,
-with the task in its `STELLA_*` environment. It edits the task's files, commits exactly those with
-`stella commit` (the commit lane in the shared tree, the task's branch in an isolated worktree), and
-reports a summary through the command pipeline's result file.
-"""
+"""The simulated worker of `stella demo`: writes what an agent would, then commits it with `stella commit`."""
 
 from __future__ import annotations
 
@@ -21,7 +15,6 @@ from stellafleet.pipelines.command import RESULT_ENV
 from stellafleet.proc import runner
 from stellafleet.state.ledger import Ledger
 
-# What each task of the demo plan writes, by task id: workspace-relative path -> file text.
 FILES: dict[str, dict[str, str]] = {
     "schema": {
         "src/store/schema.rs": "pub struct Receipt { pub execution_id: i64 }\n",
@@ -56,7 +49,6 @@ def wait_for_the_conflict(ctx: WorkerContext) -> None:
 
 
 def write_files(ctx: WorkerContext, files: dict[str, str]) -> None:
-    """The task's edits, in its workspace."""
     for rel, text in files.items():
         path = ctx.workspace / rel
         path.parent.mkdir(parents=True, exist_ok=True)

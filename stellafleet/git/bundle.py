@@ -1,5 +1,4 @@
-"""Repositories carried as git bundles: how an isolated task's work travels to another machine and back
-(the base out, base..branch home)."""
+"""Git bundles: how an isolated task's work travels to another machine and back."""
 
 from __future__ import annotations
 

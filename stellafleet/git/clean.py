@@ -1,5 +1,4 @@
-"""Sweep the worktrees and `fleet/*` branches that finished fleet runs left behind: only what the ledger
-recorded for stella's own tasks, never a live attempt's; every decision named and recorded."""
+"""Sweep the worktrees and `fleet/*` branches finished runs left: only stella's own, never a live one's."""
 
 from __future__ import annotations
 
@@ -124,8 +123,7 @@ def _run_live(ledger: Ledger, run_id: str, alive: Callable[[int | None, int | No
 
 
 def uncommitted(path: Path) -> list[str]:
-    """What a worktree holds that no commit has, as git judges it (ignored files and stella's state do not
-    count)."""
+    """What a worktree holds that no commit has, as git judges it (ignored files do not count)."""
     names = [line[3:] for line in gitops.status_porcelain(path)]
     return [name for name in names if not name.startswith(EXCLUDED_DIRS)]
 
@@ -314,8 +312,7 @@ def clean(
     salvage_refs: bool = False,
     older_than_days: float | None = None,
 ) -> CleanReport:
-    """Sweep one run (run_ref) or every run's leftovers; with salvage_refs, the salvage refs go first so
-    they no longer protect a branch or worktree."""
+    """Sweep one run (run_ref) or every run's leftovers; salvage refs first, with salvage_refs."""
     cleaner = Cleaner(root, dry_run=dry_run, force=force, alive=alive, worktree=worktree)
     db = StatePaths(root).fleet_db
     if not db.exists():

@@ -1,5 +1,4 @@
-"""The user's uncommitted changes at the start of a run, kept out of the workers' commits: a worker's
-commit of such a file is a three-way merge that leaves the user's edits uncommitted."""
+"""The user's uncommitted changes at the start of a run, kept out of the workers' commits (a 3-way merge)."""
 
 from __future__ import annotations
 
@@ -92,8 +91,7 @@ def _unpack(root: Path, blob: str | None, scratch: Path, name: str) -> Path:
 
 
 def _merge(root: Path, path: str, head_blob: str | None, user_blob: str | None) -> str:
-    """The blob of HEAD's version of path plus what the work tree changed since the user's version
-    (merged as bytes; a binary file is refused unless the user's version is HEAD's)."""
+    """The blob of HEAD's version plus what the work tree changed since the user's version (as bytes)."""
     with tempfile.TemporaryDirectory(prefix="stella-dirty-") as tmp:
         head_file = _unpack(root, head_blob, Path(tmp), "head")
         user_file = _unpack(root, user_blob, Path(tmp), "user")

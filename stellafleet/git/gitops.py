@@ -78,7 +78,6 @@ def git_fields(*args: str, cwd: Path | str, env: Mapping[str, str] | None = None
 
 
 def git_ok(*args: str, cwd: Path | str) -> bool:
-    """True when the git command exits 0."""
     return git_status(*args, cwd=cwd)[0] == 0
 
 
@@ -86,9 +85,6 @@ def git_path(root: Path, *args: str) -> Path:
     """A path `git rev-parse` prints (relative ones are relative to root), made absolute."""
     path = Path(git("rev-parse", *args, cwd=root).strip())
     return path if path.is_absolute() else (root / path).resolve()
-
-
-# --- repository facts ---
 
 
 def repo_root(cwd: Path | str) -> Path:
@@ -106,7 +102,6 @@ def repo_root(cwd: Path | str) -> Path:
 
 
 def common_dir(root: Path) -> Path:
-    """The shared .git directory (the same for the main tree and every worktree)."""
     return git_path(root, "--git-common-dir")
 
 
@@ -133,7 +128,6 @@ def head_commit(root: Path) -> str:
 
 
 def current_branch(root: Path) -> str | None:
-    """The checked-out branch name, or None on a detached HEAD."""
     out = git("symbolic-ref", "-q", "--short", "HEAD", cwd=root, check=False).strip()
     return out or None
 
@@ -152,8 +146,7 @@ def head_detached(root: Path, git_dir: Path) -> bool:
 
 
 def refuse_detached_head(root: Path, *, allowed: bool = False) -> None:
-    """StellaError when HEAD is detached (unless allowed: --allow-detached), for a shared-tree commit,
-    which there would be reachable only through the reflog."""
+    """StellaError when HEAD is detached (unless allowed: --allow-detached), for a shared-tree commit."""
     if allowed or current_branch(root) is not None:
         return
     at = git("rev-parse", "--short=12", "HEAD", cwd=root, check=False).strip() or "?"
@@ -209,9 +202,6 @@ def unresolved_merge(root: Path) -> tuple[bool, list[str]]:
     return merging, conflicted
 
 
-# --- running git processes ---
-
-
 def _git_processes() -> list[int]:
     """The pids of running git processes (Linux: read from /proc, the fast way; elsewhere psutil)."""
     if not os.path.isdir("/proc/self"):
@@ -245,9 +235,6 @@ def git_processes_in(root: Path, *, started_before: float) -> list[psutil.Proces
     return found
 
 
-# --- branches and history ---
-
-
 def branch_delete(root: Path, branch: str) -> None:
     """Delete branch, merged or not (callers decide what may go)."""
     git("branch", "-D", branch, cwd=root)
@@ -270,7 +257,6 @@ class CommitInfo:
 
 
 def commits_between(root: Path, base: str, tip: str) -> list[CommitInfo]:
-    """Commits reachable from tip and not from base, oldest first."""
     records = git_fields("log", "-z", "--reverse", "--format=%H%x1f%ct%x1f%s", f"{base}..{tip}", cwd=root)
     fields = [record.split("\x1f", 2) for record in records]
     return [CommitInfo(sha, subject, int(ctime) * 1000) for sha, ctime, subject in fields]
@@ -282,9 +268,6 @@ def commit_subject(root: Path, sha: str) -> str | None:
     return out.strip() if retcode == 0 else None
 
 
-# --- clean ---
-
-
 def main_worktree_root(cwd: Path | str) -> Path:
     """The main working tree's root, even from inside a linked worktree (stella's state lives there)."""
     root = repo_root(cwd)
@@ -293,11 +276,8 @@ def main_worktree_root(cwd: Path | str) -> Path:
 
 
 def commits_ahead(root: Path, base: str, tip: str) -> int:
-    """How many commits tip has that base does not."""
     return int(git("rev-list", "--count", f"{base}..{tip}", cwd=root).strip() or 0)
 
-
-# --- watch ---
 
 # Pushing must never wait for a password or a host-key question: it fails instead, with git's words.
 _NON_INTERACTIVE_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
@@ -363,9 +343,6 @@ def push(root: Path, remote: str, branch: str, *, force: bool = False) -> PushRe
     raise GitError(f"push of {branch} to {remote} was rejected: {reason}")
 
 
-# --- engine tools ---
-
-
 def ls_files(root: Path, pathspecs: Sequence[str] = (), *, untracked: bool = True) -> list[str]:
     """Tracked files (and untracked, not ignored ones) matching pathspecs, relative to root."""
     args = ["ls-files", "-z", "--cached"]
@@ -399,7 +376,6 @@ def grep(
 
 
 def diff(root: Path, paths: Sequence[str] = (), *, staged: bool = False) -> str:
-    """`git diff` of the work tree (or of the index with staged=True), limited to paths when given."""
     args = ["diff", "--no-color", "--no-ext-diff"]
     if staged:
         args.append("--cached")

@@ -1,5 +1,4 @@
-"""`.worktreeinclude` (gitignore syntax): the ignored, untracked files a new isolated worktree gets copied
-from the main tree (copy-on-write where it can), or packed to travel to a Ray node."""
+"""`.worktreeinclude`: the ignored files a new isolated worktree gets from the main tree, or a Ray node."""
 
 from __future__ import annotations
 
@@ -60,8 +59,7 @@ def check_sizes(root: Path, paths: Sequence[str], max_bytes: int) -> None:
 
 
 class _Copier:
-    """Copies files with as few system calls as it can: a clone ioctl until the file system refuses,
-    then copy_file_range, else read/write; never overwriting."""
+    """Copies with as few system calls as it can: a clone, then copy_file_range, else read/write."""
 
     def __init__(self) -> None:
         self.can_clone = True

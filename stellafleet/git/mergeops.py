@@ -1,5 +1,4 @@
-"""The git steps of `stella merge`: rebase or merge in a scratch worktree on a detached HEAD, then move
-the user's branch by a compare-and-swap of its ref and a two-tree checkout. Nothing is force-pushed."""
+"""The git steps of `stella merge`: rebase or merge in a scratch worktree, then move the branch safely."""
 
 from __future__ import annotations
 
@@ -79,8 +78,8 @@ _DRY_RUN_IDENTITY = {
 
 
 def predict_merge(root: Path, tip: str, head: str) -> tuple[str | None, tuple[str, ...] | None]:
-    """Whether head merges cleanly onto tip, by `git merge-tree --write-tree`: (merge commit, ()) when
-    clean, (None, files) on conflict, (None, None) before git 2.38. Writes no ref."""
+    """Whether head merges onto tip (`git merge-tree`): (commit, ()), (None, conflicts), or (None, None)
+    when this git cannot tell (before 2.38)."""
     args = ("merge-tree", "--write-tree", "--name-only", "--no-messages", tip, head)
     retcode, out, _ = gitops.git_status(*args, cwd=root)
     lines = out.splitlines()
@@ -94,8 +93,7 @@ def predict_merge(root: Path, tip: str, head: str) -> tuple[str | None, tuple[st
 
 
 def advance_branch(root: Path, branch: str, new: str, old: str) -> None:
-    """Move the checked-out branch from old to new by compare-and-swap, then a two-tree read-tree that
-    refuses (putting the ref back) rather than overwrite a local change."""
+    """Move the checked-out branch from old to new by compare-and-swap and a two-tree read-tree."""
     ref = f"refs/heads/{branch}"
     gitops.git("update-ref", "-m", f"stella merge: fast-forward to {new[:12]}", ref, new, old, cwd=root)
     try:
@@ -113,8 +111,7 @@ def patches_upstream(root: Path, upstream: str, head: str) -> bool:
 
 
 def finish_advance(root: Path, branch: str, old: str, new: str) -> bool:
-    """After a merge was killed inside advance_branch: True when the ref had moved to new, and now the
-    index and files follow it (files a killed read-tree already wrote are adopted); False otherwise."""
+    """After a merge killed inside advance_branch: finish it when the ref had moved to new (True)."""
     if gitops.ref_commit(root, f"refs/heads/{branch}") != new:
         return False
     retcode, out, err = gitops.git_status("read-tree", "-m", "-u", old, new, cwd=root)

@@ -1,5 +1,4 @@
-"""A Ray node's clone of a run's base, kept between attempts (one per node and base commit, made once
-under a file lock): each attempt pays for a worktree, not a clone."""
+"""A Ray node's clone of a run's base, kept between attempts: each attempt pays for a worktree only."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Salvage: an unfinished attempt's uncommitted work, kept as a commit on `refs/stella/salvage/...`, built
-in a temporary index so the workspace is never touched. `stella clean --salvage` is the only remover."""
+"""Salvage: an unfinished attempt's uncommitted work, kept as a commit on `refs/stella/salvage/...`,
+built in a temporary index so the workspace is never touched."""
 
 from __future__ import annotations
 
@@ -58,8 +58,7 @@ def _snapshot(workspace: Path, head: str, paths: Sequence[str] | None, scratch: 
 
 
 def _excluded_unless_ignored(workspace: Path) -> list[str]:
-    """stella's own directories to exclude from `add -A` by pathspec, unless ignored already (git refuses
-    an exclude pathspec naming an ignored directory)."""
+    """stella's directories to exclude from `add -A`, unless ignored (git refuses excluding those)."""
     present = [d for d in EXCLUDED_DIRS if (workspace / d).is_dir()]
     if not present:
         return list(EXCLUDED_DIRS)
@@ -89,8 +88,7 @@ def salvage(
     paths: Sequence[str] | None = None,
     message: str,
 ) -> Salvaged | None:
-    """Record the workspace's uncommitted work (paths None: all of it) as a commit on ref, on top of HEAD;
-    None when HEAD already holds it."""
+    """Commit the workspace's uncommitted work (paths None: all) on ref over HEAD; None: nothing new."""
     head = gitops.ref_commit(workspace, "HEAD")
     if head is None:
         return None  # an unborn branch: nothing to build on (stella refuses such repositories anyway)

@@ -1,5 +1,4 @@
-"""Submodules: a worker commits a submodule's pointer, never a file inside it; isolated worktrees get the
-main tree's checked-out submodules, cloned locally from it."""
+"""Submodules: a worker commits a submodule's pointer, never a file inside it; worktrees get them."""
 
 from __future__ import annotations
 
@@ -52,8 +51,7 @@ def refuse_inside(root: Path, paths: Sequence[str]) -> None:
 
 
 def init_in_worktree(root: Path, worktree: Path) -> list[str]:
-    """Initialise in worktree the submodules the main tree at root has checked out (a local clone each;
-    one that fails is left empty with a warning); the paths initialised."""
+    """Initialise (from local clones) the submodules the main tree has checked out; the paths initialised."""
     wanted = {name: path for name, path in declared(worktree).items() if (root / path / ".git").exists()}
     if not wanted:
         return []

@@ -1,9 +1,4 @@
-"""An attempt's log and transcript, served in byte ranges: a running one's tail, a finished one's pages.
-
-Only the files the ledger recorded for that attempt are ever opened, and only when they resolve (links
-followed) to a regular file inside the ledger's own directory (.stella/private): an attempt id is the
-whole request, so no path a client sends can name another file.
-"""
+"""An attempt's log and transcript in byte ranges: only the recorded files, inside the ledger's directory."""
 
 from __future__ import annotations
 
@@ -27,8 +22,7 @@ class LogRefused(StellaError):
 
 
 def _utf8_window(data: bytes, *, trim_start: bool) -> tuple[int, int]:
-    """(skip, keep): skip continuation bytes at the start of a chunk cut mid-character, and keep only
-    whole characters at its end, so every chunk decodes cleanly and offsets stay byte-exact."""
+    """(skip, keep): whole characters only at both ends of a chunk, offsets byte-exact."""
     skip = 0
     if trim_start:
         while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
@@ -46,8 +40,7 @@ def _utf8_window(data: bytes, *, trim_start: bool) -> tuple[int, int]:
 
 
 def open_recorded(recorded: str, private_dir: Path) -> int:
-    """A read-only descriptor on the recorded file if it lies inside private_dir; LogRefused otherwise,
-    FileNotFoundError when it does not exist (yet)."""
+    """A read-only descriptor on the recorded file if it lies inside private_dir; LogRefused otherwise."""
     real = Path(os.path.realpath(recorded))
     if not real.is_relative_to(Path(os.path.realpath(private_dir))):
         raise LogRefused("the recorded path is outside the ledger's directory; it is not served")

@@ -1,10 +1,4 @@
-"""The observatory's HTTP server: one static page plus a small read-only JSON API over the ledger.
-
-Standard library only (ThreadingHTTPServer): the dashboard is a single page with no build step, serves
-one user on loopback, and reads a SQLite file; a web framework would add dependencies and nothing a
-reader would notice. Every response carries a strict Content-Security-Policy (no inline script, scripts
-only from this server), and the page builds its DOM with textContent, so model-written text cannot run.
-"""
+"""The observatory's HTTP server: one static page and a read-only JSON API, under a strict CSP."""
 
 from __future__ import annotations
 

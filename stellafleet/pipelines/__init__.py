@@ -57,8 +57,6 @@ def load(name: str, installed: Mapping[str, EntryPoint] | None = None) -> Pipeli
     return pipeline
 
 
-# --- preflight (pipelines area): checked by the fleet before anything starts ---
-
 # A pipeline name, or (name, model) for tasks that name their own model (None: the configured default).
 PipelineUse = str | tuple[str, str | None]
 
@@ -70,11 +68,7 @@ def preflight(
     spend_limited: bool = False,
     installed: Mapping[str, EntryPoint] | None = None,
 ) -> list[str]:
-    """Every problem that keeps these pipelines from running (empty when all are ready).
-
-    Each pipeline is loaded once (from `installed` when given: looking them up reads every installed
-    package's metadata) and asked once per model its tasks use; the same problem is listed once.
-    """
+    """Every problem that keeps these pipelines from running (empty: ready), asked once per model."""
     problems: list[str] = []
     loaded: dict[str, Pipeline | None] = {}
     for name, model in dict.fromkeys((use, None) if isinstance(use, str) else use for use in uses):
@@ -98,8 +92,7 @@ def preflight(
 def ask_preflight(
     pipeline: Pipeline, config: Config, *, spend_limited: bool, model: str | None
 ) -> str | None:
-    """pipeline.preflight with the run's facts, passing only the keywords it takes (a plugin written to the
-    older `preflight(self, config)` gets the config alone); a raised error becomes the problem."""
+    """pipeline.preflight, passing only the keywords it takes; a raised error becomes the problem."""
     facts: dict[str, Any] = {"spend_limited": spend_limited, "model": model}
     try:
         takes = _keywords(pipeline.preflight)

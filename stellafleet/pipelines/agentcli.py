@@ -16,8 +16,6 @@ VERSION_TIMEOUT_S = 20.0
 
 @dataclass(frozen=True)
 class CliSettings:
-    """`[pipelines.<name>]` for a CLI wrapper."""
-
     binary: str
     extra_args: tuple[str, ...] = ()
     model: str | None = None

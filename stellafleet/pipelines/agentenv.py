@@ -17,8 +17,7 @@ def scratch_dir(ctx: WorkerContext) -> Path:
 
 
 def agent_env(ctx: WorkerContext) -> dict[str, str]:
-    """The CLI's environment: ours, the worker context (so `stella commit` works inside the agent),
-    and this installation's `stella` first on PATH."""
+    """The CLI's environment: ours, the worker context and this installation's `stella` first on PATH."""
     env = dict(os.environ)
     env.update(ctx.to_env())
     bin_dir = str(Path(sys.executable).parent)
@@ -29,7 +28,6 @@ def agent_env(ctx: WorkerContext) -> dict[str, str]:
 
 
 def commit_instructions(ctx: WorkerContext) -> str:
-    """How a wrapped agent must commit, appended to its prompt."""
     if ctx.shared:
         return (
             "You are one of several agents working in the same git working tree at the same time.\n"
@@ -56,8 +54,7 @@ def agent_prompt(ctx: WorkerContext) -> str:
 
 
 def prompt_file(ctx: WorkerContext, prompt: str) -> Path:
-    """prompt in a file of the attempt's scratch directory: a CLI reads it from there (or from stdin),
-    since one command-line argument holds at most 128 KiB and a prompt may be larger."""
+    """prompt in a file of the attempt's scratch directory (one argument holds at most 128 KiB)."""
     path = scratch_dir(ctx) / "prompt.md"
     path.write_text(prompt, encoding="utf-8")
     return path

@@ -1,14 +1,4 @@
-"""The `aider` pipeline: each worker runs `aider --message ...` once, non-interactively.
-
-aider has no JSON output and no budget flag. Its machine-readable cost source is the analytics log
-(`--analytics-log FILE`, written even with `--no-analytics`): one JSON line per event, and after each model
-call a `message_send` event with `prompt_tokens`, `completion_tokens`, `cost` and the session's running
-`total_cost`. The wrapper follows that file while aider works, reports each call's cost, and stops aider's
-process group (pipelines/clirun.py) once the worker's guard is reached.
-
-aider edits files but commits nothing here (`--no-auto-commits`); the wrapper commits the files aider says
-it edited ("Applied edit to PATH") through the commit lane, which first claims them for this attempt.
-"""
+"""The `aider` pipeline: `aider --message-file` once, priced from its analytics log (docs/pipelines.md)."""
 
 from __future__ import annotations
 
@@ -76,7 +66,6 @@ class AnalyticsFollower(EventLines):
 
     @property
     def calls(self) -> int:
-        """Model calls seen (each is one step)."""
         return self.spent.steps
 
     def poll(self) -> str | None:
@@ -95,7 +84,6 @@ class AnalyticsFollower(EventLines):
             return
         props = event.get("properties")
         props = props if isinstance(props, dict) else {}
-        # this call's dollars: its step in the running total when there is one, else `cost`
         usd = self.session.step(_number(props.get("total_cost")), _number(props.get("cost")))
         prompt_tokens = _count(props.get("prompt_tokens"))
         completion_tokens = _count(props.get("completion_tokens"))
@@ -112,10 +100,7 @@ def _number(value: Any) -> float | None:
 
 
 class LimitLines:
-    """aider's stdout, read for the limits it reports: litellm's `RateLimitError: ...` (the provider's
-    words, wrapped over lines, naming a usage limit's reset) up to its `Retrying in N seconds...`. Each is
-    told to the fleet once; a usage limit stops aider (it would retry for minutes against a reset hours
-    away), so the attempt ends with the reset and the fleet decides."""
+    """aider's stdout, read for the limits litellm reports; a usage limit stops aider, the fleet decides."""
 
     def __init__(self, limits: LimitReporter | None) -> None:
         self.limits = limits
@@ -212,8 +197,7 @@ def outcome(run: CliRun, f: AnalyticsFollower, ctx: WorkerContext) -> PipelineRe
 
 
 def commit_edits(ctx: WorkerContext, paths: list[str], result: PipelineResult) -> PipelineResult:
-    """Commit the files aider edited through the commit lane; a refusal (a claim held by another live
-    task, nothing left to commit) fails the task and leaves the edits in place."""
+    """Commit the files aider edited through the commit lane; a refusal fails the task, edits kept."""
     if not paths:
         return result
     try:

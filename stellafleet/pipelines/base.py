@@ -26,8 +26,7 @@ class PipelineResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PipelineResult:
-        """The result a worker wrote; each amount is read on its own, so one malformed field never
-        costs the others (a bad token count next to a good spend still yields the spend)."""
+        """The result a worker wrote, each amount read on its own (one bad field never costs the others)."""
 
         def amount(key: str, check: Callable[[object, str], float]) -> Any:
             try:
@@ -48,9 +47,7 @@ class PipelineResult:
 
 
 class Pipeline(Protocol):
-    """How a worker does a task. `stella pipelines` also shows a plugin's `description` and, when it wraps a
-    CLI, the optional class attribute `wraps` (the CLI's name: its path and version are shown too); a
-    plugin without them is shown without them."""
+    """How a worker does a task; `stella pipelines` also shows optional `description` and `wraps`."""
 
     name: ClassVar[str]
     description: ClassVar[str]
@@ -58,13 +55,7 @@ class Pipeline(Protocol):
     def preflight(
         self, config: Config, *, spend_limited: bool = False, model: str | None = None
     ) -> str | None:
-        """None when ready; otherwise one line saying what to install or configure.
-
-        spend_limited: the run has a spend limit, so what the pipeline spends must be known (a pipeline
-        that prices tokens itself refuses a model it has no price for). model: a task's own model (None:
-        the pipeline's configured default); the fleet asks once per model its tasks use. Plugins written
-        to the older `preflight(self, config)` still work: they are called without the keywords.
-        """
+        """None when ready; otherwise one line saying what to install or configure."""
         ...
 
     def version(self) -> str | None: ...

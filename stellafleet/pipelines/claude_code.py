@@ -1,11 +1,4 @@
-"""The `claude-code` pipeline: each worker runs Claude Code headless (`claude -p`).
-
-Claude Code reports its own cost and enforces a dollar budget (`--max-budget-usd`), so the worker's guard
-is handed to it and its `total_cost_usd` is what the ledger records. Its stream-json output goes to the
-attempt's transcript; the final `result` message decides the outcome. In the shared tree a PreToolUse
-hook takes an implicit claim on each file before Claude Code edits it and refuses the edit, naming the
-holder, when another live task holds that file.
-"""
+"""The `claude-code` pipeline: Claude Code headless (`claude -p`), its guard as `--max-budget-usd`."""
 
 from __future__ import annotations
 
@@ -30,8 +23,7 @@ from stellafleet.state.claims import Holder
 CLI = "claude"
 CLI_NAME = "claude-code"  # the source of its limit events
 NO_MCP_SERVERS = json.dumps({"mcpServers": {}})
-# In print mode Claude Code refuses any shell command that needs approval ("This command requires
-# approval"); these are the ones the commit instructions ask for, so they are allowed up front.
+# Print mode refuses shell commands that need approval: the commit instructions' are allowed up front.
 SHARED_COMMANDS = ("Bash(stella commit:*)",)
 ISOLATED_COMMANDS = ("Bash(stella commit:*)", "Bash(git add:*)", "Bash(git commit:*)", "Bash(git status:*)")
 
@@ -126,9 +118,7 @@ def interpret(result: dict[str, Any], tally: SpendTally, *, max_turns: int | Non
 
 
 class _ResultWatcher(EventLines):
-    """Keeps the last `result` message of the stream, and tells the fleet of each limit Claude Code met:
-    an `api_retry` system message on a 429/529 (a rate limit, with the delay it waits), or a result that
-    ended on one (`api_error_status`, its text naming the reset of a usage limit)."""
+    """Keeps the last `result` message of the stream, and tells the fleet of each limit Claude Code met."""
 
     result: dict[str, Any] | None = None
     limits: LimitReporter | None = None

@@ -1,11 +1,4 @@
-"""The PreToolUse hook a Claude Code worker runs before each file edit in the shared tree.
-
-Claude Code runs `python -m stellafleet.pipelines.claude_hook CONTEXT.json` with the tool call as JSON on
-stdin (tool_name, tool_input.file_path or notebook_path, cwd). The hook takes this attempt's implicit
-claim on the file; when another live task holds it, it denies the edit with the conflict message, which
-Claude Code hands to the model so it can adapt. It fails closed: a path outside the workspace or a claim
-store it cannot read also denies, because an exit status other than 0 or 2 would let the edit through.
-"""
+"""The PreToolUse hook that claims each file a Claude Code worker edits in the shared tree (fails closed)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Running an agent CLI under a timeout and a guard, following its output as it arrives (`run_agent`).
-
-The CLI runs in its own process group, stdin closed (or the prompt's file); each stdout line goes to the
-wrapper as it comes (they parse JSON events live) and to the transcript, stderr to the worker's log. At
-the task's timeout, or when the wrapper says so (its spend guard), its whole group is stopped: agent CLIs
-start shells, test runners and language servers that must not outlive the attempt.
-"""
+"""Running an agent CLI (`run_agent`) in its own process group under a timeout and a guard."""
 
 from __future__ import annotations
 
@@ -28,15 +22,12 @@ POLL_S = 0.2  # how often a wrapper's poll callback runs while the CLI works
 TAIL_LINES = 20  # stderr/stdout lines kept for messages
 READER_JOIN_S = 2.0  # how long the output readers get to drain the pipes once the CLI has ended
 
-# A callback that looks at the CLI's progress and returns why to stop it, or None to let it go on.
 LineHandler = Callable[[str], str | None]
 Poller = Callable[[], str | None]
 
 
 @dataclass
 class CliRun:
-    """What happened to one CLI invocation."""
-
     argv: list[str]
     returncode: int | None = None  # negative: killed by that signal; None: never started
     stdout_lines: list[str] = field(default_factory=list)
@@ -57,8 +48,6 @@ class CliRun:
 
 
 class _Stop:
-    """The first reason to stop wins; setting it wakes the waiting thread."""
-
     def __init__(self) -> None:
         self.reason: str | None = None
         self.event = threading.Event()
@@ -72,7 +61,7 @@ class _Stop:
 
 
 class _Transcript:
-    """The attempt's transcript, stdout appended line by line; one that cannot be written is not fatal."""
+    """The attempt's transcript, stdout appended line by line; a write failure is not fatal."""
 
     def __init__(self, path: Path | None) -> None:
         self._file: TextIO | None = None
@@ -100,8 +89,6 @@ class _Transcript:
 
 @dataclass
 class _Output:
-    """Where the CLI's output goes while it runs."""
-
     run: CliRun
     stop: _Stop
     on_line: LineHandler | None
@@ -160,7 +147,6 @@ def _start_readers(proc: runner.Process, output: _Output) -> list[threading.Thre
 def _watch(
     proc: runner.Process, run: CliRun, stop: _Stop, deadline: float | None, poll: Poller | None
 ) -> None:
-    """Wait while the CLI runs, until its deadline passes or a reason to stop it comes up."""
     while proc.poll() is None:
         wait = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic()))
         if stop.event.wait(wait):
@@ -200,9 +186,7 @@ def run_agent(
     poll: Poller | None = None,
     stdin_path: Path | None = None,
 ) -> CliRun:
-    """Run a task's agent CLI in its workspace, with the agent environment, the attempt's transcript (and
-    stdin_path, if given, as its standard input), to its end, or until the task's timeout passes, or until
-    on_line/poll return a reason."""
+    """Run a task's agent CLI in its workspace until it ends, its timeout, or on_line/poll say stop."""
     run = CliRun(argv=list(argv))
     started = time.monotonic()
     proc = _start(run, ctx.workspace, agent_env(ctx), stdin_path)

@@ -1,14 +1,4 @@
-"""The `codex` pipeline: each worker runs `codex exec --json` in its workspace.
-
-Codex reports tokens, not dollars, and has no budget flag. The wrapper prices the thread's running
-token totals with the engine's price table (or `[prices."MODEL"]`) as they arrive, from Codex's session
-log after every model call and from `turn.completed` at the end, reports each increase to the ledger, and
-stops Codex's process group (pipelines/clirun.py) once the worker's guard is reached. Headless settings:
-the repository's git directories are writable roots of its sandbox (so it can commit), web search is off,
-and sub-agents are off (their spend would not be in the thread's usage).
-Codex itself refuses `request_user_input` in `codex exec` ("unavailable in Default mode"), so a worker
-never waits for an answer.
-"""
+"""The `codex` pipeline: `codex exec --json`, priced as its token totals arrive (docs/pipelines.md)."""
 
 from __future__ import annotations
 
@@ -35,9 +25,7 @@ ACTION_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search
 MESSAGE_ITEMS = {"agent_message", "assistant_message"}  # the latter is the older name
 
 
-# Web search off (a worker works from the repository; its results would not be priced), sub-agents off
-# (their usage is not in the thread's totals), and no login shells: a login shell re-reads the profile,
-# which resets PATH and loses the `stella` the worker put first on it.
+# Web search and sub-agents off (not priced or counted); no login shell, which would reset PATH.
 HEADLESS = ["-c", 'web_search="disabled"', "--disable", "multi_agent", "-c", "allow_login_shell=false"]
 
 
@@ -52,7 +40,7 @@ def build_argv(
     argv = [binary, "exec", "--json", "--sandbox", "workspace-write", "-C", workspace]
     if model:
         argv += ["--model", model]
-    # "-": the prompt is read from stdin, which has no size limit (one argument holds at most 128 KiB)
+    # "-": the prompt is read from stdin (one argument holds at most 128 KiB)
     return [*argv, *sandbox_args, *HEADLESS, *extra_args, "-"]
 
 

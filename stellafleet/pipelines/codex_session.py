@@ -1,14 +1,4 @@
-"""What the codex wrapper needs beyond `codex exec --json`: its sandbox's git roots and its session log.
-
-- Codex's `workspace-write` sandbox keeps the repository's git directory read-only (on Linux even when
-  it is handed over with `--add-dir`), so neither `git commit` nor `stella commit` could write the index
-  or objects. Naming the git directories in `sandbox_workspace_write.writable_roots` makes them
-  writable: the main tree's `.git`, and for a linked worktree also its own `.git/worktrees/<name>`.
-- `codex exec --json` reports usage only when its turn ends (`turn.completed`), which is one report for
-  the whole task. Codex also writes a session log (`$CODEX_HOME/sessions/YYYY/MM/DD/rollout-...-<thread
-  id>.jsonl`) with a `token_count` event after every model call; following that file lets the guard
-  stop Codex between two model calls instead of after the last one.
-"""
+"""What the codex wrapper needs beyond `codex exec --json`: writable git roots and its session log."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""The `command` pipeline: each task runs a shell command from the config.
-
-    [pipelines.command]
-    run = "make -C $STELLA_WORKSPACE fix PROMPT=\"$STELLA_PROMPT\""
-
-    [pipelines.command.tasks.docs]      # optional per-task command
-    run = "./scripts/rewrite-docs.sh"
-
-The command runs through /bin/sh in the task's workspace with the task in its environment (STELLA_PROMPT,
-STELLA_TASK_ID, STELLA_RUN_ID, STELLA_WORKSPACE, STELLA_SPEND_GUARD, ...). It may write a JSON object to
-the file named by STELLA_COMMAND_RESULT: {"spend_usd": 0.12, "summary": "...", "input_tokens": 10,
-"output_tokens": 20, "steps": 3}; the dollars are reported as the task's spend. Exit status 0 is success;
-the summary is the result file's, else the last non-empty line of output (a bare commit SHA, as
-`stella commit` prints, becomes `committed <short sha> <subject>`).
-"""
+"""The `command` pipeline: each task runs a shell command from the config (docs/pipelines.md)."""
 
 from __future__ import annotations
 
@@ -36,7 +22,6 @@ SHELL = "/bin/sh"
 
 
 def command_for(config: Config, task_id: str) -> str | None:
-    """The task's own command when configured, else the pipeline's."""
     return config.pipelines.command.command_for(task_id)
 
 
@@ -57,8 +42,7 @@ def _read_report(path: Path) -> dict[str, Any]:
 
 
 def _amounts(data: dict[str, Any]) -> tuple[float, int, int, int, list[str]]:
-    """(dollars, input tokens, output tokens, steps, problems): each field on its own, so one bad
-    field never costs the others (a valid spend next to a malformed token count is still recorded)."""
+    """(dollars, input tokens, output tokens, steps, problems), each field on its own."""
     problems: list[str] = []
 
     def field(key: str, check: Any) -> Any:
@@ -80,8 +64,7 @@ def command_report_path(ctx: WorkerContext) -> Path:
 
 
 def reported_usd(ctx: WorkerContext) -> float:
-    """The dollars the command wrote to its result file, 0 when none (or unreadable). The fleet reads it
-    too: a worker stopped before it read the file must not lose what the command reported spending."""
+    """The dollars the command wrote to its result file (0: none); the fleet reads it too."""
     try:
         report = _read_report(command_report_path(ctx))
         return check_usd(report.get("spend_usd") or 0)
@@ -133,9 +116,7 @@ FULL_SHA = re.compile(r"[0-9a-f]{40}")
 
 
 def committed_summary(ctx: WorkerContext, line: str) -> str:
-    """The summary a last output line makes: a bare SHA of a commit the task made (what `stella commit`
-    prints, the last thing many scripts do) says `committed <short sha> <subject>`; any other line, or
-    the SHA of a commit the run started from (`git rev-parse HEAD`), is itself."""
+    """The summary a last output line makes: a SHA of a commit the task made says `committed ...`."""
     if not FULL_SHA.fullmatch(line) or line == ctx.base_commit:
         return line
     subject = gitops.commit_subject(ctx.workspace, line)
@@ -145,8 +126,7 @@ def committed_summary(ctx: WorkerContext, line: str) -> str:
 
 
 def conclude(returncode: int, report_path: Path, last_line: str, spend: SpendReporter) -> PipelineResult:
-    """The result of a command that exited with returncode, from its report (whose spend is reported)
-    and the last non-empty line of its output."""
+    """The result of a command that exited with returncode, from its report and its last output line."""
     try:
         report = _read_report(report_path)
     except ValueError as exc:

@@ -37,7 +37,6 @@ def parse_failure(cli: str, detail: str, run: CliRun) -> str:
 
 
 def short(text: str, limit: int = 300) -> str:
-    """One line of at most limit characters."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
@@ -55,8 +54,7 @@ def json_line(line: str) -> dict[str, Any] | None:
 
 
 class EventLines:
-    """A CLI's JSON events, one per line, each handed to `event`; the first line that is not one is kept
-    for the error message. kind: the key whose text value makes a JSON object one of its events."""
+    """A CLI's JSON events, one per line, each handed to `event`; the first other line is kept."""
 
     kind: ClassVar[str | None] = None
 
@@ -84,8 +82,7 @@ class EventLines:
 
 
 def complete_lines(path: Path, offset: int) -> tuple[list[str], int]:
-    """The complete lines a CLI appended to path since offset, and the offset after them; a line it is
-    still writing waits for the next read. OSError (e.g. no such file yet) is the caller's to judge."""
+    """The complete lines a CLI appended to path since offset, and the offset after them."""
     with path.open("rb") as fh:
         fh.seek(offset)
         chunk = fh.read()

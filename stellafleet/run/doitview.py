@@ -12,8 +12,7 @@ from stellafleet.run.waves import MEMORY_BACKEND, PlanLoader
 
 
 def doit_view(plan: Plan, argv: list[str]) -> tuple[int, str, str]:
-    """Run a doit command (e.g. ["list"], ["info", "docs"]) on the compiled plan, in this process,
-    reading no doit config and writing no file; returns (exit code, stdout, stderr)."""
+    """Run a doit command (["list"]) on the compiled plan in this process; (exit code, stdout, stderr)."""
     main = DoitMain(
         task_loader=PlanLoader(plan, backend=MEMORY_BACKEND),
         config_filenames=(),

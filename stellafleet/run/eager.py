@@ -1,10 +1,4 @@
-"""The eager schedule's order: a task starts as soon as its dependencies have succeeded and a slot is free.
-
-Like `make -j`: the same doit task graph and the same rules as the waves (a failed task's dependents are
-skipped, a stop launches nothing more, at most `max_concurrency` workers at once; waves.PlanRunner runs
-both), but no task waits for an unrelated slow one. Of the ready tasks, the one with the longest chain of
-work still waiting on it starts first; and the least wall time any schedule can reach, for the bench.
-"""
+"""The eager schedule's order (`make -j`-like: the longest waiting chain first), and its lower bound."""
 
 from __future__ import annotations
 
@@ -17,9 +11,7 @@ SCHEDULES = ("waves", "eager")
 
 
 def chain_times(plan: Plan, durations: Mapping[str, float]) -> dict[str, float]:
-    """Task id -> the longest time from its start to the end of a chain through its dependents, each task
-    taking its duration in `durations`. A task without one takes the median of those given, and with
-    none given every task takes 1: then the time is the number of tasks on the chain."""
+    """Task id -> the longest time from its start to the end of a chain through its dependents."""
     known = [durations[task_id] for task_id in plan.ids if task_id in durations]
     guess = statistics.median(known) if known else 1.0
     dependents: dict[str, list[str]] = {task_id: [] for task_id in plan.ids}
@@ -40,9 +32,7 @@ def chain_heights(plan: Plan) -> dict[str, int]:
 
 
 def start_order(plan: Plan, durations: Mapping[str, float]) -> dict[str, tuple[float, int, int]]:
-    """Task id -> its rank among ready tasks (lowest starts first): the longest chain of work from it,
-    timed by the durations earlier runs took where the ledger has them (a task's length in tasks stands
-    in for its time where no duration is known), then the longest chain in tasks, then plan order."""
+    """Task id -> its rank among ready tasks (lowest first): longest timed chain, chain in tasks, order."""
     times, heights = chain_times(plan, durations), chain_heights(plan)
     return {task_id: (-times[task_id], -heights[task_id], n) for n, task_id in enumerate(plan.ids)}
 

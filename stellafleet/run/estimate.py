@@ -1,12 +1,4 @@
-"""`stella fleet --plan FILE --estimate`: what a run will likely cost and take, before anything runs.
-
-Each task's figures come from the ledger's finished attempts: the same task (id, prompt and pipeline)
-where it has run, else tasks of the same pipeline and model; each figure is a range (the median and the
-90th percentile) and says how many attempts it rests on. The run's total adds the tasks up; its wall time
-plays the tasks' durations through the chosen schedule (waves, or eager with the run's width). With
-`--spend-limit` it says whether the limit likely stops the run and at which task. A task with no history
-has no figures (it is named, never guessed), and a plan none of whose tasks has any says so.
-"""
+"""`stella fleet --plan FILE --estimate`: a run's likely cost and time, from the ledger's history."""
 
 from __future__ import annotations
 
@@ -158,7 +150,6 @@ def estimate(prepared: Prepared, ledger: Ledger) -> Estimate:
 
 
 def print_estimate(found: Estimate, *, json_mode: bool, stream: IO[str]) -> None:
-    """The estimate as JSON or as text."""
     if json_mode:
         stream.write(jsontext.dumps(found.to_json()) + "\n")
         return

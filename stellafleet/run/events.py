@@ -1,8 +1,4 @@
-"""What a fleet run tells as it works: one frozen dataclass per event, and the base of their sinks.
-
-The control, the plan runner (through doit's reporter) and the dispatcher emit them (`Emit`) from whichever
-thread they run on; a reporter (reporter.py) is an EventSink that decides how they look.
-"""
+"""What a fleet run tells as it works: one frozen dataclass per event, and the base of their sinks."""
 
 from __future__ import annotations
 
@@ -67,8 +63,7 @@ class TasksEmitted:
 
 
 class SkipTask(Exception):
-    """Raised by a task's action to have the task skipped rather than failed, and the run stopped for the
-    same reason (no spend guard is left for its worker)."""
+    """Raised by a task's action to skip it rather than fail, and stop the run (no spend guard left)."""
 
     def __init__(self, stop: Stop) -> None:
         super().__init__(str(stop))
@@ -129,11 +124,7 @@ Emit = Callable[[Event], None]
 
 
 class EventSink:
-    """A reporter's plumbing: serialises events from many threads onto one method per event it shows.
-
-    Subclasses override the methods of the events they show; the others do nothing, and what doit tells
-    of each task besides (TaskStarted, TaskEnded, WaveEnded) no reporter shows.
-    """
+    """A reporter's plumbing: serialises events from many threads onto one method per event."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()

@@ -1,13 +1,4 @@
-"""The default fleet width: how many workers this machine can carry right now.
-
-A worker is mostly waiting on a model or an agent CLI, but the CLIs and the test commands they run do use
-CPU and memory. So the governor allows roughly one worker per idle core, as many as free memory carries at
-a configurable per-worker budget, and never more than a configurable ceiling. The reason is shown on the
-run's first line so a surprising number is explained.
-
-Config keys (all optional): `[fleet] max_concurrency` (a fixed number, skips the governor) and
-`[governor] workers_per_core` (default 1), `memory_per_worker_gib` (default 1.0), `max` (default 8).
-"""
+"""The default fleet width: about one worker per idle core and per free memory budget, at most a ceiling."""
 
 from __future__ import annotations
 
@@ -25,8 +16,6 @@ GIB = 1024**3
 
 @dataclass(frozen=True)
 class Decision:
-    """A concurrency and the reason for it, as shown to the user."""
-
     value: int
     reason: str
 
@@ -62,7 +51,6 @@ def _positive_int(value: Any, where: str) -> int:
 
 
 def governed(config: Config, machine: MachineState) -> Decision:
-    """The governor's own number for this machine state."""
     per_core = config.governor.workers_per_core
     per_worker_gib = config.governor.memory_per_worker_gib
     ceiling = config.governor.max

@@ -1,11 +1,4 @@
-"""`[notify] command`: tell the user's own command when a run ends, a task fails or stalls, or the spend
-limit is reached.
-
-The command runs through the shell in the repository root with one JSON event on its stdin, in its own
-process group, for at most `[notify] timeout` seconds (then its group is stopped). A command that fails,
-hangs or cannot start is reported on stderr and never changes how the run ends. Task events are sent from
-a thread of their own so no worker waits on them; the run's end is sent before the fleet exits.
-"""
+"""`[notify] command`: tell the user's command (a JSON event on stdin) of a run's notable events."""
 
 from __future__ import annotations
 
@@ -44,8 +37,6 @@ def _warn(text: str) -> None:
 
 
 class Notifier(EventSink):
-    """Sends the run's notable events to the notify command."""
-
     def __init__(
         self,
         command: str,
@@ -63,8 +54,6 @@ class Notifier(EventSink):
         self._warn = warn
         self._threads: list[threading.Thread] = []
         self._spend_told = False
-
-    # --- the events ---
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         end = event.end
@@ -112,8 +101,6 @@ class Notifier(EventSink):
                 "text": f"run {self.run_id} {status}" + (f": {reason}" if reason else ""),
             }
         )
-
-    # --- sending ---
 
     def document(self, fields: Mapping[str, Any]) -> dict[str, Any]:
         return {"run_id": self.run_id, "root": str(self.root), "at_ms": int(time.time() * 1000), **fields}

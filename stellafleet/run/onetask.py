@@ -1,10 +1,4 @@
-"""What `stella run` shows of its run: a reporter sink for a fleet of one task.
-
-`stella run` runs through the fleet's path, but reads like running the engine by hand: a line naming the
-task, the worker's progress lines as they come (followed from the attempt's log; its warnings go to
-stderr), then the outcome with its steps, spend and tokens and the worker's summary; or, with --json,
-one document of the worker's result. An interrupted run says so on stderr and nothing more.
-"""
+"""What `stella run` shows: a reporter for a fleet of one task that reads like the engine run by hand."""
 
 from __future__ import annotations
 
@@ -31,8 +25,7 @@ FOLLOW_INTERVAL_S = 0.1
 
 
 class LogFollower:
-    """Hands each complete line of a growing log to on_line, from a thread, until stop() (which reads the
-    log to its end first)."""
+    """Hands each complete line of a growing log to on_line, from a thread, until stop()."""
 
     def __init__(
         self, path: Path, on_line: Callable[[str], None], *, interval_s: float = FOLLOW_INTERVAL_S
@@ -74,8 +67,6 @@ class LogFollower:
 
 
 class OneTaskReporter(EventSink):
-    """The reporter of `stella run`: one task, one attempt."""
-
     def __init__(
         self,
         *,

@@ -1,10 +1,4 @@
-"""Before a run: every check, and every setting resolved, into one frozen Prepared.
-
-The command line hands over what the user asked (FleetOptions); prepare() checks the environment, loads
-the config and the plan, asks the plan's pipelines whether they can run, checks --watch's readiness and
-resolves the settings the run uses (concurrency, spend guard, default pipeline, schedule).
-Nothing is written here (ledger, exclude file, worktrees), so a run refused with exit 2 leaves no trace.
-"""
+"""Before a run: every check, and every setting resolved, into one frozen Prepared; nothing is written."""
 
 from __future__ import annotations
 
@@ -103,8 +97,7 @@ class Prepared:
 
     @property
     def run_pipeline(self) -> str:
-        """The run's pipeline as recorded (runs.pipeline) and shown: the one every task runs with (a
-        plan's `[defaults] pipeline`, --pipeline or the config's), or `mixed` when its tasks use several."""
+        """The run's pipeline as recorded and shown: the one every task runs with, or `mixed`."""
         used = {task.pipeline or self.default_pipeline for task in self.plan.tasks}
         return used.pop() if len(used) == 1 else MIXED_PIPELINES
 
@@ -172,9 +165,7 @@ def check_environment(cwd: Path) -> Path:
 
 
 def merge_state_notes(root: Path, plan: Plan) -> tuple[list[str], list[str]]:
-    """(warnings, problems) of a repository with an unresolved merge: a warning that shared-tree tasks
-    work and commit in the middle of it, and a problem for each shared task claiming a conflicted path
-    (its worker would build on conflict markers and `stella commit` would record them)."""
+    """(warnings, problems) of a repository with an unresolved merge (a conflicted claim is a problem)."""
     merging, conflicted = gitops.unresolved_merge(root)
     if not merging and not conflicted:
         return [], []
@@ -214,8 +205,7 @@ def pipeline_problems(
     spend_limit: float | None,
     installed: Mapping[str, EntryPoint],
 ) -> list[str]:
-    """Everything missing before the plan's pipelines can run (empty: ready): each pipeline is asked once
-    per model its tasks use (pipeline and model: the defaults), knowing whether a spend limit is set."""
+    """Everything missing before the plan's pipelines can run (empty: ready), each asked once per model."""
     from stellafleet import pipelines
 
     uses = sorted(
@@ -241,8 +231,7 @@ def check_watch_ready(root: Path, config: Config) -> WatchConfig:
 
 
 def prepare(options: FleetOptions) -> Prepared:
-    """Every check before a run, in the order a user would fix them; StellaError (exit 2) on the first.
-    A dry run gets the pipelines' problems back in Prepared instead: it shows them."""
+    """Every check before a run, in the order a user would fix them; StellaError (exit 2) on the first."""
     from stellafleet import pipelines
 
     root = check_environment(options.cwd or Path.cwd())
@@ -302,8 +291,7 @@ def prepare(options: FleetOptions) -> Prepared:
 
 
 def salvage_start_points(root: Path, resume: Resume | None, from_salvage: bool) -> dict[str, str]:
-    """--from-salvage: each resumed isolated task's latest salvage commit in the resumed run, by task id
-    (tasks with none start from the base as usual)."""
+    """--from-salvage: each resumed isolated task's latest salvage commit, by task id."""
     if not from_salvage:
         return {}
     if resume is None:

@@ -1,10 +1,4 @@
-"""What a fleet run shows while it works: an event sink, like doit's reporter.
-
-The control, the wave runner and the dispatcher only emit events (events.py); a reporter decides how they
-look: a live rich display on a terminal, plain lines for CI logs, or one JSON document at the end. Events
-come from many dispatch threads, so every reporter serialises them (events.EventSink). The run's result
-document (run/result.py) goes to `finish`.
-"""
+"""What a fleet run shows while it works: a live display, plain lines, or one JSON document at the end."""
 
 from __future__ import annotations
 
@@ -36,12 +30,10 @@ from stellafleet.run.events import (
 if TYPE_CHECKING:
     from rich.text import Text
 
-# (task id -> (steps, spend in dollars) of its running attempt, the run's total spend so far) for the
-# live display
+# (task id -> (steps, dollars) of its running attempt, the run's total spend) for the live display
 ProgressProbe = Callable[[], tuple[Mapping[str, tuple[int, float]], float]]
 
 
-# The colour of a task's status (or an attempt's outcome) on a terminal.
 STATUS_COLORS: dict[str, str] = {
     TaskStatus.SUCCEEDED: "green",
     TaskStatus.FAILED: "red",
@@ -73,7 +65,6 @@ SUMMARY_HEADERS = ("task", "wave", "status", "spend", "summary / reason", "branc
 
 
 def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
-    """One row per task under SUMMARY_HEADERS."""
     rows = []
     for task in doc.get("tasks", []):
         status = task["status"]
@@ -90,8 +81,7 @@ def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, 
 
 
 class PlainReporter(EventSink):
-    """One line per happening: readable in CI logs and pipes. The live display (LiveReporter) is this
-    reporter with the lines styled and written above its view, so both tell a run the same way."""
+    """One line per happening: readable in CI logs and pipes (LiveReporter styles the same lines)."""
 
     def __init__(self, stream: IO[str] | None = None, *, quiet: bool = False) -> None:
         super().__init__()
@@ -175,8 +165,7 @@ class JsonReporter(EventSink):
 
 
 class LiveReporter(PlainReporter):
-    """A rich live view: the wave and one line per running worker; the plain lines, styled, scroll above
-    it, and the summary is a rich table."""
+    """A rich live view of the wave and each running worker, the plain lines styled above it."""
 
     def __init__(
         self,
@@ -208,10 +197,7 @@ class LiveReporter(PlainReporter):
         )
 
     def _write(self, line: Text) -> None:
-        # Under Live's lock: rich renders and writes a print (the cursor moved up over the view, the line,
-        # the view again) after its render hook let go of that lock, so a refresh from Live's thread could
-        # interleave with it, each moving the cursor by a stale height: a finished task's line was
-        # overwritten and a stale view line stayed behind. Live's refresh holds the lock for all of it.
+        # Under Live's lock, so a refresh from Live's thread cannot interleave with the print.
         with self._live._lock:
             self.console.print(line)
 
@@ -288,12 +274,7 @@ class LiveReporter(PlainReporter):
 
 
 class LossyStream:
-    """A reporter's output that drops what it cannot write once its reader is gone.
-
-    A closed pipe (`stella fleet ... | head -1`) or a hung-up terminal makes every write fail (EPIPE, EIO).
-    The reporter is only a sink: that must not abort the run half-way with its tasks, attempts and claims
-    left as they were, so the first failure silences the stream and the run goes on to record its end.
-    """
+    """A reporter's output that drops what it cannot write once its reader is gone (EPIPE, EIO)."""
 
     def __init__(self, stream: IO[str]) -> None:
         self._stream = stream

@@ -1,11 +1,4 @@
-"""A run's result document: what `stella fleet --json` prints and every reporter's `finish` receives.
-
-It is the run's read model (state/views.run_model, which `stella runs RUN --json` and the dashboard
-project from too), cut down to what a finished run's caller needs: the run's outcome, each task with its
-attempts and commits, and the branches it touched. Its `run` is the one run header both documents carry
-(`run.id`, `run.status`, ...); the same fields at the top level (`run_id`, `status`, ...) are kept for
-scripts written against the earlier shape (docs/fleet.md, "Output").
-"""
+"""A run's result document (`stella fleet --json`, every reporter's `finish`), from its read model."""
 
 from __future__ import annotations
 

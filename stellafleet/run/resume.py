@@ -1,11 +1,4 @@
-"""`stella fleet --resume RUN`: a new run of an earlier run's plan that does only what is left.
-
-The earlier run's succeeded tasks count as done: no new attempt, their commits and branches stay as they
-are. Its failed, stalled, skipped and interrupted tasks run again, and so do their dependents. The plan is
-re-read from its file and compared with what the earlier run recorded, task by task; a changed plan is
-refused (naming what changed) unless forced, and then a changed task is not done either. A run of inline
-prompts has no file: it is resumed from the tasks it recorded.
-"""
+"""`stella fleet --resume RUN`: a new run of an earlier run's plan that does only what is left."""
 
 from __future__ import annotations
 
@@ -83,12 +76,10 @@ def _norm(value: Any) -> Any:
 
 
 def recorded_plan(tasks: Sequence[Mapping[str, Any]]) -> Plan:
-    """The plan an inline-prompt run recorded: its tasks as they were."""
     return Plan(tasks=tuple(recorded_task(row) for row in tasks if not row.get("parent_id")))
 
 
 def recorded_task(row: Mapping[str, Any]) -> PlanTask:
-    """A task as the ledger recorded it."""
     return PlanTask(
         id=row["id"],
         prompt=row["prompt"],
@@ -110,9 +101,7 @@ def kept_emitted(
     statuses: Mapping[str, str],
     changed: Mapping[str, list[str]],
 ) -> tuple[tuple[PlanTask, ...], frozenset[str]]:
-    """What the earlier run's expanding tasks emitted that a resume keeps: the tasks of every emitter that
-    counts as done (its fragment was accepted; an emitter that runs again emits afresh), and which of all
-    the tasks are done."""
+    """What the earlier run's done expanding tasks emitted (a resume keeps it), and which tasks are done."""
     emitted = [recorded_task(row) for row in rows if row.get("parent_id")]
     whole = Plan(tasks=plan.tasks + tuple(task for task in emitted if task.id not in plan.ids))
     done = done_tasks(whole, statuses, changed)
@@ -141,10 +130,7 @@ def done_tasks(plan: Plan, statuses: Mapping[str, str], changed: Mapping[str, li
 
 
 def lost_work(root: Path, record: Mapping[str, Any]) -> list[str]:
-    """The succeeded isolated tasks whose fleet/* branch is gone or no longer holds the commits recorded
-    for the task, and whose work did not land either (a branch `stella merge` landed, or whose commits
-    are in HEAD, may be cleaned away): they are not done. (A task carried over from a run this one
-    resumed has no branch of its own in this run and is left as it is.)"""
+    """The succeeded isolated tasks whose work is neither on their branch nor landed: not done."""
     commits: dict[str, list[str]] = {}
     for row in record["commits"]:
         commits.setdefault(str(row["task_id"]), []).append(str(row["sha"]))

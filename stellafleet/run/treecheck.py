@@ -1,12 +1,4 @@
-"""The shared tree at the start of a run: a detached HEAD, the user's uncommitted changes, skipped hooks.
-
-Shared-tree tasks commit onto the checked-out branch: on a detached HEAD the run is refused (as `stella
-merge` refuses it) unless asked for with --allow-detached or `[fleet] allow_detached`. A file a shared
-task claims that has uncommitted changes of the user's is refused by name, unless --allow-dirty: then the
-run warns, and every worker commit of such a file leaves the user's changes out (git/dirty.py). A dirty
-tree otherwise is reported in one line. With `[commit] hooks = "skip"` and hooks installed, the run says
-once that they will not run.
-"""
+"""The shared tree at the start of a run: a detached HEAD, the user's changes in claimed files, hooks."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""The one rule for what a succeeded isolated task left uncommitted, whatever its pipeline.
-
-An isolated task's worktree has one writer and its branch is its only work product, so what the task
-changed but did not commit (an agent whose `git commit` failed in a hook, one that forgot) is committed
-for it through the lane, with a message saying so, before the attempt ends. A shared task's tree has other
-writers: nothing is committed for it. A task that succeeded with no commit at all is flagged where runs
-are shown (state/views.py's no_commits).
-"""
+"""What a succeeded isolated task left uncommitted is committed for it (a shared task's never is)."""
 
 from __future__ import annotations
 
@@ -21,8 +14,7 @@ def leftover_message(ctx: WorkerContext) -> str:
 
 
 def commit_leftovers(ctx: WorkerContext, result: PipelineResult) -> PipelineResult:
-    """A succeeded isolated task's uncommitted changes, committed for it; a commit that fails fails the
-    task (its work would otherwise be lost with the worktree)."""
+    """A succeeded isolated task's uncommitted changes, committed for it; a failed commit fails the task."""
     if not result.success or ctx.shared:
         return result
     try:
