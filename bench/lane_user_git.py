@@ -4,10 +4,11 @@ A 40-task, 4-wide fleet of the command pipeline, each task writing its own file 
 `stella commit` through the commit lane, while a user process loops `git add` + `git commit` of files of its
 own in the same tree, never retrying: every call that meets the lane's index.lock (or a HEAD that moved
 under it) counts as a failure. Run against one or more copies of the code (`--code DIR`, each put first on
-PYTHONPATH; a checkout of main in a temporary worktree measures "before"), the same repository shape and
-fleet for each.
+PYTHONPATH; `git archive REV stellafleet | tar -x -C DIR` makes one), the same repository shape and fleet
+for each, `--rounds` times in turn so that each copy sees the same load. A worker's file missing from the
+final HEAD, or deleted by a later commit, counts as lost.
 
-    python bench/lane_user_git.py [--tasks 40] [--concurrency 4] [--code DIR]... [--dir DIR]
+    python bench/lane_user_git.py [--tasks 40] [--concurrency 4] [--code DIR]... [--rounds N] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ def one_run(code: Path, work: Path, tasks: int, concurrency: int) -> dict[str, f
     out, _ = user.communicate(timeout=120)
     calls, failed, lock_failed = (int(x) for x in out.split())
     landed = len(git("log", "--format=%s", "--grep=^t[0-9]*: add", cwd=repo).split("\n")) - 1
+    kept = set(git("ls-tree", "--name-only", "HEAD", "out/", cwd=repo).split())
+    deleted = git("log", "--diff-filter=D", "--format=", "--name-only", "--", "out/", cwd=repo).split()
+    lost = len({f"out/t{n}.txt" for n in range(1, tasks + 1)} - kept) + len(deleted)
     return {
         "fleet_exit": fleet.returncode,
         "seconds": elapsed,
@@ -101,6 +105,8 @@ def one_run(code: Path, work: Path, tasks: int, concurrency: int) -> dict[str, f
         "failed": failed,
         "lock_failed": lock_failed,
         "worker_commits": landed,
+        "lost": lost,
+        "load": os.getloadavg()[0],
         "index_lock_left": (repo / ".git" / "index.lock").exists(),
     }
 
@@ -112,19 +118,34 @@ def main() -> None:
     parser.add_argument(
         "--code", action="append", type=Path, help="a copy of the code to measure (repeatable)"
     )
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each copy, in turn")
     parser.add_argument("--dir", type=Path, help="where to build the repositories (default: a temp dir)")
     args = parser.parse_args()
     codes = args.code or [Path(__file__).resolve().parent.parent]
+    totals: dict[Path, list[dict[str, float]]] = {code: [] for code in codes}
     with tempfile.TemporaryDirectory(prefix="stella-bench-lane-", dir=args.dir) as tmp:
         print(f"{args.tasks} tasks, {args.concurrency} wide; the user's git add + git commit loop beside it")
-        for number, code in enumerate(codes):
+        for number in range(args.rounds * len(codes)):
+            code = codes[number % len(codes)]
+            load = os.getloadavg()[0]
             figures = one_run(code.resolve(), Path(tmp) / f"run{number}", args.tasks, args.concurrency)
+            totals[code].append(figures)
             rate = figures["failed"] / figures["calls"] if figures["calls"] else 0.0
             print(
                 f"{code}: user git calls {figures['calls']}, failed {figures['failed']} ({rate:.1%}; "
                 f"{figures['lock_failed']} on index.lock); worker commits {figures['worker_commits']}/"
-                f"{args.tasks}; fleet exit {figures['fleet_exit']} in {figures['seconds']:.1f}s; "
-                f"index.lock left: {figures['index_lock_left']}"
+                f"{args.tasks}, lost {figures['lost']}; fleet exit {figures['fleet_exit']} in "
+                f"{figures['seconds']:.1f}s; load {load:.1f}-{figures['load']:.1f}; "
+                f"index.lock left: {figures['index_lock_left']}",
+                flush=True,
+            )
+        for code, runs in totals.items():
+            calls, failed = sum(r["calls"] for r in runs), sum(r["failed"] for r in runs)
+            walls = sorted(r["seconds"] for r in runs)
+            print(
+                f"{code}: {len(runs)} runs, failed {failed}/{calls} ({failed / max(calls, 1):.1%}), "
+                f"lost {sum(r['lost'] for r in runs)}, wall median {walls[len(walls) // 2]:.1f}s "
+                f"({', '.join(f'{w:.1f}' for w in walls)})"
             )
 
 

@@ -1,8 +1,4 @@
-"""Temporary-index plumbing for the commit lane.
-
-A commit of exactly some paths, built in a temporary index so the user's own index (staged work) is never
-read or swept in; HEAD moves only by compare-and-swap.
-"""
+"""Private-index plumbing for the commit lane: a commit of exactly some paths never reads the user's index."""
 
 from __future__ import annotations
 
@@ -47,8 +43,8 @@ def commit_tree(root: Path, tree: str, parent: str | None, message: str) -> str:
 
 
 class HeadMove:
-    """A compare-and-swap of HEAD (through the branch it points at), its `git update-ref --stdin` started
-    ahead: when the move is due (under index.lock), only the move itself is left to wait for."""
+    """A compare-and-swap of HEAD, its `git update-ref --stdin` started ahead so that under index.lock
+    only the move itself is left."""
 
     def __init__(self, root: Path, reflog_message: str) -> None:
         self.root = root
@@ -121,8 +117,8 @@ def hide_others(root: Path, index_file: Path, paths: Sequence[str]) -> None:
 
 
 def rebased_tree(root: Path, head: str, commit: str) -> str | None:
-    """The tree of head plus what commit changed over its parent (a merge of the two, their merge base
-    commit's parent); None when they touch the same paths or head does not descend from that parent."""
+    """The tree of head merged with commit (their merge base commit's parent when head descends from it:
+    the caller checks); None when they conflict."""
     retcode, out, _ = gitops.git_status("merge-tree", "--write-tree", "--no-messages", head, commit, cwd=root)
     lines = out.split()
     return lines[0] if retcode == 0 and lines else None

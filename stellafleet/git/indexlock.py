@@ -1,19 +1,9 @@
-"""Git's own index lock, taken the way git takes it, and held only for the instant the real index changes.
+"""Git's own index lock, taken the way git takes it, held only to install a prepared index and move HEAD.
 
-Every git command that writes the index first creates `index.lock` beside it (exclusively), writes the
-new index there and renames it over the index; a git command that finds the lock taken fails at once. So
-a lane commit holds it as briefly as it can: the updated index is prepared aside first, from a copy of the
-real one and without the lock (`prepare_update`); under the lock only the check that the real index is
-still the one copied (else it is prepared again, now under the lock), the rename that installs it and the
-compare-and-swap of HEAD remain. The lock file names its holder (stella's pid and start time): one left
-behind by a killed stella is removed by the next stella command; one held by git itself is only waited for.
-
-`git commit` (and `git status`, which writes a refreshed index when it can) reads the index before it
-takes index.lock: one that read the index just before a lane commit installed its own, and locks it just
-after, would put back an index without the lane's paths (its own commit then fails, HEAD having moved, but
-the next one would delete them). So after installing, the lock is held while a git process of this work
-tree that started before the install is still running, at most LINGER_S: such a process meets the lock
-and fails before writing anything; with none running, the lock is released at once.
+The lock file names its holder (stella's pid and start time), so one a killed stella left is removed by
+the next stella command; git's own is only waited for. `git commit` reads the index before it locks it:
+one that read the index a lane commit replaced would write that copy back, so the lock lingers while such
+a git may still run (`IndexLock.linger`).
 """
 
 from __future__ import annotations
@@ -36,8 +26,7 @@ from stellafleet.proc.pids import ProcessIdentity, pid_alive_since
 MARKER = "stella-index-lock"
 LOCK_WAIT_S = 10.0
 LOCK_POLL_S = 0.005
-# The most a lane commit holds the lock for a git process that may have read the index it replaced.
-LINGER_S = 0.1
+LINGER_S = 0.1  # the most the lock is held for a git process that may have read the replaced index
 LINGER_POLL_S = 0.002
 CLOCK_TICK_S = 0.02  # process start times are known to a clock tick: a process this close may be older
 ASIDE_PREFIX = ".stella-"
@@ -106,10 +95,15 @@ class Update:
     """A prepared index aside: the real one (as it was when copied) with exactly some entries changed."""
 
     staged: Path
+    real: Path
     source: str | None  # the identity of the real index it was copied from
     before: dict[str, tuple[str, str]]  # the changed paths' entries in the real index, as copied
     entries: Mapping[str, tuple[str, str]]
     removed: tuple[str, ...]
+
+    def current(self) -> bool:
+        """Whether the real index is still the one copied."""
+        return identity(self.real) == self.source
 
     def discard(self) -> None:
         with contextlib.suppress(OSError):
@@ -121,12 +115,11 @@ def prepare_update(
     entries: Mapping[str, tuple[str, str]],
     removed: Sequence[str],
     *,
-    real: Path | None = None,
+    real: Path,
     quick: bool = False,
 ) -> Update:
     """The real index with exactly these entries set (or removed), prepared aside. quick (under the lock):
     only that; else also the stat data refreshed and the cache tree complete, as `git commit` leaves it."""
-    real = index_file(root) if real is None else real
     staged = _aside(real, os.getpid(), f"new{next(_serial)}")
     env = index.with_index(staged)
     source = _copy(real, staged)
@@ -139,16 +132,15 @@ def prepare_update(
         # when some entry (the user's unstaged work) does not, which is expected here.
         gitops.git("update-index", "-q", "--refresh", cwd=root, env=env, check=False)
         gitops.git("write-tree", cwd=root, env=env, check=False)  # the cache tree, stored in the index
-    return Update(staged, source, before, dict(entries), tuple(removed))
+    return Update(staged, real, source, before, dict(entries), tuple(removed))
 
 
-def refreshed(root: Path, update: Update, *, real: Path | None = None) -> Update:
+def refreshed(root: Path, update: Update) -> Update:
     """update, or (when the real index changed since it was copied) the same update prepared again."""
-    real = index_file(root) if real is None else real
-    if identity(real) == update.source:
+    if update.current():
         return update
     update.discard()
-    again = prepare_update(root, update.entries, update.removed, real=real, quick=True)
+    again = prepare_update(root, update.entries, update.removed, real=update.real, quick=True)
     again.before = update.before  # these paths are the lane's own: what the copy had is what they had
     return again
 
@@ -167,8 +159,7 @@ def _copy(real: Path, staged: Path) -> str | None:
 
 
 def _may_write(proc: psutil.Process, index: Path) -> bool:
-    """Whether a git process may write this index: not one pointed at another (a private index, as every
-    lane and salvage step of stella's own uses)."""
+    """Whether a git process may write this index: not one pointed at a private one, as stella's are."""
     try:
         other = proc.environ().get("GIT_INDEX_FILE")
     except psutil.Error:
@@ -195,12 +186,14 @@ class IndexLock:
 
     @classmethod
     @contextlib.contextmanager
-    def held(cls, root: Path, *, timeout: float | None = None) -> Iterator[IndexLock]:
+    def held(
+        cls, root: Path, *, timeout: float | None = None, index: Path | None = None
+    ) -> Iterator[IndexLock]:
         """Hold root's index.lock for the body, waiting (LOCK_WAIT_S) while another git process holds it."""
         timeout = LOCK_WAIT_S if timeout is None else timeout
         identity = ProcessIdentity.of()
         assert identity is not None
-        index = index_file(root)
+        index = index_file(root) if index is None else index
         marker = _aside(index, identity.pid, "lock")
         marker.write_text(f"{MARKER} {identity.pid} {identity.started_at!r}\n")
         lock = cls(root, index, marker)
@@ -231,18 +224,10 @@ class IndexLock:
                 )
             time.sleep(LOCK_POLL_S)
 
-    def fresh(self, update: Update) -> Update:
-        """update, prepared again when the real index changed since it was copied (under the lock)."""
-        return refreshed(self.root, update, real=self.index)
-
     def install(self, update: Update) -> None:
         """Put the prepared index in place (one rename: readers see the old index or the new one)."""
         os.replace(update.staged, self.index)
         self._installed_at = time.time()
-
-    def head(self) -> str | None:
-        """HEAD's commit now."""
-        return head_now(self.root, self.index)
 
     def match_head(self, paths: Sequence[str]) -> None:
         """Set these paths' entries to HEAD's (removing those HEAD lacks), and install that index."""
@@ -255,7 +240,8 @@ class IndexLock:
         self.install(prepare_update(self.root, entries, removed, real=self.index, quick=True))
 
     def linger(self) -> None:
-        """Hold the lock while a git process that may have read the replaced index runs (module note)."""
+        """Hold the lock while a git process that started before the install may still write this index:
+        it then fails at the lock instead of writing back the index it read. Released at once when none."""
         if self._installed_at is None:
             return
         deadline = time.monotonic() + LINGER_S

@@ -1,19 +1,13 @@
-"""A worker's commit of exactly its own paths, through the commit lane in the shared tree.
+"""A worker's commit of exactly its own paths; in the shared tree, through the commit lane.
 
-The paths are staged in a private index seeded from HEAD, so nothing the user (or another worker) has
-staged is swept in, and the repository's commit hooks run on exactly them (hooks.py); the commit is then
-built in another private index on the HEAD of the moment, and HEAD moves by compare-and-swap, so a commit
-never lands on top of a HEAD it did not see. Only the committed paths' entries of the real index are
-updated, so `git status` shows them clean while every other staged or unstaged change stays exactly as it
-was; the real index is touched only for that final update, under git's own index.lock, held for an
-instant (indexlock.py). A commit is recorded in the ledger whenever HEAD moved, even when its `stella
-commit` was killed halfway, and whatever a killed one left is cleaned up by the next stella command
-(lanejournal.py).
+Staged and hooked in a private index on HEAD, so nothing else staged is swept in; built aside, HEAD moved
+by compare-and-swap, and of the real index only these paths' entries changed, under git's index.lock held
+for an instant (indexlock.py). HEAD moved <=> a ledger row, even for a killed commit, whose leftovers the
+next stella command cleans up (lanejournal.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import time
@@ -32,8 +26,8 @@ from stellafleet.git.indexlock import IndexLock
 from stellafleet.git.lanejournal import Pending
 from stellafleet.state.claims import ClaimStore, Holder
 
-HEAD_RETRIES = 20  # builds of one commit under the lock, when HEAD moves by something that takes none
-OPTIMISTIC_S = 5.0  # how long a commit is built without the lock while other commits keep landing
+HEAD_RETRIES = 5  # tries of one commit while HEAD moves by something that takes no index.lock
+LOCKLESS_S = 5.0  # catching up without index.lock, at most: past it, under the lock (never overtaken)
 
 
 def commit_paths(
@@ -57,7 +51,8 @@ def commit_paths(
         if not ctx.shared:
             # An isolated worktree has one writer: no lane, no claims.
             staged = staging()
-            sha = commit_in_workspace(workspace, staged, reflog=reflog)
+            real = indexlock.index_file(workspace)
+            sha = commit_in_workspace(workspace, staged, _prepare(workspace, staged, real), reflog=reflog)
             lanejournal.record(ctx.paths.fleet_db, workspace, _pending(ctx, sha, staged))
         else:
             gitops.refuse_detached_head(workspace, allowed=ctx.allow_detached)  # detached since the start?
@@ -75,10 +70,11 @@ def _commit_shared(
     reflog: str,
     lane_timeout: float,
 ) -> str:
-    """The shared tree's commit: the claims first, then the staging and its hooks (outside the lane, which
-    is held only to build the commit and put it on HEAD), then the lane."""
+    """The claims, then the staging and its hooks outside the lane (a slow hook holds up no other commit),
+    then the lane."""
     journal = ctx.paths.private / lanejournal.JOURNAL_NAME
     record = functools.partial(lanejournal.record, ctx.paths.fleet_db, workspace)
+    real = indexlock.index_file(workspace)
     with ClaimStore.open(ctx.paths.store_db) as store:
         holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id, worker_pid(ctx))
         # Only the attempt's own paths: a path another live worker holds fails here, by name.
@@ -86,8 +82,9 @@ def _commit_shared(
         staged = staging()
         # The lane belongs to this process, not to the worker: a killed `stella commit` frees it at once.
         lane_holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
-        with store.commit_lane(lane_holder, timeout=lane_timeout):
-            indexlock.remove_dead_leftovers(indexlock.index_file(workspace))
+        # built before the lane, while other commits land, and caught up in it
+        with _prepare(workspace, staged, real) as ahead, store.commit_lane(lane_holder, timeout=lane_timeout):
+            indexlock.remove_dead_leftovers(real)
             lanejournal.finish(workspace, journal, record)
 
             def journal_it(sha: str, before: Mapping[str, tuple[str, str]]) -> None:
@@ -97,6 +94,7 @@ def _commit_shared(
                 sha = commit_in_workspace(
                     workspace,
                     staged,
+                    ahead,
                     reflog=reflog,
                     before_head_moves=journal_it,
                     on_branch=not ctx.allow_detached,
@@ -107,39 +105,12 @@ def _commit_shared(
                 raise
             record(_pending(ctx, sha, staged))
             lanejournal.clear(journal)
-    settle_index(workspace, staged.paths)
     return sha
 
 
-SETTLE_CHECKS_S = (0.05, 0.2)
-
-
-def settle_index(workspace: Path, paths: Sequence[str]) -> None:
-    """Put back index entries a racing `git commit` wrote over, for a moment after the commit.
-
-    `git commit` reads the index before it takes index.lock and may write that copy back: one that read it
-    just before this commit's index was installed can undo the entries of these paths, and the user's
-    next commit would then delete them. Checked twice, and repaired while HEAD still has these paths as
-    committed; git's own index writers share this race with `git commit`."""
-    for delay in SETTLE_CHECKS_S:
-        time.sleep(delay)
-        head = gitops.ref_commit(workspace, "HEAD")
-        if head is None:
-            return
-        committed = index.tree_entries(workspace, head, paths)
-        if index.index_entries(workspace, paths) == committed:
-            continue
-        with contextlib.suppress(GitError), IndexLock.held(workspace, timeout=1.0) as lock:
-            if index.index_entries(workspace, paths) != committed:
-                lock.match_head(paths)
-
-
 def worker_pid(ctx: WorkerContext) -> int:
-    """The worker process of ctx's attempt: this process, or its topmost ancestor in the same attempt.
-
-    `stella commit` run by a command pipeline is a short-lived child of the worker; claims it takes must
-    belong to the worker, or they would go stale the moment the command exits.
-    """
+    """This process's topmost ancestor in ctx's attempt: claims taken by a short-lived `stella commit`
+    belong to the worker, or they would go stale the moment it exits."""
     wanted = {key: ctx.to_env()[key] for key in ("STELLA_RUN_ID", "STELLA_ATTEMPT_ID")}
     pid = os.getpid()
     try:
@@ -230,79 +201,64 @@ def stage(
 def commit_in_workspace(
     workspace: Path,
     staged: Staged,
+    ahead: _Ahead,
     *,
     reflog: str,
     before_head_moves: Callable[[str, Mapping[str, tuple[str, str]]], None] | None = None,
-    on_branch: bool = False,  # refused if HEAD is detached when it would move: _installable
+    on_branch: bool = False,  # refused if HEAD is detached when it would move: _refuse_detached
 ) -> str:
-    """HEAD + exactly the staged entries as one new commit on HEAD, by compare-and-swap; returns its SHA.
+    """The commit built ahead put on HEAD by compare-and-swap, and its paths' entries in the real index;
+    returns its SHA. before_head_moves(sha, the paths' index entries before) journals it first.
 
-    Commit and index update are built aside; index.lock is held only to install the index and move HEAD
-    (indexlock.py), so the user's commit cannot land in between. The index changes first: git reading the
-    new HEAD reads the new index, git that read the old HEAD fails its own compare-and-swap. The lane's
-    journal, before_head_moves(sha, the paths' index entries before), runs just before. A HEAD moved
-    meanwhile (the user's `git commit`) gets the commit rebuilt on it, of this attempt's paths only."""
+    It is caught up without index.lock on what HEAD and the index did meanwhile until they stay put up to
+    the lock, which is then held only to install the index and move HEAD: the user's git meets it for an
+    instant. Past LOCKLESS_S it is caught up under the lock, so it cannot be overtaken again."""
     moved: GitError | None = None
-    ahead: _Ahead | None = None
     mover: index.HeadMove | None = None  # started ahead: under the lock, only the move itself is left
-    journal = before_head_moves or (lambda sha, before: None)
-    real = indexlock.index_file(workspace)
-    optimistic_until = time.monotonic() + OPTIMISTIC_S
-    tries = 0
+    real = ahead.update.real
+    deadline = time.monotonic() + LOCKLESS_S
+    failed_moves = 0
     try:
-        while tries < HEAD_RETRIES:
-            # Built without the lock, onto HEAD and the real index as they are, until neither moved from
-            # the start of a catch-up to its end; past OPTIMISTIC_S, built under it (not overtaken again).
-            optimistic = time.monotonic() < optimistic_until
+        while failed_moves < HEAD_RETRIES:
+            ahead = _catch_up(workspace, staged, ahead)
+            lockless = time.monotonic() < deadline
+            if lockless and not _settled(workspace, ahead):
+                continue
             mover = mover or index.HeadMove(workspace, reflog)
-            if optimistic:
-                ahead = _catch_up(workspace, staged, ahead, real)
-                if not _settled(workspace, ahead, real):
-                    continue
-                journal(ahead.new, ahead.update.before)
-            tries += not optimistic
-            with IndexLock.held(workspace) as lock:
-                if optimistic and ahead is not None and not _settled(workspace, ahead, real):
-                    continue
-                if not optimistic:
-                    ahead = _current(workspace, staged, lock, ahead)
-                    journal(ahead.new, ahead.update.before)
-                ahead = _installable(workspace, real, ahead, on_branch)
+            with IndexLock.held(workspace, index=real) as lock:
+                if lockless and not _settled(workspace, ahead):
+                    continue  # let go at once and catch up without it
+                ahead = _catch_up(workspace, staged, ahead)  # nothing left to do unless past LOCKLESS_S
+                if before_head_moves is not None:
+                    before_head_moves(ahead.new, ahead.update.before)
+                _refuse_detached(workspace, real, on_branch)
                 lock.install(ahead.update)
                 move, mover = mover, None
                 try:
                     move.move(ahead.new, ahead.old)
-                except GitError as exc:  # moved by something that takes no index.lock: build it again
-                    moved = exc
+                except GitError as exc:  # moved by something that takes no index.lock: catch up again
+                    moved, failed_moves = exc, failed_moves + 1
                     lock.match_head(staged.paths)
-                    ahead = None
-                    tries += 1
                     continue
                 lock.linger()
                 return ahead.new
     finally:
         if mover is not None:
             mover.cancel()
-        if ahead is not None:
-            ahead.update.discard()
+        ahead.update.discard()
     paths = ", ".join(staged.paths)
     raise moved or GitError(f"HEAD kept moving while committing {paths}; nothing was committed")
 
 
-def _installable(workspace: Path, real: Path, ahead: _Ahead | None, on_branch: bool) -> _Ahead:
-    """ahead, under index.lock just before the move; StellaError, nothing moved, when on_branch and HEAD
-    has been detached (the user's `git checkout --detach`) since the check before the hooks and the
-    lane's wait, which take seconds."""
-    assert ahead is not None
+def _settled(workspace: Path, ahead: _Ahead) -> bool:
+    """Whether HEAD and the real index are still what ahead was built on (read from the files)."""
+    return ahead.update.current() and indexlock.head_now(workspace, ahead.update.real) == ahead.old
+
+
+def _refuse_detached(workspace: Path, real: Path, on_branch: bool) -> None:
+    """Under index.lock: a HEAD detached since the check before the hooks and the lane's wait is refused."""
     if on_branch and gitops.head_detached(workspace, real.parent):
         gitops.refuse_detached_head(workspace)
-    return ahead
-
-
-def _settled(workspace: Path, ahead: _Ahead, real: Path) -> bool:
-    """True while HEAD and the real index are what ahead was built on (read from the files, no git)."""
-    same_index = indexlock.identity(real) == ahead.update.source
-    return same_index and indexlock.head_now(workspace, real) == ahead.old
 
 
 @dataclass
@@ -313,10 +269,30 @@ class _Ahead:
     new: str
     update: indexlock.Update
 
+    def __enter__(self) -> _Ahead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.update.discard()
+
+
+def _catch_up(workspace: Path, staged: Staged, ahead: _Ahead) -> _Ahead:
+    """ahead brought onto HEAD and the real index as they are now (nothing to do when neither moved):
+    with or without index.lock, the one way a commit is caught up."""
+    head = indexlock.head_now(workspace, ahead.update.real)
+    if head != ahead.old:
+        rebased = _rebased(workspace, staged, ahead, head)
+        if rebased is None:
+            ahead.update.discard()
+            return _prepare(workspace, staged, ahead.update.real)
+        ahead = rebased
+    ahead.update = indexlock.refreshed(workspace, ahead.update)
+    return ahead
+
 
 def _rebased(workspace: Path, staged: Staged, ahead: _Ahead, head: str | None) -> _Ahead | None:
-    """The commit built ahead with its change put onto head instead, in as few git calls as can be (None
-    when that cannot be done: they touch the same paths, or head does not descend from its parent)."""
+    """ahead's change put onto head in three git calls; None when they touch the same paths or head does
+    not descend from ahead's parent."""
     if head is None or ahead.old is None:
         return None
     tree = index.rebased_tree(workspace, head, ahead.new)
@@ -325,43 +301,14 @@ def _rebased(workspace: Path, staged: Staged, ahead: _Ahead, head: str | None) -
     return _Ahead(head, index.commit_tree(workspace, tree, head, staged.message), ahead.update)
 
 
-def _catch_up(workspace: Path, staged: Staged, ahead: _Ahead | None, real: Path) -> _Ahead:
-    """Without the lock: the commit (and index update) built ahead, on HEAD as it is now."""
-    if ahead is None:
-        return _prepare(workspace, staged)
-    head = indexlock.head_now(workspace, real)
-    if head != ahead.old:
-        rebased = _rebased(workspace, staged, ahead, head)
-        if rebased is None:
-            ahead.update.discard()
-            return _prepare(workspace, staged)
-        ahead = rebased
-    ahead.update = indexlock.refreshed(workspace, ahead.update, real=real)
-    return ahead
-
-
-def _current(workspace: Path, staged: Staged, lock: IndexLock, ahead: _Ahead | None) -> _Ahead:
-    """Under the lock: the commit built ahead, brought onto HEAD as it is now (or built again)."""
-    head = lock.head()
-    if ahead is not None and head != ahead.old:
-        rebased = _rebased(workspace, staged, ahead, head)
-        if rebased is None:
-            ahead.update.discard()
-        ahead = rebased
-    if ahead is None:
-        return _prepare(workspace, staged, real=lock.index)
-    ahead.update = lock.fresh(ahead.update)
-    return ahead
-
-
-def _prepare(workspace: Path, staged: Staged, *, real: Path | None = None) -> _Ahead:
-    old, new = _build(workspace, staged)
+def _prepare(workspace: Path, staged: Staged, real: Path) -> _Ahead:
+    old, new = _build(workspace, staged, real)
     return _Ahead(old, new, indexlock.prepare_update(workspace, staged.entries, staged.gone, real=real))
 
 
-def _build(workspace: Path, staged: Staged) -> tuple[str | None, str]:
+def _build(workspace: Path, staged: Staged, real: Path) -> tuple[str | None, str]:
     """(HEAD, a new commit of HEAD plus exactly the staged entries, HEAD its parent)."""
-    old = gitops.ref_commit(workspace, "HEAD")
+    old = indexlock.head_now(workspace, real)
     with scratch.directory("stella-index-") as tmp:
         index_file = Path(tmp) / "index"
         index.read_tree_into(workspace, index_file, old)
