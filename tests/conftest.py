@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from helpers.agents import FakeAgents
 from helpers.progress import register
-from helpers.repo import GIT_EMAIL, GIT_NAME, StellaRunner, git, run_stella
+from helpers.repo import GIT_EMAIL, GIT_NAME, StellaRunner, git, run_stella, stella_here
 
 if TYPE_CHECKING:
     from helpers.realgh import GitHubHost
@@ -91,6 +91,13 @@ def git_repo(tmp_path: Path, isolated_home: Path) -> Path:
 def stella(isolated_home: Path) -> StellaRunner:
     """Run `stella ARGS...` as a real process with HOME isolated, returning the completed process."""
     return run_stella
+
+
+@pytest.fixture
+def stella_main(isolated_home: Path) -> StellaRunner:
+    """`stella ARGS...` through cli.main in this process (helpers/repo.py: stella_here), answering as the
+    `stella` fixture does: for the tests of parsing and output, where the process is not the point."""
+    return stella_here
 
 
 @pytest.fixture

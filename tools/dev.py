@@ -81,14 +81,15 @@ def ensure_venv(*, quiet: bool = False) -> None:
 
 def test(extra: list[str]) -> int:
     """ruff, mypy, then the suite on STELLA_TEST_WORKERS workers, each step announced and timed; pytest's
-    lines end with [done/total] and a progress line comes every 20 s (tests/helpers/progress.py)."""
+    lines end with [done/total], a progress line comes every 20 s (tests/helpers/progress.py), and the
+    25 slowest tests are listed at the end."""
     workers = os.environ.get("STELLA_TEST_WORKERS", "2")
     pytest = [_bin("python"), "-m", "pytest", "-n", workers, "--dist", "loadgroup"]
     steps = [
         ("ruff check", [_bin("ruff"), "check", "stellafleet", "tests", "bench", "tools"]),
         ("ruff format", [_bin("ruff"), "format", "--check", "stellafleet", "tests", "bench", "tools"]),
         ("mypy", [_bin("mypy")]),
-        ("pytest", [*pytest, "-o", "console_output_style=count", *extra]),
+        ("pytest", [*pytest, "-o", "console_output_style=count", "--durations=25", *extra]),
     ]
     os.environ["STELLA_TEST_PROGRESS"] = "1"
     failed = []

@@ -72,10 +72,10 @@ def attempts_of(record: dict, task: str) -> list[dict]:
 
 
 def test_fix_ci_fixes_one_branch_in_one_round_and_gives_up_on_the_other_after_two(
-    fleet_repo: Path, tmp_path: Path, marks: Path, host: GitHubHost, stella: StellaRunner
+    fleet_repo: Path, tmp_path: Path, marks: Path, host: GitHubHost, stella_main: StellaRunner
 ) -> None:
     plan = str(tmp_path / "plan.toml")
-    proc = stella(
+    proc = stella_main(
         "fleet", "--json", "--watch", "--fix-ci", "2", "--plan", plan, "--pipeline", "command", cwd=fleet_repo
     )
     assert proc.returncode == 4, proc.stdout + proc.stderr
@@ -114,15 +114,15 @@ def test_fix_ci_fixes_one_branch_in_one_round_and_gives_up_on_the_other_after_tw
     logs = [op for op in host.operations() if "/actions/runs/" in op and op.endswith("/logs")]
     assert len(logs) == 3  # one `gh run view --log-failed` per red round
 
-    shown = stella("runs", "latest", cwd=fleet_repo)
+    shown = stella_main("runs", "latest", cwd=fleet_repo)
     assert shown.stdout.count("ci-fix") == 3
 
 
 def test_spend_across_rounds_counts_toward_the_limit(
-    fleet_repo: Path, tmp_path: Path, marks: Path, stella: StellaRunner
+    fleet_repo: Path, tmp_path: Path, marks: Path, stella_main: StellaRunner
 ) -> None:
     (tmp_path / "plan.toml").write_text(PLAN.split("\n\n")[1])  # the stubborn task alone
-    proc = stella(
+    proc = stella_main(
         "--spend-limit", "1.0", "fleet", "--json", "--watch", "--fix-ci", "2",
         "--plan", str(tmp_path / "plan.toml"), "--pipeline", "command",
         cwd=fleet_repo, env={"SPEND_EACH": "0.6"},
@@ -138,9 +138,9 @@ def test_spend_across_rounds_counts_toward_the_limit(
 
 
 def test_fix_ci_without_watch_is_a_usage_error(
-    fleet_repo: Path, tmp_path: Path, stella: StellaRunner
+    fleet_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
-    proc = stella("fleet", "--fix-ci", "1", "--plan", str(tmp_path / "plan.toml"), cwd=fleet_repo)
+    proc = stella_main("fleet", "--fix-ci", "1", "--plan", str(tmp_path / "plan.toml"), cwd=fleet_repo)
     assert proc.returncode == 2
     assert (
         proc.stderr.strip() == "stella: error: --fix-ci needs --watch: it acts on branches whose CI ends red"
@@ -148,15 +148,15 @@ def test_fix_ci_without_watch_is_a_usage_error(
 
 
 def test_stella_watch_fix_ci_sends_a_past_runs_red_branch_back(
-    fleet_repo: Path, tmp_path: Path, marks: Path, stella: StellaRunner
+    fleet_repo: Path, tmp_path: Path, marks: Path, stella_main: StellaRunner
 ) -> None:
     (tmp_path / "plan.toml").write_text(PLAN.split("\n\n")[0])  # the fixable task alone
-    first = stella(
+    first = stella_main(
         "fleet", "--watch", "--plan", str(tmp_path / "plan.toml"), "--pipeline", "command", cwd=fleet_repo
     )
     assert first.returncode == 4, first.stdout + first.stderr
     assert not (marks / "prompt-fixable-2.txt").exists()
-    proc = stella("watch", "--fix-ci", "1", "--json", cwd=fleet_repo)
+    proc = stella_main("watch", "--fix-ci", "1", "--json", cwd=fleet_repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [watched] = json.loads(proc.stdout)["branches"]
     assert watched["state"] == "green" and watched["fix_rounds"] == 1
@@ -176,16 +176,16 @@ def test_stella_watch_fix_ci_sends_a_past_runs_red_branch_back(
     ],
 )
 def test_a_past_runs_fix_up_gets_only_what_is_left_of_its_spend_limit(
-    fleet_repo: Path, tmp_path: Path, marks: Path, stella: StellaRunner, spent: str, expected: str
+    fleet_repo: Path, tmp_path: Path, marks: Path, stella_main: StellaRunner, spent: str, expected: str
 ) -> None:
     (tmp_path / "plan.toml").write_text(PLAN.split("\n\n")[0])  # the fixable task alone
-    first = stella(
+    first = stella_main(
         "--spend-limit", "1", "fleet", "--watch", "--plan", str(tmp_path / "plan.toml"),
         "--pipeline", "command", "--max-concurrency", "1", cwd=fleet_repo, env={"SPEND_EACH": spent},
     )  # fmt: skip
     assert first.returncode == 4, first.stdout + first.stderr
     assert float((marks / "guard-fixable-1.txt").read_text()) == pytest.approx(1.0)
-    proc = stella("watch", "--fix-ci", "1", "--json", cwd=fleet_repo, env={"SPEND_EACH": "0"})
+    proc = stella_main("watch", "--fix-ci", "1", "--json", cwd=fleet_repo, env={"SPEND_EACH": "0"})
     assert "Traceback" not in proc.stderr, proc.stderr
     [watched] = json.loads(proc.stdout)["branches"]
     record = run_record(fleet_repo)
@@ -201,10 +201,10 @@ def test_a_past_runs_fix_up_gets_only_what_is_left_of_its_spend_limit(
 
 
 def test_a_fleets_fix_up_with_less_than_the_minimum_guard_left_is_not_started(
-    fleet_repo: Path, tmp_path: Path, marks: Path, stella: StellaRunner
+    fleet_repo: Path, tmp_path: Path, marks: Path, stella_main: StellaRunner
 ) -> None:
     (tmp_path / "plan.toml").write_text(PLAN.split("\n\n")[0])  # the fixable task alone
-    proc = stella(
+    proc = stella_main(
         "--spend-limit", "1", "fleet", "--json", "--watch", "--fix-ci", "1",
         "--plan", str(tmp_path / "plan.toml"), "--pipeline", "command",
         cwd=fleet_repo, env={"SPEND_EACH": "0.995"},

@@ -37,11 +37,11 @@ def configure(root: Path, host: GitHubHost, ci_result: str) -> None:
 
 
 def test_a_green_branch_keeps_exit_0_and_lands_in_the_json_document(
-    origin_repo: Path, tmp_path: Path, host: GitHubHost, stella: StellaRunner
+    origin_repo: Path, tmp_path: Path, host: GitHubHost, stella_main: StellaRunner
 ) -> None:
     configure(origin_repo, host, "success")
     plan = str(tmp_path / "plan.toml")
-    proc = stella("fleet", "--json", "--watch", "--plan", plan, "--pipeline", "command", cwd=origin_repo)
+    proc = stella_main("fleet", "--json", "--watch", "--plan", plan, "--pipeline", "command", cwd=origin_repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
     [watched] = doc["watch"]["branches"]
@@ -50,11 +50,11 @@ def test_a_green_branch_keeps_exit_0_and_lands_in_the_json_document(
 
 
 def test_a_red_branch_gives_exit_4(
-    origin_repo: Path, tmp_path: Path, host: GitHubHost, stella: StellaRunner
+    origin_repo: Path, tmp_path: Path, host: GitHubHost, stella_main: StellaRunner
 ) -> None:
     configure(origin_repo, host, "failure")
     plan = str(tmp_path / "plan.toml")
-    proc = stella("fleet", "--watch", "--plan", plan, "--pipeline", "command", cwd=origin_repo)
+    proc = stella_main("fleet", "--watch", "--plan", plan, "--pipeline", "command", cwd=origin_repo)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     record = run_record(origin_repo)
     assert record["run"]["status"] == "succeeded" and record["run"]["exit_code"] == 4
@@ -62,11 +62,15 @@ def test_a_red_branch_gives_exit_4(
 
 
 def test_gh_not_ready_is_exit_2_before_anything_runs(
-    origin_repo: Path, tmp_path: Path, host: GitHubHost, monkeypatch: pytest.MonkeyPatch, stella: StellaRunner
+    origin_repo: Path,
+    tmp_path: Path,
+    host: GitHubHost,
+    monkeypatch: pytest.MonkeyPatch,
+    stella_main: StellaRunner,
 ) -> None:
     configure(origin_repo, host, "success")
     monkeypatch.delenv("GH_ENTERPRISE_TOKEN")
     plan = str(tmp_path / "plan.toml")
-    proc = stella("fleet", "--watch", "--plan", plan, "--pipeline", "command", cwd=origin_repo)
+    proc = stella_main("fleet", "--watch", "--plan", plan, "--pipeline", "command", cwd=origin_repo)
     assert proc.returncode == 2 and "gh is not authenticated" in proc.stderr, proc.stderr
     assert not StatePaths(origin_repo).fleet_db.exists()

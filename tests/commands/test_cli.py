@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.repo import run_stella
+from helpers.repo import stella_here
 
 from stellafleet import __version__
 from stellafleet.cli import main, misplaced_spend_limit
@@ -16,7 +16,7 @@ from stellafleet.cli import main, misplaced_spend_limit
 def stella(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return run_stella(*args, cwd=cwd, env=env, timeout=60)
+    return stella_here(*args, cwd=cwd, env=env, timeout=60)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.repo import run_stella
+from helpers.repo import stella_here
 
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd
@@ -21,7 +21,7 @@ from stellafleet.testing.sample_ledger import build_sample_ledger
 
 
 def stella(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_stella(*args, cwd=repo, env={"HOME": str(repo.parent), "NO_COLOR": "1"}, timeout=60)
+    return stella_here(*args, cwd=repo, env={"HOME": str(repo.parent), "NO_COLOR": "1"}, timeout=60)
 
 
 @pytest.fixture

@@ -46,10 +46,10 @@ def api_runs(ledger: Path) -> Any:
 
 
 def test_absurd_spend_reports_are_refused_and_every_total_stays_finite(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     write_config(git_repo, run=Scripts(tmp_path / "scripts").python("rich", "report(spend_usd=1e308)"))
-    proc = stella("fleet", "--pipeline", "command", "one", "two", cwd=git_repo)
+    proc = stella_main("fleet", "--pipeline", "command", "one", "two", cwd=git_repo)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "$inf" not in proc.stdout and "$?" not in proc.stdout
     record = run_record(git_repo)
@@ -57,30 +57,30 @@ def test_absurd_spend_reports_are_refused_and_every_total_stays_finite(
     for task in record["tasks"]:
         assert task["status"] == "failed"
         assert "spend_usd must be a non-negative number of dollars (at most 100000)" in task["reason"]
-    runs = strict(stella("runs", "--json", cwd=git_repo).stdout)
+    runs = strict(stella_main("runs", "--json", cwd=git_repo).stdout)
     assert runs["runs"][0]["spend_usd"] == 0.0
     assert api_runs(StatePaths(git_repo).fleet_db)["runs"][0]["spend_usd"] == 0.0
 
 
 def test_a_ledger_already_holding_infinity_still_gives_strict_json(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     write_config(git_repo, run="echo ok")
-    assert stella("fleet", "--pipeline", "command", "one", cwd=git_repo).returncode == 0
+    assert stella_main("fleet", "--pipeline", "command", "one", cwd=git_repo).returncode == 0
     db = StatePaths(git_repo).fleet_db
     conn = sqlite3.connect(db)
     with conn:  # what an older stella let in
         conn.execute("UPDATE runs SET spend_usd = 1e308 * 10")
         conn.execute("UPDATE attempts SET spend_usd = 1e308 * 10")
     conn.close()
-    listing = stella("runs", "--json", cwd=git_repo)
+    listing = stella_main("runs", "--json", cwd=git_repo)
     assert listing.returncode == 0, listing.stderr
     run = strict(listing.stdout)["runs"][0]
     assert run["spend_usd"] is None
-    detail = stella("runs", run["id"], "--json", cwd=git_repo)
+    detail = stella_main("runs", run["id"], "--json", cwd=git_repo)
     assert strict(detail.stdout)["run"]["spend_usd"] is None
     assert api_runs(db)["runs"][0]["spend_usd"] is None
-    table = stella("runs", cwd=git_repo, env={"NO_COLOR": "1", "COLUMNS": "200"})
+    table = stella_main("runs", cwd=git_repo, env={"NO_COLOR": "1", "COLUMNS": "200"})
     assert table.returncode == 0 and "inf" not in table.stdout, table.stdout + table.stderr
 
 

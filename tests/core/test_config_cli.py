@@ -29,51 +29,56 @@ def refused(result: subprocess.CompletedProcess[str], *problems: str) -> None:
     assert result.stdout == ""
 
 
-def test_an_unknown_key_stops_the_fleet_before_anything_runs(git_repo: Path, stella: StellaRunner) -> None:
+def test_an_unknown_key_stops_the_fleet_before_anything_runs(
+    git_repo: Path, stella_main: StellaRunner
+) -> None:
     config = write(git_repo / ".stella/config.toml", "[fleet]\nmax_concurency = 4\n")
-    result = stella("fleet", "--pipeline", "command", "Fix the tests", cwd=git_repo)
+    result = stella_main("fleet", "--pipeline", "command", "Fix the tests", cwd=git_repo)
     refused(result, f'{config}: fleet.max_concurency is not a known key (did you mean "max_concurrency"?)')
     assert not StatePaths(git_repo).fleet_db.exists()
 
 
-def test_a_removed_setting_stops_the_fleet_and_says_it_is_gone(git_repo: Path, stella: StellaRunner) -> None:
+def test_a_removed_setting_stops_the_fleet_and_says_it_is_gone(
+    git_repo: Path, stella_main: StellaRunner
+) -> None:
     config = write(git_repo / ".stella/config.toml", "[fleet]\nfork_workers = false\n")
     gone = "this setting was removed: every task is one plain worker process now; delete it"
     refused(
-        stella("config", "show", cwd=git_repo), f"{config}: fleet.fork_workers is not a known key ({gone})"
+        stella_main("config", "show", cwd=git_repo),
+        f"{config}: fleet.fork_workers is not a known key ({gone})",
     )
     write(config, '[pipelines.command]\nrun = "true"\ndirect = true\n')
     refused(
-        stella("fleet", "--dry-run", "--pipeline", "command", "Fix the tests", cwd=git_repo),
+        stella_main("fleet", "--dry-run", "--pipeline", "command", "Fix the tests", cwd=git_repo),
         f"{config}: pipelines.command.direct is not a known key (this setting was removed: "
         "every command task runs under its own worker process now; delete it)",
     )
     assert not StatePaths(git_repo).fleet_db.exists()
 
 
-def test_a_wrong_type_names_the_expected_type(git_repo: Path, stella: StellaRunner) -> None:
+def test_a_wrong_type_names_the_expected_type(git_repo: Path, stella_main: StellaRunner) -> None:
     config = write(git_repo / ".stella/config.toml", '[watch]\npoll_interval = "30s"\n')
     refused(
-        stella("config", "show", cwd=git_repo),
+        stella_main("config", "show", cwd=git_repo),
         f'{config}: watch.poll_interval must be a positive number, not a string ("30s")',
     )
 
 
-def test_an_unknown_section_gets_the_closest_one(git_repo: Path, stella: StellaRunner) -> None:
+def test_an_unknown_section_gets_the_closest_one(git_repo: Path, stella_main: StellaRunner) -> None:
     config = write(git_repo / ".stella/config.toml", "[governer]\nmax = 4\n")
     refused(
-        stella("run", "Fix the tests", cwd=git_repo),
+        stella_main("run", "Fix the tests", cwd=git_repo),
         f"{config}: [governer] is not a known section (did you mean [governor]?)",
     )
 
 
 def test_every_problem_of_every_file_at_once(
-    git_repo: Path, isolated_home: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, isolated_home: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     user = write(isolated_home / ".config/stella/config.toml", "[engine]\nshell = 1\n")
     given = write(tmp_path / "ci.toml", '[watch]\nforce_push = "no"\n[prices."m"]\ninput_per_mtok = 1\n')
     refused(
-        stella("--config", str(given), "pipelines", cwd=git_repo, env={"STELLA_PROVIDER": "gemini"}),
+        stella_main("--config", str(given), "pipelines", cwd=git_repo, env={"STELLA_PROVIDER": "gemini"}),
         f"{user}: engine.shell must be true or false, not 1",
         f'{given}: watch.force_push must be true or false, not a string ("no")',
         '$STELLA_PROVIDER: engine.provider must be one of openai, anthropic, not a string ("gemini")',
@@ -111,7 +116,7 @@ def test_a_pipeline_table_needs_a_built_in_or_installed_pipeline(
 
 
 def test_show_says_where_each_value_came_from(
-    git_repo: Path, isolated_home: Path, stella: StellaRunner
+    git_repo: Path, isolated_home: Path, stella_main: StellaRunner
 ) -> None:
     user = write(isolated_home / ".config/stella/config.toml", '[engine]\nmodel = "user-model"\n')
     project = write(
@@ -119,7 +124,7 @@ def test_show_says_where_each_value_came_from(
         '[engine]\nmax_steps = 7\n[pipelines.command]\nrun = "make fix"\n[prices."qwen2.5:14b"]\n'
         "input_per_mtok = 0\noutput_per_mtok = 0\n",
     )
-    result = stella("config", "show", "--json", cwd=git_repo, env={"STELLA_MODEL": "env-model"})
+    result = stella_main("config", "show", "--json", cwd=git_repo, env={"STELLA_MODEL": "env-model"})
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
     assert shown["files"] == [
@@ -137,7 +142,7 @@ def test_show_says_where_each_value_came_from(
     assert sources["watch.poll_interval"] == "default"
     assert "engine.provider" not in sources  # unset, and no default of its own
 
-    text = stella("config", "show", cwd=git_repo, env={"STELLA_MODEL": "env-model"})
+    text = stella_main("config", "show", cwd=git_repo, env={"STELLA_MODEL": "env-model"})
     assert text.returncode == 0, text.stderr
     for line in ('model = "env-model" +# \\$STELLA_MODEL', f"max_steps = 7 +# {re.escape(str(project))}"):
         assert re.search(f"^{line}$", text.stdout, re.MULTILINE), text.stdout
@@ -146,11 +151,11 @@ def test_show_says_where_each_value_came_from(
 
 
 def test_show_reads_the_file_given_with_config_instead_of_the_projects(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     write(git_repo / ".stella/config.toml", "[fleet]\nmax_concurrency = 2\n")
     given = write(tmp_path / "other.toml", "[fleet]\nmax_concurrency = 5\n")
-    result = stella("--config", str(given), "config", "show", "--json", cwd=git_repo)
+    result = stella_main("--config", str(given), "config", "show", "--json", cwd=git_repo)
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
     assert shown["files"][1] == {"kind": "--config", "path": str(given), "exists": True}
@@ -158,28 +163,28 @@ def test_show_reads_the_file_given_with_config_instead_of_the_projects(
     assert shown["sources"]["fleet.max_concurrency"] == str(given)
 
 
-def test_schema_prints_the_bundled_file(stella: StellaRunner, tmp_path: Path) -> None:
-    result = stella("config", "schema", cwd=tmp_path)
+def test_schema_prints_the_bundled_file(stella_main: StellaRunner, tmp_path: Path) -> None:
+    result = stella_main("config", "schema", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     bundled = (REPO / "stellafleet" / "core" / "config.schema.json").read_text(encoding="utf-8")
     assert result.stdout == bundled
     assert json.loads(result.stdout)["title"] == "stella configuration"
 
 
-def test_config_without_a_subcommand_is_a_usage_error(stella: StellaRunner, tmp_path: Path) -> None:
-    result = stella("config", cwd=tmp_path)
+def test_config_without_a_subcommand_is_a_usage_error(stella_main: StellaRunner, tmp_path: Path) -> None:
+    result = stella_main("config", cwd=tmp_path)
     assert result.returncode == 2
     assert "show" in result.stderr and "schema" in result.stderr
 
 
 def test_show_names_stella_base_url_as_the_origin_of_engine_base_url(
-    git_repo: Path, stella: StellaRunner
+    git_repo: Path, stella_main: StellaRunner
 ) -> None:
     url = "http://127.0.0.1:9/v1"
-    result = stella("config", "show", "--json", cwd=git_repo, env={"STELLA_BASE_URL": url})
+    result = stella_main("config", "show", "--json", cwd=git_repo, env={"STELLA_BASE_URL": url})
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
     assert shown["config"]["engine"]["base_url"] == url
     assert shown["sources"]["engine.base_url"] == "$STELLA_BASE_URL"
-    text = stella("config", "show", cwd=git_repo, env={"STELLA_BASE_URL": url})
+    text = stella_main("config", "show", cwd=git_repo, env={"STELLA_BASE_URL": url})
     assert re.search(rf'^base_url = "{re.escape(url)}" +# \$STELLA_BASE_URL$', text.stdout, re.MULTILINE)

@@ -58,21 +58,21 @@ def models_asked(server: ScriptedModelServer) -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("source", SOURCES)
-def test_stella_run(source: str, git_repo: Path, stella: StellaRunner) -> None:
+def test_stella_run(source: str, git_repo: Path, stella_main: StellaRunner) -> None:
     with ScriptedModelServer(session("alpha")) as server:
         env, model = configure(source, git_repo, server)
-        result = stella("run", "Write alpha.txt", cwd=git_repo, env=env)
+        result = stella_main("run", "Write alpha.txt", cwd=git_repo, env=env)
         assert result.returncode == 0, result.stdout + result.stderr
         assert {request.body["model"] for request in server.requests} == {model}
     assert git("log", "-1", "--format=%s", cwd=git_repo) == "Add alpha.txt\n"
 
 
 @pytest.mark.parametrize("source", SOURCES)
-def test_stella_fleet_with_inline_prompts(source: str, git_repo: Path, stella: StellaRunner) -> None:
+def test_stella_fleet_with_inline_prompts(source: str, git_repo: Path, stella_main: StellaRunner) -> None:
     scripts = {"alpha.txt": session("alpha"), "beta.txt": session("beta")}
     with ScriptedModelServer([], scripts=scripts) as server:
         env, model = configure(source, git_repo, server)
-        result = stella("fleet", "Write alpha.txt", "Write beta.txt", cwd=git_repo, env=env)
+        result = stella_main("fleet", "Write alpha.txt", "Write beta.txt", cwd=git_repo, env=env)
         assert result.returncode == 0, result.stdout + result.stderr
         assert models_asked(server) == {"alpha": {model}, "beta": {model}}
     tasks = by_id(run_record(git_repo)["tasks"])
@@ -81,7 +81,7 @@ def test_stella_fleet_with_inline_prompts(source: str, git_repo: Path, stella: S
 
 @pytest.mark.parametrize("source", SOURCES)
 def test_a_plan_task_with_and_without_its_own_model(
-    source: str, git_repo: Path, stella: StellaRunner, tmp_path: Path
+    source: str, git_repo: Path, stella_main: StellaRunner, tmp_path: Path
 ) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text(
@@ -91,6 +91,6 @@ def test_a_plan_task_with_and_without_its_own_model(
     scripts = {"alpha.txt": session("alpha"), "beta.txt": session("beta")}
     with ScriptedModelServer([], scripts=scripts) as server:
         env, model = configure(source, git_repo, server)
-        result = stella("fleet", "--plan", str(plan), cwd=git_repo, env=env)
+        result = stella_main("fleet", "--plan", str(plan), cwd=git_repo, env=env)
         assert result.returncode == 0, result.stdout + result.stderr
         assert models_asked(server) == {"alpha": {"task-model"}, "beta": {model}}

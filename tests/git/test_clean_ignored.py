@@ -36,13 +36,13 @@ def _ignore_caches(root: Path) -> None:
 
 
 def test_ignored_caches_never_keep_a_worktree_but_untracked_work_does(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     _ignore_caches(git_repo)
     write_config(git_repo, run=Scripts(tmp_path / "scripts").python("writer", WRITER))
     plan = tmp_path / "plan.toml"
     plan.write_text('[[tasks]]\nid = "cache"\nprompt = "p"\nisolation = "isolated"\n')
-    ran = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    ran = stella_main("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     (worktree,) = list(StatePaths(git_repo).worktrees.iterdir())
     shown = str(worktree.relative_to(git_repo))
@@ -50,13 +50,13 @@ def test_ignored_caches_never_keep_a_worktree_but_untracked_work_does(
     # for work added to the worktree after the run, which no rule has committed
     (worktree / "scratch.txt").write_text("x")
 
-    kept = json.loads(stella("clean", "--json", cwd=git_repo).stdout)["kept"]
+    kept = json.loads(stella_main("clean", "--json", cwd=git_repo).stdout)["kept"]
     reasons = {item["target"]: item["reason"] for item in kept}
     assert reasons[shown].startswith("has uncommitted changes (1 file: scratch.txt)"), kept
 
     (worktree / "scratch.txt").unlink()  # only ignored caches are left: git status calls this clean
     assert git("status", "--porcelain", cwd=worktree) == ""
-    result = stella("clean", "--json", cwd=git_repo)
+    result = stella_main("clean", "--json", cwd=git_repo)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     removed = {item["target"]: item["reason"] for item in report["removed"]}
@@ -69,23 +69,23 @@ def test_ignored_caches_never_keep_a_worktree_but_untracked_work_does(
 
 
 def test_force_prints_each_deleted_branchs_tip_and_without_it_unmerged_work_stays(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     write_config(git_repo, run=Scripts(tmp_path / "scripts").python("committer", COMMITTER))
     plan = tmp_path / "plan.toml"
     plan.write_text('[[tasks]]\nid = "feat"\nprompt = "p"\nisolation = "isolated"\n')
-    ran = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    ran = stella_main("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     [branch] = [b for b in git("branch", "--format=%(refname:short)", cwd=git_repo).split() if b != "main"]
     tip = git("rev-parse", branch, cwd=git_repo).strip()
 
-    plain = stella("clean", cwd=git_repo)
+    plain = stella_main("clean", cwd=git_repo)
     assert plain.returncode == 0, plain.stderr
     assert f"kept         branch   {branch}" in plain.stdout
     assert "not merged into main (1 commit ahead): merge it, or rerun with --force" in plain.stdout
     assert git("rev-parse", branch, cwd=git_repo).strip() == tip
 
-    forced = stella("clean", "--force", cwd=git_repo)
+    forced = stella_main("clean", "--force", cwd=git_repo)
     assert forced.returncode == 0, forced.stderr
     assert f"removed      branch   {branch}" in forced.stdout
     assert f"not merged (1 commit ahead), deleted by --force (was {tip[:7]})" in forced.stdout
@@ -93,7 +93,7 @@ def test_force_prints_each_deleted_branchs_tip_and_without_it_unmerged_work_stay
 
 
 def test_teardown_runs_in_the_worktree_before_clean_removes_it(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -101,13 +101,13 @@ def test_teardown_runs_in_the_worktree_before_clean_removes_it(
     write_config(git_repo, run="true", extra=f"[worktree]\nteardown = {json.dumps(teardown)}\n")
     plan = tmp_path / "plan.toml"
     plan.write_text('[[tasks]]\nid = "svc"\nprompt = "p"\nisolation = "isolated"\n')
-    ran = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    ran = stella_main("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     (worktree,) = list(StatePaths(git_repo).worktrees.iterdir())
 
-    dry = stella("clean", "--dry-run", cwd=git_repo)
+    dry = stella_main("clean", "--dry-run", cwd=git_repo)
     assert dry.returncode == 0 and not (marks / "teardown").exists()  # a dry run runs nothing
-    result = stella("clean", "--json", cwd=git_repo)
+    result = stella_main("clean", "--json", cwd=git_repo)
     assert result.returncode == 0, result.stderr
     [item] = [i for i in json.loads(result.stdout)["removed"] if i["kind"] == "worktree"]
     assert item["reason"] == "clean worktree; teardown ran"

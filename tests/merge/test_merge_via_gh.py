@@ -42,14 +42,14 @@ report(spend_usd=0.1, summary=f"added {TASK}.txt")
 
 
 @pytest.fixture
-def watched(git_repo: Path, host: GitHubHost, tmp_path: Path, stella: StellaRunner) -> dict[str, dict]:
+def watched(git_repo: Path, host: GitHubHost, tmp_path: Path, stella_main: StellaRunner) -> dict[str, dict]:
     """A fleet whose base and top branches ended green and broken red, each with its pull request."""
     git("remote", "add", "origin", host.clone_url(), cwd=git_repo)
     git("push", "-q", "origin", "main", cwd=git_repo)
     command = Scripts(tmp_path / "scripts").python("worker", WORKER)
     write_config(git_repo, run=command, extra=f'[watch]\npoll_interval = 0.1\nrepo = "{host.repo_flag}"\n')
     (tmp_path / "plan.toml").write_text(PLAN)
-    proc = stella(
+    proc = stella_main(
         "fleet", "--json", "--watch", "--plan", str(tmp_path / "plan.toml"), "--pipeline", "command",
         cwd=git_repo,
     )  # fmt: skip
@@ -63,17 +63,17 @@ def main_log(host: GitHubHost) -> list[str]:
 
 
 def test_via_gh_squashes_each_green_pr_in_dependency_order_and_records_it(
-    git_repo: Path, host: GitHubHost, watched: dict[str, dict], stella: StellaRunner
+    git_repo: Path, host: GitHubHost, watched: dict[str, dict], stella_main: StellaRunner
 ) -> None:
     assert watched["broken"]["state"] == "red"
-    dry = stella("merge", "--via-gh", "--strategy", "squash", "--dry-run", cwd=git_repo)
+    dry = stella_main("merge", "--via-gh", "--strategy", "squash", "--dry-run", cwd=git_repo)
     assert dry.returncode == 0, dry.stdout + dry.stderr
     assert f"would ask GitHub to merge PR #{watched['base']['pr_number']} (squash)" in dry.stdout
-    refused = stella("merge", "--via-gh", "--resolve", cwd=git_repo)
+    refused = stella_main("merge", "--via-gh", "--resolve", cwd=git_repo)
     assert refused.returncode == 2 and "does not go with --via-gh" in refused.stderr
     assert "mutation PullRequestMerge" not in host.operations() and run_record(git_repo)["merges"] == []
 
-    proc = stella("merge", "--via-gh", "--strategy", "squash", "--json", cwd=git_repo)
+    proc = stella_main("merge", "--via-gh", "--strategy", "squash", "--json", cwd=git_repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
     assert [(i["task_id"], i["status"]) for i in doc["queue"]] == [("base", "merged"), ("top", "merged")]
@@ -98,17 +98,17 @@ def test_via_gh_squashes_each_green_pr_in_dependency_order_and_records_it(
         prs[watched[t]["branch"]]["merge_commit"] for t in ("base", "top")
     ]
 
-    again = stella("merge", "--via-gh", cwd=git_repo)  # already merged: nothing asked of GitHub again
+    again = stella_main("merge", "--via-gh", cwd=git_repo)  # already merged: nothing asked of GitHub again
     assert again.returncode == 0, again.stdout + again.stderr
     assert "already merged (PR #" in again.stdout
     assert host.operations().count("mutation PullRequestMerge") == 2
 
 
 def test_via_gh_goes_through_the_merge_queue_when_the_repository_has_one(
-    git_repo: Path, host: GitHubHost, watched: dict[str, dict], stella: StellaRunner
+    git_repo: Path, host: GitHubHost, watched: dict[str, dict], stella_main: StellaRunner
 ) -> None:
     host.local_server.state.repos[REPO].merge_queue = True
-    proc = stella("merge", "--via-gh", cwd=git_repo)
+    proc = stella_main("merge", "--via-gh", cwd=git_repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [line for line in proc.stdout.splitlines() if "GitHub merged PR" in line]
     assert len(lines) == 2 and all("through the merge queue" in line for line in lines), proc.stdout

@@ -18,6 +18,7 @@ from helpers.agents import (
     pid_alive,
     run_pipeline,
 )
+from helpers.fleet import wait_until
 
 from stellafleet.core.pricing import TokenUsage, price_for
 from stellafleet.pipelines.base import PipelineResult
@@ -99,10 +100,8 @@ def test_guard_stops_codex_before_its_later_turns(git_repo: Path, fakes: FakeAge
     assert spend.usd == pytest.approx(first + second)  # the priced usage, nothing more
     assert result.spend_usd == pytest.approx(first + second)
     (spawned,) = fakes.log("spawned", "codex")
-    deadline = time.monotonic() + 5
-    while pid_alive(spawned["child_pid"]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not pid_alive(spawned["child_pid"])
+    child = spawned["child_pid"]
+    wait_until(lambda: not pid_alive(child), "the CLI's child to end after the stop")
 
 
 def test_config_price_override_is_used(git_repo: Path, fakes: FakeAgents) -> None:

@@ -46,7 +46,7 @@ def files_of(root: Path, sha: str) -> list[str]:
 
 
 def test_claude_success_and_crash_land_in_the_ledger(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     script = {
         "tasks": {
@@ -69,7 +69,7 @@ def test_claude_success_and_crash_land_in_the_ledger(
     )
     env = agent_env(tmp_path, script)
     base = gitops.head_commit(git_repo)
-    proc = stella(
+    proc = stella_main(
         "--spend-limit", "1", "fleet", "--plan", str(plan), "--max-concurrency", "2", cwd=git_repo, env=env
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -109,7 +109,7 @@ def test_claude_success_and_crash_land_in_the_ledger(
 
 
 def test_codex_under_a_spend_limit_without_a_price_stops_the_fleet_before_anything_runs(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     plan = write_plan(
         tmp_path,
@@ -119,7 +119,7 @@ def test_codex_under_a_spend_limit_without_a_price_stops_the_fleet_before_anythi
         ],
     )
     env = agent_env(tmp_path, {"turns": [{"input_tokens": 10, "cached_input_tokens": 0, "output_tokens": 1}]})
-    proc = stella("--spend-limit", "1", "fleet", "--plan", str(plan), cwd=git_repo, env=env)
+    proc = stella_main("--spend-limit", "1", "fleet", "--plan", str(plan), cwd=git_repo, env=env)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert (
         "pipeline codex: it has no budget flag of its own and no price known for model 'house-codex-1'"
@@ -130,8 +130,10 @@ def test_codex_under_a_spend_limit_without_a_price_stops_the_fleet_before_anythi
     assert not Path(env[LOG_ENV]).exists()  # no codex was started
     assert not (git_repo / ".stella" / "private" / "fleet.db").exists()  # and no run was recorded
 
-    no_limit = stella("fleet", "--dry-run", "--plan", str(plan), cwd=git_repo, env=env)
+    no_limit = stella_main("fleet", "--dry-run", "--plan", str(plan), cwd=git_repo, env=env)
     assert no_limit.returncode == 0, no_limit.stderr  # unpriced is allowed without a limit ($0 recorded)
     write_config(git_repo, extra='[prices."house-codex-1"]\ninput_per_mtok = 1\noutput_per_mtok = 2\n')
-    priced = stella("--spend-limit", "1", "fleet", "--dry-run", "--plan", str(plan), cwd=git_repo, env=env)
+    priced = stella_main(
+        "--spend-limit", "1", "fleet", "--dry-run", "--plan", str(plan), cwd=git_repo, env=env
+    )
     assert priced.returncode == 0, priced.stderr

@@ -38,9 +38,9 @@ def bare_path(tmp_path: Path) -> str:
 
 
 def test_lists_every_wrapper_with_its_cli_and_version(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
-    proc = stella("pipelines", "--json", cwd=git_repo, env={"PATH": fake_path(tmp_path)})
+    proc = stella_main("pipelines", "--json", cwd=git_repo, env={"PATH": fake_path(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     rows = {row["name"]: row for row in json.loads(proc.stdout)["pipelines"]}
     assert {"plain", "command", "claude-code", "codex", "aider"} <= set(rows)
@@ -52,7 +52,7 @@ def test_lists_every_wrapper_with_its_cli_and_version(
     assert rows["aider"]["version"] == "aider 0.86.1" and rows["aider"]["ready"]
     assert rows["command"]["wraps"] is None
 
-    table = stella("pipelines", cwd=git_repo, env={"PATH": fake_path(tmp_path)})
+    table = stella_main("pipelines", cwd=git_repo, env={"PATH": fake_path(tmp_path)})
     assert table.returncode == 0
     lines = table.stdout.splitlines()
     assert lines[0].split()[:4] == ["NAME", "WRAPS", "ON", "PATH"]
@@ -61,9 +61,9 @@ def test_lists_every_wrapper_with_its_cli_and_version(
 
 
 def test_missing_clis_are_listed_with_their_install_command(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
-    proc = stella("pipelines", cwd=git_repo, env={"PATH": bare_path(tmp_path)})
+    proc = stella_main("pipelines", cwd=git_repo, env={"PATH": bare_path(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     claude_line = next(line for line in out.splitlines() if line.startswith("claude-code "))
@@ -75,14 +75,14 @@ def test_missing_clis_are_listed_with_their_install_command(
 
 
 def test_configured_binary_is_what_is_looked_for(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     custom = tmp_path / "tools" / "claude-nightly"
     custom.parent.mkdir()
     shutil.copy(write_shims(tmp_path / "fake-bin", ["claude"]) / "claude", custom)
     (git_repo / ".stella").mkdir()
     (git_repo / ".stella/config.toml").write_text(f'[pipelines.claude-code]\nbinary = "{custom}"\n')
-    proc = stella("pipelines", "--json", cwd=git_repo, env={"PATH": bare_path(tmp_path)})
+    proc = stella_main("pipelines", "--json", cwd=git_repo, env={"PATH": bare_path(tmp_path)})
     row = next(r for r in json.loads(proc.stdout)["pipelines"] if r["name"] == "claude-code")
     assert (row["wraps"], row["cli_path"], row["ready"]) == (str(custom), str(custom), True)
 

@@ -40,8 +40,8 @@ def test_every_invalid_example_that_can_carry_a_comment_names_its_message() -> N
 
 
 @pytest.mark.parametrize("path", INVALID, ids=lambda path: path.name)
-def test_each_invalid_example_exits_2_with_its_message(stella: StellaRunner, path: Path) -> None:
-    result = stella("plan", "check", f"invalid/{path.name}", cwd=EXAMPLES)
+def test_each_invalid_example_exits_2_with_its_message(stella_main: StellaRunner, path: Path) -> None:
+    result = stella_main("plan", "check", f"invalid/{path.name}", cwd=EXAMPLES)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     lines = result.stdout.splitlines()
@@ -62,8 +62,8 @@ def test_each_invalid_example_exits_2_with_its_message(stella: StellaRunner, pat
         assert lines == ["invalid/cycle.toml: dependency cycle: reader -> writer -> reader"]
 
 
-def test_check_several_files(stella: StellaRunner) -> None:
-    result = stella(
+def test_check_several_files(stella_main: StellaRunner) -> None:
+    result = stella_main(
         "plan", "check", "feature-buildout.toml", "feature-buildout.yaml", "invalid/cycle.toml", cwd=EXAMPLES
     )
     assert result.returncode == 2
@@ -72,26 +72,26 @@ def test_check_several_files(stella: StellaRunner) -> None:
         "ok: feature-buildout.yaml (4 tasks, 3 waves)",
         "invalid/cycle.toml: dependency cycle: reader -> writer -> reader",
     ]
-    ok = stella("plan", "check", "feature-buildout.json", cwd=EXAMPLES)
+    ok = stella_main("plan", "check", "feature-buildout.json", cwd=EXAMPLES)
     assert (ok.returncode, ok.stdout) == (0, "ok: feature-buildout.json (4 tasks, 3 waves)\n")
 
 
 def test_check_refuses_a_directory_claim_and_an_unknown_pipeline(
-    stella: StellaRunner, git_repo: Path
+    stella_main: StellaRunner, git_repo: Path
 ) -> None:
     (git_repo / "src").mkdir()
     (git_repo / "plan.toml").write_text(
         '[[tasks]]\nid = "a"\nprompt = "p"\nclaims = ["src"]\n'
         '[[tasks]]\nid = "b"\nprompt = "p"\npipeline = "claud-code"\n'
     )
-    result = stella("plan", "check", "plan.toml", cwd=git_repo)
+    result = stella_main("plan", "check", "plan.toml", cwd=git_repo)
     assert (result.returncode, result.stderr) == (2, "")
     assert result.stdout.splitlines() == [
         'plan.toml: task "a": claims: "src" is a directory; claims match exact file paths, so it would '
         "protect no file inside it: claim the files"
     ]
     (git_repo / "plan.toml").write_text('[[tasks]]\nid = "b"\nprompt = "p"\npipeline = "claud-code"\n')
-    result = stella("plan", "check", "plan.toml", cwd=git_repo)
+    result = stella_main("plan", "check", "plan.toml", cwd=git_repo)
     assert result.returncode == 2
     assert result.stdout.startswith(
         'plan.toml: task "b": pipeline: unknown pipeline "claud-code" (did you mean "claude-code"?); '
@@ -110,21 +110,23 @@ def waves_in(text: str) -> list[list[str]]:
     return waves
 
 
-def test_show_prints_the_waves(stella: StellaRunner) -> None:
-    result = stella("plan", "show", "feature-buildout.toml", cwd=EXAMPLES)
+def test_show_prints_the_waves(stella_main: StellaRunner) -> None:
+    result = stella_main("plan", "show", "feature-buildout.toml", cwd=EXAMPLES)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("feature-buildout.toml: 4 tasks in 3 waves (no concurrency limit)")
     assert waves_in(result.stdout) == [["schema"], ["reader", "writer"], ["docs"]]
     assert "      depends on: reader, writer\n      claims: -\n      isolation: isolated" in result.stdout
     assert "      claims: src/store/schema.rs, src/store/migrations.rs" in result.stdout
-    narrow = stella("plan", "show", "feature-buildout.yaml", "--max-concurrency", "1", cwd=EXAMPLES)
+    narrow = stella_main("plan", "show", "feature-buildout.yaml", "--max-concurrency", "1", cwd=EXAMPLES)
     assert narrow.returncode == 0
     assert "4 tasks in 4 waves (max concurrency 1)" in narrow.stdout
     assert waves_in(narrow.stdout) == [["schema"], ["reader"], ["writer"], ["docs"]]
 
 
-def test_show_json(stella: StellaRunner) -> None:
-    result = stella("plan", "show", "feature-buildout.json", "--json", "--max-concurrency", "1", cwd=EXAMPLES)
+def test_show_json(stella_main: StellaRunner) -> None:
+    result = stella_main(
+        "plan", "show", "feature-buildout.json", "--json", "--max-concurrency", "1", cwd=EXAMPLES
+    )
     assert result.returncode == 0
     document = json.loads(result.stdout)
     assert document["waves"] == [["schema"], ["reader"], ["writer"], ["docs"]]
@@ -135,35 +137,35 @@ def test_show_json(stella: StellaRunner) -> None:
     assert len(document["sha256"]) == 64
 
 
-def test_show_rejects_a_bad_concurrency_and_a_bad_plan(stella: StellaRunner) -> None:
-    bad = stella("plan", "show", "feature-buildout.toml", "--max-concurrency", "0", cwd=EXAMPLES)
+def test_show_rejects_a_bad_concurrency_and_a_bad_plan(stella_main: StellaRunner) -> None:
+    bad = stella_main("plan", "show", "feature-buildout.toml", "--max-concurrency", "0", cwd=EXAMPLES)
     assert bad.returncode == 2 and "must be at least 1" in bad.stderr
-    invalid = stella("plan", "show", "invalid/cycle.toml", cwd=EXAMPLES)
+    invalid = stella_main("plan", "show", "invalid/cycle.toml", cwd=EXAMPLES)
     assert invalid.returncode == 2
     assert "dependency cycle: reader -> writer -> reader" in invalid.stderr
     assert "Traceback" not in invalid.stderr
 
 
-def test_list_and_info_are_doits_views(stella: StellaRunner, tmp_path: Path) -> None:
-    listing = stella("plan", "list", str(EXAMPLES / "feature-buildout.toml"), cwd=tmp_path)
+def test_list_and_info_are_doits_views(stella_main: StellaRunner, tmp_path: Path) -> None:
+    listing = stella_main("plan", "list", str(EXAMPLES / "feature-buildout.toml"), cwd=tmp_path)
     assert listing.returncode == 0, listing.stderr
     assert [line.split()[0] for line in listing.stdout.splitlines()] == ["schema", "reader", "writer", "docs"]
-    info = stella("plan", "info", str(EXAMPLES / "feature-buildout.toml"), "docs", cwd=tmp_path)
+    info = stella_main("plan", "info", str(EXAMPLES / "feature-buildout.toml"), "docs", cwd=tmp_path)
     assert info.returncode == 0, info.stderr
     assert "Rewrite the receipts page" in info.stdout and " - reader\n - writer" in info.stdout
-    typo = stella("plan", "info", str(EXAMPLES / "feature-buildout.toml"), "doc", cwd=tmp_path)
+    typo = stella_main("plan", "info", str(EXAMPLES / "feature-buildout.toml"), "doc", cwd=tmp_path)
     assert typo.returncode == 2 and 'did you mean "docs"' in typo.stderr
     assert list(tmp_path.glob(".doit*")) == []
 
 
-def test_schema_prints_the_bundled_file(stella: StellaRunner, tmp_path: Path) -> None:
-    result = stella("plan", "schema", cwd=tmp_path)
+def test_schema_prints_the_bundled_file(stella_main: StellaRunner, tmp_path: Path) -> None:
+    result = stella_main("plan", "schema", cwd=tmp_path)
     assert result.returncode == 0
     assert result.stdout == (REPO / "stellafleet" / "plan" / "plan.schema.json").read_text(encoding="utf-8")
 
 
-def test_plan_without_a_subcommand_is_a_usage_error(stella: StellaRunner, tmp_path: Path) -> None:
-    result = stella("plan", cwd=tmp_path)
+def test_plan_without_a_subcommand_is_a_usage_error(stella_main: StellaRunner, tmp_path: Path) -> None:
+    result = stella_main("plan", cwd=tmp_path)
     assert result.returncode == 2
     assert "check" in result.stderr and "schema" in result.stderr
 

@@ -34,11 +34,11 @@ prompt = "a prompt with a \\u0000 in it"
 
 
 def test_plan_check_refuses_what_would_only_fail_at_run_time(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text(BROKEN)
-    result = stella("plan", "check", str(plan), cwd=git_repo)
+    result = stella_main("plan", "check", str(plan), cwd=git_repo)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = (result.stdout + result.stderr).strip().splitlines()
     assert any(
@@ -53,7 +53,7 @@ def test_plan_check_refuses_what_would_only_fail_at_run_time(
     assert "Traceback" not in result.stderr
     # and the fleet refuses the plan before anything runs
     write_config(git_repo, run="echo ok")
-    fleet = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    fleet = stella_main("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
     assert fleet.returncode == 2 and "x..y" in fleet.stderr, fleet.stdout + fleet.stderr
 
 
@@ -79,7 +79,7 @@ mark(f"{TASK}.env", len(os.environ.get("STELLA_PROMPT", "")))
 
 
 def test_a_prompt_of_any_size_reaches_its_worker(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -87,7 +87,7 @@ def test_a_prompt_of_any_size_reaches_its_worker(
     plan = tmp_path / "plan.json"
     tasks = [{"id": "big", "prompt": "x" * 300_000}, {"id": "small", "prompt": "small prompt"}]
     plan.write_text(json.dumps({"tasks": tasks}))
-    result = stella(
+    result = stella_main(
         "fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo, env={"MARKS": str(marks)}
     )
     assert result.returncode == 0, result.stdout + result.stderr

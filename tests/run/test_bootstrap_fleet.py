@@ -28,7 +28,7 @@ def _repo_with_env(root: Path) -> None:
 
 
 def test_an_isolated_task_sees_its_included_files_and_its_setups_output(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     _repo_with_env(git_repo)
     marks = tmp_path / "marks"
@@ -44,7 +44,7 @@ def test_an_isolated_task_sees_its_included_files_and_its_setups_output(
         '[[tasks]]\nid = "a"\nprompt = "p"\nisolation = "isolated"\n\n'
         '[[tasks]]\nid = "b"\nprompt = "p"\nisolation = "isolated"\n'
     )
-    ran = stella(
+    ran = stella_main(
         "fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "2",
         cwd=git_repo, env={"MARKS": str(marks)},
     )  # fmt: skip
@@ -64,7 +64,7 @@ def test_an_isolated_task_sees_its_included_files_and_its_setups_output(
         log = Path(attempts[task]["log_path"]).read_text()
         assert f"[stella] setup: {setup}" in log and f"installed for {task}" in log
         assert "[stella] .worktreeinclude: copied 1 files" in log
-    shown = stella("runs", record["run"]["id"], cwd=git_repo)
+    shown = stella_main("runs", record["run"]["id"], cwd=git_repo)
     assert "  setup " in shown.stdout and " s" in shown.stdout, shown.stdout
     # the copy and setup's output are ignored: the worktree is clean, and clean removes it
     worktree = Path(attempts["a"]["worktree"])
@@ -72,7 +72,7 @@ def test_an_isolated_task_sees_its_included_files_and_its_setups_output(
 
 
 def test_a_failing_setup_fails_the_attempt_with_the_reason_and_starts_no_worker(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -86,7 +86,7 @@ def test_a_failing_setup_fails_the_attempt_with_the_reason_and_starts_no_worker(
         '[[tasks]]\nid = "a"\nprompt = "p"\nisolation = "isolated"\n\n'
         '[[tasks]]\nid = "after"\nprompt = "p"\ndepends_on = ["a"]\n'
     )
-    ran = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    ran = stella_main("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
     assert ran.returncode == 1, ran.stdout + ran.stderr
 
     assert not (marks / "worker-started").exists()
@@ -101,12 +101,12 @@ def test_a_failing_setup_fails_the_attempt_with_the_reason_and_starts_no_worker(
 
 
 def test_a_setup_past_its_timeout_fails_the_attempt(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     write_config(git_repo, run="true", extra='[worktree]\nsetup = "sleep 30"\nsetup_timeout = 0.5\n')
     plan = tmp_path / "plan.toml"
     plan.write_text('[[tasks]]\nid = "a"\nprompt = "p"\nisolation = "isolated"\n')
-    ran = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    ran = stella_main("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
     assert ran.returncode == 1, ran.stdout + ran.stderr
     [task] = run_record(git_repo)["tasks"]
     assert task["reason"].startswith("setup failed: timed out after "), task["reason"]
@@ -114,14 +114,14 @@ def test_a_setup_past_its_timeout_fails_the_attempt(
 
 
 def test_an_included_file_over_the_limit_fails_the_attempt_by_name(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     _repo_with_env(git_repo)
     (git_repo / ".env").write_bytes(b"x" * 2_000_000)
     write_config(git_repo, run="true", extra="[worktree]\ninclude_max_mb = 1\n")
     plan = tmp_path / "plan.toml"
     plan.write_text('[[tasks]]\nid = "a"\nprompt = "p"\nisolation = "isolated"\n')
-    ran = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    ran = stella_main("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
     assert ran.returncode == 1, ran.stdout + ran.stderr
     [task] = run_record(git_repo)["tasks"]
     assert task["reason"] == (

@@ -14,7 +14,7 @@ from stellafleet.git import gitops
 
 
 def test_inline_prompts_become_tasks_t1_t2_and_json_prints_one_result_document(
-    git_repo: Path, stella: StellaRunner
+    git_repo: Path, stella_main: StellaRunner
 ) -> None:
     write_config(
         git_repo,
@@ -24,7 +24,7 @@ def test_inline_prompts_become_tasks_t1_t2_and_json_prints_one_result_document(
             '> "$STELLA_COMMAND_RESULT"'
         },
     )
-    proc = stella(
+    proc = stella_main(
         "fleet", "--json", "--pipeline", "command", "Add unit tests for the parser", "Document src/api/",
         cwd=git_repo,
     )  # fmt: skip
@@ -48,7 +48,7 @@ def test_inline_prompts_become_tasks_t1_t2_and_json_prints_one_result_document(
 
 
 def test_dry_run_shows_waves_and_workspaces_without_running_or_recording(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text(
@@ -57,7 +57,7 @@ def test_dry_run_shows_waves_and_workspaces_without_running_or_recording(
         '[[tasks]]\nid = "docs"\nprompt = "p"\ndepends_on = ["reader"]\nisolation = "isolated"\n'
     )
     write_config(git_repo, run="touch ran-for-real")
-    proc = stella("fleet", "--dry-run", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    proc = stella_main("fleet", "--dry-run", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
 
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -71,7 +71,7 @@ def test_dry_run_shows_waves_and_workspaces_without_running_or_recording(
     assert gitops.branches_matching(git_repo, "fleet/*") == []
     assert ".stella" not in (git_repo / ".git" / "info" / "exclude").read_text()
 
-    as_json = stella(
+    as_json = stella_main(
         "fleet", "--dry-run", "--json", "--plan", str(plan), "--pipeline", "command", cwd=git_repo
     )
     doc = json.loads(as_json.stdout)
@@ -79,10 +79,10 @@ def test_dry_run_shows_waves_and_workspaces_without_running_or_recording(
     assert by_id(doc["tasks"])["docs"]["branch"].startswith("fleet/docs-")
 
 
-def test_not_a_repository_is_one_clear_line_with_exit_2(tmp_path: Path, stella: StellaRunner) -> None:
+def test_not_a_repository_is_one_clear_line_with_exit_2(tmp_path: Path, stella_main: StellaRunner) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
-    proc = stella("fleet", "a prompt", cwd=plain)
+    proc = stella_main("fleet", "a prompt", cwd=plain)
     assert proc.returncode == 2
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
@@ -90,45 +90,47 @@ def test_not_a_repository_is_one_clear_line_with_exit_2(tmp_path: Path, stella: 
 
 
 def test_a_repository_without_commits_is_one_clear_line_with_exit_2(
-    tmp_path: Path, stella: StellaRunner
+    tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     git("init", "-q", cwd=empty)
-    proc = stella("fleet", "a prompt", cwd=empty)
+    proc = stella_main("fleet", "a prompt", cwd=empty)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "has no commits yet" in lines[0]
     assert not (empty / ".stella").exists()
 
 
-def test_usage_errors_exit_2_and_run_nothing(git_repo: Path, tmp_path: Path, stella: StellaRunner) -> None:
+def test_usage_errors_exit_2_and_run_nothing(
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
+) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text('[[tasks]]\nid = "a"\nprompt = "p"\n')
-    both = stella("fleet", "--plan", str(plan), "a prompt", cwd=git_repo)
+    both = stella_main("fleet", "--plan", str(plan), "a prompt", cwd=git_repo)
     assert both.returncode == 2 and "not both" in both.stderr
-    nothing = stella("fleet", cwd=git_repo)
+    nothing = stella_main("fleet", cwd=git_repo)
     assert nothing.returncode == 2 and "nothing to run" in nothing.stderr
-    unknown = stella("fleet", "--pipeline", "no-such-pipeline", "a prompt", cwd=git_repo)
+    unknown = stella_main("fleet", "--pipeline", "no-such-pipeline", "a prompt", cwd=git_repo)
     assert unknown.returncode == 2 and "unknown pipeline 'no-such-pipeline'" in unknown.stderr
     assert "command" in unknown.stderr  # lists what is installed
-    unconfigured = stella("fleet", "--pipeline", "command", "a prompt", cwd=git_repo)
+    unconfigured = stella_main("fleet", "--pipeline", "command", "a prompt", cwd=git_repo)
     assert unconfigured.returncode == 2
     assert "cannot start the fleet" in unconfigured.stderr and "[pipelines.command]" in unconfigured.stderr
-    bad_base = stella("fleet", "--pipeline", "command", "--base-ref", "nope", "a prompt", cwd=git_repo)
+    bad_base = stella_main("fleet", "--pipeline", "command", "--base-ref", "nope", "a prompt", cwd=git_repo)
     assert bad_base.returncode == 2
-    misplaced = stella("fleet", "--spend-limit", "3", "a prompt", cwd=git_repo)
+    misplaced = stella_main("fleet", "--spend-limit", "3", "a prompt", cwd=git_repo)
     assert misplaced.returncode == 2 and "stella --spend-limit 3 fleet" in misplaced.stderr
     invalid = tmp_path / "invalid.toml"
     invalid.write_text('[[tasks]]\nid = "a"\nprompt = "p"\ndepends_on = ["b"]\n')
-    bad_plan = stella("fleet", "--plan", str(invalid), cwd=git_repo)
+    bad_plan = stella_main("fleet", "--plan", str(invalid), cwd=git_repo)
     assert bad_plan.returncode == 2 and 'unknown task "b"' in bad_plan.stderr
     assert "Traceback" not in bad_plan.stderr
     assert not StatePaths(git_repo).fleet_db.exists()
 
 
 def test_base_ref_pins_isolated_work_to_that_commit(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     first = gitops.head_commit(git_repo)
     (git_repo / "later.txt").write_text("later\n")
@@ -137,7 +139,9 @@ def test_base_ref_pins_isolated_work_to_that_commit(
     plan = tmp_path / "plan.toml"
     plan.write_text('[[tasks]]\nid = "iso"\nprompt = "p"\nisolation = "isolated"\n')
     write_config(git_repo, run="test ! -e later.txt && git rev-parse HEAD")
-    proc = stella("fleet", "--plan", str(plan), "--pipeline", "command", "--base-ref", "HEAD~1", cwd=git_repo)
+    proc = stella_main(
+        "fleet", "--plan", str(plan), "--pipeline", "command", "--base-ref", "HEAD~1", cwd=git_repo
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = run_record(git_repo)
     assert record["run"]["base_commit"] == first and record["run"]["base_ref"] == "HEAD~1"
@@ -146,14 +150,14 @@ def test_base_ref_pins_isolated_work_to_that_commit(
 
 
 def test_a_failed_task_gives_exit_1_and_the_ledger_query_of_the_guide_finds_it(
-    git_repo: Path, stella: StellaRunner
+    git_repo: Path, stella_main: StellaRunner
 ) -> None:
     import sqlite3
 
     write_config(
         git_repo, run='echo "$STELLA_TASK_ID: all good"', tasks={"t2": "echo 'it broke: no parser'; exit 3"}
     )
-    proc = stella("fleet", "--pipeline", "command", "one", "two", cwd=git_repo)
+    proc = stella_main("fleet", "--pipeline", "command", "one", "two", cwd=git_repo)
     assert proc.returncode == 1
     assert "it broke: no parser" in proc.stdout
     conn = sqlite3.connect(StatePaths(git_repo).fleet_db)
@@ -170,12 +174,12 @@ def test_a_failed_task_gives_exit_1_and_the_ledger_query_of_the_guide_finds_it(
 
 
 def test_the_default_engine_needs_a_model_and_under_a_spend_limit_a_price(
-    git_repo: Path, stella: StellaRunner
+    git_repo: Path, stella_main: StellaRunner
 ) -> None:
-    no_model = stella("fleet", "a prompt", cwd=git_repo)
+    no_model = stella_main("fleet", "a prompt", cwd=git_repo)
     assert no_model.returncode == 2 and "pipeline plain: no model configured" in no_model.stderr
     env = {"STELLA_MODEL": "house-model-7b", "OPENAI_API_KEY": "sk-test-not-real"}
-    unpriced = stella("--spend-limit", "2", "fleet", "a prompt", cwd=git_repo, env=env)
+    unpriced = stella_main("--spend-limit", "2", "fleet", "a prompt", cwd=git_repo, env=env)
     assert unpriced.returncode == 2
     assert "no price known for model 'house-model-7b' and a spend limit is set" in unpriced.stderr
     assert '[prices."house-model-7b"]' in unpriced.stderr
@@ -184,7 +188,7 @@ def test_the_default_engine_needs_a_model_and_under_a_spend_limit_a_price(
     (git_repo / ".stella" / "config.toml").write_text(
         '[prices."house-model-7b"]\ninput_per_mtok = 0.1\noutput_per_mtok = 0.2\n'
     )
-    priced = stella("--spend-limit", "2", "fleet", "--dry-run", "a prompt", cwd=git_repo, env=env)
+    priced = stella_main("--spend-limit", "2", "fleet", "--dry-run", "a prompt", cwd=git_repo, env=env)
     assert priced.returncode == 0, priced.stderr
     assert not StatePaths(git_repo).fleet_db.exists()
 
@@ -227,14 +231,16 @@ def test_a_terminal_gets_the_live_display_and_a_summary_table(git_repo: Path, is
     assert "done: t2" in screen
 
 
-def test_quiet_output_and_the_default_pipeline_from_the_config(git_repo: Path, stella: StellaRunner) -> None:
+def test_quiet_output_and_the_default_pipeline_from_the_config(
+    git_repo: Path, stella_main: StellaRunner
+) -> None:
     write_config(
         git_repo,
         run='echo "fine"',
         tasks={"t2": "echo broken; exit 1"},
         extra='[fleet]\npipeline = "command"\n',
     )
-    proc = stella("-q", "fleet", "one", "two", "three", cwd=git_repo)
+    proc = stella_main("-q", "fleet", "one", "two", "three", cwd=git_repo)
     assert proc.returncode == 1
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 2, proc.stdout  # the failure and the final line, nothing else
@@ -245,23 +251,25 @@ def test_quiet_output_and_the_default_pipeline_from_the_config(git_repo: Path, s
     assert run_record(git_repo)["run"]["pipeline"] == "command"
 
 
-def test_without_git_on_path_the_fleet_says_so(git_repo: Path, tmp_path: Path, stella: StellaRunner) -> None:
+def test_without_git_on_path_the_fleet_says_so(
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
+) -> None:
     empty = tmp_path / "no-tools"
     empty.mkdir()
-    proc = stella("fleet", "a prompt", cwd=git_repo, env={"PATH": str(empty)})
+    proc = stella_main("fleet", "a prompt", cwd=git_repo, env={"PATH": str(empty)})
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "git is not installed or not on PATH" in lines[0]
 
 
 def test_a_state_directory_stella_cannot_create_is_one_clear_line_with_exit_2(
-    git_repo: Path, stella: StellaRunner
+    git_repo: Path, stella_main: StellaRunner
 ) -> None:
     write_config(git_repo, run="touch ran")
     private = StatePaths(git_repo).private
     private.write_text("the user's own file\n")  # where .stella/private/ should be
 
-    proc = stella("fleet", "--pipeline", "command", "a prompt", cwd=git_repo)
+    proc = stella_main("fleet", "--pipeline", "command", "a prompt", cwd=git_repo)
 
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -272,17 +280,17 @@ def test_a_state_directory_stella_cannot_create_is_one_clear_line_with_exit_2(
 
 
 def test_a_lone_surrogate_or_a_mistyped_pipeline_stops_the_fleet_before_a_run_row(
-    git_repo: Path, stella: StellaRunner
+    git_repo: Path, stella_main: StellaRunner
 ) -> None:
     (git_repo / "s.json").write_text('{"tasks": [{"id": "a", "prompt": "fix \\ud800"}]}')
-    proc = stella("fleet", "--plan", "s.json", cwd=git_repo)
+    proc = stella_main("fleet", "--plan", "s.json", cwd=git_repo)
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         'stella: error: s.json: task "a": prompt: contains a lone surrogate (\\ud800), which is not text: '
         "write the character itself"
     )
     (git_repo / "p.toml").write_text('[[tasks]]\nid = "a"\nprompt = "p"\npipeline = "claud-code"\n')
-    proc = stella("fleet", "--plan", "p.toml", cwd=git_repo)
+    proc = stella_main("fleet", "--plan", "p.toml", cwd=git_repo)
     assert proc.returncode == 2
     assert 'p.toml: task "a": pipeline: unknown pipeline "claud-code" (did you mean "claude-code"?)' in (
         proc.stderr
@@ -291,22 +299,24 @@ def test_a_lone_surrogate_or_a_mistyped_pipeline_stops_the_fleet_before_a_run_ro
 
 
 def test_config_file_given_only_on_the_command_line_reaches_the_worker(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     # the project has no config: the command to run is in FILE only, so the worker must read FILE too
     given = tmp_path / "elsewhere.toml"
     given.write_text('[pipelines.command]\nrun = "echo ran the given file"\n')
     assert not StatePaths(git_repo).config_file.exists()
-    proc = stella("--config", str(given), "fleet", "--json", "--pipeline", "command", "one", cwd=git_repo)
+    proc = stella_main(
+        "--config", str(given), "fleet", "--json", "--pipeline", "command", "one", cwd=git_repo
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
     assert by_id(doc["tasks"])["t1"]["summary"] == "ran the given file"
 
 
 def test_a_mistyped_pipeline_option_names_the_closest_installed_one(
-    git_repo: Path, stella: StellaRunner
+    git_repo: Path, stella_main: StellaRunner
 ) -> None:
-    proc = stella("fleet", "--pipeline", "claud-code", "one", cwd=git_repo)
+    proc = stella_main("fleet", "--pipeline", "claud-code", "one", cwd=git_repo)
     assert proc.returncode == 2
     assert (
         "unknown pipeline 'claud-code' (did you mean \"claude-code\"?): installed pipelines are "

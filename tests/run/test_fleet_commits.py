@@ -23,7 +23,7 @@ report(summary=f"committed {sha[:12]}")
 
 @pytest.mark.slow
 def test_sixteen_shared_workers_commit_concurrently_into_a_linear_history_of_their_own_files(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     scripts = Scripts(tmp_path / "scripts")
     write_config(git_repo, run=scripts.python("commit", COMMITTER))
@@ -38,7 +38,7 @@ def test_sixteen_shared_workers_commit_concurrently_into_a_linear_history_of_the
     status_before = git("status", "--porcelain", cwd=git_repo)
 
     prompts = [f"write file number {n}" for n in range(1, WORKERS + 1)]
-    proc = stella(
+    proc = stella_main(
         "fleet",
         "--pipeline",
         "command",

@@ -49,8 +49,8 @@ def _most_at_once(intervals: list[tuple[int, int, str]]) -> int:
     return most
 
 
-def _fleet(stella: StellaRunner, root: Path, plan: Path, schedule: str, *extra: str, **env: str) -> Any:
-    return stella(
+def _fleet(stella_main: StellaRunner, root: Path, plan: Path, schedule: str, *extra: str, **env: str) -> Any:
+    return stella_main(
         *extra, "fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "3",
         "--schedule", schedule, cwd=root, env=env,
     )  # fmt: skip
@@ -61,7 +61,7 @@ def _started(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_eager_runs_the_chains_beside_the_slow_task_where_waves_wait_for_it(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     plan = _plan(tmp_path)
     bound = lower_bound(load_plan(plan), DURATIONS, 3)
@@ -71,7 +71,7 @@ def test_eager_runs_the_chains_beside_the_slow_task_where_waves_wait_for_it(
 
     # waves: nothing of the second wave starts before the first wave's slow task c has ended
     _sleepers(git_repo, c="sleep 0.3")
-    proc = _fleet(stella, git_repo, plan, "waves", MARKS=str(marks))
+    proc = _fleet(stella_main, git_repo, plan, "waves", MARKS=str(marks))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = run_record(git_repo)
     assert record["run"]["schedule"] == "waves" and {t["status"] for t in record["tasks"]} == {"succeeded"}
@@ -85,7 +85,7 @@ def test_eager_runs_the_chains_beside_the_slow_task_where_waves_wait_for_it(
     done = '"$MARKS/a4.done"'
     wait = f"i=0; while [ ! -e {done} ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done; test -e {done}"
     _sleepers(git_repo, c=wait)
-    proc = _fleet(stella, git_repo, plan, "eager", MARKS=str(marks))
+    proc = _fleet(stella_main, git_repo, plan, "eager", MARKS=str(marks))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = run_record(git_repo)
     assert record["run"]["schedule"] == "eager" and {t["status"] for t in record["tasks"]} == {"succeeded"}
@@ -96,7 +96,7 @@ def test_eager_runs_the_chains_beside_the_slow_task_where_waves_wait_for_it(
 
 
 def test_eager_never_runs_more_than_max_concurrency_and_skips_a_failed_tasks_dependents(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     ids = {f"t{n}": 0.1 for n in range(1, 9)}
     depends = {"t7": "t2", "t8": "t7"}
@@ -108,7 +108,7 @@ def test_eager_never_runs_more_than_max_concurrency_and_skips_a_failed_tasks_dep
         plan.read_text().replace('id = "t1"\nprompt = "p"\n', 'id = "t1"\nprompt = "p"\nclaims = ["x.txt"]\n')
     )
 
-    proc = _fleet(stella, git_repo, plan, "eager")
+    proc = _fleet(stella_main, git_repo, plan, "eager")
 
     assert proc.returncode == 1, proc.stdout + proc.stderr
     record = run_record(git_repo)
@@ -127,13 +127,13 @@ SPENDER = 'report(spend_usd=0.6, summary=f"{TASK} spent 0.60")\n'
 
 
 def test_eager_starts_no_new_task_once_the_spend_limit_is_crossed(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     scripts = Scripts(tmp_path / "scripts")
     write_config(git_repo, run=scripts.python("spend", SPENDER))
     plan = _plan(tmp_path, {}, {f"t{n}": 0 for n in range(1, 6)})
 
-    proc = stella(
+    proc = stella_main(
         "--spend-limit", "1", "fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "2",
         "--schedule", "eager", cwd=git_repo,
     )  # fmt: skip
@@ -149,23 +149,25 @@ def test_eager_starts_no_new_task_once_the_spend_limit_is_crossed(
 
 
 def test_schedule_comes_from_the_config_and_plan_show_explains_eager(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     plan = _plan(tmp_path, {"b": "a"}, {"a": 0, "b": 0})
     write_config(git_repo, run="true", extra='[fleet]\nschedule = "eager"\n')
-    proc = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    proc = stella_main("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert run_record(git_repo)["run"]["schedule"] == "eager"
     assert "eager schedule" in proc.stdout
 
-    shown = stella("plan", "show", str(plan), "--schedule", "eager", "--max-concurrency", "2", cwd=git_repo)
+    shown = stella_main(
+        "plan", "show", str(plan), "--schedule", "eager", "--max-concurrency", "2", cwd=git_repo
+    )
     assert shown.returncode == 0, shown.stderr
     assert "eager schedule: a task starts as soon as every task it depends on has succeeded" in shown.stdout
     assert "one of the 2 worker slots" in shown.stdout
 
 
 def test_a_plan_run_again_starts_first_the_longest_chain_by_how_long_its_tasks_took_before(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     # a -> a2 is the longest chain in tasks, b alone the longest in time: one slot shows which starts first.
     # A duration is the attempt's, its worker's start-up included: b's 1.5 s outweighs a second start-up
@@ -175,7 +177,7 @@ def test_a_plan_run_again_starts_first_the_longest_chain_by_how_long_its_tasks_t
     plan = _plan(tmp_path, {"a2": "a"}, {"a": 0, "a2": 0, "b": 0})
 
     def first_started() -> str:
-        proc = stella(
+        proc = stella_main(
             "fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "1",
             "--schedule", "eager", cwd=git_repo,
         )  # fmt: skip

@@ -56,13 +56,13 @@ def fleet_in_a_terminal(repo: Path, plan: Path) -> str:
 
 
 def test_control_characters_in_titles_and_summaries_print_escaped(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     write_config(git_repo, run=Scripts(tmp_path / "scripts").python("evil", SUMMARY))
     plan = tmp_path / "plan.toml"
     plan.write_text(PLAN)
 
-    plain = stella("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    plain = stella_main("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
     assert plain.returncode == 0, plain.stdout + plain.stderr
     assert injected(plain.stdout) == [] and "\x1b" not in plain.stdout
     assert "done \\x1b]0;pwned\\x07 [bold]x[/] \\u202e" in plain.stdout
@@ -72,15 +72,15 @@ def test_control_characters_in_titles_and_summaries_print_escaped(
     assert "\\x1b]0;pwned\\x07" in live and "[bold]x[/]" in live  # shown, markup included
 
     for args in (("runs",), ("runs", "latest")):
-        shown = stella(*args, cwd=git_repo, env={"COLUMNS": "200"})
+        shown = stella_main(*args, cwd=git_repo, env={"COLUMNS": "200"})
         assert shown.returncode == 0, shown.stderr
         assert injected(shown.stdout) == [] and "\x1b" not in shown.stdout, repr(shown.stdout)
-    detail = stella("runs", "latest", cwd=git_repo).stdout
+    detail = stella_main("runs", "latest", cwd=git_repo).stdout
     assert "evil \\x1b[2J title" in detail and "\\x1b]0;pwned\\x07" in detail
 
 
 def test_plan_show_list_and_info_print_titles_and_prompts_escaped(
-    tmp_path: Path, stella: StellaRunner
+    tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text(
@@ -88,21 +88,21 @@ def test_plan_show_list_and_info_print_titles_and_prompts_escaped(
         'prompt = "p \\u001b]0;pwned\\u0007 \\u202e"\npipeline = "command"\n'
     )
     for args in (("show", str(plan)), ("list", str(plan)), ("info", str(plan), "evil")):
-        shown = stella("plan", *args, cwd=tmp_path)
+        shown = stella_main("plan", *args, cwd=tmp_path)
         assert shown.returncode == 0, shown.stderr
         assert injected(shown.stdout) == [] and "\x1b" not in shown.stdout, (args, shown.stdout)
         assert "evil \\x1b[2J title" in shown.stdout, (args, shown.stdout)
         assert not any(line.startswith("forged") for line in shown.stdout.splitlines()), shown.stdout
-    assert "\\x1b]0;pwned\\x07" in stella("plan", "info", str(plan), "evil", cwd=tmp_path).stdout
+    assert "\\x1b]0;pwned\\x07" in stella_main("plan", "info", str(plan), "evil", cwd=tmp_path).stdout
 
 
 def test_a_summary_with_newlines_cannot_forge_a_line_of_stella_runs(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     forged = 'report(summary="done\\n  t9  succeeded  forged\\n      error: none\\r\\x1b[2K")'
     write_config(git_repo, run=Scripts(tmp_path / "scripts").python("forge", forged))
-    assert stella("fleet", "--pipeline", "command", "one", cwd=git_repo).returncode == 0
-    shown = stella("runs", "latest", cwd=git_repo, env={"COLUMNS": "200"})
+    assert stella_main("fleet", "--pipeline", "command", "one", cwd=git_repo).returncode == 0
+    shown = stella_main("runs", "latest", cwd=git_repo, env={"COLUMNS": "200"})
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert "      summary: done t9 succeeded forged error: none\\x0d\\x1b[2K" in lines, shown.stdout
@@ -110,7 +110,7 @@ def test_a_summary_with_newlines_cannot_forge_a_line_of_stella_runs(
 
 
 def test_the_notify_warning_shows_the_commands_stderr_on_one_line_escaped(
-    git_repo: Path, stella: StellaRunner
+    git_repo: Path, stella_main: StellaRunner
 ) -> None:
     write_config(
         git_repo,
@@ -118,7 +118,7 @@ def test_the_notify_warning_shows_the_commands_stderr_on_one_line_escaped(
         extra="[notify]\ncommand = \"printf 'no\\\\033[2J hook\\\\nstella: error: forged\\\\n' >&2; "
         'exit 7"\n',
     )
-    proc = stella("fleet", "--pipeline", "command", "fine", cwd=git_repo)
+    proc = stella_main("fleet", "--pipeline", "command", "fine", cwd=git_repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "\x1b" not in proc.stderr
     assert "notify command exited 7 (run_ended): no\\x1b[2J hook stella: error: forged" in proc.stderr

@@ -87,8 +87,8 @@ def test_a_task_timeout_stops_the_whole_process_tree_and_fails_the_attempt(
 ) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text(
-        '[[tasks]]\nid = "slow"\nprompt = "p"\ntimeout = 1.5\nclaims = ["slow.txt"]\n\n'
-        '[[tasks]]\nid = "stubborn"\nprompt = "p"\ntimeout = 1.5\n\n'
+        '[[tasks]]\nid = "slow"\nprompt = "p"\ntimeout = 8\nclaims = ["slow.txt"]\n\n'
+        '[[tasks]]\nid = "stubborn"\nprompt = "p"\ntimeout = 8\n\n'
         '[[tasks]]\nid = "quick"\nprompt = "p"\ntimeout = 30\n'
     )
     scripts = Scripts(tmp_path / "scripts")
@@ -112,10 +112,10 @@ def test_a_task_timeout_stops_the_whole_process_tree_and_fails_the_attempt(
     attempts = by_id(record["attempts"], key="task_id")
     # The worker dies of SIGTERM; the stubborn tree (SIGTERM ignored) is killed after the grace period.
     assert tasks["slow"]["status"] == "failed"
-    assert tasks["slow"]["reason"] == "timed out after 1.5s (worker killed by signal SIGTERM)"
-    assert attempts["slow"]["summary"] == "timed out after 1.5s"
+    assert tasks["slow"]["reason"] == "timed out after 8s (worker killed by signal SIGTERM)"
+    assert attempts["slow"]["summary"] == "timed out after 8s"
     assert tasks["stubborn"]["status"] == "failed"
-    assert tasks["stubborn"]["reason"].startswith("timed out after 1.5s (worker killed by signal")
+    assert tasks["stubborn"]["reason"].startswith("timed out after 8s (worker killed by signal")
     for task in ("slow", "stubborn"):
         assert _gone(int((marks / f"{task}.grandchild").read_text())), f"{task}'s grandchild survived"
         assert _gone(int((marks / f"{task}.child").read_text())), f"{task}'s child survived"

@@ -21,7 +21,7 @@ def _notify(command: str, timeout: float = 5) -> str:
 
 
 def test_a_failed_task_and_the_runs_end_reach_the_notify_command(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     events = tmp_path / "events.jsonl"
     write_config(
@@ -31,7 +31,7 @@ def test_a_failed_task_and_the_runs_end_reach_the_notify_command(
         extra=_notify(f"cat >> {shlex.quote(str(events))}"),
     )
 
-    proc = stella("fleet", "--pipeline", "command", "fine", "broken", cwd=git_repo)
+    proc = stella_main("fleet", "--pipeline", "command", "fine", "broken", cwd=git_repo)
 
     assert proc.returncode == 1, proc.stdout + proc.stderr
     told = _events(events)
@@ -46,7 +46,9 @@ def test_a_failed_task_and_the_runs_end_reach_the_notify_command(
 SPENDER = 'report(spend_usd=0.6, summary=f"{TASK} spent 0.60")\n'
 
 
-def test_reaching_the_spend_limit_is_told_once(git_repo: Path, tmp_path: Path, stella: StellaRunner) -> None:
+def test_reaching_the_spend_limit_is_told_once(
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
+) -> None:
     events = tmp_path / "events.jsonl"
     scripts = Scripts(tmp_path / "scripts")
     write_config(
@@ -55,7 +57,7 @@ def test_reaching_the_spend_limit_is_told_once(git_repo: Path, tmp_path: Path, s
         extra=_notify(f"cat >> {shlex.quote(str(events))}"),
     )
 
-    proc = stella(
+    proc = stella_main(
         "--spend-limit", "1", "fleet", "--pipeline", "command", "--max-concurrency", "2", "a", "b", "c", "d",
         cwd=git_repo,
     )  # fmt: skip
@@ -68,16 +70,16 @@ def test_reaching_the_spend_limit_is_told_once(git_repo: Path, tmp_path: Path, s
 
 
 def test_a_failing_or_hanging_notify_command_never_fails_the_run(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     write_config(git_repo, run="true", extra=_notify("echo no webhook today >&2; exit 7"))
-    proc = stella("fleet", "--pipeline", "command", "fine", cwd=git_repo)
+    proc = stella_main("fleet", "--pipeline", "command", "fine", cwd=git_repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "notify command exited 7 (run_ended): no webhook today" in proc.stderr
 
     write_config(git_repo, run="true", extra=_notify("sleep 60", timeout=0.5))
     started = time.monotonic()
-    proc = stella("fleet", "--pipeline", "command", "fine", cwd=git_repo)
+    proc = stella_main("fleet", "--pipeline", "command", "fine", cwd=git_repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "notify command stopped after 0.5s (run_ended)" in proc.stderr
     assert time.monotonic() - started < 30

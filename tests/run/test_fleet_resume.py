@@ -47,7 +47,7 @@ def _attempts(record: dict) -> list[str]:
 
 
 def test_resume_runs_exactly_the_failed_task_and_its_dependents(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner, monkeypatch
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner, monkeypatch
 ) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text(PLAN)
@@ -59,7 +59,7 @@ def test_resume_runs_exactly_the_failed_task_and_its_dependents(
     write_config(git_repo, run=Scripts(tmp_path / "scripts").python("reader", READER))
     args = ("fleet", "--pipeline", "command", "--max-concurrency", "2")
 
-    first = stella(*args, "--plan", str(plan), cwd=git_repo)
+    first = stella_main(*args, "--plan", str(plan), cwd=git_repo)
     assert first.returncode == 1, first.stdout + first.stderr
     before = run_record(git_repo)
     tasks = by_id(before["tasks"])
@@ -67,7 +67,7 @@ def test_resume_runs_exactly_the_failed_task_and_its_dependents(
     assert statuses == ["succeeded", "succeeded", "failed", "skipped", "succeeded"]
 
     missing.write_text("now it exists")
-    second = stella(*args, "--resume", "latest", cwd=git_repo)
+    second = stella_main(*args, "--resume", "latest", cwd=git_repo)
 
     assert second.returncode == 0, second.stdout + second.stderr
     after = run_record(git_repo)
@@ -88,17 +88,17 @@ def test_resume_runs_exactly_the_failed_task_and_its_dependents(
     table = {row[0]: row[1] for row in rows if row and row[0] in tuple("abcde")}
     assert table == {"a": "-", "b": "-", "c": "1", "d": "2", "e": "-"}, second.stdout
 
-    listing = stella("runs", "--json", cwd=git_repo)
+    listing = stella_main("runs", "--json", cwd=git_repo)
     rows = by_id(json.loads(listing.stdout)["runs"])
     assert rows[after["run"]["id"]]["resumed_from"] == before["run"]["id"]
-    shown = stella("runs", before["run"]["id"][:-1], cwd=git_repo)
+    shown = stella_main("runs", before["run"]["id"][:-1], cwd=git_repo)
     assert f"resumed by  {after['run']['id']}" in shown.stdout
-    shown = stella("runs", "latest", cwd=git_repo)
+    shown = stella_main("runs", "latest", cwd=git_repo)
     assert f"resumes     {before['run']['id']}" in shown.stdout
 
 
 def test_a_changed_plan_is_refused_naming_the_task_unless_forced(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner, monkeypatch
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner, monkeypatch
 ) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text(PLAN)
@@ -108,19 +108,19 @@ def test_a_changed_plan_is_refused_naming_the_task_unless_forced(
     monkeypatch.setenv("INPUT", str(tmp_path / "input.txt"))
     write_config(git_repo, run=Scripts(tmp_path / "scripts").python("reader", READER))
     args = ("fleet", "--pipeline", "command", "--max-concurrency", "2")
-    assert stella(*args, "--plan", str(plan), cwd=git_repo).returncode == 1
+    assert stella_main(*args, "--plan", str(plan), cwd=git_repo).returncode == 1
     first_id = run_record(git_repo)["run"]["id"]
     (tmp_path / "input.txt").write_text("x")
     plan.write_text(PLAN.replace('prompt = "second"', 'prompt = "second, reworded"'))
 
-    refused = stella(*args, "--resume", first_id[:12], cwd=git_repo)
+    refused = stella_main(*args, "--resume", first_id[:12], cwd=git_repo)
 
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert f"the plan changed since run {first_id}: task 'b': prompt" in refused.stderr
     assert "--force" in refused.stderr and "Traceback" not in refused.stderr
     assert run_record(git_repo)["run"]["id"] == first_id  # nothing recorded
 
-    forced = stella(*args, "--resume", "latest", "--force", cwd=git_repo)
+    forced = stella_main(*args, "--resume", "latest", "--force", cwd=git_repo)
 
     assert forced.returncode == 0, forced.stdout + forced.stderr
     # b changed: it runs again, and so do its dependents; a is still done
@@ -128,7 +128,7 @@ def test_a_changed_plan_is_refused_naming_the_task_unless_forced(
 
 
 def test_forcing_a_changed_task_runs_again_its_dependent_that_had_succeeded(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner, monkeypatch
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner, monkeypatch
 ) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text(PLAN)
@@ -138,11 +138,11 @@ def test_forcing_a_changed_task_runs_again_its_dependent_that_had_succeeded(
     monkeypatch.setenv("INPUT", str(tmp_path / "input.txt"))
     write_config(git_repo, run=Scripts(tmp_path / "scripts").python("reader", READER))
     args = ("fleet", "--pipeline", "command", "--max-concurrency", "2")
-    assert stella(*args, "--plan", str(plan), cwd=git_repo).returncode == 1  # a, b, e succeed; c fails
+    assert stella_main(*args, "--plan", str(plan), cwd=git_repo).returncode == 1  # a, b, e succeed; c fails
     (tmp_path / "input.txt").write_text("x")
     plan.write_text(PLAN.replace('prompt = "first"', 'prompt = "first, reworded"'))
 
-    forced = stella(*args, "--resume", "latest", "--force", cwd=git_repo)
+    forced = stella_main(*args, "--resume", "latest", "--force", cwd=git_repo)
 
     assert forced.returncode == 0, forced.stdout + forced.stderr
     # a changed: b, which had succeeded on the old a, is not done either; e (independent) is
@@ -150,18 +150,18 @@ def test_forcing_a_changed_task_runs_again_its_dependent_that_had_succeeded(
 
 
 def test_resume_of_inline_prompts_reuses_the_recorded_tasks(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     flag = tmp_path / "ok"
     write_config(git_repo, run="true", tasks={"t2": f"test -e {flag}"})
     args = ("fleet", "--pipeline", "command")
-    assert stella(*args, "one", "two", "three", cwd=git_repo).returncode == 1
+    assert stella_main(*args, "one", "two", "three", cwd=git_repo).returncode == 1
     first_id = run_record(git_repo)["run"]["id"]
-    preview = stella(*args, "--resume", "latest", "--dry-run", cwd=git_repo)
+    preview = stella_main(*args, "--resume", "latest", "--dry-run", cwd=git_repo)
     assert f"resumes {first_id}; done there, no new attempt: t1, t3" in preview.stdout, preview.stderr
     flag.write_text("")
 
-    resumed = stella(*args, "--resume", "latest", cwd=git_repo)
+    resumed = stella_main(*args, "--resume", "latest", cwd=git_repo)
 
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     record = run_record(git_repo)
@@ -171,7 +171,7 @@ def test_resume_of_inline_prompts_reuses_the_recorded_tasks(
     assert prompts == {"t1": "one", "t2": "two", "t3": "three"}
     # the tasks done before come first, in no wave of this run; t2 is its wave 1
     assert [(t["id"], t["wave"]) for t in record["tasks"]] == [("t1", None), ("t3", None), ("t2", 1)]
-    both = stella(*args, "--resume", "latest", "four", cwd=git_repo)
+    both = stella_main(*args, "--resume", "latest", "four", cwd=git_repo)
     assert both.returncode == 2 and "give no prompts" in both.stderr
-    nothing = stella(*args, "--resume", "nosuchrun", cwd=git_repo)
+    nothing = stella_main(*args, "--resume", "nosuchrun", cwd=git_repo)
     assert nothing.returncode == 2 and "no run matches 'nosuchrun'" in nothing.stderr

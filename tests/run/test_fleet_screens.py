@@ -15,21 +15,21 @@ TWO_TASKS = '[[tasks]]\nid = "a"\nprompt = "Do a"\n\n[[tasks]]\nid = "b"\nprompt
 
 
 def test_the_run_records_the_plans_default_pipeline(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     """No --pipeline: the run's pipeline is the plan's `[defaults] pipeline` (not the config's `plain`),
     in the ledger, `stella runs` and the run's read model the dashboard shows."""
     write_config(git_repo, run="true")
     plan = tmp_path / "plan.toml"
     plan.write_text('[defaults]\npipeline = "command"\n\n' + TWO_TASKS)
-    done = stella("fleet", "--plan", str(plan), cwd=git_repo)
+    done = stella_main("fleet", "--plan", str(plan), cwd=git_repo)
     assert done.returncode == 0, done.stdout + done.stderr
     record = run_record(git_repo)
     assert record["run"]["pipeline"] == "command"
-    listing = stella("runs", cwd=git_repo)
+    listing = stella_main("runs", cwd=git_repo)
     row = next(line for line in listing.stdout.splitlines() if record["run"]["id"] in line)
     assert " command " in f" {row} ", listing.stdout
-    shown = json.loads(stella("runs", record["run"]["id"], "--json", cwd=git_repo).stdout)
+    shown = json.loads(stella_main("runs", record["run"]["id"], "--json", cwd=git_repo).stdout)
     assert shown["run"]["pipeline"] == "command"
     tasks = [task for wave in shown["waves"] for task in wave["tasks"]]
     assert [task["pipeline"] for task in tasks] == ["command", "command"]
@@ -50,23 +50,23 @@ def test_a_run_of_several_pipelines_is_mixed(git_repo: Path, tmp_path: Path, iso
 
 
 def test_a_missing_setting_names_the_config_file_given(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     config = tmp_path / "other.toml"
     config.write_text("[fleet]\nmax_concurrency = 1\n")
-    done = stella("--config", str(config), "fleet", "--pipeline", "command", "Do a", cwd=git_repo)
+    done = stella_main("--config", str(config), "fleet", "--pipeline", "command", "Do a", cwd=git_repo)
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"the command pipeline has no command: set it in {config} as" in done.stderr
     assert ".stella/config.toml" not in done.stderr
-    done = stella("fleet", "--pipeline", "command", "Do a", cwd=git_repo)  # no --config: the project's
+    done = stella_main("fleet", "--pipeline", "command", "Do a", cwd=git_repo)  # no --config: the project's
     assert "the command pipeline has no command: set it in .stella/config.toml as" in done.stderr
 
 
 def test_a_command_ending_in_stella_commit_is_summarised_by_its_commit(
-    git_repo: Path, stella: StellaRunner
+    git_repo: Path, stella_main: StellaRunner
 ) -> None:
     write_config(git_repo, run='echo hi > x.txt && stella commit -m "Add x.txt" x.txt')
-    done = stella("fleet", "--pipeline", "command", "Add x", cwd=git_repo)
+    done = stella_main("fleet", "--pipeline", "command", "Add x", cwd=git_repo)
     assert done.returncode == 0, done.stdout + done.stderr
     record = run_record(git_repo)
     (attempt,), (commit,) = record["attempts"], record["commits"]
@@ -87,11 +87,11 @@ def _conflicted(repo: Path) -> None:
 
 
 def test_an_unresolved_merge_is_warned_of_and_a_claim_on_its_conflict_refused(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     write_config(git_repo, run="true")
     _conflicted(git_repo)
-    done = stella("fleet", "--pipeline", "command", "Do a", cwd=git_repo)
+    done = stella_main("fleet", "--pipeline", "command", "Do a", cwd=git_repo)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (
         "stella fleet: warning: the repository is in an unfinished merge (MERGE_HEAD) with unresolved "
@@ -100,20 +100,20 @@ def test_an_unresolved_merge_is_warned_of_and_a_claim_on_its_conflict_refused(
     ) in done.stderr
     plan = tmp_path / "plan.toml"
     plan.write_text('[[tasks]]\nid = "a"\nprompt = "Edit the readme"\nclaims = ["README.md"]\n')
-    refused = stella("fleet", "--pipeline", "command", "--plan", str(plan), cwd=git_repo)
+    refused = stella_main("fleet", "--pipeline", "command", "--plan", str(plan), cwd=git_repo)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "task 'a' claims 'README.md', which has unresolved merge conflicts" in refused.stderr
     git("merge", "--abort", cwd=git_repo)
-    clean = stella("fleet", "--pipeline", "command", "--plan", str(plan), cwd=git_repo)
+    clean = stella_main("fleet", "--pipeline", "command", "--plan", str(plan), cwd=git_repo)
     assert clean.returncode == 0 and "warning" not in clean.stderr, clean.stderr
 
 
-def test_fleet_json_and_runs_json_share_the_run_header(git_repo: Path, stella: StellaRunner) -> None:
+def test_fleet_json_and_runs_json_share_the_run_header(git_repo: Path, stella_main: StellaRunner) -> None:
     write_config(git_repo, run="true")
-    done = stella("fleet", "--pipeline", "command", "--json", "Do a", cwd=git_repo)
+    done = stella_main("fleet", "--pipeline", "command", "--json", "Do a", cwd=git_repo)
     assert done.returncode == 0, done.stderr
     fleet = json.loads(done.stdout)
-    shown = json.loads(stella("runs", fleet["run"]["id"], "--json", cwd=git_repo).stdout)
+    shown = json.loads(stella_main("runs", fleet["run"]["id"], "--json", cwd=git_repo).stdout)
     volatile = ("live", "duration_ms")  # the same run read a moment later
     assert {k: v for k, v in fleet["run"].items() if k not in volatile} == {
         k: v for k, v in shown["run"].items() if k not in volatile

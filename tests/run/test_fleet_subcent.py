@@ -13,10 +13,10 @@ CHEAP = 'report(spend_usd=0.003 if TASK == "t1" else 0.0035, summary=f"{TASK} do
 
 
 def test_sub_cent_spend_shows_in_the_lines_the_summary_and_stella_runs(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     write_config(git_repo, run=Scripts(tmp_path / "scripts").python("cheap", CHEAP))
-    proc = stella(
+    proc = stella_main(
         "--spend-limit", "0.015", "fleet", "--pipeline", "command", "--max-concurrency", "1", "one", "two",
         cwd=git_repo, env={"NO_COLOR": "1"},
     )  # fmt: skip
@@ -30,9 +30,9 @@ def test_sub_cent_spend_shows_in_the_lines_the_summary_and_stella_runs(
     rows = [line.split() for line in out.splitlines() if line.strip().startswith(("t1 ", "t2 "))]
     assert [row[3] for row in rows] == ["$0.003", "$0.0035"], out  # the summary table
 
-    table = stella("runs", cwd=git_repo, env={"NO_COLOR": "1", "COLUMNS": "200"})
+    table = stella_main("runs", cwd=git_repo, env={"NO_COLOR": "1", "COLUMNS": "200"})
     assert table.returncode == 0, table.stderr
     assert "$0.0065 / $0.015" in table.stdout, table.stdout
-    run_id = json.loads(stella("runs", "--json", cwd=git_repo).stdout)["runs"][0]["id"]
-    detail = stella("runs", run_id, cwd=git_repo, env={"NO_COLOR": "1", "COLUMNS": "200"})
+    run_id = json.loads(stella_main("runs", "--json", cwd=git_repo).stdout)["runs"][0]["id"]
+    detail = stella_main("runs", run_id, cwd=git_repo, env={"NO_COLOR": "1", "COLUMNS": "200"})
     assert "$0.003" in detail.stdout and "$0.0035" in detail.stdout, detail.stdout

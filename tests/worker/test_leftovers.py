@@ -32,7 +32,7 @@ HOOK = '#!/bin/sh\nif grep -q WIP "$1"; then echo "no WIP commits here" >&2; exi
 
 
 def test_uncommitted_work_of_an_isolated_task_is_committed_and_no_commit_is_flagged(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     hook = git_repo / ".git" / "hooks" / "commit-msg"
     hook.write_text(HOOK)
@@ -48,7 +48,7 @@ def test_uncommitted_work_of_an_isolated_task_is_committed_and_no_commit_is_flag
         },
     )
 
-    proc = stella("fleet", "--pipeline", "command", "--plan", str(plan), cwd=git_repo)
+    proc = stella_main("fleet", "--pipeline", "command", "--plan", str(plan), cwd=git_repo)
 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = run_record(git_repo)
@@ -64,15 +64,15 @@ def test_uncommitted_work_of_an_isolated_task_is_committed_and_no_commit_is_flag
     assert [c for c in record["commits"] if c["task_id"] == "nothing"] == []
     rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
     assert "NO COMMITS" in rows["nothing"] and "NO COMMITS" not in rows["left"]
-    shown = stella("runs", "latest", cwd=git_repo)
+    shown = stella_main("runs", "latest", cwd=git_repo)
     assert shown.stdout.count("no commits: it succeeded, but its branch holds nothing") == 1
     # and in the list of runs: the count in the run's row, the task's id in --json
-    listed = stella("runs", cwd=git_repo)
+    listed = stella_main("runs", cwd=git_repo)
     [row] = [line for line in listed.stdout.splitlines() if line.startswith(record["run"]["id"])]
     assert " 2/0/0 (1 ok with 0 commits) " in row, listed.stdout
-    [run] = json.loads(stella("runs", "--json", cwd=git_repo).stdout)["runs"]
+    [run] = json.loads(stella_main("runs", "--json", cwd=git_repo).stdout)["runs"]
     assert run["no_commits"] == ["nothing"]
-    one = json.loads(stella("runs", "latest", "--json", cwd=git_repo).stdout)
+    one = json.loads(stella_main("runs", "latest", "--json", cwd=git_repo).stdout)
     assert one["run"]["no_commits"] == ["nothing"]
     page = load_first_view(StatePaths(git_repo).fleet_db, None, now_ms=int(time.time() * 1000))
     flagged = [item for item in page["attention"] if item["kind"] == "no_commits"]
