@@ -70,7 +70,10 @@ def main(argv: Sequence[str]) -> int:
     args = list(argv[1:] if argv and argv[0] == "--" else argv)
     become_subreaper()
 
+    import psutil  # noqa: F401  # before the handler: a TERM landing inside its import broke it
+
     def stop(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a stop signals us more than once
         end_descendants()
         os._exit(128 + signum)
 
