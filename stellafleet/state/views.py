@@ -16,6 +16,7 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
+from stellafleet.state.ledger_runs import no_commits
 
 # The task counts of a run row, in the order its readers show them.
 TASK_OUTCOMES = (
@@ -147,17 +148,6 @@ def _by_task(rows: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]
     for row in rows:
         grouped.setdefault(row["task_id"], []).append(row)
     return grouped
-
-
-def no_commits(task: dict[str, Any]) -> bool:
-    """A succeeded isolated task of this run with no commit: its branch holds nothing of its own (what it
-    did, if anything, was left uncommitted), so there is nothing to merge; worth flagging."""
-    return (
-        task.get("status") == TaskStatus.SUCCEEDED
-        and task.get("isolation") == "isolated"
-        and bool(task.get("attempts"))
-        and not task.get("commits")
-    )
 
 
 def salvage_restore(sha: str) -> str:

@@ -4,7 +4,7 @@ An isolated task's worktree has one writer and its branch is its only work produ
 changed but did not commit (an agent whose `git commit` failed in a hook, one that forgot) is committed
 for it through the lane, with a message saying so, before the attempt ends. A shared task's tree has other
 writers: nothing is committed for it. A task that succeeded with no commit at all is flagged where runs
-are shown (state/views.py's no_commits).
+are shown (state/ledger_runs.py's no_commits).
 """
 
 from __future__ import annotations
