@@ -25,7 +25,7 @@ from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.agentenv import agent_env
 from stellafleet.proc import runner
 from stellafleet.proc.group import signal_group
-from stellafleet.proc.tree import signal_description
+from stellafleet.proc.runner import signal_description
 
 GRACE_S = 5.0  # between SIGTERM and SIGKILL when stopping a CLI
 POLL_S = 0.2  # how often a wrapper's poll callback runs while the CLI works

@@ -10,6 +10,7 @@ decoded as UTF-8, undecodable bytes replaced; it can go to a file, the terminal 
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,17 @@ class Result:
 
 def _text(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", "replace")
+
+
+def signal_description(returncode: int) -> str:
+    """'exit status 3' or 'killed by signal SIGKILL' for a Popen-style return code."""
+    if returncode >= 0:
+        return f"exit status {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"killed by signal {name}"
 
 
 class Process:

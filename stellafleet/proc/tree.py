@@ -22,23 +22,13 @@ import psutil
 
 from stellafleet.proc import runner
 from stellafleet.proc.group import signal_group, stop_group
+from stellafleet.proc.runner import signal_description
 from stellafleet.proc.usage import tree_of, usage_of
 
 # in the environment of an attempt's processes: its repository, its run, its attempt (ids are per ledger)
 IDENTITY_KEYS = ("STELLA_ROOT", "STELLA_RUN_ID", "STELLA_ATTEMPT_ID")
 UNKNOWN_STATUS = 255  # an exit whose status nobody could read (reaped elsewhere)
 POLL_S = 0.05  # how often a wait looks whether the worker has ended
-
-
-def signal_description(returncode: int) -> str:
-    """'exit status 3' or 'killed by signal SIGKILL' for a Popen-style return code."""
-    if returncode >= 0:
-        return f"exit status {returncode}"
-    try:
-        name = signal.Signals(-returncode).name
-    except ValueError:
-        name = f"signal {-returncode}"
-    return f"killed by signal {name}"
 
 
 @dataclass(frozen=True)
@@ -66,6 +56,7 @@ class ProcessTree:
             self._root: psutil.Process | None = psutil.Process(self.pid)
         except psutil.Error:
             self._root = None
+        self._born = self._root.create_time() if self._root is not None else 0.0
 
     @classmethod
     def spawn(cls, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_path: Path) -> ProcessTree:
@@ -133,7 +124,7 @@ class ProcessTree:
         targets = {proc.pid: proc for proc in members}
         for pid, proc in self._known.items():
             targets.setdefault(pid, proc)
-        for proc in carrying(self._identity):
+        for proc in carrying(self._identity, born=self._born):
             targets.setdefault(proc.pid, proc)
         for proc in targets.values():
             try:
@@ -152,15 +143,16 @@ class ProcessTree:
         self.signal_tree(signal.SIGKILL)
 
 
-def carrying(identity: Mapping[str, str]) -> list[psutil.Process]:
-    """The processes (other than this one) whose environment holds all of identity; none for an empty one."""
+def carrying(identity: Mapping[str, str], *, born: float = 0.0) -> list[psutil.Process]:
+    """The processes (other than this one) whose environment holds all of identity; none for an empty one.
+    Processes started before born (with a second's slack) are older than the worker: never read."""
     if len(identity) < len(IDENTITY_KEYS):
         return []
     found: list[psutil.Process] = []
     for proc in psutil.process_iter():
-        if proc.pid == os.getpid():
-            continue
         try:
+            if proc.pid == os.getpid() or proc.create_time() < born - 1.0:
+                continue
             environ = proc.environ()
         except (psutil.Error, OSError):
             continue
