@@ -2,14 +2,13 @@
 
 Every file is checked against the bundled JSON Schema (config.schema.json, `stella config schema`) as it
 is loaded: every problem at once, each naming its file, the key and a hint, and nothing runs (exit 2).
-Files already found valid (their digest in .stella/private) are not checked again: a worker stays light.
+Files already found valid (noted in .stella/private) are not checked again: a worker stays light.
 The code then reads typed sections (`config.engine`, `config.fleet`, ...), built once from checked data.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import tomllib
@@ -74,7 +73,7 @@ class Config:
         origins: Origins | None = None,
         checked: bool = False,
         settings_file: str = PROJECT_CONFIG,
-        digest: str | None = None,
+        fingerprint: str | None = None,
     ) -> None:
         self._data: dict[str, Any] = dict(data or {})
         self.sources = sources
@@ -82,12 +81,12 @@ class Config:
         self.settings_file = settings_file
         self.origins: Origins = dict(origins or {})
         self._checked = checked
-        self._digest = digest  # of the layers load_config found valid
+        self._fingerprint = fingerprint  # of the layers load_config found valid
 
     def remember_checked(self, root: Path) -> None:
         """Once the private directory exists: later processes with these layers skip the check."""
-        if self._checked and self._digest:
-            _remember(StatePaths(root).config_checked, self._digest)
+        if self._checked and self._fingerprint:
+            _remember(StatePaths(root).config_checked, self._fingerprint)
 
     # --- typed sections ---
 
@@ -252,12 +251,12 @@ def load_config(
     for source, layer in layers:
         _merge(data, layer, origins, source)
     known = StatePaths(root).config_checked if root is not None else None
-    digest = _digest(layers)
-    if known is None or _read_known(known) != digest:
+    fingerprint = _fingerprint(layers)
+    if known is None or _read_known(known) != fingerprint:
         problems = _problems(layers, data)
         if problems:
             raise ConfigError(problems)
-        _remember(known, digest)
+        _remember(known, fingerprint)
     chosen = [
         file.path
         for file in config_files(root, config_file=config_file, env=env)
@@ -269,7 +268,7 @@ def load_config(
         origins=origins,
         checked=True,
         settings_file=str(chosen[0]) if chosen else PROJECT_CONFIG,
-        digest=digest,
+        fingerprint=fingerprint,
     )
 
 
@@ -288,9 +287,11 @@ def _problems(layers: list[tuple[str, dict[str, Any]]], merged: dict[str, Any]) 
     return found
 
 
-def _digest(layers: list[tuple[str, dict[str, Any]]]) -> str:
-    text = json.dumps([configschema.schema_text(), layers], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+def _fingerprint(layers: list[tuple[str, dict[str, Any]]]) -> str:
+    """The layers as read, and which schema checked them (its file's path, size and time)."""
+    schema = configschema.BUNDLED.path
+    found = schema.stat()
+    return json.dumps([str(schema), found.st_size, found.st_mtime_ns, layers], sort_keys=True, default=str)
 
 
 def _read_known(path: Path) -> str | None:
@@ -300,14 +301,14 @@ def _read_known(path: Path) -> str | None:
         return None
 
 
-def _remember(path: Path | None, digest: str) -> None:
-    """The digest of layers found valid, so the next process (each worker) with the same files and schema
-    skips the check and never loads jsonschema; only where the fleet made its private directory."""
+def _remember(path: Path | None, fingerprint: str) -> None:
+    """Note layers found valid, so the next process (each worker) with the same files and schema skips the
+    check and never loads jsonschema; only where the fleet made its private directory."""
     if path is None or not path.parent.is_dir():
         return
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(digest)
+        tmp.write_text(fingerprint)
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)

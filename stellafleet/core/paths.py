@@ -30,7 +30,7 @@ class StatePaths:
 
     @property
     def config_checked(self) -> Path:
-        return self.private / "config-checked"  # the digest of the config last found valid (core/config.py)
+        return self.private / "config-checked"  # the config last found valid (core/config.py)
 
     @property
     def store_db(self) -> Path:

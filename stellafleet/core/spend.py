@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import statistics
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -208,7 +207,9 @@ def spend_range(amounts: Iterable[float]) -> tuple[float, float]:
     ordered = sorted(amounts)
     if not ordered:
         return 0.0, 0.0
-    return statistics.median(ordered), ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return median, ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
 
 
 def total_spend(ranges: Iterable[tuple[float, float]]) -> tuple[float, float]:

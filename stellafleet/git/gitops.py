@@ -7,11 +7,13 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import psutil
+from typing import TYPE_CHECKING
 
 from stellafleet.core.errors import GitError, StellaError
 from stellafleet.proc import runner
+
+if TYPE_CHECKING:  # imported where used: a worker never scans for git processes
+    import psutil
 
 
 def _git_program() -> str:
@@ -205,6 +207,8 @@ def unresolved_merge(root: Path) -> tuple[bool, list[str]]:
 def _git_processes() -> list[int]:
     """The pids of running git processes (Linux: read from /proc, the fast way; elsewhere psutil)."""
     if not os.path.isdir("/proc/self"):
+        import psutil
+
         return [p.pid for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("git")]
     found: list[int] = []
     for entry in os.scandir("/proc"):
@@ -220,6 +224,8 @@ def _git_processes() -> list[int]:
 
 def git_processes_in(root: Path, *, started_before: float) -> list[psutil.Process]:
     """The git processes working in root's work tree that started before a time (time.time())."""
+    import psutil
+
     top = str(root.resolve())
     found: list[psutil.Process] = []
     for pid in _git_processes():

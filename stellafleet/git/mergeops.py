@@ -28,12 +28,6 @@ def scratch_worktree(root: Path, path: Path, commit: str) -> None:
     gitops.git("worktree", "add", "-q", "--detach", str(path), commit, cwd=root)
 
 
-def drop_worktree(root: Path, path: Path) -> None:
-    """Remove a scratch worktree, whatever state a failed step left it in."""
-    gitops.git("worktree", "remove", "--force", str(path), cwd=root, check=False)
-    gitops.git("worktree", "prune", cwd=root, check=False)
-
-
 def checkout_detached(path: Path, commit: str) -> None:
     gitops.git("checkout", "-q", "--detach", commit, cwd=path)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -76,13 +77,20 @@ def worktree_list(root: Path) -> list[Worktree]:
 
 
 def worktree_remove(root: Path, path: Path, *, force: bool = False) -> None:
-    """Remove a linked worktree. git refuses one with initialised submodules (the fleet initialises them,
-    submodules.py) unless forced; one whose `git status` is clean, submodules included (a submodule with
-    changes or other commits shows there), is removed with --force: nothing in it is uncommitted."""
-    args = ["worktree", "remove", *(["--force"] if force else []), str(path)]
+    """Remove a linked worktree: the one way stella does. Unforced, git refuses one with uncommitted work,
+    or with initialised submodules (submodules.py), which is removed anyway when its `git status` is clean.
+    Forced, whatever a failed or killed step left goes; GitError only when git still lists the worktree."""
+    if force:
+        code, out, err = gitops.git_status("worktree", "remove", "--force", str(path), cwd=root)
+        if code:  # half made or already gone: its registration is pruned
+            gitops.git("worktree", "prune", cwd=root, check=False)
+            if any(tree.path.resolve() == path.resolve() for tree in worktree_list(root)):
+                raise GitError(f"git worktree remove: {gitops.last_words(err or out, code)}")
+            shutil.rmtree(path, ignore_errors=True)  # no worktree of git's any more: what is left of one
+        return
     try:
-        gitops.git(*args, cwd=root)
+        gitops.git("worktree", "remove", str(path), cwd=root)
     except GitError as exc:
-        if force or "submodules" not in str(exc) or gitops.status_porcelain(path):
+        if "submodules" not in str(exc) or gitops.status_porcelain(path):
             raise
         gitops.git("worktree", "remove", "--force", str(path), cwd=root)

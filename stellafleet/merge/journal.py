@@ -24,7 +24,7 @@ from typing import Any
 from stellafleet.core.errors import EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import MergeStatus
-from stellafleet.git import gitops, mergeops
+from stellafleet.git import gitops, mergeops, worktrees
 from stellafleet.merge import killedresolve
 from stellafleet.proc.group import stop_group
 from stellafleet.proc.pids import ProcessIdentity
@@ -162,7 +162,8 @@ def _finish(root: Path, data: dict[str, Any], journal_at: float | None = None) -
                 done.append(f"{data.get('branch') or 'its branch'} recorded {status}")
     worktree, scratch = data.get("worktree"), data.get("scratch")
     if worktree:
-        mergeops.drop_worktree(root, Path(worktree))
+        with contextlib.suppress(GitError):
+            worktrees.worktree_remove(root, Path(worktree), force=True)
     if scratch:
         shutil.rmtree(scratch, ignore_errors=True)
         done.append("its scratch worktree removed")

@@ -9,7 +9,6 @@ holds nothing beyond the tip it started at.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +70,6 @@ def _drop_workspace(root: Path, attempt: dict[str, Any], tip: str | None) -> lis
         if uncommitted(path) and not attempt.get("salvage_sha"):
             return [f"its worktree {path} kept: it holds uncommitted work"]
         worktrees.worktree_remove(root, path, force=True)
-        shutil.rmtree(path, ignore_errors=True)
         done.append("its worktree removed")
     gitops.git("worktree", "prune", cwd=root, check=False)
     branch = attempt.get("branch")

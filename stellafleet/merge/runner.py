@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from stellafleet.core.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import MergeStatus
-from stellafleet.git import gitops, mergeops
+from stellafleet.git import gitops, mergeops, worktrees
 from stellafleet.merge import journal as merge_journal
 from stellafleet.merge.check import run_check
 from stellafleet.merge.journal import Journal
@@ -215,7 +215,8 @@ class _Queue:
                 self._step(item, worktree)
                 self.progress(item)
         finally:
-            mergeops.drop_worktree(self.root, worktree)
+            with contextlib.suppress(GitError):  # the scratch goes below in any case
+                worktrees.worktree_remove(self.root, worktree, force=True)
             shutil.rmtree(scratch, ignore_errors=True)
         self.result.end_sha = self.tip
 

@@ -15,7 +15,7 @@ from typing import TextIO
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.agentenv import agent_env
 from stellafleet.proc import runner
-from stellafleet.proc.tree import signal_description
+from stellafleet.proc.runner import signal_description
 
 GRACE_S = 5.0  # between SIGTERM and SIGKILL when stopping a CLI
 POLL_S = 0.2  # how often a wrapper's poll callback runs while the CLI works

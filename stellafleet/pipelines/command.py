@@ -15,7 +15,6 @@ from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc import runner
-from stellafleet.proc.tree import signal_description
 
 RESULT_ENV = "STELLA_COMMAND_RESULT"
 SHELL = "/bin/sh"
@@ -140,5 +139,5 @@ def conclude(returncode: int, report_path: Path, last_line: str, spend: SpendRep
     summary = str(report.get("summary") or last_line or "")
     if returncode == 0:
         return PipelineResult(True, summary or "command succeeded", None, usd, tokens_in, tokens_out, steps)
-    error = f"command failed: {signal_description(returncode)}"
+    error = f"command failed: {runner.signal_description(returncode)}"
     return PipelineResult(False, summary or error, error, usd, tokens_in, tokens_out, steps)

@@ -50,9 +50,10 @@ def identity_in(env: Mapping[str, str]) -> dict[str, str]:
     return {key: env[key] for key in IDENTITY_KEYS if key in env}
 
 
-def carrying(identity: Mapping[str, str]) -> list[psutil.Process]:
+def carrying(identity: Mapping[str, str], *, born: float = 0.0) -> list[psutil.Process]:
     """The processes whose environment holds all of identity, never this one nor its ancestors; none
-    when it is this process's own (a stella run inside an attempt leaves that attempt's processes be)."""
+    when it is this process's own (a stella run inside an attempt leaves that attempt's processes be).
+    Those started before born (a second's slack) predate the attempt: their environment is never read."""
     import psutil
 
     if len(identity) < len(IDENTITY_KEYS) or identity_in(os.environ) == identity:
@@ -64,6 +65,8 @@ def carrying(identity: Mapping[str, str]) -> list[psutil.Process]:
         if proc.pid in ours:
             continue
         with contextlib.suppress(psutil.Error, OSError):
+            if born and proc.create_time() < born - 1.0:
+                continue
             environ = proc.environ()
             if all(environ.get(key) == value for key, value in identity.items()):
                 found.append(proc)
@@ -97,6 +100,7 @@ class ProcessSet:
         self.leader = leader
         self.identities = [found] if (found := identity_in(identity or {})) else []
         self.below = below
+        self.born = 0.0  # when the attempt began, if known: older processes cannot carry its identity
         self.known: dict[int, psutil.Process] = {}
         for pid in pids:
             with contextlib.suppress(psutil.Error):
@@ -132,7 +136,7 @@ class ProcessSet:
                 self.add(found)
                 stack.extend(proc.pid for proc in found)
         for identity in self.identities if sweep else []:
-            self.add(carrying(identity))
+            self.add(carrying(identity, born=self.born))
 
     def alive(self) -> list[psutil.Process]:
         """The members still running (a zombie has ended: it only waits to be reaped)."""

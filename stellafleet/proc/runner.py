@@ -12,6 +12,7 @@ import errno
 import functools
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,6 +42,17 @@ class Result:
 
 def _text(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", "replace")
+
+
+def signal_description(returncode: int) -> str:
+    """'exit status 3' or 'killed by signal SIGKILL' for a Popen-style return code."""
+    if returncode >= 0:
+        return f"exit status {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"killed by signal {name}"
 
 
 class Process:

@@ -7,6 +7,7 @@ one ProcessSet (proc/group.py): its group, the descendants seen and whatever car
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -18,21 +19,11 @@ import psutil
 
 from stellafleet.proc import runner
 from stellafleet.proc.group import ProcessSet
+from stellafleet.proc.runner import signal_description
 from stellafleet.proc.usage import tree_of, usage_of
 
 UNKNOWN_STATUS = 255  # an exit whose status nobody could read (reaped elsewhere)
 POLL_S = 0.05  # how often a wait looks whether the worker has ended
-
-
-def signal_description(returncode: int) -> str:
-    """'exit status 3' or 'killed by signal SIGKILL' for a Popen-style return code."""
-    if returncode >= 0:
-        return f"exit status {returncode}"
-    try:
-        name = signal.Signals(-returncode).name
-    except ValueError:
-        name = f"signal {-returncode}"
-    return f"killed by signal {name}"
 
 
 @dataclass(frozen=True)
@@ -59,6 +50,8 @@ class ProcessTree:
         self._exit: Exit | None = None
         # our unreaped child: the pid names the worker until we reap it
         self._root: psutil.Process | None = self.members.known.get(self.pid)
+        with contextlib.suppress(psutil.Error):
+            self.members.born = self._root.create_time() if self._root is not None else 0.0
 
     @classmethod
     def spawn(cls, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_path: Path) -> ProcessTree:

@@ -4,17 +4,41 @@ and the watchdog (run/watchdog.py)."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable
 
 import psutil
+
+# Linux lists each thread's children (/proc/PID/task/TID/children): a tree is read without psutil's scan of
+# every process on the machine, which a fleet sampling each worker every second paid per worker.
+_KERNEL_CHILDREN = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
 
 
 def tree_of(root: psutil.Process) -> list[psutil.Process]:
     """root and its live descendants (root alone when they cannot be read)."""
     members = [root]
     with contextlib.suppress(psutil.Error):
-        members.extend(root.children(recursive=True))
+        if not _KERNEL_CHILDREN:
+            members.extend(root.children(recursive=True))
+            return members
+        for pid in _descendants(root.pid):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                members.append(psutil.Process(pid))
     return members
+
+
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    parents = [pid]
+    while parents:
+        parent = parents.pop()
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{parent}/task"):
+                with contextlib.suppress(OSError), open(f"/proc/{parent}/task/{tid}/children") as listing:
+                    children = [int(child) for child in listing.read().split()]
+                    found += children
+                    parents += children
+    return found
 
 
 def usage_of(members: Iterable[psutil.Process], root: psutil.Process | None) -> tuple[float, int]:

@@ -291,7 +291,7 @@ class FleetRun:
 
         durations = None
         if p.schedule == "eager":  # how long the same tasks took before decides what starts first
-            durations = ledger.attempts.past_durations(
+            durations = ledger.history.past_durations(
                 (task.id, task.prompt, task.pipeline or p.default_pipeline) for task in p.plan.tasks
             )
         expansions, limiter = self._expansions(ledger), self._limiter(ledger)

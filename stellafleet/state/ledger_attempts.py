@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,8 +12,7 @@ from stellafleet.core.status import AttemptEnd, AttemptOutcome, TaskStatus
 from stellafleet.state.ledger_schema import ATTEMPT_OUTCOMES, check_choice
 from stellafleet.state.sqlitefile import Database
 
-# How many past runs past_durations looks back in.
-PAST_RUNS = 20
+# The columns of an attempt the run page's first view draws as a timeline bar.
 BAR_COLUMNS = (
     "id, task_id, node, started_at_ms, finished_at_ms, outcome, spend_usd, last_progress_ms, log_path"
 )
@@ -150,23 +148,6 @@ class Attempts:
             (json.dumps(attempt_ids),),
         )
         return {int(row[0]): str(row[1]) for row in rows}
-
-    def past_durations(self, tasks: Iterable[tuple[str, str | None, str]]) -> dict[str, float]:
-        """Task id -> seconds the same task (id, prompt, pipeline) last took in the last PAST_RUNS runs."""
-        wanted = {task_id: (prompt, pipeline) for task_id, prompt, pipeline in tasks}
-        rows = self._db.read(
-            "SELECT a.task_id, t.prompt, coalesce(a.pipeline, t.pipeline, r.pipeline),"
-            " a.finished_at_ms - a.started_at_ms"
-            " FROM (SELECT id, pipeline FROM runs ORDER BY created_at_ms DESC, id DESC LIMIT ?) AS r"
-            " JOIN attempts a ON a.run_id = r.id JOIN tasks t ON t.run_id = a.run_id AND t.id = a.task_id"
-            " WHERE a.outcome = ? AND a.finished_at_ms IS NOT NULL ORDER BY a.id",
-            (PAST_RUNS, str(AttemptOutcome.SUCCEEDED)),
-        )
-        found: dict[str, float] = {}
-        for task_id, prompt, pipeline, elapsed_ms in rows:  # oldest first: the latest one stays
-            if wanted.get(task_id) == (prompt, pipeline):
-                found[task_id] = max(int(elapsed_ms), 0) / 1000
-        return found
 
     def failed_in_latest_run(self) -> list[tuple[Any, ...]]:
         """The rows of FAILED_IN_LATEST_RUN (docs/ledger.md's first example, which `stella demo` shows)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from stellafleet.core.errors import EXIT_USAGE, StellaError
@@ -13,6 +13,17 @@ from stellafleet.state.ledger_schema import RUN_STATUSES, TASK_STATUSES, check_c
 from stellafleet.state.sqlitefile import Database
 
 NEWEST_FIRST = "ORDER BY created_at_ms DESC, id DESC"
+
+
+def no_commits(task: Mapping[str, Any]) -> bool:
+    """A succeeded isolated task that ran and has no commit: its branch holds nothing of its own (what it
+    did, if anything, was left uncommitted), so there is nothing to merge; worth flagging."""
+    return (
+        task.get("status") == TaskStatus.SUCCEEDED
+        and task.get("isolation") == "isolated"
+        and bool(task.get("attempts"))
+        and not task.get("commits")
+    )
 
 
 class TaskSpec(Protocol):
@@ -197,18 +208,18 @@ class Runs:
             f"SELECT run_id, count(*) FROM attempts WHERE {in_page} GROUP BY run_id", (ids,)
         )
         attempts_of = {row[0]: int(row[1]) for row in attempts}
-        # views.no_commits in SQL: succeeded isolated tasks with an attempt and not one commit
-        no_commits: dict[str, list[str]] = {run["id"]: [] for run in runs}
-        for row in self._db.read(
-            f"SELECT t.run_id, t.id FROM tasks t WHERE t.{in_page} AND t.status = ? AND t.isolation = ?"
-            " AND EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = t.run_id AND a.task_id = t.id)"
-            " AND NOT EXISTS (SELECT 1 FROM commits c WHERE c.run_id = t.run_id AND c.task_id = t.id)"
-            " ORDER BY t.rowid",
-            (ids, str(TaskStatus.SUCCEEDED), "isolated"),
+        flagged: dict[str, list[str]] = {run["id"]: [] for run in runs}
+        for task in self._db.rows(
+            "SELECT t.run_id, t.id, t.status, t.isolation,"
+            " EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = t.run_id AND a.task_id = t.id) AS attempts,"
+            " EXISTS (SELECT 1 FROM commits c WHERE c.run_id = t.run_id AND c.task_id = t.id) AS commits"
+            f" FROM tasks t WHERE t.{in_page} AND t.status = ? ORDER BY t.rowid",
+            (ids, str(TaskStatus.SUCCEEDED)),
         ):
-            no_commits[row[0]].append(str(row[1]))
+            if no_commits(task):
+                flagged[task["run_id"]].append(str(task["id"]))
         for run in runs:
-            run["no_commits"] = no_commits[run["id"]]
+            run["no_commits"] = flagged[run["id"]]
             run["task_counts"] = counts[run["id"]]
             run["tasks_total"] = sum(counts[run["id"]].values())
             run["attempts_total"] = attempts_of.get(run["id"], 0)

@@ -12,6 +12,7 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
+from stellafleet.state.ledger_runs import no_commits
 
 TASK_OUTCOMES = (
     TaskStatus.SUCCEEDED,
@@ -141,16 +142,6 @@ def _by_task(rows: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]
     for row in rows:
         grouped.setdefault(row["task_id"], []).append(row)
     return grouped
-
-
-def no_commits(task: dict[str, Any]) -> bool:
-    """A succeeded isolated task of this run with no commit: nothing of its own to merge; worth flagging."""
-    return (
-        task.get("status") == TaskStatus.SUCCEEDED
-        and task.get("isolation") == "isolated"
-        and bool(task.get("attempts"))
-        and not task.get("commits")
-    )
 
 
 def salvage_restore(sha: str) -> str:

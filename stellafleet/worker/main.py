@@ -16,7 +16,7 @@ from pathlib import Path
 
 from stellafleet import pipelines
 from stellafleet.core import jsontext
-from stellafleet.core.config import load_config
+from stellafleet.core.config import Config, load_config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.limits import LimitEvent
 from stellafleet.core.spend import SpendTally
@@ -80,10 +80,10 @@ class LedgerSpend(SpendTally):
                 self._ledger = None
 
 
-def run_task(ctx: WorkerContext, spend: LedgerSpend) -> PipelineResult:
+def run_task(ctx: WorkerContext, spend: LedgerSpend, config: Config | None = None) -> PipelineResult:
     """Run ctx's pipeline; any exception becomes a failed result carrying its text."""
     try:
-        result = pipelines.load(ctx.pipeline).run(ctx, load_config(ctx.root), spend)
+        result = pipelines.load(ctx.pipeline).run(ctx, config or load_config(ctx.root), spend)
     except Exception as exc:
         text = str(exc) if isinstance(exc, StellaError) else f"{type(exc).__name__}: {exc}"
         if not isinstance(exc, StellaError):
@@ -104,14 +104,6 @@ def write_result(path: Path, result: PipelineResult) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(jsontext.dumps(result.to_json()))
     os.replace(tmp, path)
-
-
-def _fleet_backoff(ctx: WorkerContext) -> bool:
-    """`[fleet] fleet_backoff` (a config the pipeline will refuse is its to report: default here)."""
-    try:
-        return load_config(ctx.root).fleet.fleet_backoff
-    except StellaError:
-        return True
 
 
 def _end_with_descendants(signum: int, frame: object) -> None:
@@ -136,9 +128,13 @@ def main() -> int:
         f"pipeline {ctx.pipeline} in {ctx.workspace}",
         flush=True,
     )
-    spend = LedgerSpend(ctx, fleet_backoff=_fleet_backoff(ctx))
     try:
-        result = run_task(ctx, spend)
+        config: Config | None = load_config(ctx.root)
+    except StellaError:  # a config the pipeline will refuse is run_task's to report
+        config = None
+    spend = LedgerSpend(ctx, fleet_backoff=config.fleet.fleet_backoff if config else True)
+    try:
+        result = run_task(ctx, spend, config)
     finally:
         spend.close()
     left = end_descendants()  # nothing outlives its attempt: the result is written once they are gone

@@ -121,6 +121,43 @@ def test_typed_sections_have_the_schemas_keys_and_defaults(section: str, kind: t
         assert schema_default(section, spec.name) == default, f"{section}.{spec.name}"
 
 
+SECTIONS: dict[str, type] = {
+    "engine": configsections.EngineConfig,
+    "fleet": configsections.FleetConfig,
+    "executor": configsections.ExecutorConfig,
+    "governor": configsections.GovernorConfig,
+    "watch": configsections.WatchConfig,
+    "notify": configsections.NotifyConfig,
+    "commit": configsections.CommitConfig,
+    "merge": configsections.MergeConfig,
+    "worktree": configsections.WorktreeConfig,
+}
+
+
+def _schema_defaults(node: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    found: dict[tuple[str, ...], Any] = {path: node["default"]} if "default" in node else {}
+    for key, child in node.get("properties", {}).items():
+        found.update(_schema_defaults(child, (*path, key)))
+    return found
+
+
+def test_the_code_is_the_one_source_of_defaults_and_the_schema_shows_each() -> None:
+    # `stella config schema` prints the schema's defaults: every one is the code's, and every default of
+    # the code (but None: unset) is shown there, so neither can change alone
+    code: dict[tuple[str, ...], Any] = {
+        (section, spec.name): spec.default
+        for section, kind in SECTIONS.items()
+        for spec in dataclasses.fields(kind)
+        if spec.default is not dataclasses.MISSING and spec.default is not None
+    }
+    for pipeline in (ClaudeCodePipeline, CodexPipeline, AiderPipeline):
+        code["pipelines", pipeline.name, "binary"] = pipeline.default_binary
+    shown = _schema_defaults(configschema.schema())
+    assert shown == code
+    assert all(type(shown[key]) is type(value) or isinstance(value, float) for key, value in code.items())
+    assert set(configschema.schema()["properties"]) == {*SECTIONS, "prices", "pipelines"}
+
+
 def test_the_builtin_pipelines_are_the_schemas_and_their_default_binaries_match() -> None:
     assert configschema.builtin_pipelines() == list(configsections.BUILTIN_PIPELINES)
     tables = configschema.schema()["properties"]["pipelines"]["properties"]

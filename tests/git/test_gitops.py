@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -83,6 +84,26 @@ def test_worktree_lifecycle_and_commits_between(repo: Path) -> None:
     worktrees.worktree_remove(repo, path)
     gitops.branch_delete(repo, "fleet/docs-x")
     assert gitops.branches_matching(repo, "fleet/*") == []
+
+
+def test_a_forced_removal_takes_whatever_a_killed_step_left_and_never_the_main_tree(repo: Path) -> None:
+    base = gitops.head_commit(repo)
+    dirty, broken, gone = (repo / f".stella/worktrees/{name}" for name in ("dirty", "broken", "gone"))
+    for n, path in enumerate((dirty, broken, gone)):
+        worktrees.worktree_add(repo, path, f"fleet/t{n}", base)
+    (dirty / "notes.txt").write_text("uncommitted\n")
+    with pytest.raises(GitError):
+        worktrees.worktree_remove(repo, dirty)  # unforced: uncommitted work is refused
+    (broken / ".git").unlink()  # a worktree half removed: git no longer takes it for one
+    (broken / "left.txt").write_text("left\n")
+    shutil.rmtree(gone)
+    for path in (dirty, broken, gone):
+        worktrees.worktree_remove(repo, path, force=True)
+        assert not path.exists()
+    assert [tree.path for tree in worktrees.worktree_list(repo)] == [repo]
+    with pytest.raises(GitError, match="main working tree"):
+        worktrees.worktree_remove(repo, repo, force=True)
+    assert (repo / ".git").is_dir()
 
 
 def test_git_failure_carries_gits_message(repo: Path) -> None:
