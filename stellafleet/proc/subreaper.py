@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from stellafleet.proc.group import ProcessSet
 
@@ -55,6 +55,19 @@ def end_descendants(grace_s: float = LEFTOVER_GRACE_S) -> int:
     return len(descendants.known)
 
 
+def on_sigterm(handler: Callable[[int], None]) -> None:
+    """handler(signum) on the first SIGTERM only (a stop signals more than once). psutil, which
+    end_descendants needs, is loaded first: a TERM landing while the interrupted code was importing it
+    made the handler's own import fail."""
+    import psutil  # noqa: F401
+
+    def once(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        handler(signum)
+
+    signal.signal(signal.SIGTERM, once)
+
+
 def reaped_argv(argv: Sequence[str]) -> list[str]:
     """argv run under the subreaper wrapper (this module as a program) where there is a subreaper."""
     if not sys.platform.startswith("linux"):
@@ -70,14 +83,11 @@ def main(argv: Sequence[str]) -> int:
     args = list(argv[1:] if argv and argv[0] == "--" else argv)
     become_subreaper()
 
-    import psutil  # noqa: F401  # before the handler: a TERM landing inside its import broke it
-
-    def stop(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a stop signals us more than once
+    def stop(signum: int) -> None:
         end_descendants()
         os._exit(128 + signum)
 
-    signal.signal(signal.SIGTERM, stop)
+    on_sigterm(stop)
     try:
         proc = runner.start(
             args, stdin=runner.INHERIT, stdout=runner.INHERIT, stderr=runner.INHERIT, session=False

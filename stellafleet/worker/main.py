@@ -24,7 +24,7 @@ from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc.orphan import end_when_orphaned
-from stellafleet.proc.subreaper import become_subreaper, end_descendants
+from stellafleet.proc.subreaper import become_subreaper, end_descendants, on_sigterm
 from stellafleet.state.ledger import Ledger
 
 
@@ -106,7 +106,7 @@ def write_result(path: Path, result: PipelineResult) -> None:
     os.replace(tmp, path)
 
 
-def _end_with_descendants(signum: int, frame: object) -> None:
+def _end_with_descendants(signum: int) -> None:
     """A stopped worker (the fleet's SIGTERM) takes everything below it along, then ends as signalled."""
     end_descendants()
     signal.signal(signum, signal.SIG_DFL)
@@ -122,7 +122,7 @@ def main() -> int:
     if os.getpgrp() == os.getpid():  # a worker the fleet started (its own group): it dies with the fleet
         end_when_orphaned()
     if become_subreaper():  # what the task starts stays below this process, even if it double-forks
-        signal.signal(signal.SIGTERM, _end_with_descendants)
+        on_sigterm(_end_with_descendants)
     print(
         f"stella worker: run {ctx.run_id} task {ctx.task_id} attempt {ctx.attempt_id} "
         f"pipeline {ctx.pipeline} in {ctx.workspace}",
