@@ -1,6 +1,6 @@
-"""Readying a new isolated worktree (or a Ray node's checkout) before its worker starts:
-`.worktreeinclude`, then `[worktree] setup` with the worker's environment and `STELLA_WORKTREE_INDEX`
-(a number no other live worktree of the run has); a failure is the attempt's reason and no worker starts.
+"""Readying a new isolated worktree (or a Ray node's checkout): `.worktreeinclude`, then `[worktree] setup`.
+
+A failure is the attempt's reason, and no worker starts.
 """
 
 from __future__ import annotations
@@ -65,8 +65,7 @@ def _included(root: Path, config: WorktreeConfig) -> list[str]:
 
 
 def pack_included(root: Path, config: WorktreeConfig) -> tuple[include.Packed, ...]:
-    """The `.worktreeinclude` files read to travel to a Ray node (the same files and limit as a local
-    worktree gets); SetupFailed naming any file over the limit, before any is read."""
+    """The `.worktreeinclude` files read to travel to a Ray node; SetupFailed before any is read."""
     return include.pack(root, _included(root, config))
 
 

@@ -1,9 +1,7 @@
-"""--fix-ci: the fleet's side of a red branch. Each round is one follow-up attempt of the branch's task,
-in its own worktree and on its own branch, whose prompt is the task's prompt plus the failing CI log.
+"""--fix-ci: the fleet's side of a red branch (docs/watch.md): one follow-up attempt of its task per round.
 
-The watch (ci/watch.py) decides when a round is due and pushes what it produced; this module runs the
-attempt through the run's Dispatcher (so it is an attempt in the ledger, `attempts.reason = 'ci-fix'`)
-and keeps every round under the fleet's spend limit: no round starts once the run's spend reached it.
+The watch (ci/watch.py) decides when a round is due; the round runs through the run's Dispatcher, so it is
+an attempt in the ledger and stays under the run's spend limit.
 """
 
 from __future__ import annotations
@@ -35,9 +33,8 @@ def execute_in_background(dispatcher: Dispatcher, task: PlanTask, *, reason: str
     """dispatcher.execute(task) in a thread while this one waits: Ctrl-C here stops the worker and lets
     the attempt be recorded before it is raised on. Returns why the task failed, or None."""
     box: dict[str, BaseException] = {}
-    # Waited on as an Event, not with Thread.join: after Ctrl-C interrupted a join, the next join was
-    # seen to return (CPython 3.11) while the thread still ran, so the attempt went unrecorded and the
-    # merge's clean-up found it running.
+    # an Event, not Thread.join: after Ctrl-C interrupted a join, the next join can return while the
+    # thread still runs, and the attempt would go unrecorded
     finished = threading.Event()
 
     def work() -> None:
@@ -139,9 +136,8 @@ def fixer_for_past_run(
     spend_limit: float | None,
     config_file: Path | None = None,
 ) -> Iterator[CiFixRounds]:
-    """A CiFixRounds for `stella watch --fix-ci`: the run's settings read back from the ledger, workers
-    started as fresh processes; the spend limit is the one given now, else the one the run had, and each
-    fix-up worker's guard is what is left of it after the run's spend (at most the per-worker share)."""
+    """A CiFixRounds for `stella watch --fix-ci`: the run's settings read back from the ledger; the spend
+    limit is the one given now, else the run's, less what the run spent."""
     paths = StatePaths(root)
     with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
         record = ledger.get_run(run_id)

@@ -115,8 +115,7 @@ class Interrupts:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        # SIGHUP (the terminal closed, the ssh connection dropped) is a stop like SIGTERM: left at its
-        # default it killed the fleet outright, leaving the run `running`, its claims held, workers orphaned.
+        # SIGHUP (the terminal closed) is a stop like SIGTERM, not a kill that orphans the run's workers
         stops = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
         previous = {signum: signal.signal(signum, self.handle) for signum in stops}
         try:
@@ -154,8 +153,7 @@ def ensure_state_dirs(root: Path) -> StatePaths:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise _unwritable_state(directory, exc.strerror or str(exc)) from None
-        # SQLite writes -wal/-shm files beside the databases; a read-only directory (or file system)
-        # would otherwise surface as "not a fleet ledger" or an internal error halfway into the run.
+        # SQLite writes -wal/-shm files beside the databases: refuse a read-only one now, not mid-run
         if not os.access(directory, os.W_OK | os.X_OK):
             raise _unwritable_state(directory, "not writable")
     return paths
@@ -338,8 +336,7 @@ class FleetRun:
         )
 
     def _limiter(self, ledger: Ledger) -> Limiter | None:
-        """The run's width and hold under provider limits, told by dispatch of each ended attempt
-        (None under `[fleet] fleet_backoff = false`: each worker retries on its own)."""
+        """The run's width and hold under provider limits (None under `[fleet] fleet_backoff = false`)."""
         p = self.prepared
         fleet = p.config.fleet
         if not fleet.fleet_backoff:
@@ -375,8 +372,7 @@ class FleetRun:
         return code
 
     def _settle(self, ledger: Ledger, seen: Mapping[str, str], interrupted: bool) -> dict[str, TaskStatus]:
-        """Task id -> its status in the ledger, where a task whose attempt never got recorded (an error came
-        first) ends skipped, with the reason doit was told."""
+        """Task id -> its status in the ledger; a task whose attempt never got recorded ends skipped."""
         run_id = self.prepared.run_id
         by_status = {task["id"]: TaskStatus(task["status"]) for task in ledger.get_run(run_id)["tasks"]}
         for task_id, status in by_status.items():

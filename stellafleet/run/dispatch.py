@@ -1,9 +1,6 @@
 """One task's attempt, through the run's steps (steps/): admitted, recorded, started, ended, released.
 
-`Dispatcher.execute` is the action the wave runner calls in a thread per task. It always leaves the
-ledger consistent (the attempt finished, the task's status set) and always releases what the steps took
-(claims, the guard), whatever happens in between; a task that did not succeed raises TaskFailed with the
-reason. Where and how the worker itself runs is the executor's business (executor.py).
+Whatever happens in between, the ledger is left consistent and what the steps took is released.
 """
 
 from __future__ import annotations
@@ -37,8 +34,7 @@ class TaskFailed(Exception):
 
 
 def run_env(settings: RunSettings, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """What every worker of the run inherits: base (default: this process's environment) as
-    executor.inherited_env leaves it, with the run's config file."""
+    """What every worker of the run inherits: base (default: os.environ) with the run's config file."""
     env = inherited_env(os.environ if base is None else base)
     if settings.config_file is not None:
         env["STELLA_CONFIG"] = str(settings.config_file)
@@ -46,9 +42,8 @@ def run_env(settings: RunSettings, base: Mapping[str, str] | None = None) -> dic
 
 
 def task_env(ctx: WorkerContext, inherited: Mapping[str, str]) -> dict[str, str]:
-    """One worker's environment: the run's (run_env) and its task's. In the shared tree, its git takes
-    no optional locks unless the user says otherwise: an agent's `git status` then never holds the
-    index.lock the user's own git (and the commit lane) would meet."""
+    """One worker's environment: the run's and its task's. In the shared tree git takes no optional
+    locks (unless the user says), so an agent's `git status` never holds the index.lock others meet."""
     shared = {"GIT_OPTIONAL_LOCKS": "0"} if ctx.shared and "GIT_OPTIONAL_LOCKS" not in inherited else {}
     return {**inherited, **shared, **ctx.to_env()}
 
@@ -71,9 +66,8 @@ class Dispatcher:
         self.steps = tuple(steps)  # built by steps/factory.py
         self._hard_stop = threading.Event()
         self._lock = threading.RLock()  # re-entrant: a signal handler may interrupt a holder
-        # Shared-tree tasks with claims take their claims and start their worker one at a time: a task
-        # whose claim conflicts then sees the holder's worker (not the fleet holding for it) and fails
-        # after the holder's "started" line.
+        # shared-tree tasks with claims claim and start one at a time: a conflicting one fails after the
+        # holder's "started" line
         self._claiming = threading.Lock()
         self._running: dict[str, Execution | None] = {}  # task id -> its worker, once started
         self._env = run_env(settings)  # what every worker of the run inherits
@@ -90,8 +84,6 @@ class Dispatcher:
             started = [execution for execution in self._running.values() if execution is not None]
         for execution in started:
             execution.stop()
-
-    # --- one task ---
 
     def execute(self, task: PlanTask, *, reason: str | None = None) -> bool:
         """One attempt of task (another when a step says RunAgain); with a reason (`ci-fix`) a follow-up
@@ -149,8 +141,6 @@ class Dispatcher:
         workspace = workspace_for(settings.root, run_id, task)
         log_path = paths.log_file(run_id, task.id)
         transcript_path = paths.transcript_file(run_id, task.id)
-        # The task's rows change in two write transactions (three with the worker's pid): the attempt
-        # and the task `running` together, then the attempt's end and the task's status together.
         token, token_sha256 = new_token()  # proves `stella commit` runs inside this attempt (state/proof.py)
         attempt_id = self.ledger.attempts.start(
             run_id,

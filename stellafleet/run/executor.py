@@ -1,10 +1,7 @@
 """Where a worker runs: the seam between the fleet and the workers it starts.
 
-Dispatch prepares an attempt (what the worker is told and the environment it runs in) and hands it to an
-Executor, which starts the worker and returns an Execution: something the fleet waits on, or stops. The
-ledger, the claims and the spend accounting stay with the fleet; an executor only runs the worker and says
-how it ended, as one AttemptEnd (`attempt_end`: from the worker's exit, its stop and its result file).
-LocalExecutor runs each worker on this machine as a process tree.
+An executor only runs the worker and says how it ended (an AttemptEnd); the ledger, claims and spend
+stay with the fleet.
 """
 
 from __future__ import annotations
@@ -29,14 +26,13 @@ from stellafleet.proc.tree import POLL_S, Exit, ProcessTree
 
 # -P: the workspace (the cwd) is not put on sys.path, so a repository file can never shadow a module
 WORKER_ARGV = (sys.executable, "-P", "-m", "stellafleet.worker.main")
-# A worker's own variables never leak from the fleet's environment into a worker: its context's, and
-# the one the command pipeline reads besides.
+# a worker's own variables never leak from the fleet's environment into a worker
 WORKER_VARIABLES = (*WorkerContext.env_names(), RESULT_ENV)
 
 
 def inherited_env(base: Mapping[str, str], *also_cleared: str) -> dict[str, str]:
-    """What a worker inherits of base: none of the worker variables (nor also_cleared), and this stella's
-    scripts on PATH, since workers call `stella commit` (added last: nothing on PATH is shadowed)."""
+    """What a worker inherits of base: no worker variables (nor also_cleared), and this stella's scripts
+    last on PATH, since workers call `stella commit`."""
     cleared = {*WORKER_VARIABLES, *also_cleared}
     env = {key: value for key, value in base.items() if key not in cleared}
     scripts = sysconfig.get_path("scripts")
@@ -48,8 +44,7 @@ def inherited_env(base: Mapping[str, str], *also_cleared: str) -> dict[str, str]
 
 @dataclass(frozen=True)
 class Attempt:
-    """One attempt, ready to run: what its worker is told (task, workspace, files, timeout) and the
-    whole environment the worker runs in (the context's variables included)."""
+    """One attempt, ready to run: what its worker is told and its whole environment."""
 
     context: WorkerContext
     env: Mapping[str, str]
@@ -76,8 +71,7 @@ class Executor(Protocol):
     def start(self, attempt: Attempt) -> Execution: ...
 
     def runs_remotely(self, context: WorkerContext) -> bool:
-        """Whether this attempt's worker runs on another machine (its branch comes back from there, so no
-        worktree is made for it here)."""
+        """Whether this attempt's worker runs on another machine (then no worktree is made for it here)."""
         ...
 
     def release(self) -> None:
@@ -125,8 +119,7 @@ def attempt_end(exit_info: Exit, stop: Stop | None, result: PipelineResult | Non
 class LocalExecutor:
     """Every worker a fresh `python -m stellafleet.worker.main` process tree on this machine."""
 
-    # A sample reads every process of the machine (psutil's children() walks /proc), for each running
-    # worker: once a second keeps an idle fleet of agents that work for minutes near zero CPU.
+    # a sample walks every process of the machine per worker: once a second keeps an idle fleet cheap
     def __init__(self, *, stop_grace_s: float = 5.0, sample_interval_s: float = 1.0) -> None:
         self.stop_grace_s = stop_grace_s
         self.sample_interval_s = sample_interval_s
@@ -172,8 +165,8 @@ class LocalExecution:
         return attempt_end(exit_info, stop_reason, read_result(self._context.result_path))
 
     def _follow(self) -> tuple[Exit, Stop | None]:
-        """Wait for the worker, sampling its tree; on timeout or stop(), stop the tree (proc/group.py's
-        SIGTERM, grace, SIGKILL). However it ended, whatever it left running is killed with it."""
+        """Wait for the worker, sampling its tree; on timeout or stop(), stop the tree. However it ended,
+        whatever it left running is killed with it."""
         tree, timeout = self._tree, self._context.timeout_s
         start = time.monotonic()
         deadline = start + timeout if timeout else None

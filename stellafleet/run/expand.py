@@ -1,12 +1,7 @@
-"""Plans that grow: what the run's expanding tasks (`expands = true`) have added to it.
+"""Plans that grow: what the run's expanding tasks (`expands = true`) have added to it (docs/plans.md).
 
-An expanding task's worker is told $STELLA_PLAN_OUT (a file under the run's state directory). When its
-attempt succeeds, its step (steps/expansions.py) settles the end before it is recorded: the fragment is
-checked (plan/fragment.py: every problem at once, the run's cap and the depth limit) and either refused,
-failing the task with every problem and adding nothing, or its tasks are recorded in the ledger under
-their parent (tasks.parent_id, the parent's tasks.fragment_path) before the parent is recorded succeeded,
-so a fleet killed at any point leaves either a parent to run again or its tasks to run. The wave runner
-(waves.py) then asks `children` for the tasks to add to doit's graph.
+The emitted tasks are recorded before their parent is recorded succeeded, so a fleet killed at any point
+leaves either a parent to run again or its tasks to run.
 """
 
 from __future__ import annotations
@@ -38,8 +33,7 @@ class Expansions:
         isolated_remote: bool = False,
     ) -> None:
         self.ledger = ledger
-        # isolated tasks run on the Ray cluster: an emitted isolated task may not expand (its fragment
-        # would be written on a node, out of the fleet's sight), as prepare refuses it in the plan file
+        # on the Ray cluster an emitted isolated task may not expand: its fragment would stay on a node
         self.isolated_remote = isolated_remote
         self.run_id = run_id
         self.max_emitted = max_emitted
@@ -64,8 +58,8 @@ class Expansions:
         return depth
 
     def settle(self, task: PlanTask, plan_out: Path | None, end: AttemptEnd) -> AttemptEnd:
-        """The end to record for an expanding task's succeeded attempt: its fragment's tasks recorded and
-        the end as it was, or a failed end naming every problem of the fragment (nothing of it runs)."""
+        """The end to record for an expanding task's succeeded attempt: its fragment's tasks recorded, or
+        a failed end naming every problem of the fragment (nothing of it runs)."""
         if plan_out is None:
             return end
         with self._lock:
@@ -94,7 +88,6 @@ class Expansions:
 
 
 def refused(problems: list[str]) -> str:
-    """The reason an expanding task fails with when its fragment is refused: every problem."""
     if len(problems) == 1:
         return f"its plan fragment was refused: {problems[0]}"
     return f"its plan fragment was refused ({len(problems)} problems): " + "; ".join(problems)

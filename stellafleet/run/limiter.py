@@ -1,13 +1,7 @@
-"""The fleet's side of provider limits: how many tasks may start now, and when.
+"""The fleet's side of provider limits: how many tasks may start now, and when (docs/fleet.md).
 
-Workers write each limit they meet to the ledger's limit_events as it happens (worker/main.py); the
-Limiter reads the rows it has not seen yet each time the runner is about to start work, and so lowers the
-run's width (halved on each rate limit, one more after each task that ended without one: core/limits.py's
-Width), holds new starts until the latest reset it was told, and on a usage limit either stops the run
-(the tasks not started end skipped with the reset time, exit 3, `--resume` continues) or, with
-`--wait-for-limits`, waits for the reset. Each change is a `concurrency` row in the ledger and a notice in
-the live display. Running workers are never stopped for a limit. The runner (waves.py) consults it
-through `width()`, `hold_s()` and `stop()`; the limit step (steps/limits.py) tells it each attempt that ended.
+Workers write each limit they meet to the ledger's limit_events; the Limiter reads the new rows before each
+start, so it sees them across processes. Running workers are never stopped for a limit.
 """
 
 from __future__ import annotations
@@ -57,8 +51,6 @@ class Limiter:
         self._stop: Stop | None = None
         self._lock = threading.RLock()
 
-    # --- what the runner asks ---
-
     def width(self) -> int:
         """How many tasks may run at once now."""
         self.poll()
@@ -78,8 +70,6 @@ class Limiter:
     def wait(self, seconds: float) -> None:
         """Wait (through the clock) while starts are held."""
         self.clock.sleep(max(0.0, seconds))
-
-    # --- what the limit step tells ---
 
     def attempt_ended(self, attempt_id: int) -> list[dict[str, Any]]:
         """An attempt ended: without a limit the width grows by one. The limit rows it wrote."""
@@ -115,8 +105,6 @@ class Limiter:
         if usage.get("message"):
             text += f": {usage['message'][:160]}"
         return Stop(StopReason.USAGE_LIMIT, text)
-
-    # --- reading the ledger ---
 
     def poll(self) -> None:
         """Take in the limit rows workers wrote since the last look."""

@@ -1,11 +1,7 @@
 """RayExecutor: isolated tasks as Ray tasks on a cluster; shared tasks stay on this machine.
 
-The repository travels as git objects: one bundle of the pinned base goes into Ray's object store once per
-run; each remote attempt (raytask.py) clones it, works on its `fleet/<slug>-<hash>` branch and streams its
-events back, ending with a bundle of base..branch that is fetched here as the task's branch. This process
-stays the only writer of the ledger and of the repository: the node's spend arrives as numbered events
-(each recorded once) and counts toward the spend limit as it arrives. Ray's own retries are off: the
-ledger decides about attempts. Ray is imported only when this executor is chosen (`stellafleet[ray]`).
+This process stays the only writer of the ledger and the repository; Ray retries nothing, the ledger
+decides about attempts (docs/scale-out.md). Ray is imported only when this executor is chosen.
 """
 
 from __future__ import annotations
@@ -62,8 +58,8 @@ def connect(address: str | None) -> Any:
 
 
 def _cluster_errors_to_stderr() -> None:
-    """Ray's driver prints the cluster's error messages (a raylet died) on stdout, where `--json` writes
-    its one document: send them to stderr. (The attempt's own reason reaches the ledger regardless.)"""
+    """Ray's driver prints the cluster's errors on stdout, where `--json` writes its one document: send
+    them to stderr."""
     module = sys.modules.get("ray._private.worker")
     original = getattr(module, "print_to_stdstream", None)
     if module is None or original is None or getattr(original, "_stella", False):
@@ -98,8 +94,7 @@ class RayExecutor:
 
     @classmethod
     def open(cls, prepared: Prepared, *, local: Executor) -> RayExecutor:
-        """Connect, and put the bundle of the pinned base into the object store (the local executor is
-        closed again when that fails)."""
+        """Connect, and put the bundle of the pinned base into the object store (closing local on failure)."""
         try:
             ray = connect(prepared.executor.address)
             scratch = Path(tempfile.mkdtemp(prefix="stella-ray-"))
@@ -147,15 +142,14 @@ class RayExecutor:
         return RayExecution(self, generator, ctx, ledger)
 
     def _included(self) -> tuple[include.Packed, ...]:
-        """The `.worktreeinclude` files for a node, read anew for each attempt as a local worktree copies
-        them anew; none unless `[executor] send_worktreeinclude` asks (they are often secrets)."""
+        """The `.worktreeinclude` files for a node; none unless `[executor] send_worktreeinclude` asks
+        (they are often secrets)."""
         if not self._p.executor.send_worktreeinclude:
             return ()
         return pack_included(self._p.root, self._p.config.worktree)
 
     def _start_point(self, ctx: WorkerContext) -> bytes | None:
-        """--from-salvage: a bundle of the commit the task's checkout starts from (its latest salvage, and
-        what it is built on past the base); None: it starts from the base."""
+        """--from-salvage: a bundle of the commit the task starts from past the base; None: the base."""
         start = self._p.start_points.get(ctx.task_id)
         if start is None or start == ctx.base_commit:
             return None
@@ -197,8 +191,7 @@ class RayExecutor:
                 path.unlink(missing_ok=True)
 
     def fetch_salvage(self, salvaged: dict[str, Any], ctx: WorkerContext) -> bool:
-        """The node's salvage commit of the attempt into the repository under its ref (the branch it was
-        built on is here already); False, logged, when git refuses it."""
+        """The node's salvage commit into the repository under its ref; False, logged, when git refuses it."""
         with self._lock:
             path = self._scratch / f"{ctx.task_id}-{ctx.attempt_id}.salvage.bundle"
             path.write_bytes(salvaged["bundle"])
@@ -228,7 +221,7 @@ class RayExecutor:
 
 
 def _config_layers(prepared: Prepared) -> tuple[tuple[str, str], ...]:
-    """The config files this run reads, as text, to be read the same way on the node."""
+    """The config files this run reads, as text, for the node to read the same way."""
     layers = []
     for file in config_files(prepared.root, config_file=prepared.config_file):
         if file.path.is_file():
@@ -318,8 +311,8 @@ class RayExecution:
 
 
 class Refused:
-    """An attempt refused before it was sent (its `.worktreeinclude` files over the limit): it ends at
-    once, failed with the reason, its branch made at the base as for any attempt that never ran."""
+    """An attempt refused before it was sent (`.worktreeinclude` files over the limit): failed at once,
+    its branch made at the base."""
 
     def __init__(self, executor: RayExecutor, ctx: WorkerContext, end: AttemptEnd) -> None:
         self._executor = executor

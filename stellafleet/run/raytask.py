@@ -1,9 +1,7 @@
 """What runs on a Ray node for one isolated attempt: clone, preflight, worker, stream, bundle back.
 
-`remote_attempt`, a generator the head runs as a Ray streaming task, yields events as they happen:
-started, spend (numbered), log, setup, heartbeat, finished (the end, the result file, a bundle of
-base..branch, and a salvage commit's bundle). The worker records into a scratch ledger of its own; the
-head is the only writer of the real ledger and repository. Nothing here imports Ray.
+The worker records into a scratch ledger: the head is the only writer of the real ledger and repository.
+Nothing here imports Ray.
 """
 
 from __future__ import annotations
@@ -69,7 +67,7 @@ def node_name() -> str:
 
 
 def remote_attempt(spec: RemoteSpec, base_bundle: bytes) -> Iterator[dict[str, Any]]:
-    """The attempt on this node, as a stream of events (see the module's docstring)."""
+    """The attempt on this node as a stream of events: started, spend, log, setup, heartbeat, finished."""
     scratch = Path(tempfile.mkdtemp(prefix="stella-remote-"))
     clone: Path | None = None
     try:
@@ -89,9 +87,8 @@ def remote_attempt(spec: RemoteSpec, base_bundle: bytes) -> Iterator[dict[str, A
 
 
 def checkout(home: WorkerContext, base_bundle: bytes, repo: Path, start: bytes | None = None) -> Path | None:
-    """The task's branch checked out at repo (at the base, or at the commit of the start bundle): a
-    worktree of the node's kept clone of the base (returned), or, when the node cannot keep one, a clone of
-    its own (None)."""
+    """The task's branch checked out at repo: a worktree of the node's kept clone of the base (returned),
+    or a clone of its own where the node cannot keep one (None)."""
     assert home.branch is not None
     start_path: Path | None = None
     if start is not None:
@@ -105,7 +102,7 @@ def checkout(home: WorkerContext, base_bundle: bytes, repo: Path, start: bytes |
         clone = nodeclone.base_clone(write_bundle, home.base_commit)
         nodeclone.add_worktree(clone, repo, home.branch, home.base_commit, start_path)
         return clone
-    except (OSError, StellaError):  # no writable cache on this node: a clone per attempt, as before
+    except (OSError, StellaError):  # no writable cache on this node: a clone per attempt
         shutil.rmtree(repo, ignore_errors=True)
         (repo.parent / "base.bundle").write_bytes(base_bundle)
         bundle.clone_on_branch(repo.parent / "base.bundle", repo, home.branch)
@@ -133,9 +130,7 @@ def _node_context(home: WorkerContext, scratch: Path) -> WorkerContext:
 def _ready(
     spec: RemoteSpec, ctx: WorkerContext, config: Config, env: Mapping[str, str], node: str
 ) -> Iterator[dict]:
-    """The checkout readied as a local worktree is (bootstrap.ready: the included files sent, then
-    `[worktree] setup`): its time, and on a failure its log and the failed end (the caller stops after a
-    `finished` event)."""
+    """The checkout readied as a local worktree is (bootstrap.ready); on a failure, ends with `finished`."""
     try:
         readied = bootstrap.ready(ctx.workspace, config.worktree, env, ctx.log_path, packed=spec.included)
     except bootstrap.SetupFailed as exc:
@@ -206,8 +201,8 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
 
 
 def _salvage(ctx: WorkerContext, end: AttemptEnd, scratch: Path) -> dict[str, Any] | None:
-    """The unfinished attempt's uncommitted work as a salvage commit, bundled for the head (which records
-    it as a local attempt's); None when there was nothing to keep, or it could not be kept (logged)."""
+    """The unfinished attempt's uncommitted work as a salvage commit, bundled for the head; None when
+    there was nothing to keep, or it could not be kept (logged)."""
     saved = salvaging.salvage_checkout(
         ctx.workspace,
         run_id=ctx.run_id,
@@ -257,8 +252,7 @@ def _read_from(path: Path, offset: int) -> bytes:
 
 
 def worker_env(spec: RemoteSpec, ctx: WorkerContext, scratch: Path) -> dict[str, str]:
-    """The node's own environment (its PATH with this node's stella, its keys) with the task's variables
-    and the fleet's config."""
+    """The node's own environment (its PATH, its keys) with the task's variables and the fleet's config."""
     env = inherited_env(os.environ, "STELLA_CONFIG")
     env.update(spec.env)
     env["XDG_CONFIG_HOME"] = str(scratch / "xdg")
@@ -273,8 +267,7 @@ def worker_env(spec: RemoteSpec, ctx: WorkerContext, scratch: Path) -> dict[str,
 
 
 def preflight(ctx: WorkerContext, env: Mapping[str, str]) -> tuple[str | None, Config | None]:
-    """Can the task's pipeline run on this node (its CLI installed, its config complete)? (None, the
-    config as the node reads it) when it can, else (the problem, the config or None)."""
+    """Can the task's pipeline run on this node? (None, the node's config), else (the problem, it or None)."""
     from stellafleet import pipelines
 
     try:
@@ -299,11 +292,8 @@ _REAPERS_LOCK = threading.Lock()
 def kept_reaper(grace_s: float) -> Path:
     """The directory of this process's kept reaper, started the first time (or again once it is gone).
 
-    The reaper is the sidecar that stops a worker's tree if this process dies first (a forced cancel or a
-    lost node kills the Ray worker outright, and Ray its children: the worker's own tree must not live on,
-    spending, without a fleet). A Ray worker runs attempt after attempt, so one detached reaper watches it
-    for all of them (proc/reaper.py `reap_all`): each attempt names its worker's tree by a pid file in
-    the directory while it runs, instead of starting a reaper of its own (a Python process each time)."""
+    It stops the workers' trees if the Ray worker is killed; a Ray worker runs attempt after attempt, so
+    one reaper watches them all, each named by a pid file in the directory (proc/reaper.py `reap_all`)."""
     with _REAPERS_LOCK:
         kept = _REAPERS.get(grace_s)
         if kept is not None and kept[0].is_dir() and kept[1].is_alive():
@@ -334,8 +324,7 @@ def finished(
     steps: int = 0,
     salvaged: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The last event: the attempt's end and what the head keeps of it (the result file as written; the
-    salvage: ref, sha, files and a bundle of the commit)."""
+    """The last event: the attempt's end and what the head keeps of it (result file, bundles, salvage)."""
     result = ctx.result_path.read_bytes() if ctx.result_path.exists() else None
     fields = {"end": end, "result": result, "bundle": branch_bundle, "transcript": transcript, "steps": steps}
     return {"kind": "finished", **fields, "salvage": salvaged}

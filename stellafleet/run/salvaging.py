@@ -1,10 +1,7 @@
 """When an attempt ends without success, keep what it left uncommitted (git/salvage.py) and record it.
 
-Three moments: the dispatcher, as an attempt that timed out, stalled, was interrupted, hit its spend guard
-or crashed ends; a Ray node, as it sees its attempt end without success (`salvage_checkout`: the commit
-comes home in a bundle, and the head records it); and the next stella command that finalises a killed
-fleet's run (`repair`, the journal's repair of a killed fleet), for the attempts that fleet never saw
-end. A salvage that fails is logged, never raised: it must not turn an attempt's end into another error.
+At the attempt's end, on a Ray node, or in the repair of a killed fleet. A salvage that fails is logged,
+never raised: it must not turn an attempt's end into another error.
 """
 
 from __future__ import annotations
@@ -55,8 +52,7 @@ def salvage_attempt(
 def salvage_checkout(
     checkout: Path, *, run_id: str, task_id: str, attempt_id: int, outcome: str
 ) -> salvage_git.Salvaged | None:
-    """Salvage an isolated attempt's checkout that is not this machine's worktree (a Ray node's): the
-    commit and ref are made there, and the head records them once they came home."""
+    """Salvage a Ray node's checkout: the commit is made there, and the head records it once it came home."""
     return _salvage(checkout, run_id, task_id, attempt_id, outcome, None)
 
 
@@ -77,8 +73,8 @@ def _salvage(
 
 
 def before_abandon(root: Path) -> BeforeAbandon:
-    """What runs before a killed fleet's open attempts are abandoned: each one's uncommitted work is
-    salvaged (its claims are still recorded then)."""
+    """Salvage each of a killed fleet's open attempts before they are abandoned (while their claims are
+    still recorded)."""
 
     def hook(ledger: Ledger, store: ClaimStore | None, run_id: str, attempts: list[dict[str, Any]]) -> None:
         for open_attempt in attempts:
@@ -103,8 +99,8 @@ def before_abandon(root: Path) -> BeforeAbandon:
 
 
 def repair(root: Path, records: Sequence[journal.Record]) -> bool:
-    """The runs of a killed fleet finalised, their open attempts' work salvaged first; False while a worker
-    of one still runs, or the ledger cannot be written right now (a later command finishes it)."""
+    """The runs of a killed fleet finalised, their open attempts salvaged first; False while a worker of
+    one still runs or the ledger is busy (a later command finishes it)."""
     paths = StatePaths(root)
     if not paths.fleet_db.exists():
         return True

@@ -1,11 +1,7 @@
 """The hung-worker watchdog: a worker that shows no progress for `[fleet] idle_timeout` is stopped.
 
-Progress is any of: CPU time in its process tree (more than a trickle: a hung agent CLI still wakes up
-now and then), output (its log or transcript grew), or a spend event in the ledger. A worker without any
-for idle_timeout seconds is stopped through its executor (the same stop as Ctrl-C twice: its process
-group, SIGTERM then SIGKILL) and its attempt ends `stalled`, the evidence in its summary; its dependents
-are skipped as for a failure and its claims are freed as for any attempt's end. Every progress seen is
-recorded in attempts.last_progress_ms.
+Progress is CPU time beyond a trickle (a hung agent CLI still wakes now and then), output, or spend
+(docs/fleet.md).
 """
 
 from __future__ import annotations
@@ -87,11 +83,10 @@ class Watchdog:
         return min(max(self.idle_timeout_s / 5, 0.05), MAX_INTERVAL_S)
 
     def watch(self, context: WorkerContext, execution: Execution) -> None:
-        """Start watching a started worker. One with no local process (pid None: another executor ran it
-        elsewhere) is not watched: its CPU time cannot be seen, and silence alone is no proof of a hang."""
+        """Start watching a started worker; not one with no local process (pid None), whose CPU time cannot
+        be seen: silence alone is no proof of a hang."""
         if execution.pid is None:
             return
-        # A worker that has just started has used no CPU time and reported no spend yet.
         entry = Watched(context, execution, self.clock.now(), self._now_ms(), 0.0, 0, None)
         entry.output = entry.output_size()
         with self._lock:
@@ -145,8 +140,6 @@ class Watchdog:
             f"stalled: idle for {idle:.0f}s, no CPU time, output or spend "
             f"(idle_timeout {self.idle_timeout_s:g}s); {cpu_text}; {output}; stopped"
         )
-
-    # --- the thread ---
 
     def _loop(self) -> None:
         while not self._done.wait(self.interval_s):

@@ -1,14 +1,6 @@
-"""A Plan as a doit task graph: compile it, show it with doit, and run it.
+"""A Plan as a doit task graph: compile it, show it (`doit list`/`info`), run it many tasks at once.
 
-doit is the graph engine: `compile_tasks` turns a Plan into doit task dicts, `PlanLoader` lets plain
-`doit list` / `doit info` inspect that graph in a user's repository (and refuses `doit run`: plans run
-through `stella fleet`), and `PlanRunner` drives doit's own TaskDispatcher and Runner many tasks at once,
-in waves or eagerly, with `DoitReporter` turning what doit reports into the run's events. doit's
-dependency file is never written: the graph always runs against an in-memory backend.
-
-This relies on doit internals (TaskDispatcher's generator protocol, Runner.select_task /
-execute_task / process_task_result / _handle_task_error, the reporter protocol, DoitCmdBase.execute);
-doit is pinned to one minor version and tests/run/test_doit_internals.py fails loudly if they change.
+Relies on doit internals, pinned and checked by tests/run/test_doit_internals.py (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -49,8 +41,7 @@ Action = Callable[[PlanTask], bool]
 
 
 class StartGate(Protocol):
-    """What may start now beyond the dependencies and max_concurrency (run/limiter.py's Limiter: the
-    width and the hold under provider limits, and the stop a usage limit makes)."""
+    """What may start now beyond the dependencies and max_concurrency (run/limiter.py's Limiter)."""
 
     def width(self) -> int: ...
 
@@ -71,8 +62,7 @@ STATE_COMMANDS = frozenset({"forget", "ignore", "reset-dep"})
 def compile_tasks(
     plan: Plan, action: Callable[[PlanTask], Any] | None = None, done: frozenset[str] = frozenset()
 ) -> list[dict[str, Any]]:
-    """doit task dicts for the plan, in plan order; each task's action calls `action(plan_task)`. The
-    tasks in `done` are up to date (an earlier run did them); the others always run when asked."""
+    """doit task dicts for the plan, in plan order; the tasks in `done` (an earlier run's) are up to date."""
     return [doit_task(task, action, done) for task in plan.tasks]
 
 
@@ -105,8 +95,7 @@ def doit_task(
 
 
 def barrier(task_id: str) -> str:
-    """The doit name of an expanding task's barrier: it waits for the task and everything it emitted, and
-    the task's dependents wait for it (a plan id cannot hold ':', so no task has this name)."""
+    """The doit name of an expanding task's barrier, which waits for all it emitted (no plan id has ':')."""
     return task_id + BARRIER
 
 
@@ -138,10 +127,7 @@ PLAN_OPTION = {
 
 
 class PlanLoader(TaskLoader2):
-    """doit LOADER plugin "stella": the tasks of a stella plan, for `doit list` and `doit info`.
-
-    Configure it in pyproject.toml: `[tool.doit]` with `loader = "stella"` and `plan = "plan.toml"`
-    (or pass `--plan FILE`). Running the plan through doit is refused: `stella fleet` runs it."""
+    """doit LOADER plugin "stella": a plan's tasks for `doit list` and `doit info` (docs/plans.md)."""
 
     cmd_options = (PLAN_OPTION,)
 
@@ -149,8 +135,7 @@ class PlanLoader(TaskLoader2):
         super().__init__()
         self._plan = plan
         self._plan_path: str | None = None
-        # doit's built-in sqlite3 backend on ":memory:" keeps .doit.db out of the repository; an
-        # in-process caller that registered MemoryBackend can use that instead
+        # sqlite3 on ":memory:" keeps .doit.db out of the repository
         self._backend = backend
 
     def setup(self, opt_values: dict[str, Any]) -> None:
@@ -206,13 +191,10 @@ class Stopped(TaskError):
 
 
 class DoitReporter(ZeroReporter):
-    """A doit reporter that turns what doit tells of each task into our events: what the run saw.
+    """Turns what doit tells of each task into the run's events.
 
-    doit decides what runs: a failed task's dependents come back as UnmetDependency, transitively, and are
-    skipped naming the failed tasks they waited on; a task an earlier run did (--resume) is up to date and
-    counts as succeeded, unrun. Called on the thread that runs the plan; execute_task on a pool thread.
-    The calls nothing here needs (get_status, teardown_task, complete_run, ...) do nothing, as doit's own
-    ZeroReporter's.
+    A failed task's dependents come back as UnmetDependency and are skipped naming the failed tasks they
+    waited on; an up-to-date task (--resume) counts as succeeded. execute_task runs on a pool thread.
     """
 
     def __init__(self, order: Mapping[str, int], emit: Emit | None) -> None:
@@ -263,12 +245,8 @@ class DoitReporter(ZeroReporter):
 class PlanRunner(Runner):
     """Runs a plan through doit's TaskDispatcher and Runner, at most `max_concurrency` tasks at once.
 
-    The schedules differ only in which ready tasks start (_pick): `waves` starts up to max_concurrency of
-    them in plan order and the next wave once the whole wave has ended; `eager` starts one whenever a slot
-    is free, the one with the longest chain of work still waiting on it first (eager.start_order, timed by
-    `durations`). The pool's threads only wait: `execute` starts a worker process and waits for it.
-    `before_start(n, ids)` is asked before the n-th start (a wave, or an eager task) and may stop the run;
-    a stop launches nothing more.
+    The schedules differ only in which ready tasks start (_pick; docs/architecture.md). `before_start(n,
+    ids)` is asked before the n-th start (a wave, or an eager task) and may stop the run.
     """
 
     def __init__(
@@ -324,7 +302,6 @@ class PlanRunner(Runner):
         self.run_all(control.task_dispatcher())
         return self.seen
 
-    # doit's Runner calls this to run every task: here, many at once
     def run_tasks(self, task_dispatcher: Any) -> None:
         self._dispatcher = task_dispatcher
         self._ready: dict[str, Any] = {}
@@ -347,8 +324,7 @@ class PlanRunner(Runner):
                     self._hand_back()
 
     def _held(self, running: dict[Future[Any], Any]) -> float | None:
-        """With ready tasks held back by the gate: how long to wait before looking again (the runner
-        waits it out itself when nothing runs); None: nothing is held."""
+        """How long to wait before looking again while the gate holds ready tasks; None: nothing held."""
         if self.gate is None or not self._ready or self.stopped is not None:
             return None
         hold = self.gate.hold_s()
@@ -359,14 +335,12 @@ class PlanRunner(Runner):
         return hold
 
     def _width(self) -> int:
-        """How many tasks may run at once now: max_concurrency, or less under provider limits."""
         if self.gate is None:
             return self.max_concurrency
         return max(1, min(self.max_concurrency, self.gate.width()))
 
     def _pick(self, running: int) -> list[str]:
-        """The ready tasks to start now: eager, the first-ranked one while a slot is free; waves, up to
-        the width in plan order once the previous wave has ended. None while the gate holds starts."""
+        """The ready tasks to start now (none while the gate holds starts)."""
         if not self._ready or (running and not self.eager):
             return []
         if self.gate is not None and self.stopped is None:
@@ -400,8 +374,7 @@ class PlanRunner(Runner):
                 running[pool.submit(self.execute_task, node.task)] = node
 
     def _stop_before(self, number: int, ids: list[str]) -> Stop | None:
-        """Why the next start (number, of ids) must not happen: a stop already requested, or before_start's
-        veto (which then stops the run); None: it may start."""
+        """Why the next start must not happen (a requested stop, or before_start's veto); None: it may."""
         stop = self.stopped
         if stop is None and self._before_start is not None:
             asked = self._before_start(number, list(ids))
@@ -413,10 +386,8 @@ class PlanRunner(Runner):
     def _hand_back(self) -> None:
         """Hand finished nodes back to doit's dispatcher and collect every task that became ready.
 
-        Protocol of TaskDispatcher.generator: each send() passes a processed node (or None) and returns
-        the next ExecNode to select, or "hold on" when everything left waits on a task still running;
-        StopIteration when all tasks were dispatched. doit's select_task settles a node whose dependency
-        failed (skipped) or that is up to date (done before); one that comes up after a stop is skipped."""
+        TaskDispatcher.generator: send() takes a processed node (or None) and returns the next node, or
+        "hold on" while everything left waits on a running task; StopIteration once all were dispatched."""
         pending = sorted(self._finished, key=lambda node: self._order[node.task.name], reverse=True)
         self._finished = []
         holding = False
@@ -447,12 +418,9 @@ class PlanRunner(Runner):
             else:
                 pending.append(node)
 
-    # --- plans that grow (expand.py): a barrier per expanding task, through doit's delayed task creation
-
     def _doit_tasks(self, tasks: Sequence[PlanTask]) -> list[Task]:
-        """doit tasks for these plan tasks, each expanding one followed by its barrier: a DelayedLoader
-        that doit calls once the task has been processed (succeeded, failed or up to date), which becomes a
-        task waiting for it and all it emitted. A dependency on an expanding task waits for its barrier."""
+        """doit tasks for these plan tasks, each expanding one followed by its barrier (a DelayedLoader
+        doit calls once the task was processed); a dependency on an expanding task waits for its barrier."""
         doit_tasks = []
         for task in tasks:
             deps = [self._doit_name(dep) for dep in task.depends_on]
@@ -471,8 +439,7 @@ class PlanRunner(Runner):
         return self.expansions.children(task.id) if self.expansions is not None and task.expands else ()
 
     def _grow(self, task: PlanTask) -> Iterator[Task]:
-        """The barrier of an expanding task and what the task emitted (nothing if it failed), joining the
-        graph (called by doit's dispatcher on the thread that runs the plan)."""
+        """The barrier of an expanding task and what it emitted (nothing if it failed), joining the graph."""
         children = self._known_children(task)
         for child in children:
             self._order.setdefault(child.id, len(self._order))
@@ -487,7 +454,6 @@ class PlanRunner(Runner):
         return (item for item in [Task(barrier(task.id), None, task_dep=waits), *self._doit_tasks(children)])
 
     def _conclude(self, node: Any, future: Future[Any]) -> None:
-        """doit's verdict on a task whose execution has finished (on the thread that called run())."""
         try:
             failure = future.result()
         except BaseException as exc:  # e.g. SystemExit raised inside execute
@@ -495,7 +461,6 @@ class PlanRunner(Runner):
         self.process_task_result(node, failure)
 
     def _run_task(self, task: PlanTask) -> bool | BaseFail:
-        """The doit python-action of every task (runs in a pool thread): True, or doit's failure."""
         try:
             succeeded = bool(self._execute(task))
         except SkipTask as exc:

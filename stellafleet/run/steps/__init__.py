@@ -1,10 +1,6 @@
-"""The attempt's steps: each feature around one attempt (spend guard, limits, claims, workspace, salvage,
-expansions, watchdog, branch commits) is an AttemptStep in a module of its own; dispatch.py runs them.
+"""The attempt's steps: each feature around one attempt is an AttemptStep in a module of its own.
 
-The hooks, in the steps' order: `admit` before the attempt's ledger row exists (SkipTask skips the task),
-`before_start` before the worker starts (AttemptFailed, ClaimConflict or StellaError end the attempt
-without a worker), `started` with its Execution, `ended` with its AttemptEnd (returning the end to record);
-then, in reverse order and always (also when an earlier hook failed), `released`, for every step admitted.
+dispatch.py calls the hooks in the steps' order, then `released` in reverse, always, for each step admitted.
 """
 
 from __future__ import annotations
@@ -115,10 +111,10 @@ class AttemptStep:
     """A feature around each attempt; every hook does nothing unless the step says otherwise."""
 
     def admit(self, attempt: AttemptState) -> None:
-        """Before the attempt is recorded."""
+        """Before the attempt is recorded; SkipTask skips the task."""
 
     def before_start(self, attempt: AttemptState) -> None:
-        """The attempt is open; its worker has not started."""
+        """The attempt is open, its worker not started; AttemptFailed, ClaimConflict or StellaError end it."""
 
     def started(self, attempt: AttemptState, execution: Execution) -> None:
         """Its worker started."""

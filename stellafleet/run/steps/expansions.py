@@ -1,5 +1,4 @@
-"""Expansions: what an expanding task's worker emitted, checked and recorded before it counts as
-succeeded (run/expand.py)."""
+"""Expansions: what an expanding task emitted, checked and recorded before it counts as succeeded."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The one place a run's attempts are put together: its RunSettings from the config, and the Dispatcher
-with its steps, for `stella fleet`, `stella merge --resolve` and `--fix-ci` alike."""
+"""The one place a run's attempts are put together, for `stella fleet`, `merge --resolve` and `--fix-ci`."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ MIXED_PIPELINES = "mixed"  # runs.pipeline of a run whose tasks use more than on
 
 
 def recorded_default_pipeline(run: Mapping[str, object], config: Config) -> str:
-    """The pipeline a follow-up task of a recorded run (a CI fix-up, a merge resolve) runs with: the run's
-    one pipeline, else (a run of several, or none recorded) the config's."""
+    """The pipeline a follow-up of a recorded run runs with: the run's one pipeline, else the config's."""
     pipeline = run.get("pipeline")
     return str(pipeline) if pipeline and pipeline != MIXED_PIPELINES else config.fleet.pipeline
 

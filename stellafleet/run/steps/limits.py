@@ -1,5 +1,4 @@
-"""The provider-limit gate: each ended attempt told to the run's Limiter (run/limiter.py), and the task
-run again after the reset or hold when a limit ended its attempt."""
+"""The provider-limit gate: each ended attempt told to the Limiter; a task a limit ended runs again after."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ from stellafleet.run.events import SkipTask
 from stellafleet.run.limiter import Limiter
 from stellafleet.run.steps import AttemptState, AttemptStep, RunAgain
 
-# How many times a task whose attempt failed on a rate limit (its CLI gave up) is run again after the hold.
+# how many times a task whose CLI gave up on a rate limit runs again after the hold
 RATE_RERUNS = 2
 
 

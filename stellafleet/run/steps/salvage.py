@@ -1,5 +1,4 @@
-"""Salvage: what an attempt that ended without success left uncommitted, kept (run/salvaging.py). A
-remote attempt's is made on its node (run/raytask.py) and recorded as it comes home."""
+"""Salvage: what an unsuccessful attempt left uncommitted, kept (a remote attempt's on its node)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The workspace: an isolated task's new worktree from its start point, its submodules, readied
-(run/bootstrap.py: `.worktreeinclude`, `[worktree] setup`), with its STELLA_WORKTREE_INDEX."""
+"""The workspace: an isolated task's new worktree, its submodules, readied (run/bootstrap.py)."""
 
 from __future__ import annotations
 
