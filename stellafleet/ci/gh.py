@@ -1,11 +1,6 @@
 """The GitHub CLI as a boundary: a small runner Protocol, the real runner, and the few gh calls watch makes.
 
-Everything stella asks GitHub goes through ``gh`` (so the user's own ``gh auth login`` is all the setup
-there is; ``GH_HOST`` and ``GH_ENTERPRISE_TOKEN`` point it at a GitHub Enterprise host). A call GitHub
-refuses for a while (a rate limit: HTTP 429, or 403 saying so; a server error: HTTP 5xx) is retried every
-``Retry.wait`` seconds for at most ``Retry.give_up_after``, then fails naming what GitHub said. The CI
-tests run the real gh against ``stellafleet.testing.github_server``; in-process tests of the watch's
-own logic hand in ``stellafleet.testing.fake_gh.FakeGh``.
+Everything goes through ``gh``, so the user's own ``gh auth login`` is all the setup there is.
 """
 
 from __future__ import annotations
@@ -218,8 +213,7 @@ class GitHub:
         self.retry = retry or Retry()
 
     def _gh(self, *args: str, repo_flag: bool = True, retry: bool = True) -> GhResult:
-        """gh ARGS, retried while GitHub answers with a rate limit or a server error (see Retry); a
-        failure that outlasts the retries has the trouble's name put before gh's own words."""
+        """gh ARGS, retried while GitHub answers with a rate limit or a server error (see Retry)."""
         extra = ["--repo", self.repo] if self.repo and repo_flag else []
         policy = self.retry
         start = policy.clock.now()
@@ -285,12 +279,11 @@ class GitHub:
         return PullRequest(int(match.group(1)), urls[-1], body)
 
     def view_pr(self, ref: str) -> PullRequest:
-        """The pull request of a branch, number or URL (`gh pr view REF --json number,url,body`)."""
+        """The pull request of a branch, number or URL."""
         view = self._json(self._gh("pr", "view", ref, "--json", "number,url,body"), "pr view")
         return PullRequest(int(view["number"]), str(view["url"]), str(view.get("body") or ""))
 
     def pr_fields(self, number: int, fields: str) -> dict[str, Any]:
-        """`gh pr view N --json FIELDS`."""
         found = self._json(self._gh("pr", "view", str(number), "--json", fields), f"pr view {number}")
         return dict(found or {})
 
@@ -314,14 +307,11 @@ class GitHub:
         return [CiRun.from_gh(item) for item in found if isinstance(item, dict)]
 
     def failed_log(self, run_id: int) -> str:
-        """The failed jobs' log lines of one workflow run (`gh run view ID --log-failed`)."""
         result = self._gh("run", "view", str(run_id), "--log-failed")
         if result.returncode != 0:
             raise GhError(f"gh run view {run_id} --log-failed failed: {result.detail()}")
         return result.stdout
 
-
-# --- pull request text ---
 
 STATUS_START = "<!-- stella:status -->"
 STATUS_END = "<!-- /stella:status -->"
