@@ -1,8 +1,7 @@
 """Stopping a set of processes: the one way stella ends a command, a worker or a tree with all it started.
 
-A set is a process group, the processes seen in it or below its members, and those carrying an attempt's
-identity in their environment (a double fork leaves the tree, never the environment). A stop is SIGTERM
-to all, a grace period, SIGKILL until none is left. What is gone, or no longer ours to signal, is skipped.
+A set is a process group, what is below its members, and what carries an attempt's identity in its
+environment (a double fork leaves the tree, never the environment). A stop is SIGTERM, grace, SIGKILL.
 """
 
 from __future__ import annotations
@@ -51,9 +50,8 @@ def identity_in(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def carrying(identity: Mapping[str, str], *, born: float = 0.0) -> list[psutil.Process]:
-    """The processes whose environment holds all of identity, never this one nor its ancestors; none
-    when it is this process's own (a stella run inside an attempt leaves that attempt's processes be).
-    Those started before born (a second's slack) predate the attempt: their environment is never read."""
+    """The processes whose environment holds all of identity, never this one nor its ancestors, nor any
+    when it is this process's own; those started before born predate the attempt and are never read."""
     import psutil
 
     if len(identity) < len(IDENTITY_KEYS) or identity_in(os.environ) == identity:

@@ -1,11 +1,7 @@
-"""Is the process recorded as pid P, started at time T, still running? One answer for every caller.
+"""Is the process recorded as pid P, started at time T, still running? For where no lock can be held.
 
-A freed pid goes to the next process, but only after its process ended: a process holding P created
-later than T (plus a tolerance) is another program. One created earlier still counts (T may have been
-written after the start; a stepped-back clock moves every reading back). The tolerance is
-START_TIME_TOLERANCE_S for a process identity (psutil's own reading, clock-tick rounding) and
-LEDGER_SPAWN_GRACE_S for a ledger row (its wall time, written just before the spawn on a busy machine).
-Errs towards "alive": a wrong "alive" keeps a claim a little longer, a wrong "dead" hands out work in use.
+A process holding P created later than T (plus a tolerance) is another program. Errs towards "alive": a
+wrong "alive" keeps a claim a little longer, a wrong "dead" hands out work in use.
 """
 
 from __future__ import annotations
@@ -15,8 +11,8 @@ from dataclasses import dataclass
 
 import psutil
 
-START_TIME_TOLERANCE_S = 1.0
-LEDGER_SPAWN_GRACE_S = 300.0
+START_TIME_TOLERANCE_S = 1.0  # psutil's own reading: clock-tick rounding
+LEDGER_SPAWN_GRACE_S = 300.0  # a ledger row's wall time, written before the spawn on a busy machine
 
 
 def process_start_time(pid: int) -> float | None:
@@ -61,13 +57,10 @@ def descends_from(pid: int) -> bool:
 
 
 def in_pid_namespace_since(since_ms: int) -> bool:
-    """True when this process lives in a PID namespace made at or after since_ms (epoch ms): its pid 1
-    started then, as in an agent CLI's sandbox (Codex runs commands in a PID namespace of its own, where
-    the processes that started it are not visible)."""
+    """True when this process lives in a PID namespace made at or after since_ms (epoch ms), as in an
+    agent CLI's sandbox, where the processes that started it are not visible."""
     init_started = process_start_time(1)
-    # psutil adds a process's start (in clock ticks since boot) to the boot time, which the kernel gives
-    # in whole seconds: every start time reads up to a second early, so pid 1 of a sandbox made within a
-    # second of the attempt's start would otherwise look older than the attempt.
+    # psutil's start times read up to a second early (the boot time is in whole seconds)
     return init_started is not None and (init_started + START_TIME_TOLERANCE_S) * 1000 >= since_ms
 
 

@@ -1,12 +1,8 @@
 """`python -m stellafleet.proc.reaper [--detach] WATCHED DIRECTORY GRACE`: a node's sidecar that ends the
 worker trees of WATCHED once WATCHED is gone.
 
-A worker started on a remote node belongs to the process that runs its attempts there (a Ray worker),
-which can die without a word (a forced cancel, a lost node): its worker, in a session of its own, would
-live on, spending. While WATCHED runs (known by identity: a reused pid does not fool it), each of its
-attempts names its worker's tree by a `*.pid` file in DIRECTORY; the reaper learns each tree as it grows,
-and once WATCHED is gone stops the trees still named (proc/group.py's stop, GRACE seconds). It detaches
-(double fork, a session of its own): Ray kills a dying worker's children, and it must outlive exactly that.
+A Ray worker can die without a word, and its workers, in sessions of their own, would live on, spending.
+It detaches (double fork, a session of its own) because Ray kills a dying worker's children.
 """
 
 from __future__ import annotations
@@ -43,9 +39,8 @@ def _tree(root: int) -> ProcessSet:
 
 
 def _roots_in(directory: Path) -> dict[str, tuple[int, Path | None]]:
-    """The trees a kept reaper watches now: each `*.pid` file's pid, and the directory to remove once that
-    tree was stopped (the file's second line, if any). A file being written (no pid yet) is left for the
-    next look."""
+    """The trees to watch now: each `*.pid` file's pid, and the directory to remove once it was stopped
+    (the file's second line, if any); a file being written is left for the next look."""
     found: dict[str, tuple[int, Path | None]] = {}
     for path in directory.glob("*.pid"):
         with contextlib.suppress(OSError, ValueError, IndexError):
@@ -55,11 +50,8 @@ def _roots_in(directory: Path) -> dict[str, tuple[int, Path | None]]:
 
 
 def reap_all(watched: int, directory: Path, grace_s: float, *, poll_s: float = POLL_S) -> int:
-    """The kept reaper of one process that runs many attempts one after another (a Ray worker): while
-    watched runs, every `*.pid` file in directory names a worker tree to learn (its starter removes the
-    file once the tree has ended); once watched is gone, stop the trees still named and remove directory.
-    Returns how many trees it stopped. One such reaper serves every attempt of its process: an attempt
-    pays for a file, not for a new reaper process."""
+    """While watched runs, learn the worker trees the `*.pid` files in directory name; once it is gone,
+    stop the trees still named and remove directory. How many trees it stopped."""
     identity = ProcessIdentity.of(watched)
     trees: dict[str, tuple[ProcessSet, Path | None]] = {}
     while True:

@@ -1,9 +1,7 @@
 """Starting a program: the one place stella runs another process, through `start` or `run`.
 
-git and gh start as plumbum commands (their callers say `plumbum=True`), as the design has it; anything
-else starts with subprocess alone, so a worker that runs neither never imports plumbum. A command gets its
-own session unless it is part of our own work (git, a worker's command): a timeout, or Ctrl-C while we
-wait, stops its whole group (proc/group.py). Captured output is decoded as UTF-8, bad bytes replaced.
+git and gh start as plumbum commands (`plumbum=True`); anything else with subprocess alone, so a worker
+that runs neither never imports plumbum. In its own session, a timeout or Ctrl-C stops its whole group.
 """
 
 from __future__ import annotations
@@ -178,9 +176,8 @@ def run(
     on_start: Callable[[int], None] | None = None,
     plumbum: bool = False,
 ) -> Result:
-    """Run argv to its end with input (if any) on stdin. Past timeout, or on Ctrl-C while it runs, its
-    group is stopped (SIGTERM, grace_s, SIGKILL): the Result says it timed out and keeps what it printed
-    before. on_start is told its pid once it has started (to record it). OSError when it cannot start."""
+    """Run argv to its end with input (if any) on stdin; past timeout, or on Ctrl-C, its group is stopped
+    (the Result keeps what it printed). on_start is told its pid. OSError when it cannot start."""
     if timeout is not None and not session:
         raise ValueError("a timeout needs the command in its own session, to stop it with its group")
     stdin = DEVNULL if input is None else PIPE

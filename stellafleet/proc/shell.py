@@ -1,7 +1,6 @@
 """A user's shell command (`[worktree] setup` and `teardown`) run to its end with its output in a log.
 
-It runs through /bin/sh in its own process group, so a timeout stops everything it started; its output
-goes to the log between a `[stella]` line naming it and one saying how it ended.
+It runs in its own process group, so a timeout stops everything it started.
 """
 
 from __future__ import annotations

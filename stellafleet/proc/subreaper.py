@@ -1,9 +1,7 @@
 """Linux's child subreaper: a process that keeps every descendant it ever had, so none outlives it.
 
-A double fork hands its orphan to init, out of every tree stella watches; a subreaper
-(`prctl(PR_SET_CHILD_SUBREAPER)`) is handed it instead. The worker and the wrapper
-`python -m stellafleet.proc.subreaper -- ARGV` (notify, merge checks) become one and stop everything below
-them before they end. Elsewhere than Linux, only the group and the tree seen are stopped (proc/tree.py).
+A double fork hands its orphan to init, out of every tree stella watches, but to a subreaper instead.
+The worker and the wrapper `python -m stellafleet.proc.subreaper -- ARGV` (notify, merge checks) become one.
 """
 
 from __future__ import annotations
@@ -57,8 +55,7 @@ def end_descendants(grace_s: float = LEFTOVER_GRACE_S) -> int:
 
 def on_sigterm(handler: Callable[[int], None]) -> None:
     """handler(signum) on the first SIGTERM only (a stop signals more than once). psutil, which
-    end_descendants needs, is loaded first: a TERM landing while the interrupted code was importing it
-    made the handler's own import fail."""
+    end_descendants needs, is loaded first: a TERM landing mid-import would break the handler's import."""
     import psutil  # noqa: F401
 
     def once(signum: int, frame: object) -> None:

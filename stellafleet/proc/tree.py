@@ -1,8 +1,6 @@
 """A worker process and everything it starts, treated as one tree.
 
-The worker runs in its own session (the terminal's Ctrl-C is the fleet's to handle), is reaped with wait4
-for the kernel's rusage, and its CPU time and memory are sampled over the whole tree. It is stopped as
-one ProcessSet (proc/group.py): its group, the descendants seen and whatever carries its attempt identity.
+Its own session leaves the terminal's Ctrl-C to the fleet; wait4 gives the kernel's rusage.
 """
 
 from __future__ import annotations
@@ -42,8 +40,7 @@ class ProcessTree:
     def __init__(self, process: runner.Process, identity: Mapping[str, str] | None = None) -> None:
         self.process = process
         self.pid = process.pid
-        # The group id is the worker's pid, which the kernel hands to no new process while any member of
-        # the group (the unreaped worker or a child it left behind) still lives.
+        # the kernel gives the group id to no new process while any member of the group lives
         self.members = ProcessSet(self.pid, group=self.pid, leader=process, identity=identity)
         self._peak_rss = 0
         self._cpu = 0.0
@@ -60,8 +57,6 @@ class ProcessTree:
         with log_path.open("ab") as log:
             process = runner.start(argv, cwd=cwd, env=env, stdout=log, stderr=runner.STDOUT)
         return cls(process, env)
-
-    # --- observing ---
 
     def _members(self) -> list[psutil.Process]:
         members = tree_of(self._root) if self._root is not None and self._exit is None else []
@@ -103,8 +98,6 @@ class ProcessTree:
         while (done := self.poll()) is None and time.monotonic() < deadline:
             time.sleep(min(POLL_S, max(deadline - time.monotonic(), 0.0)))
         return done
-
-    # --- stopping ---
 
     def signal_tree(self, sig: int) -> None:
         """Send sig to the worker's whole set: its group, every descendant seen, its identity's carriers."""

@@ -1,5 +1,4 @@
-"""What a running process tree has used so far, read with psutil: for the worker's tree (proc/tree.py)
-and the watchdog (run/watchdog.py)."""
+"""What a running process tree has used so far, read with psutil (proc/tree.py, run/watchdog.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +8,7 @@ from collections.abc import Iterable
 
 import psutil
 
-# Linux lists each thread's children (/proc/PID/task/TID/children): a tree is read without psutil's scan of
-# every process on the machine, which a fleet sampling each worker every second paid per worker.
+# Linux lists each thread's children: a tree is read without psutil's scan of every process on the machine
 _KERNEL_CHILDREN = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
 
 
