@@ -1,11 +1,8 @@
 """The journal: what each running stella process is doing to git or the ledger, so that the next stella
-command repairs what a killed one left.
+command repairs what a killed one left (docs/architecture.md, "One journal").
 
-A process writes records (`<name>.json` in .stella/private/, each written whole: its kind, its owner and
-what the repair of that kind needs) before the step each covers, and drops them once that step is done.
-While it has a record it holds its owner lock (`<owner>.lock`, an flock: the kernel drops it when the
-process dies, whatever pid namespace it ran in). "Is the owner alive" is then "can I take its lock", and
-`recover` hands the records of every owner whose lock it can take to the repair of their kind (REPAIRS).
+An owner holds an flock while it has records, which the kernel drops when it dies in any pid namespace:
+"is the owner alive" is "can I take its lock".
 """
 
 from __future__ import annotations

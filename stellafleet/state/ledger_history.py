@@ -20,8 +20,7 @@ _FROM = (
     " WHERE a.finished_at_ms IS NOT NULL"
 )
 _ATTEMPTS = f"SELECT a.spend_usd, a.finished_at_ms - a.started_at_ms FROM {_FROM} AND a.outcome IN (?, ?)"
-# How far back the eager schedule looks (past_durations): the same plan run again, or resumed, is among
-# the last few runs.
+# how far back past_durations looks: the same plan run again, or resumed, is among the last few runs
 PAST_RUNS = 20
 
 

@@ -1,10 +1,7 @@
-"""Finalising a run whose fleet process is gone (killed, or its machine rebooted).
+"""Finalising a run whose fleet process is gone, which would otherwise stay `running` forever.
 
-Such a run would otherwise stay `running` forever, its attempts open and their claims recorded. Once its
-workers have ended too (a worker lives on for a moment after its fleet: it ends itself once orphaned),
-every attempt still open becomes `abandoned`, its task `interrupted`, the attempts' claims are freed, and
-the run becomes `interrupted` with the reason recorded. The fleet's journal record says that its fleet is
-gone (run/salvaging.py repairs it); `finalise_orphaned_runs` judges a ledger's runs by their fleets' pids.
+Once its workers have ended too (an orphaned worker ends itself), its open attempts are abandoned and
+their claims freed.
 """
 
 from __future__ import annotations
@@ -18,8 +15,7 @@ from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
 
 Alive = Callable[[int | None, int | None], bool]
-# Called with a run's open attempts just before they are abandoned, their claims still recorded: what the
-# run layer does then (run/salvaging.py keeps their uncommitted work).
+# called with a run's open attempts before they are abandoned, their claims still recorded (run/salvaging.py)
 BeforeAbandon = Callable[[Ledger, ClaimStore | None, str, list[dict[str, Any]]], None]
 
 

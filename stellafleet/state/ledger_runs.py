@@ -16,8 +16,7 @@ NEWEST_FIRST = "ORDER BY created_at_ms DESC, id DESC"
 
 
 def no_commits(task: Mapping[str, Any]) -> bool:
-    """A succeeded isolated task that ran and has no commit: its branch holds nothing of its own (what it
-    did, if anything, was left uncommitted), so there is nothing to merge; worth flagging."""
+    """A succeeded isolated task that ran and has no commit: nothing to merge, worth flagging."""
     return (
         task.get("status") == TaskStatus.SUCCEEDED
         and task.get("isolation") == "isolated"
@@ -330,7 +329,6 @@ class Tasks:
         return tasks
 
     def get(self, run_id: str, task_id: str) -> dict[str, Any] | None:
-        """A task's id, title and branch."""
         rows = self._db.rows(
             "SELECT id, title, branch FROM tasks WHERE run_id = ? AND id = ?", (run_id, task_id)
         )
