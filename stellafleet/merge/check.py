@@ -1,8 +1,7 @@
 """The user's check command, run on a merged result in the scratch worktree.
 
-It runs through the shell in its own process group, under the child subreaper (proc/subreaper.py), so a
-timeout stops everything it started, double-forked processes too; stdout and stderr go together to a
-file rather than a pipe, and only its last lines are kept.
+Under the child subreaper, so a timeout stops everything it started, double forks too; of its output
+(to a file, not a pipe) only the last lines are kept.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """stella merge's journal record: what a running merge holds outside the ledger, so that a killed one is
-finished by the next stella command.
+finished by the next stella command (docs/merge.md).
 
-A merge keeps one record (`merge.json`, state/journal.py; only one merge runs per repository): its
-scratch directory and worktree, the ledger row of the branch it is on, the check command's process while
-one runs, the resolve task while one runs (--resolve: merge/killedresolve.py finishes it), and, around
-the one step git cannot do atomically (the branch ref moves, then the index and the files follow), the
-old and new commit. Its `repair` stops the check's process group, gives a ref that moved its index and
-files (git's own index.lock, which a read-tree killed with the merge leaves, is removed when it is
-provably that git's), settles the `planned` row (`merged` only when the branch is verifiably in the
-branch it landed on, else `error`) and removes the scratch worktree and directory.
+One merge runs per repository. The record spans the one step git cannot do atomically: the branch ref
+moves, then the index and the files follow.
 """
 
 from __future__ import annotations
@@ -79,8 +73,8 @@ def holding(root: Path) -> Iterator[Journal]:
 
 
 def repair(root: Path, records: Sequence[journal.Record]) -> bool:
-    """Finish what a killed `stella merge` left (see the module's doc), said in one line; False when it
-    cannot be finished yet (the record stays for the next command)."""
+    """Finish what a killed `stella merge` left, said in one line; False when it cannot be finished yet
+    (the record stays for the next command)."""
     done = True
     for record in records:
         data, pid = record.data, record.data.get("pid", "?")
@@ -109,9 +103,8 @@ def _stop_check(data: dict[str, Any]) -> str | None:
 
 
 def _drop_index_lock(root: Path, journal_at: float | None) -> str | None:
-    """Remove git's index.lock when the killed merge's own git left it: the record was last written as
-    the branch was about to move (the landing step), the lock is younger than that and no git process
-    that started before the lock runs in the repository. One that may be a live git's stays: GitError."""
+    """Remove git's index.lock when the killed merge's own git provably left it: the lock is younger than
+    the landing step's record and no git that started before it runs. Else GitError: it may be live."""
     lock = gitops.git_path(root, "--git-path", "index.lock")
     try:
         made = lock.stat().st_mtime
@@ -123,8 +116,7 @@ def _drop_index_lock(root: Path, journal_at: float | None) -> str | None:
             f"{shown} is older than the killed merge's last step, so it may be another git's: if no git "
             "command is running in this repository, remove it and run any stella command again"
         )
-    # Only a git that started before the lock was made can hold it (a later one found it taken); start
-    # times are known to a clock tick, so one that close counts too.
+    # only a git started before the lock was made can hold it (start times are known to a clock tick)
     running = gitops.git_processes_in(root, started_before=made + PROCESS_CLOCK_TICK_S)
     if running:
         raise GitError(

@@ -1,10 +1,7 @@
-"""The repair of a `stella merge --resolve` killed while its resolve task ran (the merge's record names
-the task: its run, its id and the tip its worktree started at).
+"""The repair of a `stella merge --resolve` killed while its resolve task ran (docs/merge.md).
 
-The worker's process group is stopped (its agent may outlive it there), what the worktree held
-uncommitted is salvaged, the attempt becomes `abandoned` and its task `interrupted`, the worktree is
-removed (kept, and said, only when its work could not be salvaged), and its branch is deleted when it
-holds nothing beyond the tip it started at.
+The worker's group is stopped and its work salvaged before the worktree goes; a worktree whose work could
+not be salvaged is kept.
 """
 
 from __future__ import annotations
@@ -80,7 +77,7 @@ def _drop_workspace(root: Path, attempt: dict[str, Any], tip: str | None) -> lis
 
 
 def finish(root: Path, ledger: Ledger, noted: dict[str, Any]) -> str:
-    """Finish the resolve task the journal noted (see the module's doc); what was done, in words."""
+    """Finish the resolve task the journal noted; what was done, in words."""
     run_id, task_id, tip = str(noted["run_id"]), str(noted["task_id"]), noted.get("tip")
     columns = "id, task_id, outcome, pid, started_at_ms, worktree, branch, salvage_sha"
     attempts = [a for a in ledger.attempts.of_run(run_id, columns) if a["task_id"] == task_id]

@@ -1,9 +1,4 @@
-"""Which of a run's branches `stella merge` takes, and in what order.
-
-From the ledger's record of the run: each isolated task that succeeded and left a `fleet/*` branch, green
-in the `ci` table (or, with `unwatched`, whatever CI said), ordered so a task's dependencies come first
-(dependencies followed through tasks that have no branch of their own), ties by wave and plan order.
-"""
+"""Which of a run's branches `stella merge` takes, and in what order: dependencies first (docs/merge.md)."""
 
 from __future__ import annotations
 
@@ -98,9 +93,8 @@ def plan_queue(run: dict[str, Any], *, unwatched: bool) -> tuple[list[MergeItem]
         branch = task.get("branch") or ""
         if task["status"] != TaskStatus.SUCCEEDED or not branch.startswith(BRANCH_PREFIX):
             continue
-        # A resolve task's work lands only as the resolution of its branch, checked with it; on its own
-        # (its merge killed, its check failed, or it never merged the branch) it would land unchecked
-        # work, or conflict and be handed to a resolve task of its own.
+        # a resolve task's work lands only as the resolution of its branch, checked with it: on its own
+        # it would land unchecked work
         resolves = resolved_branch(task)
         why = (
             f"a resolve task's branch: it lands only as the resolution of {resolves} (stella merge --resolve)"

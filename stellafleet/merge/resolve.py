@@ -1,10 +1,7 @@
-"""`stella merge --resolve`: a conflicting branch handed to a worker as a task of its own.
+"""`stella merge --resolve`: a conflicting branch handed to a worker as a task of its own (docs/merge.md).
 
-The task (`resolve-<task>`) is added to the run and runs through a Dispatcher like any isolated task: its
-worktree is a new `fleet/resolve-...` branch at the current tip, and its prompt carries the conflict (the
-files, and git's diff of them with the conflict markers). The worker merges the branch there, resolves
-and commits; its result then goes through the same check as every other branch before it may land.
-No resolve task starts once the run's spend reached the limit, and its worker is guarded by what is left.
+It runs through a Dispatcher like any isolated task, under what is left of the run's spend limit, and its
+result goes through the same check as every other branch before it may land.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """`stella merge`: land a run's green branches on the current branch, one at a time, each checked first.
 
-Every branch is rebased (or merged) onto the current tip in a scratch worktree on a detached HEAD, the
-check command runs there, and only a result whose check passed becomes the user's branch: its ref moves
-by compare-and-swap and the checked-out tree follows with a two-tree checkout, so HEAD never points at
-an unchecked commit and uncommitted work is never touched (a dirty tree is refused up front). A conflict
-or a failing check stops that branch, and the branches that depend on it, and the others go on. Every
-step is a row in the ledger's `merges` table.
+Each is checked in a scratch worktree and only a passed result moves the user's ref (compare-and-swap), so
+HEAD never points at an unchecked commit (docs/merge.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """`stella merge --via-gh`: land a run's green pull requests through GitHub, in dependency order.
 
-The same queue as a local merge (merge/queue.py: the run's green branches, dependencies first), but each
-branch's pull request (the one `--watch` opened, from the ledger's `ci` table) is merged by GitHub with
-`gh pr merge N --merge|--squash|--rebase`. When the base branch needs a merge queue, gh adds the pull
-request to it instead (GitHub picks the method), and stella waits for the queue to merge it (polling
-`gh pr view N` every `[watch] poll_interval`, for at most `[watch] stall_timeout`) before the next one,
-so dependencies land first. Nothing is merged locally; every step is a row in the ledger's `merges` table
-with GitHub's merge commit.
+The local merge's queue; under a merge queue each pull request is waited for before the next, so
+dependencies land first (docs/merge.md).
 """
 
 from __future__ import annotations
