@@ -1,12 +1,7 @@
 """The commit lane's journal record: the commit a lane holder is about to put on HEAD, until it is recorded,
-and the repair of a killed `stella commit`.
+and the repair of a killed `stella commit` (docs/claims.md).
 
-Moving HEAD (git) and recording the commit (the ledger) cannot be one transaction, so the holder writes
-the record (`commit-lane.json`, state/journal.py) before HEAD moves and drops it once the commit is
-recorded and the index updated. A holder killed in between leaves it, and whoever takes the lane next
-finishes the job (`finish`): if HEAD has the commit, it is recorded and its paths' index entries set to
-HEAD's; if not, they are put back as they were before. `repair` does that from any stella command, with
-git's index.lock and aside files that a dead stella's marker names: the user's own git fails on them.
+Moving HEAD (git) and recording the commit (the ledger) cannot be one transaction: the record spans both.
 """
 
 from __future__ import annotations
@@ -138,8 +133,8 @@ def record(fleet_db: Path, root: Path, pending: Pending) -> None:
 
 
 def repair(root: Path, records: Sequence[journal.Record]) -> bool:
-    """What a killed `stella commit` left in root's lane (see the module's doc), under the lane unless a
-    live holder has it: that one finishes what it finds when it takes the lane."""
+    """Finish what a killed `stella commit` left in root's lane, and remove a dead stella's index.lock and
+    aside files, under the lane; a live holder of the lane finishes it itself."""
     paths = StatePaths(root)
     if not paths.store_db.exists():
         return True

@@ -1,10 +1,5 @@
 """`stella commit`'s scratch directories in the system temp folder, and their removal once their process
-is gone.
-
-A commit stages into a private index in a directory of its own (`stella-commit-*`, `stella-index-*`).
-SIGKILL (or SIGTERM, which ends Python without unwinding) leaves it behind, a copy of the repository's
-index each. So each directory is a record of the commit's journal (state/journal.py) while it exists, and
-the next stella command removes those whose commit is gone.
+is gone: a kill leaves them behind, a copy of the repository's index each, so each is a journal record.
 """
 
 from __future__ import annotations

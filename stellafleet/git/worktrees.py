@@ -37,9 +37,8 @@ class Worktree:
     branch: str | None
 
 
-# `git worktree add` reads every other worktree's admin files, so one being created at the same moment
-# can make it fail ("failed to read .git/worktrees/<name>/commondir"). Serialise our own calls, and
-# retry the ones that raced another process.
+# `git worktree add` reads every other worktree's admin files and fails on one being created: serialise
+# our own calls, and retry the ones that raced another process
 _WORKTREE_ADD_LOCK = threading.Lock()
 
 
