@@ -1,9 +1,7 @@
 """The worker process, `python -m stellafleet.worker.main`: one task, one pipeline, one result file.
 
-It learns everything from its environment (WorkerContext), reports dollars as they are spent to the
-ledger, and always leaves a result JSON behind unless it is killed. The fleet starts one of these per
-task, in a session of its own; the pipeline's own processes (an agent CLI, the command pipeline's shell)
-are its children.
+It learns everything from its environment (WorkerContext), reports spend to the ledger as it happens, and
+always leaves a result file behind unless it is killed.
 """
 
 from __future__ import annotations
