@@ -114,7 +114,7 @@ class SpendTally:
             self.cache_write_tokens += cache_write_tokens
 
     def totals(self) -> dict[str, Any]:
-        """The totals under a pipeline result's names (spend_usd, input_tokens, output_tokens, steps)."""
+        """The totals under a pipeline result's names."""
         return {
             "spend_usd": self.usd,
             "input_tokens": self.input_tokens,
@@ -235,7 +235,6 @@ def task_guard(fleet_guard: float | None, max_spend: float | None) -> float | No
 
 
 def spend_stop_text(spent: float, limit: float) -> str:
-    """The one line that says the run's spend has reached its limit: `spend limit reached: $X of $Y`."""
     return f"{StopReason.SPEND_LIMIT}: {money(spent)} of {money(limit)}"
 
 
@@ -259,7 +258,7 @@ class SpendBudget:
         return self.limit - self._spent - sum(self._held.values())
 
     def reached(self, spent: float) -> str | None:
-        """`spend limit reached: $X of $Y` once the run's total spent reached the limit, else None."""
+        """Why the run stops once its total spent reached the limit, else None."""
         return spend_stop_text(spent, self.limit) if spent >= self.limit else None
 
     def before_start(
