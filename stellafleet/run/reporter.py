@@ -14,8 +14,7 @@ from stellafleet.core import jsontext
 from stellafleet.core.spend import money
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus, outcome_detail
 from stellafleet.core.terminal import Piece, aligned, single_line, styled
-from stellafleet.core.words import duration_text
-from stellafleet.core.words import plural as counted
+from stellafleet.core.words import duration_text, plural
 from stellafleet.run.events import (
     AttemptEnded,
     AttemptStarted,
@@ -100,8 +99,8 @@ class PlainReporter(EventSink):
         limit = event.spend_limit_usd
         spend = f"; spend limit {money(limit)}, {money(event.spend_guard_usd)} per worker" if limit else ""
         self._say(
-            f"run {event.run_id}: {counted(len(event.tasks), 'task')} in "
-            f"{counted(len(event.waves), 'wave')}; "
+            f"run {event.run_id}: {plural(len(event.tasks), 'task')} in "
+            f"{plural(len(event.waves), 'wave')}; "
             f"base {event.base_ref} at {event.base_commit[:12]}{spend}"
         )
 
@@ -132,7 +131,7 @@ class PlainReporter(EventSink):
 
     def on_tasks_emitted(self, event: TasksEmitted) -> None:
         shown = ", ".join(event.tasks[:8]) + (", ..." if len(event.tasks) > 8 else "")
-        self._say(f"  {event.parent} emitted {counted(len(event.tasks), 'task')}: {shown}")
+        self._say(f"  {event.parent} emitted {plural(len(event.tasks), 'task')}: {shown}")
 
     def _table(self, rows: list[tuple[str, ...]]) -> None:
         for line in ["", *aligned(rows), ""]:
@@ -159,9 +158,7 @@ class JsonReporter(EventSink):
 
     def finish(self, doc: Mapping[str, Any]) -> None:
         with self._lock:
-            jsontext.dump(doc, self.stream, indent=2, sort_keys=False, default=str)
-            self.stream.write("\n")
-            self.stream.flush()
+            print(jsontext.dumps(doc, indent=2, default=str), file=self.stream, flush=True)
 
 
 class LiveReporter(PlainReporter):
@@ -223,7 +220,7 @@ class LiveReporter(PlainReporter):
         for task, (started, title) in running.items():
             steps, spend = self._progress.get(task, (0, 0.0))
             grid.add_row(
-                f"  {task}", duration_text(now - started), counted(steps, "step"), money(spend), styled(title)
+                f"  {task}", duration_text(now - started), plural(steps, "step"), money(spend), styled(title)
             )
         return grid
 
@@ -322,39 +319,34 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str] | 
     """The waves and workspaces a run would use, without running anything."""
     out = stream or sys.stdout
     if json_mode:
-        jsontext.dump(doc, out, indent=2)
-        out.write("\n")
+        print(jsontext.dumps(doc, indent=2), file=out)
         return
-    print(f"stella fleet --dry-run: {doc['concurrency']}", file=out)
-    print(
+    lines = [
+        f"stella fleet --dry-run: {doc['concurrency']}",
         f"base {doc['base_ref']} at {str(doc['base_commit'])[:12]}; nothing runs, nothing is recorded",
-        file=out,
-    )
+    ]
     if doc.get("resumes"):
         done = ", ".join(doc.get("done") or []) or "none"
-        print(f"resumes {doc['resumes']}; done there, no new attempt: {done}", file=out)
+        lines.append(f"resumes {doc['resumes']}; done there, no new attempt: {done}")
         if doc.get("emitted"):
-            print(f"kept from what its tasks emitted: {', '.join(doc['emitted'])}", file=out)
+            lines.append(f"kept from what its tasks emitted: {', '.join(doc['emitted'])}")
     tasks = {task["id"]: task for task in doc["tasks"]}
     for number, wave in enumerate(doc["waves"], start=1):
-        print(f"wave {number}:", file=out)
+        lines.append(f"wave {number}:")
         for task_id in wave:
             task = tasks[task_id]
-            if task["isolation"] == "isolated":
-                where = f"isolated: {task['worktree']} on {task['branch']}"
-            else:
-                where = "shared tree"
+            isolated = task["isolation"] == "isolated"
+            where = f"isolated: {task['worktree']} on {task['branch']}" if isolated else "shared tree"
             deps = f"; after {', '.join(task['depends_on'])}" if task["depends_on"] else ""
             claims = f"; claims {', '.join(task['claims'])}" if task["claims"] else ""
             grows = (
                 "; expands at run time (what it emits runs before its dependents)" if task["expands"] else ""
             )
-            print(f"  {task_id} [{task['pipeline']}] {where}{deps}{claims}{grows}", file=out)
+            lines.append(f"  {task_id} [{task['pipeline']}] {where}{deps}{claims}{grows}")
     if any(task["isolation"] == "isolated" for task in doc["tasks"]):
-        print(
+        lines.append(
             f"(branch hashes come from the run id: this preview used {doc['run_id']}; "
-            "a real run gets its own)",
-            file=out,
+            "a real run gets its own)"
         )
-    for problem in doc.get("problems", []):
-        print(f"problem: {problem}", file=out)
+    lines += [f"problem: {problem}" for problem in doc.get("problems", [])]
+    out.write("".join(line + "\n" for line in lines))
