@@ -126,9 +126,8 @@ Emit = Callable[[Event], None]
 
 
 class EventSink:
-    """A reporter's plumbing: serialises events from many threads onto one method per event.
-
-    RunStarted goes to on_run_started, TasksEmitted to on_tasks_emitted...: each one the sink defines."""
+    """A reporter's plumbing: serialises events from many threads onto its on_<event> methods, if defined
+    (RunStarted: on_run_started)."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()

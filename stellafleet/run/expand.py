@@ -1,8 +1,6 @@
 """Plans that grow: what the run's expanding tasks (`expands = true`) have added to it (docs/plans.md).
 
-The emitted tasks are recorded before their parent is recorded succeeded, so a fleet killed at any point
-leaves either a parent to run again or its tasks to run.
-"""
+Emitted tasks are recorded before their parent succeeds: a killed fleet leaves the parent or its tasks."""
 
 from __future__ import annotations
 

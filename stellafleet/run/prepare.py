@@ -5,9 +5,9 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stellafleet.core.config import Config, load_config
 from stellafleet.core.configsections import ExecutorConfig, WatchConfig
@@ -19,9 +19,6 @@ from stellafleet.run.resume import Resume, load_resume
 from stellafleet.run.steps import workspace_for
 from stellafleet.run.steps.factory import MIXED_PIPELINES
 from stellafleet.run.treecheck import TreeCheck, check_tree
-
-if TYPE_CHECKING:
-    from importlib.metadata import EntryPoint
 
 
 @dataclass(frozen=True)
@@ -198,16 +195,12 @@ def build_plan(options: FleetOptions, root: Path) -> Plan:
 
 
 def pipeline_problems(
-    plan: Plan,
-    pipeline: str,
-    model: str | None,
-    config: Config,
-    spend_limit: float | None,
-    installed: Mapping[str, EntryPoint],
+    plan: Plan, pipeline: str, model: str | None, config: Config, spend_limit: float | None
 ) -> list[str]:
     """Everything missing before the plan's pipelines can run (empty: ready), each asked once per model."""
     from stellafleet import pipelines
 
+    installed = pipelines.available()
     uses = sorted(
         {(task.pipeline or pipeline, task.model or model) for task in plan.tasks},
         key=lambda use: (use[0], use[1] or ""),
@@ -232,18 +225,13 @@ def check_watch_ready(root: Path, config: Config) -> WatchConfig:
 
 def prepare(options: FleetOptions) -> Prepared:
     """Every check before a run, in the order a user would fix them; StellaError (exit 2) on the first."""
-    from stellafleet import pipelines
-
     root = check_environment(options.cwd or Path.cwd())
     config_file = Path(options.config_file).resolve() if options.config_file else None
     config = load_config(root, config_file=Path(options.config_file) if options.config_file else None)
     resume = resume_of(options, root)
     plan = resume.plan if resume is not None else build_plan(options, root)
     default_pipeline = options.pipeline or config.fleet.pipeline
-    installed = pipelines.available()
-    problems = pipeline_problems(
-        plan, default_pipeline, options.model, config, options.spend_limit, installed
-    )
+    problems = pipeline_problems(plan, default_pipeline, options.model, config, options.spend_limit)
     concurrency = decide(config, options.max_concurrency)
     base_commit = gitops.resolve_commit(root, options.base_ref or "HEAD")
     executor = resolve_executor(options, config)
@@ -316,25 +304,22 @@ def resume_of(options: FleetOptions, root: Path) -> Resume | None:
     return load_resume(root, options.resume, plan_path=options.plan_path, force=options.force)
 
 
-RAY_MISSING = "the ray executor needs Ray on this machine: pip install 'stellafleet[ray]'"
-
-
 def check_ray_installed() -> None:
     """StellaError (exit 2) with the one line to fix it when Ray cannot be imported."""
     try:
         import ray  # noqa: F401 - the run needs it next anyway
     except ImportError:
-        raise StellaError(RAY_MISSING, exit_code=EXIT_USAGE) from None
+        raise StellaError(
+            "the ray executor needs Ray on this machine: pip install 'stellafleet[ray]'", exit_code=EXIT_USAGE
+        ) from None
 
 
 def resolve_executor(options: FleetOptions, config: Config) -> ExecutorConfig:
     """[executor] with --executor and --ray-address applied; the ray one needs Ray installed (exit 2)."""
-    import dataclasses
-
     chosen = config.executor
     kind = options.executor or chosen.kind
     if options.ray_address and kind != "ray":
         raise StellaError("--ray-address needs the ray executor: add --executor ray", exit_code=EXIT_USAGE)
     if kind == "ray" and not options.dry_run:
         check_ray_installed()
-    return dataclasses.replace(chosen, kind=kind, address=options.ray_address or chosen.address)
+    return replace(chosen, kind=kind, address=options.ray_address or chosen.address)

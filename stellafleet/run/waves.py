@@ -1,7 +1,6 @@
 """A Plan as a doit task graph: compile it, show it (`doit list`/`info`), run it many tasks at once.
 
-Relies on doit internals, pinned and checked by tests/run/test_doit_internals.py (docs/architecture.md).
-"""
+Relies on doit internals, pinned and checked by tests/run/test_doit_internals.py (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -179,11 +178,9 @@ class Stopped(TaskError):
 
 
 class DoitReporter(ZeroReporter):
-    """Turns what doit tells of each task into the run's events.
+    """Turns what doit tells of each task into the run's events; execute_task runs on a pool thread.
 
-    A failed task's dependents come back as UnmetDependency and are skipped naming the failed tasks they
-    waited on; an up-to-date task (--resume) counts as succeeded. execute_task runs on a pool thread.
-    """
+    A failed task's dependents are skipped naming it; an up-to-date task (--resume) succeeded."""
 
     def __init__(self, order: Mapping[str, int], emit: Emit | None) -> None:
         super().__init__(sys.stderr, {})
@@ -227,9 +224,7 @@ class DoitReporter(ZeroReporter):
 class PlanRunner(Runner):
     """Runs a plan through doit's TaskDispatcher and Runner, at most `max_concurrency` tasks at once.
 
-    The schedules differ only in which ready tasks start (_pick; docs/architecture.md). `before_start(n,
-    ids)` is asked before the n-th start (a wave, or an eager task) and may stop the run.
-    """
+    The schedules differ only in _pick; `before_start(n, ids)` may stop the run before the n-th start."""
 
     def __init__(
         self,
@@ -363,8 +358,7 @@ class PlanRunner(Runner):
     def _hand_back(self) -> None:
         """Hand finished nodes back to doit's dispatcher and collect every task that became ready.
 
-        TaskDispatcher.generator: send() takes a processed node (or None) and returns the next node, or
-        "hold on" while everything left waits on a running task; StopIteration once all were dispatched."""
+        Its generator's send(node or None) gives the next node, "hold on", or StopIteration when all are."""
         pending = sorted(self._finished, key=lambda node: self._order[node.task.name], reverse=True)
         self._finished = []
         holding = False
