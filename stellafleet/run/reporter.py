@@ -278,27 +278,24 @@ class LossyStream:
         self.lost = False
 
     def write(self, text: str) -> int:
-        if not self.lost:
-            try:
-                self._stream.write(text)
-            except OSError:
-                self._lose()
+        self._unless_lost(self._stream.write, text)
         return len(text)
 
     def flush(self) -> None:
-        if not self.lost:
-            try:
-                self._stream.flush()
-            except OSError:
-                self._lose()
+        self._unless_lost(self._stream.flush)
 
-    def _lose(self) -> None:
-        self.lost = True
-        # What is still buffered would fail again when the interpreter flushes its streams at exit.
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self._stream.fileno())
-            os.close(devnull)
+    def _unless_lost(self, call: Callable[..., object], *args: str) -> None:
+        if self.lost:
+            return
+        try:
+            call(*args)
+        except OSError:
+            self.lost = True
+            # What is still buffered would fail again when the interpreter flushes its streams at exit.
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self._stream.fileno())
+                os.close(devnull)
 
     def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ... as the real stream's
         return getattr(self._stream, name)
