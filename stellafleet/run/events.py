@@ -133,7 +133,7 @@ class EventSink:
         self._lock = threading.RLock()
 
     def handle(self, event: Event) -> None:
-        handler = getattr(self, _handler_name(type(event)), None)
+        handler = getattr(self, _handler_name(type(event).__name__), None)
         if handler is not None:
             with self._lock:
                 handler(event)
@@ -146,6 +146,6 @@ class EventSink:
 
 
 @functools.cache
-def _handler_name(kind: type) -> str:
+def _handler_name(event_name: str) -> str:
     """`on_run_started` for RunStarted."""
-    return "on_" + re.sub(r"(?<=[a-z])(?=[A-Z])", "_", kind.__name__).lower()
+    return "on_" + re.sub(r"(?<=[a-z])(?=[A-Z])", "_", event_name).lower()
