@@ -4,6 +4,8 @@ Relies on doit internals, pinned and checked by tests/run/test_doit_internals.py
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -14,6 +16,7 @@ from typing import Any
 from doit.cmd_base import TaskLoader2
 from doit.control import TaskControl
 from doit.dependency import Dependency, JsonDB
+from doit.doit_cmd import DoitMain
 from doit.exceptions import BaseFail, InvalidCommand, InvalidDodoFile, TaskError, TaskFailed, UnmetDependency
 from doit.reporter import ZeroReporter
 from doit.runner import Runner
@@ -99,7 +102,7 @@ class MemoryBackend(JsonDB):
 
 
 # ---------------------------------------------------------------------------------------------
-# doit list / doit info
+# doit list / doit info (`stella plan list` / `stella plan info` run them in this process)
 
 
 PLAN_OPTION = {
@@ -163,6 +166,20 @@ class PlanLoader(TaskLoader2):
             return load_plan(self._plan_path)
         except PlanError as exc:
             raise InvalidDodoFile(str(exc)) from None
+
+
+def doit_view(plan: Plan, argv: list[str]) -> tuple[int, str, str]:
+    """Run a doit command (["list"]) on the compiled plan in this process; (exit code, stdout, stderr)."""
+    main = DoitMain(
+        task_loader=PlanLoader(plan, backend=MEMORY_BACKEND),
+        config_filenames=(),
+        extra_config={"BACKEND": {MEMORY_BACKEND: "stellafleet.run.waves:MemoryBackend"}},
+    )
+    main.BIN_NAME = "doit"
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main.run(list(argv))
+    return int(code), out.getvalue(), err.getvalue()
 
 
 # ---------------------------------------------------------------------------------------------
