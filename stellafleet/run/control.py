@@ -35,8 +35,7 @@ from stellafleet.run.expand import Expansions
 from stellafleet.run.limiter import Limiter, LimitPolicy
 from stellafleet.run.notify import fan_out, notifier_for
 from stellafleet.run.prepare import FleetOptions, Prepared, prepare
-from stellafleet.run.reporter import make_reporter, print_dry_run
-from stellafleet.run.result import result_document
+from stellafleet.run.reporter import make_reporter, print_dry_run, result_document
 from stellafleet.run.resume import record_lineage, schedule_note
 from stellafleet.run.steps import RunSettings, factory
 from stellafleet.run.steps.spend import spend_budget

@@ -139,7 +139,7 @@ class EventSink:
                 handler(event)
 
     def finish(self, doc: Mapping[str, Any]) -> None:
-        """The run's result document (run/result.py), once it is over."""
+        """The run's result document (reporter.py's result_document), once it is over."""
 
     def abort(self) -> None:
         """Give back what the sink holds when the run ends without a result (after finish: nothing)."""
