@@ -38,7 +38,6 @@ class Resume:
     plan: Plan
     plan_path: Path | None
     done: frozenset[str]  # task ids the earlier run finished: they get no new attempt
-    changes: tuple[str, ...] = ()  # what changed in the plan (only with --force)
     # what the earlier run's expanding tasks that count as done emitted: the new run has them too
     emitted: tuple[PlanTask, ...] = ()
     fragments: tuple[tuple[str, str], ...] = ()  # (done expanding task, the fragment it wrote)
@@ -190,7 +189,6 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
         plan=plan,
         plan_path=Path(source).resolve() if source is not None else None,
         done=done,
-        changes=described,
         emitted=emitted,
         fragments=fragments,
         lost=tuple(lost),
