@@ -287,17 +287,7 @@ class FleetRun:
             durations = ledger.history.past_durations(
                 (task.id, task.prompt, task.pipeline or p.default_pipeline) for task in p.plan.tasks
             )
-        fleet = p.config.fleet  # what expanding tasks emit is checked and recorded by expand.py
-        expansions = Expansions(
-            p.plan,
-            ledger,
-            p.run_id,
-            max_emitted=fleet.max_emitted_tasks,
-            max_depth=fleet.max_expand_depth,
-            emitted=p.resume.emitted if p.resume else (),
-            isolated_remote=p.executor.kind == "ray",
-        )
-        limiter = self._limiter(ledger)
+        expansions, limiter = self._expansions(ledger), self._limiter(ledger)
         with watching(p.config.fleet.idle_timeout, ledger) as watchdog:
             dispatcher = factory.dispatcher(
                 run_settings(p), ledger, claims, executor, emit,
@@ -326,6 +316,19 @@ class FleetRun:
                 self._record_start(ledger)
                 _in_background(runner.run)
         return runner, interrupts.count > 0
+
+    def _expansions(self, ledger: Ledger) -> Expansions:
+        """What the run's expanding tasks emit, checked and recorded (expand.py)."""
+        p, fleet = self.prepared, self.prepared.config.fleet
+        return Expansions(
+            p.plan,
+            ledger,
+            p.run_id,
+            max_emitted=fleet.max_emitted_tasks,
+            max_depth=fleet.max_expand_depth,
+            emitted=p.resume.emitted if p.resume else (),
+            isolated_remote=p.executor.kind == "ray",
+        )
 
     def _limiter(self, ledger: Ledger) -> Limiter | None:
         """The run's width and hold under provider limits (None under `[fleet] fleet_backoff = false`)."""
