@@ -14,8 +14,7 @@ from stellafleet.core.terminal import printable, single_line, styled
 from stellafleet.core.words import plural
 from stellafleet.plan import schema as planschema
 from stellafleet.plan.model import Plan, load_plan
-from stellafleet.run.doitview import doit_view
-from stellafleet.run.waves import EXPANDS_NOTE
+from stellafleet.run.waves import EXPANDS_NOTE, doit_view
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -1,8 +1,6 @@
 """One run, the control: prepare, record the run, drive the waves, settle, and the run's exit status.
 
-The waves run in a background thread so the main thread only waits, which keeps Ctrl-C handling free
-of locks.
-"""
+The waves run in a background thread so the main thread only waits: Ctrl-C handling takes no locks."""
 
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from stellafleet.core.clock import Clock, SystemClock
+from stellafleet.core.clock import Clock
 from stellafleet.core.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -29,6 +27,7 @@ from stellafleet.core.errors import (
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.spend import SpendBudget
 from stellafleet.core.status import RunStatus, Stop, StopReason, TaskStatus
+from stellafleet.core.words import plural
 from stellafleet.git import dirty, gitops
 from stellafleet.run.events import Emit, Event, EventSink, Notice, RunStarted, TaskSkipped, WaveStarted
 from stellafleet.run.executor import Executor, LocalExecutor
@@ -36,8 +35,7 @@ from stellafleet.run.expand import Expansions
 from stellafleet.run.limiter import Limiter, LimitPolicy
 from stellafleet.run.notify import fan_out, notifier_for
 from stellafleet.run.prepare import FleetOptions, Prepared, prepare
-from stellafleet.run.reporter import make_reporter, print_dry_run
-from stellafleet.run.result import result_document
+from stellafleet.run.reporter import make_reporter, print_dry_run, result_document
 from stellafleet.run.resume import record_lineage, schedule_note
 from stellafleet.run.steps import RunSettings, factory
 from stellafleet.run.steps.spend import spend_budget
@@ -96,19 +94,18 @@ class Interrupts:
 
     def handle(self, signum: int, frame: object) -> None:
         self.count += 1
-        running = len(self._running())
-        plural = "worker" if running == 1 else "workers"
+        running = plural(len(self._running()), "running worker")
         self._request_stop(Stop(StopReason.INTERRUPTED))
         if self.count == 1 and signum == signal.SIGINT and not self._stop_on_first:
             self._emit(
                 Notice(
-                    f"interrupt: launching nothing more; waiting for {running} running {plural}; "
+                    f"interrupt: launching nothing more; waiting for {running}; "
                     "press Ctrl-C again to stop them"
                 )
             )
             return
         self._stop_workers()
-        self._emit(Notice(f"interrupt: stopping {running} running {plural}"))
+        self._emit(Notice(f"interrupt: stopping {running}"))
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -151,19 +148,17 @@ def ensure_state_dirs(root: Path) -> StatePaths:
     for directory in (paths.private, paths.worktrees):
         try:
             directory.mkdir(parents=True, exist_ok=True)
+            # SQLite writes -wal/-shm files beside the databases: refuse a read-only one now, not mid-run
+            why = None if os.access(directory, os.W_OK | os.X_OK) else "not writable"
         except OSError as exc:
-            raise _unwritable_state(directory, exc.strerror or str(exc)) from None
-        # SQLite writes -wal/-shm files beside the databases: refuse a read-only one now, not mid-run
-        if not os.access(directory, os.W_OK | os.X_OK):
-            raise _unwritable_state(directory, "not writable")
+            why = exc.strerror or str(exc)
+        if why is not None:
+            raise StellaError(
+                f"cannot write stella's state at {directory}: {why}; "
+                "make it a writable directory and run again",
+                exit_code=EXIT_USAGE,
+            )
     return paths
-
-
-def _unwritable_state(directory: Path, why: str) -> StellaError:
-    return StellaError(
-        f"cannot write stella's state at {directory}: {why}; make it a writable directory and run again",
-        exit_code=EXIT_USAGE,
-    )
 
 
 def make_run_reporter(prepared: Prepared, out: IO[str]) -> EventSink:
@@ -337,22 +332,15 @@ class FleetRun:
 
     def _limiter(self, ledger: Ledger) -> Limiter | None:
         """The run's width and hold under provider limits (None under `[fleet] fleet_backoff = false`)."""
-        p = self.prepared
-        fleet = p.config.fleet
+        p, fleet = self.prepared, self.prepared.config.fleet
         if not fleet.fleet_backoff:
             return None
         wait = p.options.wait_for_limits or fleet.wait_for_limits
         policy = LimitPolicy(wait=wait, max_wait=fleet.max_limit_wait)
-        clock = self.clock or SystemClock()
         wall = time.time if self.clock is None else self.clock.now  # an injected clock is a wall clock
+        emit = self.reporter.handle
         return Limiter(
-            ledger,
-            p.run_id,
-            p.concurrency.value,
-            policy=policy,
-            emit=self.reporter.handle,
-            clock=clock,
-            wall=wall,
+            ledger, p.run_id, p.concurrency.value, policy=policy, emit=emit, clock=self.clock, wall=wall
         )
 
     def _finish(self, ledger: Ledger, runner: PlanRunner, interrupted: bool) -> int:
@@ -378,8 +366,7 @@ class FleetRun:
         for task_id, status in by_status.items():
             if status in (TaskStatus.PENDING, TaskStatus.RUNNING):
                 reason = seen.get(task_id) or StopReason.NOT_STARTED.value
-                if interrupted:
-                    reason = StopReason.INTERRUPTED.value
+                reason = StopReason.INTERRUPTED.value if interrupted else reason
                 ledger.tasks.set_status(run_id, task_id, TaskStatus.SKIPPED, reason)
                 by_status[task_id] = TaskStatus.SKIPPED
                 self.reporter.handle(TaskSkipped(task_id, reason))

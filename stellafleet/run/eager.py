@@ -26,14 +26,9 @@ def chain_times(plan: Plan, durations: Mapping[str, float]) -> dict[str, float]:
     return times
 
 
-def chain_heights(plan: Plan) -> dict[str, int]:
-    """Task id -> the number of tasks on the longest chain from it through its dependents (1: none)."""
-    return {task_id: round(time) for task_id, time in chain_times(plan, {}).items()}
-
-
-def start_order(plan: Plan, durations: Mapping[str, float]) -> dict[str, tuple[float, int, int]]:
+def start_order(plan: Plan, durations: Mapping[str, float]) -> dict[str, tuple[float, float, int]]:
     """Task id -> its rank among ready tasks (lowest first): longest timed chain, chain in tasks, order."""
-    times, heights = chain_times(plan, durations), chain_heights(plan)
+    times, heights = chain_times(plan, durations), chain_times(plan, {})  # unknown: one unit per task
     return {task_id: (-times[task_id], -heights[task_id], n) for n, task_id in enumerate(plan.ids)}
 
 

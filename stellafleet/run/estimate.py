@@ -31,18 +31,19 @@ class TaskEstimate:
     seconds: tuple[float, float] | None
 
     def to_json(self) -> dict[str, Any]:
-        def pair(value: tuple[float, float] | None) -> dict[str, float] | None:
-            return None if value is None else {"median": value[0], "p90": value[1]}
-
         return {
             "task": self.task_id,
             "pipeline": self.pipeline,
             "model": self.model,
             "basis": self.basis,
             "attempts": self.attempts,
-            "spend_usd": pair(self.usd),
-            "duration_s": pair(self.seconds),
+            "spend_usd": _pair(self.usd),
+            "duration_s": _pair(self.seconds),
         }
+
+
+def _pair(value: tuple[Any, Any] | None) -> dict[str, Any] | None:
+    return None if value is None else {"median": value[0], "p90": value[1]}
 
 
 def _range(values: list[float]) -> tuple[float, float]:
@@ -106,20 +107,18 @@ class Estimate:
         return total_spend([t.usd for t in self.known if t.usd is not None])
 
     def to_json(self) -> dict[str, Any]:
-        total = self.total_usd()
+        known = bool(self.known)
         return {
             "plan": self.plan,
             "schedule": self.schedule,
             "max_concurrency": self.concurrency,
-            "history": bool(self.known),
+            "history": known,
             "tasks": [task.to_json() for task in self.tasks],
             "without_history": [task.task_id for task in self.tasks if task.basis is None],
-            "total_spend_usd": {"median": total[0], "p90": total[1]} if self.known else None,
-            "wall_time_s": {"median": self.wall_s[0], "p90": self.wall_s[1]} if self.known else None,
+            "total_spend_usd": _pair(self.total_usd()) if known else None,
+            "wall_time_s": _pair(self.wall_s) if known else None,
             "spend_limit_usd": self.spend_limit,
-            "likely_stops_at": {"median": self.stops_at[0], "p90": self.stops_at[1]}
-            if self.spend_limit is not None and self.known
-            else None,
+            "likely_stops_at": _pair(self.stops_at) if self.spend_limit is not None and known else None,
         }
 
 
@@ -131,18 +130,15 @@ def estimate(prepared: Prepared, ledger: Ledger) -> Estimate:
         for t in p.plan.tasks
     ]
     width = p.concurrency.value
-    walls, orders = [], []
+    by_id = {t.task_id: t for t in tasks}
+    walls: list[float] = []
+    stops: list[str | None] = []
     for index in (0, 1):  # the median, then the 90th percentile
         seconds = {t.task_id: t.seconds[index] if t.seconds else 0.0 for t in tasks}
         wall, order = play(p.plan, seconds, width, p.schedule)
         walls.append(wall)
-        orders.append(order)
-    stops: list[str | None] = [None, None]
-    if p.spend_limit is not None:
-        by_id = {t.task_id: t for t in tasks}
-        for index in (0, 1):
-            expected = [(tid, u[index]) for tid in orders[index] if (u := by_id[tid].usd) is not None]
-            stops[index] = where_limit_stops(expected, p.spend_limit)
+        expected = [(tid, u[index]) for tid in order if (u := by_id[tid].usd) is not None]
+        stops.append(None if p.spend_limit is None else where_limit_stops(expected, p.spend_limit))
     source = str(p.plan_path) if p.plan_path else "the prompts"
     return Estimate(
         source, p.schedule, width, tasks, (walls[0], walls[1]), p.spend_limit, (stops[0], stops[1])

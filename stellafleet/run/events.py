@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -124,52 +126,26 @@ Emit = Callable[[Event], None]
 
 
 class EventSink:
-    """A reporter's plumbing: serialises events from many threads onto one method per event."""
+    """A reporter's plumbing: serialises events from many threads onto its on_<event> methods, if defined
+    (RunStarted: on_run_started)."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
 
     def handle(self, event: Event) -> None:
-        with self._lock:
-            match event:
-                case RunStarted():
-                    self.on_run_started(event)
-                case WaveStarted():
-                    self.on_wave_started(event)
-                case AttemptStarted():
-                    self.on_attempt_started(event)
-                case AttemptEnded():
-                    self.on_attempt_ended(event)
-                case TaskSkipped():
-                    self.on_task_skipped(event)
-                case TasksEmitted():
-                    self.on_tasks_emitted(event)
-                case Notice():
-                    self.on_notice(event)
-
-    def on_run_started(self, event: RunStarted) -> None:
-        pass
-
-    def on_wave_started(self, event: WaveStarted) -> None:
-        pass
-
-    def on_attempt_started(self, event: AttemptStarted) -> None:
-        pass
-
-    def on_attempt_ended(self, event: AttemptEnded) -> None:
-        pass
-
-    def on_task_skipped(self, event: TaskSkipped) -> None:
-        pass
-
-    def on_tasks_emitted(self, event: TasksEmitted) -> None:
-        pass
-
-    def on_notice(self, event: Notice) -> None:
-        pass
+        handler = getattr(self, _handler_name(type(event).__name__), None)
+        if handler is not None:
+            with self._lock:
+                handler(event)
 
     def finish(self, doc: Mapping[str, Any]) -> None:
-        """The run's result document (run/result.py), once it is over."""
+        """The run's result document (reporter.py's result_document), once it is over."""
 
     def abort(self) -> None:
         """Give back what the sink holds when the run ends without a result (after finish: nothing)."""
+
+
+@functools.cache
+def _handler_name(event_name: str) -> str:
+    """`on_run_started` for RunStarted."""
+    return "on_" + re.sub(r"(?<=[a-z])(?=[A-Z])", "_", event_name).lower()

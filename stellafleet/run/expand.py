@@ -1,8 +1,6 @@
 """Plans that grow: what the run's expanding tasks (`expands = true`) have added to it (docs/plans.md).
 
-The emitted tasks are recorded before their parent is recorded succeeded, so a fleet killed at any point
-leaves either a parent to run again or its tasks to run.
-"""
+Emitted tasks are recorded before their parent succeeds: a killed fleet leaves the parent or its tasks."""
 
 from __future__ import annotations
 
@@ -72,9 +70,7 @@ class Expansions:
             )
             try:
                 emitted = load_fragment(plan_out, task, rules)
-                _refuse_taken(task.id, emitted, self.tasks)
-                if self.isolated_remote:
-                    _refuse_remote_expanding(task.id, emitted)
+                _refuse(task.id, emitted, self.tasks, isolated_remote=self.isolated_remote)
             except PlanError as exc:
                 return AttemptEnd.failed(refused(exc.problems))
             self.ledger.tasks.add(self.run_id, emitted, {})
@@ -93,24 +89,20 @@ def refused(problems: list[str]) -> str:
     return f"its plan fragment was refused ({len(problems)} problems): " + "; ".join(problems)
 
 
-def _refuse_taken(emitter: str, emitted: Iterable[PlanTask], tasks: dict[str, PlanTask]) -> None:
-    """An emitted task's full id must not be a task the run already has."""
-    taken = [task.id for task in emitted if task.id in tasks]
-    if taken:
-        name = fragment_name(emitter)
-        problems = [f'{name}: task "{t}": id: the run already has a task "{t}"' for t in taken]
+def _refuse(
+    emitter: str, emitted: Iterable[PlanTask], tasks: dict[str, PlanTask], *, isolated_remote: bool
+) -> None:
+    """An emitted task's full id must not be one the run has; under Ray an isolated one may not expand."""
+    name = fragment_name(emitter)
+    problems = [
+        f'{name}: task "{t.id}": id: the run already has a task "{t.id}"' for t in emitted if t.id in tasks
+    ]
+    if isolated_remote and not problems:
+        problems = [
+            f'{name}: task "{t.id}": expands: an isolated task runs on the Ray cluster, where what it '
+            "emits would stay on the node: make it shared, or leave expands out"
+            for t in emitted
+            if t.expands and t.isolation == "isolated"
+        ]
+    if problems:
         raise PlanError(problems)
-
-
-def _refuse_remote_expanding(emitter: str, emitted: Iterable[PlanTask]) -> None:
-    """Under the Ray executor an emitted isolated task may not expand: it would run on a node."""
-    remote = [task.id for task in emitted if task.expands and task.isolation == "isolated"]
-    if remote:
-        name = fragment_name(emitter)
-        raise PlanError(
-            [
-                f'{name}: task "{t}": expands: an isolated task runs on the Ray cluster, where what it '
-                "emits would stay on the node: make it shared, or leave expands out"
-                for t in remote
-            ]
-        )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,14 +32,10 @@ class MachineState:
     def sample(cls) -> MachineState:
         import psutil
 
-        try:
-            load = os.getloadavg()[0]
-        except (AttributeError, OSError):  # not every platform has a load average
-            load = 0.0
         return cls(
             cores=psutil.cpu_count(logical=True) or 1,
             available_bytes=int(psutil.virtual_memory().available),
-            load_1m=float(load),
+            load_1m=float(psutil.getloadavg()[0]),  # emulated where the platform has none
         )
 
 

@@ -5,23 +5,22 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stellafleet.core.config import Config, load_config
 from stellafleet.core.configsections import ExecutorConfig, WatchConfig
 from stellafleet.core.errors import EXIT_USAGE, StellaError
-from stellafleet.git import gitops, salvage
+from stellafleet.core.words import plural
+from stellafleet.git import gitops, hooks, salvage
 from stellafleet.plan.model import Plan, load_plan, plan_from_prompts
 from stellafleet.run.governor import Decision, decide
 from stellafleet.run.resume import Resume, load_resume
 from stellafleet.run.steps import workspace_for
 from stellafleet.run.steps.factory import MIXED_PIPELINES
-from stellafleet.run.treecheck import TreeCheck, check_tree
 
-if TYPE_CHECKING:
-    from importlib.metadata import EntryPoint
+STATE_DIR = ".stella/"  # stella's own files (the project config among them) are not the user's changes
 
 
 @dataclass(frozen=True)
@@ -54,6 +53,14 @@ class FleetOptions:
     estimate: bool = False  # print what the run would likely cost and take, from the ledger; run nothing
     allow_dirty: bool = False  # claimed files may have the user's uncommitted changes (kept out of commits)
     allow_detached: bool = False  # shared tasks may commit onto a detached HEAD
+
+
+@dataclass(frozen=True)
+class TreeCheck:
+    """What the start of a run found: lines to show, and the user's changed files (to keep out)."""
+
+    notes: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
 
 
 class NotReady(StellaError):
@@ -198,16 +205,12 @@ def build_plan(options: FleetOptions, root: Path) -> Plan:
 
 
 def pipeline_problems(
-    plan: Plan,
-    pipeline: str,
-    model: str | None,
-    config: Config,
-    spend_limit: float | None,
-    installed: Mapping[str, EntryPoint],
+    plan: Plan, pipeline: str, model: str | None, config: Config, spend_limit: float | None
 ) -> list[str]:
     """Everything missing before the plan's pipelines can run (empty: ready), each asked once per model."""
     from stellafleet import pipelines
 
+    installed = pipelines.available()
     uses = sorted(
         {(task.pipeline or pipeline, task.model or model) for task in plan.tasks},
         key=lambda use: (use[0], use[1] or ""),
@@ -232,18 +235,13 @@ def check_watch_ready(root: Path, config: Config) -> WatchConfig:
 
 def prepare(options: FleetOptions) -> Prepared:
     """Every check before a run, in the order a user would fix them; StellaError (exit 2) on the first."""
-    from stellafleet import pipelines
-
     root = check_environment(options.cwd or Path.cwd())
     config_file = Path(options.config_file).resolve() if options.config_file else None
     config = load_config(root, config_file=Path(options.config_file) if options.config_file else None)
     resume = resume_of(options, root)
     plan = resume.plan if resume is not None else build_plan(options, root)
     default_pipeline = options.pipeline or config.fleet.pipeline
-    installed = pipelines.available()
-    problems = pipeline_problems(
-        plan, default_pipeline, options.model, config, options.spend_limit, installed
-    )
+    problems = pipeline_problems(plan, default_pipeline, options.model, config, options.spend_limit)
     concurrency = decide(config, options.max_concurrency)
     base_commit = gitops.resolve_commit(root, options.base_ref or "HEAD")
     executor = resolve_executor(options, config)
@@ -316,25 +314,87 @@ def resume_of(options: FleetOptions, root: Path) -> Resume | None:
     return load_resume(root, options.resume, plan_path=options.plan_path, force=options.force)
 
 
-RAY_MISSING = "the ray executor needs Ray on this machine: pip install 'stellafleet[ray]'"
-
-
 def check_ray_installed() -> None:
     """StellaError (exit 2) with the one line to fix it when Ray cannot be imported."""
     try:
         import ray  # noqa: F401 - the run needs it next anyway
     except ImportError:
-        raise StellaError(RAY_MISSING, exit_code=EXIT_USAGE) from None
+        raise StellaError(
+            "the ray executor needs Ray on this machine: pip install 'stellafleet[ray]'", exit_code=EXIT_USAGE
+        ) from None
 
 
 def resolve_executor(options: FleetOptions, config: Config) -> ExecutorConfig:
     """[executor] with --executor and --ray-address applied; the ray one needs Ray installed (exit 2)."""
-    import dataclasses
-
     chosen = config.executor
     kind = options.executor or chosen.kind
     if options.ray_address and kind != "ray":
         raise StellaError("--ray-address needs the ray executor: add --executor ray", exit_code=EXIT_USAGE)
     if kind == "ray" and not options.dry_run:
         check_ray_installed()
-    return dataclasses.replace(chosen, kind=kind, address=options.ray_address or chosen.address)
+    return replace(chosen, kind=kind, address=options.ray_address or chosen.address)
+
+
+# the shared tree at the start of a run: a detached HEAD, the user's changes in claimed files, hooks
+def _claimed_by(plan: Plan) -> dict[str, str]:
+    return {claim: task.id for task in plan.tasks if task.isolation != "isolated" for claim in task.claims}
+
+
+def _owner(path: str, claims: dict[str, str]) -> str | None:
+    for claim, task_id in claims.items():
+        if path == claim or path.startswith(claim.rstrip("/") + "/"):
+            return task_id
+    return None
+
+
+def check_tree(
+    root: Path, plan: Plan, config: Config, *, allow_dirty: bool, allow_detached: bool
+) -> TreeCheck:
+    """StellaError (exit 2) for a detached HEAD or claimed files with the user's changes; else the notes."""
+    shared = any(task.isolation != "isolated" for task in plan.tasks)
+    if not shared:
+        return TreeCheck(_hook_notes(root, config))
+    if gitops.current_branch(root) is None and not (allow_detached or config.fleet.allow_detached):
+        head = gitops.head_commit(root)[:12]
+        raise StellaError(
+            f"HEAD is detached (at {head}): shared tasks would commit onto it, where only the reflog keeps "
+            "their work once you check out a branch; check out a branch first, or pass --allow-detached "
+            "to commit onto the detached HEAD anyway",
+            exit_code=EXIT_USAGE,
+        )
+    changed = tuple(p for p in gitops.changed_paths(root) if not p.startswith(STATE_DIR))
+    claims = _claimed_by(plan)
+    dirty_claimed = [(path, owner) for path in changed if (owner := _owner(path, claims)) is not None]
+    notes = list(_hook_notes(root, config))
+    if dirty_claimed and not allow_dirty:
+        named = ", ".join(f"{path} (task {owner})" for path, owner in dirty_claimed)
+        raise StellaError(
+            f"claimed files have uncommitted changes of yours: {named}; commit or stash them first, or "
+            "pass --allow-dirty (the workers' commits of them then leave your changes out)",
+            exit_code=EXIT_USAGE,
+        )
+    if dirty_claimed:
+        named = ", ".join(path for path, _ in dirty_claimed)
+        notes.append(
+            f"warning: --allow-dirty: {named} {'has' if len(dirty_claimed) == 1 else 'have'} uncommitted "
+            "changes of yours; the workers' commits take only what the workers write, and your changes "
+            "stay uncommitted"
+        )
+    elif changed:
+        notes.append(
+            f"your work tree has uncommitted changes ({plural(len(changed), 'file')}): they stay yours, "
+            "workers' commits leave them out"
+        )
+    return TreeCheck(tuple(notes), changed)
+
+
+def _hook_notes(root: Path, config: Config) -> tuple[str, ...]:
+    if config.commit.hooks != "skip":
+        return ()
+    names = hooks.installed(root)
+    if not names:
+        return ()
+    return (
+        f'warning: [commit] hooks = "skip": the installed {" and ".join(names)} hooks will not run for the '
+        "workers' commits",
+    )

@@ -11,11 +11,11 @@ from collections.abc import Callable, Mapping
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from stellafleet.core import jsontext
+from stellafleet.core.clock import wall_ms
 from stellafleet.core.spend import money
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus, outcome_detail
 from stellafleet.core.terminal import Piece, aligned, single_line, styled
-from stellafleet.core.words import duration_text
-from stellafleet.core.words import plural as counted
+from stellafleet.core.words import duration_text, plural
 from stellafleet.run.events import (
     AttemptEnded,
     AttemptStarted,
@@ -26,6 +26,8 @@ from stellafleet.run.events import (
     TaskSkipped,
     WaveStarted,
 )
+from stellafleet.run.steps.factory import MIXED_PIPELINES
+from stellafleet.state.views import run_model
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -100,8 +102,8 @@ class PlainReporter(EventSink):
         limit = event.spend_limit_usd
         spend = f"; spend limit {money(limit)}, {money(event.spend_guard_usd)} per worker" if limit else ""
         self._say(
-            f"run {event.run_id}: {counted(len(event.tasks), 'task')} in "
-            f"{counted(len(event.waves), 'wave')}; "
+            f"run {event.run_id}: {plural(len(event.tasks), 'task')} in "
+            f"{plural(len(event.waves), 'wave')}; "
             f"base {event.base_ref} at {event.base_commit[:12]}{spend}"
         )
 
@@ -132,7 +134,7 @@ class PlainReporter(EventSink):
 
     def on_tasks_emitted(self, event: TasksEmitted) -> None:
         shown = ", ".join(event.tasks[:8]) + (", ..." if len(event.tasks) > 8 else "")
-        self._say(f"  {event.parent} emitted {counted(len(event.tasks), 'task')}: {shown}")
+        self._say(f"  {event.parent} emitted {plural(len(event.tasks), 'task')}: {shown}")
 
     def _table(self, rows: list[tuple[str, ...]]) -> None:
         for line in ["", *aligned(rows), ""]:
@@ -159,9 +161,7 @@ class JsonReporter(EventSink):
 
     def finish(self, doc: Mapping[str, Any]) -> None:
         with self._lock:
-            jsontext.dump(doc, self.stream, indent=2, sort_keys=False, default=str)
-            self.stream.write("\n")
-            self.stream.flush()
+            print(jsontext.dumps(doc, indent=2, default=str), file=self.stream, flush=True)
 
 
 class LiveReporter(PlainReporter):
@@ -223,7 +223,7 @@ class LiveReporter(PlainReporter):
         for task, (started, title) in running.items():
             steps, spend = self._progress.get(task, (0, 0.0))
             grid.add_row(
-                f"  {task}", duration_text(now - started), counted(steps, "step"), money(spend), styled(title)
+                f"  {task}", duration_text(now - started), plural(steps, "step"), money(spend), styled(title)
             )
         return grid
 
@@ -281,27 +281,24 @@ class LossyStream:
         self.lost = False
 
     def write(self, text: str) -> int:
-        if not self.lost:
-            try:
-                self._stream.write(text)
-            except OSError:
-                self._lose()
+        self._unless_lost(self._stream.write, text)
         return len(text)
 
     def flush(self) -> None:
-        if not self.lost:
-            try:
-                self._stream.flush()
-            except OSError:
-                self._lose()
+        self._unless_lost(self._stream.flush)
 
-    def _lose(self) -> None:
-        self.lost = True
-        # What is still buffered would fail again when the interpreter flushes its streams at exit.
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self._stream.fileno())
-            os.close(devnull)
+    def _unless_lost(self, call: Callable[..., object], *args: str) -> None:
+        if self.lost:
+            return
+        try:
+            call(*args)
+        except OSError:
+            self.lost = True
+            # What is still buffered would fail again when the interpreter flushes its streams at exit.
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self._stream.fileno())
+                os.close(devnull)
 
     def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ... as the real stream's
         return getattr(self._stream, name)
@@ -322,39 +319,99 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str] | 
     """The waves and workspaces a run would use, without running anything."""
     out = stream or sys.stdout
     if json_mode:
-        jsontext.dump(doc, out, indent=2)
-        out.write("\n")
+        print(jsontext.dumps(doc, indent=2), file=out)
         return
-    print(f"stella fleet --dry-run: {doc['concurrency']}", file=out)
-    print(
+    lines = [
+        f"stella fleet --dry-run: {doc['concurrency']}",
         f"base {doc['base_ref']} at {str(doc['base_commit'])[:12]}; nothing runs, nothing is recorded",
-        file=out,
-    )
+    ]
     if doc.get("resumes"):
         done = ", ".join(doc.get("done") or []) or "none"
-        print(f"resumes {doc['resumes']}; done there, no new attempt: {done}", file=out)
+        lines.append(f"resumes {doc['resumes']}; done there, no new attempt: {done}")
         if doc.get("emitted"):
-            print(f"kept from what its tasks emitted: {', '.join(doc['emitted'])}", file=out)
+            lines.append(f"kept from what its tasks emitted: {', '.join(doc['emitted'])}")
     tasks = {task["id"]: task for task in doc["tasks"]}
     for number, wave in enumerate(doc["waves"], start=1):
-        print(f"wave {number}:", file=out)
+        lines.append(f"wave {number}:")
         for task_id in wave:
             task = tasks[task_id]
-            if task["isolation"] == "isolated":
-                where = f"isolated: {task['worktree']} on {task['branch']}"
-            else:
-                where = "shared tree"
+            isolated = task["isolation"] == "isolated"
+            where = f"isolated: {task['worktree']} on {task['branch']}" if isolated else "shared tree"
             deps = f"; after {', '.join(task['depends_on'])}" if task["depends_on"] else ""
             claims = f"; claims {', '.join(task['claims'])}" if task["claims"] else ""
             grows = (
                 "; expands at run time (what it emits runs before its dependents)" if task["expands"] else ""
             )
-            print(f"  {task_id} [{task['pipeline']}] {where}{deps}{claims}{grows}", file=out)
+            lines.append(f"  {task_id} [{task['pipeline']}] {where}{deps}{claims}{grows}")
     if any(task["isolation"] == "isolated" for task in doc["tasks"]):
-        print(
+        lines.append(
             f"(branch hashes come from the run id: this preview used {doc['run_id']}; "
-            "a real run gets its own)",
-            file=out,
+            "a real run gets its own)"
         )
-    for problem in doc.get("problems", []):
-        print(f"problem: {problem}", file=out)
+    lines += [f"problem: {problem}" for problem in doc.get("problems", [])]
+    out.write("".join(line + "\n" for line in lines))
+
+
+# the run's result document (`stella fleet --json`, every reporter's `finish`), from its read model
+ATTEMPT_KEYS = (
+    "id",
+    "outcome",
+    "success",
+    "exit_code",
+    "started_at_ms",
+    "finished_at_ms",
+    "pid",
+    "spend_usd",
+    "input_tokens",
+    "output_tokens",
+    "steps",
+    "summary",
+    "error",
+    "cpu_seconds",
+    "peak_rss_bytes",
+    "branch",
+    "worktree",
+    "log_path",
+)
+RUN_KEYS = ("status", "exit_code", "reason", "base_ref", "base_commit", "max_concurrency")
+
+
+def _task_result(task: Mapping[str, Any], run_pipeline: str | None) -> dict[str, Any]:
+    attempts = [{key: attempt[key] for key in ATTEMPT_KEYS} for attempt in task["attempts"]]
+    ran = task["attempts"][-1].get("pipeline") if task["attempts"] else None
+    default = run_pipeline if run_pipeline != MIXED_PIPELINES else None
+    return {
+        **{key: task[key] for key in ("id", "title", "wave", "status", "reason", "isolation")},
+        "pipeline": task["pipeline"] or ran or default,
+        **{key: task[key] for key in ("depends_on", "expands", "parent", "claims", "branch", "worktree")},
+        "spend_usd": round(task["spend_usd"], 6),
+        "summary": attempts[-1]["summary"] if attempts else None,
+        "commits": [commit["sha"] for commit in task["commits"]],
+        "no_commits": task["no_commits"],  # succeeded, isolated, and its branch holds nothing of its own
+        "attempts": attempts,
+    }
+
+
+def result_document(record: dict[str, Any], watch: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The machine-readable result of a run, from the ledger's record of it (Ledger.get_run)."""
+    model = run_model(record, now_ms=wall_ms())
+    run = model["run"]
+    return {
+        # the header `stella runs RUN --json` has; a run just finished is resumed by none yet
+        "run": {**run, "resumed_by": []},
+        # the earlier shape's top-level fields, kept for compatibility: the same values as run.*
+        "run_id": run["id"],
+        **{key: run[key] for key in RUN_KEYS},
+        "spend_usd": round(run["spend_usd"], 6),
+        "spend_limit_usd": run["spend_limit_usd"],
+        "created_at_ms": run["created_at_ms"],
+        "finished_at_ms": run["finished_at_ms"],
+        "schedule": run["schedule"],
+        "resumed_from": run["resumed_from"],
+        "tasks": [_task_result(task, run["pipeline"]) for task in model["tasks"]],
+        "branches": [
+            {"branch": entry["branch"], "tasks": entry["tasks"], "commits": entry["commits"]}
+            for entry in model["branches"]
+        ],
+        "watch": dict(watch) if watch is not None else None,
+    }

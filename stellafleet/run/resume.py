@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,14 +38,10 @@ class Resume:
     plan: Plan
     plan_path: Path | None
     done: frozenset[str]  # task ids the earlier run finished: they get no new attempt
-    changes: tuple[str, ...] = ()  # what changed in the plan (only with --force)
     # what the earlier run's expanding tasks that count as done emitted: the new run has them too
     emitted: tuple[PlanTask, ...] = ()
     fragments: tuple[tuple[str, str], ...] = ()  # (done expanding task, the fragment it wrote)
     lost: tuple[str, ...] = ()  # succeeded isolated tasks whose branch no longer holds their work
-
-    def done_reason(self) -> str:
-        return f"succeeded in run {self.run_id}"
 
 
 def task_changes(recorded: Sequence[Mapping[str, Any]], plan: Plan) -> dict[str, list[str]]:
@@ -73,10 +70,6 @@ def _norm(value: Any) -> Any:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     return value
-
-
-def recorded_plan(tasks: Sequence[Mapping[str, Any]]) -> Plan:
-    return Plan(tasks=tuple(recorded_task(row) for row in tasks if not row.get("parent_id")))
 
 
 def recorded_task(row: Mapping[str, Any]) -> PlanTask:
@@ -117,15 +110,13 @@ def kept_emitted(
 def done_tasks(plan: Plan, statuses: Mapping[str, str], changed: Mapping[str, list[str]]) -> frozenset[str]:
     """Tasks that succeeded before, are unchanged and whose dependencies are all done too."""
     done: set[str] = set()
-    for layer in plan.waves(max(len(plan.tasks), 1)):  # dependencies first
-        for task_id in layer:
-            task = plan.task(task_id)
-            if (
-                statuses.get(task_id) == TaskStatus.SUCCEEDED
-                and task_id not in changed
-                and all(dep in done for dep in task.depends_on)
-            ):
-                done.add(task_id)
+    for task_id in itertools.chain(*plan.waves(max(len(plan.tasks), 1))):  # dependencies first
+        if (
+            statuses.get(task_id) == TaskStatus.SUCCEEDED
+            and task_id not in changed
+            and all(dep in done for dep in plan.task(task_id).depends_on)
+        ):
+            done.add(task_id)
     return frozenset(done)
 
 
@@ -171,7 +162,10 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
             f"cannot resume run {run['id']}: its plan {source} is gone; give it with --plan FILE",
             exit_code=EXIT_USAGE,
         )
-    plan = load_plan(source, root=root) if source is not None else recorded_plan(record["tasks"])
+    if source is not None:
+        plan = load_plan(source, root=root)
+    else:  # inline prompts: the recorded tasks are the plan
+        plan = Plan(tasks=tuple(recorded_task(row) for row in record["tasks"] if not row.get("parent_id")))
     changes = task_changes(record["tasks"], plan)
     described = tuple(f"task {task_id!r}: {', '.join(what)}" for task_id, what in changes.items())
     if changes and not force:
@@ -195,7 +189,6 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
         plan=plan,
         plan_path=Path(source).resolve() if source is not None else None,
         done=done,
-        changes=described,
         emitted=emitted,
         fragments=fragments,
         lost=tuple(lost),
@@ -210,7 +203,9 @@ def record_lineage(ledger: Ledger, run_id: str, schedule: str, resume: Resume | 
         for task_id, fragment_path in resume.fragments:
             ledger.tasks.set_fragment(run_id, task_id, fragment_path)
         for task_id in sorted(resume.done):
-            ledger.tasks.set_status(run_id, task_id, TaskStatus.SUCCEEDED, resume.done_reason())
+            ledger.tasks.set_status(
+                run_id, task_id, TaskStatus.SUCCEEDED, f"succeeded in run {resume.run_id}"
+            )
 
 
 def schedule_note(schedule: str, resume: Resume | None) -> str:

@@ -1,20 +1,22 @@
 """A Plan as a doit task graph: compile it, show it (`doit list`/`info`), run it many tasks at once.
 
-Relies on doit internals, pinned and checked by tests/run/test_doit_internals.py (docs/architecture.md).
-"""
+Relies on doit internals, pinned and checked by tests/run/test_doit_internals.py (docs/architecture.md)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from doit.cmd_base import TaskLoader2
 from doit.control import TaskControl
 from doit.dependency import Dependency, JsonDB
+from doit.doit_cmd import DoitMain
 from doit.exceptions import BaseFail, InvalidCommand, InvalidDodoFile, TaskError, TaskFailed, UnmetDependency
 from doit.reporter import ZeroReporter
 from doit.runner import Runner
@@ -36,21 +38,9 @@ from stellafleet.run.events import (
     WaveStarted,
 )
 from stellafleet.run.expand import Expansions
+from stellafleet.run.limiter import Limiter
 
 Action = Callable[[PlanTask], bool]
-
-
-class StartGate(Protocol):
-    """What may start now beyond the dependencies and max_concurrency (run/limiter.py's Limiter)."""
-
-    def width(self) -> int: ...
-
-    def hold_s(self) -> float: ...
-
-    def stop(self) -> Stop | None: ...
-
-    def wait(self, seconds: float) -> None: ...
-
 
 BARRIER = ":emitted"
 EXPANDS_NOTE = "(expands at run time)"
@@ -112,7 +102,7 @@ class MemoryBackend(JsonDB):
 
 
 # ---------------------------------------------------------------------------------------------
-# doit list / doit info
+# doit list / doit info (`stella plan list` / `stella plan info` run them in this process)
 
 
 PLAN_OPTION = {
@@ -178,6 +168,20 @@ class PlanLoader(TaskLoader2):
             raise InvalidDodoFile(str(exc)) from None
 
 
+def doit_view(plan: Plan, argv: list[str]) -> tuple[int, str, str]:
+    """Run a doit command (["list"]) on the compiled plan in this process; (exit code, stdout, stderr)."""
+    main = DoitMain(
+        task_loader=PlanLoader(plan, backend=MEMORY_BACKEND),
+        config_filenames=(),
+        extra_config={"BACKEND": {MEMORY_BACKEND: "stellafleet.run.waves:MemoryBackend"}},
+    )
+    main.BIN_NAME = "doit"
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main.run(list(argv))
+    return int(code), out.getvalue(), err.getvalue()
+
+
 # ---------------------------------------------------------------------------------------------
 # running
 
@@ -191,11 +195,9 @@ class Stopped(TaskError):
 
 
 class DoitReporter(ZeroReporter):
-    """Turns what doit tells of each task into the run's events.
+    """Turns what doit tells of each task into the run's events; execute_task runs on a pool thread.
 
-    A failed task's dependents come back as UnmetDependency and are skipped naming the failed tasks they
-    waited on; an up-to-date task (--resume) counts as succeeded. execute_task runs on a pool thread.
-    """
+    A failed task's dependents are skipped naming it; an up-to-date task (--resume) succeeded."""
 
     def __init__(self, order: Mapping[str, int], emit: Emit | None) -> None:
         super().__init__(sys.stderr, {})
@@ -222,21 +224,15 @@ class DoitReporter(ZeroReporter):
         if isinstance(fail, UnmetDependency):
             roots = {root for dep in task.task_dep for root in self._roots.get(dep, ())}
             self._roots[task.name] = sorted(roots, key=self._order.__getitem__)
-            if task.name.endswith(BARRIER):
-                return
             text = "dependency failed: " + ", ".join(self._roots[task.name])
-            self._skip(task.name, Stop(StopReason.DEPENDENCY_FAILED, text))
-        elif isinstance(fail, Stopped):
-            if not task.name.endswith(BARRIER):
-                self._skip(task.name, fail.stop)
-        else:
+            fail = Stopped(Stop(StopReason.DEPENDENCY_FAILED, text))
+        if not isinstance(fail, Stopped):
             self._roots[task.name] = [task.name]
             self.statuses[task.name], self.reasons[task.name] = TaskStatus.FAILED, fail.message
             self.emit(TaskEnded(task.name, TaskStatus.FAILED, fail.message))
-
-    def _skip(self, task_id: str, stop: Stop) -> None:
-        self.statuses[task_id], self.reasons[task_id] = TaskStatus.SKIPPED, str(stop)
-        self.emit(TaskSkipped(task_id, str(stop)))
+        elif not task.name.endswith(BARRIER):  # a barrier is no task of the run
+            self.statuses[task.name], self.reasons[task.name] = TaskStatus.SKIPPED, str(fail.stop)
+            self.emit(TaskSkipped(task.name, str(fail.stop)))
 
     def runtime_error(self, msg: str) -> None:
         raise RuntimeError(f"doit could not run the plan: {msg}")
@@ -245,9 +241,7 @@ class DoitReporter(ZeroReporter):
 class PlanRunner(Runner):
     """Runs a plan through doit's TaskDispatcher and Runner, at most `max_concurrency` tasks at once.
 
-    The schedules differ only in which ready tasks start (_pick; docs/architecture.md). `before_start(n,
-    ids)` is asked before the n-th start (a wave, or an eager task) and may stop the run.
-    """
+    The schedules differ only in _pick; `before_start(n, ids)` may stop the run before the n-th start."""
 
     def __init__(
         self,
@@ -260,7 +254,7 @@ class PlanRunner(Runner):
         before_start: Callable[[int, list[str]], Stop | None] | None = None,
         on_event: Emit | None = None,
         done: frozenset[str] = frozenset(),
-        gate: StartGate | None = None,
+        gate: Limiter | None = None,
         expansions: Expansions | None = None,
     ) -> None:
         if max_concurrency < 1:
@@ -334,11 +328,6 @@ class PlanRunner(Runner):
             self.gate.wait(hold)
         return hold
 
-    def _width(self) -> int:
-        if self.gate is None:
-            return self.max_concurrency
-        return max(1, min(self.max_concurrency, self.gate.width()))
-
     def _pick(self, running: int) -> list[str]:
         """The ready tasks to start now (none while the gate holds starts)."""
         if not self._ready or (running and not self.eager):
@@ -349,7 +338,9 @@ class PlanRunner(Runner):
                 self.request_stop(stop)
             elif self.gate.hold_s() > 0:
                 return []
-        width = self._width()
+        width = self.max_concurrency
+        if self.gate is not None:
+            width = max(1, min(width, self.gate.width()))
         if running >= width:
             return []
         ranked = sorted(self._ready, key=self._rank.__getitem__)
@@ -375,29 +366,21 @@ class PlanRunner(Runner):
 
     def _stop_before(self, number: int, ids: list[str]) -> Stop | None:
         """Why the next start must not happen (a requested stop, or before_start's veto); None: it may."""
-        stop = self.stopped
-        if stop is None and self._before_start is not None:
+        if self.stopped is None and self._before_start is not None:
             asked = self._before_start(number, list(ids))
             if asked is not None:
                 self.request_stop(asked)
-                stop = self.stopped
-        return stop
+        return self.stopped
 
     def _hand_back(self) -> None:
         """Hand finished nodes back to doit's dispatcher and collect every task that became ready.
 
-        TaskDispatcher.generator: send() takes a processed node (or None) and returns the next node, or
-        "hold on" while everything left waits on a running task; StopIteration once all were dispatched."""
+        Its generator's send(node or None) gives the next node, "hold on", or StopIteration when all are."""
         pending = sorted(self._finished, key=lambda node: self._order[node.task.name], reverse=True)
         self._finished = []
         holding = False
-        while True:
-            if pending:
-                processed = pending.pop()
-            elif holding:
-                return
-            else:
-                processed = None
+        while pending or not holding:
+            processed = pending.pop() if pending else None
             try:
                 node = self._dispatcher.generator.send(processed)
             except StopIteration:

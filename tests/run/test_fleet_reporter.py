@@ -146,6 +146,6 @@ def test_reporter_choice_and_details() -> None:
 
 
 def test_counts_read_as_english() -> None:
-    from stellafleet.run.reporter import counted
+    from stellafleet.core.words import plural
 
-    assert [counted(n, "wave") for n in (0, 1, 2)] == ["0 waves", "1 wave", "2 waves"]
+    assert [plural(n, "wave") for n in (0, 1, 2)] == ["0 waves", "1 wave", "2 waves"]

@@ -13,9 +13,8 @@ from hypothesis import strategies as st
 
 from stellafleet.core.status import Stop, StopReason
 from stellafleet.plan.model import Plan, PlanTask, load_plan, plan_from_data
-from stellafleet.run.doitview import doit_view
 from stellafleet.run.events import Event, TaskEnded, TaskSkipped, TaskStarted, WaveEnded, WaveStarted
-from stellafleet.run.waves import PlanRunner, compile_tasks
+from stellafleet.run.waves import PlanRunner, compile_tasks, doit_view
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

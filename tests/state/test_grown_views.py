@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stellafleet.plan.model import plan_from_data
-from stellafleet.run.doitview import doit_view
+from stellafleet.run.waves import doit_view
 from stellafleet.state.dashboard import grown_columns
 from stellafleet.state.views import under_parents
 
