@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import EXIT_INTERRUPTED, StellaError
@@ -16,16 +15,16 @@ from stellafleet.state.ledger_history import History
 from stellafleet.state.ledger_limits import Limits
 from stellafleet.state.ledger_runs import CARD_COLUMNS, Runs, Tasks, TaskSpec
 from stellafleet.state.ledger_schema import LEDGER_SCHEMA
-from stellafleet.state.sqlitefile import Database
+from stellafleet.state.sqlitefile import Database, Handle
 
 __all__ = ["Ledger", "TaskSpec"]
 
 
-class Ledger:
+class Ledger(Handle):
     """One open connection to fleet.db, one object per table on it; safe to share between threads."""
 
     def __init__(self, db: Database) -> None:
-        self._db = db
+        super().__init__(db)
         self.path, self.readonly = db.path, db.readonly
         self.runs, self.tasks, self.attempts, self.spend = Runs(db), Tasks(db), Attempts(db), Spend(db)
         self.commits, self.ci, self.cleanups, self.merges = Commits(db), CI(db), Cleanups(db), Merges(db)
@@ -35,17 +34,6 @@ class Ledger:
     def open(cls, path: Path, *, readonly: bool = False, now_ms: Callable[[], int] = wall_ms) -> Ledger:
         """Open the ledger at path, creating it atomically unless readonly; StellaError if it is not one."""
         return cls(Database(Path(path), LEDGER_SCHEMA, readonly=readonly, now_ms=now_ms))
-
-    def close(self) -> None:
-        self._db.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         """Everything recorded about one run; StellaError if the ledger has no such run."""

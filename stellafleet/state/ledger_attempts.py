@@ -10,7 +10,7 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.spend import check_count, check_report
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, TaskStatus
 from stellafleet.state.ledger_schema import ATTEMPT_OUTCOMES, check_choice
-from stellafleet.state.sqlitefile import Database
+from stellafleet.state.sqlitefile import Table
 
 # The columns of an attempt the run page's first view draws as a timeline bar.
 BAR_COLUMNS = (
@@ -19,11 +19,8 @@ BAR_COLUMNS = (
 IN_LIST = "IN (SELECT value FROM json_each(?))"
 
 
-class Attempts:
+class Attempts(Table):
     """The attempts table: one row per run of a task's worker, from its start to its outcome."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def start(
         self,
@@ -56,8 +53,7 @@ class Attempts:
         return int(attempt_id)
 
     def _set(self, attempt_id: int, assignments: str, *values: Any) -> None:
-        with self._db.write() as conn:
-            conn.execute(f"UPDATE attempts SET {assignments} WHERE id = ?", (*values, attempt_id))
+        self._db.execute(f"UPDATE attempts SET {assignments} WHERE id = ?", (*values, attempt_id))
 
     def set_pid(self, attempt_id: int, pid: int) -> None:
         self._set(attempt_id, "pid = ?", pid)
@@ -110,8 +106,7 @@ class Attempts:
         return float(row[2])
 
     def get(self, attempt_id: int, columns: str = "*") -> dict[str, Any] | None:
-        rows = self._db.rows(f"SELECT {columns} FROM attempts WHERE id = ?", (attempt_id,))
-        return rows[0] if rows else None
+        return self._db.row(f"SELECT {columns} FROM attempts WHERE id = ?", (attempt_id,))
 
     def identity(self, attempt_id: int) -> dict[str, Any] | None:
         """What proves a process acts for an attempt: its run, task, outcome, worker pid and token hash."""
@@ -171,11 +166,8 @@ class SpendEvent:
     output_tokens: int
 
 
-class Spend:
+class Spend(Table):
     """The spend_events table and the spend totals it adds to (attempts.spend_usd, runs.spend_usd)."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def add(
         self,

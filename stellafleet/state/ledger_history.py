@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from stellafleet.core.status import AttemptOutcome
-from stellafleet.state.sqlitefile import Database
+from stellafleet.state.sqlitefile import Table
 
 # Attempts that ran to an end of their own: what a task costs when it runs (not a stop or a kill).
 ENDED = (str(AttemptOutcome.SUCCEEDED), str(AttemptOutcome.FAILED))
@@ -32,11 +32,8 @@ class Past:
     seconds: float
 
 
-class History:
+class History(Table):
     """Reads of the attempts table for estimates."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def _past(self, where: str, params: tuple[object, ...]) -> list[Past]:
         rows = self._db.read(f"{_ATTEMPTS} AND {where} ORDER BY a.id", (*ENDED, *params))

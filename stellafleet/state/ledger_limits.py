@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from stellafleet.core.limits import LimitEvent, LimitKind
-from stellafleet.state.sqlitefile import Database
+from stellafleet.state.sqlitefile import Table
 
 
-class Limits:
-    def __init__(self, db: Database) -> None:
-        self._db = db
+class Limits(Table):
+    """The limit_events table: one row per limit a worker met, and per change of the fleet's width."""
 
     def add(
         self,
@@ -23,25 +21,12 @@ class Limits:
         concurrency: int | None = None,
     ) -> int:
         """One limit row (an attempt's, or the fleet's own with its width); its id."""
-        with self._db.write() as conn:
-            cursor = conn.execute(
-                "INSERT INTO limit_events (run_id, attempt_id, task_id, at_ms, source, kind, status,"
-                " reset_at_ms, message, concurrency) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    run_id,
-                    attempt_id,
-                    task_id,
-                    self._db.now_ms(),
-                    event.source,
-                    str(event.kind),
-                    event.status,
-                    event.reset_at_ms,
-                    event.message,
-                    concurrency,
-                ),
-            )
-        assert cursor.lastrowid is not None
-        return int(cursor.lastrowid)
+        said = (event.source, str(event.kind), event.status, event.reset_at_ms, event.message)
+        return self._db.insert(
+            "INSERT INTO limit_events (run_id, attempt_id, task_id, at_ms, source, kind, status,"
+            " reset_at_ms, message, concurrency) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, attempt_id, task_id, self._db.now_ms(), *said, concurrency),
+        )
 
     def of_attempt(self, attempt_id: int) -> list[dict[str, Any]]:
         return self._db.rows("SELECT * FROM limit_events WHERE attempt_id = ? ORDER BY id", (attempt_id,))
@@ -64,12 +49,3 @@ class Limits:
             (run_id, str(LimitKind.RATE)),
         )
         return int(rows[0][0]) if rows and rows[0][0] is not None else None
-
-    def counts(self, run_ids: list[str]) -> dict[str, int]:
-        """run id -> how many limits its workers met (runs without any left out)."""
-        rows = self._db.read(
-            "SELECT run_id, count(*) FROM limit_events WHERE run_id IN (SELECT value FROM json_each(?))"
-            " AND kind != ? GROUP BY run_id",
-            (json.dumps(run_ids), str(LimitKind.CONCURRENCY)),
-        )
-        return {str(row[0]): int(row[1]) for row in rows}

@@ -45,20 +45,3 @@ def finalise_run(
         for attempt in attempts:
             store.release_attempt(run_id, int(attempt["id"]))
     return True
-
-
-def finalise_orphaned_runs(
-    ledger: Ledger,
-    store: ClaimStore | None,
-    *,
-    alive: Alive = pid_alive,
-    before_abandon: BeforeAbandon | None = None,
-) -> list[str]:
-    """finalise_run for every `running` run whose fleet's pid is gone; the ids of those finalised."""
-    return [
-        str(run["id"])
-        for run in ledger.runs.running()
-        if run["pid"] is not None
-        and not alive(run["pid"], run["created_at_ms"])
-        and finalise_run(ledger, store, run["id"], alive=alive, before_abandon=before_abandon)
-    ]
