@@ -1,10 +1,5 @@
-"""Layered configuration: user file < project file (or --config) < environment, checked like plans.
-
-Every file is checked against the bundled JSON Schema (config.schema.json, `stella config schema`) as it
-is loaded: every problem at once, each naming its file, the key and a hint, and nothing runs (exit 2).
-Files already found valid (noted in .stella/private) are not checked again: a worker stays light.
-The code then reads typed sections (`config.engine`, `config.fleet`, ...), built once from checked data.
-"""
+"""Layered configuration: user file < project file (or --config) < environment, each file checked
+against config.schema.json as it loads (every problem at once, exit 2) unless already found valid."""
 
 from __future__ import annotations
 

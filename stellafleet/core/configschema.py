@@ -1,9 +1,5 @@
-"""The bundled config JSON Schema, and every problem of a config table in plain words.
-
-Like plans: jsonschema's problems (core/schemaerrors.py) become one sentence each, naming the key the way
-TOML writes it (`fleet.max_concurrency`, a section as `[fleet]`) with a hint: the closest known key or
-section, the expected type, or that the setting was removed.
-"""
+"""The bundled config JSON Schema, and each problem of a config table as one sentence naming the key as
+TOML writes it (`fleet.max_concurrency`, `[fleet]`) with a hint: the closest key, the type, or removed."""
 
 from __future__ import annotations
 
@@ -14,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path as FilePath
 from typing import Any
 
+from stellafleet.core.configsections import BUILTIN_PIPELINES
 from stellafleet.core.schemaerrors import (
     BundledSchema,
     Path,
@@ -57,16 +54,9 @@ def schema() -> dict[str, Any]:
     return BUNDLED.data
 
 
-def builtin_pipelines() -> list[str]:
-    """The pipelines whose tables the schema describes."""
-    return list(schema()["properties"]["pipelines"]["properties"])
-
-
 def problems(data: Any, *, installed: Callable[[], Iterable[str]] | None = None) -> list[Problem]:
-    """Every problem of one config table, in document order; [] when valid.
-
-    `installed`: the names of the installed pipelines, asked only when a [pipelines.NAME] table is for
-    a name the schema does not know; without it such tables are taken as written."""
+    """Every problem of one config table, in document order; [] when valid. `installed`: the installed
+    pipelines, asked only for a [pipelines.NAME] the schema does not know (without it: taken as written)."""
     found = _unique(BUNDLED.problems(data))
     if installed is not None:
         found += _unknown_pipelines(data, installed)
@@ -92,11 +82,10 @@ def _unknown_pipelines(data: Any, installed: Callable[[], Iterable[str]]) -> lis
     tables = data.get("pipelines") if isinstance(data, dict) else None
     if not isinstance(tables, dict):
         return []
-    builtin = builtin_pipelines()
-    names = [name for name in tables if name not in builtin]
+    names = [name for name in tables if name not in BUILTIN_PIPELINES]
     if not names:
         return []
-    known = sorted({*builtin, *installed()})
+    known = sorted({*BUILTIN_PIPELINES, *installed()})
     return [
         Problem(
             ("pipelines", name),

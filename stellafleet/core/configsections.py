@@ -1,9 +1,5 @@
-"""The config's sections as typed, frozen values: what the code reads instead of dotted-key lookups.
-
-Each is built from a table the schema (config.schema.json) has already accepted, so building only fills
-in defaults and turns numbers into the field's type. The defaults here are the schema's `default`s (a
-test holds the two to each other). Reached through Config: `config.fleet.max_concurrency`.
-"""
+"""The config's sections as typed, frozen values (`config.fleet`), built from tables the schema accepted.
+The defaults here are the schema's `default`s (a test holds the two to each other)."""
 
 from __future__ import annotations
 
@@ -58,13 +54,12 @@ class FleetConfig:
 @dataclass(frozen=True)
 class ExecutorConfig:
     """`[executor]`: where isolated tasks run; `ray` hands them to a Ray cluster (docs/scale-out.md).
-    `tasks`: task id -> the Ray resources that task also needs (e.g. {"gpu_box": 1} to pin it).
-    `send_worktreeinclude`: the `.worktreeinclude` files travel with each remote attempt (off: ignored
-    files, often secrets, never leave this machine unless asked)."""
+    `tasks`: task id -> the Ray resources that task also needs (e.g. {"gpu_box": 1} to pin it)."""
 
     kind: str = "local"
     address: str | None = None
     slot_resource: str = "stella_slot"
+    # the `.worktreeinclude` files travel with each remote attempt (off: those often secret files stay here)
     send_worktreeinclude: bool = False
     resources: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     tasks: Mapping[str, Mapping[str, float]] = field(default_factory=lambda: MappingProxyType({}))

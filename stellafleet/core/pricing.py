@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from stellafleet.core.config import Config
@@ -25,12 +25,7 @@ class TokenUsage:
         return max(self.input_tokens - self.cache_read_tokens - self.cache_write_tokens, 0)
 
     def to_json(self) -> dict[str, int]:
-        return {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cache_read_tokens": self.cache_read_tokens,
-            "cache_write_tokens": self.cache_write_tokens,
-        }
+        return asdict(self)
 
 
 class Pricer:
@@ -65,12 +60,7 @@ class Pricer:
 def _calc(model: str, provider: str | None, usage: TokenUsage) -> float | None:
     import genai_prices  # its price table takes a tenth of a second to load: only when asked
 
-    genai_usage = genai_prices.Usage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cache_read_tokens=usage.cache_read_tokens,
-        cache_write_tokens=usage.cache_write_tokens,
-    )
+    genai_usage = genai_prices.Usage(**usage.to_json())
     attempts: list[dict[str, Any]] = [{"provider_id": provider}] if provider else []
     attempts.append({})
     for kwargs in attempts:

@@ -1,8 +1,5 @@
-"""Finalising a run whose fleet process is gone, which would otherwise stay `running` forever.
-
-Once its workers have ended too (an orphaned worker ends itself), its open attempts are abandoned and
-their claims freed.
-"""
+"""Finalising a run whose fleet is gone, which would otherwise stay `running` forever: once its workers
+have ended too, its open attempts are abandoned and their claims freed."""
 
 from __future__ import annotations
 
