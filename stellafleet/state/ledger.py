@@ -17,6 +17,8 @@ from stellafleet.state.ledger_schema import LEDGER_SCHEMA
 from stellafleet.state.sqlitefile import Database, Handle
 
 __all__ = ["Ledger", "TaskSpec"]
+# The tables holding a run's rows, as get_run names them.
+RUN_TABLES = ("tasks", "attempts", "commits", "ci", "cleanups", "merges", "limits")
 
 
 class Ledger(Handle):
@@ -39,16 +41,7 @@ class Ledger(Handle):
         run = self.runs.get(run_id)
         if run is None:
             raise StellaError(f"no run {run_id!r} in {self.path}: `stella runs` lists the recorded runs")
-        return {
-            "run": run,
-            "tasks": self.tasks.of_run(run_id),
-            "attempts": self.attempts.of_run(run_id),
-            "commits": self.commits.of_run(run_id),
-            "ci": self.ci.of_run(run_id),
-            "cleanups": self.cleanups.of_run(run_id),
-            "merges": self.merges.of_run(run_id),
-            "limits": self.limits.of_run(run_id),
-        }
+        return {"run": run, **{table: getattr(self, table).of_run(run_id) for table in RUN_TABLES}}
 
     def first_view_record(self, run_id: str) -> dict[str, Any]:
         """What the run page draws first, shaped as get_run but narrow (no prompts, summaries or errors)."""
@@ -87,6 +80,7 @@ class Ledger(Handle):
     def abandon_run(self, run_id: str, reason: str) -> None:
         """A run whose fleet is gone: its open attempts `abandoned`, their tasks and the run `interrupted`."""
         now, running = self._db.now_ms(), str(AttemptOutcome.RUNNING)
+        unfinished = (str(TaskStatus.RUNNING), str(TaskStatus.PENDING))
         with self._db.write() as conn:
             conn.execute(
                 "UPDATE attempts SET outcome = ?, success = 0, finished_at_ms = ?, error = ?, reason = ?,"
@@ -95,13 +89,7 @@ class Ledger(Handle):
             )
             conn.execute(
                 "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND status IN (?, ?)",
-                (
-                    str(TaskStatus.INTERRUPTED),
-                    reason,
-                    run_id,
-                    str(TaskStatus.RUNNING),
-                    str(TaskStatus.PENDING),
-                ),
+                (str(TaskStatus.INTERRUPTED), reason, run_id, *unfinished),
             )
             conn.execute(
                 "UPDATE runs SET status = ?, finished_at_ms = ?, exit_code = ?, reason = ?"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -265,11 +266,7 @@ class Spend(Table):
             buckets = [0.0] * points
             for bucket, usd in rows:
                 buckets[int(bucket)] += float(usd)
-            total, line = 0.0, []
-            for usd in buckets:
-                total += usd
-                line.append(round(total, 6))
-            lines[run_id] = line
+            lines[run_id] = [round(total, 6) for total in itertools.accumulate(buckets)]
         return lines
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -217,9 +218,7 @@ def _branches(record: dict[str, Any]) -> list[dict[str, Any]]:
 def run_model(record: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> dict[str, Any]:
     """The read model of one run that `stella runs RUN --json`, the run page and `fleet --json` project."""
     raw_run = record["run"]
-    counts: dict[str, int] = {}
-    for task in record["tasks"]:
-        counts[task["status"]] = counts.get(task["status"], 0) + 1
+    counts = Counter(task["status"] for task in record["tasks"])
     run = run_row(
         {**raw_run, "task_counts": counts, "attempts_total": len(record["attempts"])},
         now_ms=now_ms,
