@@ -117,7 +117,7 @@ class Config:
     def agent_cli(self, name: str) -> AgentCliConfig:
         """[pipelines.NAME] of an agent-CLI wrapper: a built-in one, or a third-party pipeline built on it."""
         if name not in self.pipelines.plugins:
-            return self.pipelines.agent(name)
+            return self.pipelines.agents.get(name) or AgentCliConfig()
         table = self.pipelines.plugins[name]
         problems = configschema.subtable_problems(table, "agentCli", ("pipelines", name))
         if problems:

@@ -175,9 +175,6 @@ class PipelinesConfig:
     agents: Mapping[str, AgentCliConfig] = field(default_factory=lambda: MappingProxyType({}))
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
 
-    def agent(self, name: str) -> AgentCliConfig:
-        return self.agents.get(name) or AgentCliConfig()
-
 
 # ---------------------------------------------------------------------------------------------
 # building from checked tables
@@ -201,19 +198,13 @@ def build(kind: type[T], table: Mapping[str, Any]) -> T:
     return kind(**values)
 
 
-_EXECUTOR_SCALARS = ("kind", "address", "slot_resource", "send_worktreeinclude")
-
-
 def build_executor(table: Mapping[str, Any]) -> ExecutorConfig:
     tasks = {
         task_id: MappingProxyType(dict(own.get("resources", {})))
         for task_id, own in table.get("tasks", {}).items()
     }
-    return ExecutorConfig(
-        **{key: table[key] for key in _EXECUTOR_SCALARS if key in table},
-        resources=MappingProxyType(dict(table.get("resources", {}))),
-        tasks=MappingProxyType(tasks),
-    )
+    resources = MappingProxyType(dict(table.get("resources", {})))
+    return build(ExecutorConfig, {**table, "resources": resources, "tasks": MappingProxyType(tasks)})
 
 
 def build_prices(table: Mapping[str, Any]) -> Mapping[str, PriceConfig]:
