@@ -104,6 +104,7 @@ class Runs(Table):
         """The run's row. resumes: the run it resumes, refused (in the same transaction, so two resumes
         started at once cannot both pass) when another run resumed or is resuming it, unless force."""
         values = (plan_path, plan_sha256, base_ref, base_commit, max_concurrency, spend_limit_usd, pipeline)
+        started = (run_id, self._db.now_ms(), str(RunStatus.RUNNING))
         with self._db.write() as conn:
             if resumes is not None and not force:
                 refuse_resumed(resumes, _resumers(conn.execute(RESUMERS, (resumes,)).fetchall()))
@@ -112,16 +113,7 @@ class Runs(Table):
                     "INSERT INTO runs (id, created_at_ms, status, plan_path, plan_sha256, base_ref,"
                     " base_commit, max_concurrency, spend_limit_usd, pipeline, argv, root, pid, resumed_from)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        run_id,
-                        self._db.now_ms(),
-                        str(RunStatus.RUNNING),
-                        *values,
-                        json.dumps(argv),
-                        root,
-                        pid,
-                        resumes,
-                    ),
+                    (*started, *values, json.dumps(argv), root, pid, resumes),
                 )
             except sqlite3.IntegrityError:
                 raise StellaError(f"run {run_id} is already in the ledger {self._db.path}") from None

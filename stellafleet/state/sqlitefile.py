@@ -132,13 +132,10 @@ def open_database(path: Path, schema: Schema, *, readonly: bool = False) -> sqli
     else:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            if not path.exists() or path.stat().st_size == 0:
+            if not path.exists():  # an empty one (left by `touch`, say): _initialise_empty builds it
                 with _directory_lock(path.parent):
                     if not path.exists():
                         _create_atomically(path, schema)
-                    elif path.stat().st_size == 0:  # left by `touch`, say: _initialise_empty builds it
-                        with contextlib.closing(_connect_or_explain(path, schema, readonly=False)) as conn:
-                            _check_and_migrate(conn, path, schema, readonly=False)
         except OSError as exc:  # a read-only directory, a file where the directory should be, a full disk
             raise StellaError(
                 f"cannot create the {schema.label} at {path}: {exc.strerror or exc}; "
