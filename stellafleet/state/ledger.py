@@ -9,9 +9,8 @@ from typing import Any
 from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import EXIT_INTERRUPTED, StellaError
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus
-from stellafleet.state.ledger_attempts import BAR_COLUMNS, Attempts, Limits, Spend
+from stellafleet.state.ledger_attempts import BAR_COLUMNS, Attempts, History, Limits, Spend
 from stellafleet.state.ledger_branches import CI, Cleanups, Commits, Merges
-from stellafleet.state.ledger_history import History
 from stellafleet.state.ledger_runs import CARD_COLUMNS, Runs, Tasks, TaskSpec
 from stellafleet.state.ledger_schema import LEDGER_SCHEMA
 from stellafleet.state.sqlitefile import Database, Handle

@@ -10,8 +10,8 @@ from stellafleet.core.status import RunStatus
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
+from stellafleet.state.views import Alive
 
-Alive = Callable[[int | None, int | None], bool]
 # called with a run's open attempts before they are abandoned, their claims still recorded (run/salvaging.py)
 BeforeAbandon = Callable[[Ledger, ClaimStore | None, str, list[dict[str, Any]]], None]
 
