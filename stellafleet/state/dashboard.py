@@ -400,13 +400,8 @@ def load_attempt(
     if found is None or raw_run is None:
         return None
     live = views.run_row(raw_run, now_ms=now_ms, alive=alive)["live"]
-    attempt = found["attempt"]
-    duration = views.attempt_duration_ms(attempt["started_at_ms"], attempt["finished_at_ms"], now_ms, live)
-    shown = {**page_fields(attempt), "duration_ms": duration}
-    if attempt.get("salvage_sha"):
-        shown["salvage_restore"] = views.salvage_restore(str(attempt["salvage_sha"]))
     return {
-        "attempt": shown,
+        "attempt": views.timed_attempt(page_fields(found["attempt"]), now_ms=now_ms, live=live),
         "task": found["task"],
         "commits": found["commits"],
         "ci": found["ci"],
