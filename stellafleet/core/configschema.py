@@ -42,16 +42,8 @@ class Problem:
 
 
 URL_PATTERN = "^https?://[^/\\s]"
+# its text is what `stella config schema` prints
 BUNDLED = BundledSchema(FilePath(__file__).parent / "config.schema.json", finite=True)
-
-
-def schema_text() -> str:
-    """The schema exactly as shipped (what `stella config schema` prints)."""
-    return BUNDLED.text
-
-
-def schema() -> dict[str, Any]:
-    return BUNDLED.data
 
 
 def problems(data: Any, *, installed: Callable[[], Iterable[str]] | None = None) -> list[Problem]:
@@ -154,7 +146,7 @@ def expected(node: Mapping[str, Any]) -> str:
     """What a value must be, in words, from its whole schema (its $ref resolved)."""
     if "$ref" in node:
         beside = {key: value for key, value in node.items() if key != "$ref"}
-        node = {**schema()["$defs"][node["$ref"].removeprefix("#/$defs/")], **beside}
+        node = {**BUNDLED.data["$defs"][node["$ref"].removeprefix("#/$defs/")], **beside}
     if "enum" in node:
         return "one of " + ", ".join(map(str, node["enum"]))
     kinds = node.get("type", [])
