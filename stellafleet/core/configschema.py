@@ -12,6 +12,7 @@ from typing import Any
 
 from stellafleet.core.configsections import BUILTIN_PIPELINES
 from stellafleet.core.schemaerrors import (
+    TYPE_WORDS,
     BundledSchema,
     Path,
     SchemaProblem,
@@ -169,10 +170,9 @@ def _kind_words(kind: str, node: Mapping[str, Any]) -> str:
         if "pattern" in node:
             return "a name of letters, digits, '.', '_' and '-'"
         return "a string"
-    if kind == "array":
-        items = node.get("items", {})
-        return "a list of strings" if items.get("type") == "string" else "a list"
-    return {"object": "a table", "boolean": "true or false"}.get(kind, kind)
+    if kind == "array" and node.get("items", {}).get("type") == "string":
+        return "a list of strings"
+    return "a table" if kind == "object" else TYPE_WORDS.get(kind, kind)
 
 
 def _got(value: Any) -> str:

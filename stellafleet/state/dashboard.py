@@ -40,10 +40,7 @@ def worker_lanes(attempts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
         start = attempt["started_at_ms"]
         end = attempt["finished_at_ms"] if attempt["finished_at_ms"] is not None else float("inf")
         slot = next((i for i, busy_until in enumerate(ends) if busy_until <= start), len(ends))
-        if slot == len(ends):
-            ends.append(end)
-        else:
-            ends[slot] = end
+        ends[slot : slot + 1] = [end]  # a new slot when every one is busy
         placed[attempt["id"]] = (attempt.get("node") or "", slot)
     lanes: list[dict[str, Any]] = []
     index: dict[tuple[str, int], int] = {}
