@@ -125,7 +125,7 @@ class ClaimStore(Handle):
         wanted = list(dict.fromkeys(paths))
         if not wanted:
             return
-        reclaimed: list[tuple[str, Holder]] = []
+        reclaimed: dict[str, Holder] = {}  # path -> its dead holder
         with self._db.write() as conn:
             found = {
                 row["path"]: _holder(row)
@@ -146,21 +146,18 @@ class ClaimStore(Handle):
                         holder_task=current.task_id,
                         holder_run=current.run_id,
                     )
-                reclaimed.append((path, current))
-            stale_paths = {path for path, _ in reclaimed}
-            if stale_paths:
-                conn.executemany("DELETE FROM file_locks WHERE path = ?", [(path,) for path in stale_paths])
+                reclaimed[path] = current
             now = self._db.now_ms()
-            conn.executemany(
-                "INSERT OR IGNORE INTO file_locks (path, run_id, task_id, task_title, attempt_id, pid,"
+            conn.executemany(  # a dead holder's row replaced
+                "INSERT OR REPLACE INTO file_locks (path, run_id, task_id, task_title, attempt_id, pid,"
                 " pid_started, implicit, acquired_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (path, *astuple(holder), int(implicit), now)
                     for path in wanted
-                    if path not in found or path in stale_paths
+                    if path not in found or path in reclaimed
                 ],
             )
-        for path, old in reclaimed:
+        for path, old in reclaimed.items():
             log.warning(
                 "reclaimed stale claim on %s from %s: that process is no longer running", path, old.describe()
             )
