@@ -140,12 +140,7 @@ class ClaimStore(Handle):
                 if current is None or current.same_attempt(holder):
                     continue
                 if current.is_alive():
-                    raise ClaimConflict(
-                        conflict_message(path, current),
-                        path=path,
-                        holder_task=current.task_id,
-                        holder_run=current.run_id,
-                    )
+                    raise ClaimConflict(conflict_message(path, current))
                 reclaimed[path] = current
             now = self._db.now_ms()
             conn.executemany(  # a dead holder's row replaced
