@@ -80,7 +80,6 @@ class Config:
     def __init__(
         self,
         data: Mapping[str, Any] | None = None,
-        sources: tuple[str, ...] = (),
         *,
         origins: Origins | None = None,
         checked: bool = False,
@@ -88,7 +87,6 @@ class Config:
         fingerprint: str | None = None,
     ) -> None:
         self._data: dict[str, Any] = dict(data or {})
-        self.sources = sources
         # where a missing setting is to be set: the --config (or $STELLA_CONFIG) file, else the project's
         self.settings_file = settings_file
         self.origins: Origins = dict(origins or {})
@@ -214,7 +212,6 @@ def load_config(
         _remember(known, fingerprint)
     return Config(
         data,
-        tuple(source for source, _ in layers),
         origins=origins,
         checked=True,
         settings_file=str(chosen[0]) if chosen else PROJECT_CONFIG,

@@ -20,10 +20,6 @@ class TokenUsage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
 
-    @property
-    def uncached_input_tokens(self) -> int:
-        return max(self.input_tokens - self.cache_read_tokens - self.cache_write_tokens, 0)
-
     def to_json(self) -> dict[str, int]:
         return asdict(self)
 
@@ -41,8 +37,9 @@ class Pricer:
         if self.override is not None:
             p = self.override
             cache_read, cache_write = p.cache_read_per_mtok, p.cache_write_per_mtok
+            uncached = max(usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens, 0)
             return (  # the cache prices default to the input price
-                usage.uncached_input_tokens * p.input_per_mtok
+                uncached * p.input_per_mtok
                 + usage.cache_read_tokens * (p.input_per_mtok if cache_read is None else cache_read)
                 + usage.cache_write_tokens * (p.input_per_mtok if cache_write is None else cache_write)
                 + usage.output_tokens * p.output_per_mtok

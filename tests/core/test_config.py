@@ -26,7 +26,7 @@ def test_project_overrides_user_and_environment_overrides_both(tmp_path: Path) -
     assert config.get("engine.max_steps") == 7
     config = load_config(repo, env={"HOME": str(home), "STELLA_MODEL": "env-model"})
     assert config.get("engine.model") == "env-model"
-    assert config.sources[-1] == "$STELLA_MODEL"
+    assert config.origins[("engine", "model")] == "$STELLA_MODEL"
 
 
 def test_explicit_config_file_replaces_the_project_file(tmp_path: Path) -> None:
