@@ -85,15 +85,12 @@ class WorkerContext:
 
     def to_env(self) -> dict[str, str]:
         values = {name: getattr(self, name) for name in _KEYS}
-        if self.prompt_path is not None and not self._prompt_fits_env():
+        if self.prompt_path is not None and len(self.prompt.encode()) > ENV_PROMPT_MAX_BYTES:
             values["prompt"] = None  # its file holds it
         if self.spend_guard_usd is not None:
             values["spend_guard_usd"] = f"{self.spend_guard_usd:.6f}"
         values["allow_detached"] = "1" if self.allow_detached else None
         return {_PREFIX + _KEYS[name]: str(value) for name, value in values.items() if value is not None}
-
-    def _prompt_fits_env(self) -> bool:
-        return len(self.prompt.encode()) <= ENV_PROMPT_MAX_BYTES
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerContext:

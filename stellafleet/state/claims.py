@@ -93,10 +93,6 @@ def normalize_path(path: str) -> str:
     return normal
 
 
-def conflict_message(path: str, holder: Holder) -> str:
-    return f"claim conflict: {path} is held by {holder.describe()}"
-
-
 class ClaimStore(Handle):
     """The claim store of one repository; safe to share between the threads of one process."""
 
@@ -140,7 +136,7 @@ class ClaimStore(Handle):
                 if current is None or current.same_attempt(holder):
                     continue
                 if current.is_alive():
-                    raise ClaimConflict(conflict_message(path, current))
+                    raise ClaimConflict(f"claim conflict: {path} is held by {current.describe()}")
                 reclaimed[path] = current
             now = self._db.now_ms()
             conn.executemany(  # a dead holder's row replaced

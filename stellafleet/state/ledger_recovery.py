@@ -16,10 +16,6 @@ from stellafleet.state.views import Alive
 BeforeAbandon = Callable[[Ledger, ClaimStore | None, str, list[dict[str, Any]]], None]
 
 
-def fleet_gone_reason(pid: int | None) -> str:
-    return f"the fleet process (pid {pid}) ended without finishing its run: its attempts were abandoned"
-
-
 def finalise_run(
     ledger: Ledger,
     store: ClaimStore | None,
@@ -37,7 +33,10 @@ def finalise_run(
         return False  # a worker still runs: its claims stay held until it has ended too
     if before_abandon is not None:
         before_abandon(ledger, store, run_id, attempts)
-    ledger.abandon_run(run_id, fleet_gone_reason(run["pid"]))
+    gone = (
+        f"the fleet process (pid {run['pid']}) ended without finishing its run: its attempts were abandoned"
+    )
+    ledger.abandon_run(run_id, gone)
     if store is not None:
         for attempt in attempts:
             store.release_attempt(run_id, int(attempt["id"]))
