@@ -159,17 +159,13 @@ class ConfigFile:
     path: Path
 
 
-def user_config_file(env: Mapping[str, str]) -> Path:
-    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", str(Path.home()))) / ".config")
-    return Path(base) / "stella" / "config.toml"
-
-
 def config_files(
     root: Path | None, *, config_file: Path | None = None, env: Mapping[str, str] | None = None
 ) -> list[ConfigFile]:
     """The files load_config reads, lowest first (each only when it exists)."""
     env = os.environ if env is None else env
-    files = [ConfigFile("user", user_config_file(env))]
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", str(Path.home()))) / ".config")
+    files = [ConfigFile("user", Path(base) / "stella" / "config.toml")]
     if config_file is not None:
         files.append(ConfigFile("--config", config_file))
     elif env.get("STELLA_CONFIG"):

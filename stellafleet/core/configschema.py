@@ -117,7 +117,8 @@ def _explain(problem: SchemaProblem) -> str:
         about = problem.schema.get("properties", {}).get(path[-1], {}).get("description")
         return f"{location(path)} is missing" + (f": {about}" if about else "")
     if keyword in _VALUE_KEYWORDS:
-        return f"{location(path)} must be {expected(problem.schema)}, not {_got(problem.instance)}"
+        got = show(problem.instance) if is_number(problem.instance) else describe(problem.instance)
+        return f"{location(path)} must be {expected(problem.schema)}, not {got}"
     return f"{location(path)}: {problem.message}"  # a keyword added to the schema later
 
 
@@ -173,10 +174,6 @@ def _kind_words(kind: str, node: Mapping[str, Any]) -> str:
     if kind == "array" and node.get("items", {}).get("type") == "string":
         return "a list of strings"
     return "a table" if kind == "object" else TYPE_WORDS.get(kind, kind)
-
-
-def _got(value: Any) -> str:
-    return show(value) if is_number(value) else describe(value)
 
 
 # ---------------------------------------------------------------------------------------------
