@@ -142,20 +142,16 @@ def open_database(path: Path, schema: Schema, *, readonly: bool = False) -> sqli
                 f"make {path.parent} a writable directory and run again"
             ) from None
     _precheck(path, schema)
-    conn = _connect_or_explain(path, schema, readonly=readonly)
+    try:
+        conn = connect(path, readonly=readonly)
+    except sqlite3.Error as exc:
+        raise StellaError(f"cannot open the {schema.label} at {path}: {exc}") from None
     try:
         _check_and_migrate(conn, path, schema, readonly=readonly)
     except BaseException:
         conn.close()
         raise
     return conn
-
-
-def _connect_or_explain(path: Path, schema: Schema, *, readonly: bool) -> sqlite3.Connection:
-    try:
-        return connect(path, readonly=readonly)
-    except sqlite3.Error as exc:
-        raise StellaError(f"cannot open the {schema.label} at {path}: {exc}") from None
 
 
 @contextlib.contextmanager
