@@ -235,24 +235,12 @@ class Tasks(Table):
     """The tasks table: a run's plan tasks, their status and their workspace."""
 
     def add(self, run_id: str, tasks: Iterable[TaskSpec], waves: dict[str, int]) -> None:
-        rows = [
-            (
-                run_id,
-                task.id,
-                task.title,
-                task.prompt,
-                json.dumps(list(task.depends_on)),
-                json.dumps(list(task.claims)),
-                task.isolation,
-                waves.get(task.id),
-                task.pipeline,
-                task.model,
-                task.timeout,
-                int(task.expands),
-                task.parent,
-            )
-            for task in tasks
-        ]
+        rows = []
+        for task in tasks:
+            lists = (json.dumps(list(task.depends_on)), json.dumps(list(task.claims)))
+            how = (task.isolation, waves.get(task.id), task.pipeline, task.model, task.timeout)
+            grown = (int(task.expands), task.parent)
+            rows.append((run_id, task.id, task.title, task.prompt, *lists, *how, *grown))
         with self._db.write() as conn:
             conn.executemany(
                 "INSERT INTO tasks (run_id, id, title, prompt, depends_on_json, claims_json, isolation, wave,"
