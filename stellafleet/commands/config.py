@@ -57,7 +57,7 @@ def show_command(args: argparse.Namespace) -> int:
 
 
 def schema_command(args: argparse.Namespace) -> int:
-    sys.stdout.write(configschema.schema_text())
+    sys.stdout.write(configschema.BUNDLED.text)
     return EXIT_OK
 
 

@@ -1,34 +1,25 @@
-"""Layered configuration: user file < project file (or --config) < environment, checked like plans.
-
-Every file is checked against the bundled JSON Schema (config.schema.json, `stella config schema`) as it
-is loaded: every problem at once, each naming its file, the key and a hint, and nothing runs (exit 2).
-Files already found valid (noted in .stella/private) are not checked again: a worker stays light.
-The code then reads typed sections (`config.engine`, `config.fleet`, ...), built once from checked data.
-"""
+"""Layered configuration: user file < project file (or --config) < environment, each file checked
+against config.schema.json as it loads (every problem at once, exit 2) unless already found valid."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from stellafleet.core import configschema
 from stellafleet.core.configsections import (
     AgentCliConfig,
     CommitConfig,
     EngineConfig,
-    ExecutorConfig,
     FleetConfig,
     GovernorConfig,
     MergeConfig,
     NotifyConfig,
-    PipelinesConfig,
-    PriceConfig,
     WatchConfig,
     WorktreeConfig,
     build,
@@ -49,6 +40,7 @@ ENV_KEYS = {
 CONFIG_VARIABLES = (*ENV_KEYS, "STELLA_CONFIG", "STELLA_SPEND_LIMIT")
 DEFAULT_SOURCE = "default"
 Origins = Mapping[tuple[str, ...], str]  # a key's path -> where its value came from
+T = TypeVar("T")
 
 
 class ConfigError(StellaError):
@@ -62,13 +54,32 @@ class ConfigError(StellaError):
 PROJECT_CONFIG = ".stella/config.toml"  # as messages name it
 
 
+class Section(Generic[T]):
+    """A typed section of Config (`config.fleet`): built once, when first read, from its checked table."""
+
+    def __init__(self, kind: Callable[[Mapping[str, Any]], T] | type[T]) -> None:
+        self.kind = kind
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def make(self, table: Mapping[str, Any]) -> T:
+        return build(self.kind, table) if isinstance(self.kind, type) else self.kind(table)
+
+    def __get__(self, config: Config, owner: type) -> T:
+        value, problems = config.checked(self.name)
+        if problems:
+            raise ConfigError(problems)
+        config.__dict__[self.name] = value  # read once: the attribute now hides this descriptor
+        return value
+
+
 class Config:
     """The merged config. `Config(data)` built in code is checked section by section when first read."""
 
     def __init__(
         self,
         data: Mapping[str, Any] | None = None,
-        sources: tuple[str, ...] = (),
         *,
         origins: Origins | None = None,
         checked: bool = False,
@@ -76,7 +87,6 @@ class Config:
         fingerprint: str | None = None,
     ) -> None:
         self._data: dict[str, Any] = dict(data or {})
-        self.sources = sources
         # where a missing setting is to be set: the --config (or $STELLA_CONFIG) file, else the project's
         self.settings_file = settings_file
         self.origins: Origins = dict(origins or {})
@@ -90,54 +100,22 @@ class Config:
 
     # --- typed sections ---
 
-    @functools.cached_property
-    def engine(self) -> EngineConfig:
-        return self._typed("engine")
-
-    @functools.cached_property
-    def fleet(self) -> FleetConfig:
-        return self._typed("fleet")
-
-    @functools.cached_property
-    def executor(self) -> ExecutorConfig:
-        return self._typed("executor")
-
-    @functools.cached_property
-    def governor(self) -> GovernorConfig:
-        return self._typed("governor")
-
-    @functools.cached_property
-    def watch(self) -> WatchConfig:
-        return self._typed("watch")
-
-    @functools.cached_property
-    def notify(self) -> NotifyConfig:
-        return self._typed("notify")
-
-    @functools.cached_property
-    def commit(self) -> CommitConfig:
-        return self._typed("commit")
-
-    @functools.cached_property
-    def merge(self) -> MergeConfig:
-        return self._typed("merge")
-
-    @functools.cached_property
-    def worktree(self) -> WorktreeConfig:
-        return self._typed("worktree")
-
-    @functools.cached_property
-    def prices(self) -> Mapping[str, PriceConfig]:
-        return self._typed("prices")
-
-    @functools.cached_property
-    def pipelines(self) -> PipelinesConfig:
-        return self._typed("pipelines")
+    engine = Section(EngineConfig)
+    fleet = Section(FleetConfig)
+    executor = Section(build_executor)
+    governor = Section(GovernorConfig)
+    watch = Section(WatchConfig)
+    notify = Section(NotifyConfig)
+    commit = Section(CommitConfig)
+    merge = Section(MergeConfig)
+    worktree = Section(WorktreeConfig)
+    prices = Section(build_prices)
+    pipelines = Section(build_pipelines)
 
     def agent_cli(self, name: str) -> AgentCliConfig:
         """[pipelines.NAME] of an agent-CLI wrapper: a built-in one, or a third-party pipeline built on it."""
         if name not in self.pipelines.plugins:
-            return self.pipelines.agent(name)
+            return self.pipelines.agents.get(name) or AgentCliConfig()
         table = self.pipelines.plugins[name]
         problems = configschema.subtable_problems(table, "agentCli", ("pipelines", name))
         if problems:
@@ -153,13 +131,8 @@ class Config:
         elif found:
             bad = {problem.path[1] for problem in found if len(problem.path) > 1}
             table = {key: value for key, value in table.items() if key not in bad}
-        return _BUILDERS[section](table), [f"config: {problem.text}" for problem in found]
-
-    def _typed(self, section: str) -> Any:
-        value, problems = self.checked(section)
-        if problems:
-            raise ConfigError(problems)
-        return value
+        built = vars(Config)[section].make(table)
+        return built, [f"config: {problem.text}" for problem in found]
 
     # --- the raw data ---
 
@@ -172,27 +145,6 @@ class Config:
                 return default
             node = node[part]
         return node
-
-    def section(self, dotted: str) -> dict[str, Any]:
-        value = self.get(dotted, {})
-        if not isinstance(value, Mapping):
-            raise StellaError(f"config: [{dotted}] must be a table, not {type(value).__name__}")
-        return dict(value)
-
-
-_BUILDERS: dict[str, Any] = {
-    "engine": lambda table: build(EngineConfig, table),
-    "fleet": lambda table: build(FleetConfig, table),
-    "governor": lambda table: build(GovernorConfig, table),
-    "executor": build_executor,
-    "watch": lambda table: build(WatchConfig, table),
-    "notify": lambda table: build(NotifyConfig, table),
-    "commit": lambda table: build(CommitConfig, table),
-    "merge": lambda table: build(MergeConfig, table),
-    "worktree": lambda table: build(WorktreeConfig, table),
-    "prices": build_prices,
-    "pipelines": build_pipelines,
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,17 +159,13 @@ class ConfigFile:
     path: Path
 
 
-def user_config_file(env: Mapping[str, str]) -> Path:
-    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", str(Path.home()))) / ".config")
-    return Path(base) / "stella" / "config.toml"
-
-
 def config_files(
     root: Path | None, *, config_file: Path | None = None, env: Mapping[str, str] | None = None
 ) -> list[ConfigFile]:
     """The files load_config reads, lowest first (each only when it exists)."""
     env = os.environ if env is None else env
-    files = [ConfigFile("user", user_config_file(env))]
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", str(Path.home()))) / ".config")
+    files = [ConfigFile("user", Path(base) / "stella" / "config.toml")]
     if config_file is not None:
         files.append(ConfigFile("--config", config_file))
     elif env.get("STELLA_CONFIG"):
@@ -236,16 +184,17 @@ def load_config(
     """The merged, checked config; ConfigError (exit 2) naming every problem of every layer."""
     env = os.environ if env is None else env
     layers: list[tuple[str, dict[str, Any]]] = []
-    for file in config_files(root, config_file=config_file, env=env):
-        if file.kind in ("--config", "$STELLA_CONFIG") and not file.path.is_file():
+    files = config_files(root, config_file=config_file, env=env)
+    chosen = [file.path for file in files if file.kind in ("--config", "$STELLA_CONFIG")]
+    for file in files:
+        if file.path in chosen and not file.path.is_file():
             raise StellaError(f"config file not found: {file.path}")
         if file.path.is_file():
             layers.append((str(file.path), _read(file.path)))
     for var, dotted in ENV_KEYS.items():
         if env.get(var):
-            layer: dict[str, Any] = {}
-            _set_dotted(layer, dotted, env[var])
-            layers.append((f"${var}", layer))
+            section, key = dotted.split(".")
+            layers.append((f"${var}", {section: {key: env[var]}}))
     data: dict[str, Any] = {}
     origins: dict[tuple[str, ...], str] = {}
     for source, layer in layers:
@@ -257,14 +206,8 @@ def load_config(
         if problems:
             raise ConfigError(problems)
         _remember(known, fingerprint)
-    chosen = [
-        file.path
-        for file in config_files(root, config_file=config_file, env=env)
-        if file.kind in ("--config", "$STELLA_CONFIG")
-    ]
     return Config(
         data,
-        tuple(source for source, _ in layers),
         origins=origins,
         checked=True,
         settings_file=str(chosen[0]) if chosen else PROJECT_CONFIG,
@@ -360,11 +303,3 @@ def _read(path: Path) -> dict[str, Any]:
         raise StellaError(f"{path}: invalid TOML: {exc}") from None
     except OSError as exc:
         raise StellaError(f"{path}: cannot read config: {exc.strerror}") from None
-
-
-def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, leaf = dotted.split(".")
-    node = data
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[leaf] = value

@@ -1,9 +1,5 @@
-"""The bundled config JSON Schema, and every problem of a config table in plain words.
-
-Like plans: jsonschema's problems (core/schemaerrors.py) become one sentence each, naming the key the way
-TOML writes it (`fleet.max_concurrency`, a section as `[fleet]`) with a hint: the closest known key or
-section, the expected type, or that the setting was removed.
-"""
+"""The bundled config JSON Schema, and each problem of a config table as one sentence naming the key as
+TOML writes it (`fleet.max_concurrency`, `[fleet]`) with a hint: the closest key, the type, or removed."""
 
 from __future__ import annotations
 
@@ -14,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path as FilePath
 from typing import Any
 
+from stellafleet.core.configsections import BUILTIN_PIPELINES
 from stellafleet.core.schemaerrors import (
+    TYPE_WORDS,
     BundledSchema,
     Path,
     SchemaProblem,
@@ -45,28 +43,13 @@ class Problem:
 
 
 URL_PATTERN = "^https?://[^/\\s]"
+# its text is what `stella config schema` prints
 BUNDLED = BundledSchema(FilePath(__file__).parent / "config.schema.json", finite=True)
 
 
-def schema_text() -> str:
-    """The schema exactly as shipped (what `stella config schema` prints)."""
-    return BUNDLED.text
-
-
-def schema() -> dict[str, Any]:
-    return BUNDLED.data
-
-
-def builtin_pipelines() -> list[str]:
-    """The pipelines whose tables the schema describes."""
-    return list(schema()["properties"]["pipelines"]["properties"])
-
-
 def problems(data: Any, *, installed: Callable[[], Iterable[str]] | None = None) -> list[Problem]:
-    """Every problem of one config table, in document order; [] when valid.
-
-    `installed`: the names of the installed pipelines, asked only when a [pipelines.NAME] table is for
-    a name the schema does not know; without it such tables are taken as written."""
+    """Every problem of one config table, in document order; [] when valid. `installed`: the installed
+    pipelines, asked only for a [pipelines.NAME] the schema does not know (without it: taken as written)."""
     found = _unique(BUNDLED.problems(data))
     if installed is not None:
         found += _unknown_pipelines(data, installed)
@@ -92,11 +75,10 @@ def _unknown_pipelines(data: Any, installed: Callable[[], Iterable[str]]) -> lis
     tables = data.get("pipelines") if isinstance(data, dict) else None
     if not isinstance(tables, dict):
         return []
-    builtin = builtin_pipelines()
-    names = [name for name in tables if name not in builtin]
+    names = [name for name in tables if name not in BUILTIN_PIPELINES]
     if not names:
         return []
-    known = sorted({*builtin, *installed()})
+    known = sorted({*BUILTIN_PIPELINES, *installed()})
     return [
         Problem(
             ("pipelines", name),
@@ -135,7 +117,8 @@ def _explain(problem: SchemaProblem) -> str:
         about = problem.schema.get("properties", {}).get(path[-1], {}).get("description")
         return f"{location(path)} is missing" + (f": {about}" if about else "")
     if keyword in _VALUE_KEYWORDS:
-        return f"{location(path)} must be {expected(problem.schema)}, not {_got(problem.instance)}"
+        got = show(problem.instance) if is_number(problem.instance) else describe(problem.instance)
+        return f"{location(path)} must be {expected(problem.schema)}, not {got}"
     return f"{location(path)}: {problem.message}"  # a keyword added to the schema later
 
 
@@ -165,7 +148,7 @@ def expected(node: Mapping[str, Any]) -> str:
     """What a value must be, in words, from its whole schema (its $ref resolved)."""
     if "$ref" in node:
         beside = {key: value for key, value in node.items() if key != "$ref"}
-        node = {**schema()["$defs"][node["$ref"].removeprefix("#/$defs/")], **beside}
+        node = {**BUNDLED.data["$defs"][node["$ref"].removeprefix("#/$defs/")], **beside}
     if "enum" in node:
         return "one of " + ", ".join(map(str, node["enum"]))
     kinds = node.get("type", [])
@@ -188,14 +171,9 @@ def _kind_words(kind: str, node: Mapping[str, Any]) -> str:
         if "pattern" in node:
             return "a name of letters, digits, '.', '_' and '-'"
         return "a string"
-    if kind == "array":
-        items = node.get("items", {})
-        return "a list of strings" if items.get("type") == "string" else "a list"
-    return {"object": "a table", "boolean": "true or false"}.get(kind, kind)
-
-
-def _got(value: Any) -> str:
-    return show(value) if is_number(value) else describe(value)
+    if kind == "array" and node.get("items", {}).get("type") == "string":
+        return "a list of strings"
+    return "a table" if kind == "object" else TYPE_WORDS.get(kind, kind)
 
 
 # ---------------------------------------------------------------------------------------------

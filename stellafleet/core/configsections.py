@@ -1,9 +1,5 @@
-"""The config's sections as typed, frozen values: what the code reads instead of dotted-key lookups.
-
-Each is built from a table the schema (config.schema.json) has already accepted, so building only fills
-in defaults and turns numbers into the field's type. The defaults here are the schema's `default`s (a
-test holds the two to each other). Reached through Config: `config.fleet.max_concurrency`.
-"""
+"""The config's sections as typed, frozen values (`config.fleet`), built from tables the schema accepted.
+The defaults here are the schema's `default`s (a test holds the two to each other)."""
 
 from __future__ import annotations
 
@@ -58,13 +54,12 @@ class FleetConfig:
 @dataclass(frozen=True)
 class ExecutorConfig:
     """`[executor]`: where isolated tasks run; `ray` hands them to a Ray cluster (docs/scale-out.md).
-    `tasks`: task id -> the Ray resources that task also needs (e.g. {"gpu_box": 1} to pin it).
-    `send_worktreeinclude`: the `.worktreeinclude` files travel with each remote attempt (off: ignored
-    files, often secrets, never leave this machine unless asked)."""
+    `tasks`: task id -> the Ray resources that task also needs (e.g. {"gpu_box": 1} to pin it)."""
 
     kind: str = "local"
     address: str | None = None
     slot_resource: str = "stella_slot"
+    # the `.worktreeinclude` files travel with each remote attempt (off: those often secret files stay here)
     send_worktreeinclude: bool = False
     resources: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     tasks: Mapping[str, Mapping[str, float]] = field(default_factory=lambda: MappingProxyType({}))
@@ -180,9 +175,6 @@ class PipelinesConfig:
     agents: Mapping[str, AgentCliConfig] = field(default_factory=lambda: MappingProxyType({}))
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
 
-    def agent(self, name: str) -> AgentCliConfig:
-        return self.agents.get(name) or AgentCliConfig()
-
 
 # ---------------------------------------------------------------------------------------------
 # building from checked tables
@@ -206,19 +198,13 @@ def build(kind: type[T], table: Mapping[str, Any]) -> T:
     return kind(**values)
 
 
-_EXECUTOR_SCALARS = ("kind", "address", "slot_resource", "send_worktreeinclude")
-
-
 def build_executor(table: Mapping[str, Any]) -> ExecutorConfig:
     tasks = {
         task_id: MappingProxyType(dict(own.get("resources", {})))
         for task_id, own in table.get("tasks", {}).items()
     }
-    return ExecutorConfig(
-        **{key: table[key] for key in _EXECUTOR_SCALARS if key in table},
-        resources=MappingProxyType(dict(table.get("resources", {}))),
-        tasks=MappingProxyType(tasks),
-    )
+    resources = MappingProxyType(dict(table.get("resources", {})))
+    return build(ExecutorConfig, {**table, "resources": resources, "tasks": MappingProxyType(tasks)})
 
 
 def build_prices(table: Mapping[str, Any]) -> Mapping[str, PriceConfig]:

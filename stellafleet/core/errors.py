@@ -34,13 +34,9 @@ class PlanError(StellaError):
 
 
 class ClaimConflict(StellaError):
-    """A path is held by another live attempt."""
+    """A path is held by another live attempt (the message names it and its holder)."""
 
-    def __init__(self, message: str, *, path: str = "", holder_task: str = "", holder_run: str = "") -> None:
-        super().__init__(message, exit_code=EXIT_TASK_FAILED)
-        self.path = path
-        self.holder_task = holder_task
-        self.holder_run = holder_run
+    exit_code = EXIT_TASK_FAILED
 
 
 class GitError(StellaError):

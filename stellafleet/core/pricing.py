@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from stellafleet.core.config import Config
@@ -20,17 +20,8 @@ class TokenUsage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
 
-    @property
-    def uncached_input_tokens(self) -> int:
-        return max(self.input_tokens - self.cache_read_tokens - self.cache_write_tokens, 0)
-
     def to_json(self) -> dict[str, int]:
-        return {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cache_read_tokens": self.cache_read_tokens,
-            "cache_write_tokens": self.cache_write_tokens,
-        }
+        return asdict(self)
 
 
 class Pricer:
@@ -46,8 +37,9 @@ class Pricer:
         if self.override is not None:
             p = self.override
             cache_read, cache_write = p.cache_read_per_mtok, p.cache_write_per_mtok
+            uncached = max(usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens, 0)
             return (  # the cache prices default to the input price
-                usage.uncached_input_tokens * p.input_per_mtok
+                uncached * p.input_per_mtok
                 + usage.cache_read_tokens * (p.input_per_mtok if cache_read is None else cache_read)
                 + usage.cache_write_tokens * (p.input_per_mtok if cache_write is None else cache_write)
                 + usage.output_tokens * p.output_per_mtok
@@ -65,12 +57,7 @@ class Pricer:
 def _calc(model: str, provider: str | None, usage: TokenUsage) -> float | None:
     import genai_prices  # its price table takes a tenth of a second to load: only when asked
 
-    genai_usage = genai_prices.Usage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cache_read_tokens=usage.cache_read_tokens,
-        cache_write_tokens=usage.cache_write_tokens,
-    )
+    genai_usage = genai_prices.Usage(**usage.to_json())
     attempts: list[dict[str, Any]] = [{"provider_id": provider}] if provider else []
     attempts.append({})
     for kwargs in attempts:

@@ -153,16 +153,12 @@ class SpendTally:
 
     def settle(self, result: Totals) -> None:
         """Report what the result claims beyond what was reported: spend claimed is spend reported."""
-        extra_usd = max(0.0, result.spend_usd - self.usd)
-        extra_in = max(0, result.input_tokens - self.input_tokens)
-        extra_out = max(0, result.output_tokens - self.output_tokens)
-        extra_steps = max(0, result.steps - self.steps)
-        if extra_usd > 1e-12 or extra_in or extra_out or extra_steps:
-            self.add(extra_usd, input_tokens=extra_in, output_tokens=extra_out, steps=extra_steps)
-        result.spend_usd = self.usd
-        result.input_tokens = self.input_tokens
-        result.output_tokens = self.output_tokens
-        result.steps = self.steps
+        extra = {name: max(0, getattr(result, name) - value) for name, value in self.totals().items()}
+        extra_usd = float(extra.pop("spend_usd"))
+        if extra_usd > 1e-12 or any(extra.values()):
+            self.add(extra_usd, **extra)
+        for name, value in self.totals().items():
+            setattr(result, name, value)
 
 
 def cache_fields(cached: tuple[int, int]) -> dict[str, int]:

@@ -84,34 +84,13 @@ class WorkerContext:
         return tuple(_PREFIX + key for key in _KEYS.values())
 
     def to_env(self) -> dict[str, str]:
-        values: dict[str, str | None] = {
-            "root": str(self.root),
-            "workspace": str(self.workspace),
-            "run_id": self.run_id,
-            "task_id": self.task_id,
-            "task_title": self.task_title,
-            "attempt_id": str(self.attempt_id),
-            "prompt": self.prompt if self.prompt_path is None or self._prompt_fits_env() else None,
-            "prompt_path": None if self.prompt_path is None else str(self.prompt_path),
-            "isolation": self.isolation,
-            "branch": self.branch,
-            "base_commit": self.base_commit,
-            "spend_guard_usd": None if self.spend_guard_usd is None else f"{self.spend_guard_usd:.6f}",
-            "pipeline": self.pipeline,
-            "model": self.model,
-            "timeout_s": None if self.timeout_s is None else str(self.timeout_s),
-            "result_path": str(self.result_path),
-            "log_path": str(self.log_path),
-            "transcript_path": str(self.transcript_path),
-            "token": self.token,
-            "plan_out": None if self.plan_out is None else str(self.plan_out),
-            "commit_hooks": self.commit_hooks,
-            "allow_detached": "1" if self.allow_detached else None,
-        }
-        return {_PREFIX + _KEYS[name]: value for name, value in values.items() if value is not None}
-
-    def _prompt_fits_env(self) -> bool:
-        return len(self.prompt.encode()) <= ENV_PROMPT_MAX_BYTES
+        values = {name: getattr(self, name) for name in _KEYS}
+        if self.prompt_path is not None and len(self.prompt.encode()) > ENV_PROMPT_MAX_BYTES:
+            values["prompt"] = None  # its file holds it
+        if self.spend_guard_usd is not None:
+            values["spend_guard_usd"] = f"{self.spend_guard_usd:.6f}"
+        values["allow_detached"] = "1" if self.allow_detached else None
+        return {_PREFIX + _KEYS[name]: str(value) for name, value in values.items() if value is not None}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerContext:

@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from stellafleet.core import jsontext
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.observatory import logs
-from stellafleet.state import dashboard, runpage, views
+from stellafleet.state import dashboard, views
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         if not self.server.ledger_path.exists():
             self._send_json(HTTPStatus.NOT_FOUND, {"error": "no fleet runs recorded yet"}, head=head)
             return
-        load = runpage.load_first_view if first_view else dashboard.load_run_page
+        load = dashboard.load_first_view if first_view else dashboard.load_run_page
         try:
             doc = load(self.server.ledger_path, ref, now_ms=_now_ms())
         except views.UnknownRun as exc:
@@ -228,7 +228,7 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
             self._send_json(HTTPStatus.NOT_FOUND, {"error": "no fleet runs recorded yet"}, head=head)
             return
         try:
-            found = runpage.load_attempt(self.server.ledger_path, attempt_id, now_ms=_now_ms())
+            found = dashboard.load_attempt(self.server.ledger_path, attempt_id, now_ms=_now_ms())
         except StellaError as exc:
             self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}, head=head)
             return

@@ -14,7 +14,7 @@ from stellafleet.plan.model import Plan
 from stellafleet.run.eager import start_order
 from stellafleet.run.prepare import Prepared
 from stellafleet.state.ledger import Ledger
-from stellafleet.state.ledger_history import Past
+from stellafleet.state.ledger_attempts import Past
 
 SAME_TASK = "the same task"
 SAME_KIND = "tasks of the same pipeline and model"

@@ -9,40 +9,35 @@ import logging
 import posixpath
 import sqlite3
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields
 from pathlib import Path
-from types import TracebackType
 
 from stellafleet.core.clock import Clock, SystemClock, wall_ms
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.proc.pids import ProcessIdentity
-from stellafleet.state.sqlitefile import Database, Schema
+from stellafleet.state.sqlitefile import Database, Handle, Schema
 
 log = logging.getLogger("stellafleet.state.claims")
 
 LANE_POLL_S = 0.02
 
-_V1 = (
-    """CREATE TABLE file_locks (
-        path TEXT PRIMARY KEY,
+# The columns of a Holder, in both tables.
+_HOLDER_DDL = """
         run_id TEXT NOT NULL,
         task_id TEXT NOT NULL,
         task_title TEXT NOT NULL DEFAULT '',
         attempt_id INTEGER NOT NULL,
         pid INTEGER NOT NULL,
-        pid_started REAL NOT NULL,
+        pid_started REAL NOT NULL,"""
+_V1 = (
+    f"""CREATE TABLE file_locks (
+        path TEXT PRIMARY KEY,{_HOLDER_DDL}
         implicit INTEGER NOT NULL DEFAULT 0,
         acquired_at_ms INTEGER NOT NULL
     )""",
     "CREATE INDEX file_locks_by_attempt ON file_locks(run_id, attempt_id)",
-    """CREATE TABLE commit_lane (
-        id INTEGER PRIMARY KEY CHECK (id = 1),
-        run_id TEXT NOT NULL,
-        task_id TEXT NOT NULL,
-        task_title TEXT NOT NULL DEFAULT '',
-        attempt_id INTEGER NOT NULL,
-        pid INTEGER NOT NULL,
-        pid_started REAL NOT NULL,
+    f"""CREATE TABLE commit_lane (
+        id INTEGER PRIMARY KEY CHECK (id = 1),{_HOLDER_DDL}
         acquired_at_ms INTEGER NOT NULL
     )""",
 )
@@ -86,20 +81,7 @@ class Holder:
 
 
 def _holder(row: sqlite3.Row) -> Holder:
-    return Holder(
-        run_id=row["run_id"],
-        task_id=row["task_id"],
-        task_title=row["task_title"],
-        attempt_id=int(row["attempt_id"]),
-        pid=int(row["pid"]),
-        pid_started=float(row["pid_started"]),
-    )
-
-
-def _live_holder(rows: list[sqlite3.Row]) -> Holder | None:
-    """The holder in the one row found, or None when there is none or its process is gone (stale)."""
-    holder = _holder(rows[0]) if rows else None
-    return holder if holder is not None and holder.is_alive() else None
+    return Holder(*(row[spec.name] for spec in fields(Holder)))
 
 
 def normalize_path(path: str) -> str:
@@ -111,31 +93,17 @@ def normalize_path(path: str) -> str:
     return normal
 
 
-def conflict_message(path: str, holder: Holder) -> str:
-    return f"claim conflict: {path} is held by {holder.describe()}"
-
-
-class ClaimStore:
+class ClaimStore(Handle):
     """The claim store of one repository; safe to share between the threads of one process."""
 
     def __init__(self, db: Database, clock: Clock) -> None:
-        self._db, self.path, self._clock = db, db.path, clock
+        super().__init__(db)
+        self.path, self._clock = db.path, clock
 
     @classmethod
     def open(cls, path: Path, *, clock: Clock | None = None) -> ClaimStore:
         """Open (creating atomically) the claim store; the clock only paces the commit lane's wait."""
         return cls(Database(Path(path), STORE_SCHEMA, readonly=False, now_ms=wall_ms), clock or SystemClock())
-
-    def close(self) -> None:
-        self._db.close()
-
-    def __enter__(self) -> ClaimStore:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def acquire(self, paths: Sequence[str], holder: Holder) -> None:
         """Claim every path for holder's attempt, or none of them; ClaimConflict names a live holder."""
@@ -153,7 +121,7 @@ class ClaimStore:
         wanted = list(dict.fromkeys(paths))
         if not wanted:
             return
-        reclaimed: list[tuple[str, Holder]] = []
+        reclaimed: dict[str, Holder] = {}  # path -> its dead holder
         with self._db.write() as conn:
             found = {
                 row["path"]: _holder(row)
@@ -168,48 +136,28 @@ class ClaimStore:
                 if current is None or current.same_attempt(holder):
                     continue
                 if current.is_alive():
-                    raise ClaimConflict(
-                        conflict_message(path, current),
-                        path=path,
-                        holder_task=current.task_id,
-                        holder_run=current.run_id,
-                    )
-                reclaimed.append((path, current))
-            stale_paths = {path for path, _ in reclaimed}
-            if stale_paths:
-                conn.executemany("DELETE FROM file_locks WHERE path = ?", [(path,) for path in stale_paths])
+                    raise ClaimConflict(f"claim conflict: {path} is held by {current.describe()}")
+                reclaimed[path] = current
             now = self._db.now_ms()
-            conn.executemany(
-                "INSERT OR IGNORE INTO file_locks (path, run_id, task_id, task_title, attempt_id, pid,"
+            conn.executemany(  # a dead holder's row replaced
+                "INSERT OR REPLACE INTO file_locks (path, run_id, task_id, task_title, attempt_id, pid,"
                 " pid_started, implicit, acquired_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (
-                        path,
-                        holder.run_id,
-                        holder.task_id,
-                        holder.task_title,
-                        holder.attempt_id,
-                        holder.pid,
-                        holder.pid_started,
-                        int(implicit),
-                        now,
-                    )
+                    (path, *astuple(holder), int(implicit), now)
                     for path in wanted
-                    if path not in found or path in stale_paths
+                    if path not in found or path in reclaimed
                 ],
             )
-        for path, old in reclaimed:
+        for path, old in reclaimed.items():
             log.warning(
                 "reclaimed stale claim on %s from %s: that process is no longer running", path, old.describe()
             )
 
     def release_attempt(self, run_id: str, attempt_id: int) -> int:
         """Free every path held by this attempt (whichever of its processes took it); returns how many."""
-        with self._db.write() as conn:
-            cursor = conn.execute(
-                "DELETE FROM file_locks WHERE run_id = ? AND attempt_id = ?", (run_id, attempt_id)
-            )
-            return cursor.rowcount
+        return self._db.execute(
+            "DELETE FROM file_locks WHERE run_id = ? AND attempt_id = ?", (run_id, attempt_id)
+        ).rowcount
 
     def paths_of_attempt(self, run_id: str, attempt_id: int) -> list[str]:
         rows = self._db.read(
@@ -220,19 +168,10 @@ class ClaimStore:
 
     def hand_over(self, run_id: str, attempt_id: int, holder: Holder) -> int:
         """Make holder's process the holder of every path this attempt holds; returns how many."""
-        with self._db.write() as conn:
-            cursor = conn.execute(
-                "UPDATE file_locks SET pid = ?, pid_started = ? WHERE run_id = ? AND attempt_id = ?",
-                (holder.pid, holder.pid_started, run_id, attempt_id),
-            )
-            return cursor.rowcount
-
-    def holder_of(self, path: str) -> Holder | None:
-        """The live holder of path, or None when it is free or its holder is dead (stale)."""
-        rows = self._db.read(
-            f"SELECT {_HOLDER_COLUMNS} FROM file_locks WHERE path = ?", (normalize_path(path),)
-        )
-        return _live_holder(rows)
+        return self._db.execute(
+            "UPDATE file_locks SET pid = ?, pid_started = ? WHERE run_id = ? AND attempt_id = ?",
+            (holder.pid, holder.pid_started, run_id, attempt_id),
+        ).rowcount
 
     def claims(self) -> list[tuple[str, Holder]]:
         rows = self._db.read(f"SELECT path, {_HOLDER_COLUMNS} FROM file_locks ORDER BY path")
@@ -255,11 +194,10 @@ class ClaimStore:
         try:
             yield
         finally:
-            with self._db.write() as conn:
-                conn.execute(
-                    "DELETE FROM commit_lane WHERE id = 1 AND run_id = ? AND attempt_id = ? AND pid = ?",
-                    (holder.run_id, holder.attempt_id, holder.pid),
-                )
+            self._db.execute(
+                "DELETE FROM commit_lane WHERE id = 1 AND run_id = ? AND attempt_id = ? AND pid = ?",
+                (holder.run_id, holder.attempt_id, holder.pid),
+            )
 
     def _try_lane(self, holder: Holder) -> Holder | None:
         """Take the lane if it is free or its holder is dead; else return the live holder."""
@@ -274,15 +212,7 @@ class ClaimStore:
             conn.execute(
                 "INSERT OR REPLACE INTO commit_lane (id, run_id, task_id, task_title, attempt_id, pid,"
                 " pid_started, acquired_at_ms) VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    holder.run_id,
-                    holder.task_id,
-                    holder.task_title,
-                    holder.attempt_id,
-                    holder.pid,
-                    holder.pid_started,
-                    self._db.now_ms(),
-                ),
+                (*astuple(holder), self._db.now_ms()),
             )
         if stale is not None:
             log.warning(
@@ -292,7 +222,9 @@ class ClaimStore:
 
     def lane_holder(self) -> Holder | None:
         """Who holds the commit lane right now (None when free or held by a dead process)."""
-        return _live_holder(self._db.read(f"SELECT {_HOLDER_COLUMNS} FROM commit_lane WHERE id = 1"))
+        rows = self._db.read(f"SELECT {_HOLDER_COLUMNS} FROM commit_lane WHERE id = 1")
+        holder = _holder(rows[0]) if rows else None
+        return holder if holder is not None and holder.is_alive() else None
 
     def release_attempt_if_held(self, run_id: str, attempt_id: int) -> int:
         """release_attempt, without the write lock when the attempt holds nothing (most attempts)."""

@@ -1,4 +1,5 @@
-"""The run page's pictures as data, laid out here once so the page only maps numbers to pixels."""
+"""The run page as data: its pictures laid out once (the page only maps numbers to pixels), its lean first
+view (bars as parallel arrays) and one attempt opened."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from stellafleet.core.status import AttemptOutcome, CIState, TaskStatus, outcome_detail
 from stellafleet.proc.pids import pid_alive
+from stellafleet.state import views
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.views import Alive, read_run, resolve_run, runs_page
 
@@ -38,10 +40,7 @@ def worker_lanes(attempts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
         start = attempt["started_at_ms"]
         end = attempt["finished_at_ms"] if attempt["finished_at_ms"] is not None else float("inf")
         slot = next((i for i, busy_until in enumerate(ends) if busy_until <= start), len(ends))
-        if slot == len(ends):
-            ends.append(end)
-        else:
-            ends[slot] = end
+        ends[slot : slot + 1] = [end]  # a new slot when every one is busy
         placed[attempt["id"]] = (attempt.get("node") or "", slot)
     lanes: list[dict[str, Any]] = []
     index: dict[tuple[str, int], int] = {}
@@ -330,3 +329,79 @@ def runs_page_with_spend(
     for run in page["runs"]:
         run["spend_spark"] = lines.get(run["id"], [])
     return page
+
+
+# Up to this many tasks the first view carries every task card; above it the list is folded.
+FOLD_TASKS_OVER = 60
+BAR_FIELDS = ("attempt", "task", "lane", "start_ms", "end_ms", "outcome")
+
+
+def _read_detail(reads: Ledger, run_id: str, *, now_ms: int, alive: Alive) -> dict[str, Any]:
+    """views.read_run of the run: whole for a small run, else narrow (with failed tasks' last errors)."""
+    if reads.tasks.count(run_id) <= FOLD_TASKS_OVER:
+        return views.read_run(reads, run_id, now_ms=now_ms, alive=alive)
+    record = {**reads.first_view_record(run_id), "run": reads.runs.get(run_id)}
+    detail = views.read_run(reads, run_id, now_ms=now_ms, alive=alive, record=record)
+    failing = [
+        task["attempts"][-1]
+        for wave in detail["waves"]
+        for task in wave["tasks"]
+        if task["status"] in FAILING and task["attempts"]
+    ]
+    errors = reads.attempts.errors([attempt["id"] for attempt in failing])
+    for attempt in failing:
+        attempt["error"] = errors.get(attempt["id"])
+    return detail
+
+
+def load_first_view(
+    ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = pid_alive
+) -> dict[str, Any]:
+    """GET /api/runs/<ref>/page: the run's first view; UnknownRun when no run matches ref."""
+    with Ledger.open(ledger_path, readonly=True) as reads:
+        detail = _read_detail(reads, views.resolve_run(reads, ref), now_ms=now_ms, alive=alive)
+        shown = pictures(reads, detail, now_ms=now_ms)
+    tasks_total = sum(len(wave["tasks"]) for wave in detail["waves"])
+    waves = None
+    if tasks_total <= FOLD_TASKS_OVER:
+        waves = detail["waves"]
+        trim_attempts(waves)
+    bars, spend = shown["timeline"]["bars"], shown["spend"]
+    points = spend.pop("points")
+    return {
+        "run": detail["run"],
+        "now_ms": now_ms,
+        "timeline": {
+            **shown["timeline"],
+            "bars": {field: [bar[field] for bar in bars] for field in BAR_FIELDS},
+        },
+        "graph": shown["graph"],
+        "spend": {"t_ms": [int(p[0]) for p in points], "usd": [p[1] for p in points], **spend},
+        "attention": shown["attention"],
+        "branches": detail["branches"],
+        "commits": detail["commits"],
+        "cleanups": detail["cleanups"],
+        "limits": detail["limits"],
+        "tasks_total": tasks_total,
+        "waves": waves,
+    }
+
+
+def load_attempt(
+    ledger_path: Path, attempt_id: int, *, now_ms: int, alive: Alive = pid_alive
+) -> dict[str, Any] | None:
+    """GET /api/attempts/<id>: the attempt, its task, commits and branch's CI; None when there is none."""
+    with Ledger.open(ledger_path, readonly=True) as reads:
+        found = reads.attempt_record(attempt_id)
+        raw_run = reads.runs.get(found["attempt"]["run_id"]) if found else None
+    if found is None or raw_run is None:
+        return None
+    live = views.run_row(raw_run, now_ms=now_ms, alive=alive)["live"]
+    return {
+        "attempt": views.timed_attempt(page_fields(found["attempt"]), now_ms=now_ms, live=live),
+        "task": found["task"],
+        "commits": found["commits"],
+        "ci": found["ci"],
+        "run": {"id": raw_run["id"], "live": live},
+        "now_ms": now_ms,
+    }

@@ -1,9 +1,5 @@
-"""The journal: what each running stella process is doing to git or the ledger, so that the next stella
-command repairs what a killed one left (docs/architecture.md, "One journal").
-
-An owner holds an flock while it has records, which the kernel drops when it dies in any pid namespace:
-"is the owner alive" is "can I take its lock".
-"""
+"""The journal: what each running stella process does to git or the ledger, so the next command repairs what
+a killed one left. An owner holds an flock while it has records: "is it alive" is "can I take its lock"."""
 
 from __future__ import annotations
 

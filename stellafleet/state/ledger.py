@@ -4,28 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import EXIT_INTERRUPTED, StellaError
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus
-from stellafleet.state.ledger_attempts import BAR_COLUMNS, Attempts, Spend
+from stellafleet.state.ledger_attempts import BAR_COLUMNS, Attempts, History, Limits, Spend
 from stellafleet.state.ledger_branches import CI, Cleanups, Commits, Merges
-from stellafleet.state.ledger_history import History
-from stellafleet.state.ledger_limits import Limits
 from stellafleet.state.ledger_runs import CARD_COLUMNS, Runs, Tasks, TaskSpec
 from stellafleet.state.ledger_schema import LEDGER_SCHEMA
-from stellafleet.state.sqlitefile import Database
+from stellafleet.state.sqlitefile import Database, Handle
 
 __all__ = ["Ledger", "TaskSpec"]
+# The tables holding a run's rows, as get_run names them.
+RUN_TABLES = ("tasks", "attempts", "commits", "ci", "cleanups", "merges", "limits")
 
 
-class Ledger:
+class Ledger(Handle):
     """One open connection to fleet.db, one object per table on it; safe to share between threads."""
 
     def __init__(self, db: Database) -> None:
-        self._db = db
+        super().__init__(db)
         self.path, self.readonly = db.path, db.readonly
         self.runs, self.tasks, self.attempts, self.spend = Runs(db), Tasks(db), Attempts(db), Spend(db)
         self.commits, self.ci, self.cleanups, self.merges = Commits(db), CI(db), Cleanups(db), Merges(db)
@@ -36,32 +35,12 @@ class Ledger:
         """Open the ledger at path, creating it atomically unless readonly; StellaError if it is not one."""
         return cls(Database(Path(path), LEDGER_SCHEMA, readonly=readonly, now_ms=now_ms))
 
-    def close(self) -> None:
-        self._db.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
     def get_run(self, run_id: str) -> dict[str, Any]:
         """Everything recorded about one run; StellaError if the ledger has no such run."""
         run = self.runs.get(run_id)
         if run is None:
             raise StellaError(f"no run {run_id!r} in {self.path}: `stella runs` lists the recorded runs")
-        return {
-            "run": run,
-            "tasks": self.tasks.of_run(run_id),
-            "attempts": self.attempts.of_run(run_id),
-            "commits": self.commits.of_run(run_id),
-            "ci": self.ci.of_run(run_id),
-            "cleanups": self.cleanups.of_run(run_id),
-            "merges": self.merges.of_run(run_id),
-            "limits": self.limits.of_run(run_id),
-        }
+        return {"run": run, **{table: getattr(self, table).of_run(run_id) for table in RUN_TABLES}}
 
     def first_view_record(self, run_id: str) -> dict[str, Any]:
         """What the run page draws first, shaped as get_run but narrow (no prompts, summaries or errors)."""
@@ -100,6 +79,7 @@ class Ledger:
     def abandon_run(self, run_id: str, reason: str) -> None:
         """A run whose fleet is gone: its open attempts `abandoned`, their tasks and the run `interrupted`."""
         now, running = self._db.now_ms(), str(AttemptOutcome.RUNNING)
+        unfinished = (str(TaskStatus.RUNNING), str(TaskStatus.PENDING))
         with self._db.write() as conn:
             conn.execute(
                 "UPDATE attempts SET outcome = ?, success = 0, finished_at_ms = ?, error = ?, reason = ?,"
@@ -108,13 +88,7 @@ class Ledger:
             )
             conn.execute(
                 "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND status IN (?, ?)",
-                (
-                    str(TaskStatus.INTERRUPTED),
-                    reason,
-                    run_id,
-                    str(TaskStatus.RUNNING),
-                    str(TaskStatus.PENDING),
-                ),
+                (str(TaskStatus.INTERRUPTED), reason, run_id, *unfinished),
             )
             conn.execute(
                 "UPDATE runs SET status = ?, finished_at_ms = ?, exit_code = ?, reason = ?"

@@ -1,16 +1,19 @@
-"""The ledger's `attempts` and `spend_events` tables; spend is added by increments in SQL, never in Python."""
+"""The ledger's `attempts`, `spend_events` and `limit_events` tables, and what earlier attempts took."""
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from stellafleet.core.errors import StellaError
+from stellafleet.core.limits import LimitEvent, LimitKind
 from stellafleet.core.spend import check_count, check_report
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, TaskStatus
 from stellafleet.state.ledger_schema import ATTEMPT_OUTCOMES, check_choice
-from stellafleet.state.sqlitefile import Database
+from stellafleet.state.sqlitefile import Table
 
 # The columns of an attempt the run page's first view draws as a timeline bar.
 BAR_COLUMNS = (
@@ -19,11 +22,8 @@ BAR_COLUMNS = (
 IN_LIST = "IN (SELECT value FROM json_each(?))"
 
 
-class Attempts:
+class Attempts(Table):
     """The attempts table: one row per run of a task's worker, from its start to its outcome."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def start(
         self,
@@ -56,8 +56,7 @@ class Attempts:
         return int(attempt_id)
 
     def _set(self, attempt_id: int, assignments: str, *values: Any) -> None:
-        with self._db.write() as conn:
-            conn.execute(f"UPDATE attempts SET {assignments} WHERE id = ?", (*values, attempt_id))
+        self._db.execute(f"UPDATE attempts SET {assignments} WHERE id = ?", (*values, attempt_id))
 
     def set_pid(self, attempt_id: int, pid: int) -> None:
         self._set(attempt_id, "pid = ?", pid)
@@ -110,8 +109,7 @@ class Attempts:
         return float(row[2])
 
     def get(self, attempt_id: int, columns: str = "*") -> dict[str, Any] | None:
-        rows = self._db.rows(f"SELECT {columns} FROM attempts WHERE id = ?", (attempt_id,))
-        return rows[0] if rows else None
+        return self._db.row(f"SELECT {columns} FROM attempts WHERE id = ?", (attempt_id,))
 
     def identity(self, attempt_id: int) -> dict[str, Any] | None:
         """What proves a process acts for an attempt: its run, task, outcome, worker pid and token hash."""
@@ -171,11 +169,8 @@ class SpendEvent:
     output_tokens: int
 
 
-class Spend:
-    """The spend_events table and the spend totals it adds to (attempts.spend_usd, runs.spend_usd)."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
+class Spend(Table):
+    """The spend_events table and the totals it adds to (attempts, runs), by increments in SQL only."""
 
     def add(
         self,
@@ -272,9 +267,103 @@ class Spend:
             buckets = [0.0] * points
             for bucket, usd in rows:
                 buckets[int(bucket)] += float(usd)
-            total, line = 0.0, []
-            for usd in buckets:
-                total += usd
-                line.append(round(total, 6))
-            lines[run_id] = line
+            lines[run_id] = [round(total, 6) for total in itertools.accumulate(buckets)]
         return lines
+
+
+class Limits(Table):
+    """The limit_events table: one row per limit a worker met, and per change of the fleet's width."""
+
+    def add(
+        self,
+        run_id: str,
+        event: LimitEvent,
+        *,
+        attempt_id: int | None = None,
+        task_id: str | None = None,
+        concurrency: int | None = None,
+    ) -> int:
+        """One limit row (an attempt's, or the fleet's own with its width); its id."""
+        said = (event.source, str(event.kind), event.status, event.reset_at_ms, event.message)
+        return self._db.insert(
+            "INSERT INTO limit_events (run_id, attempt_id, task_id, at_ms, source, kind, status,"
+            " reset_at_ms, message, concurrency) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, attempt_id, task_id, self._db.now_ms(), *said, concurrency),
+        )
+
+    def of_attempt(self, attempt_id: int) -> list[dict[str, Any]]:
+        return self._db.rows("SELECT * FROM limit_events WHERE attempt_id = ? ORDER BY id", (attempt_id,))
+
+    def after(self, run_id: str, after_id: int) -> list[dict[str, Any]]:
+        """The run's limit rows its workers wrote past row id after_id (the fleet's own rows left out)."""
+        return self._db.rows(
+            "SELECT * FROM limit_events WHERE run_id = ? AND id > ? AND kind != ? ORDER BY id",
+            (run_id, after_id, str(LimitKind.CONCURRENCY)),
+        )
+
+    def of_run(self, run_id: str) -> list[dict[str, Any]]:
+        """Every limit row of the run, the fleet's width changes included, oldest first."""
+        return self._db.rows("SELECT * FROM limit_events WHERE run_id = ? ORDER BY id", (run_id,))
+
+    def latest_rate_reset_ms(self, run_id: str) -> int | None:
+        """The furthest reset of the run's rate limits (epoch ms; None: none reported)."""
+        rows = self._db.read(
+            "SELECT max(reset_at_ms) FROM limit_events WHERE run_id = ? AND kind = ?",
+            (run_id, str(LimitKind.RATE)),
+        )
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
+
+
+# Attempts that ran to an end of their own: what a task costs when it runs (not a stop or a kill).
+ENDED = (str(AttemptOutcome.SUCCEEDED), str(AttemptOutcome.FAILED))
+# The same task in an earlier run: the same id and prompt, run by the same pipeline (the attempt's, else
+# the task's own, else its run's).
+PIPELINE = "coalesce(a.pipeline, t.pipeline, r.pipeline)"
+SAME_TASK = f"a.task_id, t.prompt, {PIPELINE}"
+_FROM = (
+    " attempts a JOIN tasks t ON t.run_id = a.run_id AND t.id = a.task_id JOIN runs r ON r.id = a.run_id"
+    " WHERE a.finished_at_ms IS NOT NULL"
+)
+_ATTEMPTS = f"SELECT a.spend_usd, a.finished_at_ms - a.started_at_ms FROM {_FROM} AND a.outcome IN (?, ?)"
+# how far back past_durations looks: the same plan run again, or resumed, is among the last few runs
+PAST_RUNS = 20
+
+
+@dataclass(frozen=True)
+class Past:
+    """One earlier attempt: what it spent and how long it took."""
+
+    usd: float
+    seconds: float
+
+
+class History(Table):
+    """What earlier runs took, for `stella fleet --estimate` and the eager schedule: finished attempts' spend
+    and duration, found by the same task or by the same pipeline and model."""
+
+    def _past(self, where: str, params: tuple[object, ...]) -> list[Past]:
+        rows = self._db.read(f"{_ATTEMPTS} AND {where} ORDER BY a.id", (*ENDED, *params))
+        return [Past(float(usd), max(int(ms), 0) / 1000) for usd, ms in rows]
+
+    def same_task(self, task_id: str, prompt: str, pipeline: str) -> list[Past]:
+        """Earlier attempts of the same task (SAME_TASK), succeeded or failed, in any run."""
+        return self._past(f"({SAME_TASK}) = (?, ?, ?)", (task_id, prompt, pipeline))
+
+    def same_kind(self, pipeline: str, model: str | None) -> list[Past]:
+        """Earlier attempts of any task with the same pipeline and model (`NULL`: the pipeline's default)."""
+        return self._past(f"{PIPELINE} = ? AND t.model IS ?", (pipeline, model))
+
+    def past_durations(self, tasks: Iterable[tuple[str, str | None, str]]) -> dict[str, float]:
+        """Task id -> seconds its latest succeeded attempt as the same task took in the last PAST_RUNS
+        runs, for tasks given as (id, prompt, pipeline); tasks never seen are left out."""
+        wanted = {(task_id, prompt, pipeline) for task_id, prompt, pipeline in tasks}
+        rows = self._db.read(
+            f"SELECT {SAME_TASK}, a.finished_at_ms - a.started_at_ms FROM {_FROM} AND a.outcome = ?"
+            " AND r.id IN (SELECT id FROM runs ORDER BY created_at_ms DESC, id DESC LIMIT ?) ORDER BY a.id",
+            (str(AttemptOutcome.SUCCEEDED), PAST_RUNS),
+        )
+        found: dict[str, float] = {}
+        for task_id, prompt, pipeline, elapsed_ms in rows:  # oldest first: the latest one stays
+            if (task_id, prompt, pipeline) in wanted:
+                found[task_id] = max(int(elapsed_ms), 0) / 1000
+        return found

@@ -8,16 +8,13 @@ from typing import Any
 
 from stellafleet.core.status import CIState, MergeStatus
 from stellafleet.state.ledger_schema import CI_STATES, MERGE_STATUSES, check_choice, json_column
-from stellafleet.state.sqlitefile import Database
+from stellafleet.state.sqlitefile import Table
 
 IN_COMMIT_ORDER = "ORDER BY committed_at_ms, rowid"
 
 
-class Commits:
+class Commits(Table):
     """The commits table: every commit a task's attempt made, once per run."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def record(
         self,
@@ -31,13 +28,12 @@ class Commits:
         committed_at_ms: int,
     ) -> bool:
         """Record one commit of a task; False (and nothing changed) if this run already has it."""
-        with self._db.write() as conn:
-            cursor = conn.execute(
-                "INSERT OR IGNORE INTO commits (sha, run_id, task_id, attempt_id, branch, message,"
-                " committed_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (sha, run_id, task_id, attempt_id, branch, message, committed_at_ms),
-            )
-            return cursor.rowcount == 1
+        cursor = self._db.execute(
+            "INSERT OR IGNORE INTO commits (sha, run_id, task_id, attempt_id, branch, message,"
+            " committed_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (sha, run_id, task_id, attempt_id, branch, message, committed_at_ms),
+        )
+        return cursor.rowcount == 1
 
     def of_run(self, run_id: str, columns: str = "*") -> list[dict[str, Any]]:
         return self._db.rows(f"SELECT {columns} FROM commits WHERE run_id = ? {IN_COMMIT_ORDER}", (run_id,))
@@ -50,11 +46,8 @@ class Commits:
         )
 
 
-class CI:
+class CI(Table):
     """The ci table: the latest CI state of each branch a run pushed."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def upsert(
         self,
@@ -72,31 +65,27 @@ class CI:
     ) -> None:
         stored = check_choice("CI state", state, CI_STATES)
         values = (run_id, branch, task_id, head_sha, pr_url, pr_number, stored, conclusion, reason)
-        with self._db.write() as conn:
-            conn.execute(
-                "INSERT INTO ci (run_id, branch, task_id, head_sha, pr_url, pr_number, state, conclusion,"
-                " reason, run_urls_json, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (run_id, branch) DO UPDATE SET task_id = excluded.task_id,"
-                " head_sha = excluded.head_sha, pr_url = excluded.pr_url, pr_number = excluded.pr_number,"
-                " state = excluded.state, conclusion = excluded.conclusion, reason = excluded.reason,"
-                " run_urls_json = excluded.run_urls_json, updated_at_ms = excluded.updated_at_ms",
-                (*values, json.dumps(list(run_urls)), self._db.now_ms()),
-            )
+        self._db.execute(
+            "INSERT INTO ci (run_id, branch, task_id, head_sha, pr_url, pr_number, state, conclusion,"
+            " reason, run_urls_json, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (run_id, branch) DO UPDATE SET task_id = excluded.task_id,"
+            " head_sha = excluded.head_sha, pr_url = excluded.pr_url, pr_number = excluded.pr_number,"
+            " state = excluded.state, conclusion = excluded.conclusion, reason = excluded.reason,"
+            " run_urls_json = excluded.run_urls_json, updated_at_ms = excluded.updated_at_ms",
+            (*values, json.dumps(list(run_urls)), self._db.now_ms()),
+        )
 
     def of_run(self, run_id: str) -> list[dict[str, Any]]:
         rows = self._db.rows("SELECT * FROM ci WHERE run_id = ? ORDER BY branch", (run_id,))
         return [json_column(row, "run_urls_json", "run_urls") for row in rows]
 
     def of_branch(self, run_id: str, branch: str) -> dict[str, Any] | None:
-        rows = self._db.rows("SELECT * FROM ci WHERE run_id = ? AND branch = ?", (run_id, branch))
-        return json_column(rows[0], "run_urls_json", "run_urls") if rows else None
+        row = self._db.row("SELECT * FROM ci WHERE run_id = ? AND branch = ?", (run_id, branch))
+        return json_column(row, "run_urls_json", "run_urls") if row else None
 
 
-class Cleanups:
+class Cleanups(Table):
     """The cleanups table: each worktree or branch `stella clean` (or a run's end) removed or kept."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def record(
         self,
@@ -110,22 +99,18 @@ class Cleanups:
     ) -> None:
         check_choice("cleanup kind", kind, ("worktree", "branch", "salvage"))
         check_choice("cleanup action", action, ("removed", "kept"))
-        with self._db.write() as conn:
-            conn.execute(
-                "INSERT INTO cleanups (run_id, task_id, kind, target, action, reason, at_ms)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (run_id, task_id, kind, target, action, reason, self._db.now_ms()),
-            )
+        self._db.execute(
+            "INSERT INTO cleanups (run_id, task_id, kind, target, action, reason, at_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (run_id, task_id, kind, target, action, reason, self._db.now_ms()),
+        )
 
     def of_run(self, run_id: str) -> list[dict[str, Any]]:
         return self._db.rows("SELECT * FROM cleanups WHERE run_id = ? ORDER BY id", (run_id,))
 
 
-class Merges:
+class Merges(Table):
     """The merges table: one row per branch `stella merge` took through its queue."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def start(
         self,
@@ -141,15 +126,11 @@ class Merges:
     ) -> int:
         """A `planned` row for one branch's step; returns its id."""
         where = (branch, position, strategy, onto_ref, before_sha, str(MergeStatus.PLANNED), check_command)
-        with self._db.write() as conn:
-            cursor = conn.execute(
-                "INSERT INTO merges (run_id, task_id, branch, position, strategy, onto_ref, before_sha,"
-                " status, check_command, started_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, task_id, *where, self._db.now_ms()),
-            )
-            merge_id = cursor.lastrowid
-        assert merge_id is not None
-        return int(merge_id)
+        return self._db.insert(
+            "INSERT INTO merges (run_id, task_id, branch, position, strategy, onto_ref, before_sha,"
+            " status, check_command, started_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, task_id, *where, self._db.now_ms()),
+        )
 
     def finish(
         self,
@@ -162,12 +143,11 @@ class Merges:
         check_tail: str | None = None,
     ) -> None:
         stored = check_choice("merge status", status, MERGE_STATUSES)
-        with self._db.write() as conn:
-            conn.execute(
-                "UPDATE merges SET status = ?, after_sha = ?, reason = ?, files_json = ?, check_tail = ?,"
-                " finished_at_ms = ? WHERE id = ?",
-                (stored, after_sha, reason, json.dumps(list(files)), check_tail, self._db.now_ms(), merge_id),
-            )
+        self._db.execute(
+            "UPDATE merges SET status = ?, after_sha = ?, reason = ?, files_json = ?, check_tail = ?,"
+            " finished_at_ms = ? WHERE id = ?",
+            (stored, after_sha, reason, json.dumps(list(files)), check_tail, self._db.now_ms(), merge_id),
+        )
 
     def merged_branches(self) -> dict[str, str]:
         """branch -> the commit its last successful `stella merge` step put on the target branch."""

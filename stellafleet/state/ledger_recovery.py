@@ -1,8 +1,5 @@
-"""Finalising a run whose fleet process is gone, which would otherwise stay `running` forever.
-
-Once its workers have ended too (an orphaned worker ends itself), its open attempts are abandoned and
-their claims freed.
-"""
+"""Finalising a run whose fleet is gone, which would otherwise stay `running` forever: once its workers
+have ended too, its open attempts are abandoned and their claims freed."""
 
 from __future__ import annotations
 
@@ -13,14 +10,10 @@ from stellafleet.core.status import RunStatus
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
+from stellafleet.state.views import Alive
 
-Alive = Callable[[int | None, int | None], bool]
 # called with a run's open attempts before they are abandoned, their claims still recorded (run/salvaging.py)
 BeforeAbandon = Callable[[Ledger, ClaimStore | None, str, list[dict[str, Any]]], None]
-
-
-def fleet_gone_reason(pid: int | None) -> str:
-    return f"the fleet process (pid {pid}) ended without finishing its run: its attempts were abandoned"
 
 
 def finalise_run(
@@ -40,25 +33,11 @@ def finalise_run(
         return False  # a worker still runs: its claims stay held until it has ended too
     if before_abandon is not None:
         before_abandon(ledger, store, run_id, attempts)
-    ledger.abandon_run(run_id, fleet_gone_reason(run["pid"]))
+    gone = (
+        f"the fleet process (pid {run['pid']}) ended without finishing its run: its attempts were abandoned"
+    )
+    ledger.abandon_run(run_id, gone)
     if store is not None:
         for attempt in attempts:
             store.release_attempt(run_id, int(attempt["id"]))
     return True
-
-
-def finalise_orphaned_runs(
-    ledger: Ledger,
-    store: ClaimStore | None,
-    *,
-    alive: Alive = pid_alive,
-    before_abandon: BeforeAbandon | None = None,
-) -> list[str]:
-    """finalise_run for every `running` run whose fleet's pid is gone; the ids of those finalised."""
-    return [
-        str(run["id"])
-        for run in ledger.runs.running()
-        if run["pid"] is not None
-        and not alive(run["pid"], run["created_at_ms"])
-        and finalise_run(ledger, store, run["id"], alive=alive, before_abandon=before_abandon)
-    ]

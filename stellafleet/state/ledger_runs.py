@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.state.ledger_schema import RUN_STATUSES, TASK_STATUSES, check_choice
-from stellafleet.state.sqlitefile import Database
+from stellafleet.state.sqlitefile import Table
 
 NEWEST_FIRST = "ORDER BY created_at_ms DESC, id DESC"
 
@@ -81,11 +81,8 @@ def refuse_resumed(run_id: str, resumers: list[tuple[str, bool]]) -> None:
         )
 
 
-class Runs:
+class Runs(Table):
     """The runs table: a run's settings, status, lineage and total spend."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def create(
         self,
@@ -107,6 +104,7 @@ class Runs:
         """The run's row. resumes: the run it resumes, refused (in the same transaction, so two resumes
         started at once cannot both pass) when another run resumed or is resuming it, unless force."""
         values = (plan_path, plan_sha256, base_ref, base_commit, max_concurrency, spend_limit_usd, pipeline)
+        started = (run_id, self._db.now_ms(), str(RunStatus.RUNNING))
         with self._db.write() as conn:
             if resumes is not None and not force:
                 refuse_resumed(resumes, _resumers(conn.execute(RESUMERS, (resumes,)).fetchall()))
@@ -115,16 +113,7 @@ class Runs:
                     "INSERT INTO runs (id, created_at_ms, status, plan_path, plan_sha256, base_ref,"
                     " base_commit, max_concurrency, spend_limit_usd, pipeline, argv, root, pid, resumed_from)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        run_id,
-                        self._db.now_ms(),
-                        str(RunStatus.RUNNING),
-                        *values,
-                        json.dumps(argv),
-                        root,
-                        pid,
-                        resumes,
-                    ),
+                    (*started, *values, json.dumps(argv), root, pid, resumes),
                 )
             except sqlite3.IntegrityError:
                 raise StellaError(f"run {run_id} is already in the ledger {self._db.path}") from None
@@ -135,27 +124,23 @@ class Runs:
 
     def finish(self, run_id: str, status: RunStatus, *, exit_code: int, reason: str | None = None) -> None:
         stored = check_choice("run status", status, RUN_STATUSES)
-        with self._db.write() as conn:
-            conn.execute(
-                "UPDATE runs SET status = ?, finished_at_ms = ?, exit_code = ?, reason = ? WHERE id = ?",
-                (stored, self._db.now_ms(), exit_code, reason, run_id),
-            )
+        self._db.execute(
+            "UPDATE runs SET status = ?, finished_at_ms = ?, exit_code = ?, reason = ? WHERE id = ?",
+            (stored, self._db.now_ms(), exit_code, reason, run_id),
+        )
 
     def set_lineage(self, run_id: str, *, schedule: str, resumed_from: str | None = None) -> None:
         """Which schedule the run uses and the run it resumes (`stella fleet --resume`), if any."""
-        with self._db.write() as conn:
-            conn.execute(
-                "UPDATE runs SET schedule = ?, resumed_from = ? WHERE id = ?",
-                (schedule, resumed_from, run_id),
-            )
+        self._db.execute(
+            "UPDATE runs SET schedule = ?, resumed_from = ? WHERE id = ?",
+            (schedule, resumed_from, run_id),
+        )
 
     def set_executor(self, run_id: str, executor: str) -> None:
-        with self._db.write() as conn:
-            conn.execute("UPDATE runs SET executor = ? WHERE id = ?", (executor, run_id))
+        self._db.execute("UPDATE runs SET executor = ? WHERE id = ?", (executor, run_id))
 
     def get(self, run_id: str) -> dict[str, Any] | None:
-        rows = self._db.rows("SELECT * FROM runs WHERE id = ?", (run_id,))
-        return rows[0] if rows else None
+        return self._db.row("SELECT * FROM runs WHERE id = ?", (run_id,))
 
     def latest_id(self) -> str | None:
         rows = self._db.read(f"SELECT id FROM runs {NEWEST_FIRST} LIMIT 1")
@@ -185,10 +170,7 @@ class Runs:
 
     def resumed_by(self, run_id: str) -> list[str]:
         """The runs that resumed this one (`stella fleet --resume`), oldest first."""
-        rows = self._db.read(
-            "SELECT id FROM runs WHERE resumed_from = ? ORDER BY created_at_ms, id", (run_id,)
-        )
-        return [str(row[0]) for row in rows]
+        return [str(row[0]) for row in self._db.read(RESUMERS, (run_id,))]
 
     def count(self) -> int:
         return int(self._db.read("SELECT count(*) FROM runs")[0][0])
@@ -249,31 +231,16 @@ CARD_COLUMNS = (
 )
 
 
-class Tasks:
+class Tasks(Table):
     """The tasks table: a run's plan tasks, their status and their workspace."""
 
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
     def add(self, run_id: str, tasks: Iterable[TaskSpec], waves: dict[str, int]) -> None:
-        rows = [
-            (
-                run_id,
-                task.id,
-                task.title,
-                task.prompt,
-                json.dumps(list(task.depends_on)),
-                json.dumps(list(task.claims)),
-                task.isolation,
-                waves.get(task.id),
-                task.pipeline,
-                task.model,
-                task.timeout,
-                int(task.expands),
-                task.parent,
-            )
-            for task in tasks
-        ]
+        rows = []
+        for task in tasks:
+            lists = (json.dumps(list(task.depends_on)), json.dumps(list(task.claims)))
+            how = (task.isolation, waves.get(task.id), task.pipeline, task.model, task.timeout)
+            grown = (int(task.expands), task.parent)
+            rows.append((run_id, task.id, task.title, task.prompt, *lists, *how, *grown))
         with self._db.write() as conn:
             conn.executemany(
                 "INSERT INTO tasks (run_id, id, title, prompt, depends_on_json, claims_json, isolation, wave,"
@@ -284,19 +251,17 @@ class Tasks:
 
     def set_fragment(self, run_id: str, task_id: str, fragment_path: str) -> None:
         """The plan fragment an expanding task's worker wrote (its tasks are added with parent_id)."""
-        with self._db.write() as conn:
-            conn.execute(
-                "UPDATE tasks SET fragment_path = ? WHERE run_id = ? AND id = ?",
-                (fragment_path, run_id, task_id),
-            )
+        self._db.execute(
+            "UPDATE tasks SET fragment_path = ? WHERE run_id = ? AND id = ?",
+            (fragment_path, run_id, task_id),
+        )
 
     def set_status(self, run_id: str, task_id: str, status: TaskStatus, reason: str | None = None) -> None:
         stored = check_choice("task status", status, TASK_STATUSES)
-        with self._db.write() as conn:
-            conn.execute(
-                "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND id = ?",
-                (stored, reason, run_id, task_id),
-            )
+        self._db.execute(
+            "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND id = ?",
+            (stored, reason, run_id, task_id),
+        )
 
     def set_wave(self, run_id: str, task_ids: Iterable[str], wave: int) -> None:
         """The wave the tasks started in (the run's waves are numbered as they start)."""
@@ -307,11 +272,10 @@ class Tasks:
             )
 
     def set_workspace(self, run_id: str, task_id: str, branch: str | None, worktree: str | None) -> None:
-        with self._db.write() as conn:
-            conn.execute(
-                "UPDATE tasks SET branch = ?, worktree = ? WHERE run_id = ? AND id = ?",
-                (branch, worktree, run_id, task_id),
-            )
+        self._db.execute(
+            "UPDATE tasks SET branch = ?, worktree = ? WHERE run_id = ? AND id = ?",
+            (branch, worktree, run_id, task_id),
+        )
 
     def count(self, run_id: str) -> int:
         return int(self._db.read("SELECT count(*) FROM tasks WHERE run_id = ?", (run_id,))[0][0])
@@ -329,7 +293,6 @@ class Tasks:
         return tasks
 
     def get(self, run_id: str, task_id: str) -> dict[str, Any] | None:
-        rows = self._db.rows(
+        return self._db.row(
             "SELECT id, title, branch FROM tasks WHERE run_id = ? AND id = ?", (run_id, task_id)
         )
-        return rows[0] if rows else None

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import quote
 
 from stellafleet.core.errors import StellaError
@@ -80,12 +80,47 @@ class Database:
     def rows(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
         return [dict(row) for row in self.read(sql, params)]
 
+    def row(self, sql: str, params: Iterable[Any] = ()) -> dict[str, Any] | None:
+        found = self.rows(sql, params)
+        return found[0] if found else None
+
+    def execute(self, sql: str, params: Iterable[Any] = ()) -> sqlite3.Cursor:
+        """One statement in a write transaction of its own."""
+        with self.write() as conn:
+            return conn.execute(sql, tuple(params))
+
+    def insert(self, sql: str, params: Iterable[Any] = ()) -> int:
+        """execute() of an INSERT: the new row's id."""
+        row_id = self.execute(sql, params).lastrowid
+        assert row_id is not None
+        return int(row_id)
+
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         if self.readonly:
             raise StellaError(f"the {self.label} at {self.path} was opened read-only")
         with self._lock, write_transaction(self.conn) as conn:
             yield conn
+
+
+class Table:
+    """The reads and writes of one table (or a few) on a Database."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+
+class Handle(Table):
+    """A file's whole interface on its Database: closing it (or leaving its `with`) closes the database."""
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def open_database(path: Path, schema: Schema, *, readonly: bool = False) -> sqlite3.Connection:
@@ -97,33 +132,26 @@ def open_database(path: Path, schema: Schema, *, readonly: bool = False) -> sqli
     else:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            if not path.exists() or path.stat().st_size == 0:
+            if not path.exists():  # an empty one (left by `touch`, say): _initialise_empty builds it
                 with _directory_lock(path.parent):
                     if not path.exists():
                         _create_atomically(path, schema)
-                    elif path.stat().st_size == 0:  # left by `touch`, say: _initialise_empty builds it
-                        with contextlib.closing(_connect_or_explain(path, schema, readonly=False)) as conn:
-                            _check_and_migrate(conn, path, schema, readonly=False)
         except OSError as exc:  # a read-only directory, a file where the directory should be, a full disk
             raise StellaError(
                 f"cannot create the {schema.label} at {path}: {exc.strerror or exc}; "
                 f"make {path.parent} a writable directory and run again"
             ) from None
     _precheck(path, schema)
-    conn = _connect_or_explain(path, schema, readonly=readonly)
+    try:
+        conn = connect(path, readonly=readonly)
+    except sqlite3.Error as exc:
+        raise StellaError(f"cannot open the {schema.label} at {path}: {exc}") from None
     try:
         _check_and_migrate(conn, path, schema, readonly=readonly)
     except BaseException:
         conn.close()
         raise
     return conn
-
-
-def _connect_or_explain(path: Path, schema: Schema, *, readonly: bool) -> sqlite3.Connection:
-    try:
-        return connect(path, readonly=readonly)
-    except sqlite3.Error as exc:
-        raise StellaError(f"cannot open the {schema.label} at {path}: {exc}") from None
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -104,13 +105,18 @@ def _command_line(argv: list[str]) -> str | None:
     return shlex.join(argv if Path(argv[0]).name == "stella" else ["stella", *argv])
 
 
-def attempt_duration_ms(start: int | None, end: int | None, now_ms: int, live: bool) -> int | None:
-    """How long an attempt ran (a running one of a live run: until now; of a dead run: unknown)."""
-    if start is None:
-        return None
-    if end is None:
-        return max(0, now_ms - start) if live else None
-    return max(0, end - start)
+def timed_attempt(attempt: dict[str, Any], *, now_ms: int, live: bool) -> dict[str, Any]:
+    """The attempt with how long it ran (a running one of a live run: until now; of a dead run: unknown)
+    and, when salvaged, the command that applies its work to the checked-out tree, uncommitted."""
+    start, end = attempt.get("started_at_ms"), attempt.get("finished_at_ms")
+    if start is None or (end is None and not live):
+        duration = None
+    else:
+        duration = max(0, (now_ms if end is None else end) - start)
+    shown = {**attempt, "duration_ms": duration}
+    if attempt.get("salvage_sha"):
+        shown["salvage_restore"] = f"git cherry-pick --no-commit {str(attempt['salvage_sha'])[:12]}"
+    return shown
 
 
 def _branch(name: str, isolation: str | None) -> dict[str, Any]:
@@ -144,11 +150,6 @@ def _by_task(rows: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]
     return grouped
 
 
-def salvage_restore(sha: str) -> str:
-    """The command that applies a salvaged attempt's work to the checked-out tree, uncommitted."""
-    return f"git cherry-pick --no-commit {sha[:12]}"
-
-
 def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str, Any]]:
     """A run's tasks in the ledger's order, each with its attempts, commits, spend and CI."""
     attempts_by_task = _by_task(record["attempts"])
@@ -156,13 +157,7 @@ def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str,
     ci_by_branch = {entry["branch"]: entry for entry in record["ci"]}
     tasks = []
     for task in record["tasks"]:
-        attempts = [dict(attempt) for attempt in attempts_by_task.get(task["id"], [])]
-        for attempt in attempts:
-            attempt["duration_ms"] = attempt_duration_ms(
-                attempt["started_at_ms"], attempt["finished_at_ms"], now_ms, live
-            )
-            if attempt.get("salvage_sha"):
-                attempt["salvage_restore"] = salvage_restore(str(attempt["salvage_sha"]))
+        attempts = [timed_attempt(a, now_ms=now_ms, live=live) for a in attempts_by_task.get(task["id"], [])]
         view = {key: task.get(key) for key in _TASK_KEYS}
         view["expands"] = bool(view["expands"])
         view["parent"] = task.get("parent_id")  # the expanding task that emitted it (None: the plan's)
@@ -217,9 +212,7 @@ def _branches(record: dict[str, Any]) -> list[dict[str, Any]]:
 def run_model(record: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> dict[str, Any]:
     """The read model of one run that `stella runs RUN --json`, the run page and `fleet --json` project."""
     raw_run = record["run"]
-    counts: dict[str, int] = {}
-    for task in record["tasks"]:
-        counts[task["status"]] = counts.get(task["status"], 0) + 1
+    counts = Counter(task["status"] for task in record["tasks"])
     run = run_row(
         {**raw_run, "task_counts": counts, "attempts_total": len(record["attempts"])},
         now_ms=now_ms,

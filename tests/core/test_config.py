@@ -26,7 +26,7 @@ def test_project_overrides_user_and_environment_overrides_both(tmp_path: Path) -
     assert config.get("engine.max_steps") == 7
     config = load_config(repo, env={"HOME": str(home), "STELLA_MODEL": "env-model"})
     assert config.get("engine.model") == "env-model"
-    assert config.sources[-1] == "$STELLA_MODEL"
+    assert config.origins[("engine", "model")] == "$STELLA_MODEL"
 
 
 def test_explicit_config_file_replaces_the_project_file(tmp_path: Path) -> None:
@@ -35,7 +35,7 @@ def test_explicit_config_file_replaces_the_project_file(tmp_path: Path) -> None:
     other = write(tmp_path / "other.toml", '[pipelines.command]\nrun = "other"\n')
     config = load_config(repo, config_file=other, env={"HOME": str(tmp_path)})
     assert config.get("pipelines.command.run") == "other"
-    assert config.section("pipelines.command") == {"run": "other"}
+    assert config.get("pipelines.command") == {"run": "other"}
 
 
 def test_missing_and_invalid_files_are_clear_errors(tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ def test_section_must_be_a_table(tmp_path: Path) -> None:
     config = Config({"engine": "x"})
     assert config.get("engine.model", "fallback") == "fallback"
     with pytest.raises(StellaError, match=r"\[engine\] must be a table"):
-        config.section("engine")
+        _ = config.engine
 
 
 def _number_keys(node: dict, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
@@ -61,7 +61,7 @@ def _number_keys(node: dict, path: tuple[str, ...] = ()) -> list[tuple[tuple[str
     from stellafleet.core import configschema
 
     if "$ref" in node:
-        node = configschema.schema()["$defs"][node["$ref"].removeprefix("#/$defs/")]
+        node = configschema.BUNDLED.data["$defs"][node["$ref"].removeprefix("#/$defs/")]
     if node.get("type") in ("number", "integer"):
         return [(path, node["type"])]
     found = []
@@ -76,7 +76,7 @@ def _number_keys(node: dict, path: tuple[str, ...] = ()) -> list[tuple[tuple[str
 def test_nan_and_infinity_are_refused_for_every_number_and_a_float_for_every_count(tmp_path: Path) -> None:
     from stellafleet.core import configschema
 
-    keys = _number_keys(configschema.schema())
+    keys = _number_keys(configschema.BUNDLED.data)
     assert len(keys) > 20 and (("notify", "timeout"), "number") in keys
     assert (("engine", "max_steps"), "integer") in keys
     for path, kind in keys:

@@ -52,7 +52,7 @@ def test_schema_is_draft_2020_12_with_an_id() -> None:
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["$id"].startswith("https://")
     jsonschema.Draft202012Validator.check_schema(schema)
-    assert configschema.schema_text() == CANONICAL.read_text(encoding="utf-8")
+    assert configschema.BUNDLED.text == CANONICAL.read_text(encoding="utf-8")
 
 
 def config_examples() -> list[tuple[str, str]]:
@@ -76,12 +76,12 @@ def test_the_docs_show_configs_of_every_section() -> None:
 def test_every_documented_config_passes(where: str, text: str) -> None:
     data = tomllib.loads(text)
     assert problems(data, installed=[]) == []
-    jsonschema.Draft202012Validator(configschema.schema()).validate(data)
+    jsonschema.Draft202012Validator(configschema.BUNDLED.data).validate(data)
 
 
 def test_config_md_documents_every_key() -> None:
     text = (REPO / "docs" / "config.md").read_text(encoding="utf-8")
-    schema = configschema.schema()
+    schema = configschema.BUNDLED.data
     for section, table in schema["properties"].items():
         assert f"### [{section}" in text, section
         keys = schema["$defs"]["price"]["properties"] if section == "prices" else table.get("properties", {})
@@ -89,7 +89,7 @@ def test_config_md_documents_every_key() -> None:
             for key in keys:
                 assert f"| `{key}` |" in text, f"{section}.{key}"
     tables = schema["properties"]["pipelines"]["properties"]
-    for name in configschema.builtin_pipelines():
+    for name in configsections.BUILTIN_PIPELINES:
         assert f"[pipelines.{name}]" in text, name
         for key in tables[name].get("properties", {}):
             assert f"| `{key}" in text, f"pipelines.{name}.{key}"
@@ -99,7 +99,7 @@ def test_config_md_documents_every_key() -> None:
 
 
 def schema_default(section: str, key: str) -> Any:
-    return configschema.schema()["properties"][section]["properties"][key].get("default")
+    return configschema.BUNDLED.data["properties"][section]["properties"][key].get("default")
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ def schema_default(section: str, key: str) -> Any:
     ],
 )
 def test_typed_sections_have_the_schemas_keys_and_defaults(section: str, kind: type) -> None:
-    keys = list(configschema.schema()["properties"][section]["properties"])
+    keys = list(configschema.BUNDLED.data["properties"][section]["properties"])
     assert [spec.name for spec in dataclasses.fields(kind)] == keys
     for spec in dataclasses.fields(kind):
         default = None if spec.default is dataclasses.MISSING else spec.default
@@ -152,15 +152,15 @@ def test_the_code_is_the_one_source_of_defaults_and_the_schema_shows_each() -> N
     }
     for pipeline in (ClaudeCodePipeline, CodexPipeline, AiderPipeline):
         code["pipelines", pipeline.name, "binary"] = pipeline.default_binary
-    shown = _schema_defaults(configschema.schema())
+    shown = _schema_defaults(configschema.BUNDLED.data)
     assert shown == code
     assert all(type(shown[key]) is type(value) or isinstance(value, float) for key, value in code.items())
-    assert set(configschema.schema()["properties"]) == {*SECTIONS, "prices", "pipelines"}
+    assert set(configschema.BUNDLED.data["properties"]) == {*SECTIONS, "prices", "pipelines"}
 
 
 def test_the_builtin_pipelines_are_the_schemas_and_their_default_binaries_match() -> None:
-    assert configschema.builtin_pipelines() == list(configsections.BUILTIN_PIPELINES)
-    tables = configschema.schema()["properties"]["pipelines"]["properties"]
+    tables = configschema.BUNDLED.data["properties"]["pipelines"]["properties"]
+    assert list(tables) == list(configsections.BUILTIN_PIPELINES)
     for pipeline in (ClaudeCodePipeline, CodexPipeline, AiderPipeline):
         assert tables[pipeline.name]["properties"]["binary"]["default"] == pipeline.default_binary
 

@@ -52,7 +52,7 @@ def test_second_engine_gets_the_holders_name_and_the_file_keeps_the_first_conten
     assert results == [f"error: {expected}", f"error: {expected}"]
     assert (root / "shared.txt").read_text() == "first\n"
     with ClaimStore.open(root / ".stella/private/store.db") as store:
-        holder = store.holder_of("shared.txt")
+        holder = dict(store.claims()).get("shared.txt")
     assert holder is not None and holder.task_id == "schema"
     assert gitops.status_porcelain(root) == ["?? shared.txt"]
 

@@ -14,8 +14,8 @@ from helpers.observatory import Serve
 
 from stellafleet.core.clock import wall_ms
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, CIState, RunStatus, TaskStatus
+from stellafleet.state.dashboard import FOLD_TASKS_OVER
 from stellafleet.state.ledger import Ledger
-from stellafleet.state.runpage import FOLD_TASKS_OVER
 from stellafleet.testing.sample_ledger import StepClock, add_run, build_sample_ledger, sample_task
 
 RUN_ID = "r-20261130-120000-b1b1"

@@ -43,7 +43,7 @@ def test_a_killed_fleet_keeps_claims_with_its_live_workers_stops_them_and_is_fin
         # once the worker has started)
         with ClaimStore.open(StatePaths(git_repo).store_db) as store:
             deadline = time.monotonic() + 10
-            while (holder := store.holder_of("held.txt")) is not None and holder.pid != worker:
+            while (holder := dict(store.claims()).get("held.txt")) is not None and holder.pid != worker:
                 if time.monotonic() > deadline:
                     break
                 time.sleep(0.02)

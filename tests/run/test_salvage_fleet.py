@@ -15,7 +15,7 @@ from helpers.fleet import Scripts, run_record, wait_for, write_config
 from helpers.repo import StellaRunner, git
 
 from stellafleet.core.paths import StatePaths
-from stellafleet.state import runpage
+from stellafleet.state import dashboard
 
 # Write work, then never finish: the attempt must be stopped (timeout, watchdog or a dead fleet).
 WRITE_THEN_HANG = """\
@@ -65,7 +65,7 @@ def test_a_timed_out_isolated_task_leaves_a_salvage_ref_and_from_salvage_resumes
     detail = json.loads(stella("runs", run_id, "--json", cwd=git_repo).stdout)
     [task] = [task for wave in detail["waves"] for task in wave["tasks"]]
     assert task["attempts"][0]["salvage_restore"] == restore
-    opened = runpage.load_attempt(
+    opened = dashboard.load_attempt(
         StatePaths(git_repo).fleet_db, attempt["id"], now_ms=int(time.time() * 1000)
     )
     assert opened is not None  # the dashboard's attempt panel gets the ref, the SHA and the command

@@ -1,5 +1,5 @@
 """A run whose fleet process is gone is finalised once its workers have ended: attempts abandoned, tasks
-and run interrupted with the reason, the attempts' claims freed; a live fleet's run is never touched."""
+and run interrupted with the reason, the attempts' claims freed; other runs are never touched."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
-from stellafleet.state.ledger_recovery import finalise_orphaned_runs
+from stellafleet.state.ledger_recovery import finalise_run
 from stellafleet.testing.sample_ledger import add_run
 
 
@@ -38,11 +38,11 @@ def test_a_run_is_finalised_only_once_its_fleet_and_its_workers_are_gone(tmp_pat
             ledger.attempts.set_pid(gone, worker.pid)
             store.acquire(["a.txt"], Holder.current("r-gone", "t1", "T", gone, worker.pid))
 
-            assert finalise_orphaned_runs(ledger, store) == []  # its worker still runs: left alone
-            assert store.holder_of("a.txt") is not None
+            assert finalise_run(ledger, store, "r-gone") is False  # its worker still runs: left alone
+            assert dict(store.claims()).get("a.txt") is not None
             worker.kill()
             worker.wait()
-            assert finalise_orphaned_runs(ledger, store) == ["r-gone"]
+            assert finalise_run(ledger, store, "r-gone") is True
 
             record = ledger.get_run("r-gone")
             assert record["run"]["status"] == "interrupted" and record["run"]["exit_code"] == 130
@@ -54,7 +54,8 @@ def test_a_run_is_finalised_only_once_its_fleet_and_its_workers_are_gone(tmp_pat
             assert ledger.get_run("r-live")["run"]["status"] == "running"
             assert [a["outcome"] for a in ledger.get_run("r-live")["attempts"]] == ["running"]
             assert live != gone
-            assert finalise_orphaned_runs(ledger, store) == []  # once only
+            assert finalise_run(ledger, store, "r-gone") is True  # once only: nothing changes
+            assert ledger.get_run("r-gone")["run"] == record["run"]
     finally:
         if worker.poll() is None:
             worker.kill()

@@ -12,7 +12,7 @@ from helpers.fleet import by_id, run_record, write_config
 from helpers.repo import StellaRunner, git
 
 from stellafleet.core.paths import StatePaths
-from stellafleet.state.runpage import load_first_view
+from stellafleet.state.dashboard import load_first_view
 
 PLAN = """\
 [[tasks]]
