@@ -22,11 +22,6 @@ class CliSettings:
     max_turns: int | None = None
 
 
-def find_cli(binary: str) -> str | None:
-    """The full path of binary (a name looked up on PATH, or a path), or None when it is not there."""
-    return shutil.which(binary)
-
-
 class AgentCliPipeline:
     """Base of the wrappers: config, preflight and version for one agent CLI. Subclasses add `run`."""
 
@@ -43,7 +38,7 @@ class AgentCliPipeline:
         return CliSettings(binary, table.extra_args, table.model, table.max_turns)
 
     def cli_path(self, config: Config) -> str | None:
-        return find_cli(self.settings(config).binary)
+        return shutil.which(self.settings(config).binary)
 
     def preflight(
         self, config: Config, *, spend_limited: bool = False, model: str | None = None
@@ -53,7 +48,7 @@ class AgentCliPipeline:
             binary = self.settings(config).binary
         except StellaError as exc:
             return str(exc)
-        if find_cli(binary) is None:
+        if shutil.which(binary) is None:
             return (
                 f"pipeline {self.name}: {self.display_name} CLI {binary!r} not found on PATH: "
                 f"install it with `{self.install_hint}` "
@@ -64,7 +59,7 @@ class AgentCliPipeline:
     def version(self, config: Config | None = None) -> str | None:
         """The first line `binary --version` prints, or None when it cannot be run."""
         try:
-            path = find_cli(self.default_binary if config is None else self.settings(config).binary)
+            path = shutil.which(self.default_binary if config is None else self.settings(config).binary)
         except StellaError:
             return None
         try:

@@ -118,14 +118,6 @@ class Plan:
                         heapq.heappush(ready, dependent)
         return waves
 
-    def wave_numbers(self, max_concurrency: int) -> dict[str, int]:
-        """task id -> its wave (1-based) under waves(max_concurrency)."""
-        return {
-            task_id: number
-            for number, wave in enumerate(self.waves(max_concurrency), start=1)
-            for task_id in wave
-        }
-
 
 def load_plan(path: str | Path, *, root: Path | None = None) -> Plan:
     """Load and check a plan file; PlanError lists every problem. `root`: what claims are relative to."""
