@@ -143,6 +143,10 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
             self._dispatch(head=head)
         except ConnectionError:  # the browser went away: nobody to answer
             pass
+        except _Refusal as exc:
+            self._send_json(exc.status, {"error": str(exc)}, head=head)
+        except StellaError as exc:  # the ledger could not be read
+            self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}, head=head)
         except Exception as exc:  # a bug answers with a JSON error instead of dropping the connection
             log.debug("%s failed", self.path, exc_info=True)
             self._send_json(
@@ -151,8 +155,7 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
 
     def _dispatch(self, *, head: bool) -> None:
         if not self._host_allowed():
-            self._send_json(HTTPStatus.MISDIRECTED_REQUEST, {"error": "unexpected Host header"}, head=head)
-            return
+            raise _Refusal(HTTPStatus.MISDIRECTED_REQUEST, "unexpected Host header")
         parts = urlsplit(self.path)
         path = parts.path
         if path in STATIC_FILES:
@@ -171,48 +174,39 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         elif path == "/favicon.ico":
             self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon", head=True)
         else:
-            self._send_json(HTTPStatus.NOT_FOUND, {"error": f"no such page: {path}"}, head=head)
+            raise _Refusal(HTTPStatus.NOT_FOUND, f"no such page: {path}")
 
     def _int_param(self, query: dict[str, list[str]], name: str, default: int, low: int, high: int) -> int:
         raw = query.get(name, [str(default)])[-1]
         value = whole_number(raw)
         if value is None:
-            raise StellaError(f"{name} must be a whole number, not {raw[:40]!r}")
+            raise _Refusal(HTTPStatus.BAD_REQUEST, f"{name} must be a whole number, not {raw[:40]!r}")
         if not low <= value <= high:
-            raise StellaError(f"{name} must be between {low} and {high}, not {value}")
+            raise _Refusal(HTTPStatus.BAD_REQUEST, f"{name} must be between {low} and {high}, not {value}")
         return value
 
+    def _ledger(self) -> Path:
+        """The ledger file; a 404 until a fleet has created it."""
+        if not self.server.ledger_path.exists():
+            raise _Refusal(HTTPStatus.NOT_FOUND, "no fleet runs recorded yet")
+        return self.server.ledger_path
+
     def _api_runs(self, query: dict[str, list[str]], *, head: bool) -> None:
-        try:
-            limit = self._int_param(query, "limit", PAGE_LIMIT_DEFAULT, 1, PAGE_LIMIT_MAX)
-            offset = self._int_param(query, "offset", 0, 0, 2**62)
-        except StellaError as exc:
-            self._send_json(HTTPStatus.BAD_REQUEST, {"error": str(exc)}, head=head)
-            return
-        try:
-            page = dashboard.runs_page_with_spend(
-                self.server.ledger_path, limit=limit, offset=offset, now_ms=_now_ms()
-            )
-        except StellaError as exc:
-            self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}, head=head)
-            return
+        limit = self._int_param(query, "limit", PAGE_LIMIT_DEFAULT, 1, PAGE_LIMIT_MAX)
+        offset = self._int_param(query, "offset", 0, 0, 2**62)
+        page = dashboard.runs_page_with_spend(
+            self.server.ledger_path, limit=limit, offset=offset, now_ms=_now_ms()
+        )
         page["poll_ms"] = self.server.poll_ms
         self._send_json(HTTPStatus.OK, page, head=head)
 
     def _api_run(self, ref: str, *, first_view: bool, head: bool) -> None:
         """GET /api/runs/<ref>: the whole run document; GET /api/runs/<ref>/page: the page's first view."""
-        if not self.server.ledger_path.exists():
-            self._send_json(HTTPStatus.NOT_FOUND, {"error": "no fleet runs recorded yet"}, head=head)
-            return
         load = runpage.load_first_view if first_view else dashboard.load_run_page
         try:
-            doc = load(self.server.ledger_path, ref, now_ms=_now_ms())
+            doc = load(self._ledger(), ref, now_ms=_now_ms())
         except views.UnknownRun as exc:
-            self._send_json(HTTPStatus.NOT_FOUND, {"error": str(exc)}, head=head)
-            return
-        except StellaError as exc:
-            self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}, head=head)
-            return
+            raise _Refusal(HTTPStatus.NOT_FOUND, str(exc)) from None
         doc["poll_ms"] = self.server.poll_ms
         self._send_json(HTTPStatus.OK, doc, head=head)
 
@@ -220,23 +214,10 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         """GET /api/attempts/<id>: what the attempt panel shows beyond its bar (summary, error, commits)."""
         attempt_id = whole_number(raw_id)
         if attempt_id is None:
-            self._send_json(
-                HTTPStatus.NOT_FOUND, {"error": f"no such page: /api/attempts/{raw_id[:40]}"}, head=head
-            )
-            return
-        if not self.server.ledger_path.exists():
-            self._send_json(HTTPStatus.NOT_FOUND, {"error": "no fleet runs recorded yet"}, head=head)
-            return
-        try:
-            found = runpage.load_attempt(self.server.ledger_path, attempt_id, now_ms=_now_ms())
-        except StellaError as exc:
-            self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}, head=head)
-            return
+            raise _Refusal(HTTPStatus.NOT_FOUND, f"no such page: /api/attempts/{raw_id[:40]}")
+        found = runpage.load_attempt(self._ledger(), attempt_id, now_ms=_now_ms())
         if found is None:
-            self._send_json(
-                HTTPStatus.NOT_FOUND, {"error": f"no attempt {attempt_id} in the ledger"}, head=head
-            )
-            return
+            raise _Refusal(HTTPStatus.NOT_FOUND, f"no attempt {attempt_id} in the ledger")
         self._send_json(HTTPStatus.OK, found, head=head)
 
     def _api_attempt_log(self, rest: str, query: dict[str, list[str]], *, head: bool) -> None:
@@ -244,25 +225,22 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         raw_id, _, kind = rest.partition("/")
         attempt = whole_number(raw_id)
         if attempt is None or kind not in logs.KINDS:
-            self._send_json(HTTPStatus.NOT_FOUND, {"error": f"no such page: /api/attempts/{rest}"}, head=head)
-            return
-        try:
-            limit = self._int_param(query, "limit", logs.CHUNK_DEFAULT, 1, logs.CHUNK_MAX)
-            offset = self._int_param(query, "offset", 0, 0, 2**62)
-            tail = self._int_param(query, "tail", 0, 0, logs.CHUNK_MAX) if "tail" in query else None
-        except StellaError as exc:
-            self._send_json(HTTPStatus.BAD_REQUEST, {"error": str(exc)}, head=head)
-            return
-        if not self.server.ledger_path.exists():
-            self._send_json(HTTPStatus.NOT_FOUND, {"error": "no fleet runs recorded yet"}, head=head)
-            return
-        try:
-            status, payload = logs.attempt_log(
-                self.server.ledger_path, attempt, kind, offset=offset, tail=tail, limit=limit
-            )
-        except StellaError as exc:
-            status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}
+            raise _Refusal(HTTPStatus.NOT_FOUND, f"no such page: /api/attempts/{rest}")
+        limit = self._int_param(query, "limit", logs.CHUNK_DEFAULT, 1, logs.CHUNK_MAX)
+        offset = self._int_param(query, "offset", 0, 0, 2**62)
+        tail = self._int_param(query, "tail", 0, 0, logs.CHUNK_MAX) if "tail" in query else None
+        status, payload = logs.attempt_log(
+            self._ledger(), attempt, kind, offset=offset, tail=tail, limit=limit
+        )
         self._send_json(status, payload, head=head)
+
+
+class _Refusal(Exception):
+    """A request answered with an error status and one line saying why."""
+
+    def __init__(self, status: int, error: str) -> None:
+        super().__init__(error)
+        self.status = status
 
 
 _WHOLE = re.compile(r"-?[0-9]{1,18}")  # ASCII digits ('²'.isdigit() is true), below SQLite's 2**63
