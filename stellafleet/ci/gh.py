@@ -1,7 +1,5 @@
 """The GitHub CLI as a boundary: a small runner Protocol, the real runner, and the few gh calls watch makes.
-
-Everything goes through ``gh``, so the user's own ``gh auth login`` is all the setup there is.
-"""
+Everything goes through ``gh``, so the user's own ``gh auth login`` is all the setup there is."""
 
 from __future__ import annotations
 
@@ -9,6 +7,7 @@ import json
 import os
 import re
 import shutil
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,10 +180,7 @@ def fingerprint(runs: Sequence[CiRun]) -> tuple[tuple[int, int, str, str, str], 
 
 def ci_phase(runs: Sequence[CiRun]) -> str:
     complete = sum(1 for r in runs if r.status == "completed")
-    counts: dict[str, int] = {}
-    for r in runs:
-        if r.status != "completed":
-            counts[r.status or "unknown"] = counts.get(r.status or "unknown", 0) + 1
+    counts = Counter(r.status or "unknown" for r in runs if r.status != "completed")
     busy = ", ".join(f"{n} {status.replace('_', ' ')}" for status, n in sorted(counts.items()))
     return f"{complete}/{len(runs)} runs complete" + (f" ({busy})" if busy else "")
 

@@ -20,10 +20,6 @@ RESULT_ENV = "STELLA_COMMAND_RESULT"
 SHELL = "/bin/sh"
 
 
-def command_for(config: Config, task_id: str) -> str | None:
-    return config.pipelines.command.command_for(task_id)
-
-
 def _read_report(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text()
@@ -76,7 +72,7 @@ class CommandPipeline:
     description: ClassVar[str] = "runs a shell command per task ([pipelines.command] run in the config)"
 
     def preflight(self, config: Config) -> str | None:
-        if command_for(config, "") is None and not config.pipelines.command.tasks:
+        if config.pipelines.command.command_for("") is None and not config.pipelines.command.tasks:
             return (
                 f"the command pipeline has no command: set it in {config.settings_file} as\n"
                 '  [pipelines.command]\n  run = "your-command --prompt \\"$STELLA_PROMPT\\""'
@@ -87,7 +83,7 @@ class CommandPipeline:
         return None
 
     def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult:
-        command = command_for(config, ctx.task_id)
+        command = config.pipelines.command.command_for(ctx.task_id)
         if command is None:
             text = f'no command for task "{ctx.task_id}": set [pipelines.command] run in the config'
             return PipelineResult(success=False, summary=text, error=text)
