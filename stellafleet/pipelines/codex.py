@@ -12,12 +12,13 @@ from stellafleet.core.limits import LimitReporter, from_text, limits_of
 from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_price_message
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.engine.progress import short
 from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
 from stellafleet.pipelines.agentenv import agent_env, agent_prompt, prompt_file
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
 from stellafleet.pipelines.codex_session import SessionLog, codex_home, writable_roots_arg
-from stellafleet.pipelines.support import EventLines, crash_text, failed, parse_failure, short, timeout_text
+from stellafleet.pipelines.support import EventLines, crash_text, failed, parse_failure, timeout_text
 
 CLI = "codex"
 # Items that are the agent doing something (as opposed to talking or thinking): each counts as a step.
