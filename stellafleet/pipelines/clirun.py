@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.pipelines.agentenv import agent_env
+from stellafleet.pipelines.agentcli import agent_env
 from stellafleet.proc import runner
 from stellafleet.proc.runner import signal_description
 

@@ -13,8 +13,7 @@ from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_pric
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.progress import short
-from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
-from stellafleet.pipelines.agentenv import agent_env, agent_prompt, prompt_file
+from stellafleet.pipelines.agentcli import AgentCliPipeline, agent_env, agent_prompt, model_for, prompt_file
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
 from stellafleet.pipelines.codex_session import SessionLog, codex_home, writable_roots_arg
