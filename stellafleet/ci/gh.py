@@ -13,10 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from stellafleet.ci.targets import TaskWork
 from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.errors import EXIT_USAGE, StellaError
-from stellafleet.core.spend import money
 from stellafleet.core.status import CIState
 from stellafleet.core.words import duration_text
 from stellafleet.proc import runner
@@ -336,13 +334,3 @@ def with_status(body: str, block: str) -> str:
     if _STATUS_BLOCK.search(body):
         return _STATUS_BLOCK.sub(lambda _: block, body, count=1)
     return f"{body.rstrip()}\n\n{block}" if body.strip() else block
-
-
-def task_section(task: TaskWork, run_id: str) -> str:
-    """One task's part of a PR body: title, summary, spend and commits."""
-    listed = "\n".join(f"- `{sha[:12]}` {message}" for sha, message in task.commits) or "- (none)"
-    return (
-        f"## {task.title}\n\nTask `{task.id}` of stella fleet run `{run_id}`.\n\n"
-        f"### Summary\n\n{task.summary or '(no summary recorded)'}\n\n"
-        f"### Spend\n\n{money(task.spend_usd)}\n\n### Commits\n\n{listed}"
-    )

@@ -21,11 +21,16 @@ from stellafleet.ci.gh import (
     latest_attempts,
     red_label,
     status_block,
-    task_section,
     with_status,
 )
-from stellafleet.ci.model import BranchWatch, WatchReporter, WatchResult
-from stellafleet.ci.targets import Target, branches_to_watch
+from stellafleet.ci.model import (
+    BranchWatch,
+    Target,
+    WatchReporter,
+    WatchResult,
+    branches_to_watch,
+    task_section,
+)
 from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.config import PROJECT_CONFIG, Config
 from stellafleet.core.configsections import WatchConfig
