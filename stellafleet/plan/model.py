@@ -21,7 +21,7 @@ from typing import Any
 from stellafleet.core.errors import PlanError, StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.plan import schema as planschema
-from stellafleet.plan.checks import TASK_ID, graph_problems, task_run_problems, text_problem
+from stellafleet.plan.schema import TASK_ID, graph_problems, task_run_problems, text_problem
 
 PLAN_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
 # Far above any real plan; reading stops there, so a path like /dev/zero is refused instead of read forever.
