@@ -22,8 +22,7 @@ from stellafleet.engine.loop import Engine, EngineOutcome, EventSink, system_pro
 from stellafleet.engine.progress import ProgressPrinter
 from stellafleet.engine.redact import Redactor, Transcript
 from stellafleet.engine.settings import DEFAULT_KEY_ENV, EngineSettings, load_settings, settings_problems
-from stellafleet.engine.tools import Committer, Toolbox
-from stellafleet.engine.workspace import ClaimFn, Workspace
+from stellafleet.engine.tools import ClaimFn, Committer, Toolbox, Workspace
 from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.state.claims import ClaimStore, Holder
