@@ -123,8 +123,7 @@ def eager_explanation(limit: int | None) -> str:
 
 
 def list_command(args: argparse.Namespace) -> int:
-    plan = load_plan(args.file)
-    return _doit(plan, ["list"])
+    return _doit(load_plan(args.file), ["list"])
 
 
 def info_command(args: argparse.Namespace) -> int:

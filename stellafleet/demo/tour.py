@@ -9,7 +9,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from stellafleet.core.errors import EXIT_OK, EXIT_TASK_FAILED, StellaError
 from stellafleet.core.paths import StatePaths
@@ -132,12 +132,6 @@ def run_fleet_process(root: Path) -> int:
     return done.returncode
 
 
-def ledger_failures(root: Path) -> list[tuple[Any, ...]]:
-    """The rows of FAILED_IN_LATEST_RUN: the failed attempts of the most recent run."""
-    with Ledger.open(StatePaths(root).fleet_db, readonly=True) as ledger:
-        return ledger.attempts.failed_in_latest_run()
-
-
 def check_outcome(root: Path) -> list[str]:
     """What differed from the design (empty: the demo behaved as designed)."""
     with Ledger.open(StatePaths(root).fleet_db, readonly=True) as ledger:
@@ -183,7 +177,9 @@ def show_results(out: IO[str], root: Path) -> None:
     _say(out)
     _say(out, "Which tasks failed in the most recent run, and what the worker said:")
     _say(out, f'$ sqlite3 .stella/private/fleet.db "{" ".join(FAILED_IN_LATEST_RUN.split())}"')
-    for row in ledger_failures(root):
+    with Ledger.open(StatePaths(root).fleet_db, readonly=True) as ledger:
+        failures = ledger.attempts.failed_in_latest_run()
+    for row in failures:
         _say(out, "|".join("" if cell is None else str(cell) for cell in row))
     _say(out)
 
