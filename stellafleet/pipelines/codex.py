@@ -306,8 +306,8 @@ class CodexPipeline(AgentCliPipeline):
         prompt = prompt_file(ctx, agent_prompt(ctx))
         run = run_agent(ctx, argv, on_line=follower, poll=session, stdin_path=prompt)
         follower.report_steps()
-        result = outcome(run, follower, ctx, priced=pricer is not None, model=model)
-        return result  # what it left uncommitted, the worker commits (worker/leftovers.py)
+        # what it left uncommitted, the worker commits (worker/leftovers.py)
+        return outcome(run, follower, ctx, priced=pricer is not None, model=model)
 
 
 def outcome(

@@ -99,13 +99,9 @@ def _pattern(pattern: str, instance: Any) -> str:
 
 def _first_repeat(values: list[Any]) -> Any:
     for index, value in enumerate(values):
-        if any(_same(value, other) for other in values[:index]):
+        if any(type(value) is type(other) and value == other for other in values[:index]):
             return value
     return values[0] if values else None
-
-
-def _same(left: Any, right: Any) -> bool:
-    return type(left) is type(right) and left == right
 
 
 TASK_ID = re.compile(ID_PATTERN)
