@@ -19,8 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from stellafleet.engine.tools import Toolbox
-from stellafleet.engine.workspace import Workspace
+from stellafleet.engine.tools import Toolbox, Workspace
 from stellafleet.git import gitops
 
 TARGET = 1.5

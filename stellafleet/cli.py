@@ -125,14 +125,6 @@ def misplaced_spend_limit(argv: Sequence[str]) -> str | None:
     return None
 
 
-def _apply_env_defaults(args: argparse.Namespace) -> None:
-    if args.spend_limit is None and os.environ.get("STELLA_SPEND_LIMIT"):
-        try:
-            args.spend_limit = _spend_limit(os.environ["STELLA_SPEND_LIMIT"])
-        except argparse.ArgumentTypeError as exc:
-            raise StellaError(f"STELLA_SPEND_LIMIT: {exc}") from None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     corrected = misplaced_spend_limit(argv)
@@ -153,7 +145,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             level=logging.DEBUG if args.verbose > 1 else logging.INFO if args.verbose else logging.WARNING,
             format="stella: %(message)s",
         )
-        _apply_env_defaults(args)
+        if args.spend_limit is None and os.environ.get("STELLA_SPEND_LIMIT"):
+            try:
+                args.spend_limit = _spend_limit(os.environ["STELLA_SPEND_LIMIT"])
+            except argparse.ArgumentTypeError as exc:
+                raise StellaError(f"STELLA_SPEND_LIMIT: {exc}") from None
         if args.directory:
             try:
                 os.chdir(args.directory)

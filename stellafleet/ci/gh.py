@@ -1,7 +1,5 @@
 """The GitHub CLI as a boundary: a small runner Protocol, the real runner, and the few gh calls watch makes.
-
-Everything goes through ``gh``, so the user's own ``gh auth login`` is all the setup there is.
-"""
+Everything goes through ``gh``, so the user's own ``gh auth login`` is all the setup there is."""
 
 from __future__ import annotations
 
@@ -9,15 +7,14 @@ import json
 import os
 import re
 import shutil
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from stellafleet.ci.targets import TaskWork
 from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.errors import EXIT_USAGE, StellaError
-from stellafleet.core.spend import money
 from stellafleet.core.status import CIState
 from stellafleet.core.words import duration_text
 from stellafleet.proc import runner
@@ -181,10 +178,7 @@ def fingerprint(runs: Sequence[CiRun]) -> tuple[tuple[int, int, str, str, str], 
 
 def ci_phase(runs: Sequence[CiRun]) -> str:
     complete = sum(1 for r in runs if r.status == "completed")
-    counts: dict[str, int] = {}
-    for r in runs:
-        if r.status != "completed":
-            counts[r.status or "unknown"] = counts.get(r.status or "unknown", 0) + 1
+    counts = Counter(r.status or "unknown" for r in runs if r.status != "completed")
     busy = ", ".join(f"{n} {status.replace('_', ' ')}" for status, n in sorted(counts.items()))
     return f"{complete}/{len(runs)} runs complete" + (f" ({busy})" if busy else "")
 
@@ -340,13 +334,3 @@ def with_status(body: str, block: str) -> str:
     if _STATUS_BLOCK.search(body):
         return _STATUS_BLOCK.sub(lambda _: block, body, count=1)
     return f"{body.rstrip()}\n\n{block}" if body.strip() else block
-
-
-def task_section(task: TaskWork, run_id: str) -> str:
-    """One task's part of a PR body: title, summary, spend and commits."""
-    listed = "\n".join(f"- `{sha[:12]}` {message}" for sha, message in task.commits) or "- (none)"
-    return (
-        f"## {task.title}\n\nTask `{task.id}` of stella fleet run `{run_id}`.\n\n"
-        f"### Summary\n\n{task.summary or '(no summary recorded)'}\n\n"
-        f"### Spend\n\n{money(task.spend_usd)}\n\n### Commits\n\n{listed}"
-    )

@@ -1,4 +1,5 @@
-"""Watch: push each branch with successful work, keep its PR's CI status current, report green or red."""
+"""Watch: push each branch with successful work, keep its PR's CI status current, report green or red
+(a line per branch change and a table at the end)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 from pathlib import Path
+from typing import ClassVar, TextIO
 
 from stellafleet.ci.fixci import CiFixer, FixRequest, failure_excerpt
 from stellafleet.ci.gh import (
@@ -19,18 +21,23 @@ from stellafleet.ci.gh import (
     latest_attempts,
     red_label,
     status_block,
-    task_section,
     with_status,
 )
-from stellafleet.ci.model import BranchWatch, WatchReporter, WatchResult
-from stellafleet.ci.report import ConsoleReporter
-from stellafleet.ci.targets import Target, branches_to_watch
+from stellafleet.ci.model import (
+    BranchWatch,
+    Target,
+    WatchReporter,
+    WatchResult,
+    branches_to_watch,
+    task_section,
+)
 from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.config import PROJECT_CONFIG, Config
 from stellafleet.core.configsections import WatchConfig
 from stellafleet.core.errors import EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import CIState
+from stellafleet.core.terminal import aligned, styled
 from stellafleet.core.words import duration_text
 from stellafleet.git import gitops
 from stellafleet.state.ledger import Ledger
@@ -312,3 +319,47 @@ def watch_run(
         result = watcher.run()
     reporter.finished(result)
     return result
+
+
+class ConsoleReporter:
+    def __init__(self, stream: TextIO, *, table: bool = True) -> None:
+        from rich.console import Console
+
+        self.console = Console(file=stream, highlight=False, soft_wrap=True)
+        self.table = table
+
+    _STYLE: ClassVar[dict[CIState, str]] = {
+        CIState.GREEN: "green",
+        CIState.RED: "bold red",
+        CIState.ERROR: "bold red",
+    }
+
+    def note(self, message: str) -> None:
+        self.console.print(styled(("watch:", "dim"), f" {message}"))
+
+    def changed(self, watch: BranchWatch) -> None:
+        pr = f" PR #{watch.pr_number}" if watch.pr_number is not None else ""
+        if self.console.is_terminal:
+            state = (watch.state, self._STYLE.get(watch.state, "cyan"))
+            self.console.print(styled((watch.branch, "bold"), f"{pr} ", state, f" {watch.phase}"))
+        else:
+            self.console.print(styled(f"watch: {watch.branch}{pr}: {watch.state}: {watch.phase}"))
+
+    def finished(self, result: WatchResult) -> None:
+        if not self.table or not result.branches:
+            return
+        from rich.table import Table
+
+        rows = [
+            (b.branch, b.pr_url or "-", str(b.state), b.conclusion or "-", b.reason or "-")
+            for b in result.branches
+        ]
+        headers = ("branch", "PR", "state", "conclusion", "reason")
+        if not self.console.is_terminal:
+            for line in aligned([headers, *rows]):
+                self.console.print(styled(line))
+            return
+        table = Table(*headers, title=f"watch: run {result.run_id}")
+        for row in rows:
+            table.add_row(*map(styled, row))
+        self.console.print(table)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from stellafleet.core.errors import EXIT_USAGE
 
 if TYPE_CHECKING:
     from stellafleet.core.config import Config
@@ -19,6 +22,12 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
     return value
+
+
+def usage(parser: argparse.ArgumentParser) -> int:
+    """A command group given no subcommand: its help on stderr, exit 2."""
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
 
 
 def config_file_arg(args: argparse.Namespace) -> Path | None:

@@ -7,10 +7,10 @@ import dataclasses
 import sys
 from typing import Any
 
-from stellafleet.commands import config_file_arg, repository_or_none
+from stellafleet.commands import config_file_arg, repository_or_none, usage
 from stellafleet.core import configschema, jsontext
 from stellafleet.core.config import DEFAULT_SOURCE, Config, config_files, load_config
-from stellafleet.core.errors import EXIT_OK, EXIT_USAGE
+from stellafleet.core.errors import EXIT_OK
 
 Leaf = tuple[tuple[str, ...], Any, str]  # a key's path, its value, where the value came from
 
@@ -25,7 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "Every file is checked against the bundled schema: any problem stops every command with exit 2."
         ),
     )
-    parser.set_defaults(func=lambda args: _usage(parser))
+    parser.set_defaults(func=lambda args: usage(parser))
     sub = parser.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
     show = sub.add_parser(
         "show", help="every setting in effect and where it came from (exit 2 naming every problem)"
@@ -130,8 +130,3 @@ def _toml(value: Any) -> str:
     if isinstance(value, int | float | str):
         return jsontext.dumps(value, ensure_ascii=False)
     return jsontext.dumps(str(value))
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return EXIT_USAGE

@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         check_timeout=settings.check_timeout,
         check_tail_lines=settings.check_tail_lines,
     )
+    progress = None if args.json else print_item
     if args.via_gh:
         from stellafleet.merge.viagh import merge_via_gh
 
@@ -79,23 +80,18 @@ def run(args: argparse.Namespace) -> int:
             raise StellaError(
                 "--resolve resolves conflicts locally; it does not go with --via-gh", exit_code=2
             )
+        result = merge_via_gh(root, options, config.watch, progress=progress)
+    else:
+        make_resolver = None
+        if args.resolve:
+            from stellafleet.merge.resolve import Resolver
 
-        result = merge_via_gh(root, options, config.watch, progress=None if args.json else print_item)
-        if args.json:
-            print(jsontext.dumps(result.to_json(), indent=2))
-        else:
-            print_summary(result)
-        return result.exit_code
-    make_resolver = None
-    if args.resolve:
-        from stellafleet.merge.resolve import Resolver
+            limit = getattr(args, "spend_limit", None)
 
-        limit = getattr(args, "spend_limit", None)
+            def make_resolver(ledger: Ledger, run_id: str) -> Resolver:
+                return Resolver(root, ledger, run_id, config, limit, config_file_arg(args))
 
-        def make_resolver(ledger: Ledger, run_id: str) -> Resolver:
-            return Resolver(root, ledger, run_id, config, limit, config_file_arg(args))
-
-    result = merge_run(root, options, progress=None if args.json else print_item, make_resolver=make_resolver)
+        result = merge_run(root, options, progress=progress, make_resolver=make_resolver)
     if args.json:
         print(jsontext.dumps(result.to_json(), indent=2))
     else:

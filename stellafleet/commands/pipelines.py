@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 from importlib.metadata import EntryPoint
 from typing import Any
 
@@ -11,7 +12,8 @@ from stellafleet.commands import command_config
 from stellafleet.core import jsontext
 from stellafleet.core.config import Config
 from stellafleet.core.errors import EXIT_OK, StellaError
-from stellafleet.pipelines.agentcli import AgentCliPipeline, find_cli
+from stellafleet.core.terminal import aligned
+from stellafleet.pipelines.agentcli import AgentCliPipeline
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -53,7 +55,7 @@ def describe(name: str, entry: EntryPoint, config: Config) -> dict[str, Any]:
             wraps = getattr(pipeline, "wraps", None)  # optional (the Pipeline protocol says so)
             if isinstance(wraps, str) and wraps:
                 info["wraps"] = wraps
-                info["cli_path"] = find_cli(wraps)
+                info["cli_path"] = shutil.which(wraps)
             info["version"] = pipeline.version()
         info["problem"] = pipeline.preflight(config)
     except StellaError as exc:
@@ -84,11 +86,7 @@ def render_table(rows: list[dict[str, Any]]) -> str:
                 row["description"] or "",
             )
         )
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in table
-    ]
+    lines = aligned(table)
     problems = [_problem_lines(row["name"], row["problem"]) for row in rows if row["problem"]]
     if problems:
         lines += ["", "not ready:", *problems]
@@ -96,8 +94,7 @@ def render_table(rows: list[dict[str, Any]]) -> str:
 
 
 def _problem_lines(name: str, problem: str) -> str:
-    prefix = f"pipeline {name}: "
-    text = problem[len(prefix) :] if problem.startswith(prefix) else problem
+    text = problem.removeprefix(f"pipeline {name}: ")
     return "\n".join(f"    {line}" if i else f"  {name}: {line}" for i, line in enumerate(text.splitlines()))
 
 

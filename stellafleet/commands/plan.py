@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from stellafleet import pipelines
-from stellafleet.commands import positive_int
+from stellafleet.commands import positive_int, usage
 from stellafleet.core import jsontext
 from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, PlanError, StellaError
 from stellafleet.core.terminal import printable, single_line, styled
@@ -23,7 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="check and show plan files (nothing runs)",
         description="Check plan files and show their waves and graph; nothing runs.",
     )
-    parser.set_defaults(func=lambda args: _usage(parser))
+    parser.set_defaults(func=lambda args: usage(parser))
     sub = parser.add_subparsers(dest="plan_command", metavar="SUBCOMMAND")
 
     check = sub.add_parser("check", help="validate plans; print each problem; exit 2 on any")
@@ -122,8 +122,7 @@ def eager_explanation(limit: int | None) -> str:
 
 
 def list_command(args: argparse.Namespace) -> int:
-    plan = load_plan(args.file)
-    return _doit(plan, ["list"])
+    return _doit(load_plan(args.file), ["list"])
 
 
 def info_command(args: argparse.Namespace) -> int:
@@ -135,11 +134,6 @@ def info_command(args: argparse.Namespace) -> int:
 def schema_command(args: argparse.Namespace) -> int:
     sys.stdout.write(planschema.schema_text())
     return EXIT_OK
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return EXIT_USAGE
 
 
 def _doit(plan: Plan, argv: list[str]) -> int:

@@ -115,9 +115,8 @@ def fmt_base(run: dict[str, Any]) -> str:
 
 def fmt_tasks(tasks: dict[str, int]) -> str:
     succeeded, failed, skipped = (tasks[status] for status in SETTLED_STATUSES)
-    text = f"{succeeded} ok, {failed} failed, {skipped} skipped"
     extra = [f"{tasks[k]} {k}" for k in OTHER_STATUSES if tasks.get(k)]
-    return text + (", " + ", ".join(extra) if extra else "")
+    return ", ".join([f"{succeeded} ok, {failed} failed, {skipped} skipped", *extra])
 
 
 def fmt_task_counts(tasks: dict[str, int], no_commits: int = 0) -> str:

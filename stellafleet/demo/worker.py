@@ -48,20 +48,15 @@ def wait_for_the_conflict(ctx: WorkerContext) -> None:
         time.sleep(POLL_S)
 
 
-def write_files(ctx: WorkerContext, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        path = ctx.workspace / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
 def run_task(ctx: WorkerContext, result_file: str) -> int:
     """Edit, commit and report the task; the exit status is the task's."""
     files = FILES[ctx.task_id]
     if ctx.task_id in CONFLICTING:
         wait_for_the_conflict(ctx)
     time.sleep(THINKING_S)
-    write_files(ctx, files)
+    for rel, text in files.items():
+        (ctx.workspace / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ctx.workspace / rel).write_text(text)
     title = ctx.task_title or ctx.task_id
     done = runner.run([sys.executable, "-m", "stellafleet", "commit", "-m", title, *files], session=False)
     print(done.stdout.strip() or done.stderr.strip())

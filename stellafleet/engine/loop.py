@@ -23,8 +23,8 @@ from stellafleet.engine.messages import (
     UserText,
     text_size,
 )
+from stellafleet.engine.redact import Transcript
 from stellafleet.engine.tools import Toolbox
-from stellafleet.engine.transcript import Transcript
 
 EventSink = Callable[[str, dict[str, Any]], None]
 

@@ -11,6 +11,12 @@ from stellafleet.core.spend import money
 _MAIN_ARGUMENT = ("path", "pattern", "message", "command", "summary")
 
 
+def short(text: str, limit: int = 300) -> str:
+    """text on one line, cut to limit characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
 def describe_call(name: str, arguments: str, limit: int = 70) -> str:
     """`read_file src/app.py`: the tool and its telling argument, short."""
     try:
@@ -25,10 +31,7 @@ def describe_call(name: str, arguments: str, limit: int = 70) -> str:
                 break
     elif arguments:
         detail = "(malformed arguments)"
-    detail = " ".join(detail.split())
-    if len(detail) > limit:
-        detail = detail[: limit - 3] + "..."
-    return f"{name} {detail}".rstrip()
+    return f"{name} {short(detail, limit)}".rstrip()
 
 
 class ProgressPrinter:

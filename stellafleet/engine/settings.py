@@ -31,10 +31,6 @@ class EngineSettings:
     shell: bool
     shell_timeout: float
 
-    @property
-    def local(self) -> bool:
-        return is_loopback(self.base_url)
-
     def api_key(self, env: Mapping[str, str] | None = None) -> str | None:
         """The key from the environment, or None (fine for a local server)."""
         env = os.environ if env is None else env

@@ -1,20 +1,163 @@
-"""The engine's tools: files, search, git, commit, finish, an opt-in shell; none touches the whole tree."""
+"""The engine's tools (files, search, git, commit, finish, an opt-in shell), each with its JSON Schema
+parameters, and the workspace they may touch: every path confined to it, every shared-tree write claimed."""
 
 from __future__ import annotations
 
 import json
 import os
+import posixpath
 import tomllib
 from collections.abc import Callable, Mapping
-from pathlib import Path
+from dataclasses import dataclass, field
+from pathlib import Path, PureWindowsPath
 from typing import Any
 
+from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.engine.errors import Finished, FormatError, ToolFailure
 from stellafleet.engine.messages import ToolSpec
-from stellafleet.engine.tooldef import Tool, param
-from stellafleet.engine.workspace import Workspace
 from stellafleet.git import gitops
 from stellafleet.proc import runner
+
+ClaimFn = Callable[[str], None]  # raises ClaimConflict when another live worker holds the path
+
+
+@dataclass
+class Workspace:
+    root: Path
+    claim: ClaimFn | None = None
+    written: dict[str, None] = field(default_factory=dict)  # every path written, in order
+    uncommitted: dict[str, None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root).resolve()
+
+    def relative(self, given: str) -> str:
+        """The normalised workspace-relative spelling of a path the model gave, or ToolFailure."""
+        if not isinstance(given, str) or not given.strip():
+            raise ToolFailure("path is empty: give a path relative to the workspace")
+        text = given.strip().replace("\\", "/")
+        if text.startswith(("/", "~")) or PureWindowsPath(given).drive:
+            raise ToolFailure(f"{given}: absolute paths are refused; give a path relative to the workspace")
+        normal = posixpath.normpath(text)
+        if normal == ".." or normal.startswith("../"):
+            raise ToolFailure(f"{given}: the path climbs out of the workspace; stay inside it")
+        return normal
+
+    def resolve(self, given: str) -> tuple[Path, str]:
+        """(absolute path, workspace-relative path) after following symlinks; refused if it leaves."""
+        rel = self.relative(given)
+        full = (self.root / rel).resolve()
+        if full != self.root and not full.is_relative_to(self.root):
+            raise ToolFailure(f"{given}: the path leads outside the workspace through a symlink; refused")
+        real_rel = full.relative_to(self.root).as_posix() if full != self.root else "."
+        return full, real_rel
+
+    def resolve_for_write(self, given: str) -> tuple[Path, str]:
+        full, rel = self.resolve(given)
+        first = rel.split("/", 1)[0]
+        if rel == "." or first == ".git" or any((rel + "/").startswith(d) for d in EXCLUDED_DIRS):
+            raise ToolFailure(f"{given}: writing there is refused (repository or stella state, not work)")
+        if full.is_dir():
+            raise ToolFailure(f"{given}: is a directory; name a file")
+        return full, rel
+
+    def take_claim(self, rel: str) -> None:
+        """The implicit claim before a write (shared tree only); ClaimConflict goes back to the model."""
+        if self.claim is not None:
+            self.claim(rel)
+
+    def record_write(self, rel: str) -> None:
+        self.written[rel] = None
+        self.uncommitted[rel] = None
+
+
+_JSON_TYPE = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return _JSON_TYPE.get(type(value), type(value).__name__)
+
+
+def param(kind: str, description: str) -> dict[str, Any]:
+    if kind == "array":
+        return {"type": "array", "items": {"type": "string"}, "description": description}
+    return {"type": kind, "description": description}
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    params: dict[str, dict[str, Any]]
+    required: tuple[str, ...]
+    run: Callable[[dict[str, Any]], str]
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(
+            self.name,
+            self.description,
+            {"type": "object", "properties": self.params, "required": list(self.required)},
+        )
+
+    def check(self, args: Any) -> dict[str, Any]:
+        """The arguments, type-checked (numbers and booleans given as text are accepted); FormatError."""
+        takes = ", ".join(self.params) or "no arguments"
+        if not isinstance(args, dict):
+            raise FormatError(
+                f"{self.name}: the arguments must be a JSON object, not {_kind(args)} ({takes})"
+            )
+        unknown = [k for k in args if k not in self.params]
+        if unknown:
+            raise FormatError(f"{self.name}: unknown argument {unknown[0]!r} (it takes: {takes})")
+        missing = [k for k in self.required if args.get(k) is None]
+        if missing:
+            raise FormatError(f"{self.name}: missing required argument {missing[0]!r} (it takes: {takes})")
+        checked: dict[str, Any] = {}
+        for key, value in args.items():
+            if value is None:
+                continue
+            kind = self.params[key]["type"]
+            checked[key] = _coerce(self.name, key, kind, value)
+        return checked
+
+
+def _coerce(tool: str, key: str, kind: str, value: Any) -> Any:
+    bad = FormatError(
+        f"{tool}: argument {key!r} must be {'an' if kind[0] in 'aio' else 'a'} {kind}, got {_kind(value)}"
+    )
+    if kind == "string":
+        if not isinstance(value, str):
+            raise bad
+        return value
+    if kind == "integer":
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+        raise bad
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise bad
+    if kind == "array":
+        if isinstance(value, str):
+            return [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad
+        return value
+    raise AssertionError(kind)
+
 
 Committer = Callable[[list[str], str], str]  # (paths, message) -> commit SHA
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import InitVar, dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 
@@ -17,6 +18,8 @@ from stellafleet.engine.redact import Redactor
 from stellafleet.engine.settings import EngineSettings
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+BACKOFF_BASE_S = 1.0  # doubled after each failed attempt, up to BACKOFF_MAX_S
+BACKOFF_MAX_S = 30.0
 
 
 def retry_after_seconds(value: str | None, now_wall: float) -> float | None:
@@ -40,33 +43,21 @@ def _excerpt(text: str, limit: int = 200) -> str:
     return flat if len(flat) <= limit else flat[:limit] + "..."
 
 
+@dataclass(kw_only=True)
 class HttpTransport:
-    def __init__(
-        self,
-        *,
-        label: str,
-        url: str,
-        headers: Mapping[str, str],
-        timeout: float,
-        max_retries: int,
-        clock: Clock,
-        redact: Redactor,
-        wall: Callable[[], float] = time.time,
-        backoff_base: float = 1.0,
-        backoff_max: float = 30.0,
-        max_retry_after: float = 300.0,
-        limits: LimitReporter | None = None,
-    ) -> None:
-        self.label = label
-        self.url = url
-        self.max_retries = max_retries
-        self.clock = clock
-        self.redact = redact
-        self.wall = wall
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
-        self.max_retry_after = max_retry_after
-        self.limits = limits
+    label: str
+    url: str
+    headers: InitVar[Mapping[str, str]]
+    timeout: InitVar[float]
+    max_retries: int
+    clock: Clock
+    redact: Redactor
+    wall: Callable[[], float] = time.time
+    max_retry_after: float = 300.0
+    limits: LimitReporter | None = None
+    http: httpx.Client = field(init=False)
+
+    def __post_init__(self, headers: Mapping[str, str], timeout: float) -> None:
         self.http = httpx.Client(headers=dict(headers), timeout=timeout)
 
     def close(self) -> None:
@@ -106,7 +97,7 @@ class HttpTransport:
                 wait = self._asked_wait(response)
                 self._report_limit(status, wait, response.text, detail)
             if wait is None:
-                wait = min(self.backoff_base * 2 ** (attempt - 1), self.backoff_max)
+                wait = min(BACKOFF_BASE_S * 2 ** (attempt - 1), BACKOFF_MAX_S)
             self.clock.sleep(min(wait, self.max_retry_after))
         raise AssertionError("unreachable")
 

@@ -1,12 +1,15 @@
-"""The observatory's HTTP server: one static page and a read-only JSON API, under a strict CSP."""
+"""The observatory's HTTP server: one static page and a read-only JSON API, under a strict CSP; an
+attempt's log and transcript served in byte ranges, only the recorded files inside the ledger's directory."""
 
 from __future__ import annotations
 
 import errno
 import ipaddress
 import logging
+import os
 import re
 import socket
+import stat
 import sys
 import time
 from functools import cache
@@ -19,8 +22,98 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from stellafleet.core import jsontext
 from stellafleet.core.errors import EXIT_USAGE, StellaError
-from stellafleet.observatory import logs
+from stellafleet.core.status import AttemptOutcome
 from stellafleet.state import dashboard, views
+from stellafleet.state.ledger import Ledger
+
+CHUNK_DEFAULT = 64 * 1024
+CHUNK_MAX = 1024 * 1024
+KINDS = {"log": "log_path", "transcript": "transcript_path"}
+
+
+class LogRefused(StellaError):
+    """The ledger's recorded path points outside the ledger's directory (or is not a regular file)."""
+
+
+def _utf8_window(data: bytes, *, trim_start: bool) -> tuple[int, int]:
+    """(skip, keep): whole characters only at both ends of a chunk, offsets byte-exact."""
+    skip = 0
+    if trim_start:
+        while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
+            skip += 1
+    end = len(data)
+    for back in range(1, min(4, end - skip) + 1):
+        byte = data[end - back]
+        if byte & 0xC0 == 0x80:
+            continue  # a continuation byte: look further back for the lead byte
+        need = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4 if byte & 0xF8 == 0xF0 else 1
+        if need > back:
+            end -= back  # an incomplete last character: the next read starts at its lead byte
+        break
+    return skip, end
+
+
+def open_recorded(recorded: str, private_dir: Path) -> int:
+    """A read-only descriptor on the recorded file if it lies inside private_dir; LogRefused otherwise."""
+    real = Path(os.path.realpath(recorded))
+    if not real.is_relative_to(Path(os.path.realpath(private_dir))):
+        raise LogRefused("the recorded path is outside the ledger's directory; it is not served")
+    # O_NONBLOCK: a FIFO planted at the path must not hang the server; fstat below refuses it
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise LogRefused("the recorded path is not a regular file; it is not served")
+    return fd
+
+
+def read_range(fd: int, *, offset: int | None, tail: int | None, limit: int) -> dict[str, Any]:
+    """Bytes [offset, offset + limit) of the file, or its last `tail` bytes; trimmed to whole characters."""
+    size = os.fstat(fd).st_size
+    start = max(0, size - tail) if tail is not None else min(offset or 0, size)
+    length = min(tail if tail is not None else limit, size - start)
+    data = os.pread(fd, length, start) if length > 0 else b""
+    skip, keep = _utf8_window(data, trim_start=start > 0)
+    return {
+        "offset": start + skip,
+        "next": start + keep,
+        "size": size,
+        "text": data[skip:keep].decode("utf-8", errors="replace"),
+    }
+
+
+def attempt_log(
+    ledger_path: Path, attempt_id: int, kind: str, *, offset: int | None, tail: int | None, limit: int
+) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, JSON payload) for GET /api/attempts/<id>/<kind>."""
+    with Ledger.open(ledger_path, readonly=True) as reads:
+        attempt = reads.attempts.files(attempt_id)
+    if attempt is None:
+        return HTTPStatus.NOT_FOUND, {"error": f"no attempt {attempt_id} in the ledger"}
+    payload: dict[str, Any] = {
+        "attempt": attempt_id,
+        "kind": kind,
+        "running": attempt["outcome"] == AttemptOutcome.RUNNING,
+        "path": attempt[KINDS[kind]],
+        "exists": False,
+        "offset": 0,
+        "next": 0,
+        "size": 0,
+        "text": "",
+    }
+    if not attempt[KINDS[kind]]:
+        return HTTPStatus.OK, payload  # nothing recorded (a pipeline without a transcript)
+    try:
+        fd = open_recorded(attempt[KINDS[kind]], ledger_path.parent)
+    except LogRefused as exc:
+        return HTTPStatus.FORBIDDEN, {"error": str(exc)}
+    except OSError:
+        return HTTPStatus.OK, payload  # not written yet (the worker has not started) or already removed
+    try:
+        payload.update(read_range(fd, offset=offset, tail=tail, limit=limit), exists=True)
+    finally:
+        os.close(fd)
+    return HTTPStatus.OK, payload
+
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +236,10 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
             self._dispatch(head=head)
         except ConnectionError:  # the browser went away: nobody to answer
             pass
+        except _Refusal as exc:
+            self._send_json(exc.status, {"error": str(exc)}, head=head)
+        except StellaError as exc:  # the ledger could not be read
+            self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}, head=head)
         except Exception as exc:  # a bug answers with a JSON error instead of dropping the connection
             log.debug("%s failed", self.path, exc_info=True)
             self._send_json(
@@ -151,8 +248,7 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
 
     def _dispatch(self, *, head: bool) -> None:
         if not self._host_allowed():
-            self._send_json(HTTPStatus.MISDIRECTED_REQUEST, {"error": "unexpected Host header"}, head=head)
-            return
+            raise _Refusal(HTTPStatus.MISDIRECTED_REQUEST, "unexpected Host header")
         parts = urlsplit(self.path)
         path = parts.path
         if path in STATIC_FILES:
@@ -171,48 +267,39 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         elif path == "/favicon.ico":
             self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon", head=True)
         else:
-            self._send_json(HTTPStatus.NOT_FOUND, {"error": f"no such page: {path}"}, head=head)
+            raise _Refusal(HTTPStatus.NOT_FOUND, f"no such page: {path}")
 
     def _int_param(self, query: dict[str, list[str]], name: str, default: int, low: int, high: int) -> int:
         raw = query.get(name, [str(default)])[-1]
         value = whole_number(raw)
         if value is None:
-            raise StellaError(f"{name} must be a whole number, not {raw[:40]!r}")
+            raise _Refusal(HTTPStatus.BAD_REQUEST, f"{name} must be a whole number, not {raw[:40]!r}")
         if not low <= value <= high:
-            raise StellaError(f"{name} must be between {low} and {high}, not {value}")
+            raise _Refusal(HTTPStatus.BAD_REQUEST, f"{name} must be between {low} and {high}, not {value}")
         return value
 
+    def _ledger(self) -> Path:
+        """The ledger file; a 404 until a fleet has created it."""
+        if not self.server.ledger_path.exists():
+            raise _Refusal(HTTPStatus.NOT_FOUND, "no fleet runs recorded yet")
+        return self.server.ledger_path
+
     def _api_runs(self, query: dict[str, list[str]], *, head: bool) -> None:
-        try:
-            limit = self._int_param(query, "limit", PAGE_LIMIT_DEFAULT, 1, PAGE_LIMIT_MAX)
-            offset = self._int_param(query, "offset", 0, 0, 2**62)
-        except StellaError as exc:
-            self._send_json(HTTPStatus.BAD_REQUEST, {"error": str(exc)}, head=head)
-            return
-        try:
-            page = dashboard.runs_page_with_spend(
-                self.server.ledger_path, limit=limit, offset=offset, now_ms=_now_ms()
-            )
-        except StellaError as exc:
-            self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}, head=head)
-            return
+        limit = self._int_param(query, "limit", PAGE_LIMIT_DEFAULT, 1, PAGE_LIMIT_MAX)
+        offset = self._int_param(query, "offset", 0, 0, 2**62)
+        page = dashboard.runs_page_with_spend(
+            self.server.ledger_path, limit=limit, offset=offset, now_ms=_now_ms()
+        )
         page["poll_ms"] = self.server.poll_ms
         self._send_json(HTTPStatus.OK, page, head=head)
 
     def _api_run(self, ref: str, *, first_view: bool, head: bool) -> None:
         """GET /api/runs/<ref>: the whole run document; GET /api/runs/<ref>/page: the page's first view."""
-        if not self.server.ledger_path.exists():
-            self._send_json(HTTPStatus.NOT_FOUND, {"error": "no fleet runs recorded yet"}, head=head)
-            return
         load = dashboard.load_first_view if first_view else dashboard.load_run_page
         try:
-            doc = load(self.server.ledger_path, ref, now_ms=_now_ms())
+            doc = load(self._ledger(), ref, now_ms=_now_ms())
         except views.UnknownRun as exc:
-            self._send_json(HTTPStatus.NOT_FOUND, {"error": str(exc)}, head=head)
-            return
-        except StellaError as exc:
-            self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}, head=head)
-            return
+            raise _Refusal(HTTPStatus.NOT_FOUND, str(exc)) from None
         doc["poll_ms"] = self.server.poll_ms
         self._send_json(HTTPStatus.OK, doc, head=head)
 
@@ -220,49 +307,31 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         """GET /api/attempts/<id>: what the attempt panel shows beyond its bar (summary, error, commits)."""
         attempt_id = whole_number(raw_id)
         if attempt_id is None:
-            self._send_json(
-                HTTPStatus.NOT_FOUND, {"error": f"no such page: /api/attempts/{raw_id[:40]}"}, head=head
-            )
-            return
-        if not self.server.ledger_path.exists():
-            self._send_json(HTTPStatus.NOT_FOUND, {"error": "no fleet runs recorded yet"}, head=head)
-            return
-        try:
-            found = dashboard.load_attempt(self.server.ledger_path, attempt_id, now_ms=_now_ms())
-        except StellaError as exc:
-            self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}, head=head)
-            return
+            raise _Refusal(HTTPStatus.NOT_FOUND, f"no such page: /api/attempts/{raw_id[:40]}")
+        found = dashboard.load_attempt(self._ledger(), attempt_id, now_ms=_now_ms())
         if found is None:
-            self._send_json(
-                HTTPStatus.NOT_FOUND, {"error": f"no attempt {attempt_id} in the ledger"}, head=head
-            )
-            return
+            raise _Refusal(HTTPStatus.NOT_FOUND, f"no attempt {attempt_id} in the ledger")
         self._send_json(HTTPStatus.OK, found, head=head)
 
     def _api_attempt_log(self, rest: str, query: dict[str, list[str]], *, head: bool) -> None:
         """GET /api/attempts/<id>/log|transcript?offset=N&limit=M, or ?tail=N for the last N bytes."""
         raw_id, _, kind = rest.partition("/")
         attempt = whole_number(raw_id)
-        if attempt is None or kind not in logs.KINDS:
-            self._send_json(HTTPStatus.NOT_FOUND, {"error": f"no such page: /api/attempts/{rest}"}, head=head)
-            return
-        try:
-            limit = self._int_param(query, "limit", logs.CHUNK_DEFAULT, 1, logs.CHUNK_MAX)
-            offset = self._int_param(query, "offset", 0, 0, 2**62)
-            tail = self._int_param(query, "tail", 0, 0, logs.CHUNK_MAX) if "tail" in query else None
-        except StellaError as exc:
-            self._send_json(HTTPStatus.BAD_REQUEST, {"error": str(exc)}, head=head)
-            return
-        if not self.server.ledger_path.exists():
-            self._send_json(HTTPStatus.NOT_FOUND, {"error": "no fleet runs recorded yet"}, head=head)
-            return
-        try:
-            status, payload = logs.attempt_log(
-                self.server.ledger_path, attempt, kind, offset=offset, tail=tail, limit=limit
-            )
-        except StellaError as exc:
-            status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}
+        if attempt is None or kind not in KINDS:
+            raise _Refusal(HTTPStatus.NOT_FOUND, f"no such page: /api/attempts/{rest}")
+        limit = self._int_param(query, "limit", CHUNK_DEFAULT, 1, CHUNK_MAX)
+        offset = self._int_param(query, "offset", 0, 0, 2**62)
+        tail = self._int_param(query, "tail", 0, 0, CHUNK_MAX) if "tail" in query else None
+        status, payload = attempt_log(self._ledger(), attempt, kind, offset=offset, tail=tail, limit=limit)
         self._send_json(status, payload, head=head)
+
+
+class _Refusal(Exception):
+    """A request answered with an error status and one line saying why."""
+
+    def __init__(self, status: int, error: str) -> None:
+        super().__init__(error)
+        self.status = status
 
 
 _WHOLE = re.compile(r"-?[0-9]{1,18}")  # ASCII digits ('²'.isdigit() is true), below SQLite's 2**63

@@ -1,9 +1,13 @@
-"""An agent CLI as a pipeline: its `[pipelines.<name>]` settings, its preflight and its version."""
+"""An agent CLI as a pipeline: its `[pipelines.<name>]` settings, its preflight and its version; what the
+wrapped agent gets: its environment, its prompt with the commit rules, a scratch directory."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from stellafleet.core.config import Config
@@ -22,11 +26,6 @@ class CliSettings:
     max_turns: int | None = None
 
 
-def find_cli(binary: str) -> str | None:
-    """The full path of binary (a name looked up on PATH, or a path), or None when it is not there."""
-    return shutil.which(binary)
-
-
 class AgentCliPipeline:
     """Base of the wrappers: config, preflight and version for one agent CLI. Subclasses add `run`."""
 
@@ -43,7 +42,7 @@ class AgentCliPipeline:
         return CliSettings(binary, table.extra_args, table.model, table.max_turns)
 
     def cli_path(self, config: Config) -> str | None:
-        return find_cli(self.settings(config).binary)
+        return shutil.which(self.settings(config).binary)
 
     def preflight(
         self, config: Config, *, spend_limited: bool = False, model: str | None = None
@@ -53,7 +52,7 @@ class AgentCliPipeline:
             binary = self.settings(config).binary
         except StellaError as exc:
             return str(exc)
-        if find_cli(binary) is None:
+        if shutil.which(binary) is None:
             return (
                 f"pipeline {self.name}: {self.display_name} CLI {binary!r} not found on PATH: "
                 f"install it with `{self.install_hint}` "
@@ -64,7 +63,7 @@ class AgentCliPipeline:
     def version(self, config: Config | None = None) -> str | None:
         """The first line `binary --version` prints, or None when it cannot be run."""
         try:
-            path = find_cli(self.default_binary if config is None else self.settings(config).binary)
+            path = shutil.which(self.default_binary if config is None else self.settings(config).binary)
         except StellaError:
             return None
         try:
@@ -80,3 +79,54 @@ class AgentCliPipeline:
 def model_for(ctx: WorkerContext, settings: CliSettings) -> str | None:
     """The task's own model wins over the wrapper's configured one; None lets the CLI choose."""
     return ctx.model or settings.model
+
+
+def scratch_dir(ctx: WorkerContext) -> Path:
+    """A private directory for this attempt's wrapper files (settings, logs), outside the work tree."""
+    path = ctx.paths.private / "pipelines" / ctx.run_id / f"{ctx.task_id}-{ctx.attempt_id}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def agent_env(ctx: WorkerContext) -> dict[str, str]:
+    """The CLI's environment: ours, the worker context and this installation's `stella` first on PATH."""
+    env = dict(os.environ)
+    env.update(ctx.to_env())
+    bin_dir = str(Path(sys.executable).parent)
+    if (Path(bin_dir) / "stella").exists():
+        parts = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir]
+        env["PATH"] = os.pathsep.join([bin_dir, *parts])
+    return env
+
+
+def commit_instructions(ctx: WorkerContext) -> str:
+    if ctx.shared:
+        return (
+            "You are one of several agents working in the same git working tree at the same time.\n"
+            "- Change only the files this task needs. If an edit is refused because another task holds the "
+            "file, do not retry it: work around it or say so in your final answer.\n"
+            "- Do not run `git add`, `git commit`, `git stash`, `git reset`, `git checkout` or "
+            "`git restore`: they would sweep in or discard other agents' work.\n"
+            '- To commit, run `stella commit -m "<message>" <path> [<path> ...]`, naming exactly the files '
+            "you changed. It commits only those paths and records the commit for this task.\n"
+            "- End with a short summary of what you did."
+        )
+    branch = f" on branch {ctx.branch}" if ctx.branch else ""
+    return (
+        f"You are working in your own git worktree{branch}; no one else writes here.\n"
+        '- Commit your finished work before you stop (`git add <paths>` then `git commit -m "<message>"`, '
+        'or `stella commit -m "<message>" <path> ...`). Every commit on this branch is recorded for '
+        "this task; uncommitted changes are not part of the result.\n"
+        "- End with a short summary of what you did."
+    )
+
+
+def agent_prompt(ctx: WorkerContext) -> str:
+    return f"{ctx.prompt.rstrip()}\n\n---\n{commit_instructions(ctx)}\n"
+
+
+def prompt_file(ctx: WorkerContext, prompt: str) -> Path:
+    """prompt in a file of the attempt's scratch directory (one argument holds at most 128 KiB)."""
+    path = scratch_dir(ctx) / "prompt.md"
+    path.write_text(prompt, encoding="utf-8")
+    return path

@@ -27,23 +27,35 @@ class PipelineResult:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PipelineResult:
         """The result a worker wrote, each amount read on its own (one bad field never costs the others)."""
-
-        def amount(key: str, check: Callable[[object, str], float]) -> Any:
-            try:
-                return check(data.get(key) or 0, key)
-            except ValueError:
-                return 0
-
         error = data.get("error")
+        usd, tokens_in, tokens_out, steps = read_amounts(data)
         return cls(
             success=data.get("success") is True,
             summary=str(data.get("summary") or ""),
             error=None if error is None else str(error),
-            spend_usd=float(amount("spend_usd", check_usd)),
-            input_tokens=int(amount("input_tokens", check_count)),
-            output_tokens=int(amount("output_tokens", check_count)),
-            steps=int(amount("steps", check_count)),
+            spend_usd=usd,
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+            steps=steps,
         )
+
+
+def read_amounts(
+    data: dict[str, Any], problems: list[str] | None = None, prefix: str = ""
+) -> tuple[float, int, int, int]:
+    """Dollars, tokens in and out, and steps, each read on its own: a bad one counts 0, its problem noted."""
+
+    def amount(key: str, check: Callable[[object, str], float]) -> float:
+        try:
+            return check(data.get(key) or 0, key)
+        except ValueError as exc:
+            if problems is not None:
+                problems.append(f"{prefix}{exc}")
+            return 0
+
+    usd = float(amount("spend_usd", check_usd))  # first: problems are said in this order
+    counts = [int(amount(key, check_count)) for key in ("input_tokens", "output_tokens", "steps")]
+    return usd, counts[0], counts[1], counts[2]
 
 
 class Pipeline(Protocol):

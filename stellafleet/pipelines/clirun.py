@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.pipelines.agentenv import agent_env
+from stellafleet.pipelines.agentcli import agent_env
 from stellafleet.proc import runner
 from stellafleet.proc.runner import signal_description
 
@@ -136,14 +136,6 @@ def _start(run: CliRun, cwd: Path, env: Mapping[str, str], stdin_path: Path | No
         return None
 
 
-def _start_readers(proc: runner.Process, output: _Output) -> list[threading.Thread]:
-    pipes = ((output.read_stdout, proc.stdout), (output.read_stderr, proc.stderr))
-    readers = [threading.Thread(target=read, args=(pipe,), daemon=True) for read, pipe in pipes]
-    for reader in readers:
-        reader.start()
-    return readers
-
-
 def _watch(
     proc: runner.Process, run: CliRun, stop: _Stop, deadline: float | None, poll: Poller | None
 ) -> None:
@@ -194,7 +186,10 @@ def run_agent(
         return run
     stop = _Stop()
     output = _Output(run, stop, on_line, ctx.transcript_path)
-    readers = _start_readers(proc, output)
+    pipes = ((output.read_stdout, proc.stdout), (output.read_stderr, proc.stderr))
+    readers = [threading.Thread(target=read, args=(pipe,), daemon=True) for read, pipe in pipes]
+    for reader in readers:
+        reader.start()
     deadline = None if ctx.timeout_s is None else started + ctx.timeout_s
     _watch(proc, run, stop, deadline, poll)
     _end(proc, run, stop, readers)

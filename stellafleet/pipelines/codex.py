@@ -1,23 +1,113 @@
-"""The `codex` pipeline: `codex exec --json`, priced as its token totals arrive (docs/pipelines.md)."""
+"""The `codex` pipeline: `codex exec --json`, priced as its token totals arrive (docs/pipelines.md), with
+what it needs beyond that: writable git roots and its session log."""
 
 from __future__ import annotations
 
+import json
+import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import astuple, dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
+from stellafleet.core.errors import GitError
 from stellafleet.core.limits import LimitReporter, from_text, limits_of
 from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_price_message
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for
-from stellafleet.pipelines.agentenv import agent_env, agent_prompt, prompt_file
+from stellafleet.engine.progress import short
+from stellafleet.git import gitops
+from stellafleet.pipelines.agentcli import AgentCliPipeline, agent_env, agent_prompt, model_for, prompt_file
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
-from stellafleet.pipelines.codex_session import SessionLog, codex_home, writable_roots_arg
-from stellafleet.pipelines.support import EventLines, crash_text, failed, parse_failure, short, timeout_text
+from stellafleet.pipelines.support import (
+    EventLines,
+    complete_lines,
+    crash_text,
+    failed,
+    json_line,
+    parse_failure,
+    timeout_text,
+)
+
+
+def git_dirs(workspace: Path) -> list[str]:
+    """The absolute git directories a commit in workspace writes to (common dir first); [] outside git."""
+    found: list[str] = []
+    try:
+        for flag in ("--git-common-dir", "--git-dir"):
+            out = gitops.git("rev-parse", "--path-format=absolute", flag, cwd=workspace).strip()
+            if out and out not in found:
+                found.append(out)
+    except GitError:
+        return []
+    return found
+
+
+def writable_roots_arg(workspace: Path) -> list[str]:
+    """`-c sandbox_workspace_write.writable_roots=[...]` for the workspace's git dirs ([] outside git)."""
+    dirs = git_dirs(workspace)
+    if not dirs:
+        return []
+    # A JSON string is a TOML basic string, which is how `-c` parses the value.
+    return ["-c", f"sandbox_workspace_write.writable_roots=[{', '.join(json.dumps(d) for d in dirs)}]"]
+
+
+def codex_home(env: Mapping[str, str]) -> Path:
+    """Where Codex keeps its sessions: $CODEX_HOME, else ~/.codex."""
+    home = env.get("CODEX_HOME")
+    return Path(home) if home else Path(env.get("HOME") or os.path.expanduser("~")) / ".codex"
+
+
+# Called with each running total from the session log; returns why to stop Codex, or None.
+TotalHandler = Callable[[dict[str, Any]], str | None]
+
+
+class SessionLog:
+    """Follows one thread's session log on each poll and hands every `token_count` total on."""
+
+    def __init__(self, home: Path, on_total: TotalHandler, thread_id: Callable[[], str | None]) -> None:
+        self.home = home
+        self.on_total = on_total
+        self.thread_id = thread_id  # the thread's id once Codex has said it
+        self.path: Path | None = None
+        self.offset = 0
+
+    def find(self) -> Path | None:
+        thread = self.thread_id()
+        if self.path is None and thread:
+            matches = sorted((self.home / "sessions").glob(f"*/*/*/rollout-*{thread}.jsonl"))
+            self.path = matches[-1] if matches else None
+        return self.path
+
+    def __call__(self) -> str | None:
+        path = self.find()
+        if path is None:
+            return None
+        try:
+            lines, self.offset = complete_lines(path, self.offset)
+        except OSError:
+            return None
+        reason = None
+        for raw in lines:  # none while Codex is half-way through a line
+            total = token_total(raw)
+            if total is not None:
+                reason = self.on_total(total) or reason
+        return reason
+
+
+def token_total(raw: str) -> dict[str, Any] | None:
+    """The thread's running usage from one session-log line, when it is a `token_count` event."""
+    record = json_line(raw)
+    payload = record.get("payload") if record is not None else None
+    if not isinstance(payload, dict) or payload.get("type") != "token_count":
+        return None
+    info = payload.get("info")
+    total = info.get("total_token_usage") if isinstance(info, dict) else None
+    return total if isinstance(total, dict) else None
+
 
 CLI = "codex"
 # Items that are the agent doing something (as opposed to talking or thinking): each counts as a step.
@@ -216,8 +306,8 @@ class CodexPipeline(AgentCliPipeline):
         prompt = prompt_file(ctx, agent_prompt(ctx))
         run = run_agent(ctx, argv, on_line=follower, poll=session, stdin_path=prompt)
         follower.report_steps()
-        result = outcome(run, follower, ctx, priced=pricer is not None, model=model)
-        return result  # what it left uncommitted, the worker commits (worker/leftovers.py)
+        # what it left uncommitted, the worker commits (worker/leftovers.py)
+        return outcome(run, follower, ctx, priced=pricer is not None, model=model)
 
 
 def outcome(

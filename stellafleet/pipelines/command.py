@@ -10,18 +10,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
-from stellafleet.core.spend import SpendReporter, check_count, check_usd
+from stellafleet.core.spend import SpendReporter, check_usd
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops
-from stellafleet.pipelines.base import PipelineResult
+from stellafleet.pipelines.base import PipelineResult, read_amounts
 from stellafleet.proc import runner
 
 RESULT_ENV = "STELLA_COMMAND_RESULT"
 SHELL = "/bin/sh"
-
-
-def command_for(config: Config, task_id: str) -> str | None:
-    return config.pipelines.command.command_for(task_id)
 
 
 def _read_report(path: Path) -> dict[str, Any]:
@@ -38,23 +34,6 @@ def _read_report(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{RESULT_ENV} file must hold a JSON object, not {type(data).__name__}")
     return data
-
-
-def _amounts(data: dict[str, Any]) -> tuple[float, int, int, int, list[str]]:
-    """(dollars, input tokens, output tokens, steps, problems), each field on its own."""
-    problems: list[str] = []
-
-    def field(key: str, check: Any) -> Any:
-        value = data.get(key, 0) or 0
-        try:
-            return check(value, key)
-        except ValueError as exc:
-            problems.append(f"{RESULT_ENV}: {exc}")
-            return 0
-
-    usd = field("spend_usd", check_usd)
-    counts = [field(key, check_count) for key in ("input_tokens", "output_tokens", "steps")]
-    return usd, counts[0], counts[1], counts[2], problems
 
 
 def command_report_path(ctx: WorkerContext) -> Path:
@@ -76,7 +55,7 @@ class CommandPipeline:
     description: ClassVar[str] = "runs a shell command per task ([pipelines.command] run in the config)"
 
     def preflight(self, config: Config) -> str | None:
-        if command_for(config, "") is None and not config.pipelines.command.tasks:
+        if config.pipelines.command.command_for("") is None and not config.pipelines.command.tasks:
             return (
                 f"the command pipeline has no command: set it in {config.settings_file} as\n"
                 '  [pipelines.command]\n  run = "your-command --prompt \\"$STELLA_PROMPT\\""'
@@ -87,7 +66,7 @@ class CommandPipeline:
         return None
 
     def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult:
-        command = command_for(config, ctx.task_id)
+        command = config.pipelines.command.command_for(ctx.task_id)
         if command is None:
             text = f'no command for task "{ctx.task_id}": set [pipelines.command] run in the config'
             return PipelineResult(success=False, summary=text, error=text)
@@ -130,7 +109,8 @@ def conclude(returncode: int, report_path: Path, last_line: str, spend: SpendRep
         report = _read_report(report_path)
     except ValueError as exc:
         return PipelineResult(success=False, summary=str(exc), error=str(exc))
-    usd, tokens_in, tokens_out, steps, problems = _amounts(report)
+    problems: list[str] = []
+    usd, tokens_in, tokens_out, steps = read_amounts(report, problems, f"{RESULT_ENV}: ")
     if usd or tokens_in or tokens_out or steps:
         spend.add(usd, input_tokens=tokens_in, output_tokens=tokens_out, steps=steps)
     if problems:

@@ -20,11 +20,9 @@ from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.clients import make_client
 from stellafleet.engine.loop import Engine, EngineOutcome, EventSink, system_prompt
 from stellafleet.engine.progress import ProgressPrinter
-from stellafleet.engine.redact import Redactor
+from stellafleet.engine.redact import Redactor, Transcript
 from stellafleet.engine.settings import DEFAULT_KEY_ENV, EngineSettings, load_settings, settings_problems
-from stellafleet.engine.tools import Committer, Toolbox
-from stellafleet.engine.transcript import Transcript
-from stellafleet.engine.workspace import ClaimFn, Workspace
+from stellafleet.engine.tools import ClaimFn, Committer, Toolbox, Workspace
 from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.state.claims import ClaimStore, Holder

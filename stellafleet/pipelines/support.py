@@ -36,11 +36,6 @@ def parse_failure(cli: str, detail: str, run: CliRun) -> str:
     return f"could not parse {cli} output: {detail}"
 
 
-def short(text: str, limit: int = 300) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
 def json_line(line: str) -> dict[str, Any] | None:
     """The JSON object on one output line, or None when the line is not one."""
     stripped = line.strip()

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.core.errors import PlanError
-from stellafleet.plan.files import read_fragment_file
-from stellafleet.plan.model import PlanTask, normalise_claim, plan_from_data
+from stellafleet.plan.model import PlanTask, normalise_claim, plan_from_data, read_fragment_file
 
 
 @dataclass(frozen=True)

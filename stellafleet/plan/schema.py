@@ -1,8 +1,10 @@
-"""The bundled plan JSON Schema, checked by jsonschema, and each of its problems in plain words."""
+"""The bundled plan JSON Schema, checked by jsonschema, and each of its problems in plain words; then the
+checks a schema cannot express: ids, dependencies, cycles, and what fails only at run."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path as FilePath
 from typing import Any
 
@@ -17,6 +19,7 @@ from stellafleet.core.schemaerrors import (
     sort_key,
     suggest,
 )
+from stellafleet.git.worktrees import slugify
 
 ID_PATTERN = "^[A-Za-z0-9._-]+$"
 
@@ -96,10 +99,194 @@ def _pattern(pattern: str, instance: Any) -> str:
 
 def _first_repeat(values: list[Any]) -> Any:
     for index, value in enumerate(values):
-        if any(_same(value, other) for other in values[:index]):
+        if any(type(value) is type(other) and value == other for other in values[:index]):
             return value
     return values[0] if values else None
 
 
-def _same(left: Any, right: Any) -> bool:
-    return type(left) is type(right) and left == right
+TASK_ID = re.compile(ID_PATTERN)
+# What git refuses anywhere in a ref name: controls, space, ~ ^ : ? * [ \ and DEL.
+_REF_UNSAFE = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]")
+
+
+def branch_problem(branch: str) -> str | None:
+    """Why `git check-ref-format --branch` refuses branch (None: it accepts it)."""
+    unsafe = _REF_UNSAFE.search(branch)
+    rules = [
+        (unsafe is not None, f"contains {show(unsafe.group()) if unsafe else ''}"),
+        (".." in branch, "contains '..'"),
+        ("@{" in branch, "contains '@{'"),
+        (branch == "@", "is '@'"),
+        (branch.startswith("-"), "starts with '-'"),
+        (branch.endswith(("/", ".")), f"ends with {show(branch[-1:])}"),
+        ("//" in branch or branch.startswith("/"), "has an empty part between slashes"),
+        (any(part.startswith(".") for part in branch.split("/")), "has a part starting with '.'"),
+        (any(part.endswith(".lock") for part in branch.split("/")), "has a part ending with '.lock'"),
+    ]
+    return next((why for broken, why in rules if broken), None)
+
+
+# A lone UTF-16 surrogate (JSON and YAML can write "\ud800") is no text: nothing can be handed it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+TEXT_KEYS = ("prompt", "title", "pipeline", "model")
+
+
+def text_problem(value: str) -> str | None:
+    """Why a plan string cannot be handed on (None: it can): a NUL, or a lone UTF-16 surrogate."""
+    if "\x00" in value:
+        return "contains a NUL character, which no worker can be handed"
+    surrogate = _SURROGATE.search(value)
+    if surrogate is not None:
+        return (
+            f"contains a lone surrogate (\\u{ord(surrogate.group()):04x}), which is not text: "
+            "write the character itself"
+        )
+    return None
+
+
+def task_run_problems(where: str, raw: dict[str, Any], isolation: Any) -> list[str]:
+    """What passes the schema but would fail only when the task runs (a NUL, a bad branch name)."""
+    problems = [
+        f"{where}: {key}: {why}"
+        for key in TEXT_KEYS
+        if isinstance(raw.get(key), str) and (why := text_problem(raw[key])) is not None
+    ]
+    task_id = raw.get("id")
+    if isolation == "isolated" and isinstance(task_id, str) and TASK_ID.match(task_id):
+        branch = f"fleet/{slugify(task_id)}-0123456789abcdef"  # the run's hash: 16 hex digits
+        why = branch_problem(branch)
+        if why is not None:
+            shown = branch[: -len("0123456789abcdef")] + "<hash>"
+            problems.append(
+                f"{where}: id: an isolated task works on the git branch {shown}, which git refuses: "
+                f"it {why}; give the task an id git accepts in a branch name"
+            )
+    return problems
+
+
+def graph_problems(
+    name: str,
+    raw_tasks: list[Any],
+    ids: list[str | None],
+    labels: list[str],
+    outside: frozenset[str] = frozenset(),
+) -> list[str]:
+    """Duplicate ids, self or unknown dependencies and cycles (a task of `outside` is known)."""
+    problems: list[str] = []
+    first_at: dict[str, int] = {}
+    for position, task_id in enumerate(ids):
+        if task_id is None:
+            continue
+        if task_id in first_at:
+            problems.append(
+                f"{name}: task #{position + 1}: id: duplicate id {json.dumps(task_id)} "
+                f"(task #{first_at[task_id] + 1} has it too)"
+            )
+        else:
+            first_at[task_id] = position
+    known = list(first_at)
+    edges: dict[str, list[str]] = {}
+    for position, (raw, task_id) in enumerate(zip(raw_tasks, ids, strict=True)):
+        dependencies = raw.get("depends_on") if isinstance(raw, dict) else None
+        if not isinstance(dependencies, list) or not dependencies:
+            continue
+        # well-formed ids only (the schema reported the rest), each once
+        dependencies = list(
+            dict.fromkeys(dep for dep in dependencies if isinstance(dep, str) and TASK_ID.match(dep))
+        )
+        owns_edges = task_id is not None and first_at[task_id] == position
+        for dependency in dependencies:
+            if dependency == task_id:
+                problems.append(f"{name}: {labels[position]}: depends_on: the task depends on itself")
+            elif dependency not in first_at and dependency in outside:
+                continue
+            elif dependency not in first_at:
+                hint = suggest(dependency, known + sorted(outside))
+                problems.append(f'{name}: {labels[position]}: depends_on: unknown task "{dependency}"{hint}')
+            elif owns_edges:
+                edges.setdefault(task_id, []).append(dependency)  # type: ignore[arg-type]
+    for cycle in _cycles(known, edges):
+        problems.append(f"{name}: dependency cycle: {' -> '.join(cycle)}")
+    return problems
+
+
+def _cycles(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
+    """One cycle per strongly connected group, a -> b -> ... -> a from its first task in plan order."""
+    order = {node: position for position, node in enumerate(nodes)}
+    cycles = []
+    for component in _strongly_connected(nodes, edges):
+        if len(component) < 2:
+            continue
+        start = min(component, key=order.__getitem__)
+        cycles.append(_cycle_through(start, set(component), edges))
+    cycles.sort(key=lambda cycle: order[cycle[0]])
+    return cycles
+
+
+def _strongly_connected(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative (plans can be deep enough to overflow Python's stack)."""
+    index_of: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    counter = 0
+    for root in nodes:
+        if root in index_of:
+            continue
+        work: list[tuple[str, int]] = [(root, 0)]
+        while work:
+            node, next_edge = work.pop()
+            if next_edge == 0:
+                index_of[node] = low[node] = counter
+                counter += 1
+                stack.append(node)
+                on_stack.add(node)
+            successors = edges.get(node, [])
+            descended = False
+            for position in range(next_edge, len(successors)):
+                target = successors[position]
+                if target not in index_of:
+                    work.append((node, position + 1))
+                    work.append((target, 0))
+                    descended = True
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index_of[target])
+            if descended:
+                continue
+            if low[node] == index_of[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                components.append(component)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return components
+
+
+def _cycle_through(start: str, members: set[str], edges: dict[str, list[str]]) -> list[str]:
+    """The shortest path start -> ... -> start inside one strongly connected group (BFS)."""
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target in edges.get(node, ()):
+                if target not in members:
+                    continue
+                if target == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [*reversed(path), start]
+                if target not in came_from:
+                    came_from[target] = node
+                    following.append(target)
+        frontier = following
+    return [start, start]  # unreachable for a real strongly connected group

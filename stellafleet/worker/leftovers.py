@@ -9,10 +9,6 @@ from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.base import PipelineResult
 
 
-def leftover_message(ctx: WorkerContext) -> str:
-    return f"{ctx.task_title or ctx.task_id} ({ctx.pipeline}, uncommitted changes)"
-
-
 def commit_leftovers(ctx: WorkerContext, result: PipelineResult) -> PipelineResult:
     """A succeeded isolated task's uncommitted changes, committed for it; a failed commit fails the task."""
     if not result.success or ctx.shared:
@@ -20,7 +16,8 @@ def commit_leftovers(ctx: WorkerContext, result: PipelineResult) -> PipelineResu
     try:
         paths = gitops.changed_paths(ctx.workspace)
         if paths:
-            sha = commit_paths(ctx, paths, leftover_message(ctx))
+            message = f"{ctx.task_title or ctx.task_id} ({ctx.pipeline}, uncommitted changes)"
+            sha = commit_paths(ctx, paths, message)
             result.summary = f"{result.summary}; committed what it left uncommitted in {sha[:12]}"
     except StellaError as exc:
         result.success = False

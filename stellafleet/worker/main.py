@@ -1,8 +1,5 @@
 """The worker process, `python -m stellafleet.worker.main`: one task, one pipeline, one result file.
-
-It learns everything from its environment (WorkerContext), reports spend to the ledger as it happens, and
-always leaves a result file behind unless it is killed.
-"""
+Told everything by its environment; spend reaches the ledger as it happens; a result file unless killed."""
 
 from __future__ import annotations
 

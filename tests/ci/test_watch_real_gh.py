@@ -21,8 +21,7 @@ from helpers.watchrepo import RUN_ID, Repo, make_repo
 
 from stellafleet.ci.gh import STATUS_END, STATUS_START
 from stellafleet.ci.model import BranchWatch, WatchResult
-from stellafleet.ci.report import ConsoleReporter
-from stellafleet.ci.watch import watch_run
+from stellafleet.ci.watch import ConsoleReporter, watch_run
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
 from stellafleet.testing.clock import FakeClock

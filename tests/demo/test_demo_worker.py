@@ -16,7 +16,7 @@ from helpers.repo import git
 
 from stellafleet.core.status import AttemptEnd
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.demo.scaffold import config_text, worker_command
+from stellafleet.demo.tour import config_text, worker_command
 from stellafleet.pipelines.command import RESULT_ENV
 from stellafleet.state.ledger import Ledger
 

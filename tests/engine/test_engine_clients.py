@@ -119,7 +119,7 @@ def test_settings_defaults_and_provider_inference() -> None:
     s = load_settings(
         Config({"engine": {"model": "llama3", "base_url": "http://localhost:11434/v1"}}), env={}
     )
-    assert s.provider == "openai" and s.local and s.api_key({}) is None
+    assert s.provider == "openai" and is_loopback(s.base_url) and s.api_key({}) is None
     s = load_settings(
         Config({"engine": {"model": "m", "base_url": "https://llm.example.com/v1", "api_key_env": ""}}),
         env={},

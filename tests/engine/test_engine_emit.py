@@ -12,8 +12,7 @@ from helpers.engine import make_repo
 
 from stellafleet.cli import main
 from stellafleet.engine.errors import ToolFailure
-from stellafleet.engine.tools import Toolbox
-from stellafleet.engine.workspace import Workspace
+from stellafleet.engine.tools import Toolbox, Workspace
 from stellafleet.testing.model_server import ScriptedModelServer
 
 PLAN = """\

@@ -11,8 +11,7 @@ import pytest
 from helpers.engine import make_repo
 
 from stellafleet.engine.errors import Finished, FormatError, ToolFailure
-from stellafleet.engine.tools import Toolbox
-from stellafleet.engine.workspace import Workspace
+from stellafleet.engine.tools import Toolbox, Workspace
 from stellafleet.git import gitops
 
 

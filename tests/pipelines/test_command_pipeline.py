@@ -11,7 +11,7 @@ from stellafleet.core.config import Config
 from stellafleet.core.spend import SpendTally
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines import load
-from stellafleet.pipelines.command import RESULT_ENV, CommandPipeline, command_for
+from stellafleet.pipelines.command import RESULT_ENV, CommandPipeline
 
 
 def context(tmp_path: Path, task_id: str = "t1", prompt: str = "Fix the parser") -> WorkerContext:
@@ -141,8 +141,8 @@ def test_a_result_file_with_a_non_finite_number_fails_the_task_clearly(tmp_path:
 
 def test_a_task_may_have_its_own_command(tmp_path: Path) -> None:
     cfg = config("echo default", **{"docs.v2": "echo special"})
-    assert command_for(cfg, "docs.v2") == "echo special"
-    assert command_for(cfg, "other") == "echo default"
+    assert cfg.pipelines.command.command_for("docs.v2") == "echo special"
+    assert cfg.pipelines.command.command_for("other") == "echo default"
     assert CommandPipeline().run(context(tmp_path, "docs.v2"), cfg, SpendTally()).summary == "special"
     only_tasks = config(None, t9="echo nine")
     missing = CommandPipeline().run(context(tmp_path, "t1"), only_tasks, SpendTally())

@@ -44,7 +44,6 @@ def test_feature_buildout_waves(name: str) -> None:
     assert plan.waves(3) == [["schema"], ["reader", "writer"], ["docs"]]
     assert plan.waves(2) == [["schema"], ["reader", "writer"], ["docs"]]
     assert plan.waves(1) == [["schema"], ["reader"], ["writer"], ["docs"]]
-    assert plan.wave_numbers(3) == {"schema": 1, "reader": 2, "writer": 2, "docs": 3}
     docs = plan.task("docs")
     assert docs.isolation == "isolated" and docs.depends_on == ("reader", "writer")
     assert plan.task("schema").claims == ("src/store/schema.rs", "src/store/migrations.rs")

@@ -11,8 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stellafleet.core.errors import PlanError
-from stellafleet.plan.files import PLAN_SUFFIXES
-from stellafleet.plan.model import load_plan, plan_from_data
+from stellafleet.plan.model import PLAN_SUFFIXES, load_plan, plan_from_data
 
 # What TOML, JSON and YAML parsers can hand over.
 scalars = (

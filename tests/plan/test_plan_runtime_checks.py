@@ -12,7 +12,7 @@ import pytest
 from helpers.fleet import Scripts, run_record, write_config
 from helpers.repo import StellaRunner
 
-from stellafleet.plan.checks import branch_problem
+from stellafleet.plan.schema import branch_problem
 
 BROKEN = """\
 defaults = { isolation = "isolated" }
