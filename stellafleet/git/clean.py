@@ -72,7 +72,7 @@ class _Owner:
 def _live_reasons(detail: dict[str, Any], alive: Callable[[int | None, int | None], bool]) -> dict[str, str]:
     """task id -> why it is live, for the tasks of a run that have a live attempt (or a live fleet)."""
     run = detail["run"]
-    run_live = run.get("status") == RunStatus.RUNNING and alive(run.get("pid"), run.get("created_at_ms"))
+    run_live = _fleet_live(run, alive)
     reasons: dict[str, str] = {}
     for attempt in detail.get("attempts", []):
         if attempt.get("finished_at_ms") is not None:
@@ -112,9 +112,8 @@ def _collect(
     return worktrees, branches
 
 
-def _run_live(ledger: Ledger, run_id: str, alive: Callable[[int | None, int | None], bool]) -> bool:
+def _fleet_live(run: dict[str, Any] | None, alive: Callable[[int | None, int | None], bool]) -> bool:
     """Whether the run's fleet still runs (an unknown run, from refs alone, is not live)."""
-    run = ledger.runs.get(run_id)
     return (
         run is not None
         and run.get("status") == RunStatus.RUNNING
@@ -188,7 +187,12 @@ class Cleaner:
                 self._decide(owner, "worktree", shown, False, f"{owner.live}; never removed while live")
                 continue
             dirty = uncommitted(path) if path.exists() else []
-            held = self._salvaged(owner, path) if dirty else None
+            # the task's salvage ref, when it holds exactly the worktree's uncommitted work (nothing is lost)
+            held = (
+                salvage.holds_worktree(self.root, path, owner.run_id, owner.task_id)
+                if dirty and owner.task_id
+                else None
+            )
             if dirty and held is None and not self.report.force:
                 files = "1 file" if len(dirty) == 1 else f"{len(dirty)} files"
                 files += ": " + ", ".join(dirty[:3]) + (", ..." if len(dirty) > 3 else "")
@@ -206,12 +210,6 @@ class Cleaner:
             )
             if self._remove(owner, "worktree", shown, reason, remove):
                 self._gone_worktrees.add(path)
-
-    def _salvaged(self, owner: _Owner, path: Path) -> salvage.SalvageRef | None:
-        """The task's salvage ref when it holds exactly the worktree's uncommitted work (nothing is lost)."""
-        if owner.task_id is None:
-            return None
-        return salvage.holds_worktree(self.root, path, owner.run_id, owner.task_id)
 
     def _teardown(self, owner: _Owner, path: Path) -> str:
         """Run `[worktree] teardown` in the worktree (unless a dry run); what the reason adds about it."""
@@ -321,7 +319,7 @@ def clean(
         run_ids = [ledger.runs.resolve(run_ref)] if run_ref else ledger.runs.with_workspaces()
         if salvage_refs:
             salvaged = run_ids if run_ref else sorted({r.parts[0] for r in salvage.salvage_refs(root)})
-            live = {run_id for run_id in salvaged if _run_live(ledger, run_id, alive)}
+            live = {run_id for run_id in salvaged if _fleet_live(ledger.runs.get(run_id), alive)}
             cleaner.sweep_salvage(salvaged, live, older_than_days)
         cleaner.report.runs_considered = len(run_ids)
         details = [ledger.get_run(run_id) for run_id in run_ids]

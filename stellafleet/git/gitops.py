@@ -246,11 +246,6 @@ def branch_delete(root: Path, branch: str) -> None:
     git("branch", "-D", branch, cwd=root)
 
 
-def branches_matching(root: Path, pattern: str) -> list[str]:
-    out = git("branch", "--list", pattern, "--format=%(refname:short)", cwd=root)
-    return [line.strip() for line in out.splitlines() if line.strip()]
-
-
 def is_ancestor(root: Path, commit: str, of: str) -> bool:
     return git_ok("merge-base", "--is-ancestor", commit, of, cwd=root)
 

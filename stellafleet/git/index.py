@@ -79,12 +79,6 @@ def tree_entries(root: Path, commit: str, paths: Sequence[str]) -> dict[str, tup
     return {path: (mode, sha) for (mode, _kind, sha), path in _records(out)}
 
 
-def index_entries(root: Path, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """path -> (mode, object SHA) of those of paths the real index holds (stage 0)."""
-    out = gitops.git_fields("ls-files", "-s", "-z", "--", *paths, cwd=root)
-    return {path: (mode, sha) for (mode, sha, stage), path in _records(out) if stage == "0"}
-
-
 def set_entries(
     root: Path, index_file: Path, entries: Mapping[str, tuple[str, str]], removed: Sequence[str]
 ) -> None:

@@ -21,6 +21,7 @@ import psutil
 
 from stellafleet.core.errors import GitError
 from stellafleet.git import gitops, index
+from stellafleet.proc.group import live
 from stellafleet.proc.pids import ProcessIdentity, pid_alive_since
 
 MARKER = "stella-index-lock"
@@ -167,13 +168,6 @@ def _may_write(proc: psutil.Process, index: Path) -> bool:
     return other is None or not os.path.isabs(other) or Path(other) == index
 
 
-def _running(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 class IndexLock:
     """index.lock held by this process; install prepared updates of the real index under it."""
 
@@ -249,7 +243,7 @@ class IndexLock:
         racing = [proc for proc in racing if _may_write(proc, self.index)]
         while racing and time.monotonic() < deadline:
             time.sleep(LINGER_POLL_S)
-            racing = [proc for proc in racing if _running(proc)]
+            racing = [proc for proc in racing if live(proc)]
 
     def _release(self) -> None:
         with contextlib.suppress(OSError):

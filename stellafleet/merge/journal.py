@@ -1,9 +1,5 @@
-"""stella merge's journal record: what a running merge holds outside the ledger, so that a killed one is
-finished by the next stella command (docs/merge.md).
-
-One merge runs per repository. The record spans the one step git cannot do atomically: the branch ref
-moves, then the index and the files follow.
-"""
+"""stella merge's journal record (one merge per repository) and the repair of a killed merge or resolve task
+(docs/merge.md); it spans what git cannot do atomically: the branch ref moves, then the index and files."""
 
 from __future__ import annotations
 
@@ -17,11 +13,12 @@ from typing import Any
 
 from stellafleet.core.errors import EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.status import MergeStatus
+from stellafleet.core.status import AttemptEnd, AttemptOutcome, MergeStatus, TaskStatus
 from stellafleet.git import gitops, mergeops, worktrees
-from stellafleet.merge import killedresolve
-from stellafleet.proc.group import stop_group
-from stellafleet.proc.pids import ProcessIdentity
+from stellafleet.git.clean import uncommitted
+from stellafleet.proc.group import group_exists, stop_group
+from stellafleet.proc.pids import ProcessIdentity, pid_alive, pid_alive_since
+from stellafleet.run.salvaging import salvage_attempt
 from stellafleet.state import journal
 from stellafleet.state.ledger import Ledger
 
@@ -148,7 +145,7 @@ def _finish(root: Path, data: dict[str, Any], journal_at: float | None = None) -
     if merge_id is not None or resolving:
         with Ledger.open(StatePaths(root).fleet_db) as ledger:
             if resolving:  # its worker first: it may still write in the worktree that goes
-                done.append(killedresolve.finish(root, ledger, resolving))
+                done.append(_finish_resolve(root, ledger, resolving))
             if merge_id is not None:
                 ledger.merges.finish(int(merge_id), status, after_sha=after, reason=reason)
                 done.append(f"{data.get('branch') or 'its branch'} recorded {status}")
@@ -160,3 +157,83 @@ def _finish(root: Path, data: dict[str, Any], journal_at: float | None = None) -
         shutil.rmtree(scratch, ignore_errors=True)
         done.append("its scratch worktree removed")
     return "; ".join(done) or "nothing was left to do"
+
+
+RESOLVE_STOP_GRACE_S = 2.0
+RESOLVE_REASON = "stella merge --resolve was killed while this resolve task ran: its attempt was abandoned"
+
+
+def _stop_worker(attempt: dict[str, Any]) -> bool:
+    """Stop the attempt's worker and whatever is left in its process group (a worker runs in a session of
+    its own: its group is its pid); whether anything was running."""
+    pid = attempt.get("pid")
+    if pid is None:
+        return False
+    # The leader gone (or a zombie) but its group still there: the worker's own children, which outlived
+    # it (a new process given the same pid would lead a group of that pid, and is alive: pid_alive tells).
+    leftovers = group_exists(int(pid)) and not pid_alive_since(int(pid), None, tolerance_s=0.0)
+    if not (pid_alive(int(pid), attempt.get("started_at_ms")) or leftovers):
+        return False
+    stop_group(int(pid), RESOLVE_STOP_GRACE_S)
+    return True
+
+
+def _abandon(root: Path, ledger: Ledger, run_id: str, task_id: str, attempt: dict[str, Any]) -> list[str]:
+    done = [f"its worker (pid {attempt['pid']}) stopped"] if _stop_worker(attempt) else []
+    attempt_id = int(attempt["id"])
+    worktree = Path(attempt["worktree"]) if attempt.get("worktree") else None
+    saved = salvage_attempt(
+        ledger,
+        root=root,
+        run_id=run_id,
+        task_id=task_id,
+        attempt_id=attempt_id,
+        worktree=worktree,
+        claimed=[],
+        outcome=str(AttemptOutcome.ABANDONED),
+    )
+    if saved is not None:
+        attempt["salvage_sha"] = saved.sha
+        done.append(f"its uncommitted work salvaged as {saved.ref}")
+    ledger.attempts.finish(attempt_id, AttemptEnd(AttemptOutcome.ABANDONED, RESOLVE_REASON, RESOLVE_REASON))
+    return done
+
+
+def _drop_workspace(root: Path, attempt: dict[str, Any], tip: str | None) -> list[str]:
+    """Remove the resolve task's worktree (unless it holds work no salvage kept) and its branch when it
+    has nothing beyond tip."""
+    done: list[str] = []
+    path = Path(attempt["worktree"]) if attempt.get("worktree") else None
+    if path is not None and path.is_dir():
+        if uncommitted(path) and not attempt.get("salvage_sha"):
+            return [f"its worktree {path} kept: it holds uncommitted work"]
+        worktrees.worktree_remove(root, path, force=True)
+        done.append("its worktree removed")
+    gitops.git("worktree", "prune", cwd=root, check=False)
+    branch = attempt.get("branch")
+    if branch and tip and gitops.ref_commit(root, f"refs/heads/{branch}") == tip:
+        gitops.branch_delete(root, branch)
+        done.append(f"its empty branch {branch} deleted")
+    return done
+
+
+def _finish_resolve(root: Path, ledger: Ledger, noted: dict[str, Any]) -> str:
+    """Finish the resolve task a killed `stella merge --resolve` noted: its worker stopped, its work salvaged
+    before the worktree goes (kept when it could not be); what was done, in words."""
+    run_id, task_id, tip = str(noted["run_id"]), str(noted["task_id"]), noted.get("tip")
+    columns = "id, task_id, outcome, pid, started_at_ms, worktree, branch, salvage_sha"
+    attempts = [a for a in ledger.attempts.of_run(run_id, columns) if a["task_id"] == task_id]
+    done: list[str] = []
+    for attempt in attempts:
+        if attempt["outcome"] == AttemptOutcome.RUNNING:
+            done += _abandon(root, ledger, run_id, task_id, attempt)
+    task = next((t for t in ledger.get_run(run_id)["tasks"] if t["id"] == task_id), None)
+    if task is not None and task["status"] in (TaskStatus.RUNNING, TaskStatus.PENDING, "abandoned"):
+        ledger.tasks.set_status(run_id, task_id, TaskStatus.INTERRUPTED, RESOLVE_REASON)
+        done.append("recorded interrupted")
+    if attempts:
+        try:
+            done += _drop_workspace(root, attempts[-1], tip)
+        except (GitError, StellaError, OSError) as exc:
+            done.append(f"its worktree could not be removed ({exc}): `stella clean` removes it")
+    return f"its resolve task {task_id}: {', '.join(done) or 'had already ended'}"

@@ -7,6 +7,7 @@ HEAD never points at an unchecked commit (docs/merge.md).
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -19,15 +20,17 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import MergeStatus
 from stellafleet.git import gitops, mergeops, worktrees
 from stellafleet.merge import journal as merge_journal
-from stellafleet.merge.check import run_check
 from stellafleet.merge.journal import Journal
 from stellafleet.merge.queue import MergeItem, plan_queue
 from stellafleet.merge.resolve import Resolution
+from stellafleet.proc import runner
+from stellafleet.proc.subreaper import reaped_argv
 from stellafleet.state.journal import recover
 from stellafleet.state.ledger import Ledger
 
 STRATEGIES = ("rebase", "merge")
 FAILED = (MergeStatus.CONFLICT, MergeStatus.CHECK_FAILED, MergeStatus.ERROR)
+CHECK_STOP_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,46 @@ class MergeResult:
 
 
 Progress = Callable[[MergeItem], None]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    passed: bool
+    exit_code: int | None  # None: it ran out of time
+    tail: str  # its last lines
+
+
+def run_check(
+    command: str,
+    cwd: Path,
+    *,
+    timeout_s: float,
+    tail: int,
+    env: dict[str, str],
+    on_start: Callable[[int], None] | None = None,
+) -> CheckResult:
+    """The user's check command in cwd with env over ours, under the child subreaper (a timeout stops all
+    it started); its output goes to a file, not a pipe. on_start is told its pid, for the journal."""
+    with tempfile.TemporaryFile(mode="w+b") as output:
+        done = runner.run(
+            reaped_argv(["/bin/sh", "-c", command]),  # what it leaves running ends with it
+            cwd=cwd,
+            env={**os.environ, **env},
+            timeout=timeout_s,
+            grace_s=CHECK_STOP_GRACE_S,
+            stdout=output,
+            stderr=runner.STDOUT,
+            on_start=on_start,
+        )
+        output.seek(0)
+        text = output.read().decode("utf-8", "replace")
+    code = None if done.timed_out else done.returncode
+    shown = "\n".join([line.rstrip() for line in text.rstrip().splitlines()][-tail:])
+    if code is None:
+        shown = (
+            shown + "\n" if shown else ""
+        ) + f"(stopped after {timeout_s:g}s: check_timeout under [merge])"
+    return CheckResult(code == 0, code, shown)
 
 
 def _refuse_unless_ready(root: Path, options: MergeOptions) -> str:
@@ -159,29 +202,29 @@ class _Queue:
         self.tip = result.start_sha
         self.not_landed: set[str] = set()
 
-    def _blocked(self, item: MergeItem) -> str | None:
-        """Why item cannot be tried at all (gone, its dependency did not land, already in), or None."""
+    def _skipped(self, item: MergeItem) -> bool:
+        """Whether item cannot be tried at all (gone, its dependency did not land, already in): SKIPPED."""
         item.head = gitops.ref_commit(self.root, item.branch)
-        if item.head is None:
-            return f"branch {item.branch} no longer exists (cleaned up?)"
         missing = [dep for dep in item.after if dep in self.not_landed]
-        if missing:
-            return f"depends on {', '.join(missing)}, which did not land"
-        if gitops.is_ancestor(self.root, item.head, self.tip) or mergeops.patches_upstream(
+        if item.head is None:
+            item.reason = f"branch {item.branch} no longer exists (cleaned up?)"
+        elif missing:
+            item.reason = f"depends on {', '.join(missing)}, which did not land"
+        elif gitops.is_ancestor(self.root, item.head, self.tip) or mergeops.patches_upstream(
             self.root, self.tip, item.head
         ):
-            return f"already in {self.result.onto}"
-        return None
+            item.status, item.reason = MergeStatus.SKIPPED, f"already in {self.result.onto}"
+            return True
+        else:
+            return False
+        item.status = MergeStatus.SKIPPED
+        self.not_landed.add(item.task_id)
+        return True
 
     def preview(self) -> None:
         check = f" and run `{self.options.check}`" if self.options.check else " (no check command)"
         for item in self.result.queue:
-            why = self._blocked(item)
-            if why is not None:
-                item.status, item.reason = MergeStatus.SKIPPED, why
-                if not why.startswith("already"):
-                    self.not_landed.add(item.task_id)
-            else:
+            if not self._skipped(item):
                 self._predict(item, check)
             self.progress(item)
 
@@ -218,11 +261,7 @@ class _Queue:
 
     def _step(self, item: MergeItem, worktree: Path) -> None:
         item.before_sha = self.tip
-        why = self._blocked(item)
-        if why is not None:
-            item.status, item.reason = MergeStatus.SKIPPED, why
-            if not why.startswith("already"):
-                self.not_landed.add(item.task_id)
+        if self._skipped(item):
             self._record(item, None)
             return
         merge_id = self._start_row(item)

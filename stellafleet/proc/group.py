@@ -71,7 +71,8 @@ def carrying(identity: Mapping[str, str], *, born: float = 0.0) -> list[psutil.P
     return found
 
 
-def _live(proc: psutil.Process) -> bool:
+def live(proc: psutil.Process) -> bool:
+    """Whether proc still runs (a zombie has ended: it only waits to be reaped)."""
     import psutil
 
     try:
@@ -118,7 +119,7 @@ class ProcessSet:
         every process carrying one of the identities too."""
         import psutil
 
-        tops = [pid for pid, proc in self.known.items() if _live(proc)]
+        tops = [pid for pid, proc in self.known.items() if live(proc)]
         if self.below is not None:
             tops.append(self.below)
         children: dict[int, list[psutil.Process]] = {}
@@ -138,7 +139,7 @@ class ProcessSet:
 
     def alive(self) -> list[psutil.Process]:
         """The members still running (a zombie has ended: it only waits to be reaped)."""
-        return [proc for proc in self.known.values() if _live(proc)]
+        return [proc for proc in self.known.values() if live(proc)]
 
     def signal(self, sig: int, *, sweep: bool = True) -> bool:
         """Send sig to the group and every live member, learned now; whether anything got it."""

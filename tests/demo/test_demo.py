@@ -31,7 +31,7 @@ def test_the_demo_runs_a_real_fleet_and_explains_its_designed_failure(
     assert "everything behaved as designed" in out
     assert f"Look around: cd {shlex.quote(str(target))} && stella runs latest" in out
 
-    branches = gitops.branches_matching(target, "fleet/*")
+    branches = gitops.git("branch", "--list", "fleet/*", "--format=%(refname:short)", cwd=target).split()
     assert len(branches) == 1 and re.fullmatch(r"fleet/docs-[0-9a-f]{16}", branches[0])
     assert git("show", "--name-only", "--format=", branches[0], cwd=target).split() == ["docs/receipts.md"]
     shared = git("log", "--format=%s", "main", cwd=target).splitlines()

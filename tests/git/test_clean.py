@@ -50,7 +50,7 @@ class Scene:
     sleeper: subprocess.Popen[bytes]
 
     def branches(self) -> set[str]:
-        return set(gitops.branches_matching(self.repo, "*"))
+        return set(gitops.git("branch", "--list", "*", "--format=%(refname:short)", cwd=self.repo).split())
 
     def worktrees(self) -> set[Path]:
         return {wt.path.resolve() for wt in worktrees.worktree_list(self.repo)}

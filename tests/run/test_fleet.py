@@ -166,7 +166,7 @@ def test_feature_buildout_runs_in_three_waves_with_docs_isolated_from_the_pinned
     docs_again = by_id(again["tasks"])["docs"]
     assert docs_again["branch"] != tasks["docs"]["branch"]
     assert docs_again["worktree"] != tasks["docs"]["worktree"]
-    branches = gitops.branches_matching(git_repo, "fleet/*")
+    branches = gitops.git("branch", "--list", "fleet/*", "--format=%(refname:short)", cwd=git_repo).split()
     assert sorted(branches) == sorted([tasks["docs"]["branch"], docs_again["branch"]])
     assert (marks / f"docs-{again['run']['id']}.head").read_text() == head  # pinned to the new HEAD
 
