@@ -1,8 +1,6 @@
 """What runs on a Ray node for one isolated attempt: clone, preflight, worker, stream, bundle back.
 
-The worker records into a scratch ledger: the head is the only writer of the real ledger and repository.
-Nothing here imports Ray.
-"""
+The worker records into a scratch ledger: the head alone writes the real ledger. Nothing here imports Ray."""
 
 from __future__ import annotations
 

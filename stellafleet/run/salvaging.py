@@ -1,8 +1,6 @@
 """When an attempt ends without success, keep what it left uncommitted (git/salvage.py) and record it.
 
-At the attempt's end, on a Ray node, or in the repair of a killed fleet. A salvage that fails is logged,
-never raised: it must not turn an attempt's end into another error.
-"""
+A salvage that fails is logged, never raised: it must not turn an attempt's end into another error."""
 
 from __future__ import annotations
 

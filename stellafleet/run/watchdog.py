@@ -1,8 +1,6 @@
 """The hung-worker watchdog: a worker that shows no progress for `[fleet] idle_timeout` is stopped.
 
-Progress is CPU time beyond a trickle (a hung agent CLI still wakes now and then), output, or spend
-(docs/fleet.md).
-"""
+Progress is CPU time beyond a trickle (a hung CLI still wakes now and then), output, or spend."""
 
 from __future__ import annotations
 
