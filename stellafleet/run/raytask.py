@@ -201,12 +201,8 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
 def _salvage(ctx: WorkerContext, end: AttemptEnd, scratch: Path) -> dict[str, Any] | None:
     """The unfinished attempt's uncommitted work as a salvage commit, bundled for the head; None when
     there was nothing to keep, or it could not be kept (logged)."""
-    saved = salvaging.salvage_checkout(
-        ctx.workspace,
-        run_id=ctx.run_id,
-        task_id=ctx.task_id,
-        attempt_id=ctx.attempt_id,
-        outcome=str(end.outcome),
+    saved = salvaging.salvage_workspace(
+        ctx.workspace, ctx.run_id, ctx.task_id, ctx.attempt_id, str(end.outcome)
     )
     if saved is None:
         return None
