@@ -1,8 +1,6 @@
 """--fix-ci: the fleet's side of a red branch (docs/watch.md): one follow-up attempt of its task per round.
 
-The watch (ci/watch.py) decides when a round is due; the round runs through the run's Dispatcher, so it is
-an attempt in the ledger and stays under the run's spend limit.
-"""
+It runs through the run's Dispatcher: an attempt in the ledger, under the run's spend limit."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """One task's attempt, through the run's steps (steps/): admitted, recorded, started, ended, released.
 
-Whatever happens in between, the ledger is left consistent and what the steps took is released.
-"""
+Whatever happens in between, the ledger is left consistent and what the steps took is released."""
 
 from __future__ import annotations
 

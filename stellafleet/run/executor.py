@@ -1,8 +1,6 @@
-"""Where a worker runs: the seam between the fleet and the workers it starts.
+"""Where a worker runs: an executor runs it and says how it ended (an AttemptEnd).
 
-An executor only runs the worker and says how it ended (an AttemptEnd); the ledger, claims and spend
-stay with the fleet.
-"""
+The ledger, claims and spend stay with the fleet."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """The fleet's side of provider limits: how many tasks may start now, and when (docs/fleet.md).
 
-Workers write each limit they meet to the ledger's limit_events; the Limiter reads the new rows before each
-start, so it sees them across processes. Running workers are never stopped for a limit.
-"""
+It reads the limit_events workers wrote before each start; running workers are never stopped for a limit."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """RayExecutor: isolated tasks as Ray tasks on a cluster; shared tasks stay on this machine.
 
-This process stays the only writer of the ledger and the repository; Ray retries nothing, the ledger
-decides about attempts (docs/scale-out.md). Ray is imported only when this executor is chosen.
-"""
+This process stays the only writer of the ledger and repository; Ray retries nothing (docs/scale-out.md)."""
 
 from __future__ import annotations
 

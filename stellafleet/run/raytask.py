@@ -1,8 +1,6 @@
 """What runs on a Ray node for one isolated attempt: clone, preflight, worker, stream, bundle back.
 
-The worker records into a scratch ledger: the head is the only writer of the real ledger and repository.
-Nothing here imports Ray.
-"""
+The worker records into a scratch ledger: the head alone writes the real ledger. Nothing here imports Ray."""
 
 from __future__ import annotations
 
@@ -203,12 +201,8 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
 def _salvage(ctx: WorkerContext, end: AttemptEnd, scratch: Path) -> dict[str, Any] | None:
     """The unfinished attempt's uncommitted work as a salvage commit, bundled for the head; None when
     there was nothing to keep, or it could not be kept (logged)."""
-    saved = salvaging.salvage_checkout(
-        ctx.workspace,
-        run_id=ctx.run_id,
-        task_id=ctx.task_id,
-        attempt_id=ctx.attempt_id,
-        outcome=str(end.outcome),
+    saved = salvaging.salvage_workspace(
+        ctx.workspace, ctx.run_id, ctx.task_id, ctx.attempt_id, str(end.outcome)
     )
     if saved is None:
         return None

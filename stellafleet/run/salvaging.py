@@ -1,8 +1,6 @@
 """When an attempt ends without success, keep what it left uncommitted (git/salvage.py) and record it.
 
-At the attempt's end, on a Ray node, or in the repair of a killed fleet. A salvage that fails is logged,
-never raised: it must not turn an attempt's end into another error.
-"""
+A salvage that fails is logged, never raised: it must not turn an attempt's end into another error."""
 
 from __future__ import annotations
 
@@ -43,22 +41,16 @@ def salvage_attempt(
     if not workspace.is_dir():
         return None
     paths = None if worktree is not None else list(claimed)
-    saved = _salvage(workspace, run_id, task_id, attempt_id, outcome, paths)
+    saved = salvage_workspace(workspace, run_id, task_id, attempt_id, outcome, paths)
     if saved is not None:
         ledger.attempts.set_salvage(attempt_id, saved.ref, saved.sha)
     return saved
 
 
-def salvage_checkout(
-    checkout: Path, *, run_id: str, task_id: str, attempt_id: int, outcome: str
+def salvage_workspace(
+    workspace: Path, run_id: str, task_id: str, attempt_id: int, outcome: str, paths: list[str] | None = None
 ) -> salvage_git.Salvaged | None:
-    """Salvage a Ray node's checkout: the commit is made there, and the head records it once it came home."""
-    return _salvage(checkout, run_id, task_id, attempt_id, outcome, None)
-
-
-def _salvage(
-    workspace: Path, run_id: str, task_id: str, attempt_id: int, outcome: str, paths: list[str] | None
-) -> salvage_git.Salvaged | None:
+    """The salvage commit of workspace (paths: only those); a Ray node's is recorded once it came home."""
     what = "its worktree" if paths is None else f"its claimed paths ({len(paths)})"
     message = (
         f"stella salvage: {task_id}, attempt {attempt_id} ({outcome})\n\n"

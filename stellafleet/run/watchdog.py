@@ -1,8 +1,6 @@
 """The hung-worker watchdog: a worker that shows no progress for `[fleet] idle_timeout` is stopped.
 
-Progress is CPU time beyond a trickle (a hung agent CLI still wakes now and then), output, or spend
-(docs/fleet.md).
-"""
+Progress is CPU time beyond a trickle (a hung CLI still wakes now and then), output, or spend."""
 
 from __future__ import annotations
 
@@ -105,14 +103,11 @@ class Watchdog:
         for entry in entries:
             self._look(entry)
 
-    def _cpu(self, entry: Watched) -> float | None:
-        pid = entry.execution.pid
-        return None if pid is None else self._cpu_of(pid)
-
     def _look(self, entry: Watched) -> None:
         now = self.clock.now()
         idle = now - entry.progress_at
-        cpu, output = self._cpu(entry), entry.output_size()
+        pid, output = entry.execution.pid, entry.output_size()
+        cpu = None if pid is None else self._cpu_of(pid)
         spend_ms = self.ledger.spend.last_ms(entry.attempt)
         busy = (
             cpu is not None

@@ -1,7 +1,6 @@
 """The attempt's steps: each feature around one attempt is an AttemptStep in a module of its own.
 
-dispatch.py calls the hooks in the steps' order, then `released` in reverse, always, for each step admitted.
-"""
+dispatch.py calls the hooks in the steps' order, then `released` in reverse, for each step admitted."""
 
 from __future__ import annotations
 
