@@ -13,7 +13,7 @@ import re
 import tomllib
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -185,7 +185,6 @@ class Plan:
     tasks: tuple[PlanTask, ...]
     source: str | None = None
     sha256: str | None = None
-    warnings: tuple[str, ...] = field(default=(), compare=False)
     default_pipeline: str | None = None  # the plan's [defaults] pipeline, when it names one
 
     def unknown_pipelines(self, installed: Sequence[str]) -> list[str]:
