@@ -218,68 +218,58 @@ def _cycles(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
         if len(component) < 2:
             continue
         start = min(component, key=order.__getitem__)
-        cycles.append(_cycle_through(start, set(component), edges))
+        cycles.append(_cycle_through(start, edges))
     cycles.sort(key=lambda cycle: order[cycle[0]])
     return cycles
 
 
 def _strongly_connected(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
-    """Tarjan's algorithm, iterative (plans can be deep enough to overflow Python's stack)."""
-    index_of: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    components: list[list[str]] = []
-    counter = 0
+    """Kosaraju's algorithm, iterative (plans can be deep enough to overflow Python's stack)."""
+    finished: list[str] = []  # each node once all it depends on is finished
+    seen: set[str] = set()
     for root in nodes:
-        if root in index_of:
+        if root in seen:
             continue
-        work: list[tuple[str, int]] = [(root, 0)]
+        seen.add(root)
+        work = [(root, iter(edges.get(root, ())))]
         while work:
-            node, next_edge = work.pop()
-            if next_edge == 0:
-                index_of[node] = low[node] = counter
-                counter += 1
-                stack.append(node)
-                on_stack.add(node)
-            successors = edges.get(node, [])
-            descended = False
-            for position in range(next_edge, len(successors)):
-                target = successors[position]
-                if target not in index_of:
-                    work.append((node, position + 1))
-                    work.append((target, 0))
-                    descended = True
-                    break
-                if target in on_stack:
-                    low[node] = min(low[node], index_of[target])
-            if descended:
-                continue
-            if low[node] == index_of[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                components.append(component)
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
+            node, successors = work[-1]
+            target = next((target for target in successors if target not in seen), None)
+            if target is None:
+                work.pop()
+                finished.append(node)
+            else:
+                seen.add(target)
+                work.append((target, iter(edges.get(target, ()))))
+    dependents: dict[str, list[str]] = {}
+    for node, targets in edges.items():
+        for target in targets:
+            dependents.setdefault(target, []).append(node)
+    assigned: set[str] = set()
+    components = []
+    for root in reversed(finished):
+        if root in assigned:
+            continue
+        assigned.add(root)
+        component, todo = [], [root]
+        while todo:
+            node = todo.pop()
+            component.append(node)
+            fresh = [source for source in dependents.get(node, ()) if source not in assigned]
+            assigned.update(fresh)
+            todo.extend(fresh)
+        components.append(component)
     return components
 
 
-def _cycle_through(start: str, members: set[str], edges: dict[str, list[str]]) -> list[str]:
-    """The shortest path start -> ... -> start inside one strongly connected group (BFS)."""
+def _cycle_through(start: str, edges: dict[str, list[str]]) -> list[str]:
+    """The shortest path start -> ... -> start (BFS); it never leaves start's strongly connected group."""
     came_from: dict[str, str] = {}
     frontier = [start]
     while frontier:
         following = []
         for node in frontier:
             for target in edges.get(node, ()):
-                if target not in members:
-                    continue
                 if target == start:
                     path = [node]
                     while path[-1] != start:
