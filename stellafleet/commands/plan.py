@@ -190,9 +190,6 @@ def _show_rich(plan: Plan, waves: list[list[str]], heading: str) -> None:
     Console().print(table)
 
 
-TASK_KEYS = "id title prompt depends_on claims isolation pipeline model timeout expands".split()
-
-
 def _document(plan: Plan, limit: int | None, waves: list[list[str]]) -> dict[str, Any]:
     wave_of = {task_id: number for number, wave in enumerate(waves, start=1) for task_id in wave}
     return {
@@ -200,9 +197,20 @@ def _document(plan: Plan, limit: int | None, waves: list[list[str]]) -> dict[str
         "sha256": plan.sha256,
         "max_concurrency": limit,
         "waves": waves,
-        # tuples become lists in jsontext.dumps
         "tasks": [
-            {**{key: getattr(task, key) for key in TASK_KEYS}, "wave": wave_of[task.id]}
+            {
+                "id": task.id,
+                "title": task.title,
+                "prompt": task.prompt,
+                "depends_on": list(task.depends_on),
+                "claims": list(task.claims),
+                "isolation": task.isolation,
+                "pipeline": task.pipeline,
+                "model": task.model,
+                "timeout": task.timeout,
+                "expands": task.expands,
+                "wave": wave_of[task.id],
+            }
             for task in plan.tasks
         ],
         "warnings": [],  # a checked plan has none; the key stays for the readers of the document
