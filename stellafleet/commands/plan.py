@@ -128,7 +128,7 @@ def info_command(args: argparse.Namespace) -> int:
 
 
 def schema_command(args: argparse.Namespace) -> int:
-    sys.stdout.write(planschema.schema_text())
+    sys.stdout.write(planschema.BUNDLED.text)
     return EXIT_OK
 
 

@@ -84,16 +84,14 @@ def _parse_toml(text: str, name: str) -> Any:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
-        found = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
-        if found:
+        problem = f"{name}: invalid TOML: {message}"
+        if found := re.search(r"\s*\(at line (\d+), column (\d+)\)$", message):
             line, column = found.groups()
-            raise PlanError([f"{name}:{line}:{column}: invalid TOML: {message[: found.start()]}"]) from None
-        found = re.search(r"\s*\(at end of document\)$", message)
-        if found:
+            problem = f"{name}:{line}:{column}: invalid TOML: {message[: found.start()]}"
+        elif found := re.search(r"\s*\(at end of document\)$", message):
             line = text.count("\n") + 1
             problem = f"{name}:{line}: invalid TOML: {message[: found.start()]} at end of file"
-            raise PlanError([problem]) from None
-        raise PlanError([f"{name}: invalid TOML: {message}"]) from None
+        raise PlanError([problem]) from None
     except (ValueError, RecursionError) as exc:
         raise PlanError([f"{name}: invalid TOML: {exc}"]) from None
 
@@ -266,12 +264,10 @@ def load_plan(path: str | Path, *, root: Path | None = None) -> Plan:
 def plan_from_prompts(prompts: Sequence[str]) -> Plan:
     """Inline prompts as a plan of independent tasks t1, t2, ... titled by their first line."""
     problems = [
-        f"prompt #{number}: must not be empty"
-        if not isinstance(prompt, str) or not prompt.strip()
-        else f"prompt #{number}: {why}"
+        f"prompt #{number}: {why}"
         for number, prompt in enumerate(prompts, start=1)
         # a command line's bytes that are not UTF-8 arrive as lone surrogates
-        if not isinstance(prompt, str) or not prompt.strip() or (why := text_problem(prompt)) is not None
+        if (why := text_problem(prompt) if prompt.strip() else "must not be empty") is not None
     ]
     if not prompts:
         problems.append("no tasks: give one or more prompts, or --plan FILE")

@@ -27,11 +27,6 @@ ID_PATTERN = "^[A-Za-z0-9._-]+$"
 BUNDLED = BundledSchema(FilePath(__file__).parent / "plan.schema.json")
 
 
-def schema_text() -> str:
-    """The schema exactly as shipped (what `stella plan schema` prints)."""
-    return BUNDLED.text
-
-
 def schema_problems(data: Any, *, table_word: str = "table") -> list[tuple[Path, str]]:
     """Every schema violation as (location, message), in document order; [] when valid."""
     try:
