@@ -13,7 +13,7 @@ from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, PlanError, StellaError
 from stellafleet.core.terminal import printable, single_line, styled
 from stellafleet.core.words import plural
 from stellafleet.plan import schema as planschema
-from stellafleet.plan.model import Plan, load_plan
+from stellafleet.plan.model import Plan, PlanTask, load_plan
 from stellafleet.run.waves import EXPANDS_NOTE, doit_view
 
 
@@ -140,8 +140,7 @@ def _doit(plan: Plan, argv: list[str]) -> int:
     return EXIT_OK
 
 
-def _details(plan: Plan, task_id: str) -> list[tuple[str, str]]:
-    task = plan.task(task_id)
+def _details(task: PlanTask) -> list[tuple[str, str]]:
     rows = [
         ("depends on", ", ".join(task.depends_on) or "-"),
         ("claims", ", ".join(task.claims) or "-"),
@@ -164,7 +163,7 @@ def _show_plain(plan: Plan, waves: list[list[str]], heading: str) -> None:
         for task_id in wave:
             task = plan.task(task_id)
             print(f"  {task_id}  {single_line(task.title)}" + (f" {EXPANDS_NOTE}" if task.expands else ""))
-            for key, value in _details(plan, task_id):
+            for key, value in _details(task):
                 print(f"      {key}: {single_line(value)}")
 
 
