@@ -67,14 +67,12 @@ def check_command(args: argparse.Namespace) -> int:
         try:
             plan = load_plan(name)
         except PlanError as exc:
-            for problem in exc.problems:
-                print(problem)
-            code = EXIT_USAGE
-            continue
-        unknown = plan.unknown_pipelines(list(pipelines.available()))
-        for problem in unknown:
+            problems = exc.problems
+        else:
+            problems = plan.unknown_pipelines(list(pipelines.available()))
+        for problem in problems:
             print(problem)
-        if unknown:
+        if problems:
             code = EXIT_USAGE
             continue
         waves = len(plan.waves(len(plan.tasks)))

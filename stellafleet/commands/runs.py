@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,22 +63,19 @@ def run(args: argparse.Namespace) -> int:
     root = gitops.main_worktree_root(Path.cwd())
     ledger = StatePaths(root).fleet_db
     now_ms = int(time.time() * 1000)
+    show: Callable[..., None]
     if args.run_ref is None:
-        page = views.runs_page(ledger, limit=args.limit, offset=0, now_ms=now_ms)
-        if args.json:
-            print(jsontext.dumps(page, indent=2))
-        else:
-            print_runs(page, console=_console())
-        return 0
-    if not ledger.exists():
+        document, show = views.runs_page(ledger, limit=args.limit, offset=0, now_ms=now_ms), print_runs
+    elif not ledger.exists():
         raise StellaError(
             f"no fleet runs recorded yet (no ledger at {ledger}): start one with {views.START_HINT}"
         )
-    detail = views.load_run(ledger, args.run_ref, now_ms=now_ms)
-    if args.json:
-        print(jsontext.dumps(detail, indent=2))
     else:
-        print_run(detail, console=_console())
+        document, show = views.load_run(ledger, args.run_ref, now_ms=now_ms), print_run
+    if args.json:
+        print(jsontext.dumps(document, indent=2))
+    else:
+        show(document, console=_console())
     return 0
 
 

@@ -117,14 +117,12 @@ def _limit_problems(name: str, tasks: Sequence[PlanTask], rules: FragmentRules) 
             f"([fleet] max_emitted_tasks = {rules.max_emitted}, {rules.emitted_before} emitted so far); "
             "emit fewer tasks or raise the limit"
         )
-    if rules.depth >= rules.max_depth:
-        for task in tasks:
-            if task.expands:
-                problems.append(
-                    f'{name}: task "{task.id}": expands: an emitted task {rules.depth} levels down may not '
-                    f"expand ([fleet] max_expand_depth = {rules.max_depth}); "
-                    "do its work in it, or raise the limit"
-                )
+    problems.extend(
+        f'{name}: task "{task.id}": expands: an emitted task {rules.depth} levels down may not '
+        f"expand ([fleet] max_expand_depth = {rules.max_depth}); do its work in it, or raise the limit"
+        for task in tasks
+        if task.expands and rules.depth >= rules.max_depth
+    )
     return problems
 
 

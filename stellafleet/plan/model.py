@@ -372,11 +372,8 @@ def _labels(ids: list[str | None]) -> list[str]:
 
 
 def _usable_id(raw: Any) -> str | None:
-    if isinstance(raw, dict):
-        task_id = raw.get("id")
-        if isinstance(task_id, str) and TASK_ID.match(task_id):
-            return task_id
-    return None
+    task_id = raw.get("id") if isinstance(raw, dict) else None
+    return task_id if isinstance(task_id, str) and TASK_ID.match(task_id) else None
 
 
 def _at(name: str, labels: list[str], location: tuple[Any, ...], message: str) -> str:

@@ -41,7 +41,7 @@ def schema_problems(data: Any, *, table_word: str = "table") -> list[tuple[Path,
 def _explain(problem: SchemaProblem, table_word: str) -> str:
     path, keyword, expected, instance = problem.path, problem.keyword, problem.expected, problem.instance
     if keyword == "required":
-        return _missing(path[:-1], path[-1])
+        return MISSING.get(path[-1], "missing")  # only the plan requires "tasks", only a task the others
     if keyword == "additionalProperties":
         return f"unknown key{suggest(instance, problem.allowed, listing=True)}"
     if keyword == "type":
@@ -62,14 +62,11 @@ def _explain(problem: SchemaProblem, table_word: str) -> str:
     return problem.message  # a keyword added to the schema later: jsonschema's own words
 
 
-def _missing(path: Path, name: str) -> str:
-    if path == () and name == "tasks":
-        return 'missing: a plan is a list of tasks ([[tasks]] in TOML, "tasks": [...] in JSON/YAML)'
-    if name == "prompt":
-        return "missing: every task needs a prompt"
-    if name == "id":
-        return "missing: every task needs an id (letters, digits, '.', '_', '-')"
-    return "missing"
+MISSING = {
+    "tasks": 'missing: a plan is a list of tasks ([[tasks]] in TOML, "tasks": [...] in JSON/YAML)',
+    "prompt": "missing: every task needs a prompt",
+    "id": "missing: every task needs an id (letters, digits, '.', '_', '-')",
+}
 
 
 def _wrong_type(path: Path, expected: str | list[str], instance: Any, table_word: str) -> str:
