@@ -197,17 +197,14 @@ class Plan:
                 f"installed pipelines are {', '.join(choices) or 'none'}"
             )
 
-        problems = []
-        if self.default_pipeline is not None and self.default_pipeline not in installed:
-            problems.append(problem("defaults", self.default_pipeline))
-        problems.extend(
-            problem(f"task {json.dumps(task.id)}", task.pipeline)
+        named = [("defaults", self.default_pipeline)] + [
+            (f"task {json.dumps(task.id)}", task.pipeline)
             for task in self.tasks
-            if task.pipeline is not None
-            and task.pipeline != self.default_pipeline
-            and task.pipeline not in installed
-        )
-        return problems
+            if task.pipeline != self.default_pipeline  # its own problem is the defaults' one
+        ]
+        return [
+            problem(where, pipeline) for where, pipeline in named if pipeline and pipeline not in installed
+        ]
 
     @cached_property
     def _by_id(self) -> dict[str, PlanTask]:
