@@ -143,15 +143,6 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
 _TABLE_WORDS = {".toml": "table", ".json": "object", ".yaml": "mapping", ".yml": "mapping"}
 
 
-def workspace_of(plan_path: Path) -> Path:
-    """The git repository holding the plan (nearest directory with a .git), else its directory."""
-    start = plan_path.resolve().parent
-    for directory in (start, *start.parents):
-        if (directory / ".git").exists():
-            return directory
-    return start
-
-
 TITLE_WIDTH = 72
 _PLAIN_KEY = re.compile(r"[$A-Za-z0-9_.-]+")
 _DRIVE = re.compile(r"[A-Za-z]:[\\/]")
@@ -249,12 +240,11 @@ class Plan:
 def load_plan(path: str | Path, *, root: Path | None = None) -> Plan:
     """Load and check a plan file; PlanError lists every problem. `root`: what claims are relative to."""
     read = read_plan_file(path)
+    if root is None:  # the git repository holding the plan (nearest directory with a .git), else its own
+        start = Path(path).resolve().parent
+        root = next((folder for folder in (start, *start.parents) if (folder / ".git").exists()), start)
     return plan_from_data(
-        read.data,
-        source=str(path),
-        sha256=read.sha256,
-        root=root if root is not None else workspace_of(Path(path)),
-        table_word=read.table_word,
+        read.data, source=str(path), sha256=read.sha256, root=root, table_word=read.table_word
     )
 
 
@@ -303,13 +293,11 @@ def plan_from_data(
     workspace = str(root) if root is not None else None
     for position, raw in enumerate(raw_tasks):
         if not isinstance(raw, dict):
-            claims_of.append(())
-            continue
+            continue  # the schema reported it, so no task is built
         where = f"{name}: {labels[position]}"
         problems.extend(task_run_problems(where, raw, raw.get("isolation", defaults.get("isolation"))))
         problems.extend(_timeout_problems(where, raw))
-        claims = raw.get("claims")
-        claims_of.append(_claims(claims, where, workspace, problems) if claims else ())
+        claims_of.append(_claims(raw.get("claims"), where, workspace, problems))
     problems.extend(graph_problems(name, raw_tasks, ids, labels, outside))
     if problems:
         raise PlanError(problems)
