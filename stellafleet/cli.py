@@ -115,12 +115,9 @@ def misplaced_spend_limit(argv: Sequence[str]) -> str | None:
         if token == "--":
             return None
         if token == "--spend-limit" or token.startswith("--spend-limit="):
-            if token == "--spend-limit":
-                moved = args[j : j + 2]
-                rest = args[:j] + args[j + 2 :]
-            else:
-                moved = ["--spend-limit", token.split("=", 1)[1]]
-                rest = args[:j] + args[j + 1 :]
+            taken = 2 if token == "--spend-limit" else 1  # `--spend-limit USD` or `--spend-limit=USD`
+            moved = args[j : j + 2] if taken == 2 else ["--spend-limit", token.split("=", 1)[1]]
+            rest = args[:j] + args[j + taken :]
             return shlex.join(["stella", *rest[:command_at], *moved, *rest[command_at:]])
     return None
 

@@ -123,8 +123,6 @@ def _assignment(path: tuple[str, ...], value: Any) -> str:
 
 
 def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
     if isinstance(value, list):
         return "[" + ", ".join(_toml(item) for item in value) + "]"
     if isinstance(value, int | float | str):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from stellafleet.commands import positive_int
@@ -120,30 +121,15 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
         raise StellaError("--watch and --dry-run do not go together: a dry run has nothing to watch")
     if args.fix_ci and not args.watch:
         raise StellaError("--fix-ci needs --watch: it acts on branches whose CI ends red")
+    # the options the command line and FleetOptions call by the same name
+    options = {field.name: getattr(args, field.name) for field in fields(FleetOptions) if field.name in args}
+    options.update(prompts=tuple(args.prompts), fix_ci=args.fix_ci or 0)
     return FleetOptions(
-        prompts=tuple(args.prompts),
+        **options,
         plan_path=args.plan,
-        max_concurrency=args.max_concurrency,
-        base_ref=args.base_ref,
-        pipeline=args.pipeline,
-        watch=args.watch,
-        dry_run=args.dry_run,
         json_mode=args.json,
-        quiet=args.quiet,
-        spend_limit=args.spend_limit,
         config_file=args.config,
-        schedule=getattr(args, "schedule", None),
-        resume=getattr(args, "resume", None),
-        force=getattr(args, "force", False),
-        from_salvage=getattr(args, "from_salvage", False),
         argv=("stella", *sys.argv[1:]),
-        fix_ci=args.fix_ci or 0,
-        executor=getattr(args, "executor", None),
-        ray_address=getattr(args, "ray_address", None),
-        wait_for_limits=getattr(args, "wait_for_limits", False),
-        estimate=getattr(args, "estimate", False),
-        allow_dirty=getattr(args, "allow_dirty", False),
-        allow_detached=getattr(args, "allow_detached", False),
     )
 
 

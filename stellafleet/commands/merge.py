@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
 from stellafleet.commands import config_file_arg
@@ -16,7 +17,6 @@ from stellafleet.git import gitops
 from stellafleet.merge.queue import MergeItem
 from stellafleet.merge.runner import STRATEGIES, MergeOptions, MergeResult, merge_run
 from stellafleet.merge.viagh import GH_STRATEGIES
-from stellafleet.state.ledger import Ledger
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -86,10 +86,10 @@ def run(args: argparse.Namespace) -> int:
         if args.resolve:
             from stellafleet.merge.resolve import Resolver
 
-            limit = getattr(args, "spend_limit", None)
-
-            def make_resolver(ledger: Ledger, run_id: str) -> Resolver:
-                return Resolver(root, ledger, run_id, config, limit, config_file_arg(args))
+            # called with (ledger, run_id)
+            make_resolver = partial(
+                Resolver, root, config=config, spend_limit=args.spend_limit, config_file=config_file_arg(args)
+            )
 
         result = merge_run(root, options, progress=progress, make_resolver=make_resolver)
     if args.json:

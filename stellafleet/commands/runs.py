@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,22 +63,19 @@ def run(args: argparse.Namespace) -> int:
     root = gitops.main_worktree_root(Path.cwd())
     ledger = StatePaths(root).fleet_db
     now_ms = int(time.time() * 1000)
+    show: Callable[..., None]
     if args.run_ref is None:
-        page = views.runs_page(ledger, limit=args.limit, offset=0, now_ms=now_ms)
-        if args.json:
-            print(jsontext.dumps(page, indent=2))
-        else:
-            print_runs(page, console=_console())
-        return 0
-    if not ledger.exists():
+        document, show = views.runs_page(ledger, limit=args.limit, offset=0, now_ms=now_ms), print_runs
+    elif not ledger.exists():
         raise StellaError(
             f"no fleet runs recorded yet (no ledger at {ledger}): start one with {views.START_HINT}"
         )
-    detail = views.load_run(ledger, args.run_ref, now_ms=now_ms)
-    if args.json:
-        print(jsontext.dumps(detail, indent=2))
     else:
-        print_run(detail, console=_console())
+        document, show = views.load_run(ledger, args.run_ref, now_ms=now_ms), print_run
+    if args.json:
+        print(jsontext.dumps(document, indent=2))
+    else:
+        show(document, console=_console())
     return 0
 
 
@@ -93,9 +91,7 @@ def fmt_time(ms: int | None) -> str:
 
 
 def fmt_duration(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return duration_text(ms / 1000, spaced=True)
+    return "-" if ms is None else duration_text(ms / 1000, spaced=True)
 
 
 def fmt_usd(value: float | None) -> str:
@@ -200,13 +196,11 @@ def print_run(detail: dict[str, Any], *, console: Console) -> None:
         if value:
             out(styled(f"  {key:<12}{single_line(value)}"))
     for wave in detail["waves"]:
-        out(styled(""))
-        out(styled(("not scheduled" if wave["wave"] is None else f"wave {wave['wave']}", "bold")))
+        _heading(console, "not scheduled" if wave["wave"] is None else f"wave {wave['wave']}")
         for task in wave["tasks"]:
             _print_task(console, task)
     if detail["branches"]:
-        out(styled(""))
-        out(styled(("branches", "bold")))
+        _heading(console, "branches")
         for b in detail["branches"]:
             worktree = f"  worktree {b['worktree']}" if b.get("worktree") else ""
             tasks = f"  tasks {', '.join(t for t in b['tasks'] if t) or '-'}  commits {b['commits']}"
@@ -215,15 +209,16 @@ def print_run(detail: dict[str, Any], *, console: Console) -> None:
     _print_merges(console, detail.get("merges") or [])
     _print_limits(console, detail.get("limits") or [])
     if detail["cleanups"]:
-        out(styled(""))
-        out(styled(("clean-up", "bold")))
+        _heading(console, "clean-up")
         for c in detail["cleanups"]:
-            when = fmt_time(c["at_ms"])
-            out(
-                styled(
-                    f"  {when}  {c['action']} {c['kind']} {c['target']}: {single_line(c.get('reason') or '')}"
-                )
-            )
+            said = single_line(c.get("reason") or "")
+            out(styled(f"  {fmt_time(c['at_ms'])}  {c['action']} {c['kind']} {c['target']}: {said}"))
+
+
+def _heading(console: Console, title: str) -> None:
+    """A blank line, then a section's title in bold."""
+    console.print(styled(""))
+    console.print(styled((title, "bold")))
 
 
 def cached_text(attempt: dict[str, Any]) -> str:
@@ -236,8 +231,7 @@ def _print_limits(console: Console, limits: list[dict[str, Any]]) -> None:
     """The provider limits the run's workers met, and the fleet's width as it changed."""
     if not limits:
         return
-    console.print(styled(""))
-    console.print(styled(("provider limits", "bold")))
+    _heading(console, "provider limits")
     for row in limits:
         if row["kind"] == "concurrency":
             text = f"  {fmt_time(row['at_ms'])}  fleet width {row['concurrency']}: {row.get('message') or ''}"
@@ -253,8 +247,7 @@ def _print_merges(console: Console, merges: list[dict[str, Any]]) -> None:
     """`stella merge`'s steps: each branch's outcome, its conflicted files or the check's last lines."""
     if not merges:
         return
-    console.print(styled(""))
-    console.print(styled(("merges", "bold")))
+    _heading(console, "merges")
     for m in merges:
         onto = f"  {m.get('strategy') or '-'} onto {m.get('onto_ref') or '-'}"
         reason = f": {single_line(m['reason'])}" if m.get("reason") else ""
@@ -268,14 +261,10 @@ def _print_merges(console: Console, merges: list[dict[str, Any]]) -> None:
 
 
 def _ci_text(ci: dict[str, Any]) -> str:
-    parts = [str(ci.get("state") or "?")]
-    if ci.get("conclusion"):
-        parts.append(str(ci["conclusion"]))
-    if ci.get("pr_url"):
-        parts.append(str(ci["pr_url"]))
-    if ci.get("reason"):
-        parts.append(f"({ci['reason']})")
-    return " ".join(parts)
+    reason = f"({ci['reason']})" if ci.get("reason") else None
+    return " ".join(
+        str(part) for part in (ci.get("state") or "?", ci.get("conclusion"), ci.get("pr_url"), reason) if part
+    )
 
 
 def _print_task(console: Console, task: dict[str, Any]) -> None:

@@ -90,7 +90,8 @@ def rename(emitter: str, tasks: Sequence[PlanTask]) -> tuple[PlanTask, ...]:
 
 def claim_overlaps(name: str, tasks: Sequence[PlanTask]) -> list[str]:
     """Two shared tasks that claim one file while neither waits for the other (one would fail)."""
-    before = _ancestors(tasks)
+    by_id = {task.id: task for task in tasks}
+    before = {task.id: visible_to(task, by_id) for task in tasks}  # no task of a fragment has a parent yet
     claimed: dict[str, list[str]] = {}
     problems = []
     for task in tasks:
@@ -107,23 +108,6 @@ def claim_overlaps(name: str, tasks: Sequence[PlanTask]) -> list[str]:
     return problems
 
 
-def _ancestors(tasks: Sequence[PlanTask]) -> dict[str, set[str]]:
-    """Task id -> every task of these it waits for, directly or not (the graph has no cycle)."""
-    by_id = {task.id: task for task in tasks}
-    found: dict[str, set[str]] = {}
-
-    def visit(task_id: str) -> set[str]:
-        if task_id not in found:
-            found[task_id] = set()  # a guard; the checks reported any cycle before this runs
-            deps = [dep for dep in by_id[task_id].depends_on if dep in by_id]
-            found[task_id] = set(deps).union(*(visit(dep) for dep in deps))
-        return found[task_id]
-
-    for task in tasks:
-        visit(task.id)
-    return found
-
-
 def _limit_problems(name: str, tasks: Sequence[PlanTask], rules: FragmentRules) -> list[str]:
     problems = []
     room = max(rules.max_emitted - rules.emitted_before, 0)
@@ -133,14 +117,12 @@ def _limit_problems(name: str, tasks: Sequence[PlanTask], rules: FragmentRules) 
             f"([fleet] max_emitted_tasks = {rules.max_emitted}, {rules.emitted_before} emitted so far); "
             "emit fewer tasks or raise the limit"
         )
-    if rules.depth >= rules.max_depth:
-        for task in tasks:
-            if task.expands:
-                problems.append(
-                    f'{name}: task "{task.id}": expands: an emitted task {rules.depth} levels down may not '
-                    f"expand ([fleet] max_expand_depth = {rules.max_depth}); "
-                    "do its work in it, or raise the limit"
-                )
+    problems.extend(
+        f'{name}: task "{task.id}": expands: an emitted task {rules.depth} levels down may not '
+        f"expand ([fleet] max_expand_depth = {rules.max_depth}); do its work in it, or raise the limit"
+        for task in tasks
+        if task.expands and rules.depth >= rules.max_depth
+    )
     return problems
 
 

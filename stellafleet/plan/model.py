@@ -13,7 +13,7 @@ import re
 import tomllib
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -84,16 +84,14 @@ def _parse_toml(text: str, name: str) -> Any:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
-        found = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
-        if found:
+        problem = f"{name}: invalid TOML: {message}"
+        if found := re.search(r"\s*\(at line (\d+), column (\d+)\)$", message):
             line, column = found.groups()
-            raise PlanError([f"{name}:{line}:{column}: invalid TOML: {message[: found.start()]}"]) from None
-        found = re.search(r"\s*\(at end of document\)$", message)
-        if found:
+            problem = f"{name}:{line}:{column}: invalid TOML: {message[: found.start()]}"
+        elif found := re.search(r"\s*\(at end of document\)$", message):
             line = text.count("\n") + 1
             problem = f"{name}:{line}: invalid TOML: {message[: found.start()]} at end of file"
-            raise PlanError([problem]) from None
-        raise PlanError([f"{name}: invalid TOML: {message}"]) from None
+        raise PlanError([problem]) from None
     except (ValueError, RecursionError) as exc:
         raise PlanError([f"{name}: invalid TOML: {exc}"]) from None
 
@@ -145,15 +143,6 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
 _TABLE_WORDS = {".toml": "table", ".json": "object", ".yaml": "mapping", ".yml": "mapping"}
 
 
-def workspace_of(plan_path: Path) -> Path:
-    """The git repository holding the plan (nearest directory with a .git), else its directory."""
-    start = plan_path.resolve().parent
-    for directory in (start, *start.parents):
-        if (directory / ".git").exists():
-            return directory
-    return start
-
-
 TITLE_WIDTH = 72
 _PLAIN_KEY = re.compile(r"[$A-Za-z0-9_.-]+")
 _DRIVE = re.compile(r"[A-Za-z]:[\\/]")
@@ -185,7 +174,6 @@ class Plan:
     tasks: tuple[PlanTask, ...]
     source: str | None = None
     sha256: str | None = None
-    warnings: tuple[str, ...] = field(default=(), compare=False)
     default_pipeline: str | None = None  # the plan's [defaults] pipeline, when it names one
 
     def unknown_pipelines(self, installed: Sequence[str]) -> list[str]:
@@ -200,17 +188,14 @@ class Plan:
                 f"installed pipelines are {', '.join(choices) or 'none'}"
             )
 
-        problems = []
-        if self.default_pipeline is not None and self.default_pipeline not in installed:
-            problems.append(problem("defaults", self.default_pipeline))
-        problems.extend(
-            problem(f"task {json.dumps(task.id)}", task.pipeline)
+        named = [("defaults", self.default_pipeline)] + [
+            (f"task {json.dumps(task.id)}", task.pipeline)
             for task in self.tasks
-            if task.pipeline is not None
-            and task.pipeline != self.default_pipeline
-            and task.pipeline not in installed
-        )
-        return problems
+            if task.pipeline != self.default_pipeline  # its own problem is the defaults' one
+        ]
+        return [
+            problem(where, pipeline) for where, pipeline in named if pipeline and pipeline not in installed
+        ]
 
     @cached_property
     def _by_id(self) -> dict[str, PlanTask]:
@@ -255,24 +240,21 @@ class Plan:
 def load_plan(path: str | Path, *, root: Path | None = None) -> Plan:
     """Load and check a plan file; PlanError lists every problem. `root`: what claims are relative to."""
     read = read_plan_file(path)
+    if root is None:  # the git repository holding the plan (nearest directory with a .git), else its own
+        start = Path(path).resolve().parent
+        root = next((folder for folder in (start, *start.parents) if (folder / ".git").exists()), start)
     return plan_from_data(
-        read.data,
-        source=str(path),
-        sha256=read.sha256,
-        root=root if root is not None else workspace_of(Path(path)),
-        table_word=read.table_word,
+        read.data, source=str(path), sha256=read.sha256, root=root, table_word=read.table_word
     )
 
 
 def plan_from_prompts(prompts: Sequence[str]) -> Plan:
     """Inline prompts as a plan of independent tasks t1, t2, ... titled by their first line."""
     problems = [
-        f"prompt #{number}: must not be empty"
-        if not isinstance(prompt, str) or not prompt.strip()
-        else f"prompt #{number}: {why}"
+        f"prompt #{number}: {why}"
         for number, prompt in enumerate(prompts, start=1)
         # a command line's bytes that are not UTF-8 arrive as lone surrogates
-        if not isinstance(prompt, str) or not prompt.strip() or (why := text_problem(prompt)) is not None
+        if (why := text_problem(prompt) if prompt.strip() else "must not be empty") is not None
     ]
     if not prompts:
         problems.append("no tasks: give one or more prompts, or --plan FILE")
@@ -311,13 +293,11 @@ def plan_from_data(
     workspace = str(root) if root is not None else None
     for position, raw in enumerate(raw_tasks):
         if not isinstance(raw, dict):
-            claims_of.append(())
-            continue
+            continue  # the schema reported it, so no task is built
         where = f"{name}: {labels[position]}"
         problems.extend(task_run_problems(where, raw, raw.get("isolation", defaults.get("isolation"))))
         problems.extend(_timeout_problems(where, raw))
-        claims = raw.get("claims")
-        claims_of.append(_claims(claims, where, workspace, problems) if claims else ())
+        claims_of.append(_claims(raw.get("claims"), where, workspace, problems))
     problems.extend(graph_problems(name, raw_tasks, ids, labels, outside))
     if problems:
         raise PlanError(problems)
@@ -377,11 +357,8 @@ def _labels(ids: list[str | None]) -> list[str]:
 
 
 def _usable_id(raw: Any) -> str | None:
-    if isinstance(raw, dict):
-        task_id = raw.get("id")
-        if isinstance(task_id, str) and TASK_ID.match(task_id):
-            return task_id
-    return None
+    task_id = raw.get("id") if isinstance(raw, dict) else None
+    return task_id if isinstance(task_id, str) and TASK_ID.match(task_id) else None
 
 
 def _at(name: str, labels: list[str], location: tuple[Any, ...], message: str) -> str:

@@ -27,11 +27,6 @@ ID_PATTERN = "^[A-Za-z0-9._-]+$"
 BUNDLED = BundledSchema(FilePath(__file__).parent / "plan.schema.json")
 
 
-def schema_text() -> str:
-    """The schema exactly as shipped (what `stella plan schema` prints)."""
-    return BUNDLED.text
-
-
 def schema_problems(data: Any, *, table_word: str = "table") -> list[tuple[Path, str]]:
     """Every schema violation as (location, message), in document order; [] when valid."""
     try:
@@ -46,7 +41,7 @@ def schema_problems(data: Any, *, table_word: str = "table") -> list[tuple[Path,
 def _explain(problem: SchemaProblem, table_word: str) -> str:
     path, keyword, expected, instance = problem.path, problem.keyword, problem.expected, problem.instance
     if keyword == "required":
-        return _missing(path[:-1], path[-1])
+        return MISSING.get(path[-1], "missing")  # only the plan requires "tasks", only a task the others
     if keyword == "additionalProperties":
         return f"unknown key{suggest(instance, problem.allowed, listing=True)}"
     if keyword == "type":
@@ -67,14 +62,11 @@ def _explain(problem: SchemaProblem, table_word: str) -> str:
     return problem.message  # a keyword added to the schema later: jsonschema's own words
 
 
-def _missing(path: Path, name: str) -> str:
-    if path == () and name == "tasks":
-        return 'missing: a plan is a list of tasks ([[tasks]] in TOML, "tasks": [...] in JSON/YAML)'
-    if name == "prompt":
-        return "missing: every task needs a prompt"
-    if name == "id":
-        return "missing: every task needs an id (letters, digits, '.', '_', '-')"
-    return "missing"
+MISSING = {
+    "tasks": 'missing: a plan is a list of tasks ([[tasks]] in TOML, "tasks": [...] in JSON/YAML)',
+    "prompt": "missing: every task needs a prompt",
+    "id": "missing: every task needs an id (letters, digits, '.', '_', '-')",
+}
 
 
 def _wrong_type(path: Path, expected: str | list[str], instance: Any, table_word: str) -> str:
@@ -105,26 +97,6 @@ def _first_repeat(values: list[Any]) -> Any:
 
 
 TASK_ID = re.compile(ID_PATTERN)
-# What git refuses anywhere in a ref name: controls, space, ~ ^ : ? * [ \ and DEL.
-_REF_UNSAFE = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]")
-
-
-def branch_problem(branch: str) -> str | None:
-    """Why `git check-ref-format --branch` refuses branch (None: it accepts it)."""
-    unsafe = _REF_UNSAFE.search(branch)
-    rules = [
-        (unsafe is not None, f"contains {show(unsafe.group()) if unsafe else ''}"),
-        (".." in branch, "contains '..'"),
-        ("@{" in branch, "contains '@{'"),
-        (branch == "@", "is '@'"),
-        (branch.startswith("-"), "starts with '-'"),
-        (branch.endswith(("/", ".")), f"ends with {show(branch[-1:])}"),
-        ("//" in branch or branch.startswith("/"), "has an empty part between slashes"),
-        (any(part.startswith(".") for part in branch.split("/")), "has a part starting with '.'"),
-        (any(part.endswith(".lock") for part in branch.split("/")), "has a part ending with '.lock'"),
-    ]
-    return next((why for broken, why in rules if broken), None)
-
 
 # A lone UTF-16 surrogate (JSON and YAML can write "\ud800") is no text: nothing can be handed it.
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -153,13 +125,12 @@ def task_run_problems(where: str, raw: dict[str, Any], isolation: Any) -> list[s
     ]
     task_id = raw.get("id")
     if isolation == "isolated" and isinstance(task_id, str) and TASK_ID.match(task_id):
-        branch = f"fleet/{slugify(task_id)}-0123456789abcdef"  # the run's hash: 16 hex digits
-        why = branch_problem(branch)
-        if why is not None:
-            shown = branch[: -len("0123456789abcdef")] + "<hash>"
+        shown = f"fleet/{slugify(task_id)}-<hash>"  # the run's hash: 16 hex digits
+        # a slug has only letters, digits, '.', '_', '-', never one at its ends: '..' is all git can refuse
+        if ".." in shown:
             problems.append(
                 f"{where}: id: an isolated task works on the git branch {shown}, which git refuses: "
-                f"it {why}; give the task an id git accepts in a branch name"
+                "it contains '..'; give the task an id git accepts in a branch name"
             )
     return problems
 
@@ -218,68 +189,58 @@ def _cycles(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
         if len(component) < 2:
             continue
         start = min(component, key=order.__getitem__)
-        cycles.append(_cycle_through(start, set(component), edges))
+        cycles.append(_cycle_through(start, edges))
     cycles.sort(key=lambda cycle: order[cycle[0]])
     return cycles
 
 
 def _strongly_connected(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
-    """Tarjan's algorithm, iterative (plans can be deep enough to overflow Python's stack)."""
-    index_of: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    components: list[list[str]] = []
-    counter = 0
+    """Kosaraju's algorithm, iterative (plans can be deep enough to overflow Python's stack)."""
+    finished: list[str] = []  # each node once all it depends on is finished
+    seen: set[str] = set()
     for root in nodes:
-        if root in index_of:
+        if root in seen:
             continue
-        work: list[tuple[str, int]] = [(root, 0)]
+        seen.add(root)
+        work = [(root, iter(edges.get(root, ())))]
         while work:
-            node, next_edge = work.pop()
-            if next_edge == 0:
-                index_of[node] = low[node] = counter
-                counter += 1
-                stack.append(node)
-                on_stack.add(node)
-            successors = edges.get(node, [])
-            descended = False
-            for position in range(next_edge, len(successors)):
-                target = successors[position]
-                if target not in index_of:
-                    work.append((node, position + 1))
-                    work.append((target, 0))
-                    descended = True
-                    break
-                if target in on_stack:
-                    low[node] = min(low[node], index_of[target])
-            if descended:
-                continue
-            if low[node] == index_of[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                components.append(component)
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
+            node, successors = work[-1]
+            target = next((target for target in successors if target not in seen), None)
+            if target is None:
+                work.pop()
+                finished.append(node)
+            else:
+                seen.add(target)
+                work.append((target, iter(edges.get(target, ()))))
+    dependents: dict[str, list[str]] = {}
+    for node, targets in edges.items():
+        for target in targets:
+            dependents.setdefault(target, []).append(node)
+    assigned: set[str] = set()
+    components = []
+    for root in reversed(finished):
+        if root in assigned:
+            continue
+        assigned.add(root)
+        component, todo = [], [root]
+        while todo:
+            node = todo.pop()
+            component.append(node)
+            fresh = [source for source in dependents.get(node, ()) if source not in assigned]
+            assigned.update(fresh)
+            todo.extend(fresh)
+        components.append(component)
     return components
 
 
-def _cycle_through(start: str, members: set[str], edges: dict[str, list[str]]) -> list[str]:
-    """The shortest path start -> ... -> start inside one strongly connected group (BFS)."""
+def _cycle_through(start: str, edges: dict[str, list[str]]) -> list[str]:
+    """The shortest path start -> ... -> start (BFS); it never leaves start's strongly connected group."""
     came_from: dict[str, str] = {}
     frontier = [start]
     while frontier:
         following = []
         for node in frontier:
             for target in edges.get(node, ()):
-                if target not in members:
-                    continue
                 if target == start:
                     path = [node]
                     while path[-1] != start:

@@ -56,7 +56,7 @@ def run_fleet(
     """`stella fleet` (and `stella run`, a fleet of one task): the exit code of the run (see errors.py)."""
     out = out or sys.stdout
     prepared = prepare(options)
-    for warning in (*prepared.plan.warnings, *prepared.warnings):
+    for warning in prepared.warnings:
         print(f"stella fleet: warning: {warning}", file=sys.stderr)
     for note in prepared.tree.notes:
         print(f"stella fleet: {note}", file=sys.stderr)

@@ -392,9 +392,10 @@ def test_yaml_with_a_byte_order_mark_and_dates(tmp_path: Path) -> None:
     assert problems_of(dated) == [f"{dated}: task #1: id: must be a string, not a date/time (2024-01-01)"]
 
 
-def test_plan_equality_ignores_warnings() -> None:
-    one = Plan(tasks=(PlanTask(id="a", prompt="p", title="p"),), warnings=("w",))
+def test_plan_equality_is_by_value() -> None:
+    one = Plan(tasks=(PlanTask(id="a", prompt="p", title="p"),))
     assert one == Plan(tasks=(PlanTask(id="a", prompt="p", title="p"),))
+    assert one != Plan(tasks=one.tasks, source="other.toml")
 
 
 def test_a_prompt_of_any_size_is_accepted(tmp_path: Path) -> None:

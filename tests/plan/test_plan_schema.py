@@ -26,7 +26,7 @@ def test_schema_is_draft_2020_12_with_an_id() -> None:
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["$id"].startswith("https://")
     jsonschema.Draft202012Validator.check_schema(schema)
-    assert planschema.schema_text() == CANONICAL.read_text(encoding="utf-8")
+    assert planschema.BUNDLED.text == CANONICAL.read_text(encoding="utf-8")
 
 
 def test_examples_validate_with_plain_jsonschema() -> None:
