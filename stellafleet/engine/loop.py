@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from stellafleet.core.clock import Clock
@@ -171,14 +171,7 @@ class Engine:
         usage = reply.usage
         usd = self.pricer.cost(usage) if self.pricer is not None else 0.0
         self.steps += 1
-        self.spend.add(
-            usd,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            steps=1,
-            cache_read_tokens=usage.cache_read_tokens,
-            cache_write_tokens=usage.cache_write_tokens,
-        )
+        self.spend.add(usd, steps=1, **usage.to_json())
         if usage.input_tokens:
             self._known_tokens = usage.input_tokens + usage.output_tokens
             self._known_upto = len(self.messages) + 1  # this reply is counted in output_tokens
@@ -186,9 +179,7 @@ class Engine:
             "model",
             step=self.steps,
             text=reply.turn.text,
-            tool_calls=[
-                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.turn.tool_calls
-            ],
+            tool_calls=[asdict(c) for c in reply.turn.tool_calls],
             usage=usage.to_json(),
             usd=usd,
             stop_reason=reply.stop_reason,
