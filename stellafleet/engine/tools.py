@@ -116,36 +116,23 @@ class Tool:
 
 
 def _coerce(tool: str, key: str, kind: str, value: Any) -> Any:
-    bad = FormatError(
-        f"{tool}: argument {key!r} must be {'an' if kind[0] in 'aio' else 'a'} {kind}, got {_kind(value)}"
-    )
-    if kind == "string":
-        if not isinstance(value, str):
-            raise bad
+    """value as an argument of this kind (numbers and booleans may come as text); FormatError if it is not."""
+    text = value.strip().lower() if isinstance(value, str) else None
+    if kind == "string" and text is not None:
         return value
-    if kind == "integer":
-        if isinstance(value, bool):
-            raise bad
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
+    if kind == "integer" and not isinstance(value, bool):
+        if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
             return int(value)
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        if text is not None and text.lstrip("-").isdigit():
             return int(value)
-        raise bad
-    if kind == "boolean":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
-        raise bad
-    if kind == "array":
-        if isinstance(value, str):
-            return [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise bad
+    if kind == "boolean" and (isinstance(value, bool) or text in ("true", "false")):
+        return value if text is None else text == "true"
+    if kind == "array" and text is not None:
+        return [value]
+    if kind == "array" and isinstance(value, list) and all(isinstance(v, str) for v in value):
         return value
-    raise AssertionError(kind)
+    article = "an" if kind[0] in "aio" else "a"
+    raise FormatError(f"{tool}: argument {key!r} must be {article} {kind}, got {_kind(value)}")
 
 
 Committer = Callable[[list[str], str], str]  # (paths, message) -> commit SHA

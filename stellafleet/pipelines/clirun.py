@@ -31,7 +31,7 @@ class CliRun:
     argv: list[str]
     returncode: int | None = None  # negative: killed by that signal; None: never started
     stdout_lines: list[str] = field(default_factory=list)
-    stderr_tail: list[str] = field(default_factory=list)
+    stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     stopped: str | None = None  # why the wrapper stopped it, if it did
     timed_out: bool = False
     start_error: str | None = None
@@ -93,7 +93,6 @@ class _Output:
     stop: _Stop
     on_line: LineHandler | None
     transcript: Path | None
-    stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
 
     def follow(self, text: str) -> None:
         """Hand one stdout line to the wrapper; a reason it returns stops the CLI."""
@@ -120,7 +119,7 @@ class _Output:
     def read_stderr(self, stream: Iterable[str]) -> None:
         for line in stream:
             text = line.rstrip("\n")
-            self.stderr_tail.append(text)
+            self.run.stderr_tail.append(text)
             sys.stderr.write(text + "\n")
             sys.stderr.flush()
 
@@ -196,5 +195,4 @@ def run_agent(
     if poll is not None and not run.timed_out:
         poll()  # a last look at files the CLI wrote just before it exited
     run.returncode = proc.returncode
-    run.stderr_tail = list(output.stderr_tail)
     return run

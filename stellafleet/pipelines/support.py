@@ -12,8 +12,8 @@ from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun
 
 
-def failed(summary: str, *, error: str | None = None, **totals: Any) -> PipelineResult:
-    return PipelineResult(success=False, summary=summary, error=error or summary, **totals)
+def failed(summary: str, **totals: Any) -> PipelineResult:
+    return PipelineResult(success=False, summary=summary, error=summary, **totals)
 
 
 def timeout_text(cli: str, timeout_s: float | None, spent_usd: float | None = None) -> str:
