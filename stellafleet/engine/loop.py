@@ -209,7 +209,7 @@ class Engine:
         record = {"step": self.steps, "name": call.name, "arguments": call.arguments, "result": content}
         self.transcript.write("tool", **record, is_error=is_error)
         self.events("tool", {**record, "is_error": is_error})
-        return ToolResult(call.id, call.name, content, is_error)
+        return ToolResult(call.id, content, is_error)
 
     def _outcome(self, success: bool, summary: str, stop: str, error: str | None) -> EngineOutcome:
         pending = list(self.toolbox.workspace.uncommitted)

@@ -106,13 +106,8 @@ class Tool:
         missing = [k for k in self.required if args.get(k) is None]
         if missing:
             raise FormatError(f"{self.name}: missing required argument {missing[0]!r} (it takes: {takes})")
-        checked: dict[str, Any] = {}
-        for key, value in args.items():
-            if value is None:
-                continue
-            kind = self.params[key]["type"]
-            checked[key] = _coerce(self.name, key, kind, value)
-        return checked
+        kinds = {key: self.params[key]["type"] for key, value in args.items() if value is not None}
+        return {key: _coerce(self.name, key, kind, args[key]) for key, kind in kinds.items()}
 
 
 def _coerce(tool: str, key: str, kind: str, value: Any) -> Any:
@@ -186,9 +181,8 @@ class Toolbox:
         self.plan_out = plan_out  # an expanding task's: where emit_tasks writes its plan fragment
         self.committer = committer
         self.shell_timeout = shell_timeout
-        self._env = dict(os.environ if env is None else env)
-        for name in secret_env:
-            self._env.pop(name, None)
+        given = os.environ if env is None else env
+        self._env = {name: value for name, value in given.items() if name not in secret_env}
         offered = {"shell": shell, "emit_tasks": plan_out is not None}  # the opt-in tools
         self.tools = {
             name: Tool(name, description, params, required, getattr(self, name))

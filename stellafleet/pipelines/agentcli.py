@@ -82,8 +82,7 @@ def scratch_dir(ctx: WorkerContext) -> Path:
 
 def agent_env(ctx: WorkerContext) -> dict[str, str]:
     """The CLI's environment: ours, the worker context and this installation's `stella` first on PATH."""
-    env = dict(os.environ)
-    env.update(ctx.to_env())
+    env = {**os.environ, **ctx.to_env()}
     bin_dir = str(Path(sys.executable).parent)
     if (Path(bin_dir) / "stella").exists():
         parts = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir]

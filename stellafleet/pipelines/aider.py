@@ -134,12 +134,8 @@ def _count(value: Any) -> int:
 
 def edited_paths(run: CliRun) -> list[str]:
     """The files aider reports it edited, in order, once each."""
-    found: dict[str, None] = {}
-    for line in run.stdout_lines:
-        match = APPLIED.match(line.strip())
-        if match:
-            found[match.group("path")] = None
-    return list(found)
+    matches = (APPLIED.match(line.strip()) for line in run.stdout_lines)
+    return list(dict.fromkeys(match.group("path") for match in matches if match))
 
 
 class AiderPipeline(AgentCliPipeline):

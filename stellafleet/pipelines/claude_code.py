@@ -68,10 +68,8 @@ def denial_note(result: dict[str, Any]) -> str:
     denials = result.get("permission_denials")
     if not isinstance(denials, list) or not denials:
         return ""
-    names = []
-    for denial in denials[:3]:
-        if isinstance(denial, dict):
-            names.append(f"{denial.get('tool_name', '?')} {edited_path(denial) or ''}".strip())
+    shown = [denial for denial in denials[:3] if isinstance(denial, dict)]
+    names = [f"{denial.get('tool_name', '?')} {edited_path(denial) or ''}".strip() for denial in shown]
     more = f" and {len(denials) - 3} more" if len(denials) > 3 else ""
     return f" ({len(denials)} tool call(s) refused: {', '.join(names)}{more})"
 
@@ -172,9 +170,8 @@ class ClaudeCodePipeline(AgentCliPipeline):
         if watcher.result is not None:
             result = interpret(watcher.result, tally, max_turns=max_turns)
             if run.timed_out:  # it reported, then hung on the way out
-                result.success = False
-                result.summary = f"{timeout_text(CLI, ctx.timeout_s)} after reporting: {result.summary}"
-                result.error = result.summary
+                text = f"{timeout_text(CLI, ctx.timeout_s)} after reporting: {result.summary}"
+                return failed(text, **tally.totals())
             return result
         if run.timed_out:
             return failed(

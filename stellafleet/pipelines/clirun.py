@@ -15,7 +15,6 @@ from typing import TextIO
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.agentcli import agent_env
 from stellafleet.proc import runner
-from stellafleet.proc.runner import signal_description
 
 GRACE_S = 5.0  # between SIGTERM and SIGKILL when stopping a CLI
 POLL_S = 0.2  # how often a wrapper's poll callback runs while the CLI works
@@ -35,9 +34,6 @@ class CliRun:
     stopped: str | None = None  # why the wrapper stopped it, if it did
     timed_out: bool = False
     start_error: str | None = None
-
-    def exit_text(self) -> str:
-        return "no exit status" if self.returncode is None else signal_description(self.returncode)
 
     def stderr_text(self, limit: int = 600) -> str:
         text = " | ".join(line.strip() for line in self.stderr_tail if line.strip())
@@ -145,11 +141,10 @@ def _watch(
         if deadline is not None and time.monotonic() >= deadline:
             run.timed_out = True
             return
-        if poll is not None:
-            reason = poll()
-            if reason:
-                stop.request(reason)
-                return
+        reason = poll() if poll is not None else None
+        if reason:
+            stop.request(reason)
+            return
 
 
 def _end(proc: runner.Process, run: CliRun, stop: _Stop, readers: list[threading.Thread]) -> None:

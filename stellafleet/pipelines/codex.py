@@ -150,9 +150,7 @@ class Usage:
     def tokens(self) -> TokenUsage:
         # Codex's input_tokens include the cached ones, the convention the price table uses too.
         return TokenUsage(
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            cache_read_tokens=min(self.cached_input_tokens, self.input_tokens),
+            self.input_tokens, self.output_tokens, min(self.cached_input_tokens, self.input_tokens)
         )
 
 
@@ -161,7 +159,7 @@ class CodexFollower(EventLines):
 
     kind = "type"
 
-    def __init__(self, pricer: Pricer | None, spent: SpendTally) -> None:
+    def __init__(self, pricer: Pricer | None, spent: SpendTally, limits: LimitReporter | None) -> None:
         super().__init__()
         self.pricer = pricer
         self.spent = spent
@@ -173,7 +171,7 @@ class CodexFollower(EventLines):
         self.last_message = ""
         self.thread_id: str | None = None
         self.from_log = False  # the session log is being followed: turn totals only top it up
-        self.limits: LimitReporter | None = None  # where the limits Codex reports go (the fleet)
+        self.limits = limits  # where the limits Codex reports go (the fleet)
         self._limits_told: set[str] = set()
         self._lock = threading.Lock()
 
@@ -271,8 +269,7 @@ class CodexPipeline(AgentCliPipeline):
         tally = SpendTally.for_attempt(ctx, spend)
         if tally.guarded and pricer is None:
             return failed(f"codex was not started: {self.no_price(model)}")
-        follower = CodexFollower(pricer, tally)
-        follower.limits = limits_of(spend)
+        follower = CodexFollower(pricer, tally, limits_of(spend))
         session = SessionLog(codex_home(agent_env(ctx)), follower.log_total, lambda: follower.thread_id)
         argv = build_argv(
             settings.binary,
