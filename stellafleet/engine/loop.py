@@ -96,9 +96,7 @@ class Engine:
     def run(self, task: str) -> EngineOutcome:
         self._started = self.clock.now()
         self.messages = [UserText(f"Task:\n{task}")]
-        self.transcript.write(
-            "task", system=self.system, task=task, tools=[t.name for t in self.toolbox.specs]
-        )
+        self.transcript.write("task", system=self.system, task=task, tools=list(self.toolbox.tools))
         try:
             while True:
                 self.step()
