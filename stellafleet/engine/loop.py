@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from stellafleet.core.clock import Clock
@@ -82,7 +82,7 @@ class Engine:
     max_steps: int
     max_wall_seconds: float
     max_output_tokens: int
-    pricer: Pricer | None
+    pricer: Pricer | None  # never None under a guard (the pipeline refuses to start without a price)
     spend: SpendTally  # the guarded tally: totals, and whether the next call fits under the guard
     transcript: Transcript
     clock: Clock
@@ -93,16 +93,10 @@ class Engine:
     _known_upto: int = field(default=0, init=False)  # how many messages that size covers
     _started: float = field(default=0.0, init=False)
 
-    def __post_init__(self) -> None:
-        if self.spend.guarded and self.pricer is None:
-            raise StellaError("a spend guard needs a price for the model")
-
     def run(self, task: str) -> EngineOutcome:
         self._started = self.clock.now()
         self.messages = [UserText(f"Task:\n{task}")]
-        self.transcript.write(
-            "task", system=self.system, task=task, tools=[t.name for t in self.toolbox.specs]
-        )
+        self.transcript.write("task", system=self.system, task=task, tools=list(self.toolbox.tools))
         try:
             while True:
                 self.step()
@@ -171,14 +165,7 @@ class Engine:
         usage = reply.usage
         usd = self.pricer.cost(usage) if self.pricer is not None else 0.0
         self.steps += 1
-        self.spend.add(
-            usd,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            steps=1,
-            cache_read_tokens=usage.cache_read_tokens,
-            cache_write_tokens=usage.cache_write_tokens,
-        )
+        self.spend.add(usd, steps=1, **usage.to_json())
         if usage.input_tokens:
             self._known_tokens = usage.input_tokens + usage.output_tokens
             self._known_upto = len(self.messages) + 1  # this reply is counted in output_tokens
@@ -186,9 +173,7 @@ class Engine:
             "model",
             step=self.steps,
             text=reply.turn.text,
-            tool_calls=[
-                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.turn.tool_calls
-            ],
+            tool_calls=[asdict(c) for c in reply.turn.tool_calls],
             usage=usage.to_json(),
             usd=usd,
             stop_reason=reply.stop_reason,
@@ -222,7 +207,7 @@ class Engine:
         record = {"step": self.steps, "name": call.name, "arguments": call.arguments, "result": content}
         self.transcript.write("tool", **record, is_error=is_error)
         self.events("tool", {**record, "is_error": is_error})
-        return ToolResult(call.id, call.name, content, is_error)
+        return ToolResult(call.id, content, is_error)
 
     def _outcome(self, success: bool, summary: str, stop: str, error: str | None) -> EngineOutcome:
         pending = list(self.toolbox.workspace.uncommitted)

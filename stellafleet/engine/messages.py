@@ -34,7 +34,6 @@ class AssistantTurn:
 @dataclass(frozen=True)
 class ToolResult:
     call_id: str
-    name: str
     content: str
     is_error: bool = False
 

@@ -25,11 +25,6 @@ def _openai_url(base_url: str) -> str:
     return base + "/chat/completions"
 
 
-def _max_tokens_key(base_url: str) -> str:
-    # OpenAI's own newer models take max_completion_tokens; compatible servers know max_tokens.
-    return "max_completion_tokens" if urlsplit(base_url).hostname == "api.openai.com" else "max_tokens"
-
-
 class OpenAIClient(WireClient):
     label = "openai"
     endpoint = staticmethod(_openai_url)
@@ -67,10 +62,12 @@ class OpenAIClient(WireClient):
     def complete(
         self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int
     ) -> ModelReply:
+        # OpenAI's own newer models take max_completion_tokens; compatible servers know max_tokens.
+        official = urlsplit(self.settings.base_url).hostname == "api.openai.com"
         body: dict[str, Any] = {
             "model": self.settings.model,
             "messages": self.wire_messages(system, messages),
-            _max_tokens_key(self.settings.base_url): max_tokens,
+            "max_completion_tokens" if official else "max_tokens": max_tokens,
             "stream": False,
         }
         if tools:

@@ -23,14 +23,10 @@ def describe_call(name: str, arguments: str, limit: int = 70) -> str:
         args = json.loads(arguments) if arguments.strip() else {}
     except ValueError:
         args = None
-    detail = ""
     if isinstance(args, dict):
-        for key in _MAIN_ARGUMENT:
-            if isinstance(args.get(key), str):
-                detail = args[key]
-                break
-    elif arguments:
-        detail = "(malformed arguments)"
+        detail = next((args[key] for key in _MAIN_ARGUMENT if isinstance(args.get(key), str)), "")
+    else:
+        detail = "(malformed arguments)" if arguments else ""
     return f"{name} {short(detail, limit)}".rstrip()
 
 

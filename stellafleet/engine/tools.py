@@ -3,6 +3,7 @@ parameters, and the workspace they may touch: every path confined to it, every s
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import posixpath
@@ -10,7 +11,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PureWindowsPath
-from typing import Any
+from typing import Any, TypeVar
 
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.engine.errors import Finished, FormatError, ToolFailure
@@ -61,24 +62,12 @@ class Workspace:
             raise ToolFailure(f"{given}: is a directory; name a file")
         return full, rel
 
-    def take_claim(self, rel: str) -> None:
-        """The implicit claim before a write (shared tree only); ClaimConflict goes back to the model."""
-        if self.claim is not None:
-            self.claim(rel)
-
-    def record_write(self, rel: str) -> None:
-        self.written[rel] = None
-        self.uncommitted[rel] = None
-
 
 _JSON_TYPE = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+_JSON_TYPE.update(dict.fromkeys((int, float), "a number"))
 
 
 def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
     return _JSON_TYPE.get(type(value), type(value).__name__)
 
 
@@ -117,46 +106,28 @@ class Tool:
         missing = [k for k in self.required if args.get(k) is None]
         if missing:
             raise FormatError(f"{self.name}: missing required argument {missing[0]!r} (it takes: {takes})")
-        checked: dict[str, Any] = {}
-        for key, value in args.items():
-            if value is None:
-                continue
-            kind = self.params[key]["type"]
-            checked[key] = _coerce(self.name, key, kind, value)
-        return checked
+        kinds = {key: self.params[key]["type"] for key, value in args.items() if value is not None}
+        return {key: _coerce(self.name, key, kind, args[key]) for key, kind in kinds.items()}
 
 
 def _coerce(tool: str, key: str, kind: str, value: Any) -> Any:
-    bad = FormatError(
-        f"{tool}: argument {key!r} must be {'an' if kind[0] in 'aio' else 'a'} {kind}, got {_kind(value)}"
-    )
-    if kind == "string":
-        if not isinstance(value, str):
-            raise bad
+    """value as an argument of this kind (numbers and booleans may come as text); FormatError if it is not."""
+    text = value.strip().lower() if isinstance(value, str) else None
+    if kind == "string" and text is not None:
         return value
-    if kind == "integer":
-        if isinstance(value, bool):
-            raise bad
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
+    if kind == "integer" and not isinstance(value, bool):
+        if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
             return int(value)
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        if text is not None and text.lstrip("-").isdigit():
             return int(value)
-        raise bad
-    if kind == "boolean":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
-        raise bad
-    if kind == "array":
-        if isinstance(value, str):
-            return [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise bad
+    if kind == "boolean" and (isinstance(value, bool) or text in ("true", "false")):
+        return value if text is None else text == "true"
+    if kind == "array" and text is not None:
+        return [value]
+    if kind == "array" and isinstance(value, list) and all(isinstance(v, str) for v in value):
         return value
-    raise AssertionError(kind)
+    article = "an" if kind[0] in "aio" else "a"
+    raise FormatError(f"{tool}: argument {key!r} must be {article} {kind}, got {_kind(value)}")
 
 
 Committer = Callable[[list[str], str], str]  # (paths, message) -> commit SHA
@@ -176,6 +147,24 @@ def _truncate(text: str, limit: int = MAX_RESULT_CHARS) -> str:
     return text[:limit] + f"\n... [output truncated: {len(text) - limit} more characters]"
 
 
+ToolMethod = TypeVar("ToolMethod", bound=Callable[..., str])
+# Each tool's (description, parameters, required ones), in the order the model is shown them.
+TOOL_DEFS: dict[str, tuple[str, dict[str, dict[str, Any]], tuple[str, ...]]] = {}
+PATH = param("string", "a path relative to the workspace")
+
+
+def tool(
+    description: str, required: tuple[str, ...] = (), **params: dict[str, Any]
+) -> Callable[[ToolMethod], ToolMethod]:
+    """Makes a Toolbox method (named as the tool) a tool with this description and these parameters."""
+
+    def mark(method: ToolMethod) -> ToolMethod:
+        TOOL_DEFS[method.__name__] = (description, params, required)
+        return method
+
+    return mark
+
+
 class Toolbox:
     def __init__(
         self,
@@ -192,34 +181,14 @@ class Toolbox:
         self.plan_out = plan_out  # an expanding task's: where emit_tasks writes its plan fragment
         self.committer = committer
         self.shell_timeout = shell_timeout
-        self._env = dict(os.environ if env is None else env)
-        for name in secret_env:
-            self._env.pop(name, None)
-        self.tools = {tool.name: tool for tool in self._standard()}
-        if shell:
-            self.tools["shell"] = Tool(
-                "shell",
-                "Run a shell command in the workspace (no input; output truncated). Its writes take no "
-                "claims and its commits are not recorded: prefer the file and commit tools.",
-                {"command": param("string", "the command line, run by /bin/sh")},
-                ("command",),
-                self.shell,
-            )
-
-        if plan_out is not None:
-            self.tools["emit_tasks"] = Tool(
-                "emit_tasks",
-                "Add tasks to the run, to start once this task has succeeded: a plan fragment in TOML "
-                "([[tasks]] tables with id, prompt and optionally title, depends_on, claims, isolation, "
-                'pipeline, model, timeout; an optional [defaults] table) or JSON ({"tasks": [...]}). '
-                "depends_on names another task of the fragment by its id, or a task this one depends on. "
-                "Their ids become <this task>.<id>; tasks that depend on this one wait for all of them. "
-                "Calling it again replaces the fragment; the fleet checks it when this task ends, and a "
-                "problem in it fails this task.",
-                {"fragment": param("string", "the whole fragment, TOML or JSON")},
-                ("fragment",),
-                self.emit_tasks,
-            )
+        given = os.environ if env is None else env
+        self._env = {name: value for name, value in given.items() if name not in secret_env}
+        offered = {"shell": shell, "emit_tasks": plan_out is not None}  # the opt-in tools
+        self.tools = {
+            name: Tool(name, description, params, required, getattr(self, name))
+            for name, (description, params, required) in TOOL_DEFS.items()
+            if offered.get(name, True)
+        }
 
     @property
     def specs(self) -> list[ToolSpec]:
@@ -232,111 +201,13 @@ class Toolbox:
             raise FormatError(f"unknown tool {name!r}: the tools are {', '.join(self.tools)}")
         return _truncate(tool.run(tool.check(args)))
 
-    def _standard(self) -> list[Tool]:
-        return [*self._file_tools(), *self._search_and_git_tools()]
-
-    def _file_tools(self) -> list[Tool]:
-        s, i, b = "string", "integer", "boolean"
-        path = param(s, "a path relative to the workspace")
-        return [
-            Tool(
-                "read_file",
-                f"Read a text file, with line numbers (up to {READ_LINES} lines per call).",
-                {
-                    "path": path,
-                    "start_line": param(i, "first line to read (1-based; default 1)"),
-                    "end_line": param(i, "last line to read (inclusive)"),
-                },
-                ("path",),
-                self.read_file,
-            ),
-            Tool(
-                "write_file",
-                "Create or overwrite a file with the given content (parent directories are created).",
-                {"path": path, "content": param(s, "the whole new content of the file")},
-                ("path", "content"),
-                self.write_file,
-            ),
-            Tool(
-                "edit_file",
-                "Replace an exact piece of text in a file. old_text must occur exactly once (include enough "
-                "surrounding lines), unless replace_all is true.",
-                {
-                    "path": path,
-                    "old_text": param(
-                        s, "the exact text to replace, whitespace included, without line numbers"
-                    ),
-                    "new_text": param(s, "the replacement text"),
-                    "replace_all": param(b, "replace every occurrence (default false)"),
-                },
-                ("path", "old_text", "new_text"),
-                self.edit_file,
-            ),
-            Tool(
-                "list_dir",
-                "List a directory's entries (directories end with /).",
-                {"path": param(s, "a directory relative to the workspace (default: the workspace)")},
-                (),
-                self.list_dir,
-            ),
-        ]
-
-    def _search_and_git_tools(self) -> list[Tool]:
-        s, b, a = "string", "boolean", "array"
-        return [
-            Tool(
-                "glob",
-                "Find files by glob pattern (`*` stays within a directory, `**/` crosses directories), "
-                "e.g. **/*.py or src/*.rs. Ignored files are left out.",
-                {"pattern": param(s, "the glob pattern"), "path": param(s, "search under this directory")},
-                ("pattern",),
-                self.glob,
-            ),
-            Tool(
-                "grep",
-                f"Search file contents with an extended regular expression; prints path:line:text "
-                f"(at most {MAX_MATCHES} matches). Ignored and binary files are left out.",
-                {
-                    "pattern": param(s, "the regular expression (or plain text with fixed_strings)"),
-                    "path": param(s, "search under this directory or file (default: everywhere)"),
-                    "include": param(s, "only files matching this glob, e.g. *.py"),
-                    "ignore_case": param(b, "match case-insensitively"),
-                    "fixed_strings": param(b, "treat pattern as plain text"),
-                },
-                ("pattern",),
-                self.grep,
-            ),
-            Tool("git_status", "Show `git status --porcelain` of the workspace.", {}, (), self.git_status),
-            Tool(
-                "git_diff",
-                "Show the uncommitted changes (`git diff`), optionally of one path, or the staged ones.",
-                {
-                    "path": param(s, "limit the diff to this path"),
-                    "staged": param(b, "diff the index instead"),
-                },
-                (),
-                self.git_diff,
-            ),
-            Tool(
-                "commit",
-                "Commit files you wrote in this task (default: all of them not yet committed). Only your own "
-                "files can be committed; nothing else is swept in.",
-                {"message": param(s, "the commit message"), "paths": param(a, "the files to commit")},
-                ("message",),
-                self.commit,
-            ),
-            Tool(
-                "finish",
-                "End the task with a summary of what was done (and what was not). Commit your work first.",
-                {
-                    "summary": param(s, "what you did, for the person who reviews it"),
-                    "success": param(b, "false if the task could not be done (default true)"),
-                },
-                ("summary",),
-                self.finish,
-            ),
-        ]
-
+    @tool(
+        f"Read a text file, with line numbers (up to {READ_LINES} lines per call).",
+        ("path",),
+        path=PATH,
+        start_line=param("integer", "first line to read (1-based; default 1)"),
+        end_line=param("integer", "last line to read (inclusive)"),
+    )
     def read_file(self, args: dict[str, Any]) -> str:
         full, rel = self.workspace.resolve(args["path"])
         if full.is_dir():
@@ -370,17 +241,33 @@ class Toolbox:
 
     def _write(self, given: str, content: str) -> str:
         full, rel = self.workspace.resolve_for_write(given)
-        self.workspace.take_claim(rel)
+        if self.workspace.claim is not None:  # the implicit claim of a shared tree; ClaimConflict goes back
+            self.workspace.claim(rel)
         full.parent.mkdir(parents=True, exist_ok=True)
         full.write_text(content, encoding="utf-8")
-        self.workspace.record_write(rel)
+        self.workspace.written[rel] = self.workspace.uncommitted[rel] = None
         return rel
 
+    @tool(
+        "Create or overwrite a file with the given content (parent directories are created).",
+        ("path", "content"),
+        path=PATH,
+        content=param("string", "the whole new content of the file"),
+    )
     def write_file(self, args: dict[str, Any]) -> str:
         content: str = args["content"]
         rel = self._write(args["path"], content)
         return f"wrote {rel} ({len(content.splitlines())} lines)"
 
+    @tool(
+        "Replace an exact piece of text in a file. old_text must occur exactly once (include enough "
+        "surrounding lines), unless replace_all is true.",
+        ("path", "old_text", "new_text"),
+        path=PATH,
+        old_text=param("string", "the exact text to replace, whitespace included, without line numbers"),
+        new_text=param("string", "the replacement text"),
+        replace_all=param("boolean", "replace every occurrence (default false)"),
+    )
     def edit_file(self, args: dict[str, Any]) -> str:
         full, rel = self.workspace.resolve_for_write(args["path"])
         old, new = args["old_text"], args["new_text"]
@@ -403,6 +290,10 @@ class Toolbox:
         self._write(rel, text.replace(old, new))
         return f"edited {rel}: replaced {count} occurrence{'s' if count > 1 else ''}"
 
+    @tool(
+        "List a directory's entries (directories end with /).",
+        path=param("string", "a directory relative to the workspace (default: the workspace)"),
+    )
     def list_dir(self, args: dict[str, Any]) -> str:
         full, rel = self.workspace.resolve(args.get("path", "."))
         if not full.is_dir():
@@ -422,24 +313,37 @@ class Toolbox:
             raise ToolFailure(f"{given}: no such file or directory")
         return "" if rel == "." else rel
 
+    @tool(
+        "Find files by glob pattern (`*` stays within a directory, `**/` crosses directories), "
+        "e.g. **/*.py or src/*.rs. Ignored files are left out.",
+        ("pattern",),
+        pattern=param("string", "the glob pattern"),
+        path=param("string", "search under this directory"),
+    )
     def glob(self, args: dict[str, Any]) -> str:
         pattern = args["pattern"].strip()
         self.workspace.relative(pattern)  # refuses absolute and climbing patterns
         base = self._under(args.get("path"))
         full_pattern = f"{base}/{pattern}" if base else pattern
         found = gitops.ls_files(self.workspace.root, [f":(glob){full_pattern}"])
-        shown: list[str] = []
-        for rel in sorted(dict.fromkeys(found)):
-            if (self.workspace.root / rel).exists():  # tracked but deleted in the work tree: gone
-                shown.append(rel)
-                if len(shown) > MAX_FILES:
-                    break
+        # tracked but deleted in the work tree: gone
+        existing = (rel for rel in sorted(set(found)) if (self.workspace.root / rel).exists())
+        shown = list(itertools.islice(existing, MAX_FILES + 1))
         if not shown:
             return f"no files match {full_pattern}"
-        if len(shown) > MAX_FILES:
-            return "\n".join(shown[:MAX_FILES]) + f"\n... more than {MAX_FILES} files: narrow the pattern"
-        return "\n".join(shown)
+        more = f"\n... more than {MAX_FILES} files: narrow the pattern" if len(shown) > MAX_FILES else ""
+        return "\n".join(shown[:MAX_FILES]) + more
 
+    @tool(
+        f"Search file contents with an extended regular expression; prints path:line:text "
+        f"(at most {MAX_MATCHES} matches). Ignored and binary files are left out.",
+        ("pattern",),
+        pattern=param("string", "the regular expression (or plain text with fixed_strings)"),
+        path=param("string", "search under this directory or file (default: everywhere)"),
+        include=param("string", "only files matching this glob, e.g. *.py"),
+        ignore_case=param("boolean", "match case-insensitively"),
+        fixed_strings=param("boolean", "treat pattern as plain text"),
+    )
     def grep(self, args: dict[str, Any]) -> str:
         base = self._under(args.get("path"))
         include = args.get("include")
@@ -460,22 +364,32 @@ class Toolbox:
         if not out:
             return "no matches"
         lines = out.splitlines()
-        if len(lines) > MAX_MATCHES:
-            return (
-                "\n".join(lines[:MAX_MATCHES])
-                + f"\n... {len(lines) - MAX_MATCHES} more matches: narrow the search"
-            )
-        return "\n".join(lines)
+        extra = len(lines) - MAX_MATCHES
+        more = f"\n... {extra} more matches: narrow the search" if extra > 0 else ""
+        return "\n".join(lines[:MAX_MATCHES]) + more
 
+    @tool("Show `git status --porcelain` of the workspace.")
     def git_status(self, args: dict[str, Any]) -> str:
         lines = gitops.status_porcelain(self.workspace.root)
         return "\n".join(lines) if lines else "clean: nothing to commit"
 
+    @tool(
+        "Show the uncommitted changes (`git diff`), optionally of one path, or the staged ones.",
+        path=param("string", "limit the diff to this path"),
+        staged=param("boolean", "diff the index instead"),
+    )
     def git_diff(self, args: dict[str, Any]) -> str:
         paths = [self.workspace.resolve(args["path"])[1]] if args.get("path") else []
         out = gitops.diff(self.workspace.root, paths, staged=bool(args.get("staged", False)))
         return out or "no differences"
 
+    @tool(
+        "Commit files you wrote in this task (default: all of them not yet committed). Only your own "
+        "files can be committed; nothing else is swept in.",
+        ("message",),
+        message=param("string", "the commit message"),
+        paths=param("array", "the files to commit"),
+    )
     def commit(self, args: dict[str, Any]) -> str:
         if self.committer is None:
             raise ToolFailure("committing is not available in this workspace")
@@ -497,9 +411,41 @@ class Toolbox:
             self.workspace.uncommitted.pop(rel, None)
         return f"committed {sha[:12]}: {', '.join(wanted)}"
 
+    @tool(
+        "End the task with a summary of what was done (and what was not). Commit your work first.",
+        ("summary",),
+        summary=param("string", "what you did, for the person who reviews it"),
+        success=param("boolean", "false if the task could not be done (default true)"),
+    )
     def finish(self, args: dict[str, Any]) -> str:
         raise Finished(args["summary"].strip(), bool(args.get("success", True)))
 
+    @tool(
+        "Run a shell command in the workspace (no input; output truncated). Its writes take no "
+        "claims and its commits are not recorded: prefer the file and commit tools.",
+        ("command",),
+        command=param("string", "the command line, run by /bin/sh"),
+    )
+    def shell(self, args: dict[str, Any]) -> str:
+        # Its own process group, stopped at once on the timeout or Ctrl-C: whatever it started, not only sh.
+        argv = ["/bin/sh", "-c", args["command"]]
+        done = runner.run(argv, cwd=self.workspace.root, env=self._env, timeout=self.shell_timeout)
+        if done.timed_out:
+            raise ToolFailure(f"the command ran longer than {self.shell_timeout:g} s and was stopped")
+        output = (done.stdout + done.stderr).strip()
+        return f"exit status {done.returncode}\n{output}" if output else f"exit status {done.returncode}"
+
+    @tool(
+        "Add tasks to the run, to start once this task has succeeded: a plan fragment in TOML "
+        "([[tasks]] tables with id, prompt and optionally title, depends_on, claims, isolation, "
+        'pipeline, model, timeout; an optional [defaults] table) or JSON ({"tasks": [...]}). '
+        "depends_on names another task of the fragment by its id, or a task this one depends on. "
+        "Their ids become <this task>.<id>; tasks that depend on this one wait for all of them. "
+        "Calling it again replaces the fragment; the fleet checks it when this task ends, and a "
+        "problem in it fails this task.",
+        ("fragment",),
+        fragment=param("string", "the whole fragment, TOML or JSON"),
+    )
     def emit_tasks(self, args: dict[str, Any]) -> str:
         text: str = args["fragment"]
         try:
@@ -514,12 +460,3 @@ class Toolbox:
         partial.write_text(text, encoding="utf-8")
         os.replace(partial, self.plan_out)  # a fragment is never read half-written
         return f"the fragment holds {len(tasks)} tasks; they run once this task has succeeded"
-
-    def shell(self, args: dict[str, Any]) -> str:
-        # Its own process group, stopped at once on the timeout or Ctrl-C: whatever it started, not only sh.
-        argv = ["/bin/sh", "-c", args["command"]]
-        done = runner.run(argv, cwd=self.workspace.root, env=self._env, timeout=self.shell_timeout)
-        if done.timed_out:
-            raise ToolFailure(f"the command ran longer than {self.shell_timeout:g} s and was stopped")
-        output = (done.stdout + done.stderr).strip()
-        return f"exit status {done.returncode}\n{output}" if output else f"exit status {done.returncode}"

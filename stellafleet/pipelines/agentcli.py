@@ -64,21 +64,13 @@ class AgentCliPipeline:
         """The first line `binary --version` prints, or None when it cannot be run."""
         try:
             path = shutil.which(self.default_binary if config is None else self.settings(config).binary)
-        except StellaError:
-            return None
-        try:
             done = runner.run([path, "--version"], timeout=VERSION_TIMEOUT_S) if path else None
-        except OSError:
+        except (StellaError, OSError):  # not configured, or it cannot be run
             return None
         if done is None or done.timed_out:
             return None
         lines = [line.strip() for line in (done.stdout + "\n" + done.stderr).splitlines() if line.strip()]
         return lines[0] if lines else None
-
-
-def model_for(ctx: WorkerContext, settings: CliSettings) -> str | None:
-    """The task's own model wins over the wrapper's configured one; None lets the CLI choose."""
-    return ctx.model or settings.model
 
 
 def scratch_dir(ctx: WorkerContext) -> Path:
@@ -90,8 +82,7 @@ def scratch_dir(ctx: WorkerContext) -> Path:
 
 def agent_env(ctx: WorkerContext) -> dict[str, str]:
     """The CLI's environment: ours, the worker context and this installation's `stella` first on PATH."""
-    env = dict(os.environ)
-    env.update(ctx.to_env())
+    env = {**os.environ, **ctx.to_env()}
     bin_dir = str(Path(sys.executable).parent)
     if (Path(bin_dir) / "stella").exists():
         parts = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir]
@@ -99,9 +90,10 @@ def agent_env(ctx: WorkerContext) -> dict[str, str]:
     return env
 
 
-def commit_instructions(ctx: WorkerContext) -> str:
+def agent_prompt(ctx: WorkerContext) -> str:
+    """The task's prompt, then the rules for committing in its tree."""
     if ctx.shared:
-        return (
+        rules = (
             "You are one of several agents working in the same git working tree at the same time.\n"
             "- Change only the files this task needs. If an edit is refused because another task holds the "
             "file, do not retry it: work around it or say so in your final answer.\n"
@@ -111,18 +103,16 @@ def commit_instructions(ctx: WorkerContext) -> str:
             "you changed. It commits only those paths and records the commit for this task.\n"
             "- End with a short summary of what you did."
         )
-    branch = f" on branch {ctx.branch}" if ctx.branch else ""
-    return (
-        f"You are working in your own git worktree{branch}; no one else writes here.\n"
-        '- Commit your finished work before you stop (`git add <paths>` then `git commit -m "<message>"`, '
-        'or `stella commit -m "<message>" <path> ...`). Every commit on this branch is recorded for '
-        "this task; uncommitted changes are not part of the result.\n"
-        "- End with a short summary of what you did."
-    )
-
-
-def agent_prompt(ctx: WorkerContext) -> str:
-    return f"{ctx.prompt.rstrip()}\n\n---\n{commit_instructions(ctx)}\n"
+    else:
+        branch = f" on branch {ctx.branch}" if ctx.branch else ""
+        rules = (
+            f"You are working in your own git worktree{branch}; no one else writes here.\n"
+            "- Commit your finished work before you stop (`git add <paths>` then `git commit -m "
+            '"<message>"`, or `stella commit -m "<message>" <path> ...`). Every commit on this branch is '
+            "recorded for this task; uncommitted changes are not part of the result.\n"
+            "- End with a short summary of what you did."
+        )
+    return f"{ctx.prompt.rstrip()}\n\n---\n{rules}\n"
 
 
 def prompt_file(ctx: WorkerContext, prompt: str) -> Path:

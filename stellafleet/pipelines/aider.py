@@ -14,7 +14,7 @@ from stellafleet.core.spend import RunningTotal, SpendReporter, SpendTally, mone
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.progress import short
 from stellafleet.git.lane import commit_paths
-from stellafleet.pipelines.agentcli import AgentCliPipeline, model_for, prompt_file, scratch_dir
+from stellafleet.pipelines.agentcli import AgentCliPipeline, prompt_file, scratch_dir
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
 from stellafleet.pipelines.support import EventLines, complete_lines, crash_text, failed, timeout_text
@@ -63,10 +63,6 @@ class AnalyticsFollower(EventLines):
         self.spent = spent
         self.offset = 0
         self.session = RunningTotal()  # aider's running total_cost
-
-    @property
-    def calls(self) -> int:
-        return self.spent.steps
 
     def poll(self) -> str | None:
         try:
@@ -138,12 +134,8 @@ def _count(value: Any) -> int:
 
 def edited_paths(run: CliRun) -> list[str]:
     """The files aider reports it edited, in order, once each."""
-    found: dict[str, None] = {}
-    for line in run.stdout_lines:
-        match = APPLIED.match(line.strip())
-        if match:
-            found[match.group("path")] = None
-    return list(found)
+    matches = (APPLIED.match(line.strip()) for line in run.stdout_lines)
+    return list(dict.fromkeys(match.group("path") for match in matches if match))
 
 
 class AiderPipeline(AgentCliPipeline):
@@ -161,7 +153,7 @@ class AiderPipeline(AgentCliPipeline):
             settings.binary,
             prompt_file(ctx, ctx.prompt),
             scratch=scratch,
-            model=model_for(ctx, settings),
+            model=ctx.model or settings.model,
             extra_args=settings.extra_args,
         )
         run = run_agent(ctx, argv, on_line=LimitLines(limits_of(spend)), poll=follower.poll)
@@ -185,14 +177,15 @@ def outcome(run: CliRun, f: AnalyticsFollower, ctx: WorkerContext) -> PipelineRe
             f"{short(f.bad_line, 120)!r}",
             **totals,
         )
-    if not f.calls:
+    calls = f.spent.steps  # one per model call
+    if not calls:
         said = short(" ".join(run.stdout_tail(8)) or run.stderr_text(), 400)
         return failed(f"aider made no model call: {said or 'it printed nothing'}", **totals)
     cost = money(f.spent.usd)
     if edited:
-        summary = f"aider edited {', '.join(edited)} in {f.calls} model call(s) ({cost})"
+        summary = f"aider edited {', '.join(edited)} in {calls} model call(s) ({cost})"
     else:
-        summary = f"aider answered without editing files in {f.calls} model call(s) ({cost})"
+        summary = f"aider answered without editing files in {calls} model call(s) ({cost})"
     return PipelineResult(success=True, summary=summary, **totals)
 
 

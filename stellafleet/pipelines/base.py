@@ -27,17 +27,8 @@ class PipelineResult:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PipelineResult:
         """The result a worker wrote, each amount read on its own (one bad field never costs the others)."""
-        error = data.get("error")
-        usd, tokens_in, tokens_out, steps = read_amounts(data)
-        return cls(
-            success=data.get("success") is True,
-            summary=str(data.get("summary") or ""),
-            error=None if error is None else str(error),
-            spend_usd=usd,
-            input_tokens=tokens_in,
-            output_tokens=tokens_out,
-            steps=steps,
-        )
+        error = None if data.get("error") is None else str(data["error"])
+        return cls(data.get("success") is True, str(data.get("summary") or ""), error, *read_amounts(data))
 
 
 def read_amounts(

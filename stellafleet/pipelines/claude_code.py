@@ -13,7 +13,7 @@ from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.anthropic import usage_of
 from stellafleet.engine.progress import short
 from stellafleet.engine.transport import token_count
-from stellafleet.pipelines.agentcli import AgentCliPipeline, agent_prompt, model_for, prompt_file, scratch_dir
+from stellafleet.pipelines.agentcli import AgentCliPipeline, agent_prompt, prompt_file, scratch_dir
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.claude_hook import HookContext, edited_path, hook_settings
 from stellafleet.pipelines.clirun import CliRun, run_agent
@@ -68,10 +68,8 @@ def denial_note(result: dict[str, Any]) -> str:
     denials = result.get("permission_denials")
     if not isinstance(denials, list) or not denials:
         return ""
-    names = []
-    for denial in denials[:3]:
-        if isinstance(denial, dict):
-            names.append(f"{denial.get('tool_name', '?')} {edited_path(denial) or ''}".strip())
+    shown = [denial for denial in denials[:3] if isinstance(denial, dict)]
+    names = [f"{denial.get('tool_name', '?')} {edited_path(denial) or ''}".strip() for denial in shown]
     more = f" and {len(denials) - 3} more" if len(denials) > 3 else ""
     return f" ({len(denials)} tool call(s) refused: {', '.join(names)}{more})"
 
@@ -82,14 +80,7 @@ def interpret(result: dict[str, Any], tally: SpendTally, *, max_turns: int | Non
     usd = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else 0.0
     usage = usage_of(result.get("usage"))
     turns = token_count(result.get("num_turns"))
-    tally.add(
-        usd,
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        steps=turns,
-        cache_read_tokens=usage.cache_read_tokens,
-        cache_write_tokens=usage.cache_write_tokens,
-    )
+    tally.add(usd, steps=turns, **usage.to_json())
     totals = tally.totals()
     subtype = str(result.get("subtype") or "")
     raw_text = result.get("result")
@@ -163,7 +154,7 @@ class ClaudeCodePipeline(AgentCliPipeline):
             settings_file=settings_file,
             budget=tally.cli_budget(),
             max_turns=settings.max_turns,
-            model=model_for(ctx, settings),
+            model=ctx.model or settings.model,
             extra_args=settings.extra_args,
             allowed=SHARED_COMMANDS if ctx.shared else ISOLATED_COMMANDS,
         )
@@ -179,9 +170,8 @@ class ClaudeCodePipeline(AgentCliPipeline):
         if watcher.result is not None:
             result = interpret(watcher.result, tally, max_turns=max_turns)
             if run.timed_out:  # it reported, then hung on the way out
-                result.success = False
-                result.summary = f"{timeout_text(CLI, ctx.timeout_s)} after reporting: {result.summary}"
-                result.error = result.summary
+                text = f"{timeout_text(CLI, ctx.timeout_s)} after reporting: {result.summary}"
+                return failed(text, **tally.totals())
             return result
         if run.timed_out:
             return failed(

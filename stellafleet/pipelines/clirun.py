@@ -15,7 +15,6 @@ from typing import TextIO
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.agentcli import agent_env
 from stellafleet.proc import runner
-from stellafleet.proc.runner import signal_description
 
 GRACE_S = 5.0  # between SIGTERM and SIGKILL when stopping a CLI
 POLL_S = 0.2  # how often a wrapper's poll callback runs while the CLI works
@@ -31,13 +30,10 @@ class CliRun:
     argv: list[str]
     returncode: int | None = None  # negative: killed by that signal; None: never started
     stdout_lines: list[str] = field(default_factory=list)
-    stderr_tail: list[str] = field(default_factory=list)
+    stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     stopped: str | None = None  # why the wrapper stopped it, if it did
     timed_out: bool = False
     start_error: str | None = None
-
-    def exit_text(self) -> str:
-        return "no exit status" if self.returncode is None else signal_description(self.returncode)
 
     def stderr_text(self, limit: int = 600) -> str:
         text = " | ".join(line.strip() for line in self.stderr_tail if line.strip())
@@ -93,7 +89,6 @@ class _Output:
     stop: _Stop
     on_line: LineHandler | None
     transcript: Path | None
-    stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
 
     def follow(self, text: str) -> None:
         """Hand one stdout line to the wrapper; a reason it returns stops the CLI."""
@@ -120,7 +115,7 @@ class _Output:
     def read_stderr(self, stream: Iterable[str]) -> None:
         for line in stream:
             text = line.rstrip("\n")
-            self.stderr_tail.append(text)
+            self.run.stderr_tail.append(text)
             sys.stderr.write(text + "\n")
             sys.stderr.flush()
 
@@ -146,11 +141,10 @@ def _watch(
         if deadline is not None and time.monotonic() >= deadline:
             run.timed_out = True
             return
-        if poll is not None:
-            reason = poll()
-            if reason:
-                stop.request(reason)
-                return
+        reason = poll() if poll is not None else None
+        if reason:
+            stop.request(reason)
+            return
 
 
 def _end(proc: runner.Process, run: CliRun, stop: _Stop, readers: list[threading.Thread]) -> None:
@@ -196,5 +190,4 @@ def run_agent(
     if poll is not None and not run.timed_out:
         poll()  # a last look at files the CLI wrote just before it exited
     run.returncode = proc.returncode
-    run.stderr_tail = list(output.stderr_tail)
     return run

@@ -19,7 +19,7 @@ from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.progress import short
 from stellafleet.git import gitops
-from stellafleet.pipelines.agentcli import AgentCliPipeline, agent_env, agent_prompt, model_for, prompt_file
+from stellafleet.pipelines.agentcli import AgentCliPipeline, agent_env, agent_prompt, prompt_file
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
 from stellafleet.pipelines.support import (
@@ -33,23 +33,12 @@ from stellafleet.pipelines.support import (
 )
 
 
-def git_dirs(workspace: Path) -> list[str]:
-    """The absolute git directories a commit in workspace writes to (common dir first); [] outside git."""
-    found: list[str] = []
-    try:
-        for flag in ("--git-common-dir", "--git-dir"):
-            out = gitops.git("rev-parse", "--path-format=absolute", flag, cwd=workspace).strip()
-            if out and out not in found:
-                found.append(out)
-    except GitError:
-        return []
-    return found
-
-
 def writable_roots_arg(workspace: Path) -> list[str]:
-    """`-c sandbox_workspace_write.writable_roots=[...]` for the workspace's git dirs ([] outside git)."""
-    dirs = git_dirs(workspace)
-    if not dirs:
+    """`-c sandbox_workspace_write.writable_roots=[...]` for the git dirs a commit in workspace writes to."""
+    try:  # the common dir first; [] outside git
+        flags = ("--git-common-dir", "--git-dir")
+        dirs = dict.fromkeys(str(gitops.git_path(workspace, "--path-format=absolute", f)) for f in flags)
+    except GitError:
         return []
     # A JSON string is a TOML basic string, which is how `-c` parses the value.
     return ["-c", f"sandbox_workspace_write.writable_roots=[{', '.join(json.dumps(d) for d in dirs)}]"]
@@ -75,19 +64,15 @@ class SessionLog:
         self.path: Path | None = None
         self.offset = 0
 
-    def find(self) -> Path | None:
+    def __call__(self) -> str | None:
         thread = self.thread_id()
         if self.path is None and thread:
             matches = sorted((self.home / "sessions").glob(f"*/*/*/rollout-*{thread}.jsonl"))
             self.path = matches[-1] if matches else None
-        return self.path
-
-    def __call__(self) -> str | None:
-        path = self.find()
-        if path is None:
+        if self.path is None:
             return None
         try:
-            lines, self.offset = complete_lines(path, self.offset)
+            lines, self.offset = complete_lines(self.path, self.offset)
         except OSError:
             return None
         reason = None
@@ -165,9 +150,7 @@ class Usage:
     def tokens(self) -> TokenUsage:
         # Codex's input_tokens include the cached ones, the convention the price table uses too.
         return TokenUsage(
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            cache_read_tokens=min(self.cached_input_tokens, self.input_tokens),
+            self.input_tokens, self.output_tokens, min(self.cached_input_tokens, self.input_tokens)
         )
 
 
@@ -176,7 +159,7 @@ class CodexFollower(EventLines):
 
     kind = "type"
 
-    def __init__(self, pricer: Pricer | None, spent: SpendTally) -> None:
+    def __init__(self, pricer: Pricer | None, spent: SpendTally, limits: LimitReporter | None) -> None:
         super().__init__()
         self.pricer = pricer
         self.spent = spent
@@ -188,7 +171,7 @@ class CodexFollower(EventLines):
         self.last_message = ""
         self.thread_id: str | None = None
         self.from_log = False  # the session log is being followed: turn totals only top it up
-        self.limits: LimitReporter | None = None  # where the limits Codex reports go (the fleet)
+        self.limits = limits  # where the limits Codex reports go (the fleet)
         self._limits_told: set[str] = set()
         self._lock = threading.Lock()
 
@@ -242,17 +225,10 @@ class CodexFollower(EventLines):
             return None  # already counted from the session log
         added = total.minus(self.total)
         self.total = total
-        usd = self.pricer.cost(added.tokens()) if self.pricer is not None else 0.0
-        cached = min(added.cached_input_tokens, added.input_tokens)
-        self.spent.add(
-            usd, input_tokens=added.input_tokens, output_tokens=added.output_tokens, cache_read_tokens=cached
-        )
+        tokens = added.tokens()
+        usd = self.pricer.cost(tokens) if self.pricer is not None else 0.0
+        self.spent.add(usd, **tokens.to_json())
         return self.spent.guard_reached("priced from its token usage")
-
-    def report_steps(self) -> None:
-        if self.steps:
-            self.spent.add(0.0, steps=self.steps)
-            self.steps = 0
 
 
 class CodexPipeline(AgentCliPipeline):
@@ -288,13 +264,12 @@ class CodexPipeline(AgentCliPipeline):
 
     def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult:
         settings = self.settings(config)
-        model = model_for(ctx, settings)
+        model = ctx.model or settings.model  # the task's own model first; None lets Codex choose
         pricer = price_for(model, config) if model else None
         tally = SpendTally.for_attempt(ctx, spend)
         if tally.guarded and pricer is None:
             return failed(f"codex was not started: {self.no_price(model)}")
-        follower = CodexFollower(pricer, tally)
-        follower.limits = limits_of(spend)
+        follower = CodexFollower(pricer, tally, limits_of(spend))
         session = SessionLog(codex_home(agent_env(ctx)), follower.log_total, lambda: follower.thread_id)
         argv = build_argv(
             settings.binary,
@@ -305,7 +280,8 @@ class CodexPipeline(AgentCliPipeline):
         )
         prompt = prompt_file(ctx, agent_prompt(ctx))
         run = run_agent(ctx, argv, on_line=follower, poll=session, stdin_path=prompt)
-        follower.report_steps()
+        if follower.steps:
+            tally.add(0.0, steps=follower.steps)
         # what it left uncommitted, the worker commits (worker/leftovers.py)
         return outcome(run, follower, ctx, priced=pricer is not None, model=model)
 

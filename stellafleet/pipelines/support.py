@@ -10,10 +10,11 @@ from typing import Any, ClassVar
 from stellafleet.core.spend import money
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun
+from stellafleet.proc.runner import signal_description
 
 
-def failed(summary: str, *, error: str | None = None, **totals: Any) -> PipelineResult:
-    return PipelineResult(success=False, summary=summary, error=error or summary, **totals)
+def failed(summary: str, **totals: Any) -> PipelineResult:
+    return PipelineResult(success=False, summary=summary, error=summary, **totals)
 
 
 def timeout_text(cli: str, timeout_s: float | None, spent_usd: float | None = None) -> str:
@@ -25,7 +26,8 @@ def crash_text(cli: str, run: CliRun) -> str:
     if run.start_error:
         return run.start_error
     detail = run.stderr_text()
-    return f"{cli} ended ({run.exit_text()}) before reporting a result" + (f": {detail}" if detail else "")
+    status = "no exit status" if run.returncode is None else signal_description(run.returncode)
+    return f"{cli} ended ({status}) before reporting a result" + (f": {detail}" if detail else "")
 
 
 def parse_failure(cli: str, detail: str, run: CliRun) -> str:
