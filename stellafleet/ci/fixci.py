@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from stellafleet.ci.gh import GREEN_CONCLUSIONS, CiRun, GhError, GitHub
+from stellafleet.ci.gh import CiRun, GhError, GitHub
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,7 @@ def trim_log(text: str, limit_bytes: int) -> str:
 def failure_excerpt(github: GitHub, runs: Sequence[CiRun], limit_bytes: int) -> str:
     """The failing runs' `--log-failed` output, each under its run's label, trimmed to limit_bytes."""
     parts: list[str] = []
-    for run in runs:
-        if run.status != "completed" or run.conclusion in GREEN_CONCLUSIONS:
-            continue
+    for run in (r for r in runs if r.red):
         try:
             log = github.failed_log(run.id)
         except GhError as exc:
