@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from dataclasses import KW_ONLY, InitVar, dataclass, field
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import ClassVar, TextIO
 
@@ -25,7 +24,6 @@ from stellafleet.ci.gh import (
 )
 from stellafleet.ci.model import (
     BranchWatch,
-    Target,
     WatchReporter,
     WatchResult,
     branches_to_watch,
@@ -49,7 +47,7 @@ class Watcher:
 
     root: Path
     run_id: str
-    targets: InitVar[Sequence[Target]]
+    watches: list[BranchWatch]
     _: KW_ONLY
     settings: WatchConfig
     github: GitHub
@@ -58,10 +56,6 @@ class Watcher:
     out: WatchReporter
     default_branch: str | None
     fixer: CiFixer | None = None
-    watches: list[BranchWatch] = field(init=False)
-
-    def __post_init__(self, targets: Sequence[Target]) -> None:
-        self.watches = [BranchWatch(t) for t in targets]
 
     def run(self) -> WatchResult:
         start = self.clock.now()
@@ -79,23 +73,16 @@ class Watcher:
 
     def _start(self, watch: BranchWatch) -> None:
         watch.head_sha = gitops.ref_commit(self.root, watch.branch)
-        if watch.head_sha is None:
-            self._finish(
-                watch, CIState.ERROR, None, f"branch {watch.branch} no longer exists here (cleaned up?)"
-            )
-            return
         try:
+            if watch.head_sha is None:
+                raise GitError(f"branch {watch.branch} no longer exists here (cleaned up?)")
             gitops.push(self.root, self.settings.remote, watch.branch, force=self.settings.force_push)
-        except GitError as exc:
+            watch.phase = f"pushed {watch.head_sha[:12]} to {self.settings.remote}"
+            if watch.branch != self.default_branch:
+                self._open_pr(watch)
+        except (GitError, GhError) as exc:
             self._finish(watch, CIState.ERROR, None, exc.message)
             return
-        watch.phase = f"pushed {watch.head_sha[:12]} to {self.settings.remote}"
-        if watch.branch != self.default_branch:
-            try:
-                self._open_pr(watch)
-            except GhError as exc:
-                self._finish(watch, CIState.ERROR, None, exc.message)
-                return
         watch.since = watch.last_change = self.clock.now()
         self._changed(watch)
 
@@ -176,8 +163,10 @@ class Watcher:
             if label is None:
                 self._finish(watch, CIState.GREEN, "success", f"all {len(runs)} CI runs passed")
             else:
-                failed = [r.label for r in runs if r.conclusion == label]
-                self._red(watch, label, f"{label}: {', '.join(failed)}")
+                reason = f"{label}: {', '.join(r.label for r in runs if r.conclusion == label)}"
+                if not self._fix(watch, reason):  # no fix-ci round to hand it to: it ends red
+                    note = f"; {watch.fix_note}" if watch.fix_note else ""
+                    self._finish(watch, CIState.RED, label, reason + note)
             return
         if now - watch.last_change >= s.stall_timeout:
             known_red = red_label(runs)
@@ -187,12 +176,6 @@ class Watcher:
             self._finish(watch, CIState.STALLED, known_red, reason)
             return
         self._set_phase(watch, ci_phase(runs))
-
-    def _red(self, watch: BranchWatch, label: str, reason: str) -> None:
-        """A branch whose CI failed: hand it to the fixer for another round, or end it red."""
-        if self._fix(watch, reason):
-            return
-        self._finish(watch, CIState.RED, label, f"{reason}; {watch.fix_note}" if watch.fix_note else reason)
 
     def _fix(self, watch: BranchWatch, reason: str) -> bool:
         """One --fix-ci round for a red isolated branch; True when its new head is being watched."""
@@ -307,7 +290,7 @@ def watch_run(
         watcher = Watcher(
             root,
             run_id,
-            targets,
+            [BranchWatch(t) for t in targets],
             settings=settings,
             github=github,
             ledger=ledger,
