@@ -66,25 +66,11 @@ def open_recorded(recorded: str, private_dir: Path) -> int:
     return fd
 
 
-def read_range(fd: int, *, offset: int | None, tail: int | None, limit: int) -> dict[str, Any]:
-    """Bytes [offset, offset + limit) of the file, or its last `tail` bytes; trimmed to whole characters."""
-    size = os.fstat(fd).st_size
-    start = max(0, size - tail) if tail is not None else min(offset or 0, size)
-    length = min(tail if tail is not None else limit, size - start)
-    data = os.pread(fd, length, start) if length > 0 else b""
-    skip, keep = _utf8_window(data, trim_start=start > 0)
-    return {
-        "offset": start + skip,
-        "next": start + keep,
-        "size": size,
-        "text": data[skip:keep].decode("utf-8", errors="replace"),
-    }
-
-
 def attempt_log(
     ledger_path: Path, attempt_id: int, kind: str, *, offset: int | None, tail: int | None, limit: int
 ) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, JSON payload) for GET /api/attempts/<id>/<kind>."""
+    """(HTTP status, JSON payload) for GET /api/attempts/<id>/<kind>: bytes [offset, offset + limit) of
+    the file, or its last `tail` bytes, trimmed to whole characters."""
     with Ledger.open(ledger_path, readonly=True) as reads:
         attempt = reads.attempts.files(attempt_id)
     if attempt is None:
@@ -109,9 +95,15 @@ def attempt_log(
     except OSError:
         return HTTPStatus.OK, payload  # not written yet (the worker has not started) or already removed
     try:
-        payload.update(read_range(fd, offset=offset, tail=tail, limit=limit), exists=True)
+        size = os.fstat(fd).st_size
+        start = max(0, size - tail) if tail is not None else min(offset or 0, size)
+        length = min(tail if tail is not None else limit, size - start)
+        data = os.pread(fd, length, start) if length > 0 else b""
     finally:
         os.close(fd)
+    skip, keep = _utf8_window(data, trim_start=start > 0)
+    text = data[skip:keep].decode("utf-8", errors="replace")
+    payload.update(offset=start + skip, next=start + keep, size=size, text=text, exists=True)
     return HTTPStatus.OK, payload
 
 
@@ -137,7 +129,6 @@ STATIC_FILES = {
         for name in ("dom.js", "runviews.js", "timeline.js", "graph.js", "spend.js", "attempt.js")
     },
 }
-LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
 
 
 @cache
@@ -195,21 +186,17 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet by default; -vv shows requests
         log.debug("%s " + format, self.address_string(), *args)
 
-    def _headers(self, status: int, content_type: str, length: int, *, cache_static: bool = False) -> None:
+    def _send(self, status: int, body: bytes, content_type: str, *, head: bool = False) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(length))
+        self.send_header("Content-Length", str(len(body)))
         self.send_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("X-Frame-Options", "DENY")
         self.send_header("Referrer-Policy", "no-referrer")
-        self.send_header("Cache-Control", "no-cache" if cache_static else "no-store")
+        static = content_type.startswith(("text/css", "text/j"))  # the page's own assets: revalidated
+        self.send_header("Cache-Control", "no-cache" if static else "no-store")
         self.end_headers()
-
-    def _send(self, status: int, body: bytes, content_type: str, *, head: bool = False) -> None:
-        self._headers(
-            status, content_type, len(body), cache_static=content_type.startswith(("text/css", "text/j"))
-        )
         if not head:
             self.wfile.write(body)
 
@@ -223,7 +210,7 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
             return True
         host = (self.headers.get("Host") or "").strip().lower()
         name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        return name in LOOPBACK_NAMES or is_loopback(name)
+        return is_loopback(name)
 
     def do_HEAD(self) -> None:
         self._route(head=True)
