@@ -9,7 +9,7 @@ import re
 import shutil
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -89,12 +89,10 @@ class GhRunner(Protocol):
 class SystemGh:
     """The real gh, found on the current PATH and run non-interactively, in its own session."""
 
-    def __init__(self, executable: str = "gh", *, timeout: float = 120.0) -> None:
-        self.executable = executable
-        self.timeout = timeout
+    timeout = 120.0
 
     def run(self, args: Sequence[str], *, cwd: Path) -> GhResult:
-        found = shutil.which(self.executable, path=os.environ.get("PATH", ""))
+        found = shutil.which("gh", path=os.environ.get("PATH", ""))
         if found is None:
             raise StellaError(GH_MISSING, exit_code=EXIT_USAGE)
         try:
@@ -200,16 +198,15 @@ def red_label(runs: Sequence[CiRun]) -> str | None:
 _PR_NUMBER = re.compile(r"/pull/(\d+)")
 
 
+@dataclass
 class GitHub:
     """The gh calls watch makes, run in the repository (gh finds the GitHub repository from its remotes)."""
 
-    def __init__(
-        self, runner: GhRunner, cwd: Path, *, repo: str | None = None, retry: Retry | None = None
-    ) -> None:
-        self.runner = runner
-        self.cwd = cwd
-        self.repo = repo
-        self.retry = retry or Retry()
+    runner: GhRunner
+    cwd: Path
+    _: KW_ONLY
+    repo: str | None = None
+    retry: Retry = field(default_factory=Retry)
 
     def _gh(self, *args: str, repo_flag: bool = True, retry: bool = True) -> GhResult:
         """gh ARGS, retried while GitHub answers with a rate limit or a server error (see Retry)."""
