@@ -306,7 +306,7 @@ class CodexPipeline(AgentCliPipeline):
         prompt = prompt_file(ctx, agent_prompt(ctx))
         run = run_agent(ctx, argv, on_line=follower, poll=session, stdin_path=prompt)
         follower.report_steps()
-        # what it left uncommitted, the worker commits (worker/leftovers.py)
+        # what it left uncommitted, the worker commits (worker/main.py commit_leftovers)
         return outcome(run, follower, ctx, priced=pricer is not None, model=model)
 
 
