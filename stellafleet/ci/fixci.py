@@ -29,8 +29,7 @@ class FixOutcome:
 
 
 class CiFixer(Protocol):
-    @property
-    def max_rounds(self) -> int: ...
+    max_rounds: int
 
     def fix(self, request: FixRequest) -> FixOutcome:
         """Run one follow-up attempt for request's task; the branch's new head, or why there is none."""

@@ -77,7 +77,7 @@ class Retry:
     wait: float = 30.0
     give_up_after: float = 1200.0
     clock: Clock = field(default_factory=SystemClock)
-    on_retry: Callable[[str], None] | None = None  # told each retry, in one line
+    on_retry: Callable[[str], None] = lambda _: None  # told each retry, in one line
 
 
 class GhRunner(Protocol):
@@ -135,16 +135,8 @@ class CiRun:
 
     @classmethod
     def from_gh(cls, data: dict[str, Any]) -> CiRun:
-        return cls(
-            id=int(data.get("databaseId") or 0),
-            attempt=int(data.get("attempt") or 1),
-            status=str(data.get("status") or ""),
-            conclusion=str(data.get("conclusion") or ""),
-            updated_at=str(data.get("updatedAt") or ""),
-            url=str(data.get("url") or ""),
-            name=str(data.get("name") or ""),
-            workflow=str(data.get("workflowName") or ""),
-        )
+        run_id, attempt, *texts = (data.get(key) for key in RUN_FIELDS.split(","))  # in the fields' order
+        return cls(int(run_id or 0), int(attempt or 1), *(str(text or "") for text in texts))
 
     @property
     def red(self) -> bool:
@@ -157,15 +149,8 @@ class CiRun:
         return self.workflow or self.name or f"run {self.id}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "attempt": self.attempt,
-            "workflow": self.workflow,
-            "name": self.name,
-            "status": self.status,
-            "conclusion": self.conclusion or None,
-            "url": self.url,
-        }
+        shown = ("id", "attempt", "workflow", "name", "status", "conclusion", "url")
+        return {name: getattr(self, name) for name in shown} | {"conclusion": self.conclusion or None}
 
 
 def latest_attempts(runs: Sequence[CiRun]) -> list[CiRun]:
@@ -226,9 +211,8 @@ class GitHub:
                     else ""
                 )
                 return GhResult(result.returncode, result.stdout, f"{trouble}{after}: {result.detail()}")
-            if policy.on_retry is not None:
-                wait = duration_text(policy.wait, as_set=True)
-                policy.on_retry(f"gh {' '.join(args[:2])}: {trouble}; retrying in {wait}")
+            wait = duration_text(policy.wait, as_set=True)
+            policy.on_retry(f"gh {' '.join(args[:2])}: {trouble}; retrying in {wait}")
             policy.clock.sleep(policy.wait)
 
     def _ok(self, *args: str, failed: str | None = None, retry: bool = True) -> GhResult:

@@ -36,7 +36,7 @@ from stellafleet.core.errors import EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import CIState
 from stellafleet.core.terminal import aligned, styled
-from stellafleet.core.words import duration_text
+from stellafleet.core.words import duration_text, plural
 from stellafleet.git import gitops
 from stellafleet.state.ledger import Ledger
 
@@ -183,8 +183,7 @@ class Watcher:
         if fixer is None or fixer.max_rounds < 1 or watch.target.kind != "isolated" or task_id is None:
             return False
         if watch.fix_rounds >= fixer.max_rounds:
-            rounds = "1 fix-ci round" if fixer.max_rounds == 1 else f"{fixer.max_rounds} fix-ci rounds"
-            watch.fix_note = f"still red after {rounds}"
+            watch.fix_note = f"still red after {plural(fixer.max_rounds, 'fix-ci round')}"
             return False
         watch.fix_rounds += 1
         n, limit = watch.fix_rounds, fixer.max_rounds
