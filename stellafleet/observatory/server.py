@@ -35,12 +35,13 @@ class LogRefused(StellaError):
     """The ledger's recorded path points outside the ledger's directory (or is not a regular file)."""
 
 
+_CONTINUATION = bytes(range(0x80, 0xC0))
+
+
 def _utf8_window(data: bytes, *, trim_start: bool) -> tuple[int, int]:
     """(skip, keep): whole characters only at both ends of a chunk, offsets byte-exact."""
-    skip = 0
-    if trim_start:
-        while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
-            skip += 1
+    head = data[:3] if trim_start else b""
+    skip = len(head) - len(head.lstrip(_CONTINUATION))  # a character begun before the chunk
     end = len(data)
     for back in range(1, min(4, end - skip) + 1):
         byte = data[end - back]
