@@ -31,10 +31,6 @@ CHUNK_MAX = 1024 * 1024
 KINDS = {"log": "log_path", "transcript": "transcript_path"}
 
 
-class LogRefused(StellaError):
-    """The ledger's recorded path points outside the ledger's directory (or is not a regular file)."""
-
-
 _CONTINUATION = bytes(range(0x80, 0xC0))
 
 
@@ -52,19 +48,6 @@ def _utf8_window(data: bytes, *, trim_start: bool) -> tuple[int, int]:
             end -= back  # an incomplete last character: the next read starts at its lead byte
         break
     return skip, end
-
-
-def open_recorded(recorded: str, private_dir: Path) -> int:
-    """A read-only descriptor on the recorded file if it lies inside private_dir; LogRefused otherwise."""
-    real = Path(os.path.realpath(recorded))
-    if not real.is_relative_to(Path(os.path.realpath(private_dir))):
-        raise LogRefused("the recorded path is outside the ledger's directory; it is not served")
-    # O_NONBLOCK: a FIFO planted at the path must not hang the server; fstat below refuses it
-    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise LogRefused("the recorded path is not a regular file; it is not served")
-    return fd
 
 
 def attempt_log(
@@ -89,14 +72,22 @@ def attempt_log(
     }
     if not attempt[KINDS[kind]]:
         return HTTPStatus.OK, payload  # nothing recorded (a pipeline without a transcript)
-    try:
-        fd = open_recorded(attempt[KINDS[kind]], ledger_path.parent)
-    except LogRefused as exc:
-        return HTTPStatus.FORBIDDEN, {"error": str(exc)}
+    real = Path(os.path.realpath(attempt[KINDS[kind]]))
+    if not real.is_relative_to(Path(os.path.realpath(ledger_path.parent))):
+        return HTTPStatus.FORBIDDEN, {
+            "error": "the recorded path is outside the ledger's directory; it is not served"
+        }
+    try:  # O_NONBLOCK: a FIFO planted at the path must not hang the server; fstat below refuses it
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return HTTPStatus.OK, payload  # not written yet (the worker has not started) or already removed
     try:
-        size = os.fstat(fd).st_size
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            return HTTPStatus.FORBIDDEN, {
+                "error": "the recorded path is not a regular file; it is not served"
+            }
+        size = found.st_size
         start = max(0, size - tail) if tail is not None else min(offset or 0, size)
         length = min(tail if tail is not None else limit, size - start)
         data = os.pread(fd, length, start) if length > 0 else b""
