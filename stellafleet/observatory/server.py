@@ -114,11 +114,10 @@ CONTENT_SECURITY_POLICY = (
 STATIC_FILES = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
-    "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/static/app.css": ("app.css", "text/css; charset=utf-8"),
     **{
         f"/static/{name}": (name, "text/javascript; charset=utf-8")
-        for name in ("dom.js", "runviews.js", "timeline.js", "graph.js", "spend.js", "attempt.js")
+        for name in ("app.js", "dom.js", "runviews.js", "timeline.js", "graph.js", "spend.js", "attempt.js")
     },
 }
 
