@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from stellafleet.ci.gh import GREEN_CONCLUSIONS, CiRun, GhError, GitHub
+from stellafleet.ci.gh import CiRun, GhError, GitHub
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,7 @@ class FixOutcome:
 
 
 class CiFixer(Protocol):
-    @property
-    def max_rounds(self) -> int: ...
+    max_rounds: int
 
     def fix(self, request: FixRequest) -> FixOutcome:
         """Run one follow-up attempt for request's task; the branch's new head, or why there is none."""
@@ -51,9 +50,7 @@ def trim_log(text: str, limit_bytes: int) -> str:
 def failure_excerpt(github: GitHub, runs: Sequence[CiRun], limit_bytes: int) -> str:
     """The failing runs' `--log-failed` output, each under its run's label, trimmed to limit_bytes."""
     parts: list[str] = []
-    for run in runs:
-        if run.status != "completed" or run.conclusion in GREEN_CONCLUSIONS:
-            continue
+    for run in (r for r in runs if r.red):
         try:
             log = github.failed_log(run.id)
         except GhError as exc:

@@ -9,7 +9,7 @@ import re
 import shutil
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -77,7 +77,7 @@ class Retry:
     wait: float = 30.0
     give_up_after: float = 1200.0
     clock: Clock = field(default_factory=SystemClock)
-    on_retry: Callable[[str], None] | None = None  # told each retry, in one line
+    on_retry: Callable[[str], None] = lambda _: None  # told each retry, in one line
 
 
 class GhRunner(Protocol):
@@ -89,12 +89,10 @@ class GhRunner(Protocol):
 class SystemGh:
     """The real gh, found on the current PATH and run non-interactively, in its own session."""
 
-    def __init__(self, executable: str = "gh", *, timeout: float = 120.0) -> None:
-        self.executable = executable
-        self.timeout = timeout
+    timeout = 120.0
 
     def run(self, args: Sequence[str], *, cwd: Path) -> GhResult:
-        found = shutil.which(self.executable, path=os.environ.get("PATH", ""))
+        found = shutil.which("gh", path=os.environ.get("PATH", ""))
         if found is None:
             raise StellaError(GH_MISSING, exit_code=EXIT_USAGE)
         try:
@@ -117,6 +115,10 @@ class PullRequest:
     url: str
     body: str
 
+    @classmethod
+    def from_gh(cls, data: dict[str, Any]) -> PullRequest:
+        return cls(int(data["number"]), str(data["url"]), str(data.get("body") or ""))
+
 
 @dataclass(frozen=True)
 class CiRun:
@@ -133,16 +135,12 @@ class CiRun:
 
     @classmethod
     def from_gh(cls, data: dict[str, Any]) -> CiRun:
-        return cls(
-            id=int(data.get("databaseId") or 0),
-            attempt=int(data.get("attempt") or 1),
-            status=str(data.get("status") or ""),
-            conclusion=str(data.get("conclusion") or ""),
-            updated_at=str(data.get("updatedAt") or ""),
-            url=str(data.get("url") or ""),
-            name=str(data.get("name") or ""),
-            workflow=str(data.get("workflowName") or ""),
-        )
+        run_id, attempt, *texts = (data.get(key) for key in RUN_FIELDS.split(","))  # in the fields' order
+        return cls(int(run_id or 0), int(attempt or 1), *(str(text or "") for text in texts))
+
+    @property
+    def red(self) -> bool:
+        return self.status == "completed" and self.conclusion not in GREEN_CONCLUSIONS
 
     @property
     def label(self) -> str:
@@ -151,23 +149,15 @@ class CiRun:
         return self.workflow or self.name or f"run {self.id}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "attempt": self.attempt,
-            "workflow": self.workflow,
-            "name": self.name,
-            "status": self.status,
-            "conclusion": self.conclusion or None,
-            "url": self.url,
-        }
+        shown = ("id", "attempt", "workflow", "name", "status", "conclusion", "url")
+        return {name: getattr(self, name) for name in shown} | {"conclusion": self.conclusion or None}
 
 
 def latest_attempts(runs: Sequence[CiRun]) -> list[CiRun]:
     """A re-run supersedes the earlier attempts of the same run id: keep the highest attempt of each."""
     best: dict[int, CiRun] = {}
-    for run in runs:
-        if run.id not in best or run.attempt > best[run.id].attempt:
-            best[run.id] = run
+    for run in sorted(runs, key=lambda r: r.attempt, reverse=True):  # stable: the first of a tie stays
+        best.setdefault(run.id, run)
     return sorted(best.values(), key=lambda r: r.id)
 
 
@@ -185,26 +175,23 @@ def ci_phase(runs: Sequence[CiRun]) -> str:
 
 def red_label(runs: Sequence[CiRun]) -> str | None:
     """The conclusion a red branch is labelled with, or None when no completed run is red."""
-    found = {r.conclusion for r in runs if r.status == "completed" and r.conclusion not in GREEN_CONCLUSIONS}
-    for label in RED_CONCLUSIONS:
-        if label in found:
-            return label
-    return sorted(found)[0] if found else None  # an unknown conclusion is not green either
+    found = {r.conclusion for r in runs if r.red}
+    # an unknown conclusion is not green either
+    return next((label for label in RED_CONCLUSIONS if label in found), min(found, default=None))
 
 
 _PR_NUMBER = re.compile(r"/pull/(\d+)")
 
 
+@dataclass
 class GitHub:
     """The gh calls watch makes, run in the repository (gh finds the GitHub repository from its remotes)."""
 
-    def __init__(
-        self, runner: GhRunner, cwd: Path, *, repo: str | None = None, retry: Retry | None = None
-    ) -> None:
-        self.runner = runner
-        self.cwd = cwd
-        self.repo = repo
-        self.retry = retry or Retry()
+    runner: GhRunner
+    cwd: Path
+    _: KW_ONLY
+    repo: str | None = None
+    retry: Retry = field(default_factory=Retry)
 
     def _gh(self, *args: str, repo_flag: bool = True, retry: bool = True) -> GhResult:
         """gh ARGS, retried while GitHub answers with a rate limit or a server error (see Retry)."""
@@ -224,14 +211,20 @@ class GitHub:
                     else ""
                 )
                 return GhResult(result.returncode, result.stdout, f"{trouble}{after}: {result.detail()}")
-            if policy.on_retry is not None:
-                wait = duration_text(policy.wait, as_set=True)
-                policy.on_retry(f"gh {' '.join(args[:2])}: {trouble}; retrying in {wait}")
+            wait = duration_text(policy.wait, as_set=True)
+            policy.on_retry(f"gh {' '.join(args[:2])}: {trouble}; retrying in {wait}")
             policy.clock.sleep(policy.wait)
 
-    def _json(self, result: GhResult, what: str) -> Any:
+    def _ok(self, *args: str, failed: str | None = None, retry: bool = True) -> GhResult:
+        """gh ARGS; GhError "gh ARGS failed: gh's own last words" (or FAILED: ...) when it fails."""
+        result = self._gh(*args, retry=retry)
         if result.returncode != 0:
-            raise GhError(f"gh {what} failed: {result.detail()}")
+            said = failed or f"gh {' '.join(args)} failed"
+            raise GhError(f"{said}: {result.detail()}")
+        return result
+
+    def _json(self, *args: str, what: str, retry: bool = True) -> Any:
+        result = self._ok(*args, failed=f"gh {what} failed", retry=retry)
         try:
             return json.loads(result.stdout or "null")
         except json.JSONDecodeError:
@@ -255,17 +248,13 @@ class GitHub:
 
     def find_open_pr(self, branch: str) -> PullRequest | None:
         args = ("pr", "list", "--head", branch, "--state", "open", "--json", "number,url,body")
-        found = self._json(self._gh(*args), "pr list")
-        if not found:
-            return None
-        first = found[0]
-        return PullRequest(int(first["number"]), str(first["url"]), str(first.get("body") or ""))
+        found = self._json(*args, what="pr list")
+        return PullRequest.from_gh(found[0]) if found else None
 
     def create_pr(self, branch: str, base: str | None, title: str, body: str) -> PullRequest:
         base_args = ["--base", base] if base else []
-        result = self._gh("pr", "create", "--head", branch, *base_args, "--title", title, "--body", body)
-        if result.returncode != 0:
-            raise GhError(f"gh pr create failed for {branch}: {result.detail()}")
+        args = ("pr", "create", "--head", branch, *base_args, "--title", title, "--body", body)
+        result = self._ok(*args, failed=f"gh pr create failed for {branch}")
         urls = [line.strip() for line in result.stdout.splitlines() if "/pull/" in line]
         match = _PR_NUMBER.search(urls[-1]) if urls else None
         if match is None:  # gh printed no URL: ask for the pull request it made
@@ -274,37 +263,28 @@ class GitHub:
 
     def view_pr(self, ref: str) -> PullRequest:
         """The pull request of a branch, number or URL."""
-        view = self._json(self._gh("pr", "view", ref, "--json", "number,url,body"), "pr view")
-        return PullRequest(int(view["number"]), str(view["url"]), str(view.get("body") or ""))
+        return PullRequest.from_gh(self._json("pr", "view", ref, "--json", "number,url,body", what="pr view"))
 
     def pr_fields(self, number: int, fields: str) -> dict[str, Any]:
-        found = self._json(self._gh("pr", "view", str(number), "--json", fields), f"pr view {number}")
-        return dict(found or {})
+        return dict(self._json("pr", "view", str(number), "--json", fields, what=f"pr view {number}") or {})
 
     def merge_pr(self, number: int, strategy: str) -> str:
         """`gh pr merge N --merge|--squash|--rebase` (on a base that needs a merge queue, gh queues it);
         what gh said (it names the merge queue when it used one)."""
-        result = self._gh("pr", "merge", str(number), f"--{strategy}")
-        if result.returncode != 0:
-            raise GhError(f"gh pr merge {number} --{strategy} failed: {result.detail()}")
+        result = self._ok("pr", "merge", str(number), f"--{strategy}")
         return f"{result.stdout}\n{result.stderr}"
 
     def edit_pr_body(self, number: int, body: str) -> None:
-        result = self._gh("pr", "edit", str(number), "--body", body)
-        if result.returncode != 0:
-            raise GhError(f"gh pr edit #{number} failed: {result.detail()}")
+        self._ok("pr", "edit", str(number), "--body", body, failed=f"gh pr edit #{number} failed")
 
     def list_runs(self, sha: str) -> list[CiRun]:
         """The commit's workflow runs; not retried here: the watch polls again at its next interval."""
         args = ("run", "list", "--commit", sha, "--limit", "100", "--json", RUN_FIELDS)
-        found = self._json(self._gh(*args, retry=False), "run list") or []
+        found = self._json(*args, what="run list", retry=False) or []
         return [CiRun.from_gh(item) for item in found if isinstance(item, dict)]
 
     def failed_log(self, run_id: int) -> str:
-        result = self._gh("run", "view", str(run_id), "--log-failed")
-        if result.returncode != 0:
-            raise GhError(f"gh run view {run_id} --log-failed failed: {result.detail()}")
-        return result.stdout
+        return self._ok("run", "view", str(run_id), "--log-failed").stdout
 
 
 STATUS_START = "<!-- stella:status -->"

@@ -1,16 +1,16 @@
 """Watch: push each branch with successful work, keep its PR's CI status current, report green or red
-(a line per branch change and a table at the end)."""
+(a line per branch change and a table at the end); the branches it watches, their states and its result."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from dataclasses import KW_ONLY, InitVar, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import ClassVar, TextIO
+from typing import Any, ClassVar, Protocol, TextIO
 
 from stellafleet.ci.fixci import CiFixer, FixRequest, failure_excerpt
 from stellafleet.ci.gh import (
+    CiRun,
     GhError,
     GhRunner,
     GitHub,
@@ -23,24 +23,179 @@ from stellafleet.ci.gh import (
     status_block,
     with_status,
 )
-from stellafleet.ci.model import (
-    BranchWatch,
-    Target,
-    WatchReporter,
-    WatchResult,
-    branches_to_watch,
-    task_section,
-)
 from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.config import PROJECT_CONFIG, Config
 from stellafleet.core.configsections import WatchConfig
-from stellafleet.core.errors import EXIT_USAGE, GitError, StellaError
+from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, EXIT_WATCH_RED, GitError, StellaError
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.status import CIState
+from stellafleet.core.spend import money
+from stellafleet.core.status import AttemptOutcome, CIState, TaskStatus
 from stellafleet.core.terminal import aligned, styled
-from stellafleet.core.words import duration_text
+from stellafleet.core.words import duration_text, plural
 from stellafleet.git import gitops
 from stellafleet.state.ledger import Ledger
+
+
+@dataclass(frozen=True)
+class TaskWork:
+    id: str
+    title: str
+    summary: str
+    spend_usd: float
+    commits: tuple[tuple[str, str], ...]  # (sha, message), oldest first
+
+
+@dataclass(frozen=True)
+class Target:
+    branch: str
+    kind: str  # "isolated" | "shared"
+    tasks: tuple[TaskWork, ...]
+
+    @property
+    def task_id(self) -> str | None:
+        return self.tasks[0].id if len(self.tasks) == 1 else None
+
+    def title(self, run_id: str) -> str:
+        if len(self.tasks) == 1:
+            return self.tasks[0].title
+        return f"stella fleet {run_id}: {len(self.tasks)} tasks"
+
+
+def branches_to_watch(run: dict[str, Any]) -> list[Target]:
+    """Branches of succeeded isolated tasks with commits, then branches that succeeded shared tasks used."""
+    commits = run["commits"]
+    attempts = run["attempts"]
+
+    def work(task: dict[str, Any], on_branch: str | None) -> TaskWork:
+        own = [c for c in attempts if c["task_id"] == task["id"]]
+        done = [a for a in own if a.get("outcome") == AttemptOutcome.SUCCEEDED or a.get("success") == 1]
+        summary = (done[-1].get("summary") if done else None) or ""
+        task_commits = tuple(
+            (c["sha"], c["message"] or "")
+            for c in commits
+            if c["task_id"] == task["id"] and (on_branch is None or c["branch"] == on_branch)
+        )
+        return TaskWork(
+            task["id"],
+            task["title"] or task["id"],
+            summary.strip(),
+            float(sum(a.get("spend_usd") or 0.0 for a in own)),
+            task_commits,
+        )
+
+    targets: list[Target] = []
+    shared: dict[str, list[TaskWork]] = {}
+    for task in run["tasks"]:
+        if task["status"] != TaskStatus.SUCCEEDED:
+            continue
+        if task["isolation"] == "isolated":
+            item = work(task, None)
+            if task["branch"] and item.commits:
+                targets.append(Target(task["branch"], "isolated", (item,)))
+            continue
+        for branch in dict.fromkeys(
+            c["branch"] for c in commits if c["task_id"] == task["id"] and c["branch"]
+        ):
+            shared.setdefault(branch, []).append(work(task, branch))
+    targets.extend(Target(branch, "shared", tuple(items)) for branch, items in shared.items())
+    return targets
+
+
+@dataclass
+class BranchWatch:
+    """One watched branch, from push to its final CI state."""
+
+    target: Target
+    head_sha: str | None = None
+    pr_url: str | None = None
+    pr_number: int | None = None
+    pr_body: str | None = None
+    state: CIState = CIState.PENDING
+    conclusion: str | None = None
+    reason: str | None = None
+    phase: str = "starting"
+    runs: list[CiRun] = field(default_factory=list)
+    since: float = 0.0
+    last_change: float = 0.0
+    ended_at: float | None = None
+    seen: tuple[Any, ...] | None = None
+    gh_trouble: str | None = None
+    fix_rounds: int = 0  # --fix-ci rounds run for this branch
+    fix_note: str | None = None  # why the last round left it red
+
+    @property
+    def branch(self) -> str:
+        return self.target.branch
+
+    @property
+    def done(self) -> bool:
+        return self.state.settled
+
+    @property
+    def run_urls(self) -> list[str]:
+        return [r.url for r in self.runs if r.url]
+
+    def to_json(self, start: float) -> dict[str, Any]:
+        return {
+            "branch": self.branch,
+            "kind": self.target.kind,
+            "task_id": self.target.task_id,
+            "tasks": [t.id for t in self.target.tasks],
+            "head_sha": self.head_sha,
+            "pr_number": self.pr_number,
+            "pr_url": self.pr_url,
+            "state": str(self.state),
+            "conclusion": self.conclusion,
+            "reason": self.reason,
+            "run_urls": self.run_urls,
+            "fix_rounds": self.fix_rounds,
+            "runs": [r.to_json() for r in self.runs],
+            "elapsed_s": None if self.ended_at is None else round(self.ended_at - start, 3),
+        }
+
+
+@dataclass
+class WatchResult:
+    run_id: str
+    remote: str | None
+    branches: list[BranchWatch]
+    message: str | None = None
+    start: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if all(b.state == CIState.GREEN for b in self.branches) else EXIT_WATCH_RED
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "remote": self.remote,
+            "exit_code": self.exit_code,
+            "message": self.message,
+            "branches": [b.to_json(self.start) for b in self.branches],
+        }
+
+
+class WatchReporter(Protocol):
+    """Where watch tells what happens: an event sink, so the fleet can fold it into its own output."""
+
+    def note(self, message: str) -> None: ...
+
+    def changed(self, watch: BranchWatch) -> None:
+        """A branch's state or phase changed (called once per change)."""
+        ...
+
+    def finished(self, result: WatchResult) -> None: ...
+
+
+def task_section(task: TaskWork, run_id: str) -> str:
+    """One task's part of a PR body: title, summary, spend and commits."""
+    listed = "\n".join(f"- `{sha[:12]}` {message}" for sha, message in task.commits) or "- (none)"
+    return (
+        f"## {task.title}\n\nTask `{task.id}` of stella fleet run `{run_id}`.\n\n"
+        f"### Summary\n\n{task.summary or '(no summary recorded)'}\n\n"
+        f"### Spend\n\n{money(task.spend_usd)}\n\n### Commits\n\n{listed}"
+    )
 
 
 @dataclass
@@ -49,7 +204,7 @@ class Watcher:
 
     root: Path
     run_id: str
-    targets: InitVar[Sequence[Target]]
+    watches: list[BranchWatch]
     _: KW_ONLY
     settings: WatchConfig
     github: GitHub
@@ -58,10 +213,6 @@ class Watcher:
     out: WatchReporter
     default_branch: str | None
     fixer: CiFixer | None = None
-    watches: list[BranchWatch] = field(init=False)
-
-    def __post_init__(self, targets: Sequence[Target]) -> None:
-        self.watches = [BranchWatch(t) for t in targets]
 
     def run(self) -> WatchResult:
         start = self.clock.now()
@@ -79,23 +230,16 @@ class Watcher:
 
     def _start(self, watch: BranchWatch) -> None:
         watch.head_sha = gitops.ref_commit(self.root, watch.branch)
-        if watch.head_sha is None:
-            self._finish(
-                watch, CIState.ERROR, None, f"branch {watch.branch} no longer exists here (cleaned up?)"
-            )
-            return
         try:
+            if watch.head_sha is None:
+                raise GitError(f"branch {watch.branch} no longer exists here (cleaned up?)")
             gitops.push(self.root, self.settings.remote, watch.branch, force=self.settings.force_push)
-        except GitError as exc:
+            watch.phase = f"pushed {watch.head_sha[:12]} to {self.settings.remote}"
+            if watch.branch != self.default_branch:
+                self._open_pr(watch)
+        except (GitError, GhError) as exc:
             self._finish(watch, CIState.ERROR, None, exc.message)
             return
-        watch.phase = f"pushed {watch.head_sha[:12]} to {self.settings.remote}"
-        if watch.branch != self.default_branch:
-            try:
-                self._open_pr(watch)
-            except GhError as exc:
-                self._finish(watch, CIState.ERROR, None, exc.message)
-                return
         watch.since = watch.last_change = self.clock.now()
         self._changed(watch)
 
@@ -176,8 +320,10 @@ class Watcher:
             if label is None:
                 self._finish(watch, CIState.GREEN, "success", f"all {len(runs)} CI runs passed")
             else:
-                failed = [r.label for r in runs if r.conclusion == label]
-                self._red(watch, label, f"{label}: {', '.join(failed)}")
+                reason = f"{label}: {', '.join(r.label for r in runs if r.conclusion == label)}"
+                if not self._fix(watch, reason):  # no fix-ci round to hand it to: it ends red
+                    note = f"; {watch.fix_note}" if watch.fix_note else ""
+                    self._finish(watch, CIState.RED, label, reason + note)
             return
         if now - watch.last_change >= s.stall_timeout:
             known_red = red_label(runs)
@@ -188,20 +334,13 @@ class Watcher:
             return
         self._set_phase(watch, ci_phase(runs))
 
-    def _red(self, watch: BranchWatch, label: str, reason: str) -> None:
-        """A branch whose CI failed: hand it to the fixer for another round, or end it red."""
-        if self._fix(watch, reason):
-            return
-        self._finish(watch, CIState.RED, label, f"{reason}; {watch.fix_note}" if watch.fix_note else reason)
-
     def _fix(self, watch: BranchWatch, reason: str) -> bool:
         """One --fix-ci round for a red isolated branch; True when its new head is being watched."""
         fixer, task_id = self.fixer, watch.target.task_id
         if fixer is None or fixer.max_rounds < 1 or watch.target.kind != "isolated" or task_id is None:
             return False
         if watch.fix_rounds >= fixer.max_rounds:
-            rounds = "1 fix-ci round" if fixer.max_rounds == 1 else f"{fixer.max_rounds} fix-ci rounds"
-            watch.fix_note = f"still red after {rounds}"
+            watch.fix_note = f"still red after {plural(fixer.max_rounds, 'fix-ci round')}"
             return False
         watch.fix_rounds += 1
         n, limit = watch.fix_rounds, fixer.max_rounds
@@ -307,7 +446,7 @@ def watch_run(
         watcher = Watcher(
             root,
             run_id,
-            targets,
+            [BranchWatch(t) for t in targets],
             settings=settings,
             github=github,
             ledger=ledger,

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
+from stellafleet.core import jsontext
 from stellafleet.core.errors import EXIT_OK, EXIT_TASK_FAILED, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import TaskStatus
@@ -83,12 +84,8 @@ def config_text() -> str:
     """The repository's .stella/config.toml: every task runs the simulated worker."""
     return (
         "# stella demo: every task runs the simulated worker through the command pipeline\n"
-        f"[pipelines.command]\nrun = {_toml(worker_command())}\n"
+        f"[pipelines.command]\nrun = {jsontext.dumps(worker_command(), ensure_ascii=False)}\n"
     )
-
-
-def _toml(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def create_repository(root: Path) -> None:
@@ -124,14 +121,6 @@ def _say(out: IO[str], text: str = "") -> None:
     print(text, file=out, flush=True)
 
 
-def run_fleet_process(root: Path) -> int:
-    """The fleet, exactly as a user runs it (its output goes straight to the terminal)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STELLA_")}
-    argv = [sys.executable, "-m", "stellafleet", "fleet", "--plan", PLAN_NAME, "--max-concurrency", "4"]
-    done = runner.run(argv, cwd=root, env=env, stdout=runner.INHERIT, stderr=runner.INHERIT, session=False)
-    return done.returncode
-
-
 def check_outcome(root: Path) -> list[str]:
     """What differed from the design (empty: the demo behaved as designed)."""
     with Ledger.open(StatePaths(root).fleet_db, readonly=True) as ledger:
@@ -158,22 +147,20 @@ def check_outcome(root: Path) -> list[str]:
 
 def show_fleet(out: IO[str], root: Path) -> int:
     """Introduce the demo, run the fleet; returns the fleet's exit code."""
-    _say(out, f"stella demo: a scratch repository at {root}")
-    _say(out, INTRODUCTION.rstrip("\n"))
-    _say(out)
-    _say(out, f"$ stella fleet --plan {PLAN_NAME} --max-concurrency 4")
-    code = run_fleet_process(root)
-    _say(out, f"(the fleet exited {code})")
-    _say(out)
-    return code
+    args = ["fleet", "--plan", PLAN_NAME, "--max-concurrency", "4"]
+    _say(out, f"stella demo: a scratch repository at {root}\n{INTRODUCTION}\n$ stella {shlex.join(args)}")
+    # the fleet, exactly as a user runs it (its output goes straight to the terminal)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STELLA_")}
+    argv = [sys.executable, "-m", "stellafleet", *args]
+    done = runner.run(argv, cwd=root, env=env, stdout=runner.INHERIT, stderr=runner.INHERIT, session=False)
+    _say(out, f"(the fleet exited {done.returncode})\n")
+    return done.returncode
 
 
 def show_results(out: IO[str], root: Path) -> None:
     """What the run left behind: the shared branch, the fleet branches, the failed attempts."""
-    _say(out, "$ git log --oneline main")
-    _say(out, gitops.git("log", "--oneline", "main", cwd=root).rstrip())
-    _say(out, "$ git branch --list 'fleet/*'")
-    _say(out, gitops.git("branch", "--list", "fleet/*", cwd=root).rstrip())
+    for argv in (["log", "--oneline", "main"], ["branch", "--list", "fleet/*"]):
+        _say(out, f"$ git {shlex.join(argv)}\n{gitops.git(*argv, cwd=root).rstrip()}")
     _say(out)
     _say(out, "Which tasks failed in the most recent run, and what the worker said:")
     _say(out, f'$ sqlite3 .stella/private/fleet.db "{" ".join(FAILED_IN_LATEST_RUN.split())}"')

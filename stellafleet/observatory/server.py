@@ -31,16 +31,13 @@ CHUNK_MAX = 1024 * 1024
 KINDS = {"log": "log_path", "transcript": "transcript_path"}
 
 
-class LogRefused(StellaError):
-    """The ledger's recorded path points outside the ledger's directory (or is not a regular file)."""
+_CONTINUATION = bytes(range(0x80, 0xC0))
 
 
 def _utf8_window(data: bytes, *, trim_start: bool) -> tuple[int, int]:
     """(skip, keep): whole characters only at both ends of a chunk, offsets byte-exact."""
-    skip = 0
-    if trim_start:
-        while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
-            skip += 1
+    head = data[:3] if trim_start else b""
+    skip = len(head) - len(head.lstrip(_CONTINUATION))  # a character begun before the chunk
     end = len(data)
     for back in range(1, min(4, end - skip) + 1):
         byte = data[end - back]
@@ -53,38 +50,11 @@ def _utf8_window(data: bytes, *, trim_start: bool) -> tuple[int, int]:
     return skip, end
 
 
-def open_recorded(recorded: str, private_dir: Path) -> int:
-    """A read-only descriptor on the recorded file if it lies inside private_dir; LogRefused otherwise."""
-    real = Path(os.path.realpath(recorded))
-    if not real.is_relative_to(Path(os.path.realpath(private_dir))):
-        raise LogRefused("the recorded path is outside the ledger's directory; it is not served")
-    # O_NONBLOCK: a FIFO planted at the path must not hang the server; fstat below refuses it
-    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise LogRefused("the recorded path is not a regular file; it is not served")
-    return fd
-
-
-def read_range(fd: int, *, offset: int | None, tail: int | None, limit: int) -> dict[str, Any]:
-    """Bytes [offset, offset + limit) of the file, or its last `tail` bytes; trimmed to whole characters."""
-    size = os.fstat(fd).st_size
-    start = max(0, size - tail) if tail is not None else min(offset or 0, size)
-    length = min(tail if tail is not None else limit, size - start)
-    data = os.pread(fd, length, start) if length > 0 else b""
-    skip, keep = _utf8_window(data, trim_start=start > 0)
-    return {
-        "offset": start + skip,
-        "next": start + keep,
-        "size": size,
-        "text": data[skip:keep].decode("utf-8", errors="replace"),
-    }
-
-
 def attempt_log(
     ledger_path: Path, attempt_id: int, kind: str, *, offset: int | None, tail: int | None, limit: int
 ) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, JSON payload) for GET /api/attempts/<id>/<kind>."""
+    """(HTTP status, JSON payload) for GET /api/attempts/<id>/<kind>: bytes [offset, offset + limit) of
+    the file, or its last `tail` bytes, trimmed to whole characters."""
     with Ledger.open(ledger_path, readonly=True) as reads:
         attempt = reads.attempts.files(attempt_id)
     if attempt is None:
@@ -102,16 +72,30 @@ def attempt_log(
     }
     if not attempt[KINDS[kind]]:
         return HTTPStatus.OK, payload  # nothing recorded (a pipeline without a transcript)
-    try:
-        fd = open_recorded(attempt[KINDS[kind]], ledger_path.parent)
-    except LogRefused as exc:
-        return HTTPStatus.FORBIDDEN, {"error": str(exc)}
+    real = Path(os.path.realpath(attempt[KINDS[kind]]))
+    if not real.is_relative_to(Path(os.path.realpath(ledger_path.parent))):
+        return HTTPStatus.FORBIDDEN, {
+            "error": "the recorded path is outside the ledger's directory; it is not served"
+        }
+    try:  # O_NONBLOCK: a FIFO planted at the path must not hang the server; fstat below refuses it
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return HTTPStatus.OK, payload  # not written yet (the worker has not started) or already removed
     try:
-        payload.update(read_range(fd, offset=offset, tail=tail, limit=limit), exists=True)
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            return HTTPStatus.FORBIDDEN, {
+                "error": "the recorded path is not a regular file; it is not served"
+            }
+        size = found.st_size
+        start = max(0, size - tail) if tail is not None else min(offset or 0, size)
+        length = min(tail if tail is not None else limit, size - start)
+        data = os.pread(fd, length, start) if length > 0 else b""
     finally:
         os.close(fd)
+    skip, keep = _utf8_window(data, trim_start=start > 0)
+    text = data[skip:keep].decode("utf-8", errors="replace")
+    payload.update(offset=start + skip, next=start + keep, size=size, text=text, exists=True)
     return HTTPStatus.OK, payload
 
 
@@ -130,14 +114,12 @@ CONTENT_SECURITY_POLICY = (
 STATIC_FILES = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
-    "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/static/app.css": ("app.css", "text/css; charset=utf-8"),
     **{
         f"/static/{name}": (name, "text/javascript; charset=utf-8")
-        for name in ("dom.js", "runviews.js", "timeline.js", "graph.js", "spend.js", "attempt.js")
+        for name in ("app.js", "dom.js", "runviews.js", "timeline.js", "graph.js", "spend.js", "attempt.js")
     },
 }
-LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
 
 
 @cache
@@ -195,21 +177,17 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet by default; -vv shows requests
         log.debug("%s " + format, self.address_string(), *args)
 
-    def _headers(self, status: int, content_type: str, length: int, *, cache_static: bool = False) -> None:
+    def _send(self, status: int, body: bytes, content_type: str, *, head: bool = False) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(length))
+        self.send_header("Content-Length", str(len(body)))
         self.send_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("X-Frame-Options", "DENY")
         self.send_header("Referrer-Policy", "no-referrer")
-        self.send_header("Cache-Control", "no-cache" if cache_static else "no-store")
+        static = content_type.startswith(("text/css", "text/j"))  # the page's own assets: revalidated
+        self.send_header("Cache-Control", "no-cache" if static else "no-store")
         self.end_headers()
-
-    def _send(self, status: int, body: bytes, content_type: str, *, head: bool = False) -> None:
-        self._headers(
-            status, content_type, len(body), cache_static=content_type.startswith(("text/css", "text/j"))
-        )
         if not head:
             self.wfile.write(body)
 
@@ -223,7 +201,7 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
             return True
         host = (self.headers.get("Host") or "").strip().lower()
         name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        return name in LOOPBACK_NAMES or is_loopback(name)
+        return is_loopback(name)
 
     def do_HEAD(self) -> None:
         self._route(head=True)

@@ -282,7 +282,7 @@ class CodexPipeline(AgentCliPipeline):
         run = run_agent(ctx, argv, on_line=follower, poll=session, stdin_path=prompt)
         if follower.steps:
             tally.add(0.0, steps=follower.steps)
-        # what it left uncommitted, the worker commits (worker/leftovers.py)
+        # what it left uncommitted, the worker commits (worker/main.py commit_leftovers)
         return outcome(run, follower, ctx, priced=pricer is not None, model=model)
 
 

@@ -13,7 +13,7 @@ from stellafleet import pipelines
 from stellafleet.core import jsontext
 from stellafleet.core.config import Config, load_config
 from stellafleet.core.errors import StellaError
-from stellafleet.core.limits import LimitEvent
+from stellafleet.core.limits import LimitEvent, LimitReporter
 from stellafleet.core.spend import SpendTally
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
@@ -21,23 +21,6 @@ from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc.orphan import end_when_orphaned
 from stellafleet.proc.subreaper import become_subreaper, end_descendants, on_sigterm
 from stellafleet.state.ledger import Ledger
-
-
-class LedgerLimits:
-    """The worker's limit reporter: each limit it meets lands in the ledger (the fleet reads it there),
-    and the fleet-wide hold is the latest rate-limit reset any worker of the run wrote."""
-
-    def __init__(self, spend: LedgerSpend) -> None:
-        self._spend = spend
-
-    def limit(self, event: LimitEvent) -> None:
-        ctx = self._spend.ctx
-        print(f"stella worker: {event.kind} limit from {event.source} ({event.reset_text()})", flush=True)
-        self._spend.ledger().limits.add(ctx.run_id, event, attempt_id=ctx.attempt_id, task_id=ctx.task_id)
-
-    def hold_s(self) -> float:
-        reset = self._spend.ledger().limits.latest_rate_reset_ms(self._spend.ctx.run_id)
-        return 0.0 if reset is None else max(0.0, reset / 1000 - time.time())
 
 
 class LedgerSpend(SpendTally):
@@ -48,7 +31,18 @@ class LedgerSpend(SpendTally):
         super().__init__()
         self.ctx = ctx
         self._ledger: Ledger | None = None
-        self.limits = LedgerLimits(self) if fleet_backoff else None
+        self.limits: LimitReporter | None = self if fleet_backoff else None
+
+    def limit(self, event: LimitEvent) -> None:
+        """A limit met lands in the ledger, where the fleet reads it."""
+        ctx = self.ctx
+        print(f"stella worker: {event.kind} limit from {event.source} ({event.reset_text()})", flush=True)
+        self.ledger().limits.add(ctx.run_id, event, attempt_id=ctx.attempt_id, task_id=ctx.task_id)
+
+    def hold_s(self) -> float:
+        """The fleet-wide hold: the latest rate-limit reset any worker of the run wrote."""
+        reset = self.ledger().limits.latest_rate_reset_ms(self.ctx.run_id)
+        return 0.0 if reset is None else max(0.0, reset / 1000 - time.time())
 
     def ledger(self) -> Ledger:
         if self._ledger is None:
@@ -90,6 +84,24 @@ def run_task(ctx: WorkerContext, spend: LedgerSpend, config: Config | None = Non
         spend.settle(result)
     except Exception as exc:  # the ledger refusing is worth saying, not worth losing the result
         print(f"stella worker: could not record spend: {exc}", file=sys.stderr)
+    return result
+
+
+def commit_leftovers(ctx: WorkerContext, result: PipelineResult) -> PipelineResult:
+    """A succeeded isolated task's uncommitted changes, committed for it; a failed commit fails the task."""
+    from stellafleet.git import gitops  # the lane: only when needed
+    from stellafleet.git.lane import commit_paths
+
+    try:
+        paths = gitops.changed_paths(ctx.workspace)
+        if paths:
+            message = f"{ctx.task_title or ctx.task_id} ({ctx.pipeline}, uncommitted changes)"
+            sha = commit_paths(ctx, paths, message)
+            result.summary = f"{result.summary}; committed what it left uncommitted in {sha[:12]}"
+    except StellaError as exc:
+        result.success = False
+        result.summary = f"{result.summary}; its uncommitted changes could not be committed: {exc}"
+        result.error = result.summary
     return result
 
 
@@ -135,9 +147,7 @@ def main() -> int:
     left = end_descendants()  # nothing outlives its attempt: the result is written once they are gone
     if left:
         print(f"stella worker: ended {left} process(es) the task left running", flush=True)
-    if result.success and not ctx.shared:  # once nothing else writes its worktree
-        from stellafleet.worker.leftovers import commit_leftovers  # the lane: only when needed
-
+    if result.success and not ctx.shared:  # once nothing else writes its worktree (a shared task's: never)
         result = commit_leftovers(ctx, result)
     write_result(ctx.result_path, result)
     outcome = AttemptOutcome.SUCCEEDED if result.success else AttemptOutcome.FAILED

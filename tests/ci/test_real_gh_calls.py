@@ -15,8 +15,7 @@ from helpers.realgh import REPO, GitHubHost
 from helpers.watchrepo import RUN_ID, Repo, git, make_repo
 
 from stellafleet.ci.gh import GhError, GitHub, Retry, SystemGh
-from stellafleet.ci.model import BranchWatch, WatchResult
-from stellafleet.ci.watch import watch_run
+from stellafleet.ci.watch import BranchWatch, WatchResult, watch_run
 from stellafleet.core.config import Config
 from stellafleet.git import gitops
 from stellafleet.testing.clock import FakeClock

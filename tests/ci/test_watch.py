@@ -18,8 +18,7 @@ from helpers.repo import run_stella
 from helpers.watchrepo import RUN_ID, Repo, git, make_repo
 
 from stellafleet.ci.gh import GH_MISSING, STATUS_START, SystemGh
-from stellafleet.ci.model import BranchWatch, WatchResult, branches_to_watch
-from stellafleet.ci.watch import ConsoleReporter, watch_run
+from stellafleet.ci.watch import BranchWatch, ConsoleReporter, WatchResult, branches_to_watch, watch_run
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
 from stellafleet.state.ledger import Ledger

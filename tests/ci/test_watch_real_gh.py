@@ -20,8 +20,7 @@ from helpers.repo import run_stella
 from helpers.watchrepo import RUN_ID, Repo, make_repo
 
 from stellafleet.ci.gh import STATUS_END, STATUS_START
-from stellafleet.ci.model import BranchWatch, WatchResult
-from stellafleet.ci.watch import ConsoleReporter, watch_run
+from stellafleet.ci.watch import BranchWatch, ConsoleReporter, WatchResult, watch_run
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
 from stellafleet.testing.clock import FakeClock

@@ -46,7 +46,7 @@ def test_ignored_caches_never_keep_a_worktree_but_untracked_work_does(
     assert ran.returncode == 0, ran.stdout + ran.stderr
     (worktree,) = list(StatePaths(git_repo).worktrees.iterdir())
     shown = str(worktree.relative_to(git_repo))
-    # a succeeded task's own uncommitted work is committed for it (worker/leftovers.py): this file stands
+    # a succeeded task's own uncommitted work is committed for it (worker/main.py): this file stands
     # for work added to the worktree after the run, which no rule has committed
     (worktree / "scratch.txt").write_text("x")
 
