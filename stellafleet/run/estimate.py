@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import heapq
-import statistics
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -46,11 +45,6 @@ def _pair(value: tuple[Any, Any] | None) -> dict[str, Any] | None:
     return None if value is None else {"median": value[0], "p90": value[1]}
 
 
-def _range(values: list[float]) -> tuple[float, float]:
-    ordered = sorted(values)
-    return statistics.median(ordered), ordered[max(0, -(-9 * len(ordered) // 10) - 1)]
-
-
 def task_estimate(
     ledger: Ledger, task_id: str, prompt: str, pipeline: str, model: str | None
 ) -> TaskEstimate:
@@ -60,8 +54,8 @@ def task_estimate(
         past, basis = ledger.history.same_kind(pipeline, model), SAME_KIND
     if not past:
         return TaskEstimate(task_id, pipeline, model, None, 0, None, None)
-    usd = spend_range(p.usd for p in past)
-    return TaskEstimate(task_id, pipeline, model, basis, len(past), usd, _range([p.seconds for p in past]))
+    usd, seconds = spend_range(p.usd for p in past), spend_range(p.seconds for p in past)
+    return TaskEstimate(task_id, pipeline, model, basis, len(past), usd, seconds)
 
 
 def play(plan: Plan, seconds: dict[str, float], width: int, schedule: str) -> tuple[float, list[str]]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from stellafleet.core.config import Config, load_config
 from stellafleet.core.configsections import ExecutorConfig, WatchConfig
-from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.errors import StellaError
 from stellafleet.core.words import plural
 from stellafleet.git import gitops, hooks, salvage
 from stellafleet.plan.model import Plan, load_plan, plan_from_prompts
@@ -67,10 +67,7 @@ class NotReady(StellaError):
     """The plan's pipelines cannot run yet; `problems` says what each one is missing."""
 
     def __init__(self, problems: Sequence[str]) -> None:
-        super().__init__(
-            "cannot start the fleet:\n" + "\n".join(f"  {problem}" for problem in problems),
-            exit_code=EXIT_USAGE,
-        )
+        super().__init__("cannot start the fleet:\n" + "\n".join(f"  {problem}" for problem in problems))
         self.problems = list(problems)
 
 
@@ -293,7 +290,7 @@ def salvage_start_points(root: Path, resume: Resume | None, from_salvage: bool) 
     if not from_salvage:
         return {}
     if resume is None:
-        raise StellaError("--from-salvage only goes with --resume RUN", exit_code=EXIT_USAGE)
+        raise StellaError("--from-salvage only goes with --resume RUN")
     points = {}
     for task in resume.plan.tasks:
         if task.isolation == "isolated" and task.id not in resume.done:
@@ -320,7 +317,7 @@ def check_ray_installed() -> None:
         import ray  # noqa: F401 - the run needs it next anyway
     except ImportError:
         raise StellaError(
-            "the ray executor needs Ray on this machine: pip install 'stellafleet[ray]'", exit_code=EXIT_USAGE
+            "the ray executor needs Ray on this machine: pip install 'stellafleet[ray]'"
         ) from None
 
 
@@ -329,7 +326,7 @@ def resolve_executor(options: FleetOptions, config: Config) -> ExecutorConfig:
     chosen = config.executor
     kind = options.executor or chosen.kind
     if options.ray_address and kind != "ray":
-        raise StellaError("--ray-address needs the ray executor: add --executor ray", exit_code=EXIT_USAGE)
+        raise StellaError("--ray-address needs the ray executor: add --executor ray")
     if kind == "ray" and not options.dry_run:
         check_ray_installed()
     return replace(chosen, kind=kind, address=options.ray_address or chosen.address)
@@ -359,8 +356,7 @@ def check_tree(
         raise StellaError(
             f"HEAD is detached (at {head}): shared tasks would commit onto it, where only the reflog keeps "
             "their work once you check out a branch; check out a branch first, or pass --allow-detached "
-            "to commit onto the detached HEAD anyway",
-            exit_code=EXIT_USAGE,
+            "to commit onto the detached HEAD anyway"
         )
     changed = tuple(p for p in gitops.changed_paths(root) if not p.startswith(STATE_DIR))
     claims = _claimed_by(plan)
@@ -370,8 +366,7 @@ def check_tree(
         named = ", ".join(f"{path} (task {owner})" for path, owner in dirty_claimed)
         raise StellaError(
             f"claimed files have uncommitted changes of yours: {named}; commit or stash them first, or "
-            "pass --allow-dirty (the workers' commits of them then leave your changes out)",
-            exit_code=EXIT_USAGE,
+            "pass --allow-dirty (the workers' commits of them then leave your changes out)"
         )
     if dirty_claimed:
         named = ", ".join(path for path, _ in dirty_claimed)

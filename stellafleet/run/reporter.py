@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from stellafleet.core import jsontext
@@ -52,10 +52,14 @@ def one_line(text: str | None, limit: int = 100) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def status_counts(statuses: Iterable[str]) -> str:
+    """`1 failed, 5 succeeded`: how many tasks ended in each status (empty for none)."""
+    return ", ".join(f"{n} {status}" for status, n in sorted(Counter(statuses).items()))
+
+
 def run_headline(doc: Mapping[str, Any]) -> str:
     """`run R failed: 1 failed, 5 succeeded; spend $0.00; exit 1`."""
-    counts = Counter(task["status"] for task in doc.get("tasks", []))
-    parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no tasks"
+    parts = status_counts(task["status"] for task in doc.get("tasks", [])) or "no tasks"
     limit = doc.get("spend_limit_usd")
     spend = money(doc.get("spend_usd")) + (f" of {money(limit)}" if limit else "")
     # a failed run's counts say why it failed
@@ -374,6 +378,7 @@ ATTEMPT_KEYS = (
     "log_path",
 )
 RUN_KEYS = ("status", "exit_code", "reason", "base_ref", "base_commit", "max_concurrency")
+RUN_KEYS_AFTER_SPEND = ("spend_limit_usd", "created_at_ms", "finished_at_ms", "schedule", "resumed_from")
 
 
 def _task_result(task: Mapping[str, Any], run_pipeline: str | None) -> dict[str, Any]:
@@ -403,11 +408,7 @@ def result_document(record: dict[str, Any], watch: Mapping[str, Any] | None = No
         "run_id": run["id"],
         **{key: run[key] for key in RUN_KEYS},
         "spend_usd": round(run["spend_usd"], 6),
-        "spend_limit_usd": run["spend_limit_usd"],
-        "created_at_ms": run["created_at_ms"],
-        "finished_at_ms": run["finished_at_ms"],
-        "schedule": run["schedule"],
-        "resumed_from": run["resumed_from"],
+        **{key: run[key] for key in RUN_KEYS_AFTER_SPEND},
         "tasks": [_task_result(task, run["pipeline"]) for task in model["tasks"]],
         "branches": [
             {"branch": entry["branch"], "tasks": entry["tasks"], "commits": entry["commits"]}

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import MergeStatus, RunStatus, TaskStatus
 from stellafleet.git import gitops
@@ -16,18 +16,8 @@ from stellafleet.plan.model import Plan, PlanTask, load_plan
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 
-# What a task's row records of its plan entry, as (ledger column, PlanTask field)
-COMPARED = (
-    ("prompt", "prompt"),
-    ("title", "title"),
-    ("depends_on", "depends_on"),
-    ("claims", "claims"),
-    ("isolation", "isolation"),
-    ("pipeline", "pipeline"),
-    ("model", "model"),
-    ("timeout_s", "timeout"),
-    ("expands", "expands"),
-)
+# What a task's row records of its plan entry (PlanTask fields; the ledger's column is named so but timeout_s)
+COMPARED = ("prompt", "title", "depends_on", "claims", "isolation", "pipeline", "model", "timeout", "expands")
 
 
 @dataclass(frozen=True)
@@ -54,7 +44,9 @@ def task_changes(recorded: Sequence[Mapping[str, Any]], plan: Plan) -> dict[str,
             changes[task.id] = ["added"]
             continue
         differ = [
-            field for column, field in COMPARED if _norm(row.get(column)) != _norm(getattr(task, field))
+            field
+            for field in COMPARED
+            if _norm(row.get("timeout_s" if field == "timeout" else field)) != _norm(getattr(task, field))
         ]
         if differ:
             changes[task.id] = differ
@@ -159,8 +151,7 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
     source = plan_path or run.get("plan_path")
     if source is not None and not Path(source).exists():
         raise StellaError(
-            f"cannot resume run {run['id']}: its plan {source} is gone; give it with --plan FILE",
-            exit_code=EXIT_USAGE,
+            f"cannot resume run {run['id']}: its plan {source} is gone; give it with --plan FILE"
         )
     if source is not None:
         plan = load_plan(source, root=root)
@@ -171,8 +162,7 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
     if changes and not force:
         raise StellaError(
             f"the plan changed since run {run['id']}: {'; '.join(described)}; "
-            "run with --force to resume it anyway (changed tasks run again)",
-            exit_code=EXIT_USAGE,
+            "run with --force to resume it anyway (changed tasks run again)"
         )
     statuses = {row["id"]: row["status"] for row in record["tasks"]}
     lost = lost_work(root, record)
