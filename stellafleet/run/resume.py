@@ -16,7 +16,7 @@ from stellafleet.plan.model import Plan, PlanTask, load_plan
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 
-# What a task's row records of its plan entry (PlanTask fields; the ledger's column is named so but timeout_s)
+# The PlanTask fields a task's row records of its plan entry
 COMPARED = ("prompt", "title", "depends_on", "claims", "isolation", "pipeline", "model", "timeout", "expands")
 
 
@@ -37,31 +37,19 @@ class Resume:
 def task_changes(recorded: Sequence[Mapping[str, Any]], plan: Plan) -> dict[str, list[str]]:
     """Task id -> what differs between the earlier run's recorded tasks and the plan now."""
     changes: dict[str, list[str]] = {}
-    before = {row["id"]: row for row in recorded if not row.get("parent_id")}
+    before = {row["id"]: recorded_task(row) for row in recorded if not row.get("parent_id")}
     for task in plan.tasks:
-        row = before.get(task.id)
-        if row is None:
+        earlier = before.get(task.id)
+        if earlier is None:
             changes[task.id] = ["added"]
             continue
-        differ = [
-            field
-            for field in COMPARED
-            if _norm(row.get("timeout_s" if field == "timeout" else field)) != _norm(getattr(task, field))
-        ]
+        differ = [field for field in COMPARED if getattr(earlier, field) != getattr(task, field)]
         if differ:
             changes[task.id] = differ
     for task_id in before:
         if task_id not in plan.ids:
             changes[task_id] = ["removed"]
     return changes
-
-
-def _norm(value: Any) -> Any:
-    if isinstance(value, list | tuple):
-        return tuple(value)
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return value
 
 
 def recorded_task(row: Mapping[str, Any]) -> PlanTask:

@@ -60,15 +60,9 @@ def doit_task(
     task: PlanTask, action: Callable[[PlanTask], Any] | None, done: frozenset[str], deps: Sequence[str] = ()
 ) -> dict[str, Any]:
     """One task's doit dict; `deps` (default: its depends_on) are the doit names it waits for."""
-    meta: dict[str, Any] = {
-        "prompt": task.prompt,
-        "claims": list(task.claims),
-        "isolation": task.isolation,
-    }
-    for key in ("pipeline", "model", "timeout", "parent"):
-        value = getattr(task, key)
-        if value is not None:
-            meta[key] = value
+    meta: dict[str, Any] = {"prompt": task.prompt, "claims": list(task.claims), "isolation": task.isolation}
+    optional = {key: getattr(task, key) for key in ("pipeline", "model", "timeout", "parent")}
+    meta.update((key, value) for key, value in optional.items() if value is not None)
     if task.expands:
         meta["expands"] = True
     return {
@@ -349,7 +343,11 @@ class PlanRunner(Runner):
     def _start_ready(self, pool: ThreadPoolExecutor, running: dict[Future[Any], Any]) -> None:
         """Start what _pick picks; once the run is stopped, skip every ready task instead."""
         while ids := self._pick(len(running)):
-            stop = self._stop_before(len(self.waves) + 1, ids)
+            if self.stopped is None and self._before_start is not None:  # it may veto the next start
+                asked = self._before_start(len(self.waves) + 1, list(ids))
+                if asked is not None:
+                    self.request_stop(asked)
+            stop = self.stopped
             if stop is not None:
                 for task_id in sorted(self._ready, key=self._order.__getitem__):
                     node = self._ready.pop(task_id)
@@ -363,14 +361,6 @@ class PlanRunner(Runner):
                 self.seen.steps[task_id] = len(self.waves)
                 node = self._ready.pop(task_id)
                 running[pool.submit(self.execute_task, node.task)] = node
-
-    def _stop_before(self, number: int, ids: list[str]) -> Stop | None:
-        """Why the next start must not happen (a requested stop, or before_start's veto); None: it may."""
-        if self.stopped is None and self._before_start is not None:
-            asked = self._before_start(number, list(ids))
-            if asked is not None:
-                self.request_stop(asked)
-        return self.stopped
 
     def _hand_back(self) -> None:
         """Hand finished nodes back to doit's dispatcher and collect every task that became ready.
