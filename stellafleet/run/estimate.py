@@ -140,11 +140,8 @@ def estimate(prepared: Prepared, ledger: Ledger) -> Estimate:
 
 
 def print_estimate(found: Estimate, *, json_mode: bool, stream: IO[str]) -> None:
-    if json_mode:
-        stream.write(jsontext.dumps(found.to_json()) + "\n")
-        return
-    for line in estimate_lines(found):
-        stream.write(line + "\n")
+    lines = [jsontext.dumps(found.to_json())] if json_mode else estimate_lines(found)
+    stream.write("".join(line + "\n" for line in lines))
 
 
 def estimate_lines(found: Estimate) -> list[str]:

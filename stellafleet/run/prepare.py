@@ -151,10 +151,9 @@ class Prepared:
         }
 
 
-def new_run_id(now: float | None = None) -> str:
+def new_run_id() -> str:
     """`r-YYYYMMDD-HHMMSS-xxxx`: UTC time of the start and 4 random hex digits."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
-    return f"r-{stamp}-{secrets.token_hex(2)}"
+    return f"r-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
 
 
 def check_environment(cwd: Path) -> Path:

@@ -44,7 +44,6 @@ Action = Callable[[PlanTask], bool]
 
 BARRIER = ":emitted"
 EXPANDS_NOTE = "(expands at run time)"
-MEMORY_BACKEND = "stella-memory"
 # doit commands about doit's dependency state, which a plan never has (it lives in memory)
 STATE_COMMANDS = frozenset({"forget", "ignore", "reset-dep"})
 
@@ -115,20 +114,18 @@ class PlanLoader(TaskLoader2):
 
     cmd_options = (PLAN_OPTION,)
 
-    def __init__(self, plan: Plan | None = None, *, backend: str = "sqlite3") -> None:
+    def __init__(self, plan: Plan | None = None) -> None:
         super().__init__()
         self._plan = plan
         self._plan_path: str | None = None
-        # sqlite3 on ":memory:" keeps .doit.db out of the repository
-        self._backend = backend
 
     def setup(self, opt_values: dict[str, Any]) -> None:
         self._plan_path = opt_values.get("plan")
 
     def load_doit_config(self) -> dict[str, Any]:
         return {
-            "backend": self._backend,
-            "dep_file": ":memory:",
+            "backend": "sqlite3",
+            "dep_file": ":memory:",  # keeps .doit.db out of the repository
             "hide_status": True,  # "would run: uptodate is False" says nothing about a plan
             "sort": "definition",  # list tasks in plan order
         }
@@ -164,11 +161,7 @@ class PlanLoader(TaskLoader2):
 
 def doit_view(plan: Plan, argv: list[str]) -> tuple[int, str, str]:
     """Run a doit command (["list"]) on the compiled plan in this process; (exit code, stdout, stderr)."""
-    main = DoitMain(
-        task_loader=PlanLoader(plan, backend=MEMORY_BACKEND),
-        config_filenames=(),
-        extra_config={"BACKEND": {MEMORY_BACKEND: "stellafleet.run.waves:MemoryBackend"}},
-    )
+    main = DoitMain(task_loader=PlanLoader(plan), config_filenames=())
     main.BIN_NAME = "doit"
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -304,7 +297,11 @@ class PlanRunner(Runner):
                     finished, _ = wait(running, timeout=held, return_when=FIRST_COMPLETED)
                     for future in sorted(finished, key=lambda f: self._order[running[f].task.name]):
                         node = running.pop(future)
-                        self._conclude(node, future)
+                        try:
+                            failure = future.result()
+                        except BaseException as exc:  # e.g. SystemExit raised inside execute
+                            failure = TaskError(f"{type(exc).__name__}: {exc}")
+                        self.process_task_result(node, failure)
                         self._finished.append(node)
                     if not running and not self.eager:
                         self.seen.emit(WaveEnded(len(self.waves)))
@@ -425,13 +422,6 @@ class PlanRunner(Runner):
             self.seen.emit(TasksEmitted(task.id, tuple(child.id for child in added)))
         waits = [task.id, *(self._doit_name(child.id) for child in children)]
         return (item for item in [Task(barrier(task.id), None, task_dep=waits), *self._doit_tasks(children)])
-
-    def _conclude(self, node: Any, future: Future[Any]) -> None:
-        try:
-            failure = future.result()
-        except BaseException as exc:  # e.g. SystemExit raised inside execute
-            failure = TaskError(f"{type(exc).__name__}: {exc}")
-        self.process_task_result(node, failure)
 
     def _run_task(self, task: PlanTask) -> bool | BaseFail:
         try:
