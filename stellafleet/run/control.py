@@ -365,7 +365,7 @@ class FleetRun:
 
         p = self.prepared
         fixer = None
-        if p.fix_ci:
+        if p.options.fix_ci:  # --fix-ci N: follow-up rounds per red branch (the parser wants --watch)
             from stellafleet.run.cifix import CiFixRounds
 
             claims, executor = self._fix_parts
@@ -376,7 +376,7 @@ class FleetRun:
             dispatcher = factory.dispatcher(
                 run_settings(p), ledger, claims, executor, lambda event: None, budget=budget
             )
-            fixer = CiFixRounds(dispatcher, ledger, budget, max_rounds=p.fix_ci)
+            fixer = CiFixRounds(dispatcher, ledger, budget, max_rounds=p.options.fix_ci)
         result = watch_run(
             p.root, p.run_id, config=p.config, settings=p.watch, json_mode=p.options.json_mode, fixer=fixer
         )

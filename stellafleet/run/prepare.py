@@ -93,7 +93,6 @@ class Prepared:
     options: FleetOptions  # what the command line asked (how to show the run, Ctrl-C, the argv recorded)
     schedule: str = "waves"
     resume: Resume | None = None
-    fix_ci: int = 0  # --fix-ci N: follow-up rounds per red branch while watching
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # kind, address: the command line wins
     start_points: Mapping[str, str] = field(default_factory=dict)  # --from-salvage: task id -> commit
     warnings: tuple[str, ...] = ()  # about the repository (an unresolved merge), said before the run
@@ -276,7 +275,6 @@ def prepare(options: FleetOptions) -> Prepared:
         options=options,
         schedule=options.schedule or config.fleet.schedule,
         resume=resume,
-        fix_ci=options.fix_ci if options.watch else 0,
         executor=executor,
         warnings=tuple(merge_warnings),
         tree=tree,

@@ -77,7 +77,14 @@ def kept_emitted(
     """What the earlier run's done expanding tasks emitted (a resume keeps it), and which tasks are done."""
     emitted = [recorded_task(row) for row in rows if row.get("parent_id")]
     whole = Plan(tasks=plan.tasks + tuple(task for task in emitted if task.id not in plan.ids))
-    done = done_tasks(whole, statuses, changed)
+    done: set[str] = set()  # succeeded before, unchanged, and every dependency done too
+    for task_id in itertools.chain(*whole.waves(max(len(whole.tasks), 1))):  # dependencies first
+        if (
+            statuses.get(task_id) == TaskStatus.SUCCEEDED
+            and task_id not in changed
+            and all(dep in done for dep in whole.task(task_id).depends_on)
+        ):
+            done.add(task_id)
     kept: list[PlanTask] = []
     keeps = set(plan.ids)
     for task in emitted:  # recorded in the order they were emitted: a parent comes before its tasks
@@ -85,19 +92,6 @@ def kept_emitted(
             kept.append(task)
             keeps.add(task.id)
     return tuple(kept), frozenset(task_id for task_id in done if task_id in keeps)
-
-
-def done_tasks(plan: Plan, statuses: Mapping[str, str], changed: Mapping[str, list[str]]) -> frozenset[str]:
-    """Tasks that succeeded before, are unchanged and whose dependencies are all done too."""
-    done: set[str] = set()
-    for task_id in itertools.chain(*plan.waves(max(len(plan.tasks), 1))):  # dependencies first
-        if (
-            statuses.get(task_id) == TaskStatus.SUCCEEDED
-            and task_id not in changed
-            and all(dep in done for dep in plan.task(task_id).depends_on)
-        ):
-            done.add(task_id)
-    return frozenset(done)
 
 
 def lost_work(root: Path, record: Mapping[str, Any]) -> list[str]:
