@@ -150,12 +150,9 @@ def ensure_state_dirs(root: Path) -> StatePaths:
 
 
 def make_run_reporter(prepared: Prepared, out: IO[str]) -> EventSink:
-    fleet_db = StatePaths(prepared.root).fleet_db
-    run_id = prepared.run_id
-
     def probe() -> tuple[Mapping[str, tuple[int, float]], float]:
-        with Ledger.open(fleet_db, readonly=True) as ledger:
-            return ledger.attempts.running_progress(run_id), ledger.spend.of_run(run_id)
+        with Ledger.open(StatePaths(prepared.root).fleet_db, readonly=True) as ledger:
+            return ledger.attempts.running_progress(prepared.run_id), ledger.spend.of_run(prepared.run_id)
 
     options = prepared.options
     return make_reporter(json_mode=options.json_mode, quiet=options.quiet, probe=probe, stream=out)

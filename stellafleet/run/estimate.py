@@ -172,15 +172,11 @@ def estimate_lines(found: Estimate) -> list[str]:
     )
     if found.spend_limit is not None:
         median, p90 = found.stops_at
-        limit = money(found.spend_limit)
         if median is None and p90 is None:
-            lines.append(f"spend limit {limit}: likely not reached")
+            said = "likely not reached"
         elif median is None:
-            lines.append(
-                f"spend limit {limit}: not reached at the median; at the 90th percentile it stops at {p90}"
-            )
+            said = f"not reached at the median; at the 90th percentile it stops at {p90}"
         else:
-            lines.append(
-                f"spend limit {limit}: likely stops the run at task {median} (90th percentile: at {p90})"
-            )
+            said = f"likely stops the run at task {median} (90th percentile: at {p90})"
+        lines.append(f"spend limit {money(found.spend_limit)}: {said}")
     return lines

@@ -319,11 +319,10 @@ def make_reporter(
     return PlainReporter(out, quiet=quiet)
 
 
-def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str] | None = None) -> None:
+def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str]) -> None:
     """The waves and workspaces a run would use, without running anything."""
-    out = stream or sys.stdout
     if json_mode:
-        print(jsontext.dumps(doc, indent=2), file=out)
+        print(jsontext.dumps(doc, indent=2), file=stream)
         return
     lines = [
         f"stella fleet --dry-run: {doc['concurrency']}",
@@ -353,7 +352,7 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str] | 
             "a real run gets its own)"
         )
     lines += [f"problem: {problem}" for problem in doc.get("problems", [])]
-    out.write("".join(line + "\n" for line in lines))
+    stream.write("".join(line + "\n" for line in lines))
 
 
 # the run's result document (`stella fleet --json`, every reporter's `finish`), from its read model
