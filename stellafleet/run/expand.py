@@ -76,9 +76,7 @@ class Expansions:
             for child in emitted:
                 self.tasks[child.id] = child
             self.count += len(emitted)
-        if not emitted:
-            return end
-        return replace(end, summary=f"{end.summary} (emitted {len(emitted)} tasks)")
+        return replace(end, summary=f"{end.summary} (emitted {len(emitted)} tasks)") if emitted else end
 
 
 def refused(problems: list[str]) -> str:

@@ -252,9 +252,7 @@ def prepare(options: FleetOptions) -> Prepared:
     if problems and not options.dry_run:
         raise NotReady(problems)
     # after the problems: a conflicted claimed path is named as a conflict, not as the user's changes
-    tree = check_tree(
-        root, plan, config, allow_dirty=options.allow_dirty, allow_detached=options.allow_detached
-    )
+    tree = check_tree(root, plan, config, options)
     plan_file = Path(options.plan_path).resolve() if options.plan_path else None
     return Prepared(
         root=root,
@@ -341,14 +339,11 @@ def _owner(path: str, claims: dict[str, str]) -> str | None:
     return None
 
 
-def check_tree(
-    root: Path, plan: Plan, config: Config, *, allow_dirty: bool, allow_detached: bool
-) -> TreeCheck:
+def check_tree(root: Path, plan: Plan, config: Config, options: FleetOptions) -> TreeCheck:
     """StellaError (exit 2) for a detached HEAD or claimed files with the user's changes; else the notes."""
-    shared = any(task.isolation != "isolated" for task in plan.tasks)
-    if not shared:
+    if all(task.isolation == "isolated" for task in plan.tasks):
         return TreeCheck(_hook_notes(root, config))
-    if gitops.current_branch(root) is None and not (allow_detached or config.fleet.allow_detached):
+    if gitops.current_branch(root) is None and not (options.allow_detached or config.fleet.allow_detached):
         head = gitops.head_commit(root)[:12]
         raise StellaError(
             f"HEAD is detached (at {head}): shared tasks would commit onto it, where only the reflog keeps "
@@ -359,7 +354,7 @@ def check_tree(
     claims = _claimed_by(plan)
     dirty_claimed = [(path, owner) for path in changed if (owner := _owner(path, claims)) is not None]
     notes = list(_hook_notes(root, config))
-    if dirty_claimed and not allow_dirty:
+    if dirty_claimed and not options.allow_dirty:
         named = ", ".join(f"{path} (task {owner})" for path, owner in dirty_claimed)
         raise StellaError(
             f"claimed files have uncommitted changes of yours: {named}; commit or stash them first, or "

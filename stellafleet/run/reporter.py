@@ -410,8 +410,7 @@ def result_document(record: dict[str, Any], watch: Mapping[str, Any] | None = No
         **{key: run[key] for key in RUN_KEYS_AFTER_SPEND},
         "tasks": [_task_result(task, run["pipeline"]) for task in model["tasks"]],
         "branches": [
-            {"branch": entry["branch"], "tasks": entry["tasks"], "commits": entry["commits"]}
-            for entry in model["branches"]
+            {key: entry[key] for key in ("branch", "tasks", "commits")} for entry in model["branches"]
         ],
         "watch": dict(watch) if watch is not None else None,
     }

@@ -94,7 +94,6 @@ class MemoryBackend(JsonDB):
         """Nothing to save."""
 
 
-# ---------------------------------------------------------------------------------------------
 # doit list / doit info (`stella plan list` / `stella plan info` run them in this process)
 
 
@@ -169,7 +168,6 @@ def doit_view(plan: Plan, argv: list[str]) -> tuple[int, str, str]:
     return int(code), out.getvalue(), err.getvalue()
 
 
-# ---------------------------------------------------------------------------------------------
 # running
 
 
