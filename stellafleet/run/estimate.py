@@ -30,12 +30,10 @@ class TaskEstimate:
     seconds: tuple[float, float] | None
 
     def to_json(self) -> dict[str, Any]:
+        plain = {key: getattr(self, key) for key in ("pipeline", "model", "basis", "attempts")}
         return {
             "task": self.task_id,
-            "pipeline": self.pipeline,
-            "model": self.model,
-            "basis": self.basis,
-            "attempts": self.attempts,
+            **plain,
             "spend_usd": _pair(self.usd),
             "duration_s": _pair(self.seconds),
         }

@@ -106,8 +106,7 @@ class PlainReporter(EventSink):
         limit = event.spend_limit_usd
         spend = f"; spend limit {money(limit)}, {money(event.spend_guard_usd)} per worker" if limit else ""
         self._say(
-            f"run {event.run_id}: {plural(len(event.tasks), 'task')} in "
-            f"{plural(len(event.waves), 'wave')}; "
+            f"run {event.run_id}: {plural(len(event.tasks), 'task')} in {plural(len(event.waves), 'wave')}; "
             f"base {event.base_ref} at {event.base_commit[:12]}{spend}"
         )
 
