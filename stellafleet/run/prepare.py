@@ -286,13 +286,9 @@ def salvage_start_points(root: Path, resume: Resume | None, from_salvage: bool) 
         return {}
     if resume is None:
         raise StellaError("--from-salvage only goes with --resume RUN")
-    points = {}
-    for task in resume.plan.tasks:
-        if task.isolation == "isolated" and task.id not in resume.done:
-            latest = salvage.latest_salvage(root, resume.run_id, task.id)
-            if latest is not None:
-                points[task.id] = latest.sha
-    return points
+    left = [t.id for t in resume.plan.tasks if t.isolation == "isolated" and t.id not in resume.done]
+    latest = {task_id: salvage.latest_salvage(root, resume.run_id, task_id) for task_id in left}
+    return {task_id: found.sha for task_id, found in latest.items() if found is not None}
 
 
 def resume_of(options: FleetOptions, root: Path) -> Resume | None:

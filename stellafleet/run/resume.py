@@ -148,8 +148,7 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
         )
     statuses = {row["id"]: row["status"] for row in record["tasks"]}
     lost = lost_work(root, record)
-    for task_id in lost:
-        statuses[task_id] = TaskStatus.FAILED  # its only work product is gone: it runs again
+    statuses.update(dict.fromkeys(lost, TaskStatus.FAILED))  # their only work product is gone: they run again
     emitted, done = kept_emitted(plan, record["tasks"], statuses, changes)
     fragments = tuple(
         (row["id"], row["fragment_path"])
