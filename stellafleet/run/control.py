@@ -166,7 +166,7 @@ def run_settings(prepared: Prepared) -> RunSettings:
         prepared.base_commit,
         prepared.config,
         default_pipeline=prepared.default_pipeline,
-        default_model=prepared.default_model,
+        default_model=prepared.options.model,  # for tasks that name none
         spend_guard=prepared.spend_guard,
         config_file=prepared.config_file,
         allow_detached=prepared.options.allow_detached,

@@ -118,7 +118,7 @@ def estimate(prepared: Prepared, ledger: Ledger) -> Estimate:
     """The estimate of the prepared run from the ledger's history (nothing is written)."""
     p = prepared
     tasks = [
-        task_estimate(ledger, t.id, t.prompt, t.pipeline or p.default_pipeline, t.model or p.default_model)
+        task_estimate(ledger, t.id, t.prompt, t.pipeline or p.default_pipeline, t.model or p.options.model)
         for t in p.plan.tasks
     ]
     width = p.concurrency.value

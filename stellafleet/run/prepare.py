@@ -84,7 +84,6 @@ class Prepared:
     concurrency: Decision
     waves: list[list[str]]
     default_pipeline: str
-    default_model: str | None
     problems: list[str]  # what keeps the pipelines from running (only a dry run gets this far with any)
     spend_limit: float | None
     watch: WatchConfig | None  # None: no --watch
@@ -264,7 +263,6 @@ def prepare(options: FleetOptions) -> Prepared:
         concurrency=concurrency,
         waves=plan.waves(concurrency.value, done=resume.done if resume else frozenset()),
         default_pipeline=default_pipeline,
-        default_model=options.model,
         problems=problems,
         spend_limit=options.spend_limit,
         watch=check_watch_ready(root, config) if options.watch and not options.dry_run else None,
