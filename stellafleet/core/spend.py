@@ -199,13 +199,13 @@ def settle_attempt(ledger: SpendLedger, attempt_id: int, reported: Iterable[floa
 
 
 def spend_range(amounts: Iterable[float]) -> tuple[float, float]:
-    """(median, 90th percentile) of past attempts' dollars (nearest rank); (0, 0) for none."""
+    """(median, 90th percentile) of past attempts' dollars or seconds (nearest rank); (0, 0) for none."""
     ordered = sorted(amounts)
     if not ordered:
         return 0.0, 0.0
     mid = len(ordered) // 2
     median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return median, ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+    return median, ordered[max(0, -(-9 * len(ordered) // 10) - 1)]  # ceil(0.9 n), in integers
 
 
 def total_spend(ranges: Iterable[tuple[float, float]]) -> tuple[float, float]:

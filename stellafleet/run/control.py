@@ -12,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,7 +36,7 @@ from stellafleet.run.expand import Expansions
 from stellafleet.run.limiter import Limiter, LimitPolicy
 from stellafleet.run.notify import fan_out, notifier_for
 from stellafleet.run.prepare import FleetOptions, Prepared, prepare
-from stellafleet.run.reporter import make_reporter, print_dry_run, result_document
+from stellafleet.run.reporter import make_reporter, print_dry_run, result_document, status_counts
 from stellafleet.run.resume import record_lineage, schedule_note
 from stellafleet.run.steps import RunSettings, factory
 from stellafleet.run.steps.spend import spend_budget
@@ -72,40 +73,32 @@ def run_fleet(
     return FleetRun(prepared, reporter or make_run_reporter(prepared, out), clock=clock).run()
 
 
+@dataclass
 class Interrupts:
     """Ctrl-C once: launch nothing more and let running workers finish (unless the run stops them on the
     first). Twice (or SIGTERM, SIGHUP): stop their process trees."""
 
-    def __init__(
-        self,
-        request_stop: Callable[[Stop], None],
-        stop_workers: Callable[[], None],
-        running: Callable[[], Sequence[str]],
-        emit: Emit,
-        *,
-        stop_on_first: bool = False,
-    ) -> None:
-        self.count = 0
-        self._request_stop = request_stop
-        self._stop_workers = stop_workers
-        self._running = running
-        self._emit = emit
-        self._stop_on_first = stop_on_first
+    request_stop: Callable[[Stop], None]
+    stop_workers: Callable[[], None]
+    running: Callable[[], Sequence[str]]
+    emit: Emit
+    stop_on_first: bool = False
+    count: int = 0
 
     def handle(self, signum: int, frame: object) -> None:
         self.count += 1
-        running = plural(len(self._running()), "running worker")
-        self._request_stop(Stop(StopReason.INTERRUPTED))
-        if self.count == 1 and signum == signal.SIGINT and not self._stop_on_first:
-            self._emit(
+        running = plural(len(self.running()), "running worker")
+        self.request_stop(Stop(StopReason.INTERRUPTED))
+        if self.count == 1 and signum == signal.SIGINT and not self.stop_on_first:
+            self.emit(
                 Notice(
                     f"interrupt: launching nothing more; waiting for {running}; "
                     "press Ctrl-C again to stop them"
                 )
             )
             return
-        self._stop_workers()
-        self._emit(Notice(f"interrupt: stopping {running}"))
+        self.stop_workers()
+        self.emit(Notice(f"interrupt: stopping {running}"))
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -132,13 +125,9 @@ def exit_status(
         return RunStatus.SPEND_LIMITED, EXIT_SPEND_LIMIT, str(stopped)
     if stopped is not None and stopped.reason is StopReason.USAGE_LIMIT:  # exit 3 too: --resume goes on
         return RunStatus.USAGE_LIMITED, EXIT_SPEND_LIMIT, str(stopped)
-    unsuccessful = Counter(status for status in statuses.values() if status != TaskStatus.SUCCEEDED)
+    unsuccessful = status_counts(status for status in statuses.values() if status != TaskStatus.SUCCEEDED)
     if unsuccessful:
-        return (
-            RunStatus.FAILED,
-            EXIT_TASK_FAILED,
-            ", ".join(f"{n} {status}" for status, n in sorted(unsuccessful.items())),
-        )
+        return RunStatus.FAILED, EXIT_TASK_FAILED, unsuccessful
     return RunStatus.SUCCEEDED, EXIT_OK, None
 
 
@@ -155,19 +144,15 @@ def ensure_state_dirs(root: Path) -> StatePaths:
         if why is not None:
             raise StellaError(
                 f"cannot write stella's state at {directory}: {why}; "
-                "make it a writable directory and run again",
-                exit_code=EXIT_USAGE,
+                "make it a writable directory and run again"
             )
     return paths
 
 
 def make_run_reporter(prepared: Prepared, out: IO[str]) -> EventSink:
-    fleet_db = StatePaths(prepared.root).fleet_db
-    run_id = prepared.run_id
-
     def probe() -> tuple[Mapping[str, tuple[int, float]], float]:
-        with Ledger.open(fleet_db, readonly=True) as ledger:
-            return ledger.attempts.running_progress(run_id), ledger.spend.of_run(run_id)
+        with Ledger.open(StatePaths(prepared.root).fleet_db, readonly=True) as ledger:
+            return ledger.attempts.running_progress(prepared.run_id), ledger.spend.of_run(prepared.run_id)
 
     options = prepared.options
     return make_reporter(json_mode=options.json_mode, quiet=options.quiet, probe=probe, stream=out)
@@ -181,7 +166,7 @@ def run_settings(prepared: Prepared) -> RunSettings:
         prepared.base_commit,
         prepared.config,
         default_pipeline=prepared.default_pipeline,
-        default_model=prepared.default_model,
+        default_model=prepared.options.model,  # for tasks that name none
         spend_guard=prepared.spend_guard,
         config_file=prepared.config_file,
         allow_detached=prepared.options.allow_detached,
@@ -377,7 +362,7 @@ class FleetRun:
 
         p = self.prepared
         fixer = None
-        if p.fix_ci:
+        if p.options.fix_ci:  # --fix-ci N: follow-up rounds per red branch (the parser wants --watch)
             from stellafleet.run.cifix import CiFixRounds
 
             claims, executor = self._fix_parts
@@ -388,7 +373,7 @@ class FleetRun:
             dispatcher = factory.dispatcher(
                 run_settings(p), ledger, claims, executor, lambda event: None, budget=budget
             )
-            fixer = CiFixRounds(dispatcher, ledger, budget, max_rounds=p.fix_ci)
+            fixer = CiFixRounds(dispatcher, ledger, budget, max_rounds=p.options.fix_ci)
         result = watch_run(
             p.root, p.run_id, config=p.config, settings=p.watch, json_mode=p.options.json_mode, fixer=fixer
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import heapq
-import statistics
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -31,12 +30,10 @@ class TaskEstimate:
     seconds: tuple[float, float] | None
 
     def to_json(self) -> dict[str, Any]:
+        plain = {key: getattr(self, key) for key in ("pipeline", "model", "basis", "attempts")}
         return {
             "task": self.task_id,
-            "pipeline": self.pipeline,
-            "model": self.model,
-            "basis": self.basis,
-            "attempts": self.attempts,
+            **plain,
             "spend_usd": _pair(self.usd),
             "duration_s": _pair(self.seconds),
         }
@@ -44,11 +41,6 @@ class TaskEstimate:
 
 def _pair(value: tuple[Any, Any] | None) -> dict[str, Any] | None:
     return None if value is None else {"median": value[0], "p90": value[1]}
-
-
-def _range(values: list[float]) -> tuple[float, float]:
-    ordered = sorted(values)
-    return statistics.median(ordered), ordered[max(0, -(-9 * len(ordered) // 10) - 1)]
 
 
 def task_estimate(
@@ -60,8 +52,8 @@ def task_estimate(
         past, basis = ledger.history.same_kind(pipeline, model), SAME_KIND
     if not past:
         return TaskEstimate(task_id, pipeline, model, None, 0, None, None)
-    usd = spend_range(p.usd for p in past)
-    return TaskEstimate(task_id, pipeline, model, basis, len(past), usd, _range([p.seconds for p in past]))
+    usd, seconds = spend_range(p.usd for p in past), spend_range(p.seconds for p in past)
+    return TaskEstimate(task_id, pipeline, model, basis, len(past), usd, seconds)
 
 
 def play(plan: Plan, seconds: dict[str, float], width: int, schedule: str) -> tuple[float, list[str]]:
@@ -126,7 +118,7 @@ def estimate(prepared: Prepared, ledger: Ledger) -> Estimate:
     """The estimate of the prepared run from the ledger's history (nothing is written)."""
     p = prepared
     tasks = [
-        task_estimate(ledger, t.id, t.prompt, t.pipeline or p.default_pipeline, t.model or p.default_model)
+        task_estimate(ledger, t.id, t.prompt, t.pipeline or p.default_pipeline, t.model or p.options.model)
         for t in p.plan.tasks
     ]
     width = p.concurrency.value
@@ -146,11 +138,8 @@ def estimate(prepared: Prepared, ledger: Ledger) -> Estimate:
 
 
 def print_estimate(found: Estimate, *, json_mode: bool, stream: IO[str]) -> None:
-    if json_mode:
-        stream.write(jsontext.dumps(found.to_json()) + "\n")
-        return
-    for line in estimate_lines(found):
-        stream.write(line + "\n")
+    lines = [jsontext.dumps(found.to_json())] if json_mode else estimate_lines(found)
+    stream.write("".join(line + "\n" for line in lines))
 
 
 def estimate_lines(found: Estimate) -> list[str]:
@@ -181,15 +170,11 @@ def estimate_lines(found: Estimate) -> list[str]:
     )
     if found.spend_limit is not None:
         median, p90 = found.stops_at
-        limit = money(found.spend_limit)
         if median is None and p90 is None:
-            lines.append(f"spend limit {limit}: likely not reached")
+            said = "likely not reached"
         elif median is None:
-            lines.append(
-                f"spend limit {limit}: not reached at the median; at the 90th percentile it stops at {p90}"
-            )
+            said = f"not reached at the median; at the 90th percentile it stops at {p90}"
         else:
-            lines.append(
-                f"spend limit {limit}: likely stops the run at task {median} (90th percentile: at {p90})"
-            )
+            said = f"likely stops the run at task {median} (90th percentile: at {p90})"
+        lines.append(f"spend limit {money(found.spend_limit)}: {said}")
     return lines

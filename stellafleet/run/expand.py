@@ -36,11 +36,9 @@ class Expansions:
         self.run_id = run_id
         self.max_emitted = max_emitted
         self.max_depth = max_depth
-        self.tasks: dict[str, PlanTask] = {task.id: task for task in plan.tasks}
-        self.seeded = tuple(emitted)  # what an earlier run's expanding tasks emitted (--resume)
-        for task in self.seeded:
-            self.tasks[task.id] = task
-        self.count = len(self.seeded)  # tasks emitted in this run and the one it resumes
+        seeded = tuple(emitted)  # what an earlier run's expanding tasks emitted (--resume)
+        self.tasks: dict[str, PlanTask] = {task.id: task for task in (*plan.tasks, *seeded)}
+        self.count = len(seeded)  # tasks emitted in this run and the one it resumes
         self._lock = threading.Lock()
 
     def children(self, task_id: str) -> tuple[PlanTask, ...]:
@@ -78,9 +76,7 @@ class Expansions:
             for child in emitted:
                 self.tasks[child.id] = child
             self.count += len(emitted)
-        if not emitted:
-            return end
-        return replace(end, summary=f"{end.summary} (emitted {len(emitted)} tasks)")
+        return replace(end, summary=f"{end.summary} (emitted {len(emitted)} tasks)") if emitted else end
 
 
 def refused(problems: list[str]) -> str:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from stellafleet.core.config import Config
-from stellafleet.core.errors import StellaError
 from stellafleet.core.words import plural
 
 GIB = 1024**3
@@ -39,12 +37,6 @@ class MachineState:
         )
 
 
-def _positive_int(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise StellaError(f"{where} must be a whole number of at least 1, not {value!r}")
-    return value
-
-
 def governed(config: Config, machine: MachineState) -> Decision:
     per_core = config.governor.workers_per_core
     per_worker_gib = config.governor.memory_per_worker_gib
@@ -65,7 +57,7 @@ def governed(config: Config, machine: MachineState) -> Decision:
 def decide(config: Config, requested: int | None = None, *, machine: MachineState | None = None) -> Decision:
     """--max-concurrency wins, then `[fleet] max_concurrency`, then the governor."""
     if requested is not None:
-        return Decision(_positive_int(requested, "--max-concurrency"), "--max-concurrency")
+        return Decision(requested, "--max-concurrency")  # the parser took only a whole number >= 1
     fixed = config.fleet.max_concurrency
     if fixed is not None:
         return Decision(fixed, "config fleet.max_concurrency")

@@ -11,7 +11,7 @@ from typing import Any
 
 from stellafleet.core.config import Config, load_config
 from stellafleet.core.configsections import ExecutorConfig, WatchConfig
-from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.errors import StellaError
 from stellafleet.core.words import plural
 from stellafleet.git import gitops, hooks, salvage
 from stellafleet.plan.model import Plan, load_plan, plan_from_prompts
@@ -67,10 +67,7 @@ class NotReady(StellaError):
     """The plan's pipelines cannot run yet; `problems` says what each one is missing."""
 
     def __init__(self, problems: Sequence[str]) -> None:
-        super().__init__(
-            "cannot start the fleet:\n" + "\n".join(f"  {problem}" for problem in problems),
-            exit_code=EXIT_USAGE,
-        )
+        super().__init__("cannot start the fleet:\n" + "\n".join(f"  {problem}" for problem in problems))
         self.problems = list(problems)
 
 
@@ -87,7 +84,6 @@ class Prepared:
     concurrency: Decision
     waves: list[list[str]]
     default_pipeline: str
-    default_model: str | None
     problems: list[str]  # what keeps the pipelines from running (only a dry run gets this far with any)
     spend_limit: float | None
     watch: WatchConfig | None  # None: no --watch
@@ -96,7 +92,6 @@ class Prepared:
     options: FleetOptions  # what the command line asked (how to show the run, Ctrl-C, the argv recorded)
     schedule: str = "waves"
     resume: Resume | None = None
-    fix_ci: int = 0  # --fix-ci N: follow-up rounds per red branch while watching
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # kind, address: the command line wins
     start_points: Mapping[str, str] = field(default_factory=dict)  # --from-salvage: task id -> commit
     warnings: tuple[str, ...] = ()  # about the repository (an unresolved merge), said before the run
@@ -154,10 +149,9 @@ class Prepared:
         }
 
 
-def new_run_id(now: float | None = None) -> str:
+def new_run_id() -> str:
     """`r-YYYYMMDD-HHMMSS-xxxx`: UTC time of the start and 4 random hex digits."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
-    return f"r-{stamp}-{secrets.token_hex(2)}"
+    return f"r-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
 
 
 def check_environment(cwd: Path) -> Path:
@@ -257,9 +251,7 @@ def prepare(options: FleetOptions) -> Prepared:
     if problems and not options.dry_run:
         raise NotReady(problems)
     # after the problems: a conflicted claimed path is named as a conflict, not as the user's changes
-    tree = check_tree(
-        root, plan, config, allow_dirty=options.allow_dirty, allow_detached=options.allow_detached
-    )
+    tree = check_tree(root, plan, config, options)
     plan_file = Path(options.plan_path).resolve() if options.plan_path else None
     return Prepared(
         root=root,
@@ -271,7 +263,6 @@ def prepare(options: FleetOptions) -> Prepared:
         concurrency=concurrency,
         waves=plan.waves(concurrency.value, done=resume.done if resume else frozenset()),
         default_pipeline=default_pipeline,
-        default_model=options.model,
         problems=problems,
         spend_limit=options.spend_limit,
         watch=check_watch_ready(root, config) if options.watch and not options.dry_run else None,
@@ -280,7 +271,6 @@ def prepare(options: FleetOptions) -> Prepared:
         options=options,
         schedule=options.schedule or config.fleet.schedule,
         resume=resume,
-        fix_ci=options.fix_ci if options.watch else 0,
         executor=executor,
         warnings=tuple(merge_warnings),
         tree=tree,
@@ -293,14 +283,10 @@ def salvage_start_points(root: Path, resume: Resume | None, from_salvage: bool) 
     if not from_salvage:
         return {}
     if resume is None:
-        raise StellaError("--from-salvage only goes with --resume RUN", exit_code=EXIT_USAGE)
-    points = {}
-    for task in resume.plan.tasks:
-        if task.isolation == "isolated" and task.id not in resume.done:
-            latest = salvage.latest_salvage(root, resume.run_id, task.id)
-            if latest is not None:
-                points[task.id] = latest.sha
-    return points
+        raise StellaError("--from-salvage only goes with --resume RUN")
+    left = [t.id for t in resume.plan.tasks if t.isolation == "isolated" and t.id not in resume.done]
+    latest = {task_id: salvage.latest_salvage(root, resume.run_id, task_id) for task_id in left}
+    return {task_id: found.sha for task_id, found in latest.items() if found is not None}
 
 
 def resume_of(options: FleetOptions, root: Path) -> Resume | None:
@@ -320,7 +306,7 @@ def check_ray_installed() -> None:
         import ray  # noqa: F401 - the run needs it next anyway
     except ImportError:
         raise StellaError(
-            "the ray executor needs Ray on this machine: pip install 'stellafleet[ray]'", exit_code=EXIT_USAGE
+            "the ray executor needs Ray on this machine: pip install 'stellafleet[ray]'"
         ) from None
 
 
@@ -329,7 +315,7 @@ def resolve_executor(options: FleetOptions, config: Config) -> ExecutorConfig:
     chosen = config.executor
     kind = options.executor or chosen.kind
     if options.ray_address and kind != "ray":
-        raise StellaError("--ray-address needs the ray executor: add --executor ray", exit_code=EXIT_USAGE)
+        raise StellaError("--ray-address needs the ray executor: add --executor ray")
     if kind == "ray" and not options.dry_run:
         check_ray_installed()
     return replace(chosen, kind=kind, address=options.ray_address or chosen.address)
@@ -347,31 +333,26 @@ def _owner(path: str, claims: dict[str, str]) -> str | None:
     return None
 
 
-def check_tree(
-    root: Path, plan: Plan, config: Config, *, allow_dirty: bool, allow_detached: bool
-) -> TreeCheck:
+def check_tree(root: Path, plan: Plan, config: Config, options: FleetOptions) -> TreeCheck:
     """StellaError (exit 2) for a detached HEAD or claimed files with the user's changes; else the notes."""
-    shared = any(task.isolation != "isolated" for task in plan.tasks)
-    if not shared:
+    if all(task.isolation == "isolated" for task in plan.tasks):
         return TreeCheck(_hook_notes(root, config))
-    if gitops.current_branch(root) is None and not (allow_detached or config.fleet.allow_detached):
+    if gitops.current_branch(root) is None and not (options.allow_detached or config.fleet.allow_detached):
         head = gitops.head_commit(root)[:12]
         raise StellaError(
             f"HEAD is detached (at {head}): shared tasks would commit onto it, where only the reflog keeps "
             "their work once you check out a branch; check out a branch first, or pass --allow-detached "
-            "to commit onto the detached HEAD anyway",
-            exit_code=EXIT_USAGE,
+            "to commit onto the detached HEAD anyway"
         )
     changed = tuple(p for p in gitops.changed_paths(root) if not p.startswith(STATE_DIR))
     claims = _claimed_by(plan)
     dirty_claimed = [(path, owner) for path in changed if (owner := _owner(path, claims)) is not None]
     notes = list(_hook_notes(root, config))
-    if dirty_claimed and not allow_dirty:
+    if dirty_claimed and not options.allow_dirty:
         named = ", ".join(f"{path} (task {owner})" for path, owner in dirty_claimed)
         raise StellaError(
             f"claimed files have uncommitted changes of yours: {named}; commit or stash them first, or "
-            "pass --allow-dirty (the workers' commits of them then leave your changes out)",
-            exit_code=EXIT_USAGE,
+            "pass --allow-dirty (the workers' commits of them then leave your changes out)"
         )
     if dirty_claimed:
         named = ", ".join(path for path, _ in dirty_claimed)

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from stellafleet.core import jsontext
@@ -52,10 +52,14 @@ def one_line(text: str | None, limit: int = 100) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def status_counts(statuses: Iterable[str]) -> str:
+    """`1 failed, 5 succeeded`: how many tasks ended in each status (empty for none)."""
+    return ", ".join(f"{n} {status}" for status, n in sorted(Counter(statuses).items()))
+
+
 def run_headline(doc: Mapping[str, Any]) -> str:
     """`run R failed: 1 failed, 5 succeeded; spend $0.00; exit 1`."""
-    counts = Counter(task["status"] for task in doc.get("tasks", []))
-    parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no tasks"
+    parts = status_counts(task["status"] for task in doc.get("tasks", [])) or "no tasks"
     limit = doc.get("spend_limit_usd")
     spend = money(doc.get("spend_usd")) + (f" of {money(limit)}" if limit else "")
     # a failed run's counts say why it failed
@@ -102,8 +106,7 @@ class PlainReporter(EventSink):
         limit = event.spend_limit_usd
         spend = f"; spend limit {money(limit)}, {money(event.spend_guard_usd)} per worker" if limit else ""
         self._say(
-            f"run {event.run_id}: {plural(len(event.tasks), 'task')} in "
-            f"{plural(len(event.waves), 'wave')}; "
+            f"run {event.run_id}: {plural(len(event.tasks), 'task')} in {plural(len(event.waves), 'wave')}; "
             f"base {event.base_ref} at {event.base_commit[:12]}{spend}"
         )
 
@@ -315,11 +318,10 @@ def make_reporter(
     return PlainReporter(out, quiet=quiet)
 
 
-def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str] | None = None) -> None:
+def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str]) -> None:
     """The waves and workspaces a run would use, without running anything."""
-    out = stream or sys.stdout
     if json_mode:
-        print(jsontext.dumps(doc, indent=2), file=out)
+        print(jsontext.dumps(doc, indent=2), file=stream)
         return
     lines = [
         f"stella fleet --dry-run: {doc['concurrency']}",
@@ -349,7 +351,7 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str] | 
             "a real run gets its own)"
         )
     lines += [f"problem: {problem}" for problem in doc.get("problems", [])]
-    out.write("".join(line + "\n" for line in lines))
+    stream.write("".join(line + "\n" for line in lines))
 
 
 # the run's result document (`stella fleet --json`, every reporter's `finish`), from its read model
@@ -374,6 +376,7 @@ ATTEMPT_KEYS = (
     "log_path",
 )
 RUN_KEYS = ("status", "exit_code", "reason", "base_ref", "base_commit", "max_concurrency")
+RUN_KEYS_AFTER_SPEND = ("spend_limit_usd", "created_at_ms", "finished_at_ms", "schedule", "resumed_from")
 
 
 def _task_result(task: Mapping[str, Any], run_pipeline: str | None) -> dict[str, Any]:
@@ -403,15 +406,10 @@ def result_document(record: dict[str, Any], watch: Mapping[str, Any] | None = No
         "run_id": run["id"],
         **{key: run[key] for key in RUN_KEYS},
         "spend_usd": round(run["spend_usd"], 6),
-        "spend_limit_usd": run["spend_limit_usd"],
-        "created_at_ms": run["created_at_ms"],
-        "finished_at_ms": run["finished_at_ms"],
-        "schedule": run["schedule"],
-        "resumed_from": run["resumed_from"],
+        **{key: run[key] for key in RUN_KEYS_AFTER_SPEND},
         "tasks": [_task_result(task, run["pipeline"]) for task in model["tasks"]],
         "branches": [
-            {"branch": entry["branch"], "tasks": entry["tasks"], "commits": entry["commits"]}
-            for entry in model["branches"]
+            {key: entry[key] for key in ("branch", "tasks", "commits")} for entry in model["branches"]
         ],
         "watch": dict(watch) if watch is not None else None,
     }

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stellafleet.core.errors import EXIT_USAGE, StellaError
+from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import MergeStatus, RunStatus, TaskStatus
 from stellafleet.git import gitops
@@ -16,18 +16,8 @@ from stellafleet.plan.model import Plan, PlanTask, load_plan
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 
-# What a task's row records of its plan entry, as (ledger column, PlanTask field)
-COMPARED = (
-    ("prompt", "prompt"),
-    ("title", "title"),
-    ("depends_on", "depends_on"),
-    ("claims", "claims"),
-    ("isolation", "isolation"),
-    ("pipeline", "pipeline"),
-    ("model", "model"),
-    ("timeout_s", "timeout"),
-    ("expands", "expands"),
-)
+# The PlanTask fields a task's row records of its plan entry
+COMPARED = ("prompt", "title", "depends_on", "claims", "isolation", "pipeline", "model", "timeout", "expands")
 
 
 @dataclass(frozen=True)
@@ -47,29 +37,19 @@ class Resume:
 def task_changes(recorded: Sequence[Mapping[str, Any]], plan: Plan) -> dict[str, list[str]]:
     """Task id -> what differs between the earlier run's recorded tasks and the plan now."""
     changes: dict[str, list[str]] = {}
-    before = {row["id"]: row for row in recorded if not row.get("parent_id")}
+    before = {row["id"]: recorded_task(row) for row in recorded if not row.get("parent_id")}
     for task in plan.tasks:
-        row = before.get(task.id)
-        if row is None:
+        earlier = before.get(task.id)
+        if earlier is None:
             changes[task.id] = ["added"]
             continue
-        differ = [
-            field for column, field in COMPARED if _norm(row.get(column)) != _norm(getattr(task, field))
-        ]
+        differ = [field for field in COMPARED if getattr(earlier, field) != getattr(task, field)]
         if differ:
             changes[task.id] = differ
     for task_id in before:
         if task_id not in plan.ids:
             changes[task_id] = ["removed"]
     return changes
-
-
-def _norm(value: Any) -> Any:
-    if isinstance(value, list | tuple):
-        return tuple(value)
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return value
 
 
 def recorded_task(row: Mapping[str, Any]) -> PlanTask:
@@ -97,7 +77,14 @@ def kept_emitted(
     """What the earlier run's done expanding tasks emitted (a resume keeps it), and which tasks are done."""
     emitted = [recorded_task(row) for row in rows if row.get("parent_id")]
     whole = Plan(tasks=plan.tasks + tuple(task for task in emitted if task.id not in plan.ids))
-    done = done_tasks(whole, statuses, changed)
+    done: set[str] = set()  # succeeded before, unchanged, and every dependency done too
+    for task_id in itertools.chain(*whole.waves(max(len(whole.tasks), 1))):  # dependencies first
+        if (
+            statuses.get(task_id) == TaskStatus.SUCCEEDED
+            and task_id not in changed
+            and all(dep in done for dep in whole.task(task_id).depends_on)
+        ):
+            done.add(task_id)
     kept: list[PlanTask] = []
     keeps = set(plan.ids)
     for task in emitted:  # recorded in the order they were emitted: a parent comes before its tasks
@@ -105,19 +92,6 @@ def kept_emitted(
             kept.append(task)
             keeps.add(task.id)
     return tuple(kept), frozenset(task_id for task_id in done if task_id in keeps)
-
-
-def done_tasks(plan: Plan, statuses: Mapping[str, str], changed: Mapping[str, list[str]]) -> frozenset[str]:
-    """Tasks that succeeded before, are unchanged and whose dependencies are all done too."""
-    done: set[str] = set()
-    for task_id in itertools.chain(*plan.waves(max(len(plan.tasks), 1))):  # dependencies first
-        if (
-            statuses.get(task_id) == TaskStatus.SUCCEEDED
-            and task_id not in changed
-            and all(dep in done for dep in plan.task(task_id).depends_on)
-        ):
-            done.add(task_id)
-    return frozenset(done)
 
 
 def lost_work(root: Path, record: Mapping[str, Any]) -> list[str]:
@@ -159,8 +133,7 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
     source = plan_path or run.get("plan_path")
     if source is not None and not Path(source).exists():
         raise StellaError(
-            f"cannot resume run {run['id']}: its plan {source} is gone; give it with --plan FILE",
-            exit_code=EXIT_USAGE,
+            f"cannot resume run {run['id']}: its plan {source} is gone; give it with --plan FILE"
         )
     if source is not None:
         plan = load_plan(source, root=root)
@@ -171,13 +144,11 @@ def load_resume(root: Path, ref: str, *, plan_path: str | None, force: bool) -> 
     if changes and not force:
         raise StellaError(
             f"the plan changed since run {run['id']}: {'; '.join(described)}; "
-            "run with --force to resume it anyway (changed tasks run again)",
-            exit_code=EXIT_USAGE,
+            "run with --force to resume it anyway (changed tasks run again)"
         )
     statuses = {row["id"]: row["status"] for row in record["tasks"]}
     lost = lost_work(root, record)
-    for task_id in lost:
-        statuses[task_id] = TaskStatus.FAILED  # its only work product is gone: it runs again
+    statuses.update(dict.fromkeys(lost, TaskStatus.FAILED))  # their only work product is gone: they run again
     emitted, done = kept_emitted(plan, record["tasks"], statuses, changes)
     fragments = tuple(
         (row["id"], row["fragment_path"])

@@ -44,7 +44,6 @@ Action = Callable[[PlanTask], bool]
 
 BARRIER = ":emitted"
 EXPANDS_NOTE = "(expands at run time)"
-MEMORY_BACKEND = "stella-memory"
 # doit commands about doit's dependency state, which a plan never has (it lives in memory)
 STATE_COMMANDS = frozenset({"forget", "ignore", "reset-dep"})
 
@@ -60,15 +59,9 @@ def doit_task(
     task: PlanTask, action: Callable[[PlanTask], Any] | None, done: frozenset[str], deps: Sequence[str] = ()
 ) -> dict[str, Any]:
     """One task's doit dict; `deps` (default: its depends_on) are the doit names it waits for."""
-    meta: dict[str, Any] = {
-        "prompt": task.prompt,
-        "claims": list(task.claims),
-        "isolation": task.isolation,
-    }
-    for key in ("pipeline", "model", "timeout", "parent"):
-        value = getattr(task, key)
-        if value is not None:
-            meta[key] = value
+    meta: dict[str, Any] = {"prompt": task.prompt, "claims": list(task.claims), "isolation": task.isolation}
+    optional = {key: getattr(task, key) for key in ("pipeline", "model", "timeout", "parent")}
+    meta.update((key, value) for key, value in optional.items() if value is not None)
     if task.expands:
         meta["expands"] = True
     return {
@@ -101,7 +94,6 @@ class MemoryBackend(JsonDB):
         """Nothing to save."""
 
 
-# ---------------------------------------------------------------------------------------------
 # doit list / doit info (`stella plan list` / `stella plan info` run them in this process)
 
 
@@ -121,20 +113,18 @@ class PlanLoader(TaskLoader2):
 
     cmd_options = (PLAN_OPTION,)
 
-    def __init__(self, plan: Plan | None = None, *, backend: str = "sqlite3") -> None:
+    def __init__(self, plan: Plan | None = None) -> None:
         super().__init__()
         self._plan = plan
         self._plan_path: str | None = None
-        # sqlite3 on ":memory:" keeps .doit.db out of the repository
-        self._backend = backend
 
     def setup(self, opt_values: dict[str, Any]) -> None:
         self._plan_path = opt_values.get("plan")
 
     def load_doit_config(self) -> dict[str, Any]:
         return {
-            "backend": self._backend,
-            "dep_file": ":memory:",
+            "backend": "sqlite3",
+            "dep_file": ":memory:",  # keeps .doit.db out of the repository
             "hide_status": True,  # "would run: uptodate is False" says nothing about a plan
             "sort": "definition",  # list tasks in plan order
         }
@@ -170,11 +160,7 @@ class PlanLoader(TaskLoader2):
 
 def doit_view(plan: Plan, argv: list[str]) -> tuple[int, str, str]:
     """Run a doit command (["list"]) on the compiled plan in this process; (exit code, stdout, stderr)."""
-    main = DoitMain(
-        task_loader=PlanLoader(plan, backend=MEMORY_BACKEND),
-        config_filenames=(),
-        extra_config={"BACKEND": {MEMORY_BACKEND: "stellafleet.run.waves:MemoryBackend"}},
-    )
+    main = DoitMain(task_loader=PlanLoader(plan), config_filenames=())
     main.BIN_NAME = "doit"
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -182,7 +168,6 @@ def doit_view(plan: Plan, argv: list[str]) -> tuple[int, str, str]:
     return int(code), out.getvalue(), err.getvalue()
 
 
-# ---------------------------------------------------------------------------------------------
 # running
 
 
@@ -310,7 +295,11 @@ class PlanRunner(Runner):
                     finished, _ = wait(running, timeout=held, return_when=FIRST_COMPLETED)
                     for future in sorted(finished, key=lambda f: self._order[running[f].task.name]):
                         node = running.pop(future)
-                        self._conclude(node, future)
+                        try:
+                            failure = future.result()
+                        except BaseException as exc:  # e.g. SystemExit raised inside execute
+                            failure = TaskError(f"{type(exc).__name__}: {exc}")
+                        self.process_task_result(node, failure)
                         self._finished.append(node)
                     if not running and not self.eager:
                         self.seen.emit(WaveEnded(len(self.waves)))
@@ -349,7 +338,11 @@ class PlanRunner(Runner):
     def _start_ready(self, pool: ThreadPoolExecutor, running: dict[Future[Any], Any]) -> None:
         """Start what _pick picks; once the run is stopped, skip every ready task instead."""
         while ids := self._pick(len(running)):
-            stop = self._stop_before(len(self.waves) + 1, ids)
+            if self.stopped is None and self._before_start is not None:  # it may veto the next start
+                asked = self._before_start(len(self.waves) + 1, list(ids))
+                if asked is not None:
+                    self.request_stop(asked)
+            stop = self.stopped
             if stop is not None:
                 for task_id in sorted(self._ready, key=self._order.__getitem__):
                     node = self._ready.pop(task_id)
@@ -363,14 +356,6 @@ class PlanRunner(Runner):
                 self.seen.steps[task_id] = len(self.waves)
                 node = self._ready.pop(task_id)
                 running[pool.submit(self.execute_task, node.task)] = node
-
-    def _stop_before(self, number: int, ids: list[str]) -> Stop | None:
-        """Why the next start must not happen (a requested stop, or before_start's veto); None: it may."""
-        if self.stopped is None and self._before_start is not None:
-            asked = self._before_start(number, list(ids))
-            if asked is not None:
-                self.request_stop(asked)
-        return self.stopped
 
     def _hand_back(self) -> None:
         """Hand finished nodes back to doit's dispatcher and collect every task that became ready.
@@ -435,13 +420,6 @@ class PlanRunner(Runner):
             self.seen.emit(TasksEmitted(task.id, tuple(child.id for child in added)))
         waits = [task.id, *(self._doit_name(child.id) for child in children)]
         return (item for item in [Task(barrier(task.id), None, task_dep=waits), *self._doit_tasks(children)])
-
-    def _conclude(self, node: Any, future: Future[Any]) -> None:
-        try:
-            failure = future.result()
-        except BaseException as exc:  # e.g. SystemExit raised inside execute
-            failure = TaskError(f"{type(exc).__name__}: {exc}")
-        self.process_task_result(node, failure)
 
     def _run_task(self, task: PlanTask) -> bool | BaseFail:
         try:

@@ -13,6 +13,7 @@ from stellafleet.core.spend import (
     SpendTally,
     money,
     settle_attempt,
+    spend_range,
     spend_stop_text,
 )
 
@@ -176,3 +177,8 @@ def test_the_before_start_check_stops_at_the_limit_and_says_so_once_asked() -> N
         "spend limit reached: $5.12 of $5.00"
     )
     assert told == [(5.12, 5.0)] and budget.reached(5.0) == spend_stop_text(5.0, 5.0)
+
+
+@pytest.mark.parametrize(("n", "rank"), [(1, 1), (9, 9), (10, 9), (11, 10), (30, 27), (31, 28)])
+def test_the_90th_percentile_is_the_nearest_rank(n: int, rank: int) -> None:
+    assert spend_range(float(i) for i in range(1, n + 1))[1] == rank
