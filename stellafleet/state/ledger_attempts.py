@@ -12,7 +12,7 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.limits import LimitEvent, LimitKind
 from stellafleet.core.spend import check_count, check_report
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, TaskStatus
-from stellafleet.state.ledger_schema import ATTEMPT_OUTCOMES, check_choice
+from stellafleet.state.ledger_schema import check_choice
 from stellafleet.state.sqlitefile import Table
 
 # The columns of an attempt the run page's first view draws as a timeline bar.
@@ -87,7 +87,7 @@ class Attempts(Table):
 
     def finish(self, attempt_id: int, end: AttemptEnd, *, transcript_written: bool = True) -> float:
         """Close the attempt and set its task's status in one transaction; returns its recorded dollars."""
-        stored = check_choice("attempt outcome", end.outcome, ATTEMPT_OUTCOMES)
+        stored = check_choice("attempt outcome", end.outcome, AttemptOutcome)
         success = 1 if end.outcome == AttemptOutcome.SUCCEEDED else 0
         measured = (end.exit_code, end.summary, end.error, end.cpu_seconds, end.peak_rss_bytes)
         with self._db.write() as conn:

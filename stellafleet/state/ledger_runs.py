@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.status import RunStatus, TaskStatus
-from stellafleet.state.ledger_schema import RUN_STATUSES, TASK_STATUSES, check_choice
+from stellafleet.state.ledger_schema import check_choice
 from stellafleet.state.sqlitefile import Table
 
 NEWEST_FIRST = "ORDER BY created_at_ms DESC, id DESC"
@@ -123,7 +123,7 @@ class Runs(Table):
         refuse_resumed(run_id, _resumers(self._db.read(RESUMERS, (run_id,))))
 
     def finish(self, run_id: str, status: RunStatus, *, exit_code: int, reason: str | None = None) -> None:
-        stored = check_choice("run status", status, RUN_STATUSES)
+        stored = check_choice("run status", status, RunStatus)
         self._db.execute(
             "UPDATE runs SET status = ?, finished_at_ms = ?, exit_code = ?, reason = ? WHERE id = ?",
             (stored, self._db.now_ms(), exit_code, reason, run_id),
@@ -257,7 +257,7 @@ class Tasks(Table):
         )
 
     def set_status(self, run_id: str, task_id: str, status: TaskStatus, reason: str | None = None) -> None:
-        stored = check_choice("task status", status, TASK_STATUSES)
+        stored = check_choice("task status", status, TaskStatus)
         self._db.execute(
             "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND id = ?",
             (stored, reason, run_id, task_id),
