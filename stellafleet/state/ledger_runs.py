@@ -208,12 +208,6 @@ class Runs(Table):
             run["duration_ms"] = None if finished is None else finished - run["created_at_ms"]
         return runs
 
-    def running(self) -> list[dict[str, Any]]:
-        """The runs still marked running: id, the fleet's pid and when it started."""
-        return self._db.rows(
-            "SELECT id, pid, created_at_ms FROM runs WHERE status = ?", (str(RunStatus.RUNNING),)
-        )
-
     def with_workspaces(self) -> list[str]:
         """Ids of the runs whose tasks or attempts recorded a branch or a worktree, newest first."""
         rows = self._db.read(
