@@ -314,21 +314,6 @@ def load_run_page(
     return detail
 
 
-def runs_page_with_spend(
-    ledger_path: Path, *, limit: int, offset: int, now_ms: int, alive: views.Alive = pid_alive
-) -> dict[str, Any]:
-    """views.runs_page with each run's cumulative spend as a short sparkline (`spend_spark`)."""
-    page = views.runs_page(ledger_path, limit=limit, offset=offset, now_ms=now_ms, alive=alive)
-    if not page["runs"]:
-        return page
-    spans = [(run["id"], run["created_at_ms"], run["finished_at_ms"] or now_ms) for run in page["runs"]]
-    with Ledger.open(ledger_path, readonly=True) as reads:
-        lines = reads.spend.sparklines(spans, points=SPARK_POINTS, now_ms=now_ms)
-    for run in page["runs"]:
-        run["spend_spark"] = lines.get(run["id"], [])
-    return page
-
-
 # Up to this many tasks the first view carries every task card; above it the list is folded.
 FOLD_TASKS_OVER = 60
 BAR_FIELDS = ("attempt", "task", "lane", "start_ms", "end_ms", "outcome")

@@ -71,9 +71,10 @@ def run_row(run: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> di
 
 
 def runs_page(
-    ledger_path: Path, *, limit: int, offset: int, now_ms: int, alive: Alive = pid_alive
+    ledger_path: Path, *, limit: int, offset: int, now_ms: int, alive: Alive = pid_alive, sparks: int = 0
 ) -> dict[str, Any]:
-    """A page of runs, newest first; an absent ledger is an empty page that says how to start."""
+    """A page of runs, newest first; an absent ledger is an empty page that says how to start. sparks:
+    each run's cumulative spend as a sparkline of that many points (`spend_spark`, the dashboard's)."""
     page: dict[str, Any] = {
         "ledger": str(ledger_path),
         "ledger_exists": ledger_path.exists(),
@@ -91,6 +92,10 @@ def runs_page(
         page["runs"] = [
             run_row(run, now_ms=now_ms, alive=alive) for run in ledger.runs.page(limit=limit, offset=offset)
         ]
+        if sparks:
+            lines = ledger.spend.sparklines(page["runs"], points=sparks, now_ms=now_ms)
+            for run in page["runs"]:
+                run["spend_spark"] = lines[run["id"]]
     return page
 
 
