@@ -272,14 +272,14 @@ def _lookup(data: Any, path: Iterable[Any], default: Any = None) -> Any:
 def _merge(
     base: dict[str, Any],
     extra: Mapping[str, Any],
-    origins: dict[tuple[str, ...], str] | None = None,
-    source: str = "",
+    origins: dict[tuple[str, ...], str],
+    source: str,
     prefix: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """extra merged into base, table by table; origins records where each key's value came from."""
     for key, value in extra.items():
         path = (*prefix, key)
-        if origins is not None and not (isinstance(value, Mapping) and isinstance(base.get(key), dict)):
+        if not (isinstance(value, Mapping) and isinstance(base.get(key), dict)):
             for stale in [known for known in origins if known[: len(path)] == path]:
                 del origins[stale]
         if isinstance(value, Mapping):
@@ -287,8 +287,7 @@ def _merge(
             base[key] = _merge(inner, value, origins, source, path)
         else:
             base[key] = value
-            if origins is not None:
-                origins[path] = source
+            origins[path] = source
     return base
 
 

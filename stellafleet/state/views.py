@@ -45,6 +45,8 @@ def run_row(run: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> di
     fleet_alive = alive(run.get("pid"), run.get("created_at_ms")) if running else False
     finished = run.get("finished_at_ms")
     end = finished if finished is not None else (now_ms if fleet_alive else None)
+    argv = [str(arg) for arg in _json_list(run.get("argv"))]  # may or may not start with the program name
+    typed = shlex.join(argv if Path(argv[0]).name == "stella" else ["stella", *argv]) if argv else None
     return {
         "id": run["id"],
         "status": run["status"],
@@ -59,7 +61,7 @@ def run_row(run: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> di
             key: run.get(key)
             for key in ("spend_limit_usd", "pipeline", "base_ref", "base_commit", "plan_path")
         },
-        "command": _command_line([str(arg) for arg in _json_list(run.get("argv"))]),
+        "command": typed,  # as the user typed it
         "max_concurrency": run.get("max_concurrency"),
         "schedule": run.get("schedule") or "waves",  # ledgers from before schedules ran in waves
         **{key: run.get(key) for key in ("resumed_from", "exit_code", "reason", "pid")},
@@ -97,13 +99,6 @@ def runs_page(
             for run in page["runs"]:
                 run["spend_spark"] = lines[run["id"]]
     return page
-
-
-def _command_line(argv: list[str]) -> str | None:
-    """The command as the user typed it (argv may or may not start with the program name)."""
-    if not argv:
-        return None
-    return shlex.join(argv if Path(argv[0]).name == "stella" else ["stella", *argv])
 
 
 def timed_attempt(attempt: dict[str, Any], *, now_ms: int, live: bool) -> dict[str, Any]:
