@@ -226,11 +226,8 @@ def run_model(record: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) 
         "run": run,
         "tasks": tasks,
         "branches": _branches(record),
-        "commits": record["commits"],
-        "ci": record["ci"],
-        "cleanups": record["cleanups"],
-        "merges": record.get("merges", []),
-        "limits": record.get("limits", []),
+        **{key: record[key] for key in ("commits", "ci", "cleanups")},
+        **{key: record.get(key, []) for key in ("merges", "limits")},
     }
 
 
