@@ -177,7 +177,12 @@ class Runs(Table):
 
     def page(self, *, limit: int = 50, offset: int = 0) -> list[dict[str, Any]]:
         """A page of runs, newest first, each with its task counts by status, attempt count and duration."""
-        runs = self._db.rows(f"SELECT * FROM runs {NEWEST_FIRST} LIMIT ? OFFSET ?", (limit, offset))
+        runs = self._db.rows(
+            "SELECT *, finished_at_ms - created_at_ms AS duration_ms,"
+            " (SELECT count(*) FROM attempts a WHERE a.run_id = runs.id) AS attempts_total"
+            f" FROM runs {NEWEST_FIRST} LIMIT ? OFFSET ?",
+            (limit, offset),
+        )
         ids = json.dumps([run["id"] for run in runs])
         counts: dict[str, dict[str, int]] = {run["id"]: {} for run in runs}
         in_page = "run_id IN (SELECT value FROM json_each(?))"
@@ -185,10 +190,6 @@ class Runs(Table):
             f"SELECT run_id, status, count(*) FROM tasks WHERE {in_page} GROUP BY run_id, status", (ids,)
         ):
             counts[row[0]][row[1]] = int(row[2])
-        attempts = self._db.read(
-            f"SELECT run_id, count(*) FROM attempts WHERE {in_page} GROUP BY run_id", (ids,)
-        )
-        attempts_of = {row[0]: int(row[1]) for row in attempts}
         flagged: dict[str, list[str]] = {run["id"]: [] for run in runs}
         for task in self._db.rows(
             "SELECT t.run_id, t.id, t.status, t.isolation,"
@@ -203,9 +204,6 @@ class Runs(Table):
             run["no_commits"] = flagged[run["id"]]
             run["task_counts"] = counts[run["id"]]
             run["tasks_total"] = sum(counts[run["id"]].values())
-            run["attempts_total"] = attempts_of.get(run["id"], 0)
-            finished = run["finished_at_ms"]
-            run["duration_ms"] = None if finished is None else finished - run["created_at_ms"]
         return runs
 
     def with_workspaces(self) -> list[str]:
