@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -139,12 +139,7 @@ class Config:
     def get(self, dotted: str, default: Any = None) -> Any:
         """The low-level lookup by dotted key (`pipelines.notes.folder`): for third-party pipelines'
         own tables. stella's own sections are read through the typed sections above."""
-        node: Any = self._data
-        for part in dotted.split("."):
-            if not isinstance(node, Mapping) or part not in node:
-                return default
-            node = node[part]
-        return node
+        return _lookup(self._data, dotted.split("."), default)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,7 +220,8 @@ def _problems(layers: list[tuple[str, dict[str, Any]]], merged: dict[str, Any]) 
     ]
     for problem in configschema.problems(merged):
         if problem.keyword == "required":
-            source = next(s for s, layer in reversed(layers) if _has(layer, problem.path[:-1]))
+            table = problem.path[:-1]  # TOML has no null: a table found is not None
+            source = next(s for s, layer in reversed(layers) if _lookup(layer, table) is not None)
             found.append(f"{source}: {problem.text}")
     return found
 
@@ -264,25 +260,26 @@ def _installed_pipelines() -> list[str]:
     return [entry.name for entry in entry_points(group=configschema.PIPELINE_GROUP)]
 
 
-def _has(data: Any, path: tuple[Any, ...]) -> bool:
+def _lookup(data: Any, path: Iterable[Any], default: Any = None) -> Any:
+    """The value at path in nested tables; default when a part of it is missing."""
     for part in path:
         if not isinstance(data, Mapping) or part not in data:
-            return False
+            return default
         data = data[part]
-    return True
+    return data
 
 
 def _merge(
     base: dict[str, Any],
     extra: Mapping[str, Any],
-    origins: dict[tuple[str, ...], str] | None = None,
-    source: str = "",
+    origins: dict[tuple[str, ...], str],
+    source: str,
     prefix: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """extra merged into base, table by table; origins records where each key's value came from."""
     for key, value in extra.items():
         path = (*prefix, key)
-        if origins is not None and not (isinstance(value, Mapping) and isinstance(base.get(key), dict)):
+        if not (isinstance(value, Mapping) and isinstance(base.get(key), dict)):
             for stale in [known for known in origins if known[: len(path)] == path]:
                 del origins[stale]
         if isinstance(value, Mapping):
@@ -290,8 +287,7 @@ def _merge(
             base[key] = _merge(inner, value, origins, source, path)
         else:
             base[key] = value
-            if origins is not None:
-                origins[path] = source
+            origins[path] = source
     return base
 
 

@@ -179,11 +179,10 @@ class PipelinesConfig:
 # ---------------------------------------------------------------------------------------------
 # building from checked tables
 
+# a field's type (without `| None`) -> what makes its value from the checked table's
 _CONVERT: dict[str, Any] = {
     "float": float,
-    "float | None": float,
     "int": int,
-    "int | None": int,
     "tuple[str, ...]": lambda value: tuple(shlex.split(value) if isinstance(value, str) else value),
 }
 
@@ -193,7 +192,7 @@ def build(kind: type[T], table: Mapping[str, Any]) -> T:
     values: dict[str, Any] = {}
     for spec in fields(kind):  # type: ignore[arg-type]
         if spec.name in table:
-            convert = _CONVERT.get(str(spec.type))
+            convert = _CONVERT.get(str(spec.type).removesuffix(" | None"))
             values[spec.name] = convert(table[spec.name]) if convert else table[spec.name]
     return kind(**values)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import IO, Any
+from typing import Any
 
 
 def finite(value: Any) -> Any:
@@ -20,7 +20,3 @@ def finite(value: Any) -> Any:
 
 def dumps(value: Any, **kwargs: Any) -> str:
     return json.dumps(finite(value), allow_nan=False, **kwargs)
-
-
-def dump(value: Any, stream: IO[str], **kwargs: Any) -> None:
-    json.dump(finite(value), stream, allow_nan=False, **kwargs)

@@ -91,7 +91,8 @@ class SpendTally:
     ) -> None:
         """Where a report lands; counted only once this returns. cached: (cache read, cache write) tokens."""
         if self.inner is not None:
-            extra = cache_fields(cached)
+            names = ("cache_read_tokens", "cache_write_tokens")  # only those the report has
+            extra = {name: count for name, count in zip(names, cached, strict=True) if count}
             self.inner.add(usd, input_tokens=input_tokens, output_tokens=output_tokens, steps=steps, **extra)
 
     def add(
@@ -159,12 +160,6 @@ class SpendTally:
             self.add(extra_usd, **extra)
         for name, value in self.totals().items():
             setattr(result, name, value)
-
-
-def cache_fields(cached: tuple[int, int]) -> dict[str, int]:
-    """A report's cached input tokens as keyword arguments, only those it has (see SpendReporter)."""
-    names = ("cache_read_tokens", "cache_write_tokens")
-    return {name: count for name, count in zip(names, cached, strict=True) if count}
 
 
 class RunningTotal:

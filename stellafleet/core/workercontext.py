@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from stellafleet.core.errors import StellaError
@@ -15,30 +15,17 @@ _PREFIX = "STELLA_"
 # Linux refuses one environment string over 128 KiB (and an exec whose whole environment is too big).
 ENV_PROMPT_MAX_BYTES = 100_000
 
-# Each field's variable (STELLA_<KEY>); none may share a name with a config variable (env_names).
-_KEYS: dict[str, str] = {
-    "root": "ROOT",
-    "workspace": "WORKSPACE",
-    "run_id": "RUN_ID",
-    "task_id": "TASK_ID",
-    "task_title": "TASK_TITLE",
-    "attempt_id": "ATTEMPT_ID",
-    "prompt": "PROMPT",
+# Each field's variable is STELLA_ and the field's name in capitals, but for these; none may share a name
+# with a config variable (env_names).
+_RENAMED = {
     "prompt_path": "PROMPT_FILE",
-    "isolation": "ISOLATION",
-    "branch": "BRANCH",
-    "base_commit": "BASE_COMMIT",
     "spend_guard_usd": "SPEND_GUARD",
-    "pipeline": "PIPELINE",
     "model": "TASK_MODEL",
     "timeout_s": "TIMEOUT",
     "result_path": "RESULT_FILE",
     "log_path": "LOG_FILE",
     "transcript_path": "TRANSCRIPT_FILE",
     "token": "ATTEMPT_PROOF",
-    "plan_out": "PLAN_OUT",
-    "commit_hooks": "COMMIT_HOOKS",
-    "allow_detached": "ALLOW_DETACHED",
 }
 
 
@@ -148,6 +135,9 @@ class WorkerContext:
             commit_hooks="skip" if get("commit_hooks") == "skip" else "run",
             allow_detached=get("allow_detached") == "1",
         )
+
+
+_KEYS = {spec.name: _RENAMED.get(spec.name, spec.name.upper()) for spec in fields(WorkerContext)}
 
 
 def _prompt(inline: str, path: str) -> str:

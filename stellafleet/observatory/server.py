@@ -265,8 +265,9 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
     def _api_runs(self, query: dict[str, list[str]], *, head: bool) -> None:
         limit = self._int_param(query, "limit", PAGE_LIMIT_DEFAULT, 1, PAGE_LIMIT_MAX)
         offset = self._int_param(query, "offset", 0, 0, 2**62)
-        page = dashboard.runs_page_with_spend(
-            self.server.ledger_path, limit=limit, offset=offset, now_ms=_now_ms()
+        sparks = dashboard.SPARK_POINTS
+        page = views.runs_page(
+            self.server.ledger_path, limit=limit, offset=offset, now_ms=_now_ms(), sparks=sparks
         )
         page["poll_ms"] = self.server.poll_ms
         self._send_json(HTTPStatus.OK, page, head=head)

@@ -10,7 +10,6 @@ from stellafleet.core.status import AttemptOutcome, CIState, TaskStatus, outcome
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state import views
 from stellafleet.state.ledger import Ledger
-from stellafleet.state.views import Alive, read_run, resolve_run, runs_page
 
 # A running attempt with no sign of life (spend, progress, log growth) for this long needs attention.
 QUIET_AFTER_MS = 120_000
@@ -236,8 +235,7 @@ def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int
                 )
     for task in tasks:
         if task["status"] in FAILING:
-            last_attempt = task["attempts"][-1] if task["attempts"] else None
-            ended = last_attempt or {}
+            ended = task["attempts"][-1] if task["attempts"] else {}
             # the error with the worker's own words after it (git's message after `exit status 128`)
             said = outcome_detail(task["status"], ended.get("summary"), ended.get("error"))
             text = " ".join((said or task.get("reason") or "").split())
@@ -245,7 +243,7 @@ def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int
                 {
                     "kind": "failed",
                     "task": task["id"],
-                    "attempt": last_attempt["id"] if last_attempt else None,
+                    "attempt": ended.get("id"),
                     "status": task["status"],
                     "text": text if len(text) <= 300 else text[:299] + "…",
                 }
@@ -291,7 +289,7 @@ def trim_attempts(waves: list[dict[str, Any]]) -> None:
 
 
 def pictures(reads: Ledger, detail: dict[str, Any], *, now_ms: int) -> dict[str, Any]:
-    """The run page's timeline, graph, spend and attention for a run_detail (before trim_attempts)."""
+    """The run page's timeline, graph, spend and attention for a read_run (before trim_attempts)."""
     shown = timeline(detail, now_ms=now_ms)
     running = [b["attempt"] for b in shown["bars"] if b["outcome"] == AttemptOutcome.RUNNING]
     buckets = reads.spend.buckets(
@@ -306,29 +304,14 @@ def pictures(reads: Ledger, detail: dict[str, Any], *, now_ms: int) -> dict[str,
 
 
 def load_run_page(
-    ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = pid_alive
+    ledger_path: Path, ref: str | None, *, now_ms: int, alive: views.Alive = pid_alive
 ) -> dict[str, Any]:
     """views.load_run (the same document `stella runs RUN --json` prints) plus the run page's pictures."""
     with Ledger.open(ledger_path, readonly=True) as reads:
-        detail = read_run(reads, resolve_run(reads, ref), now_ms=now_ms, alive=alive)
+        detail = views.read_run(reads, views.resolve_run(reads, ref), now_ms=now_ms, alive=alive)
         detail.update(pictures(reads, detail, now_ms=now_ms))
     trim_attempts(detail["waves"])
     return detail
-
-
-def runs_page_with_spend(
-    ledger_path: Path, *, limit: int, offset: int, now_ms: int, alive: Alive = pid_alive
-) -> dict[str, Any]:
-    """views.runs_page with each run's cumulative spend as a short sparkline (`spend_spark`)."""
-    page = runs_page(ledger_path, limit=limit, offset=offset, now_ms=now_ms, alive=alive)
-    if not page["runs"]:
-        return page
-    spans = [(run["id"], run["created_at_ms"], run["finished_at_ms"] or now_ms) for run in page["runs"]]
-    with Ledger.open(ledger_path, readonly=True) as reads:
-        lines = reads.spend.sparklines(spans, points=SPARK_POINTS, now_ms=now_ms)
-    for run in page["runs"]:
-        run["spend_spark"] = lines.get(run["id"], [])
-    return page
 
 
 # Up to this many tasks the first view carries every task card; above it the list is folded.
@@ -336,7 +319,7 @@ FOLD_TASKS_OVER = 60
 BAR_FIELDS = ("attempt", "task", "lane", "start_ms", "end_ms", "outcome")
 
 
-def _read_detail(reads: Ledger, run_id: str, *, now_ms: int, alive: Alive) -> dict[str, Any]:
+def _read_detail(reads: Ledger, run_id: str, *, now_ms: int, alive: views.Alive) -> dict[str, Any]:
     """views.read_run of the run: whole for a small run, else narrow (with failed tasks' last errors)."""
     if reads.tasks.count(run_id) <= FOLD_TASKS_OVER:
         return views.read_run(reads, run_id, now_ms=now_ms, alive=alive)
@@ -355,7 +338,7 @@ def _read_detail(reads: Ledger, run_id: str, *, now_ms: int, alive: Alive) -> di
 
 
 def load_first_view(
-    ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = pid_alive
+    ledger_path: Path, ref: str | None, *, now_ms: int, alive: views.Alive = pid_alive
 ) -> dict[str, Any]:
     """GET /api/runs/<ref>/page: the run's first view; UnknownRun when no run matches ref."""
     with Ledger.open(ledger_path, readonly=True) as reads:
@@ -378,17 +361,14 @@ def load_first_view(
         "graph": shown["graph"],
         "spend": {"t_ms": [int(p[0]) for p in points], "usd": [p[1] for p in points], **spend},
         "attention": shown["attention"],
-        "branches": detail["branches"],
-        "commits": detail["commits"],
-        "cleanups": detail["cleanups"],
-        "limits": detail["limits"],
+        **{key: detail[key] for key in ("branches", "commits", "cleanups", "limits")},
         "tasks_total": tasks_total,
         "waves": waves,
     }
 
 
 def load_attempt(
-    ledger_path: Path, attempt_id: int, *, now_ms: int, alive: Alive = pid_alive
+    ledger_path: Path, attempt_id: int, *, now_ms: int, alive: views.Alive = pid_alive
 ) -> dict[str, Any] | None:
     """GET /api/attempts/<id>: the attempt, its task, commits and branch's CI; None when there is none."""
     with Ledger.open(ledger_path, readonly=True) as reads:

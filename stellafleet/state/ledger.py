@@ -50,9 +50,7 @@ class Ledger(Handle):
             "commits": self.commits.of_run(
                 run_id, "sha, task_id, attempt_id, branch, message, committed_at_ms"
             ),
-            "ci": self.ci.of_run(run_id),
-            "cleanups": self.cleanups.of_run(run_id),
-            "limits": self.limits.of_run(run_id),
+            **{table: getattr(self, table).of_run(run_id) for table in ("ci", "cleanups", "limits")},
         }
 
     def attempt_record(self, attempt_id: int) -> dict[str, Any] | None:

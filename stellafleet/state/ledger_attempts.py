@@ -12,7 +12,7 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.limits import LimitEvent, LimitKind
 from stellafleet.core.spend import check_count, check_report
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, TaskStatus
-from stellafleet.state.ledger_schema import ATTEMPT_OUTCOMES, check_choice
+from stellafleet.state.ledger_schema import check_choice
 from stellafleet.state.sqlitefile import Table
 
 # The columns of an attempt the run page's first view draws as a timeline bar.
@@ -87,7 +87,7 @@ class Attempts(Table):
 
     def finish(self, attempt_id: int, end: AttemptEnd, *, transcript_written: bool = True) -> float:
         """Close the attempt and set its task's status in one transaction; returns its recorded dollars."""
-        stored = check_choice("attempt outcome", end.outcome, ATTEMPT_OUTCOMES)
+        stored = check_choice("attempt outcome", end.outcome, AttemptOutcome)
         success = 1 if end.outcome == AttemptOutcome.SUCCEEDED else 0
         measured = (end.exit_code, end.summary, end.error, end.cpu_seconds, end.peak_rss_bytes)
         with self._db.write() as conn:
@@ -253,21 +253,20 @@ class Spend(Table):
         )
         return [(int(row[1]), float(row[2])) for row in rows]
 
-    def sparklines(
-        self, spans: list[tuple[str, int, int]], *, points: int, now_ms: int
-    ) -> dict[str, list[float]]:
-        """Cumulative dollars per run at `points` steps over each (run id, start, end) span."""
+    def sparklines(self, runs: list[dict[str, Any]], *, points: int, now_ms: int) -> dict[str, list[float]]:
+        """Cumulative dollars per run at `points` steps from its start to its end (a running one's: now)."""
         lines: dict[str, list[float]] = {}
-        for run_id, start_ms, end_ms in spans:
+        for run in runs:
+            start_ms, end_ms = run["created_at_ms"], run["finished_at_ms"] or now_ms
             rows = self._db.read(
                 "SELECT min(?, max(0, (coalesce(finished_at_ms, ?) - ?) * ? / ?)) AS bucket, sum(spend_usd)"
                 " FROM attempts WHERE run_id = ? AND spend_usd > 0 GROUP BY bucket",
-                (points - 1, now_ms, start_ms, points, max(1, end_ms - start_ms), run_id),
+                (points - 1, now_ms, start_ms, points, max(1, end_ms - start_ms), run["id"]),
             )
             buckets = [0.0] * points
             for bucket, usd in rows:
                 buckets[int(bucket)] += float(usd)
-            lines[run_id] = [round(total, 6) for total in itertools.accumulate(buckets)]
+            lines[run["id"]] = [round(total, 6) for total in itertools.accumulate(buckets)]
         return lines
 
 

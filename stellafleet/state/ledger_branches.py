@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stellafleet.core.status import CIState, MergeStatus
-from stellafleet.state.ledger_schema import CI_STATES, MERGE_STATUSES, check_choice, json_column
+from stellafleet.state.ledger_schema import check_choice, json_column
 from stellafleet.state.sqlitefile import Table
 
 IN_COMMIT_ORDER = "ORDER BY committed_at_ms, rowid"
@@ -63,7 +63,7 @@ class CI(Table):
         reason: str | None,
         run_urls: list[str],
     ) -> None:
-        stored = check_choice("CI state", state, CI_STATES)
+        stored = check_choice("CI state", state, CIState)
         values = (run_id, branch, task_id, head_sha, pr_url, pr_number, stored, conclusion, reason)
         self._db.execute(
             "INSERT INTO ci (run_id, branch, task_id, head_sha, pr_url, pr_number, state, conclusion,"
@@ -142,7 +142,7 @@ class Merges(Table):
         files: Sequence[str] = (),
         check_tail: str | None = None,
     ) -> None:
-        stored = check_choice("merge status", status, MERGE_STATUSES)
+        stored = check_choice("merge status", status, MergeStatus)
         self._db.execute(
             "UPDATE merges SET status = ?, after_sha = ?, reason = ?, files_json = ?, check_tail = ?,"
             " finished_at_ms = ? WHERE id = ?",

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.status import RunStatus, TaskStatus
-from stellafleet.state.ledger_schema import RUN_STATUSES, TASK_STATUSES, check_choice
+from stellafleet.state.ledger_schema import check_choice
 from stellafleet.state.sqlitefile import Table
 
 NEWEST_FIRST = "ORDER BY created_at_ms DESC, id DESC"
@@ -123,7 +123,7 @@ class Runs(Table):
         refuse_resumed(run_id, _resumers(self._db.read(RESUMERS, (run_id,))))
 
     def finish(self, run_id: str, status: RunStatus, *, exit_code: int, reason: str | None = None) -> None:
-        stored = check_choice("run status", status, RUN_STATUSES)
+        stored = check_choice("run status", status, RunStatus)
         self._db.execute(
             "UPDATE runs SET status = ?, finished_at_ms = ?, exit_code = ?, reason = ? WHERE id = ?",
             (stored, self._db.now_ms(), exit_code, reason, run_id),
@@ -177,7 +177,12 @@ class Runs(Table):
 
     def page(self, *, limit: int = 50, offset: int = 0) -> list[dict[str, Any]]:
         """A page of runs, newest first, each with its task counts by status, attempt count and duration."""
-        runs = self._db.rows(f"SELECT * FROM runs {NEWEST_FIRST} LIMIT ? OFFSET ?", (limit, offset))
+        runs = self._db.rows(
+            "SELECT *, finished_at_ms - created_at_ms AS duration_ms,"
+            " (SELECT count(*) FROM attempts a WHERE a.run_id = runs.id) AS attempts_total"
+            f" FROM runs {NEWEST_FIRST} LIMIT ? OFFSET ?",
+            (limit, offset),
+        )
         ids = json.dumps([run["id"] for run in runs])
         counts: dict[str, dict[str, int]] = {run["id"]: {} for run in runs}
         in_page = "run_id IN (SELECT value FROM json_each(?))"
@@ -185,10 +190,6 @@ class Runs(Table):
             f"SELECT run_id, status, count(*) FROM tasks WHERE {in_page} GROUP BY run_id, status", (ids,)
         ):
             counts[row[0]][row[1]] = int(row[2])
-        attempts = self._db.read(
-            f"SELECT run_id, count(*) FROM attempts WHERE {in_page} GROUP BY run_id", (ids,)
-        )
-        attempts_of = {row[0]: int(row[1]) for row in attempts}
         flagged: dict[str, list[str]] = {run["id"]: [] for run in runs}
         for task in self._db.rows(
             "SELECT t.run_id, t.id, t.status, t.isolation,"
@@ -203,16 +204,7 @@ class Runs(Table):
             run["no_commits"] = flagged[run["id"]]
             run["task_counts"] = counts[run["id"]]
             run["tasks_total"] = sum(counts[run["id"]].values())
-            run["attempts_total"] = attempts_of.get(run["id"], 0)
-            finished = run["finished_at_ms"]
-            run["duration_ms"] = None if finished is None else finished - run["created_at_ms"]
         return runs
-
-    def running(self) -> list[dict[str, Any]]:
-        """The runs still marked running: id, the fleet's pid and when it started."""
-        return self._db.rows(
-            "SELECT id, pid, created_at_ms FROM runs WHERE status = ?", (str(RunStatus.RUNNING),)
-        )
 
     def with_workspaces(self) -> list[str]:
         """Ids of the runs whose tasks or attempts recorded a branch or a worktree, newest first."""
@@ -257,7 +249,7 @@ class Tasks(Table):
         )
 
     def set_status(self, run_id: str, task_id: str, status: TaskStatus, reason: str | None = None) -> None:
-        stored = check_choice("task status", status, TASK_STATUSES)
+        stored = check_choice("task status", status, TaskStatus)
         self._db.execute(
             "UPDATE tasks SET status = ?, reason = ? WHERE run_id = ? AND id = ?",
             (stored, reason, run_id, task_id),

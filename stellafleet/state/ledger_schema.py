@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
-from stellafleet.core.status import AttemptOutcome, CIState, MergeStatus, RunStatus, TaskStatus
 from stellafleet.state.sqlitefile import Schema
-
-# What the ledger's status columns accept (docs/ledger.md lists them): the values of the status types.
-RUN_STATUSES = tuple(RunStatus)
-TASK_STATUSES = tuple(TaskStatus)
-ATTEMPT_OUTCOMES = tuple(AttemptOutcome)
-CI_STATES = tuple(CIState)
-MERGE_STATUSES = tuple(MergeStatus)
 
 _V1 = (
     """CREATE TABLE runs (
@@ -198,10 +191,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 LEDGER_SCHEMA = Schema(label="fleet ledger", application_id=0x53544C46, migrations=MIGRATIONS)  # "STLF"
 
 
-def check_choice(kind: str, value: str, allowed: tuple[str, ...]) -> str:
-    """value as the plain text the ledger stores; ValueError unless it is one of allowed."""
-    if value not in allowed:
-        raise ValueError(f"unknown {kind} {str(value)!r}: expected one of {', '.join(allowed)}")
+def check_choice(kind: str, value: str, allowed: Iterable[str]) -> str:
+    """value as the plain text the ledger stores; ValueError unless it is one of allowed (a status type:
+    its values are what the status column accepts, as docs/ledger.md lists them)."""
+    choices = [str(choice) for choice in allowed]
+    if value not in choices:
+        raise ValueError(f"unknown {kind} {str(value)!r}: expected one of {', '.join(choices)}")
     return str(value)
 
 

@@ -286,8 +286,7 @@ def _check_and_migrate(conn: sqlite3.Connection, path: Path, schema: Schema, *, 
 
 def _initialise_empty(conn: sqlite3.Connection, path: Path, schema: Schema) -> None:
     """An existing but empty SQLite file (say, left by `touch`) holds nothing to lose: build the schema."""
-    if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-        conn.execute("PRAGMA journal_mode=WAL")
+    _tune(conn)  # WAL before the first write
     with write_transaction(conn):
         application_id, version, tables = _identity(conn)
         if application_id == 0 and version == 0 and not tables:

@@ -45,6 +45,8 @@ def run_row(run: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> di
     fleet_alive = alive(run.get("pid"), run.get("created_at_ms")) if running else False
     finished = run.get("finished_at_ms")
     end = finished if finished is not None else (now_ms if fleet_alive else None)
+    argv = [str(arg) for arg in _json_list(run.get("argv"))]  # may or may not start with the program name
+    typed = shlex.join(argv if Path(argv[0]).name == "stella" else ["stella", *argv]) if argv else None
     return {
         "id": run["id"],
         "status": run["status"],
@@ -55,18 +57,14 @@ def run_row(run: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> di
         "finished_at_ms": finished,
         "duration_ms": None if end is None else max(0, end - run["created_at_ms"]),
         "spend_usd": float(run.get("spend_usd") or 0.0),
-        "spend_limit_usd": run.get("spend_limit_usd"),
-        "pipeline": run.get("pipeline"),
-        "base_ref": run.get("base_ref"),
-        "base_commit": run.get("base_commit"),
-        "plan_path": run.get("plan_path"),
-        "command": _command_line([str(arg) for arg in _json_list(run.get("argv"))]),
+        **{
+            key: run.get(key)
+            for key in ("spend_limit_usd", "pipeline", "base_ref", "base_commit", "plan_path")
+        },
+        "command": typed,  # as the user typed it
         "max_concurrency": run.get("max_concurrency"),
         "schedule": run.get("schedule") or "waves",  # ledgers from before schedules ran in waves
-        "resumed_from": run.get("resumed_from"),
-        "exit_code": run.get("exit_code"),
-        "reason": run.get("reason"),
-        "pid": run.get("pid"),
+        **{key: run.get(key) for key in ("resumed_from", "exit_code", "reason", "pid")},
         "tasks": tasks,
         # its succeeded isolated tasks with no commit (no_commits below): nothing of theirs to merge
         "no_commits": [str(task_id) for task_id in run.get("no_commits") or ()],
@@ -75,9 +73,10 @@ def run_row(run: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> di
 
 
 def runs_page(
-    ledger_path: Path, *, limit: int, offset: int, now_ms: int, alive: Alive = pid_alive
+    ledger_path: Path, *, limit: int, offset: int, now_ms: int, alive: Alive = pid_alive, sparks: int = 0
 ) -> dict[str, Any]:
-    """A page of runs, newest first; an absent ledger is an empty page that says how to start."""
+    """A page of runs, newest first; an absent ledger is an empty page that says how to start. sparks:
+    each run's cumulative spend as a sparkline of that many points (`spend_spark`, the dashboard's)."""
     page: dict[str, Any] = {
         "ledger": str(ledger_path),
         "ledger_exists": ledger_path.exists(),
@@ -95,14 +94,11 @@ def runs_page(
         page["runs"] = [
             run_row(run, now_ms=now_ms, alive=alive) for run in ledger.runs.page(limit=limit, offset=offset)
         ]
+        if sparks:
+            lines = ledger.spend.sparklines(page["runs"], points=sparks, now_ms=now_ms)
+            for run in page["runs"]:
+                run["spend_spark"] = lines[run["id"]]
     return page
-
-
-def _command_line(argv: list[str]) -> str | None:
-    """The command as the user typed it (argv may or may not start with the program name)."""
-    if not argv:
-        return None
-    return shlex.join(argv if Path(argv[0]).name == "stella" else ["stella", *argv])
 
 
 def timed_attempt(attempt: dict[str, Any], *, now_ms: int, live: bool) -> dict[str, Any]:
@@ -230,29 +226,8 @@ def run_model(record: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) 
         "run": run,
         "tasks": tasks,
         "branches": _branches(record),
-        "commits": record["commits"],
-        "ci": record["ci"],
-        "cleanups": record["cleanups"],
-        "merges": record.get("merges", []),
-        "limits": record.get("limits", []),
-    }
-
-
-def run_detail(record: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> dict[str, Any]:
-    """One run opened up (`stella runs RUN --json`, the run page): run_model with its tasks by wave."""
-    model = run_model(record, now_ms=now_ms, alive=alive)
-    waves: dict[int | None, list[dict[str, Any]]] = {}
-    wave_of: dict[str, int | None] = {}
-    for task in model.pop("tasks"):  # an emitted task is listed under its parent, in the parent's wave
-        wave = wave_of.get(task["parent"], task["wave"]) if task.get("parent") else task["wave"]
-        wave_of[task["id"]] = wave
-        waves.setdefault(wave, []).append(task)
-    ordered = sorted(waves.items(), key=lambda item: (item[0] is None, item[0] or 0))
-    return {
-        "run": model["run"],
-        "waves": [{"wave": wave, "tasks": tasks} for wave, tasks in ordered],
-        **model,
-        "now_ms": now_ms,
+        **{key: record[key] for key in ("commits", "ci", "cleanups")},
+        **{key: record.get(key, []) for key in ("merges", "limits")},
     }
 
 
@@ -271,13 +246,26 @@ def resolve_run(ledger: Ledger, ref: str | None) -> str:
 def read_run(
     ledger: Ledger, run_id: str, *, now_ms: int, alive: Alive, record: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """run_detail of the run (from record, a narrower read of it, if given) with the runs resuming it."""
-    detail = run_detail(record or ledger.get_run(run_id), now_ms=now_ms, alive=alive)
-    detail["run"]["resumed_by"] = ledger.runs.resumed_by(run_id)
-    return detail
+    """One run opened up (`stella runs RUN --json`, the run page): run_model of the run (from record, a
+    narrower read of it, if given) with its tasks by wave and the runs resuming it."""
+    model = run_model(record or ledger.get_run(run_id), now_ms=now_ms, alive=alive)
+    model["run"]["resumed_by"] = ledger.runs.resumed_by(run_id)
+    waves: dict[int | None, list[dict[str, Any]]] = {}
+    wave_of: dict[str, int | None] = {}
+    for task in model.pop("tasks"):  # an emitted task is listed under its parent, in the parent's wave
+        wave = wave_of.get(task["parent"], task["wave"]) if task.get("parent") else task["wave"]
+        wave_of[task["id"]] = wave
+        waves.setdefault(wave, []).append(task)
+    ordered = sorted(waves.items(), key=lambda item: (item[0] is None, item[0] or 0))
+    return {
+        "run": model["run"],
+        "waves": [{"wave": wave, "tasks": tasks} for wave, tasks in ordered],
+        **model,
+        "now_ms": now_ms,
+    }
 
 
 def load_run(ledger_path: Path, ref: str | None, *, now_ms: int, alive: Alive = pid_alive) -> dict[str, Any]:
-    """run_detail for a run named by id, prefix or "latest"; UnknownRun, or StellaError on a bad ledger."""
+    """read_run for a run named by id, prefix or "latest"; UnknownRun, or StellaError on a bad ledger."""
     with Ledger.open(ledger_path, readonly=True) as ledger:
         return read_run(ledger, resolve_run(ledger, ref), now_ms=now_ms, alive=alive)

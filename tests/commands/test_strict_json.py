@@ -7,7 +7,6 @@ Two tasks reporting a spend of 1e308 once made the run's spend `$inf`; `stella r
 from __future__ import annotations
 
 import ast
-import io
 import json
 import math
 import sqlite3
@@ -108,6 +107,4 @@ def test_non_finite_numbers_at_any_depth_become_null() -> None:
     value = {"t": (1.5, math.nan, [math.inf, {"x": (-math.inf,)}]), "l": [math.nan], "n": 2}
     expected = '{"t": [1.5, null, [null, {"x": [null]}]], "l": [null], "n": 2}'
     assert jsontext.dumps(value) == expected
-    stream = io.StringIO()
-    jsontext.dump((math.nan, "a"), stream)
-    assert stream.getvalue() == '[null, "a"]'
+    assert jsontext.dumps((math.nan, "a")) == '[null, "a"]'

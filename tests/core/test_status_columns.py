@@ -14,13 +14,6 @@ import pytest
 
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, CIState, MergeStatus, RunStatus, TaskStatus
 from stellafleet.state.ledger import Ledger
-from stellafleet.state.ledger_schema import (
-    ATTEMPT_OUTCOMES,
-    CI_STATES,
-    MERGE_STATUSES,
-    RUN_STATUSES,
-    TASK_STATUSES,
-)
 from stellafleet.testing.sample_ledger import add_run, sample_task
 
 LEDGER_DOC = Path(__file__).resolve().parents[2] / "docs" / "ledger.md"
@@ -34,20 +27,19 @@ def documented(table: str, column: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("kind", "accepted", "table", "column"),
+    ("kind", "table", "column"),
     [
-        (RunStatus, RUN_STATUSES, "runs", "status"),
-        (TaskStatus, TASK_STATUSES, "tasks", "status"),
-        (AttemptOutcome, ATTEMPT_OUTCOMES, "attempts", "outcome"),
-        (CIState, CI_STATES, "ci", "state"),
-        (MergeStatus, MERGE_STATUSES, "merges", "status"),
+        (RunStatus, "runs", "status"),
+        (TaskStatus, "tasks", "status"),
+        (AttemptOutcome, "attempts", "outcome"),
+        (CIState, "ci", "state"),
+        (MergeStatus, "merges", "status"),
     ],
 )
 def test_each_status_type_is_what_its_column_accepts_and_documents(
-    kind: type[StrEnum], accepted: tuple[str, ...], table: str, column: str
+    kind: type[StrEnum], table: str, column: str
 ) -> None:
     assert [member.value for member in kind] == documented(table, column)
-    assert list(accepted) == documented(table, column)
 
 
 def stored(db: Path, sql: str) -> list[tuple[str, str]]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from stellafleet.core.clock import wall_ms
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, TaskStatus
-from stellafleet.state import dashboard
+from stellafleet.state import dashboard, views
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_fleet import RUN_ID, build_sample_fleet
 from stellafleet.testing.sample_ledger import StepClock, add_run, build_sample_ledger, sample_task
@@ -67,7 +67,7 @@ def test_runs_list_sparkline_ends_at_each_runs_spend(tmp_path: Path) -> None:
     db = tmp_path / "fleet.db"
     build_sample_ledger(db)
     build_sample_fleet(db)
-    page = dashboard.runs_page_with_spend(db, limit=10, offset=0, now_ms=T0 * 2, alive=ALIVE)
+    page = views.runs_page(db, limit=10, offset=0, now_ms=T0 * 2, alive=ALIVE, sparks=dashboard.SPARK_POINTS)
     for run in page["runs"]:
         spark = run["spend_spark"]
         assert len(spark) == dashboard.SPARK_POINTS and spark == sorted(spark)
