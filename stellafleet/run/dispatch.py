@@ -177,8 +177,8 @@ class Dispatcher:
             prompt_path=paths.prompt_file(run_id, task.id, attempt_id),
             token=token,
             plan_out=paths.fragment_file(run_id, task.id, attempt_id) if task.expands else None,
-            commit_hooks=settings.commit_hooks,
-            allow_detached=settings.allow_detached,
+            commit_hooks=settings.config.commit.hooks,
+            allow_detached=settings.allow_detached or settings.config.fleet.allow_detached,
         )
 
     def _run(self, attempt: AttemptState) -> AttemptEnd:

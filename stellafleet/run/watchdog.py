@@ -56,7 +56,7 @@ def _clock_time(ms: int) -> str:
 
 
 class Watchdog:
-    """Watches the running attempts of one run; `check()` is one look, `running()` a thread of them."""
+    """Watches the running attempts of one run; `check()` is one look, `watching` a thread of them."""
 
     def __init__(
         self,
@@ -74,7 +74,6 @@ class Watchdog:
         self._now_ms = now_ms
         self._lock = threading.Lock()
         self._watched: dict[int, Watched] = {}
-        self._done = threading.Event()
 
     @property
     def interval_s(self) -> float:
@@ -136,21 +135,6 @@ class Watchdog:
             f"(idle_timeout {self.idle_timeout_s:g}s); {cpu_text}; {output}; stopped"
         )
 
-    def _loop(self) -> None:
-        while not self._done.wait(self.interval_s):
-            try:
-                self.check()
-            except Exception:  # a busy ledger or a vanished process: look again next time
-                continue
-
-    def start(self) -> threading.Thread:
-        thread = threading.Thread(target=self._loop, name="stella-watchdog", daemon=True)
-        thread.start()
-        return thread
-
-    def close(self) -> None:
-        self._done.set()
-
 
 @contextlib.contextmanager
 def watching(idle_timeout_s: float, ledger: Ledger) -> Iterator[Watchdog | None]:
@@ -158,9 +142,15 @@ def watching(idle_timeout_s: float, ledger: Ledger) -> Iterator[Watchdog | None]
     if idle_timeout_s <= 0:
         yield None
         return
-    watchdog = Watchdog(idle_timeout_s, ledger)
-    watchdog.start()
+    watchdog, done = Watchdog(idle_timeout_s, ledger), threading.Event()
+
+    def loop() -> None:
+        while not done.wait(watchdog.interval_s):
+            with contextlib.suppress(Exception):  # a busy ledger or a vanished process: look again next time
+                watchdog.check()
+
+    threading.Thread(target=loop, name="stella-watchdog", daemon=True).start()
     try:
         yield watchdog
     finally:
-        watchdog.close()
+        done.set()
