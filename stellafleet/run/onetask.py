@@ -67,19 +67,12 @@ class LogFollower:
 
 
 class OneTaskReporter(EventSink):
-    def __init__(
-        self,
-        *,
-        json_mode: bool = False,
-        quiet: bool = False,
-        stream: IO[str] | None = None,
-        err: IO[str] | None = None,
-    ) -> None:
+    def __init__(self, *, json_mode: bool = False, quiet: bool = False) -> None:
         super().__init__()
         self.json_mode = json_mode
         self.quiet = quiet or json_mode
-        self.out = cast(IO[str], LossyStream(stream or sys.stdout))
-        self.err = cast(IO[str], LossyStream(err or sys.stderr))
+        self.out = cast(IO[str], LossyStream(sys.stdout))
+        self.err = cast(IO[str], LossyStream(sys.stderr))
         self._guard: float | None = None
         self._run_id = ""
         self._result_path: Path | None = None

@@ -47,7 +47,7 @@ class Workspaces(AttemptStep):
             submodules.init_in_worktree(settings.root, ctx.workspace)
         self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, ctx.branch, str(ctx.workspace))
         try:
-            readied = bootstrap.ready(
+            setup_s = bootstrap.ready(
                 ctx.workspace,
                 settings.config.worktree,
                 attempt.env,
@@ -63,8 +63,8 @@ class Workspaces(AttemptStep):
                     AttemptEnd(AttemptOutcome.INTERRUPTED, str(exc), StopReason.INTERRUPTED.value)
                 ) from None
             raise AttemptFailed(AttemptEnd.failed(str(exc))) from None
-        if readied.setup_s is not None:
-            self.ledger.attempts.set_setup(ctx.attempt_id, readied.setup_s)
+        if setup_s is not None:
+            self.ledger.attempts.set_setup(ctx.attempt_id, setup_s)
 
     def released(self, attempt: AttemptState) -> None:
         self.indexes.release(attempt.task.id)
