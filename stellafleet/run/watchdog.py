@@ -51,10 +51,6 @@ class Watched:
         return _size(self.context.log_path) + _size(self.context.transcript_path)
 
 
-def _clock_time(ms: int) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ms / 1000))
-
-
 class Watchdog:
     """Watches the running attempts of one run; `check()` is one look, `watching` a thread of them."""
 
@@ -74,10 +70,6 @@ class Watchdog:
         self._now_ms = now_ms
         self._lock = threading.Lock()
         self._watched: dict[int, Watched] = {}
-
-    @property
-    def interval_s(self) -> float:
-        return min(max(self.idle_timeout_s / 5, 0.05), MAX_INTERVAL_S)
 
     def watch(self, context: WorkerContext, execution: Execution) -> None:
         """Start watching a started worker; not one with no local process (pid None), whose CPU time cannot
@@ -129,7 +121,8 @@ class Watchdog:
         if entry.output_wall_ms is None:
             output = f"no output since it started ({entry.output} bytes of log)"
         else:
-            output = f"last output at {_clock_time(entry.output_wall_ms)} ({entry.output} bytes of log)"
+            at = time.strftime("%H:%M:%S", time.localtime(entry.output_wall_ms / 1000))
+            output = f"last output at {at} ({entry.output} bytes of log)"
         return (
             f"stalled: idle for {idle:.0f}s, no CPU time, output or spend "
             f"(idle_timeout {self.idle_timeout_s:g}s); {cpu_text}; {output}; stopped"
@@ -145,7 +138,7 @@ def watching(idle_timeout_s: float, ledger: Ledger) -> Iterator[Watchdog | None]
     watchdog, done = Watchdog(idle_timeout_s, ledger), threading.Event()
 
     def loop() -> None:
-        while not done.wait(watchdog.interval_s):
+        while not done.wait(min(max(idle_timeout_s / 5, 0.05), MAX_INTERVAL_S)):
             with contextlib.suppress(Exception):  # a busy ledger or a vanished process: look again next time
                 watchdog.check()
 
