@@ -20,7 +20,7 @@ from stellafleet.run.cifix import execute_in_background
 from stellafleet.run.dispatch import Dispatcher
 from stellafleet.run.events import Event
 from stellafleet.run.executor import LocalExecutor
-from stellafleet.run.steps import factory
+from stellafleet.run.steps import RunSettings, factory
 from stellafleet.run.steps.spend import spend_budget
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
@@ -74,13 +74,13 @@ class Resolver:
     def _dispatcher(
         self, tip: str, claims: ClaimStore, executor: LocalExecutor, budget: SpendBudget | None
     ) -> Dispatcher:
-        settings = factory.run_settings(
+        settings = RunSettings(
             self.root,
             self.run_id,
             tip,  # the resolve task's worktree starts at the current tip
-            self.config,
             default_pipeline=factory.recorded_default_pipeline(self.run, self.config),
             config_file=self.config_file,
+            config=self.config,
         )
         return factory.dispatcher(settings, self.ledger, claims, executor, _quiet, budget=budget)
 

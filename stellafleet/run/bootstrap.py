@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from stellafleet.core.configsections import WorktreeConfig
@@ -47,12 +46,6 @@ class WorktreeIndexes:
             self._held.pop(task_id, None)
 
 
-@dataclass(frozen=True)
-class Readied:
-    included: include.Copied
-    setup_s: float | None  # None: no setup command
-
-
 def _included(root: Path, config: WorktreeConfig) -> list[str]:
     """The `.worktreeinclude` files of root; SetupFailed naming any file over the limit."""
     paths = include.included_files(root)
@@ -68,13 +61,6 @@ def pack_included(root: Path, config: WorktreeConfig) -> tuple[include.Packed, .
     return include.pack(root, _included(root, config))
 
 
-def _log_copied(log_path: Path, copied: include.Copied) -> None:
-    if copied.files:
-        shell.log_line(
-            log_path, f"{include.INCLUDE_FILE}: copied {copied.files} files ({copied.bytes / 1e6:.1f} MB)"
-        )
-
-
 def ready(
     worktree: Path,
     config: WorktreeConfig,
@@ -84,21 +70,24 @@ def ready(
     *,
     root: Path | None = None,
     packed: tuple[include.Packed, ...] = (),
-) -> Readied:
+) -> float | None:
     """Copy the included files (root's, or the ones packed for a node), then run the setup command (if
-    any) to its end; SetupFailed with the reason (also when stop is set while it runs)."""
+    any) to its end: its seconds (None: no setup); SetupFailed with the reason (also when stop is set)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     if root is not None:
         copied = include.copy_into(root, worktree, _included(root, config))
     else:
         copied = include.unpack(packed, worktree)
-    _log_copied(log_path, copied)
+    if copied.files:
+        shell.log_line(
+            log_path, f"{include.INCLUDE_FILE}: copied {copied.files} files ({copied.bytes / 1e6:.1f} MB)"
+        )
     if config.setup is None:
-        return Readied(copied, None)
+        return None
     timeout = config.setup_timeout
     done = shell.run_logged(
         "setup", config.setup, cwd=worktree, env=env, log_path=log_path, timeout=timeout, stop=stop
     )
     if not done.ok:
         raise SetupFailed(f"setup failed: {done.describe(timeout)}; see the log", done.seconds)
-    return Readied(copied, done.seconds)
+    return done.seconds

@@ -8,7 +8,6 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from stellafleet.ci.fixci import FixOutcome, FixRequest
 from stellafleet.core.config import Config
@@ -19,7 +18,7 @@ from stellafleet.plan.model import PlanTask
 from stellafleet.run.dispatch import Dispatcher, TaskFailed
 from stellafleet.run.events import Event, SkipTask
 from stellafleet.run.executor import LocalExecutor
-from stellafleet.run.steps import factory
+from stellafleet.run.steps import RunSettings, factory
 from stellafleet.run.steps.spend import spend_budget
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
@@ -85,19 +84,12 @@ class CiFixRounds:
         self.root = dispatcher.settings.root
         self.max_rounds = max_rounds
 
-    def _task(self, task_id: str) -> dict[str, Any]:
-        return next(t for t in self.ledger.get_run(self.run_id)["tasks"] if t["id"] == task_id)
-
-    def _last_attempt(self, task_id: str) -> int | None:
-        ids = [a["id"] for a in self.ledger.get_run(self.run_id)["attempts"] if a["task_id"] == task_id]
-        return ids[-1] if ids else None
-
     def fix(self, request: FixRequest) -> FixOutcome:
         spent = self.ledger.spend.of_run(self.run_id)
         reached = self.budget.reached(spent) if self.budget is not None else None
         if reached is not None:
             return FixOutcome(None, reached + "; no fix-up attempt")
-        row = self._task(request.task_id)
+        row = next(t for t in self.ledger.get_run(self.run_id)["tasks"] if t["id"] == request.task_id)
         if not row.get("worktree") or not Path(row["worktree"]).is_dir():
             return FixOutcome(None, "the task's worktree is gone (cleaned up?): no fix-up attempt")
         task = PlanTask(
@@ -111,7 +103,10 @@ class CiFixRounds:
         )
         before = gitops.ref_commit(self.root, request.branch)
         failed = execute_in_background(self.dispatcher, task, reason=CI_FIX_REASON)
-        attempt = f"attempt #{self._last_attempt(request.task_id)}"
+        ids = [
+            a["id"] for a in self.ledger.get_run(self.run_id)["attempts"] if a["task_id"] == request.task_id
+        ]
+        attempt = f"attempt #{ids[-1] if ids else None}"
         after = gitops.ref_commit(self.root, request.branch)
         if failed is not None:
             return FixOutcome(None, f"fix-up {attempt} failed: {failed}")
@@ -143,14 +138,14 @@ def fixer_for_past_run(
         limit = spend_limit if spend_limit is not None else run.get("spend_limit_usd")
         concurrency = max(1, int(run.get("max_concurrency") or 1))
         budget = spend_budget(limit, concurrency, config, spent=ledger.spend.of_run(run_id))
-        settings = factory.run_settings(
+        settings = RunSettings(
             root,
             run_id,
             run["base_commit"],
-            config,
             default_pipeline=factory.recorded_default_pipeline(run, config),
-            spend_guard=budget.per_worker if budget is not None else None,
+            spend_guard_usd=budget.per_worker if budget is not None else None,
             config_file=config_file.resolve() if config_file else None,
+            config=config,
         )
         executor = LocalExecutor(stop_grace_s=config.fleet.stop_grace)
         try:

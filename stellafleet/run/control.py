@@ -160,15 +160,15 @@ def make_run_reporter(prepared: Prepared, out: IO[str]) -> EventSink:
 
 def run_settings(prepared: Prepared) -> RunSettings:
     """What every attempt of the prepared run shares."""
-    return factory.run_settings(
+    return RunSettings(
         prepared.root,
         prepared.run_id,
         prepared.base_commit,
-        prepared.config,
         default_pipeline=prepared.default_pipeline,
         default_model=prepared.options.model,  # for tasks that name none
-        spend_guard=prepared.spend_guard,
+        spend_guard_usd=prepared.spend_guard,
         config_file=prepared.config_file,
+        config=prepared.config,
         allow_detached=prepared.options.allow_detached,
         start_points=prepared.start_points,
     )

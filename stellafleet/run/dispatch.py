@@ -177,8 +177,8 @@ class Dispatcher:
             prompt_path=paths.prompt_file(run_id, task.id, attempt_id),
             token=token,
             plan_out=paths.fragment_file(run_id, task.id, attempt_id) if task.expands else None,
-            commit_hooks=settings.commit_hooks,
-            allow_detached=settings.allow_detached,
+            commit_hooks=settings.config.commit.hooks,
+            allow_detached=settings.allow_detached or settings.config.fleet.allow_detached,
         )
 
     def _run(self, attempt: AttemptState) -> AttemptEnd:
@@ -211,13 +211,17 @@ class Dispatcher:
         attempt.env = task_env(ctx, self._env)
         for step in self.steps:
             step.before_start(attempt)
-        for path in (ctx.result_path, ctx.log_path, ctx.plan_out):
+        for path in (ctx.result_path, ctx.log_path, ctx.plan_out, ctx.prompt_path):
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
         if ctx.prompt_path is not None:  # however large, the prompt reaches the worker in a file
-            ctx.prompt_path.parent.mkdir(parents=True, exist_ok=True)
             ctx.prompt_path.write_text(ctx.prompt, encoding="utf-8")
-        execution = self._start(ctx, attempt.env)
+        execution = self.executor.start(Attempt(ctx, attempt.env))
+        with self._lock:  # one that starts as the run is being stopped is stopped at once
+            self._running[ctx.task_id] = execution
+            stopping = self._hard_stop.is_set()
+        if stopping:
+            execution.stop()
         if execution.pid is not None:
             self.ledger.attempts.set_pid(ctx.attempt_id, execution.pid)
         try:
@@ -237,14 +241,4 @@ class Dispatcher:
                 result_path=ctx.result_path,
             )
         )
-        return execution
-
-    def _start(self, ctx: WorkerContext, env: dict[str, str]) -> Execution:
-        """Start the worker; one that starts as the run is being stopped is stopped at once."""
-        execution = self.executor.start(Attempt(ctx, env))
-        with self._lock:
-            self._running[ctx.task_id] = execution
-            stopping = self._hard_stop.is_set()
-        if stopping:
-            execution.stop()
         return execution

@@ -26,6 +26,8 @@ from stellafleet.proc.tree import POLL_S, Exit, ProcessTree
 WORKER_ARGV = (sys.executable, "-P", "-m", "stellafleet.worker.main")
 # a worker's own variables never leak from the fleet's environment into a worker
 WORKER_VARIABLES = (*WorkerContext.env_names(), RESULT_ENV)
+# a sample walks every process of the machine per worker: once a second keeps an idle fleet cheap
+SAMPLE_INTERVAL_S = 1.0
 
 
 def inherited_env(base: Mapping[str, str], *also_cleared: str) -> dict[str, str]:
@@ -117,17 +119,13 @@ def attempt_end(exit_info: Exit, stop: Stop | None, result: PipelineResult | Non
 class LocalExecutor:
     """Every worker a fresh `python -m stellafleet.worker.main` process tree on this machine."""
 
-    # a sample walks every process of the machine per worker: once a second keeps an idle fleet cheap
-    def __init__(self, *, stop_grace_s: float = 5.0, sample_interval_s: float = 1.0) -> None:
+    def __init__(self, *, stop_grace_s: float = 5.0) -> None:
         self.stop_grace_s = stop_grace_s
-        self.sample_interval_s = sample_interval_s
 
     def start(self, attempt: Attempt) -> LocalExecution:
         ctx = attempt.context
         tree = ProcessTree.spawn(WORKER_ARGV, cwd=ctx.workspace, env=attempt.env, log_path=ctx.log_path)
-        return LocalExecution(
-            tree, ctx, stop_grace_s=self.stop_grace_s, sample_interval_s=self.sample_interval_s
-        )
+        return LocalExecution(tree, ctx, stop_grace_s=self.stop_grace_s)
 
     def runs_remotely(self, context: WorkerContext) -> bool:
         return False
@@ -142,13 +140,10 @@ class LocalExecutor:
 class LocalExecution:
     """One worker's process tree, waited on by one dispatch thread and stoppable from any other."""
 
-    def __init__(
-        self, tree: ProcessTree, context: WorkerContext, *, stop_grace_s: float, sample_interval_s: float
-    ) -> None:
+    def __init__(self, tree: ProcessTree, context: WorkerContext, *, stop_grace_s: float) -> None:
         self._tree = tree
         self._context = context
         self._grace = stop_grace_s
-        self._interval = sample_interval_s
         self._stopped = threading.Event()  # set by stop(); it also wakes the waiting thread
 
     @property
@@ -168,7 +163,7 @@ class LocalExecution:
         tree, timeout = self._tree, self._context.timeout_s
         start = time.monotonic()
         deadline = start + timeout if timeout else None
-        next_sample = start + min(0.1, self._interval)
+        next_sample = start + min(0.1, SAMPLE_INTERVAL_S)
         stop_reason: Stop | None = None
         while True:
             now = time.monotonic()
@@ -181,7 +176,7 @@ class LocalExecution:
                 break
             if now >= next_sample:
                 tree.sample()
-                next_sample = now + self._interval
+                next_sample = now + SAMPLE_INTERVAL_S
             done = tree.poll()
             if done is not None:
                 tree.end_leftovers()

@@ -90,12 +90,18 @@ class Limiter:
     def wait_for_reset(self, usage: dict[str, Any]) -> bool:
         """Under --wait-for-limits, wait until a usage limit's reset (True: waited, run it again);
         False: the run stops for it instead."""
-        reset_ms = usage.get("reset_at_ms")
-        left = None if reset_ms is None else reset_ms / 1000 - self.wall()
-        if not self.policy.wait or left is None or left > self.policy.max_wait:
+        left = self._waitable(usage.get("reset_at_ms"))
+        if left is None:
             return False
         self.wait(left)
         return True
+
+    def _waitable(self, reset_ms: int | None) -> float | None:
+        """Seconds left to a usage limit's reset, when --wait-for-limits waits that long; else None."""
+        left = None if reset_ms is None else reset_ms / 1000 - self.wall()
+        if not self.policy.wait or left is None or left > self.policy.max_wait:
+            return None
+        return left
 
     def usage_stop(self, usage: dict[str, Any]) -> Stop:
         """The stop a usage limit makes: `usage limit reached (resets ... UTC): <what was said>`."""
@@ -126,9 +132,8 @@ class Limiter:
         self._record(why, after)
 
     def _usage(self, row: dict[str, Any], reset: int | None) -> None:
-        left = None if reset is None else reset / 1000 - self.wall()
-        if self.policy.wait and left is not None and left <= self.policy.max_wait:
-            self._hold_until_ms = max(self._hold_until_ms, int(reset or 0))
+        if reset is not None and self._waitable(reset) is not None:
+            self._hold_until_ms = max(self._hold_until_ms, int(reset))
             self._record(f"waiting for a usage limit's reset ({reset_text(reset)})", self.width_now.value)
         elif self._stop is None:
             self._stop = self.usage_stop(row)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,21 +37,12 @@ def _warn(text: str) -> None:
 
 
 class Notifier(EventSink):
-    def __init__(
-        self,
-        command: str,
-        *,
-        run_id: str,
-        root: Path,
-        timeout_s: float = 10.0,
-        warn: Callable[[str], None] = _warn,
-    ) -> None:
+    def __init__(self, command: str, *, run_id: str, root: Path, timeout_s: float) -> None:
         super().__init__()
         self.command = command
         self.run_id = run_id
         self.root = root
         self.timeout_s = timeout_s
-        self._warn = warn
         self._threads: list[threading.Thread] = []
         self._spend_told = False
 
@@ -102,9 +93,6 @@ class Notifier(EventSink):
             }
         )
 
-    def document(self, fields: Mapping[str, Any]) -> dict[str, Any]:
-        return {"run_id": self.run_id, "root": str(self.root), "at_ms": int(time.time() * 1000), **fields}
-
     def send_later(self, fields: Mapping[str, Any]) -> None:
         thread = threading.Thread(target=self.send, args=(fields,), name="stella-notify", daemon=True)
         with self._lock:
@@ -113,7 +101,8 @@ class Notifier(EventSink):
 
     def send(self, fields: Mapping[str, Any]) -> bool:
         """Run the command with the event on stdin; False (and a warning) when it did not succeed."""
-        payload = jsontext.dumps(self.document(fields)) + "\n"
+        document = {"run_id": self.run_id, "root": str(self.root), "at_ms": int(time.time() * 1000), **fields}
+        payload = jsontext.dumps(document) + "\n"
         try:
             done = runner.run(
                 reaped_argv(["/bin/sh", "-c", self.command]),  # what it leaves running ends with it
@@ -124,15 +113,15 @@ class Notifier(EventSink):
                 stdout=runner.DEVNULL,
             )
         except OSError as exc:
-            self._warn(f"notify command could not start: {single_line(str(exc))}")
+            _warn(f"notify command could not start: {single_line(str(exc))}")
             return False
         if done.timed_out:
-            self._warn(f"notify command stopped after {self.timeout_s:g}s ({fields['event']})")
+            _warn(f"notify command stopped after {self.timeout_s:g}s ({fields['event']})")
             return False
         if done.returncode != 0:
             tail = single_line(done.stderr[-TAIL_CHARS * 4 :])[-TAIL_CHARS:]  # its words, never its escapes
             said = f": {tail}" if tail else ""
-            self._warn(f"notify command exited {done.returncode} ({fields['event']}){said}")
+            _warn(f"notify command exited {done.returncode} ({fields['event']}){said}")
             return False
         return True
 

@@ -25,20 +25,15 @@ FOLLOW_INTERVAL_S = 0.1
 
 
 class LogFollower:
-    """Hands each complete line of a growing log to on_line, from a thread, until stop()."""
+    """Hands each complete line of a growing log to on_line, from a thread started now, until stop()."""
 
-    def __init__(
-        self, path: Path, on_line: Callable[[str], None], *, interval_s: float = FOLLOW_INTERVAL_S
-    ) -> None:
+    def __init__(self, path: Path, on_line: Callable[[str], None]) -> None:
         self.path = path
         self._on_line = on_line
-        self._interval = interval_s
         self._offset = 0
         self._partial = b""
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="stella-log", daemon=True)
-
-    def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
@@ -47,7 +42,7 @@ class LogFollower:
             self._thread.join()
 
     def _follow(self) -> None:
-        while not self._stopping.wait(self._interval):
+        while not self._stopping.wait(FOLLOW_INTERVAL_S):
             self._read()
         self._read()
         if self._partial:
@@ -67,19 +62,12 @@ class LogFollower:
 
 
 class OneTaskReporter(EventSink):
-    def __init__(
-        self,
-        *,
-        json_mode: bool = False,
-        quiet: bool = False,
-        stream: IO[str] | None = None,
-        err: IO[str] | None = None,
-    ) -> None:
+    def __init__(self, *, json_mode: bool = False, quiet: bool = False) -> None:
         super().__init__()
         self.json_mode = json_mode
         self.quiet = quiet or json_mode
-        self.out = cast(IO[str], LossyStream(stream or sys.stdout))
-        self.err = cast(IO[str], LossyStream(err or sys.stderr))
+        self.out = cast(IO[str], LossyStream(sys.stdout))
+        self.err = cast(IO[str], LossyStream(sys.stderr))
         self._guard: float | None = None
         self._run_id = ""
         self._result_path: Path | None = None
@@ -94,7 +82,6 @@ class OneTaskReporter(EventSink):
             guard = f", spend guard {money(self._guard)}" if self._guard is not None else ""
             self._say(f"stella run {self._run_id}: task {event.task} ({event.title}){guard}")
         self._follower = LogFollower(event.log_path, self._worker_line)
-        self._follower.start()
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         self.abort()

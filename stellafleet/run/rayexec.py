@@ -11,6 +11,7 @@ import shutil
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +125,8 @@ class RayExecutor:
         try:
             included = self._included()
         except SetupFailed as exc:  # a file over the limit: refused by name, as for a local worktree
-            return Refused(self, ctx, AttemptEnd.failed(str(exc)))
+            refused = self._ray.put({"kind": "finished", "end": AttemptEnd.failed(str(exc))})
+            return RayExecution(self, [refused], ctx, ledger)
         spec = RemoteSpec(
             context=ctx,
             config_layers=self._layers,
@@ -151,12 +153,20 @@ class RayExecutor:
         start = self._p.start_points.get(ctx.task_id)
         if start is None or start == ctx.base_commit:
             return None
-        path = self._scratch / f"{ctx.task_id}-{ctx.attempt_id}.start.bundle"
-        try:
+        with self._bundle_file(ctx, "start") as path:
             bundle.create_start(
                 self._p.root, start, ctx.base_commit, path, tag=f"{self._p.run_id}-{ctx.attempt_id}"
             )
             return path.read_bytes()
+
+    @contextlib.contextmanager
+    def _bundle_file(self, ctx: WorkerContext, kind: str, data: bytes | None = None) -> Iterator[Path]:
+        """A scratch file for one attempt's bundle (holding data, if given), deleted after."""
+        path = self._scratch / f"{ctx.task_id}-{ctx.attempt_id}.{kind}.bundle"
+        if data is not None:
+            path.write_bytes(data)
+        try:
+            yield path
         finally:
             path.unlink(missing_ok=True)
 
@@ -181,18 +191,12 @@ class RayExecutor:
             if bundle_bytes is None:
                 bundle.fetch_branch(self._p.root, None, ctx.branch, ctx.base_commit)
                 return
-            path = self._scratch / f"{ctx.task_id}-{ctx.attempt_id}.bundle"
-            path.write_bytes(bundle_bytes)
-            try:
+            with self._bundle_file(ctx, "branch", bundle_bytes) as path:
                 bundle.fetch_branch(self._p.root, path, ctx.branch, ctx.base_commit)
-            finally:
-                path.unlink(missing_ok=True)
 
     def fetch_salvage(self, salvaged: dict[str, Any], ctx: WorkerContext) -> bool:
         """The node's salvage commit into the repository under its ref; False, logged, when git refuses it."""
-        with self._lock:
-            path = self._scratch / f"{ctx.task_id}-{ctx.attempt_id}.salvage.bundle"
-            path.write_bytes(salvaged["bundle"])
+        with self._lock, self._bundle_file(ctx, "salvage", salvaged["bundle"]) as path:
             try:
                 bundle.fetch_ref(self._p.root, path, str(salvaged["ref"]))
             except StellaError as exc:
@@ -200,8 +204,6 @@ class RayExecutor:
                     "could not keep the salvage of attempt %s of %s: %s", ctx.attempt_id, ctx.task_id, exc
                 )
                 return False
-            finally:
-                path.unlink(missing_ok=True)
         return True
 
     def release(self) -> None:
@@ -220,15 +222,19 @@ class RayExecutor:
 
 def _config_layers(prepared: Prepared) -> tuple[tuple[str, str], ...]:
     """The config files this run reads, as text, for the node to read the same way."""
-    layers = []
-    for file in config_files(prepared.root, config_file=prepared.config_file):
-        if file.path.is_file():
-            layers.append(("user" if file.kind == "user" else "project", file.path.read_text()))
-    return tuple(layers)
+    return tuple(
+        ("user" if file.kind == "user" else "project", file.path.read_text())
+        for file in config_files(prepared.root, config_file=prepared.config_file)
+        if file.path.is_file()
+    )
 
 
 class RayExecution:
-    """One remote attempt's stream of events, followed by its dispatch thread; stop() cancels it."""
+    """One remote attempt's stream of events, followed by its dispatch thread; stop() cancels it.
+
+    An attempt refused before it was sent streams only its `finished` event."""
+
+    pid: int | None = None
 
     def __init__(self, executor: RayExecutor, generator: Any, ctx: WorkerContext, ledger: Ledger) -> None:
         self._executor = executor
@@ -239,10 +245,6 @@ class RayExecution:
         self._stopped = threading.Event()
         self.node: str | None = None
         self._branch_made = False
-
-    @property
-    def pid(self) -> int | None:
-        return None
 
     def stop(self) -> None:
         if self._stopped.is_set():
@@ -306,24 +308,3 @@ class RayExecution:
             self._ledger.attempts.set_salvage(ctx.attempt_id, str(salvaged["ref"]), str(salvaged["sha"]))
         end: AttemptEnd = event["end"]
         return end
-
-
-class Refused:
-    """An attempt refused before it was sent (`.worktreeinclude` files over the limit): failed at once,
-    its branch made at the base."""
-
-    def __init__(self, executor: RayExecutor, ctx: WorkerContext, end: AttemptEnd) -> None:
-        self._executor = executor
-        self._ctx = ctx
-        self._end = end
-
-    @property
-    def pid(self) -> int | None:
-        return None
-
-    def stop(self) -> None:
-        """Nothing runs."""
-
-    def wait(self) -> AttemptEnd:
-        self._executor.fetch_branch(None, self._ctx)
-        return self._end

@@ -125,25 +125,9 @@ def _node_context(home: WorkerContext, scratch: Path) -> WorkerContext:
     )
 
 
-def _ready(
-    spec: RemoteSpec, ctx: WorkerContext, config: Config, env: Mapping[str, str], node: str
-) -> Iterator[dict]:
-    """The checkout readied as a local worktree is (bootstrap.ready); on a failure, ends with `finished`."""
-    try:
-        readied = bootstrap.ready(ctx.workspace, config.worktree, env, ctx.log_path, packed=spec.included)
-    except bootstrap.SetupFailed as exc:
-        yield {"kind": "setup", "seconds": exc.seconds}
-        yield {"kind": "log", "data": _read_from(ctx.log_path, 0)}
-        yield finished(ctx, AttemptEnd.failed(f"{exc} (on node {node})"))
-        return
-    if readied.setup_s is not None:
-        yield {"kind": "setup", "seconds": readied.setup_s}
-
-
 def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
     home = spec.context
     node = node_name()
-    repo = scratch / "repo"
     assert home.branch is not None
     ctx = _node_context(home, scratch)
     if ctx.prompt_path is not None:  # however large, the prompt reaches the worker in a file, as at home
@@ -158,10 +142,15 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
         yield finished(ctx, attempt_end(Exit(1, 0.0, 0), None, failed))
         return
     assert config is not None  # preflight read it
-    for event in _ready(spec, ctx, config, env, node):
-        yield event
-        if event["kind"] == "finished":
-            return
+    try:  # the checkout readied as a local worktree is
+        setup_s = bootstrap.ready(ctx.workspace, config.worktree, env, ctx.log_path, packed=spec.included)
+    except bootstrap.SetupFailed as exc:
+        yield {"kind": "setup", "seconds": exc.seconds}
+        yield {"kind": "log", "data": _read_from(ctx.log_path, 0)}
+        yield finished(ctx, AttemptEnd.failed(f"{exc} (on node {node})"))
+        return
+    if setup_s is not None:
+        yield {"kind": "setup", "seconds": setup_s}
     ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
     with Ledger.open(ctx.paths.fleet_db) as ledger:
         digest = token_digest(ctx.token) if ctx.token else None
@@ -190,7 +179,7 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
     out = scratch / "out.bundle"
     sent = False
     try:
-        sent = bundle.create_range(repo, ctx.base_commit, home.branch, out)
+        sent = bundle.create_range(ctx.workspace, ctx.base_commit, home.branch, out)
     except StellaError as exc:  # the clone's objects are broken: say what git said
         why = f"could not bring the branch home from node {node}: {exc}"
         end = dataclasses.replace(end, outcome=AttemptOutcome.FAILED, summary=end.summary or why, error=why)

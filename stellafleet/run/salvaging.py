@@ -35,12 +35,10 @@ def salvage_attempt(
 ) -> salvage_git.Salvaged | None:
     """Salvage one attempt's work (worktree: all of it; else the claimed paths of the shared tree) and
     record the ref and SHA on the attempt; None when there was nothing to keep."""
-    if worktree is None and not claimed:
-        return None
-    workspace = worktree if worktree is not None else root
-    if not workspace.is_dir():
-        return None
     paths = None if worktree is not None else list(claimed)
+    workspace = worktree or root
+    if paths == [] or not workspace.is_dir():
+        return None
     saved = salvage_workspace(workspace, run_id, task_id, attempt_id, outcome, paths)
     if saved is not None:
         ledger.attempts.set_salvage(attempt_id, saved.ref, saved.sha)
@@ -97,14 +95,13 @@ def repair(root: Path, records: Sequence[journal.Record]) -> bool:
     if not paths.fleet_db.exists():
         return True
     finished = False
-    with contextlib.suppress(StellaError, sqlite3.Error, OSError), Ledger.open(paths.fleet_db) as ledger:
-        store = ClaimStore.open(paths.store_db) if paths.store_db.exists() else None
-        try:
-            hook = before_abandon(root)
-            finished = all(
-                [finalise_run(ledger, store, str(r.data.get("run_id")), before_abandon=hook) for r in records]
-            )
-        finally:
-            if store is not None:
-                store.close()
+    with (
+        contextlib.suppress(StellaError, sqlite3.Error, OSError),
+        Ledger.open(paths.fleet_db) as ledger,
+        ClaimStore.open(paths.store_db) if paths.store_db.exists() else contextlib.nullcontext() as store,
+    ):
+        hook = before_abandon(root)
+        finished = all(
+            [finalise_run(ledger, store, str(r.data.get("run_id")), before_abandon=hook) for r in records]
+        )
     return finished

@@ -51,12 +51,8 @@ class Watched:
         return _size(self.context.log_path) + _size(self.context.transcript_path)
 
 
-def _clock_time(ms: int) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ms / 1000))
-
-
 class Watchdog:
-    """Watches the running attempts of one run; `check()` is one look, `running()` a thread of them."""
+    """Watches the running attempts of one run; `check()` is one look, `watching` a thread of them."""
 
     def __init__(
         self,
@@ -74,11 +70,6 @@ class Watchdog:
         self._now_ms = now_ms
         self._lock = threading.Lock()
         self._watched: dict[int, Watched] = {}
-        self._done = threading.Event()
-
-    @property
-    def interval_s(self) -> float:
-        return min(max(self.idle_timeout_s / 5, 0.05), MAX_INTERVAL_S)
 
     def watch(self, context: WorkerContext, execution: Execution) -> None:
         """Start watching a started worker; not one with no local process (pid None), whose CPU time cannot
@@ -130,26 +121,12 @@ class Watchdog:
         if entry.output_wall_ms is None:
             output = f"no output since it started ({entry.output} bytes of log)"
         else:
-            output = f"last output at {_clock_time(entry.output_wall_ms)} ({entry.output} bytes of log)"
+            at = time.strftime("%H:%M:%S", time.localtime(entry.output_wall_ms / 1000))
+            output = f"last output at {at} ({entry.output} bytes of log)"
         return (
             f"stalled: idle for {idle:.0f}s, no CPU time, output or spend "
             f"(idle_timeout {self.idle_timeout_s:g}s); {cpu_text}; {output}; stopped"
         )
-
-    def _loop(self) -> None:
-        while not self._done.wait(self.interval_s):
-            try:
-                self.check()
-            except Exception:  # a busy ledger or a vanished process: look again next time
-                continue
-
-    def start(self) -> threading.Thread:
-        thread = threading.Thread(target=self._loop, name="stella-watchdog", daemon=True)
-        thread.start()
-        return thread
-
-    def close(self) -> None:
-        self._done.set()
 
 
 @contextlib.contextmanager
@@ -158,9 +135,15 @@ def watching(idle_timeout_s: float, ledger: Ledger) -> Iterator[Watchdog | None]
     if idle_timeout_s <= 0:
         yield None
         return
-    watchdog = Watchdog(idle_timeout_s, ledger)
-    watchdog.start()
+    watchdog, done = Watchdog(idle_timeout_s, ledger), threading.Event()
+
+    def loop() -> None:
+        while not done.wait(min(max(idle_timeout_s / 5, 0.05), MAX_INTERVAL_S)):
+            with contextlib.suppress(Exception):  # a busy ledger or a vanished process: look again next time
+                watchdog.check()
+
+    threading.Thread(target=loop, name="stella-watchdog", daemon=True).start()
     try:
         yield watchdog
     finally:
-        watchdog.close()
+        done.set()

@@ -17,7 +17,7 @@ from stellafleet.plan.model import PlanTask
 from stellafleet.run.dispatch import Dispatcher, TaskFailed
 from stellafleet.run.events import SkipTask
 from stellafleet.run.executor import Execution, LocalExecutor
-from stellafleet.run.steps import AttemptState, AttemptStep, factory
+from stellafleet.run.steps import AttemptState, AttemptStep, RunSettings
 from stellafleet.run.steps.claims import Claims
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
@@ -71,7 +71,7 @@ def parts(git_repo: Path) -> Iterator[tuple[Path, Ledger, ClaimStore]]:
 def run_task(parts: tuple[Path, Ledger, ClaimStore], *steps: AttemptStep) -> None:
     root, ledger, store = parts
     head = git("rev-parse", "HEAD", cwd=root).strip()
-    settings = factory.run_settings(root, RUN, head, load_config(root), default_pipeline="command")
+    settings = RunSettings(root, RUN, head, default_pipeline="command", config=load_config(root))
     executor = LocalExecutor()
     try:
         dispatcher = Dispatcher(settings, ledger, executor, lambda event: None, [Claims(store, root), *steps])

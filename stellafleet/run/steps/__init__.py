@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stellafleet.core.configsections import WorktreeConfig
+from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd
 from stellafleet.core.workercontext import WorkerContext
@@ -20,7 +20,7 @@ from stellafleet.run.executor import Execution
 
 @dataclass(frozen=True)
 class RunSettings:
-    """What every attempt of one run shares (built by steps/factory.py's run_settings)."""
+    """What every attempt of one run shares; what the config says about attempts is read from config."""
 
     root: Path
     run_id: str
@@ -29,10 +29,8 @@ class RunSettings:
     default_model: str | None = None  # for tasks that name no model (None: the pipeline's own default)
     spend_guard_usd: float | None = None
     config_file: Path | None = None
-    commit_hooks: str = "run"  # [commit] hooks, handed to every worker's `stella commit`
+    config: Config = field(default_factory=Config)
     allow_detached: bool = False  # --allow-detached: shared commits may go onto a detached HEAD
-    init_submodules: bool = True  # [fleet] init_submodules, for isolated worktrees
-    worktree: WorktreeConfig = field(default_factory=WorktreeConfig)  # [worktree]: include limit, setup
     # task id -> the commit its new worktree starts from, instead of base_commit (--from-salvage)
     start_points: Mapping[str, str] = field(default_factory=dict)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
 from stellafleet.core.config import Config
 from stellafleet.core.spend import SpendBudget
@@ -32,36 +31,6 @@ def recorded_default_pipeline(run: Mapping[str, object], config: Config) -> str:
     """The pipeline a follow-up of a recorded run runs with: the run's one pipeline, else the config's."""
     pipeline = run.get("pipeline")
     return str(pipeline) if pipeline and pipeline != MIXED_PIPELINES else config.fleet.pipeline
-
-
-def run_settings(
-    root: Path,
-    run_id: str,
-    base_commit: str,
-    config: Config,
-    *,
-    default_pipeline: str,
-    default_model: str | None = None,
-    spend_guard: float | None = None,
-    config_file: Path | None = None,
-    allow_detached: bool = False,
-    start_points: Mapping[str, str] | None = None,
-) -> RunSettings:
-    """What every attempt of a run shares; what the config says about attempts is read here only."""
-    return RunSettings(
-        root=root,
-        run_id=run_id,
-        base_commit=base_commit,
-        default_pipeline=default_pipeline,
-        default_model=default_model,
-        spend_guard_usd=spend_guard,
-        config_file=config_file,
-        commit_hooks=config.commit.hooks,
-        allow_detached=allow_detached or config.fleet.allow_detached,
-        init_submodules=config.fleet.init_submodules,
-        worktree=config.worktree,
-        start_points=start_points or {},
-    )
 
 
 def dispatcher(

@@ -43,13 +43,13 @@ class Workspaces(AttemptStep):
         settings = self.settings
         start = settings.start_points.get(ctx.task_id, settings.base_commit)
         worktrees.worktree_add(settings.root, ctx.workspace, ctx.branch, start)
-        if settings.init_submodules:
+        if settings.config.fleet.init_submodules:
             submodules.init_in_worktree(settings.root, ctx.workspace)
         self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, ctx.branch, str(ctx.workspace))
         try:
-            readied = bootstrap.ready(
+            setup_s = bootstrap.ready(
                 ctx.workspace,
-                settings.worktree,
+                settings.config.worktree,
                 attempt.env,
                 ctx.log_path,
                 attempt.stopping,
@@ -63,8 +63,8 @@ class Workspaces(AttemptStep):
                     AttemptEnd(AttemptOutcome.INTERRUPTED, str(exc), StopReason.INTERRUPTED.value)
                 ) from None
             raise AttemptFailed(AttemptEnd.failed(str(exc))) from None
-        if readied.setup_s is not None:
-            self.ledger.attempts.set_setup(ctx.attempt_id, readied.setup_s)
+        if setup_s is not None:
+            self.ledger.attempts.set_setup(ctx.attempt_id, setup_s)
 
     def released(self, attempt: AttemptState) -> None:
         self.indexes.release(attempt.task.id)
