@@ -1,8 +1,5 @@
-"""`stella merge --resolve`: a conflicting branch handed to a worker as a task of its own (docs/merge.md).
-
-It runs through a Dispatcher like any isolated task, under what is left of the run's spend limit, and its
-result goes through the same check as every other branch before it may land.
-"""
+"""`stella merge --resolve`: a conflicting branch handed to a worker as a task of its own (docs/merge.md),
+under what the run has left of its spend limit; its result is checked like every other branch's."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""`stella merge`: land a run's green branches on the current branch, one at a time, each checked first.
-
-Each is checked in a scratch worktree and only a passed result moves the user's ref (compare-and-swap), so
-HEAD never points at an unchecked commit (docs/merge.md).
-"""
+"""`stella merge`: land a run's green branches on the current branch one at a time (docs/merge.md); each is
+checked in a scratch worktree before the ref moves (compare-and-swap): HEAD never points at unchecked work."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""`stella merge --via-gh`: land a run's green pull requests through GitHub, in dependency order.
-
-The local merge's queue; under a merge queue each pull request is waited for before the next, so
-dependencies land first (docs/merge.md).
-"""
+"""`stella merge --via-gh`: land a run's green pull requests through GitHub in the local merge's queue order;
+under a merge queue each is waited for before the next, so dependencies land first (docs/merge.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Readying a new isolated worktree (or a Ray node's checkout): `.worktreeinclude`, then `[worktree] setup`.
-
-A failure is the attempt's reason, and no worker starts."""
+"""Readying a new isolated worktree (or a Ray node's checkout): `.worktreeinclude`, then `[worktree] setup`;
+a failure is the attempt's reason, and no worker starts."""
 
 from __future__ import annotations
 

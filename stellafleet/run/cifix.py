@@ -1,6 +1,5 @@
-"""--fix-ci: the fleet's side of a red branch (docs/watch.md): one follow-up attempt of its task per round.
-
-It runs through the run's Dispatcher: an attempt in the ledger, under the run's spend limit."""
+"""--fix-ci: the fleet's side of a red branch (docs/watch.md): one follow-up attempt of its task per round,
+through the run's Dispatcher: an attempt in the ledger, under the run's spend limit."""
 
 from __future__ import annotations
 

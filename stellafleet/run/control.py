@@ -1,5 +1,4 @@
 """One run, the control: prepare, record the run, drive the waves, settle, and the run's exit status.
-
 The waves run in a background thread so the main thread only waits: Ctrl-C handling takes no locks."""
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""One task's attempt, through the run's steps (steps/): admitted, recorded, started, ended, released.
-
-Whatever happens in between, the ledger is left consistent and what the steps took is released."""
+"""One task's attempt, through the run's steps (steps/): admitted, recorded, started, ended, released;
+whatever happens in between, the ledger is left consistent and what the steps took is released."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Where a worker runs: an executor runs it and says how it ended (an AttemptEnd).
-
-The ledger, claims and spend stay with the fleet."""
+"""Where a worker runs: an executor runs it and says how it ended (an AttemptEnd); the ledger, claims and
+spend stay with the fleet."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
 """Plans that grow: what the run's expanding tasks (`expands = true`) have added to it (docs/plans.md).
-
 Emitted tasks are recorded before their parent succeeds: a killed fleet leaves the parent or its tasks."""
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""The fleet's side of provider limits: how many tasks may start now, and when (docs/fleet.md).
-
-It reads the limit_events workers wrote before each start; running workers are never stopped for a limit."""
+"""The fleet's side of provider limits: how many tasks may start now, and when (docs/fleet.md), from the
+limit_events workers wrote before each start; running workers are never stopped for a limit."""
 
 from __future__ import annotations
 

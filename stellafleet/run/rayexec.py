@@ -1,5 +1,4 @@
 """RayExecutor: isolated tasks as Ray tasks on a cluster; shared tasks stay on this machine.
-
 This process stays the only writer of the ledger and repository; Ray retries nothing (docs/scale-out.md)."""
 
 from __future__ import annotations
@@ -230,9 +229,8 @@ def _config_layers(prepared: Prepared) -> tuple[tuple[str, str], ...]:
 
 
 class RayExecution:
-    """One remote attempt's stream of events, followed by its dispatch thread; stop() cancels it.
-
-    An attempt refused before it was sent streams only its `finished` event."""
+    """One remote attempt's stream of events, followed by its dispatch thread; stop() cancels it. An attempt
+    refused before it was sent streams only its `finished` event."""
 
     pid: int | None = None
 

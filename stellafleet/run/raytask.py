@@ -1,5 +1,4 @@
 """What runs on a Ray node for one isolated attempt: clone, preflight, worker, stream, bundle back.
-
 The worker records into a scratch ledger: the head alone writes the real ledger. Nothing here imports Ray."""
 
 from __future__ import annotations
@@ -273,10 +272,8 @@ _REAPERS_LOCK = threading.Lock()
 
 
 def kept_reaper(grace_s: float) -> Path:
-    """The directory of this process's kept reaper, started the first time (or again once it is gone).
-
-    It stops the workers' trees if the Ray worker is killed; a Ray worker runs attempt after attempt, so
-    one reaper watches them all, each named by a pid file in the directory (proc/reaper.py `reap_all`)."""
+    """The directory of this process's kept reaper (started again once gone): it stops the workers' trees if
+    the Ray worker is killed, one for all its attempts, each a pid file there (proc/reaper.py `reap_all`)."""
     with _REAPERS_LOCK:
         kept = _REAPERS.get(grace_s)
         if kept is not None and kept[0].is_dir() and kept[1].is_alive():

@@ -1,5 +1,4 @@
 """When an attempt ends without success, keep what it left uncommitted (git/salvage.py) and record it.
-
 A salvage that fails is logged, never raised: it must not turn an attempt's end into another error."""
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
 """The hung-worker watchdog: a worker that shows no progress for `[fleet] idle_timeout` is stopped.
-
 Progress is CPU time beyond a trickle (a hung CLI still wakes now and then), output, or spend."""
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
 """A Plan as a doit task graph: compile it, show it (`doit list`/`info`), run it many tasks at once.
-
 Relies on doit internals, pinned and checked by tests/run/test_doit_internals.py (docs/architecture.md)."""
 
 from __future__ import annotations
@@ -180,9 +179,8 @@ class Stopped(TaskError):
 
 
 class DoitReporter(ZeroReporter):
-    """Turns what doit tells of each task into the run's events; execute_task runs on a pool thread.
-
-    A failed task's dependents are skipped naming it; an up-to-date task (--resume) succeeded."""
+    """Turns what doit tells of each task into the run's events (execute_task runs on a pool thread); a failed
+    task's dependents are skipped naming it, an up-to-date task (--resume) succeeded."""
 
     def __init__(self, order: Mapping[str, int], emit: Emit | None) -> None:
         super().__init__(sys.stderr, {})
@@ -224,9 +222,8 @@ class DoitReporter(ZeroReporter):
 
 
 class PlanRunner(Runner):
-    """Runs a plan through doit's TaskDispatcher and Runner, at most `max_concurrency` tasks at once.
-
-    The schedules differ only in _pick; `before_start(n, ids)` may stop the run before the n-th start."""
+    """Runs a plan through doit's TaskDispatcher and Runner, at most `max_concurrency` tasks at once; the
+    schedules differ only in _pick, and `before_start(n, ids)` may stop the run before the n-th start."""
 
     def __init__(
         self,
@@ -358,9 +355,8 @@ class PlanRunner(Runner):
                 running[pool.submit(self.execute_task, node.task)] = node
 
     def _hand_back(self) -> None:
-        """Hand finished nodes back to doit's dispatcher and collect every task that became ready.
-
-        Its generator's send(node or None) gives the next node, "hold on", or StopIteration when all are."""
+        """Finished nodes handed back to doit's dispatcher, every task that became ready collected: its
+        generator's send(node or None) gives the next node, "hold on", or StopIteration when all are."""
         pending = sorted(self._finished, key=lambda node: self._order[node.task.name], reverse=True)
         self._finished = []
         holding = False

@@ -1,5 +1,4 @@
 """The attempt's steps: each feature around one attempt is an AttemptStep in a module of its own.
-
 dispatch.py calls the hooks in the steps' order, then `released` in reverse, for each step admitted."""
 
 from __future__ import annotations

@@ -20,9 +20,8 @@ class LimitGate(AttemptStep):
         self._reruns: dict[str, int] = {}  # task id -> attempts run again after a rate limit ended one
 
     def released(self, attempt: AttemptState) -> None:
-        """An attempt that failed on a usage limit runs again after its reset under --wait-for-limits, else
-        its task is skipped with the reset (SkipTask); one whose CLI gave up on a rate limit runs again
-        once the hold is over (at most RATE_RERUNS)."""
+        """A usage limit: run again after its reset under --wait-for-limits, else skip the task (SkipTask); a
+        CLI that gave up on a rate limit: run again once the hold is over (at most RATE_RERUNS)."""
         end = attempt.recorded
         if end is None:  # never recorded: nothing to tell
             return
