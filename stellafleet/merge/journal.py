@@ -23,7 +23,7 @@ from stellafleet.state import journal
 from stellafleet.state.ledger import Ledger
 
 RECORD = "merge"
-CHECK_STOP_GRACE_S = 2.0
+STOP_GRACE_S = 2.0  # for a killed merge's check or resolve worker
 LOCK_CLOCK_SLACK_S = 2.0  # file times may be coarse: a lock made just after the record may look older
 PROCESS_CLOCK_TICK_S = 0.05  # a process's start time is known to a clock tick (and boot-time rounding)
 
@@ -95,7 +95,7 @@ def _stop_check(data: dict[str, Any]) -> str | None:
     who = ProcessIdentity(int(check[0]), float(check[1]))
     if not who.is_alive():
         return None
-    stop_group(who.pid, CHECK_STOP_GRACE_S)  # the check ran in its own session: its group is its pid
+    stop_group(who.pid, STOP_GRACE_S)  # the check ran in its own session: its group is its pid
     return f"its check (pid {who.pid}) stopped"
 
 
@@ -159,7 +159,6 @@ def _finish(root: Path, data: dict[str, Any], journal_at: float | None = None) -
     return "; ".join(done) or "nothing was left to do"
 
 
-RESOLVE_STOP_GRACE_S = 2.0
 RESOLVE_REASON = "stella merge --resolve was killed while this resolve task ran: its attempt was abandoned"
 
 
@@ -174,7 +173,7 @@ def _stop_worker(attempt: dict[str, Any]) -> bool:
     leftovers = group_exists(int(pid)) and not pid_alive_since(int(pid), None, tolerance_s=0.0)
     if not (pid_alive(int(pid), attempt.get("started_at_ms")) or leftovers):
         return False
-    stop_group(int(pid), RESOLVE_STOP_GRACE_S)
+    stop_group(int(pid), STOP_GRACE_S)
     return True
 
 

@@ -15,7 +15,6 @@ from stellafleet.merge.queue import RESOLVE_TITLE, MergeItem
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.cifix import execute_in_background
 from stellafleet.run.dispatch import Dispatcher
-from stellafleet.run.events import Event
 from stellafleet.run.executor import LocalExecutor
 from stellafleet.run.steps import RunSettings, factory
 from stellafleet.run.steps.spend import spend_budget
@@ -40,10 +39,6 @@ def resolve_prompt(item: MergeItem, onto: str, files: tuple[str, ...], diff: str
         f"The task the branch did:\n{prompt.strip()}\n\n"
         f"The conflict, as git shows it:\n```diff\n{shown.rstrip()}\n```\n"
     )
-
-
-def _quiet(event: Event) -> None:
-    """The resolve task tells its story through stella merge's own lines."""
 
 
 class Resolver:
@@ -79,7 +74,8 @@ class Resolver:
             config_file=self.config_file,
             config=self.config,
         )
-        return factory.dispatcher(settings, self.ledger, claims, executor, _quiet, budget=budget)
+        # the resolve task tells its story through stella merge's own lines
+        return factory.dispatcher(settings, self.ledger, claims, executor, lambda event: None, budget=budget)
 
     def resolve(
         self, item: MergeItem, onto: str, tip: str, files: tuple[str, ...], diff: str, journal: Journal

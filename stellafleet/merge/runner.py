@@ -78,13 +78,6 @@ class MergeResult:
 Progress = Callable[[MergeItem], None]
 
 
-@dataclass(frozen=True)
-class CheckResult:
-    passed: bool
-    exit_code: int | None  # None: it ran out of time
-    tail: str  # its last lines
-
-
 def run_check(
     command: str,
     cwd: Path,
@@ -93,9 +86,9 @@ def run_check(
     tail: int,
     env: dict[str, str],
     on_start: Callable[[int], None] | None = None,
-) -> CheckResult:
-    """The user's check command in cwd with env over ours, under the child subreaper (a timeout stops all
-    it started); its output goes to a file, not a pipe. on_start is told its pid, for the journal."""
+) -> tuple[int | None, str]:
+    """The user's check command in cwd with env over ours, under the child subreaper (a timeout stops all it
+    started): (its exit code, None when it ran out of time; its last lines). on_start is told its pid."""
     with tempfile.TemporaryFile(mode="w+b") as output:
         done = runner.run(
             reaped_argv(["/bin/sh", "-c", command]),  # what it leaves running ends with it
@@ -112,10 +105,8 @@ def run_check(
     code = None if done.timed_out else done.returncode
     shown = "\n".join([line.rstrip() for line in text.rstrip().splitlines()][-tail:])
     if code is None:
-        shown = (
-            shown + "\n" if shown else ""
-        ) + f"(stopped after {timeout_s:g}s: check_timeout under [merge])"
-    return CheckResult(code == 0, code, shown)
+        shown += ("\n" if shown else "") + f"(stopped after {timeout_s:g}s: check_timeout under [merge])"
+    return code, shown
 
 
 def _refuse_unless_ready(root: Path, options: MergeOptions) -> str:
@@ -302,7 +293,7 @@ class _Queue:
                 "STELLA_MERGE_TASK": item.task_id,
                 "STELLA_MERGE_ROOT": str(self.root),  # the user's tree: its virtualenv, node_modules, ...
             }
-            checked = run_check(
+            code, item.check_tail = run_check(
                 self.options.check,
                 worktree,
                 timeout_s=self.options.check_timeout,
@@ -311,9 +302,8 @@ class _Queue:
                 on_start=self.journal.check_started,
             )
             self.journal.note(check=None)
-            item.check_tail = checked.tail
-            if not checked.passed:
-                how = "ran out of time" if checked.exit_code is None else f"exited {checked.exit_code}"
+            if code != 0:
+                how = "ran out of time" if code is None else f"exited {code}"
                 item.status, item.reason = MergeStatus.CHECK_FAILED, f"check `{self.options.check}` {how}"
                 item.reason += f" ({resolved})" if resolved else ""
                 return

@@ -3,7 +3,6 @@ under a merge queue each is waited for before the next, so dependencies land fir
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import MergeStatus
 from stellafleet.merge.queue import MergeItem, plan_queue
-from stellafleet.merge.runner import MergeOptions, MergeResult
+from stellafleet.merge.runner import MergeOptions, MergeResult, Progress
 from stellafleet.state.ledger import Ledger
 
 GH_STRATEGIES = ("merge", "squash", "rebase")
@@ -42,9 +41,6 @@ class PrState:
             str(commit.get("oid")) if commit.get("oid") else None,
             data.get("autoMergeRequest") is not None,
         )
-
-
-Progress = Callable[[MergeItem], None]
 
 
 def merge_via_gh(

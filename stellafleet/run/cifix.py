@@ -15,7 +15,7 @@ from stellafleet.core.spend import SpendBudget
 from stellafleet.git import gitops
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.dispatch import Dispatcher, TaskFailed
-from stellafleet.run.events import Event, SkipTask
+from stellafleet.run.events import SkipTask
 from stellafleet.run.executor import LocalExecutor
 from stellafleet.run.steps import RunSettings, factory
 from stellafleet.run.steps.spend import spend_budget
@@ -114,10 +114,6 @@ class CiFixRounds:
         return FixOutcome(after, f"fix-up {attempt} committed {after[:12]}; pushed to be watched again")
 
 
-def _quiet(event: Event) -> None:
-    """A past run's fix-up attempts tell their story through the watch's own lines, not the fleet's."""
-
-
 @contextlib.contextmanager
 def fixer_for_past_run(
     root: Path,
@@ -148,7 +144,8 @@ def fixer_for_past_run(
         )
         executor = LocalExecutor(stop_grace_s=config.fleet.stop_grace)
         try:
-            dispatcher = factory.dispatcher(settings, ledger, claims, executor, _quiet, budget=budget)
+            # a past run's fix-up attempts tell their story through the watch's own lines, not the fleet's
+            dispatcher = factory.dispatcher(settings, ledger, claims, executor, lambda _: None, budget=budget)
             yield CiFixRounds(dispatcher, ledger, budget, max_rounds=max_rounds)
         finally:
             executor.close()
