@@ -322,10 +322,6 @@ def resolve_executor(options: FleetOptions, config: Config) -> ExecutorConfig:
 
 
 # the shared tree at the start of a run: a detached HEAD, the user's changes in claimed files, hooks
-def _claimed_by(plan: Plan) -> dict[str, str]:
-    return {claim: task.id for task in plan.tasks if task.isolation != "isolated" for claim in task.claims}
-
-
 def _owner(path: str, claims: dict[str, str]) -> str | None:
     for claim, task_id in claims.items():
         if path == claim or path.startswith(claim.rstrip("/") + "/"):
@@ -345,7 +341,7 @@ def check_tree(root: Path, plan: Plan, config: Config, options: FleetOptions) ->
             "to commit onto the detached HEAD anyway"
         )
     changed = tuple(p for p in gitops.changed_paths(root) if not p.startswith(STATE_DIR))
-    claims = _claimed_by(plan)
+    claims = {claim: task.id for task in plan.tasks if task.isolation != "isolated" for claim in task.claims}
     dirty_claimed = [(path, owner) for path in changed if (owner := _owner(path, claims)) is not None]
     notes = list(_hook_notes(root, config))
     if dirty_claimed and not options.allow_dirty:

@@ -19,7 +19,7 @@ from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd, Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import bundle, include
+from stellafleet.git import bundle
 from stellafleet.proc.tree import Exit
 from stellafleet.run.bootstrap import INDEX_VAR, SetupFailed, pack_included
 from stellafleet.run.executor import Attempt, Execution, Executor, attempt_end
@@ -87,7 +87,13 @@ class RayExecutor:
         self._remote = ray.remote(num_returns="streaming", max_retries=0, num_cpus=0)(remote_attempt)
         self._lock = threading.Lock()
         self._ledger: Ledger | None = None
-        self._layers = _config_layers(prepared)
+        files = config_files(prepared.root, config_file=prepared.config_file)
+        # the config files this run reads, as text, for the node to read the same way
+        self._layers = tuple(
+            ("user" if file.kind == "user" else "project", file.path.read_text())
+            for file in files
+            if file.path.is_file()
+        )
         self._checked: set[str] = set()
 
     @classmethod
@@ -121,8 +127,12 @@ class RayExecutor:
             return self._local.start(attempt)
         resources = self._p.executor.resources_for(ctx.task_id)
         self._check_resources(resources)
-        try:
-            included = self._included()
+        try:  # the `.worktreeinclude` files only when [executor] send_worktreeinclude asks (often secrets)
+            included = (
+                pack_included(self._p.root, self._p.config.worktree)
+                if self._p.executor.send_worktreeinclude
+                else ()
+            )
         except SetupFailed as exc:  # a file over the limit: refused by name, as for a local worktree
             refused = self._ray.put({"kind": "finished", "end": AttemptEnd.failed(str(exc))})
             return RayExecution(self, [refused], ctx, ledger)
@@ -139,13 +149,6 @@ class RayExecutor:
         )
         generator = self._remote.options(resources=resources).remote(spec, self._base)
         return RayExecution(self, generator, ctx, ledger)
-
-    def _included(self) -> tuple[include.Packed, ...]:
-        """The `.worktreeinclude` files for a node; none unless `[executor] send_worktreeinclude` asks
-        (they are often secrets)."""
-        if not self._p.executor.send_worktreeinclude:
-            return ()
-        return pack_included(self._p.root, self._p.config.worktree)
 
     def _start_point(self, ctx: WorkerContext) -> bytes | None:
         """--from-salvage: a bundle of the commit the task starts from past the base; None: the base."""
@@ -217,15 +220,6 @@ class RayExecutor:
             shutil.rmtree(self._scratch, ignore_errors=True)
             with contextlib.suppress(Exception):
                 self._ray.shutdown()
-
-
-def _config_layers(prepared: Prepared) -> tuple[tuple[str, str], ...]:
-    """The config files this run reads, as text, for the node to read the same way."""
-    return tuple(
-        ("user" if file.kind == "user" else "project", file.path.read_text())
-        for file in config_files(prepared.root, config_file=prepared.config_file)
-        if file.path.is_file()
-    )
 
 
 class RayExecution:

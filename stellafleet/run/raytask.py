@@ -279,21 +279,16 @@ def kept_reaper(grace_s: float) -> Path:
         if kept is not None and kept[0].is_dir() and kept[1].is_alive():
             return kept[0]
         directory = Path(tempfile.mkdtemp(prefix="stella-reaper-"))
-        pid = start_reaper(directory, grace_s)
-        identity = ProcessIdentity.of(pid)
+        argv = [sys.executable, "-P", "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid())]
+        # a detached reaper watching this process, for the trees named in directory: it says its pid
+        done = runner.run([*argv, str(directory), str(grace_s)], session=False)
+        if done.returncode != 0 or not done.stdout.strip().isdigit():
+            raise StellaError(f"the reaper did not start: {done.stderr.strip() or f'exit {done.returncode}'}")
+        identity = ProcessIdentity.of(int(done.stdout.strip()))
         if identity is None:
             raise StellaError("the reaper ended as it started")
         _REAPERS[grace_s] = (directory, identity)
         return directory
-
-
-def start_reaper(directory: Path, grace_s: float) -> int:
-    """A detached reaper watching this process, for the trees named in directory; its pid."""
-    argv = [sys.executable, "-P", "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid())]
-    done = runner.run([*argv, str(directory), str(grace_s)], session=False)  # it detaches itself once started
-    if done.returncode != 0 or not done.stdout.strip().isdigit():
-        raise StellaError(f"the reaper did not start: {done.stderr.strip() or f'exit {done.returncode}'}")
-    return int(done.stdout.strip())
 
 
 def finished(

@@ -9,14 +9,6 @@ from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, RunS
 from stellafleet.state.ledger import Ledger
 
 
-def salvage_note(start: str) -> str:
-    return (
-        f"Your worktree starts from commit {start[:12]}, the work an earlier attempt of this task left "
-        "uncommitted when it stopped (salvaged by stella): review it and continue from there "
-        "rather than starting over.\n\n"
-    )
-
-
 class Workspaces(AttemptStep):
     def __init__(self, settings: RunSettings, ledger: Ledger) -> None:
         self.settings = settings
@@ -27,7 +19,11 @@ class Workspaces(AttemptStep):
         """A task whose worktree starts from a salvage commit is told so first."""
         start = self.settings.start_points.get(attempt.task.id)
         if start is not None and attempt.task.isolation == "isolated":
-            attempt.prompt = salvage_note(start) + attempt.prompt
+            attempt.prompt = (
+                f"Your worktree starts from commit {start[:12]}, the work an earlier attempt of this task "
+                "left uncommitted when it stopped (salvaged by stella): review it and continue from there "
+                "rather than starting over.\n\n"
+            ) + attempt.prompt
 
     def before_start(self, attempt: AttemptState) -> None:
         """A new worktree, readied (a follow-up reuses the task's); AttemptFailed if it cannot be."""
