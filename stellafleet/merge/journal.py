@@ -188,7 +188,6 @@ def _abandon(root: Path, ledger: Ledger, run_id: str, task_id: str, attempt: dic
         task_id=task_id,
         attempt_id=attempt_id,
         worktree=worktree,
-        claimed=[],
         outcome=str(AttemptOutcome.ABANDONED),
     )
     if saved is not None:

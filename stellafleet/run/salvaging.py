@@ -16,7 +16,7 @@ from stellafleet.git import salvage as salvage_git
 from stellafleet.state import journal
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
-from stellafleet.state.ledger_recovery import BeforeAbandon, finalise_run
+from stellafleet.state.ledger_recovery import finalise_run
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +29,8 @@ def salvage_attempt(
     task_id: str,
     attempt_id: int,
     worktree: Path | None,
-    claimed: Sequence[str],
     outcome: str,
+    claimed: Sequence[str] = (),
 ) -> salvage_git.Salvaged | None:
     """Salvage one attempt's work (worktree: all of it; else the claimed paths of the shared tree) and
     record the ref and SHA on the attempt; None when there was nothing to keep."""
@@ -61,12 +61,17 @@ def salvage_workspace(
         return None
 
 
-def before_abandon(root: Path) -> BeforeAbandon:
-    """Salvage each of a killed fleet's open attempts before they are abandoned (while their claims are
-    still recorded)."""
+def repair(root: Path, records: Sequence[journal.Record]) -> bool:
+    """The runs of a killed fleet finalised, their open attempts salvaged first; False while a worker of
+    one still runs or the ledger is busy (a later command finishes it)."""
+    paths = StatePaths(root)
+    if not paths.fleet_db.exists():
+        return True
 
-    def hook(ledger: Ledger, store: ClaimStore | None, run_id: str, attempts: list[dict[str, Any]]) -> None:
-        for open_attempt in attempts:
+    def salvage(
+        ledger: Ledger, store: ClaimStore | None, run_id: str, attempts: list[dict[str, Any]]
+    ) -> None:
+        for open_attempt in attempts:  # before they are abandoned, while their claims are still recorded
             attempt_id = int(open_attempt["id"])
             row = ledger.attempts.get(attempt_id, "task_id, branch, worktree, node")
             if row is None or (row["branch"] and not row["worktree"]):
@@ -84,23 +89,13 @@ def before_abandon(root: Path) -> BeforeAbandon:
                 outcome="abandoned",
             )
 
-    return hook
-
-
-def repair(root: Path, records: Sequence[journal.Record]) -> bool:
-    """The runs of a killed fleet finalised, their open attempts salvaged first; False while a worker of
-    one still runs or the ledger is busy (a later command finishes it)."""
-    paths = StatePaths(root)
-    if not paths.fleet_db.exists():
-        return True
     finished = False
     with (
         contextlib.suppress(StellaError, sqlite3.Error, OSError),
         Ledger.open(paths.fleet_db) as ledger,
         ClaimStore.open(paths.store_db) if paths.store_db.exists() else contextlib.nullcontext() as store,
     ):
-        hook = before_abandon(root)
         finished = all(
-            [finalise_run(ledger, store, str(r.data.get("run_id")), before_abandon=hook) for r in records]
+            [finalise_run(ledger, store, str(r.data.get("run_id")), before_abandon=salvage) for r in records]
         )
     return finished
