@@ -88,9 +88,7 @@ class Dispatcher:
         one, in the task's existing worktree."""
         while True:
             try:
-                end = self._once(
-                    AttemptState(task, self.settings, self._hard_stop, reason, prompt=task.prompt)
-                )
+                end = self._once(AttemptState(task, self._hard_stop, reason, prompt=task.prompt))
             except RunAgain as again:
                 reason = again.reason
                 continue

@@ -61,7 +61,6 @@ class AttemptState:
     """One attempt as its steps see it; the dispatcher fills it in as the attempt goes."""
 
     task: PlanTask
-    settings: RunSettings
     stopping: threading.Event  # set once the run stops its workers
     reason: str | None = None  # why a follow-up attempt exists (`ci-fix`, `limit`); None: a task's own
     guard: float | None = None  # the worker's spend guard, decided on admission
