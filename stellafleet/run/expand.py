@@ -67,9 +67,10 @@ class Expansions:
             )
             try:
                 emitted = load_fragment(plan_out, task, rules)
-                _refuse(task.id, emitted, self.tasks, isolated_remote=self.isolated_remote)
+                self._refuse(task.id, emitted)
             except PlanError as exc:
-                return AttemptEnd.failed(refused(exc.problems))
+                many = f" ({len(exc.problems)} problems)" if len(exc.problems) != 1 else ""
+                return AttemptEnd.failed(f"its plan fragment was refused{many}: " + "; ".join(exc.problems))
             self.ledger.tasks.add(self.run_id, emitted, {})
             self.ledger.tasks.set_fragment(self.run_id, task.id, str(plan_out))
             for child in emitted:
@@ -77,27 +78,20 @@ class Expansions:
             self.count += len(emitted)
         return replace(end, summary=f"{end.summary} (emitted {len(emitted)} tasks)") if emitted else end
 
-
-def refused(problems: list[str]) -> str:
-    if len(problems) == 1:
-        return f"its plan fragment was refused: {problems[0]}"
-    return f"its plan fragment was refused ({len(problems)} problems): " + "; ".join(problems)
-
-
-def _refuse(
-    emitter: str, emitted: Iterable[PlanTask], tasks: dict[str, PlanTask], *, isolated_remote: bool
-) -> None:
-    """An emitted task's full id must not be one the run has; under Ray an isolated one may not expand."""
-    name = fragment_name(emitter)
-    problems = [
-        f'{name}: task "{t.id}": id: the run already has a task "{t.id}"' for t in emitted if t.id in tasks
-    ]
-    if isolated_remote and not problems:
+    def _refuse(self, emitter: str, emitted: Iterable[PlanTask]) -> None:
+        """An emitted task's full id must not be one the run has; under Ray an isolated one may not expand."""
+        name = fragment_name(emitter)
         problems = [
-            f'{name}: task "{t.id}": expands: an isolated task runs on the Ray cluster, where what it '
-            "emits would stay on the node: make it shared, or leave expands out"
+            f'{name}: task "{t.id}": id: the run already has a task "{t.id}"'
             for t in emitted
-            if t.expands and t.isolation == "isolated"
+            if t.id in self.tasks
         ]
-    if problems:
-        raise PlanError(problems)
+        if self.isolated_remote and not problems:
+            problems = [
+                f'{name}: task "{t.id}": expands: an isolated task runs on the Ray cluster, where what it '
+                "emits would stay on the node: make it shared, or leave expands out"
+                for t in emitted
+                if t.expands and t.isolation == "isolated"
+            ]
+        if problems:
+            raise PlanError(problems)
