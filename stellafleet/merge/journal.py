@@ -127,11 +127,8 @@ def _drop_index_lock(root: Path, journal_at: float | None) -> str | None:
 def _finish(root: Path, data: dict[str, Any], journal_at: float | None = None) -> str:
     done = [said] if (said := _stop_check(data)) else []
     landing = data.get("landing")
-    status, after, reason = (
-        MergeStatus.ERROR,
-        None,
-        "stella merge was stopped before this branch landed (killed or interrupted)",
-    )
+    status, after = MergeStatus.ERROR, None
+    reason = "stella merge was stopped before this branch landed (killed or interrupted)"
     if landing:
         onto, old, new = landing["onto"], landing["old"], landing["new"]
         if (said := _drop_index_lock(root, journal_at)) is not None:

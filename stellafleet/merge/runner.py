@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from stellafleet.core.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import MergeStatus
+from stellafleet.core.words import plural
 from stellafleet.git import gitops, mergeops, worktrees
 from stellafleet.merge import journal as merge_journal
 from stellafleet.merge.journal import Journal
@@ -124,9 +125,9 @@ def _refuse_unless_ready(root: Path, options: MergeOptions) -> str:
         )
     dirty = gitops.status_porcelain(root, untracked="no")
     if dirty and not options.dry_run:
-        files = "1 file" if len(dirty) == 1 else f"{len(dirty)} files"
         raise StellaError(
-            f"your work tree has uncommitted changes ({files}): commit or stash them before stella merge",
+            f"your work tree has uncommitted changes ({plural(len(dirty), 'file')}): commit or stash them "
+            "before stella merge",
             exit_code=EXIT_USAGE,
         )
     return branch
@@ -227,8 +228,7 @@ class _Queue:
             item.reason = f"would conflict with {onto} in {', '.join(files)}"
             self.not_landed.add(item.task_id)
             return
-        ahead = gitops.commits_ahead(self.root, self.tip, item.head)
-        commits = "1 commit" if ahead == 1 else f"{ahead} commits"
+        commits = plural(gitops.commits_ahead(self.root, self.tip, item.head), "commit")
         item.reason = f"would {self.options.strategy} {commits} onto {onto}{check}"
         self.tip = simulated or self.tip
 

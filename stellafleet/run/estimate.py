@@ -30,10 +30,9 @@ class TaskEstimate:
     seconds: tuple[float, float] | None
 
     def to_json(self) -> dict[str, Any]:
-        plain = {key: getattr(self, key) for key in ("pipeline", "model", "basis", "attempts")}
         return {
             "task": self.task_id,
-            **plain,
+            **{key: getattr(self, key) for key in ("pipeline", "model", "basis", "attempts")},
             "spend_usd": _pair(self.usd),
             "duration_s": _pair(self.seconds),
         }
@@ -60,9 +59,8 @@ def play(plan: Plan, seconds: dict[str, float], width: int, schedule: str) -> tu
     """(wall time, start order) of the plan with these durations through the schedule at this width."""
     if schedule == "waves":
         waves = plan.waves(width)
-        return sum(max((seconds[t] for t in wave), default=0.0) for wave in waves), [
-            t for w in waves for t in w
-        ]
+        order = [t for w in waves for t in w]
+        return sum(max((seconds[t] for t in wave), default=0.0) for wave in waves), order
     rank = start_order(plan, seconds)
     waiting = {task.id: set(task.depends_on) for task in plan.tasks}
     running: list[tuple[float, str]] = []
