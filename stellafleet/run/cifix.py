@@ -128,8 +128,7 @@ def fixer_for_past_run(
     limit is the one given now, else the run's, less what the run spent."""
     paths = StatePaths(root)
     with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as claims:
-        record = ledger.get_run(run_id)
-        run = record["run"]
+        run = ledger.get_run(run_id)["run"]
         limit = spend_limit if spend_limit is not None else run.get("spend_limit_usd")
         concurrency = max(1, int(run.get("max_concurrency") or 1))
         budget = spend_budget(limit, concurrency, config, spent=ledger.spend.of_run(run_id))
