@@ -10,7 +10,6 @@ from stellafleet.core.status import RunStatus
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
-from stellafleet.state.views import Alive
 
 # called with a run's open attempts before they are abandoned, their claims still recorded (run/salvaging.py)
 BeforeAbandon = Callable[[Ledger, ClaimStore | None, str, list[dict[str, Any]]], None]
@@ -21,7 +20,6 @@ def finalise_run(
     store: ClaimStore | None,
     run_id: str,
     *,
-    alive: Alive = pid_alive,
     before_abandon: BeforeAbandon | None = None,
 ) -> bool:
     """Finalise run_id, whose fleet is gone, once its workers have ended; False while one still runs."""
@@ -29,7 +27,7 @@ def finalise_run(
     if run is None or run["status"] != RunStatus.RUNNING:
         return True
     attempts = ledger.attempts.running(run_id)
-    if any(a["pid"] is not None and alive(a["pid"], a["started_at_ms"]) for a in attempts):
+    if any(a["pid"] is not None and pid_alive(a["pid"], a["started_at_ms"]) for a in attempts):
         return False  # a worker still runs: its claims stay held until it has ended too
     if before_abandon is not None:
         before_abandon(ledger, store, run_id, attempts)
