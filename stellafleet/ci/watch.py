@@ -475,11 +475,10 @@ def watch_run(
     gh: GhRunner | None = None,
     out: WatchReporter | None = None,
     json_mode: bool = False,
-    settings: WatchConfig | None = None,
     fixer: CiFixer | None = None,
 ) -> WatchResult:
     """Watch the CI of every branch of run_id that holds successful work; exit_code 0 all green, else 4."""
-    settings = settings or config.watch
+    settings = config.watch
     reporter: WatchReporter = out or ConsoleReporter(
         sys.stderr if json_mode else sys.stdout, table=not json_mode
     )
