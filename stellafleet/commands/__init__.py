@@ -5,12 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from stellafleet.core.errors import EXIT_USAGE
-
-if TYPE_CHECKING:
-    from stellafleet.core.config import Config
 
 
 def positive_int(text: str) -> int:
@@ -42,10 +38,3 @@ def repository_or_none() -> Path | None:
         return gitops.repo_root(Path.cwd())
     except StellaError:
         return None
-
-
-def command_config(args: argparse.Namespace) -> Config:
-    """The config for a command that also works outside a repository (the user's file and --config)."""
-    from stellafleet.core.config import load_config
-
-    return load_config(repository_or_none(), config_file=config_file_arg(args))

@@ -77,28 +77,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="where isolated tasks run: this machine (local) or a Ray cluster (default: [executor] kind)",
     )
     parser.add_argument("--ray-address", metavar="ADDR", help="the Ray cluster to use (HOST:PORT)")
-    _limit_options(parser)
-    add_tree_flags(parser)
+    _start_options(parser)
     parser.set_defaults(func=run)
 
 
-def add_tree_flags(parser: argparse.ArgumentParser) -> None:
-    """--allow-dirty and --allow-detached: what the start of a run may find in the shared tree."""
-    parser.add_argument(
-        "--allow-dirty",
-        action="store_true",
-        help="start although files the tasks claim have uncommitted changes of yours (the workers' commits "
-        "leave your changes out)",
-    )
-    parser.add_argument(
-        "--allow-detached",
-        action="store_true",
-        help="let shared tasks commit onto a detached HEAD (default: refused; [fleet] allow_detached)",
-    )
-
-
-def _limit_options(parser: argparse.ArgumentParser) -> None:
-    """Provider limits and money before it is spent."""
+def _start_options(parser: argparse.ArgumentParser) -> None:
+    """Provider limits, money before it is spent, and what the start may find in the shared tree."""
     parser.add_argument(
         "--wait-for-limits",
         action="store_true",
@@ -110,6 +94,17 @@ def _limit_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run nothing: estimate each task's spend and duration and the run's total and wall time from "
         "the ledger's history (with --spend-limit: whether and where the limit likely stops it)",
+    )
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="start although files the tasks claim have uncommitted changes of yours (the workers' commits "
+        "leave your changes out)",
+    )
+    parser.add_argument(
+        "--allow-detached",
+        action="store_true",
+        help="let shared tasks commit onto a detached HEAD (default: refused; [fleet] allow_detached)",
     )
 
 

@@ -8,9 +8,9 @@ from importlib.metadata import EntryPoint
 from typing import Any
 
 from stellafleet import pipelines
-from stellafleet.commands import command_config
+from stellafleet.commands import config_file_arg, repository_or_none
 from stellafleet.core import jsontext
-from stellafleet.core.config import Config
+from stellafleet.core.config import Config, load_config
 from stellafleet.core.errors import EXIT_OK, StellaError
 from stellafleet.core.terminal import aligned
 from stellafleet.pipelines.agentcli import AgentCliPipeline
@@ -66,10 +66,6 @@ def describe(name: str, entry: EntryPoint, config: Config) -> dict[str, Any]:
     return info
 
 
-def collect(config: Config) -> list[dict[str, Any]]:
-    return [describe(name, entry, config) for name, entry in pipelines.available().items()]
-
-
 def render_table(rows: list[dict[str, Any]]) -> str:
     header = ("NAME", "WRAPS", "ON PATH", "VERSION", "STATUS", "PACKAGE", "DESCRIPTION")
     table = [header]
@@ -99,7 +95,9 @@ def _problem_lines(name: str, problem: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    rows = collect(command_config(args))
+    # it also works outside a repository (the user's file and --config)
+    config = load_config(repository_or_none(), config_file=config_file_arg(args))
+    rows = [describe(name, entry, config) for name, entry in pipelines.available().items()]
     if args.json:
         print(jsontext.dumps({"pipelines": rows}, indent=2))
     elif not rows:

@@ -49,7 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     listing = sub.add_parser("list", help="doit's own `list` view of the compiled task graph")
     listing.add_argument("file", metavar="FILE")
-    listing.set_defaults(func=list_command)
+    listing.set_defaults(func=lambda args: _doit(load_plan(args.file), ["list"]))
 
     info = sub.add_parser("info", help="doit's own `info` view of one task of the compiled graph")
     info.add_argument("file", metavar="FILE")
@@ -113,10 +113,6 @@ def eager_explanation(limit: int | None) -> str:
         "the waves below only show the order in which tasks become ready. A failed "
         "task's dependents are skipped; once the spend limit is reached no new task starts."
     )
-
-
-def list_command(args: argparse.Namespace) -> int:
-    return _doit(load_plan(args.file), ["list"])
 
 
 def info_command(args: argparse.Namespace) -> int:

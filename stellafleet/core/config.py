@@ -196,7 +196,11 @@ def load_config(
         _merge(data, layer, origins, source)
     known = StatePaths(root).config_checked if root is not None else None
     fingerprint = _fingerprint(layers)
-    if known is None or _read_known(known) != fingerprint:
+    try:
+        valid = known is not None and known.read_text() == fingerprint
+    except OSError:
+        valid = False
+    if not valid:
         problems = _problems(layers, data)
         if problems:
             raise ConfigError(problems)
@@ -231,13 +235,6 @@ def _fingerprint(layers: list[tuple[str, dict[str, Any]]]) -> str:
     schema = configschema.BUNDLED.path
     found = schema.stat()
     return json.dumps([str(schema), found.st_size, found.st_mtime_ns, layers], sort_keys=True, default=str)
-
-
-def _read_known(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
 
 
 def _remember(path: Path | None, fingerprint: str) -> None:

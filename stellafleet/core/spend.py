@@ -40,18 +40,6 @@ def check_count(value: object, what: str) -> int:
     return value
 
 
-def check_report(
-    usd: object, input_tokens: object, output_tokens: object, steps: object
-) -> tuple[float, int, int, int]:
-    """One spend report's amounts, each checked (check_usd, check_count); ValueError names the bad one."""
-    return (
-        check_usd(usd),
-        check_count(input_tokens, "input_tokens"),
-        check_count(output_tokens, "output_tokens"),
-        check_count(steps, "steps"),
-    )
-
-
 class SpendReporter(Protocol):
     """Where a spender's reports go; cached input tokens are passed only when a report has some."""
 

@@ -141,12 +141,6 @@ MAX_ENTRIES = 1000
 SECRET_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 
-def _truncate(text: str, limit: int = MAX_RESULT_CHARS) -> str:
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\n... [output truncated: {len(text) - limit} more characters]"
-
-
 ToolMethod = TypeVar("ToolMethod", bound=Callable[..., str])
 # Each tool's (description, parameters, required ones), in the order the model is shown them.
 TOOL_DEFS: dict[str, tuple[str, dict[str, dict[str, Any]], tuple[str, ...]]] = {}
@@ -199,7 +193,11 @@ class Toolbox:
         tool = self.tools.get(name)
         if tool is None:
             raise FormatError(f"unknown tool {name!r}: the tools are {', '.join(self.tools)}")
-        return _truncate(tool.run(tool.check(args)))
+        text = tool.run(tool.check(args))
+        if len(text) > MAX_RESULT_CHARS:
+            more = len(text) - MAX_RESULT_CHARS
+            text = f"{text[:MAX_RESULT_CHARS]}\n... [output truncated: {more} more characters]"
+        return text
 
     @tool(
         f"Read a text file, with line numbers (up to {READ_LINES} lines per call).",

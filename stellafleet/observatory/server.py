@@ -11,7 +11,6 @@ import re
 import socket
 import stat
 import sys
-import time
 from functools import cache
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +20,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from stellafleet.core import jsontext
+from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.state import dashboard, views
@@ -134,10 +134,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class ObservatoryServer(ThreadingHTTPServer):
@@ -267,7 +263,7 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         offset = self._int_param(query, "offset", 0, 0, 2**62)
         sparks = dashboard.SPARK_POINTS
         page = views.runs_page(
-            self.server.ledger_path, limit=limit, offset=offset, now_ms=_now_ms(), sparks=sparks
+            self.server.ledger_path, limit=limit, offset=offset, now_ms=wall_ms(), sparks=sparks
         )
         page["poll_ms"] = self.server.poll_ms
         self._send_json(HTTPStatus.OK, page, head=head)
@@ -276,7 +272,7 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         """GET /api/runs/<ref>: the whole run document; GET /api/runs/<ref>/page: the page's first view."""
         load = dashboard.load_first_view if first_view else dashboard.load_run_page
         try:
-            doc = load(self._ledger(), ref, now_ms=_now_ms())
+            doc = load(self._ledger(), ref, now_ms=wall_ms())
         except views.UnknownRun as exc:
             raise _Refusal(HTTPStatus.NOT_FOUND, str(exc)) from None
         doc["poll_ms"] = self.server.poll_ms
@@ -287,7 +283,7 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         attempt_id = whole_number(raw_id)
         if attempt_id is None:
             raise _Refusal(HTTPStatus.NOT_FOUND, f"no such page: /api/attempts/{raw_id[:40]}")
-        found = dashboard.load_attempt(self._ledger(), attempt_id, now_ms=_now_ms())
+        found = dashboard.load_attempt(self._ledger(), attempt_id, now_ms=wall_ms())
         if found is None:
             raise _Refusal(HTTPStatus.NOT_FOUND, f"no attempt {attempt_id} in the ledger")
         self._send_json(HTTPStatus.OK, found, head=head)

@@ -12,12 +12,11 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.limits import LimitKind, LimitReporter, from_http, from_text, limits_of
 from stellafleet.core.spend import RunningTotal, SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.engine.progress import short
 from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.agentcli import AgentCliPipeline, prompt_file, scratch_dir
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
-from stellafleet.pipelines.support import EventLines, complete_lines, crash_text, failed, timeout_text
+from stellafleet.pipelines.support import EventLines, complete_lines, crash_text, failed, short, timeout_text
 
 CLI = "aider"
 APPLIED = re.compile(r"^Applied edit to (?P<path>.+?)\s*$")

@@ -11,13 +11,12 @@ from stellafleet.core.limits import LimitReporter, from_http, limits_of
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.anthropic import usage_of
-from stellafleet.engine.progress import short
 from stellafleet.engine.transport import token_count
 from stellafleet.pipelines.agentcli import AgentCliPipeline, agent_prompt, prompt_file, scratch_dir
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.claude_hook import HookContext, edited_path, hook_settings
 from stellafleet.pipelines.clirun import CliRun, run_agent
-from stellafleet.pipelines.support import EventLines, crash_text, failed, parse_failure, timeout_text
+from stellafleet.pipelines.support import EventLines, crash_text, failed, parse_failure, short, timeout_text
 from stellafleet.state.claims import Holder
 
 CLI = "claude"

@@ -46,23 +46,16 @@ class HookContext:
         return cls(**{key: data[key] for key in cls.__dataclass_fields__})
 
 
-def hook_command(context_file: Path) -> str:
-    """The shell command Claude Code runs for the hook (it runs hook commands through a shell)."""
-    return (
-        f"{shlex.quote(sys.executable)} -m stellafleet.pipelines.claude_hook {shlex.quote(str(context_file))}"
-    )
-
-
 def hook_settings(context_file: Path) -> dict[str, Any]:
     """The `--settings` content that adds the hook for every file-editing tool."""
+    # Claude Code runs hook commands through a shell
+    command = shlex.join([sys.executable, "-m", "stellafleet.pipelines.claude_hook", str(context_file)])
     return {
         "hooks": {
             "PreToolUse": [
                 {
                     "matcher": HOOK_TOOLS,
-                    "hooks": [
-                        {"type": "command", "command": hook_command(context_file), "timeout": HOOK_TIMEOUT_S}
-                    ],
+                    "hooks": [{"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S}],
                 }
             ]
         }

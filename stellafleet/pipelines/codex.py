@@ -17,7 +17,6 @@ from stellafleet.core.limits import LimitReporter, from_text, limits_of
 from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_price_message
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.engine.progress import short
 from stellafleet.git import gitops
 from stellafleet.pipelines.agentcli import AgentCliPipeline, agent_env, agent_prompt, prompt_file
 from stellafleet.pipelines.base import PipelineResult
@@ -29,6 +28,7 @@ from stellafleet.pipelines.support import (
     failed,
     json_line,
     parse_failure,
+    short,
     timeout_text,
 )
 

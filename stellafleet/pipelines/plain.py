@@ -17,14 +17,13 @@ from stellafleet.core.limits import limits_of
 from stellafleet.core.pricing import Pricer, price_for, unknown_price_message
 from stellafleet.core.spend import SpendReporter, SpendTally
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.engine.clients import make_client
-from stellafleet.engine.loop import Engine, EngineOutcome, EventSink, system_prompt
-from stellafleet.engine.progress import ProgressPrinter
+from stellafleet.engine.loop import Engine, EngineOutcome, EventSink, make_client, system_prompt
 from stellafleet.engine.redact import Redactor, Transcript
 from stellafleet.engine.settings import DEFAULT_KEY_ENV, EngineSettings, load_settings, settings_problems
 from stellafleet.engine.tools import ClaimFn, Committer, Toolbox, Workspace
 from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.base import PipelineResult
+from stellafleet.pipelines.support import ProgressPrinter
 from stellafleet.state.claims import ClaimStore, Holder
 
 SPEND_ENV = ("STELLA_SPEND_LIMIT", "STELLA_SPEND_GUARD")

@@ -376,13 +376,10 @@ def _at(name: str, labels: list[str], location: tuple[Any, ...], message: str) -
     return ": ".join([*parts, *keys, message])
 
 
-FINITE = (("timeout", "seconds"), ("max_spend", "dollars"))
-
-
 def _timeout_problems(where: str, raw: dict[Any, Any]) -> list[str]:
     """That a timeout or a max_spend is finite (TOML and YAML can write inf and nan)."""
     problems = []
-    for key, unit in FINITE:
+    for key, unit in (("timeout", "seconds"), ("max_spend", "dollars")):
         value = raw.get(key)
         if isinstance(value, bool) or not isinstance(value, int | float):
             continue  # absent, or the schema reported it

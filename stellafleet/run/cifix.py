@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from stellafleet.ci.fixci import FixOutcome, FixRequest
+from stellafleet.ci.watch import FixOutcome, FixRequest
 from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import SpendBudget

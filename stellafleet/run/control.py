@@ -373,9 +373,7 @@ class FleetRun:
                 run_settings(p), ledger, claims, executor, lambda event: None, budget=budget
             )
             fixer = CiFixRounds(dispatcher, ledger, budget, max_rounds=p.options.fix_ci)
-        result = watch_run(
-            p.root, p.run_id, config=p.config, settings=p.watch, json_mode=p.options.json_mode, fixer=fixer
-        )
+        result = watch_run(p.root, p.run_id, config=p.config, json_mode=p.options.json_mode, fixer=fixer)
         if code == EXIT_OK and result.exit_code != EXIT_OK:
             code = result.exit_code
             ledger.runs.finish(

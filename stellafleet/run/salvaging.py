@@ -15,8 +15,7 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.git import salvage as salvage_git
 from stellafleet.state import journal
 from stellafleet.state.claims import ClaimStore
-from stellafleet.state.ledger import Ledger
-from stellafleet.state.ledger_recovery import finalise_run
+from stellafleet.state.ledger import Ledger, finalise_run
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from stellafleet.core.errors import StellaError
 from stellafleet.core.limits import LimitEvent, LimitKind
-from stellafleet.core.spend import check_count, check_report
+from stellafleet.core.spend import check_count, check_usd
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, TaskStatus
 from stellafleet.state.ledger_schema import check_choice
 from stellafleet.state.sqlitefile import Table
@@ -186,9 +186,10 @@ class Spend(Table):
     ) -> bool:
         """Add to an attempt's and its run's spend, tokens and steps; a re-delivered seq adds nothing."""
         try:
-            usd, input_tokens, output_tokens, steps = check_report(usd, input_tokens, output_tokens, steps)
-            cached = (check_count(cache_read_tokens, "cache_read_tokens"),
-                      check_count(cache_write_tokens, "cache_write_tokens"))  # fmt: skip
+            usd = check_usd(usd)
+            names = ("input_tokens", "output_tokens", "steps", "cache_read_tokens", "cache_write_tokens")
+            given = (input_tokens, output_tokens, steps, cache_read_tokens, cache_write_tokens)
+            input_tokens, output_tokens, steps, *cached = map(check_count, given, names)
         except ValueError as exc:
             raise StellaError(f"refused a spend report for attempt {attempt_id}: {exc}") from None
         with self._db.write() as conn:

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 from stellafleet.state.claims import ClaimStore, Holder
-from stellafleet.state.ledger import Ledger
-from stellafleet.state.ledger_recovery import finalise_run
+from stellafleet.state.ledger import Ledger, finalise_run
 from stellafleet.testing.sample_ledger import add_run
 
 
