@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from stellafleet.core.clock import Clock, SystemClock
+from stellafleet.core.clock import Clock
 from stellafleet.core.errors import StellaError
-from stellafleet.core.limits import LimitReporter
 from stellafleet.core.pricing import Pricer
 from stellafleet.core.spend import SpendTally
 from stellafleet.core.words import plural
-from stellafleet.engine.anthropic import AnthropicClient
+from stellafleet.engine.clients import ModelClient
 from stellafleet.engine.errors import EngineError, Finished, FormatError, LimitReached, ToolFailure
 from stellafleet.engine.messages import (
     Message,
@@ -21,13 +20,10 @@ from stellafleet.engine.messages import (
     ToolCall,
     ToolResult,
     ToolResults,
-    ToolSpec,
     UserText,
     text_size,
 )
-from stellafleet.engine.openai import OpenAIClient
-from stellafleet.engine.redact import Redactor, Transcript
-from stellafleet.engine.settings import EngineSettings
+from stellafleet.engine.redact import Transcript
 from stellafleet.engine.tools import Toolbox
 
 EventSink = Callable[[str, dict[str, Any]], None]
@@ -39,30 +35,6 @@ NUDGE = (
     "Reply with tool calls only. Use the tools to do the task, commit your files with `commit`, and call "
     "`finish` with a summary when you are done (or when you cannot go on)."
 )
-
-
-class ModelClient(Protocol):
-    def complete(
-        self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int
-    ) -> ModelReply: ...
-
-    def close(self) -> None: ...
-
-
-def make_client(
-    settings: EngineSettings,
-    *,
-    clock: Clock | None = None,
-    redact: Redactor | None = None,
-    env: Mapping[str, str] | None = None,
-    limits: LimitReporter | None = None,
-) -> ModelClient:
-    """The client for settings.provider, with its key read from the environment now."""
-    key = settings.api_key(env)
-    redact = redact or Redactor()
-    redact.add(key)
-    client = AnthropicClient if settings.provider == "anthropic" else OpenAIClient
-    return client(settings, key, clock=clock or SystemClock(), redact=redact, limits=limits)
 
 
 def system_prompt(workspace: str, *, shared: bool, shell: bool) -> str:

@@ -17,7 +17,8 @@ from stellafleet.core.limits import limits_of
 from stellafleet.core.pricing import Pricer, price_for, unknown_price_message
 from stellafleet.core.spend import SpendReporter, SpendTally
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.engine.loop import Engine, EngineOutcome, EventSink, make_client, system_prompt
+from stellafleet.engine.clients import make_client
+from stellafleet.engine.loop import Engine, EngineOutcome, EventSink, system_prompt
 from stellafleet.engine.redact import Redactor, Transcript
 from stellafleet.engine.settings import DEFAULT_KEY_ENV, EngineSettings, load_settings, settings_problems
 from stellafleet.engine.tools import ClaimFn, Committer, Toolbox, Workspace

@@ -10,7 +10,7 @@ import pytest
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_price_message
-from stellafleet.engine.loop import make_client
+from stellafleet.engine.clients import make_client
 from stellafleet.engine.messages import UserText
 from stellafleet.engine.settings import load_settings
 from stellafleet.testing.clock import FakeClock

@@ -10,8 +10,8 @@ import pytest
 from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
 from stellafleet.engine.anthropic import _anthropic_url
+from stellafleet.engine.clients import make_client
 from stellafleet.engine.errors import EngineError
-from stellafleet.engine.loop import make_client
 from stellafleet.engine.messages import UserText
 from stellafleet.engine.openai import _openai_url
 from stellafleet.engine.redact import Redactor

@@ -14,8 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from stellafleet.core.config import Config
+from stellafleet.engine.clients import make_client
 from stellafleet.engine.errors import EngineError
-from stellafleet.engine.loop import make_client
 from stellafleet.engine.messages import UserText
 from stellafleet.engine.redact import Redactor
 from stellafleet.engine.settings import load_settings
