@@ -20,7 +20,7 @@ import psutil
 from stellafleet.core.errors import GitError, StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import dirty, gitops, index, indexlock, lanejournal, scratch, submodules
+from stellafleet.git import dirty, gitops, index, indexlock, lanejournal, submodules
 from stellafleet.git import hooks as hooks_mod
 from stellafleet.git.indexlock import IndexLock
 from stellafleet.git.lanejournal import Pending
@@ -41,7 +41,7 @@ def commit_paths(
     submodules.refuse_inside(workspace, relpaths)
     reflog = f"stella: task {ctx.task_id}"
     run_hooks = ctx.commit_hooks == "run"
-    with scratch.directory("stella-commit-") as tmp:  # locked while this process lives: swept after
+    with lanejournal.scratch_directory("stella-commit-") as tmp:  # locked while we live, swept once gone
         # in the shared tree, a file the user had changed when the run started: the worker's changes only
         snapshot = dirty.load(ctx.root, ctx.run_id) if ctx.shared else {}
         contents = dirty.worker_entries(workspace, relpaths, snapshot) if snapshot else {}
@@ -309,7 +309,7 @@ def _prepare(workspace: Path, staged: Staged, real: Path) -> _Ahead:
 def _build(workspace: Path, staged: Staged, real: Path) -> tuple[str | None, str]:
     """(HEAD, a new commit of HEAD plus exactly the staged entries, HEAD its parent)."""
     old = indexlock.head_now(workspace, real)
-    with scratch.directory("stella-index-") as tmp:
+    with lanejournal.scratch_directory("stella-index-") as tmp:
         index_file = Path(tmp) / "index"
         index.read_tree_into(workspace, index_file, old)
         index.set_entries(workspace, index_file, staged.entries, staged.gone)
