@@ -1,10 +1,6 @@
-"""Git's own index lock, taken the way git takes it, held only to install a prepared index and move HEAD.
-
-The lock file names its holder (stella's pid and start time), so one a killed stella left is removed by
-the next stella command; git's own is only waited for. `git commit` reads the index before it locks it:
-one that read the index a lane commit replaced would write that copy back, so the lock lingers while such
-a git may still run (`IndexLock.linger`).
-"""
+"""Git's index lock, taken as git takes it, held only to install an index and move HEAD. It names its holder
+(pid, start time): a killed stella's is removed, git's waited for; it lingers while a `git commit` that read
+the replaced index may still write that copy back (`IndexLock.linger`)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""A worker's commit of exactly its own paths; in the shared tree, through the commit lane.
-
-Staged and hooked in a private index on HEAD, so nothing else staged is swept in; built aside, HEAD moved
-by compare-and-swap, and of the real index only these paths' entries changed, under git's index.lock held
-for an instant (indexlock.py). HEAD moved <=> a ledger row, even for a killed commit, whose leftovers the
-next stella command cleans up (lanejournal.py).
-"""
+"""A worker's commit of exactly its own paths (shared tree: through the commit lane), staged and hooked in a
+private index on HEAD, so nothing else staged is swept in; HEAD moved by compare-and-swap, only these paths'
+index entries changed, under index.lock for an instant. HEAD moved <=> a ledger row (lanejournal.py)."""
 
 from __future__ import annotations
 
@@ -207,12 +203,9 @@ def commit_in_workspace(
     before_head_moves: Callable[[str, Mapping[str, tuple[str, str]]], None] | None = None,
     on_branch: bool = False,  # refused if HEAD is detached when it would move: _refuse_detached
 ) -> str:
-    """The commit built ahead put on HEAD by compare-and-swap, and its paths' entries in the real index;
-    returns its SHA. before_head_moves(sha, the paths' index entries before) journals it first.
-
-    It is caught up without index.lock on what HEAD and the index did meanwhile until they stay put up to
-    the lock, which is then held only to install the index and move HEAD: the user's git meets it for an
-    instant. Past LOCKLESS_S it is caught up under the lock, so it cannot be overtaken again."""
+    """The commit built ahead put on HEAD by compare-and-swap, and its paths' entries in the real index; its
+    SHA. before_head_moves(sha, those entries before) journals it first. Caught up on what HEAD and the index
+    did meanwhile without index.lock (the user's git meets it for an instant), past LOCKLESS_S under it."""
     moved: GitError | None = None
     mover: index.HeadMove | None = None  # started ahead: under the lock, only the move itself is left
     real = ahead.update.real

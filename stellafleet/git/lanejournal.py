@@ -100,9 +100,8 @@ REF_UPDATE_WAIT_S = 5.0
 
 
 def _wait_for_ref_updates(root: Path) -> None:
-    """Wait (a bounded time) while a lock on HEAD or its branch is held: the dead holder's `git
-    update-ref` may outlive it and still move HEAD. With no git process left in the work tree, the lock
-    is what that update-ref left as it was killed: the update never happened, and the lock goes."""
+    """Wait (a bounded time) while a lock on HEAD or its branch is held: the dead holder's `git update-ref`
+    may still move HEAD. With no git left in the work tree, the update never happened: the lock goes."""
     common = gitops.common_dir(root)
     branch = gitops.current_branch(root)
     locks = [common / "HEAD.lock"] + ([common / "refs" / "heads" / f"{branch}.lock"] if branch else [])

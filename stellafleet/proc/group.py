@@ -1,8 +1,5 @@
-"""Stopping a set of processes: the one way stella ends a command, a worker or a tree with all it started.
-
-A set is a process group, what is below its members, and what carries an attempt's identity in its
-environment (a double fork leaves the tree, never the environment). A stop is SIGTERM, grace, SIGKILL.
-"""
+"""The one stop (SIGTERM, grace, SIGKILL) of a set: a process group, what is below its members, and what
+carries an attempt's identity in its environment (a double fork leaves the tree, never the environment)."""
 
 from __future__ import annotations
 

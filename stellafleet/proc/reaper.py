@@ -1,9 +1,5 @@
-"""`python -m stellafleet.proc.reaper [--detach] WATCHED DIRECTORY GRACE`: a node's sidecar that ends the
-worker trees of WATCHED once WATCHED is gone.
-
-A Ray worker can die without a word, and its workers, in sessions of their own, would live on, spending.
-It detaches (double fork, a session of its own) because Ray kills a dying worker's children.
-"""
+"""`python -m stellafleet.proc.reaper [--detach] WATCHED DIRECTORY GRACE` ends WATCHED's worker trees once it
+dies (a dead Ray worker's would live on, spending); detached, as Ray kills a dying worker's children."""
 
 from __future__ import annotations
 
