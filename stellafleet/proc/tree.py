@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -158,7 +157,3 @@ class ProcessTree:
     def stop(self, grace_s: float) -> None:
         """SIGTERM to the whole set, up to grace_s for it to end, then SIGKILL to whatever is left."""
         self.members.stop(grace_s)
-
-    def end_leftovers(self) -> None:
-        """After the worker ended: SIGKILL to whatever it left running (an attempt ends with its tree)."""
-        self.members.signal(signal.SIGKILL)
