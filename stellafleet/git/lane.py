@@ -201,7 +201,7 @@ def commit_in_workspace(
     *,
     reflog: str,
     before_head_moves: Callable[[str, Mapping[str, tuple[str, str]]], None] | None = None,
-    on_branch: bool = False,  # refused if HEAD is detached when it would move: _refuse_detached
+    on_branch: bool = False,  # refused if HEAD is detached when it would move
 ) -> str:
     """The commit built ahead put on HEAD by compare-and-swap, and its paths' entries in the real index; its
     SHA. before_head_moves(sha, those entries before) journals it first. Caught up on what HEAD and the index
@@ -224,7 +224,9 @@ def commit_in_workspace(
                 ahead = _catch_up(workspace, staged, ahead)  # nothing left to do unless past LOCKLESS_S
                 if before_head_moves is not None:
                     before_head_moves(ahead.new, ahead.update.before)
-                _refuse_detached(workspace, real, on_branch)
+                # a HEAD detached since the check before the hooks and the lane's wait is refused
+                if on_branch and gitops.head_detached(workspace, real.parent):
+                    gitops.refuse_detached_head(workspace)
                 lock.install(ahead.update)
                 move, mover = mover, None
                 try:
@@ -246,12 +248,6 @@ def commit_in_workspace(
 def _settled(workspace: Path, ahead: _Ahead) -> bool:
     """Whether HEAD and the real index are still what ahead was built on (read from the files)."""
     return ahead.update.current() and indexlock.head_now(workspace, ahead.update.real) == ahead.old
-
-
-def _refuse_detached(workspace: Path, real: Path, on_branch: bool) -> None:
-    """Under index.lock: a HEAD detached since the check before the hooks and the lane's wait is refused."""
-    if on_branch and gitops.head_detached(workspace, real.parent):
-        gitops.refuse_detached_head(workspace)
 
 
 @dataclass
@@ -295,12 +291,7 @@ def _rebased(workspace: Path, staged: Staged, ahead: _Ahead, head: str | None) -
 
 
 def _prepare(workspace: Path, staged: Staged, real: Path) -> _Ahead:
-    old, new = _build(workspace, staged, real)
-    return _Ahead(old, new, indexlock.prepare_update(workspace, staged.entries, staged.gone, real=real))
-
-
-def _build(workspace: Path, staged: Staged, real: Path) -> tuple[str | None, str]:
-    """(HEAD, a new commit of HEAD plus exactly the staged entries, HEAD its parent)."""
+    """A new commit of HEAD plus exactly the staged entries (HEAD its parent), and the real index's update."""
     old = indexlock.head_now(workspace, real)
     with lanejournal.scratch_directory("stella-index-") as tmp:
         index_file = Path(tmp) / "index"
@@ -309,7 +300,8 @@ def _build(workspace: Path, staged: Staged, real: Path) -> tuple[str | None, str
         tree = index.write_tree(workspace, index_file)
     if old is not None and tree == index.tree_of(workspace, old):
         raise StellaError(f"nothing to commit: {', '.join(staged.paths)} match HEAD already")
-    return old, index.commit_tree(workspace, tree, old, staged.message)
+    new = index.commit_tree(workspace, tree, old, staged.message)
+    return _Ahead(old, new, indexlock.prepare_update(workspace, staged.entries, staged.gone, real=real))
 
 
 def _pending(
