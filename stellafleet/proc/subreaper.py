@@ -3,6 +3,7 @@ worker and the wrapper `python -m stellafleet.proc.subreaper -- ARGV` become one
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -30,17 +31,6 @@ def become_subreaper() -> bool:
         return False
 
 
-def _reap() -> None:
-    """Collect the exit of every child that has ended (the orphans handed to us are ours to reap)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
 def end_descendants(grace_s: float = LEFTOVER_GRACE_S) -> int:
     """Stop every descendant of this process (proc/group.py's stop) and reap them; how many there were."""
     try:
@@ -49,7 +39,9 @@ def end_descendants(grace_s: float = LEFTOVER_GRACE_S) -> int:
         return 0  # a descendant without a living parent would be our child: there is none
     descendants = ProcessSet(below=os.getpid())
     descendants.stop(grace_s)
-    _reap()
+    with contextlib.suppress(ChildProcessError):  # reap every ended child (the orphans handed to us too)
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
     return len(descendants.known)
 
 
