@@ -106,11 +106,6 @@ class ProcessSet:
         for proc in procs:
             self.known.setdefault(proc.pid, proc)
 
-    def merge(self, other: ProcessSet) -> None:
-        """Take other's members and identities in, to stop both with one grace."""
-        self.add(other.known.values())
-        self.identities.extend(other.identities)
-
     def learn(self, *, sweep: bool = False) -> None:
         """Add every live process below the live members (one look at the process table); with sweep,
         every process carrying one of the identities too."""

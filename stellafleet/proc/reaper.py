@@ -68,7 +68,8 @@ def reap_all(watched: int, directory: Path, grace_s: float, *, poll_s: float = P
     live = [(members, scratch) for members, scratch in trees.values() if members.alive()]
     everything = ProcessSet()  # one stop, one grace, for all of them
     for members, _ in live:
-        everything.merge(members)
+        everything.add(members.known.values())
+        everything.identities.extend(members.identities)
     everything.stop(grace_s)
     for _, scratch in live:
         if scratch is not None:  # the attempt's scratch directory: nobody else is left to remove it
