@@ -1,6 +1,5 @@
-"""Git's index lock, taken as git takes it, held only to install an index and move HEAD. It names its holder
-(pid, start time): a killed stella's is removed, git's waited for; it lingers while a `git commit` that read
-the replaced index may still write that copy back (`IndexLock.linger`)."""
+"""Git's index lock, taken as git does, held to install an index and move HEAD. Naming its holder, a killed
+stella's is removed; it lingers while a `git commit` that read the old index may write it back (linger)."""
 
 from __future__ import annotations
 

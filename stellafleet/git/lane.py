@@ -1,6 +1,5 @@
-"""A worker's commit of exactly its own paths (shared tree: through the commit lane), staged and hooked in a
-private index on HEAD, so nothing else staged is swept in; HEAD moved by compare-and-swap, only these paths'
-index entries changed, under index.lock for an instant. HEAD moved <=> a ledger row (lanejournal.py)."""
+"""A worker's commit of exactly its paths (shared tree: via the commit lane), staged and hooked in a private
+index on HEAD; HEAD moved by compare-and-swap, index.lock held an instant; HEAD moved <=> a ledger row."""
 
 from __future__ import annotations
 
@@ -203,9 +202,8 @@ def commit_in_workspace(
     before_head_moves: Callable[[str, Mapping[str, tuple[str, str]]], None] | None = None,
     on_branch: bool = False,  # refused if HEAD is detached when it would move
 ) -> str:
-    """The commit built ahead put on HEAD by compare-and-swap, and its paths' entries in the real index; its
-    SHA. before_head_moves(sha, those entries before) journals it first. Caught up on what HEAD and the index
-    did meanwhile without index.lock (the user's git meets it for an instant), past LOCKLESS_S under it."""
+    """The commit built ahead put on HEAD by compare-and-swap with its paths' real index entries; its SHA.
+    before_head_moves(sha, entries before) journals it. Caught up lock-free, then under the lock."""
     moved: GitError | None = None
     mover: index.HeadMove | None = None  # started ahead: under the lock, only the move itself is left
     real = ahead.update.real
