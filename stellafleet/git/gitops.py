@@ -370,10 +370,8 @@ def grep(
 
 
 def diff(root: Path, paths: Sequence[str] = (), *, staged: bool = False) -> str:
-    args = ["diff", "--no-color", "--no-ext-diff"]
-    if staged:
-        args.append("--cached")
-    return git(*args, "--", *paths, cwd=root)
+    cached = ["--cached"] if staged else []
+    return git("diff", "--no-color", "--no-ext-diff", *cached, "--", *paths, cwd=root)
 
 
 def head_from_files(git_dir: Path) -> str | None:

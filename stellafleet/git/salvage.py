@@ -69,14 +69,6 @@ def snapshot_tree(workspace: Path, head: str, paths: Sequence[str] | None = None
         return index.write_tree(workspace, index_file)
 
 
-def _commit(workspace: Path, tree: str, parent: str, message: str) -> str:
-    args = ("commit-tree", tree, "-p", parent, "-F", "-")
-    code, out, _err = gitops.git_status(*args, cwd=workspace, stdin=message)
-    if code != 0:  # most often: no user.name/user.email configured
-        out = gitops.git(*args, cwd=workspace, stdin=message, env=_FALLBACK_IDENTITY)
-    return out.strip()
-
-
 def salvage(
     workspace: Path,
     ref: str,
@@ -91,7 +83,10 @@ def salvage(
     tree = snapshot_tree(workspace, head, paths)
     if tree == index.tree_of(workspace, head):
         return None
-    sha = _commit(workspace, tree, head, message if message.endswith("\n") else message + "\n")
+    try:
+        sha = index.commit_tree(workspace, tree, head, message)
+    except GitError:  # most often: no user.name/user.email configured
+        sha = index.commit_tree(workspace, tree, head, message, env=_FALLBACK_IDENTITY)
     gitops.git("update-ref", "-m", "stella salvage", ref, sha, "", cwd=workspace)  # create only
     changed = gitops.git_fields(
         "diff-tree", "-r", "-z", "--name-only", "--no-commit-id", head, sha, cwd=workspace
