@@ -212,12 +212,17 @@ class Cleaner:
                 self._gone_worktrees.add(path)
 
     def _teardown(self, owner: _Owner, path: Path) -> str:
-        """Run `[worktree] teardown` in the worktree (unless a dry run); what the reason adds about it."""
-        command = self.worktree.teardown
+        """`[worktree] teardown` run in the worktree unless a dry run (output to the task's log), in words."""
+        command, timeout = self.worktree.teardown, self.worktree.teardown_timeout
         if command is None or self.report.dry_run or not path.exists():
             return ""
         log_path = self.paths.log_file(owner.run_id, owner.task_id or "clean")
-        return "; " + run_teardown(command, path, log_path, self.worktree.teardown_timeout)
+        done = shell.run_logged(
+            "teardown", command, cwd=path, env=os.environ, log_path=log_path, timeout=timeout
+        )
+        return (
+            "; teardown ran" if done.ok else f"; teardown failed ({done.describe(timeout)}), removed anyway"
+        )
 
     def _merge_targets(self, base_ref: str | None) -> list[str]:
         targets: list[str] = []
@@ -289,14 +294,6 @@ class Cleaner:
                 self._remove(
                     owner, "salvage", ref.ref, reason, partial(salvage.delete_salvage, self.root, ref)
                 )
-
-
-def run_teardown(command: str, worktree: Path, log_path: Path, timeout: float) -> str:
-    """`[worktree] teardown` in the worktree before it goes (output to the task's log); in words."""
-    done = shell.run_logged(
-        "teardown", command, cwd=worktree, env=os.environ, log_path=log_path, timeout=timeout
-    )
-    return "teardown ran" if done.ok else f"teardown failed ({done.describe(timeout)}), removed anyway"
 
 
 def clean(

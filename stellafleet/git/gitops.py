@@ -179,10 +179,9 @@ def ensure_excluded(root: Path, patterns: Sequence[str]) -> list[str]:
     return missing
 
 
-def status_porcelain(path: Path, *, ignored: bool = False, untracked: str = "normal") -> list[str]:
-    """`git status --porcelain` lines for a work tree (empty when clean), ignored files too if asked."""
-    ignore = ["--ignored"] if ignored else []
-    out = git("status", "--porcelain", f"--untracked-files={untracked}", *ignore, cwd=path)
+def status_porcelain(path: Path, *, untracked: str = "normal") -> list[str]:
+    """`git status --porcelain` lines for a work tree (empty when clean)."""
+    out = git("status", "--porcelain", f"--untracked-files={untracked}", cwd=path)
     return [line for line in out.splitlines() if line]
 
 
@@ -344,11 +343,9 @@ def push(root: Path, remote: str, branch: str, *, force: bool = False) -> PushRe
     raise GitError(f"push of {branch} to {remote} was rejected: {reason}")
 
 
-def ls_files(root: Path, pathspecs: Sequence[str] = (), *, untracked: bool = True) -> list[str]:
-    """Tracked files (and untracked, not ignored ones) matching pathspecs, relative to root."""
-    args = ["ls-files", "-z", "--cached"]
-    if untracked:
-        args += ["--others", "--exclude-standard"]
+def ls_files(root: Path, pathspecs: Sequence[str] = ()) -> list[str]:
+    """Tracked files and untracked, not ignored ones matching pathspecs, relative to root."""
+    args = ["ls-files", "-z", "--cached", "--others", "--exclude-standard"]
     return git_fields(*args, "--", *pathspecs, cwd=root)
 
 
@@ -359,13 +356,9 @@ def grep(
     *,
     ignore_case: bool = False,
     fixed: bool = False,
-    untracked: bool = True,
 ) -> str:
     """`git grep -n` output (path:line:text) for an extended regex; empty when nothing matches."""
-    args = ["grep", "-n", "-I", "--no-color", "--full-name"]
-    if untracked:
-        args.append("--untracked")
-    args.append("-F" if fixed else "-E")
+    args = ["grep", "-n", "-I", "--no-color", "--full-name", "--untracked", "-F" if fixed else "-E"]
     if ignore_case:
         args.append("-i")
     retcode, out, err = git_status(*args, "-e", pattern, "--", *pathspecs, cwd=root)
@@ -377,10 +370,8 @@ def grep(
 
 
 def diff(root: Path, paths: Sequence[str] = (), *, staged: bool = False) -> str:
-    args = ["diff", "--no-color", "--no-ext-diff"]
-    if staged:
-        args.append("--cached")
-    return git(*args, "--", *paths, cwd=root)
+    cached = ["--cached"] if staged else []
+    return git("diff", "--no-color", "--no-ext-diff", *cached, "--", *paths, cwd=root)
 
 
 def head_from_files(git_dir: Path) -> str | None:

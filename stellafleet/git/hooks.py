@@ -1,6 +1,5 @@
-"""The repository's commit hooks, run for a worker's `stella commit` as `git commit PATH...` runs them,
-with every other entry skip-worktree so a hook sees only the committed paths; the pre-commit framework
-runs as `pre-commit run --files PATH...`, which stashes nothing in a shared tree."""
+"""The repository's commit hooks, run as `git commit PATH...` runs them, every other entry skip-worktree (a
+hook sees only the committed paths); pre-commit as `pre-commit run --files PATH...` (it stashes nothing)."""
 
 from __future__ import annotations
 

@@ -36,10 +36,13 @@ def tree_of(root: Path, commit: str) -> str:
     return gitops.git("rev-parse", f"{commit}^{{tree}}", cwd=root).strip()
 
 
-def commit_tree(root: Path, tree: str, parent: str | None, message: str) -> str:
-    """A commit object for tree (author and committer from the user's git config); returns its SHA."""
+def commit_tree(
+    root: Path, tree: str, parent: str | None, message: str, env: Mapping[str, str] | None = None
+) -> str:
+    """A commit object for tree (author and committer from the user's git config or env); returns its SHA."""
     args = ["commit-tree", tree, *(["-p", parent] if parent else []), "-F", "-"]
-    return gitops.git(*args, cwd=root, stdin=message if message.endswith("\n") else message + "\n").strip()
+    stdin = message if message.endswith("\n") else message + "\n"
+    return gitops.git(*args, cwd=root, env=env, stdin=stdin).strip()
 
 
 class HeadMove:

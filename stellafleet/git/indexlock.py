@@ -1,10 +1,5 @@
-"""Git's own index lock, taken the way git takes it, held only to install a prepared index and move HEAD.
-
-The lock file names its holder (stella's pid and start time), so one a killed stella left is removed by
-the next stella command; git's own is only waited for. `git commit` reads the index before it locks it:
-one that read the index a lane commit replaced would write that copy back, so the lock lingers while such
-a git may still run (`IndexLock.linger`).
-"""
+"""Git's index lock, taken as git does, held to install an index and move HEAD. Naming its holder, a killed
+stella's is removed; it lingers while a `git commit` that read the old index may write it back (linger)."""
 
 from __future__ import annotations
 
@@ -180,11 +175,8 @@ class IndexLock:
 
     @classmethod
     @contextlib.contextmanager
-    def held(
-        cls, root: Path, *, timeout: float | None = None, index: Path | None = None
-    ) -> Iterator[IndexLock]:
+    def held(cls, root: Path, *, index: Path | None = None) -> Iterator[IndexLock]:
         """Hold root's index.lock for the body, waiting (LOCK_WAIT_S) while another git process holds it."""
-        timeout = LOCK_WAIT_S if timeout is None else timeout
         identity = ProcessIdentity.of()
         assert identity is not None
         index = index_file(root) if index is None else index
@@ -192,7 +184,7 @@ class IndexLock:
         marker.write_text(f"{MARKER} {identity.pid} {identity.started_at!r}\n")
         lock = cls(root, index, marker)
         try:
-            lock._acquire(time.monotonic() + timeout, timeout)
+            lock._acquire()
             try:
                 yield lock
             finally:
@@ -201,7 +193,8 @@ class IndexLock:
             with contextlib.suppress(OSError):
                 marker.unlink()
 
-    def _acquire(self, deadline: float, timeout: float) -> None:
+    def _acquire(self) -> None:
+        deadline = time.monotonic() + LOCK_WAIT_S
         while True:
             try:
                 os.link(self._marker, self.lock)  # atomic, and fails when the lock exists: git's O_EXCL
@@ -213,7 +206,7 @@ class IndexLock:
                 continue
             if time.monotonic() >= deadline:
                 raise GitError(
-                    f"another git process has held {self.lock} for {timeout:g}s; nothing was committed: "
+                    f"another git process has held {self.lock} for {LOCK_WAIT_S:g}s; nothing was committed: "
                     "try again (if no git command is running, remove that file)"
                 )
             time.sleep(LOCK_POLL_S)

@@ -1,10 +1,5 @@
-"""A worker's commit of exactly its own paths; in the shared tree, through the commit lane.
-
-Staged and hooked in a private index on HEAD, so nothing else staged is swept in; built aside, HEAD moved
-by compare-and-swap, and of the real index only these paths' entries changed, under git's index.lock held
-for an instant (indexlock.py). HEAD moved <=> a ledger row, even for a killed commit, whose leftovers the
-next stella command cleans up (lanejournal.py).
-"""
+"""A worker's commit of exactly its paths (shared tree: via the commit lane), staged and hooked in a private
+index on HEAD; HEAD moved by compare-and-swap, index.lock held an instant; HEAD moved <=> a ledger row."""
 
 from __future__ import annotations
 
@@ -20,7 +15,7 @@ import psutil
 from stellafleet.core.errors import GitError, StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import dirty, gitops, index, indexlock, lanejournal, scratch, submodules
+from stellafleet.git import dirty, gitops, index, indexlock, lanejournal, submodules
 from stellafleet.git import hooks as hooks_mod
 from stellafleet.git.indexlock import IndexLock
 from stellafleet.git.lanejournal import Pending
@@ -41,7 +36,7 @@ def commit_paths(
     submodules.refuse_inside(workspace, relpaths)
     reflog = f"stella: task {ctx.task_id}"
     run_hooks = ctx.commit_hooks == "run"
-    with scratch.directory("stella-commit-") as tmp:  # locked while this process lives: swept after
+    with lanejournal.scratch_directory("stella-commit-") as tmp:  # locked while we live, swept once gone
         # in the shared tree, a file the user had changed when the run started: the worker's changes only
         snapshot = dirty.load(ctx.root, ctx.run_id) if ctx.shared else {}
         contents = dirty.worker_entries(workspace, relpaths, snapshot) if snapshot else {}
@@ -205,14 +200,10 @@ def commit_in_workspace(
     *,
     reflog: str,
     before_head_moves: Callable[[str, Mapping[str, tuple[str, str]]], None] | None = None,
-    on_branch: bool = False,  # refused if HEAD is detached when it would move: _refuse_detached
+    on_branch: bool = False,  # refused if HEAD is detached when it would move
 ) -> str:
-    """The commit built ahead put on HEAD by compare-and-swap, and its paths' entries in the real index;
-    returns its SHA. before_head_moves(sha, the paths' index entries before) journals it first.
-
-    It is caught up without index.lock on what HEAD and the index did meanwhile until they stay put up to
-    the lock, which is then held only to install the index and move HEAD: the user's git meets it for an
-    instant. Past LOCKLESS_S it is caught up under the lock, so it cannot be overtaken again."""
+    """The commit built ahead put on HEAD by compare-and-swap with its paths' real index entries; its SHA.
+    before_head_moves(sha, entries before) journals it. Caught up lock-free, then under the lock."""
     moved: GitError | None = None
     mover: index.HeadMove | None = None  # started ahead: under the lock, only the move itself is left
     real = ahead.update.real
@@ -231,7 +222,9 @@ def commit_in_workspace(
                 ahead = _catch_up(workspace, staged, ahead)  # nothing left to do unless past LOCKLESS_S
                 if before_head_moves is not None:
                     before_head_moves(ahead.new, ahead.update.before)
-                _refuse_detached(workspace, real, on_branch)
+                # a HEAD detached since the check before the hooks and the lane's wait is refused
+                if on_branch and gitops.head_detached(workspace, real.parent):
+                    gitops.refuse_detached_head(workspace)
                 lock.install(ahead.update)
                 move, mover = mover, None
                 try:
@@ -253,12 +246,6 @@ def commit_in_workspace(
 def _settled(workspace: Path, ahead: _Ahead) -> bool:
     """Whether HEAD and the real index are still what ahead was built on (read from the files)."""
     return ahead.update.current() and indexlock.head_now(workspace, ahead.update.real) == ahead.old
-
-
-def _refuse_detached(workspace: Path, real: Path, on_branch: bool) -> None:
-    """Under index.lock: a HEAD detached since the check before the hooks and the lane's wait is refused."""
-    if on_branch and gitops.head_detached(workspace, real.parent):
-        gitops.refuse_detached_head(workspace)
 
 
 @dataclass
@@ -302,21 +289,17 @@ def _rebased(workspace: Path, staged: Staged, ahead: _Ahead, head: str | None) -
 
 
 def _prepare(workspace: Path, staged: Staged, real: Path) -> _Ahead:
-    old, new = _build(workspace, staged, real)
-    return _Ahead(old, new, indexlock.prepare_update(workspace, staged.entries, staged.gone, real=real))
-
-
-def _build(workspace: Path, staged: Staged, real: Path) -> tuple[str | None, str]:
-    """(HEAD, a new commit of HEAD plus exactly the staged entries, HEAD its parent)."""
+    """A new commit of HEAD plus exactly the staged entries (HEAD its parent), and the real index's update."""
     old = indexlock.head_now(workspace, real)
-    with scratch.directory("stella-index-") as tmp:
+    with lanejournal.scratch_directory("stella-index-") as tmp:
         index_file = Path(tmp) / "index"
         index.read_tree_into(workspace, index_file, old)
         index.set_entries(workspace, index_file, staged.entries, staged.gone)
         tree = index.write_tree(workspace, index_file)
     if old is not None and tree == index.tree_of(workspace, old):
         raise StellaError(f"nothing to commit: {', '.join(staged.paths)} match HEAD already")
-    return old, index.commit_tree(workspace, tree, old, staged.message)
+    new = index.commit_tree(workspace, tree, old, staged.message)
+    return _Ahead(old, new, indexlock.prepare_update(workspace, staged.entries, staged.gone, real=real))
 
 
 def _pending(

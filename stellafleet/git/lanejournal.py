@@ -1,16 +1,16 @@
-"""The commit lane's journal record: the commit a lane holder is about to put on HEAD, until it is recorded,
-and the repair of a killed `stella commit` (docs/claims.md).
-
-Moving HEAD (git) and recording the commit (the ledger) cannot be one transaction: the record spans both.
-"""
+"""The commit lane's journal records, the commit in flight (moving HEAD and recording it in the ledger are
+not one transaction) and `stella commit`'s scratch directories, and their repair (docs/claims.md)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
+import shutil
+import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from stellafleet.state.ledger import Ledger
 log = logging.getLogger(__name__)
 
 JOURNAL_NAME = "commit-lane.json"
+_serial = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -99,9 +100,8 @@ REF_UPDATE_WAIT_S = 5.0
 
 
 def _wait_for_ref_updates(root: Path) -> None:
-    """Wait (a bounded time) while a lock on HEAD or its branch is held: the dead holder's `git
-    update-ref` may outlive it and still move HEAD. With no git process left in the work tree, the lock
-    is what that update-ref left as it was killed: the update never happened, and the lock goes."""
+    """Wait (a bounded time) while a lock on HEAD or its branch is held: the dead holder's `git update-ref`
+    may still move HEAD. With no git left in the work tree, the update never happened: the lock goes."""
     common = gitops.common_dir(root)
     branch = gitops.current_branch(root)
     locks = [common / "HEAD.lock"] + ([common / "refs" / "heads" / f"{branch}.lock"] if branch else [])
@@ -156,4 +156,31 @@ def repair(root: Path, records: Sequence[journal.Record]) -> bool:
             )
     for line in done:
         log.info("commit lane: %s (left by a stella process that is gone)", line)
+    return True
+
+
+@contextlib.contextmanager
+def scratch_directory(prefix: str) -> Iterator[str]:
+    """A temporary directory named prefix..., in the journal of this process's `stella commit`: a kill
+    leaves it behind, a copy of the repository's index."""
+    owner = journal.current()
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    name = None if owner is None else f"scratch-{owner.name}-{next(_serial)}"
+    try:
+        if owner is not None and name is not None:
+            owner.write(name, "scratch", path=tmp)
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if owner is not None and name is not None:
+            owner.drop(name)
+
+
+def repair_scratch(root: Path, records: Sequence[journal.Record]) -> bool:
+    """Remove the scratch directories of commits that are gone."""
+    for record in records:
+        path = record.data.get("path")
+        if isinstance(path, str) and Path(path).is_absolute():
+            shutil.rmtree(path, ignore_errors=True)
+            log.info("removed %s (left by a stella commit that is gone)", path)
     return True

@@ -26,12 +26,9 @@ def cache_dir() -> Path:
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
+    with path.open("a") as handle:  # closing it releases the lock
         fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
 
 
 def base_clone(write_bundle: Callable[[Path], None], base_commit: str, *, cache: Path | None = None) -> Path:

@@ -35,28 +35,6 @@ def salvage_ref(run_id: str, task_id: str, attempt_id: int) -> str:
     return f"{SALVAGE_PREFIX}/{run_id}/{task_id}/{attempt_id}"
 
 
-def _snapshot(workspace: Path, head: str, paths: Sequence[str] | None, scratch: Path) -> str:
-    """The tree of head with the workspace's files (all of them, or only paths) as they are on disk."""
-    index_file = scratch / "salvage.index"
-    env = index.with_index(index_file)
-    if paths is not None:
-        index.read_tree_into(workspace, index_file, head)
-        if paths:
-            index.stage_paths(workspace, index_file, list(paths))
-        return index.write_tree(workspace, index_file)
-    add_all = ("add", "-A", "--", ".", *(f":!{d}" for d in _excluded_unless_ignored(workspace)))
-    own = gitops.git_path(workspace, "--git-path", "index")
-    if own.is_file():
-        # a copy of the worktree's own index: its stat data lets `add -A` hash only what changed
-        shutil.copyfile(own, index_file)
-        if gitops.git_status(*add_all, cwd=workspace, env=env)[0] == 0:
-            return index.write_tree(workspace, index_file)
-    index_file.unlink(missing_ok=True)  # no index of its own, or one git cannot use as a copy
-    index.read_tree_into(workspace, index_file, head)
-    gitops.git(*add_all, cwd=workspace, env=env)
-    return index.write_tree(workspace, index_file)
-
-
 def _excluded_unless_ignored(workspace: Path) -> list[str]:
     """stella's directories to exclude from `add -A`, unless ignored (git refuses excluding those)."""
     present = [d for d in EXCLUDED_DIRS if (workspace / d).is_dir()]
@@ -68,17 +46,27 @@ def _excluded_unless_ignored(workspace: Path) -> list[str]:
 
 
 def snapshot_tree(workspace: Path, head: str, paths: Sequence[str] | None = None) -> str:
-    """The tree a salvage of workspace would hold now (never touching its index or files)."""
+    """The tree a salvage of workspace would hold now: head with the workspace's files (all of them, or only
+    paths) as they are on disk, built in a temporary index (never touching its index or files)."""
     with tempfile.TemporaryDirectory(prefix="stella-salvage-") as scratch:
-        return _snapshot(workspace, head, paths, Path(scratch))
-
-
-def _commit(workspace: Path, tree: str, parent: str, message: str) -> str:
-    args = ("commit-tree", tree, "-p", parent, "-F", "-")
-    code, out, _err = gitops.git_status(*args, cwd=workspace, stdin=message)
-    if code != 0:  # most often: no user.name/user.email configured
-        out = gitops.git(*args, cwd=workspace, stdin=message, env=_FALLBACK_IDENTITY)
-    return out.strip()
+        index_file = Path(scratch) / "salvage.index"
+        env = index.with_index(index_file)
+        if paths is not None:
+            index.read_tree_into(workspace, index_file, head)
+            if paths:
+                index.stage_paths(workspace, index_file, list(paths))
+            return index.write_tree(workspace, index_file)
+        add_all = ("add", "-A", "--", ".", *(f":!{d}" for d in _excluded_unless_ignored(workspace)))
+        own = gitops.git_path(workspace, "--git-path", "index")
+        if own.is_file():
+            # a copy of the worktree's own index: its stat data lets `add -A` hash only what changed
+            shutil.copyfile(own, index_file)
+            if gitops.git_status(*add_all, cwd=workspace, env=env)[0] == 0:
+                return index.write_tree(workspace, index_file)
+        index_file.unlink(missing_ok=True)  # no index of its own, or one git cannot use as a copy
+        index.read_tree_into(workspace, index_file, head)
+        gitops.git(*add_all, cwd=workspace, env=env)
+        return index.write_tree(workspace, index_file)
 
 
 def salvage(
@@ -95,7 +83,10 @@ def salvage(
     tree = snapshot_tree(workspace, head, paths)
     if tree == index.tree_of(workspace, head):
         return None
-    sha = _commit(workspace, tree, head, message if message.endswith("\n") else message + "\n")
+    try:
+        sha = index.commit_tree(workspace, tree, head, message)
+    except GitError:  # most often: no user.name/user.email configured
+        sha = index.commit_tree(workspace, tree, head, message, env=_FALLBACK_IDENTITY)
     gitops.git("update-ref", "-m", "stella salvage", ref, sha, "", cwd=workspace)  # create only
     changed = gitops.git_fields(
         "diff-tree", "-r", "-z", "--name-only", "--no-commit-id", head, sha, cwd=workspace

@@ -76,9 +76,8 @@ def worktree_list(root: Path) -> list[Worktree]:
 
 
 def worktree_remove(root: Path, path: Path, *, force: bool = False) -> None:
-    """Remove a linked worktree: the one way stella does. Unforced, git refuses one with uncommitted work,
-    or with initialised submodules (submodules.py), which is removed anyway when its `git status` is clean.
-    Forced, whatever a failed or killed step left goes; GitError only when git still lists the worktree."""
+    """Remove a linked worktree, the one way stella does. Unforced: refused with uncommitted work (clean
+    initialised submodules are no bar). Forced: whatever is left goes; GitError if git still lists it."""
     if force:
         code, out, err = gitops.git_status("worktree", "remove", "--force", str(path), cwd=root)
         if code:  # half made or already gone: its registration is pruned

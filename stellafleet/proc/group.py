@@ -1,8 +1,5 @@
-"""Stopping a set of processes: the one way stella ends a command, a worker or a tree with all it started.
-
-A set is a process group, what is below its members, and what carries an attempt's identity in its
-environment (a double fork leaves the tree, never the environment). A stop is SIGTERM, grace, SIGKILL.
-"""
+"""The one stop (SIGTERM, grace, SIGKILL) of a set: a process group, what is below its members, and what
+carries an attempt's identity in its environment (a double fork leaves the tree, never the environment)."""
 
 from __future__ import annotations
 
@@ -108,11 +105,6 @@ class ProcessSet:
     def add(self, procs: Iterable[psutil.Process]) -> None:
         for proc in procs:
             self.known.setdefault(proc.pid, proc)
-
-    def merge(self, other: ProcessSet) -> None:
-        """Take other's members and identities in, to stop both with one grace."""
-        self.add(other.known.values())
-        self.identities.extend(other.identities)
 
     def learn(self, *, sweep: bool = False) -> None:
         """Add every live process below the live members (one look at the process table); with sweep,

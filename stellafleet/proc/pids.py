@@ -1,8 +1,5 @@
-"""Is the process recorded as pid P, started at time T, still running? For where no lock can be held.
-
-A process holding P created later than T (plus a tolerance) is another program. Errs towards "alive": a
-wrong "alive" keeps a claim a little longer, a wrong "dead" hands out work in use.
-"""
+"""Is pid P, started at T, still running (where no lock can be held)? One created after T is another program.
+Errs towards "alive": a wrong "alive" keeps a claim a little longer, a wrong "dead" hands out work in use."""
 
 from __future__ import annotations
 
@@ -24,9 +21,8 @@ def process_start_time(pid: int) -> float | None:
 
 
 def pid_alive_since(pid: int | None, started_at_s: float | None, *, tolerance_s: float) -> bool:
-    """True when pid is running (not a zombie) and was created no later than started_at_s + tolerance_s.
-
-    started_at_s None accepts any process holding pid."""
+    """True when pid is running (not a zombie) and was created no later than started_at_s + tolerance_s
+    (started_at_s None: any process holding pid)."""
     if not pid or pid <= 0:
         return False
     try:

@@ -1,9 +1,5 @@
-"""`python -m stellafleet.proc.reaper [--detach] WATCHED DIRECTORY GRACE`: a node's sidecar that ends the
-worker trees of WATCHED once WATCHED is gone.
-
-A Ray worker can die without a word, and its workers, in sessions of their own, would live on, spending.
-It detaches (double fork, a session of its own) because Ray kills a dying worker's children.
-"""
+"""`python -m stellafleet.proc.reaper [--detach] WATCHED DIRECTORY GRACE` ends WATCHED's worker trees once it
+dies (a dead Ray worker's would live on, spending); detached, as Ray kills a dying worker's children."""
 
 from __future__ import annotations
 
@@ -72,7 +68,8 @@ def reap_all(watched: int, directory: Path, grace_s: float, *, poll_s: float = P
     live = [(members, scratch) for members, scratch in trees.values() if members.alive()]
     everything = ProcessSet()  # one stop, one grace, for all of them
     for members, _ in live:
-        everything.merge(members)
+        everything.add(members.known.values())
+        everything.identities.extend(members.identities)
     everything.stop(grace_s)
     for _, scratch in live:
         if scratch is not None:  # the attempt's scratch directory: nobody else is left to remove it

@@ -1,8 +1,5 @@
-"""Starting a program: the one place stella runs another process, through `start` or `run`.
-
-git and gh start as plumbum commands (`plumbum=True`); anything else with subprocess alone, so a worker
-that runs neither never imports plumbum. In its own session, a timeout or Ctrl-C stops its whole group.
-"""
+"""The one place stella starts a program (`start`, `run`), in its own session: a timeout or Ctrl-C stops its
+group. git and gh as plumbum commands, the rest with subprocess (a worker running neither skips plumbum)."""
 
 from __future__ import annotations
 

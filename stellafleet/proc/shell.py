@@ -1,7 +1,5 @@
-"""A user's shell command (`[worktree] setup` and `teardown`) run to its end with its output in a log.
-
-It runs in its own process group, so a timeout stops everything it started.
-"""
+"""A user's shell command (`[worktree] setup` and `teardown`) run to its end with its output in a log, in
+its own process group, so a timeout stops everything it started."""
 
 from __future__ import annotations
 

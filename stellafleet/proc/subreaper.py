@@ -1,20 +1,21 @@
-"""Linux's child subreaper: a process that keeps every descendant it ever had, so none outlives it.
-
-A double fork hands its orphan to init, out of every tree stella watches, but to a subreaper instead.
-The worker and the wrapper `python -m stellafleet.proc.subreaper -- ARGV` (notify, merge checks) become one.
-"""
+"""Linux's child subreaper keeps every descendant (a double fork's orphan too), so none outlives it; the
+worker and the wrapper `python -m stellafleet.proc.subreaper -- ARGV` become one. An orphaned worker ends."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 
-from stellafleet.proc.group import ProcessSet
+from stellafleet.proc.group import ProcessSet, signal_group
 
 PR_SET_CHILD_SUBREAPER = 36
 LEFTOVER_GRACE_S = 1.0
+ORPHAN_POLL_S = 0.25
 
 
 def become_subreaper() -> bool:
@@ -30,17 +31,6 @@ def become_subreaper() -> bool:
         return False
 
 
-def _reap() -> None:
-    """Collect the exit of every child that has ended (the orphans handed to us are ours to reap)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
 def end_descendants(grace_s: float = LEFTOVER_GRACE_S) -> int:
     """Stop every descendant of this process (proc/group.py's stop) and reap them; how many there were."""
     try:
@@ -49,8 +39,31 @@ def end_descendants(grace_s: float = LEFTOVER_GRACE_S) -> int:
         return 0  # a descendant without a living parent would be our child: there is none
     descendants = ProcessSet(below=os.getpid())
     descendants.stop(grace_s)
-    _reap()
+    with contextlib.suppress(ChildProcessError):  # reap every ended child (the orphans handed to us too)
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
     return len(descendants.known)
+
+
+def _watch(parent: int, interval: float) -> None:
+    while os.getppid() == parent:
+        time.sleep(interval)
+    # Orphaned: the fleet is gone. Everything this worker started goes with it (also what left its group).
+    end_descendants(0.0)
+    if os.getpgrp() == os.getpid():
+        signal_group(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def end_when_orphaned(interval: float = ORPHAN_POLL_S) -> threading.Thread | None:
+    """Start a daemon thread that kills this process and its group once its parent is gone: a killed
+    fleet leaves no worker writing files and committing unnoticed."""
+    parent = os.getppid()
+    if parent == 1:
+        return None  # started by init (or already orphaned): nothing to watch
+    thread = threading.Thread(target=_watch, args=(parent, interval), name="stella-orphan", daemon=True)
+    thread.start()
+    return thread
 
 
 def on_sigterm(handler: Callable[[int], None]) -> None:

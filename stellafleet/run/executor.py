@@ -178,11 +178,11 @@ class LocalExecution:
                 next_sample = now + SAMPLE_INTERVAL_S
             done = tree.poll()
             if done is not None:
-                tree.end_leftovers()
+                tree.signal_tree(signal.SIGKILL)
                 return done, None
             until = next_sample if deadline is None else min(next_sample, deadline)
             self._stopped.wait(min(POLL_S, max(until - now, 0.0)))
         while (done := tree.wait(1.0)) is None:
             tree.signal_tree(signal.SIGKILL)
-        tree.end_leftovers()
+        tree.signal_tree(signal.SIGKILL)
         return done, stop_reason

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from stellafleet.core.clock import Clock, SystemClock, wall_ms
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.proc.usage import tree_cpu_seconds
+from stellafleet.proc.tree import tree_cpu_seconds
 from stellafleet.run.executor import Execution
 from stellafleet.state.ledger import Ledger
 

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 # kind -> its repair, "module:function(root, records) -> done", imported only when a record of that kind
 # is to be repaired; in repair order (a killed commit's lane before a merge, whose repair needs the index).
 REPAIRS = {
-    "scratch": "stellafleet.git.scratch:repair",
+    "scratch": "stellafleet.git.lanejournal:repair_scratch",
     "commit": "stellafleet.git.lanejournal:repair",
     "merge": "stellafleet.merge.journal:repair",
     "fleet": "stellafleet.run.salvaging:repair",

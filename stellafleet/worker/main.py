@@ -18,8 +18,7 @@ from stellafleet.core.spend import SpendTally
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
-from stellafleet.proc.orphan import end_when_orphaned
-from stellafleet.proc.subreaper import become_subreaper, end_descendants, on_sigterm
+from stellafleet.proc.subreaper import become_subreaper, end_descendants, end_when_orphaned, on_sigterm
 from stellafleet.state.ledger import Ledger
 
 

@@ -98,7 +98,7 @@ def test_a_worker_whose_fleet_dies_ends_itself_and_its_whole_group(
         assert os.getpgid(child) == worker  # the command's child is in the worker's group
         fleet.kill()
         fleet.wait()
-        # orphaned, the worker ends itself and its whole group (proc/orphan.py)
+        # orphaned, the worker ends itself and its whole group (proc/subreaper.py)
         wait_until(lambda: not _running(worker) and not _running(child), "the worker and its child to end",
                    timeout=10)  # fmt: skip
     finally:
