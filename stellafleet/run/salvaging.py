@@ -6,16 +6,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import RunStatus
 from stellafleet.git import salvage as salvage_git
+from stellafleet.proc.pids import pid_alive
 from stellafleet.state import journal
 from stellafleet.state.claims import ClaimStore
-from stellafleet.state.ledger import Ledger, finalise_run
+from stellafleet.state.ledger import Ledger
 
 log = logging.getLogger(__name__)
 
@@ -98,3 +100,33 @@ def repair(root: Path, records: Sequence[journal.Record]) -> bool:
             [finalise_run(ledger, store, str(r.data.get("run_id")), before_abandon=salvage) for r in records]
         )
     return finished
+
+
+# called with a run's open attempts before they are abandoned, their claims still recorded
+BeforeAbandon = Callable[[Ledger, ClaimStore | None, str, list[dict[str, Any]]], None]
+
+
+def finalise_run(
+    ledger: Ledger,
+    store: ClaimStore | None,
+    run_id: str,
+    *,
+    before_abandon: BeforeAbandon | None = None,
+) -> bool:
+    """Finalise run_id, whose fleet is gone, once its workers have ended; False while one still runs."""
+    run = ledger.runs.get(run_id)
+    if run is None or run["status"] != RunStatus.RUNNING:
+        return True
+    attempts = ledger.attempts.running(run_id)
+    if any(a["pid"] is not None and pid_alive(a["pid"], a["started_at_ms"]) for a in attempts):
+        return False  # a worker still runs: its claims stay held until it has ended too
+    if before_abandon is not None:
+        before_abandon(ledger, store, run_id, attempts)
+    gone = (
+        f"the fleet process (pid {run['pid']}) ended without finishing its run: its attempts were abandoned"
+    )
+    ledger.abandon_run(run_id, gone)
+    if store is not None:
+        for attempt in attempts:
+            store.release_attempt(run_id, int(attempt["id"]))
+    return True

@@ -9,8 +9,6 @@ from typing import Any
 from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import EXIT_INTERRUPTED, StellaError
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus
-from stellafleet.proc.pids import pid_alive
-from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger_attempts import BAR_COLUMNS, Attempts, History, Limits, Spend
 from stellafleet.state.ledger_branches import CI, Cleanups, Commits, Merges
 from stellafleet.state.ledger_runs import CARD_COLUMNS, Runs, Tasks, TaskSpec
@@ -112,33 +110,3 @@ class Ledger(Handle):
                 " VALUES (?, ?, ?, ?, ?)",
                 (attempt_id, run_id, task_id, now, token_sha256),
             )
-
-
-# called with a run's open attempts before they are abandoned, their claims still recorded (run/salvaging.py)
-BeforeAbandon = Callable[[Ledger, ClaimStore | None, str, list[dict[str, Any]]], None]
-
-
-def finalise_run(
-    ledger: Ledger,
-    store: ClaimStore | None,
-    run_id: str,
-    *,
-    before_abandon: BeforeAbandon | None = None,
-) -> bool:
-    """Finalise run_id, whose fleet is gone, once its workers have ended; False while one still runs."""
-    run = ledger.runs.get(run_id)
-    if run is None or run["status"] != RunStatus.RUNNING:
-        return True
-    attempts = ledger.attempts.running(run_id)
-    if any(a["pid"] is not None and pid_alive(a["pid"], a["started_at_ms"]) for a in attempts):
-        return False  # a worker still runs: its claims stay held until it has ended too
-    if before_abandon is not None:
-        before_abandon(ledger, store, run_id, attempts)
-    gone = (
-        f"the fleet process (pid {run['pid']}) ended without finishing its run: its attempts were abandoned"
-    )
-    ledger.abandon_run(run_id, gone)
-    if store is not None:
-        for attempt in attempts:
-            store.release_attempt(run_id, int(attempt["id"]))
-    return True

@@ -7,8 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from stellafleet.run.salvaging import finalise_run
 from stellafleet.state.claims import ClaimStore, Holder
-from stellafleet.state.ledger import Ledger, finalise_run
+from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import add_run
 
 
