@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,60 +68,49 @@ def repair(root: Path, records: Sequence[journal.Record]) -> bool:
     paths = StatePaths(root)
     if not paths.fleet_db.exists():
         return True
-
-    def salvage(
-        ledger: Ledger, store: ClaimStore | None, run_id: str, attempts: list[dict[str, Any]]
-    ) -> None:
-        for open_attempt in attempts:  # before they are abandoned, while their claims are still recorded
-            attempt_id = int(open_attempt["id"])
-            row = ledger.attempts.get(attempt_id, "task_id, branch, worktree, node")
-            if row is None or (row["branch"] and not row["worktree"]):
-                continue  # unknown, or an isolated attempt on a remote node: no workspace here
-            worktree = Path(row["worktree"]) if row["worktree"] else None
-            claimed = [] if store is None or worktree else store.paths_of_attempt(run_id, attempt_id)
-            salvage_attempt(
-                ledger,
-                root=root,
-                run_id=run_id,
-                task_id=str(row["task_id"]),
-                attempt_id=attempt_id,
-                worktree=worktree,
-                claimed=claimed,
-                outcome="abandoned",
-            )
-
     finished = False
     with (
         contextlib.suppress(StellaError, sqlite3.Error, OSError),
         Ledger.open(paths.fleet_db) as ledger,
         ClaimStore.open(paths.store_db) if paths.store_db.exists() else contextlib.nullcontext() as store,
     ):
-        finished = all(
-            [finalise_run(ledger, store, str(r.data.get("run_id")), before_abandon=salvage) for r in records]
-        )
+        finished = all([finalise_run(ledger, store, str(r.data.get("run_id")), root=root) for r in records])
     return finished
 
 
-# called with a run's open attempts before they are abandoned, their claims still recorded
-BeforeAbandon = Callable[[Ledger, ClaimStore | None, str, list[dict[str, Any]]], None]
+def _salvage_open(
+    ledger: Ledger, store: ClaimStore | None, root: Path, run_id: str, attempts: list[dict[str, Any]]
+) -> None:
+    for open_attempt in attempts:  # before they are abandoned, while their claims are still recorded
+        attempt_id = int(open_attempt["id"])
+        row = ledger.attempts.get(attempt_id, "task_id, branch, worktree, node")
+        if row is None or (row["branch"] and not row["worktree"]):
+            continue  # unknown, or an isolated attempt on a remote node: no workspace here
+        worktree = Path(row["worktree"]) if row["worktree"] else None
+        claimed = [] if store is None or worktree else store.paths_of_attempt(run_id, attempt_id)
+        salvage_attempt(
+            ledger,
+            root=root,
+            run_id=run_id,
+            task_id=str(row["task_id"]),
+            attempt_id=attempt_id,
+            worktree=worktree,
+            claimed=claimed,
+            outcome="abandoned",
+        )
 
 
-def finalise_run(
-    ledger: Ledger,
-    store: ClaimStore | None,
-    run_id: str,
-    *,
-    before_abandon: BeforeAbandon | None = None,
-) -> bool:
-    """Finalise run_id, whose fleet is gone, once its workers have ended; False while one still runs."""
+def finalise_run(ledger: Ledger, store: ClaimStore | None, run_id: str, *, root: Path | None = None) -> bool:
+    """Finalise run_id, whose fleet is gone, once its workers have ended (salvaging its open attempts in
+    root's tree first, when given); False while one still runs."""
     run = ledger.runs.get(run_id)
     if run is None or run["status"] != RunStatus.RUNNING:
         return True
     attempts = ledger.attempts.running(run_id)
     if any(a["pid"] is not None and pid_alive(a["pid"], a["started_at_ms"]) for a in attempts):
         return False  # a worker still runs: its claims stay held until it has ended too
-    if before_abandon is not None:
-        before_abandon(ledger, store, run_id, attempts)
+    if root is not None:
+        _salvage_open(ledger, store, root, run_id, attempts)
     gone = (
         f"the fleet process (pid {run['pid']}) ended without finishing its run: its attempts were abandoned"
     )
