@@ -285,12 +285,16 @@ def _check_and_migrate(conn: sqlite3.Connection, path: Path, schema: Schema, *, 
 
 
 def _initialise_empty(conn: sqlite3.Connection, path: Path, schema: Schema) -> None:
-    """An existing but empty SQLite file (say, left by `touch`) holds nothing to lose: build the schema."""
-    _tune(conn)  # WAL before the first write
-    with write_transaction(conn):
-        application_id, version, tables = _identity(conn)
-        if application_id == 0 and version == 0 and not tables:
-            _apply_migrations(conn, schema, 0)
+    """An existing but empty SQLite file (say, left by `touch`) holds nothing to lose: build the schema.
+
+    Under the directory lock: two connections switching one file to WAL at once can get "database is
+    locked" without SQLite's busy wait (its deadlock guard), so only one builds it."""
+    with _directory_lock(path.parent):
+        _tune(conn)  # WAL before the first write
+        with write_transaction(conn):
+            application_id, version, tables = _identity(conn)
+            if application_id == 0 and version == 0 and not tables:
+                _apply_migrations(conn, schema, 0)
     _check_and_migrate(conn, path, schema, readonly=False)
 
 
