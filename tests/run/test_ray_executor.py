@@ -86,6 +86,13 @@ while not (marks / "go").exists() and not (marks / ("go-" + task)).exists() and 
 pytestmark = pytest.mark.xdist_group("ray-cluster")
 
 
+@pytest.fixture(autouse=True)
+def _grouped(request: pytest.FixtureRequest) -> None:
+    if request.config.getoption("loadgroup", False):  # an xdist worker under --dist loadgroup
+        # pytest 9 with pytest-xdist 3.8 dropped the group without a word, and each worker started a cluster
+        assert request.node.nodeid.endswith("@ray-cluster"), f"not grouped: {request.node.nodeid}"
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[raycluster.Cluster]:
     why = raycluster.unavailable()
