@@ -1,0 +1,146 @@
+"""`base = "parents"`: isolated tasks start from their dependencies' work, built as they are dispatched."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from helpers.fleet import Scripts, by_id, run_record, write_config
+from helpers.repo import StellaRunner, git
+
+from stellafleet.git import gitops
+
+# The seed's plan, with docs stacked on its parents; reader is isolated and stacked too, and lint is a
+# shared task docs does not depend on (its commit must stay out of docs' start).
+STACKED = """\
+[defaults]
+base = "parents"
+
+[[tasks]]
+id = "schema"
+prompt = "Add the migration"
+
+[[tasks]]
+id = "lint"
+prompt = "Unrelated shared work"
+
+[[tasks]]
+id = "reader"
+prompt = "Add the read path"
+depends_on = ["schema"]
+isolation = "isolated"
+
+[[tasks]]
+id = "writer"
+prompt = "Add the write path"
+depends_on = ["schema"]
+
+[[tasks]]
+id = "docs"
+prompt = "Rewrite the receipts page"
+depends_on = ["reader", "writer"]
+isolation = "isolated"
+"""
+
+SHARED = """\
+name = {"schema": "schema.rs", "writer": "write.rs", "lint": "lint.txt"}[TASK]
+(WS / name).write_text(f"{TASK}\\n")
+stella_commit(f"{TASK}: {name}", name)
+report(summary="committed")
+"""
+
+ISOLATED = """\
+seen = sorted(p.name for p in WS.iterdir() if p.suffix in (".rs", ".txt"))
+mark(f"{TASK}.seen", json.dumps(seen))
+head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=WS, capture_output=True, text=True)
+mark(f"{TASK}.head", head.stdout.strip())
+name = {"reader": "read.rs", "docs": "docs.txt", "left": "f.txt", "right": "f.txt"}.get(TASK, "mine.txt")
+(WS / name).write_text(f"{TASK}\\n")
+subprocess.run(["git", "add", name], cwd=WS, check=True)
+subprocess.run(["git", "commit", "-q", "-m", f"{TASK}: {name}"], cwd=WS, check=True)
+report(summary="committed")
+"""
+
+
+def _configure(git_repo: Path, tmp_path: Path, plan_text: str) -> tuple[Path, Path]:
+    scripts = Scripts(tmp_path / "scripts")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    shared, isolated = scripts.python("shared", SHARED), scripts.python("isolated", ISOLATED)
+    tasks = {"schema": shared, "writer": shared, "lint": shared}
+    tasks.update(dict.fromkeys(("reader", "docs", "left", "right", "child", "grandchild"), isolated))
+    write_config(git_repo, tasks=tasks)
+    git("add", ".stella/config.toml", cwd=git_repo)
+    git("commit", "-q", "-m", "stella config", cwd=git_repo)
+    plan = tmp_path / "plan.toml"
+    plan.write_text(plan_text)
+    return plan, marks
+
+
+def test_stacked_tasks_start_with_their_shared_isolated_and_transitive_dependencies_files(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    plan, marks = _configure(git_repo, tmp_path, STACKED)
+    base = gitops.head_commit(git_repo)
+    args = ("fleet", "--plan", str(plan), "--pipeline", "command", "--max-concurrency", "2")
+
+    done = stella(*args, cwd=git_repo, env={"MARKS": str(marks)})
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = {task: json.loads((marks / f"{task}.seen").read_text()) for task in ("reader", "docs")}
+    assert seen["reader"] == ["schema.rs"]
+    # schema through both parents, read.rs from the isolated reader, write.rs from the shared writer
+    assert seen["docs"] == ["read.rs", "schema.rs", "write.rs"]
+    record = run_record(git_repo)
+    tasks, attempts = by_id(record["tasks"]), by_id(record["attempts"], "task_id")
+    reader_tip = git("rev-parse", tasks["reader"]["branch"], cwd=git_repo).strip()
+    docs = attempts["docs"]
+    assert (marks / "docs.head").read_text() == docs["start_commit"] != base
+    parents = json.loads(docs["start_parents_json"])
+    assert [parent["task"] for parent in parents] == ["schema", "reader", "writer"]
+    assert parents[1]["commit"] == reader_tip
+    assert gitops.is_ancestor(git_repo, reader_tip, docs["start_commit"])
+    # docs' own commit alone is recorded for docs: its parents' work is theirs
+    assert [c["message"] for c in record["commits"] if c["task_id"] == "docs"] == ["docs: docs.txt"]
+
+
+CONFLICTING = """\
+[defaults]
+isolation = "isolated"
+
+[[tasks]]
+id = "left"
+prompt = "edit f.txt one way"
+
+[[tasks]]
+id = "right"
+prompt = "edit f.txt another way"
+
+[[tasks]]
+id = "child"
+prompt = "build on both"
+depends_on = ["left", "right"]
+base = "parents"
+
+[[tasks]]
+id = "grandchild"
+prompt = "build on the child"
+depends_on = ["child"]
+"""
+
+
+def test_parents_whose_work_conflicts_fail_the_task_by_name_before_its_worktree_or_worker(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    plan, marks = _configure(git_repo, tmp_path, CONFLICTING)
+    args = ("fleet", "--plan", str(plan), "--pipeline", "command")
+
+    done = stella(*args, cwd=git_repo, env={"MARKS": str(marks)})
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    tasks = by_id(run_record(git_repo)["tasks"])
+    assert tasks["child"]["status"] == "failed"
+    assert tasks["child"]["reason"].endswith("parents left and right both change f.txt")
+    assert "parents left and right both change f.txt" in done.stdout + done.stderr
+    assert tasks["child"]["worktree"] is None and not (marks / "child.seen").exists()
+    assert tasks["grandchild"]["status"] == "skipped"
