@@ -78,7 +78,7 @@ def _configure(git_repo: Path, tmp_path: Path, plan_text: str) -> tuple[Path, Pa
 
 
 def test_stacked_tasks_start_with_their_shared_isolated_and_transitive_dependencies_files(
-    git_repo: Path, tmp_path: Path, stella: StellaRunner
+    git_repo: Path, tmp_path: Path, stella: StellaRunner, stella_main: StellaRunner
 ) -> None:
     plan, marks = _configure(git_repo, tmp_path, STACKED)
     base = gitops.head_commit(git_repo)
@@ -102,6 +102,12 @@ def test_stacked_tasks_start_with_their_shared_isolated_and_transitive_dependenc
     assert gitops.is_ancestor(git_repo, reader_tip, docs["start_commit"])
     # docs' own commit alone is recorded for docs: its parents' work is theirs
     assert [c["message"] for c in record["commits"] if c["task_id"] == "docs"] == ["docs: docs.txt"]
+
+    shown = stella_main("runs", record["run"]["id"], cwd=git_repo)
+    assert f"start {docs['start_commit'][:12]} (parents: schema, reader, writer)" in shown.stdout
+    listed = json.loads(stella_main("runs", record["run"]["id"], "--json", cwd=git_repo).stdout)
+    (docs_task,) = [task for wave in listed["waves"] for task in wave["tasks"] if task["id"] == "docs"]
+    assert docs_task["base"] == "parents" and docs_task["attempts"][0]["start_parents"] == parents
 
 
 CONFLICTING = """\
