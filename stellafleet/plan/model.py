@@ -198,6 +198,22 @@ class Plan:
             problem(where, pipeline) for where, pipeline in named if pipeline and pipeline not in installed
         ]
 
+    def start_of(self, task: PlanTask, base: str = "the pinned base") -> str | None:
+        """Where an isolated task's worktree starts, as `plan show` and --dry-run say it (None: shared)."""
+        if task.isolation != "isolated":
+            return None
+        if task.base == "parents" and task.depends_on:
+            return f"parents: {', '.join(task.depends_on)}"
+        return base
+
+    def pinned_after_others(self) -> list[str]:
+        """The isolated tasks that wait for others but start without their work (`plan check`'s hint)."""
+        return [
+            task.id
+            for task in self.tasks
+            if task.isolation == "isolated" and task.depends_on and task.base != "parents"
+        ]
+
     @cached_property
     def _by_id(self) -> dict[str, PlanTask]:
         return {task.id: task for task in self.tasks}

@@ -150,3 +150,33 @@ def test_parents_whose_work_conflicts_fail_the_task_by_name_before_its_worktree_
     assert "parents left and right both change f.txt" in done.stdout + done.stderr
     assert tasks["child"]["worktree"] is None and not (marks / "child.seen").exists()
     assert tasks["grandchild"]["status"] == "skipped"
+
+
+def test_plan_show_check_and_the_dry_run_say_where_each_isolated_task_starts(
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
+) -> None:
+    plan, _ = _configure(git_repo, tmp_path, STACKED.replace('[defaults]\nbase = "parents"\n', ""))
+    base = gitops.head_commit(git_repo)
+
+    check = stella_main("plan", "check", str(plan), cwd=git_repo)
+    assert check.stdout.splitlines()[1] == (
+        f"hint: {plan}: isolated tasks reader, docs wait for their dependencies but start from the pinned "
+        'base, without their work: set base = "parents" to start from it'
+    )
+    plan.write_text(STACKED)
+    assert len(stella_main("plan", "check", str(plan), cwd=git_repo).stdout.splitlines()) == 1
+    shown = stella_main("plan", "show", str(plan), cwd=git_repo).stdout
+    assert "isolation: isolated (starts at parents: reader, writer)" in shown
+    document = json.loads(stella_main("plan", "show", str(plan), "--json", cwd=git_repo).stdout)
+    assert {task["id"]: task["starts_at"] for task in document["tasks"]} == {
+        "schema": None,
+        "lint": None,
+        "reader": "parents: schema",
+        "writer": None,
+        "docs": "parents: reader, writer",
+    }
+    dry = stella_main("fleet", "--plan", str(plan), "--pipeline", "command", "--dry-run", cwd=git_repo).stdout
+    assert " from parents: reader, writer; after reader, writer" in dry
+    plan.write_text(STACKED.replace('base = "parents"', 'base = "pinned"'))
+    dry = stella_main("fleet", "--plan", str(plan), "--pipeline", "command", "--dry-run", cwd=git_repo).stdout
+    assert f" from base {base[:7]}; after reader, writer" in dry
