@@ -62,13 +62,15 @@ report(summary="committed")
 """
 
 
-def _configure(git_repo: Path, tmp_path: Path, plan_text: str) -> tuple[Path, Path]:
+def _configure(git_repo: Path, tmp_path: Path, plan_text: str, **scripted: str) -> tuple[Path, Path]:
+    """The plan and the marks directory; scripted: a task's own worker script instead of the usual one."""
     scripts = Scripts(tmp_path / "scripts")
     marks = tmp_path / "marks"
     marks.mkdir()
     shared, isolated = scripts.python("shared", SHARED), scripts.python("isolated", ISOLATED)
     tasks = {"schema": shared, "writer": shared, "lint": shared}
     tasks.update(dict.fromkeys(("reader", "docs", "left", "right", "child", "grandchild"), isolated))
+    tasks.update({task: scripts.python(task, body) for task, body in scripted.items()})
     write_config(git_repo, tasks=tasks)
     git("add", ".stella/config.toml", cwd=git_repo)
     git("commit", "-q", "-m", "stella config", cwd=git_repo)
@@ -180,3 +182,56 @@ def test_plan_show_check_and_the_dry_run_say_where_each_isolated_task_starts(
     plan.write_text(STACKED.replace('base = "parents"', 'base = "pinned"'))
     dry = stella_main("fleet", "--plan", str(plan), "--pipeline", "command", "--dry-run", cwd=git_repo).stdout
     assert f" from base {base[:7]}; after reader, writer" in dry
+
+
+HALF_THEN_FAIL = """\
+seen = sorted(p.name for p in WS.iterdir() if p.suffix == ".txt")
+mark(f"{TASK}.seen", json.dumps(seen))
+if not (MARKS / "resumed").exists():
+    (WS / "half.txt").write_text("half way\\n")
+    sys.exit("stopped half way")
+report(summary="finished")
+"""
+
+RESUMED = """\
+[[tasks]]
+id = "left"
+prompt = "make the left file"
+isolation = "isolated"
+
+[[tasks]]
+id = "child"
+prompt = "build on left"
+depends_on = ["left"]
+isolation = "isolated"
+base = "parents"
+"""
+
+
+def test_a_resumed_stacked_task_starts_from_its_parents_now_with_its_salvaged_work_on_top(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    plan, marks = _configure(git_repo, tmp_path, RESUMED, child=HALF_THEN_FAIL)
+    args = ("fleet", "--plan", str(plan), "--pipeline", "command")
+    first = stella(*args, cwd=git_repo, env={"MARKS": str(marks)})
+    assert first.returncode == 1, first.stdout + first.stderr
+    record = run_record(git_repo)
+    # left's branch moves on after the run: the resumed child starts from it as it is now
+    worktree = Path(by_id(record["tasks"])["left"]["worktree"])
+    (worktree / "later.txt").write_text("later\n")
+    git("add", "later.txt", cwd=worktree)
+    git("commit", "-q", "-m", "later", cwd=worktree)
+    left_now = gitops.head_commit(worktree)
+    (marks / "resumed").write_text("")
+
+    resumed = stella(
+        "fleet", "--resume", record["run"]["id"], "--from-salvage", "--pipeline", "command",
+        cwd=git_repo, env={"MARKS": str(marks)},
+    )  # fmt: skip
+
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert json.loads((marks / "child.seen").read_text()) == ["f.txt", "half.txt", "later.txt"]
+    attempt = by_id(run_record(git_repo)["attempts"], "task_id")["child"]
+    parents = json.loads(attempt["start_parents_json"])
+    assert [parent["task"] for parent in parents] == ["left", "its salvaged work"]
+    assert parents[0]["commit"] == left_now
