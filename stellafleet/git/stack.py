@@ -43,62 +43,80 @@ class Conflict:
         return f"parents {self.left} and {self.right} both change {shown}"
 
 
+@dataclass(frozen=True)
+class _Commit:
+    tree: str
+    first_parent: str | None
+    date: str  # raw: seconds and zone, as git reads it back
+    message: str
+
+
 def build_start(root: Path, base: str, parts: Sequence[Contribution]) -> str | Conflict:
     """base with every part's work on it, in order; a Conflict naming the two parents and the paths."""
-    head = base
+    named = [commit for part in parts for commit in ((part.tip,) if part.tip else part.commits) if commit]
+    known = _commits(root, [base, *named])  # one git call for all (a fan-in of 50 is 50 tips)
+    tips = [part.tip for part in parts if part.tip]
+    # a tip another tip (or the base) holds adds nothing: a chain's start is its last link, at once
+    needed = (
+        set(gitops.git("merge-base", "--independent", base, *tips, cwd=root).split())
+        if len(tips) > 1
+        else set(tips)
+    )
+    head, head_tree = base, known[base].tree
     merged: list[Contribution] = []
     for part in parts:
-        steps = [(part.tip, None)] if part.tip is not None else _picks(root, part.commits)
-        for commit, picked_onto in steps:
-            assert commit is not None
-            result = _apply(root, head, commit, picked_onto, part.task_id)
-            if isinstance(result, tuple):
-                return Conflict(_who_changed(root, base, merged, result) or "?", part.task_id, result)
-            head = result
+        if part.tip and part.tip not in needed:
+            continue
+        picks = [(part.tip, None)] if part.tip else [(c, known[c].first_parent) for c in part.commits]
+        for commit, picked_onto in picks:
+            result = _apply(root, (head, head_tree), commit, known[commit], picked_onto, part.task_id)
+            if isinstance(result[1], tuple):
+                return Conflict(_who_changed(root, base, merged, result[1]) or "?", part.task_id, result[1])
+            head, head_tree = result[0], result[1]
         merged.append(part)
     return head
 
 
-def _picks(root: Path, commits: Sequence[str]) -> list[tuple[str | None, str | None]]:
-    """Each commit with its first parent (what its change is measured from)."""
-    if not commits:
-        return []
-    lines = gitops.git("rev-list", "--no-walk=unsorted", "--parents", *commits, cwd=root).splitlines()
-    return [(fields[0], fields[1] if len(fields) > 1 else None) for fields in map(str.split, lines)]
+def _commits(root: Path, shas: Sequence[str]) -> dict[str, _Commit]:
+    unique = list(dict.fromkeys(shas))
+    fields = "%H%x1f%T%x1f%P%x1f%cd%x1f%B"
+    records = gitops.git_fields(
+        "log", "-z", "--no-walk=unsorted", "--date=raw", f"--format={fields}", *unique, cwd=root
+    )
+    found = {}
+    for record in records:
+        sha, tree, parents, date, message = record.split("\x1f", 4)
+        found[sha] = _Commit(tree, parents.split()[0] if parents else None, date, message)
+    return found
 
 
 def _apply(
-    root: Path, head: str, commit: str, picked_onto: str | None, task_id: str
-) -> str | tuple[str, ...]:
-    """head with commit's work: a fast-forward when it can be, else a merge (or, with picked_onto, the
-    change picked_onto..commit alone); the conflicted paths when it cannot be."""
-    forward = gitops.git("merge-base", head, commit, cwd=root, check=False).strip()
-    if forward == commit:
-        return head  # already in it
-    if forward == head and picked_onto in (None, head):
-        return commit
-    stamp = _date(root, commit)
-    env = {**_IDENTITY, "GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
-    ours, tree = head, gitops.git("rev-parse", f"{head}^{{tree}}", cwd=root).strip()
+    root: Path, head: tuple[str, str], commit: str, info: _Commit, picked_onto: str | None, task_id: str
+) -> tuple[str, str] | tuple[None, tuple[str, ...]]:
+    """(commit, tree) of head with commit's work: a fast-forward when it can be, else a merge (or, with
+    picked_onto, the change picked_onto..commit alone); (None, the conflicted paths) when it cannot be."""
+    sha, tree = head
+    if picked_onto == sha:
+        return commit, info.tree  # the next commit on head: no pick needed
+    env = {**_IDENTITY, "GIT_AUTHOR_DATE": info.date, "GIT_COMMITTER_DATE": info.date}
+    ours = sha
     if picked_onto is not None:  # a commit of head's tree on picked_onto: their merge base is picked_onto
         ours = _commit_tree(root, tree, (picked_onto,), "stella: pick base", env)
     args = ("merge-tree", "--write-tree", "--name-only", "--no-messages", ours, commit)
     retcode, out, err = gitops.git_status(*args, cwd=root)
     lines = out.splitlines()
     if retcode == 1 and lines:
-        return tuple(dict.fromkeys(line for line in lines[1:] if line))
+        return None, tuple(dict.fromkeys(line for line in lines[1:] if line))
     if retcode != 0 or not lines:
         raise GitError(f"git merge-tree: {gitops.last_words(err or out, retcode)}")
     if lines[0] == tree:
         return head  # its change is in head already
+    if picked_onto is None and lines[0] == info.tree and gitops.is_ancestor(root, sha, commit):
+        return commit, info.tree  # a fast-forward: head is in it
     if picked_onto is not None:
-        message = gitops.git("log", "-1", "--format=%B", commit, cwd=root)
-        return _commit_tree(root, lines[0], (head,), message, env)
-    return _commit_tree(root, lines[0], (head, commit), f"stella: start with the work of {task_id}", env)
-
-
-def _date(root: Path, commit: str) -> str:
-    return gitops.git("log", "-1", "--format=%cd", "--date=raw", commit, cwd=root).strip()
+        return _commit_tree(root, lines[0], (sha,), info.message, env), lines[0]
+    message = f"stella: start with the work of {task_id}"
+    return _commit_tree(root, lines[0], (sha, commit), message, env), lines[0]
 
 
 def _commit_tree(root: Path, tree: str, parents: Sequence[str], message: str, env: dict[str, str]) -> str:

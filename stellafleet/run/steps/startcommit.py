@@ -54,22 +54,30 @@ class StartCommit(AttemptStep):
         runs = self.ledger.runs.lineage(self.settings.run_id)
         listed = self.ledger.tasks.of_run(self.settings.run_id, "id, depends_on_json, parent_id")
         rows = {row["id"]: row for row in listed}
+        results = [
+            (dependency, self.ledger.tasks.succeeded_in(runs, dependency))
+            for dependency in _ancestors(task_id, rows)
+        ]
+        branches = [
+            done["branch"]
+            for _, done in results
+            if done and done["isolation"] == "isolated" and done["branch"]
+        ]
+        tips = gitops.branch_tips(self.settings.root, branches)
         parts: list[stack.Contribution] = []
-        for dependency in _ancestors(task_id, rows):
-            done = self.ledger.tasks.succeeded_in(runs, dependency)
+        for dependency, done in results:
             if done is None:
                 continue  # an emitted task's emitter, say, that made nothing itself
             if done["isolation"] != "isolated":
                 commits = tuple(self.ledger.commits.of_task(done["run_id"], dependency))
                 parts.append(stack.Contribution(dependency, commits=commits))
                 continue
-            branch = done["branch"]
-            tip = gitops.ref_commit(self.settings.root, f"refs/heads/{branch}") if branch else None
+            tip = tips.get(done["branch"] or "")
             if tip is None:
                 raise AttemptFailed(
                     AttemptEnd.failed(
-                        f"cannot start from its dependencies' work: the branch {branch} of {dependency} "
-                        "is gone: restore it, or resume the run once it ends to run that task again"
+                        f"cannot start from its dependencies' work: the branch {done['branch']} of "
+                        f"{dependency} is gone: restore it, or resume the run once it ends to run it again"
                     )
                 )
             parts.append(stack.Contribution(dependency, tip=tip))
