@@ -235,3 +235,47 @@ def test_a_resumed_stacked_task_starts_from_its_parents_now_with_its_salvaged_wo
     parents = json.loads(attempt["start_parents_json"])
     assert [parent["task"] for parent in parents] == ["left", "its salvaged work"]
     assert parents[0]["commit"] == left_now
+
+
+FAN_IN = """\
+[defaults]
+isolation = "isolated"
+
+[[tasks]]
+id = "child"
+prompt = "build on both"
+depends_on = ["left", "right"]
+base = "parents"
+
+[[tasks]]
+id = "left"
+prompt = "the left file"
+
+[[tasks]]
+id = "right"
+prompt = "the right file"
+"""
+
+
+def test_stella_merge_lands_the_parents_first_and_the_childs_copies_of_their_work_drop_out(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner, stella_main: StellaRunner
+) -> None:
+    plan, marks = _configure(
+        git_repo, tmp_path, FAN_IN, left=ISOLATED.replace('"left": "f.txt"', '"left": "left.txt"')
+    )
+    base = gitops.head_commit(git_repo)
+    done = stella(
+        "fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo, env={"MARKS": str(marks)}
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((marks / "child.seen").read_text()) == ["f.txt", "left.txt"]
+
+    merged = stella_main("merge", "--unwatched", "--json", cwd=git_repo)
+
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    queue = json.loads(merged.stdout)["queue"]
+    assert [item["task_id"] for item in queue] == ["left", "right", "child"]
+    assert [item["status"] for item in queue] == ["merged"] * 3
+    landed = git("log", "--format=%s", f"{base}..HEAD", cwd=git_repo).split("\n")
+    # each task's own commit once: the child's start (its parents' work, the merge of them) is gone
+    assert sorted(line for line in landed if line) == ["child: mine.txt", "left: left.txt", "right: f.txt"]
