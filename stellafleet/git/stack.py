@@ -27,6 +27,11 @@ class Contribution:
     tip: str | None = None
     commits: tuple[str, ...] = ()
 
+    @property
+    def head(self) -> str | None:
+        """The commit of it the start takes last (None: a shared task that committed nothing)."""
+        return self.tip or (self.commits[-1] if self.commits else None)
+
 
 @dataclass(frozen=True)
 class Conflict:

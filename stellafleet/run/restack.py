@@ -54,7 +54,7 @@ def _restack(
             gitops.git("update-ref", f"refs/heads/{branch}", moved, tip, cwd=root)
     except GitError as exc:
         return f"{left}: {exc}"
-    shown = [(part.task_id, part.tip or part.commits[-1]) for part in parts if part.tip or part.commits]
+    shown = [(part.task_id, part.head) for part in parts if part.head]
     attempt_id = int(str(attempt["id"]))
     ledger.attempts.set_start(attempt_id, start, shown)
     for commit in gitops.commits_between(root, start, moved):

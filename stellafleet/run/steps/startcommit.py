@@ -41,9 +41,7 @@ class StartCommit(AttemptStep):
             if isinstance(built, stack.Conflict):
                 raise AttemptFailed(AttemptEnd.failed(f"cannot start from its dependencies' work: {built}"))
             start = built
-            shown = [
-                (part.task_id, part.tip or part.commits[-1]) for part in parts if part.tip or part.commits
-            ]
+            shown = [(part.task_id, part.head) for part in parts if part.head]
             self.ledger.attempts.set_start(ctx.attempt_id, built, shown)
         if start is not None and start != settings.base_commit:
             attempt.context = dataclasses.replace(ctx, start_commit=start)
