@@ -274,6 +274,10 @@ class GitHub:
         result = self._ok("pr", "merge", str(number), f"--{strategy}")
         return f"{result.stdout}\n{result.stderr}"
 
+    def retarget_pr(self, number: int, base: str) -> None:
+        """`gh pr edit N --base BASE`: the pull request merges into BASE from now on."""
+        self._ok("pr", "edit", str(number), "--base", base, failed=f"gh pr edit #{number} --base failed")
+
     def edit_pr_body(self, number: int, body: str) -> None:
         self._ok("pr", "edit", str(number), "--body", body, failed=f"gh pr edit #{number} failed")
 

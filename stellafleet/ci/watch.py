@@ -50,6 +50,7 @@ class Target:
     branch: str
     kind: str  # "isolated" | "shared"
     tasks: tuple[TaskWork, ...]
+    stacked_on: str | None = None  # the branch of the one isolated task it started from (base = "parents")
 
     @property
     def task_id(self) -> str | None:
@@ -85,13 +86,14 @@ def branches_to_watch(run: dict[str, Any]) -> list[Target]:
 
     targets: list[Target] = []
     shared: dict[str, list[TaskWork]] = {}
+    by_id = {task["id"]: task for task in run["tasks"]}
     for task in run["tasks"]:
         if task["status"] != TaskStatus.SUCCEEDED:
             continue
         if task["isolation"] == "isolated":
             item = work(task, None)
             if task["branch"] and item.commits:
-                targets.append(Target(task["branch"], "isolated", (item,)))
+                targets.append(Target(task["branch"], "isolated", (item,), _stacked_on(task, by_id)))
             continue
         for branch in dict.fromkeys(
             c["branch"] for c in commits if c["task_id"] == task["id"] and c["branch"]
@@ -99,6 +101,14 @@ def branches_to_watch(run: dict[str, Any]) -> list[Target]:
             shared.setdefault(branch, []).append(work(task, branch))
     targets.extend(Target(branch, "shared", tuple(items)) for branch, items in shared.items())
     return targets
+
+
+def _stacked_on(task: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> str | None:
+    """The branch a stacked task's one isolated parent works on (None: it is no stack of one)."""
+    parents = [by_id.get(dependency) for dependency in task.get("depends_on") or ()]
+    if task.get("base") != "parents" or len(parents) != 1 or parents[0] is None:
+        return None
+    return parents[0]["branch"] if parents[0]["isolation"] == "isolated" else None
 
 
 @dataclass
@@ -122,6 +132,9 @@ class BranchWatch:
     gh_trouble: str | None = None
     fix_rounds: int = 0  # --fix-ci rounds run for this branch
     fix_note: str | None = None  # why the last round left it red
+    stale: str | None = (
+        None  # its task's branch no longer starts from its parents' work (ledger: tasks.stale)
+    )
 
     @property
     def branch(self) -> str:
@@ -149,6 +162,7 @@ class BranchWatch:
             "reason": self.reason,
             "run_urls": self.run_urls,
             "fix_rounds": self.fix_rounds,
+            "stale": self.stale,
             "runs": [r.to_json() for r in self.runs],
             "elapsed_s": None if self.ended_at is None else round(self.ended_at - start, 3),
         }
@@ -270,6 +284,12 @@ class Watcher:
             for watch in self.watches:
                 self._start(watch)
             self._poll_until_done(start)
+            stale = {
+                task["id"]: task.get("stale")
+                for task in self.ledger.tasks.of_run(self.run_id, "id, stale, depends_on_json")
+            }
+            for watch in self.watches:
+                watch.stale = stale.get(watch.target.task_id or "")
         except KeyboardInterrupt:
             for watch in self.watches:
                 if not watch.done:
@@ -301,14 +321,23 @@ class Watcher:
         found = self.github.find_open_pr(watch.branch)
         if found is None:
             sections = [task_section(task, self.run_id) for task in watch.target.tasks]
+            onto, parent = self.default_branch, self._parent_pr(watch)
+            if parent is not None:  # its PR shows its own work alone, and lands after its parent's
+                onto = parent.branch
+                sections.insert(0, f"This pull request is stacked on #{parent.pr_number} ({parent.branch}).")
             body = "\n\n".join([*sections, self._status(watch)])
             title = watch.target.title(self.run_id)
-            created = self.github.create_pr(watch.branch, self.default_branch, title, body)
+            created = self.github.create_pr(watch.branch, onto, title, body)
             watch.pr_number, watch.pr_url, watch.pr_body = created.number, created.url, body
             watch.phase += f"; opened PR #{created.number}"
         else:
             watch.pr_number, watch.pr_url, watch.pr_body = found.number, found.url, found.body
             watch.phase += f"; PR #{found.number} is open"
+
+    def _parent_pr(self, watch: BranchWatch) -> BranchWatch | None:
+        """The watch of the branch a stacked task started from, when it has a pull request."""
+        parent = watch.target.stacked_on
+        return next((w for w in self.watches if w.branch == parent and w.pr_number is not None), None)
 
     def _update_pr(self, watch: BranchWatch) -> None:
         if watch.pr_number is None or watch.pr_body is None:
@@ -509,6 +538,11 @@ def watch_run(
     return result
 
 
+def _reason(watch: BranchWatch) -> str:
+    stale = f"stale: {watch.stale}" if watch.stale else None
+    return "; ".join(part for part in (watch.reason, stale) if part) or "-"
+
+
 class ConsoleReporter:
     def __init__(self, stream: TextIO, *, table: bool = True) -> None:
         from rich.console import Console
@@ -539,7 +573,7 @@ class ConsoleReporter:
         from rich.table import Table
 
         rows = [
-            (b.branch, b.pr_url or "-", str(b.state), b.conclusion or "-", b.reason or "-")
+            (b.branch, b.pr_url or "-", str(b.state), b.conclusion or "-", _reason(b))
             for b in result.branches
         ]
         headers = ("branch", "PR", "state", "conclusion", "reason")

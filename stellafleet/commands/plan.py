@@ -77,6 +77,14 @@ def check_command(args: argparse.Namespace) -> int:
             continue
         waves = len(plan.waves(len(plan.tasks)))
         print(f"ok: {name} ({plural(len(plan.tasks), 'task')}, {plural(waves, 'wave')})")
+        if pinned := plan.pinned_after_others():
+            one = len(pinned) == 1
+            print(
+                f"hint: {name}: isolated {'task' if one else 'tasks'} {', '.join(pinned)} "
+                f"{'waits' if one else 'wait'} for {'its' if one else 'their'} dependencies but "
+                f"{'starts' if one else 'start'} from the pinned base, without their work: "
+                'set base = "parents" to start from it'
+            )
     return code
 
 
@@ -134,11 +142,12 @@ def _doit(plan: Plan, argv: list[str]) -> int:
     return EXIT_OK
 
 
-def _details(task: PlanTask) -> list[tuple[str, str]]:
+def _details(plan: Plan, task: PlanTask) -> list[tuple[str, str]]:
+    start = plan.start_of(task)
     rows = [
         ("depends on", ", ".join(task.depends_on) or "-"),
         ("claims", ", ".join(task.claims) or "-"),
-        ("isolation", task.isolation),
+        ("isolation", task.isolation + (f" (starts at {start})" if start else "")),
     ]
     if task.expands:
         rows.append(("expands", "at run time: its worker emits more tasks, which run before its dependents"))
@@ -157,7 +166,7 @@ def _show_plain(plan: Plan, waves: list[list[str]], heading: str) -> None:
         for task_id in wave:
             task = plan.task(task_id)
             print(f"  {task_id}  {single_line(task.title)}" + (f" {EXPANDS_NOTE}" if task.expands else ""))
-            for key, value in _details(task):
+            for key, value in _details(plan, task):
                 print(f"      {key}: {single_line(value)}")
 
 
@@ -177,7 +186,7 @@ def _show_rich(plan: Plan, waves: list[list[str]], heading: str) -> None:
                 styled(single_line(task.title) + (f" {EXPANDS_NOTE}" if task.expands else "")),
                 ", ".join(task.depends_on) or "-",
                 "\n".join(task.claims) or "-",
-                task.isolation,
+                task.isolation + (f"\n{start}" if (start := plan.start_of(task)) else ""),
                 end_section=position == len(wave) - 1,
             )
     Console().print(table)
@@ -198,6 +207,8 @@ def _document(plan: Plan, limit: int | None, waves: list[list[str]]) -> dict[str
                 "depends_on": list(task.depends_on),
                 "claims": list(task.claims),
                 "isolation": task.isolation,
+                "base": task.base,
+                "starts_at": plan.start_of(task),
                 "pipeline": task.pipeline,
                 "model": task.model,
                 "timeout": task.timeout,

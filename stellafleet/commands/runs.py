@@ -282,6 +282,8 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
     out(styled(f"  {task['id']}  ", in_colour(task["status"], task["status"]), rest))
     if task.get("reason"):
         out(styled((f"    reason: {single_line(task['reason'])}", "yellow")))
+    if task.get("stale"):
+        out(styled((f"    stale: {single_line(task['stale'])}", "yellow")))
     if task.get("no_commits"):
         out(styled(("    no commits: it succeeded, but its branch holds nothing of its own", "yellow")))
     if task.get("branch"):
@@ -298,6 +300,9 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
             + (f"  setup {a['setup_ms'] / 1000:.1f} s" if a.get("setup_ms") is not None else "")
         )
         out(styled(f"    attempt #{a['id']} ", in_colour(str(a["outcome"]), str(a["outcome"])), facts))
+        if a.get("start_commit"):
+            parents = ", ".join(parent["task"] for parent in a.get("start_parents") or ()) or "-"
+            out(styled(f"      start {a['start_commit'][:12]} (parents: {parents})"))
         if a.get("summary"):
             out(styled(f"      summary: {single_line(a['summary'])}"))
         if a.get("error"):

@@ -56,6 +56,8 @@ class WorkerContext:
     commit_hooks: str = "run"  # [commit] hooks: whether `stella commit` runs the repository's hooks
     # --allow-detached / [fleet] allow_detached: a shared commit may go onto a detached HEAD
     allow_detached: bool = False
+    # where an isolated worktree starts when not at base_commit: its parents' work, or a salvage commit
+    start_commit: str | None = None
 
     @property
     def paths(self) -> StatePaths:
@@ -134,6 +136,7 @@ class WorkerContext:
             plan_out=Path(get("plan_out")) if get("plan_out") else None,
             commit_hooks="skip" if get("commit_hooks") == "skip" else "run",
             allow_detached=get("allow_detached") == "1",
+            start_commit=get("start_commit") or None,
         )
 
 

@@ -113,6 +113,16 @@ def ref_commit(root: Path, ref: str) -> str | None:
     return out or None
 
 
+def branch_tips(root: Path, branches: Sequence[str]) -> dict[str, str]:
+    """Each of branches that exists -> the commit it points at, in one git call."""
+    if not branches:
+        return {}
+    refs = [f"refs/heads/{branch}" for branch in branches]
+    listed = git("for-each-ref", "--format=%(refname) %(objectname)", *refs, cwd=root).splitlines()
+    tips = dict(line.split(" ", 1) for line in listed)
+    return {branch: tips[ref] for branch, ref in zip(branches, refs, strict=True) if ref in tips}
+
+
 def has_commits(root: Path) -> bool:
     return ref_commit(root, "HEAD") is not None
 

@@ -3,6 +3,7 @@ under a merge queue each is waited for before the next, so dependencies land fir
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,7 @@ class _Lander:
         self.github, self.ledger, self.result = github, ledger, result
         self.settings, self.clock, self.progress = settings, clock, progress
         self.not_landed: set[str] = set()
+        self.landed_into: dict[str, str] = {}  # a landed pull request's branch -> the branch it merged into
 
     def step(self, item: MergeItem, number: int | None) -> None:
         options = self.result.options
@@ -139,8 +141,16 @@ class _Lander:
         elif before.state != "OPEN":
             item.status, item.reason = MergeStatus.ERROR, f"PR #{number} is {before.state.lower()}, not open"
         else:
+            stacked_on, onto = before.base, self.landed_into.get(before.base)
+            if onto is not None:  # stacked on a pull request that landed: it lands where that one did
+                self.github.retarget_pr(number, onto)
+                before = dataclasses.replace(before, base=onto)
             said = self.github.merge_pr(number, self.result.options.strategy)
             self._wait_merged(item, number, queued="merge queue" in said.lower())
+            if onto is not None:
+                item.reason += f" (retargeted from {stacked_on})"
+        if item.status == MergeStatus.MERGED:
+            self.landed_into[item.branch] = before.base
         self._record(item, before.base, before.head)
 
     def _wait_merged(self, item: MergeItem, number: int, *, queued: bool) -> None:

@@ -159,6 +159,7 @@ class PlanTask:
     depends_on: tuple[str, ...] = ()
     claims: tuple[str, ...] = ()
     isolation: str = "shared"
+    base: str = "pinned"  # an isolated task's start: "pinned", or "parents" (its dependencies' work on it)
     pipeline: str | None = None
     model: str | None = None
     timeout: float | None = None
@@ -195,6 +196,22 @@ class Plan:
         ]
         return [
             problem(where, pipeline) for where, pipeline in named if pipeline and pipeline not in installed
+        ]
+
+    def start_of(self, task: PlanTask, base: str = "the pinned base") -> str | None:
+        """Where an isolated task's worktree starts, as `plan show` and --dry-run say it (None: shared)."""
+        if task.isolation != "isolated":
+            return None
+        if task.base == "parents" and task.depends_on:
+            return f"parents: {', '.join(task.depends_on)}"
+        return base
+
+    def pinned_after_others(self) -> list[str]:
+        """The isolated tasks that wait for others but start without their work (`plan check`'s hint)."""
+        return [
+            task.id
+            for task in self.tasks
+            if task.isolation == "isolated" and task.depends_on and task.base != "parents"
         ]
 
     @cached_property
@@ -295,7 +312,13 @@ def plan_from_data(
         if not isinstance(raw, dict):
             continue  # the schema reported it, so no task is built
         where = f"{name}: {labels[position]}"
-        problems.extend(task_run_problems(where, raw, raw.get("isolation", defaults.get("isolation"))))
+        isolation = raw.get("isolation", defaults.get("isolation"))
+        problems.extend(task_run_problems(where, raw, isolation))
+        if "base" in raw and isolation != "isolated":
+            problems.append(
+                f"{where}: base: only an isolated task has a base (a shared task works in the tree its "
+                'dependencies committed to): remove it, or set isolation = "isolated"'
+            )
         problems.extend(_timeout_problems(where, raw))
         claims_of.append(_claims(raw.get("claims"), where, workspace, problems))
     problems.extend(graph_problems(name, raw_tasks, ids, labels, outside))
@@ -428,13 +451,15 @@ def _build_task(raw: dict[str, Any], defaults: dict[str, Any], claims: tuple[str
     timeout, max_spend = values.get("timeout"), values.get("max_spend")
     prompt: str = raw["prompt"]
     title = raw.get("title")
+    isolation = values.get("isolation") or "shared"
     return PlanTask(
         id=raw["id"],
         prompt=prompt,
         title=title.strip() if isinstance(title, str) else title_from(prompt),
         depends_on=tuple(raw.get("depends_on", ())),
         claims=claims,
-        isolation=values.get("isolation") or "shared",
+        isolation=isolation,
+        base=values.get("base", "pinned") if isolation == "isolated" else "pinned",
         pipeline=values.get("pipeline"),
         model=values.get("model"),
         timeout=float(timeout) if timeout is not None else None,

@@ -17,6 +17,7 @@ from stellafleet.plan.model import PlanTask
 from stellafleet.run.dispatch import Dispatcher, TaskFailed
 from stellafleet.run.events import SkipTask
 from stellafleet.run.executor import LocalExecutor
+from stellafleet.run.restack import restack_children
 from stellafleet.run.steps import RunSettings, factory
 from stellafleet.run.steps.spend import spend_budget
 from stellafleet.state.claims import ClaimStore
@@ -111,7 +112,10 @@ class CiFixRounds:
             return FixOutcome(None, f"fix-up {attempt} failed: {failed}")
         if after is None or after == before:
             return FixOutcome(None, f"fix-up {attempt} made no new commit")
-        return FixOutcome(after, f"fix-up {attempt} committed {after[:12]}; pushed to be watched again")
+        # the tasks stacked on the old head go stale, and are replayed onto the new one where they can be
+        restacked = restack_children(self.dispatcher.settings, self.ledger, request.task_id, before or after)
+        note = "".join(f"; {line}" for line in restacked)
+        return FixOutcome(after, f"fix-up {attempt} committed {after[:12]}; pushed to be watched again{note}")
 
 
 @contextlib.contextmanager

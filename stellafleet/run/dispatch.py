@@ -208,6 +208,7 @@ class Dispatcher:
         attempt.env = task_env(ctx, self._env)
         for step in self.steps:
             step.before_start(attempt)
+        ctx = attempt.ctx  # a step may have set where its worktree starts
         for path in (ctx.result_path, ctx.log_path, ctx.plan_out, ctx.prompt_path):
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)

@@ -119,6 +119,8 @@ class Prepared:
                     "title": task.title,
                     "wave": wave_of.get(task.id),
                     "isolation": task.isolation,
+                    "base": task.base,
+                    "starts_at": self.plan.start_of(task, f"base {self.base_commit[:7]}"),
                     "pipeline": task.pipeline or self.default_pipeline,
                     "depends_on": list(task.depends_on),
                     "claims": list(task.claims),

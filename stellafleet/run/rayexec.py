@@ -151,8 +151,9 @@ class RayExecutor:
         return RayExecution(self, generator, ctx, ledger)
 
     def _start_point(self, ctx: WorkerContext) -> bytes | None:
-        """--from-salvage: a bundle of the commit the task starts from past the base; None: the base."""
-        start = self._p.start_points.get(ctx.task_id)
+        """A bundle of the commit the task starts from past the base (its parents' work, a salvage commit);
+        None: the base."""
+        start = ctx.start_commit
         if start is None or start == ctx.base_commit:
             return None
         with self._bundle_file(ctx, "start") as path:

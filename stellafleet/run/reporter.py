@@ -338,7 +338,11 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str]) -
         for task_id in wave:
             task = tasks[task_id]
             isolated = task["isolation"] == "isolated"
-            where = f"isolated: {task['worktree']} on {task['branch']}" if isolated else "shared tree"
+            where = (
+                f"isolated: {task['worktree']} on {task['branch']} from {task['starts_at']}"
+                if isolated
+                else "shared tree"
+            )
             deps = f"; after {', '.join(task['depends_on'])}" if task["depends_on"] else ""
             claims = f"; claims {', '.join(task['claims'])}" if task["claims"] else ""
             grows = (

@@ -17,7 +17,9 @@ from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 
 # The PlanTask fields a task's row records of its plan entry
-COMPARED = ("prompt", "title", "depends_on", "claims", "isolation", "pipeline", "model", "timeout", "expands")
+COMPARED = (
+    "prompt", "title", "depends_on", "claims", "isolation", "base", "pipeline", "model", "timeout", "expands"
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ def recorded_task(row: Mapping[str, Any]) -> PlanTask:
         depends_on=tuple(row.get("depends_on") or ()),
         claims=tuple(row.get("claims") or ()),
         isolation=row.get("isolation") or "shared",
+        base=row.get("base") or "pinned",
         pipeline=row.get("pipeline"),
         model=row.get("model"),
         timeout=row.get("timeout_s"),

@@ -81,6 +81,20 @@ class Attempts(Table):
         """The commit that keeps what the unfinished attempt left uncommitted (git/salvage.py)."""
         self._set(attempt_id, "salvage_ref = ?, salvage_sha = ?", ref, sha)
 
+    def set_start(self, attempt_id: int, commit: str, parents: Iterable[tuple[str, str]]) -> None:
+        """The commit a stacked attempt's worktree starts at, and each (parent task, its commit) in it."""
+        shown = json.dumps([{"task": task, "commit": sha} for task, sha in parents])
+        self._set(attempt_id, "start_commit = ?, start_parents_json = ?", commit, shown)
+
+    def start_of(self, run_id: str, task_id: str) -> str | None:
+        """The start commit of the task's latest stacked attempt in the run (None: none was stacked)."""
+        rows = self._db.read(
+            "SELECT start_commit FROM attempts WHERE run_id = ? AND task_id = ? AND start_commit IS NOT NULL"
+            " ORDER BY id DESC LIMIT 1",
+            (run_id, task_id),
+        )
+        return str(rows[0][0]) if rows else None
+
     def set_steps(self, attempt_id: int, steps: int) -> None:
         """The remote attempt's step count as its worker reported it (steps travel once, at the end)."""
         self._set(attempt_id, "steps = MAX(steps, ?)", steps)

@@ -38,6 +38,11 @@ class Commits(Table):
     def of_run(self, run_id: str, columns: str = "*") -> list[dict[str, Any]]:
         return self._db.rows(f"SELECT {columns} FROM commits WHERE run_id = ? {IN_COMMIT_ORDER}", (run_id,))
 
+    def of_task(self, run_id: str, task_id: str) -> list[str]:
+        """The SHAs of the task's commits in the run, in the order they were made."""
+        query = f"SELECT sha FROM commits WHERE run_id = ? AND task_id = ? {IN_COMMIT_ORDER}"
+        return [str(row[0]) for row in self._db.read(query, (run_id, task_id))]
+
     def of_attempt(self, run_id: str, attempt_id: int) -> list[dict[str, Any]]:
         return self._db.rows(
             f"SELECT sha, branch, message, committed_at_ms FROM commits WHERE run_id = ? AND attempt_id = ?"

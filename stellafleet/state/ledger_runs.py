@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from stellafleet.core.errors import EXIT_USAGE, StellaError
-from stellafleet.core.status import RunStatus, TaskStatus
+from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus
 from stellafleet.state.ledger_schema import check_choice
 from stellafleet.state.sqlitefile import Table
 
@@ -40,6 +40,8 @@ class TaskSpec(Protocol):
     def claims(self) -> tuple[str, ...]: ...
     @property
     def isolation(self) -> str: ...
+    @property
+    def base(self) -> str: ...
     @property
     def pipeline(self) -> str | None: ...
     @property
@@ -168,6 +170,13 @@ class Runs(Table):
         shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
         raise StellaError(f"{ref!r} matches several runs ({shown}): give more of the run id")
 
+    def lineage(self, run_id: str) -> list[str]:
+        """run_id and the runs it resumes, newest first (each `--resume` of the one before)."""
+        chain = [run_id]
+        while (row := self.get(chain[-1])) is not None and row.get("resumed_from") not in (None, *chain):
+            chain.append(str(row["resumed_from"]))
+        return chain
+
     def resumed_by(self, run_id: str) -> list[str]:
         """The runs that resumed this one (`stella fleet --resume`), oldest first."""
         return [str(row[0]) for row in self._db.read(RESUMERS, (run_id,))]
@@ -231,13 +240,13 @@ class Tasks(Table):
         for task in tasks:
             lists = (json.dumps(list(task.depends_on)), json.dumps(list(task.claims)))
             how = (task.isolation, waves.get(task.id), task.pipeline, task.model, task.timeout)
-            grown = (int(task.expands), task.parent)
+            grown = (int(task.expands), task.parent, task.base)
             rows.append((run_id, task.id, task.title, task.prompt, *lists, *how, *grown))
         with self._db.write() as conn:
             conn.executemany(
                 "INSERT INTO tasks (run_id, id, title, prompt, depends_on_json, claims_json, isolation, wave,"
-                " pipeline, model, timeout_s, expands, parent_id)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " pipeline, model, timeout_s, expands, parent_id, base)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
 
@@ -288,3 +297,20 @@ class Tasks(Table):
         return self._db.row(
             "SELECT id, title, branch FROM tasks WHERE run_id = ? AND id = ?", (run_id, task_id)
         )
+
+    def succeeded_in(self, run_ids: Sequence[str], task_id: str) -> dict[str, Any] | None:
+        """The task's row in the first of run_ids where an attempt of it succeeded (None: in none)."""
+        for run_id in run_ids:
+            row = self._db.row(
+                "SELECT run_id, id, isolation, branch FROM tasks t WHERE run_id = ? AND id = ? AND EXISTS"
+                " (SELECT 1 FROM attempts a WHERE a.run_id = t.run_id AND a.task_id = t.id"
+                " AND a.outcome = ?)",
+                (run_id, task_id, str(AttemptOutcome.SUCCEEDED)),
+            )
+            if row is not None:
+                return row
+        return None
+
+    def set_stale(self, run_id: str, task_id: str, why: str | None) -> None:
+        """Why the task's branch no longer starts from its parents' work (None: it does again)."""
+        self._db.execute("UPDATE tasks SET stale = ? WHERE run_id = ? AND id = ?", (why, run_id, task_id))

@@ -185,8 +185,15 @@ _V5 = (
     "ALTER TABLE attempts ADD COLUMN salvage_sha TEXT",
 )
 
+_V6 = (
+    "ALTER TABLE tasks ADD COLUMN base TEXT NOT NULL DEFAULT 'pinned'",
+    "ALTER TABLE tasks ADD COLUMN stale TEXT",
+    "ALTER TABLE attempts ADD COLUMN start_commit TEXT",
+    "ALTER TABLE attempts ADD COLUMN start_parents_json TEXT NOT NULL DEFAULT '[]'",
+)
+
 # MIGRATIONS[n] takes a ledger from user_version n to n + 1. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 
 LEDGER_SCHEMA = Schema(label="fleet ledger", application_id=0x53544C46, migrations=MIGRATIONS)  # "STLF"
 

@@ -110,6 +110,8 @@ def timed_attempt(attempt: dict[str, Any], *, now_ms: int, live: bool) -> dict[s
     else:
         duration = max(0, (now_ms if end is None else end) - start)
     shown = {**attempt, "duration_ms": duration}
+    if "start_parents_json" in attempt:  # a stacked attempt's parents: [{"task": id, "commit": sha}]
+        shown["start_parents"] = _json_list(attempt["start_parents_json"])
     if attempt.get("salvage_sha"):
         shown["salvage_restore"] = f"git cherry-pick --no-commit {str(attempt['salvage_sha'])[:12]}"
     return shown
@@ -126,6 +128,8 @@ _TASK_KEYS = (
     "status",
     "reason",
     "isolation",
+    "base",
+    "stale",
     "wave",
     "pipeline",
     "model",

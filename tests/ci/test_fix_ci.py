@@ -247,3 +247,75 @@ def test_commit_hooks_skip_reaches_a_past_runs_fix_up_worker(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [watched] = json.loads(proc.stdout)["branches"]
     assert watched["state"] == "green" and watched["fix_rounds"] == 1
+
+
+STACKED_PLAN = """\
+[[tasks]]
+id = "fixable"
+prompt = "make work.txt say fixed"
+isolation = "isolated"
+
+[[tasks]]
+id = "child"
+prompt = "add child.txt on top"
+isolation = "isolated"
+depends_on = ["fixable"]
+base = "parents"
+
+[[tasks]]
+id = "clash"
+prompt = "rewrite work.txt on top"
+isolation = "isolated"
+depends_on = ["fixable"]
+base = "parents"
+"""
+
+# child adds its own file; clash rewrites the file the parent's fix rewrites too. Both pass CI.
+ON_TOP = """
+name = "child.txt" if TASK == "child" else "work.txt"
+(WS / name).write_text(f"{TASK} on top\\n")
+(WS / ".ci-result").write_text("success\\n")
+subprocess.run(["git", "add", name, ".ci-result"], check=True)
+subprocess.run(["git", "commit", "-q", "-m", f"{TASK}: {name}"], check=True)
+report(summary=f"{TASK} committed")
+"""
+
+
+def test_a_fix_up_of_a_parent_restacks_its_children_and_leaves_a_conflicting_one_stale(
+    fleet_repo: Path, tmp_path: Path, stella_main: StellaRunner
+) -> None:
+    config = (fleet_repo / ".stella" / "config.toml").read_text()
+    on_top = Scripts(tmp_path / "scripts").python("on-top", ON_TOP)
+    tasks = "".join(f'\n[pipelines.command.tasks.{t}]\nrun = "{on_top}"\n' for t in ("child", "clash"))
+    (fleet_repo / ".stella" / "config.toml").write_text(config + tasks.replace("\\", "\\\\"))
+    (tmp_path / "plan.toml").write_text(STACKED_PLAN)
+    plan = str(tmp_path / "plan.toml")
+
+    proc = stella_main(
+        "fleet", "--json", "--watch", "--fix-ci", "1", "--plan", plan, "--pipeline", "command", cwd=fleet_repo
+    )
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = run_record(fleet_repo)
+    tasks = {task["id"]: task for task in record["tasks"]}
+    fixed = git("rev-parse", tasks["fixable"]["branch"], cwd=fleet_repo).strip()
+    child = tasks["child"]["branch"]
+    assert git("log", "-1", "--format=%s", fixed, cwd=fleet_repo).strip() == "fix: work.txt says fixed"
+    # child: replayed onto the fixed parent, its own file kept, no longer stale
+    assert git("merge-base", "--is-ancestor", fixed, child, cwd=fleet_repo) == ""
+    assert git("show", f"{child}:child.txt", cwd=fleet_repo) == "child on top\n"
+    assert tasks["child"]["stale"] is None
+    assert Path(tasks["child"]["worktree"], "work.txt").read_text() == "fixed\n"  # its checkout followed
+    # clash: its work.txt conflicts with the fix: named, stale, its branch as it was
+    assert tasks["clash"]["stale"] == "fixable changed after it started"
+    assert git("show", f"{tasks['clash']['branch']}:work.txt", cwd=fleet_repo) == "clash on top\n"
+    doc = json.loads(proc.stdout)
+    watched = {b["task_id"]: b for b in doc["watch"]["branches"]}
+    assert (
+        watched["clash"]["stale"] == "fixable changed after it started" and watched["child"]["stale"] is None
+    )
+    assert "restacked child onto fixable's new work" in proc.stdout + proc.stderr
+    assert "clash is stale (fixable changed after it started) and its branch is left as it was" in (
+        proc.stdout + proc.stderr
+    )
+    assert "stale: fixable changed after it started" in stella_main("runs", "latest", cwd=fleet_repo).stdout

@@ -129,6 +129,21 @@ def test_pr_is_created_once_and_a_second_watch_sees_the_rerun_pass(
     assert row["state"] == "green"
 
 
+def test_a_stacked_tasks_pr_goes_against_its_parents_branch_and_says_so(
+    repo: Repo, host: GitHubHost, clock: FakeClock
+) -> None:
+    repo.add_run(isolated=("t1", "t2", "t3"), stacked={"t2": "t1"})
+    result = watch_run(repo.root, RUN_ID, config=config(host), clock=clock, out=Events())
+
+    assert result.exit_code == 0
+    prs = {pr["title"]: pr for pr in host.prs()}
+    branch = {watch.target.task_id: watch.branch for watch in result.branches}
+    assert (prs["Title of t1"]["base"], prs["Title of t3"]["base"]) == ("main", "main")
+    assert prs["Title of t2"]["base"] == branch["t1"]
+    assert f"stacked on #{prs['Title of t1']['number']} ({branch['t1']})" in prs["Title of t2"]["body"]
+    assert "stacked on" not in prs["Title of t1"]["body"] + prs["Title of t3"]["body"]
+
+
 def test_gh_not_logged_in_is_a_usage_error_before_any_push(
     repo: Repo, host: GitHubHost, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

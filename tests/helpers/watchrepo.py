@@ -59,10 +59,18 @@ class Repo:
         failed: tuple[str, ...] = (),
         shared_branch: str = "main",
         ci_result: str | None = None,
+        stacked: dict[str, str] | None = None,
     ) -> None:
-        """A finished run in the ledger, with real branches and commits for its tasks."""
+        """A finished run in the ledger, with real branches and commits for its tasks; stacked: an isolated
+        task -> the earlier isolated task it started from (base = "parents"), its branch on that one's."""
+        stacked = stacked or {}
+
+        def stack_of(t: str) -> dict[str, Any]:
+            return {"depends_on": (stacked[t],), "base": "parents"} if t in stacked else {}
+
         tasks = [
-            sample_task(t, title=f"Title of {t}", isolation="isolated", pipeline="command") for t in isolated
+            sample_task(t, title=f"Title of {t}", isolation="isolated", pipeline="command", **stack_of(t))
+            for t in isolated
         ]
         tasks += [sample_task(t, title=f"Title of {t}", pipeline="command") for t in shared]
         with Ledger.open(self.db) as ledger:
@@ -74,7 +82,7 @@ class Repo:
                 if task.isolation == "isolated" or branch not in git(
                     "branch", "--list", branch, cwd=self.root
                 ):
-                    git("branch", branch, base, cwd=self.root)
+                    git("branch", branch, self.shas.get(stacked.get(task.id, ""), base), cwd=self.root)
                     ledger.tasks.set_workspace(run_id, task.id, branch, str(self.tmp / "wt" / task.id))
                 attempt = ledger.attempts.start(run_id, task.id, pipeline="command", branch=branch)
                 ledger.spend.add(attempt, 0.42, input_tokens=100, output_tokens=20, steps=3)

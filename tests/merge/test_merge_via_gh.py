@@ -121,3 +121,34 @@ def test_via_gh_goes_through_the_merge_queue_when_the_repository_has_one(
     merged = {pr["head"]: pr for pr in host.prs()}
     assert merged[watched["top"]["branch"]]["merge_method"] == "SQUASH"  # the queue's method
     assert "run " in proc.stdout and "GitHub merged 2, failed 0" in proc.stdout
+
+
+def test_via_gh_lands_a_stacked_pr_after_its_parent_retargeted_to_where_the_parent_landed(
+    git_repo: Path, host: GitHubHost, tmp_path: Path, stella_main: StellaRunner
+) -> None:
+    git("remote", "add", "origin", host.clone_url(), cwd=git_repo)
+    git("push", "-q", "origin", "main", cwd=git_repo)
+    command = Scripts(tmp_path / "scripts").python("worker", WORKER)
+    write_config(git_repo, run=command, extra=f'[watch]\npoll_interval = 0.1\nrepo = "{host.repo_flag}"\n')
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN.split('\n\n[[tasks]]\nid = "broken"')[0] + '\nbase = "parents"\n')
+    fleet = ("fleet", "--json", "--watch", "--plan", str(plan), "--pipeline", "command")
+    proc = stella_main(*fleet, cwd=git_repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    watched = {b["task_id"]: b for b in json.loads(proc.stdout)["watch"]["branches"]}
+    prs = {pr["head"]: pr for pr in host.prs()}
+    assert prs[watched["top"]["branch"]]["base"] == watched["base"]["branch"]  # stacked
+
+    merged = stella_main("merge", "--via-gh", "--strategy", "squash", "--json", cwd=git_repo)
+
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    queue = json.loads(merged.stdout)["queue"]
+    assert [(i["task_id"], i["status"]) for i in queue] == [("base", "merged"), ("top", "merged")]
+    assert queue[1]["reason"].endswith(f"into main with squash at {queue[1]['after_sha'][:12]} "
+                                       f"(retargeted from {watched['base']['branch']})")  # fmt: skip
+    prs = {pr["head"]: pr for pr in host.prs()}
+    assert prs[watched["top"]["branch"]]["base"] == "main"
+    numbers = {t: watched[t]["pr_number"] for t in ("base", "top")}
+    assert main_log(host)[:2] == [f"Add the top (#{numbers['top']})", f"Add the base (#{numbers['base']})"]
+    files = git("ls-tree", "--name-only", "main", cwd=host.local_server.state.repos[REPO].path).split()
+    assert {"base.txt", "top.txt"} <= set(files)

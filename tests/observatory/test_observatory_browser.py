@@ -201,7 +201,11 @@ def test_hand_built_ledger_lists_opens_escapes_and_updates_live(
     until(browser, lambda d: not d.find_element("id", "live-indicator").is_displayed(), "live indicator off")
     assert browser.execute_script("return window.__marker") == "same page"
 
-    # a finished run with an isolated branch, commits and CI
+    # a finished run with an isolated branch, commits and CI; docs was stacked on reader, then went stale
+    with Ledger.open(db) as ledger:
+        docs = next(a for a in ledger.get_run(ids["ok"])["attempts"] if a["task_id"] == "docs")
+        ledger.attempts.set_start(docs["id"], "5f3b8f2" + "0" * 33, [("reader", "a1b2c3d" + "0" * 33)])
+        ledger.tasks.set_stale(ids["ok"], "docs", "reader changed after it started")
     browser.execute_script(f"location.hash = '#/runs/{ids['ok']}'")
     until(browser, lambda d: len(css(d, "section.wave")) == 3, "three waves")
     assert "fleet/docs-5c1d7e9a0b2f4a6c" in text_of(browser, "#branches-table")
@@ -209,6 +213,9 @@ def test_hand_built_ledger_lists_opens_escapes_and_updates_live(
     assert pr.text == "PR #412" and pr.get_attribute("href") == "https://github.com/example/shop/pull/412"
     assert len(css(browser, "#commits-table tbody tr")) == 3
     assert "Rewrote docs/receipts.md twice" in text_of(browser, 'article.task[data-task-id="docs"] .summary')
+    start = text_of(browser, 'article.task[data-task-id="docs"] .start')
+    assert start.startswith("start 5f3b8f2") and "parents: reader a1b2c3d" in start
+    assert text_of(browser, 'article.task[data-task-id="docs"] .tag.stale') == "stale"
     browser.save_screenshot(str(tmp_path / "observatory-run.png"))
     if docs_copy:
         browser.find_element("id", "run-view").screenshot(str(Path(docs_copy) / "observatory-run.png"))

@@ -413,3 +413,34 @@ def test_an_inline_prompt_that_is_not_utf8_is_refused() -> None:
         "prompt #1: contains a lone surrogate (\\udcff), which is not text: write the character itself",
         "prompt #3: must not be empty",
     ]
+
+
+def test_base_is_an_isolated_tasks_own_or_its_defaults_and_an_error_on_a_shared_task() -> None:
+    plan = plan_from_data(
+        {
+            "defaults": {"base": "parents"},
+            "tasks": [
+                {"id": "a", "prompt": "x"},
+                {"id": "b", "prompt": "x", "isolation": "isolated"},
+                {"id": "c", "prompt": "x", "isolation": "isolated", "base": "pinned"},
+            ],
+        }
+    )
+    assert [task.base for task in plan.tasks] == ["pinned", "parents", "pinned"]
+    assert plan_from_data({"tasks": [{"id": "a", "prompt": "x", "isolation": "isolated"}]}).tasks[0].base == (
+        "pinned"
+    )
+    with pytest.raises(PlanError) as caught:
+        plan_from_data(
+            {
+                "tasks": [
+                    {"id": "a", "prompt": "x", "base": "parents"},
+                    {"id": "b", "prompt": "x", "isolation": "isolated", "base": "parent"},
+                ]
+            }
+        )
+    assert caught.value.problems == [
+        'plan: task "b": base: must be "pinned" or "parents", not "parent" (did you mean "parents"?)',
+        'plan: task "a": base: only an isolated task has a base (a shared task works in the tree its '
+        'dependencies committed to): remove it, or set isolation = "isolated"',
+    ]

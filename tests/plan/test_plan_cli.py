@@ -67,13 +67,22 @@ def test_check_several_files(stella_main: StellaRunner) -> None:
         "plan", "check", "feature-buildout.toml", "feature-buildout.yaml", "invalid/cycle.toml", cwd=EXAMPLES
     )
     assert result.returncode == 2
+    hint = (
+        "hint: {}: isolated task docs waits for its dependencies but starts from the pinned base, "
+        'without their work: set base = "parents" to start from it'
+    )
     assert result.stdout.splitlines() == [
         "ok: feature-buildout.toml (4 tasks, 3 waves)",
+        hint.format("feature-buildout.toml"),
         "ok: feature-buildout.yaml (4 tasks, 3 waves)",
+        hint.format("feature-buildout.yaml"),
         "invalid/cycle.toml: dependency cycle: reader -> writer -> reader",
     ]
     ok = stella_main("plan", "check", "feature-buildout.json", cwd=EXAMPLES)
-    assert (ok.returncode, ok.stdout) == (0, "ok: feature-buildout.json (4 tasks, 3 waves)\n")
+    assert (ok.returncode, ok.stdout.splitlines()) == (
+        0,
+        ["ok: feature-buildout.json (4 tasks, 3 waves)", hint.format("feature-buildout.json")],
+    )
 
 
 def test_check_refuses_a_directory_claim_and_an_unknown_pipeline(

@@ -63,7 +63,9 @@ def test_dry_run_shows_waves_and_workspaces_without_running_or_recording(
     out = proc.stdout
     assert "wave 1:\n  schema [command] shared tree; claims a.rs" in out
     assert "wave 2:\n  reader [command] shared tree; after schema" in out
-    match = re.search(r"  docs \[command\] isolated: (\S+) on (fleet/docs-[0-9a-f]{16}); after reader", out)
+    match = re.search(
+        r"  docs \[command\] isolated: (\S+) on (fleet/docs-[0-9a-f]{16}) from base \w{7}; after reader", out
+    )
     assert match, out
     assert match.group(1) == f".stella/worktrees/{match.group(2).removeprefix('fleet/')}"
     assert not (git_repo / "ran-for-real").exists()

@@ -565,3 +565,47 @@ def test_worktreeinclude_files_travel_to_the_node_only_when_asked(
     )
     assert over["node"] is None
     assert git("rev-parse", over["branch"], cwd=root).strip() == git("rev-parse", "main", cwd=root).strip()
+
+
+STACKED = """\
+[defaults]
+isolation = "isolated"
+
+[[tasks]]
+id = "a"
+prompt = "the a file"
+
+[[tasks]]
+id = "b"
+prompt = "the b file"
+
+[[tasks]]
+id = "c"
+prompt = "on both"
+depends_on = ["a", "b"]
+base = "parents"
+"""
+
+LOOK_AROUND = (
+    'ls *.txt | tr "\\n" " " > seen.txt && stella commit -m "seen" seen.txt && '
+    'echo \'{"summary": "looked"}\' > "$STELLA_COMMAND_RESULT"'
+)
+
+
+def test_a_stacked_tasks_start_commit_travels_to_its_node_in_the_attempts_bundle(
+    cluster: raycluster.Cluster, tmp_path: Path
+) -> None:
+    config = f"[pipelines.command]\nrun = {toml_str(WORK)}\n"
+    config += f"\n[pipelines.command.tasks.c]\nrun = {toml_str(LOOK_AROUND)}\n"
+    root = make_repo(tmp_path / "repo", config)
+    (root.parent / "plan.toml").write_text(STACKED)
+
+    ran = run_fleet(cluster, root)
+
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    record = run_record(root)
+    attempt = by_id(record["attempts"], "task_id")["c"]
+    assert attempt["node"] in {"node-a", "node-b"} and attempt["start_commit"]
+    assert git("show", f"{attempt['branch']}:seen.txt", cwd=root) == "a.txt b.txt "
+    assert git("rev-parse", f"{attempt['branch']}~1", cwd=root).strip() == attempt["start_commit"]
+    assert [c["message"] for c in record["commits"] if c["task_id"] == "c"] == ["seen"]

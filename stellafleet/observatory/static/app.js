@@ -314,6 +314,7 @@ import { sparkline } from "./spend.js";
       el("span", { className: "task-title", text: task.title || "" }),
       badge(task.status),
       el("span", { className: "tag", text: task.isolation || "shared" }));
+    if (task.stale) head.appendChild(el("span", { className: "tag stale", title: task.stale, text: "stale" }));
     const card = el("article", { className: "task", "data-task-id": task.id }, head);
     if (task.reason) {
       card.appendChild(el("p", { className: "reason" }, el("strong", { text: task.status === "skipped" ? "Skipped: " : "Reason: " }), el("span", { className: "reason-text", text: task.reason })));
@@ -355,6 +356,10 @@ import { sparkline } from "./spend.js";
     if (a.node) facts.push("node " + a.node);
     const block = el("div", { className: "attempt", "data-attempt-id": a.id },
       el("div", { className: "attempt-head" }, badge(a.outcome), el("span", { className: "muted", text: facts.join(" · ") })));
+    if (a.start_commit) {
+      const parents = (a.start_parents || []).map((p) => p.task + " " + shortSha(p.commit)).join(", ");
+      block.appendChild(el("p", { className: "start mono", text: "start " + shortSha(a.start_commit) + " · parents: " + (parents || "—") }));
+    }
     if (a.summary) block.appendChild(el("p", { className: "summary", text: a.summary }));
     if (a.error) block.appendChild(el("pre", { className: "error", text: a.error }));
     const files = [a.log_path ? "log: " + a.log_path : null, a.transcript_path ? "transcript: " + a.transcript_path : null].filter(Boolean);

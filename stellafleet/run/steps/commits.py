@@ -16,7 +16,11 @@ class BranchCommits(AttemptStep):
         ctx = attempt.ctx
         if ctx.branch is None:
             return end
-        for commit in gitops.commits_between(ctx.root, ctx.base_commit, ctx.branch):
+        # a stacked start's commits are its parents' work, not the task's
+        own_since = (
+            ctx.start_commit if attempt.task.base == "parents" and ctx.start_commit else ctx.base_commit
+        )
+        for commit in gitops.commits_between(ctx.root, own_since, ctx.branch):
             self.ledger.commits.record(
                 sha=commit.sha,
                 run_id=ctx.run_id,

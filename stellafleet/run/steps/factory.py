@@ -18,6 +18,7 @@ from stellafleet.run.steps.expansions import Expand
 from stellafleet.run.steps.limits import LimitGate
 from stellafleet.run.steps.salvage import Salvage
 from stellafleet.run.steps.spend import SpendGuard
+from stellafleet.run.steps.startcommit import StartCommit
 from stellafleet.run.steps.watch import Watch
 from stellafleet.run.steps.workspace import Workspaces
 from stellafleet.run.watchdog import Watchdog
@@ -50,6 +51,7 @@ def dispatcher(
         LimitGate(limiter) if limiter is not None else None,  # released last: after the guard is free
         SpendGuard(ledger, budget, settings.spend_guard_usd),
         Claims(claims, settings.root),
+        StartCommit(settings, ledger),  # before the worktree: parents that conflict are refused first
         Workspaces(settings, ledger),
         Watch(watchdog) if watchdog is not None else None,
         Salvage(ledger, claims),  # after the watchdog: a stalled attempt's salvage says so

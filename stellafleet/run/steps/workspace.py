@@ -37,8 +37,9 @@ class Workspaces(AttemptStep):
             self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, ctx.branch, None)
             return
         settings = self.settings
-        start = settings.start_points.get(ctx.task_id, settings.base_commit)
-        worktrees.worktree_add(settings.root, ctx.workspace, ctx.branch, start)
+        worktrees.worktree_add(
+            settings.root, ctx.workspace, ctx.branch, ctx.start_commit or settings.base_commit
+        )
         if settings.config.fleet.init_submodules:
             submodules.init_in_worktree(settings.root, ctx.workspace)
         self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, ctx.branch, str(ctx.workspace))

@@ -1,0 +1,71 @@
+"""A parent whose branch moved after its stacked tasks started (a --fix-ci round): each of them is marked
+stale, then its own commits are replayed onto a start built from its parents as they are now, when
+that is free of conflicts; one that would conflict is named, and its branch is left as it was."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from stellafleet.core.errors import GitError
+from stellafleet.git import gitops, mergeops, stack
+from stellafleet.run.steps import RunSettings
+from stellafleet.run.steps.startcommit import StartCommit
+from stellafleet.state.ledger import Ledger
+
+
+def restack_children(settings: RunSettings, ledger: Ledger, parent_id: str, old_tip: str) -> list[str]:
+    """What became of each stacked task whose start held parent_id at old_tip, one note each."""
+    record = ledger.get_run(settings.run_id)
+    latest = {attempt["task_id"]: attempt for attempt in record["attempts"] if attempt.get("start_commit")}
+    notes = []
+    for task in record["tasks"]:
+        attempt = latest.get(task["id"])
+        if attempt is None or not task.get("branch"):
+            continue
+        held = {(p["task"], p["commit"]) for p in json.loads(attempt["start_parents_json"] or "[]")}
+        if (parent_id, old_tip) not in held:
+            continue
+        ledger.tasks.set_stale(settings.run_id, task["id"], f"{parent_id} changed after it started")
+        notes.append(_restack(settings, ledger, task, attempt, parent_id))
+    return notes
+
+
+def _restack(
+    settings: RunSettings, ledger: Ledger, task: dict[str, object], attempt: dict[str, object], parent_id: str
+) -> str:
+    """The task's branch replayed onto its parents' work as it is now, recorded; or why it was left."""
+    root, task_id, branch = settings.root, str(task["id"]), str(task["branch"])
+    left = f"{task_id} is stale ({parent_id} changed after it started) and its branch is left as it was"
+    parts = StartCommit(settings, ledger).contributions(task_id)
+    start = stack.build_start(root, settings.base_commit, parts)
+    tip = gitops.ref_commit(root, f"refs/heads/{branch}")
+    if isinstance(start, stack.Conflict) or tip is None:
+        return f"{left}: {start if tip else 'its branch is gone'}"
+    own = tuple(commit.sha for commit in gitops.commits_between(root, str(attempt["start_commit"]), tip))
+    moved = stack.build_start(root, start, [stack.Contribution(task_id, commits=own)])
+    if isinstance(moved, stack.Conflict):
+        return f"{left}: its own work would conflict with the new start on {', '.join(moved.paths)}"
+    worktree = Path(str(task["worktree"])) if task.get("worktree") else None
+    try:
+        if worktree is not None and worktree.is_dir():  # its checkout follows the branch
+            mergeops.advance_branch(worktree, branch, moved, tip)
+        else:
+            gitops.git("update-ref", f"refs/heads/{branch}", moved, tip, cwd=root)
+    except GitError as exc:
+        return f"{left}: {exc}"
+    shown = [(part.task_id, part.head) for part in parts if part.head]
+    attempt_id = int(str(attempt["id"]))
+    ledger.attempts.set_start(attempt_id, start, shown)
+    for commit in gitops.commits_between(root, start, moved):
+        ledger.commits.record(
+            sha=commit.sha,
+            run_id=settings.run_id,
+            task_id=task_id,
+            attempt_id=attempt_id,
+            branch=branch,
+            message=commit.message,
+            committed_at_ms=commit.committed_at_ms,
+        )
+    ledger.tasks.set_stale(settings.run_id, task_id, None)
+    return f"restacked {task_id} onto {parent_id}'s new work: {branch} is at {moved[:12]}"

@@ -1,0 +1,69 @@
+"""git/stack.py: a stacked start built from commit objects alone, the same for the same inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers.repo import git
+
+from stellafleet.git import gitops
+from stellafleet.git.stack import Conflict, Contribution, build_start
+
+
+def _commit_on(repo: Path, start: str, name: str, text: str, *, branch: str | None = None) -> str:
+    """A commit of name holding text on top of start (on a new branch, or on the checked-out one)."""
+    if branch is not None:
+        git("switch", "-q", "-c", branch, start, cwd=repo)
+    (repo / name).write_text(text)
+    git("add", name, cwd=repo)
+    git("commit", "-q", "-m", f"{name}: {text.strip()}", cwd=repo)
+    return gitops.head_commit(repo)
+
+
+def test_one_isolated_parent_gives_its_tip_and_parents_merge_the_same_way_every_time(git_repo: Path) -> None:
+    base = gitops.head_commit(git_repo)
+    left = _commit_on(git_repo, base, "left.txt", "left\n", branch="left")
+    right = _commit_on(git_repo, base, "right.txt", "right\n", branch="right")
+    status_before = git("status", "--porcelain", cwd=git_repo)
+
+    assert build_start(git_repo, base, [Contribution("left", tip=left)]) == left
+    both = build_start(git_repo, base, [Contribution("left", tip=left), Contribution("right", tip=right)])
+    again = build_start(git_repo, base, [Contribution("left", tip=left), Contribution("right", tip=right)])
+
+    assert isinstance(both, str) and both == again
+    assert git("ls-tree", "--name-only", both, cwd=git_repo).split() == ["README.md", "left.txt", "right.txt"]
+    assert (
+        gitops.head_commit(git_repo) == right and git("status", "--porcelain", cwd=git_repo) == status_before
+    )
+
+
+def test_a_shared_parent_brings_its_own_commits_not_the_others_on_its_branch(git_repo: Path) -> None:
+    base = gitops.head_commit(git_repo)
+    other = _commit_on(git_repo, base, "other.txt", "someone else\n")
+    mine = _commit_on(git_repo, other, "mine.txt", "the parent\n")
+    twin = _commit_on(git_repo, base, "mine.txt", "the parent\n", branch="twin")  # the same change again
+
+    start = build_start(git_repo, base, [Contribution("parent", commits=(mine,))])
+    kept = build_start(git_repo, mine, [Contribution("parent", commits=(mine, twin))])
+
+    assert isinstance(start, str)
+    assert git("ls-tree", "--name-only", start, cwd=git_repo).split() == ["README.md", "mine.txt"]
+    assert git("log", "-1", "--format=%s", start, cwd=git_repo).strip() == "mine.txt: the parent"
+    assert kept == mine  # a commit already in the start, and one that changes nothing, add no commit
+
+
+def test_parents_that_change_one_file_differently_are_named_with_the_file(git_repo: Path) -> None:
+    base = gitops.head_commit(git_repo)
+    left = _commit_on(git_repo, base, "f.txt", "left\n", branch="left")
+    right = _commit_on(git_repo, base, "f.txt", "right\n", branch="right")
+    quiet = _commit_on(git_repo, base, "q.txt", "quiet\n", branch="quiet")
+
+    parts = [
+        Contribution("quiet", tip=quiet),
+        Contribution("left", tip=left),
+        Contribution("right", tip=right),
+    ]
+    conflict = build_start(git_repo, base, parts)
+
+    assert conflict == Conflict("left", "right", ("f.txt",))
+    assert str(conflict) == "parents left and right both change f.txt"
