@@ -350,6 +350,7 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str]) -
             f"(branch hashes come from the run id: this preview used {doc['run_id']}; "
             "a real run gets its own)"
         )
+    lines += [f"--watch: will push {push} (what shared tasks commit)" for push in doc.get("watch_pushes", [])]
     lines += [f"problem: {problem}" for problem in doc.get("problems", [])]
     stream.write("".join(line + "\n" for line in lines))
 
