@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from stellafleet.core.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import MergeStatus
-from stellafleet.core.words import plural
+from stellafleet.core.words import files_named, plural
 from stellafleet.git import gitops, mergeops, worktrees
 from stellafleet.merge import journal as merge_journal
 from stellafleet.merge.journal import Journal
@@ -126,7 +126,8 @@ def _refuse_unless_ready(root: Path, options: MergeOptions) -> str:
     dirty = gitops.status_porcelain(root, untracked="no")
     if dirty and not options.dry_run:
         raise StellaError(
-            f"your work tree has uncommitted changes ({plural(len(dirty), 'file')}): commit or stash them "
+            f"your work tree has uncommitted changes ({files_named([line[3:] for line in dirty])}): "
+            "commit or stash them "
             "before stella merge",
             exit_code=EXIT_USAGE,
         )

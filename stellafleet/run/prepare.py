@@ -12,7 +12,7 @@ from typing import Any
 from stellafleet.core.config import Config, load_config
 from stellafleet.core.configsections import ExecutorConfig, WatchConfig
 from stellafleet.core.errors import StellaError
-from stellafleet.core.words import plural
+from stellafleet.core.words import files_named
 from stellafleet.git import gitops, hooks, salvage
 from stellafleet.plan.model import Plan, load_plan, plan_from_prompts
 from stellafleet.run.governor import Decision, decide
@@ -373,7 +373,7 @@ def check_tree(root: Path, plan: Plan, config: Config, options: FleetOptions) ->
         )
     elif changed:
         notes.append(
-            f"your work tree has uncommitted changes ({plural(len(changed), 'file')}): they stay yours, "
+            f"your work tree has uncommitted changes ({files_named(list(changed))}): they stay yours, "
             "workers' commits leave them out"
         )
     return TreeCheck(tuple(notes), changed)

@@ -100,7 +100,7 @@ def test_a_dirty_tree_is_refused_and_nothing_changes(git_repo: Path, stella: Ste
     proc = stella("merge", cwd=git_repo)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "stella: error: your work tree has uncommitted changes (1 file): "
+        "stella: error: your work tree has uncommitted changes (1 file: README.md): "
         "commit or stash them before stella merge"
     ]
     assert git("rev-parse", "HEAD", cwd=git_repo) == head
