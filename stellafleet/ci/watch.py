@@ -20,6 +20,7 @@ from stellafleet.ci.gh import (
     fingerprint,
     latest_attempts,
     red_label,
+    repo_with_port,
     status_block,
     with_status,
 )
@@ -466,6 +467,12 @@ def preflight(root: Path, github: GitHub, settings: WatchConfig, settings_file: 
         )
 
 
+def gh_repo(root: Path, settings: WatchConfig) -> str | None:
+    """What gh is told with --repo: `[watch] repo`, else HOST:PORT/OWNER/NAME when the remote's host has
+    a port (gh cannot find that one from the remotes itself)."""
+    return settings.repo or repo_with_port(gitops.remote_url(root, settings.remote))
+
+
 def shared_push_notes(root: Path, run_id: str, targets: Sequence[Target], remote: str) -> list[str]:
     """Say before pushing it that a branch shared tasks committed on (the local default branch, often)
     goes to the remote, and when its tip now holds commits made after the run's, that they go too."""
@@ -511,6 +518,7 @@ def watch_run(
         retry = Retry(settings.poll_interval, settings.stall_timeout, clock, reporter.note)
         github = GitHub(gh or SystemGh(), root, repo=settings.repo, retry=retry)
         preflight(root, github, settings, config.settings_file)
+        github.repo = gh_repo(root, settings)  # once gh and the remote are known to be there
         for line in shared_push_notes(root, run_id, targets, settings.remote):
             reporter.note(line)
         watcher = Watcher(

@@ -449,3 +449,20 @@ def test_watching_an_old_run_says_the_tip_it_pushes_holds_later_commits(repo: Re
         f"main's tip {tip[:12]} holds 2 commits made after run {RUN_ID}'s: they are pushed with it"
     )
     assert repo.remote_sha("main") == tip
+
+
+@pytest.mark.parametrize(
+    ("url", "repo"),
+    [
+        ("https://x-access-token:t@localhost:8443/octo/widgets.git", "localhost:8443/octo/widgets"),
+        ("https://ghe.example.com:8443/octo/widgets", "ghe.example.com:8443/octo/widgets"),
+        ("https://github.com/octo/widgets.git", None),  # gh finds it from the remote itself
+        ("ssh://git@ghe.example.com:2222/octo/widgets.git", None),  # an ssh port is not the API's
+        ("git@github.com:octo/widgets.git", None),
+        ("https://localhost:8443/not-a-repo", None),
+    ],
+)
+def test_gh_is_told_the_repository_of_a_remote_whose_host_has_a_port(url: str, repo: str | None) -> None:
+    from stellafleet.ci.gh import repo_with_port
+
+    assert repo_with_port(url) == repo
