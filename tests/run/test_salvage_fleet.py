@@ -73,19 +73,30 @@ def test_a_timed_out_isolated_task_leaves_a_salvage_ref_and_from_salvage_resumes
     assert (shown_there["salvage_ref"], shown_there["salvage_sha"]) == (attempt["salvage_ref"], sha)
     assert shown_there["salvage_restore"] == restore
 
-    # the resumed task starts from the salvage commit, and its prompt says so
+    # the resumed task's worktree holds the salvaged work staged on the salvage's parent, and its prompt
+    # says so: the work goes into the task's own next commit, no `stella salvage:` commit under it
     marks = tmp_path / "marks"
     marks.mkdir()
-    write_config(git_repo, run=scripts.python("look", LOOK))
+    commit = 'subprocess.run(["git", "commit", "-qm", "feat: finish it"], cwd=WS, check=True)\n'
+    write_config(git_repo, run=scripts.python("look", LOOK + commit))
     resumed = stella(
         "fleet", "--resume", run_id, "--from-salvage", "--pipeline", "command",
         cwd=git_repo, env={"MARKS": str(marks)},
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert (marks / "work").read_text() == "slow was half way\n"
-    assert (marks / "head").read_text().strip() == sha
+    assert (marks / "head").read_text().strip() == git("rev-parse", f"{sha}^", cwd=git_repo).strip()
     prompt = (marks / "prompt").read_text()
-    assert prompt.startswith(f"Your worktree starts from commit {sha[:12]}") and prompt.endswith("finish it")
+    assert prompt.startswith("Your worktree holds, staged, the work an earlier attempt") and prompt.endswith(
+        "finish it"
+    )
+    assert f"(salvaged by stella in commit {sha[:12]})" in prompt
+    [branch] = [b for b in run_record(git_repo)["tasks"] if b["id"] == "slow"]
+    base = record["run"]["base_commit"]
+    assert git("log", "--format=%s", f"{base}..{branch['branch']}", cwd=git_repo).splitlines() == [
+        "feat: finish it"
+    ]
+    assert git("show", f"{branch['branch']}:work.txt", cwd=git_repo) == "slow was half way\n"
 
 
 def test_a_stalled_shared_task_salvages_only_its_claimed_paths_and_leaves_the_users_work_alone(
