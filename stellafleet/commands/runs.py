@@ -297,7 +297,7 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
             + (f"  ({single_line(a['reason'])})" if a.get("reason") else "")
             + (f"  setup {a['setup_ms'] / 1000:.1f} s" if a.get("setup_ms") is not None else "")
         )
-        out(styled(f"    attempt #{a['id']} ", in_colour(str(a["outcome"]), str(a["outcome"])), facts))
+        out(styled(f"    attempt {a['number']} ", in_colour(str(a["outcome"]), str(a["outcome"])), facts))
         if a.get("summary"):
             out(styled(f"      summary: {single_line(a['summary'])}"))
         if a.get("error"):

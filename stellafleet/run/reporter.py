@@ -357,7 +357,8 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str]) -
 
 # the run's result document (`stella fleet --json`, every reporter's `finish`), from its read model
 ATTEMPT_KEYS = (
-    "id",
+    "id",  # the ledger's id (`number` is the task's own count, as people read it)
+    "number",
     "outcome",
     "success",
     "exit_code",

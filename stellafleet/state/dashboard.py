@@ -62,6 +62,7 @@ def timeline(detail: dict[str, Any], *, now_ms: int) -> dict[str, Any]:
     bars = [
         {
             "attempt": a["id"],
+            "number": a["number"],
             "task": a["task_id"],
             "lane": lane_of[a["id"]],
             "start_ms": a["started_at_ms"],
@@ -316,7 +317,7 @@ def load_run_page(
 
 # Up to this many tasks the first view carries every task card; above it the list is folded.
 FOLD_TASKS_OVER = 60
-BAR_FIELDS = ("attempt", "task", "lane", "start_ms", "end_ms", "outcome")
+BAR_FIELDS = ("attempt", "number", "task", "lane", "start_ms", "end_ms", "outcome")
 
 
 def _read_detail(reads: Ledger, run_id: str, *, now_ms: int, alive: views.Alive) -> dict[str, Any]:

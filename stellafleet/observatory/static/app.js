@@ -344,7 +344,7 @@ import { sparkline } from "./spend.js";
 
   function attemptBlock(a) {
     const facts = [
-      "attempt #" + a.id,
+      "attempt " + a.number,
       fmtDuration(a.duration_ms),
       fmtUsd(a.spend_usd),
       (a.input_tokens || 0) + " in / " + (a.output_tokens || 0) + " out tokens" + cachedText(a),
