@@ -15,7 +15,7 @@ from stellafleet.core.clock import wall_ms
 from stellafleet.core.spend import money
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus, outcome_detail
 from stellafleet.core.terminal import Piece, aligned, single_line, styled
-from stellafleet.core.words import duration_text, plural
+from stellafleet.core.words import duration_text, plural, tasks_in_waves
 from stellafleet.run.events import (
     AttemptEnded,
     AttemptStarted,
@@ -105,10 +105,12 @@ class PlainReporter(EventSink):
         self._say(f"stella fleet: {event.concurrency}")
         limit = event.spend_limit_usd
         spend = f"; spend limit {money(limit)}, {money(event.spend_guard_usd)} per worker" if limit else ""
-        self._say(
-            f"run {event.run_id}: {plural(len(event.tasks), 'task')} in {plural(len(event.waves), 'wave')}; "
-            f"base {event.base_ref} at {event.base_commit[:12]}{spend}"
-        )
+        to_run = sum(len(wave) for wave in event.waves)
+        done = len(event.tasks) - to_run
+        counted = tasks_in_waves(to_run, len(event.waves), grows=event.grows)
+        if event.done_in and done > 0:
+            counted += f" ({plural(done, 'task')} done in run {event.done_in})"
+        self._say(f"run {event.run_id}: {counted}; base {event.base_ref} at {event.base_commit[:12]}{spend}")
 
     def on_wave_started(self, event: WaveStarted) -> None:
         self._say((f"wave {event.wave}", "bold"), f": {', '.join(event.tasks)}")
