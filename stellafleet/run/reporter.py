@@ -63,7 +63,8 @@ def run_headline(doc: Mapping[str, Any]) -> str:
     limit = doc.get("spend_limit_usd")
     spend = money(doc.get("spend_usd")) + (f" of {money(limit)}" if limit else "")
     # a failed run's counts say why it failed
-    reason = f" ({doc['reason']})" if doc.get("reason") and doc.get("status") != RunStatus.FAILED else ""
+    said = doc.get("reason") not in (None, "", doc.get("status"))  # not `interrupted (interrupted)`
+    reason = f" ({doc['reason']})" if said and doc.get("status") != RunStatus.FAILED else ""
     return f"run {doc['run_id']} {doc['status']}{reason}: {parts}; spend {spend}; exit {doc['exit_code']}"
 
 

@@ -198,3 +198,15 @@ def test_attempts_are_numbered_per_task_for_people_and_keep_the_ledger_id_in_jso
     tasks = {task["id"]: task for wave in doc["waves"] for task in wave["tasks"]}
     assert [(a["id"], a["number"]) for a in tasks["writer"]["attempts"]] == [(writer["id"], 1), (again, 2)]
     assert [(a["id"], a["number"]) for a in tasks["lint"]["attempts"]] == [(lint["id"], 1)]
+
+
+def test_an_attempts_reason_is_shown_once(repo: Path, ids: dict[str, str]) -> None:
+    """The task's reason, the attempt's error and its recorded reason were one text, printed three times."""
+    said = "stopped: no progress for 1s (idle_timeout)"
+    with Ledger.open(StatePaths(repo).fleet_db) as ledger:
+        attempt = ledger.attempts.start(ids["failed"], "report", pipeline="plain")
+        ledger.attempts.set_reason(attempt, said)
+        ledger.attempts.finish(attempt, AttemptEnd(outcome="stalled", exit_code=-15, summary="", error=said))
+    shown = stella(repo, "runs", ids["failed"]).stdout
+    assert shown.count(said) == 1, shown
+    assert f"reason: {said}" in shown  # the task's line says it

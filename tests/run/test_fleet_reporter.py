@@ -171,3 +171,10 @@ def test_the_start_line_counts_the_waves_to_run_and_says_emitted_and_resumed_tas
         "run r-2: 2 tasks in 1 wave, plus waves for emitted tasks (8 tasks done in run r-1); "
         "base main at 0123456789ab"
     )
+
+
+def test_an_interrupted_runs_headline_says_interrupted_once() -> None:
+    doc = {**DOC, "status": "interrupted", "reason": "interrupted"}
+    assert run_headline(doc).startswith(f"run {DOC['run_id']} interrupted: ")
+    signalled = run_headline({**doc, "reason": "SIGTERM"})
+    assert signalled.startswith(f"run {DOC['run_id']} interrupted (SIGTERM): ")
