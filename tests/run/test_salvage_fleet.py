@@ -129,13 +129,17 @@ def test_a_stalled_shared_task_salvages_only_its_claimed_paths_and_leaves_the_us
     assert (git_repo / "claimed.txt").read_text() == "half done\n"  # the files stay as they were
 
 
-def _wait_interrupted(stella: StellaRunner, root: Path) -> dict:
-    """`stella runs latest` until it shows the killed run finalised (its orphaned worker has ended)."""
+def _wait_interrupted(stella: StellaRunner, root: Path) -> tuple[dict, str]:
+    """`stella runs latest` until it shows the killed run finalised (its orphaned worker has ended); the
+    run's detail and what those commands said on stderr."""
     deadline = time.monotonic() + 30
+    said = ""
     while True:
-        detail = json.loads(stella("runs", "latest", "--json", cwd=root).stdout)
+        shown = stella("runs", "latest", "--json", cwd=root)
+        said += shown.stderr
+        detail = json.loads(shown.stdout)
         if detail["run"]["status"] == "interrupted" or time.monotonic() > deadline:
-            return detail
+            return detail, said
         time.sleep(0.2)
 
 
@@ -161,10 +165,17 @@ def test_sigkill_of_the_fleet_then_stella_runs_salvages_exactly_the_tasks_files(
             fleet.kill()
             fleet.wait()
 
-    detail = _wait_interrupted(stella, git_repo)
+    detail, said = _wait_interrupted(stella, git_repo)
     [task] = [task for wave in detail["waves"] for task in wave["tasks"]]
     [attempt] = task["attempts"]
     assert attempt["outcome"] == "abandoned"
+    run_id = detail["run"]["id"]
+    # the command that finalised the killed run says so, and where its work went
+    assert f"stella: finalised run {run_id}: the fleet process (pid {fleet.pid}) ended without" in said
+    assert (
+        f"the unfinished work of 1 attempt is kept on salvage refs (`stella runs {run_id}` names them, "
+        f"`stella fleet --resume {run_id} --from-salvage` continues from them)"
+    ) in said, said
     assert attempt["salvage_ref"].endswith(f"/killed/{attempt['id']}")
     assert _salvaged_files(git_repo, attempt["salvage_sha"]) == {
         "README.md": "edited by the task\n",
