@@ -69,6 +69,7 @@ def run_headline(doc: Mapping[str, Any]) -> str:
 
 
 SUMMARY_HEADERS = ("task", "wave", "status", "spend", "summary / reason", "branch")
+WIDE_TABLE = 120  # columns from which the summary table shows all of SUMMARY_HEADERS
 
 
 def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
@@ -270,12 +271,23 @@ class LiveReporter(PlainReporter):
         from rich.table import Table
 
         header, *rows = rows
+        # under 120 columns every cell wrapped: then one line a task, without the wave and the branch,
+        # its summary cut to what the other columns leave
+        narrow = self.console.width < WIDE_TABLE
+        shown = [i for i, name in enumerate(header) if not (narrow and name in ("wave", "branch"))]
+        text = header.index("summary / reason")
+        widths = {i: min(30, max(len(row[i]) for row in [header, *rows])) for i in shown if i != text}
+        room = max(10, self.console.width - sum(widths.values()) - 3 * len(shown) - 1)
         table = Table()
-        for column in header:
-            table.add_column(column, overflow="fold")
-        for task, wave, status, *rest in rows:
-            color = STATUS_COLORS.get(status, "white")
-            table.add_row(styled(task), styled(wave), styled((status, color)), *map(styled, rest))
+        for i in shown:
+            table.add_column(header[i], overflow="fold" if i == text else "ellipsis", min_width=widths.get(i))
+        for row in rows:
+            color = STATUS_COLORS.get(row[2], "white")
+            cells = [styled(cell) for cell in row]
+            cells[2] = styled((row[2], color))
+            if narrow:
+                cells[text] = styled(one_line(row[text], room))
+            table.add_row(*(cells[i] for i in shown))
         self.console.print(table)
 
 
