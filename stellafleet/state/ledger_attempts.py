@@ -17,7 +17,8 @@ from stellafleet.state.sqlitefile import Table
 
 # The columns of an attempt the run page's first view draws as a timeline bar.
 BAR_COLUMNS = (
-    "id, task_id, node, started_at_ms, finished_at_ms, outcome, spend_usd, last_progress_ms, log_path"
+    "id, task_id, node, started_at_ms, finished_at_ms, outcome, spend_usd, last_progress_ms, log_path,"
+    " salvage_sha"
 )
 IN_LIST = "IN (SELECT value FROM json_each(?))"
 

@@ -69,6 +69,7 @@ def run_row(run: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> di
         # its succeeded isolated tasks with no commit (no_commits below): nothing of theirs to merge
         "no_commits": [str(task_id) for task_id in run.get("no_commits") or ()],
         "attempts_total": run.get("attempts_total"),
+        "ci": run.get("ci_counts") or {},  # the watched branches by CI state (empty: not watched)
     }
 
 
