@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.errors import EXIT_USAGE, StellaError
@@ -181,6 +182,22 @@ def red_label(runs: Sequence[CiRun]) -> str | None:
 
 
 _PR_NUMBER = re.compile(r"/pull/(\d+)")
+
+
+def repo_with_port(url: str | None) -> str | None:
+    """`HOST:PORT/OWNER/NAME` for an http(s) remote URL whose host has a port (a GitHub Enterprise Server
+    on its own port): gh matches remotes to GH_HOST by host name alone, so it must be told with --repo."""
+    if not url or not url.startswith(("https://", "http://")):
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    path = parts.path.strip("/").removesuffix(".git").split("/")
+    if port is None or not parts.hostname or len(path) != 2 or not all(path):
+        return None
+    return f"{parts.hostname}:{port}/{path[0]}/{path[1]}"
 
 
 @dataclass

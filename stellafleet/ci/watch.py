@@ -20,6 +20,7 @@ from stellafleet.ci.gh import (
     fingerprint,
     latest_attempts,
     red_label,
+    repo_with_port,
     status_block,
     with_status,
 )
@@ -495,6 +496,31 @@ def preflight(root: Path, github: GitHub, settings: WatchConfig, settings_file: 
         )
 
 
+def gh_repo(root: Path, settings: WatchConfig) -> str | None:
+    """What gh is told with --repo: `[watch] repo`, else HOST:PORT/OWNER/NAME when the remote's host has
+    a port (gh cannot find that one from the remotes itself)."""
+    return settings.repo or repo_with_port(gitops.remote_url(root, settings.remote))
+
+
+def shared_push_notes(root: Path, run_id: str, targets: Sequence[Target], remote: str) -> list[str]:
+    """Say before pushing it that a branch shared tasks committed on (the local default branch, often)
+    goes to the remote, and when its tip now holds commits made after the run's, that they go too."""
+    notes = []
+    for target in targets:
+        shas = [sha for task in target.tasks for sha, _ in task.commits]
+        tip = gitops.ref_commit(root, target.branch)
+        if target.kind != "shared" or not shas or tip is None:
+            continue  # a branch gone is the watch's own error, said when it would push it
+        notes.append(f"will push {target.branch} to {remote}: shared tasks of run {run_id} committed on it")
+        later = min(gitops.commits_ahead(root, sha, tip) for sha in shas)
+        if later:
+            notes.append(
+                f"{target.branch}'s tip {tip[:12]} holds {plural(later, 'commit')} made after run {run_id}'s:"
+                " they are pushed with it"
+            )
+    return notes
+
+
 def watch_run(
     root: Path,
     run_id: str,
@@ -521,6 +547,9 @@ def watch_run(
         retry = Retry(settings.poll_interval, settings.stall_timeout, clock, reporter.note)
         github = GitHub(gh or SystemGh(), root, repo=settings.repo, retry=retry)
         preflight(root, github, settings, config.settings_file)
+        github.repo = gh_repo(root, settings)  # once gh and the remote are known to be there
+        for line in shared_push_notes(root, run_id, targets, settings.remote):
+            reporter.note(line)
         watcher = Watcher(
             root,
             run_id,

@@ -74,7 +74,27 @@ def run(args: argparse.Namespace) -> int:
         print(jsontext.dumps(report.to_json(), indent=2))
     else:
         print_report(report)
+        print_open_pull_requests(root, report)
     return 0
+
+
+def print_open_pull_requests(root: Path, report: CleanReport) -> None:
+    """The pull requests --watch opened for the branches removed here: GitHub still has them open."""
+    gone = {REMOVED, WOULD_REMOVE}
+    removed = [(i.run_id, i.target) for i in report.items if i.kind == "branch" and i.action in gone]
+    if not removed:
+        return
+    from stellafleet.ci.openprs import open_pull_requests, open_pull_requests_note
+    from stellafleet.core.paths import StatePaths
+    from stellafleet.state.ledger import Ledger
+
+    prs: dict[str, int] = {}
+    with Ledger.open(StatePaths(root).fleet_db, readonly=True) as ledger:
+        for run_id in dict.fromkeys(run for run, _ in removed):
+            branches = [branch for run, branch in removed if run == run_id]
+            prs.update(open_pull_requests(ledger.get_run(run_id), branches))
+    if prs:
+        print(open_pull_requests_note(prs, gitops.current_branch(root) or "your branch"))
 
 
 def print_report(report: CleanReport) -> None:

@@ -112,8 +112,6 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
     """The run the command line asks for, typed once (nothing past here sees argparse)."""
     from stellafleet.run.prepare import FleetOptions
 
-    if args.watch and args.dry_run:
-        raise StellaError("--watch and --dry-run do not go together: a dry run has nothing to watch")
     if args.fix_ci and not args.watch:
         raise StellaError("--fix-ci needs --watch: it acts on branches whose CI ends red")
     # the options the command line and FleetOptions call by the same name

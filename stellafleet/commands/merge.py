@@ -145,3 +145,7 @@ def print_summary(result: MergeResult) -> None:
         f"run {result.run_id}: merged {result.count(MergeStatus.MERGED)}, failed {failed}, "
         f"skipped {result.count(MergeStatus.SKIPPED)}; {moved} (nothing pushed)"
     )
+    if result.open_prs:
+        from stellafleet.ci.openprs import open_pull_requests_note
+
+        print(open_pull_requests_note(result.open_prs, result.onto))

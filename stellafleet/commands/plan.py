@@ -11,7 +11,7 @@ from stellafleet.commands import positive_int, usage
 from stellafleet.core import jsontext
 from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, PlanError, StellaError
 from stellafleet.core.terminal import printable, single_line, styled
-from stellafleet.core.words import plural
+from stellafleet.core.words import plural, tasks_in_waves
 from stellafleet.plan import schema as planschema
 from stellafleet.plan.model import Plan, PlanTask, load_plan
 from stellafleet.run.waves import EXPANDS_NOTE, doit_view
@@ -76,7 +76,8 @@ def check_command(args: argparse.Namespace) -> int:
             code = EXIT_USAGE
             continue
         waves = len(plan.waves(len(plan.tasks)))
-        print(f"ok: {name} ({plural(len(plan.tasks), 'task')}, {plural(waves, 'wave')})")
+        grows = ", plus waves for emitted tasks" if any(task.expands for task in plan.tasks) else ""
+        print(f"ok: {name} ({plural(len(plan.tasks), 'task')}, {plural(waves, 'wave')}{grows})")
         if pinned := plan.pinned_after_others():
             one = len(pinned) == 1
             print(
@@ -100,9 +101,11 @@ def show_command(args: argparse.Namespace) -> int:
         document.update(schedule="eager" if eager else "waves", explanation=explained)
         print(jsontext.dumps(document, indent=2, ensure_ascii=False))
         return EXIT_OK
-    heading = f"{args.file}: {plural(len(plan.tasks), 'task')} in {plural(len(waves), 'wave')} " + (
+    heading = f"{args.file}: {tasks_in_waves(len(plan.tasks), len(waves))} " + (
         f"(max concurrency {limit})" if limit else "(no concurrency limit)"
     )
+    if any(task.expands for task in plan.tasks):
+        heading += ", plus waves for emitted tasks"
     if explained:
         heading += f"\n{explained}"
     if sys.stdout.isatty():

@@ -291,21 +291,22 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
     if task.get("depends_on"):
         out(styled(f"    depends on {', '.join(task['depends_on'])}"))
     for a in task["attempts"]:
+        said = {task.get("reason"), a.get("error")}  # a reason is shown once: the task's, else the error
         facts = (
             f"  {fmt_duration(a['duration_ms'])}  {fmt_usd(a['spend_usd'])}  "
             f"{a['input_tokens']}/{a['output_tokens']} tokens{cached_text(a)}  {a['steps']} steps"
             + (f"  guard {fmt_usd(a['guard_usd'])}" if a.get("guard_usd") is not None else "")
             + (f"  exit {a['exit_code']}" if a.get("exit_code") is not None else "")
-            + (f"  ({single_line(a['reason'])})" if a.get("reason") else "")
+            + (f"  ({single_line(a['reason'])})" if a.get("reason") not in {None, "", *said} else "")
             + (f"  setup {a['setup_ms'] / 1000:.1f} s" if a.get("setup_ms") is not None else "")
         )
-        out(styled(f"    attempt #{a['id']} ", in_colour(str(a["outcome"]), str(a["outcome"])), facts))
+        out(styled(f"    attempt {a['number']} ", in_colour(str(a["outcome"]), str(a["outcome"])), facts))
         if a.get("start_commit"):
             parents = ", ".join(parent["task"] for parent in a.get("start_parents") or ()) or "-"
             out(styled(f"      start {a['start_commit'][:12]} (parents: {parents})"))
         if a.get("summary"):
             out(styled(f"      summary: {single_line(a['summary'])}"))
-        if a.get("error"):
+        if a.get("error") and a["error"] != task.get("reason"):
             out(styled((f"      error: {single_line(a['error'])}", "red")))
         if a.get("salvage_sha"):
             saved = f"      salvaged: {a['salvage_ref']} ({a['salvage_sha'][:12]}); restore: "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -18,9 +19,20 @@ _ESCAPED = [
 _TABLE = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _ESCAPED}
 
 
+# SGR sequences (colours, bold, dim): test runners colour the lines a summary is taken from, and escaped
+# they read as noise (`\x1b[2m3 passed`). They are dropped; every other escape sequence stays escaped.
+_SGR = re.compile(r"\x1b\[[0-9;:]*m")
+
+
+def without_colour(text: str) -> str:
+    """text without its SGR colour codes."""
+    return _SGR.sub("", text)
+
+
 def printable(text: str) -> str:
-    """text with every control character escaped (`\\x1b`); newlines and tabs are kept."""
-    return text.translate(_TABLE)
+    """text without colour codes, every other control character escaped (`\\x1b`); newlines and tabs
+    are kept."""
+    return without_colour(text).translate(_TABLE)
 
 
 def single_line(text: str) -> str:

@@ -305,6 +305,11 @@ def remote_names(root: Path) -> list[str]:
     return [line.strip() for line in git("remote", cwd=root).splitlines() if line.strip()]
 
 
+def remote_url(root: Path, remote: str) -> str | None:
+    retcode, out, _ = git_status("remote", "get-url", remote, cwd=root)
+    return out.strip() if retcode == 0 and out.strip() else None
+
+
 def default_branch(root: Path, remote: str) -> str | None:
     """The remote's default branch (what its HEAD points at), or None when it cannot be told."""
     out = git("symbolic-ref", "-q", "--short", f"refs/remotes/{remote}/HEAD", cwd=root, check=False).strip()

@@ -56,6 +56,12 @@ def worktree_add(root: Path, path: Path, branch: str, base_commit: str) -> None:
             time.sleep(0.05)
 
 
+def fold_start_commit(workspace: Path) -> None:
+    """A worktree checked out at a salvage commit goes back to its parent with the salvaged work staged:
+    it lands in the task's next commit, under the task's own message and the repository's hooks."""
+    gitops.git("reset", "-q", "--soft", "HEAD^", cwd=workspace)
+
+
 def worktree_list(root: Path) -> list[Worktree]:
     out = gitops.git("worktree", "list", "--porcelain", cwd=root)
     trees: list[Worktree] = []

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from stellafleet.ci.openprs import open_pull_requests
 from stellafleet.core.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import MergeStatus
-from stellafleet.core.words import plural
+from stellafleet.core.words import files_named, plural
 from stellafleet.git import gitops, mergeops, worktrees
 from stellafleet.merge import journal as merge_journal
 from stellafleet.merge.journal import Journal
@@ -53,6 +54,7 @@ class MergeResult:
     end_sha: str
     queue: list[MergeItem] = field(default_factory=list)
     left_out: list[MergeItem] = field(default_factory=list)
+    open_prs: dict[str, int] = field(default_factory=dict)  # branch landed here -> the PR --watch opened
 
     @property
     def exit_code(self) -> int:
@@ -73,6 +75,7 @@ class MergeResult:
             "exit_code": self.exit_code,
             "queue": [item.to_json() for item in self.queue],
             "left_out": [item.to_json() for item in self.left_out],
+            "open_prs": [{"branch": branch, "pr_number": n} for branch, n in self.open_prs.items()],
         }
 
 
@@ -126,7 +129,8 @@ def _refuse_unless_ready(root: Path, options: MergeOptions) -> str:
     dirty = gitops.status_porcelain(root, untracked="no")
     if dirty and not options.dry_run:
         raise StellaError(
-            f"your work tree has uncommitted changes ({plural(len(dirty), 'file')}): commit or stash them "
+            f"your work tree has uncommitted changes ({files_named([line[3:] for line in dirty])}): "
+            "commit or stash them "
             "before stella merge",
             exit_code=EXIT_USAGE,
         )
@@ -157,7 +161,8 @@ def merge_run(
     held = contextlib.nullcontext(None) if options.dry_run else merge_journal.holding(root)
     with held as journal, Ledger.open(db, readonly=options.dry_run) as ledger:
         run_id = ledger.runs.resolve(options.run_ref)
-        queue, left_out = plan_queue(ledger.get_run(run_id), unwatched=options.unwatched)
+        run = ledger.get_run(run_id)
+        queue, left_out = plan_queue(run, unwatched=options.unwatched)
         tip = gitops.head_commit(root)
         result = MergeResult(run_id, onto, options, tip, tip, queue, left_out)
         resolver = make_resolver(ledger, run_id) if make_resolver and not options.dry_run else None
@@ -166,6 +171,8 @@ def merge_run(
             queue_run.preview()
         else:
             queue_run.run()
+            landed = [item.branch for item in queue if item.status == MergeStatus.MERGED]
+            result.open_prs = open_pull_requests(run, landed)
     return result
 
 

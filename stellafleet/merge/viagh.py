@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.ci.gh import GhError, GhRunner, GitHub, Retry, SystemGh
+from stellafleet.ci.watch import gh_repo
 from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.configsections import WatchConfig
 from stellafleet.core.errors import EXIT_USAGE, StellaError
@@ -64,7 +65,7 @@ def merge_via_gh(
         raise StellaError(f"no fleet has run in {root} yet: nothing to merge", exit_code=EXIT_USAGE)
     clock = clock or SystemClock()
     retry = Retry(settings.poll_interval, settings.stall_timeout, clock)
-    github = GitHub(gh or SystemGh(), root, repo=settings.repo, retry=retry)
+    github = GitHub(gh or SystemGh(), root, repo=gh_repo(root, settings), retry=retry)
     with Ledger.open(db, readonly=options.dry_run) as ledger:
         run_id = ledger.runs.resolve(options.run_ref)
         run = ledger.get_run(run_id)

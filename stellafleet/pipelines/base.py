@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Protocol
 
 from stellafleet.core.config import Config
 from stellafleet.core.spend import SpendReporter, check_count, check_usd
+from stellafleet.core.terminal import without_colour
 from stellafleet.core.workercontext import WorkerContext
 
 
@@ -27,8 +28,9 @@ class PipelineResult:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PipelineResult:
         """The result a worker wrote, each amount read on its own (one bad field never costs the others)."""
-        error = None if data.get("error") is None else str(data["error"])
-        return cls(data.get("success") is True, str(data.get("summary") or ""), error, *read_amounts(data))
+        error = None if data.get("error") is None else without_colour(str(data["error"]))
+        summary = without_colour(str(data.get("summary") or ""))
+        return cls(data.get("success") is True, summary, error, *read_amounts(data))
 
 
 def read_amounts(

@@ -106,7 +106,7 @@ class CiFixRounds:
         ids = [
             a["id"] for a in self.ledger.get_run(self.run_id)["attempts"] if a["task_id"] == request.task_id
         ]
-        attempt = f"attempt #{ids[-1] if ids else None}"
+        attempt = f"attempt {len(ids)}"  # the task's own count, as `stella runs` shows it
         after = gitops.ref_commit(self.root, request.branch)
         if failed is not None:
             return FixOutcome(None, f"fix-up {attempt} failed: {failed}")

@@ -243,6 +243,8 @@ class FleetRun:
                 spend_limit_usd=p.spend_limit,
                 spend_guard_usd=p.spend_guard,
                 schedule=p.schedule,
+                grows=any(task.expands for task in p.plan.tasks),
+                done_in=p.resume.run_id if p.resume else None,
             )
         )
 

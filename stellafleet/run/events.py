@@ -26,6 +26,8 @@ class RunStarted:
     spend_limit_usd: float | None
     spend_guard_usd: float | None
     schedule: str = "waves"  # or "eager": then no WaveStarted comes
+    grows: bool = False  # a task expands at run time: more waves come for what it emits
+    done_in: str | None = None  # --resume: the run whose done tasks are in no wave of this one
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 from stellafleet.core.config import Config, load_config
 from stellafleet.core.configsections import ExecutorConfig, WatchConfig
 from stellafleet.core.errors import StellaError
-from stellafleet.core.words import plural
+from stellafleet.core.words import files_named
 from stellafleet.git import gitops, hooks, salvage
 from stellafleet.plan.model import Plan, load_plan, plan_from_prompts
 from stellafleet.run.governor import Decision, decide
@@ -148,7 +148,14 @@ class Prepared:
             "emitted": [task.id for task in self.resume.emitted] if self.resume else [],
             "tasks": self.task_rows(),
             "problems": self.problems,
+            "watch_pushes": self.watch_pushes(),
         }
+
+    def watch_pushes(self) -> list[str]:
+        """What --watch would push besides the isolated branches: the branch shared tasks commit on."""
+        if self.watch is None or all(task.isolation == "isolated" for task in self.plan.tasks):
+            return []
+        return [f"{self.base_ref} to {self.watch.remote}"]
 
 
 def new_run_id() -> str:
@@ -229,6 +236,13 @@ def check_watch_ready(root: Path, config: Config) -> WatchConfig:
     return settings
 
 
+def watch_settings(root: Path, config: Config, options: FleetOptions) -> WatchConfig | None:
+    """--watch's settings, checked ready unless a dry run only shows what it would push."""
+    if not options.watch:
+        return None
+    return config.watch if options.dry_run else check_watch_ready(root, config)
+
+
 def prepare(options: FleetOptions) -> Prepared:
     """Every check before a run, in the order a user would fix them; StellaError (exit 2) on the first."""
     root = check_environment(options.cwd or Path.cwd())
@@ -267,7 +281,7 @@ def prepare(options: FleetOptions) -> Prepared:
         default_pipeline=default_pipeline,
         problems=problems,
         spend_limit=options.spend_limit,
-        watch=check_watch_ready(root, config) if options.watch and not options.dry_run else None,
+        watch=watch_settings(root, config, options),
         config=config,
         config_file=config_file,
         options=options,
@@ -361,7 +375,7 @@ def check_tree(root: Path, plan: Plan, config: Config, options: FleetOptions) ->
         )
     elif changed:
         notes.append(
-            f"your work tree has uncommitted changes ({plural(len(changed), 'file')}): they stay yours, "
+            f"your work tree has uncommitted changes ({files_named(list(changed))}): they stay yours, "
             "workers' commits leave them out"
         )
     return TreeCheck(tuple(notes), changed)

@@ -22,7 +22,7 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import AttemptEnd, AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import bundle, gitops, include, nodeclone, salvage
+from stellafleet.git import bundle, gitops, include, nodeclone, salvage, worktrees
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.proc import runner, shell
 from stellafleet.proc.pids import ProcessIdentity
@@ -98,7 +98,6 @@ def checkout(home: WorkerContext, base_bundle: bytes, repo: Path, start: bytes |
 
         clone = nodeclone.base_clone(write_bundle, home.base_commit)
         nodeclone.add_worktree(clone, repo, home.branch, home.base_commit, start_path)
-        return clone
     except (OSError, StellaError):  # no writable cache on this node: a clone per attempt
         shutil.rmtree(repo, ignore_errors=True)
         (repo.parent / "base.bundle").write_bytes(base_bundle)
@@ -106,7 +105,10 @@ def checkout(home: WorkerContext, base_bundle: bytes, repo: Path, start: bytes |
         if start_path is not None:
             bundle.check_out_start(repo, start_path, home.branch)
         gitops.ensure_excluded(repo, EXCLUDED_DIRS)
-        return None
+        clone = None
+    if start_path is not None:
+        worktrees.fold_start_commit(repo)
+    return clone
 
 
 def _node_context(home: WorkerContext, scratch: Path) -> WorkerContext:

@@ -15,7 +15,7 @@ from stellafleet.core.clock import wall_ms
 from stellafleet.core.spend import money
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus, outcome_detail
 from stellafleet.core.terminal import Piece, aligned, single_line, styled
-from stellafleet.core.words import duration_text, plural
+from stellafleet.core.words import duration_text, plural, tasks_in_waves
 from stellafleet.run.events import (
     AttemptEnded,
     AttemptStarted,
@@ -63,11 +63,13 @@ def run_headline(doc: Mapping[str, Any]) -> str:
     limit = doc.get("spend_limit_usd")
     spend = money(doc.get("spend_usd")) + (f" of {money(limit)}" if limit else "")
     # a failed run's counts say why it failed
-    reason = f" ({doc['reason']})" if doc.get("reason") and doc.get("status") != RunStatus.FAILED else ""
+    said = doc.get("reason") not in (None, "", doc.get("status"))  # not `interrupted (interrupted)`
+    reason = f" ({doc['reason']})" if said and doc.get("status") != RunStatus.FAILED else ""
     return f"run {doc['run_id']} {doc['status']}{reason}: {parts}; spend {spend}; exit {doc['exit_code']}"
 
 
 SUMMARY_HEADERS = ("task", "wave", "status", "spend", "summary / reason", "branch")
+WIDE_TABLE = 120  # columns from which the summary table shows all of SUMMARY_HEADERS
 
 
 def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
@@ -105,10 +107,12 @@ class PlainReporter(EventSink):
         self._say(f"stella fleet: {event.concurrency}")
         limit = event.spend_limit_usd
         spend = f"; spend limit {money(limit)}, {money(event.spend_guard_usd)} per worker" if limit else ""
-        self._say(
-            f"run {event.run_id}: {plural(len(event.tasks), 'task')} in {plural(len(event.waves), 'wave')}; "
-            f"base {event.base_ref} at {event.base_commit[:12]}{spend}"
-        )
+        to_run = sum(len(wave) for wave in event.waves)
+        done = len(event.tasks) - to_run
+        counted = tasks_in_waves(to_run, len(event.waves), grows=event.grows)
+        if event.done_in and done > 0:
+            counted += f" ({plural(done, 'task')} done in run {event.done_in})"
+        self._say(f"run {event.run_id}: {counted}; base {event.base_ref} at {event.base_commit[:12]}{spend}")
 
     def on_wave_started(self, event: WaveStarted) -> None:
         self._say((f"wave {event.wave}", "bold"), f": {', '.join(event.tasks)}")
@@ -267,12 +271,23 @@ class LiveReporter(PlainReporter):
         from rich.table import Table
 
         header, *rows = rows
+        # under 120 columns every cell wrapped: then one line a task, without the wave and the branch,
+        # its summary cut to what the other columns leave
+        narrow = self.console.width < WIDE_TABLE
+        shown = [i for i, name in enumerate(header) if not (narrow and name in ("wave", "branch"))]
+        text = header.index("summary / reason")
+        widths = {i: min(30, max(len(row[i]) for row in [header, *rows])) for i in shown if i != text}
+        room = max(10, self.console.width - sum(widths.values()) - 3 * len(shown) - 1)
         table = Table()
-        for column in header:
-            table.add_column(column, overflow="fold")
-        for task, wave, status, *rest in rows:
-            color = STATUS_COLORS.get(status, "white")
-            table.add_row(styled(task), styled(wave), styled((status, color)), *map(styled, rest))
+        for i in shown:
+            table.add_column(header[i], overflow="fold" if i == text else "ellipsis", min_width=widths.get(i))
+        for row in rows:
+            color = STATUS_COLORS.get(row[2], "white")
+            cells = [styled(cell) for cell in row]
+            cells[2] = styled((row[2], color))
+            if narrow:
+                cells[text] = styled(one_line(row[text], room))
+            table.add_row(*(cells[i] for i in shown))
         self.console.print(table)
 
 
@@ -354,13 +369,15 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str]) -
             f"(branch hashes come from the run id: this preview used {doc['run_id']}; "
             "a real run gets its own)"
         )
+    lines += [f"--watch: will push {push} (what shared tasks commit)" for push in doc.get("watch_pushes", [])]
     lines += [f"problem: {problem}" for problem in doc.get("problems", [])]
     stream.write("".join(line + "\n" for line in lines))
 
 
 # the run's result document (`stella fleet --json`, every reporter's `finish`), from its read model
 ATTEMPT_KEYS = (
-    "id",
+    "id",  # the ledger's id (`number` is the task's own count, as people read it)
+    "number",
     "outcome",
     "success",
     "exit_code",

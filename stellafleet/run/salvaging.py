@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import RunStatus
+from stellafleet.core.words import plural
 from stellafleet.git import salvage as salvage_git
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state import journal
@@ -80,7 +82,9 @@ def repair(root: Path, records: Sequence[journal.Record]) -> bool:
 
 def _salvage_open(
     ledger: Ledger, store: ClaimStore | None, root: Path, run_id: str, attempts: list[dict[str, Any]]
-) -> None:
+) -> int:
+    """How many of the open attempts left work that is now on a salvage ref."""
+    saved = 0
     for open_attempt in attempts:  # before they are abandoned, while their claims are still recorded
         attempt_id = int(open_attempt["id"])
         row = ledger.attempts.get(attempt_id, "task_id, branch, worktree, node")
@@ -88,7 +92,7 @@ def _salvage_open(
             continue  # unknown, or an isolated attempt on a remote node: no workspace here
         worktree = Path(row["worktree"]) if row["worktree"] else None
         claimed = [] if store is None or worktree else store.paths_of_attempt(run_id, attempt_id)
-        salvage_attempt(
+        kept = salvage_attempt(
             ledger,
             root=root,
             run_id=run_id,
@@ -98,6 +102,8 @@ def _salvage_open(
             claimed=claimed,
             outcome="abandoned",
         )
+        saved += kept is not None
+    return saved
 
 
 def finalise_run(ledger: Ledger, store: ClaimStore | None, run_id: str, *, root: Path | None = None) -> bool:
@@ -109,12 +115,18 @@ def finalise_run(ledger: Ledger, store: ClaimStore | None, run_id: str, *, root:
     attempts = ledger.attempts.running(run_id)
     if any(a["pid"] is not None and pid_alive(a["pid"], a["started_at_ms"]) for a in attempts):
         return False  # a worker still runs: its claims stay held until it has ended too
-    if root is not None:
-        _salvage_open(ledger, store, root, run_id, attempts)
+    saved = _salvage_open(ledger, store, root, run_id, attempts) if root is not None else 0
     gone = (
         f"the fleet process (pid {run['pid']}) ended without finishing its run: its attempts were abandoned"
     )
     ledger.abandon_run(run_id, gone)
+    kept = (
+        f"; the unfinished work of {plural(saved, 'attempt')} is kept on salvage refs (`stella runs "
+        f"{run_id}` names them, `stella fleet --resume {run_id} --from-salvage` continues from them)"
+        if saved
+        else ""
+    )
+    print(f"stella: finalised run {run_id}: {gone}{kept}", file=sys.stderr)  # said by the command that did it
     if store is not None:
         for attempt in attempts:
             store.release_attempt(run_id, int(attempt["id"]))

@@ -149,7 +149,8 @@ class PlanLoader(TaskLoader2):
     def _load(self) -> Plan:
         if not self._plan_path:
             raise InvalidDodoFile(
-                'no plan: set plan = "plan.toml" under [tool.doit] in pyproject.toml, or pass --plan FILE'
+                'no plan: set plan = "plan.toml" under [tool.doit] in pyproject.toml (or [GLOBAL] in '
+                "doit.cfg), or pass --plan FILE"
             )
         try:
             return load_plan(self._plan_path)

@@ -62,6 +62,7 @@ def timeline(detail: dict[str, Any], *, now_ms: int) -> dict[str, Any]:
     bars = [
         {
             "attempt": a["id"],
+            "number": a["number"],
             "task": a["task_id"],
             "lane": lane_of[a["id"]],
             "start_ms": a["started_at_ms"],
@@ -233,8 +234,11 @@ def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int
                 items.append(
                     {"kind": "quiet", "task": task["id"], "attempt": a["id"], "since_ms": last, "text": ""}
                 )
+    abandoned = [t for t in tasks if t["status"] in FAILING and _last_outcome(t) == AttemptOutcome.ABANDONED]
+    if abandoned:
+        items.append(_abandoned_item(detail["run"], abandoned))
     for task in tasks:
-        if task["status"] in FAILING:
+        if task["status"] in FAILING and task not in abandoned:
             ended = task["attempts"][-1] if task["attempts"] else {}
             # the error with the worker's own words after it (git's message after `exit status 128`)
             said = outcome_detail(task["status"], ended.get("summary"), ended.get("error"))
@@ -274,6 +278,26 @@ def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int
                 }
             )
     return items
+
+
+def _last_outcome(task: dict[str, Any]) -> str | None:
+    return task["attempts"][-1]["outcome"] if task["attempts"] else None
+
+
+def _abandoned_item(run: dict[str, Any], tasks: list[dict[str, Any]]) -> dict[str, Any]:
+    """A killed fleet's tasks, once: why they were abandoned, where their work went, how to go on."""
+    saved = sum(1 for t in tasks if t["attempts"][-1].get("salvage_sha"))
+    ids = ", ".join(t["id"] for t in tasks[:5]) + (f" and {len(tasks) - 5} more" if len(tasks) > 5 else "")
+    why = tasks[0]["attempts"][-1].get("error") or run.get("reason") or "the fleet ended"
+    go_on = f"`stella fleet --resume {run['id']}"
+    if saved:
+        go_on = f"the unfinished work of {saved} of them was salvaged: {go_on} --from-salvage` continues it"
+    else:
+        go_on += "` runs them again"
+    text = f"{why} ({ids}); {go_on}"
+    first = tasks[0]
+    return {"kind": "abandoned", "task": first["id"], "attempt": first["attempts"][-1]["id"],
+            "status": first["status"], "count": len(tasks), "text": text}  # fmt: skip
 
 
 def page_fields(attempt: dict[str, Any]) -> dict[str, Any]:
@@ -316,7 +340,7 @@ def load_run_page(
 
 # Up to this many tasks the first view carries every task card; above it the list is folded.
 FOLD_TASKS_OVER = 60
-BAR_FIELDS = ("attempt", "task", "lane", "start_ms", "end_ms", "outcome")
+BAR_FIELDS = ("attempt", "number", "task", "lane", "start_ms", "end_ms", "outcome")
 
 
 def _read_detail(reads: Ledger, run_id: str, *, now_ms: int, alive: views.Alive) -> dict[str, Any]:

@@ -68,7 +68,7 @@ class Ledger(Handle):
             self.ci.of_branch(run_id, branch) for branch in (task["branch"], attempt["branch"]) if branch
         )
         return {
-            "attempt": attempt,
+            "attempt": {**attempt, "number": self.attempts.number_of(attempt_id)},
             "task": task,
             "commits": self.commits.of_attempt(run_id, attempt_id),
             "ci": next((ci for ci in found if ci is not None), None),

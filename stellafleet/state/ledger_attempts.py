@@ -17,7 +17,8 @@ from stellafleet.state.sqlitefile import Table
 
 # The columns of an attempt the run page's first view draws as a timeline bar.
 BAR_COLUMNS = (
-    "id, task_id, node, started_at_ms, finished_at_ms, outcome, spend_usd, last_progress_ms, log_path"
+    "id, task_id, node, started_at_ms, finished_at_ms, outcome, spend_usd, last_progress_ms, log_path,"
+    " salvage_sha"
 )
 IN_LIST = "IN (SELECT value FROM json_each(?))"
 
@@ -136,6 +137,15 @@ class Attempts(Table):
     def steps(self, attempt_id: int) -> int:
         found = self.get(attempt_id, "steps")
         return int(found["steps"]) if found else 0
+
+    def number_of(self, attempt_id: int) -> int:
+        """The attempt's number among its task's attempts in its run (1: the first), as people read it."""
+        row = self._db.row(
+            "SELECT count(*) AS n FROM attempts AS a JOIN attempts AS me ON me.id = ? "
+            "WHERE a.run_id = me.run_id AND a.task_id = me.task_id AND a.id <= me.id",
+            (attempt_id,),
+        )
+        return int(row["n"]) if row else 0
 
     def of_run(self, run_id: str, columns: str = "*") -> list[dict[str, Any]]:
         return self._db.rows(f"SELECT {columns} FROM attempts WHERE run_id = ? ORDER BY id", (run_id,))

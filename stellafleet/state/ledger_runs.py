@@ -199,6 +199,11 @@ class Runs(Table):
             f"SELECT run_id, status, count(*) FROM tasks WHERE {in_page} GROUP BY run_id, status", (ids,)
         ):
             counts[row[0]][row[1]] = int(row[2])
+        ci: dict[str, dict[str, int]] = {run["id"]: {} for run in runs}  # watched branches by CI state
+        for row in self._db.read(
+            f"SELECT run_id, state, count(*) FROM ci WHERE {in_page} GROUP BY run_id, state", (ids,)
+        ):
+            ci[row[0]][row[1]] = int(row[2])
         flagged: dict[str, list[str]] = {run["id"]: [] for run in runs}
         for task in self._db.rows(
             "SELECT t.run_id, t.id, t.status, t.isolation,"
@@ -212,6 +217,7 @@ class Runs(Table):
         for run in runs:
             run["no_commits"] = flagged[run["id"]]
             run["task_counts"] = counts[run["id"]]
+            run["ci_counts"] = ci[run["id"]]
             run["tasks_total"] = sum(counts[run["id"]].values())
         return runs
 

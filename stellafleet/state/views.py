@@ -69,6 +69,7 @@ def run_row(run: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> di
         # its succeeded isolated tasks with no commit (no_commits below): nothing of theirs to merge
         "no_commits": [str(task_id) for task_id in run.get("no_commits") or ()],
         "attempts_total": run.get("attempts_total"),
+        "ci": run.get("ci_counts") or {},  # the watched branches by CI state (empty: not watched)
     }
 
 
@@ -158,6 +159,8 @@ def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str,
     tasks = []
     for task in record["tasks"]:
         attempts = [timed_attempt(a, now_ms=now_ms, live=live) for a in attempts_by_task.get(task["id"], [])]
+        for number, attempt in enumerate(attempts, start=1):  # the task's own count; `id` is the ledger's
+            attempt["number"] = number
         view = {key: task.get(key) for key in _TASK_KEYS}
         view["expands"] = bool(view["expands"])
         view["parent"] = task.get("parent_id")  # the expanding task that emitted it (None: the plan's)

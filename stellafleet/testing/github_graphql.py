@@ -99,7 +99,7 @@ def pr_node(state: GitHubState, repo: Repository, pr: PullRequest, base: str) ->
         "createdAt": pr.created_at,
         "updatedAt": pr.updated_at,
         "mergedAt": pr.merged_at,
-        "closedAt": pr.merged_at,
+        "closedAt": pr.closed_at,
         "mergeCommit": {"oid": pr.merge_commit} if pr.merge_commit else None,
         "mergeable": "MERGEABLE" if pr.state == "OPEN" else "UNKNOWN",
         "mergeStateStatus": "CLEAN" if pr.state == "OPEN" else "UNKNOWN",
@@ -250,6 +250,16 @@ def _pr_merge(state: GitHubState, variables: Vars, base: str) -> dict[str, Any]:
     return {"mergePullRequest": {"clientMutationId": None, "pullRequest": pr_node(state, repo, pr, base)}}
 
 
+def _pr_close(state: GitHubState, variables: Vars, base: str) -> dict[str, Any]:
+    """`gh pr close N`: the closePullRequest mutation."""
+    given = variables.get("input") or {}
+    repo, pr = _repo_of_pr(state, str(given.get("pullRequestId")))
+    if pr.state == "MERGED":
+        raise GraphQLError(f"Pull request #{pr.number} is already merged")
+    state.close(repo, pr)
+    return {"closePullRequest": {"clientMutationId": None, "pullRequest": pr_node(state, repo, pr, base)}}
+
+
 def _pr_auto_merge(state: GitHubState, variables: Vars, base: str) -> dict[str, Any]:
     """`gh pr merge` on a repository with a merge queue: the pull request joins the queue."""
     given = variables.get("input") or {}
@@ -295,4 +305,5 @@ _HANDLERS: dict[str, Callable[[GitHubState, Vars, str], dict[str, Any]]] = {
     "PullRequestProjectItems": _pr_by_number,
     "PullRequestMerge": _pr_merge,
     "PullRequestAutoMerge": _pr_auto_merge,
+    "PullRequestClose": _pr_close,
 }

@@ -18,6 +18,7 @@ from stellafleet.testing.github_state import (
     WORKFLOW_ID,
     WORKFLOW_NAME,
     GitHubState,
+    PullRequest,
     Repository,
     WorkflowRun,
 )
@@ -47,6 +48,11 @@ class Call:
     match: re.Match[str]
     query: dict[str, list[str]]
     base: str
+    body: bytes = b""
+
+    def body_json(self) -> dict[str, Any]:
+        data = json.loads(self.body or b"{}")
+        return data if isinstance(data, dict) else {}
 
     def arg(self, name: str) -> str | None:
         values = self.query.get(name)
@@ -76,7 +82,7 @@ def answer_rest(state: GitHubState, method: str, target: str, body: bytes, base:
         if repo is None:
             return NOT_FOUND
         with state.lock:
-            return handler(Call(state, repo, match, parse_qs(split.query), base))
+            return handler(Call(state, repo, match, parse_qs(split.query), base, body))
     sys.stderr.write(f"github_server: no REST route for {method} {target} {body[:300]!r}\n")
     return NOT_FOUND
 
@@ -104,30 +110,54 @@ def repo_json(call: Call) -> dict[str, Any]:
     }
 
 
+def pull_json(call: Call, pr: PullRequest) -> dict[str, Any]:
+    return {
+        "number": pr.number,
+        "html_url": call.html(f"/pull/{pr.number}"),
+        "state": "open" if pr.state == "OPEN" else "closed",
+        "title": pr.title,
+        "body": pr.body,
+        "head": {"ref": pr.head, "sha": call.repo.refs().get(f"refs/heads/{pr.head}")},
+        "base": {"ref": pr.base},
+        "merged": pr.state == "MERGED",
+        "merged_at": pr.merged_at,
+        "closed_at": pr.closed_at,
+        "merge_commit_sha": pr.merge_commit,
+        "created_at": pr.created_at,
+        "updated_at": pr.updated_at,
+    }
+
+
 def _pulls(call: Call) -> Reply:
     """GET /repos/O/N/pulls (what `gh api` shows of pull requests; stella itself uses GraphQL for them)."""
     wanted = call.arg("state") or "open"
-    found = []
-    for pr in reversed(call.repo.prs):
-        state = "open" if pr.state == "OPEN" else "closed"
-        if wanted not in ("all", state):
-            continue
-        found.append(
-            {
-                "number": pr.number,
-                "html_url": call.html(f"/pull/{pr.number}"),
-                "state": state,
-                "title": pr.title,
-                "body": pr.body,
-                "head": {"ref": pr.head, "sha": call.repo.refs().get(f"refs/heads/{pr.head}")},
-                "base": {"ref": pr.base},
-                "merged_at": pr.merged_at,
-                "merge_commit_sha": pr.merge_commit,
-                "created_at": pr.created_at,
-                "updated_at": pr.updated_at,
-            }
-        )
-    return Reply.json(200, found)
+    found = [pull_json(call, pr) for pr in reversed(call.repo.prs)]
+    return Reply.json(200, [pr for pr in found if wanted in ("all", pr["state"])])
+
+
+def _the_pull(call: Call) -> PullRequest | None:
+    return call.repo.pr(int(call.match.group("number")))
+
+
+def _pull(call: Call) -> Reply:
+    pr = _the_pull(call)
+    return NOT_FOUND if pr is None else Reply.json(200, pull_json(call, pr))
+
+
+def _update_pull(call: Call) -> Reply:
+    """PATCH /repos/O/N/pulls/N: a new title or body, or `state: closed` (close it unmerged)."""
+    pr = _the_pull(call)
+    if pr is None:
+        return NOT_FOUND
+    given = call.body_json()
+    if given.get("state") == "closed" and pr.state == "OPEN":
+        call.state.close(call.repo, pr)
+    elif given.get("state") == "open" and pr.state == "CLOSED":
+        pr.state, pr.closed_at = "OPEN", None
+    pr.title = str(given.get("title", pr.title))
+    pr.body = str(given.get("body", pr.body))
+    pr.updated_at = call.state.iso()
+    return Reply.json(200, pull_json(call, pr))
 
 
 # --- actions ---
@@ -286,6 +316,8 @@ _REPO = r"/repos/(?P<owner>[^/]+)/(?P<name>[^/]+)"
 _ROUTES: list[tuple[str, re.Pattern[str], Callable[[Call], Reply]]] = [
     ("GET", re.compile(_REPO), _repo),
     ("GET", re.compile(_REPO + r"/pulls"), _pulls),
+    ("GET", re.compile(_REPO + r"/pulls/(?P<number>\d+)"), _pull),
+    ("PATCH", re.compile(_REPO + r"/pulls/(?P<number>\d+)"), _update_pull),
     ("GET", re.compile(_REPO + r"/actions/runs"), _runs),
     ("GET", re.compile(_REPO + r"/actions/runs/(?P<id>\d+)"), _run),
     ("GET", re.compile(_REPO + r"/actions/runs/(?P<id>\d+)/attempts/\d+"), _run),

@@ -74,8 +74,22 @@ class _Handler(BaseHTTPRequestHandler):
     # --- one request ---
 
     def _body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            return self._chunked_body()
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
+
+    def _chunked_body(self) -> bytes:
+        """git sends a push over its http.postBuffer (1 MiB) in chunks, with no Content-Length."""
+        chunks: list[bytes] = []
+        while True:
+            size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline().strip():  # the trailers, up to the blank line
+                    pass
+                return b"".join(chunks)
+            chunks.append(self.rfile.read(size))
+            self.rfile.readline()  # the CRLF after each chunk
 
     def _token(self) -> str | None:
         auth = self.headers.get("Authorization") or ""

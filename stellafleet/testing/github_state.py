@@ -45,6 +45,7 @@ class PullRequest:
     updated_at: str
     state: str = "OPEN"  # OPEN | CLOSED | MERGED
     merged_at: str | None = None
+    closed_at: str | None = None
     merge_commit: str | None = None
     merge_method: str | None = None
     queued_at: float | None = None  # in the merge queue since (clock seconds)
@@ -112,15 +113,25 @@ class MergeConflict(Exception):
     """The pull request does not merge cleanly into its base."""
 
 
-def _merge_tree(repo: Repository, ours: str, theirs: str, *, merge_base: str | None = None) -> str:
-    extra = [f"--merge-base={merge_base}"] if merge_base else []
+def _merge_tree(repo: Repository, ours: str, theirs: str) -> str:
     done = subprocess.run(
-        ["git", "merge-tree", "--write-tree", *extra, ours, theirs],
+        ["git", "merge-tree", "--write-tree", ours, theirs],
         cwd=repo.path, capture_output=True, text=True, check=False,
     )  # fmt: skip
     if done.returncode != 0:
         raise MergeConflict(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr)
     return done.stdout.split()[0]
+
+
+def _pick_tree(repo: Repository, onto: str, sha: str) -> str:
+    """The tree of sha's change applied onto onto (a cherry-pick). `merge-tree --merge-base` needs git 2.40,
+    so on 2.38 and 2.39 two scratch commits, onto's tree and sha's, share one parent holding sha^'s tree:
+    their merge base is then sha^, as a cherry-pick's is."""
+    who = {**_BOT, "GIT_COMMITTER_NAME": "GitHub", "GIT_COMMITTER_EMAIL": "noreply@github.invalid"}
+    root = _commit_tree(repo, f"{sha}^^{{tree}}", [], "base", who)
+    ours = _commit_tree(repo, f"{onto}^{{tree}}", [root], "ours", who)
+    theirs = _commit_tree(repo, f"{sha}^{{tree}}", [root], "theirs", who)
+    return _merge_tree(repo, ours, theirs)
 
 
 def _commit_tree(repo: Repository, tree: str, parents: list[str], message: str, env: dict[str, str]) -> str:
@@ -255,7 +266,7 @@ class GitHubState:
         if method == "REBASE":
             new = base_sha
             for sha in git("rev-list", "--reverse", f"{base_sha}..{head_sha}", cwd=repo.path).split():
-                tree = _merge_tree(repo, new, sha, merge_base=f"{sha}^")
+                tree = _pick_tree(repo, new, sha)
                 message = git("log", "-1", "--format=%B", sha, cwd=repo.path)
                 author = (
                     git("log", "-1", "--format=%an%x00%ae%x00%aI", sha, cwd=repo.path).strip().split("\0")
@@ -276,11 +287,18 @@ class GitHubState:
                 new = _commit_tree(repo, tree, [base_sha, head_sha], message, {**env, **_BOT})
         git("update-ref", f"refs/heads/{pr.base}", new, base_sha, cwd=repo.path)
         pr.state, pr.merged_at, pr.merge_commit, pr.merge_method = "MERGED", self.iso(), new, method
+        pr.closed_at = pr.merged_at
         pr.queued_at = None
         pr.updated_at = self.iso()
         self.events.append(f"merged {repo.full_name}#{pr.number}")
         self.start_run(repo, pr.base, new)
         return new
+
+    def close(self, repo: Repository, pr: PullRequest) -> None:
+        """Close pr unmerged, as a reviewer does (its branch stays)."""
+        with self.lock:
+            pr.state, pr.closed_at, pr.updated_at, pr.queued_at = "CLOSED", self.iso(), self.iso(), None
+            self.events.append(f"closed {repo.full_name}#{pr.number}")
 
     def land_queue(self) -> None:
         """Merge the queued pull requests whose time in the queue (ci_seconds) has passed, in queue order."""

@@ -149,3 +149,15 @@ def test_a_rate_limited_run_list_ends_no_ci_naming_the_rate_limit(
     assert branch.state == "no_ci" and branch.reason is not None
     assert "(gh kept failing: gh run list failed: GitHub rate limit (HTTP 429): " in branch.reason
     assert "API rate limit exceeded" in branch.reason
+
+
+def test_a_remote_whose_host_has_a_port_needs_no_watch_repo_setting(
+    repo: Repo, host: GitHubHost, clock: FakeClock
+) -> None:
+    """gh cannot match `localhost:PORT` in a remote URL to GH_HOST; stella tells it --repo HOST:PORT/O/N."""
+    repo.add_run()
+    notes = Notes()
+    result = watch_run(repo.root, RUN_ID, config=Config({}), clock=clock, out=notes)
+    [branch] = result.branches
+    assert branch.pr_number == 1, branch.reason
+    assert result.exit_code == 0 and branch.state == "green"

@@ -427,3 +427,42 @@ def test_a_gh_failure_after_runs_appeared_does_not_forget_them(repo: Repo) -> No
     after_appearing = [phase for t, _, _, phase in events.changes if t >= 30.0]
     assert "waiting for CI runs to appear" not in after_appearing
     assert any("HTTP 502: Bad Gateway (will retry)" in note for note in events.notes)
+
+
+def test_the_watch_says_first_that_it_pushes_the_branch_shared_tasks_committed_on(repo: Repo) -> None:
+    repo.add_run(isolated=("t1",), shared=("s1",))
+    _, _, events = watch_in_process(repo, {"runs": {"*": [SUCCESS]}})
+    assert events.notes == [f"will push main to origin: shared tasks of run {RUN_ID} committed on it"]
+    assert repo.remote_sha("main") == repo.shas["s1"]
+
+
+def test_watching_an_old_run_says_the_tip_it_pushes_holds_later_commits(repo: Repo) -> None:
+    repo.add_run(isolated=(), shared=("s1",))
+    git("switch", "-q", "main", cwd=repo.root)
+    for n in (1, 2):  # a later run's work on main, after this run's
+        (repo.root / f"later{n}.txt").write_text("later\n")
+        git("add", f"later{n}.txt", cwd=repo.root)
+        git("commit", "-qm", f"later {n}", cwd=repo.root)
+    tip = git("rev-parse", "main", cwd=repo.root)
+    _, _, events = watch_in_process(repo, {"runs": {"*": [SUCCESS]}})
+    assert events.notes[1] == (
+        f"main's tip {tip[:12]} holds 2 commits made after run {RUN_ID}'s: they are pushed with it"
+    )
+    assert repo.remote_sha("main") == tip
+
+
+@pytest.mark.parametrize(
+    ("url", "repo"),
+    [
+        ("https://x-access-token:t@localhost:8443/octo/widgets.git", "localhost:8443/octo/widgets"),
+        ("https://ghe.example.com:8443/octo/widgets", "ghe.example.com:8443/octo/widgets"),
+        ("https://github.com/octo/widgets.git", None),  # gh finds it from the remote itself
+        ("ssh://git@ghe.example.com:2222/octo/widgets.git", None),  # an ssh port is not the API's
+        ("git@github.com:octo/widgets.git", None),
+        ("https://localhost:8443/not-a-repo", None),
+    ],
+)
+def test_gh_is_told_the_repository_of_a_remote_whose_host_has_a_port(url: str, repo: str | None) -> None:
+    from stellafleet.ci.gh import repo_with_port
+
+    assert repo_with_port(url) == repo

@@ -179,3 +179,34 @@ def test_inside_a_fleet_worktree_the_main_trees_ledger_is_read(repo: Path, ids: 
     worktrees.worktree_add(repo, linked, "fleet/docs-0123456789abcdef", gitops.head_commit(repo))
     page = json.loads(stella(linked, "runs", "--json").stdout)
     assert page["total"] == 3 and page["ledger"] == str(StatePaths(repo).fleet_db)
+
+
+def test_attempts_are_numbered_per_task_for_people_and_keep_the_ledger_id_in_json(
+    repo: Path, ids: dict[str, str]
+) -> None:
+    """The failed run's attempts are the ledger's third and fourth: each task's first reads `attempt 1`."""
+    with Ledger.open(StatePaths(repo).fleet_db) as ledger:
+        [writer, lint] = ledger.get_run(ids["failed"])["attempts"]
+        again = ledger.attempts.start(ids["failed"], "writer", pipeline="plain")
+        ledger.attempts.finish(again, AttemptEnd(outcome="failed", exit_code=1, summary="still failing"))
+    assert writer["id"] > 1 and lint["id"] > 1
+    shown = stella(repo, "runs", ids["failed"]).stdout
+    lines = [line.strip().split()[:3] for line in shown.splitlines() if line.strip().startswith("attempt")]
+    assert lines == [["attempt", "1", "failed"], ["attempt", "2", "failed"], ["attempt", "1", "succeeded"]]
+    assert "#" not in "".join(line for line in shown.splitlines() if "attempt" in line)
+    doc = json.loads(stella(repo, "runs", ids["failed"], "--json").stdout)
+    tasks = {task["id"]: task for wave in doc["waves"] for task in wave["tasks"]}
+    assert [(a["id"], a["number"]) for a in tasks["writer"]["attempts"]] == [(writer["id"], 1), (again, 2)]
+    assert [(a["id"], a["number"]) for a in tasks["lint"]["attempts"]] == [(lint["id"], 1)]
+
+
+def test_an_attempts_reason_is_shown_once(repo: Path, ids: dict[str, str]) -> None:
+    """The task's reason, the attempt's error and its recorded reason were one text, printed three times."""
+    said = "stopped: no progress for 1s (idle_timeout)"
+    with Ledger.open(StatePaths(repo).fleet_db) as ledger:
+        attempt = ledger.attempts.start(ids["failed"], "report", pipeline="plain")
+        ledger.attempts.set_reason(attempt, said)
+        ledger.attempts.finish(attempt, AttemptEnd(outcome="stalled", exit_code=-15, summary="", error=said))
+    shown = stella(repo, "runs", ids["failed"]).stdout
+    assert shown.count(said) == 1, shown
+    assert f"reason: {said}" in shown  # the task's line says it

@@ -35,7 +35,7 @@ def commit_on(root: Path, branch: str, start: str, files: dict[str, str]) -> str
     return sha
 
 
-def build_run(root: Path, *, ci: dict[str, CIState] | None = None) -> Branches:
+def build_run(root: Path, *, ci: dict[str, CIState] | None = None, prs: bool = False) -> Branches:
     """A finished run: a, b (depends on a, built on a), c (conflicts with a in README.md), d (fails the
     check); listed b, a, c, d so dependency order, not listing order, has to put a first."""
     base = git("rev-parse", "HEAD", cwd=root).strip()
@@ -63,8 +63,8 @@ def build_run(root: Path, *, ci: dict[str, CIState] | None = None) -> Branches:
                 branch=branch,
                 task_id=task.id,
                 head_sha=heads[task.id],
-                pr_url=None,
-                pr_number=None,
+                pr_url=f"https://github.example/octo/widgets/pull/{ord(task.id) - 96}" if prs else None,
+                pr_number=ord(task.id) - 96 if prs else None,  # a #1, b #2, ...
                 state=state,
                 conclusion=None,
                 reason=None,

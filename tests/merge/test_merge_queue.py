@@ -100,7 +100,7 @@ def test_a_dirty_tree_is_refused_and_nothing_changes(git_repo: Path, stella: Ste
     proc = stella("merge", cwd=git_repo)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "stella: error: your work tree has uncommitted changes (1 file): "
+        "stella: error: your work tree has uncommitted changes (1 file: README.md): "
         "commit or stash them before stella merge"
     ]
     assert git("rev-parse", "HEAD", cwd=git_repo) == head
@@ -206,3 +206,22 @@ def test_check_timeout_stops_a_hanging_check(git_repo: Path, stella: StellaRunne
     d = next(i for i in json.loads(proc.stdout)["queue"] if i["task_id"] == "d")
     assert d["status"] == "check_failed" and d["reason"].endswith("ran out of time")
     assert d["check_tail"] == "hanging\n(stopped after 0.5s: check_timeout under [merge])"
+
+
+def test_merge_and_clean_name_the_pull_requests_and_remote_branches_they_leave_open(
+    git_repo: Path, stella: StellaRunner
+) -> None:
+    build_run(git_repo, prs=True)  # --watch opened a pull request for each branch
+    proc = stella("merge", "--check", "test ! -e bad.txt", cwd=git_repo)
+    assert proc.returncode == 1, proc.stderr
+    note = (
+        "still open on GitHub, their branches on the remote: PR #1 (fleet/a-abcd), PR #2 (fleet/b-abcd); "
+        "push main and close them (`gh pr close N --delete-branch`), or land them through GitHub with "
+        "`stella merge --via-gh`"
+    )
+    assert note in proc.stdout.splitlines(), proc.stdout  # the landed ones; c and d did not land
+    again = stella("merge", "--json", "--check", "test ! -e bad.txt", cwd=git_repo)
+    assert json.loads(again.stdout)["open_prs"] == []  # a and b are already in: nothing landed this time
+    cleaned = stella("clean", cwd=git_repo)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert note in cleaned.stdout.splitlines(), cleaned.stdout

@@ -4,6 +4,8 @@ pull request in dependency order, with the chosen strategy or through the reposi
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -152,3 +154,24 @@ def test_via_gh_lands_a_stacked_pr_after_its_parent_retargeted_to_where_the_pare
     assert main_log(host)[:2] == [f"Add the top (#{numbers['top']})", f"Add the base (#{numbers['base']})"]
     files = git("ls-tree", "--name-only", "main", cwd=host.local_server.state.repos[REPO].path).split()
     assert {"base.txt", "top.txt"} <= set(files)
+
+
+def test_via_gh_rebases_and_refuses_a_pull_request_a_reviewer_closed_after_the_watch(
+    git_repo: Path, host: GitHubHost, watched: dict[str, dict], stella_main: StellaRunner
+) -> None:
+    """The watch saw both green; then the reviewer closed top's pull request. --via-gh lands base by
+    rebase (on the machines' git 2.39) and does not land top, by name."""
+    closed = subprocess.run(
+        [host.gh, "pr", "close", str(watched["top"]["pr_number"]), "-R", host.repo_flag],
+        capture_output=True, text=True, check=False, env=os.environ,
+    )  # fmt: skip
+    assert closed.returncode == 0, closed.stderr
+    proc = stella_main("merge", "--via-gh", "--strategy", "rebase", "--json", cwd=git_repo)
+    doc = json.loads(proc.stdout)
+    status = {i["task_id"]: (i["status"], i["reason"]) for i in doc["queue"]}
+    assert status["base"][0] == "merged" and "with rebase" in status["base"][1]
+    assert status["top"] == ("error", f"PR #{watched['top']['pr_number']} is closed, not open")
+    assert proc.returncode != 0
+    prs = {pr["head"]: pr for pr in host.prs()}
+    assert prs[watched["top"]["branch"]]["state"] == "CLOSED"
+    assert main_log(host)[0] == "base: add base.txt"  # the commit itself, replayed: no merge commit

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_observatory_browser import browser, css, observatory, text_of, until
+from test_observatory_browser import browser, click, css, observatory, text_of, until
 
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd, AttemptOutcome
@@ -114,3 +114,74 @@ def test_the_pages_say_what_each_run_was_and_what_went_wrong(
     until(browser, lambda d: css(d, "#spend-box .no-spend"), "the spend box")
     assert text_of(browser, "#spend-box .no-spend") == "$0.00 spent."
     assert "No spend recorded yet" not in text_of(browser, "#spend-box")
+
+
+KILLED_PLAN = "/home/dev/plans/lint-staged-configuration-loader-migration.toml"
+
+
+def _killed_ledger(db: Path) -> tuple[str, str, int]:
+    """A watched run (one branch green, one red) and a run whose fleet was killed with three tasks running,
+    two of which left work on salvage refs; the killed run's first attempt id."""
+    clock = StepClock(1_796_116_500_000)
+    with Ledger.open(db, now_ms=clock) as ledger:
+        watched = add_run(ledger, "r-20261201-090000-cccc", argv=["stella", "fleet", "--watch", "x"])
+        ledger.tasks.add(watched, [sample_task("w")], {"w": 1})
+        for branch, state in (("fleet/a", "green"), ("fleet/b", "red")):
+            row = {"head_sha": None, "pr_url": None, "pr_number": None, "conclusion": None, "reason": None}
+            ledger.ci.upsert(run_id=watched, branch=branch, task_id="w", state=state, run_urls=[], **row)
+        ledger.runs.finish(watched, "failed", exit_code=4)
+        clock.ms += 60_000
+        killed = add_run(ledger, "r-20261201-100000-dddd", plan_path=KILLED_PLAN,
+                         argv=["stella", "fleet", "--plan", KILLED_PLAN])  # fmt: skip
+        ids = ("loader", "resolver", "docs")
+        ledger.tasks.add(killed, [sample_task(t, isolation="isolated") for t in ids], dict.fromkeys(ids, 1))
+        attempts = [ledger.attempts.start(killed, t, pipeline="command") for t in ids]
+        for task, attempt in zip(ids[:2], attempts, strict=False):
+            ledger.attempts.set_salvage(
+                attempt, f"refs/stella/salvage/{killed}/{task}/{attempt}", "5b0e61d2c9a4" * 3
+            )
+        clock.ms += 30_000
+        gone = "the fleet process (pid 5100) ended without finishing its run: its attempts were abandoned"
+        ledger.abandon_run(killed, gone)
+    return watched, killed, attempts[0]
+
+
+def test_a_killed_run_says_once_that_its_work_was_salvaged_and_links_each_attempt(
+    git_repo: Path, observatory: Callable[[Path], str], browser: Any
+) -> None:
+    watched, killed, first = _killed_ledger(StatePaths(git_repo).fleet_db)
+    url = observatory(git_repo)
+    browser.set_window_size(1280, 900)
+    browser.get(url)
+    until(browser, lambda d: len(css(d, "tr.run-row")) == 2, "two runs")
+    assert " ".join(text_of(browser, f'tr.run-row[data-run-id="{watched}"] td.ci-cell').split()) == (
+        "green 1 · red 1"
+    )
+    assert text_of(browser, f'tr.run-row[data-run-id="{killed}"] td.ci-cell') == "not watched"
+    plan = f'tr.run-row[data-run-id="{killed}"] td.what-cell'
+    assert text_of(browser, plan) == KILLED_PLAN.split("/")[-1]
+    rows = browser.execute_script(  # the file name on one line: never broken in the middle
+        f"const r = document.createRange(); r.selectNodeContents(document.querySelector('{plan}'));"
+        "return new Set([...r.getClientRects()].map(c => Math.round(c.top))).size"
+    )
+    assert rows == 1
+
+    browser.get(url + f"#/runs/{killed}?attempt={first}")  # a deep link opens that attempt
+    until(browser, lambda d: "Attempt 1 of loader" in text_of(d, ".attempt-title"), "the linked attempt")
+    items = css(browser, "#attention .attention-item")
+    assert len(items) == 1, text_of(browser, "#attention")  # once, not once a task
+    said = " ".join(text_of(browser, "#attention .attention-item").split())
+    assert "3 tasks" in said and "ended without finishing its run" in said
+    assert (
+        f"the unfinished work of 2 of them was salvaged: `stella fleet --resume {killed} --from-salvage`"
+        in said
+    )
+    card = text_of(browser, 'article.task[data-task-id="loader"] .salvage')  # on the card, no click needed
+    assert f"salvaged: refs/stella/salvage/{killed}/loader/{first}" in card
+    assert "restore: git cherry-pick --no-commit 5b0e61d2c9a4" in card
+
+    docs = '#timeline-chart rect.bar[data-task="docs"]'
+    docs_attempt = css(browser, docs)[0].get_attribute("data-attempt")
+    click(browser, docs)
+    until(browser, lambda d: "Attempt 1 of docs" in text_of(d, ".attempt-title"), "the clicked attempt")
+    assert browser.execute_script("return location.hash") == f"#/runs/{killed}?attempt={docs_attempt}"

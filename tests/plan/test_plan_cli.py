@@ -196,3 +196,14 @@ def test_show_on_a_terminal_draws_a_table(
     rows = [line for line in out.splitlines() if "│" in line]
     assert any("schema" in row and "Add the migration" in row and "shared" in row for row in rows)
     assert any("docs" in row and "reader, writer" in row and "isolated" in row for row in rows)
+
+
+def test_check_and_show_give_one_wave_count_and_say_emitted_tasks_add_waves(
+    stella_main: StellaRunner,
+) -> None:
+    check = stella_main("plan", "check", "grow-modules.toml", cwd=EXAMPLES)
+    assert check.stdout == "ok: grow-modules.toml (3 tasks, 3 waves, plus waves for emitted tasks)\n"
+    show = stella_main("plan", "show", "grow-modules.toml", cwd=EXAMPLES)
+    assert show.stdout.startswith(
+        "grow-modules.toml: 3 tasks in 3 waves (no concurrency limit), plus waves for emitted tasks\n"
+    ), show.stdout

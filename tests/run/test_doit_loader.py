@@ -92,3 +92,16 @@ def test_state_commands_say_there_is_no_state(configured: Path, command: str) ->
     assert result.returncode != 0
     assert "doit keeps no state for it" in result.stderr and "Traceback" not in result.stderr
     assert leftovers(configured) == []
+
+
+def test_a_repository_without_pyproject_uses_the_documented_doit_cfg(git_repo: Path) -> None:
+    """A JavaScript project has no pyproject.toml: doit reads [GLOBAL] of doit.cfg (docs/plans.md)."""
+    shutil.copy(EXAMPLES / "feature-buildout.toml", git_repo / "plan.toml")
+    shutil.copy(EXAMPLES / "doit.cfg", git_repo / "doit.cfg")
+    assert "doit.cfg" in (EXAMPLES.parent / "docs" / "plans.md").read_text()
+    result = doit("list", cwd=git_repo)
+    assert result.returncode == 0, result.stderr
+    assert [line.split()[0] for line in result.stdout.splitlines()] == ["schema", "reader", "writer", "docs"]
+    refused = doit("run", cwd=git_repo)
+    assert refused.returncode != 0 and "stella fleet --plan plan.toml" in refused.stderr
+    assert leftovers(git_repo) == []

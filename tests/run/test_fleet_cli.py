@@ -325,3 +325,31 @@ def test_a_mistyped_pipeline_option_names_the_closest_installed_one(
         in proc.stderr
     )
     assert not StatePaths(git_repo).fleet_db.exists()
+
+
+def test_dry_run_with_watch_says_it_will_push_the_branch_shared_tasks_commit_on(
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
+) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[tasks]]\nid = "fix"\nprompt = "p"\n')
+    write_config(git_repo, run="touch ran-for-real")
+    proc = stella_main(
+        "fleet", "--dry-run", "--watch", "--plan", str(plan), "--pipeline", "command", cwd=git_repo
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--watch: will push main to origin (what shared tasks commit)" in proc.stdout
+    assert not (git_repo / "ran-for-real").exists()
+    isolated = tmp_path / "isolated.toml"
+    isolated.write_text('[[tasks]]\nid = "fix"\nprompt = "p"\nisolation = "isolated"\n')
+    quiet = stella_main(
+        "fleet",
+        "--dry-run",
+        "--watch",
+        "--json",
+        "--plan",
+        str(isolated),
+        "--pipeline",
+        "command",
+        cwd=git_repo,
+    )
+    assert json.loads(quiet.stdout)["watch_pushes"] == []  # only its own branch, with a pull request

@@ -6,6 +6,7 @@ terminal's window title, in `stella fleet`'s live and plain output and in `stell
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import subprocess
@@ -123,3 +124,16 @@ def test_the_notify_warning_shows_the_commands_stderr_on_one_line_escaped(
     assert "\x1b" not in proc.stderr
     assert "notify command exited 7 (run_ended): no\\x1b[2J hook stella: error: forged" in proc.stderr
     assert not any(line.startswith("stella: error") for line in proc.stderr.splitlines()), proc.stderr
+
+
+def test_colour_codes_in_a_summary_are_dropped_and_other_escapes_still_shown(
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
+) -> None:
+    """vitest colours its last lines: dim, bold and green around `Tests  3 passed`."""
+    vitest = 'report(summary="\\x1b[2m Tests \\x1b[22m\\x1b[1m\\x1b[32m3 passed\\x1b[39m\\x1b[22m \\x1b[2J!")'
+    write_config(git_repo, run=Scripts(tmp_path / "scripts").python("vitest", vitest))
+    proc = stella_main("fleet", "--json", "--pipeline", "command", "run the tests", cwd=git_repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["tasks"][0]["summary"] == " Tests 3 passed \x1b[2J!"  # as recorded
+    shown = stella_main("runs", "latest", cwd=git_repo, env={"COLUMNS": "200"}).stdout
+    assert "summary: Tests 3 passed \\x1b[2J!" in shown, shown

@@ -173,3 +173,24 @@ def test_every_line_survives_the_views_refreshes_on_a_terminal(monkeypatch: pyte
         assert f"  succeeded {task} after 1.0s ($0.01): did {task}" in screen, "\n".join(screen)
     assert not [line for line in screen if "running" in line], "\n".join(screen)
     assert screen[-1] == "run r-1 succeeded: no tasks; spend $0.24 of $5.00; exit 0"
+
+
+def test_at_80_columns_the_summary_table_keeps_each_task_on_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real run's cells (a long branch, a long summary) wrapped 3 to 5 lines each at 80 columns: the
+    narrow table leaves out the wave and branch columns and cuts the summary with an ellipsis."""
+    monkeypatch.setenv("COLUMNS", "80")
+    out = io.StringIO()
+    reporter = LiveReporter(stream=out)
+    summary = "Migrated the lint-staged configuration loader to the new resolver and updated every test of it"
+    task = {"wave": 1, "status": "succeeded", "summary": summary, "reason": None, "spend_usd": 0.25}
+    tasks = [
+        {**task, "id": f"migrate-loader-{n}", "branch": f"fleet/migrate-loader-{n}-0123456789abcdef"}
+        for n in range(3)
+    ]
+    reporter.finish({**DOC, "tasks": tasks})
+    lines = [line for line in out.getvalue().splitlines() if line.strip()]
+    rows = [line for line in lines if "migrate-loader-" in line]
+    assert len(rows) == 3, out.getvalue()  # one line per task
+    assert all(len(line) <= 80 for line in lines), out.getvalue()
+    assert "…" in rows[0] and "succeeded" in rows[0] and "$0.25" in rows[0]
+    assert "branch" not in out.getvalue() and "fleet/" not in out.getvalue()

@@ -149,3 +149,32 @@ def test_counts_read_as_english() -> None:
     from stellafleet.core.words import plural
 
     assert [plural(n, "wave") for n in (0, 1, 2)] == ["0 waves", "1 wave", "2 waves"]
+
+
+def test_the_start_line_counts_the_waves_to_run_and_says_emitted_and_resumed_tasks_apart() -> None:
+    out = io.StringIO()
+    PlainReporter(out).handle(
+        RunStarted(
+            concurrency="max concurrency 2",
+            run_id="r-2",
+            tasks=tuple("abcdefghij"),
+            waves=(("i", "j"),),
+            base_ref="main",
+            base_commit="0123456789abcdef",
+            spend_limit_usd=None,
+            spend_guard_usd=None,
+            grows=True,
+            done_in="r-1",
+        )
+    )
+    assert out.getvalue().splitlines()[1] == (
+        "run r-2: 2 tasks in 1 wave, plus waves for emitted tasks (8 tasks done in run r-1); "
+        "base main at 0123456789ab"
+    )
+
+
+def test_an_interrupted_runs_headline_says_interrupted_once() -> None:
+    doc = {**DOC, "status": "interrupted", "reason": "interrupted"}
+    assert run_headline(doc).startswith(f"run {DOC['run_id']} interrupted: ")
+    signalled = run_headline({**doc, "reason": "SIGTERM"})
+    assert signalled.startswith(f"run {DOC['run_id']} interrupted (SIGTERM): ")

@@ -84,14 +84,16 @@ def test_an_unclaimed_dirty_tree_is_reported_in_one_line_and_left_alone(
 ) -> None:
     _setup(git_repo, tmp_path, COMMITTER)
     (git_repo / "README.md").write_text("the user's edit\n")
+    for n in range(6):
+        (git_repo / f"note{n}.txt").write_text("mine\n")
 
     proc = stella("fleet", "--pipeline", "command", "write t1", cwd=git_repo)
 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     notes = [line for line in proc.stderr.splitlines() if "uncommitted changes" in line]
     assert notes == [
-        "stella fleet: your work tree has uncommitted changes (1 file): they stay yours, workers' commits "
-        "leave them out"
+        "stella fleet: your work tree has uncommitted changes (7 files: README.md, note0.txt, note1.txt, "
+        "note2.txt, note3.txt and 2 more): they stay yours, workers' commits leave them out"
     ]
     assert git("status", "--porcelain", "--untracked-files=no", cwd=git_repo) == " M README.md\n"
 

@@ -46,8 +46,8 @@ def test_a_clone_of_corrupt_objects_reports_gits_error(git_repo: Path, tmp_path:
 def test_a_start_bundle_checks_the_branch_out_at_its_commit(
     git_repo: Path, tmp_path: Path, monkeypatch, cache: str
 ) -> None:
-    """--from-salvage on a node: the checkout starts from the salvage commit, in the kept clone or, where
-    the node cannot keep one (its cache is not writable), in a clone of its own."""
+    """--from-salvage on a node: the checkout holds the salvage commit's work, staged on its parent, in the
+    kept clone or, where the node cannot keep one (its cache is not writable), in a clone of its own."""
     base = git("rev-parse", "HEAD", cwd=git_repo).strip()
     (git_repo / "half.txt").write_text("half way\n")
     git("add", "half.txt", cwd=git_repo)
@@ -66,7 +66,8 @@ def test_a_start_bundle_checks_the_branch_out_at_its_commit(
     )
 
     assert (clone is not None) == (cache == "kept")
-    assert git("rev-parse", "HEAD", cwd=repo).strip() == start
+    assert git("rev-parse", "HEAD", cwd=repo).strip() == base  # the salvage folds into the next commit
+    assert git("diff", "--cached", "--name-only", cwd=repo).split() == ["half.txt"]
     assert git("branch", "--show-current", cwd=repo).strip() == "fleet/t1-0123456789abcdef"
     assert (repo / "half.txt").read_text() == "half way\n"
     assert git("for-each-ref", "refs/stella/", cwd=clone or repo) == ""  # no temporary ref left behind

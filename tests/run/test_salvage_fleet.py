@@ -73,19 +73,30 @@ def test_a_timed_out_isolated_task_leaves_a_salvage_ref_and_from_salvage_resumes
     assert (shown_there["salvage_ref"], shown_there["salvage_sha"]) == (attempt["salvage_ref"], sha)
     assert shown_there["salvage_restore"] == restore
 
-    # the resumed task starts from the salvage commit, and its prompt says so
+    # the resumed task's worktree holds the salvaged work staged on the salvage's parent, and its prompt
+    # says so: the work goes into the task's own next commit, no `stella salvage:` commit under it
     marks = tmp_path / "marks"
     marks.mkdir()
-    write_config(git_repo, run=scripts.python("look", LOOK))
+    commit = 'subprocess.run(["git", "commit", "-qm", "feat: finish it"], cwd=WS, check=True)\n'
+    write_config(git_repo, run=scripts.python("look", LOOK + commit))
     resumed = stella(
         "fleet", "--resume", run_id, "--from-salvage", "--pipeline", "command",
         cwd=git_repo, env={"MARKS": str(marks)},
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert (marks / "work").read_text() == "slow was half way\n"
-    assert (marks / "head").read_text().strip() == sha
+    assert (marks / "head").read_text().strip() == git("rev-parse", f"{sha}^", cwd=git_repo).strip()
     prompt = (marks / "prompt").read_text()
-    assert prompt.startswith(f"Your worktree starts from commit {sha[:12]}") and prompt.endswith("finish it")
+    assert prompt.startswith("Your worktree holds, staged, the work an earlier attempt") and prompt.endswith(
+        "finish it"
+    )
+    assert f"(salvaged by stella in commit {sha[:12]})" in prompt
+    [branch] = [b for b in run_record(git_repo)["tasks"] if b["id"] == "slow"]
+    base = record["run"]["base_commit"]
+    assert git("log", "--format=%s", f"{base}..{branch['branch']}", cwd=git_repo).splitlines() == [
+        "feat: finish it"
+    ]
+    assert git("show", f"{branch['branch']}:work.txt", cwd=git_repo) == "slow was half way\n"
 
 
 def test_a_stalled_shared_task_salvages_only_its_claimed_paths_and_leaves_the_users_work_alone(
@@ -118,13 +129,17 @@ def test_a_stalled_shared_task_salvages_only_its_claimed_paths_and_leaves_the_us
     assert (git_repo / "claimed.txt").read_text() == "half done\n"  # the files stay as they were
 
 
-def _wait_interrupted(stella: StellaRunner, root: Path) -> dict:
-    """`stella runs latest` until it shows the killed run finalised (its orphaned worker has ended)."""
+def _wait_interrupted(stella: StellaRunner, root: Path) -> tuple[dict, str]:
+    """`stella runs latest` until it shows the killed run finalised (its orphaned worker has ended); the
+    run's detail and what those commands said on stderr."""
     deadline = time.monotonic() + 30
+    said = ""
     while True:
-        detail = json.loads(stella("runs", "latest", "--json", cwd=root).stdout)
+        shown = stella("runs", "latest", "--json", cwd=root)
+        said += shown.stderr
+        detail = json.loads(shown.stdout)
         if detail["run"]["status"] == "interrupted" or time.monotonic() > deadline:
-            return detail
+            return detail, said
         time.sleep(0.2)
 
 
@@ -150,10 +165,17 @@ def test_sigkill_of_the_fleet_then_stella_runs_salvages_exactly_the_tasks_files(
             fleet.kill()
             fleet.wait()
 
-    detail = _wait_interrupted(stella, git_repo)
+    detail, said = _wait_interrupted(stella, git_repo)
     [task] = [task for wave in detail["waves"] for task in wave["tasks"]]
     [attempt] = task["attempts"]
     assert attempt["outcome"] == "abandoned"
+    run_id = detail["run"]["id"]
+    # the command that finalised the killed run says so, and where its work went
+    assert f"stella: finalised run {run_id}: the fleet process (pid {fleet.pid}) ended without" in said
+    assert (
+        f"the unfinished work of 1 attempt is kept on salvage refs (`stella runs {run_id}` names them, "
+        f"`stella fleet --resume {run_id} --from-salvage` continues from them)"
+    ) in said, said
     assert attempt["salvage_ref"].endswith(f"/killed/{attempt['id']}")
     assert _salvaged_files(git_repo, attempt["salvage_sha"]) == {
         "README.md": "edited by the task\n",

@@ -99,3 +99,21 @@ def test_a_quiet_attempt_needs_attention_until_it_shows_life(tmp_path: Path) -> 
     page = dashboard.load_run_page(db, "r-1", now_ms=quiet_at, alive=ALIVE)
     assert [(i["kind"], i["task"], i["text"]) for i in page["attention"]] == [("failed", "a", "stuck")]
     assert next(n for n in page["graph"]["nodes"] if n["id"] == "b")["caused_by"] == "a"
+
+
+def test_the_page_numbers_attempts_per_task_where_a_person_reads_them(tmp_path: Path) -> None:
+    """Bars, task cards and the attempt panel carry the task's own count beside the ledger's id."""
+    db = tmp_path / ".stella" / "private" / "fleet.db"
+    build_sample_fleet(db, live_pid=1)
+    page = dashboard.load_run_page(db, RUN_ID, now_ms=wall_ms(), alive=ALIVE)
+    by_task: dict[str, list[int]] = {}
+    for bar in sorted(page["timeline"]["bars"], key=lambda b: b["attempt"]):
+        by_task.setdefault(bar["task"], []).append(bar["number"])
+    assert all(numbers == list(range(1, len(numbers) + 1)) for numbers in by_task.values())
+    assert any(len(numbers) > 1 for numbers in by_task.values())  # a retried task counts 1, 2
+    last = max(page["timeline"]["bars"], key=lambda b: b["attempt"])
+    assert last["attempt"] > last["number"]
+    opened = dashboard.load_attempt(db, last["attempt"], now_ms=wall_ms(), alive=ALIVE)
+    assert opened is not None and opened["attempt"]["number"] == last["number"]
+    first = dashboard.load_first_view(db, RUN_ID, now_ms=wall_ms(), alive=ALIVE)
+    assert first is not None and "number" in first["timeline"]["bars"]

@@ -138,3 +138,23 @@ def test_reset_gives_the_running_server_a_fresh_state(tmp_path: Path) -> None:
             "/api/v3/repos/octo/gadgets",
             "/api/v3/repos/octo/widgets",
         ]
+
+
+def test_a_push_over_gits_post_buffer_is_sent_chunked_and_lands(tmp_path: Path, git_repo: Path) -> None:
+    """A first push of a real project is over git's 1 MiB http.postBuffer: git sends it with
+    `Transfer-Encoding: chunked` and no Content-Length, and the server must read the chunks."""
+    from stellafleet.testing.github_server import GitHubServer
+
+    (git_repo / "blob.bin").write_bytes(os.urandom(3 * 1024 * 1024))  # random: the pack cannot shrink it
+    git("add", "blob.bin", cwd=git_repo)
+    git("commit", "-qm", "three megabytes", cwd=git_repo)
+    with GitHubServer(["octo/widgets"], directory=tmp_path / "srv") as github:
+        env = {**os.environ, **github.gh_env(), "GIT_TRACE_CURL_NO_DATA": "1", "GIT_TRACE_CURL": "1"}
+        done = subprocess.run(
+            ["git", "push", "-q", github.clone_url("octo/widgets"), "main"],
+            cwd=git_repo, env=env, capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        assert "Transfer-Encoding: chunked" in done.stderr  # the case itself: git chunked the body
+        assert done.returncode == 0, done.stderr[-2000:]
+        head = git("rev-parse", "HEAD", cwd=git_repo).strip()
+        assert github.state.repos["octo/widgets"].refs()["refs/heads/main"] == head

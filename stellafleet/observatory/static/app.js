@@ -52,6 +52,13 @@ import { sparkline } from "./spend.js";
     return wrap;
   }
 
+  // the run's watched branches by CI state ("2 green · 1 red"); a run never watched says so
+  function ciCounts(ci) {
+    const states = Object.keys(ci || {});
+    if (!states.length) return el("span", { className: "muted", text: "not watched" });
+    return el("span", { className: "ci-counts" }, states.sort().map((state, i) => [i ? " · " : "", badge(state), " " + ci[state]]));
+  }
+
   function runStatus(run) {
     const wrap = el("span", { className: "status" }, badge(run.status));
     if (run.live) wrap.appendChild(el("span", { className: "tag live-tag", text: "live" }));
@@ -88,7 +95,8 @@ import { sparkline } from "./spend.js";
   function route() {
     const hash = location.hash.replace(/^#/, "") || "/";
     const match = hash.match(/^\/runs\/([^?]+)/);
-    if (match) return { view: "run", id: decodeHashPart(match[1]) };
+    const attempt = Number((hash.match(/[?&]attempt=(\d+)/) || [])[1] || 0) || null;
+    if (match) return { view: "run", id: decodeHashPart(match[1]), attempt: attempt };
     const page = Number((hash.match(/[?&]page=(\d+)/) || [])[1] || 1);
     // a hand-typed huge page would ask for an offset the server refuses; showList moves it to the last page
     return { view: "list", page: Math.min(Math.max(1, page), MAX_PAGE) };
@@ -119,7 +127,7 @@ import { sparkline } from "./spend.js";
         const data = await getJSON("/api/runs/" + encodeURIComponent(where.id) + "/page");
         if (gen !== generation) return;
         performance.mark("run-data");
-        showRun(data);
+        showRun(data, where.attempt);
         next = data.run.live ? data.poll_ms : IDLE_POLL_MS;
       } else {
         const offset = (where.page - 1) * PAGE_SIZE;
@@ -172,7 +180,7 @@ import { sparkline } from "./spend.js";
       pager.replaceChildren();
       return;
     }
-    const head = el("tr", null, ["Run", "Started", "Duration", "Status", "Tasks", "Spend", "Pipeline", "Plan or command", "Base"].map(
+    const head = el("tr", null, ["Run", "Started", "Duration", "Status", "Tasks", "Spend", "Pipeline", "Plan or command", "CI", "Base"].map(
       (h) => el("th", { scope: "col", text: h })));
     const rows = data.runs.map((run) => el("tr", { className: "run-row", "data-run-id": run.id },
       el("td", null, el("a", { className: "run-link", href: "#/runs/" + encodeURIComponent(run.id), text: run.id })),
@@ -182,7 +190,8 @@ import { sparkline } from "./spend.js";
       el("td", null, taskCounts(run.tasks)),
       el("td", { className: "nowrap spend-cell" }, sparkline(run.spend_spark, run.spend_limit_usd), " ", fmtSpend(run)),
       el("td", { text: run.pipeline || "—" }),
-      el("td", { className: "mono what-cell", title: run.command || run.plan_path || "", text: fmtWhat(run) }),
+      el("td", { className: "mono what-cell" + (run.plan_path ? " plan-name" : ""), title: run.command || run.plan_path || "", text: fmtWhat(run) }),
+      el("td", { className: "nowrap ci-cell" }, ciCounts(run.ci)),
       el("td", { className: "mono", text: fmtBase(run) })));
     body.replaceChildren(el("table", { id: "runs-table", className: "grid" }, el("thead", null, head), el("tbody", null, rows)));
     const first = data.offset + 1;
@@ -227,7 +236,7 @@ import { sparkline } from "./spend.js";
     return node;
   }
 
-  function showRun(data) {
+  function showRun(data, attempt) {
     document.getElementById("runs-card").hidden = true;
     document.getElementById("run-view").hidden = false;
     setLive(data.run.live);
@@ -264,7 +273,7 @@ import { sparkline } from "./spend.js";
     if (data.cleanups.length) rest.push(cleanupsSection(data.cleanups));
     if (data.limits && data.limits.length) rest.push(limitsSection(data.limits));
     layout.rest.replaceChildren(...rest);
-    visuals.render(data, Math.max(600, body.clientWidth - 8));
+    visuals.render(data, Math.max(600, body.clientWidth - 8), attempt);
     performance.mark("run-rendered");
   }
 
@@ -345,7 +354,7 @@ import { sparkline } from "./spend.js";
 
   function attemptBlock(a) {
     const facts = [
-      "attempt #" + a.id,
+      "attempt " + a.number,
       fmtDuration(a.duration_ms),
       fmtUsd(a.spend_usd),
       (a.input_tokens || 0) + " in / " + (a.output_tokens || 0) + " out tokens" + cachedText(a),
@@ -362,6 +371,10 @@ import { sparkline } from "./spend.js";
     }
     if (a.summary) block.appendChild(el("p", { className: "summary", text: a.summary }));
     if (a.error) block.appendChild(el("pre", { className: "error", text: a.error }));
+    if (a.salvage_sha) {
+      block.appendChild(el("p", { className: "salvage mono" }, "salvaged: " + a.salvage_ref + " (" + shortSha(a.salvage_sha) + "); restore: ",
+        el("code", { className: "salvage-restore", text: a.salvage_restore })));
+    }
     const files = [a.log_path ? "log: " + a.log_path : null, a.transcript_path ? "transcript: " + a.transcript_path : null].filter(Boolean);
     if (files.length) block.appendChild(el("p", { className: "files mono", text: files.join("   ") }));
     return block;

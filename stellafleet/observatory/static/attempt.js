@@ -107,7 +107,7 @@ export class AttemptPanel {
       this.logs.replaceChildren(...this.views.map((v) => v.node));
       this.pick(0);
       this.lastKey = "";
-      this.info.replaceChildren(el("p", { className: "muted", text: "Loading attempt #" + attemptId + "…" }));
+      this.info.replaceChildren(el("p", { className: "muted", text: "Loading the attempt…" }));
       this.load();
     } else if (refresh) {
       this.load();
@@ -121,7 +121,7 @@ export class AttemptPanel {
     try {
       found = await this.getJSON("/api/attempts/" + attemptId);
     } catch (error) {
-      if (load === this.loads) this.info.replaceChildren(el("p", { className: "muted", text: "Cannot load attempt #" + attemptId + " (" + error.message + ")." }));
+      if (load === this.loads) this.info.replaceChildren(el("p", { className: "muted", text: "Cannot load the attempt (" + error.message + ")." }));
       return;
     }
     if (load !== this.loads || attemptId !== this.attemptId) return; // another attempt, or a newer answer
@@ -160,7 +160,7 @@ function attemptFacts(found) {
     ["Setup", a.setup_ms === undefined ? null : (a.setup_ms / 1000).toFixed(1) + " s"],
   ];
   const out = [
-    el("h3", { className: "attempt-title" }, "Attempt #" + a.id + " ", badge(a.outcome)),
+    el("h3", { className: "attempt-title" }, "Attempt " + a.number + " of " + (task.id || a.task_id) + " ", badge(a.outcome)),
     el("dl", { className: "kv" }, facts.filter((f) => f[1] !== null && f[1] !== undefined && f[1] !== "").map(
       ([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })])),
   ];

@@ -21,17 +21,17 @@ function barRows(columns) {
   return rows;
 }
 
-const KIND_LABEL = { quiet: "no progress", failed: "failed", no_commits: "no commits", red_ci: "CI red" };
+const KIND_LABEL = { quiet: "no progress", failed: "failed", no_commits: "no commits", red_ci: "CI red", abandoned: "fleet ended" };
 
 function attentionItem(item, data, onSelect) {
   let text = item.text || "";
   if (item.kind === "quiet") text = "nothing new for " + fmtDuration(data.now_ms - item.since_ms);
   const node = el("li", { className: "attention-item k-" + item.kind, "data-kind": item.kind, "data-task": item.task, "data-attempt": item.attempt },
     item.kind === "quiet" ? el("span", { className: "badge st-stalled attention-kind", text: "quiet" })
-      : badge(item.kind === "failed" || item.kind === "no_commits" ? item.status : "red", "attention-kind"),
+      : badge(["failed", "no_commits", "abandoned"].includes(item.kind) ? item.status : "red", "attention-kind"),
     // a failed task's badge already says how it ended ("failed", "interrupted"): no label repeats it
     item.kind === "failed" ? null : el("span", { className: "attention-label", text: KIND_LABEL[item.kind] }),
-    el("span", { className: "mono attention-task", text: item.task || item.branch || "" }),
+    el("span", { className: "mono attention-task", text: item.count > 1 ? item.count + " tasks" : item.task || item.branch || "" }),
     item.branch && item.task ? el("span", { className: "mono muted", text: item.branch }) : null,
     el("span", { className: "attention-text", text: text }),
     item.pr_url ? extLink(item.pr_url, "pull request") : null);
@@ -77,12 +77,15 @@ export class RunVisuals {
     };
   }
 
-  render(data, width) {
+  // attempt: the one the address names (#/runs/R?attempt=N), opened as if clicked
+  render(data, width, attempt) {
     if (data.run.id !== this.runId) {
       this.runId = data.run.id;
       this.selected = null;
       this.panel.close();
     }
+    const linked = Boolean(attempt) && attempt !== this.selected;
+    if (linked) this.selected = attempt;
     this.data = data;
     this.timelineData = Object.assign({}, data.timeline, { bars: barRows(data.timeline.bars) });
     this.outcomes = new Map(this.timelineData.bars.map((bar) => [bar.attempt, bar.outcome]));
@@ -100,6 +103,7 @@ export class RunVisuals {
         data.spend.per_task.length ? renderSpendTasks(data.spend, { width: Math.floor(width * 0.38) })
           : el("p", { className: "muted no-spend", text: live ? "No spend recorded yet." : fmtUsd(data.run.spend_usd || 0) + " spent." })));
     this.panel.show(this.selected, this.outcomes.get(this.selected), true); // the run changed: so may the attempt
+    if (linked) this.panel.node.scrollIntoView({ block: "nearest" });
   }
 
   drawSelectable() {
@@ -117,6 +121,8 @@ export class RunVisuals {
 
   select(attemptId, scroll) {
     this.selected = attemptId;
+    // the address names the open attempt, so it can be shared or reloaded (no hashchange: no redraw)
+    history.replaceState(null, "", "#/runs/" + encodeURIComponent(this.runId) + "?attempt=" + attemptId);
     this.drawSelectable();
     this.panel.show(attemptId, this.outcomes.get(attemptId), false);
     if (scroll) this.panel.node.scrollIntoView({ block: "nearest" });

@@ -92,7 +92,7 @@ export function renderTimeline(tl, opts) {
     const bar = tl.bars.find((b) => b.attempt === Number(rect.getAttribute("data-attempt")));
     const stop = bar.end_ms === null ? end : bar.end_ms;
     rect.appendChild(svg("title", {
-      text: bar.task + " · attempt #" + bar.attempt + " · " + bar.outcome + " · " + fmtDuration(stop - bar.start_ms),
+      text: bar.task + " · attempt " + bar.number + " · " + bar.outcome + " · " + fmtDuration(stop - bar.start_ms),
     }));
   });
   chart.addEventListener("keydown", (event) => { if (event.key === "Enter") pick(event); });

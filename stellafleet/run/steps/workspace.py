@@ -20,9 +20,9 @@ class Workspaces(AttemptStep):
         start = self.settings.start_points.get(attempt.task.id)
         if start is not None and attempt.task.isolation == "isolated":
             attempt.prompt = (
-                f"Your worktree starts from commit {start[:12]}, the work an earlier attempt of this task "
-                "left uncommitted when it stopped (salvaged by stella): review it and continue from there "
-                "rather than starting over.\n\n"
+                "Your worktree holds, staged, the work an earlier attempt of this task left uncommitted when "
+                f"it stopped (salvaged by stella in commit {start[:12]}): review it and continue from there "
+                "rather than starting over; it goes into your next commit.\n\n"
             ) + attempt.prompt
 
     def before_start(self, attempt: AttemptState) -> None:
@@ -37,9 +37,10 @@ class Workspaces(AttemptStep):
             self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, ctx.branch, None)
             return
         settings = self.settings
-        worktrees.worktree_add(
-            settings.root, ctx.workspace, ctx.branch, ctx.start_commit or settings.base_commit
-        )
+        start = ctx.start_commit or settings.base_commit
+        worktrees.worktree_add(settings.root, ctx.workspace, ctx.branch, start)
+        if ctx.start_commit is not None and ctx.start_commit == settings.start_points.get(ctx.task_id):
+            worktrees.fold_start_commit(ctx.workspace)  # its salvaged work goes into its next commit
         if settings.config.fleet.init_submodules:
             submodules.init_in_worktree(settings.root, ctx.workspace)
         self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, ctx.branch, str(ctx.workspace))
