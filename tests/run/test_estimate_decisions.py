@@ -162,3 +162,63 @@ def test_no_spend_limit_no_line_and_a_task_without_history_is_left_out_by_name()
     assert lines[3] == "total: $1.00 / $2.00 (1 task without history left out)"
     assert lines[-1].startswith("wall time: ")
     assert found.to_json()["likely_stops_at"] is None and found.to_json()["without_history"] == ["z"]
+
+
+def test_a_task_of_a_pipeline_and_model_never_run_has_no_estimate_and_the_json_says_each_figure(
+    tmp_path: Path,
+) -> None:
+    plan = plan_from_data(
+        {
+            "tasks": [
+                {"id": "a", "prompt": "long"},
+                {"id": "n", "prompt": "new", "pipeline": "codex", "model": "gpt-x"},
+            ]
+        }
+    )
+    with history(tmp_path / "fleet.db") as ledger:
+        found = estimate(SimpleNamespace(**{**vars(prepared(None, "waves")), "plan": plan}), ledger)  # type: ignore[arg-type]
+        assert estimate(prepared(None), ledger).stops_at == (None, None)  # no limit: no stop
+    assert found.to_json() == {
+        "plan": "plan.yaml",
+        "schedule": "waves",
+        "max_concurrency": 2,
+        "history": True,
+        "tasks": [
+            {
+                "task": "a",
+                "pipeline": "plain",
+                "model": None,
+                "basis": SAME_TASK,
+                "attempts": 3,
+                "spend_usd": {"median": 2.0, "p90": 9.0},
+                "duration_s": {"median": 20.0, "p90": 100.0},
+            },
+            {
+                "task": "n",
+                "pipeline": "codex",
+                "model": "gpt-x",
+                "basis": None,
+                "attempts": 0,
+                "spend_usd": None,
+                "duration_s": None,
+            },
+        ],
+        "without_history": ["n"],
+        "total_spend_usd": {"median": 2.0, "p90": 9.0},
+        "wall_time_s": {"median": 20.0, "p90": 100.0},  # n, unknown, counts no time
+        "spend_limit_usd": None,
+        "likely_stops_at": None,
+    }
+    assert estimate_lines(found)[2] == "  n: no history (codex, model gpt-x): left out"
+
+
+def test_with_no_history_at_all_nothing_is_guessed(tmp_path: Path) -> None:
+    with Ledger.open(tmp_path / "empty.db") as ledger:
+        found = estimate(prepared(3.0), ledger)  # type: ignore[arg-type]
+    assert found.known == [] and found.to_json()["total_spend_usd"] is None
+    assert found.to_json()["wall_time_s"] is None and found.to_json()["likely_stops_at"] is None
+    assert estimate_lines(found) == [
+        "estimate for plan.yaml: 3 tasks, eager, max concurrency 2",
+        "no estimate: none of these tasks, nor any task of the same pipeline and model, has run before "
+        "(the ledger has no history to estimate from); nothing is guessed",
+    ]
