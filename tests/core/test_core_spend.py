@@ -182,3 +182,28 @@ def test_the_before_start_check_stops_at_the_limit_and_says_so_once_asked() -> N
 @pytest.mark.parametrize(("n", "rank"), [(1, 1), (9, 9), (10, 9), (11, 10), (30, 27), (31, 28)])
 def test_the_90th_percentile_is_the_nearest_rank(n: int, rank: int) -> None:
     assert spend_range(float(i) for i in range(1, n + 1))[1] == rank
+
+
+def test_a_worker_that_spent_exactly_nothing_frees_its_whole_guard() -> None:
+    budget = SpendBudget(1.0, 2, min_guard=0.1)
+    assert budget.reserve("a") == 0.5 and budget.reserve("b") == 0.5
+    budget.release("a", 0.0)  # $0 is a spend, not an unknown one: none of the guard counts
+    assert budget.reserve("c") == 0.5
+    budget.release("c", None)  # unknown: its whole guard counts
+    assert budget.exhausted() is not None  # b holds its 0.5 and c's 0.5 counts: nothing is left
+
+
+@pytest.mark.parametrize(
+    ("limit", "concurrency", "starts"), [(0.04, 4, True), (0.039, 4, False), (0.005, 1, False)]
+)
+def test_a_limit_whose_share_per_worker_is_under_the_minimum_guard_stops_before_the_first_start(
+    limit: float, concurrency: int, starts: bool
+) -> None:
+    """$0.039 over 4 workers is under $0.01 each: the run stops at its start, with one reason, before any
+    task is admitted; exactly the minimum each starts."""
+    budget = SpendBudget(limit, concurrency, min_guard=0.01)
+    reason = budget.before_start(0.0)
+    if starts:
+        assert reason is None
+        return
+    assert reason is not None and reason.endswith("less than the $0.01 minimum guard left")

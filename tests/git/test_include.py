@@ -92,3 +92,35 @@ def test_packed_files_unpack_as_copies_do(git_repo: Path, tmp_path: Path) -> Non
     assert (tree / "config" / "local" / "db.toml").stat().st_mode & 0o777 == 0o640
     assert os.readlink(tree / "link.env") == ".env"
     assert git("status", "--porcelain", cwd=tree) == ""
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o700, 0o640])
+def test_a_copied_file_keeps_its_mode(git_repo: Path, tmp_path: Path, mode: int) -> None:
+    """An included script keeps its x bit (and a private file stays private), copied or unpacked."""
+    (git_repo / ".gitignore").write_text("tool.sh\n")
+    (git_repo / ".worktreeinclude").write_text("tool.sh\n")
+    (git_repo / "tool.sh").write_text("#!/bin/sh\necho hi\n")
+    os.chmod(git_repo / "tool.sh", mode)
+    paths = include.included_files(git_repo)
+    assert paths == ["tool.sh"]
+    copied, unpacked = tmp_path / "copied", tmp_path / "unpacked"
+    copied.mkdir(), unpacked.mkdir()
+    include.copy_into(git_repo, copied, paths)
+    include.unpack(include.pack(git_repo, paths), unpacked)
+    for tree in (copied, unpacked):
+        assert os.stat(tree / "tool.sh").st_mode & 0o777 == mode
+
+
+def test_nothing_under_stella_is_ever_copied(git_repo: Path) -> None:
+    """Even a .worktreeinclude that names .stella/ (or everything) never copies stella's own state: the
+    ledger, the journal, other tasks' worktrees."""
+    (git_repo / ".gitignore").write_text(".stella/\n*.env\n")
+    (git_repo / ".worktreeinclude").write_text("*\n.stella/\n")
+    (git_repo / ".stella" / "private").mkdir(parents=True)
+    (git_repo / ".stella" / "private" / "fleet.db").write_text("ledger\n")
+    (git_repo / ".stella" / "worktrees" / "t-1").mkdir(parents=True)
+    (git_repo / ".stella" / "worktrees" / "t-1" / "work.py").write_text("another task's\n")
+    (git_repo / ".stella" / "journal").mkdir()
+    (git_repo / ".stella" / "journal" / "merge.json").write_text("{}\n")
+    (git_repo / "local.env").write_text("A=1\n")
+    assert include.included_files(git_repo) == ["local.env"]

@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers.repo import git
+
+from stellafleet.core.paths import StatePaths
 from stellafleet.run.salvaging import finalise_run
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
@@ -60,3 +63,42 @@ def test_a_run_is_finalised_only_once_its_fleet_and_its_workers_are_gone(tmp_pat
         if worker.poll() is None:
             worker.kill()
             worker.wait()
+
+
+def test_a_killed_fleets_shared_task_has_its_claimed_paths_salvaged_before_its_claims_go(
+    git_repo: Path,
+) -> None:
+    """The shared tree holds the task's work on its claimed file and the user's on another: the salvage
+    ref holds exactly the claimed file; the tree is left as it was; the claims are freed after."""
+    (git_repo / "a.txt").write_text("the task's half-done work\n")
+    (git_repo / "mine.txt").write_text("the user's own work\n")
+    paths = StatePaths(git_repo)
+    paths.fleet_db.parent.mkdir(parents=True, exist_ok=True)
+    with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as store:
+        add_run(ledger, "r-gone", pid=dead_pid(), root=str(git_repo))
+        ledger.tasks.add("r-gone", [Task()], {"t1": 1})
+        attempt = ledger.attempts.start("r-gone", "t1", pipeline="command")
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        ledger.attempts.set_pid(attempt, worker.pid)
+        store.acquire(["a.txt"], Holder.current("r-gone", "t1", "T", attempt, worker.pid))
+        worker.kill()
+        worker.wait()
+        assert finalise_run(ledger, store, "r-gone", root=git_repo) is True
+        [row] = ledger.get_run("r-gone")["attempts"]
+        assert (
+            row["outcome"] == "abandoned" and row["salvage_ref"] == f"refs/stella/salvage/r-gone/t1/{attempt}"
+        )
+        assert store.claims() == []
+    changed = git(
+        "diff-tree",
+        "-r",
+        "--no-commit-id",
+        "--name-only",
+        f"{row['salvage_sha']}^",
+        row["salvage_sha"],
+        cwd=git_repo,
+    )
+    assert changed.split() == ["a.txt"]
+    assert git("show", f"{row['salvage_sha']}:a.txt", cwd=git_repo) == "the task's half-done work\n"
+    assert (git_repo / "a.txt").read_text() == "the task's half-done work\n"  # the tree untouched
+    assert "mine.txt" in git("status", "--porcelain", cwd=git_repo)
