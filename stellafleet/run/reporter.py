@@ -390,7 +390,7 @@ def _task_result(task: Mapping[str, Any], run_pipeline: str | None) -> dict[str,
         "spend_usd": round(task["spend_usd"], 6),
         "summary": attempts[-1]["summary"] if attempts else None,
         "commits": [commit["sha"] for commit in task["commits"]],
-        "no_commits": task["no_commits"],  # succeeded, isolated, and its branch holds nothing of its own
+        "no_commits": task["no_commits"],  # succeeded, and it made no commit at all
         "attempts": attempts,
     }
 

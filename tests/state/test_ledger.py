@@ -28,7 +28,7 @@ CONTRACT_COLUMNS = {
     " max_concurrency spend_limit_usd spend_usd pipeline argv root pid exit_code reason"
     " schedule resumed_from executor",
     "tasks": "run_id id title prompt depends_on_json claims_json isolation wave status reason pipeline"
-    " model timeout_s branch worktree expands parent_id fragment_path",
+    " model timeout_s branch worktree expands parent_id fragment_path check_command check_timeout_s",
     "attempts": "id run_id task_id started_at_ms finished_at_ms success outcome branch worktree pid"
     " exit_code spend_usd input_tokens output_tokens steps summary error cpu_seconds peak_rss_bytes"
     " pipeline log_path transcript_path node reason token_sha256 last_progress_ms guard_usd"
@@ -42,6 +42,8 @@ CONTRACT_COLUMNS = {
     "limit_events": "id run_id attempt_id task_id at_ms source kind status reset_at_ms message concurrency",
     "merges": "id run_id task_id branch position strategy onto_ref before_sha after_sha status reason"
     " files_json check_command check_tail started_at_ms finished_at_ms",
+    "checks": "id run_id task_id attempt_id merge_id phase command exit_code passed duration_ms commit_sha"
+    " output_tail log_path at_ms",
 }
 
 
@@ -69,7 +71,7 @@ def test_a_new_ledger_has_the_contract_schema_in_wal_mode(db: Path) -> None:
     Ledger.open(db).close()
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == LEDGER_SCHEMA.version == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == LEDGER_SCHEMA.version == 6
     for table, columns in CONTRACT_COLUMNS.items():
         have = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
         assert have == columns.split(), table

@@ -16,7 +16,7 @@ from stellafleet.testing.sample_ledger import add_run
 class Task:
     id, title, prompt, depends_on, claims = "t1", "T", "p", (), ("a.txt",)
     isolation, pipeline, model, timeout = "shared", None, None, None
-    expands, parent = False, None
+    expands, parent, check, check_timeout = False, None, None, 600.0
 
 
 def dead_pid() -> int:
