@@ -43,6 +43,7 @@ class TaskWork:
     summary: str
     spend_usd: float
     commits: tuple[tuple[str, str], ...]  # (sha, message), oldest first
+    checks: tuple[dict[str, Any], ...] = ()  # its check's runs (the ledger's rows), oldest first
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ def branches_to_watch(run: dict[str, Any]) -> list[Target]:
             summary.strip(),
             float(sum(a.get("spend_usd") or 0.0 for a in own)),
             task_commits,
+            tuple(c for c in run.get("checks", ()) if c["task_id"] == task["id"]),
         )
 
     targets: list[Target] = []
@@ -239,12 +241,31 @@ def failure_excerpt(github: GitHub, runs: Sequence[CiRun], limit_bytes: int) -> 
 
 
 def task_section(task: TaskWork, run_id: str) -> str:
-    """One task's part of a PR body: title, summary, spend and commits."""
+    """One task's part of a PR body: title, summary, spend, commits and the runs of its check."""
     listed = "\n".join(f"- `{sha[:12]}` {message}" for sha, message in task.commits) or "- (none)"
     return (
         f"## {task.title}\n\nTask `{task.id}` of stella fleet run `{run_id}`.\n\n"
         f"### Summary\n\n{task.summary or '(no summary recorded)'}\n\n"
-        f"### Spend\n\n{money(task.spend_usd)}\n\n### Commits\n\n{listed}"
+        f"### Spend\n\n{money(task.spend_usd)}\n\n### Commits\n\n{listed}" + _checks_part(task.checks)
+    )
+
+
+def _checks_part(checks: tuple[dict[str, Any], ...]) -> str:
+    """Each run of the task's check as stella ran it, and the end of the last one's output."""
+    if not checks:
+        return ""
+    lines = []
+    for c in checks:
+        how = (
+            "passed" if c["passed"] else f"exit {c['exit_code']}" if c["exit_code"] is not None else "no exit"
+        )
+        on = f" on `{c['commit_sha'][:12]}`" if c.get("commit_sha") else ""
+        lines.append(f"- {c['phase']}{on}: `{c['command']}` {how} in {c['duration_ms'] / 1000:.1f} s")
+    tail = (checks[-1].get("output_tail") or "").strip()[-2000:] or "(no output)"
+    return (
+        "\n\n### Check (run by stella)\n\n"
+        + "\n".join(lines)
+        + f"\n\n<details><summary>its last output</summary>\n\n```\n{tail}\n```\n</details>"
     )
 
 
