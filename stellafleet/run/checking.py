@@ -19,7 +19,7 @@ from typing import Any
 from stellafleet.core.configsections import WorktreeConfig
 from stellafleet.core.errors import GitError
 from stellafleet.core.paths import StatePaths
-from stellafleet.git import worktrees
+from stellafleet.git import gitops, worktrees
 from stellafleet.proc import runner
 from stellafleet.proc.group import stop_group
 from stellafleet.proc.pids import ProcessIdentity
@@ -90,11 +90,14 @@ def run_check(
     commit: str | None = None,
     stop: threading.Event | None = None,
     on_start: Callable[[int], None] | None = None,
+    main_tree: Path | None = None,
 ) -> CheckRun:
     """command run through /bin/sh -c in cwd with exactly env, its output in log_path, until it ends, its
-    timeout passes or stop is set; whatever it left running is stopped with its group in any case."""
+    timeout passes or stop is set; whatever it left running is stopped with its group in any case. What
+    it changed in main_tree (the repository's own tree, which it is not checking) is said in its log."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     stop = stop or threading.Event()
+    before = set(gitops.status_porcelain(main_tree)) if main_tree is not None else set()
     started = time.monotonic()
     try:
         with log_path.open("wb") as log:
@@ -115,12 +118,20 @@ def run_check(
     if code is None:
         why = "the run is being stopped" if stop.is_set() else f"check_timeout is {timeout:g} s"
         problem = f"stopped after {seconds:.1f} s: {why}"
-        with log_path.open("rb+") as log:
-            log.seek(max(log_path.stat().st_size - 1, 0))
-            ended = log.read(1) in (b"", b"\n")  # its own line, even after output with no newline
-            log.write(("" if ended else "\n").encode() + f"[stella] {problem}\n".encode())
+        _say(log_path, problem)
+    if main_tree is not None and (wrote := set(gitops.status_porcelain(main_tree)) - before):
+        shown = " ".join(sorted(line[3:] for line in wrote)[:5])
+        _say(log_path, f"warning: the main tree changed while the check ran (it runs in {cwd}): {shown}")
     first, tail = _read_back(log_path, tail_bytes)
     return CheckRun(command, code, seconds, commit, tail, log_path, problem, first)
+
+
+def _say(log_path: Path, text: str) -> None:
+    """A line of stella's own at the end of a check's log, even after output with no newline."""
+    with log_path.open("rb+") as log:
+        log.seek(max(log_path.stat().st_size - 1, 0))
+        ended = log.read(1) in (b"", b"\n")
+        log.write(("" if ended else "\n").encode() + f"[stella] {text}\n".encode())
 
 
 def not_run(command: str, problem: str, commit: str | None = None) -> CheckRun:

@@ -130,6 +130,7 @@ class Check(AttemptStep):
                 commit=commit,
                 stop=attempt.stopping,
                 on_start=record.started,
+                main_tree=settings.root,
             )
 
         dirty = gitops.changed_paths(ctx.workspace) if in_place and phase == CheckPhase.AFTER else []
