@@ -374,6 +374,7 @@ ATTEMPT_KEYS = (
     "branch",
     "worktree",
     "log_path",
+    "checks",  # each run of the task's check on this attempt (state/views.py: check_view)
 )
 RUN_KEYS = ("status", "exit_code", "reason", "base_ref", "base_commit", "max_concurrency")
 RUN_KEYS_AFTER_SPEND = ("spend_limit_usd", "created_at_ms", "finished_at_ms", "schedule", "resumed_from")

@@ -292,3 +292,23 @@ def test_every_query_in_the_ledger_docs_runs(db: Path) -> None:
     for query in queries:
         assert conn.execute(query.replace("attempt_id = 42", f"attempt_id = {attempt}")).fetchall(), query
     conn.close()
+
+
+def test_a_succeeded_task_with_no_commit_is_flagged_shared_or_isolated(db: Path) -> None:
+    from stellafleet.state.views import run_model
+
+    tasks = [PlanTask("shared", "p", "t"), PlanTask("iso", "p", "t", isolation="isolated")]
+    tasks.append(PlanTask("made-one", "p", "t"))
+    with Ledger.open(db) as ledger:
+        new_run(ledger, "r1")
+        ledger.tasks.add("r1", tasks, {t.id: 1 for t in tasks})
+        for task in tasks:
+            attempt = ledger.attempts.start("r1", task.id, pipeline="command")
+            ledger.attempts.finish(attempt, AttemptEnd(outcome="succeeded", exit_code=0, summary="done"))
+        ledger.commits.record(
+            sha="a" * 40, run_id="r1", task_id="made-one", attempt_id=None, branch="main", message="m",
+            committed_at_ms=1,
+        )  # fmt: skip
+        model = run_model(ledger.get_run("r1"), now_ms=0, alive=lambda pid, at: False)
+        [row] = ledger.runs.page(limit=1, offset=0)
+    assert model["run"]["no_commits"] == ["shared", "iso"] == row["no_commits"]
