@@ -270,11 +270,6 @@ class _Queue:
         merge_id, log, head = step
         tails: list[str] = []
         for command, timeout in commands:
-
-            def started(pid: int) -> None:
-                record.started(pid)
-                self.journal.check_started(pid)
-
             run = checking.run_check(
                 command,
                 tree,
@@ -283,9 +278,8 @@ class _Queue:
                 log_path=log.with_suffix(f".check-{len(tails) + 1}.log"),
                 tail_bytes=MERGE_TAIL_BYTES,
                 commit=head,
-                on_start=started,
+                on_start=record.started,  # its journal record: a killed merge's check is stopped
             )
-            self.journal.note(check=None)
             tails.append("\n".join(run.tail.rstrip().splitlines()[-self.options.check_tail_lines :]))
             item.check_tail = "\n".join(tails)
             self.ledger.checks.add(

@@ -107,12 +107,14 @@ def run_check(
     except OSError as exc:
         return CheckRun(command, None, 0.0, commit, "", log_path, f"could not start /bin/sh: {exc}")
     with proc:
-        if on_start is not None:
-            on_start(proc.pid)
-        while proc.poll() is None and not stop.is_set() and time.monotonic() - started < timeout:
-            stop.wait(POLL_S)
-        code = proc.poll()
-        proc.stop(STOP_GRACE_S)  # its group (a daemon it forked too) goes, even when it exited by itself
+        try:
+            if on_start is not None:
+                on_start(proc.pid)
+            while proc.poll() is None and not stop.is_set() and time.monotonic() - started < timeout:
+                stop.wait(POLL_S)
+            code = proc.poll()
+        finally:  # its group (a daemon it forked too) goes, when it exited by itself or on Ctrl-C too
+            proc.stop(STOP_GRACE_S)
     seconds = time.monotonic() - started
     problem = None
     if code is None:
