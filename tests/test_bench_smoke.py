@@ -32,6 +32,7 @@ FLEET_OVERHEAD_TOY = ["--tasks", "4", "--concurrency", "2", "--seconds", "0.2", 
         ("schedule.py", ["--tasks", "6", "--concurrency", "2", "--scale", "0.05"], "lower bound"),
         ("lane_user_git.py", ["--tasks", "3", "--concurrency", "2"], "user git calls"),
         ("bootstrap.py", ["--mb", "1", "--worktrees", "2", "--skip-fleet"], "ratio stellafleet / cp -r"),
+        ("check_overhead.py", ["--files", "50", "--rounds", "1"], "what a check adds per task"),
         (
             "fleet_limits.py",
             ["--tasks", "2", "--concurrency", "2", "--reads", "2", "--limited", "1", "--retry-after", "0.5"],

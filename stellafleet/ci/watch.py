@@ -24,26 +24,17 @@ from stellafleet.ci.gh import (
     status_block,
     with_status,
 )
+from stellafleet.ci.prtext import TaskWork, failure_excerpt, task_section
 from stellafleet.core.clock import Clock, SystemClock
 from stellafleet.core.config import PROJECT_CONFIG, Config
 from stellafleet.core.configsections import WatchConfig
 from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, EXIT_WATCH_RED, GitError, StellaError
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.spend import money
 from stellafleet.core.status import AttemptOutcome, CIState, TaskStatus
 from stellafleet.core.terminal import aligned, styled
 from stellafleet.core.words import duration_text, plural
 from stellafleet.git import gitops
 from stellafleet.state.ledger import Ledger
-
-
-@dataclass(frozen=True)
-class TaskWork:
-    id: str
-    title: str
-    summary: str
-    spend_usd: float
-    commits: tuple[tuple[str, str], ...]  # (sha, message), oldest first
 
 
 @dataclass(frozen=True)
@@ -83,6 +74,7 @@ def branches_to_watch(run: dict[str, Any]) -> list[Target]:
             summary.strip(),
             float(sum(a.get("spend_usd") or 0.0 for a in own)),
             task_commits,
+            tuple(c for c in run.get("checks", ()) if c["task_id"] == task["id"]),
         )
 
     targets: list[Target] = []
@@ -228,39 +220,6 @@ class CiFixer(Protocol):
     def fix(self, request: FixRequest) -> FixOutcome:
         """Run one follow-up attempt for request's task; the branch's new head, or why there is none."""
         ...
-
-
-def trim_log(text: str, limit_bytes: int) -> str:
-    """The last limit_bytes of text (the end of a failing log is where the error is), cut at a line."""
-    data = text.encode("utf-8", "replace")
-    if len(data) <= limit_bytes:
-        return text.strip("\n")
-    tail = data[-limit_bytes:].decode("utf-8", "ignore")
-    cut = tail.find("\n")
-    tail = tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else tail
-    return f"[... {len(data) - len(tail.encode())} earlier bytes left out ...]\n{tail.strip(chr(10))}"
-
-
-def failure_excerpt(github: GitHub, runs: Sequence[CiRun], limit_bytes: int) -> str:
-    """The failing runs' `--log-failed` output, each under its run's label, trimmed to limit_bytes."""
-    parts: list[str] = []
-    for run in (r for r in runs if r.red):
-        try:
-            log = github.failed_log(run.id)
-        except GhError as exc:
-            log = f"(could not fetch the log: {exc.message})"
-        parts.append(f"== {run.label} ({run.conclusion}) {run.url}\n{log.strip()}")
-    return trim_log("\n\n".join(parts), limit_bytes) if parts else "(no failing job log was available)"
-
-
-def task_section(task: TaskWork, run_id: str) -> str:
-    """One task's part of a PR body: title, summary, spend and commits."""
-    listed = "\n".join(f"- `{sha[:12]}` {message}" for sha, message in task.commits) or "- (none)"
-    return (
-        f"## {task.title}\n\nTask `{task.id}` of stella fleet run `{run_id}`.\n\n"
-        f"### Summary\n\n{task.summary or '(no summary recorded)'}\n\n"
-        f"### Spend\n\n{money(task.spend_usd)}\n\n### Commits\n\n{listed}"
-    )
 
 
 @dataclass

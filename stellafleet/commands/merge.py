@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         check=args.check if args.check is not None else settings.check,
         check_timeout=settings.check_timeout,
         check_tail_lines=settings.check_tail_lines,
+        worktree=config.worktree,
     )
     progress = None if args.json else print_item
     if args.via_gh:

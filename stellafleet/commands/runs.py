@@ -267,6 +267,19 @@ def _ci_text(ci: dict[str, Any]) -> str:
     )
 
 
+def _check_line(check: dict[str, Any]) -> Any:
+    """`check after on 1a2b3c4d5e6f: exit 1 in 0.3 s: `make test`  failed  | its output's last line`."""
+    passed = check["passed"]
+    code = f"exit {check['exit_code']}" if check["exit_code"] is not None else "no exit"
+    on = f" on {check['commit'][:12]}" if check.get("commit") else ""
+    lines = (check.get("output_tail") or "").splitlines()
+    last = next((line for line in reversed(lines) if line.strip()), "")
+    text = f"      check {check['phase']}{on}: {code} in {check['duration_ms'] / 1000:.1f} s"
+    said = f"  | {single_line(last)[:100]}" if last and not passed else ""
+    shown = in_colour("passed" if passed else "failed", "succeeded" if passed else "failed")
+    return styled(f"{text}: `{check['command']}`  ", shown, said)
+
+
 def _print_task(console: Console, task: dict[str, Any]) -> None:
     pad = 2 * (task.get("depth") or 0)  # an emitted task is shown under the task that emitted it
 
@@ -285,7 +298,7 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
     if task.get("stale"):
         out(styled((f"    stale: {single_line(task['stale'])}", "yellow")))
     if task.get("no_commits"):
-        out(styled(("    no commits: it succeeded, but its branch holds nothing of its own", "yellow")))
+        out(styled(("    no commits: it succeeded, but it committed nothing", "yellow")))
     if task.get("branch"):
         out(styled(f"    branch {task['branch']}  worktree {task.get('worktree') or '-'}"))
     if task.get("depends_on"):
@@ -311,6 +324,8 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
         if a.get("salvage_sha"):
             saved = f"      salvaged: {a['salvage_ref']} ({a['salvage_sha'][:12]}); restore: "
             out(styled((saved, "yellow"), (a["salvage_restore"], "bold")))
+        for check in a.get("checks") or ():
+            out(_check_line(check))
     for c in task["commits"]:
         out(styled(f"    commit {c['sha'][:10]} {single_line(c.get('message') or '')}"))
     if task.get("ci"):

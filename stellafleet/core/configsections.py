@@ -49,6 +49,7 @@ class FleetConfig:
     max_expand_depth: int = 3  # levels of emitted tasks below a plan task
     init_submodules: bool = True  # isolated worktrees get the main tree's submodules
     allow_detached: bool = False  # shared tasks may commit onto a detached HEAD
+    check_log_bytes: int = 8000  # how much of a check's output (its end) the ledger and a round keep
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,10 @@ class StatePaths:
     def log_file(self, run_id: str, task_id: str) -> Path:
         return self.private / "logs" / run_id / f"{task_id}.log"
 
+    def check_log(self, run_id: str, task_id: str, attempt_id: int, phase: str) -> Path:
+        """What one run of a task's check printed (its last MB)."""
+        return self.private / "logs" / run_id / f"{task_id}-{attempt_id}.check-{phase}.log"
+
     def transcript_file(self, run_id: str, task_id: str) -> Path:
         return self.private / "transcripts" / run_id / f"{task_id}.jsonl"
 

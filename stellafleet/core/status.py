@@ -97,6 +97,14 @@ def outcome_detail(outcome: str, summary: str | None, error: str | None) -> str:
     return error
 
 
+class CheckPhase(StrEnum):
+    """When a task's check ran: on its start commit, on its result, or on the integrated tree."""
+
+    BEFORE = "before"  # check_fails_first: it must fail there
+    AFTER = "after"
+    MERGE = "merge"  # stella merge, before it lands the task's branch
+
+
 class MergeStatus(StrEnum):
     """One branch's step through `stella merge`."""
 

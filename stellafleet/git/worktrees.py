@@ -42,16 +42,18 @@ class Worktree:
 _WORKTREE_ADD_LOCK = threading.Lock()
 
 
-def worktree_add(root: Path, path: Path, branch: str, base_commit: str) -> None:
+def worktree_add(root: Path, path: Path, branch: str | None, base_commit: str) -> None:
+    """A new worktree at path on a new branch at base_commit (branch None: a detached HEAD there)."""
+    on = ["-b", branch] if branch is not None else ["--detach"]
     for attempt in range(20):
         try:
             with _WORKTREE_ADD_LOCK:
-                gitops.git("worktree", "add", "-q", "-b", branch, str(path), base_commit, cwd=root)
+                gitops.git("worktree", "add", "-q", *on, str(path), base_commit, cwd=root)
             return
         except GitError as exc:
             if "failed to read" not in str(exc) or attempt == 19:
                 raise
-            if gitops.branch_exists(root, branch) and not path.exists():
+            if branch is not None and gitops.branch_exists(root, branch) and not path.exists():
                 gitops.branch_delete(root, branch)
             time.sleep(0.05)
 

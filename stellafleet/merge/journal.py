@@ -17,13 +17,13 @@ from stellafleet.core.status import AttemptEnd, AttemptOutcome, MergeStatus, Tas
 from stellafleet.git import gitops, mergeops, worktrees
 from stellafleet.git.clean import uncommitted
 from stellafleet.proc.group import group_exists, stop_group
-from stellafleet.proc.pids import ProcessIdentity, pid_alive, pid_alive_since
+from stellafleet.proc.pids import pid_alive, pid_alive_since
 from stellafleet.run.salvaging import salvage_attempt
 from stellafleet.state import journal
 from stellafleet.state.ledger import Ledger
 
 RECORD = "merge"
-STOP_GRACE_S = 2.0  # for a killed merge's check or resolve worker
+STOP_GRACE_S = 2.0  # for a killed merge's resolve worker
 LOCK_CLOCK_SLACK_S = 2.0  # file times may be coarse: a lock made just after the record may look older
 PROCESS_CLOCK_TICK_S = 0.05  # a process's start time is known to a clock tick (and boot-time rounding)
 
@@ -39,10 +39,6 @@ class Journal:
         self.data.update(fields)
         if self.root is not None:
             journal.owner(self.root).write(RECORD, "merge", **self.data)
-
-    def check_started(self, pid: int) -> None:
-        who = ProcessIdentity.of(pid)
-        self.note(check=None if who is None else [who.pid, who.started_at])
 
 
 @contextlib.contextmanager
@@ -88,17 +84,6 @@ def repair(root: Path, records: Sequence[journal.Record]) -> bool:
     return done
 
 
-def _stop_check(data: dict[str, Any]) -> str | None:
-    check = data.get("check")
-    if not check:
-        return None
-    who = ProcessIdentity(int(check[0]), float(check[1]))
-    if not who.is_alive():
-        return None
-    stop_group(who.pid, STOP_GRACE_S)  # the check ran in its own session: its group is its pid
-    return f"its check (pid {who.pid}) stopped"
-
-
 def _drop_index_lock(root: Path, journal_at: float | None) -> str | None:
     """Remove git's index.lock when the killed merge's own git provably left it: the lock is younger than
     the landing step's record and no git that started before it runs. Else GitError: it may be live."""
@@ -125,7 +110,7 @@ def _drop_index_lock(root: Path, journal_at: float | None) -> str | None:
 
 
 def _finish(root: Path, data: dict[str, Any], journal_at: float | None = None) -> str:
-    done = [said] if (said := _stop_check(data)) else []
+    done: list[str] = []  # its check, if any, is stopped by its own record (run/checking.py)
     landing = data.get("landing")
     status, after = MergeStatus.ERROR, None
     reason = "stella merge was stopped before this branch landed (killed or interrupted)"

@@ -29,6 +29,8 @@ class MergeItem:
     after_sha: str | None = None
     files: list[str] = field(default_factory=list)
     check_tail: str = ""
+    check: str | None = None  # the task's own check, run again on the integrated tree before it lands
+    check_timeout: float = 600.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -115,5 +117,7 @@ def plan_queue(run: dict[str, Any], *, unwatched: bool) -> tuple[list[MergeItem]
         pending.remove(ready)
         placed.add(ready["id"])
         after = tuple(sorted(deps[ready["id"]], key=order.__getitem__))
-        queue.append(MergeItem(ready["branch"], ready["id"], len(queue) + 1, after))
+        item = MergeItem(ready["branch"], ready["id"], len(queue) + 1, after)
+        item.check, item.check_timeout = ready.get("check_command"), ready.get("check_timeout_s") or 600.0
+        queue.append(item)
     return queue, left_out

@@ -13,23 +13,25 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from stellafleet.ci.openprs import open_pull_requests
+from stellafleet.core.configsections import WorktreeConfig
 from stellafleet.core.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.status import MergeStatus
+from stellafleet.core.status import CheckPhase, MergeStatus
 from stellafleet.core.words import files_named, plural
 from stellafleet.git import gitops, mergeops, worktrees
 from stellafleet.merge import journal as merge_journal
 from stellafleet.merge.journal import Journal
 from stellafleet.merge.queue import MergeItem, plan_queue
 from stellafleet.merge.resolve import Resolution
-from stellafleet.proc import runner
-from stellafleet.proc.subreaper import reaped_argv
+from stellafleet.run import checking
+from stellafleet.run.bootstrap import SetupFailed
+from stellafleet.run.checking import CheckRun
 from stellafleet.state.journal import recover
 from stellafleet.state.ledger import Ledger
 
 STRATEGIES = ("rebase", "merge")
 FAILED = (MergeStatus.CONFLICT, MergeStatus.CHECK_FAILED, MergeStatus.ERROR)
-CHECK_STOP_GRACE_S = 5.0
+MERGE_TAIL_BYTES = 8000  # of each check's output, kept in the ledger
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class MergeOptions:
     check: str | None = None
     check_timeout: float = 1800.0
     check_tail_lines: int = 20
+    worktree: WorktreeConfig = field(default_factory=WorktreeConfig)  # how each check tree is readied
 
 
 @dataclass
@@ -80,37 +83,6 @@ class MergeResult:
 
 
 Progress = Callable[[MergeItem], None]
-
-
-def run_check(
-    command: str,
-    cwd: Path,
-    *,
-    timeout_s: float,
-    tail: int,
-    env: dict[str, str],
-    on_start: Callable[[int], None] | None = None,
-) -> tuple[int | None, str]:
-    """The user's check command in cwd with env over ours, under the child subreaper (a timeout stops all it
-    started): (its exit code, None when it ran out of time; its last lines). on_start is told its pid."""
-    with tempfile.TemporaryFile(mode="w+b") as output:
-        done = runner.run(
-            reaped_argv(["/bin/sh", "-c", command]),  # what it leaves running ends with it
-            cwd=cwd,
-            env={**os.environ, **env},
-            timeout=timeout_s,
-            grace_s=CHECK_STOP_GRACE_S,
-            stdout=output,
-            stderr=runner.STDOUT,
-            on_start=on_start,
-        )
-        output.seek(0)
-        text = output.read().decode("utf-8", "replace")
-    code = None if done.timed_out else done.returncode
-    shown = "\n".join([line.rstrip() for line in text.rstrip().splitlines()][-tail:])
-    if code is None:
-        shown += ("\n" if shown else "") + f"(stopped after {timeout_s:g}s: check_timeout under [merge])"
-    return code, shown
 
 
 def _refuse_unless_ready(root: Path, options: MergeOptions) -> str:
@@ -262,7 +234,7 @@ class _Queue:
         merge_id = self._start_row(item)
         self.journal.note(merge_id=merge_id, branch=item.branch, head=item.head)
         try:
-            self._land(item, worktree)
+            self._land(item, worktree, merge_id)
         except GitError as exc:
             item.status, item.reason = MergeStatus.ERROR, exc.message
         if item.status != MergeStatus.MERGED:
@@ -270,7 +242,70 @@ class _Queue:
         self._record(item, merge_id)
         self.journal.note(merge_id=None, branch=None, head=None, landing=None)
 
-    def _land(self, item: MergeItem, worktree: Path) -> None:
+    def _check(self, item: MergeItem, head: str, merge_id: int) -> CheckRun | None:
+        """The task's own check, then --check, on head in a fresh check tree readied as a worktree is
+        (`.worktreeinclude`, `[worktree] setup`); the first red one (None: all passed, or none to run)."""
+        commands = [(c, t) for c, t in ((item.check, item.check_timeout), (self.options.check, None)) if c]
+        if not commands:
+            return None
+        env = {
+            **os.environ,
+            "STELLA_MERGE_BRANCH": item.branch,
+            "STELLA_MERGE_TASK": item.task_id,
+            "STELLA_MERGE_ROOT": str(self.root),  # the user's tree
+        }
+        log = StatePaths(self.root).private / "logs" / self.result.run_id / f"merge-{merge_id}.log"
+        with checking.tracked(self.root) as record:
+            try:
+                with checking.check_tree(self.root, head, self.options.worktree, env, log, record) as tree:
+                    return self._run_checks(item, (merge_id, log, head), commands, tree, env, record)
+            except SetupFailed as exc:
+                failed = checking.not_run(commands[0][0], str(exc), head)
+                item.check_tail = failed.tail
+                return failed
+
+    def _run_checks(
+        self,
+        item: MergeItem,
+        step: tuple[int, Path, str],
+        commands: list[tuple[str, float | None]],
+        tree: Path,
+        env: dict[str, str],
+        record: checking.Tracked,
+    ) -> CheckRun | None:
+        """Each check in turn in tree, each a ledger row of the merge step; the first red one."""
+        merge_id, log, head = step
+        tails: list[str] = []
+        for command, timeout in commands:
+            run = checking.run_check(
+                command,
+                tree,
+                env=env,
+                timeout=timeout or self.options.check_timeout,
+                log_path=log.with_suffix(f".check-{len(tails) + 1}.log"),
+                tail_bytes=MERGE_TAIL_BYTES,
+                commit=head,
+                on_start=record.started,  # its journal record: a killed merge's check is stopped
+            )
+            tails.append("\n".join(run.tail.rstrip().splitlines()[-self.options.check_tail_lines :]))
+            item.check_tail = "\n".join(tails)
+            self.ledger.checks.add(
+                run_id=self.result.run_id,
+                task_id=item.task_id,
+                phase=CheckPhase.MERGE,
+                command=command,
+                exit_code=run.exit_code,
+                duration_ms=round(run.seconds * 1000),
+                commit=run.commit,
+                output_tail=run.tail,
+                log_path=str(run.log_path) if run.log_path else None,
+                merge_id=merge_id,
+            )
+            if not run.passed:
+                return run
+        return None
+
+    def _land(self, item: MergeItem, worktree: Path, merge_id: int) -> None:
         assert item.head is not None
         mergeops.checkout_detached(worktree, self.tip)
         if self.options.strategy == "rebase":
@@ -294,26 +329,12 @@ class _Queue:
                 return
             head, resolved = fixed.head, fixed.note
             mergeops.checkout_detached(worktree, head)
-        if self.options.check:
-            env = {
-                "STELLA_MERGE_BRANCH": item.branch,
-                "STELLA_MERGE_TASK": item.task_id,
-                "STELLA_MERGE_ROOT": str(self.root),  # the user's tree: its virtualenv, node_modules, ...
-            }
-            code, item.check_tail = run_check(
-                self.options.check,
-                worktree,
-                timeout_s=self.options.check_timeout,
-                tail=self.options.check_tail_lines,
-                env=env,
-                on_start=self.journal.check_started,
-            )
-            self.journal.note(check=None)
-            if code != 0:
-                how = "ran out of time" if code is None else f"exited {code}"
-                item.status, item.reason = MergeStatus.CHECK_FAILED, f"check `{self.options.check}` {how}"
-                item.reason += f" ({resolved})" if resolved else ""
-                return
+        red = self._check(item, head, merge_id)
+        if red is not None:
+            how = "ran out of time" if red.exit_code is None else f"exited {red.exit_code}"
+            item.status, item.reason = MergeStatus.CHECK_FAILED, f"check `{red.command}` {how}"
+            item.reason += f" ({resolved})" if resolved else ""
+            return
         self._advance(item, head)
         item.reason += f"; {resolved}" if resolved else ""
 
@@ -354,5 +375,5 @@ class _Queue:
             after_sha=item.after_sha,
             reason=item.reason,
             files=item.files,
-            check_tail=item.check_tail if item.status == MergeStatus.CHECK_FAILED else None,
+            check_tail=item.check_tail or None,  # a passing check's output is kept too
         )

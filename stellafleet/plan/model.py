@@ -165,6 +165,10 @@ class PlanTask:
     timeout: float | None = None
     max_spend: float | None = None  # USD: this task's worker's guard is at most this
     expands: bool = False  # its worker may emit more tasks at run time (plan/fragment.py)
+    check: str | None = None  # a shell command stella runs on the task's committed result (run/checking.py)
+    check_timeout: float = 600.0
+    check_rounds: int = 0  # follow-up attempts when the check is red
+    check_fails_first: bool = False  # the check must fail on the start commit too
     parent: str | None = None  # the task that emitted this one (None: a task of the plan file)
 
 
@@ -400,9 +404,9 @@ def _at(name: str, labels: list[str], location: tuple[Any, ...], message: str) -
 
 
 def _timeout_problems(where: str, raw: dict[Any, Any]) -> list[str]:
-    """That a timeout or a max_spend is finite (TOML and YAML can write inf and nan)."""
+    """That a timeout, a max_spend or a check_timeout is finite (TOML and YAML can write inf and nan)."""
     problems = []
-    for key, unit in (("timeout", "seconds"), ("max_spend", "dollars")):
+    for key, unit in (("timeout", "seconds"), ("max_spend", "dollars"), ("check_timeout", "seconds")):
         value = raw.get(key)
         if isinstance(value, bool) or not isinstance(value, int | float):
             continue  # absent, or the schema reported it
@@ -465,4 +469,8 @@ def _build_task(raw: dict[str, Any], defaults: dict[str, Any], claims: tuple[str
         timeout=float(timeout) if timeout is not None else None,
         max_spend=float(max_spend) if max_spend is not None else None,
         expands=raw.get("expands") is True,
+        check=values.get("check"),
+        check_timeout=float(values.get("check_timeout", 600.0)),
+        check_rounds=int(values.get("check_rounds", 0)),
+        check_fails_first=values.get("check_fails_first") is True,
     )

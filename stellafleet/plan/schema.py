@@ -59,6 +59,8 @@ def _explain(problem: SchemaProblem, table_word: str) -> str:
         return f"{show(_first_repeat(instance))} is listed more than once"
     if keyword == "exclusiveMinimum":
         return f"must be a number of seconds greater than {expected}, not {show(instance)}"
+    if keyword == "minimum":
+        return f"must be {expected} or more, not {show(instance)}"
     return problem.message  # a keyword added to the schema later: jsonschema's own words
 
 
@@ -100,7 +102,7 @@ TASK_ID = re.compile(ID_PATTERN)
 
 # A lone UTF-16 surrogate (JSON and YAML can write "\ud800") is no text: nothing can be handed it.
 _SURROGATE = re.compile("[\ud800-\udfff]")
-TEXT_KEYS = ("prompt", "title", "pipeline", "model")
+TEXT_KEYS = ("prompt", "title", "pipeline", "model", "check")
 
 
 def text_problem(value: str) -> str | None:

@@ -395,6 +395,7 @@ ATTEMPT_KEYS = (
     "branch",
     "worktree",
     "log_path",
+    "checks",  # each run of the task's check on this attempt (state/views.py: check_view)
 )
 RUN_KEYS = ("status", "exit_code", "reason", "base_ref", "base_commit", "max_concurrency")
 RUN_KEYS_AFTER_SPEND = ("spend_limit_usd", "created_at_ms", "finished_at_ms", "schedule", "resumed_from")
@@ -411,7 +412,7 @@ def _task_result(task: Mapping[str, Any], run_pipeline: str | None) -> dict[str,
         "spend_usd": round(task["spend_usd"], 6),
         "summary": attempts[-1]["summary"] if attempts else None,
         "commits": [commit["sha"] for commit in task["commits"]],
-        "no_commits": task["no_commits"],  # succeeded, isolated, and its branch holds nothing of its own
+        "no_commits": task["no_commits"],  # succeeded, and it made no commit at all
         "attempts": attempts,
     }
 

@@ -68,6 +68,8 @@ def recorded_task(row: Mapping[str, Any]) -> PlanTask:
         timeout=row.get("timeout_s"),
         expands=bool(row.get("expands")),
         parent=row.get("parent_id"),
+        check=row.get("check_command"),
+        check_timeout=row.get("check_timeout_s") or 600.0,
     )
 
 

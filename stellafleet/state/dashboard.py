@@ -261,7 +261,7 @@ def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int
                     "task": task["id"],
                     "attempt": last_attempt["id"],
                     "status": task["status"],
-                    "text": "succeeded with no commit: its branch holds nothing to merge",
+                    "text": "succeeded with no commit: nothing of it to merge or check",
                 }
             )
     for ci in detail["ci"]:
@@ -394,7 +394,7 @@ def load_first_view(
 def load_attempt(
     ledger_path: Path, attempt_id: int, *, now_ms: int, alive: views.Alive = pid_alive
 ) -> dict[str, Any] | None:
-    """GET /api/attempts/<id>: the attempt, its task, commits and branch's CI; None when there is none."""
+    """GET /api/attempts/<id>: the attempt, its task, commits, checks and branch's CI; None when none."""
     with Ledger.open(ledger_path, readonly=True) as reads:
         found = reads.attempt_record(attempt_id)
         raw_run = reads.runs.get(found["attempt"]["run_id"]) if found else None
@@ -405,6 +405,7 @@ def load_attempt(
         "attempt": views.timed_attempt(page_fields(found["attempt"]), now_ms=now_ms, live=live),
         "task": found["task"],
         "commits": found["commits"],
+        "checks": [views.check_view(row) for row in found["checks"]],
         "ci": found["ci"],
         "run": {"id": raw_run["id"], "live": live},
         "now_ms": now_ms,

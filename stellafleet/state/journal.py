@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 REPAIRS = {
     "scratch": "stellafleet.git.lanejournal:repair_scratch",
     "commit": "stellafleet.git.lanejournal:repair",
+    "check": "stellafleet.run.checking:repair",  # before a merge's: its check tree goes first
     "merge": "stellafleet.merge.journal:repair",
     "fleet": "stellafleet.run.salvaging:repair",
     "clean": "stellafleet.git.clean:repair",

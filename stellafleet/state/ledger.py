@@ -10,14 +10,14 @@ from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import EXIT_INTERRUPTED, StellaError
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus
 from stellafleet.state.ledger_attempts import BAR_COLUMNS, Attempts, History, Limits, Spend
-from stellafleet.state.ledger_branches import CI, Cleanups, Commits, Merges
+from stellafleet.state.ledger_branches import CI, Checks, Cleanups, Commits, Merges
 from stellafleet.state.ledger_runs import CARD_COLUMNS, Runs, Tasks, TaskSpec
 from stellafleet.state.ledger_schema import LEDGER_SCHEMA
 from stellafleet.state.sqlitefile import Database, Handle
 
 __all__ = ["Ledger", "TaskSpec"]
 # The tables holding a run's rows, as get_run names them.
-RUN_TABLES = ("tasks", "attempts", "commits", "ci", "cleanups", "merges", "limits")
+RUN_TABLES = ("tasks", "attempts", "commits", "checks", "ci", "cleanups", "merges", "limits")
 
 
 class Ledger(Handle):
@@ -28,7 +28,7 @@ class Ledger(Handle):
         self.path, self.readonly = db.path, db.readonly
         self.runs, self.tasks, self.attempts, self.spend = Runs(db), Tasks(db), Attempts(db), Spend(db)
         self.commits, self.ci, self.cleanups, self.merges = Commits(db), CI(db), Cleanups(db), Merges(db)
-        self.limits, self.history = Limits(db), History(db)
+        self.limits, self.history, self.checks = Limits(db), History(db), Checks(db)
 
     @classmethod
     def open(cls, path: Path, *, readonly: bool = False, now_ms: Callable[[], int] = wall_ms) -> Ledger:
@@ -50,7 +50,9 @@ class Ledger(Handle):
             "commits": self.commits.of_run(
                 run_id, "sha, task_id, attempt_id, branch, message, committed_at_ms"
             ),
-            **{table: getattr(self, table).of_run(run_id) for table in ("ci", "cleanups", "limits")},
+            **{
+                table: getattr(self, table).of_run(run_id) for table in ("checks", "ci", "cleanups", "limits")
+            },
         }
 
     def attempt_record(self, attempt_id: int) -> dict[str, Any] | None:
@@ -71,6 +73,7 @@ class Ledger(Handle):
             "attempt": {**attempt, "number": self.attempts.number_of(attempt_id)},
             "task": task,
             "commits": self.commits.of_attempt(run_id, attempt_id),
+            "checks": self.checks.of_attempt(attempt_id),
             "ci": next((ci for ci in found if ci is not None), None),
         }
 

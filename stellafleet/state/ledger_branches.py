@@ -1,4 +1,4 @@
-"""The ledger's tables about branches: `commits`, `ci`, `cleanups` and `merges`."""
+"""The ledger's tables about branches: `commits`, `checks`, `ci`, `cleanups` and `merges`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from stellafleet.core.status import CIState, MergeStatus
+from stellafleet.core.status import CheckPhase, CIState, MergeStatus
 from stellafleet.state.ledger_schema import check_choice, json_column
 from stellafleet.state.sqlitefile import Table
 
@@ -43,12 +43,56 @@ class Commits(Table):
         query = f"SELECT sha FROM commits WHERE run_id = ? AND task_id = ? {IN_COMMIT_ORDER}"
         return [str(row[0]) for row in self._db.read(query, (run_id, task_id))]
 
+    def last_of_task(self, run_id: str, task_id: str) -> str | None:
+        """The SHA of the task's latest commit in the run (None: it made none)."""
+        row = self._db.row(
+            "SELECT sha FROM commits WHERE run_id = ? AND task_id = ?"
+            " ORDER BY committed_at_ms DESC, rowid DESC LIMIT 1",
+            (run_id, task_id),
+        )
+        return None if row is None else str(row["sha"])
+
     def of_attempt(self, run_id: str, attempt_id: int) -> list[dict[str, Any]]:
         return self._db.rows(
             f"SELECT sha, branch, message, committed_at_ms FROM commits WHERE run_id = ? AND attempt_id = ?"
             f" {IN_COMMIT_ORDER}",
             (run_id, attempt_id),
         )
+
+
+class Checks(Table):
+    """The checks table: every run of a task's check, on the commit it ran on (run/checking.py)."""
+
+    def add(
+        self,
+        *,
+        run_id: str,
+        task_id: str,
+        phase: CheckPhase,
+        command: str,
+        exit_code: int | None,
+        duration_ms: int,
+        commit: str | None,
+        output_tail: str,
+        log_path: str | None,
+        attempt_id: int | None = None,
+        merge_id: int | None = None,
+    ) -> int:
+        """One check run (exit_code None: it never finished, or never ran); its row id."""
+        stored = check_choice("check phase", phase, CheckPhase)
+        ran = (exit_code, int(exit_code == 0), duration_ms, commit, output_tail, log_path, self._db.now_ms())
+        return self._db.insert(
+            "INSERT INTO checks (run_id, task_id, attempt_id, merge_id, phase, command, exit_code, passed,"
+            " duration_ms, commit_sha, output_tail, log_path, at_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, task_id, attempt_id, merge_id, stored, command, *ran),
+        )
+
+    def of_run(self, run_id: str) -> list[dict[str, Any]]:
+        return self._db.rows("SELECT * FROM checks WHERE run_id = ? ORDER BY id", (run_id,))
+
+    def of_attempt(self, attempt_id: int) -> list[dict[str, Any]]:
+        return self._db.rows("SELECT * FROM checks WHERE attempt_id = ? ORDER BY id", (attempt_id,))
 
 
 class CI(Table):

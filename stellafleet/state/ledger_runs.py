@@ -16,13 +16,9 @@ NEWEST_FIRST = "ORDER BY created_at_ms DESC, id DESC"
 
 
 def no_commits(task: Mapping[str, Any]) -> bool:
-    """A succeeded isolated task that ran and has no commit: nothing to merge, worth flagging."""
-    return (
-        task.get("status") == TaskStatus.SUCCEEDED
-        and task.get("isolation") == "isolated"
-        and bool(task.get("attempts"))
-        and not task.get("commits")
-    )
+    """A succeeded task that ran and has no commit (on its branch, or in the shared tree): worth flagging."""
+    ran = task.get("status") == TaskStatus.SUCCEEDED and bool(task.get("attempts"))
+    return ran and not task.get("commits")
 
 
 class TaskSpec(Protocol):
@@ -52,6 +48,10 @@ class TaskSpec(Protocol):
     def expands(self) -> bool: ...
     @property
     def parent(self) -> str | None: ...
+    @property
+    def check(self) -> str | None: ...
+    @property
+    def check_timeout(self) -> float: ...
 
 
 RESUMERS = "SELECT id, status, pid, created_at_ms FROM runs WHERE resumed_from = ? ORDER BY created_at_ms, id"
@@ -246,13 +246,13 @@ class Tasks(Table):
         for task in tasks:
             lists = (json.dumps(list(task.depends_on)), json.dumps(list(task.claims)))
             how = (task.isolation, waves.get(task.id), task.pipeline, task.model, task.timeout)
-            grown = (int(task.expands), task.parent, task.base)
+            grown = (int(task.expands), task.parent, task.base, task.check, task.check_timeout)
             rows.append((run_id, task.id, task.title, task.prompt, *lists, *how, *grown))
         with self._db.write() as conn:
             conn.executemany(
                 "INSERT INTO tasks (run_id, id, title, prompt, depends_on_json, claims_json, isolation, wave,"
-                " pipeline, model, timeout_s, expands, parent_id, base)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " pipeline, model, timeout_s, expands, parent_id, base, check_command, check_timeout_s)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
 

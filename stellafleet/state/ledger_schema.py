@@ -192,8 +192,30 @@ _V6 = (
     "ALTER TABLE attempts ADD COLUMN start_parents_json TEXT NOT NULL DEFAULT '[]'",
 )
 
+_V7 = (
+    """CREATE TABLE checks (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        attempt_id INTEGER,
+        merge_id INTEGER,
+        phase TEXT NOT NULL,
+        command TEXT NOT NULL,
+        exit_code INTEGER,
+        passed INTEGER NOT NULL,
+        duration_ms INTEGER NOT NULL,
+        commit_sha TEXT,
+        output_tail TEXT,
+        log_path TEXT,
+        at_ms INTEGER NOT NULL
+    )""",
+    "CREATE INDEX checks_by_run ON checks(run_id, attempt_id)",
+    "ALTER TABLE tasks ADD COLUMN check_command TEXT",
+    "ALTER TABLE tasks ADD COLUMN check_timeout_s REAL",
+)
+
 # MIGRATIONS[n] takes a ledger from user_version n to n + 1. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 
 LEDGER_SCHEMA = Schema(label="fleet ledger", application_id=0x53544C46, migrations=MIGRATIONS)  # "STLF"
 

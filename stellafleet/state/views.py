@@ -66,7 +66,7 @@ def run_row(run: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) -> di
         "schedule": run.get("schedule") or "waves",  # ledgers from before schedules ran in waves
         **{key: run.get(key) for key in ("resumed_from", "exit_code", "reason", "pid")},
         "tasks": tasks,
-        # its succeeded isolated tasks with no commit (no_commits below): nothing of theirs to merge
+        # its succeeded tasks with no commit (no_commits below): nothing of theirs to merge
         "no_commits": [str(task_id) for task_id in run.get("no_commits") or ()],
         "attempts_total": run.get("attempts_total"),
         "ci": run.get("ci_counts") or {},  # the watched branches by CI state (empty: not watched)
@@ -144,6 +144,20 @@ _TASK_KEYS = (
 )
 
 
+def check_view(row: dict[str, Any]) -> dict[str, Any]:
+    """One check run as readers see it (`checks` of an attempt, of a merge step)."""
+    return {
+        "phase": row["phase"],
+        "command": row["command"],
+        "exit_code": row["exit_code"],
+        "passed": bool(row["passed"]),
+        "duration_ms": row["duration_ms"],
+        "commit": row["commit_sha"],
+        "output_tail": row["output_tail"],
+        "log_path": row["log_path"],
+    }
+
+
 def _by_task(rows: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]]]:
     grouped: dict[str | None, list[dict[str, Any]]] = {}
     for row in rows:
@@ -155,10 +169,16 @@ def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str,
     """A run's tasks in the ledger's order, each with its attempts, commits, spend and CI."""
     attempts_by_task = _by_task(record["attempts"])
     commits_by_task = _by_task(record["commits"])
+    checks: dict[int | None, list[dict[str, Any]]] = {}
+    for row in record.get("checks", []):
+        checks.setdefault(row["attempt_id"], []).append(check_view(row))
     ci_by_branch = {entry["branch"]: entry for entry in record["ci"]}
     tasks = []
     for task in record["tasks"]:
-        attempts = [timed_attempt(a, now_ms=now_ms, live=live) for a in attempts_by_task.get(task["id"], [])]
+        attempts = [
+            {**timed_attempt(a, now_ms=now_ms, live=live), "checks": checks.get(a["id"], [])}
+            for a in attempts_by_task.get(task["id"], [])
+        ]
         for number, attempt in enumerate(attempts, start=1):  # the task's own count; `id` is the ledger's
             attempt["number"] = number
         view = {key: task.get(key) for key in _TASK_KEYS}

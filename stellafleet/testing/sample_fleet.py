@@ -131,7 +131,7 @@ def _finish(ledger: Ledger, task: str, attempt: int, outcome: AttemptOutcome) ->
 
 
 def _settle(ledger: Ledger, live: bool, now_ms: int) -> None:
-    """Skips, the isolated tasks' commits, the red CI branch and (unless live) the run's end."""
+    """Skips, the tasks' commits, the red CI branch and (unless live) the run's end."""
     for task, cause in (("ast", "parser"), ("errors", "parser"), ("codegen", "ast"), ("docs", "errors")):
         ledger.tasks.set_status(RUN_ID, task, TaskStatus.SKIPPED, f"dependency failed: {cause}")
     ledger.tasks.set_workspace(
@@ -140,6 +140,15 @@ def _settle(ledger: Ledger, live: bool, now_ms: int) -> None:
     isolated = (("store", "5" * 40, "fleet/store-1b2c3d4e5f607182"), ("dashboard", "6" * 40, None))
     for task, sha, branch in isolated:
         ledger.commits.record(sha=sha, run_id=RUN_ID, task_id=task, attempt_id=None, branch=branch,
+                              message=f"{task}: its module", committed_at_ms=now_ms)  # fmt: skip
+    done = [
+        t["id"]
+        for t in ledger.tasks.of_run(RUN_ID)
+        if t["status"] == "succeeded" and t["isolation"] == "shared"
+    ]
+    for number, task in enumerate(done, start=1):  # the shared tasks' commits, made through stella commit
+        sha = f"{number:x}".rjust(40, "7")
+        ledger.commits.record(sha=sha, run_id=RUN_ID, task_id=task, attempt_id=None, branch="main",
                               message=f"{task}: its module", committed_at_ms=now_ms)  # fmt: skip
     ledger.ci.upsert(run_id=RUN_ID, branch="fleet/store-1b2c3d4e5f607182", task_id="store", head_sha="5" * 40,
                      pr_url="https://github.com/example/shop/pull/431", pr_number=431, state=CIState.RED,

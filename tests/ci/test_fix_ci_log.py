@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stellafleet.ci.gh import CiRun, GitHub
-from stellafleet.ci.watch import failure_excerpt, trim_log
+from stellafleet.ci.prtext import failure_excerpt, trim_log
 from stellafleet.testing.fake_gh import FakeGh
 
 

@@ -216,6 +216,25 @@ def test_existing_pr_without_status_block_gets_one_appended(repo: Repo) -> None:
     assert pr["body"].startswith("Written by hand.\n\n" + STATUS_START)
 
 
+def test_a_new_pr_body_carries_the_runs_of_the_tasks_check(repo: Repo) -> None:
+    repo.add_run()
+    with Ledger.open(repo.db) as ledger:
+        for phase, code, said in (("before", 1, "1 failed"), ("after", 0, "12 passed")):
+            ledger.checks.add(
+                run_id=RUN_ID, task_id="t1", phase=phase, command="make test", exit_code=code,
+                duration_ms=1500, commit=repo.shas["t1"], output_tail=f"ok\n{said}\n", log_path=None,
+            )  # fmt: skip
+    _, gh, _ = watch_in_process(repo, {"runs": {"*": [SUCCESS]}})
+    [pr] = gh.prs
+    assert "### Check (run by stella)" in pr["body"]
+    sha = repo.shas["t1"][:12]
+    assert (
+        f"- before on `{sha}`: `make test` exit 1 in 1.5 s\n- after on `{sha}`: `make test` passed"
+        in pr["body"]
+    )
+    assert "12 passed" in pr["body"] and "1 failed" not in pr["body"]  # the last run's output
+
+
 def test_no_pr_for_the_default_branch(repo: Repo) -> None:
     repo.add_run(isolated=(), shared=("s1", "s2"))
     result, gh, _ = watch_in_process(repo, {"runs": {"*": [IN_PROGRESS, SUCCESS]}})

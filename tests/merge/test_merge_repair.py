@@ -1,6 +1,7 @@
-"""merge/journal.py's repair, called in process on the record a killed `stella merge` leaves: it signals
-only its own check (never a process that reused the pid), removes only an index.lock its own git left, and
-records `merged` only when the branch is in the target. (The whole kill, through real processes, is
+"""merge/journal.py's repair, called in process on the record a killed `stella merge` leaves: it removes
+only an index.lock its own git left and records `merged` only when the branch is in the target; and the
+repair of its check's own record (run/checking.py) signals only that check, never a process that reused
+the pid. (The whole kill, through real processes, is
 tests/merge/test_merge_killed.py; this is what each decision does.)"""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from helpers.repo import git
 from stellafleet.core.paths import StatePaths
 from stellafleet.merge import journal as merge_journal
 from stellafleet.proc.pids import ProcessIdentity
+from stellafleet.run import checking
 from stellafleet.state import journal
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import add_run
@@ -134,20 +136,28 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     proc.wait()
 
 
-def test_the_repair_stops_its_own_check(killed: Killed, sleeper: subprocess.Popen[bytes]) -> None:
+def check_record(root: Path, who: list[float]) -> list[journal.Record]:
+    """The journal record a killed merge's check leaves (its own, beside the merge's)."""
+    path = root / "check-record.json"
+    data = {"kind": checking.RECORD, "pid": 999_999_991, "check": who}
+    path.write_text(json.dumps(data))
+    return [journal.Record(path, data)]
+
+
+def test_the_repair_stops_its_own_check(git_repo: Path, sleeper: subprocess.Popen[bytes]) -> None:
     who = ProcessIdentity.of(sleeper.pid)
     assert who is not None
-    assert killed.repair(killed.data(landing=None, check=[who.pid, who.started_at]))
+    assert checking.repair(git_repo, check_record(git_repo, [who.pid, who.started_at]))
     assert sleeper.wait(timeout=30) != 0
 
 
 def test_the_repair_never_signals_a_process_that_reused_the_checks_pid(
-    killed: Killed, sleeper: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]
+    git_repo: Path, sleeper: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]
 ) -> None:
     who = ProcessIdentity.of(sleeper.pid)
     assert who is not None
     # the check's pid, now a process started a minute after the recorded check
-    assert killed.repair(killed.data(landing=None, check=[who.pid, who.started_at - 60.0]))
+    assert checking.repair(git_repo, check_record(git_repo, [who.pid, who.started_at - 60.0]))
     assert sleeper.poll() is None
     assert "its check" not in capsys.readouterr().err
 

@@ -444,3 +444,26 @@ def test_base_is_an_isolated_tasks_own_or_its_defaults_and_an_error_on_a_shared_
         'plan: task "a": base: only an isolated task has a base (a shared task works in the tree its '
         'dependencies committed to): remove it, or set isolation = "isolated"',
     ]
+
+
+def test_check_fields_from_defaults_and_their_problems() -> None:
+    plan = plan_from_data(
+        {
+            "defaults": {"check": "make test", "check_rounds": 2},
+            "tasks": [{"id": "a", "prompt": "p"}, {"id": "b", "prompt": "p", "check_fails_first": True}],
+        }
+    )
+    a, b = plan.tasks
+    assert (a.check, a.check_timeout, a.check_rounds, a.check_fails_first) == ("make test", 600.0, 2, False)
+    assert (b.check, b.check_fails_first) == ("make test", True)
+    bad = {"check": " ", "check_timeout": float("inf"), "check_rounds": -1, "check_fails_first": "yes"}
+    with pytest.raises(PlanError) as caught:
+        data = {"tasks": [{"id": "a", "prompt": "p", **bad}], "defaults": {"chek": "x"}}
+        plan_from_data(data, source="p.toml")
+    assert caught.value.problems == [
+        'p.toml: defaults: chek: unknown key (did you mean "check"?)',
+        'p.toml: task "a": check: must not be empty',
+        'p.toml: task "a": check_fails_first: must be true or false, not a string ("yes")',
+        'p.toml: task "a": check_rounds: must be 0 or more, not -1',
+        'p.toml: task "a": check_timeout: must be a finite number of seconds, not inf',
+    ]

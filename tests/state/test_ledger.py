@@ -28,7 +28,8 @@ CONTRACT_COLUMNS = {
     " max_concurrency spend_limit_usd spend_usd pipeline argv root pid exit_code reason"
     " schedule resumed_from executor",
     "tasks": "run_id id title prompt depends_on_json claims_json isolation wave status reason pipeline"
-    " model timeout_s branch worktree expands parent_id fragment_path base stale",
+    " model timeout_s branch worktree expands parent_id fragment_path base stale check_command"
+    " check_timeout_s",
     "attempts": "id run_id task_id started_at_ms finished_at_ms success outcome branch worktree pid"
     " exit_code spend_usd input_tokens output_tokens steps summary error cpu_seconds peak_rss_bytes"
     " pipeline log_path transcript_path node reason token_sha256 last_progress_ms guard_usd"
@@ -42,6 +43,8 @@ CONTRACT_COLUMNS = {
     "limit_events": "id run_id attempt_id task_id at_ms source kind status reset_at_ms message concurrency",
     "merges": "id run_id task_id branch position strategy onto_ref before_sha after_sha status reason"
     " files_json check_command check_tail started_at_ms finished_at_ms",
+    "checks": "id run_id task_id attempt_id merge_id phase command exit_code passed duration_ms commit_sha"
+    " output_tail log_path at_ms",
 }
 
 
@@ -69,7 +72,7 @@ def test_a_new_ledger_has_the_contract_schema_in_wal_mode(db: Path) -> None:
     Ledger.open(db).close()
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == LEDGER_SCHEMA.version == 6
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == LEDGER_SCHEMA.version == 7
     for table, columns in CONTRACT_COLUMNS.items():
         have = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
         assert have == columns.split(), table
@@ -290,3 +293,23 @@ def test_every_query_in_the_ledger_docs_runs(db: Path) -> None:
     for query in queries:
         assert conn.execute(query.replace("attempt_id = 42", f"attempt_id = {attempt}")).fetchall(), query
     conn.close()
+
+
+def test_a_succeeded_task_with_no_commit_is_flagged_shared_or_isolated(db: Path) -> None:
+    from stellafleet.state.views import run_model
+
+    tasks = [PlanTask("shared", "p", "t"), PlanTask("iso", "p", "t", isolation="isolated")]
+    tasks.append(PlanTask("made-one", "p", "t"))
+    with Ledger.open(db) as ledger:
+        new_run(ledger, "r1")
+        ledger.tasks.add("r1", tasks, {t.id: 1 for t in tasks})
+        for task in tasks:
+            attempt = ledger.attempts.start("r1", task.id, pipeline="command")
+            ledger.attempts.finish(attempt, AttemptEnd(outcome="succeeded", exit_code=0, summary="done"))
+        ledger.commits.record(
+            sha="a" * 40, run_id="r1", task_id="made-one", attempt_id=None, branch="main", message="m",
+            committed_at_ms=1,
+        )  # fmt: skip
+        model = run_model(ledger.get_run("r1"), now_ms=0, alive=lambda pid, at: False)
+        [row] = ledger.runs.page(limit=1, offset=0)
+    assert model["run"]["no_commits"] == ["shared", "iso"] == row["no_commits"]

@@ -20,6 +20,7 @@ class Task:
     id, title, prompt, depends_on, claims = "t1", "T", "p", (), ("a.txt",)
     isolation, pipeline, model, timeout = "shared", None, None, None
     expands, parent, base = False, None, "pinned"
+    check, check_timeout = None, 600.0
 
 
 def dead_pid() -> int:

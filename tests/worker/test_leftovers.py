@@ -65,7 +65,7 @@ def test_uncommitted_work_of_an_isolated_task_is_committed_and_no_commit_is_flag
     rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
     assert "NO COMMITS" in rows["nothing"] and "NO COMMITS" not in rows["left"]
     shown = stella_main("runs", "latest", cwd=git_repo)
-    assert shown.stdout.count("no commits: it succeeded, but its branch holds nothing") == 1
+    assert shown.stdout.count("no commits: it succeeded, but it committed nothing") == 1
     # and in the list of runs: the count in the run's row, the task's id in --json
     listed = stella_main("runs", cwd=git_repo)
     [row] = [line for line in listed.stdout.splitlines() if line.startswith(record["run"]["id"])]

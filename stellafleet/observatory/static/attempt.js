@@ -180,5 +180,13 @@ function attemptFacts(found) {
     out.push(el("ul", { className: "commits" }, commits.map((c) => el("li", null,
       el("span", { className: "mono", text: shortSha(c.sha) }), " ", el("span", { text: c.message || "" })))));
   }
+  // each run of the task's check, stella's own: on which commit, how it ended, the end of its output
+  (found.checks || []).forEach((c) => {
+    const how = c.passed ? "passed" : c.exit_code === null ? "did not finish" : "exit " + c.exit_code;
+    out.push(el("div", { className: "attempt-check" },
+      el("p", null, "Check (" + c.phase + "): ", badge(c.passed ? "succeeded" : "failed"), " " + how,
+        c.commit ? " on " + shortSha(c.commit) : "", " · ", el("code", { text: c.command })),
+      c.output_tail ? el("pre", { className: c.passed ? "check-output" : "error", text: c.output_tail }) : null));
+  });
   return out;
 }

@@ -12,6 +12,7 @@ from stellafleet.run.executor import Executor
 from stellafleet.run.expand import Expansions
 from stellafleet.run.limiter import Limiter
 from stellafleet.run.steps import AttemptStep, RunSettings
+from stellafleet.run.steps.check import Check
 from stellafleet.run.steps.claims import Claims
 from stellafleet.run.steps.commits import BranchCommits
 from stellafleet.run.steps.expansions import Expand
@@ -54,6 +55,7 @@ def dispatcher(
         StartCommit(settings, ledger),  # before the worktree: parents that conflict are refused first
         Workspaces(settings, ledger),
         Watch(watchdog) if watchdog is not None else None,
+        Check(settings, ledger),  # after the watchdog forgot the worker; before salvage sees a red check
         Salvage(ledger, claims),  # after the watchdog: a stalled attempt's salvage says so
         BranchCommits(ledger),
         Expand(expansions) if expansions is not None else None,

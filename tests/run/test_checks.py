@@ -1,0 +1,135 @@
+"""A task's check on its own (run/checking.py and the Check step, in process, on real repositories and real
+processes): the tree it runs in, and the checks that hang, print megabytes, fork daemons or write into the
+main tree."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers.fleet import RUN, worker_context
+from helpers.repo import git
+
+from stellafleet.core.config import Config
+from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import AttemptEnd, AttemptOutcome
+from stellafleet.plan.model import PlanTask
+from stellafleet.run import checking
+from stellafleet.run.steps import AttemptState, RunSettings
+from stellafleet.run.steps.check import Check
+from stellafleet.state.ledger import Ledger
+from stellafleet.testing.sample_ledger import add_run
+
+DONE = AttemptEnd(AttemptOutcome.SUCCEEDED, "done")
+
+
+@pytest.fixture
+def ledger(git_repo: Path) -> Iterator[Ledger]:
+    with Ledger.open(StatePaths(git_repo).fleet_db) as opened:
+        add_run(opened, RUN, root=str(git_repo))
+        yield opened
+
+
+def _ended(
+    root: Path, ledger: Ledger, task: PlanTask, config: Config | None = None, **ctx: object
+) -> str | None:
+    """The end reason the Check step gives a succeeded attempt of task (None: it passed)."""
+    ledger.tasks.add(RUN, [task], {task.id: 1})
+    attempt_id = ledger.attempts.start(RUN, task.id, pipeline="command")
+    context = worker_context(root, task_id=task.id, attempt_id=attempt_id, **ctx)  # type: ignore[arg-type]
+    attempt = AttemptState(task, threading.Event(), context=context, env=context.to_env())
+    settings = RunSettings(root, RUN, "0" * 40, "command", config=config or Config())
+    return Check(settings, ledger).ended(attempt, DONE).reason
+
+
+def test_an_isolated_task_with_uncommitted_changes_fails_its_check_unrun(
+    git_repo: Path, tmp_path: Path, ledger: Ledger
+) -> None:
+    worktree = tmp_path / "wt"
+    git("worktree", "add", "-q", "-b", "fleet/t1", str(worktree), cwd=git_repo)
+    (worktree / "stray.txt").write_text("it would pass only with this\n")
+    task = PlanTask("t1", "p", "t", isolation="isolated", check="test -f stray.txt")
+    reason = _ended(git_repo, ledger, task, workspace=worktree, isolation="isolated", branch="fleet/t1")
+    assert reason == "check failed: uncommitted changes: stray.txt"
+    [row] = ledger.checks.of_run(RUN)
+    assert row["passed"] == 0 and row["exit_code"] is None and "stray.txt" in row["output_tail"]
+
+
+def test_a_shared_tasks_check_runs_in_a_fresh_bootstrapped_checkout_of_its_last_commit(
+    git_repo: Path, ledger: Ledger
+) -> None:
+    (git_repo / ".gitignore").write_text(".env\nsetup.out\n")
+    (git_repo / ".worktreeinclude").write_text(".env\n")
+    (git_repo / "work.txt").write_text("done\n")
+    git("add", ".", cwd=git_repo)
+    git("commit", "-q", "-m", "the task's commit", cwd=git_repo)
+    sha = git("rev-parse", "HEAD", cwd=git_repo).strip()
+    ledger.commits.record(
+        sha=sha, run_id=RUN, task_id="t1", attempt_id=None, branch="main", message="m", committed_at_ms=1
+    )
+    (git_repo / ".env").write_text("KEY=1\n")
+    (git_repo / "uncommitted.txt").write_text("another worker's edit\n")
+    config = Config({"worktree": {"setup": "echo ready > setup.out"}})
+    check = "test -f .env && test -f setup.out && test -f work.txt && ! test -e uncommitted.txt && pwd"
+    assert _ended(git_repo, ledger, PlanTask("t1", "p", "t", check=check), config) is None
+    [row] = ledger.checks.of_run(RUN)
+    assert row["passed"] == 1 and row["commit_sha"] == sha
+    tree = row["output_tail"].strip()
+    assert tree.startswith(str(StatePaths(git_repo).private / "checks")) and not Path(tree).exists()
+    assert str(tree) not in git("worktree", "list", cwd=git_repo)
+
+
+def test_a_shared_task_that_committed_nothing_fails_its_check(git_repo: Path, ledger: Ledger) -> None:
+    reason = _ended(git_repo, ledger, PlanTask("t1", "p", "t", check="true"))
+    assert reason == "check failed: no commits: the task committed nothing for its check"
+
+
+def _run(tmp_path: Path, command: str, **options: object) -> checking.CheckRun:
+    return checking.run_check(
+        command,
+        tmp_path,
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=float(options.pop("timeout", 30.0)),  # type: ignore[arg-type]
+        log_path=tmp_path / "logs" / "check.log",
+        tail_bytes=100,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def _gone(pid_file: Path) -> bool:
+    try:
+        proc = psutil.Process(int(pid_file.read_text()))
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_hanging_check_is_stopped_at_its_timeout_with_its_whole_group(tmp_path: Path) -> None:
+    run = _run(tmp_path, "echo started; sleep 600 & echo $! > child.pid; wait", timeout=0.5)
+    assert run.exit_code is None and not run.passed
+    assert run.failure().startswith("check failed: stopped after ") and "check_timeout is 0.5 s" in run.tail
+    assert _gone(tmp_path / "child.pid")
+
+
+def test_a_check_that_prints_megabytes_keeps_only_its_tail(tmp_path: Path) -> None:
+    run = _run(tmp_path, "echo first; head -c 5000000 /dev/zero | tr '\\0' x; echo; echo last; exit 3")
+    assert run.failure() == "check failed (exit 3): first"
+    assert len(run.tail.encode()) == 100 and run.tail.endswith("x\nlast\n")
+    assert run.log_path is not None and run.log_path.stat().st_size < checking.LOG_KEEP_BYTES + 200
+
+
+def test_a_daemon_the_check_forks_is_stopped_with_it(tmp_path: Path) -> None:
+    command = "sleep 600 & echo $! > bg.pid; setsid sleep 600 & echo $! > daemon.pid; exit 0"
+    run = _run(tmp_path, command)
+    assert run.passed
+    assert _gone(tmp_path / "bg.pid") and _gone(tmp_path / "daemon.pid")
+
+
+def test_a_check_that_writes_into_the_main_tree_is_said_so(git_repo: Path, tmp_path: Path) -> None:
+    run = _run(tmp_path, f"echo oops > {git_repo / 'written.txt'}", main_tree=git_repo)
+    assert run.passed  # its result stands; what it did elsewhere is said where its output is read
+    assert run.log_path is not None and run.tail.endswith("written.txt\n")
+    assert "[stella] warning: the main tree changed while the check ran" in run.log_path.read_text()
