@@ -49,6 +49,10 @@ class FleetConfig:
     max_expand_depth: int = 3  # levels of emitted tasks below a plan task
     init_submodules: bool = True  # isolated worktrees get the main tree's submodules
     allow_detached: bool = False  # shared tasks may commit onto a detached HEAD
+    git_guard: bool = (
+        True  # shared workers' `git` refuses what would touch other workers' files (git/guard.py)
+    )
+    strict_claims: bool = False  # a shared attempt that wrote files outside its claims fails
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,8 @@ class CommitConfig:
     """[commit]: how a worker's `stella commit` is made."""
 
     hooks: str = "run"  # "run" | "skip": the repository's commit hooks
+    # "auto" | True | False: stash-using commit hooks run one commit at a time (git/hookstash.py)
+    serialize_hooks: str | bool = "auto"
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,8 @@ class WorkerContext:
     commit_hooks: str = "run"  # [commit] hooks: whether `stella commit` runs the repository's hooks
     # --allow-detached / [fleet] allow_detached: a shared commit may go onto a detached HEAD
     allow_detached: bool = False
+    # [commit] serialize_hooks, decided for the run: the commit hooks run under the repository's hook lock
+    serialize_hooks: bool = False
 
     @property
     def paths(self) -> StatePaths:
@@ -77,6 +79,7 @@ class WorkerContext:
         if self.spend_guard_usd is not None:
             values["spend_guard_usd"] = f"{self.spend_guard_usd:.6f}"
         values["allow_detached"] = "1" if self.allow_detached else None
+        values["serialize_hooks"] = "1" if self.serialize_hooks else None
         return {_PREFIX + _KEYS[name]: str(value) for name, value in values.items() if value is not None}
 
     @classmethod
@@ -134,6 +137,7 @@ class WorkerContext:
             plan_out=Path(get("plan_out")) if get("plan_out") else None,
             commit_hooks="skip" if get("commit_hooks") == "skip" else "run",
             allow_detached=get("allow_detached") == "1",
+            serialize_hooks=get("serialize_hooks") == "1",
         )
 
 

@@ -16,8 +16,22 @@ if TYPE_CHECKING:  # imported where used: a worker never scans for git processes
     import psutil
 
 
+# The folder of a shared worker's git guard (git/guard.py), first on its PATH: stella's own git, and the
+# hooks it runs, use the real git behind it.
+GUARD_VAR = "STELLA_GIT_GUARD"
+
+
+def unguarded(env: Mapping[str, str]) -> dict[str, str]:
+    """env with the git guard's folder taken off PATH (env itself when it has none)."""
+    folder = env.get(GUARD_VAR)
+    if not folder or "PATH" not in env:
+        return dict(env)
+    kept = [part for part in env["PATH"].split(os.pathsep) if part != folder]
+    return {**env, "PATH": os.pathsep.join(kept)}
+
+
 def _git_program() -> str:
-    found = shutil.which("git", path=os.environ.get("PATH", os.defpath))
+    found = shutil.which("git", path=unguarded(os.environ).get("PATH", os.defpath))
     if found is None:
         raise StellaError("git is not installed or not on PATH: install git and try again")
     return found
@@ -25,7 +39,7 @@ def _git_program() -> str:
 
 def _git_env(env: Mapping[str, str] | None) -> dict[str, str]:
     # No optional locks: a `git status` of ours never holds index.lock, where the user's git would fail.
-    return {**os.environ, "GIT_OPTIONAL_LOCKS": "0", **(env or {})}
+    return {**unguarded(os.environ), "GIT_OPTIONAL_LOCKS": "0", **(env or {})}
 
 
 def git_status(

@@ -62,7 +62,7 @@ def _framework_command(
 
 
 def _run(argv: Sequence[str], root: Path, index_file: Path) -> tuple[int, str]:
-    env = {**os.environ, **index.with_index(index_file), "GIT_EDITOR": ":"}
+    env = {**gitops.unguarded(os.environ), **index.with_index(index_file), "GIT_EDITOR": ":"}
     try:
         done = runner.run(list(argv), cwd=root, env=env, stderr=runner.STDOUT, session=False)
     except OSError as exc:
@@ -113,7 +113,9 @@ def run_post_commit(root: Path, paths: Sequence[str]) -> None:
         return
     argv = _framework_command(script, paths, "post-commit") or [str(script)]
     try:
-        done = runner.run(argv, cwd=root, stderr=runner.STDOUT, session=False)
+        done = runner.run(
+            argv, cwd=root, env=gitops.unguarded(os.environ), stderr=runner.STDOUT, session=False
+        )
     except OSError:
         return
     if done.stdout.strip():

@@ -15,7 +15,7 @@ import psutil
 from stellafleet.core.errors import GitError, StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import dirty, gitops, index, indexlock, lanejournal, submodules
+from stellafleet.git import dirty, gitops, hookstash, index, indexlock, lanejournal, submodules
 from stellafleet.git import hooks as hooks_mod
 from stellafleet.git.indexlock import IndexLock
 from stellafleet.git.lanejournal import Pending
@@ -36,12 +36,20 @@ def commit_paths(
     submodules.refuse_inside(workspace, relpaths)
     reflog = f"stella: task {ctx.task_id}"
     run_hooks = ctx.commit_hooks == "run"
+    hook_lock = ctx.paths.private / hookstash.LOCK_NAME if ctx.serialize_hooks else None
     with lanejournal.scratch_directory("stella-commit-") as tmp:  # locked while we live, swept once gone
         # in the shared tree, a file the user had changed when the run started: the worker's changes only
         snapshot = dirty.load(ctx.root, ctx.run_id) if ctx.shared else {}
         contents = dirty.worker_entries(workspace, relpaths, snapshot) if snapshot else {}
         staging = functools.partial(
-            stage, workspace, relpaths, message, Path(tmp), hooks=run_hooks, contents=contents
+            stage,
+            workspace,
+            relpaths,
+            message,
+            Path(tmp),
+            hooks=run_hooks,
+            contents=contents,
+            hook_lock=hook_lock,
         )
         if not ctx.shared:
             # An isolated worktree has one writer: no lane, no claims.
@@ -170,9 +178,11 @@ def stage(
     *,
     hooks: bool = True,
     contents: Mapping[str, tuple[str, str]] | None = None,
+    hook_lock: Path | None = None,
 ) -> Staged:
     """The paths as the work tree has them (or, for those in contents, those entries), staged in a private
-    index on HEAD, and the repository's pre-commit and commit-msg hooks run on them (hooks.py)."""
+    index on HEAD, and the repository's pre-commit and commit-msg hooks run on them (hooks.py), under
+    hook_lock with the stash kept when they may use the stash (hookstash.py)."""
     old = gitops.ref_commit(workspace, "HEAD")
     missing = [path for path in paths if not os.path.lexists(workspace / path)]
     known = index.tree_entries(workspace, old, missing) if old and missing else {}
@@ -185,11 +195,12 @@ def stage(
     if contents:
         index.set_entries(workspace, index_file, contents, [])
     installed = hooks_mod.installed(workspace) if hooks else []
-    if "pre-commit" in installed:
-        hooks_mod.run_pre_commit(workspace, index_file, paths)  # HookFailed: nothing committed
-    entries = index.file_entries(workspace, index_file, paths)  # a hook may have staged more of them
-    if "commit-msg" in installed:
-        message = hooks_mod.run_commit_msg(workspace, index_file, message, scratch, paths)
+    with hookstash.guarded(hook_lock if installed else None, workspace):
+        if "pre-commit" in installed:
+            hooks_mod.run_pre_commit(workspace, index_file, paths)  # HookFailed: nothing committed
+        entries = index.file_entries(workspace, index_file, paths)  # a hook may have staged more of them
+        if "commit-msg" in installed:
+            message = hooks_mod.run_commit_msg(workspace, index_file, message, scratch, paths)
     return Staged(tuple(paths), entries, message)
 
 

@@ -37,6 +37,7 @@ def full_context(tmp_path: Path) -> WorkerContext:
         token="0123456789abcdef",
         plan_out=tmp_path / "fragment.plan",
         allow_detached=True,
+        serialize_hooks=True,
     )
 
 

@@ -15,6 +15,7 @@ from stellafleet.run.steps import AttemptStep, RunSettings
 from stellafleet.run.steps.claims import Claims
 from stellafleet.run.steps.commits import BranchCommits
 from stellafleet.run.steps.expansions import Expand
+from stellafleet.run.steps.gitguard import GitGuard
 from stellafleet.run.steps.limits import LimitGate
 from stellafleet.run.steps.salvage import Salvage
 from stellafleet.run.steps.spend import SpendGuard
@@ -51,6 +52,7 @@ def dispatcher(
         SpendGuard(ledger, budget, settings.spend_guard_usd),
         Claims(claims, settings.root),
         Workspaces(settings, ledger),
+        GitGuard(settings),
         Watch(watchdog) if watchdog is not None else None,
         Salvage(ledger, claims),  # after the watchdog: a stalled attempt's salvage says so
         BranchCommits(ledger),
