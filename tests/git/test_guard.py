@@ -14,6 +14,7 @@ from helpers.fleet import make_attempt
 from helpers.repo import git
 
 from stellafleet.core.config import Config
+from stellafleet.engine.tools import Toolbox, Workspace
 from stellafleet.git import gitops, guard
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.steps import AttemptState, RunSettings
@@ -110,3 +111,13 @@ def test_only_shared_workers_get_it_unless_the_config_turns_it_off(
     GitGuard(settings).before_start(attempt)
     guarded = attempt.env["PATH"].split(os.pathsep)[0] == str(settings.paths.private / "gitguard")
     assert guarded == (enabled and not isolated)
+
+
+def test_the_engines_shell_tool_runs_the_guard(repo: Path) -> None:
+    ctx = make_attempt(repo)
+    ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = guard.guarded_env({**os.environ, **ctx.to_env()}, guard.install(ctx.paths.private / "gitguard"))
+    tools = Toolbox(Workspace(repo), shell=True, env=env)
+    said = tools.call("shell", {"command": "git reset --hard"})
+    assert said.startswith("exit status 1\nstella: git reset --hard is refused in the shared tree")
+    assert tools.call("shell", {"command": "git status --short a.txt"}) == "exit status 0"
