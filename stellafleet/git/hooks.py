@@ -30,10 +30,33 @@ def hooks_dir(root: Path) -> Path:
     return gitops.git_path(root, "--git-path", "hooks")
 
 
+def share_relative_folder(root: Path, worktree: Path) -> Path | None:
+    """A relative core.hooksPath that a new worktree lacks because it is ignored (husky's `.husky/_`): the
+    main tree's folder copied in, as it would be there if it were tracked. The folder copied, else None."""
+    setting = gitops.git("config", "--get", "core.hooksPath", cwd=root, check=False).strip()
+    if not setting or Path(setting).is_absolute() or setting.startswith("~"):
+        return None
+    source, target = root / setting, worktree / setting
+    if target.exists() or not source.is_dir():
+        return None
+    if gitops.git("ls-files", "--others", "--exclude-standard", "--", setting, cwd=root).strip():
+        return None  # not ignored: a copy would show as the task's own new files
+    shutil.copytree(source, target, symlinks=True)
+    return target
+
+
 def installed(root: Path, names: Sequence[str] = ("pre-commit", "commit-msg")) -> list[str]:
     """Which of these hooks git would run for a commit in root."""
     where = hooks_dir(root)
     return [name for name in names if os.access(where / name, os.X_OK) and (where / name).is_file()]
+
+
+def framework_installed(root: Path) -> bool:
+    """Whether root's pre-commit hook is the pre-commit framework's."""
+    try:
+        return FRAMEWORK_MARK in (hooks_dir(root) / "pre-commit").read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def _framework_command(

@@ -332,7 +332,7 @@ def _owner(path: str, claims: dict[str, str]) -> str | None:
 def check_tree(root: Path, plan: Plan, config: Config, options: FleetOptions) -> TreeCheck:
     """StellaError (exit 2) for a detached HEAD or claimed files with the user's changes; else the notes."""
     if all(task.isolation == "isolated" for task in plan.tasks):
-        return TreeCheck(_hook_notes(root, config))
+        return TreeCheck(_hook_notes(root, config, plan))
     if gitops.current_branch(root) is None and not (options.allow_detached or config.fleet.allow_detached):
         head = gitops.head_commit(root)[:12]
         raise StellaError(
@@ -343,7 +343,7 @@ def check_tree(root: Path, plan: Plan, config: Config, options: FleetOptions) ->
     changed = tuple(p for p in gitops.changed_paths(root) if not p.startswith(STATE_DIR))
     claims = {claim: task.id for task in plan.tasks if task.isolation != "isolated" for claim in task.claims}
     dirty_claimed = [(path, owner) for path in changed if (owner := _owner(path, claims)) is not None]
-    notes = list(_hook_notes(root, config))
+    notes = list(_hook_notes(root, config, plan))
     if dirty_claimed and not options.allow_dirty:
         named = ", ".join(f"{path} (task {owner})" for path, owner in dirty_claimed)
         raise StellaError(
@@ -365,13 +365,26 @@ def check_tree(root: Path, plan: Plan, config: Config, options: FleetOptions) ->
     return TreeCheck(tuple(notes), changed)
 
 
-def _hook_notes(root: Path, config: Config) -> tuple[str, ...]:
-    if config.commit.hooks != "skip":
-        return ()
+def _hook_notes(root: Path, config: Config, plan: Plan) -> tuple[str, ...]:
+    """Which hooks the workers' commits run; a warning when the user's own commits would disturb them."""
     names = hooks.installed(root)
     if not names:
         return ()
-    return (
-        f'warning: [commit] hooks = "skip": the installed {" and ".join(names)} hooks will not run for the '
-        "workers' commits",
-    )
+    listed = " and ".join(names)
+    if config.commit.hooks == "skip":
+        return (
+            f'warning: [commit] hooks = "skip": the installed {listed} hooks will not run for the '
+            "workers' commits",
+        )
+    notes = []
+    if any(task.isolation == "isolated" for task in plan.tasks):
+        where = hooks.hooks_dir(root)
+        shown = where.relative_to(root) if where.is_relative_to(root) else where
+        notes.append(f"isolated tasks' commits run the {listed} hooks of {shown}")
+    if hooks.framework_installed(root) and any(task.isolation != "isolated" for task in plan.tasks):
+        notes.append(
+            "warning: the pre-commit framework is installed: your own `git commit` during the run stashes "
+            "the workers' unfinished files while its hooks run (their commits may be refused); commit with "
+            "`stella commit -m MSG PATH...` instead"
+        )
+    return tuple(notes)
