@@ -93,14 +93,48 @@ def _run(argv: Sequence[str], root: Path, index_file: Path) -> tuple[int, str]:
     return done.returncode, done.stdout
 
 
-def _failed(name: str, retcode: int, output: str) -> HookFailed:
+# what a linter prints before its error lines (commitlint's ✖, eslint's ✖ 2 problems, "error:")
+_ERROR_MARK = re.compile(r"^(?:[✖✗✘×]\s*|(?:error|fatal)\b:?\s*)", re.IGNORECASE)
+_FRAMEWORK_FAILED = re.compile(r"^(.*?)\.{3,}\s*Failed$")  # the pre-commit framework's "name....Failed"
+
+
+def first_error(output: str) -> str:
+    """The first line of a hook's output that says what is wrong (its first line when none says so)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in lines:
+        if _ERROR_MARK.match(line):
+            return _ERROR_MARK.sub("", line, count=1).strip() or line
+    for line in lines:
+        failed = _FRAMEWORK_FAILED.match(line)
+        if failed:
+            return f"{failed.group(1).strip()} failed"
+    return lines[0] if lines else "it printed nothing"
+
+
+def _failed(name: str, retcode: int, output: str, rewritten: Sequence[str] = ()) -> HookFailed:
     lines = [line.rstrip() for line in output.strip().splitlines()][-OUTPUT_TAIL_LINES:]
     said = "\n".join(f"  {line}" for line in lines) if lines else "  (it printed nothing)"
-    return HookFailed(
-        f"stella: error: the {name} hook refused the commit (exit status {retcode}); nothing was committed. "
-        f"It said:\n{said}\nFix what it reports (a hook that rewrote a file left it rewritten in the work "
-        "tree) and run stella commit again."
+    rewrite = (
+        f"The hook rewrote {', '.join(rewritten)}: the rewrite stays in the work tree; "
+        "commit again to take it. "
+        if rewritten
+        else ""
     )
+    return HookFailed(
+        f"stella: error: {name} hook refused: {first_error(output)} (exit status {retcode}); nothing was "
+        f"committed. It said:\n{said}\n{rewrite}Fix what it reports and run stella commit again."
+    )
+
+
+def _contents(root: Path, paths: Sequence[str]) -> dict[str, bytes | None]:
+    """What the work tree holds at paths (None: no such file), to see what a hook rewrote."""
+    held: dict[str, bytes | None] = {}
+    for path in paths:
+        try:
+            held[path] = (root / path).read_bytes()
+        except OSError:
+            held[path] = None
+    return held
 
 
 def run_pre_commit(root: Path, index_file: Path, paths: Sequence[str]) -> None:
@@ -108,9 +142,11 @@ def run_pre_commit(root: Path, index_file: Path, paths: Sequence[str]) -> None:
     script = hooks_dir(root) / "pre-commit"
     index.hide_others(root, index_file, paths)
     argv = _framework_command(script, paths) or [str(script)]
+    before = _contents(root, paths)
     retcode, output = _run(argv, root, index_file)
     if retcode != 0:
-        raise _failed("pre-commit", retcode, output)
+        after = _contents(root, paths)
+        raise _failed("pre-commit", retcode, output, [path for path in paths if after[path] != before[path]])
 
 
 def run_commit_msg(root: Path, index_file: Path, message: str, scratch: Path, paths: Sequence[str]) -> str:

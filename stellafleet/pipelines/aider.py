@@ -196,7 +196,8 @@ def commit_edits(ctx: WorkerContext, paths: list[str], result: PipelineResult) -
         sha = commit_paths(ctx, paths, f"{ctx.task_title or ctx.task_id} (aider)")
     except StellaError as exc:
         result.success = False
-        result.summary = f"{result.summary}; not committed: {exc}"
+        said = str(exc).splitlines()[0].removeprefix("stella: error: ")  # a refusing hook's own words
+        result.summary = f"{result.summary}; not committed: {said}"
         result.error = str(exc)
         return result
     result.summary = f"{result.summary}; committed {sha[:12]}"
