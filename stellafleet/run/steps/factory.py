@@ -19,6 +19,7 @@ from stellafleet.run.steps.gitguard import GitGuard
 from stellafleet.run.steps.limits import LimitGate
 from stellafleet.run.steps.salvage import Salvage
 from stellafleet.run.steps.spend import SpendGuard
+from stellafleet.run.steps.unclaimed import UnclaimedWrites
 from stellafleet.run.steps.watch import Watch
 from stellafleet.run.steps.workspace import Workspaces
 from stellafleet.run.watchdog import Watchdog
@@ -53,6 +54,7 @@ def dispatcher(
         Claims(claims, settings.root),
         Workspaces(settings, ledger),
         GitGuard(settings),
+        UnclaimedWrites(settings, ledger, claims),
         Watch(watchdog) if watchdog is not None else None,
         Salvage(ledger, claims),  # after the watchdog: a stalled attempt's salvage says so
         BranchCommits(ledger),
