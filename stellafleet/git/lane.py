@@ -164,6 +164,7 @@ class Staged:
     paths: tuple[str, ...]
     entries: Mapping[str, tuple[str, str]]
     message: str
+    users: tuple[str, ...] = ()  # of paths, those the user had changed when the run started (kept out)
 
     @property
     def gone(self) -> list[str]:
@@ -201,7 +202,7 @@ def stage(
         entries = index.file_entries(workspace, index_file, paths)  # a hook may have staged more of them
         if "commit-msg" in installed:
             message = hooks_mod.run_commit_msg(workspace, index_file, message, scratch, paths)
-    return Staged(tuple(paths), entries, message)
+    return Staged(tuple(paths), entries, message, tuple(contents or ()))
 
 
 def commit_in_workspace(
@@ -308,6 +309,12 @@ def _prepare(workspace: Path, staged: Staged, real: Path) -> _Ahead:
         index.set_entries(workspace, index_file, staged.entries, staged.gone)
         tree = index.write_tree(workspace, index_file)
     if old is not None and tree == index.tree_of(workspace, old):
+        if staged.users:
+            raise StellaError(
+                f"nothing to commit: the only changes in {', '.join(staged.paths)} are the uncommitted "
+                "changes of yours from when the run started (--allow-dirty keeps those out of the "
+                "workers' commits)"
+            )
         raise StellaError(f"nothing to commit: {', '.join(staged.paths)} match HEAD already")
     new = index.commit_tree(workspace, tree, old, staged.message)
     return _Ahead(old, new, indexlock.prepare_update(workspace, staged.entries, staged.gone, real=real))
