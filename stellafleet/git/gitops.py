@@ -254,6 +254,22 @@ def git_processes_in(root: Path, *, started_before: float) -> list[psutil.Proces
     return found
 
 
+def users_commits(root: Path) -> list[psutil.Process]:
+    """The `git commit`s running in root's work tree (a shared worker's git refuses commit: the user's)."""
+    import psutil
+
+    found = []
+    for proc in git_processes_in(root, started_before=float("inf")):
+        try:
+            argv = proc.cmdline()
+        except psutil.Error:
+            continue
+        words = [arg for arg in argv[1:] if not arg.startswith("-")]
+        if words[:1] == ["commit"]:
+            found.append(proc)
+    return found
+
+
 def branch_delete(root: Path, branch: str) -> None:
     """Delete branch, merged or not (callers decide what may go)."""
     git("branch", "-D", branch, cwd=root)

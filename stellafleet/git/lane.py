@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from stellafleet.git.lanejournal import Pending
 from stellafleet.state.claims import ClaimStore, Holder
 
 HEAD_RETRIES = 5  # tries of one commit while HEAD moves by something that takes no index.lock
+USERS_COMMIT_WAIT_S = 120.0  # a refused commit waits at most this long for the user's `git commit` to end
 LOCKLESS_S = 5.0  # catching up without index.lock, at most: past it, under the lock (never overtaken)
 
 
@@ -59,7 +61,12 @@ def commit_paths(
             lanejournal.record(ctx.paths.fleet_db, workspace, _pending(ctx, sha, staged))
         else:
             gitops.refuse_detached_head(workspace, allowed=ctx.allow_detached)  # detached since the start?
-            sha = _commit_shared(ctx, workspace, relpaths, staging, reflog, lane_timeout)
+            try:
+                sha = _commit_shared(ctx, workspace, relpaths, staging, reflog, lane_timeout)
+            except hooks_mod.HookFailed:
+                if not _after_users_commit(workspace):
+                    raise
+                sha = _commit_shared(ctx, workspace, relpaths, staging, reflog, lane_timeout)
     if run_hooks:
         hooks_mod.run_post_commit(workspace, relpaths)
     return sha
@@ -108,7 +115,53 @@ def _commit_shared(
                 raise
             record(_pending(ctx, sha, staged))
             lanejournal.clear(journal)
+        if not ctx.run_id:  # the user's commit holds its paths only while it commits
+            store.release_attempt(ctx.run_id, ctx.attempt_id)
     return sha
+
+
+def _after_users_commit(workspace: Path, timeout: float = USERS_COMMIT_WAIT_S) -> bool:
+    """Whether a `git commit` of the user's ran in the tree as a hook refused, waited for until it ended:
+    the pre-commit framework's stash of unstaged changes (the workers' files) may have undone a rewrite."""
+    running = gitops.users_commits(workspace)
+    if not running:
+        return False
+    print("stella: a hook refused while your git commit ran; trying again once it has ended", file=sys.stderr)
+    deadline = time.monotonic() + timeout
+    while gitops.users_commits(workspace) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return True
+
+
+def users_context(cwd: Path) -> WorkerContext:
+    """The user's own `stella commit`, outside any worker: through the lane, with the hooks on exactly its
+    paths as the config says, recorded for no task."""
+    from stellafleet.core.config import load_config
+
+    workspace, root = gitops.repo_root(cwd), gitops.main_worktree_root(cwd)
+    config = load_config(root)
+    shared = workspace.resolve() == root.resolve()
+    return WorkerContext(
+        root=root,
+        workspace=workspace,
+        run_id="",
+        task_id="",
+        task_title="your own commit",
+        attempt_id=0,
+        prompt="",
+        isolation="shared" if shared else "isolated",
+        branch=None if shared else gitops.current_branch(workspace),
+        base_commit="",
+        spend_guard_usd=None,
+        pipeline="",
+        model=None,
+        timeout_s=None,
+        result_path=Path(os.devnull),
+        log_path=Path(os.devnull),
+        transcript_path=Path(os.devnull),
+        commit_hooks=config.commit.hooks,
+        serialize_hooks=hookstash.serialised(config.commit.serialize_hooks, root),
+    )
 
 
 def worker_pid(ctx: WorkerContext) -> int:
