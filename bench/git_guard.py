@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from stellafleet.core.paths import StatePaths
-from stellafleet.git import guard
+from stellafleet.git import gitops, guard
 from stellafleet.state.ledger import Ledger
 
 STELLA = [sys.executable, "-m", "stellafleet"]
@@ -79,7 +79,7 @@ def bench_guard(work: Path, calls: int, files: int) -> None:
     real, through = [], []
     for _ in range(calls):
         for args in READS:  # interleaved: both see the same load
-            real.append(timed([guard.real_git(), *args], repo, real_env))
+            real.append(timed([gitops.git_program(), *args], repo, real_env))
             through.append(timed(["git", *args], repo, guarded))
     added = [t - r for t, r in zip(through, real, strict=True)]
     print(f"guard: {len(real)} read-only git calls each way, {files} files, {os.cpu_count()} cores")

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # imported where used: a worker never scans for git processes
 # The folder of a shared worker's git guard (git/guard.py), first on its PATH: stella's own git, and the
 # hooks it runs, use the real git behind it.
 GUARD_VAR = "STELLA_GIT_GUARD"
+PROGRAM = "git"  # its name on PATH (the guard's script has it too)
 
 
 def unguarded(env: Mapping[str, str]) -> dict[str, str]:
@@ -30,8 +31,9 @@ def unguarded(env: Mapping[str, str]) -> dict[str, str]:
     return {**env, "PATH": os.pathsep.join(kept)}
 
 
-def _git_program() -> str:
-    found = shutil.which("git", path=unguarded(os.environ).get("PATH", os.defpath))
+def git_program() -> str:
+    """The real git: the first on PATH that is not the git guard."""
+    found = shutil.which(PROGRAM, path=unguarded(os.environ).get("PATH", os.defpath))
     if found is None:
         raise StellaError("git is not installed or not on PATH: install git and try again")
     return found
@@ -46,7 +48,7 @@ def git_status(
     *args: str, cwd: Path | str, env: Mapping[str, str] | None = None, stdin: str | None = None
 ) -> tuple[int, str, str]:
     """The one place git runs: (exit status, stdout, stderr); a git that cannot start raises GitError."""
-    program = _git_program()
+    program = git_program()
     try:
         # Part of our own work, not a command to stop: it stays in our session (a Ctrl-C reaches it).
         done = runner.run(
@@ -59,7 +61,7 @@ def git_status(
 
 def git_started(*args: str, cwd: Path | str) -> runner.Process:
     """git started now and left waiting for its input (runner.Process.finish feeds it)."""
-    program = _git_program()
+    program = git_program()
     try:
         return runner.start(
             [program, *args], cwd=cwd, env=_git_env(None), stdin=runner.PIPE, session=False, plumbum=True

@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import os
 import shlex
-import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -52,35 +51,22 @@ _WHY = {
 
 
 def install(folder: Path) -> Path:
-    """The guard script written as folder/git (once: rewritten only when it changed); returns folder."""
-    real = real_git()
+    """The guard script written as folder/git, for this python and the real git; returns folder."""
     text = _SCRIPT.format(
         valued="|".join(_VALUED),
         refused=_REFUSED,
         by_path="|".join(_BY_PATH),
         python=shlex.quote(sys.executable),
-        git=shlex.quote(real),
+        git=shlex.quote(gitops.git_program()),
     )
-    script = folder / "git"
-    try:
-        if script.read_text() == text:
-            return folder
-    except OSError:
-        pass
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".git.{os.getpid()}.tmp"
     tmp.write_text(text)
     tmp.chmod(0o755)
-    os.replace(tmp, script)  # a worker starting now sees the old script or the new one, whole
+    os.replace(
+        tmp, folder / gitops.PROGRAM
+    )  # a worker starting now sees the old script or the new one, whole
     return folder
-
-
-def real_git() -> str:
-    """The real git: the first on PATH that is not a guard."""
-    found = shutil.which("git", path=gitops.unguarded(os.environ).get("PATH", os.defpath))
-    if found is None:
-        raise StellaError("git is not installed or not on PATH: install git and try again")
-    return found
 
 
 def guarded_env(env: Mapping[str, str], folder: Path) -> dict[str, str]:
@@ -189,21 +175,17 @@ def _claimed(ctx: WorkerContext) -> list[str]:
 
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     """Refuse argv in one line on stderr and in the task's log (exit 1), or run the real git."""
-    real = real_git()
     try:
         ctx = WorkerContext.from_env(env)
-    except StellaError:  # not in a worker after all: nothing to guard
-        ctx = None
-    why = None
-    if ctx is not None:
         why = refusal(argv, Path.cwd(), _claimed(ctx), ctx.workspace)
+    except StellaError:  # not in a worker after all: nothing to guard
+        why = None
     if why is None:
-        runner.become([real, *argv], gitops.unguarded(env))
+        runner.become([gitops.git_program(), *argv], gitops.unguarded(env))
     line = f"stella: {why}"
     print(line, file=sys.stderr, flush=True)
-    if ctx is not None:
-        with ctx.log_path.open("a", encoding="utf-8") as log:
-            log.write(line + "\n")
+    with ctx.log_path.open("a", encoding="utf-8") as log:
+        log.write(line + "\n")
     return 1
 
 
