@@ -61,10 +61,11 @@ def commit_paths(
             lanejournal.record(ctx.paths.fleet_db, workspace, _pending(ctx, sha, staged))
         else:
             gitops.refuse_detached_head(workspace, allowed=ctx.allow_detached)  # detached since the start?
+            users_before = bool(gitops.users_commits(workspace))  # it may end before a hook refuses
             try:
                 sha = _commit_shared(ctx, workspace, relpaths, staging, reflog, lane_timeout)
             except hooks_mod.HookFailed:
-                if not _after_users_commit(workspace):
+                if not _after_users_commit(workspace, users_before):
                     raise
                 sha = _commit_shared(ctx, workspace, relpaths, staging, reflog, lane_timeout)
     if run_hooks:
@@ -120,11 +121,10 @@ def _commit_shared(
     return sha
 
 
-def _after_users_commit(workspace: Path, timeout: float = USERS_COMMIT_WAIT_S) -> bool:
-    """Whether a `git commit` of the user's ran in the tree as a hook refused, waited for until it ended:
+def _after_users_commit(workspace: Path, ran_before: bool, timeout: float = USERS_COMMIT_WAIT_S) -> bool:
+    """Whether a `git commit` of the user's ran in the tree while the hooks did, waited for until it ended:
     the pre-commit framework's stash of unstaged changes (the workers' files) may have undone a rewrite."""
-    running = gitops.users_commits(workspace)
-    if not running:
+    if not ran_before and not gitops.users_commits(workspace):
         return False
     print("stella: a hook refused while your git commit ran; trying again once it has ended", file=sys.stderr)
     deadline = time.monotonic() + timeout

@@ -1,7 +1,8 @@
 """A worker's commit refused while the user's own `git commit` runs its hooks (the pre-commit framework's
 stash window, which puts the workers' files back to HEAD) is tried again once that commit has ended.
 A real `git commit` is held inside its hook by a file barrier; the hook refuses the worker's commit while
-that window is open, as a fixer hook whose rewrite was undone does."""
+that window is open, as a fixer hook whose rewrite was undone does, and says so only once that commit has
+ended (the worker must have seen it running as its hooks started)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ if [ -n "$USERS_SIDE" ]; then
 fi
 if [ ! -e "$MARKS/window-closes" ]; then
   touch "$MARKS/worker-refused"
+  while [ ! -e "$MARKS/users-commit-ended" ]; do sleep 0.01; done
   echo "error: prettier's rewrite of w.txt was undone"
   exit 1
 fi
@@ -50,8 +52,9 @@ def test_a_workers_commit_refused_in_the_users_stash_window_is_retried_once_it_c
     )  # fmt: skip
     wait_for(marks / "worker-refused", process=worker)
     (marks / "window-closes").touch()
-    _, err = worker.communicate(timeout=60)
     assert users.wait(timeout=60) == 0
+    (marks / "users-commit-ended").touch()  # the refusal comes after the user's commit has ended
+    _, err = worker.communicate(timeout=60)
     assert worker.returncode == 0, err
     assert "a hook refused while your git commit ran; trying again once it has ended" in err
     assert git("log", "--format=%s", cwd=git_repo).split("\n")[:2] == ["w", "the user's"]
