@@ -13,12 +13,14 @@ from pathlib import Path
 
 from stellafleet.core.errors import StellaError
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import gitops
+from stellafleet.git import gitops, hookstash
 from stellafleet.proc import runner
 
 # Every form of these is refused; checkout, restore and reset are refused by what they name.
 _REFUSED = "stash|clean|switch|rebase|merge|pull|cherry-pick|revert|commit|add|rm|mv"
 _BY_PATH = ("checkout", "restore", "reset")
+SHARED = f"{_REFUSED}|{'|'.join(_BY_PATH)}"
+ISOLATED = "commit"  # an isolated worker's own commit: its hooks under the hook lock (serialize_hooks)
 # git's global options that take the next argument as their value
 _VALUED = ("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env")
 
@@ -30,7 +32,7 @@ for arg in "$@"; do
   case $arg in
     {valued}) skip=1 ;;
     -*) ;;
-    {refused}|{by_path}) exec {python} -P -m stellafleet.git.guard "$@" ;;
+    {diverted}) exec {python} -P -m stellafleet.git.guard "$@" ;;
     *) break ;;
   esac
 done
@@ -50,12 +52,12 @@ _WHY = {
 }
 
 
-def install(folder: Path) -> Path:
-    """The guard script written as folder/git, for this python and the real git; returns folder."""
+def install(folder: Path, diverted: str = SHARED) -> Path:
+    """The guard script written as folder/git, for this python and the real git, handing the diverted
+    subcommands (`a|b`) to this module; returns folder."""
     text = _SCRIPT.format(
         valued="|".join(_VALUED),
-        refused=_REFUSED,
-        by_path="|".join(_BY_PATH),
+        diverted=diverted,
         python=shlex.quote(sys.executable),
         git=shlex.quote(gitops.git_program()),
     )
@@ -96,7 +98,7 @@ def _directory(options: Sequence[str], cwd: Path) -> Path:
 def refusal(argv: Sequence[str], cwd: Path, claimed: Sequence[str], top: Path) -> str | None:
     """Why this git call is refused in the shared tree (None: it runs). claimed: the task's claims."""
     options, sub, args = split(argv)
-    if sub not in _REFUSED.split("|") + list(_BY_PATH):
+    if sub not in SHARED.split("|"):
         return None
     if sub not in _BY_PATH:
         return f"git {sub} is refused in the shared tree ({_WHY.get(sub, MOVES_HEAD)}"
@@ -173,10 +175,24 @@ def _claimed(ctx: WorkerContext) -> list[str]:
         return store.paths_of_attempt(ctx.run_id, ctx.attempt_id)
 
 
+def _commit_in_turn(ctx: WorkerContext, argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """An isolated worker's `git commit`, its hooks under the repository's hook lock, the stash kept."""
+    git = [gitops.git_program(), *argv]
+    if split(argv)[1] != "commit":
+        runner.become(git, gitops.unguarded(env))
+    with hookstash.guarded(ctx.paths.private / hookstash.LOCK_NAME, ctx.workspace):
+        done = runner.run(
+            git, env=gitops.unguarded(env), stdout=runner.INHERIT, stderr=runner.INHERIT, session=False
+        )
+    return done.returncode
+
+
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     """Refuse argv in one line on stderr and in the task's log (exit 1), or run the real git."""
     try:
         ctx = WorkerContext.from_env(env)
+        if not ctx.shared:
+            return _commit_in_turn(ctx, argv, env)
         why = refusal(argv, Path.cwd(), _claimed(ctx), ctx.workspace)
     except StellaError:  # not in a worker after all: nothing to guard
         why = None

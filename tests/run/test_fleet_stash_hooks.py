@@ -1,6 +1,6 @@
 """Hooks that keep a backup in the stash, lint-staged's way, run one commit at a time across shared and
-isolated workers (`[commit] serialize_hooks = "auto"`): six workers all commit, and the user's own stash is
-exactly as it was."""
+isolated workers (`[commit] serialize_hooks = "auto"`), through stella commit and an isolated worker's own
+git commit alike: six workers all commit, and the user's own stash is exactly as it was."""
 
 from __future__ import annotations
 
@@ -27,9 +27,14 @@ ISOLATED = ["i0", "i1"]
 PLAN = "".join(
     f'[[tasks]]\nid = "{t}"\nprompt = "write {t}.txt"\nclaims = ["{t}.txt"]\n\n' for t in SHARED
 ) + "".join(f'[[tasks]]\nid = "{t}"\nprompt = "write {t}.txt"\nisolation = "isolated"\n\n' for t in ISOLATED)
+# shared workers commit with stella commit, isolated ones with their own git commit (as they are told)
 WRITER = """
 (WS / f"{TASK}.txt").write_text(f"{TASK}\\n")
-stella_commit(f"{TASK}: write", f"{TASK}.txt")
+if os.environ["STELLA_ISOLATION"] == "isolated":
+    subprocess.run(["git", "add", f"{TASK}.txt"], check=True)
+    subprocess.run(["git", "commit", "-q", "-m", f"{TASK}: write"], check=True)
+else:
+    stella_commit(f"{TASK}: write", f"{TASK}.txt")
 report(summary="written")
 """
 
