@@ -95,10 +95,13 @@ def _directory(options: Sequence[str], cwd: Path) -> Path:
     return cwd
 
 
-def refusal(argv: Sequence[str], cwd: Path, claimed: Sequence[str], top: Path) -> str | None:
-    """Why this git call is refused in the shared tree (None: it runs). claimed: the task's claims."""
+def refusal(
+    argv: Sequence[str], cwd: Path, claimed: Sequence[str], top: Path, *, private_index: bool = False
+) -> str | None:
+    """Why this git call is refused in the shared tree (None: it runs). claimed: the task's claims;
+    private_index: GIT_INDEX_FILE names an index of its own, where add, rm and mv stage nothing of yours."""
     options, sub, args = split(argv)
-    if sub not in SHARED.split("|"):
+    if sub not in SHARED.split("|") or (private_index and sub in ("add", "rm", "mv")):
         return None
     if sub not in _BY_PATH:
         return f"git {sub} is refused in the shared tree ({_WHY.get(sub, MOVES_HEAD)}"
@@ -193,7 +196,11 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
         ctx = WorkerContext.from_env(env)
         if not ctx.shared:
             return _commit_in_turn(ctx, argv, env)
-        why = refusal(argv, Path.cwd(), _claimed(ctx), ctx.workspace)
+        index = env.get("GIT_INDEX_FILE", "")
+        private = (
+            bool(index) and Path(index).resolve() != gitops.git_path(ctx.workspace, "--git-dir") / "index"
+        )
+        why = refusal(argv, Path.cwd(), _claimed(ctx), ctx.workspace, private_index=private)
     except StellaError:  # not in a worker after all: nothing to guard
         why = None
     if why is None:

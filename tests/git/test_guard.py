@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -43,16 +44,20 @@ def repo(git_repo: Path) -> Path:
     return git_repo
 
 
-@pytest.mark.parametrize("command", REFUSED)
-def test_what_would_touch_other_workers_files_or_move_head_is_refused(repo: Path, command: str) -> None:
-    why = guard.refusal(command.split(), repo, ["a.txt"], repo)
-    assert why is not None and "is refused in the shared tree" in why
-    assert "stella commit -m MSG PATH" in why
+def test_what_would_touch_other_workers_files_or_move_head_is_refused(repo: Path) -> None:
+    said = {command: guard.refusal(command.split(), repo, ["a.txt"], repo) for command in REFUSED}
+    passed = [
+        command for command, why in said.items() if why is None or "is refused in the shared tree" not in why
+    ]
+    assert passed == []
+    assert [command for command, why in said.items() if "stella commit -m MSG PATH" not in str(why)] == []
 
 
-@pytest.mark.parametrize("command", PASSED)
-def test_reads_and_the_tasks_own_claimed_paths_pass(repo: Path, command: str) -> None:
-    assert guard.refusal(command.split(), repo, ["a.txt"], repo) is None
+def test_reads_and_the_tasks_own_claimed_paths_pass(repo: Path) -> None:
+    refused = {
+        command: why for command in PASSED if (why := guard.refusal(command.split(), repo, ["a.txt"], repo))
+    }
+    assert refused == {}
 
 
 def test_a_path_is_the_tasks_from_a_subdirectory_too(repo: Path) -> None:
@@ -121,3 +126,18 @@ def test_the_engines_shell_tool_runs_the_guard(repo: Path) -> None:
     said = tools.call("shell", {"command": "git reset --hard"})
     assert said.startswith("exit status 1\nstella: git reset --hard is refused in the shared tree")
     assert tools.call("shell", {"command": "git status --short a.txt"}) == "exit status 0"
+
+
+def test_add_rm_and_mv_into_an_index_of_its_own_pass_and_leave_the_users_index_alone(repo: Path) -> None:
+    # aider `git add`s each file it creates; its pipeline gives it a copy of the index for that
+    ctx = make_attempt(repo)
+    ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
+    own = repo.parent / "own-index"
+    shutil.copyfile(repo / ".git" / "index", own)
+    env = guard.guarded_env({**os.environ, **ctx.to_env()}, guard.install(ctx.paths.private / "gitguard"))
+    (repo / "new.txt").write_text("new\n")
+    added = subprocess.run(["git", "add", "new.txt"], cwd=repo, env={**env, "GIT_INDEX_FILE": str(own)})
+    assert added.returncode == 0
+    assert git("diff", "--cached", "--name-only", cwd=repo) == ""  # the user's index: nothing staged
+    real = {**env, "GIT_INDEX_FILE": str(repo / ".git" / "index")}
+    assert subprocess.run(["git", "add", "new.txt"], cwd=repo, env=real, capture_output=True).returncode == 1
