@@ -31,6 +31,11 @@ FLEET_OVERHEAD_TOY = ["--tasks", "4", "--concurrency", "2", "--seconds", "0.2", 
         ("stack.py", ["--files", "50", "--fan", "2", "--depth", "2", "--repeat", "1"], "worst per task"),
         ("schedule.py", ["--tasks", "6", "--concurrency", "2", "--scale", "0.05"], "lower bound"),
         ("lane_user_git.py", ["--tasks", "3", "--concurrency", "2"], "user git calls"),
+        (
+            "git_guard.py",
+            ["--calls", "3", "--files", "20", "--workers", "2", "--hook-seconds", "0.1"],
+            "guard adds",
+        ),
         ("bootstrap.py", ["--mb", "1", "--worktrees", "2", "--skip-fleet"], "ratio stellafleet / cp -r"),
         ("check_overhead.py", ["--files", "50", "--rounds", "1"], "what a check adds per task"),
         (

@@ -1,4 +1,4 @@
-"""`stella commit -m MSG PATH ...`: inside a worker, commit exactly these paths for its task."""
+"""`stella commit -m MSG PATH ...`: commit exactly these paths, for a worker's task or the user."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from stellafleet.core.errors import EXIT_OK
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "commit",
-        help="inside a fleet worker: commit exactly these paths through the commit lane",
+        help="commit exactly these paths through the commit lane (a worker's, or your own)",
         description=(
             "Commit exactly the named paths (deleted ones as deletions) for this worker's task. In the "
             "shared tree the commit goes through the workspace-wide commit lane, so it never sweeps in "
             "another worker's files or the user's own changes; it is recorded in the fleet ledger. "
-            "Works only inside a process started by `stella fleet`."
+            "Outside a worker it is your own commit: through the lane, the hooks run on exactly these "
+            "paths, recorded for no task."
         ),
     )
     parser.add_argument("-m", "--message", required=True, metavar="MSG", help="the commit message")
@@ -35,13 +36,16 @@ def workspace_relative(workspace: Path, given: str, cwd: Path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from stellafleet.core.workercontext import WorkerContext
-    from stellafleet.git.lane import commit_paths
+    from stellafleet.git.lane import commit_paths, users_context
     from stellafleet.state import journal
     from stellafleet.state.proof import prove_attempt
 
-    ctx = WorkerContext.from_env()  # outside a worker: a clear StellaError, exit 2
-    prove_attempt(ctx)  # a copied or made-up worker environment: refused, exit 2
     cwd = Path(os.path.realpath(os.getcwd()))
+    if "STELLA_RUN_ID" in os.environ:
+        ctx = WorkerContext.from_env()
+        prove_attempt(ctx)  # a copied or made-up worker environment: refused, exit 2
+    else:  # the user's own commit
+        ctx = users_context(cwd)
     paths = [workspace_relative(ctx.workspace, given, cwd) for given in args.paths]
     with journal.acting(ctx.root, "commit"):  # killed, its lane and scratch are repaired by the next command
         sha = commit_paths(ctx, paths, args.message)

@@ -50,6 +50,10 @@ class FleetConfig:
     init_submodules: bool = True  # isolated worktrees get the main tree's submodules
     allow_detached: bool = False  # shared tasks may commit onto a detached HEAD
     check_log_bytes: int = 8000  # how much of a check's output (its end) the ledger and a round keep
+    git_guard: bool = (
+        True  # shared workers' `git` refuses what would touch other workers' files (git/guard.py)
+    )
+    strict_claims: bool = False  # a shared attempt that wrote files outside its claims fails
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,8 @@ class CommitConfig:
     """[commit]: how a worker's `stella commit` is made."""
 
     hooks: str = "run"  # "run" | "skip": the repository's commit hooks
+    # "auto" | True | False: stash-using commit hooks run one commit at a time (git/hookstash.py)
+    serialize_hooks: str | bool = "auto"
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,8 @@ class WorkerContext:
     allow_detached: bool = False
     # where an isolated worktree starts when not at base_commit: its parents' work, or a salvage commit
     start_commit: str | None = None
+    # [commit] serialize_hooks, decided for the run: the commit hooks run under the repository's hook lock
+    serialize_hooks: bool = False
 
     @property
     def paths(self) -> StatePaths:
@@ -79,6 +81,7 @@ class WorkerContext:
         if self.spend_guard_usd is not None:
             values["spend_guard_usd"] = f"{self.spend_guard_usd:.6f}"
         values["allow_detached"] = "1" if self.allow_detached else None
+        values["serialize_hooks"] = "1" if self.serialize_hooks else None
         return {_PREFIX + _KEYS[name]: str(value) for name, value in values.items() if value is not None}
 
     @classmethod
@@ -137,6 +140,7 @@ class WorkerContext:
             commit_hooks="skip" if get("commit_hooks") == "skip" else "run",
             allow_detached=get("allow_detached") == "1",
             start_commit=get("start_commit") or None,
+            serialize_hooks=get("serialize_hooks") == "1",
         )
 
 

@@ -16,8 +16,24 @@ if TYPE_CHECKING:  # imported where used: a worker never scans for git processes
     import psutil
 
 
-def _git_program() -> str:
-    found = shutil.which("git", path=os.environ.get("PATH", os.defpath))
+# The folder of a shared worker's git guard (git/guard.py), first on its PATH: stella's own git, and the
+# hooks it runs, use the real git behind it.
+GUARD_VAR = "STELLA_GIT_GUARD"
+PROGRAM = "git"  # its name on PATH (the guard's script has it too)
+
+
+def unguarded(env: Mapping[str, str]) -> dict[str, str]:
+    """env with the git guard's folder taken off PATH (env itself when it has none)."""
+    folder = env.get(GUARD_VAR)
+    if not folder or "PATH" not in env:
+        return dict(env)
+    kept = [part for part in env["PATH"].split(os.pathsep) if part != folder]
+    return {**env, "PATH": os.pathsep.join(kept)}
+
+
+def git_program() -> str:
+    """The real git: the first on PATH that is not the git guard."""
+    found = shutil.which(PROGRAM, path=unguarded(os.environ).get("PATH", os.defpath))
     if found is None:
         raise StellaError("git is not installed or not on PATH: install git and try again")
     return found
@@ -25,14 +41,14 @@ def _git_program() -> str:
 
 def _git_env(env: Mapping[str, str] | None) -> dict[str, str]:
     # No optional locks: a `git status` of ours never holds index.lock, where the user's git would fail.
-    return {**os.environ, "GIT_OPTIONAL_LOCKS": "0", **(env or {})}
+    return {**unguarded(os.environ), "GIT_OPTIONAL_LOCKS": "0", **(env or {})}
 
 
 def git_status(
     *args: str, cwd: Path | str, env: Mapping[str, str] | None = None, stdin: str | None = None
 ) -> tuple[int, str, str]:
     """The one place git runs: (exit status, stdout, stderr); a git that cannot start raises GitError."""
-    program = _git_program()
+    program = git_program()
     try:
         # Part of our own work, not a command to stop: it stays in our session (a Ctrl-C reaches it).
         done = runner.run(
@@ -45,7 +61,7 @@ def git_status(
 
 def git_started(*args: str, cwd: Path | str) -> runner.Process:
     """git started now and left waiting for its input (runner.Process.finish feeds it)."""
-    program = _git_program()
+    program = git_program()
     try:
         return runner.start(
             [program, *args], cwd=cwd, env=_git_env(None), stdin=runner.PIPE, session=False, plumbum=True
@@ -246,6 +262,22 @@ def git_processes_in(root: Path, *, started_before: float) -> list[psutil.Proces
         except (psutil.Error, OSError):
             continue
         if cwd == top or cwd.startswith(top + os.sep):
+            found.append(proc)
+    return found
+
+
+def users_commits(root: Path) -> list[psutil.Process]:
+    """The `git commit`s running in root's work tree (a shared worker's git refuses commit: the user's)."""
+    import psutil
+
+    found = []
+    for proc in git_processes_in(root, started_before=float("inf")):
+        try:
+            argv = proc.cmdline()
+        except psutil.Error:
+            continue
+        words = [arg for arg in argv[1:] if not arg.startswith("-")]
+        if words[:1] == ["commit"]:
             found.append(proc)
     return found
 

@@ -30,10 +30,33 @@ def hooks_dir(root: Path) -> Path:
     return gitops.git_path(root, "--git-path", "hooks")
 
 
+def share_relative_folder(root: Path, worktree: Path) -> Path | None:
+    """A relative core.hooksPath that a new worktree lacks because it is ignored (husky's `.husky/_`): the
+    main tree's folder copied in, as it would be there if it were tracked. The folder copied, else None."""
+    setting = gitops.git("config", "--get", "core.hooksPath", cwd=root, check=False).strip()
+    if not setting or Path(setting).is_absolute() or setting.startswith("~"):
+        return None
+    source, target = root / setting, worktree / setting
+    if target.exists() or not source.is_dir():
+        return None
+    if gitops.git("ls-files", "--others", "--exclude-standard", "--", setting, cwd=root).strip():
+        return None  # not ignored: a copy would show as the task's own new files
+    shutil.copytree(source, target, symlinks=True)
+    return target
+
+
 def installed(root: Path, names: Sequence[str] = ("pre-commit", "commit-msg")) -> list[str]:
     """Which of these hooks git would run for a commit in root."""
     where = hooks_dir(root)
     return [name for name in names if os.access(where / name, os.X_OK) and (where / name).is_file()]
+
+
+def framework_installed(root: Path) -> bool:
+    """Whether root's pre-commit hook is the pre-commit framework's."""
+    try:
+        return FRAMEWORK_MARK in (hooks_dir(root) / "pre-commit").read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def _framework_command(
@@ -62,7 +85,7 @@ def _framework_command(
 
 
 def _run(argv: Sequence[str], root: Path, index_file: Path) -> tuple[int, str]:
-    env = {**os.environ, **index.with_index(index_file), "GIT_EDITOR": ":"}
+    env = {**gitops.unguarded(os.environ), **index.with_index(index_file), "GIT_EDITOR": ":"}
     try:
         done = runner.run(list(argv), cwd=root, env=env, stderr=runner.STDOUT, session=False)
     except OSError as exc:
@@ -70,14 +93,48 @@ def _run(argv: Sequence[str], root: Path, index_file: Path) -> tuple[int, str]:
     return done.returncode, done.stdout
 
 
-def _failed(name: str, retcode: int, output: str) -> HookFailed:
+# what a linter prints before its error lines (commitlint's ✖, eslint's ✖ 2 problems, "error:")
+_ERROR_MARK = re.compile(r"^(?:[✖✗✘×]\s*|(?:error|fatal)\b:?\s*)", re.IGNORECASE)
+_FRAMEWORK_FAILED = re.compile(r"^(.*?)\.{3,}\s*Failed$")  # the pre-commit framework's "name....Failed"
+
+
+def first_error(output: str) -> str:
+    """The first line of a hook's output that says what is wrong (its first line when none says so)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in lines:
+        if _ERROR_MARK.match(line):
+            return _ERROR_MARK.sub("", line, count=1).strip() or line
+    for line in lines:
+        failed = _FRAMEWORK_FAILED.match(line)
+        if failed:
+            return f"{failed.group(1).strip()} failed"
+    return lines[0] if lines else "it printed nothing"
+
+
+def _failed(name: str, retcode: int, output: str, rewritten: Sequence[str] = ()) -> HookFailed:
     lines = [line.rstrip() for line in output.strip().splitlines()][-OUTPUT_TAIL_LINES:]
     said = "\n".join(f"  {line}" for line in lines) if lines else "  (it printed nothing)"
-    return HookFailed(
-        f"stella: error: the {name} hook refused the commit (exit status {retcode}); nothing was committed. "
-        f"It said:\n{said}\nFix what it reports (a hook that rewrote a file left it rewritten in the work "
-        "tree) and run stella commit again."
+    rewrite = (
+        f"The hook rewrote {', '.join(rewritten)}: the rewrite stays in the work tree; "
+        "commit again to take it. "
+        if rewritten
+        else ""
     )
+    return HookFailed(
+        f"stella: error: {name} hook refused: {first_error(output)} (exit status {retcode}); nothing was "
+        f"committed. It said:\n{said}\n{rewrite}Fix what it reports and run stella commit again."
+    )
+
+
+def _contents(root: Path, paths: Sequence[str]) -> dict[str, bytes | None]:
+    """What the work tree holds at paths (None: no such file), to see what a hook rewrote."""
+    held: dict[str, bytes | None] = {}
+    for path in paths:
+        try:
+            held[path] = (root / path).read_bytes()
+        except OSError:
+            held[path] = None
+    return held
 
 
 def run_pre_commit(root: Path, index_file: Path, paths: Sequence[str]) -> None:
@@ -85,9 +142,11 @@ def run_pre_commit(root: Path, index_file: Path, paths: Sequence[str]) -> None:
     script = hooks_dir(root) / "pre-commit"
     index.hide_others(root, index_file, paths)
     argv = _framework_command(script, paths) or [str(script)]
+    before = _contents(root, paths)
     retcode, output = _run(argv, root, index_file)
     if retcode != 0:
-        raise _failed("pre-commit", retcode, output)
+        after = _contents(root, paths)
+        raise _failed("pre-commit", retcode, output, [path for path in paths if after[path] != before[path]])
 
 
 def run_commit_msg(root: Path, index_file: Path, message: str, scratch: Path, paths: Sequence[str]) -> str:
@@ -113,7 +172,9 @@ def run_post_commit(root: Path, paths: Sequence[str]) -> None:
         return
     argv = _framework_command(script, paths, "post-commit") or [str(script)]
     try:
-        done = runner.run(argv, cwd=root, stderr=runner.STDOUT, session=False)
+        done = runner.run(
+            argv, cwd=root, env=gitops.unguarded(os.environ), stderr=runner.STDOUT, session=False
+        )
     except OSError:
         return
     if done.stdout.strip():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,13 +16,14 @@ import psutil
 from stellafleet.core.errors import GitError, StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import dirty, gitops, index, indexlock, lanejournal, submodules
+from stellafleet.git import dirty, gitops, hookstash, index, indexlock, lanejournal, submodules
 from stellafleet.git import hooks as hooks_mod
 from stellafleet.git.indexlock import IndexLock
 from stellafleet.git.lanejournal import Pending
 from stellafleet.state.claims import ClaimStore, Holder
 
 HEAD_RETRIES = 5  # tries of one commit while HEAD moves by something that takes no index.lock
+USERS_COMMIT_WAIT_S = 120.0  # a refused commit waits at most this long for the user's `git commit` to end
 LOCKLESS_S = 5.0  # catching up without index.lock, at most: past it, under the lock (never overtaken)
 
 
@@ -36,12 +38,20 @@ def commit_paths(
     submodules.refuse_inside(workspace, relpaths)
     reflog = f"stella: task {ctx.task_id}"
     run_hooks = ctx.commit_hooks == "run"
+    hook_lock = ctx.paths.private / hookstash.LOCK_NAME if ctx.serialize_hooks else None
     with lanejournal.scratch_directory("stella-commit-") as tmp:  # locked while we live, swept once gone
         # in the shared tree, a file the user had changed when the run started: the worker's changes only
         snapshot = dirty.load(ctx.root, ctx.run_id) if ctx.shared else {}
         contents = dirty.worker_entries(workspace, relpaths, snapshot) if snapshot else {}
         staging = functools.partial(
-            stage, workspace, relpaths, message, Path(tmp), hooks=run_hooks, contents=contents
+            stage,
+            workspace,
+            relpaths,
+            message,
+            Path(tmp),
+            hooks=run_hooks,
+            contents=contents,
+            hook_lock=hook_lock,
         )
         if not ctx.shared:
             # An isolated worktree has one writer: no lane, no claims.
@@ -51,7 +61,13 @@ def commit_paths(
             lanejournal.record(ctx.paths.fleet_db, workspace, _pending(ctx, sha, staged))
         else:
             gitops.refuse_detached_head(workspace, allowed=ctx.allow_detached)  # detached since the start?
-            sha = _commit_shared(ctx, workspace, relpaths, staging, reflog, lane_timeout)
+            users_before = bool(gitops.users_commits(workspace))  # it may end before a hook refuses
+            try:
+                sha = _commit_shared(ctx, workspace, relpaths, staging, reflog, lane_timeout)
+            except hooks_mod.HookFailed:
+                if not _after_users_commit(workspace, users_before):
+                    raise
+                sha = _commit_shared(ctx, workspace, relpaths, staging, reflog, lane_timeout)
     if run_hooks:
         hooks_mod.run_post_commit(workspace, relpaths)
     return sha
@@ -100,7 +116,52 @@ def _commit_shared(
                 raise
             record(_pending(ctx, sha, staged))
             lanejournal.clear(journal)
+        if not ctx.run_id:  # the user's commit holds its paths only while it commits
+            store.release_attempt(ctx.run_id, ctx.attempt_id)
     return sha
+
+
+def _after_users_commit(workspace: Path, ran_before: bool, timeout: float = USERS_COMMIT_WAIT_S) -> bool:
+    """Whether a `git commit` of the user's ran in the tree while the hooks did, waited for until it ended:
+    the pre-commit framework's stash of unstaged changes (the workers' files) may have undone a rewrite."""
+    if not ran_before and not gitops.users_commits(workspace):
+        return False
+    print("stella: a hook refused while your git commit ran; trying again once it has ended", file=sys.stderr)
+    deadline = time.monotonic() + timeout
+    while gitops.users_commits(workspace) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return True
+
+
+def users_context(cwd: Path) -> WorkerContext:
+    """The user's own `stella commit`, outside any worker: through the lane, with the hooks on exactly its
+    paths as the config says, recorded for no task."""
+    from stellafleet.core.config import load_config
+
+    workspace, root = gitops.repo_root(cwd), gitops.main_worktree_root(cwd)
+    config = load_config(root)
+    shared = workspace.resolve() == root.resolve()
+    return WorkerContext(
+        root=root,
+        workspace=workspace,
+        run_id="",
+        task_id="",
+        task_title="your own commit",
+        attempt_id=0,
+        prompt="",
+        isolation="shared" if shared else "isolated",
+        branch=None if shared else gitops.current_branch(workspace),
+        base_commit="",
+        spend_guard_usd=None,
+        pipeline="",
+        model=None,
+        timeout_s=None,
+        result_path=Path(os.devnull),
+        log_path=Path(os.devnull),
+        transcript_path=Path(os.devnull),
+        commit_hooks=config.commit.hooks,
+        serialize_hooks=hookstash.serialised(config.commit.serialize_hooks, root),
+    )
 
 
 def worker_pid(ctx: WorkerContext) -> int:
@@ -156,6 +217,7 @@ class Staged:
     paths: tuple[str, ...]
     entries: Mapping[str, tuple[str, str]]
     message: str
+    users: tuple[str, ...] = ()  # of paths, those the user had changed when the run started (kept out)
 
     @property
     def gone(self) -> list[str]:
@@ -170,9 +232,11 @@ def stage(
     *,
     hooks: bool = True,
     contents: Mapping[str, tuple[str, str]] | None = None,
+    hook_lock: Path | None = None,
 ) -> Staged:
     """The paths as the work tree has them (or, for those in contents, those entries), staged in a private
-    index on HEAD, and the repository's pre-commit and commit-msg hooks run on them (hooks.py)."""
+    index on HEAD, and the repository's pre-commit and commit-msg hooks run on them (hooks.py), under
+    hook_lock with the stash kept when they may use the stash (hookstash.py)."""
     old = gitops.ref_commit(workspace, "HEAD")
     missing = [path for path in paths if not os.path.lexists(workspace / path)]
     known = index.tree_entries(workspace, old, missing) if old and missing else {}
@@ -185,12 +249,13 @@ def stage(
     if contents:
         index.set_entries(workspace, index_file, contents, [])
     installed = hooks_mod.installed(workspace) if hooks else []
-    if "pre-commit" in installed:
-        hooks_mod.run_pre_commit(workspace, index_file, paths)  # HookFailed: nothing committed
-    entries = index.file_entries(workspace, index_file, paths)  # a hook may have staged more of them
-    if "commit-msg" in installed:
-        message = hooks_mod.run_commit_msg(workspace, index_file, message, scratch, paths)
-    return Staged(tuple(paths), entries, message)
+    with hookstash.guarded(hook_lock if installed else None, workspace):
+        if "pre-commit" in installed:
+            hooks_mod.run_pre_commit(workspace, index_file, paths)  # HookFailed: nothing committed
+        entries = index.file_entries(workspace, index_file, paths)  # a hook may have staged more of them
+        if "commit-msg" in installed:
+            message = hooks_mod.run_commit_msg(workspace, index_file, message, scratch, paths)
+    return Staged(tuple(paths), entries, message, tuple(contents or ()))
 
 
 def commit_in_workspace(
@@ -297,6 +362,12 @@ def _prepare(workspace: Path, staged: Staged, real: Path) -> _Ahead:
         index.set_entries(workspace, index_file, staged.entries, staged.gone)
         tree = index.write_tree(workspace, index_file)
     if old is not None and tree == index.tree_of(workspace, old):
+        if staged.users:
+            raise StellaError(
+                f"nothing to commit: the only changes in {', '.join(staged.paths)} are the uncommitted "
+                "changes of yours from when the run started (--allow-dirty keeps those out of the "
+                "workers' commits)"
+            )
         raise StellaError(f"nothing to commit: {', '.join(staged.paths)} match HEAD already")
     new = index.commit_tree(workspace, tree, old, staged.message)
     return _Ahead(old, new, indexlock.prepare_update(workspace, staged.entries, staged.gone, real=real))

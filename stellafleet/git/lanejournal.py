@@ -119,6 +119,8 @@ def _wait_for_ref_updates(root: Path) -> None:
 
 def record(fleet_db: Path, root: Path, pending: Pending) -> None:
     """Record a lane commit in the ledger for the task it was made for."""
+    if not pending.run_id:  # the user's own `stella commit`: no task to record it for
+        return
     branch = gitops.current_branch(root) or pending.branch or "HEAD"
     with Ledger.open(fleet_db) as ledger:
         ledger.commits.record(

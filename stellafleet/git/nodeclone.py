@@ -24,7 +24,8 @@ def cache_dir() -> Path:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """path's flock, held for the body by this process (the kernel drops it when the process dies)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:  # closing it releases the lock
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -36,7 +37,7 @@ def base_clone(write_bundle: Callable[[Path], None], base_commit: str, *, cache:
     root = (cache or cache_dir()) / base_commit
     if (root / READY).exists():  # made before, completely: no git call needed to know it
         return root
-    with _locked(root.with_suffix(".lock")):
+    with locked(root.with_suffix(".lock")):
         if not (root / READY).exists():
             shutil.rmtree(root, ignore_errors=True)  # a half-made clone of a killed attempt
             scratch = root.with_name(root.name + ".new")
@@ -53,7 +54,7 @@ def base_clone(write_bundle: Callable[[Path], None], base_commit: str, *, cache:
 
 def add_worktree(clone: Path, path: Path, branch: str, base_commit: str, start: Path | None = None) -> None:
     """The attempt's worktree of the clone at path, on branch, at base_commit or the start bundle's commit."""
-    with _locked(clone.with_suffix(".lock")):  # worktree adds of one clone, one at a time
+    with locked(clone.with_suffix(".lock")):  # worktree adds of one clone, one at a time
         tag = path.parent.name  # the attempt's scratch directory: unique while it runs
         commit = bundle.fetch_start(clone, start, tag) if start is not None else base_commit
         try:
@@ -67,6 +68,6 @@ def add_worktree(clone: Path, path: Path, branch: str, base_commit: str, start: 
 def remove_worktree(clone: Path, path: Path, branch: str) -> None:
     """The attempt's worktree and branch gone from the clone (a killed attempt's too, by one prune)."""
     shutil.rmtree(path, ignore_errors=True)
-    with _locked(clone.with_suffix(".lock")):
+    with locked(clone.with_suffix(".lock")):
         gitops.git("worktree", "prune", cwd=clone, check=False)
         gitops.git("update-ref", "-d", f"refs/heads/{branch}", cwd=clone, check=False)

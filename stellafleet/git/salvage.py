@@ -128,6 +128,19 @@ def latest_salvage(root: Path, run_id: str, task_id: str) -> SalvageRef | None:
     return max(mine, key=lambda s: int(s.parts[2])) if mine else None
 
 
+def still_in_tree(root: Path, sha: str, paths: Sequence[str]) -> list[str]:
+    """Those of paths whose work-tree file is what salvage commit sha holds: an attempt's leftovers."""
+    if not paths:
+        return []
+    kept = dict(
+        (entry.split("\t", 1)[1], entry.split()[2])
+        for entry in gitops.git_fields("ls-tree", "-z", sha, "--", *paths, cwd=root)
+    )
+    here = [path for path in paths if path in kept and (root / path).is_file()]
+    blobs = gitops.git("hash-object", "--", *here, cwd=root).split() if here else []
+    return [path for path, blob in zip(here, blobs, strict=True) if kept[path] == blob]
+
+
 def delete_salvage(root: Path, ref: SalvageRef) -> None:
     """Delete one salvage ref, only if it still points where it was listed."""
     gitops.git("update-ref", "-d", ref.ref, ref.sha, cwd=root)

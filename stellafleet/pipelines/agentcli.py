@@ -97,8 +97,9 @@ def agent_prompt(ctx: WorkerContext) -> str:
             "You are one of several agents working in the same git working tree at the same time.\n"
             "- Change only the files this task needs. If an edit is refused because another task holds the "
             "file, do not retry it: work around it or say so in your final answer.\n"
-            "- Do not run `git add`, `git commit`, `git stash`, `git reset`, `git checkout` or "
-            "`git restore`: they would sweep in or discard other agents' work.\n"
+            "- Do not run `git add`, `git rm`, `git mv`, `git commit`, `git stash`, `git reset`, "
+            "`git clean`, `git checkout` or `git restore`: they would sweep in or discard other agents' "
+            "work. A plain `rm` or `mv`, then `stella commit` of the paths, records a deletion or a move.\n"
             '- To commit, run `stella commit -m "<message>" <path> [<path> ...]`, naming exactly the files '
             "you changed. It commits only those paths and records the commit for this task.\n"
             "- End with a short summary of what you did."

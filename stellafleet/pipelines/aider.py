@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
@@ -12,6 +13,7 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.limits import LimitKind, LimitReporter, from_http, from_text, limits_of
 from stellafleet.core.spend import RunningTotal, SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.git import indexlock
 from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.agentcli import AgentCliPipeline, prompt_file, scratch_dir
 from stellafleet.pipelines.base import PipelineResult
@@ -155,9 +157,21 @@ class AiderPipeline(AgentCliPipeline):
             model=ctx.model or settings.model,
             extra_args=settings.extra_args,
         )
-        run = run_agent(ctx, argv, on_line=LimitLines(limits_of(spend)), poll=follower.poll)
+        own = {"GIT_INDEX_FILE": str(private_index(ctx, scratch))} if ctx.shared else {}
+        run = run_agent(ctx, argv, on_line=LimitLines(limits_of(spend)), poll=follower.poll, env=own)
         result = outcome(run, follower, ctx)
         return commit_edits(ctx, edited_paths(run), result) if result.success else result
+
+
+def private_index(ctx: WorkerContext, scratch: Path) -> Path:
+    """A copy of the shared tree's index for aider's own git. aider `git add`s each file it creates: in the
+    user's index it would ride along in the user's next commit; in a copy it stages nothing of theirs (and
+    the git guard lets it through)."""
+    copy = scratch / "index"
+    real = indexlock.index_file(ctx.workspace)
+    if real.exists():
+        shutil.copyfile(real, copy)
+    return copy
 
 
 def outcome(run: CliRun, f: AnalyticsFollower, ctx: WorkerContext) -> PipelineResult:
@@ -196,7 +210,8 @@ def commit_edits(ctx: WorkerContext, paths: list[str], result: PipelineResult) -
         sha = commit_paths(ctx, paths, f"{ctx.task_title or ctx.task_id} (aider)")
     except StellaError as exc:
         result.success = False
-        result.summary = f"{result.summary}; not committed: {exc}"
+        said = str(exc).splitlines()[0].removeprefix("stella: error: ")  # a refusing hook's own words
+        result.summary = f"{result.summary}; not committed: {said}"
         result.error = str(exc)
         return result
     result.summary = f"{result.summary}; committed {sha[:12]}"

@@ -171,11 +171,13 @@ def run_agent(
     on_line: LineHandler | None = None,
     poll: Poller | None = None,
     stdin_path: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> CliRun:
-    """Run a task's agent CLI in its workspace until it ends, its timeout, or on_line/poll say stop."""
+    """Run a task's agent CLI in its workspace until it ends, its timeout, or on_line/poll say stop
+    (env: variables of its own, over agent_env's)."""
     run = CliRun(argv=list(argv))
     started = time.monotonic()
-    proc = _start(run, ctx.workspace, agent_env(ctx), stdin_path)
+    proc = _start(run, ctx.workspace, {**agent_env(ctx), **(env or {})}, stdin_path)
     if proc is None:
         return run
     stop = _Stop()

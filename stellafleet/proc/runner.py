@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from stellafleet.proc.group import ProcessSet
 
@@ -198,3 +198,8 @@ def run(
                 proc.stop(grace_s)
             raise
     return Result(popen.returncode, _text(out), _text(err))
+
+
+def become(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
+    """This process replaced by argv[0] (a path): a wrapper handing over to what it wraps, stdio and all."""
+    os.execve(argv[0], list(argv), dict(env))

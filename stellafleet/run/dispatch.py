@@ -176,6 +176,7 @@ class Dispatcher:
             plan_out=paths.fragment_file(run_id, task.id, attempt_id) if task.expands else None,
             commit_hooks=settings.config.commit.hooks,
             allow_detached=settings.allow_detached or settings.config.fleet.allow_detached,
+            serialize_hooks=settings.serialize_hooks,
         )
 
     def _run(self, attempt: AttemptState) -> AttemptEnd:

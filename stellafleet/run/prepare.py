@@ -267,7 +267,7 @@ def prepare(options: FleetOptions) -> Prepared:
     if problems and not options.dry_run:
         raise NotReady(problems)
     # after the problems: a conflicted claimed path is named as a conflict, not as the user's changes
-    tree = check_tree(root, plan, config, options)
+    tree = check_tree(root, plan, config, options, resume)
     plan_file = Path(options.plan_path).resolve() if options.plan_path else None
     return Prepared(
         root=root,
@@ -345,10 +345,31 @@ def _owner(path: str, claims: dict[str, str]) -> str | None:
     return None
 
 
-def check_tree(root: Path, plan: Plan, config: Config, options: FleetOptions) -> TreeCheck:
+def _leftovers(root: Path, resume: Resume | None, dirty: list[tuple[str, str]]) -> tuple[set[str], list[str]]:
+    """Of the claimed changed files, those a resumed run's failed attempt left as its salvage commit holds
+    them (they are the task's starting state, not the user's), and a note per attempt."""
+    if resume is None:
+        return set(), []
+    left: set[str] = set()
+    notes = []
+    for task_id in sorted({owner for _, owner in dirty if owner not in resume.done}):
+        saved = salvage.latest_salvage(root, resume.run_id, task_id)
+        found = salvage.still_in_tree(root, saved.sha, [p for p, o in dirty if o == task_id]) if saved else []
+        if saved is not None and found:
+            left.update(found)
+            notes.append(
+                f"{', '.join(found)}: left by task {task_id}'s attempt {saved.parts[2]} (salvaged as "
+                f"{saved.ref}); the task starts from {'it' if len(found) == 1 else 'them'}"
+            )
+    return left, notes
+
+
+def check_tree(
+    root: Path, plan: Plan, config: Config, options: FleetOptions, resume: Resume | None = None
+) -> TreeCheck:
     """StellaError (exit 2) for a detached HEAD or claimed files with the user's changes; else the notes."""
     if all(task.isolation == "isolated" for task in plan.tasks):
-        return TreeCheck(_hook_notes(root, config))
+        return TreeCheck(_hook_notes(root, config, plan))
     if gitops.current_branch(root) is None and not (options.allow_detached or config.fleet.allow_detached):
         head = gitops.head_commit(root)[:12]
         raise StellaError(
@@ -359,7 +380,10 @@ def check_tree(root: Path, plan: Plan, config: Config, options: FleetOptions) ->
     changed = tuple(p for p in gitops.changed_paths(root) if not p.startswith(STATE_DIR))
     claims = {claim: task.id for task in plan.tasks if task.isolation != "isolated" for claim in task.claims}
     dirty_claimed = [(path, owner) for path in changed if (owner := _owner(path, claims)) is not None]
-    notes = list(_hook_notes(root, config))
+    left, notes = _leftovers(root, resume, dirty_claimed)
+    dirty_claimed = [(path, owner) for path, owner in dirty_claimed if path not in left]
+    changed = tuple(path for path in changed if path not in left)  # the task's own: its commits take them
+    notes += _hook_notes(root, config, plan)
     if dirty_claimed and not options.allow_dirty:
         named = ", ".join(f"{path} (task {owner})" for path, owner in dirty_claimed)
         raise StellaError(
@@ -381,13 +405,26 @@ def check_tree(root: Path, plan: Plan, config: Config, options: FleetOptions) ->
     return TreeCheck(tuple(notes), changed)
 
 
-def _hook_notes(root: Path, config: Config) -> tuple[str, ...]:
-    if config.commit.hooks != "skip":
-        return ()
+def _hook_notes(root: Path, config: Config, plan: Plan) -> tuple[str, ...]:
+    """Which hooks the workers' commits run; a warning when the user's own commits would disturb them."""
     names = hooks.installed(root)
     if not names:
         return ()
-    return (
-        f'warning: [commit] hooks = "skip": the installed {" and ".join(names)} hooks will not run for the '
-        "workers' commits",
-    )
+    listed = " and ".join(names)
+    if config.commit.hooks == "skip":
+        return (
+            f'warning: [commit] hooks = "skip": the installed {listed} hooks will not run for the '
+            "workers' commits",
+        )
+    notes = []
+    if any(task.isolation == "isolated" for task in plan.tasks):
+        where = hooks.hooks_dir(root)
+        shown = where.relative_to(root) if where.is_relative_to(root) else where
+        notes.append(f"isolated tasks' commits run the {listed} hooks of {shown}")
+    if hooks.framework_installed(root) and any(task.isolation != "isolated" for task in plan.tasks):
+        notes.append(
+            "warning: the pre-commit framework is installed: your own `git commit` during the run stashes "
+            "the workers' unfinished files while its hooks run (their commits may be refused); commit with "
+            "`stella commit -m MSG PATH...` instead"
+        )
+    return tuple(notes)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +77,10 @@ class Attempts(Table):
     def set_setup(self, attempt_id: int, seconds: float) -> None:
         """How long the attempt's `[worktree] setup` command ran (whether it succeeded or not)."""
         self._set(attempt_id, "setup_ms = ?", round(seconds * 1000))
+
+    def set_unclaimed_writes(self, attempt_id: int, paths: Sequence[str]) -> None:
+        """The files a shared attempt changed that neither it nor another running task claimed."""
+        self._set(attempt_id, "unclaimed_writes = ?", json.dumps(list(paths)))
 
     def set_salvage(self, attempt_id: int, ref: str, sha: str) -> None:
         """The commit that keeps what the unfinished attempt left uncommitted (git/salvage.py)."""

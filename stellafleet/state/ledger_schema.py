@@ -214,8 +214,10 @@ _V7 = (
     "ALTER TABLE tasks ADD COLUMN check_timeout_s REAL",
 )
 
+_V8 = ("ALTER TABLE attempts ADD COLUMN unclaimed_writes TEXT",)
+
 # MIGRATIONS[n] takes a ledger from user_version n to n + 1. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 
 LEDGER_SCHEMA = Schema(label="fleet ledger", application_id=0x53544C46, migrations=MIGRATIONS)  # "STLF"
 

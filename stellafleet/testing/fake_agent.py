@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -89,7 +90,8 @@ def parse_args(
 def begin(cli: str, args: list[str], *, cwd: Path, options: dict[str, Any], prompt: Any) -> dict[str, Any]:
     """Log SIGTERM from now on, log the start (argv, cwd, options, prompt); returns this run's script."""
     on_sigterm(cli)
-    log(cli, "start", argv=args, cwd=str(cwd), options=options, prompt=prompt)
+    git = shutil.which("git")  # a shared-tree worker's is stella's guard
+    log(cli, "start", argv=args, cwd=str(cwd), options=options, prompt=prompt, git=git)
     return load_script(cli)
 
 

@@ -38,6 +38,7 @@ def full_context(tmp_path: Path) -> WorkerContext:
         plan_out=tmp_path / "fragment.plan",
         allow_detached=True,
         start_commit="e" * 40,
+        serialize_hooks=True,
     )
 
 

@@ -14,7 +14,7 @@ import pytest
 from stellafleet.core.errors import ClaimConflict, GitError, StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import gitops, index, worktrees
+from stellafleet.git import dirty, gitops, index, worktrees
 from stellafleet.git.lane import commit_paths
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
@@ -312,3 +312,16 @@ def test_claims_taken_by_a_commit_command_belong_to_the_worker_that_ran_it(
         worker.stdin.write("\n")
         worker.stdin.close()
         assert worker.wait(timeout=30) == 0
+
+
+def test_a_file_holding_only_the_users_changes_is_not_said_to_match_head(repo: Path) -> None:
+    # --allow-dirty: a.txt had the user's change when the run started, and the worker changed nothing more
+    (repo / "a.txt").write_text("the user's\n")
+    ctx = context(repo)
+    dirty.save(repo, ctx.run_id, dirty.take(repo, ["a.txt"]))
+    with pytest.raises(StellaError) as refused:
+        commit_paths(ctx, ["a.txt"], "x")
+    assert str(refused.value) == (
+        "nothing to commit: the only changes in a.txt are the uncommitted changes of yours from when the "
+        "run started (--allow-dirty keeps those out of the workers' commits)"
+    )

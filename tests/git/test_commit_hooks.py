@@ -72,7 +72,11 @@ def test_a_failing_hook_fails_the_commit_with_its_output_and_a_fixed_file_commit
     refused = stella("commit", "-m", "Add a", "a.py", cwd=git_repo, env=ctx.to_env())
 
     assert refused.returncode == 1, refused.stderr
-    assert "the pre-commit hook refused the commit" in refused.stderr
+    first = refused.stderr.splitlines()[0]
+    assert first.startswith(
+        "stella: error: pre-commit hook refused: no FIXME-STELLA markers failed (exit status 1)"
+    )
+    assert "rewrote" not in refused.stderr  # no file changed
     assert "no FIXME-STELLA markers" in refused.stderr and "a.py:1:x = 1  # FIXME-STELLA" in refused.stderr
     assert head(git_repo) == before
     (git_repo / "a.py").write_text("x = 1\n")
@@ -93,6 +97,7 @@ def test_a_hook_that_rewrites_a_file_fails_the_commit_and_leaves_the_file_rewrit
 
     assert refused.returncode == 1
     assert "files were modified by this hook" in refused.stderr
+    assert "The hook rewrote b.txt: the rewrite stays in the work tree" in refused.stderr
     assert head(git_repo) == before
     assert (git_repo / "b.txt").read_text() == "trailing\n"  # the fixer's work stays for the agent
     again = stella("commit", "-m", "Add b", "b.txt", cwd=git_repo, env=ctx.to_env())
@@ -219,7 +224,7 @@ def test_the_frameworks_commit_msg_hook_checks_the_message(git_repo: Path, stell
     refused = stella("commit", "-m", "WIP: add c", "c.txt", cwd=git_repo, env=ctx.to_env())
 
     assert refused.returncode == 1
-    assert "the commit-msg hook refused the commit" in refused.stderr and "no WIP commits" in refused.stderr
+    assert refused.stderr.startswith("stella: error: commit-msg hook refused: no WIP commits failed")
     assert head(git_repo) == before
     done = stella("commit", "-m", "Add c", "c.txt", cwd=git_repo, env=ctx.to_env())
     assert done.returncode == 0, done.stderr
@@ -257,3 +262,32 @@ def test_the_framework_runs_on_a_path_that_starts_with_a_dash(
     assert done.returncode == 0, done.stderr
     assert seen.read_text() == "-x.txt\n"  # the hook ran on the file, as for git commit
     assert git("show", "HEAD:-x.txt", cwd=git_repo) == "dash\n"
+
+
+COMMITLINT = """#!/bin/sh
+echo '⧗   input: '
+echo '✖   subject may not be empty [subject-empty]'
+echo '✖   type may not be empty [type-empty]'
+echo
+echo '✖   found 2 problems, 0 warnings'
+echo 'husky - commit-msg script failed (code 1)'
+exit 1
+"""
+
+
+def test_a_refused_commit_names_the_hook_and_the_first_error_line_it_printed(
+    git_repo: Path, stella: StellaRunner
+) -> None:
+    hook = git_repo / ".git" / "hooks" / "commit-msg"
+    hook.write_text(COMMITLINT)
+    hook.chmod(0o755)
+    ctx = make_attempt(git_repo)
+    (git_repo / "c.txt").write_text("c\n")
+    refused = stella("commit", "-m", ": ", "c.txt", cwd=git_repo, env=ctx.to_env())
+    assert refused.returncode == 1
+    lines = refused.stderr.splitlines()
+    assert lines[0] == (
+        "stella: error: commit-msg hook refused: subject may not be empty [subject-empty] (exit status 1); "
+        "nothing was committed. It said:"
+    )
+    assert lines[-1] == "Fix what it reports and run stella commit again."  # no file changed: no rewrite hint

@@ -13,13 +13,24 @@ from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
 
 
-def test_outside_a_worker_it_refuses_with_exit_2(git_repo: Path, stella: StellaRunner) -> None:
+def test_outside_a_worker_it_is_the_users_own_commit_of_exactly_those_paths(
+    git_repo: Path, stella: StellaRunner
+) -> None:
     (git_repo / "a.txt").write_text("a\n")
-    proc = stella("commit", "-m", "sneaky", "a.txt", cwd=git_repo)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "not inside a fleet worker" in lines[0]
-    assert git("rev-list", "--count", "HEAD", cwd=git_repo).strip() == "1"
+    (git_repo / "b.txt").write_text("b\n")
+    hook = git_repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text('#!/bin/sh\ngit diff --cached --name-only > "$SEEN"\n')
+    hook.chmod(0o755)
+    seen = git_repo.parent / "seen"
+    proc = stella("commit", "-m", "mine", "a.txt", cwd=git_repo, env={"SEEN": str(seen)})
+    assert proc.returncode == 0, proc.stderr
+    assert git("show", "--name-only", "--format=%s", "HEAD", cwd=git_repo).split() == ["mine", "a.txt"]
+    assert seen.read_text() == "a.txt\n"  # the hooks ran on exactly its paths
+    assert git("status", "--porcelain", "b.txt", cwd=git_repo) == "?? b.txt\n"
+    with Ledger.open(git_repo / ".stella" / "private" / "fleet.db") as ledger:
+        assert ledger.runs.latest_id() is None  # recorded for no task
+    with ClaimStore.open(git_repo / ".stella" / "private" / "store.db") as store:
+        assert store.claims() == []
 
 
 def test_inside_a_worker_it_commits_exactly_the_named_paths_and_records_them(

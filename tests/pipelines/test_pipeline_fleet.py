@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -137,3 +138,22 @@ def test_codex_under_a_spend_limit_without_a_price_stops_the_fleet_before_anythi
         "--spend-limit", "1", "fleet", "--dry-run", "--plan", str(plan), cwd=git_repo, env=env
     )
     assert priced.returncode == 0, priced.stderr
+
+
+def test_every_agent_cli_in_the_shared_tree_has_the_git_guard_and_an_isolated_one_the_real_git(
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
+) -> None:
+    shared = {"claude": "claude-code", "codex": "codex", "aider": "aider"}
+    tasks = [{"id": cli, "prompt": "look around", "pipeline": pipeline} for cli, pipeline in shared.items()]
+    plan = write_plan(tmp_path, [*tasks, {"id": "alone", "prompt": "look", "pipeline": "claude-code",
+                                          "isolation": "isolated"}])  # fmt: skip
+    env = agent_env(tmp_path, {})
+    proc = stella_main("fleet", "--plan", str(plan), "--max-concurrency", "4", cwd=git_repo, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    gits = {
+        entry["task"]: entry["git"]
+        for entry in read_log(tmp_path / "fake-agents.jsonl")
+        if entry["event"] == "start"
+    }
+    guard = str(git_repo / ".stella" / "private" / "gitguard" / "git")
+    assert gits == {"claude": guard, "codex": guard, "aider": guard, "alone": shutil.which("git")}

@@ -3,15 +3,18 @@ dispatch.py calls the hooks in the steps' order, then `released` in reverse, for
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from stellafleet.core.config import Config
+from stellafleet.core.errors import GitError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.git import hookstash
 from stellafleet.git.worktrees import isolated_name
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.executor import Execution
@@ -36,6 +39,14 @@ class RunSettings:
     @property
     def paths(self) -> StatePaths:
         return StatePaths(self.root)
+
+    @functools.cached_property
+    def serialize_hooks(self) -> bool:
+        """Whether the run's commit hooks run one commit at a time (`[commit] serialize_hooks`)."""
+        try:
+            return hookstash.serialised(self.config.commit.serialize_hooks, self.root)
+        except GitError:  # no repository to read hooks from (a test's bare settings)
+            return False
 
 
 @dataclass(frozen=True)

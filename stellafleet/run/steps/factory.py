@@ -16,10 +16,12 @@ from stellafleet.run.steps.check import Check
 from stellafleet.run.steps.claims import Claims
 from stellafleet.run.steps.commits import BranchCommits
 from stellafleet.run.steps.expansions import Expand
+from stellafleet.run.steps.gitguard import GitGuard
 from stellafleet.run.steps.limits import LimitGate
 from stellafleet.run.steps.salvage import Salvage
 from stellafleet.run.steps.spend import SpendGuard
 from stellafleet.run.steps.startcommit import StartCommit
+from stellafleet.run.steps.unclaimed import UnclaimedWrites
 from stellafleet.run.steps.watch import Watch
 from stellafleet.run.steps.workspace import Workspaces
 from stellafleet.run.watchdog import Watchdog
@@ -54,6 +56,8 @@ def dispatcher(
         Claims(claims, settings.root),
         StartCommit(settings, ledger),  # before the worktree: parents that conflict are refused first
         Workspaces(settings, ledger),
+        GitGuard(settings),
+        UnclaimedWrites(settings, ledger, claims),
         Watch(watchdog) if watchdog is not None else None,
         Check(settings, ledger),  # after the watchdog forgot the worker; before salvage sees a red check
         Salvage(ledger, claims),  # after the watchdog: a stalled attempt's salvage says so

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, StopReason
-from stellafleet.git import submodules, worktrees
+from stellafleet.git import hooks, submodules, worktrees
 from stellafleet.run import bootstrap
 from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, RunSettings
 from stellafleet.state.ledger import Ledger
@@ -43,6 +43,7 @@ class Workspaces(AttemptStep):
             worktrees.fold_start_commit(ctx.workspace)  # its salvaged work goes into its next commit
         if settings.config.fleet.init_submodules:
             submodules.init_in_worktree(settings.root, ctx.workspace)
+        hooks.share_relative_folder(settings.root, ctx.workspace)
         self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, ctx.branch, str(ctx.workspace))
         try:
             setup_s = bootstrap.ready(
