@@ -291,6 +291,14 @@ class Cleaner:
                     self._decide(owner, "salvage", ref.ref, False, f"run {run_id} is still running")
                     continue
                 reason = f"salvage of attempt {attempt} removed by --salvage (was {ref.sha[:7]})"
+                alone = salvage.unbranched_ancestors(self.root, ref.sha)
+                commits = "1 commit" if alone == 1 else f"{alone} commits"
+                if alone and not self.report.force:
+                    why = f"holds {commits} no branch holds: `git branch NAME {ref.sha[:12]}^` keeps them"
+                    self._decide(owner, "salvage", ref.ref, False, why + ", or rerun with --force")
+                    continue
+                if alone:
+                    reason += f", with {commits} no branch holds, by --force"
                 self._remove(
                     owner, "salvage", ref.ref, reason, partial(salvage.delete_salvage, self.root, ref)
                 )

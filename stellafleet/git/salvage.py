@@ -151,6 +151,13 @@ def held_elsewhere(root: Path, branch: str) -> int:
     return int(out.strip() or 0)
 
 
+def unbranched_ancestors(root: Path, sha: str) -> int:
+    """How many commits under a salvage commit (its own excluded) no local branch holds: a branch deleted
+    because this salvage held its commits has them here alone."""
+    out = gitops.git("rev-list", "--count", f"{sha}^@", "--not", "--branches", cwd=root)
+    return int(out.strip() or 0)
+
+
 def holds_worktree(root: Path, worktree: Path, run_id: str, task_id: str) -> SalvageRef | None:
     """The task's latest salvage when it holds exactly what the worktree holds now, else None."""
     latest = latest_salvage(root, run_id, task_id)
