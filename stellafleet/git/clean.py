@@ -127,6 +127,20 @@ def uncommitted(path: Path) -> list[str]:
     return [name for name in names if not name.startswith(EXCLUDED_DIRS)]
 
 
+def nested_work(path: Path, dirty: Sequence[str]) -> list[str]:
+    """The nested repositories among a worktree's changes with work of their own (uncommitted, or commits
+    no remote has): a salvage keeps only their commit id, so removing the worktree would lose it."""
+    found = []
+    for name in dirty:
+        inner = path / name.rstrip("/")
+        if not (inner / ".git").exists():
+            continue
+        code, unpushed, _ = gitops.git_status("rev-list", "--count", "HEAD", "--not", "--remotes", cwd=inner)
+        if code != 0 or int(unpushed.strip() or 0) or gitops.status_porcelain(inner):
+            found.append(name)
+    return found
+
+
 class Cleaner:
     """Decides and (unless dry) carries out the sweep for one repository."""
 
@@ -187,6 +201,13 @@ class Cleaner:
                 self._decide(owner, "worktree", shown, False, f"{owner.live}; never removed while live")
                 continue
             dirty = uncommitted(path) if path.exists() else []
+            nested = nested_work(path, dirty)
+            if nested and not self.report.force:
+                why = f"holds a nested repository with work of its own ({', '.join(nested[:3])}): "
+                self._decide(
+                    owner, "worktree", shown, False, why + "commit or push it there, or rerun with --force"
+                )
+                continue
             # the task's salvage ref, when it holds exactly the worktree's uncommitted work (nothing is lost)
             held = (
                 salvage.holds_worktree(self.root, path, owner.run_id, owner.task_id)

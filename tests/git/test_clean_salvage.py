@@ -15,28 +15,37 @@ from stellafleet.testing.sample_ledger import add_run, sample_task
 RUN = "r-20261201-090000-cccc"
 
 
-def _killed_isolated_task(repo: Path) -> tuple[str, str]:
-    """A run killed while its isolated task had one commit on its branch and more work uncommitted:
-    returns (the commit, the salvage ref)."""
-    name = worktrees.isolated_name(RUN, "half")
-    path = StatePaths(repo).worktrees / name
-    branch = f"fleet/{name}"
+def _worktree(repo: Path) -> Path:
+    path = StatePaths(repo).worktrees / worktrees.isolated_name(RUN, "half")
     gitops.ensure_excluded(repo, [".stella/"])
-    worktrees.worktree_add(repo, path, branch, gitops.head_commit(repo))
-    (path / "done.txt").write_text("committed by the worker\n")
-    git("add", "done.txt", cwd=path)
-    git("commit", "-q", "-m", "worker's commit", cwd=path)
-    commit = gitops.head_commit(path)
-    (path / "more.txt").write_text("not committed yet\n")
+    worktrees.worktree_add(repo, path, f"fleet/{path.name}", gitops.head_commit(repo))
+    return path
+
+
+def _killed(repo: Path, path: Path) -> str:
+    """The ledger of a run killed during its isolated task in path, and the task's salvage: its ref."""
+    branch = f"fleet/{path.name}"
     with Ledger.open(StatePaths(repo).fleet_db) as ledger:
-        add_run(ledger, RUN, base_commit=commit, root=str(repo), pid=999_999_999)
+        add_run(ledger, RUN, base_commit=gitops.head_commit(repo), root=str(repo), pid=999_999_999)
         ledger.tasks.add(RUN, [sample_task("half", isolation="isolated")], {"half": 1})
         ledger.tasks.set_workspace(RUN, "half", branch, str(path))
         attempt = ledger.attempts.start(RUN, "half", pipeline="command", branch=branch, worktree=str(path))
         ledger.runs.finish(RUN, "interrupted", exit_code=130)
     ref = salvage.salvage_ref(RUN, "half", attempt)
     assert salvage.salvage(path, ref, message="salvage") is not None
-    return commit, ref
+    return ref
+
+
+def _killed_isolated_task(repo: Path) -> tuple[str, str]:
+    """A run killed while its isolated task had one commit on its branch and more work uncommitted:
+    returns (the commit, the salvage ref)."""
+    path = _worktree(repo)
+    (path / "done.txt").write_text("committed by the worker\n")
+    git("add", "done.txt", cwd=path)
+    git("commit", "-q", "-m", "worker's commit", cwd=path)
+    commit = gitops.head_commit(path)
+    (path / "more.txt").write_text("not committed yet\n")
+    return commit, _killed(repo, path)
 
 
 def test_a_second_clean_with_salvage_keeps_the_ref_that_alone_holds_a_deleted_branchs_commit(
@@ -57,3 +66,25 @@ def test_a_second_clean_with_salvage_keeps_the_ref_that_alone_holds_a_deleted_br
     forced = clean.clean(git_repo, salvage_refs=True, force=True)
     [gone] = forced.with_action(clean.REMOVED)
     assert gone.reason.endswith("with 1 commit no branch holds, by --force"), gone.reason
+
+
+def test_a_worktree_holding_a_nested_repository_with_its_own_commits_is_kept_by_name(git_repo: Path) -> None:
+    path = _worktree(git_repo)
+    pkg = path / "pkg"
+    pkg.mkdir()
+    git("init", "-q", "-b", "main", cwd=pkg)
+    (pkg / "lib.c").write_text("int work(void) { return 1; }\n")
+    git("add", "lib.c", cwd=pkg)
+    git("-c", "user.name=Dev", "-c", "user.email=dev@example.invalid", "commit", "-q", "-m", "work", cwd=pkg)
+    _killed(git_repo, path)  # its salvage holds pkg as a gitlink: the commit id, not the files
+
+    report = clean.clean(git_repo)
+
+    [kept] = [item for item in report.with_action(clean.KEPT) if item.kind == "worktree"]
+    assert kept.reason.startswith("holds a nested repository with work of its own (pkg/)"), kept.reason
+    assert (pkg / "lib.c").is_file()
+    pushed = git_repo.parent / "pkg.git"
+    git("clone", "-q", "--bare", str(pkg), str(pushed), cwd=git_repo)
+    git("remote", "add", "origin", str(pushed), cwd=pkg)
+    git("fetch", "-q", "origin", cwd=pkg)  # its commits pushed: a salvage's commit id finds them again
+    assert clean.nested_work(path, ["pkg/"]) == []
