@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from helpers.repo import git
 
+from stellafleet.core.configsections import WorktreeConfig
 from stellafleet.core.errors import StellaError
 from stellafleet.git import include
+from stellafleet.run import bootstrap
 
 
 def _repo_with_includes(root: Path, outside: Path) -> None:
@@ -92,3 +94,42 @@ def test_packed_files_unpack_as_copies_do(git_repo: Path, tmp_path: Path) -> Non
     assert (tree / "config" / "local" / "db.toml").stat().st_mode & 0o777 == 0o640
     assert os.readlink(tree / "link.env") == ".env"
     assert git("status", "--porcelain", cwd=tree) == ""
+
+
+def _symlinked_folder_in_the_task_base(root: Path, outside: Path) -> Path:
+    """The user's ignored conf/local.env, and a task worktree whose commit has conf -> outside."""
+    (root / ".gitignore").write_text("local.env\n")
+    (root / ".worktreeinclude").write_text("conf/local.env\n")
+    git("add", ".gitignore", ".worktreeinclude", cwd=root)
+    git("commit", "-q", "-m", "ignores", cwd=root)
+    tree = root.parent / "task"
+    git("worktree", "add", "-q", "-b", "fleet/z", str(tree), "HEAD", cwd=root)
+    outside.mkdir()
+    os.symlink(outside, tree / "conf")
+    git("add", "conf", cwd=tree)
+    git("commit", "-q", "-m", "conf is a symlink here", cwd=tree)
+    (root / "conf").mkdir()
+    (root / "conf" / "local.env").write_text("SECRET=1\n")
+    return tree
+
+
+def test_a_symlinked_folder_in_the_worktree_is_refused_by_name_and_nothing_lands_outside(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "somewhere"
+    tree = _symlinked_folder_in_the_task_base(git_repo, outside)
+    paths = include.included_files(git_repo)
+    assert paths == ["conf/local.env"]
+
+    with pytest.raises(StellaError) as copied:
+        include.copy_into(git_repo, tree, paths)
+    with pytest.raises(StellaError) as unpacked:  # on a Ray node too
+        include.unpack(include.pack(git_repo, paths), tree)
+
+    for raised in (copied, unpacked):
+        assert str(raised.value).startswith(
+            ".worktreeinclude: conf/local.env not copied: conf in the worktree is a symlink or a file"
+        ), raised.value
+    with pytest.raises(bootstrap.SetupFailed):  # the attempt fails with that reason, no worker starts
+        bootstrap.ready(tree, WorktreeConfig(), {}, tmp_path / "task.log", root=git_repo)
+    assert list(outside.iterdir()) == []
