@@ -87,10 +87,13 @@ def reaped_argv(argv: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str]) -> int:
     """The wrapper: become a subreaper, run argv, end what it left behind, exit as it did. A SIGTERM
-    (a timeout stopping our group) ends argv's whole tree, double-forked orphans included."""
+    (a timeout stopping our group) ends argv's whole tree, double-forked orphans included, and so does
+    the death of the process that started it (a SIGKILLed fleet's setup)."""
     from stellafleet.proc import runner  # the one place a program starts
 
     args = list(argv[1:] if argv and argv[0] == "--" else argv)
+    if os.getpgrp() == os.getpid():  # started in its own session: it (and argv's tree) ends with its parent
+        end_when_orphaned()
     become_subreaper()
 
     def stop(signum: int) -> None:
