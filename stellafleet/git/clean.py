@@ -14,7 +14,7 @@ from stellafleet.core.errors import GitError
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import RunStatus
 from stellafleet.git import gitops, mergeops, salvage, worktrees
-from stellafleet.proc import shell
+from stellafleet.proc import group, shell
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.journal import Record
 from stellafleet.state.ledger import Ledger
@@ -67,6 +67,7 @@ class _Owner:
     task_id: str | None
     base_ref: str | None
     live: str | None
+    worker_started: bool = True  # False: no worker ever ran in its worktree, only `[worktree] setup`
 
 
 def _live_reasons(detail: dict[str, Any], alive: Callable[[int | None, int | None], bool]) -> dict[str, str]:
@@ -99,8 +100,9 @@ def _collect(
         live = _live_reasons(detail, alive)
         rows = [(t["id"], t.get("branch"), t.get("worktree")) for t in detail.get("tasks", [])]
         rows += [(a["task_id"], a.get("branch"), a.get("worktree")) for a in detail.get("attempts", [])]
+        started = {a.get("worktree") for a in detail.get("attempts", []) if a.get("pid")}
         for task_id, branch, worktree in rows:
-            owner = _Owner(run["id"], task_id, run.get("base_ref"), live.get(task_id))
+            owner = _Owner(run["id"], task_id, run.get("base_ref"), live.get(task_id), worktree in started)
             for table, key in ((worktrees, worktree), (branches, branch)):
                 if not key:
                     continue
@@ -201,36 +203,43 @@ class Cleaner:
                 self._decide(owner, "worktree", shown, False, f"{owner.live}; never removed while live")
                 continue
             dirty = uncommitted(path) if path.exists() else []
-            nested = nested_work(path, dirty)
-            if nested and not self.report.force:
-                why = f"holds a nested repository with work of its own ({', '.join(nested[:3])}): "
-                self._decide(
-                    owner, "worktree", shown, False, why + "commit or push it there, or rerun with --force"
-                )
+            reason, keep = self._why_removable(owner, path, dirty)
+            if keep:
+                self._decide(owner, "worktree", shown, False, reason)
                 continue
-            # the task's salvage ref, when it holds exactly the worktree's uncommitted work (nothing is lost)
-            held = (
-                salvage.holds_worktree(self.root, path, owner.run_id, owner.task_id)
-                if dirty and owner.task_id
-                else None
-            )
-            if dirty and held is None and not self.report.force:
-                files = "1 file" if len(dirty) == 1 else f"{len(dirty)} files"
-                files += ": " + ", ".join(dirty[:3]) + (", ..." if len(dirty) > 3 else "")
-                why = f"has uncommitted changes ({files}): commit or discard them, or rerun with --force"
-                self._decide(owner, "worktree", shown, False, why)
-                continue
-            reason = "clean worktree"
-            if dirty:
-                reason = f"uncommitted changes ({len(dirty)}) " + (
-                    f"kept in {held.ref} ({held.sha[:7]})" if held else "discarded by --force"
-                )
             reason += self._teardown(owner, path)
             remove = partial(
                 worktrees.worktree_remove, self.root, path, force=bool(dirty) or not path.exists()
             )
             if self._remove(owner, "worktree", shown, reason, remove):
                 self._gone_worktrees.add(path)
+
+    def _why_removable(self, owner: _Owner, path: Path, dirty: list[str]) -> tuple[str, bool]:
+        """Why the (not live) worktree at path may go, or why it is kept: (the reason, whether kept)."""
+        busy = group.working_in(path) if path.exists() else []
+        if busy:
+            what = f"pid {busy[0].pid}" + (f" and {len(busy) - 1} more" if len(busy) > 1 else "")
+            return f"a process is still running in it ({what}); never removed under it", True
+        nested = nested_work(path, dirty)
+        if nested and not self.report.force:
+            why = f"holds a nested repository with work of its own ({', '.join(nested[:3])}): "
+            return why + "commit or push it there, or rerun with --force", True
+        if not dirty:
+            return "clean worktree", False
+        # the task's salvage ref, when it holds exactly the worktree's uncommitted work (nothing is lost)
+        held = salvage.holds_worktree(self.root, path, owner.run_id, owner.task_id) if owner.task_id else None
+        if held is not None:
+            return f"uncommitted changes ({len(dirty)}) kept in {held.ref} ({held.sha[:7]})", False
+        if not owner.worker_started:  # what an interrupted setup left (configure debris): not anyone's work
+            return (
+                f"uncommitted files ({len(dirty)}) left by its [worktree] setup: no worker ran in it",
+                False,
+            )
+        if self.report.force:
+            return f"uncommitted changes ({len(dirty)}) discarded by --force", False
+        files = "1 file" if len(dirty) == 1 else f"{len(dirty)} files"
+        files += ": " + ", ".join(dirty[:3]) + (", ..." if len(dirty) > 3 else "")
+        return f"has uncommitted changes ({files}): commit or discard them, or rerun with --force", True
 
     def _teardown(self, owner: _Owner, path: Path) -> str:
         """`[worktree] teardown` run in the worktree unless a dry run (output to the task's log), in words."""

@@ -82,6 +82,8 @@ def _salvage_open(
     ledger: Ledger, store: ClaimStore | None, root: Path, run_id: str, attempts: list[dict[str, Any]]
 ) -> None:
     for open_attempt in attempts:  # before they are abandoned, while their claims are still recorded
+        if open_attempt["pid"] is None:
+            continue  # its worker never started: what its worktree holds is its setup's, not work
         attempt_id = int(open_attempt["id"])
         row = ledger.attempts.get(attempt_id, "task_id, branch, worktree, node")
         if row is None or (row["branch"] and not row["worktree"]):

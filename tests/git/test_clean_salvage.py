@@ -3,12 +3,14 @@ is kept, named, unless --force."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from helpers.repo import git
 
 from stellafleet.core.paths import StatePaths
 from stellafleet.git import clean, gitops, salvage, worktrees
+from stellafleet.run import salvaging
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import add_run, sample_task
 
@@ -22,16 +24,27 @@ def _worktree(repo: Path) -> Path:
     return path
 
 
-def _killed(repo: Path, path: Path) -> str:
-    """The ledger of a run killed during its isolated task in path, and the task's salvage: its ref."""
+def _record_killed(ledger: Ledger, repo: Path, path: Path, *, started: bool = True) -> int:
+    """A run whose fleet was killed during its isolated task in path (started: its worker had started,
+    else only its setup ran); the attempt's id."""
     branch = f"fleet/{path.name}"
+    add_run(ledger, RUN, base_commit=gitops.head_commit(repo), root=str(repo), pid=999_999_999)
+    ledger.tasks.add(RUN, [sample_task("half", isolation="isolated")], {"half": 1})
+    ledger.tasks.set_workspace(RUN, "half", branch, str(path))
+    attempt = ledger.attempts.start(RUN, "half", pipeline="command", branch=branch, worktree=str(path))
+    if started:
+        ledger.attempts.set_pid(attempt, 999_999_998)
+    return attempt
+
+
+def _killed(repo: Path, path: Path, *, started: bool = True) -> str:
+    """The ledger of a finalised run killed during its isolated task in path, the task's salvage: its ref."""
     with Ledger.open(StatePaths(repo).fleet_db) as ledger:
-        add_run(ledger, RUN, base_commit=gitops.head_commit(repo), root=str(repo), pid=999_999_999)
-        ledger.tasks.add(RUN, [sample_task("half", isolation="isolated")], {"half": 1})
-        ledger.tasks.set_workspace(RUN, "half", branch, str(path))
-        attempt = ledger.attempts.start(RUN, "half", pipeline="command", branch=branch, worktree=str(path))
+        attempt = _record_killed(ledger, repo, path, started=started)
         ledger.runs.finish(RUN, "interrupted", exit_code=130)
     ref = salvage.salvage_ref(RUN, "half", attempt)
+    if not started:
+        return ref
     assert salvage.salvage(path, ref, message="salvage") is not None
     return ref
 
@@ -88,3 +101,34 @@ def test_a_worktree_holding_a_nested_repository_with_its_own_commits_is_kept_by_
     git("remote", "add", "origin", str(pushed), cwd=pkg)
     git("fetch", "-q", "origin", cwd=pkg)  # its commits pushed: a salvage's commit id finds them again
     assert clean.nested_work(path, ["pkg/"]) == []
+
+
+def test_a_worktree_a_process_still_runs_in_is_never_removed(git_repo: Path) -> None:
+    """A setup's make left by a SIGKILLed fleet (or anything else working there): clean leaves it."""
+    path = _worktree(git_repo)
+    _killed(git_repo, path, started=False)
+    with subprocess.Popen(["sleep", "300"], cwd=path) as make:
+        try:
+            report = clean.clean(git_repo)
+        finally:
+            make.kill()
+    [kept] = [item for item in report.with_action(clean.KEPT) if item.kind == "worktree"]
+    assert kept.reason.startswith(f"a process is still running in it (pid {make.pid})"), kept.reason
+    assert path.is_dir()
+
+
+def test_what_an_interrupted_setup_left_is_the_setups_and_neither_salvaged_nor_held_against_clean(
+    git_repo: Path,
+) -> None:
+    path = _worktree(git_repo)
+    (path / "config.log").write_text("configure debris\n")
+    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        _record_killed(ledger, git_repo, path, started=False)
+        salvaging.finalise_run(ledger, None, RUN, root=git_repo)  # the next command finalises the run
+        [attempt] = ledger.get_run(RUN)["attempts"]
+    assert attempt["salvage_ref"] is None and salvage.salvage_refs(git_repo) == []
+
+    report = clean.clean(git_repo)
+
+    [gone] = [item for item in report.with_action(clean.REMOVED) if item.kind == "worktree"]
+    assert gone.reason == "uncommitted files (1) left by its [worktree] setup: no worker ran in it"
