@@ -12,6 +12,8 @@ from typing import Any
 from stellafleet.core.errors import PlanError
 from stellafleet.plan.model import PlanTask, normalise_claim, plan_from_data, read_fragment_file
 
+TASK_ID_MAX = 128  # plan.schema.json's taskId maxLength: ids become file names
+
 
 @dataclass(frozen=True)
 class FragmentRules:
@@ -36,7 +38,7 @@ def load_fragment(path: Path, emitter: PlanTask, rules: FragmentRules) -> tuple[
         return ()
     # checked on the tasks as written, so they are reported with the plan checks' problems too
     loose = _loose_tasks(read.data)
-    extra = claim_overlaps(name, loose) + _limit_problems(name, loose, rules)
+    extra = claim_overlaps(name, loose) + _limit_problems(name, loose, rules) + _long_ids(emitter.id, loose)
     try:
         plan = plan_from_data(read.data, source=name, table_word=read.table_word, outside=rules.visible)
     except PlanError as exc:
@@ -124,6 +126,17 @@ def _limit_problems(name: str, tasks: Sequence[PlanTask], rules: FragmentRules) 
         if task.expands and rules.depth >= rules.max_depth
     )
     return problems
+
+
+def _long_ids(emitter: str, tasks: Sequence[PlanTask]) -> list[str]:
+    """Tasks whose full id `<emitter>.<id>` is longer than a plan's task id may be (its file names too)."""
+    name = fragment_name(emitter)
+    return [
+        f'{name}: task "{task.id}": its full id "{emitter}.{task.id}" is {len(emitter) + 1 + len(task.id)} '
+        f"characters, more than the {TASK_ID_MAX} a task id may have; give it a shorter id"
+        for task in tasks
+        if len(emitter) + 1 + len(task.id) > TASK_ID_MAX
+    ]
 
 
 def visible_to(task: PlanTask, tasks: Mapping[str, PlanTask]) -> frozenset[str]:

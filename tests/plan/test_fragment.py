@@ -115,3 +115,14 @@ def test_what_an_emitter_sees_is_its_dependencies_theirs_and_what_they_emitted()
     tasks = {task.id: task for task in plan.tasks}
     tasks["gen.x"] = PlanTask("gen.x", "p", "x", parent="gen")
     assert visible_to(tasks["split"], tasks) == {"gen", "base", "gen.x"}
+
+
+def test_a_task_whose_full_id_is_over_128_characters_is_refused_by_name(tmp_path: Path) -> None:
+    fits, over = "f" * (128 - len("split.")), "o" * (129 - len("split."))
+    text = f'[[tasks]]\nid = "{fits}"\nprompt = "p"\n\n[[tasks]]\nid = "{over}"\nprompt = "p"\n'
+    with pytest.raises(PlanError) as caught:
+        load_fragment(fragment(tmp_path, text), EMITTER, RULES)
+    assert caught.value.problems == [
+        f'fragment of "split": task "{over}": its full id "split.{over}" is 129 characters, more than the '
+        "128 a task id may have; give it a shorter id"
+    ]
