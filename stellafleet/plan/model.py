@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.core.errors import PlanError, StellaError
-from stellafleet.core.paths import EXCLUDED_DIRS
+from stellafleet.core.paths import EXCLUDED_DIRS, NotRegularFile, read_regular
 from stellafleet.plan import schema as planschema
 from stellafleet.plan.schema import TASK_ID, graph_problems, task_run_problems, text_problem
 
@@ -54,16 +54,24 @@ def read_fragment_file(path: Path, name: str) -> PlanFile | None:
     """A fragment from $STELLA_PLAN_OUT (JSON when it starts with `{`, else TOML); None: none written."""
     if not path.exists():
         return None
-    raw, text = _read(path, name)
+    raw, text = _read(path, name, regular=True)
     suffix = ".json" if text.lstrip().startswith("{") else ".toml"
     return PlanFile(_PARSERS[suffix](text, name), hashlib.sha256(raw).hexdigest(), _TABLE_WORDS[suffix])
 
 
-def _read(plan_path: Path, name: str) -> tuple[bytes, str]:
-    """The file's bytes and its UTF-8 text; PlanError when it cannot be read as a plan."""
+def _read(plan_path: Path, name: str, *, regular: bool = False) -> tuple[bytes, str]:
+    """The file's bytes and its UTF-8 text (regular: only a regular file's, so that a FIFO a worker left
+    never blocks the fleet); PlanError when it cannot be read as a plan."""
     try:
-        with plan_path.open("rb") as stream:
-            raw = stream.read(MAX_PLAN_BYTES + 1)
+        if regular:
+            raw = read_regular(plan_path, MAX_PLAN_BYTES + 1)
+        else:
+            with plan_path.open("rb") as stream:
+                raw = stream.read(MAX_PLAN_BYTES + 1)
+    except NotRegularFile:
+        raise PlanError(
+            [f"{name}: not a regular file (a FIFO, a device or a socket): write a plan file"]
+        ) from None
     except FileNotFoundError:
         raise PlanError([f"{name}: no such file"]) from None
     except IsADirectoryError:
