@@ -13,6 +13,7 @@ from stellafleet.core.configsections import WorktreeConfig
 from stellafleet.core.errors import GitError
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import RunStatus
+from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, mergeops, salvage, worktrees
 from stellafleet.proc import group, shell
 from stellafleet.proc.pids import pid_alive
@@ -68,6 +69,8 @@ class _Owner:
     base_ref: str | None
     live: str | None
     worker_started: bool = True  # False: no worker ever ran in its worktree, only `[worktree] setup`
+    branch: str | None = None
+    worktree_index: int | None = None  # the STELLA_WORKTREE_INDEX its worktree had
 
 
 def _live_reasons(detail: dict[str, Any], alive: Callable[[int | None, int | None], bool]) -> dict[str, str]:
@@ -100,9 +103,14 @@ def _collect(
         live = _live_reasons(detail, alive)
         rows = [(t["id"], t.get("branch"), t.get("worktree")) for t in detail.get("tasks", [])]
         rows += [(a["task_id"], a.get("branch"), a.get("worktree")) for a in detail.get("attempts", [])]
-        started = {a.get("worktree") for a in detail.get("attempts", []) if a.get("pid")}
+        attempts = detail.get("attempts", [])
+        started = {a.get("worktree") for a in attempts if a.get("pid")}
+        indexes = {a.get("worktree"): a.get("worktree_index") for a in attempts if a.get("worktree_index")}
         for task_id, branch, worktree in rows:
-            owner = _Owner(run["id"], task_id, run.get("base_ref"), live.get(task_id), worktree in started)
+            owner = _Owner(
+                run["id"], task_id, run.get("base_ref"), live.get(task_id), worktree in started, branch,
+                indexes.get(worktree),
+            )  # fmt: skip
             for table, key in ((worktrees, worktree), (branches, branch)):
                 if not key:
                     continue
@@ -121,6 +129,21 @@ def _fleet_live(run: dict[str, Any] | None, alive: Callable[[int | None, int | N
         and run.get("status") == RunStatus.RUNNING
         and alive(run.get("pid"), run.get("created_at_ms"))
     )
+
+
+def teardown_env(root: Path, owner: _Owner, path: Path) -> dict[str, str]:
+    """Ours, with the variables of the worktree's task its setup had (`app-$STELLA_TASK_ID`)."""
+    worker = {*WorkerContext.env_names(), "STELLA_WORKTREE_INDEX"}  # never a stale one of ours
+    env = {key: value for key, value in os.environ.items() if key not in worker}
+    named = {
+        "STELLA_ROOT": str(root),
+        "STELLA_RUN_ID": owner.run_id,
+        "STELLA_TASK_ID": owner.task_id,
+        "STELLA_WORKSPACE": str(path),
+        "STELLA_BRANCH": owner.branch,
+        "STELLA_WORKTREE_INDEX": None if owner.worktree_index is None else str(owner.worktree_index),
+    }
+    return env | {key: value for key, value in named.items() if value is not None}
 
 
 def uncommitted(path: Path) -> list[str]:
@@ -248,8 +271,9 @@ class Cleaner:
             return ""
         log_path = self.paths.log_file(owner.run_id, owner.task_id or "clean")
         done = shell.run_logged(
-            "teardown", command, cwd=path, env=os.environ, log_path=log_path, timeout=timeout
-        )
+            "teardown", command, cwd=path, env=teardown_env(self.root, owner, path), log_path=log_path,
+            timeout=timeout,
+        )  # fmt: skip
         return (
             "; teardown ran" if done.ok else f"; teardown failed ({done.describe(timeout)}), removed anyway"
         )

@@ -30,7 +30,9 @@ class Workspaces(AttemptStep):
         ctx = attempt.ctx
         if ctx.branch is None:
             return
-        attempt.env[bootstrap.INDEX_VAR] = str(self.indexes.take(ctx.task_id))
+        index = self.indexes.take(ctx.task_id)
+        attempt.env[bootstrap.INDEX_VAR] = str(index)
+        self.ledger.attempts.set_worktree_index(ctx.attempt_id, index)
         if attempt.follow_up:
             return
         if attempt.remote:  # it works in a clone on another machine; its branch comes back from there
