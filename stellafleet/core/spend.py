@@ -217,6 +217,13 @@ def spend_stop_text(spent: float, limit: float) -> str:
     return f"{StopReason.SPEND_LIMIT}: {money(spent)} of {money(limit)}"
 
 
+def overspent(spent: float, limit: float | None) -> str | None:
+    """Why a run's recorded total passed its limit (a worker reported past its guard), or None."""
+    if limit is None or spent <= limit:
+        return None
+    return f"spend limit passed: {money(spent)} recorded, over --spend-limit {money(limit)}"
+
+
 class NoBudget(Exception):
     """No guard of at least the minimum is left for another worker; the message is the reason shown."""
 
