@@ -13,6 +13,7 @@ from typing import Any
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import RunStatus
+from stellafleet.git import dirty
 from stellafleet.git import salvage as salvage_git
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state import journal
@@ -56,7 +57,10 @@ def salvage_workspace(
     )
     ref = salvage_git.salvage_ref(run_id, task_id, attempt_id)
     try:
-        return salvage_git.salvage(workspace, ref, paths=paths, message=message)
+        # in the shared tree, a file the user had changed when the run started: the worker's changes only
+        snapshot = dirty.load(workspace, run_id) if paths else {}
+        instead = dirty.salvage_entries(workspace, paths or [], snapshot) if snapshot else ({}, [])
+        return salvage_git.salvage(workspace, ref, paths=paths, message=message, instead=instead)
     except (StellaError, OSError) as exc:
         log.warning("could not salvage attempt %s of task %s: %s", attempt_id, task_id, exc)
         return None
