@@ -51,10 +51,13 @@ def check_sizes(root: Path, paths: Sequence[str], max_bytes: int) -> None:
     for path in paths:
         st = (root / path).lstat()
         if st.st_size > max_bytes and not os.path.islink(root / path):
-            over.append(f"{path} ({st.st_size / 1e6:.1f} MB)")
+            size = f"{st.st_size / 1e6:.1f} MB"
+            if round(st.st_size / 1e6, 1) <= round(max_bytes / 1e6, 1):  # not `1.0 MB over 1`: in bytes
+                size = f"{st.st_size:,} bytes"
+            over.append(f"{path} ({size})")
     if over:
         raise StellaError(
-            f"{INCLUDE_FILE}: {', '.join(over)} over [worktree] include_max_mb = {max_bytes / 1e6:g}: "
+            f"{INCLUDE_FILE}: {', '.join(over)} over [worktree] include_max_mb = {max_bytes / 1e6:.7g}: "
             f"raise include_max_mb, or leave the file out of {INCLUDE_FILE}"
         )
 

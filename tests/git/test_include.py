@@ -69,6 +69,17 @@ def test_a_file_over_the_limit_is_refused_by_name(git_repo: Path, tmp_path: Path
         "raise include_max_mb, or leave the file out of .worktreeinclude"
     )
     include.check_sizes(git_repo, paths, 4_000_000)
+    (git_repo / "config" / "local" / "dump.sql").write_bytes(b"x" * 1_000_001)
+    with pytest.raises(
+        StellaError, match=r"dump\.sql \(1,000,001 bytes\) over \[worktree\] include_max_mb = 1:"
+    ):
+        include.check_sizes(git_repo, paths, 1_000_000)
+    (git_repo / "config" / "local" / "dump.sql").write_bytes(b"x" * 3_000_000)
+    with pytest.raises(StellaError) as just_over:
+        include.check_sizes(git_repo, paths, 2_999_999)
+    assert str(just_over.value).startswith(
+        ".worktreeinclude: config/local/dump.sql (3,000,000 bytes) over [worktree] include_max_mb = 2.999999:"
+    ), just_over.value
 
 
 def test_no_include_file_copies_nothing(git_repo: Path) -> None:
