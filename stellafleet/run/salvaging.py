@@ -13,7 +13,7 @@ from typing import Any
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import RunStatus
-from stellafleet.git import dirty
+from stellafleet.git import dirty, gitops
 from stellafleet.git import salvage as salvage_git
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state import journal
@@ -40,10 +40,23 @@ def salvage_attempt(
     workspace = worktree or root
     if paths == [] or not workspace.is_dir():
         return None
+    if worktree is not None and not _ours(root, worktree):
+        log.warning("not salvaging attempt %s of task %s: %s is no worktree of %s any more (its .git was "
+                    "replaced)", attempt_id, task_id, worktree, root)  # fmt: skip
+        return None
     saved = salvage_workspace(workspace, run_id, task_id, attempt_id, outcome, paths)
     if saved is not None:
         ledger.attempts.set_salvage(attempt_id, saved.ref, saved.sha)
     return saved
+
+
+def _ours(root: Path, worktree: Path) -> bool:
+    """Whether worktree's git is root's: a worker that replaced its `.git` has a repository of its own,
+    and a salvage there would name a commit the user's repository does not have."""
+    try:
+        return gitops.common_dir(worktree).resolve() == gitops.common_dir(root).resolve()
+    except StellaError:
+        return False
 
 
 def salvage_workspace(

@@ -7,8 +7,10 @@ from pathlib import Path
 
 from helpers.repo import git
 
+from stellafleet.core.paths import StatePaths
 from stellafleet.git import dirty, salvage
 from stellafleet.run import salvaging
+from stellafleet.state.ledger import Ledger
 
 
 def _state(root: Path) -> tuple[str, str, str]:
@@ -185,3 +187,33 @@ def test_a_shared_salvage_under_allow_dirty_keeps_the_workers_change_without_the
     assert saved is not None and saved.files == 1
     assert git("show", f"{saved.sha}:both.txt", cwd=git_repo) == "a\nb\nc\nd\nE, the worker's\n"
     assert git("show", f"{saved.sha}:mine.txt", cwd=git_repo) == "untouched\n"
+
+
+def test_a_worktree_whose_git_the_worker_replaced_is_not_salvaged_into_its_inner_repository(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    tree = tmp_path / "wt"
+    git("worktree", "add", "-q", "-b", "fleet/x", str(tree), "HEAD", cwd=git_repo)
+    (tree / ".git").unlink()  # the worker ran `rm .git && git init` in its worktree
+    git("init", "-q", cwd=tree)
+    git(
+        "-c",
+        "user.name=W",
+        "-c",
+        "user.email=w@example.invalid",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "inner",
+        cwd=tree,
+    )
+    (tree / "work.txt").write_text("the worker's\n")
+
+    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        saved = salvaging.salvage_attempt(
+            ledger, root=git_repo, run_id="r-1", task_id="t", attempt_id=1, worktree=tree, outcome="abandoned"
+        )
+
+    assert saved is None
+    assert git("for-each-ref", "refs/stella/", cwd=tree) == ""  # nothing written into the inner repository
