@@ -62,7 +62,11 @@ def run_logged(
     try:
         with log_path.open("ab") as log:
             proc = runner.start(  # under the subreaper: all it starts ends with it, or with its fleet
-                reaped_argv(["/bin/sh", "-c", command]), cwd=cwd, env=env, stdout=log, stderr=runner.STDOUT
+                reaped_argv(["/bin/sh", "-c", command], with_parent=True),
+                cwd=cwd,
+                env=env,
+                stdout=log,
+                stderr=runner.STDOUT,
             )
     except OSError as exc:
         result = ShellRun(None, time.monotonic() - started, f"could not start /bin/sh: {exc}")
