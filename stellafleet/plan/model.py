@@ -13,7 +13,7 @@ import re
 import tomllib
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -183,6 +183,7 @@ class Plan:
     source: str | None = None
     sha256: str | None = None
     default_pipeline: str | None = None  # the plan's [defaults] pipeline, when it names one
+    defaults: dict[str, Any] = field(default_factory=dict)  # its [defaults], under each fragment's own
 
     def unknown_pipelines(self, installed: Sequence[str]) -> list[str]:
         """A problem for each pipeline the plan names that is not installed, with the closest name."""
@@ -313,7 +314,7 @@ def plan_from_data(
         _build_task(raw, defaults, claims) for raw, claims in zip(raw_tasks, claims_of, strict=True)
     )
     pipeline = defaults.get("pipeline")
-    return Plan(tasks=tasks, source=source, sha256=sha256, default_pipeline=pipeline)
+    return Plan(tasks=tasks, source=source, sha256=sha256, default_pipeline=pipeline, defaults=dict(defaults))
 
 
 def title_from(prompt: str) -> str:
