@@ -31,6 +31,7 @@ mark("work", (WS / "work.txt").read_text())
 mark("prompt", Path(os.environ["STELLA_PROMPT_FILE"]).read_text())
 head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=WS, capture_output=True, text=True).stdout
 mark("head", head)
+mark("told", os.environ.get("STELLA_SALVAGE_START", "<unset>"))
 """
 
 
@@ -84,6 +85,7 @@ def test_a_timed_out_isolated_task_leaves_a_salvage_ref_and_from_salvage_resumes
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert (marks / "work").read_text() == "slow was half way\n"
     assert (marks / "head").read_text().strip() == sha
+    assert (marks / "told").read_text() == sha  # a command worker is told so too
     prompt = (marks / "prompt").read_text()
     assert prompt.startswith(f"Your worktree starts from commit {sha[:12]}") and prompt.endswith("finish it")
 

@@ -8,6 +8,8 @@ from stellafleet.run import bootstrap
 from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, RunSettings
 from stellafleet.state.ledger import Ledger
 
+SALVAGE_START_VAR = "STELLA_SALVAGE_START"  # the salvage commit an isolated worktree starts from
+
 
 class Workspaces(AttemptStep):
     def __init__(self, settings: RunSettings, ledger: Ledger) -> None:
@@ -30,6 +32,9 @@ class Workspaces(AttemptStep):
         ctx = attempt.ctx
         if ctx.branch is None:
             return
+        start = self.settings.start_points.get(ctx.task_id)
+        if start is not None:  # --from-salvage: a command worker is told too, as an agent is in its prompt
+            attempt.env[SALVAGE_START_VAR] = start
         index = self.indexes.take(ctx.task_id)
         attempt.env[bootstrap.INDEX_VAR] = str(index)
         self.ledger.attempts.set_worktree_index(ctx.attempt_id, index)
