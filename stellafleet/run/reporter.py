@@ -186,6 +186,7 @@ class LiveReporter(PlainReporter):
         self._running: dict[str, tuple[float, str]] = {}  # task -> (start, title)
         self._wave = 0
         self._waves = 0
+        self._schedule = "starting"
         self._grown = False
         self._progress: Mapping[str, tuple[int, float]] = {}
         self._spent = 0.0  # the whole run's, all waves so far, as the ledger last said
@@ -221,7 +222,7 @@ class LiveReporter(PlainReporter):
         spent = max(self._spent, self._ended_spend + running_spend)
         total = money(spent) + (f" of {money(self._limit)}" if self._limit else "")
         waves = "?" if self._grown else self._waves  # emitted tasks run in waves the plan did not have
-        where = f"wave {self._wave}/{waves or '?'}" if self._waves else "eager"
+        where = f"wave {self._wave}/{waves or '?'}" if self._wave else self._schedule  # before wave 1 too
         grid.add_row(styled((where, "bold")), f"{len(running)} running", "", total, "")
         for task, (started, title) in running.items():
             steps, spend = self._progress.get(task, (0, 0.0))
@@ -236,6 +237,7 @@ class LiveReporter(PlainReporter):
             f"run {event.run_id}: {len(event.tasks)} tasks, base {event.base_ref} at {event.base_commit[:12]}"
         )
         self._waves = len(event.waves) if event.schedule == "waves" else 0
+        self._schedule = "eager" if event.schedule == "eager" else "starting"
         self._limit = event.spend_limit_usd
         self._live.start()
 

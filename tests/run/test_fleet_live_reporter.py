@@ -101,6 +101,7 @@ def test_the_view_shows_the_run_total_against_the_limit_across_waves() -> None:
         RunStarted("r-1", "max concurrency 1", "main", "0" * 40, ("a", "b"), (("a",), ("b",)), 5.0, 5.0)
     )
     try:
+        assert rows_of(reporter)[0][:2] == ["starting", "0 running"]  # not `eager` before wave 1
         reporter.handle(WaveStarted(1, ("a",)))
         reporter.handle(started("a"))
         progress["a"], total[0] = (1, 0.03), 0.03
