@@ -347,6 +347,11 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str]) -
                 "; expands at run time (what it emits runs before its dependents)" if task["expands"] else ""
             )
             lines.append(f"  {task_id} [{task['pipeline']}] {where}{deps}{claims}{grows}")
+    if doc.get("worktree"):
+        wt = doc["worktree"]
+        setup = f"setup `{wt['setup']}` (timeout {wt['setup_timeout']:g} s)" if wt["setup"] else "no setup"
+        copies = f"{plural(wt['include_files'], 'file')} ({wt['include_bytes'] / 1e6:.1f} MB)"
+        lines.append(f"each new worktree: .worktreeinclude copies {copies}; {setup}")
     if any(task["isolation"] == "isolated" for task in doc["tasks"]):
         lines.append(
             f"(branch hashes come from the run id: this preview used {doc['run_id']}; "
