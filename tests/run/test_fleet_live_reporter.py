@@ -15,6 +15,7 @@ from stellafleet.run.events import (
     AttemptStarted,
     Notice,
     RunStarted,
+    SetupStarted,
     TaskEnded,
     TaskSkipped,
     WaveStarted,
@@ -174,3 +175,28 @@ def test_every_line_survives_the_views_refreshes_on_a_terminal(monkeypatch: pyte
         assert f"  succeeded {task} after 1.0s ($0.01): did {task}" in screen, "\n".join(screen)
     assert not [line for line in screen if "running" in line], "\n".join(screen)
     assert screen[-1] == "run r-1 succeeded: no tasks; spend $0.24 of $5.00; exit 0"
+
+
+def test_a_setup_shows_as_a_phase_with_its_timer_and_the_last_line_of_its_log(tmp_path: Path) -> None:
+    """A 176 s setup read `0 running $0.00`: now it is a row of its own until its worker starts."""
+    log = tmp_path / "a.log"
+    log.write_text("[stella] setup: make -j2\ncc -c src/server.c\n\n")
+    reporter = LiveReporter(stream=io.StringIO())
+    reporter.handle(RunStarted("r-1", "max concurrency 1", "main", "0" * 40, ("a",), (("a",),), None, None))
+    try:
+        reporter.handle(WaveStarted(1, ("a",)))
+        reporter.handle(SetupStarted("a", log))
+        assert rows_of(reporter) == [["wave 1/1", "0 running, 1 in setup", "", "$0.00", ""], ["a", "setup"]]
+        assert "cc -c src/server.c" in _cells(reporter)[-1]
+        reporter.handle(started("a"))
+        assert rows_of(reporter) == [["wave 1/1", "1 running", "", "$0.00", ""], ["a", "0 steps"]]
+    finally:
+        reporter.abort()
+
+
+def _cells(reporter: LiveReporter) -> list[str]:
+    """The view's last row, every cell of it."""
+    from rich.text import Text
+
+    last = [list(col.cells)[-1] for col in reporter._render().columns]
+    return [cell.plain if isinstance(cell, Text) else str(cell) for cell in last]

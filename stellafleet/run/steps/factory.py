@@ -50,7 +50,7 @@ def dispatcher(
         LimitGate(limiter) if limiter is not None else None,  # released last: after the guard is free
         SpendGuard(ledger, budget, settings.spend_guard_usd),
         Claims(claims, settings.root),
-        Workspaces(settings, ledger),
+        Workspaces(settings, ledger, emit),
         Watch(watchdog) if watchdog is not None else None,
         Salvage(ledger, claims),  # after the watchdog: a stalled attempt's salvage says so
         BranchCommits(ledger),

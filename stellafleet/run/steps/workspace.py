@@ -5,6 +5,7 @@ from __future__ import annotations
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, StopReason
 from stellafleet.git import submodules, worktrees
 from stellafleet.run import bootstrap
+from stellafleet.run.events import Emit, SetupStarted
 from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, RunSettings
 from stellafleet.state.ledger import Ledger
 
@@ -12,9 +13,10 @@ SALVAGE_START_VAR = "STELLA_SALVAGE_START"  # the salvage commit an isolated wor
 
 
 class Workspaces(AttemptStep):
-    def __init__(self, settings: RunSettings, ledger: Ledger) -> None:
+    def __init__(self, settings: RunSettings, ledger: Ledger, emit: Emit | None = None) -> None:
         self.settings = settings
         self.ledger = ledger
+        self.emit = emit  # a setup is shown while it runs
         self.indexes = bootstrap.WorktreeIndexes()  # STELLA_WORKTREE_INDEX of the live worktrees
 
     def admit(self, attempt: AttemptState) -> None:
@@ -49,6 +51,8 @@ class Workspaces(AttemptStep):
         if settings.config.fleet.init_submodules:
             submodules.init_in_worktree(settings.root, ctx.workspace)
         self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, ctx.branch, str(ctx.workspace))
+        if self.emit is not None and settings.config.worktree.setup is not None:
+            self.emit(SetupStarted(ctx.task_id, ctx.log_path))
         try:
             setup_s = bootstrap.ready(
                 ctx.workspace,
