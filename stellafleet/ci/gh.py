@@ -249,7 +249,10 @@ class GitHub:
 
     def check_auth(self) -> None:
         """StellaError (exit 2) saying what to do when gh has no usable login."""
-        result = self._gh("auth", "status", repo_flag=False, retry=False)
+        result = self._gh("auth", "status", repo_flag=False)  # retried like any call on a 5xx
+        trouble = github_trouble(result)
+        if trouble is not None:  # GitHub could not answer: that says nothing of the login
+            raise StellaError(f"gh auth status: {result.detail()}: try again once GitHub answers")
         if result.returncode != 0:
             text = f"{result.stdout}\n{result.stderr}"
             lines = [line.strip(" -X\u2717") for line in text.splitlines() if line.strip()]

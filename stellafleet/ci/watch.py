@@ -356,7 +356,10 @@ class Watcher:
             return
         if all(r.status == "completed" for r in runs):
             label = red_label(runs)
-            if label is None:
+            gone = self._withdrawn(watch) if label is None else None
+            if gone is not None:  # what passed is no longer up for review: never green
+                self._finish(watch, CIState.ERROR, None, f"{gone} while its CI ran: not green")
+            elif label is None:
                 self._finish(watch, CIState.GREEN, "success", f"all {len(runs)} CI runs passed")
             else:
                 reason = f"{label}: {', '.join(r.label for r in runs if r.conclusion == label)}"
@@ -372,6 +375,20 @@ class Watcher:
             self._finish(watch, CIState.STALLED, known_red, reason)
             return
         self._set_phase(watch, ci_phase(runs))
+
+    def _withdrawn(self, watch: BranchWatch) -> str | None:
+        """Why a branch whose CI passed is no longer there to land: its PR closed, its remote branch
+        deleted (None: neither, or gh or the remote cannot say)."""
+        if watch.pr_number is not None:
+            try:
+                state = str(self.github.pr_fields(watch.pr_number, "state").get("state") or "")
+            except GhError:
+                state = ""
+            if state.upper() == "CLOSED":
+                return f"PR #{watch.pr_number} was closed"
+        if gitops.remote_branch_exists(self.root, self.settings.remote, watch.branch) is False:
+            return f"branch {watch.branch} was deleted from {self.settings.remote}"
+        return None
 
     def _fix(self, watch: BranchWatch, reason: str) -> bool:
         """One --fix-ci round for a red isolated branch; True when its new head is being watched."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -14,11 +15,17 @@ FAR_RESET_S = 300.0
 LIMIT_STATUSES = frozenset({429, 529})
 _USAGE_WORDS = re.compile(r"usage limit|quota|insufficient_quota|billing|limit reached|hit your limit", re.I)
 _RATE_WORDS = re.compile(r"rate.?limit|overloaded|too many requests|\b429\b|\b529\b", re.I)
+# A spent quota or an unpaid bill: no wait ends it, whatever reset the answer names.
+_QUOTA_WORDS = re.compile(r"insufficient_quota|exceeded your current quota|billing", re.I)
+# A reset is clamped to a year: still a far usage limit, and a date datetime can print.
+MAX_RESET_S = 366 * 86400.0
 _RESET_IN = re.compile(
-    r"(?:try again|resets?|retry)\s+(?:in|after)\s+(?:(\d+(?:\.\d+)?)\s*h(?:ours?)?)?\s*"
-    r"(?:(\d+(?:\.\d+)?)\s*m(?:in(?:ute)?s?)?)?\s*(?:(\d+(?:\.\d+)?)\s*s(?:ec(?:ond)?s?)?)?",
+    r"(?:try again|resets?|retry)\s+(?:in|after)\s+((?:\d+(?:\.\d+)?\s*"
+    r"(?:ms|milliseconds?|d(?:ays?)?|h(?:ours?|rs?)?|m(?:in(?:ute)?s?)?|s(?:ec(?:ond)?s?)?)(?![a-z])[\s,]*)+)",
     re.I,
 )
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]+)", re.I)
+_UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 _RESET_AT = re.compile(
     r"try again at (\w{3})\w* (\d{1,2})(?:st|nd|rd|th)?,? (\d{4}),? (\d{1,2}):(\d{2})\s*([AP]M)?", re.I
 )
@@ -70,14 +77,33 @@ def reset_text(reset_at_ms: int | None) -> str:
     return f"resets {when:%Y-%m-%d %H:%M:%S} UTC"
 
 
-def kind_of(status: int | None, retry_after_s: float | None, text: str) -> LimitKind | None:
-    """The limit an answer means (None: no limit); usage when it says so or its reset is far."""
-    far = retry_after_s is not None and retry_after_s > FAR_RESET_S
-    if (_USAGE_WORDS.search(text) and (status in LIMIT_STATUSES or status is None)) or far:
+def kind_of(status: int | None, reset_s: float | None, text: str) -> LimitKind | None:
+    """The limit an answer means (None: no limit). A reset it names decides: near is a rate limit, far
+    a usage limit (OpenAI's rate limits say "limit reached"); the words decide only without one."""
+    usage_words = bool(_USAGE_WORDS.search(text)) and (status in LIMIT_STATUSES or status is None)
+    rate = status in LIMIT_STATUSES or (status in (None, 503) and bool(_RATE_WORDS.search(text)))
+    if not (usage_words or rate):
+        return None
+    if usage_words and _QUOTA_WORDS.search(text):
         return LimitKind.USAGE
-    if status in LIMIT_STATUSES or (status in (None, 503) and _RATE_WORDS.search(text)):
-        return LimitKind.RATE
-    return None
+    if reset_s is not None:
+        return LimitKind.USAGE if reset_s > FAR_RESET_S else LimitKind.RATE
+    return LimitKind.USAGE if usage_words else LimitKind.RATE
+
+
+def _event(
+    status: int | None, seconds: float | None, text: str, source: str, now: float
+) -> LimitEvent | None:
+    """The limit event of an answer whose reset is seconds away (None: it names none); a reset that is
+    not a finite number is none, one past a year is a year away."""
+    if seconds is not None and not math.isfinite(seconds):
+        seconds = None
+    seconds = None if seconds is None else min(max(seconds, 0.0), MAX_RESET_S)
+    kind = kind_of(status, seconds, text)
+    if kind is None:
+        return None
+    reset = None if seconds is None else int((now + seconds) * 1000)
+    return LimitEvent(kind, source, status, reset, " ".join(text.split())[:300])
 
 
 def from_http(
@@ -88,14 +114,11 @@ def from_http(
     source: str = "engine",
     now_wall: float | None = None,
 ) -> LimitEvent | None:
-    """The limit event an HTTP answer (or a CLI's report of one) is (None: not a limit)."""
-    kind = kind_of(status, retry_after_s, text)
-    if kind is None:
-        return None
+    """The limit event an HTTP answer (or a CLI's report of one) is (None: not a limit): its reset from
+    Retry-After, else from its words."""
     now = time.time() if now_wall is None else now_wall
-    seconds = retry_after_s if retry_after_s is not None else reset_in_text(text)
-    reset = None if seconds is None else int((now + seconds) * 1000)
-    return LimitEvent(kind, source, status, reset, " ".join(text.split())[:300])
+    seconds = retry_after_s if retry_after_s is not None else reset_in_text(text, now)
+    return _event(status, seconds, text, source, now)
 
 
 def reset_in_text(text: str, now_wall: float | None = None) -> float | None:
@@ -126,10 +149,14 @@ def reset_in_text(text: str, now_wall: float | None = None) -> float | None:
         ahead = when.timestamp() - now
         return ahead if ahead >= 0 else ahead + 86400.0  # a time already past today is tomorrow's
     match = _RESET_IN.search(text)
-    if match and any(match.groups()):
-        hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
-        return hours * 3600 + minutes * 60 + seconds
-    return None
+    if match is None:
+        return None
+    parts = _DURATION_PART.findall(match.group(1))  # `2h 0m 0s`, `20s`, `32ms`, `4 days 2 hours`
+    return sum(float(number) * _unit_s(unit.lower()) for number, unit in parts)
+
+
+def _unit_s(unit: str) -> float:
+    return 0.001 if unit == "ms" or unit.startswith("milli") else _UNIT_S[unit[0]]
 
 
 def _hour_24(hour: str, half: str | None) -> int:
@@ -140,15 +167,8 @@ def _hour_24(hour: str, half: str | None) -> int:
 
 def from_text(text: str, *, source: str, now_wall: float | None = None) -> LimitEvent | None:
     """The limit event an agent CLI's message tells of (None: it tells of none)."""
-    kind = kind_of(None, None, text)
-    if kind is None:
-        return None
     now = time.time() if now_wall is None else now_wall
-    seconds = reset_in_text(text, now)
-    if kind is LimitKind.RATE and seconds is not None and seconds > FAR_RESET_S:
-        kind = LimitKind.USAGE
-    reset = None if seconds is None else int((now + seconds) * 1000)
-    return LimitEvent(kind, source, None, reset, " ".join(text.split())[:300])
+    return _event(None, reset_in_text(text, now), text, source, now)
 
 
 class Width:

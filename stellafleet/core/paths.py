@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 EXCLUDED_DIRS = (".stella/private/", ".stella/worktrees/")
+
+
+class NotRegularFile(OSError):
+    """A path a worker wrote (a result, a fragment) that is a FIFO, a device or a socket."""
+
+
+def read_regular(path: Path, limit: int = -1) -> bytes:
+    """path's bytes (at most limit), opened so a FIFO or a device planted there never blocks: NotRegularFile
+    for anything but a regular file, FileNotFoundError and the other OSErrors as open raises them."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(f"{path} is not a regular file (a FIFO, a device or a socket)")
+        with os.fdopen(os.dup(fd), "rb") as stream:
+            return stream.read(limit)
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,13 @@ def spend_stop_text(spent: float, limit: float) -> str:
     return f"{StopReason.SPEND_LIMIT}: {money(spent)} of {money(limit)}"
 
 
+def overspent(spent: float, limit: float | None) -> str | None:
+    """Why a run's recorded total passed its limit (a worker reported past its guard), or None."""
+    if limit is None or spent <= limit:
+        return None
+    return f"spend limit passed: {money(spent)} recorded, over --spend-limit {money(limit)}"
+
+
 class NoBudget(Exception):
     """No guard of at least the minimum is left for another worker; the message is the reason shown."""
 
@@ -281,6 +288,9 @@ class SpendBudget:
                 self._spent += guard if spent is None else spent
 
 
+MONEY_PLAIN_MAX = 1e12  # dollars from which money() writes the amount in exponent form
+
+
 def money(usd: float | None) -> str:
     """Dollars for people, as the dashboard's fmtUsd writes them: `$1.50`, `$0.0035`, `-` when unknown."""
     if usd is None:
@@ -288,6 +298,8 @@ def money(usd: float | None) -> str:
     if not math.isfinite(usd):
         return "$?"
     sign, value = ("-", -usd) if usd < 0 else ("", usd)
+    if value >= MONEY_PLAIN_MAX:  # a limit of 1e308 is no 309-digit amount
+        return f"{sign}${value:.3g}"
     decimals = 4
     if 0 < value < 0.00005:
         decimals = min(12, 1 - math.floor(math.log10(value)))

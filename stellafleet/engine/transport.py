@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import InitVar, dataclass, field
@@ -23,14 +24,17 @@ BACKOFF_MAX_S = 30.0
 
 
 def retry_after_seconds(value: str | None, now_wall: float) -> float | None:
-    """Retry-After as seconds from now: a number of seconds or an HTTP date; None when absent or garbled."""
+    """Retry-After as seconds from now: a number of seconds or an HTTP date; None when absent, garbled or
+    not a finite number (`nan`, `inf`)."""
     if not value:
         return None
     value = value.strip()
     try:
-        return max(float(value), 0.0)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return max(seconds, 0.0) if math.isfinite(seconds) else None
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):

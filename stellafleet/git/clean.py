@@ -13,8 +13,9 @@ from stellafleet.core.configsections import WorktreeConfig
 from stellafleet.core.errors import GitError
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import RunStatus
+from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, mergeops, salvage, worktrees
-from stellafleet.proc import shell
+from stellafleet.proc import group, shell
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.journal import Record
 from stellafleet.state.ledger import Ledger
@@ -67,6 +68,9 @@ class _Owner:
     task_id: str | None
     base_ref: str | None
     live: str | None
+    worker_started: bool = True  # False: no worker ever ran in its worktree, only `[worktree] setup`
+    branch: str | None = None
+    worktree_index: int | None = None  # the STELLA_WORKTREE_INDEX its worktree had
 
 
 def _live_reasons(detail: dict[str, Any], alive: Callable[[int | None, int | None], bool]) -> dict[str, str]:
@@ -99,8 +103,14 @@ def _collect(
         live = _live_reasons(detail, alive)
         rows = [(t["id"], t.get("branch"), t.get("worktree")) for t in detail.get("tasks", [])]
         rows += [(a["task_id"], a.get("branch"), a.get("worktree")) for a in detail.get("attempts", [])]
+        attempts = detail.get("attempts", [])
+        started = {a.get("worktree") for a in attempts if a.get("pid")}
+        indexes = {a.get("worktree"): a.get("worktree_index") for a in attempts if a.get("worktree_index")}
         for task_id, branch, worktree in rows:
-            owner = _Owner(run["id"], task_id, run.get("base_ref"), live.get(task_id))
+            owner = _Owner(
+                run["id"], task_id, run.get("base_ref"), live.get(task_id), worktree in started, branch,
+                indexes.get(worktree),
+            )  # fmt: skip
             for table, key in ((worktrees, worktree), (branches, branch)):
                 if not key:
                     continue
@@ -121,10 +131,39 @@ def _fleet_live(run: dict[str, Any] | None, alive: Callable[[int | None, int | N
     )
 
 
+def teardown_env(root: Path, owner: _Owner, path: Path) -> dict[str, str]:
+    """Ours, with the variables of the worktree's task its setup had (`app-$STELLA_TASK_ID`)."""
+    worker = {*WorkerContext.env_names(), "STELLA_WORKTREE_INDEX"}  # never a stale one of ours
+    env = {key: value for key, value in os.environ.items() if key not in worker}
+    named = {
+        "STELLA_ROOT": str(root),
+        "STELLA_RUN_ID": owner.run_id,
+        "STELLA_TASK_ID": owner.task_id,
+        "STELLA_WORKSPACE": str(path),
+        "STELLA_BRANCH": owner.branch,
+        "STELLA_WORKTREE_INDEX": None if owner.worktree_index is None else str(owner.worktree_index),
+    }
+    return env | {key: value for key, value in named.items() if value is not None}
+
+
 def uncommitted(path: Path) -> list[str]:
     """What a worktree holds that no commit has, as git judges it (ignored files do not count)."""
     names = [line[3:] for line in gitops.status_porcelain(path)]
     return [name for name in names if not name.startswith(EXCLUDED_DIRS)]
+
+
+def nested_work(path: Path, dirty: Sequence[str]) -> list[str]:
+    """The nested repositories among a worktree's changes with work of their own (uncommitted, or commits
+    no remote has): a salvage keeps only their commit id, so removing the worktree would lose it."""
+    found = []
+    for name in dirty:
+        inner = path / name.rstrip("/")
+        if not (inner / ".git").exists():
+            continue
+        code, unpushed, _ = gitops.git_status("rev-list", "--count", "HEAD", "--not", "--remotes", cwd=inner)
+        if code != 0 or int(unpushed.strip() or 0) or gitops.status_porcelain(inner):
+            found.append(name)
+    return found
 
 
 class Cleaner:
@@ -187,29 +226,43 @@ class Cleaner:
                 self._decide(owner, "worktree", shown, False, f"{owner.live}; never removed while live")
                 continue
             dirty = uncommitted(path) if path.exists() else []
-            # the task's salvage ref, when it holds exactly the worktree's uncommitted work (nothing is lost)
-            held = (
-                salvage.holds_worktree(self.root, path, owner.run_id, owner.task_id)
-                if dirty and owner.task_id
-                else None
-            )
-            if dirty and held is None and not self.report.force:
-                files = "1 file" if len(dirty) == 1 else f"{len(dirty)} files"
-                files += ": " + ", ".join(dirty[:3]) + (", ..." if len(dirty) > 3 else "")
-                why = f"has uncommitted changes ({files}): commit or discard them, or rerun with --force"
-                self._decide(owner, "worktree", shown, False, why)
+            reason, keep = self._why_removable(owner, path, dirty)
+            if keep:
+                self._decide(owner, "worktree", shown, False, reason)
                 continue
-            reason = "clean worktree"
-            if dirty:
-                reason = f"uncommitted changes ({len(dirty)}) " + (
-                    f"kept in {held.ref} ({held.sha[:7]})" if held else "discarded by --force"
-                )
             reason += self._teardown(owner, path)
             remove = partial(
                 worktrees.worktree_remove, self.root, path, force=bool(dirty) or not path.exists()
             )
             if self._remove(owner, "worktree", shown, reason, remove):
                 self._gone_worktrees.add(path)
+
+    def _why_removable(self, owner: _Owner, path: Path, dirty: list[str]) -> tuple[str, bool]:
+        """Why the (not live) worktree at path may go, or why it is kept: (the reason, whether kept)."""
+        busy = group.working_in(path) if path.exists() else []
+        if busy:
+            what = f"pid {busy[0].pid}" + (f" and {len(busy) - 1} more" if len(busy) > 1 else "")
+            return f"a process is still running in it ({what}); never removed under it", True
+        nested = nested_work(path, dirty)
+        if nested and not self.report.force:
+            why = f"holds a nested repository with work of its own ({', '.join(nested[:3])}): "
+            return why + "commit or push it there, or rerun with --force", True
+        if not dirty:
+            return "clean worktree", False
+        # the task's salvage ref, when it holds exactly the worktree's uncommitted work (nothing is lost)
+        held = salvage.holds_worktree(self.root, path, owner.run_id, owner.task_id) if owner.task_id else None
+        if held is not None:
+            return f"uncommitted changes ({len(dirty)}) kept in {held.ref} ({held.sha[:7]})", False
+        if not owner.worker_started:  # what an interrupted setup left (configure debris): not anyone's work
+            return (
+                f"uncommitted files ({len(dirty)}) left by its [worktree] setup: no worker ran in it",
+                False,
+            )
+        if self.report.force:
+            return f"uncommitted changes ({len(dirty)}) discarded by --force", False
+        files = "1 file" if len(dirty) == 1 else f"{len(dirty)} files"
+        files += ": " + ", ".join(dirty[:3]) + (", ..." if len(dirty) > 3 else "")
+        return f"has uncommitted changes ({files}): commit or discard them, or rerun with --force", True
 
     def _teardown(self, owner: _Owner, path: Path) -> str:
         """`[worktree] teardown` run in the worktree unless a dry run (output to the task's log), in words."""
@@ -218,8 +271,9 @@ class Cleaner:
             return ""
         log_path = self.paths.log_file(owner.run_id, owner.task_id or "clean")
         done = shell.run_logged(
-            "teardown", command, cwd=path, env=os.environ, log_path=log_path, timeout=timeout
-        )
+            "teardown", command, cwd=path, env=teardown_env(self.root, owner, path), log_path=log_path,
+            timeout=timeout,
+        )  # fmt: skip
         return (
             "; teardown ran" if done.ok else f"; teardown failed ({done.describe(timeout)}), removed anyway"
         )
@@ -291,6 +345,14 @@ class Cleaner:
                     self._decide(owner, "salvage", ref.ref, False, f"run {run_id} is still running")
                     continue
                 reason = f"salvage of attempt {attempt} removed by --salvage (was {ref.sha[:7]})"
+                alone = salvage.unbranched_ancestors(self.root, ref.sha)
+                commits = "1 commit" if alone == 1 else f"{alone} commits"
+                if alone and not self.report.force:
+                    why = f"holds {commits} no branch holds: `git branch NAME {ref.sha[:12]}^` keeps them"
+                    self._decide(owner, "salvage", ref.ref, False, why + ", or rerun with --force")
+                    continue
+                if alone:
+                    reason += f", with {commits} no branch holds, by --force"
                 self._remove(
                     owner, "salvage", ref.ref, reason, partial(salvage.delete_salvage, self.root, ref)
                 )

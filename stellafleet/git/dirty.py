@@ -73,6 +73,27 @@ def worker_entries(root: Path, paths: Sequence[str], snapshot: Snapshot) -> dict
     return entries
 
 
+def salvage_entries(
+    root: Path, paths: Sequence[str], snapshot: Snapshot
+) -> tuple[dict[str, tuple[str, str]], list[str]]:
+    """For a salvage of paths: (the entries, the paths to drop) of those the user had changed, each HEAD's
+    version plus the worker's change as `stella commit` splits it; HEAD's version (or none) where the
+    worker left only the user's changes or the two cannot be split. The user's edits are never taken."""
+    entries: dict[str, tuple[str, str]] = {}
+    removed: list[str] = []
+    head = gitops.ref_commit(root, "HEAD")
+    for path in (path for path in paths if path in snapshot):
+        try:
+            entries.update(worker_entries(root, [path], snapshot))
+        except StellaError:
+            committed = index.tree_entries(root, head, [path]).get(path) if head else None
+            if committed is None:
+                removed.append(path)
+            else:
+                entries[path] = committed
+    return entries, removed
+
+
 def _is_binary(data: bytes) -> bool:
     """git's own test (buffer_is_binary): a NUL byte in the first 8000 bytes."""
     return b"\0" in data[:BINARY_PROBE_BYTES]

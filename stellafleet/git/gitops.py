@@ -333,6 +333,12 @@ class PushResult:
     summary: str
 
 
+def remote_branch_exists(root: Path, remote: str, branch: str) -> bool | None:
+    """Whether remote has branch now (None: the remote could not be asked)."""
+    code, out, _err = git_status("ls-remote", "--heads", remote, f"refs/heads/{branch}", cwd=root)
+    return None if code != 0 else bool(out.strip())
+
+
 def remote_names(root: Path) -> list[str]:
     return [line.strip() for line in git("remote", cwd=root).splitlines() if line.strip()]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -50,35 +51,81 @@ def check_sizes(root: Path, paths: Sequence[str], max_bytes: int) -> None:
     for path in paths:
         st = (root / path).lstat()
         if st.st_size > max_bytes and not os.path.islink(root / path):
-            over.append(f"{path} ({st.st_size / 1e6:.1f} MB)")
+            size = f"{st.st_size / 1e6:.1f} MB"
+            if round(st.st_size / 1e6, 1) <= round(max_bytes / 1e6, 1):  # not `1.0 MB over 1`: in bytes
+                size = f"{st.st_size:,} bytes"
+            over.append(f"{path} ({size})")
     if over:
         raise StellaError(
-            f"{INCLUDE_FILE}: {', '.join(over)} over [worktree] include_max_mb = {max_bytes / 1e6:g}: "
+            f"{INCLUDE_FILE}: {', '.join(over)} over [worktree] include_max_mb = {max_bytes / 1e6:.7g}: "
             f"raise include_max_mb, or leave the file out of {INCLUDE_FILE}"
         )
 
 
 class _Copier:
-    """Copies with as few system calls as it can: a clone, then copy_file_range, else read/write."""
+    """Copies with as few system calls as it can: a clone, then copy_file_range, else read/write. Every
+    destination folder is opened one component at a time without following symlinks: a symlink the
+    checkout holds among a destination's parents would take the copy outside the worktree."""
 
-    def __init__(self) -> None:
+    def __init__(self, worktree: Path) -> None:
+        self.worktree = worktree
         self.can_clone = True
         self.can_range = True
-        self.made: set[str] = set()
+        self.folders: dict[str, int] = {}  # worktree-relative folder -> its open descriptor
 
-    def parent(self, dst: str) -> None:
-        parent = os.path.dirname(dst)
-        if parent not in self.made:
-            os.makedirs(parent, exist_ok=True)
-            self.made.add(parent)
+    def parent(self, path: str) -> tuple[int, str]:
+        """The open folder path is to be made in, and its name there; StellaError naming a symlink."""
+        folder, name = os.path.split(path)
+        return self._folder(folder, path), name
 
-    def copy(self, src: str, dst: str, st: os.stat_result) -> bool:
-        """dst as a copy of src (mode kept); True when it was a clone. FileExistsError when dst exists."""
-        fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    def _folder(self, folder: str, path: str) -> int:
+        if folder in self.folders:
+            return self.folders[folder]
+        if not folder:
+            fd = os.open(self.worktree, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        else:
+            above, name = os.path.split(folder)
+            at = self._folder(above, path)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, dir_fd=at)
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=at)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                raise StellaError(
+                    f"{INCLUDE_FILE}: {path} not copied: {folder} in the worktree is a symlink or a file, "
+                    f"and a copy through it could land outside the repository: leave {path} out of "
+                    f"{INCLUDE_FILE}, or keep {folder} a folder in the commit the task starts from"
+                ) from None
+        self.folders[folder] = fd
+        return fd
+
+    def close(self) -> None:
+        for fd in self.folders.values():
+            os.close(fd)
+        self.folders.clear()
+
+    def create(self, path: str, mode: int) -> int:
+        """A new file at path in the worktree, open for writing; FileExistsError when it exists."""
+        at, name = self.parent(path)
+        fd = os.open(
+            name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=at
+        )
+        os.fchmod(fd, mode)
+        return fd
+
+    def symlink(self, target: str, path: str) -> None:
+        at, name = self.parent(path)
+        os.symlink(target, name, dir_fd=at)
+
+    def copy(self, src: str, path: str, st: os.stat_result) -> bool:
+        """path in the worktree as a copy of src (mode kept); True when it was a clone. FileExistsError
+        when path exists."""
+        fout = self.create(path, stat.S_IMODE(st.st_mode))
         try:
             fin = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                os.fchmod(fout, stat.S_IMODE(st.st_mode))
                 if self.can_clone:
                     try:
                         fcntl.ioctl(fout, _FICLONE, fin)
@@ -114,21 +161,23 @@ class _Copier:
 
 def copy_into(root: Path, worktree: Path, paths: Sequence[str]) -> Copied:
     """Copy paths from root into worktree at the same place, never overwriting the checkout's files."""
-    copier = _Copier()
+    copier = _Copier(worktree)
     files = size = cloned = 0
-    for path in paths:
-        src, dst = os.path.join(root, path), os.path.join(worktree, path)
-        st = os.lstat(src)
-        copier.parent(dst)
-        try:
-            if stat.S_ISLNK(st.st_mode):
-                os.symlink(os.readlink(src), dst)
-            else:
-                cloned += copier.copy(src, dst, st)
-                size += st.st_size
-        except FileExistsError:
-            continue
-        files += 1
+    try:
+        for path in paths:
+            src = os.path.join(root, path)
+            st = os.lstat(src)
+            try:
+                if stat.S_ISLNK(st.st_mode):
+                    copier.symlink(os.readlink(src), path)
+                else:
+                    cloned += copier.copy(src, path, st)
+                    size += st.st_size
+            except FileExistsError:
+                continue
+            files += 1
+    finally:
+        copier.close()
     return Copied(files, size, cloned)
 
 
@@ -158,25 +207,25 @@ def pack(root: Path, paths: Sequence[str]) -> tuple[Packed, ...]:
 
 def unpack(files: Sequence[Packed], worktree: Path) -> Copied:
     """Write packed files into worktree at their paths, as copy_into does."""
-    copier = _Copier()
+    copier = _Copier(worktree)
     count = size = 0
-    for file in files:
-        dst = os.path.join(worktree, file.path)
-        copier.parent(dst)
-        try:
-            if file.link:
-                os.symlink(os.fsdecode(file.data), dst)
-            else:
-                fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-                try:
-                    os.fchmod(fd, file.mode)
-                    view = memoryview(file.data)
-                    while view:
-                        view = view[os.write(fd, view) :]
-                finally:
-                    os.close(fd)
-                size += len(file.data)
-        except FileExistsError:
-            continue
-        count += 1
+    try:
+        for file in files:
+            try:
+                if file.link:
+                    copier.symlink(os.fsdecode(file.data), file.path)
+                else:
+                    fd = copier.create(file.path, file.mode)
+                    try:
+                        view = memoryview(file.data)
+                        while view:
+                            view = view[os.write(fd, view) :]
+                    finally:
+                        os.close(fd)
+                    size += len(file.data)
+            except FileExistsError:
+                continue
+            count += 1
+    finally:
+        copier.close()
     return Copied(count, size, 0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,9 +45,15 @@ def _excluded_unless_ignored(workspace: Path) -> list[str]:
     return [d for d in EXCLUDED_DIRS if d.rstrip("/") not in ignored]
 
 
-def snapshot_tree(workspace: Path, head: str, paths: Sequence[str] | None = None) -> str:
+Entries = tuple[Mapping[str, tuple[str, str]], Sequence[str]]  # (path -> (mode, blob), paths dropped)
+
+
+def snapshot_tree(
+    workspace: Path, head: str, paths: Sequence[str] | None = None, instead: Entries = ({}, ())
+) -> str:
     """The tree a salvage of workspace would hold now: head with the workspace's files (all of them, or only
-    paths) as they are on disk, built in a temporary index (never touching its index or files)."""
+    paths) as they are on disk, but for the entries given instead; built in a temporary index (never
+    touching its index or files)."""
     with tempfile.TemporaryDirectory(prefix="stella-salvage-") as scratch:
         index_file = Path(scratch) / "salvage.index"
         env = index.with_index(index_file)
@@ -55,6 +61,7 @@ def snapshot_tree(workspace: Path, head: str, paths: Sequence[str] | None = None
             index.read_tree_into(workspace, index_file, head)
             if paths:
                 index.stage_paths(workspace, index_file, list(paths))
+                index.set_entries(workspace, index_file, *instead)
             return index.write_tree(workspace, index_file)
         add_all = ("add", "-A", "--", ".", *(f":!{d}" for d in _excluded_unless_ignored(workspace)))
         own = gitops.git_path(workspace, "--git-path", "index")
@@ -75,12 +82,14 @@ def salvage(
     *,
     paths: Sequence[str] | None = None,
     message: str,
+    instead: Entries = ({}, ()),
 ) -> Salvaged | None:
-    """Commit the workspace's uncommitted work (paths None: all) on ref over HEAD; None: nothing new."""
+    """Commit the workspace's uncommitted work (paths None: all; instead: entries to take for some of
+    paths) on ref over HEAD; None: nothing new."""
     head = gitops.ref_commit(workspace, "HEAD")
     if head is None:
         return None  # an unborn branch: nothing to build on (stella refuses such repositories anyway)
-    tree = snapshot_tree(workspace, head, paths)
+    tree = snapshot_tree(workspace, head, paths, instead)
     if tree == index.tree_of(workspace, head):
         return None
     try:
@@ -161,6 +170,13 @@ def held_elsewhere(root: Path, branch: str) -> int:
         "rev-list", "--count", f"refs/heads/{branch}", "--not", f"--exclude={branch}", "--branches",
         f"--glob={SALVAGE_PREFIX}/*", cwd=root,
     )  # fmt: skip
+    return int(out.strip() or 0)
+
+
+def unbranched_ancestors(root: Path, sha: str) -> int:
+    """How many commits under a salvage commit (its own excluded) no local branch holds: a branch deleted
+    because this salvage held its commits has them here alone."""
+    out = gitops.git("rev-list", "--count", f"{sha}^@", "--not", "--branches", cwd=root)
     return int(out.strip() or 0)
 
 

@@ -84,6 +84,9 @@ def _depends(tasks: dict[str, dict[str, Any]], task_id: str, wanted: set[str]) -
     return found
 
 
+CARRIED = "succeeded in run "  # the reason a resumed run records for a task done before it (run/resume.py)
+
+
 def plan_queue(run: dict[str, Any], *, unwatched: bool) -> tuple[list[MergeItem], list[MergeItem]]:
     """(the queue in merge order, the branches left out with why) for a run record from Ledger.get_run."""
     tasks = {task["id"]: task for task in run["tasks"]}
@@ -93,6 +96,14 @@ def plan_queue(run: dict[str, Any], *, unwatched: bool) -> tuple[list[MergeItem]
     left_out: list[MergeItem] = []
     for task in run["tasks"]:
         branch = task.get("branch") or ""
+        earlier = str(task.get("reason") or "")
+        if task["status"] == TaskStatus.SUCCEEDED and not branch and earlier.startswith(CARRIED):
+            # a resumed run's task done before it: its branch is that run's
+            landing = (
+                f"{earlier}: its branch lands with that run (`stella merge {earlier.removeprefix(CARRIED)}`)"
+            )
+            left_out.append(MergeItem("", task["id"], 0, (), MergeStatus.SKIPPED, landing))
+            continue
         if task["status"] != TaskStatus.SUCCEEDED or not branch.startswith(BRANCH_PREFIX):
             continue
         # a resolve task's work lands only as the resolution of its branch, checked with it: on its own

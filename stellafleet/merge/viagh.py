@@ -106,16 +106,32 @@ class _Lander:
                 else "no pull request: `stella watch` opens one for each branch it pushes"
             )
         elif options.dry_run:
-            item.reason = f"would ask GitHub to merge PR #{number} ({options.strategy})"
+            self._would_land(item, number)
         else:
             try:
                 self._land(item, number)
             except GhError as exc:
                 item.status, item.reason = MergeStatus.ERROR, exc.message
                 self._record(item, "", "")
-        if item.status != MergeStatus.MERGED and not item.reason.startswith("already merged"):
+        would = options.dry_run and item.status not in (MergeStatus.SKIPPED, MergeStatus.ERROR)
+        if item.status != MergeStatus.MERGED and not item.reason.startswith("already merged") and not would:
             self.not_landed.add(item.task_id)
         self.progress(item)
+
+    def _would_land(self, item: MergeItem, number: int) -> None:
+        """--dry-run: what would be asked of GitHub, from the pull request's state now (a closed one would
+        not land; when gh cannot tell, what would be asked)."""
+        try:
+            now = self._state(number)
+        except GhError:
+            now = None
+        if now is not None and now.state == "MERGED":
+            item.status, item.reason = MergeStatus.SKIPPED, f"already merged (PR #{number} into {now.base})"
+        elif now is not None and now.state != "OPEN":
+            item.status = MergeStatus.ERROR
+            item.reason = f"PR #{number} is {now.state.lower()}, not open: it would not land"
+        else:
+            item.reason = f"would ask GitHub to merge PR #{number} ({self.result.options.strategy})"
 
     def _state(self, number: int) -> PrState:
         return PrState.from_gh(self.github.pr_fields(number, PR_FIELDS))

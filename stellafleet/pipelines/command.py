@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
+from stellafleet.core.paths import NotRegularFile, read_regular
 from stellafleet.core.spend import SpendReporter, check_usd
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops
@@ -22,9 +23,11 @@ SHELL = "/bin/sh"
 
 def _read_report(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        text = read_regular(path).decode("utf-8", errors="replace")
     except FileNotFoundError:
         return {}
+    except NotRegularFile:
+        raise ValueError(f"{RESULT_ENV} file is not a regular file (a FIFO, a device or a socket)") from None
     if not text.strip():
         return {}
     try:

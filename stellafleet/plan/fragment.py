@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from stellafleet.core.errors import PlanError
 from stellafleet.plan.model import PlanTask, normalise_claim, plan_from_data, read_fragment_file
+
+TASK_ID_MAX = 128  # plan.schema.json's taskId maxLength: ids become file names
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,7 @@ class FragmentRules:
     max_depth: int
     emitted_before: int  # tasks the run's fragments added so far
     max_emitted: int
+    plan_defaults: Mapping[str, Any] = field(default_factory=dict)  # the plan's [defaults], under its own
 
 
 def fragment_name(emitter: str) -> str:
@@ -34,11 +37,15 @@ def load_fragment(path: Path, emitter: PlanTask, rules: FragmentRules) -> tuple[
     read = read_fragment_file(path, name)
     if read is None or (isinstance(read.data, dict) and read.data.get("tasks") == []):
         return ()
+    data = read.data
+    if rules.plan_defaults and isinstance(data, dict):  # the plan's [defaults] first, then its own
+        own: dict[str, Any] = data["defaults"] if isinstance(data.get("defaults"), dict) else {}
+        data = {**data, "defaults": {**rules.plan_defaults, **own}}
     # checked on the tasks as written, so they are reported with the plan checks' problems too
-    loose = _loose_tasks(read.data)
-    extra = claim_overlaps(name, loose) + _limit_problems(name, loose, rules)
+    loose = _loose_tasks(data)
+    extra = claim_overlaps(name, loose) + _limit_problems(name, loose, rules) + _long_ids(emitter.id, loose)
     try:
-        plan = plan_from_data(read.data, source=name, table_word=read.table_word, outside=rules.visible)
+        plan = plan_from_data(data, source=name, table_word=read.table_word, outside=rules.visible)
     except PlanError as exc:
         raise PlanError(exc.problems + extra) from None
     if extra:
@@ -124,6 +131,17 @@ def _limit_problems(name: str, tasks: Sequence[PlanTask], rules: FragmentRules) 
         if task.expands and rules.depth >= rules.max_depth
     )
     return problems
+
+
+def _long_ids(emitter: str, tasks: Sequence[PlanTask]) -> list[str]:
+    """Tasks whose full id `<emitter>.<id>` is longer than a plan's task id may be (its file names too)."""
+    name = fragment_name(emitter)
+    return [
+        f'{name}: task "{task.id}": its full id "{emitter}.{task.id}" is {len(emitter) + 1 + len(task.id)} '
+        f"characters, more than the {TASK_ID_MAX} a task id may have; give it a shorter id"
+        for task in tasks
+        if len(emitter) + 1 + len(task.id) > TASK_ID_MAX
+    ]
 
 
 def visible_to(task: PlanTask, tasks: Mapping[str, PlanTask]) -> frozenset[str]:

@@ -13,13 +13,13 @@ import re
 import tomllib
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from stellafleet.core.errors import PlanError, StellaError
-from stellafleet.core.paths import EXCLUDED_DIRS
+from stellafleet.core.paths import EXCLUDED_DIRS, NotRegularFile, read_regular
 from stellafleet.plan import schema as planschema
 from stellafleet.plan.schema import TASK_ID, graph_problems, task_run_problems, text_problem
 
@@ -54,16 +54,24 @@ def read_fragment_file(path: Path, name: str) -> PlanFile | None:
     """A fragment from $STELLA_PLAN_OUT (JSON when it starts with `{`, else TOML); None: none written."""
     if not path.exists():
         return None
-    raw, text = _read(path, name)
+    raw, text = _read(path, name, regular=True)
     suffix = ".json" if text.lstrip().startswith("{") else ".toml"
     return PlanFile(_PARSERS[suffix](text, name), hashlib.sha256(raw).hexdigest(), _TABLE_WORDS[suffix])
 
 
-def _read(plan_path: Path, name: str) -> tuple[bytes, str]:
-    """The file's bytes and its UTF-8 text; PlanError when it cannot be read as a plan."""
+def _read(plan_path: Path, name: str, *, regular: bool = False) -> tuple[bytes, str]:
+    """The file's bytes and its UTF-8 text (regular: only a regular file's, so that a FIFO a worker left
+    never blocks the fleet); PlanError when it cannot be read as a plan."""
     try:
-        with plan_path.open("rb") as stream:
-            raw = stream.read(MAX_PLAN_BYTES + 1)
+        if regular:
+            raw = read_regular(plan_path, MAX_PLAN_BYTES + 1)
+        else:
+            with plan_path.open("rb") as stream:
+                raw = stream.read(MAX_PLAN_BYTES + 1)
+    except NotRegularFile:
+        raise PlanError(
+            [f"{name}: not a regular file (a FIFO, a device or a socket): write a plan file"]
+        ) from None
     except FileNotFoundError:
         raise PlanError([f"{name}: no such file"]) from None
     except IsADirectoryError:
@@ -180,6 +188,7 @@ class Plan:
     source: str | None = None
     sha256: str | None = None
     default_pipeline: str | None = None  # the plan's [defaults] pipeline, when it names one
+    defaults: dict[str, Any] = field(default_factory=dict)  # its [defaults], under each fragment's own
 
     def unknown_pipelines(self, installed: Sequence[str]) -> list[str]:
         """A problem for each pipeline the plan names that is not installed, with the closest name."""
@@ -332,7 +341,7 @@ def plan_from_data(
         _build_task(raw, defaults, claims) for raw, claims in zip(raw_tasks, claims_of, strict=True)
     )
     pipeline = defaults.get("pipeline")
-    return Plan(tasks=tasks, source=source, sha256=sha256, default_pipeline=pipeline)
+    return Plan(tasks=tasks, source=source, sha256=sha256, default_pipeline=pipeline, defaults=dict(defaults))
 
 
 def title_from(prompt: str) -> str:

@@ -8,6 +8,7 @@ import os
 import signal
 import time
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # imported when a set is made: a worker that never stops one starts without psutil
@@ -64,6 +65,25 @@ def carrying(identity: Mapping[str, str], *, born: float = 0.0) -> list[psutil.P
                 continue
             environ = proc.environ()
             if all(environ.get(key) == value for key, value in identity.items()):
+                found.append(proc)
+    return found
+
+
+def working_in(path: Path) -> list[psutil.Process]:
+    """The processes (never this one) whose current directory is path or below it, or whose environment
+    names path as their attempt's workspace: a setup's make, a worker, a user's shell."""
+    import psutil
+
+    inside = str(path.resolve())
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        with contextlib.suppress(psutil.Error, OSError):
+            cwd = proc.cwd()
+            if f"{cwd}{os.sep}".startswith(inside + os.sep) or proc.environ().get("STELLA_WORKSPACE") == str(
+                path
+            ):
                 found.append(proc)
     return found
 

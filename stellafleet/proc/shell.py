@@ -1,5 +1,6 @@
 """A user's shell command (`[worktree] setup` and `teardown`) run to its end with its output in a log, in
-its own process group, so a timeout stops everything it started."""
+its own process group under the child subreaper, so a timeout, or the death of the stella process that
+started it, stops everything it started."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stellafleet.proc import runner
+from stellafleet.proc.subreaper import reaped_argv
 
 STOP_GRACE_S = 2.0
 POLL_S = 0.02  # how often a running command is checked for its end, timeout or stop
@@ -59,8 +61,12 @@ def run_logged(
     stop = stop or threading.Event()
     try:
         with log_path.open("ab") as log:
-            proc = runner.start(
-                ["/bin/sh", "-c", command], cwd=cwd, env=env, stdout=log, stderr=runner.STDOUT
+            proc = runner.start(  # under the subreaper: all it starts ends with it, or with its fleet
+                reaped_argv(["/bin/sh", "-c", command], with_parent=True),
+                cwd=cwd,
+                env=env,
+                stdout=log,
+                stderr=runner.STDOUT,
             )
     except OSError as exc:
         result = ShellRun(None, time.monotonic() - started, f"could not start /bin/sh: {exc}")

@@ -78,19 +78,36 @@ def on_sigterm(handler: Callable[[int], None]) -> None:
     signal.signal(signal.SIGTERM, once)
 
 
-def reaped_argv(argv: Sequence[str]) -> list[str]:
-    """argv run under the subreaper wrapper (this module as a program) where there is a subreaper."""
+def reaped_argv(argv: Sequence[str], *, with_parent: bool = False) -> list[str]:
+    """argv run under the subreaper wrapper (this module as a program) where there is a subreaper;
+    with_parent: its whole tree ends once the process that started it is gone."""
     if not sys.platform.startswith("linux"):
         return list(argv)
-    return [sys.executable, "-P", "-m", "stellafleet.proc.subreaper", "--", *argv]
+    return [
+        sys.executable,
+        "-P",
+        "-m",
+        "stellafleet.proc.subreaper",
+        *(["--orphan"] if with_parent else []),
+        "--",
+        *argv,
+    ]
 
 
 def main(argv: Sequence[str]) -> int:
     """The wrapper: become a subreaper, run argv, end what it left behind, exit as it did. A SIGTERM
-    (a timeout stopping our group) ends argv's whole tree, double-forked orphans included."""
+    (a timeout stopping our group) ends argv's whole tree, double-forked orphans included; with --orphan
+    so does the death of the process that started it (a SIGKILLed fleet's setup)."""
     from stellafleet.proc import runner  # the one place a program starts
 
-    args = list(argv[1:] if argv and argv[0] == "--" else argv)
+    args = list(argv)
+    orphan = bool(args) and args[0] == "--orphan"
+    args = args[1:] if orphan else args
+    args = args[1:] if args and args[0] == "--" else args
+    if (
+        orphan and os.getpgrp() == os.getpid()
+    ):  # in its own session: it (and argv's tree) ends with its parent
+        end_when_orphaned()
     become_subreaper()
 
     def stop(signum: int) -> None:

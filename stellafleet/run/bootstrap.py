@@ -73,10 +73,15 @@ def ready(
     """Copy the included files (root's, or the ones packed for a node), then run the setup command (if
     any) to its end: its seconds (None: no setup); SetupFailed with the reason (also when stop is set)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    if root is not None:
-        copied = include.copy_into(root, worktree, _included(root, config))
-    else:
-        copied = include.unpack(packed, worktree)
+    try:
+        if root is not None:
+            copied = include.copy_into(root, worktree, _included(root, config))
+        else:
+            copied = include.unpack(packed, worktree)
+    except SetupFailed:
+        raise
+    except StellaError as exc:  # an included file refused (a symlinked folder in the worktree)
+        raise SetupFailed(f"setup failed: {exc}") from None
     if copied.files:
         shell.log_line(
             log_path, f"{include.INCLUDE_FILE}: copied {copied.files} files ({copied.bytes / 1e6:.1f} MB)"

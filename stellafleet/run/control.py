@@ -25,7 +25,7 @@ from stellafleet.core.errors import (
     StellaError,
 )
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
-from stellafleet.core.spend import SpendBudget
+from stellafleet.core.spend import SpendBudget, overspent
 from stellafleet.core.status import RunStatus, Stop, StopReason, TaskStatus
 from stellafleet.core.words import plural
 from stellafleet.git import dirty, gitops
@@ -115,13 +115,16 @@ class Interrupts:
 
 
 def exit_status(
-    interrupted: bool, stopped: Stop | None, statuses: Mapping[str, TaskStatus]
+    interrupted: bool, stopped: Stop | None, statuses: Mapping[str, TaskStatus], overspent: str | None = None
 ) -> tuple[RunStatus, int, str | None]:
-    """The run's (status, exit code, reason) from how it ended."""
+    """The run's (status, exit code, reason) from how it ended (overspent: why its recorded total passed
+    its spend limit, which is exit 3 however its tasks ended)."""
     if interrupted:
         return RunStatus.INTERRUPTED, EXIT_INTERRUPTED, StopReason.INTERRUPTED.value
     if stopped is not None and stopped.reason is StopReason.SPEND_LIMIT:
         return RunStatus.SPEND_LIMITED, EXIT_SPEND_LIMIT, str(stopped)
+    if overspent is not None:
+        return RunStatus.SPEND_LIMITED, EXIT_SPEND_LIMIT, overspent
     if stopped is not None and stopped.reason is StopReason.USAGE_LIMIT:  # exit 3 too: --resume goes on
         return RunStatus.USAGE_LIMITED, EXIT_SPEND_LIMIT, str(stopped)
     unsuccessful = status_counts(status for status in statuses.values() if status != TaskStatus.SUCCEEDED)
@@ -333,7 +336,8 @@ class FleetRun:
         """Settle every task, record the run's end (and its CI watch), report the result; the exit code."""
         p = self.prepared
         statuses = self._settle(ledger, runner.seen.reasons, interrupted)
-        status, code, reason = exit_status(interrupted, runner.stopped, statuses)
+        over = overspent(ledger.spend.of_run(p.run_id), p.spend_limit)
+        status, code, reason = exit_status(interrupted, runner.stopped, statuses, over)
         ledger.runs.finish(p.run_id, status, exit_code=code, reason=reason)
         journal.owner(p.root).drop(f"fleet-{p.run_id}")
         journal.recover(p.root)  # a worker's `stella commit` stopped mid-lane: repaired now

@@ -106,6 +106,14 @@ class AttemptEnded:
 
 
 @dataclass(frozen=True)
+class SetupStarted:
+    """A new worktree's `[worktree] setup` started; its worker starts once it is done."""
+
+    task: str
+    log_path: Path
+
+
+@dataclass(frozen=True)
 class Notice:
     """Something the user should know now (an interrupt was heard)."""
 
@@ -122,6 +130,7 @@ Event: TypeAlias = (
     | TasksEmitted
     | AttemptStarted
     | AttemptEnded
+    | SetupStarted
     | Notice
 )
 Emit = Callable[[Event], None]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from stellafleet.core.paths import read_regular
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
@@ -81,8 +82,9 @@ class Executor(Protocol):
 
 
 def read_result(path: Path) -> PipelineResult | None:
+    """The worker's result file (None: none, or not a regular file: a FIFO there must not hang the fleet)."""
     try:
-        return PipelineResult.from_json(json.loads(path.read_text()))
+        return PipelineResult.from_json(json.loads(read_regular(path)))
     except (OSError, ValueError, TypeError, AttributeError):
         return None
 

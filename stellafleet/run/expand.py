@@ -30,6 +30,7 @@ class Expansions:
         isolated_remote: bool = False,
     ) -> None:
         self.ledger = ledger
+        self.plan_defaults = plan.defaults
         # on the Ray cluster an emitted isolated task may not expand: its fragment would stay on a node
         self.isolated_remote = isolated_remote
         self.run_id = run_id
@@ -64,6 +65,7 @@ class Expansions:
                 max_depth=self.max_depth,
                 emitted_before=self.count,
                 max_emitted=self.max_emitted,
+                plan_defaults=self.plan_defaults,
             )
             try:
                 emitted = load_fragment(plan_out, task, rules)
@@ -76,7 +78,8 @@ class Expansions:
             for child in emitted:
                 self.tasks[child.id] = child
             self.count += len(emitted)
-        return replace(end, summary=f"{end.summary} (emitted {len(emitted)} tasks)") if emitted else end
+        said = f"emitted {len(emitted)} tasks"
+        return replace(end, summary=f"{end.summary} ({said})") if emitted and said not in end.summary else end
 
     def _refuse(self, emitter: str, emitted: Iterable[PlanTask]) -> None:
         """An emitted task's full id must not be one the run has; under Ray an isolated one may not expand."""

@@ -13,7 +13,7 @@ from stellafleet.core.config import Config, load_config
 from stellafleet.core.configsections import ExecutorConfig, WatchConfig
 from stellafleet.core.errors import StellaError
 from stellafleet.core.words import files_named
-from stellafleet.git import gitops, hooks, salvage
+from stellafleet.git import gitops, hooks, include, salvage
 from stellafleet.plan.model import Plan, load_plan, plan_from_prompts
 from stellafleet.run.governor import Decision, decide
 from stellafleet.run.resume import Resume, load_resume
@@ -147,6 +147,7 @@ class Prepared:
             "done": sorted(self.resume.done) if self.resume else [],
             "emitted": [task.id for task in self.resume.emitted] if self.resume else [],
             "tasks": self.task_rows(),
+            "worktree": self.readying(),
             "problems": self.problems,
             "watch_pushes": self.watch_pushes(),
         }
@@ -156,6 +157,21 @@ class Prepared:
         if self.watch is None or all(task.isolation == "isolated" for task in self.plan.tasks):
             return []
         return [f"{self.base_ref} to {self.watch.remote}"]
+
+    def readying(self) -> dict[str, Any] | None:
+        """What readies each new worktree (None: the plan has no isolated task): the setup command and its
+        timeout, and the `.worktreeinclude` files copied in."""
+        if not any(task.isolation == "isolated" for task in self.plan.tasks):
+            return None
+        wt = self.config.worktree
+        files = include.included_files(self.root)
+        size = sum((self.root / path).lstat().st_size for path in files)
+        return {
+            "setup": wt.setup,
+            "setup_timeout": wt.setup_timeout,
+            "include_files": len(files),
+            "include_bytes": size,
+        }
 
 
 def new_run_id() -> str:

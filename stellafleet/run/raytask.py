@@ -19,7 +19,7 @@ from typing import Any
 
 from stellafleet.core.config import Config, load_config
 from stellafleet.core.errors import StellaError
-from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
+from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths, read_regular
 from stellafleet.core.status import AttemptEnd, AttemptOutcome
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import bundle, gitops, include, nodeclone, salvage, worktrees
@@ -302,6 +302,9 @@ def finished(
     salvaged: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The last event: the attempt's end and what the head keeps of it (result file, bundles, salvage)."""
-    result = ctx.result_path.read_bytes() if ctx.result_path.exists() else None
+    try:
+        result: bytes | None = read_regular(ctx.result_path)
+    except OSError:  # none, or a FIFO (which would block the node)
+        result = None
     fields = {"end": end, "result": result, "bundle": branch_bundle, "transcript": transcript, "steps": steps}
     return {"kind": "finished", **fields, "salvage": salvaged}

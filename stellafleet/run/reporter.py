@@ -8,6 +8,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from stellafleet.core import jsontext
@@ -22,6 +23,7 @@ from stellafleet.run.events import (
     EventSink,
     Notice,
     RunStarted,
+    SetupStarted,
     TasksEmitted,
     TaskSkipped,
     WaveStarted,
@@ -190,6 +192,8 @@ class LiveReporter(PlainReporter):
         self._running: dict[str, tuple[float, str]] = {}  # task -> (start, title)
         self._wave = 0
         self._waves = 0
+        self._schedule = "starting"
+        self._setups: dict[str, tuple[float, Path]] = {}  # task -> when its setup started, its log
         self._grown = False
         self._progress: Mapping[str, tuple[int, float]] = {}
         self._spent = 0.0  # the whole run's, all waves so far, as the ledger last said
@@ -220,13 +224,17 @@ class LiveReporter(PlainReporter):
         grid = Table.grid(padding=(0, 2))
         # No reporter lock here: this runs under Live's own lock, and handlers print under it too.
         running = dict(self._running)
+        setups = dict(self._setups)
         # the run's total, not only what the running tasks spent: it must not go back down between waves
         running_spend = sum(spend for task, (_, spend) in self._progress.items() if task in running)
         spent = max(self._spent, self._ended_spend + running_spend)
         total = money(spent) + (f" of {money(self._limit)}" if self._limit else "")
         waves = "?" if self._grown else self._waves  # emitted tasks run in waves the plan did not have
-        where = f"wave {self._wave}/{waves or '?'}" if self._waves else "eager"
-        grid.add_row(styled((where, "bold")), f"{len(running)} running", "", total, "")
+        where = f"wave {self._wave}/{waves or '?'}" if self._wave else self._schedule  # before wave 1 too
+        busy = f"{len(running)} running" + (f", {len(setups)} in setup" if setups else "")
+        grid.add_row(styled((where, "bold")), busy, "", total, "")
+        for task, (started, log_path) in setups.items():  # the setup's timer and the last line of its log
+            grid.add_row(f"  {task}", duration_text(now - started), "setup", "", styled(last_line(log_path)))
         for task, (started, title) in running.items():
             steps, spend = self._progress.get(task, (0, 0.0))
             grid.add_row(
@@ -240,8 +248,13 @@ class LiveReporter(PlainReporter):
             f"run {event.run_id}: {len(event.tasks)} tasks, base {event.base_ref} at {event.base_commit[:12]}"
         )
         self._waves = len(event.waves) if event.schedule == "waves" else 0
+        self._schedule = "eager" if event.schedule == "eager" else "starting"
         self._limit = event.spend_limit_usd
         self._live.start()
+
+    def on_setup_started(self, event: SetupStarted) -> None:
+        with self._live._lock:
+            self._setups[event.task] = (time.monotonic(), event.log_path)
 
     def on_wave_started(self, event: WaveStarted) -> None:
         self._wave = event.wave
@@ -254,10 +267,12 @@ class LiveReporter(PlainReporter):
     def on_attempt_started(self, event: AttemptStarted) -> None:
         with self._live._lock:  # the view is drawn from Live's thread: change what it shows under its lock
             self._running[event.task] = (time.monotonic(), one_line(event.title, 50))
+            self._setups.pop(event.task, None)
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         with self._live._lock:
             self._running.pop(event.task, None)
+            self._setups.pop(event.task, None)  # a setup that failed: no worker started
             self._ended_spend += event.spend_usd
         super().on_attempt_ended(event)
 
@@ -333,6 +348,17 @@ def make_reporter(
     return PlainReporter(out, quiet=quiet)
 
 
+def last_line(path: Path, tail: int = 4096) -> str:
+    """The last non-blank line of a log (a setup's progress), or "" while it has none."""
+    try:
+        with path.open("rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - tail))
+            lines = log.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return one_line(next((line for line in reversed(lines) if line.strip()), ""), 60)
+
+
 def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str]) -> None:
     """The waves and workspaces a run would use, without running anything."""
     if json_mode:
@@ -364,6 +390,11 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str]) -
                 "; expands at run time (what it emits runs before its dependents)" if task["expands"] else ""
             )
             lines.append(f"  {task_id} [{task['pipeline']}] {where}{deps}{claims}{grows}")
+    if doc.get("worktree"):
+        wt = doc["worktree"]
+        setup = f"setup `{wt['setup']}` (timeout {wt['setup_timeout']:g} s)" if wt["setup"] else "no setup"
+        copies = f"{plural(wt['include_files'], 'file')} ({wt['include_bytes'] / 1e6:.1f} MB)"
+        lines.append(f"each new worktree: .worktreeinclude copies {copies}; {setup}")
     if any(task["isolation"] == "isolated" for task in doc["tasks"]):
         lines.append(
             f"(branch hashes come from the run id: this preview used {doc['run_id']}; "

@@ -178,10 +178,13 @@ def record_lineage(ledger: Ledger, run_id: str, schedule: str, resume: Resume | 
         ledger.tasks.add(run_id, resume.emitted, {})
         for task_id, fragment_path in resume.fragments:
             ledger.tasks.set_fragment(run_id, task_id, fragment_path)
+        before = {
+            task["id"]: str(task.get("reason") or "") for task in ledger.get_run(resume.run_id)["tasks"]
+        }
         for task_id in sorted(resume.done):
-            ledger.tasks.set_status(
-                run_id, task_id, TaskStatus.SUCCEEDED, f"succeeded in run {resume.run_id}"
-            )
+            carried = before.get(task_id, "").startswith("succeeded in run ")  # done further back
+            reason = before[task_id] if carried else f"succeeded in run {resume.run_id}"
+            ledger.tasks.set_status(run_id, task_id, TaskStatus.SUCCEEDED, reason)
 
 
 def schedule_note(schedule: str, resume: Resume | None) -> str:

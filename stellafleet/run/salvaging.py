@@ -15,6 +15,7 @@ from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import RunStatus
 from stellafleet.core.words import plural
+from stellafleet.git import dirty, gitops
 from stellafleet.git import salvage as salvage_git
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state import journal
@@ -41,10 +42,23 @@ def salvage_attempt(
     workspace = worktree or root
     if paths == [] or not workspace.is_dir():
         return None
+    if worktree is not None and not _ours(root, worktree):
+        log.warning("not salvaging attempt %s of task %s: %s is no worktree of %s any more (its .git was "
+                    "replaced)", attempt_id, task_id, worktree, root)  # fmt: skip
+        return None
     saved = salvage_workspace(workspace, run_id, task_id, attempt_id, outcome, paths)
     if saved is not None:
         ledger.attempts.set_salvage(attempt_id, saved.ref, saved.sha)
     return saved
+
+
+def _ours(root: Path, worktree: Path) -> bool:
+    """Whether worktree's git is root's: a worker that replaced its `.git` has a repository of its own,
+    and a salvage there would name a commit the user's repository does not have."""
+    try:
+        return gitops.common_dir(worktree).resolve() == gitops.common_dir(root).resolve()
+    except StellaError:
+        return False
 
 
 def salvage_workspace(
@@ -58,7 +72,10 @@ def salvage_workspace(
     )
     ref = salvage_git.salvage_ref(run_id, task_id, attempt_id)
     try:
-        return salvage_git.salvage(workspace, ref, paths=paths, message=message)
+        # in the shared tree, a file the user had changed when the run started: the worker's changes only
+        snapshot = dirty.load(workspace, run_id) if paths else {}
+        instead = dirty.salvage_entries(workspace, paths or [], snapshot) if snapshot else ({}, [])
+        return salvage_git.salvage(workspace, ref, paths=paths, message=message, instead=instead)
     except (StellaError, OSError) as exc:
         log.warning("could not salvage attempt %s of task %s: %s", attempt_id, task_id, exc)
         return None
@@ -86,6 +103,8 @@ def _salvage_open(
     """How many of the open attempts left work that is now on a salvage ref."""
     saved = 0
     for open_attempt in attempts:  # before they are abandoned, while their claims are still recorded
+        if open_attempt["pid"] is None:
+            continue  # its worker never started: what its worktree holds is its setup's, not work
         attempt_id = int(open_attempt["id"])
         row = ledger.attempts.get(attempt_id, "task_id, branch, worktree, node")
         if row is None or (row["branch"] and not row["worktree"]):

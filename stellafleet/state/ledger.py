@@ -78,10 +78,19 @@ class Ledger(Handle):
         }
 
     def abandon_run(self, run_id: str, reason: str) -> None:
-        """A run whose fleet is gone: its open attempts `abandoned`, their tasks and the run `interrupted`."""
-        now, running = self._db.now_ms(), str(AttemptOutcome.RUNNING)
+        """A run whose fleet is gone: its open attempts `abandoned`, their tasks and the run `interrupted`,
+        finished when the run last recorded anything (not when a later command found it gone)."""
+        running = str(AttemptOutcome.RUNNING)
         unfinished = (str(TaskStatus.RUNNING), str(TaskStatus.PENDING))
         with self._db.write() as conn:
+            last = conn.execute(
+                "SELECT MAX(x) FROM (SELECT created_at_ms AS x FROM runs WHERE id = ?1"
+                " UNION ALL SELECT MAX(MAX(started_at_ms), COALESCE(MAX(finished_at_ms), 0),"
+                " COALESCE(MAX(last_progress_ms), 0)) FROM attempts WHERE run_id = ?1"
+                " UNION ALL SELECT MAX(at_ms) FROM spend_events WHERE run_id = ?1)",
+                (run_id,),
+            ).fetchone()[0]
+            now = min(int(last), self._db.now_ms()) if last is not None else self._db.now_ms()
             conn.execute(
                 "UPDATE attempts SET outcome = ?, success = 0, finished_at_ms = ?, error = ?, reason = ?,"
                 " summary = COALESCE(summary, ?) WHERE run_id = ? AND outcome = ?",

@@ -82,6 +82,10 @@ class Attempts(Table):
         """The files a shared attempt changed that neither it nor another running task claimed."""
         self._set(attempt_id, "unclaimed_writes = ?", json.dumps(list(paths)))
 
+    def set_worktree_index(self, attempt_id: int, index: int) -> None:
+        """The STELLA_WORKTREE_INDEX its worktree had (its teardown gets it again)."""
+        self._set(attempt_id, "worktree_index = ?", index)
+
     def set_salvage(self, attempt_id: int, ref: str, sha: str) -> None:
         """The commit that keeps what the unfinished attempt left uncommitted (git/salvage.py)."""
         self._set(attempt_id, "salvage_ref = ?, salvage_sha = ?", ref, sha)

@@ -145,6 +145,10 @@ class ScriptHandler(BaseHTTPRequestHandler):
 
     def _error(self, error: dict[str, Any]) -> None:
         headers = {"retry-after": str(error["retry_after"])} if error.get("retry_after") is not None else {}
+        headers.update(error.get("headers") or {})  # a provider's own, as it sends them
+        if error.get("json") is not None:  # a provider's real answer, word for word
+            self._send(int(error["status"]), error["json"], headers)
+            return
         message = error.get("body", f"scripted error {error['status']}")
         kind = error.get("type", "rate_limit_error" if error["status"] == 429 else "scripted_error")
         fields = error.get("fields") or {}

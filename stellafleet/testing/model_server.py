@@ -17,6 +17,7 @@ is one response, every key optional::
 
     [[steps]]
     error = { status = 429, retry_after = "7", body = "rate limited" }   # an HTTP error response
+    # or a provider's own answer word for word: error = { status = 429, json = {...}, headers = {...} }
 
     [[steps]]
     repeat = 3            # this step answers 3 requests

@@ -35,6 +35,8 @@ from stellafleet.core.spend import (
         (-0.5, "-$0.50"),
         (float("inf"), "$?"),
         (float("nan"), "$?"),
+        (1e308, "$1e+308"),  # a spend limit of 1e308 once printed 309 digits
+        (999_999_999_999.0, "$999999999999.00"),
     ],
 )
 def test_money_keeps_the_precision_an_amount_has(usd: float | None, text: str) -> None:

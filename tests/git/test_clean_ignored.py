@@ -97,7 +97,7 @@ def test_teardown_runs_in_the_worktree_before_clean_removes_it(
 ) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
-    teardown = f'pwd > {marks}/teardown; test -f "$PWD/README.md"'
+    teardown = f'pwd > {marks}/teardown; test -f "$PWD/README.md"; env | grep ^STELLA_ | sort > {marks}/env'
     write_config(git_repo, run="true", extra=f"[worktree]\nteardown = {json.dumps(teardown)}\n")
     plan = tmp_path / "plan.toml"
     plan.write_text('[[tasks]]\nid = "svc"\nprompt = "p"\nisolation = "isolated"\n')
@@ -112,6 +112,11 @@ def test_teardown_runs_in_the_worktree_before_clean_removes_it(
     [item] = [i for i in json.loads(result.stdout)["removed"] if i["kind"] == "worktree"]
     assert item["reason"] == "clean worktree; teardown ran"
     assert Path((marks / "teardown").read_text().strip()).resolve() == worktree.resolve()
+    told = dict(line.split("=", 1) for line in (marks / "env").read_text().splitlines())
+    # the docs' `docker compose -p app-$STELLA_TASK_ID down -v` tears down the task's own project
+    assert told["STELLA_TASK_ID"] == "svc" and told["STELLA_RUN_ID"] == item["run_id"]
+    assert Path(told["STELLA_WORKSPACE"]).resolve() == worktree.resolve()
+    assert told["STELLA_BRANCH"] == f"fleet/{worktree.name}" and told["STELLA_WORKTREE_INDEX"] == "1"
     assert not worktree.exists()
     log = StatePaths(git_repo).log_file(item["run_id"], "svc").read_text()
     assert f"[stella] teardown: {teardown}" in log and "[stella] teardown done in " in log

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from helpers.repo import git
 
+from stellafleet.core.configsections import WorktreeConfig
 from stellafleet.core.errors import StellaError
 from stellafleet.git import include
+from stellafleet.run import bootstrap
 
 
 def _repo_with_includes(root: Path, outside: Path) -> None:
@@ -67,6 +69,17 @@ def test_a_file_over_the_limit_is_refused_by_name(git_repo: Path, tmp_path: Path
         "raise include_max_mb, or leave the file out of .worktreeinclude"
     )
     include.check_sizes(git_repo, paths, 4_000_000)
+    (git_repo / "config" / "local" / "dump.sql").write_bytes(b"x" * 1_000_001)
+    with pytest.raises(
+        StellaError, match=r"dump\.sql \(1,000,001 bytes\) over \[worktree\] include_max_mb = 1:"
+    ):
+        include.check_sizes(git_repo, paths, 1_000_000)
+    (git_repo / "config" / "local" / "dump.sql").write_bytes(b"x" * 3_000_000)
+    with pytest.raises(StellaError) as just_over:
+        include.check_sizes(git_repo, paths, 2_999_999)
+    assert str(just_over.value).startswith(
+        ".worktreeinclude: config/local/dump.sql (3,000,000 bytes) over [worktree] include_max_mb = 2.999999:"
+    ), just_over.value
 
 
 def test_no_include_file_copies_nothing(git_repo: Path) -> None:
@@ -124,3 +137,42 @@ def test_nothing_under_stella_is_ever_copied(git_repo: Path) -> None:
     (git_repo / ".stella" / "journal" / "merge.json").write_text("{}\n")
     (git_repo / "local.env").write_text("A=1\n")
     assert include.included_files(git_repo) == ["local.env"]
+
+
+def _symlinked_folder_in_the_task_base(root: Path, outside: Path) -> Path:
+    """The user's ignored conf/local.env, and a task worktree whose commit has conf -> outside."""
+    (root / ".gitignore").write_text("local.env\n")
+    (root / ".worktreeinclude").write_text("conf/local.env\n")
+    git("add", ".gitignore", ".worktreeinclude", cwd=root)
+    git("commit", "-q", "-m", "ignores", cwd=root)
+    tree = root.parent / "task"
+    git("worktree", "add", "-q", "-b", "fleet/z", str(tree), "HEAD", cwd=root)
+    outside.mkdir()
+    os.symlink(outside, tree / "conf")
+    git("add", "conf", cwd=tree)
+    git("commit", "-q", "-m", "conf is a symlink here", cwd=tree)
+    (root / "conf").mkdir()
+    (root / "conf" / "local.env").write_text("SECRET=1\n")
+    return tree
+
+
+def test_a_symlinked_folder_in_the_worktree_is_refused_by_name_and_nothing_lands_outside(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "somewhere"
+    tree = _symlinked_folder_in_the_task_base(git_repo, outside)
+    paths = include.included_files(git_repo)
+    assert paths == ["conf/local.env"]
+
+    with pytest.raises(StellaError) as copied:
+        include.copy_into(git_repo, tree, paths)
+    with pytest.raises(StellaError) as unpacked:  # on a Ray node too
+        include.unpack(include.pack(git_repo, paths), tree)
+
+    for raised in (copied, unpacked):
+        assert str(raised.value).startswith(
+            ".worktreeinclude: conf/local.env not copied: conf in the worktree is a symlink or a file"
+        ), raised.value
+    with pytest.raises(bootstrap.SetupFailed):  # the attempt fails with that reason, no worker starts
+        bootstrap.ready(tree, WorktreeConfig(), {}, tmp_path / "task.log", root=git_repo)
+    assert list(outside.iterdir()) == []

@@ -7,7 +7,10 @@ from pathlib import Path
 
 from helpers.repo import git
 
-from stellafleet.git import salvage
+from stellafleet.core.paths import StatePaths
+from stellafleet.git import dirty, salvage
+from stellafleet.run import salvaging
+from stellafleet.state.ledger import Ledger
 
 
 def _state(root: Path) -> tuple[str, str, str]:
@@ -163,3 +166,54 @@ def test_a_checkout_holding_stellas_own_ignored_state_is_salvaged_without_it(
     saved = salvage.salvage(tree, salvage.salvage_ref("r-1", "n", 1), message="salvage n")
 
     assert saved is not None and _files(git_repo, saved.sha) == {"half.txt": "half way\n"}
+
+
+def test_a_shared_salvage_under_allow_dirty_keeps_the_workers_change_without_the_users_edits(
+    git_repo: Path,
+) -> None:
+    """The run's dirty record holds the user's own edits to claimed files: a salvage takes HEAD's version
+    plus the worker's change, as `stella commit` would, and never the user's edits as the worker's work."""
+    (git_repo / "both.txt").write_text("a\nb\nc\nd\ne\n")
+    (git_repo / "mine.txt").write_text("untouched\n")
+    git("add", "both.txt", "mine.txt", cwd=git_repo)
+    git("commit", "-q", "-m", "base", cwd=git_repo)
+    (git_repo / "both.txt").write_text("A, the user's\nb\nc\nd\ne\n")
+    (git_repo / "mine.txt").write_text("the user's own edit\n")
+    dirty.save(git_repo, "r-1", dirty.take(git_repo, ["both.txt", "mine.txt"]))  # --allow-dirty's record
+    (git_repo / "both.txt").write_text("A, the user's\nb\nc\nd\nE, the worker's\n")  # the worker's edit
+
+    saved = salvaging.salvage_workspace(git_repo, "r-1", "t", 1, "stalled", ["both.txt", "mine.txt"])
+
+    assert saved is not None and saved.files == 1
+    assert git("show", f"{saved.sha}:both.txt", cwd=git_repo) == "a\nb\nc\nd\nE, the worker's\n"
+    assert git("show", f"{saved.sha}:mine.txt", cwd=git_repo) == "untouched\n"
+
+
+def test_a_worktree_whose_git_the_worker_replaced_is_not_salvaged_into_its_inner_repository(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    tree = tmp_path / "wt"
+    git("worktree", "add", "-q", "-b", "fleet/x", str(tree), "HEAD", cwd=git_repo)
+    (tree / ".git").unlink()  # the worker ran `rm .git && git init` in its worktree
+    git("init", "-q", cwd=tree)
+    git(
+        "-c",
+        "user.name=W",
+        "-c",
+        "user.email=w@example.invalid",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "inner",
+        cwd=tree,
+    )
+    (tree / "work.txt").write_text("the worker's\n")
+
+    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        saved = salvaging.salvage_attempt(
+            ledger, root=git_repo, run_id="r-1", task_id="t", attempt_id=1, worktree=tree, outcome="abandoned"
+        )
+
+    assert saved is None
+    assert git("for-each-ref", "refs/stella/", cwd=tree) == ""  # nothing written into the inner repository

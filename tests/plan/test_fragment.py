@@ -115,3 +115,27 @@ def test_what_an_emitter_sees_is_its_dependencies_theirs_and_what_they_emitted()
     tasks = {task.id: task for task in plan.tasks}
     tasks["gen.x"] = PlanTask("gen.x", "p", "x", parent="gen")
     assert visible_to(tasks["split"], tasks) == {"gen", "base", "gen.x"}
+
+
+def test_a_task_whose_full_id_is_over_128_characters_is_refused_by_name(tmp_path: Path) -> None:
+    fits, over = "f" * (128 - len("split.")), "o" * (129 - len("split."))
+    text = f'[[tasks]]\nid = "{fits}"\nprompt = "p"\n\n[[tasks]]\nid = "{over}"\nprompt = "p"\n'
+    with pytest.raises(PlanError) as caught:
+        load_fragment(fragment(tmp_path, text), EMITTER, RULES)
+    assert caught.value.problems == [
+        f'fragment of "split": task "{over}": its full id "split.{over}" is 129 characters, more than the '
+        "128 a task id may have; give it a shorter id"
+    ]
+
+
+def test_emitted_tasks_take_the_plans_defaults_and_then_their_fragments(tmp_path: Path) -> None:
+    """A plan's `[defaults] pipeline` reaches what its tasks emit (they ran on the built-in engine)."""
+    plan = plan_from_data(
+        {"defaults": {"pipeline": "command", "timeout": 30}, "tasks": [{"id": "s", "prompt": "p"}]}
+    )
+    rules = FragmentRules(frozenset(), 1, 3, 0, 10, plan_defaults=plan.defaults)
+    text = '[defaults]\ntimeout = 10\n\n[[tasks]]\nid = "a"\nprompt = "p"\n\n'
+    text += '[[tasks]]\nid = "b"\nprompt = "p"\ntimeout = 5\n'
+    a, b = load_fragment(fragment(tmp_path, text), EMITTER, rules)
+    assert (a.pipeline, a.timeout) == ("command", 10)
+    assert (b.pipeline, b.timeout) == ("command", 5)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
+from helpers.fleet import wait_for
 from helpers.spawn import ended_within
 
 from stellafleet.proc import shell
@@ -70,3 +74,31 @@ def test_a_timeout_ends_what_the_command_left_outside_its_group_and_tree(tmp_pat
             assert other.poll() is None
         finally:
             other.kill()
+
+
+SETUP_OF_A_FLEET = """\
+import os, sys
+from pathlib import Path
+from stellafleet.proc import shell
+here = Path(sys.argv[1])
+shell.run_logged("setup", sys.argv[2], cwd=here, env=dict(os.environ), log_path=here / "l", timeout=600)
+"""
+
+
+def test_a_setup_ends_when_the_process_that_started_it_is_sigkilled(tmp_path: Path) -> None:
+    """A fleet SIGKILLed during `[worktree] setup`: the setup (a make, here a sleep it started in the
+    background) is stopped with it, never left writing the worktree."""
+    pidfile = tmp_path / "make.pid"
+    setup = f"sleep 300 & echo $! > {pidfile}.tmp && mv {pidfile}.tmp {pidfile}; wait"
+    with subprocess.Popen([sys.executable, "-c", SETUP_OF_A_FLEET, str(tmp_path), setup]) as fleet:
+        try:
+            wait_for(pidfile, 60, process=fleet)
+            fleet.send_signal(signal.SIGKILL)
+        finally:
+            fleet.kill()
+    make = int(pidfile.read_text())
+    try:
+        assert ended_within(make, 10.0), "the setup outlived its fleet"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(make, signal.SIGKILL)

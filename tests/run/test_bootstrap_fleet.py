@@ -129,3 +129,24 @@ def test_an_included_file_over_the_limit_fails_the_attempt_by_name(
         "raise include_max_mb, or leave the file out of .worktreeinclude"
     )
     assert not any(StatePaths(git_repo).worktrees.glob("*/.env"))
+
+
+def test_a_dry_run_names_the_setup_its_timeout_and_what_worktreeinclude_copies(
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
+) -> None:
+    _repo_with_env(git_repo)
+    write_config(git_repo, run="true", extra='[worktree]\nsetup = "make -j2"\nsetup_timeout = 900\n')
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[tasks]]\nid = "a"\nprompt = "p"\nisolation = "isolated"\n')
+    dry = stella_main("fleet", "--dry-run", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    said = "each new worktree: .worktreeinclude copies 1 file (0.0 MB); setup `make -j2` (timeout 900 s)"
+    assert said in dry.stdout, dry.stdout
+    doc = json.loads(
+        stella_main(
+            "fleet", "--dry-run", "--json", "--plan", str(plan), "--pipeline", "command", cwd=git_repo
+        ).stdout
+    )
+    assert doc["worktree"] == {
+        "setup": "make -j2", "setup_timeout": 900, "include_files": 1, "include_bytes": len("API_URL=http://localhost\n")
+    }  # fmt: skip

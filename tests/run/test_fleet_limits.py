@@ -82,8 +82,9 @@ def test_with_wait_for_limits_a_near_usage_reset_is_waited_for_and_the_run_compl
 ) -> None:
     root = make_repo(tmp_path / "repo")
     ids = ["a", "b"]
-    clock = FakeClock(time.time())  # the fleet waits through it: no real three seconds
-    with ScriptedModelServer([], scripts=scripts(ids, 1), usage_limit=UsageLimit(1, 3)) as server:
+    clock = FakeClock(time.time())  # the fleet waits through it: no real four hundred seconds
+    # a reset past FAR_RESET_S (a nearer one is a rate limit, whatever the words)
+    with ScriptedModelServer([], scripts=scripts(ids, 1), usage_limit=UsageLimit(1, 400)) as server:
         configure(root, server)
         monkeypatch.chdir(root)
         options = FleetOptions(
@@ -98,8 +99,8 @@ def test_with_wait_for_limits_a_near_usage_reset_is_waited_for_and_the_run_compl
     assert a_attempts[1]["reason"] == "limit"
     rows = limit_rows(root)
     (usage,) = [row for row in rows if row["kind"] == "usage"]
-    # the fleet waited (on its clock, which started before the run) until the reset 3 s after the limit
-    assert clock.sleeps and max(clock.sleeps) < 3 + 10, clock.sleeps
+    # the fleet waited (on its clock, which started before the run) until the reset 400 s after the limit
+    assert clock.sleeps and max(clock.sleeps) < 400 + 10, clock.sleeps
     assert clock.now() * 1000 >= usage["reset_at_ms"]
     waits = [row["message"] for row in rows if row["kind"] == "concurrency"]
     assert any(message.startswith("waiting for a usage limit's reset") for message in waits)

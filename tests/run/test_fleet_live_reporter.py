@@ -15,6 +15,7 @@ from stellafleet.run.events import (
     AttemptStarted,
     Notice,
     RunStarted,
+    SetupStarted,
     TaskEnded,
     TaskSkipped,
     WaveStarted,
@@ -101,6 +102,7 @@ def test_the_view_shows_the_run_total_against_the_limit_across_waves() -> None:
         RunStarted("r-1", "max concurrency 1", "main", "0" * 40, ("a", "b"), (("a",), ("b",)), 5.0, 5.0)
     )
     try:
+        assert rows_of(reporter)[0][:2] == ["starting", "0 running"]  # not `eager` before wave 1
         reporter.handle(WaveStarted(1, ("a",)))
         reporter.handle(started("a"))
         progress["a"], total[0] = (1, 0.03), 0.03
@@ -194,3 +196,28 @@ def test_at_80_columns_the_summary_table_keeps_each_task_on_one_line(monkeypatch
     assert all(len(line) <= 80 for line in lines), out.getvalue()
     assert "…" in rows[0] and "succeeded" in rows[0] and "$0.25" in rows[0]
     assert "branch" not in out.getvalue() and "fleet/" not in out.getvalue()
+
+
+def test_a_setup_shows_as_a_phase_with_its_timer_and_the_last_line_of_its_log(tmp_path: Path) -> None:
+    """A 176 s setup read `0 running $0.00`: now it is a row of its own until its worker starts."""
+    log = tmp_path / "a.log"
+    log.write_text("[stella] setup: make -j2\ncc -c src/server.c\n\n")
+    reporter = LiveReporter(stream=io.StringIO())
+    reporter.handle(RunStarted("r-1", "max concurrency 1", "main", "0" * 40, ("a",), (("a",),), None, None))
+    try:
+        reporter.handle(WaveStarted(1, ("a",)))
+        reporter.handle(SetupStarted("a", log))
+        assert rows_of(reporter) == [["wave 1/1", "0 running, 1 in setup", "", "$0.00", ""], ["a", "setup"]]
+        assert "cc -c src/server.c" in _cells(reporter)[-1]
+        reporter.handle(started("a"))
+        assert rows_of(reporter) == [["wave 1/1", "1 running", "", "$0.00", ""], ["a", "0 steps"]]
+    finally:
+        reporter.abort()
+
+
+def _cells(reporter: LiveReporter) -> list[str]:
+    """The view's last row, every cell of it."""
+    from rich.text import Text
+
+    last = [list(col.cells)[-1] for col in reporter._render().columns]
+    return [cell.plain if isinstance(cell, Text) else str(cell) for cell in last]

@@ -123,3 +123,18 @@ def test_a_worker_result_keeps_its_spend_when_another_field_is_malformed(tmp_pat
     path.write_text(json.dumps({"success": True, "summary": "s", "spend_usd": 1e308, "input_tokens": 5}))
     result = read_result(path)
     assert result is not None and result.spend_usd == 0.0 and result.input_tokens == 5
+
+
+def test_a_run_whose_recorded_spend_passed_its_limit_ends_exit_3(
+    git_repo: Path, tmp_path: Path, stella: StellaRunner
+) -> None:
+    """A last-wave worker that reports far past its guard ($99,999 against $5): the run cannot take it
+    back, but it never ends exit 0."""
+    write_config(git_repo, run=Scripts(tmp_path / "scripts").python("lavish", "report(spend_usd=99999)"))
+    proc = stella("--spend-limit", "5", "fleet", "--pipeline", "command", "only", cwd=git_repo)
+    record = run_record(git_repo)
+    assert record["run"]["spend_usd"] > 5, record["run"]
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert record["run"]["status"] == "spend_limited"
+    assert record["run"]["reason"].startswith("spend limit passed: $"), record["run"]["reason"]
+    assert record["run"]["reason"].endswith(" recorded, over --spend-limit $5.00")

@@ -31,6 +31,7 @@ mark("work", (WS / "work.txt").read_text())
 mark("prompt", Path(os.environ["STELLA_PROMPT_FILE"]).read_text())
 head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=WS, capture_output=True, text=True).stdout
 mark("head", head)
+mark("told", os.environ.get("STELLA_SALVAGE_START", "<unset>"))
 """
 
 
@@ -86,6 +87,7 @@ def test_a_timed_out_isolated_task_leaves_a_salvage_ref_and_from_salvage_resumes
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert (marks / "work").read_text() == "slow was half way\n"
     assert (marks / "head").read_text().strip() == git("rev-parse", f"{sha}^", cwd=git_repo).strip()
+    assert (marks / "told").read_text() == sha  # a command worker is told so too
     prompt = (marks / "prompt").read_text()
     assert prompt.startswith("Your worktree holds, staged, the work an earlier attempt") and prompt.endswith(
         "finish it"

@@ -13,7 +13,7 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.run.salvaging import finalise_run
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
-from stellafleet.testing.sample_ledger import add_run
+from stellafleet.testing.sample_ledger import StepClock, add_run, sample_task
 
 
 class Task:
@@ -103,3 +103,19 @@ def test_a_killed_fleets_shared_task_has_its_claimed_paths_salvaged_before_its_c
     assert git("show", f"{row['salvage_sha']}:a.txt", cwd=git_repo) == "the task's half-done work\n"
     assert (git_repo / "a.txt").read_text() == "the task's half-done work\n"  # the tree untouched
     assert "mine.txt" in git("status", "--porcelain", cwd=git_repo)
+
+
+def test_a_killed_run_finalised_later_finishes_when_it_last_recorded_something(tmp_path: Path) -> None:
+    clock = StepClock(1_800_000_000_000)
+    with Ledger.open(tmp_path / "fleet.db", now_ms=clock) as ledger:
+        add_run(ledger, "r-1")
+        ledger.tasks.add("r-1", [sample_task("t")], {"t": 1})
+        clock.advance(10)
+        attempt = ledger.attempts.start("r-1", "t", pipeline="command")
+        clock.advance(10)
+        ledger.spend.add(attempt, 0.1)  # the last thing the killed fleet's run recorded
+        clock.advance(3600)  # an hour later, the next stella command finds the fleet gone
+        ledger.abandon_run("r-1", "the fleet process ended")
+        run = ledger.get_run("r-1")
+    assert run["run"]["finished_at_ms"] == 1_800_000_020_000
+    assert run["attempts"][0]["finished_at_ms"] == 1_800_000_020_000

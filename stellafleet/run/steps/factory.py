@@ -55,7 +55,7 @@ def dispatcher(
         SpendGuard(ledger, budget, settings.spend_guard_usd),
         Claims(claims, settings.root),
         StartCommit(settings, ledger),  # before the worktree: parents that conflict are refused first
-        Workspaces(settings, ledger),
+        Workspaces(settings, ledger, emit),
         GitGuard(settings),
         UnclaimedWrites(settings, ledger, claims),
         Watch(watchdog) if watchdog is not None else None,

@@ -5,14 +5,18 @@ from __future__ import annotations
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, StopReason
 from stellafleet.git import hooks, submodules, worktrees
 from stellafleet.run import bootstrap
+from stellafleet.run.events import Emit, SetupStarted
 from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, RunSettings
 from stellafleet.state.ledger import Ledger
 
+SALVAGE_START_VAR = "STELLA_SALVAGE_START"  # the salvage commit an isolated worktree starts from
+
 
 class Workspaces(AttemptStep):
-    def __init__(self, settings: RunSettings, ledger: Ledger) -> None:
+    def __init__(self, settings: RunSettings, ledger: Ledger, emit: Emit | None = None) -> None:
         self.settings = settings
         self.ledger = ledger
+        self.emit = emit  # a setup is shown while it runs
         self.indexes = bootstrap.WorktreeIndexes()  # STELLA_WORKTREE_INDEX of the live worktrees
 
     def admit(self, attempt: AttemptState) -> None:
@@ -30,7 +34,12 @@ class Workspaces(AttemptStep):
         ctx = attempt.ctx
         if ctx.branch is None:
             return
-        attempt.env[bootstrap.INDEX_VAR] = str(self.indexes.take(ctx.task_id))
+        start = self.settings.start_points.get(ctx.task_id)
+        if start is not None:  # --from-salvage: a command worker is told too, as an agent is in its prompt
+            attempt.env[SALVAGE_START_VAR] = start
+        index = self.indexes.take(ctx.task_id)
+        attempt.env[bootstrap.INDEX_VAR] = str(index)
+        self.ledger.attempts.set_worktree_index(ctx.attempt_id, index)
         if attempt.follow_up:
             return
         if attempt.remote:  # it works in a clone on another machine; its branch comes back from there
@@ -45,6 +54,8 @@ class Workspaces(AttemptStep):
             submodules.init_in_worktree(settings.root, ctx.workspace)
         hooks.share_relative_folder(settings.root, ctx.workspace)
         self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, ctx.branch, str(ctx.workspace))
+        if self.emit is not None and settings.config.worktree.setup is not None:
+            self.emit(SetupStarted(ctx.task_id, ctx.log_path))
         try:
             setup_s = bootstrap.ready(
                 ctx.workspace,
