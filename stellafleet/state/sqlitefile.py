@@ -281,25 +281,29 @@ def _check_and_migrate(conn: sqlite3.Connection, path: Path, schema: Schema, *, 
             if current < schema.version:
                 _apply_migrations(conn, schema, current)
     if not readonly:
-        _tune(conn)
+        _tune(conn, path)
 
 
 def _initialise_empty(conn: sqlite3.Connection, path: Path, schema: Schema) -> None:
-    """An existing but empty SQLite file (say, left by `touch`) holds nothing to lose: build the schema.
-
-    Under the directory lock: two connections switching one file to WAL at once can get "database is
-    locked" without SQLite's busy wait (its deadlock guard), so only one builds it."""
-    with _directory_lock(path.parent):
-        _tune(conn)  # WAL before the first write
-        with write_transaction(conn):
-            application_id, version, tables = _identity(conn)
-            if application_id == 0 and version == 0 and not tables:
-                _apply_migrations(conn, schema, 0)
+    """An existing but empty SQLite file (say, left by `touch`) holds nothing to lose: build the schema."""
+    _tune(conn, path)  # WAL before the first write
+    with write_transaction(conn):
+        application_id, version, tables = _identity(conn)
+        if application_id == 0 and version == 0 and not tables:
+            _apply_migrations(conn, schema, 0)
     _check_and_migrate(conn, path, schema, readonly=False)
 
 
-def _tune(conn: sqlite3.Connection) -> None:
-    if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-        conn.execute("PRAGMA journal_mode=WAL")
+def _tune(conn: sqlite3.Connection, path: Path) -> None:
+    # Under the directory lock: two connections switching one file to WAL at once can get "database is
+    # locked" without SQLite's busy wait (its deadlock guard).
+    if not _is_wal(conn):
+        with _directory_lock(path.parent):
+            if not _is_wal(conn):
+                conn.execute("PRAGMA journal_mode=WAL")
     # In WAL mode NORMAL loses no committed data on a process crash and spares an fsync per commit.
     conn.execute("PRAGMA synchronous=NORMAL")
+
+
+def _is_wal(conn: sqlite3.Connection) -> bool:
+    return bool(conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal")
