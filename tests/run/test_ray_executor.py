@@ -514,7 +514,11 @@ def test_a_timed_out_remote_task_leaves_its_uncommitted_work_on_a_salvage_ref(
     [again] = run_record(root)["attempts"]
     assert again["node"] in {"node-a", "node-b"}
     assert git("show", f"{again['branch']}:seen.txt", cwd=root) == "half way\n"
-    assert git("log", "--format=%H", "-3", again["branch"], cwd=root).split()[1] == sha
+    # the salvaged work is folded into the task's next commit, on the salvage commit's parent
+    # (the worker committed only seen.txt; the rest of the staged work is committed as it is left)
+    on_branch = git("log", "--format=%s", f"{sha}^..{again['branch']}", cwd=root).splitlines()
+    assert on_branch == ["p (command, uncommitted changes)", "seen"]
+    assert git("show", f"{again['branch']}:half.txt", cwd=root) == "half way\n"
 
 
 INCLUDE_TASK = (
