@@ -13,6 +13,7 @@ from stellafleet.git import include
 from stellafleet.proc import shell
 
 INDEX_VAR = "STELLA_WORKTREE_INDEX"
+SALVAGE_START_VAR = "STELLA_SALVAGE_START"  # the salvage commit an isolated worktree starts from
 
 
 class SetupFailed(StellaError):

@@ -21,7 +21,7 @@ from stellafleet.core.status import AttemptEnd, Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import bundle
 from stellafleet.proc.tree import Exit
-from stellafleet.run.bootstrap import INDEX_VAR, SetupFailed, pack_included
+from stellafleet.run.bootstrap import INDEX_VAR, SALVAGE_START_VAR, SetupFailed, pack_included
 from stellafleet.run.executor import Attempt, Execution, Executor, attempt_end
 from stellafleet.run.prepare import Prepared, check_ray_installed
 from stellafleet.run.raytask import RemoteSpec, remote_attempt
@@ -141,7 +141,7 @@ class RayExecutor:
             config_layers=self._layers,
             env={
                 **{key: os.environ[key] for key in ENV_KEYS if os.environ.get(key)},
-                **{key: attempt.env[key] for key in (INDEX_VAR,) if key in attempt.env},
+                **{key: attempt.env[key] for key in (INDEX_VAR, SALVAGE_START_VAR) if key in attempt.env},
             },
             stop_grace_s=self._p.config.fleet.stop_grace,
             included=included,

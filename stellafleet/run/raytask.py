@@ -69,7 +69,8 @@ def remote_attempt(spec: RemoteSpec, base_bundle: bytes) -> Iterator[dict[str, A
     clone: Path | None = None
     try:
         try:
-            clone = checkout(spec.context, base_bundle, scratch / "repo", spec.start)
+            salvaged = spec.env.get(bootstrap.SALVAGE_START_VAR) == spec.context.start_commit
+            clone = checkout(spec.context, base_bundle, scratch / "repo", spec.start, fold=salvaged)
         except StellaError as exc:  # git's own words, not a lost worker: nothing was started
             node = node_name()
             yield {"kind": "started", "node": node, "pid": None}
@@ -83,7 +84,9 @@ def remote_attempt(spec: RemoteSpec, base_bundle: bytes) -> Iterator[dict[str, A
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def checkout(home: WorkerContext, base_bundle: bytes, repo: Path, start: bytes | None = None) -> Path | None:
+def checkout(
+    home: WorkerContext, base_bundle: bytes, repo: Path, start: bytes | None = None, *, fold: bool = False
+) -> Path | None:
     """The task's branch checked out at repo: a worktree of the node's kept clone of the base (returned),
     or a clone of its own where the node cannot keep one (None)."""
     assert home.branch is not None
@@ -106,7 +109,7 @@ def checkout(home: WorkerContext, base_bundle: bytes, repo: Path, start: bytes |
             bundle.check_out_start(repo, start_path, home.branch)
         gitops.ensure_excluded(repo, EXCLUDED_DIRS)
         clone = None
-    if start_path is not None:
+    if start_path is not None and fold:  # a salvage commit: its work goes into the task's next commit
         worktrees.fold_start_commit(repo)
     return clone
 

@@ -99,9 +99,12 @@ def test_the_guard_stops_codex_between_model_calls(
             env=env,
             timeout=RUN_TIMEOUT_S,
         )
-        assert proc.returncode == 1, proc.stdout + proc.stderr
+        # the second call's usage, already spent when the guard sees it, passes the limit: exit 3
+        assert proc.returncode == 3, proc.stdout + proc.stderr
         served = len(server.requests)
-    (attempt,) = run_record(git_repo)["attempts"]
+    record = run_record(git_repo)
+    assert record["run"]["reason"] == "spend limit passed: $0.52 recorded, over --spend-limit $0.40"
+    (attempt,) = record["attempts"]
     assert attempt["outcome"] == "failed"
     assert attempt["summary"].startswith("codex was stopped: spend guard of $0.40 reached")
     # stopped after the second call's usage arrived in its session log, long before its turn ended

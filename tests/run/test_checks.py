@@ -108,9 +108,10 @@ def _gone(pid_file: Path) -> bool:
 
 
 def test_a_hanging_check_is_stopped_at_its_timeout_with_its_whole_group(tmp_path: Path) -> None:
-    run = _run(tmp_path, "echo started; sleep 600 & echo $! > child.pid; wait", timeout=0.5)
+    # 2 s: under load a shorter timeout came before the shell had written child.pid
+    run = _run(tmp_path, "echo started; sleep 600 & echo $! > child.pid; wait", timeout=2)
     assert run.exit_code is None and not run.passed
-    assert run.failure().startswith("check failed: stopped after ") and "check_timeout is 0.5 s" in run.tail
+    assert run.failure().startswith("check failed: stopped after ") and "check_timeout is 2 s" in run.tail
     assert _gone(tmp_path / "child.pid")
 
 

@@ -564,7 +564,7 @@ def test_worktreeinclude_files_travel_to_the_node_only_when_asked(
     over, out = attempt_of_run("include_max_mb = 0.00001\n\n[executor]\nsend_worktreeinclude = true\n")
     assert over["outcome"] == "failed", out
     assert over["error"] == (
-        "setup failed: .worktreeinclude: .env (0.0 MB) over [worktree] include_max_mb = 1e-05: "
+        "setup failed: .worktreeinclude: .env (24 bytes) over [worktree] include_max_mb = 1e-05: "
         "raise include_max_mb, or leave the file out of .worktreeinclude"
     )
     assert over["node"] is None
@@ -591,7 +591,8 @@ base = "parents"
 """
 
 LOOK_AROUND = (
-    'ls *.txt | tr "\\n" " " > seen.txt && stella commit -m "seen" seen.txt && '
+    # one simple command: its glob is expanded before seen.txt is made (`ls *.txt | tr ... >` raced it)
+    'echo *.txt > seen.txt && stella commit -m "seen" seen.txt && '
     'echo \'{"summary": "looked"}\' > "$STELLA_COMMAND_RESULT"'
 )
 
@@ -610,6 +611,6 @@ def test_a_stacked_tasks_start_commit_travels_to_its_node_in_the_attempts_bundle
     record = run_record(root)
     attempt = by_id(record["attempts"], "task_id")["c"]
     assert attempt["node"] in {"node-a", "node-b"} and attempt["start_commit"]
-    assert git("show", f"{attempt['branch']}:seen.txt", cwd=root) == "a.txt b.txt "
+    assert git("show", f"{attempt['branch']}:seen.txt", cwd=root) == "a.txt b.txt\n"
     assert git("rev-parse", f"{attempt['branch']}~1", cwd=root).strip() == attempt["start_commit"]
     assert [c["message"] for c in record["commits"] if c["task_id"] == "c"] == ["seen"]

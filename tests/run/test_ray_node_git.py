@@ -62,8 +62,12 @@ def test_a_start_bundle_checks_the_branch_out_at_its_commit(
     repo = tmp_path / "scratch" / "repo"
 
     clone = checkout(
-        ctx, (tmp_path / "base.bundle").read_bytes(), repo, (tmp_path / "start.bundle").read_bytes()
-    )
+        ctx,
+        (tmp_path / "base.bundle").read_bytes(),
+        repo,
+        (tmp_path / "start.bundle").read_bytes(),
+        fold=True,
+    )  # a salvage start; a stacked task's parents' commit is checked out as it is (test_ray_executor.py)
 
     assert (clone is not None) == (cache == "kept")
     assert git("rev-parse", "HEAD", cwd=repo).strip() == base  # the salvage folds into the next commit

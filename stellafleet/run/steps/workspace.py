@@ -9,8 +9,6 @@ from stellafleet.run.events import Emit, SetupStarted
 from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, RunSettings
 from stellafleet.state.ledger import Ledger
 
-SALVAGE_START_VAR = "STELLA_SALVAGE_START"  # the salvage commit an isolated worktree starts from
-
 
 class Workspaces(AttemptStep):
     def __init__(self, settings: RunSettings, ledger: Ledger, emit: Emit | None = None) -> None:
@@ -36,7 +34,7 @@ class Workspaces(AttemptStep):
             return
         start = self.settings.start_points.get(ctx.task_id)
         if start is not None:  # --from-salvage: a command worker is told too, as an agent is in its prompt
-            attempt.env[SALVAGE_START_VAR] = start
+            attempt.env[bootstrap.SALVAGE_START_VAR] = start
         index = self.indexes.take(ctx.task_id)
         attempt.env[bootstrap.INDEX_VAR] = str(index)
         self.ledger.attempts.set_worktree_index(ctx.attempt_id, index)
