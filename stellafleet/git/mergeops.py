@@ -71,17 +71,29 @@ _DRY_RUN_IDENTITY = {
 }
 
 
-def predict_merge(root: Path, tip: str, head: str) -> tuple[str | None, tuple[str, ...] | None]:
-    """Whether head merges onto tip (`git merge-tree`): (commit, ()), (None, conflicts), or (None, None)
-    when this git cannot tell (before 2.38)."""
-    args = ("merge-tree", "--write-tree", "--name-only", "--no-messages", tip, head)
-    retcode, out, _ = gitops.git_status(*args, cwd=root)
+def merge_tree(root: Path, ours: str, theirs: str) -> tuple[str | None, tuple[str, ...]]:
+    """`git merge-tree` of two commits: (the merged tree, ()), or (None, the conflicted paths); GitError
+    when git cannot tell (before 2.38)."""
+    args = ("merge-tree", "--write-tree", "--name-only", "--no-messages", ours, theirs)
+    retcode, out, err = gitops.git_status(*args, cwd=root)
     lines = out.splitlines()
     if retcode == 1 and lines:
         return None, tuple(dict.fromkeys(line for line in lines[1:] if line))
     if retcode != 0 or not lines:
+        raise GitError(f"git merge-tree: {gitops.last_words(err or out, retcode)}")
+    return lines[0], ()
+
+
+def predict_merge(root: Path, tip: str, head: str) -> tuple[str | None, tuple[str, ...] | None]:
+    """Whether head merges onto tip: (commit, ()), (None, conflicts), or (None, None) when this git cannot
+    tell (before 2.38)."""
+    try:
+        tree, conflicts = merge_tree(root, tip, head)
+    except GitError:
         return None, None
-    commit_args = ("commit-tree", lines[0], "-p", tip, "-p", head, "-m", "stella merge --dry-run")
+    if tree is None:
+        return None, conflicts
+    commit_args = ("commit-tree", tree, "-p", tip, "-p", head, "-m", "stella merge --dry-run")
     retcode, out, _ = gitops.git_status(*commit_args, cwd=root, env=_DRY_RUN_IDENTITY)
     return (out.strip() or None) if retcode == 0 else None, ()
 

@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from stellafleet.core.errors import GitError
-from stellafleet.git import gitops
+from stellafleet.git import gitops, mergeops
 
 # One identity and dates taken from the inputs: the same work of the same parents is the same commit.
 _IDENTITY = {
@@ -107,21 +106,17 @@ def _apply(
     ours = sha
     if picked_onto is not None:  # a commit of head's tree on picked_onto: their merge base is picked_onto
         ours = _commit_tree(root, tree, (picked_onto,), "stella: pick base", env)
-    args = ("merge-tree", "--write-tree", "--name-only", "--no-messages", ours, commit)
-    retcode, out, err = gitops.git_status(*args, cwd=root)
-    lines = out.splitlines()
-    if retcode == 1 and lines:
-        return None, tuple(dict.fromkeys(line for line in lines[1:] if line))
-    if retcode != 0 or not lines:
-        raise GitError(f"git merge-tree: {gitops.last_words(err or out, retcode)}")
-    if lines[0] == tree:
+    merged, conflicts = mergeops.merge_tree(root, ours, commit)
+    if merged is None:
+        return None, conflicts
+    if merged == tree:
         return head  # its change is in head already
-    if picked_onto is None and lines[0] == info.tree and gitops.is_ancestor(root, sha, commit):
+    if picked_onto is None and merged == info.tree and gitops.is_ancestor(root, sha, commit):
         return commit, info.tree  # a fast-forward: head is in it
     if picked_onto is not None:
-        return _commit_tree(root, lines[0], (sha,), info.message, env), lines[0]
+        return _commit_tree(root, merged, (sha,), info.message, env), merged
     message = f"stella: start with the work of {task_id}"
-    return _commit_tree(root, lines[0], (sha, commit), message, env), lines[0]
+    return _commit_tree(root, merged, (sha, commit), message, env), merged
 
 
 def _commit_tree(root: Path, tree: str, parents: Sequence[str], message: str, env: dict[str, str]) -> str:
