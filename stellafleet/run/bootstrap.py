@@ -70,9 +70,9 @@ def ready(
     *,
     root: Path | None = None,
     packed: tuple[include.Packed, ...] = (),
-) -> float | None:
+) -> shell.ShellRun | None:
     """Copy the included files (root's, or the ones packed for a node), then run the setup command (if
-    any) to its end: its seconds (None: no setup); SetupFailed with the reason (also when stop is set)."""
+    any) to its end: how it ran (None: no setup); SetupFailed with the reason (also when stop is set)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         if root is not None:
@@ -95,4 +95,4 @@ def ready(
     )
     if not done.ok:
         raise SetupFailed(f"setup failed: {done.describe(timeout)}; see the log", done.seconds)
-    return done.seconds
+    return done

@@ -147,14 +147,14 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
         return
     assert config is not None  # preflight read it
     try:  # the checkout readied as a local worktree is
-        setup_s = bootstrap.ready(ctx.workspace, config.worktree, env, ctx.log_path, packed=spec.included)
+        setup = bootstrap.ready(ctx.workspace, config.worktree, env, ctx.log_path, packed=spec.included)
     except bootstrap.SetupFailed as exc:
         yield {"kind": "setup", "seconds": exc.seconds}
         yield {"kind": "log", "data": _read_from(ctx.log_path, 0)}
         yield finished(ctx, AttemptEnd.failed(f"{exc} (on node {node})"))
         return
-    if setup_s is not None:
-        yield {"kind": "setup", "seconds": setup_s}
+    if setup is not None:
+        yield {"kind": "setup", "seconds": setup.seconds}
     ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
     with Ledger.open(ctx.paths.fleet_db) as ledger:
         digest = token_digest(ctx.token) if ctx.token else None

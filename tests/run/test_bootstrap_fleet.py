@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from helpers.fleet import Scripts, by_id, run_record, write_config
@@ -150,3 +151,23 @@ def test_a_dry_run_names_the_setup_its_timeout_and_what_worktreeinclude_copies(
     assert doc["worktree"] == {
         "setup": "make -j2", "setup_timeout": 900, "include_files": 1, "include_bytes": len("API_URL=http://localhost\n")
     }  # fmt: skip
+
+
+# About 0.3 s of CPU in a grandchild of the setup's shell: the wrapper's wait4 must count it.
+BURN = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
+
+
+def test_the_setups_cpu_counts_in_the_attempts_cpu(
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner
+) -> None:
+    burn = tmp_path / "burn.py"
+    burn.write_text(BURN)
+    setup = f"sh -c {json.dumps(f'{sys.executable} {burn}')}"
+    # the worker burns next to nothing: what the attempt counts beyond that is the setup's
+    write_config(git_repo, run="true", extra=f"[worktree]\nsetup = {json.dumps(setup)}\n")
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[tasks]]\nid = "a"\nprompt = "p"\nisolation = "isolated"\n')
+    ran = stella_main("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    attempt = run_record(git_repo)["attempts"][0]
+    assert attempt["cpu_seconds"] >= 0.3, attempt
