@@ -74,6 +74,10 @@ class Attempts(Table):
         """The node a remote attempt runs on; it has no worktree here (its clone is on the node)."""
         self._set(attempt_id, "node = ?, worktree = NULL", node)
 
+    def set_setup_started(self, attempt_id: int) -> None:
+        """The attempt's `[worktree] setup` starts now (the dashboard shows it in setup until set_setup)."""
+        self._set(attempt_id, "setup_started_ms = ?", self._db.now_ms())
+
     def set_setup(self, attempt_id: int, seconds: float) -> None:
         """How long the attempt's `[worktree] setup` command ran (whether it succeeded or not)."""
         self._set(attempt_id, "setup_ms = ?", round(seconds * 1000))

@@ -157,7 +157,7 @@ def test_a_dry_run_names_the_setup_its_timeout_and_what_worktreeinclude_copies(
 BURN = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
 
 
-def test_the_setups_cpu_counts_in_the_attempts_cpu(
+def test_the_setups_cpu_counts_in_the_attempts_cpu_and_its_start_is_recorded(
     git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:
     burn = tmp_path / "burn.py"
@@ -171,3 +171,5 @@ def test_the_setups_cpu_counts_in_the_attempts_cpu(
     assert ran.returncode == 0, ran.stdout + ran.stderr
     attempt = run_record(git_repo)["attempts"][0]
     assert attempt["cpu_seconds"] >= 0.3, attempt
+    started = attempt["setup_started_ms"]  # the dashboard's setup phase runs from it to setup_ms
+    assert started is not None and started >= attempt["started_at_ms"], attempt

@@ -55,8 +55,10 @@ class Workspaces(AttemptStep):
             submodules.init_in_worktree(settings.root, ctx.workspace)
         hooks.share_relative_folder(settings.root, ctx.workspace)
         self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, ctx.branch, str(ctx.workspace))
-        if self.emit is not None and settings.config.worktree.setup is not None:
-            self.emit(SetupStarted(ctx.task_id, ctx.log_path))
+        if settings.config.worktree.setup is not None:
+            self.ledger.attempts.set_setup_started(ctx.attempt_id)
+            if self.emit is not None:
+                self.emit(SetupStarted(ctx.task_id, ctx.log_path))
         try:
             setup = bootstrap.ready(
                 ctx.workspace,
