@@ -75,7 +75,8 @@ class Workspaces(AttemptStep):
                 raise AttemptFailed(
                     AttemptEnd(AttemptOutcome.INTERRUPTED, str(exc), StopReason.INTERRUPTED.value)
                 ) from None
-            raise AttemptFailed(AttemptEnd.failed(str(exc))) from None
+            failed = replace(AttemptEnd.failed(str(exc)), cpu_seconds=exc.cpu_seconds or None)
+            raise AttemptFailed(failed) from None
         if setup is not None:
             self.ledger.attempts.set_setup(ctx.attempt_id, setup.seconds)
             self.setup_cpu[ctx.attempt_id] = setup.cpu_seconds
