@@ -179,6 +179,8 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
                 root_file.unlink(missing_ok=True)
         steps = ledger.attempts.steps(ctx.attempt_id)
     end = box["end"]
+    if setup is not None:  # the setup's CPU counts in the attempt's, as at home
+        end = dataclasses.replace(end, cpu_seconds=(end.cpu_seconds or 0.0) + setup.cpu_seconds)
     saved = _salvage(ctx, end, scratch) if end.outcome != AttemptOutcome.SUCCEEDED else None
     out = scratch / "out.bundle"
     sent = False
