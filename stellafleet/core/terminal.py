@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -60,3 +62,15 @@ def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
         "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]).rstrip()
         for row in rows
     ]
+
+
+def last_line(path: Path, limit: int = 60, tail: int = 4096) -> str:
+    """The last non-blank line of a log (a setup's progress), on one line and cut at limit; "" if none."""
+    try:
+        with path.open("rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - tail))
+            lines = log.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    flat = single_line(next((line for line in reversed(lines) if line.strip()), ""))
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

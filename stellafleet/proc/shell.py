@@ -12,6 +12,7 @@ from pathlib import Path
 
 from stellafleet.proc import runner
 from stellafleet.proc.subreaper import reaped_argv
+from stellafleet.proc.tree import ProcessTree
 
 STOP_GRACE_S = 2.0
 POLL_S = 0.02  # how often a running command is checked for its end, timeout or stop
@@ -22,6 +23,7 @@ class ShellRun:
     exit_code: int | None  # None: it ran out of time (or could not start: see `error`)
     seconds: float
     error: str | None = None
+    cpu_seconds: float = 0.0  # user + system of the command and all it waited for (0: it was stopped)
 
     @property
     def ok(self) -> bool:
@@ -72,17 +74,18 @@ def run_logged(
         result = ShellRun(None, time.monotonic() - started, f"could not start /bin/sh: {exc}")
     else:
         with proc:
-            while proc.poll() is None and not stop.is_set() and time.monotonic() - started < timeout:
+            tree = ProcessTree(proc)  # its wait4 gives the CPU of the whole tree the wrapper reaped
+            while tree.poll() is None and not stop.is_set() and time.monotonic() - started < timeout:
                 stop.wait(POLL_S)
-            if proc.poll() is None:  # what carries the attempt's identity goes too, double forks included
+            if tree.poll() is None:  # what carries the attempt's identity goes too, double forks included
                 proc.stop(STOP_GRACE_S, identity=env)
+            cpu = exit_.cpu_seconds if (exit_ := tree.poll()) is not None else 0.0
         seconds = time.monotonic() - started
         if stop.is_set() and proc.returncode != 0:
             result = ShellRun(None, seconds, f"stopped after {seconds:.1f} s: the run is being stopped")
         else:
-            result = ShellRun(
-                None if seconds >= timeout and proc.returncode != 0 else proc.returncode, seconds
-            )
+            code = None if seconds >= timeout and proc.returncode != 0 else proc.returncode
+            result = ShellRun(code, seconds, cpu_seconds=cpu)
     ended = f"done in {result.seconds:.1f} s" if result.ok else result.describe(timeout)
     log_line(log_path, f"{label} {ended}")
     return result

@@ -20,9 +20,10 @@ class SetupFailed(StellaError):
     """The worktree could not be readied; the message is the attempt's reason, seconds how long the setup
     command ran (None: it never ran)."""
 
-    def __init__(self, message: str, seconds: float | None = None) -> None:
+    def __init__(self, message: str, seconds: float | None = None, cpu_seconds: float = 0.0) -> None:
         super().__init__(message)
         self.seconds = seconds
+        self.cpu_seconds = cpu_seconds  # of the setup's whole tree, as far as it ran
 
 
 class WorktreeIndexes:
@@ -70,9 +71,9 @@ def ready(
     *,
     root: Path | None = None,
     packed: tuple[include.Packed, ...] = (),
-) -> float | None:
+) -> shell.ShellRun | None:
     """Copy the included files (root's, or the ones packed for a node), then run the setup command (if
-    any) to its end: its seconds (None: no setup); SetupFailed with the reason (also when stop is set)."""
+    any) to its end: how it ran (None: no setup); SetupFailed with the reason (also when stop is set)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         if root is not None:
@@ -94,5 +95,7 @@ def ready(
         "setup", config.setup, cwd=worktree, env=env, log_path=log_path, timeout=timeout, stop=stop
     )
     if not done.ok:
-        raise SetupFailed(f"setup failed: {done.describe(timeout)}; see the log", done.seconds)
-    return done.seconds
+        raise SetupFailed(
+            f"setup failed: {done.describe(timeout)}; see the log", done.seconds, done.cpu_seconds
+        )
+    return done

@@ -27,15 +27,20 @@ class TaskEstimate:
     basis: str | None  # SAME_TASK, SAME_KIND, or None: never run
     attempts: int
     usd: tuple[float, float] | None  # (median, 90th percentile)
-    seconds: tuple[float, float] | None
+    seconds: tuple[float, float] | None  # the whole attempt's, its setup included
+    # its history's `[worktree] setup` apart from the work after it (None: no setup in its history)
+    setup: tuple[tuple[float, float], tuple[float, float]] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        shown = {
             "task": self.task_id,
             **{key: getattr(self, key) for key in ("pipeline", "model", "basis", "attempts")},
             "spend_usd": _pair(self.usd),
             "duration_s": _pair(self.seconds),
         }
+        if self.setup is not None:
+            shown |= {"setup_s": _pair(self.setup[0]), "work_s": _pair(self.setup[1])}
+        return shown
 
 
 def _pair(value: tuple[Any, Any] | None) -> dict[str, Any] | None:
@@ -52,7 +57,12 @@ def task_estimate(
     if not past:
         return TaskEstimate(task_id, pipeline, model, None, 0, None, None)
     usd, seconds = spend_range(p.usd for p in past), spend_range(p.seconds for p in past)
-    return TaskEstimate(task_id, pipeline, model, basis, len(past), usd, seconds)
+    setups = [p.setup_seconds for p in past if p.setup_seconds is not None]
+    setup = None
+    if setups:  # the work: what each attempt took after its setup
+        work = spend_range(max(0.0, p.seconds - (p.setup_seconds or 0.0)) for p in past)
+        setup = (spend_range(setups), work)
+    return TaskEstimate(task_id, pipeline, model, basis, len(past), usd, seconds, setup)
 
 
 def play(plan: Plan, seconds: dict[str, float], width: int, schedule: str) -> tuple[float, list[str]]:
@@ -140,6 +150,10 @@ def print_estimate(found: Estimate, *, json_mode: bool, stream: IO[str]) -> None
     stream.write("".join(line + "\n" for line in lines))
 
 
+def _range_text(seconds: tuple[float, float]) -> str:
+    return f"{duration_text(seconds[0])} / {duration_text(seconds[1])}"
+
+
 def estimate_lines(found: Estimate) -> list[str]:
     shape = f"{len(found.tasks)} tasks, {found.schedule}, max concurrency {found.concurrency}"
     head = f"estimate for {found.plan}: {shape}"
@@ -154,9 +168,12 @@ def estimate_lines(found: Estimate) -> list[str]:
         if t.usd is None or t.seconds is None:
             lines.append(f"  {t.task_id}: no history ({t.pipeline}, model {t.model or 'default'}): left out")
             continue
+        apart = ""
+        if t.setup is not None:
+            apart = f" (setup {_range_text(t.setup[0])}, work {_range_text(t.setup[1])})"
         lines.append(
-            f"  {t.task_id}: {money(t.usd[0])} / {money(t.usd[1])}, {duration_text(t.seconds[0])} / "
-            f"{duration_text(t.seconds[1])}  (from {t.basis}: {plural(t.attempts, 'attempt')})"
+            f"  {t.task_id}: {money(t.usd[0])} / {money(t.usd[1])}, {_range_text(t.seconds)}{apart}"
+            f"  (from {t.basis}: {plural(t.attempts, 'attempt')})"
         )
     total = found.total_usd()
     missing = len(found.tasks) - len(found.known)

@@ -147,14 +147,14 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
         return
     assert config is not None  # preflight read it
     try:  # the checkout readied as a local worktree is
-        setup_s = bootstrap.ready(ctx.workspace, config.worktree, env, ctx.log_path, packed=spec.included)
+        setup = bootstrap.ready(ctx.workspace, config.worktree, env, ctx.log_path, packed=spec.included)
     except bootstrap.SetupFailed as exc:
         yield {"kind": "setup", "seconds": exc.seconds}
         yield {"kind": "log", "data": _read_from(ctx.log_path, 0)}
         yield finished(ctx, AttemptEnd.failed(f"{exc} (on node {node})"))
         return
-    if setup_s is not None:
-        yield {"kind": "setup", "seconds": setup_s}
+    if setup is not None:
+        yield {"kind": "setup", "seconds": setup.seconds}
     ctx.result_path.parent.mkdir(parents=True, exist_ok=True)
     with Ledger.open(ctx.paths.fleet_db) as ledger:
         digest = token_digest(ctx.token) if ctx.token else None
@@ -178,7 +178,7 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
             if not waiter.is_alive():  # its tree has ended: nothing of it left for the reaper to stop
                 root_file.unlink(missing_ok=True)
         steps = ledger.attempts.steps(ctx.attempt_id)
-    end = box["end"]
+    end = _with_setup_cpu(box["end"], setup)
     saved = _salvage(ctx, end, scratch) if end.outcome != AttemptOutcome.SUCCEEDED else None
     out = scratch / "out.bundle"
     sent = False
@@ -189,6 +189,13 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
         end = dataclasses.replace(end, outcome=AttemptOutcome.FAILED, summary=end.summary or why, error=why)
     transcript = ctx.transcript_path.read_bytes() if ctx.transcript_path.exists() else None
     yield finished(ctx, end, out.read_bytes() if sent else None, transcript, steps, saved)
+
+
+def _with_setup_cpu(end: AttemptEnd, setup: shell.ShellRun | None) -> AttemptEnd:
+    """The setup's CPU counts in the attempt's, as at home."""
+    if setup is None:
+        return end
+    return dataclasses.replace(end, cpu_seconds=(end.cpu_seconds or 0.0) + setup.cpu_seconds)
 
 
 def _salvage(ctx: WorkerContext, end: AttemptEnd, scratch: Path) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ from stellafleet.core import jsontext
 from stellafleet.core.clock import wall_ms
 from stellafleet.core.spend import money
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus, outcome_detail
-from stellafleet.core.terminal import Piece, aligned, single_line, styled
+from stellafleet.core.terminal import Piece, aligned, last_line, single_line, styled
 from stellafleet.core.words import duration_text, plural, tasks_in_waves
 from stellafleet.run.events import (
     AttemptEnded,
@@ -346,17 +346,6 @@ def make_reporter(
     if not quiet and out.isatty():
         return LiveReporter(probe=probe, stream=out)
     return PlainReporter(out, quiet=quiet)
-
-
-def last_line(path: Path, tail: int = 4096) -> str:
-    """The last non-blank line of a log (a setup's progress), or "" while it has none."""
-    try:
-        with path.open("rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - tail))
-            lines = log.read().decode("utf-8", errors="replace").splitlines()
-    except OSError:
-        return ""
-    return one_line(next((line for line in reversed(lines) if line.strip()), ""), 60)
 
 
 def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str]) -> None:

@@ -74,6 +74,10 @@ class Attempts(Table):
         """The node a remote attempt runs on; it has no worktree here (its clone is on the node)."""
         self._set(attempt_id, "node = ?, worktree = NULL", node)
 
+    def set_setup_started(self, attempt_id: int) -> None:
+        """The attempt's `[worktree] setup` starts now (the dashboard shows it in setup until set_setup)."""
+        self._set(attempt_id, "setup_started_ms = ?", self._db.now_ms())
+
     def set_setup(self, attempt_id: int, seconds: float) -> None:
         """How long the attempt's `[worktree] setup` command ran (whether it succeeded or not)."""
         self._set(attempt_id, "setup_ms = ?", round(seconds * 1000))
@@ -356,17 +360,20 @@ _FROM = (
     " attempts a JOIN tasks t ON t.run_id = a.run_id AND t.id = a.task_id JOIN runs r ON r.id = a.run_id"
     " WHERE a.finished_at_ms IS NOT NULL"
 )
-_ATTEMPTS = f"SELECT a.spend_usd, a.finished_at_ms - a.started_at_ms FROM {_FROM} AND a.outcome IN (?, ?)"
+_ATTEMPTS = (
+    f"SELECT a.spend_usd, a.finished_at_ms - a.started_at_ms, a.setup_ms FROM {_FROM} AND a.outcome IN (?, ?)"
+)
 # how far back past_durations looks: the same plan run again, or resumed, is among the last few runs
 PAST_RUNS = 20
 
 
 @dataclass(frozen=True)
 class Past:
-    """One earlier attempt: what it spent and how long it took."""
+    """One earlier attempt: what it spent and how long it took, its `[worktree] setup` included."""
 
     usd: float
     seconds: float
+    setup_seconds: float | None = None  # None: no setup ran
 
 
 class History(Table):
@@ -375,7 +382,10 @@ class History(Table):
 
     def _past(self, where: str, params: tuple[object, ...]) -> list[Past]:
         rows = self._db.read(f"{_ATTEMPTS} AND {where} ORDER BY a.id", (*ENDED, *params))
-        return [Past(float(usd), max(int(ms), 0) / 1000) for usd, ms in rows]
+        return [
+            Past(float(usd), max(int(ms), 0) / 1000, None if setup is None else setup / 1000)
+            for usd, ms, setup in rows
+        ]
 
     def same_task(self, task_id: str, prompt: str, pipeline: str) -> list[Past]:
         """Earlier attempts of the same task (SAME_TASK), succeeded or failed, in any run."""

@@ -218,8 +218,10 @@ _V8 = ("ALTER TABLE attempts ADD COLUMN unclaimed_writes TEXT",)
 
 _V9 = ("ALTER TABLE attempts ADD COLUMN worktree_index INTEGER",)  # its STELLA_WORKTREE_INDEX, for teardown
 
+_V10 = ("ALTER TABLE attempts ADD COLUMN setup_started_ms INTEGER",)  # a setup runs until setup_ms is set
+
 # MIGRATIONS[n] takes a ledger from user_version n to n + 1. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 
 LEDGER_SCHEMA = Schema(label="fleet ledger", application_id=0x53544C46, migrations=MIGRATIONS)  # "STLF"
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from stellafleet.core.errors import StellaError
 from stellafleet.core.status import RunStatus, TaskStatus
+from stellafleet.core.terminal import last_line
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.ledger_runs import no_commits
@@ -103,14 +104,21 @@ def runs_page(
 
 
 def timed_attempt(attempt: dict[str, Any], *, now_ms: int, live: bool) -> dict[str, Any]:
-    """The attempt with how long it ran (a running one of a live run: until now; of a dead run: unknown)
-    and, when salvaged, the command that applies its work to the checked-out tree, uncommitted."""
+    """The attempt with how long it ran (a running one of a live run: until now; of a dead run: unknown),
+    its phase while its setup runs and, when salvaged, the command that applies its work to the checked-out
+    tree, uncommitted."""
     start, end = attempt.get("started_at_ms"), attempt.get("finished_at_ms")
     if start is None or (end is None and not live):
         duration = None
     else:
         duration = max(0, (now_ms if end is None else end) - start)
     shown = {**attempt, "duration_ms": duration}
+    setup_start = attempt.get("setup_started_ms")
+    if end is None and live and setup_start is not None and attempt.get("setup_ms") is None:
+        shown["phase"] = "setup"  # its worker starts once the setup is done: the setup's timer and log line
+        shown["setup_elapsed_ms"] = max(0, now_ms - setup_start)
+        log_path = attempt.get("log_path")
+        shown["setup_last_line"] = last_line(Path(log_path)) if log_path else ""
     if "start_parents_json" in attempt:  # a stacked attempt's parents: [{"task": id, "commit": sha}]
         shown["start_parents"] = _json_list(attempt["start_parents_json"])
     if attempt.get("salvage_sha"):

@@ -181,10 +181,16 @@ def test_hand_built_ledger_lists_opens_escapes_and_updates_live(
         ledger.attempts.finish(attempt, AttemptEnd(outcome="succeeded", exit_code=0, summary=XSS))
         ledger.tasks.set_status(ids["running"], "bump", "succeeded")
         ledger.tasks.set_status(ids["running"], "notes", "running")
-        second = ledger.attempts.start(ids["running"], "notes", pipeline="command")
+        (tmp_path / "notes.log").write_text("[stella] setup: npm ci\nadded 120 packages\n")
+        second = ledger.attempts.start(
+            ids["running"], "notes", pipeline="command", log_path=str(tmp_path / "notes.log")
+        )
+        ledger.attempts.set_setup_started(second)  # its worktree's setup runs: the card says so
         ledger.attempts.set_pid(second, worker.pid)
     until(browser, lambda d: task_status(d, "bump") == "succeeded", "the finished attempt")
     until(browser, lambda d: task_status(d, "notes") == "running", "the next attempt")
+    phase = text_of(browser, 'article.task[data-task-id="notes"] .phase')
+    assert phase.startswith("in setup · ") and phase.endswith(" · added 120 packages"), phase
     summary = text_of(browser, 'article.task[data-task-id="bump"] .summary')
     assert summary == XSS  # shown as text, literally
     assert "$0.45 / $5.00" in text_of(browser, "dl.kv")

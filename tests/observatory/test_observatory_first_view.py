@@ -148,3 +148,29 @@ def test_an_opened_attempt_has_its_details_and_an_unknown_one_is_404(tmp_path: P
     status, _, body = fetch("/api/attempts/987654")
     assert status == 404 and "no attempt 987654" in strict(body)["error"]
     assert fetch("/api/attempts/12x")[0] == 404
+
+
+def test_an_attempt_in_setup_shows_the_phase_its_timer_and_its_logs_last_line(
+    tmp_path: Path, serve: Serve
+) -> None:
+    db = tmp_path / "fleet.db"
+    log = tmp_path / "a.log"
+    log.write_text("[stella] setup: make -j2\ncompiling 3 of 9\n\n")
+    clock = StepClock(wall_ms() - 60_000)  # the setup started a minute ago; the page reads the real now
+    with Ledger.open(db, now_ms=clock) as ledger:
+        add_run(ledger, RUN_ID)  # owned by this live process: the run is live
+        ledger.tasks.add(RUN_ID, [sample_task("a")], {"a": 1})
+        attempt = ledger.attempts.start(RUN_ID, "a", pipeline="command", log_path=str(log))
+        ledger.attempts.set_setup_started(attempt)
+    fetch = serve(db)
+
+    def card_attempt() -> dict[str, Any]:
+        page = strict(fetch(f"/api/runs/{RUN_ID}/page")[2])
+        return dict(page["waves"][0]["tasks"][0]["attempts"][0])
+
+    shown = card_attempt()
+    assert shown["phase"] == "setup" and shown["setup_last_line"] == "compiling 3 of 9"
+    assert shown["setup_elapsed_ms"] >= 60_000
+    with Ledger.open(db, now_ms=clock) as ledger:
+        ledger.attempts.set_setup(attempt, 61.5)  # done: its worker runs now
+    assert "phase" not in card_attempt()

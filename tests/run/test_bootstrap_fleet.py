@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+import pytest
 from helpers.fleet import Scripts, by_id, run_record, write_config
 from helpers.repo import StellaRunner, git
 
@@ -150,3 +152,27 @@ def test_a_dry_run_names_the_setup_its_timeout_and_what_worktreeinclude_copies(
     assert doc["worktree"] == {
         "setup": "make -j2", "setup_timeout": 900, "include_files": 1, "include_bytes": len("API_URL=http://localhost\n")
     }  # fmt: skip
+
+
+# About 0.6 s of CPU (the worker alone takes about 0.15 s) in a grandchild of the setup's shell: the
+# wrapper's wait4 must count it.
+BURN = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass\n"
+
+
+@pytest.mark.parametrize("then", ["true", "exit 3"])
+def test_the_setups_cpu_counts_in_the_attempts_cpu_and_its_start_is_recorded(
+    git_repo: Path, tmp_path: Path, stella_main: StellaRunner, then: str
+) -> None:
+    burn = tmp_path / "burn.py"
+    burn.write_text(BURN)
+    setup = f"sh -c {json.dumps(f'{sys.executable} {burn}')}; {then}"  # it succeeds, or fails after burning
+    # the worker burns next to nothing: what the attempt counts beyond that is the setup's
+    write_config(git_repo, run="true", extra=f"[worktree]\nsetup = {json.dumps(setup)}\n")
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[tasks]]\nid = "a"\nprompt = "p"\nisolation = "isolated"\n')
+    ran = stella_main("fleet", "--plan", str(plan), "--pipeline", "command", cwd=git_repo)
+    assert ran.returncode == (0 if then == "true" else 1), ran.stdout + ran.stderr
+    attempt = run_record(git_repo)["attempts"][0]
+    assert attempt["cpu_seconds"] >= 0.6, attempt
+    started = attempt["setup_started_ms"]  # the dashboard's setup phase runs from it to setup_ms
+    assert started is not None and started >= attempt["started_at_ms"], attempt

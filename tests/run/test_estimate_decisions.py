@@ -222,3 +222,28 @@ def test_with_no_history_at_all_nothing_is_guessed(tmp_path: Path) -> None:
         "no estimate: none of these tasks, nor any task of the same pipeline and model, has run before "
         "(the ledger has no history to estimate from); nothing is guessed",
     ]
+
+
+def test_a_history_with_setup_gives_the_setup_apart_from_the_work(tmp_path: Path) -> None:
+    clock = StepClock(1_700_000_000_000)
+    with Ledger.open(tmp_path / "fleet.db", now_ms=clock) as ledger:
+        add_run(ledger, "r-past", pipeline="plain")
+        ledger.tasks.add("r-past", [sample_task("a", "long")], {"a": 1})
+        for setup_s, work_s in [(30, 10), (50, 20)]:  # each attempt's time holds its setup's
+            attempt = ledger.attempts.start("r-past", "a", pipeline="plain")
+            ledger.attempts.set_setup(attempt, setup_s)
+            clock.advance(setup_s + work_s)
+            ledger.attempts.finish(attempt, AttemptEnd(outcome=AttemptOutcome.SUCCEEDED, summary="ok"))
+        plan = plan_from_data({"tasks": [{"id": "a", "prompt": "long"}]})
+        found = estimate(SimpleNamespace(**{**vars(prepared(None)), "plan": plan}), ledger)  # type: ignore[arg-type]
+    (shown,) = found.to_json()["tasks"]
+    assert shown["duration_s"] == {"median": 55.0, "p90": 70.0}  # the whole attempt, as before
+    assert (shown["setup_s"], shown["work_s"]) == (
+        {"median": 40.0, "p90": 50.0},
+        {"median": 15.0, "p90": 20.0},
+    )
+    assert estimate_lines(found)[1] == (
+        "  a: $0.00 / $0.00, 55.0s / 1m10s (setup 40.0s / 50.0s, work 15.0s / 20.0s)"
+        "  (from the same task: 2 attempts)"
+    )
+    assert "setup_s" not in summary((None, None)).to_json()["tasks"][0]  # no setup in its history: no figures

@@ -4,6 +4,7 @@ reports when git fails there: git's error as the attempt's, not a worker "lost" 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,26 @@ def test_the_worker_on_a_node_reads_its_whole_prompt_from_a_file_there(
 
     assert events[-1]["kind"] == "finished"
     assert seen.read_text() == prompt
+
+
+def test_the_setup_on_a_node_counts_its_cpu_in_the_attempts(
+    git_repo: Path, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("STELLA_NODE_CACHE", str(tmp_path / "cache"))
+    base = git("rev-parse", "HEAD", cwd=git_repo).strip()
+    bundle.create_base(git_repo, base, tmp_path / "base.bundle", tag="r-1")
+    ctx = worker_context(git_repo, isolation="isolated", branch="fleet/t1-0123456789abcdef", base_commit=base)
+    burn = "import time; end = time.process_time() + 0.6\nwhile time.process_time() < end: pass"
+    (tmp_path / "burn.py").write_text(burn)
+    setup = f"{sys.executable} {tmp_path / 'burn.py'}"  # about 0.6 s of CPU; the worker alone about 0.3 s
+    config = f'[pipelines.command]\nrun = "true"\n\n[worktree]\nsetup = "{setup}"\n'
+
+    events = list(
+        remote_attempt(
+            RemoteSpec(context=ctx, config_layers=(("project", config),)),
+            (tmp_path / "base.bundle").read_bytes(),
+        )
+    )
+
+    end = events[-1]["end"]
+    assert end.outcome == AttemptOutcome.SUCCEEDED and end.cpu_seconds >= 0.6, end

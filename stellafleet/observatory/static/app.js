@@ -365,6 +365,10 @@ import { sparkline } from "./spend.js";
     if (a.node) facts.push("node " + a.node);
     const block = el("div", { className: "attempt", "data-attempt-id": a.id },
       el("div", { className: "attempt-head" }, badge(a.outcome), el("span", { className: "muted", text: facts.join(" · ") })));
+    if (a.phase === "setup") {  // its worker starts once the setup is done
+      const said = ["in setup", fmtDuration(a.setup_elapsed_ms), a.setup_last_line].filter(Boolean).join(" · ");
+      block.appendChild(el("p", { className: "phase mono", text: said }));
+    }
     if (a.start_commit) {
       const parents = (a.start_parents || []).map((p) => p.task + " " + shortSha(p.commit)).join(", ");
       block.appendChild(el("p", { className: "start mono", text: "start " + shortSha(a.start_commit) + " · parents: " + (parents || "—") }));

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, StopReason
 from stellafleet.git import hooks, submodules, worktrees
 from stellafleet.run import bootstrap
@@ -16,6 +18,7 @@ class Workspaces(AttemptStep):
         self.ledger = ledger
         self.emit = emit  # a setup is shown while it runs
         self.indexes = bootstrap.WorktreeIndexes()  # STELLA_WORKTREE_INDEX of the live worktrees
+        self.setup_cpu: dict[int, float] = {}  # attempt id -> its setup's CPU seconds, until it ends
 
     def admit(self, attempt: AttemptState) -> None:
         """A task whose worktree starts from a salvage commit is told so first."""
@@ -52,10 +55,12 @@ class Workspaces(AttemptStep):
             submodules.init_in_worktree(settings.root, ctx.workspace)
         hooks.share_relative_folder(settings.root, ctx.workspace)
         self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, ctx.branch, str(ctx.workspace))
-        if self.emit is not None and settings.config.worktree.setup is not None:
-            self.emit(SetupStarted(ctx.task_id, ctx.log_path))
+        if settings.config.worktree.setup is not None:
+            self.ledger.attempts.set_setup_started(ctx.attempt_id)
+            if self.emit is not None:
+                self.emit(SetupStarted(ctx.task_id, ctx.log_path))
         try:
-            setup_s = bootstrap.ready(
+            setup = bootstrap.ready(
                 ctx.workspace,
                 settings.config.worktree,
                 attempt.env,
@@ -70,9 +75,20 @@ class Workspaces(AttemptStep):
                 raise AttemptFailed(
                     AttemptEnd(AttemptOutcome.INTERRUPTED, str(exc), StopReason.INTERRUPTED.value)
                 ) from None
-            raise AttemptFailed(AttemptEnd.failed(str(exc))) from None
-        if setup_s is not None:
-            self.ledger.attempts.set_setup(ctx.attempt_id, setup_s)
+            failed = replace(AttemptEnd.failed(str(exc)), cpu_seconds=exc.cpu_seconds or None)
+            raise AttemptFailed(failed) from None
+        if setup is not None:
+            self.ledger.attempts.set_setup(ctx.attempt_id, setup.seconds)
+            self.setup_cpu[ctx.attempt_id] = setup.cpu_seconds
+
+    def ended(self, attempt: AttemptState, end: AttemptEnd) -> AttemptEnd:
+        """The setup's CPU counts in the attempt's: it is part of what the attempt cost the machine."""
+        setup_cpu = self.setup_cpu.pop(attempt.ctx.attempt_id, 0.0)
+        if not setup_cpu:
+            return end
+        return replace(end, cpu_seconds=(end.cpu_seconds or 0.0) + setup_cpu)
 
     def released(self, attempt: AttemptState) -> None:
         self.indexes.release(attempt.task.id)
+        if attempt.context is not None:
+            self.setup_cpu.pop(attempt.context.attempt_id, None)
