@@ -270,18 +270,36 @@ def _check_and_migrate(conn: sqlite3.Connection, path: Path, schema: Schema, *, 
         _initialise_empty(conn, path, schema)
         return
     _refuse_foreign(path, schema, application_id, version, tables)
-    if version < schema.version:
-        if readonly:
-            raise StellaError(
-                f"the {schema.label} at {path} has the older schema version {version}: run a stella command "
-                f"that writes (such as `stella fleet`) once to upgrade it to version {schema.version}"
-            )
-        with write_transaction(conn):
-            _, current, _ = _identity(conn)  # another process may have migrated it meanwhile
-            if current < schema.version:
-                _apply_migrations(conn, schema, current)
+    if version < schema.version and readonly:
+        _upgrade_for_reading(path, schema, version)
+    elif version < schema.version:
+        _upgrade(conn, schema)
     if not readonly:
         _tune(conn, path)
+
+
+def _upgrade(conn: sqlite3.Connection, schema: Schema) -> None:
+    with write_transaction(conn):
+        _, current, _ = _identity(conn)  # another process may have migrated it meanwhile
+        if current < schema.version:
+            _apply_migrations(conn, schema, current)
+
+
+def _upgrade_for_reading(path: Path, schema: Schema, version: int) -> None:
+    """A reader of an older file (`stella runs` first after an upgrade) upgrades it as a writer would: the
+    migrations only add, each all-or-nothing. A file it cannot write stays as it is, with one line."""
+    try:
+        writer = connect(path, readonly=False)
+        try:
+            _upgrade(writer, schema)
+            _tune(writer, path)
+        finally:
+            writer.close()
+    except sqlite3.Error as exc:
+        raise StellaError(
+            f"the {schema.label} at {path} has the older schema version {version} and cannot be upgraded "
+            f"here ({exc}): run a stella command that writes (such as `stella fleet`) where it is writable"
+        ) from None
 
 
 def _initialise_empty(conn: sqlite3.Connection, path: Path, schema: Schema) -> None:
