@@ -200,15 +200,22 @@ def _apply_migrations(conn: sqlite3.Connection, schema: Schema, current: int) ->
     conn.execute(f"PRAGMA user_version = {int(schema.version)}")
 
 
+_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+
+
 def _identity(conn: sqlite3.Connection) -> tuple[int, int, list[str]]:
-    application_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    tables = [
-        row[0]
-        for row in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
-        )
-    ]
+    """(application_id, user_version, tables), read in one transaction: read one by one, a file another
+    process was building read as tables without an id, a foreign database."""
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = [row[0] for row in conn.execute(_TABLES)]
+    finally:
+        if own:
+            conn.execute("COMMIT")
     return int(application_id), int(version), tables
 
 
