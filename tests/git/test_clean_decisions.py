@@ -1,0 +1,99 @@
+"""git/clean.py's decisions, called in process on real repositories (see test_clean_guards.py): which
+record of a task makes a candidate, what a live attempt or a live fleet keeps and says, what --force
+discards, and which target a branch counts as merged into."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers.repo import git
+from test_clean_guards import DONE, LIVE_PID, RUNNING, alive, decisions, fleet_worktree, record
+
+from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import AttemptEnd
+from stellafleet.git import gitops
+from stellafleet.git.clean import KEPT, REMOVED, clean
+from stellafleet.state.ledger import Ledger
+from stellafleet.testing.sample_ledger import add_run, sample_task
+
+
+def test_a_live_attempt_is_judged_by_its_pid_and_its_start_time(git_repo: Path) -> None:
+    """The pid alone is not enough (a recycled pid): alive() is asked with the attempt's start time."""
+    branch, path = fleet_worktree(git_repo, "running")
+    record(git_repo, RUNNING, {"t": (branch, str(path))}, live=True, attempt_pid=LIVE_PID)
+    with Ledger.open(StatePaths(git_repo).fleet_db, readonly=True) as ledger:
+        started = ledger.get_run(RUNNING)["attempts"][0]["started_at_ms"]
+    asked: list[tuple[int | None, int | None]] = []
+
+    def alive_when_started(pid: int | None, started_ms: int | None) -> bool:
+        asked.append((pid, started_ms))
+        return pid == LIVE_PID and started_ms is not None
+
+    report = clean(git_repo, force=True, alive=alive_when_started)
+    assert (LIVE_PID, started) in asked
+    why = f"attempt 1 is still running (pid {LIVE_PID}); never removed while live"
+    assert decisions(report) == {str(path.relative_to(git_repo)): (KEPT, why), branch: (KEPT, why)}
+    assert path.is_dir() and gitops.branch_exists(git_repo, branch)
+
+
+def test_a_live_fleets_task_with_no_open_attempt_is_kept_in_the_runs_name(git_repo: Path) -> None:
+    branch, path = fleet_worktree(git_repo, "between")
+    record(git_repo, RUNNING, {"t": (branch, str(path))}, live=True, attempt_pid=999_999_998)
+    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        attempt = ledger.get_run(RUNNING)["attempts"][0]["id"]
+        ledger.attempts.finish(attempt, AttemptEnd(outcome="failed", exit_code=1, summary="retried"))
+    report = clean(git_repo, force=True, alive=alive)
+    why = f"run {RUNNING} is still running (pid {LIVE_PID}); never removed while live"
+    assert decisions(report) == {str(path.relative_to(git_repo)): (KEPT, why), branch: (KEPT, why)}
+
+
+def test_a_worktree_and_branch_recorded_only_by_an_attempt_with_a_relative_path_are_candidates(
+    git_repo: Path,
+) -> None:
+    """The task row names nothing (an attempt of a resumed run recorded them); the path is relative to the
+    repository, wherever stella runs from."""
+    branch, path = fleet_worktree(git_repo, "attempt-only")
+    relative = str(path.relative_to(git_repo))
+    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        add_run(ledger, DONE, root=str(git_repo), base_commit=gitops.head_commit(git_repo), pid=1)
+        ledger.tasks.add(DONE, [sample_task("t", isolation="isolated")], {"t": 1})
+        attempt = ledger.attempts.start(DONE, "t", pipeline="command", branch=branch, worktree=relative)
+        ledger.attempts.set_pid(attempt, 999_999_998)
+        ledger.attempts.finish(attempt, AttemptEnd(outcome="succeeded", exit_code=0, summary="done"))
+        ledger.runs.finish(DONE, "succeeded", exit_code=0)
+    report = clean(git_repo, alive=alive)
+    sha = gitops.head_commit(git_repo)[:7]
+    assert decisions(report) == {
+        relative: (REMOVED, "clean worktree"),
+        branch: (REMOVED, f"merged into main (was {sha})"),
+    }
+    assert not path.exists() and not gitops.branch_exists(git_repo, branch)
+
+
+def test_force_discards_a_started_workers_uncommitted_changes_and_says_how_many(git_repo: Path) -> None:
+    branch, path = fleet_worktree(git_repo, "forced")
+    (path / "README.md").write_text("changed\n")
+    (path / "new.txt").write_text("new\n")
+    record(git_repo, DONE, {"t": (branch, str(path))})
+    report = clean(git_repo, force=True, alive=alive)
+    shown = str(path.relative_to(git_repo))
+    assert decisions(report)[shown] == (REMOVED, "uncommitted changes (2) discarded by --force")
+    assert not path.exists()
+    assert decisions(report)[branch][0] == REMOVED  # its worktree gone, the merged branch goes too
+
+
+def test_a_branch_merged_into_the_runs_base_but_not_the_current_branch_is_merged(git_repo: Path) -> None:
+    git("checkout", "-q", "-b", "release", cwd=git_repo)
+    (git_repo / "release.txt").write_text("release\n")
+    git("add", "release.txt", cwd=git_repo)
+    git("commit", "-q", "-m", "release work", cwd=git_repo)
+    release = gitops.head_commit(git_repo)
+    git("branch", "fleet/on-release", release, cwd=git_repo)
+    git("checkout", "-q", "main", cwd=git_repo)
+    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        add_run(ledger, DONE, root=str(git_repo), base_ref="release", base_commit=release, pid=1)
+        ledger.tasks.add(DONE, [sample_task("t", isolation="isolated")], {"t": 1})
+        ledger.tasks.set_workspace(DONE, "t", "fleet/on-release", None)
+        ledger.runs.finish(DONE, "succeeded", exit_code=0)
+    report = clean(git_repo, alive=alive)
+    assert decisions(report) == {"fleet/on-release": (REMOVED, f"merged into release (was {release[:7]})")}
