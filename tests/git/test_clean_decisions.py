@@ -17,6 +17,11 @@ from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_ledger import add_run, sample_task
 
 
+def started_and_live(pid: int | None, started_ms: int | None) -> bool:
+    """Alive only when asked with a start time, as pid_alive needs one to tell a recycled pid."""
+    return pid == LIVE_PID and started_ms is not None
+
+
 def test_a_live_attempt_is_judged_by_its_pid_and_its_start_time(git_repo: Path) -> None:
     """The pid alone is not enough (a recycled pid): alive() is asked with the attempt's start time."""
     branch, path = fleet_worktree(git_repo, "running")
@@ -27,7 +32,7 @@ def test_a_live_attempt_is_judged_by_its_pid_and_its_start_time(git_repo: Path) 
 
     def alive_when_started(pid: int | None, started_ms: int | None) -> bool:
         asked.append((pid, started_ms))
-        return pid == LIVE_PID and started_ms is not None
+        return started_and_live(pid, started_ms)
 
     report = clean(git_repo, force=True, alive=alive_when_started)
     assert (LIVE_PID, started) in asked
@@ -42,7 +47,7 @@ def test_a_live_fleets_task_with_no_open_attempt_is_kept_in_the_runs_name(git_re
     with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
         attempt = ledger.get_run(RUNNING)["attempts"][0]["id"]
         ledger.attempts.finish(attempt, AttemptEnd(outcome="failed", exit_code=1, summary="retried"))
-    report = clean(git_repo, force=True, alive=alive)
+    report = clean(git_repo, force=True, alive=started_and_live)  # the fleet too: its pid and start time
     why = f"run {RUNNING} is still running (pid {LIVE_PID}); never removed while live"
     assert decisions(report) == {str(path.relative_to(git_repo)): (KEPT, why), branch: (KEPT, why)}
 
@@ -97,3 +102,53 @@ def test_a_branch_merged_into_the_runs_base_but_not_the_current_branch_is_merged
         ledger.runs.finish(DONE, "succeeded", exit_code=0)
     report = clean(git_repo, alive=alive)
     assert decisions(report) == {"fleet/on-release": (REMOVED, f"merged into release (was {release[:7]})")}
+
+
+def fleet_branch(repo: Path, name: str, commits: int) -> tuple[str, str]:
+    """fleet/<name> with `commits` commits of its own beyond main (main checked out again); its tip."""
+    git("checkout", "-q", "-b", f"fleet/{name}", cwd=repo)
+    for number in range(commits):
+        (repo / f"{name}-{number}.txt").write_text(f"{name} {number}\n")
+        git("add", ".", cwd=repo)
+        git("commit", "-q", "-m", f"{name} {number}", cwd=repo)
+    tip = gitops.head_commit(repo)
+    git("checkout", "-q", "main", cwd=repo)
+    return f"fleet/{name}", tip
+
+
+def test_each_branch_decision_says_why_and_the_report_lists_them(git_repo: Path) -> None:
+    patched, patched_tip = fleet_branch(git_repo, "patched", 1)
+    (git_repo / "main.txt").write_text("main moved on\n")
+    git("add", "main.txt", cwd=git_repo)
+    git("commit", "-q", "-m", "main moves on", cwd=git_repo)
+    git("cherry-pick", patched_tip, cwd=git_repo)  # on main as the same patch, another commit
+    held, held_tip = fleet_branch(git_repo, "held", 1)
+    git("branch", "mine", held_tip, cwd=git_repo)  # the user's branch holds its commit
+    ahead, _ = fleet_branch(git_repo, "ahead", 2)
+    single, single_tip = fleet_branch(git_repo, "single", 1)
+    record(git_repo, DONE, {t: (b, None) for t, b in [("p", patched), ("h", held), ("a", ahead)]})
+    report = clean(git_repo, alive=alive)
+    assert decisions(report) == {
+        patched: (REMOVED, f"merged into main (same patches) (was {patched_tip[:7]})"),
+        held: (REMOVED, f"every commit is on another branch or a salvage ref (was {held_tip[:7]})"),
+        ahead: (KEPT, "not merged into main (2 commits ahead): merge it, or rerun with --force to delete it"),
+    }
+    assert report.runs_considered == 1
+    document = report.to_json()
+    assert (document["dry_run"], document["force"], document["runs_considered"]) == (False, False, 1)
+    assert [item["target"] for item in document["removed"]] == [patched, held]
+    assert [(item["target"], item["task_id"]) for item in document["kept"]] == [(ahead, "a")]
+    assert document["would_remove"] == []
+    # forced, and only the run named: the other run's branch is not even looked at
+    record(git_repo, RUNNING, {"s": (single, None)})
+    forced = clean(git_repo, force=True, alive=alive, run_ref=RUNNING)
+    assert decisions(forced) == {
+        single: (REMOVED, f"not merged (1 commit ahead), deleted by --force (was {single_tip[:7]})")
+    }
+    assert gitops.branch_exists(git_repo, ahead)
+    dry = clean(git_repo, dry_run=True, force=True, alive=alive).to_json()
+    assert (dry["dry_run"], dry["force"], [item["target"] for item in dry["would_remove"]]) == (
+        True,
+        True,
+        [ahead],
+    )
