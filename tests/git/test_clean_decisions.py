@@ -9,6 +9,7 @@ from pathlib import Path
 from helpers.repo import git
 from test_clean_guards import DONE, LIVE_PID, RUNNING, alive, decisions, fleet_worktree, record
 
+from stellafleet.core.configsections import WorktreeConfig
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd
 from stellafleet.git import gitops
@@ -152,3 +153,56 @@ def test_each_branch_decision_says_why_and_the_report_lists_them(git_repo: Path)
         True,
         [ahead],
     )
+
+
+def test_teardown_runs_in_the_worktree_with_its_tasks_variables_and_its_failure_is_named(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    said = tmp_path / "teardown.txt"
+    command = (
+        f'echo "$STELLA_RUN_ID $STELLA_TASK_ID $STELLA_BRANCH $PWD" >> {said}; test "$STELLA_TASK_ID" = ok'
+    )
+    ok_branch, ok_path = fleet_worktree(git_repo, "ok")
+    bad_branch, bad_path = fleet_worktree(git_repo, "bad")
+    record(git_repo, DONE, {"ok": (ok_branch, str(ok_path)), "bad": (bad_branch, str(bad_path))})
+    report = clean(git_repo, alive=alive, worktree=WorktreeConfig(teardown=command, teardown_timeout=60.0))
+    found = decisions(report)
+    assert found[str(ok_path.relative_to(git_repo))] == (REMOVED, "clean worktree; teardown ran")
+    action, why = found[str(bad_path.relative_to(git_repo))]
+    assert action == REMOVED and why.startswith("clean worktree; teardown failed (exit 1 after "), why
+    assert why.endswith(" s), removed anyway")
+    assert sorted(said.read_text().splitlines()) == sorted(
+        [f"{DONE} ok {ok_branch} {ok_path.resolve()}", f"{DONE} bad {bad_branch} {bad_path.resolve()}"]
+    )
+    log = StatePaths(git_repo).log_file(DONE, "ok")
+    assert log.is_file() and not ok_path.exists() and not bad_path.exists()
+    # a dry run runs no teardown
+    again_branch, again = fleet_worktree(git_repo, "again")
+    record(git_repo, RUNNING, {"ok": (again_branch, str(again))})
+    clean(git_repo, alive=alive, dry_run=True, worktree=WorktreeConfig(teardown=command))
+    assert len(said.read_text().splitlines()) == 2
+
+
+def test_salvage_of_commits_no_branch_holds_is_kept_unless_forced_and_never_when_younger(
+    git_repo: Path,
+) -> None:
+    record(git_repo, DONE, {"t": (None, None)})
+    git("checkout", "-q", "--detach", cwd=git_repo)
+    (git_repo / "lost.txt").write_text("only the salvage holds this\n")
+    git("add", "lost.txt", cwd=git_repo)
+    git("commit", "-q", "-m", "work of a deleted branch", cwd=git_repo)
+    git("commit", "-q", "--allow-empty", "-m", "the salvage commit", cwd=git_repo)
+    sha = gitops.head_commit(git_repo)
+    git("checkout", "-q", "main", cwd=git_repo)
+    ref = f"refs/stella/salvage/{DONE}/t/1"
+    git("update-ref", ref, sha, cwd=git_repo)
+    assert decisions(clean(git_repo, alive=alive, salvage_refs=True, older_than_days=1.0)) == {}
+    kept = clean(git_repo, alive=alive, salvage_refs=True)
+    why = f"holds 1 commit no branch holds: `git branch NAME {sha[:12]}^` keeps them, or rerun with --force"
+    assert decisions(kept) == {ref: (KEPT, why)}
+    assert [(item.run_id, item.task_id) for item in kept.items] == [(DONE, "t")]
+    forced = clean(git_repo, alive=alive, salvage_refs=True, force=True)
+    removed = f"salvage of attempt 1 removed by --salvage (was {sha[:7]})"
+    removed += ", with 1 commit no branch holds, by --force"
+    assert decisions(forced) == {ref: (REMOVED, removed)}
+    assert gitops.ref_commit(git_repo, ref) is None
