@@ -125,16 +125,18 @@ class Limiter:
             return
         before, after = self.width_now.value, self.width_now.lower()
         if reset is not None:
-            self._hold_until_ms = max(self._hold_until_ms, int(reset))
+            # the provider's newest answer is the truth: a nearer reset shortens the hold, a further one
+            # lengthens it; a limit that names no reset leaves the hold as it was
+            self._hold_until_ms = int(reset)
         change = f"halved to {after} (was {before})" if after != before else f"kept at {after}"
         why = f"{change} after a rate limit in task {task} ({reset_text(reset)})"
         self._record(why, after)
 
     def _usage(self, row: dict[str, Any], reset: int | None) -> None:
         if reset is not None and self._waitable(reset) is not None:
-            self._hold_until_ms = max(self._hold_until_ms, int(reset))
+            self._hold_until_ms = int(reset)
             self._record(f"waiting for a usage limit's reset ({reset_text(reset)})", self.width_now.value)
-        elif self._stop is None:
+        else:  # a later usage limit replaces the earlier stop: its reset and words are the newest
             self._stop = self.usage_stop(row)
             self._record(f"{self._stop}: starting nothing more", self.width_now.value)
 

@@ -342,9 +342,11 @@ class Limits(Table):
         return self._db.rows("SELECT * FROM limit_events WHERE run_id = ? ORDER BY id", (run_id,))
 
     def latest_rate_reset_ms(self, run_id: str) -> int | None:
-        """The furthest reset of the run's rate limits (epoch ms; None: none reported)."""
+        """The reset of the run's most recent rate limit that named one (epoch ms; None: none reported):
+        the provider's newest answer, nearer or further than the ones before."""
         rows = self._db.read(
-            "SELECT max(reset_at_ms) FROM limit_events WHERE run_id = ? AND kind = ?",
+            "SELECT reset_at_ms FROM limit_events WHERE run_id = ? AND kind = ? AND reset_at_ms IS NOT NULL"
+            " ORDER BY id DESC LIMIT 1",
             (run_id, str(LimitKind.RATE)),
         )
         return int(rows[0][0]) if rows and rows[0][0] is not None else None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stellafleet.core.limits import FAR_RESET_S, LimitEvent, LimitKind, Width, from_text
+from stellafleet.core.limits import FAR_RESET_S, LimitEvent, LimitKind, Width, from_text, reset_text
 from stellafleet.core.status import StopReason
 from stellafleet.run.events import Notice
 from stellafleet.run.limiter import Limiter, LimitPolicy
@@ -94,16 +94,18 @@ def test_a_rate_limit_at_width_one_keeps_it_and_says_so(ledger: Ledger, clock: F
     assert seen == [Notice(f"provider limits: {message}")]
 
 
-def test_the_hold_is_the_furthest_reset_told_a_nearer_later_one_does_not_shorten_it(
+def test_the_hold_ends_at_the_reset_of_the_most_recent_limit_nearer_or_further(
     ledger: Ledger, clock: FakeClock
 ) -> None:
-    """docs/fleet.md: new starts wait until the latest reset the fleet was told (and a worker's own hold is
-    the furthest reset of the run too: Limits.latest_rate_reset_ms)."""
+    """docs/fleet.md: new starts wait until the latest reset the fleet was told: the provider's newest
+    answer, so a later limit with a nearer reset shortens the hold and a further one lengthens it."""
     limiter = Limiter(ledger, RUN, 8, clock=clock, wall=clock.now)
     limit(ledger, LimitKind.RATE, 30.0, clock.now(), task="far")
     assert limiter.hold_s() == pytest.approx(30.0, abs=0.01)
     limit(ledger, LimitKind.RATE, 5.0, clock.now(), task="near")
-    assert limiter.hold_s() == pytest.approx(30.0, abs=0.01) and limiter.width() == 2
+    assert limiter.hold_s() == pytest.approx(5.0, abs=0.01) and limiter.width() == 2
+    limit(ledger, LimitKind.RATE, None, clock.now(), task="unnamed")  # no reset named: the hold stays
+    assert limiter.hold_s() == pytest.approx(5.0, abs=0.01) and limiter.width() == 1
     limit(ledger, LimitKind.RATE, 60.0, clock.now(), task="further")
     assert limiter.hold_s() == pytest.approx(60.0, abs=0.01) and limiter.width() == 1
     assert "in task near (resets " in fleet_rows(ledger)[1][1]
@@ -116,6 +118,23 @@ def test_the_hold_is_the_furthest_reset_told_a_nearer_later_one_does_not_shorten
     assert clock.sleeps[1:] == [pytest.approx(0.5, abs=0.01)]
 
 
+def test_a_workers_own_hold_is_the_reset_of_the_runs_most_recent_rate_limit(
+    ledger: Ledger, clock: FakeClock
+) -> None:
+    """The reset every engine worker waits out before its next call is the same one the fleet holds to."""
+    assert ledger.limits.latest_rate_reset_ms(RUN) is None
+    limit(ledger, LimitKind.RATE, 30.0, 1000.0)
+    limit(ledger, LimitKind.RATE, 5.0, 1000.0)
+    assert ledger.limits.latest_rate_reset_ms(RUN) == 1_005_000  # nearer and newer: it is the hold
+    limit(ledger, LimitKind.RATE, None, 1000.0)  # names no reset: the hold stays
+    limit(ledger, LimitKind.USAGE, 7200.0, 1000.0)  # a usage limit is no rate hold
+    add_run(ledger, "r-other")
+    ledger.limits.add("r-other", LimitEvent(LimitKind.RATE, "engine", 429, 9_999_999, "other run"))
+    assert ledger.limits.latest_rate_reset_ms(RUN) == 1_005_000
+    limit(ledger, LimitKind.RATE, 60.0, 1000.0)
+    assert ledger.limits.latest_rate_reset_ms(RUN) == 1_060_000
+
+
 def test_each_row_is_taken_once(ledger: Ledger, clock: FakeClock) -> None:
     limiter = Limiter(ledger, RUN, 8, clock=clock, wall=clock.now)
     limit(ledger, LimitKind.RATE, 1.0, clock.now())
@@ -124,16 +143,22 @@ def test_each_row_is_taken_once(ledger: Ledger, clock: FakeClock) -> None:
     assert limiter.width() == 2
 
 
-def test_a_second_usage_limit_leaves_the_first_stop_in_place(ledger: Ledger, clock: FakeClock) -> None:
-    """The first usage limit is the run's stop (what the skipped tasks say); a later one changes nothing."""
+def test_a_second_usage_limit_replaces_the_first_stop(ledger: Ledger, clock: FakeClock) -> None:
+    """The newest usage limit is the run's stop (what the skipped tasks say): its reset and its words."""
     limiter = Limiter(ledger, RUN, 4, clock=clock, wall=clock.now)
     limit(ledger, LimitKind.USAGE, 3600.0, clock.now(), message="first quota")
     first = limiter.stop()
     assert first is not None and str(first).endswith(": first quota")
-    limit(ledger, LimitKind.USAGE, 7200.0, clock.now(), message="second quota")
-    assert limiter.stop() is first
+    limit(ledger, LimitKind.USAGE, 1800.0, clock.now(), message="second quota")
+    second = limiter.stop()
+    reset = reset_text(int((clock.now() + 1800.0) * 1000))
+    assert second is not None and second.reason == StopReason.USAGE_LIMIT
+    assert str(second) == f"{StopReason.USAGE_LIMIT} ({reset}): second quota" != str(first)
     assert limiter.width() == 4 and limiter.hold_s() == 0.0  # a usage stop neither halves nor holds
-    assert fleet_rows(ledger) == [(4, f"{first}: starting nothing more")]
+    assert fleet_rows(ledger) == [
+        (4, f"{first}: starting nothing more"),
+        (4, f"{second}: starting nothing more"),
+    ]
 
 
 def test_a_usage_limit_waited_for_holds_starts_and_stops_nothing(ledger: Ledger, clock: FakeClock) -> None:
