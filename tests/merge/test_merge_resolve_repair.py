@@ -77,7 +77,13 @@ def test_a_killed_resolve_has_its_worker_stopped_and_its_work_salvaged_before_th
     assert worker.wait(timeout=30) != 0
     status, outcome, ref = run_state(git_repo)
     assert (status, outcome) == ("interrupted", "abandoned")
-    assert ref is not None and git("show", f"{ref}:half.txt", cwd=git_repo) == "half resolved\n"
+    assert ref == f"refs/stella/salvage/{RUN}/{TASK}/1"
+    assert git("show", f"{ref}:half.txt", cwd=git_repo) == "half resolved\n"
+    with Ledger.open(StatePaths(git_repo).fleet_db, readonly=True) as ledger:
+        detail = ledger.get_run(RUN)
+    why = merge_journal.RESOLVE_REASON
+    assert (detail["tasks"][0]["reason"], detail["attempts"][0]["summary"]) == (why, why)
+    assert detail["attempts"][0]["error"] == why
     assert not path.exists() and not gitops.branch_exists(git_repo, f"fleet/{TASK}")
     said = (
         f"stella: a killed stella merge (pid 999999992) was finished: its resolve task {TASK}: its worker "
