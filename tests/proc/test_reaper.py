@@ -119,16 +119,19 @@ kept = marks + "/kept"
 os.mkdir(kept)
 argv = [sys.executable, "-m", "stellafleet.proc.reaper", "--detach", str(os.getpid()), kept, "1"]
 reaper = int(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+def mark(name, text):  # whole or not at all: the test reads a mark as soon as it appears
+    open(marks + "/" + name + ".tmp", "w").write(text)
+    os.replace(marks + "/" + name + ".tmp", marks + "/" + name)
 for name in ("done", "running"):
     os.mkdir(marks + "/scratch-" + name)
     worker = subprocess.Popen(["sleep", "300"], start_new_session=True)
     open(kept + "/" + name + ".tmp", "w").write(f"{worker.pid}\\n{marks}/scratch-{name}\\n")
     os.replace(kept + "/" + name + ".tmp", kept + "/" + name + ".pid")
-    open(marks + "/" + name, "w").write(str(worker.pid))
+    mark(name, str(worker.pid))
 time.sleep(1.0)  # the reaper has learned both trees
 os.unlink(kept + "/done.pid")
 time.sleep(1.0)  # and forgotten the one whose file went
-open(marks + "/reaper", "w").write(str(reaper))
+mark("reaper", str(reaper))
 time.sleep(300)
 """
 

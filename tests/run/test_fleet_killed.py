@@ -19,8 +19,9 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.state.claims import ClaimStore
 
 # The worker's command: say who the worker is (the command's parent), leave a child, then wait (until the
-# fleet is gone).
-HOLD = 'echo $PPID > "$MARKS/worker"; sleep 300 & echo $! > "$MARKS/child"; wait'
+# fleet is gone). The child's pid is written whole, then renamed: the test reads it as soon as it is there.
+HOLD = 'echo $PPID > "$MARKS/worker"; sleep 300 & echo $! > "$MARKS/child.tmp"; '
+HOLD += 'mv "$MARKS/child.tmp" "$MARKS/child"; wait'
 
 
 def test_a_killed_fleet_keeps_claims_with_its_live_workers_stops_them_and_is_finalised_later(
