@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchrepo import commit_all, new_repo, sh
+
 from stellafleet.core.paths import StatePaths
 from stellafleet.git import include
 from stellafleet.state.ledger import Ledger
@@ -33,21 +35,12 @@ from stellafleet.state.ledger import Ledger
 STELLA = [sys.executable, "-m", "stellafleet"]
 
 
-def sh(*args: str, cwd: Path) -> str:
-    return subprocess.run(args, cwd=cwd, check=True, capture_output=True, text=True).stdout
-
-
 def make_repo(root: Path) -> Path:
-    root.mkdir(parents=True)
-    sh("git", "init", "-q", "-b", "main", cwd=root)
-    sh("git", "config", "user.name", "bench", cwd=root)
-    sh("git", "config", "user.email", "bench@example.invalid", cwd=root)
+    new_repo(root)
     (root / ".gitignore").write_text("local/\n.env\n")
     (root / ".worktreeinclude").write_text("local/\n.env\n")
     (root / "README.md").write_text("bench\n")
-    sh("git", "add", "-A", cwd=root)
-    sh("git", "commit", "-q", "-m", "init", cwd=root)
-    return root
+    return commit_all(root, "init")
 
 
 def fill_include_set(root: Path, mb: float) -> tuple[int, int]:

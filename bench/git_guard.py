@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchrepo import commit_all, new_repo, sh
+
 from stellafleet.core.paths import StatePaths
 from stellafleet.git import gitops, guard
 from stellafleet.state.ledger import Ledger
@@ -48,21 +50,12 @@ sys.exit(subprocess.run(["stella", "commit", "-m", task, f"{task}.txt"]).returnc
 """
 
 
-def sh(*args: str, cwd: Path) -> str:
-    return subprocess.run(args, cwd=cwd, check=True, capture_output=True, text=True).stdout
-
-
 def make_repo(root: Path, files: int) -> Path:
-    root.mkdir(parents=True)
-    sh("git", "init", "-q", "-b", "main", cwd=root)
-    sh("git", "config", "user.name", "bench", cwd=root)
-    sh("git", "config", "user.email", "bench@example.invalid", cwd=root)
+    new_repo(root)
     for n in range(files):
         (root / f"src{n % 20}").mkdir(exist_ok=True)
         (root / f"src{n % 20}" / f"f{n}.txt").write_text(f"file {n}\n" * 20)
-    sh("git", "add", "-A", cwd=root)
-    sh("git", "commit", "-q", "-m", "init", cwd=root)
-    return root
+    return commit_all(root, "init")
 
 
 def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> float:

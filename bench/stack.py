@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchrepo import commit_all, new_repo
+
 from stellafleet.core.paths import StatePaths
 from stellafleet.git import stack
 from stellafleet.run.steps import RunSettings
@@ -36,15 +38,8 @@ COMMIT_OWN_FILE = (
 )
 
 
-def sh(*args: str, cwd: Path) -> str:
-    return subprocess.run(args, cwd=cwd, check=True, capture_output=True, text=True).stdout
-
-
 def make_repo(root: Path, files: int) -> Path:
-    root.mkdir(parents=True)
-    sh("git", "init", "-q", "-b", "main", cwd=root)
-    sh("git", "config", "user.name", "bench", cwd=root)
-    sh("git", "config", "user.email", "bench@example.invalid", cwd=root)
+    new_repo(root)
     for n in range(files):
         path = root / f"src/d{n % 100:02d}/f{n}.txt"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -52,9 +47,7 @@ def make_repo(root: Path, files: int) -> Path:
     config = StatePaths(root).config_file
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text("[pipelines.command]\nrun = '''" + COMMIT_OWN_FILE + "'''\n")
-    sh("git", "add", "-A", cwd=root)
-    sh("git", "commit", "-q", "-m", "initial", cwd=root)
-    return root
+    return commit_all(root, "initial")
 
 
 def plan_text(fan: int, depth: int) -> str:
