@@ -16,6 +16,12 @@ INDEX_VAR = "STELLA_WORKTREE_INDEX"
 SALVAGE_START_VAR = "STELLA_SALVAGE_START"  # the salvage commit an isolated worktree starts from
 
 
+def starts_on_salvage(env: Mapping[str, str], start_commit: str | None) -> bool:
+    """Whether a worktree at start_commit starts on its task's salvage commit (--from-salvage), whose work
+    then goes, staged, into the task's next commit; a stacked task's parents' commit is kept as it is."""
+    return start_commit is not None and env.get(SALVAGE_START_VAR) == start_commit
+
+
 class SetupFailed(StellaError):
     """The worktree could not be readied; the message is the attempt's reason, seconds how long the setup
     command ran (None: it never ran)."""

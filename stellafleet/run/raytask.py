@@ -69,7 +69,7 @@ def remote_attempt(spec: RemoteSpec, base_bundle: bytes) -> Iterator[dict[str, A
     clone: Path | None = None
     try:
         try:
-            salvaged = spec.env.get(bootstrap.SALVAGE_START_VAR) == spec.context.start_commit
+            salvaged = bootstrap.starts_on_salvage(spec.env, spec.context.start_commit)
             clone = checkout(spec.context, base_bundle, scratch / "repo", spec.start, fold=salvaged)
         except StellaError as exc:  # git's own words, not a lost worker: nothing was started
             node = node_name()

@@ -49,8 +49,8 @@ class Workspaces(AttemptStep):
         settings = self.settings
         start = ctx.start_commit or settings.base_commit
         worktrees.worktree_add(settings.root, ctx.workspace, ctx.branch, start)
-        if ctx.start_commit is not None and ctx.start_commit == settings.start_points.get(ctx.task_id):
-            worktrees.fold_start_commit(ctx.workspace)  # its salvaged work goes into its next commit
+        if bootstrap.starts_on_salvage(attempt.env, ctx.start_commit):
+            worktrees.fold_start_commit(ctx.workspace)
         if settings.config.fleet.init_submodules:
             submodules.init_in_worktree(settings.root, ctx.workspace)
         hooks.share_relative_folder(settings.root, ctx.workspace)
