@@ -105,6 +105,28 @@ class CheckPhase(StrEnum):
     MERGE = "merge"  # stella merge, before it lands the task's branch
 
 
+class FollowUpReason(StrEnum):
+    """Why a task is asked for another attempt (a row of the ledger's `requests`)."""
+
+    CHECK = "check"  # its check was red: the next round gets the check's output
+    LIMIT = "limit"  # a provider limit ended it: again once the limit is over
+    CI_FIX = "ci-fix"  # its branch's CI went red: the failing jobs' log
+    RESOLVE = "resolve"  # its branch conflicts with the target of `stella merge`: the conflict
+    STALE = "stale"  # a parent's branch moved and its own work no longer replays onto it
+    EVICTED = "evicted"  # a merge train took its branch out of a batch
+    ANSWER = "answer"  # a person answered what it asked
+    RETRY = "retry"  # it failed and nothing is left to try without a person (`stella fleet --resume`)
+
+
+class RequestState(StrEnum):
+    """A follow-up request: `open` until one process takes it; `needs_you` waits on a person."""
+
+    OPEN = "open"
+    SERVED = "served"
+    NEEDS_YOU = "needs_you"
+    DISMISSED = "dismissed"
+
+
 class MergeStatus(StrEnum):
     """One branch's step through `stella merge`."""
 

@@ -9,14 +9,14 @@ from pathlib import Path
 from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import SpendBudget, money
+from stellafleet.core.status import FollowUpReason
 from stellafleet.git import gitops, mergeops
 from stellafleet.merge.journal import Journal
 from stellafleet.merge.queue import RESOLVE_TITLE, MergeItem
 from stellafleet.plan.model import PlanTask
-from stellafleet.run.cifix import execute_in_background
-from stellafleet.run.dispatch import Dispatcher
 from stellafleet.run.executor import LocalExecutor
-from stellafleet.run.steps import RunSettings, factory
+from stellafleet.run.serve import Server
+from stellafleet.run.steps import FollowUp, RunSettings, factory
 from stellafleet.run.steps.spend import spend_budget
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
@@ -30,15 +30,19 @@ class Resolution:
     note: str
 
 
-def resolve_prompt(item: MergeItem, onto: str, files: tuple[str, ...], diff: str, prompt: str) -> str:
-    shown = diff if len(diff) <= CONFLICT_BYTES else diff[:CONFLICT_BYTES] + "\n[... the rest left out ...]"
+def resolve_prompt(item: MergeItem, onto: str, files: tuple[str, ...], prompt: str) -> str:
+    """The resolve task's own prompt; its request carries the conflict (conflict_context)."""
     return (
         f"Branch {item.branch} (task {item.task_id}) conflicts with {onto}; this worktree is {onto}'s "
         f"tip. Merge the branch here (`git merge --no-ff {item.head}`), resolve the conflicts in "
         f"{', '.join(files)} so both sides' intent survives, and commit the merge.\n\n"
-        f"The task the branch did:\n{prompt.strip()}\n\n"
-        f"The conflict, as git shows it:\n```diff\n{shown.rstrip()}\n```\n"
+        f"The task the branch did:\n{prompt.strip()}\n"
     )
+
+
+def conflict_context(diff: str) -> str:
+    shown = diff if len(diff) <= CONFLICT_BYTES else diff[:CONFLICT_BYTES] + "\n[... the rest left out ...]"
+    return f"The conflict, as git shows it:\n```diff\n{shown.rstrip()}\n```\n"
 
 
 class Resolver:
@@ -63,9 +67,9 @@ class Resolver:
         self.prompts = {t["id"]: t.get("prompt") or "" for t in record["tasks"]}
         self.limit = spend_limit if spend_limit is not None else self.run.get("spend_limit_usd")
 
-    def _dispatcher(
+    def _server(
         self, tip: str, claims: ClaimStore, executor: LocalExecutor, budget: SpendBudget | None
-    ) -> Dispatcher:
+    ) -> Server:
         settings = RunSettings(
             self.root,
             self.run_id,
@@ -75,7 +79,7 @@ class Resolver:
             config=self.config,
         )
         # the resolve task tells its story through stella merge's own lines
-        return factory.dispatcher(settings, self.ledger, claims, executor, lambda event: None, budget=budget)
+        return factory.server(settings, self.ledger, claims, executor, lambda event: None, budget=budget)
 
     def resolve(
         self, item: MergeItem, onto: str, tip: str, files: tuple[str, ...], diff: str, journal: Journal
@@ -88,7 +92,7 @@ class Resolver:
                 None, f"spend limit reached ({money(spent)} of {money(budget.limit)}): not handed on"
             )
         task_id = self._free_id(f"resolve-{item.task_id}")
-        prompt = resolve_prompt(item, onto, files, diff, self.prompts.get(item.task_id, ""))
+        prompt = resolve_prompt(item, onto, files, self.prompts.get(item.task_id, ""))
         task = PlanTask(
             task_id, prompt, RESOLVE_TITLE.format(branch=item.branch, onto=onto), isolation="isolated"
         )
@@ -99,7 +103,10 @@ class Resolver:
         executor = LocalExecutor(stop_grace_s=self.config.fleet.stop_grace)
         try:
             with ClaimStore.open(paths.store_db) as claims:
-                failed = execute_in_background(self._dispatcher(tip, claims, executor, budget), task)
+                server = self._server(tip, claims, executor, budget)
+                follow_up = FollowUp(FollowUpReason.RESOLVE, conflict_context(diff), start_at=tip)
+                asked = server.ask(task_id, follow_up, asked_by="stella merge", branch=item.branch)
+                failed = server.serve_waiting(asked, task)
         finally:
             executor.close()
         journal.note(resolving=None)  # ended (not on Ctrl-C: then the merge's own clean-up finishes it)

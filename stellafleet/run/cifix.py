@@ -1,10 +1,9 @@
-"""--fix-ci: the fleet's side of a red branch (docs/watch.md): one follow-up attempt of its task per round,
-through the run's Dispatcher: an attempt in the ledger, under the run's spend limit."""
+"""--fix-ci: the fleet's side of a red branch (docs/watch.md): each round a `ci-fix` request of its task,
+served by the run's request server: an attempt in the ledger, under the run's spend limit."""
 
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,58 +11,22 @@ from stellafleet.ci.watch import FixOutcome, FixRequest
 from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import SpendBudget
+from stellafleet.core.status import FollowUpReason
 from stellafleet.git import gitops
 from stellafleet.plan.model import PlanTask
-from stellafleet.run.dispatch import Dispatcher, TaskFailed
-from stellafleet.run.events import SkipTask
 from stellafleet.run.executor import LocalExecutor
 from stellafleet.run.restack import restack_children
-from stellafleet.run.steps import RunSettings, factory
+from stellafleet.run.serve import Server
+from stellafleet.run.steps import FollowUp, RunSettings, factory
 from stellafleet.run.steps.spend import spend_budget
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
 
-CI_FIX_REASON = "ci-fix"
 
-
-def execute_in_background(dispatcher: Dispatcher, task: PlanTask, *, reason: str | None = None) -> str | None:
-    """dispatcher.execute(task) in a thread while this one waits: Ctrl-C here stops the worker and lets
-    the attempt be recorded before it is raised on. Returns why the task failed, or None."""
-    box: dict[str, BaseException] = {}
-    # an Event, not Thread.join: after Ctrl-C interrupted a join, the next join can return while the
-    # thread still runs, and the attempt would go unrecorded
-    finished = threading.Event()
-
-    def work() -> None:
-        try:
-            dispatcher.execute(task, reason=reason)
-        except BaseException as exc:  # handed back to the waiting thread below
-            box["error"] = exc
-        finally:
-            finished.set()
-
-    thread = threading.Thread(target=work, name=f"stella-{task.id}", daemon=True)
-    thread.start()
-    try:
-        while not finished.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        dispatcher.stop_workers()
-        finished.wait()
-        raise
-    error = box.get("error")
-    if isinstance(error, TaskFailed | SkipTask):  # SkipTask: too little of the spend limit is left
-        return str(error)
-    if error is not None:
-        raise error
-    return None
-
-
-def fix_prompt(prompt: str, request: FixRequest) -> str:
-    """The task's own prompt, then what CI said about the work on its branch."""
+def fix_context(request: FixRequest) -> str:
+    """What a fix-up round's prompt carries after the task's own: what CI said about its branch's work."""
     return (
-        f"{prompt.rstrip()}\n\n"
-        f"---\nYour earlier work on this task is committed on branch {request.branch} "
+        f"Your earlier work on this task is committed on branch {request.branch} "
         f"(head {request.head_sha[:12]}), and its CI failed ({request.reason}). This is fix-up round "
         f"{request.round} of at most {request.max_rounds}. Find the cause in the failing jobs' log below, "
         "fix it in this worktree and commit the fix; keep the task's intent.\n\n"
@@ -72,16 +35,14 @@ def fix_prompt(prompt: str, request: FixRequest) -> str:
 
 
 class CiFixRounds:
-    """The CiFixer the watch calls: one follow-up attempt per round, on the run's Dispatcher."""
+    """The CiFixer the watch calls: each round a `ci-fix` request of the task, served by the run's server."""
 
-    def __init__(
-        self, dispatcher: Dispatcher, ledger: Ledger, budget: SpendBudget | None, *, max_rounds: int
-    ) -> None:
-        self.dispatcher = dispatcher
-        self.ledger = ledger
+    def __init__(self, server: Server, budget: SpendBudget | None, *, max_rounds: int) -> None:
+        self.server = server
+        self.ledger = server.ledger
         self.budget = budget  # the run's spend limit, as its dispatcher's guards
-        self.run_id = dispatcher.settings.run_id
-        self.root = dispatcher.settings.root
+        self.run_id = server.run_id
+        self.root = server.dispatcher.settings.root
         self.max_rounds = max_rounds
 
     def fix(self, request: FixRequest) -> FixOutcome:
@@ -94,7 +55,7 @@ class CiFixRounds:
             return FixOutcome(None, "the task's worktree is gone (cleaned up?): no fix-up attempt")
         task = PlanTask(
             id=row["id"],
-            prompt=fix_prompt(row.get("prompt") or "", request),
+            prompt=row.get("prompt") or "",
             title=row.get("title") or row["id"],
             isolation="isolated",
             pipeline=row.get("pipeline"),
@@ -102,7 +63,9 @@ class CiFixRounds:
             timeout=row.get("timeout_s"),
         )
         before = gitops.ref_commit(self.root, request.branch)
-        failed = execute_in_background(self.dispatcher, task, reason=CI_FIX_REASON)
+        follow_up = FollowUp(FollowUpReason.CI_FIX, fix_context(request))
+        asked = self.server.ask(task.id, follow_up, asked_by="watch", branch=request.branch)
+        failed = self.server.serve_waiting(asked, task)
         ids = [
             a["id"] for a in self.ledger.get_run(self.run_id)["attempts"] if a["task_id"] == request.task_id
         ]
@@ -113,7 +76,9 @@ class CiFixRounds:
         if after is None or after == before:
             return FixOutcome(None, f"fix-up {attempt} made no new commit")
         # the tasks stacked on the old head go stale, and are replayed onto the new one where they can be
-        restacked = restack_children(self.dispatcher.settings, self.ledger, request.task_id, before or after)
+        restacked = restack_children(
+            self.server.dispatcher.settings, self.ledger, request.task_id, before or after
+        )
         note = "".join(f"; {line}" for line in restacked)
         return FixOutcome(after, f"fix-up {attempt} committed {after[:12]}; pushed to be watched again{note}")
 
@@ -148,7 +113,7 @@ def fixer_for_past_run(
         executor = LocalExecutor(stop_grace_s=config.fleet.stop_grace)
         try:
             # a past run's fix-up attempts tell their story through the watch's own lines, not the fleet's
-            dispatcher = factory.dispatcher(settings, ledger, claims, executor, lambda _: None, budget=budget)
-            yield CiFixRounds(dispatcher, ledger, budget, max_rounds=max_rounds)
+            server = factory.server(settings, ledger, claims, executor, lambda _: None, budget=budget)
+            yield CiFixRounds(server, budget, max_rounds=max_rounds)
         finally:
             executor.close()

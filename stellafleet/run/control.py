@@ -278,14 +278,14 @@ class FleetRun:
             )
         expansions, limiter = self._expansions(ledger), self._limiter(ledger)
         with watching(p.config.fleet.idle_timeout, ledger) as watchdog:
-            dispatcher = factory.dispatcher(
+            server = factory.server(
                 run_settings(p), ledger, claims, executor, emit,
                 budget=budget, limiter=limiter, expansions=expansions, watchdog=watchdog,
             )  # fmt: skip
             runner = PlanRunner(
                 p.plan,
                 p.concurrency.value,
-                dispatcher.execute,
+                server.execute,
                 schedule=p.schedule,
                 durations=durations,
                 before_start=before_start,
@@ -296,8 +296,8 @@ class FleetRun:
             )
             interrupts = Interrupts(
                 runner.request_stop,
-                dispatcher.stop_workers,
-                lambda: dispatcher.running,
+                server.stop_workers,
+                lambda: server.running,
                 self.reporter.handle,
                 stop_on_first=p.options.stop_on_first_interrupt,
             )
@@ -375,10 +375,10 @@ class FleetRun:
             budget = spend_budget(
                 p.spend_limit, p.concurrency.value, p.config, spent=ledger.spend.of_run(p.run_id)
             )
-            dispatcher = factory.dispatcher(
+            server = factory.server(
                 run_settings(p), ledger, claims, executor, lambda event: None, budget=budget
             )
-            fixer = CiFixRounds(dispatcher, ledger, budget, max_rounds=p.options.fix_ci)
+            fixer = CiFixRounds(server, budget, max_rounds=p.options.fix_ci)
         result = watch_run(p.root, p.run_id, config=p.config, json_mode=p.options.json_mode, fixer=fixer)
         if code == EXIT_OK and result.exit_code != EXIT_OK:
             code = result.exit_code

@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, StopReason
@@ -19,7 +20,8 @@ from stellafleet.run.steps import (
     AttemptFailed,
     AttemptState,
     AttemptStep,
-    RunAgain,
+    FollowUp,
+    Request,
     RunSettings,
     workspace_for,
 )
@@ -27,8 +29,10 @@ from stellafleet.state.ledger import Ledger
 from stellafleet.state.proof import new_token
 
 
-class TaskFailed(Exception):
-    """A task's attempt did not succeed; the message is the reason shown and recorded."""
+class Attempted(NamedTuple):
+    end: AttemptEnd
+    attempt_id: int
+    follow_up: FollowUp | None
 
 
 def run_env(settings: RunSettings, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -83,51 +87,47 @@ class Dispatcher:
         for execution in started:
             execution.stop()
 
-    def execute(self, task: PlanTask, *, reason: str | None = None) -> bool:
-        """One attempt of task (another when a step says RunAgain); with a reason (`ci-fix`) a follow-up
-        one, in the task's existing worktree."""
-        while True:
-            try:
-                end = self._once(AttemptState(task, self._hard_stop, reason, prompt=task.prompt))
-            except RunAgain as again:
-                reason = again.reason
-                continue
-            if end.reason is not None:
-                raise TaskFailed(end.reason)
-            return True
-
-    def _once(self, attempt: AttemptState) -> AttemptEnd:
+    def attempt(self, task: PlanTask, request: Request | None = None) -> Attempted:
+        """One attempt of task (serving request, a follow-up taken by the server): how it ended, and the
+        follow-up its steps asked for as they released it."""
+        state = AttemptState(task, self._hard_stop, request, prompt=task.prompt)
         admitted: list[AttemptStep] = []
         started = time.monotonic()
         try:
             for step in self.steps:
-                step.admit(attempt)
+                step.admit(state)
                 admitted.append(step)
-            ctx = attempt.context = self._open(attempt)
-            end = self._run(attempt)
-            attempt.spend = self.ledger.attempts.finish(
+            if request is not None and request.follow_up.context:  # after the task's own words
+                state.prompt = f"{state.prompt.rstrip()}\n\n---\n{request.follow_up.context}"
+            ctx = state.context = self._open(state)
+            end = self._run(state)
+            state.spend = self.ledger.attempts.finish(
                 ctx.attempt_id, end, transcript_written=ctx.transcript_path.exists()
             )
-            attempt.recorded = end
+            state.recorded = end
             elapsed = time.monotonic() - started
-            self.emit(AttemptEnded(ctx.task_id, ctx.attempt_id, end, elapsed, attempt.spend))
+            self.emit(AttemptEnded(ctx.task_id, ctx.attempt_id, end, elapsed, state.spend))
         finally:
-            self._release(attempt, admitted)
-        return end
+            follow_up = self._release(state, admitted)
+        return Attempted(end, ctx.attempt_id, follow_up)
 
-    def _release(self, attempt: AttemptState, admitted: list[AttemptStep]) -> None:
+    def _release(self, attempt: AttemptState, admitted: list[AttemptStep]) -> FollowUp | None:
         """Every admitted step released, in reverse order, each whatever the others raised (the first
-        exception is raised after)."""
+        exception is raised after); the first follow-up a step asked for."""
         with self._lock:
             self._running.pop(attempt.task.id, None)
         error: BaseException | None = None
+        asked: FollowUp | None = None
         for step in reversed(admitted):
             try:
-                step.released(attempt)
+                wanted = step.released(attempt)
             except BaseException as exc:
                 error = error or exc
+                continue
+            asked = asked or wanted
         if error is not None:
             raise error
+        return asked
 
     def _open(self, attempt: AttemptState) -> WorkerContext:
         """The attempt's ledger row (its task now `running`) and what its worker will be told."""
@@ -151,8 +151,9 @@ class Dispatcher:
         )
         with self._lock:
             self._running[task.id] = None
-        if attempt.reason is not None:
-            self.ledger.attempts.set_reason(attempt_id, attempt.reason)
+        if attempt.request is not None:
+            self.ledger.attempts.set_reason(attempt_id, attempt.request.follow_up.reason)
+            self.ledger.requests.serving(attempt.request.id, attempt_id)
         return WorkerContext(
             root=settings.root,
             workspace=workspace.path,

@@ -1,6 +1,7 @@
 """A parent whose branch moved after its stacked tasks started (a --fix-ci round): each of them is marked
 stale, then its own commits are replayed onto a start built from its parents as they are now, when
-that is free of conflicts; one that would conflict is named, and its branch is left as it was."""
+that is free of conflicts; one that would conflict is named, its branch is left as it was, and a `stale`
+request waits on a person."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from pathlib import Path
 
 from stellafleet.core.errors import GitError
+from stellafleet.core.status import FollowUpReason, RequestState
 from stellafleet.git import gitops, mergeops, stack
 from stellafleet.run.steps import RunSettings
 from stellafleet.run.steps.startcommit import StartCommit
@@ -27,7 +29,14 @@ def restack_children(settings: RunSettings, ledger: Ledger, parent_id: str, old_
         if (parent_id, old_tip) not in held:
             continue
         ledger.tasks.set_stale(settings.run_id, task["id"], f"{parent_id} changed after it started")
-        notes.append(_restack(settings, ledger, task, attempt, parent_id))
+        note = _restack(settings, ledger, task, attempt, parent_id)
+        notes.append(note)
+        still = ledger.tasks.get(settings.run_id, task["id"])
+        if still is not None and still.get("stale"):  # its work no longer replays: a person decides
+            ledger.requests.ask(
+                settings.run_id, task["id"], FollowUpReason.STALE, note,
+                asked_by="restack", branch=str(task["branch"]), state=RequestState.NEEDS_YOU,
+            )  # fmt: skip
     return notes
 
 

@@ -11,13 +11,14 @@ from stellafleet.core.errors import EXIT_INTERRUPTED, StellaError
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus
 from stellafleet.state.ledger_attempts import BAR_COLUMNS, Attempts, History, Limits, Spend
 from stellafleet.state.ledger_branches import CI, Checks, Cleanups, Commits, Merges
+from stellafleet.state.ledger_requests import Facts, Requests
 from stellafleet.state.ledger_runs import CARD_COLUMNS, Runs, Tasks, TaskSpec
 from stellafleet.state.ledger_schema import LEDGER_SCHEMA
 from stellafleet.state.sqlitefile import Database, Handle
 
 __all__ = ["Ledger", "TaskSpec"]
 # The tables holding a run's rows, as get_run names them.
-RUN_TABLES = ("tasks", "attempts", "commits", "checks", "ci", "cleanups", "merges", "limits")
+RUN_TABLES = ("tasks", "attempts", "commits", "checks", "ci", "cleanups", "merges", "limits", "requests")
 
 
 class Ledger(Handle):
@@ -29,6 +30,7 @@ class Ledger(Handle):
         self.runs, self.tasks, self.attempts, self.spend = Runs(db), Tasks(db), Attempts(db), Spend(db)
         self.commits, self.ci, self.cleanups, self.merges = Commits(db), CI(db), Cleanups(db), Merges(db)
         self.limits, self.history, self.checks = Limits(db), History(db), Checks(db)
+        self.requests, self.facts = Requests(db), Facts(db)
 
     @classmethod
     def open(cls, path: Path, *, readonly: bool = False, now_ms: Callable[[], int] = wall_ms) -> Ledger:

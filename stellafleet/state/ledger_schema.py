@@ -220,8 +220,49 @@ _V9 = ("ALTER TABLE attempts ADD COLUMN worktree_index INTEGER",)  # its STELLA_
 
 _V10 = ("ALTER TABLE attempts ADD COLUMN setup_started_ms INTEGER",)  # a setup runs until setup_ms is set
 
+# Follow-ups are requests, what an attempt learns is a fact (docs/ledger.md). A ledger that predates them
+# gets a needs_you request for each task that failed and each branch whose CI ended red.
+_V11 = (
+    """CREATE TABLE requests (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        task_id TEXT,
+        branch TEXT,
+        reason TEXT NOT NULL,
+        context TEXT NOT NULL DEFAULT '',
+        state TEXT NOT NULL,
+        asked_by TEXT NOT NULL,
+        asked_at_ms INTEGER NOT NULL,
+        from_attempt_id INTEGER,
+        start_at TEXT,
+        not_before_ms INTEGER,
+        taken_at_ms INTEGER,
+        attempt_id INTEGER,
+        ended_at_ms INTEGER,
+        why TEXT
+    )""",
+    "CREATE INDEX requests_by_run ON requests(run_id, task_id, id)",
+    """CREATE TABLE attempt_facts (
+        attempt_id INTEGER NOT NULL,
+        key TEXT NOT NULL,
+        value_json TEXT NOT NULL,
+        at_ms INTEGER NOT NULL,
+        PRIMARY KEY (attempt_id, key)
+    )""",
+    """INSERT INTO requests (run_id, task_id, reason, context, state, asked_by, asked_at_ms, from_attempt_id)
+        SELECT t.run_id, t.id, 'retry', COALESCE(t.reason, ''), 'needs_you', 'ledger upgrade',
+               COALESCE(a.finished_at_ms, a.started_at_ms, 0), a.id
+          FROM tasks t LEFT JOIN attempts a ON a.id = (
+               SELECT MAX(id) FROM attempts WHERE run_id = t.run_id AND task_id = t.id)
+         WHERE t.status IN ('failed', 'interrupted', 'stalled', 'abandoned')""",
+    """INSERT INTO requests (run_id, task_id, branch, reason, context, state, asked_by, asked_at_ms)
+        SELECT run_id, task_id, branch, 'ci-fix', COALESCE(conclusion, reason, ''), 'needs_you',
+               'ledger upgrade', COALESCE(updated_at_ms, 0)
+          FROM ci WHERE state = 'red'""",
+)
+
 # MIGRATIONS[n] takes a ledger from user_version n to n + 1. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
 
 LEDGER_SCHEMA = Schema(label="fleet ledger", application_id=0x53544C46, migrations=MIGRATIONS)  # "STLF"
 

@@ -14,7 +14,8 @@ from stellafleet.core.config import load_config
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd, Stop, StopReason
 from stellafleet.plan.model import PlanTask
-from stellafleet.run.dispatch import Dispatcher, TaskFailed
+from stellafleet.run.dispatch import Dispatcher
+from stellafleet.run.serve import Server, TaskFailed
 from stellafleet.run.events import SkipTask
 from stellafleet.run.executor import Execution, LocalExecutor
 from stellafleet.run.steps import AttemptState, AttemptStep, RunSettings
@@ -75,7 +76,7 @@ def run_task(parts: tuple[Path, Ledger, ClaimStore], *steps: AttemptStep) -> Non
     executor = LocalExecutor()
     try:
         dispatcher = Dispatcher(settings, ledger, executor, lambda event: None, [Claims(store, root), *steps])
-        dispatcher.execute(TASK)
+        Server(dispatcher).execute(TASK)
     finally:
         executor.close()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from stellafleet.core.config import Config
 from stellafleet.core.errors import GitError
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.status import AttemptEnd
+from stellafleet.core.status import AttemptEnd, FollowUpReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import hookstash
 from stellafleet.git.worktrees import isolated_name
@@ -67,13 +67,33 @@ def workspace_for(root: Path, run_id: str, task: PlanTask) -> Workspace:
     return Workspace(StatePaths(root).worktrees / name, f"fleet/{name}")
 
 
+@dataclass(frozen=True)
+class FollowUp:
+    """Another attempt of this task, asked for by a step as its attempt is released: the server records it
+    as a ledger request and serves it (run/serve.py), or leaves it to a person (needs_you)."""
+
+    reason: FollowUpReason
+    context: str = ""  # what the next attempt's prompt carries after the task's own
+    start_at: str | None = None  # None: in the task's workspace as it is; a commit: a fresh one there
+    not_before_ms: int | None = None  # a limit's reset: it was not served before
+    needs_you: bool = False  # no one may serve it without a person
+
+
+@dataclass(frozen=True)
+class Request:
+    """A follow-up request taken to be served: its ledger row's id and what it asks."""
+
+    id: int
+    follow_up: FollowUp
+
+
 @dataclass(eq=False)
 class AttemptState:
     """One attempt as its steps see it; the dispatcher fills it in as the attempt goes."""
 
     task: PlanTask
     stopping: threading.Event  # set once the run stops its workers
-    reason: str | None = None  # why a follow-up attempt exists (`ci-fix`, `limit`); None: a task's own
+    request: Request | None = None  # the follow-up it serves; None: the task's own first attempt
     guard: float | None = None  # the worker's spend guard, decided on admission
     prompt: str = ""  # what the worker is told, decided on admission (the task's prompt by default)
     context: WorkerContext | None = None  # once the attempt's ledger row is open
@@ -92,9 +112,13 @@ class AttemptState:
         return Workspace(self.ctx.workspace, self.ctx.branch)
 
     @property
+    def reason(self) -> FollowUpReason | None:
+        return self.request.follow_up.reason if self.request is not None else None
+
+    @property
     def follow_up(self) -> bool:
-        """A follow-up attempt runs in the task's existing workspace."""
-        return self.reason is not None
+        """A follow-up attempt runs in the task's existing workspace (unless its request starts afresh)."""
+        return self.request is not None and self.request.follow_up.start_at is None
 
 
 class AttemptFailed(Exception):
@@ -103,14 +127,6 @@ class AttemptFailed(Exception):
     def __init__(self, end: AttemptEnd) -> None:
         super().__init__(end.reason)
         self.end = end
-
-
-class RunAgain(Exception):
-    """Raised by a step's released: the task gets another attempt, for this reason."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class AttemptStep:
@@ -129,5 +145,7 @@ class AttemptStep:
         """Its worker ended; the end to record."""
         return end
 
-    def released(self, attempt: AttemptState) -> None:
-        """The attempt is over (recorded, or failed before): always called, in reverse order."""
+    def released(self, attempt: AttemptState) -> FollowUp | None:
+        """The attempt is over (recorded, or failed before): always called, in reverse order; a FollowUp
+        asks for another attempt of the task."""
+        return None

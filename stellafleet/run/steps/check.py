@@ -9,15 +9,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from stellafleet.core.status import AttemptEnd, AttemptOutcome, CheckPhase, Stop, StopReason
+from stellafleet.core.status import AttemptEnd, AttemptOutcome, CheckPhase, FollowUpReason, Stop, StopReason
 from stellafleet.git import gitops
 from stellafleet.proc import shell
 from stellafleet.run import bootstrap, checking
 from stellafleet.run.checking import CheckRun
-from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, RunAgain, RunSettings
+from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, FollowUp, RunSettings
 from stellafleet.state.ledger import Ledger
 
-CHECK_REASON = "check"
 VACUOUS = "check passes before the change: it proves nothing"
 
 
@@ -30,15 +29,20 @@ def told(command: str, isolated: bool) -> str:
     )
 
 
-def round_prompt(prompt: str, red: CheckRun, number: int, rounds: int) -> str:
-    """A check round's prompt: the task's, then the red check and the end of its output."""
+def round_context(red: CheckRun, number: int, rounds: int) -> str:
+    """What a check round's prompt carries after the task's: the red check and the end of its output."""
     on = f" on commit {red.commit[:12]}" if red.commit else ""
     return (
-        f"{prompt.rstrip()}\n\n---\nstella ran your check `{red.command}`{on} and it is red "
+        f"stella ran your check `{red.command}`{on} and it is red "
         f"({red.failure()}). This is check round {number} of at most {rounds}. Find the cause in its output "
         "below, fix it in this workspace and commit the fix; the check runs again on your committed work.\n\n"
         f"The check's output (its end):\n```\n{red.tail}\n```\n"
     )
+
+
+def red_context(red: CheckRun) -> str:
+    """What a red check with no round left leaves for a person."""
+    return f"check `{red.command}` is red ({red.failure()}); its output's end:\n```\n{red.tail}\n```\n"
 
 
 class Check(AttemptStep):
@@ -46,19 +50,13 @@ class Check(AttemptStep):
         self.settings = settings
         self.ledger = ledger
         self._lock = threading.Lock()
-        self._red: dict[str, CheckRun] = {}  # task id -> its last red check, for its next round
-        self._rounds: dict[str, int] = {}  # task id -> check rounds it has had
-        self._failed: set[int] = set()  # the attempts a red check failed
+        self._red: dict[int, CheckRun] = {}  # attempt id -> the red check that failed it, until released
 
     def admit(self, attempt: AttemptState) -> None:
         task = attempt.task
         if task.check is None:
             return
         attempt.prompt += told(task.check, task.isolation == "isolated")
-        if attempt.reason == CHECK_REASON:
-            with self._lock:
-                red, number = self._red[task.id], self._rounds[task.id]
-            attempt.prompt = round_prompt(attempt.prompt, red, number, task.check_rounds)
 
     def before_start(self, attempt: AttemptState) -> None:
         """check_fails_first: the check on the start commit; AttemptFailed when it passes there."""
@@ -93,22 +91,23 @@ class Check(AttemptStep):
             stop = Stop(StopReason.INTERRUPTED, "interrupted in its check")
             return replace(end, outcome=AttemptOutcome.INTERRUPTED, error=stop.text, stop=stop)
         with self._lock:
-            self._red[task.id] = run
-            self._failed.add(ctx.attempt_id)
+            self._red[ctx.attempt_id] = run
         return replace(end, outcome=AttemptOutcome.FAILED, error=run.failure())
 
-    def released(self, attempt: AttemptState) -> None:
-        """A red check with rounds left: the task runs again (RunAgain), under its spend guard as ever."""
-        task = attempt.task
-        if attempt.recorded is None:  # never recorded: it ran no check
-            return
+    def released(self, attempt: AttemptState) -> FollowUp | None:
+        """A red check: another round with its output while rounds are left (under the spend guard as
+        ever), else it waits on a person."""
+        if attempt.context is None:
+            return None
         with self._lock:
-            number = self._rounds.get(task.id, 0) + 1
-            red = attempt.ctx.attempt_id in self._failed
-            if not red or number > task.check_rounds or attempt.stopping.is_set():
-                return
-            self._rounds[task.id] = number
-        raise RunAgain(CHECK_REASON)
+            red = self._red.pop(attempt.ctx.attempt_id, None)
+        if red is None or attempt.stopping.is_set():
+            return None
+        task, ctx = attempt.task, attempt.ctx
+        number = self.ledger.requests.count(ctx.run_id, ctx.task_id, FollowUpReason.CHECK) + 1
+        if number > task.check_rounds:
+            return FollowUp(FollowUpReason.CHECK, red_context(red), needs_you=True)
+        return FollowUp(FollowUpReason.CHECK, round_context(red, number, task.check_rounds))
 
     def _run(
         self, attempt: AttemptState, phase: CheckPhase, commit: str | None, *, in_place: bool

@@ -1,4 +1,5 @@
-"""The one place a run's attempts are put together, for `stella fleet`, `merge --resolve` and `--fix-ci`."""
+"""The one place a run's attempts are put together, for `stella fleet`, `merge --resolve` and `--fix-ci`:
+the steps, the Dispatcher on them and the request server on that."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from stellafleet.run.events import Emit
 from stellafleet.run.executor import Executor
 from stellafleet.run.expand import Expansions
 from stellafleet.run.limiter import Limiter
+from stellafleet.run.serve import Server
 from stellafleet.run.steps import AttemptStep, RunSettings
 from stellafleet.run.steps.check import Check
 from stellafleet.run.steps.claims import Claims
@@ -37,7 +39,7 @@ def recorded_default_pipeline(run: Mapping[str, object], config: Config) -> str:
     return str(pipeline) if pipeline and pipeline != MIXED_PIPELINES else config.fleet.pipeline
 
 
-def dispatcher(
+def server(
     settings: RunSettings,
     ledger: Ledger,
     claims: ClaimStore,
@@ -48,8 +50,8 @@ def dispatcher(
     limiter: Limiter | None = None,
     expansions: Expansions | None = None,
     watchdog: Watchdog | None = None,
-) -> Dispatcher:
-    """The run's Dispatcher and its steps, in their order (released in the reverse one)."""
+) -> Server:
+    """The run's request server on its Dispatcher and steps, in their order (released in the reverse one)."""
     steps: list[AttemptStep | None] = [
         LimitGate(limiter) if limiter is not None else None,  # released last: after the guard is free
         SpendGuard(ledger, budget, settings.spend_guard_usd),
@@ -64,4 +66,4 @@ def dispatcher(
         BranchCommits(ledger),
         Expand(expansions) if expansions is not None else None,
     ]
-    return Dispatcher(settings, ledger, executor, emit, [step for step in steps if step is not None])
+    return Server(Dispatcher(settings, ledger, executor, emit, [step for step in steps if step is not None]))

@@ -47,7 +47,8 @@ class Workspaces(AttemptStep):
             self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, ctx.branch, None)
             return
         settings = self.settings
-        start = ctx.start_commit or settings.base_commit
+        asked = attempt.request.follow_up.start_at if attempt.request is not None else None
+        start = asked or ctx.start_commit or settings.base_commit
         worktrees.worktree_add(settings.root, ctx.workspace, ctx.branch, start)
         if bootstrap.starts_on_salvage(attempt.env, ctx.start_commit):
             worktrees.fold_start_commit(ctx.workspace)

@@ -1,0 +1,128 @@
+"""The ledger's follow-up tables: `requests` (another attempt of a task, asked for and served) and
+`attempt_facts` (what an attempt learned, by key)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from stellafleet.core.status import FollowUpReason, RequestState
+from stellafleet.state.ledger_schema import check_choice
+from stellafleet.state.sqlitefile import Table
+
+
+class Requests(Table):
+    """The requests table: one row per follow-up asked for; `needs_you` rows are what waits on a person."""
+
+    def ask(
+        self,
+        run_id: str,
+        task_id: str | None,
+        reason: FollowUpReason,
+        context: str,
+        *,
+        asked_by: str,
+        branch: str | None = None,
+        state: RequestState = RequestState.OPEN,
+        start_at: str | None = None,
+        not_before_ms: int | None = None,
+        from_attempt: int | None = None,
+    ) -> int:
+        """A new request; its id. One waiting on a person replaces the task's earlier ones of that reason."""
+        values = (
+            run_id, task_id, branch, check_choice("request reason", reason, FollowUpReason), context,
+            check_choice("request state", state, RequestState), asked_by, start_at, not_before_ms,
+            from_attempt, self._db.now_ms(),
+        )  # fmt: skip
+        with self._db.write() as conn:
+            if state == RequestState.NEEDS_YOU:
+                self._end(conn, run_id, task_id, branch, reason, "asked again")
+            cursor = conn.execute(
+                "INSERT INTO requests (run_id, task_id, branch, reason, context, state, asked_by, start_at,"
+                " not_before_ms, from_attempt_id, asked_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                values,
+            )
+            return int(cursor.lastrowid or 0)
+
+    def take(self, request_id: int) -> bool:
+        """Take an open request to serve it; False when another process (or call) took it first."""
+        cursor = self._db.execute(
+            "UPDATE requests SET state = ?, taken_at_ms = ? WHERE id = ? AND state = ?",
+            (str(RequestState.SERVED), self._db.now_ms(), request_id, str(RequestState.OPEN)),
+        )
+        return cursor.rowcount == 1
+
+    def serving(self, request_id: int, attempt_id: int) -> None:
+        """The attempt that serves a taken request (set as the attempt opens)."""
+        self._db.execute("UPDATE requests SET attempt_id = ? WHERE id = ?", (attempt_id, request_id))
+
+    def finish(self, request_id: int, why: str) -> None:
+        """Why a request ended: its attempt's end, or why it was never served."""
+        self._db.execute(
+            "UPDATE requests SET ended_at_ms = ?, why = ? WHERE id = ? AND ended_at_ms IS NULL",
+            (self._db.now_ms(), why, request_id),
+        )
+
+    def dismiss(
+        self, run_id: str, task_id: str | None, branch: str | None, reason: FollowUpReason, why: str
+    ) -> None:
+        """The task's (or branch's) requests of this reason that wait on a person no longer do (say, its CI
+        went green)."""
+        with self._db.write() as conn:
+            self._end(conn, run_id, task_id, branch, reason, why)
+
+    def _end(
+        self, conn: Any, run_id: str, task_id: str | None, branch: str | None, reason: str, why: str
+    ) -> None:
+        conn.execute(
+            "UPDATE requests SET state = ?, why = ?, ended_at_ms = ? WHERE run_id = ? AND task_id IS ?"
+            " AND (branch IS ? OR ? IS NULL) AND reason = ? AND state = ?",
+            (str(RequestState.DISMISSED), why, self._db.now_ms(), run_id, task_id, branch, branch,
+             str(reason), str(RequestState.NEEDS_YOU)),
+        )  # fmt: skip
+
+    def get(self, request_id: int) -> dict[str, Any] | None:
+        return self._db.row("SELECT * FROM requests WHERE id = ?", (request_id,))
+
+    def of_run(self, run_id: str) -> list[dict[str, Any]]:
+        return self._db.rows("SELECT * FROM requests WHERE run_id = ? ORDER BY id", (run_id,))
+
+    def needing_you(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's requests no one may serve without a person, oldest first."""
+        return self._db.rows(
+            "SELECT * FROM requests WHERE run_id = ? AND state = ? ORDER BY id",
+            (run_id, str(RequestState.NEEDS_YOU)),
+        )
+
+    def count(self, run_id: str, task_id: str, reason: FollowUpReason) -> int:
+        """How many follow-ups of this reason the task has been given (its rounds so far)."""
+        row = self._db.read(
+            "SELECT COUNT(*) FROM requests WHERE run_id = ? AND task_id = ? AND reason = ? AND state = ?",
+            (run_id, task_id, str(reason), str(RequestState.SERVED)),
+        )
+        return int(row[0][0])
+
+
+class Facts(Table):
+    """The attempt_facts table: what an attempt learned (a session id, leased ports), one row per key."""
+
+    def set(self, attempt_id: int, key: str, value: Any) -> None:
+        self._db.execute(
+            "INSERT INTO attempt_facts (attempt_id, key, value_json, at_ms) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (attempt_id, key) DO UPDATE SET value_json = excluded.value_json,"
+            " at_ms = excluded.at_ms",
+            (attempt_id, key, json.dumps(value), self._db.now_ms()),
+        )
+
+    def of_attempt(self, attempt_id: int) -> dict[str, Any]:
+        rows = self._db.read("SELECT key, value_json FROM attempt_facts WHERE attempt_id = ?", (attempt_id,))
+        return {str(key): json.loads(value) for key, value in rows}
+
+    def of_task(self, run_id: str, task_id: str) -> dict[str, Any]:
+        """Each key's value from the task's latest attempt that set it (what its next attempt is handed)."""
+        rows = self._db.read(
+            "SELECT f.key, f.value_json FROM attempt_facts f JOIN attempts a ON a.id = f.attempt_id"
+            " WHERE a.run_id = ? AND a.task_id = ? ORDER BY a.id, f.at_ms",
+            (run_id, task_id),
+        )
+        return {str(key): json.loads(value) for key, value in rows}
