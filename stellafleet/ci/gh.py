@@ -98,7 +98,7 @@ class SystemGh:
             raise StellaError(GH_MISSING, exit_code=EXIT_USAGE)
         try:
             env = {**os.environ, **GH_ENV}
-            done = runner.run([found, *args], cwd=cwd, env=env, timeout=self.timeout, plumbum=True)
+            done = runner.run([found, *args], cwd=cwd, env=env, timeout=self.timeout)
         except OSError as exc:
             return GhResult(127, "", f"gh: {exc}")
         if done.timed_out:

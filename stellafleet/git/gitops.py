@@ -51,9 +51,7 @@ def git_status(
     program = git_program()
     try:
         # Part of our own work, not a command to stop: it stays in our session (a Ctrl-C reaches it).
-        done = runner.run(
-            [program, *args], cwd=cwd, env=_git_env(env), input=stdin, session=False, plumbum=True
-        )
+        done = runner.run([program, *args], cwd=cwd, env=_git_env(env), input=stdin, session=False)
     except OSError as exc:
         raise GitError(f"git {args[0] if args else ''}: {exc}") from None
     return done.returncode, done.stdout, done.stderr
@@ -63,9 +61,7 @@ def git_started(*args: str, cwd: Path | str) -> runner.Process:
     """git started now and left waiting for its input (runner.Process.finish feeds it)."""
     program = git_program()
     try:
-        return runner.start(
-            [program, *args], cwd=cwd, env=_git_env(None), stdin=runner.PIPE, session=False, plumbum=True
-        )
+        return runner.start([program, *args], cwd=cwd, env=_git_env(None), stdin=runner.PIPE, session=False)
     except OSError as exc:
         raise GitError(f"git {args[0] if args else ''}: {exc}") from None
 

@@ -1,12 +1,10 @@
-"""The one place stella starts a program (`start`, `run`), in its own session: a timeout or Ctrl-C stops its
-group. git and gh as plumbum commands, the rest with subprocess (a worker running neither skips plumbum)."""
+"""The one place stella starts a program (`start`, `run`), git and gh too; by default in its own session, so
+a timeout or Ctrl-C stops its group. Plain subprocess: plumbum was measured and left ("Why not plumbum" in
+docs/architecture.md)."""
 
 from __future__ import annotations
 
-import errno
-import functools
 import os
-import shutil
 import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
@@ -53,9 +51,8 @@ def signal_description(returncode: int) -> str:
 class Process:
     """A started command. poll, wait and stop may come from another thread than the one reading it."""
 
-    def __init__(self, popen: subprocess.Popen[Any], *, session: bool, handle: object = None) -> None:
+    def __init__(self, popen: subprocess.Popen[Any], *, session: bool) -> None:
         self._popen = popen
-        self._handle = handle  # plumbum's, kept while we use its process: once dropped, it closes the pipes
         self.pid = popen.pid
         self.session = session
         self.stdout = popen.stdout
@@ -96,39 +93,6 @@ class Process:
         ProcessSet(*ours, group=self.pid, leader=self._popen, identity=identity).stop(grace_s)
 
 
-@functools.cache
-def _plumbum_command() -> type[Any]:
-    """plumbum's LocalCommand on a machine whose own environment is empty: a command then runs with
-    exactly the environment given (plumbum's `local` adds the copy of ours it took at import)."""
-    from plumbum.machines.local import LocalCommand, LocalEnv, LocalMachine
-
-    class ExactEnvMachine(LocalMachine):
-        env = LocalEnv()
-
-    ExactEnvMachine.env.clear()
-    machine = ExactEnvMachine()
-
-    class Command(LocalCommand):
-        @property
-        def machine(self) -> LocalMachine:
-            return machine
-
-    return Command
-
-
-def _popen(argv: list[str], env: dict[str, str] | None, plumbum: bool, **options: Any) -> Process:
-    """argv started with subprocess's options, as a plumbum command or with Popen."""
-    session = bool(options.get("start_new_session"))
-    if not plumbum:
-        return Process(subprocess.Popen(argv, env=env, **options), session=session)
-    env = dict(os.environ) if env is None else env
-    program = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=env.get("PATH", os.defpath))
-    if program is None:  # as Popen says it
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
-    handle = _plumbum_command()(program)[argv[1:]].popen(env=env, **options)
-    return Process(handle._proc, session=session, handle=handle)
-
-
 def start(
     argv: Sequence[str],
     *,
@@ -139,14 +103,12 @@ def start(
     stderr: Stream = PIPE,
     session: bool = True,
     text: bool = False,
-    plumbum: bool = False,
 ) -> Process:
     """Start argv in cwd with env (None: ours as it is now); OSError when it cannot start. text: its pipes
     read as UTF-8 lines (undecodable bytes replaced) for a caller that follows them as they come."""
-    return _popen(
+    popen = subprocess.Popen(
         list(argv),
-        None if env is None else dict(env),
-        plumbum,
+        env=None if env is None else dict(env),
         cwd=None if cwd is None else str(cwd),
         stdin=stdin,
         stdout=stdout,
@@ -157,6 +119,7 @@ def start(
         errors="replace" if text else None,
         bufsize=1 if text else -1,  # text: line by line, as the caller follows it
     )
+    return Process(popen, session=session)
 
 
 def run(
@@ -171,16 +134,13 @@ def run(
     stderr: Stream = PIPE,
     session: bool = True,
     on_start: Callable[[int], None] | None = None,
-    plumbum: bool = False,
 ) -> Result:
     """Run argv to its end with input (if any) on stdin; past timeout, or on Ctrl-C, its group is stopped
     (the Result keeps what it printed). on_start is told its pid. OSError when it cannot start."""
     if timeout is not None and not session:
         raise ValueError("a timeout needs the command in its own session, to stop it with its group")
     stdin = DEVNULL if input is None else PIPE
-    with start(
-        argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, session=session, plumbum=plumbum
-    ) as proc:
+    with start(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, session=session) as proc:
         popen = proc._popen
         try:
             if on_start is not None:
