@@ -30,7 +30,7 @@ from stellafleet.core.config import PROJECT_CONFIG, Config
 from stellafleet.core.configsections import WatchConfig
 from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, EXIT_WATCH_RED, GitError, StellaError
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.status import AttemptOutcome, CIState, TaskStatus
+from stellafleet.core.status import AttemptOutcome, CIState, FollowUpReason, RequestState, TaskStatus
 from stellafleet.core.terminal import aligned, styled
 from stellafleet.core.words import duration_text, plural
 from stellafleet.git import gitops
@@ -437,6 +437,12 @@ class Watcher:
         watch.phase = reason
         watch.ended_at = self.clock.now()
         self._changed(watch)
+        task_id, requests = watch.target.task_id, self.ledger.requests
+        if state == CIState.RED:  # no fix-ci round is left to hand it to: a person decides
+            requests.ask(self.run_id, task_id, FollowUpReason.CI_FIX, reason, asked_by="watch",
+                         branch=watch.branch, state=RequestState.NEEDS_YOU)  # fmt: skip
+        elif state == CIState.GREEN:
+            requests.dismiss(self.run_id, task_id, watch.branch, FollowUpReason.CI_FIX, "its CI went green")
 
     def _changed(self, watch: BranchWatch) -> None:
         self._update_pr(watch)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stellafleet.core.status import AttemptOutcome, CIState, TaskStatus, outcome_detail
+from stellafleet.core.status import AttemptOutcome, FollowUpReason, TaskStatus, outcome_detail
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state import views
 from stellafleet.state.ledger import Ledger
@@ -234,11 +234,14 @@ def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int
                 items.append(
                     {"kind": "quiet", "task": task["id"], "attempt": a["id"], "since_ms": last, "text": ""}
                 )
-    abandoned = [t for t in tasks if t["status"] in FAILING and _last_outcome(t) == AttemptOutcome.ABANDONED]
+    needs_you = detail.get("needs_you", ())  # the ledger's needs_you rows, shown in task order
+    waiting = {row["task_id"] for row in needs_you if row["reason"] != FollowUpReason.CI_FIX}
+    failing = [task for task in tasks if task["id"] in waiting]
+    abandoned = [t for t in failing if _last_outcome(t) == AttemptOutcome.ABANDONED]
     if abandoned:
         items.append(_abandoned_item(detail["run"], abandoned))
-    for task in tasks:
-        if task["status"] in FAILING and task not in abandoned:
+    for task in failing:
+        if task not in abandoned:
             ended = task["attempts"][-1] if task["attempts"] else {}
             # the error with the worker's own words after it (git's message after `exit status 128`)
             said = outcome_detail(task["status"], ended.get("summary"), ended.get("error"))
@@ -264,8 +267,9 @@ def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int
                     "text": "succeeded with no commit: nothing of it to merge or check",
                 }
             )
+    red = {row["branch"] for row in needs_you if row["reason"] == FollowUpReason.CI_FIX}
     for ci in detail["ci"]:
-        if ci.get("state") == CIState.RED:
+        if ci["branch"] in red:
             task = next((t for t in tasks if t["id"] == ci.get("task_id")), None)
             items.append(
                 {

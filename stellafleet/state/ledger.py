@@ -8,7 +8,7 @@ from typing import Any
 
 from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import EXIT_INTERRUPTED, StellaError
-from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus
+from stellafleet.core.status import AttemptOutcome, FollowUpReason, RequestState, RunStatus, TaskStatus
 from stellafleet.state.ledger_attempts import BAR_COLUMNS, Attempts, History, Limits, Spend
 from stellafleet.state.ledger_branches import CI, Checks, Cleanups, Commits, Merges
 from stellafleet.state.ledger_requests import Facts, Requests
@@ -53,7 +53,8 @@ class Ledger(Handle):
                 run_id, "sha, task_id, attempt_id, branch, message, committed_at_ms"
             ),
             **{
-                table: getattr(self, table).of_run(run_id) for table in ("checks", "ci", "cleanups", "limits")
+                table: getattr(self, table).of_run(run_id)
+                for table in ("checks", "ci", "cleanups", "limits", "requests")
             },
         }
 
@@ -93,6 +94,13 @@ class Ledger(Handle):
                 (run_id,),
             ).fetchone()[0]
             now = min(int(last), self._db.now_ms()) if last is not None else self._db.now_ms()
+            conn.execute(  # each task it cuts short waits on a person: `stella fleet --resume`
+                "INSERT INTO requests (run_id, task_id, reason, context, state, asked_by, asked_at_ms,"
+                " from_attempt_id) SELECT run_id, id, ?, ?, ?, 'recovery', ?, (SELECT MAX(a.id)"
+                " FROM attempts a WHERE a.run_id = tasks.run_id AND a.task_id = tasks.id) FROM tasks"
+                " WHERE run_id = ? AND status IN (?, ?)",
+                (str(FollowUpReason.RETRY), reason, str(RequestState.NEEDS_YOU), now, run_id, *unfinished),
+            )
             conn.execute(
                 "UPDATE attempts SET outcome = ?, success = 0, finished_at_ms = ?, error = ?, reason = ?,"
                 " summary = COALESCE(summary, ?) WHERE run_id = ? AND outcome = ?",

@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from stellafleet.core.clock import wall_ms
-from stellafleet.core.status import AttemptEnd, AttemptOutcome, CIState, RunStatus, TaskStatus
+from stellafleet.core.status import (
+    AttemptEnd,
+    AttemptOutcome,
+    CIState,
+    FollowUpReason,
+    RequestState,
+    RunStatus,
+    TaskStatus,
+)
 from stellafleet.plan.model import PlanTask
 from stellafleet.state.ledger import Ledger
 
@@ -223,6 +231,11 @@ def _failed_run(ledger: Ledger, clock: StepClock) -> str:
         ),
     )
     ledger.tasks.set_status(run_id, "writer", TaskStatus.FAILED, "tests failed")
+    # what the fleet's request server leaves for a task that failed with nothing left to try
+    ledger.requests.ask(
+        run_id, "writer", FollowUpReason.RETRY, "tests failed", asked_by="fleet", from_attempt=writer,
+        state=RequestState.NEEDS_YOU,
+    )  # fmt: skip
     ledger.attempts.finish(
         lint, AttemptEnd(outcome=AttemptOutcome.SUCCEEDED, exit_code=0, summary="Fixed 7 warnings in store/.")
     )
