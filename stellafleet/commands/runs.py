@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +124,11 @@ def fmt_task_counts(tasks: dict[str, int], no_commits: int = 0) -> str:
     return text + (f" ({', '.join(extra)})" if extra else "")
 
 
+def fmt_needs_you(rows: Sequence[dict[str, Any]]) -> str:
+    """`writer (retry), fleet/store-1b2c (ci-fix)`: the run's requests that wait on a person."""
+    return ", ".join(f"{row['task_id'] or row['branch']} ({row['reason']})" for row in rows)
+
+
 def fmt_status(run: dict[str, Any]) -> str:
     if run.get("stale"):
         return f"{run['status']} (fleet gone)"
@@ -191,6 +196,7 @@ def print_run(detail: dict[str, Any], *, console: Console) -> None:
         ("resumed by", ", ".join(run.get("resumed_by") or ())),
         ("command", run.get("command") or ""),
         ("reason", run.get("reason") or ""),
+        ("needs you", fmt_needs_you(detail.get("needs_you") or ())),
     ]
     for key, value in facts:
         if value:

@@ -127,6 +127,7 @@ class Server:
             request = Request(request_id, follow_up)
         if end.reason is not None:
             raise TaskFailed(end.reason)
+        self.ledger.requests.dismiss(self.run_id, task.id, None, FollowUpReason.RETRY, "it succeeded")
         return True
 
 

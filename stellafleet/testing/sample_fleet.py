@@ -17,13 +17,12 @@ from stellafleet.core.status import (
     AttemptOutcome,
     CIState,
     FollowUpReason,
-    RequestState,
     RunStatus,
     TaskStatus,
 )
 from stellafleet.plan.model import PlanTask
 from stellafleet.state.ledger import Ledger
-from stellafleet.testing.sample_ledger import BASE_COMMIT, StepClock, add_run
+from stellafleet.testing.sample_ledger import BASE_COMMIT, StepClock, add_run, leave_for_you
 
 RUN_ID = "r-20261201-091500-5e7a"
 SLOTS = 4
@@ -136,9 +135,10 @@ def _finish(ledger: Ledger, task: str, attempt: int, outcome: AttemptOutcome) ->
     }.get(outcome)
     summary = f"Built the {task} module and its tests." if error is None else f"Could not finish {task}."
     ledger.attempts.finish(attempt, AttemptEnd(outcome, summary, error, exit_code=0 if error is None else 1))
-    if error is not None:  # what the fleet's request server leaves for a person
-        ledger.requests.ask(RUN_ID, task, FollowUpReason.RETRY, error, asked_by="fleet", from_attempt=attempt,
-                            state=RequestState.NEEDS_YOU)  # fmt: skip
+    if error is not None:  # what the fleet's request server leaves for a person, until the task succeeds
+        leave_for_you(ledger, RUN_ID, task, error, attempt=attempt)
+    else:
+        ledger.requests.dismiss(RUN_ID, task, None, FollowUpReason.RETRY, "it succeeded")
 
 
 def _settle(ledger: Ledger, live: bool, now_ms: int) -> None:
@@ -164,7 +164,7 @@ def _settle(ledger: Ledger, live: bool, now_ms: int) -> None:
     ledger.ci.upsert(run_id=RUN_ID, branch="fleet/store-1b2c3d4e5f607182", task_id="store", head_sha="5" * 40,
                      pr_url="https://github.com/example/shop/pull/431", pr_number=431, state=CIState.RED,
                      conclusion="failure", reason="2 checks failed", run_urls=[])  # fmt: skip
-    ledger.requests.ask(RUN_ID, "store", FollowUpReason.CI_FIX, "2 checks failed", asked_by="watch",
-                        branch="fleet/store-1b2c3d4e5f607182", state=RequestState.NEEDS_YOU)  # fmt: skip
+    leave_for_you(ledger, RUN_ID, "store", "2 checks failed", branch="fleet/store-1b2c3d4e5f607182",
+                  reason=FollowUpReason.CI_FIX)  # fmt: skip
     if not live:
         ledger.runs.finish(RUN_ID, RunStatus.FAILED, exit_code=1, reason="1 failed, 4 skipped")

@@ -26,6 +26,24 @@ def sample_task(task_id: str, prompt: str = "do it", title: str = "", **fields: 
     return PlanTask(task_id, prompt, title, **fields)
 
 
+def leave_for_you(
+    ledger: Ledger,
+    run_id: str,
+    task_id: str | None,
+    text: str,
+    *,
+    attempt: int | None = None,
+    branch: str | None = None,
+    reason: FollowUpReason = FollowUpReason.RETRY,
+) -> int:
+    """The needs_you request the fleet's server leaves for a task that failed (or the watch for a branch left
+    red: reason ci-fix): what the attention strip and `stella runs` show as waiting on a person."""
+    return ledger.requests.ask(
+        run_id, task_id, reason, text, asked_by="watch" if reason == FollowUpReason.CI_FIX else "fleet",
+        branch=branch, from_attempt=attempt, state=RequestState.NEEDS_YOU,
+    )  # fmt: skip
+
+
 def add_run(ledger: Ledger, run_id: str, **fields: Any) -> str:
     """ledger.runs.create with a plain value for every field not given: no plan and no spend limit, the
     command pipeline, base commit 000..., owned by this process. Returns run_id."""
@@ -231,11 +249,7 @@ def _failed_run(ledger: Ledger, clock: StepClock) -> str:
         ),
     )
     ledger.tasks.set_status(run_id, "writer", TaskStatus.FAILED, "tests failed")
-    # what the fleet's request server leaves for a task that failed with nothing left to try
-    ledger.requests.ask(
-        run_id, "writer", FollowUpReason.RETRY, "tests failed", asked_by="fleet", from_attempt=writer,
-        state=RequestState.NEEDS_YOU,
-    )  # fmt: skip
+    leave_for_you(ledger, run_id, "writer", "tests failed", attempt=writer)
     ledger.attempts.finish(
         lint, AttemptEnd(outcome=AttemptOutcome.SUCCEEDED, exit_code=0, summary="Fixed 7 warnings in store/.")
     )

@@ -115,7 +115,8 @@ def test_fix_ci_fixes_one_branch_in_one_round_and_gives_up_on_the_other_after_tw
     assert len(logs) == 3  # one `gh run view --log-failed` per red round
 
     shown = stella_main("runs", "latest", cwd=fleet_repo)
-    assert shown.stdout.count("ci-fix") == 3
+    assert shown.stdout.count("ci-fix") == 4  # three fix-up attempts, and the branch left red waits on you
+    assert "needs you   stubborn (ci-fix)" in shown.stdout
 
 
 def test_spend_across_rounds_counts_toward_the_limit(

@@ -13,10 +13,16 @@ import pytest
 from helpers.observatory import Serve
 
 from stellafleet.core.clock import wall_ms
-from stellafleet.core.status import AttemptEnd, AttemptOutcome, CIState, RunStatus, TaskStatus
+from stellafleet.core.status import AttemptEnd, AttemptOutcome, CIState, FollowUpReason, RunStatus, TaskStatus
 from stellafleet.state.dashboard import FOLD_TASKS_OVER
 from stellafleet.state.ledger import Ledger
-from stellafleet.testing.sample_ledger import StepClock, add_run, build_sample_ledger, sample_task
+from stellafleet.testing.sample_ledger import (
+    StepClock,
+    add_run,
+    build_sample_ledger,
+    leave_for_you,
+    sample_task,
+)
 
 RUN_ID = "r-20261130-120000-b1b1"
 TASKS = FOLD_TASKS_OVER + 10  # more than the page lists at once: the narrow first view
@@ -63,6 +69,8 @@ def big_run(db: Path, *, live: bool = False) -> dict[str, int]:
                     AttemptEnd(outcome=outcome, exit_code=1 if failed else 0, summary=MARK, error=error),
                 )
                 roles.setdefault("failed" if failed else "ok", attempt)
+                if n == 5:
+                    leave_for_you(ledger, RUN_ID, "t5", error or "", attempt=attempt)
                 if n == 3:
                     roles["committed"] = attempt
                     ledger.commits.record(
@@ -73,6 +81,9 @@ def big_run(db: Path, *, live: bool = False) -> dict[str, int]:
                         run_id=RUN_ID, branch="fleet/t3", task_id="t3", head_sha="c" * 40, pr_url=None,
                         pr_number=None, state=CIState.RED, conclusion="failure", reason=None, run_urls=[],
                     )  # fmt: skip
+                    leave_for_you(
+                        ledger, RUN_ID, "t3", "failure", branch="fleet/t3", reason=FollowUpReason.CI_FIX
+                    )
         if not live:
             ledger.runs.finish(RUN_ID, RunStatus.FAILED, exit_code=1, reason="1 failed")
     return roles

@@ -15,7 +15,7 @@ from test_observatory_browser import browser, click, css, observatory, text_of, 
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd, AttemptOutcome
 from stellafleet.state.ledger import Ledger
-from stellafleet.testing.sample_ledger import StepClock, add_run, sample_task
+from stellafleet.testing.sample_ledger import StepClock, add_run, leave_for_you, sample_task
 
 pytestmark = pytest.mark.browser
 __all__ = ["browser", "observatory"]
@@ -42,6 +42,7 @@ def _ledger(db: Path) -> tuple[str, str]:
         end = AttemptEnd(AttemptOutcome.FAILED, GIT_ERROR, "command failed: exit status 128", exit_code=128)
         ledger.attempts.finish(broke, end)
         ledger.tasks.set_status(planned, "merge", "failed", "command failed: exit status 128")
+        leave_for_you(ledger, planned, "merge", "command failed: exit status 128", attempt=broke)
         ledger.cleanups.record(run_id=planned, task_id=LONG_ID, kind="worktree",
                                target="/home/dev/repo/.stella/worktrees/" + LONG_ID + "-5c1d7e9a0b2f4a6c" * 3,
                                action="removed", reason="its branch is merged into main and nothing is left "

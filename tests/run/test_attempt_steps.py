@@ -15,9 +15,9 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd, Stop, StopReason
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.dispatch import Dispatcher
-from stellafleet.run.serve import Server, TaskFailed
 from stellafleet.run.events import SkipTask
 from stellafleet.run.executor import Execution, LocalExecutor
+from stellafleet.run.serve import Server, TaskFailed
 from stellafleet.run.steps import AttemptState, AttemptStep, RunSettings
 from stellafleet.run.steps.claims import Claims
 from stellafleet.state.claims import ClaimStore

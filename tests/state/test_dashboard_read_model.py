@@ -11,7 +11,13 @@ from stellafleet.core.status import AttemptEnd, AttemptOutcome, TaskStatus
 from stellafleet.state import dashboard, views
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_fleet import RUN_ID, build_sample_fleet
-from stellafleet.testing.sample_ledger import StepClock, add_run, build_sample_ledger, sample_task
+from stellafleet.testing.sample_ledger import (
+    StepClock,
+    add_run,
+    build_sample_ledger,
+    leave_for_you,
+    sample_task,
+)
 
 ALIVE = lambda pid, started: True  # noqa: E731  (every fleet process counts as running)
 T0 = 1_796_000_000_000
@@ -96,6 +102,10 @@ def test_a_quiet_attempt_needs_attention_until_it_shows_life(tmp_path: Path) -> 
             first, AttemptEnd(outcome=AttemptOutcome.STALLED, exit_code=None, summary="", error="stuck")
         )
         ledger.tasks.set_status("r-1", "b", TaskStatus.SKIPPED, "dependency failed: a")
+    page = dashboard.load_run_page(db, "r-1", now_ms=quiet_at, alive=ALIVE)
+    assert page["attention"] == []  # a failed task shows once it waits on a person: its needs_you request
+    with Ledger.open(db, now_ms=clock) as ledger:
+        leave_for_you(ledger, "r-1", "a", "stuck", attempt=first)
     page = dashboard.load_run_page(db, "r-1", now_ms=quiet_at, alive=ALIVE)
     assert [(i["kind"], i["task"], i["text"]) for i in page["attention"]] == [("failed", "a", "stuck")]
     assert next(n for n in page["graph"]["nodes"] if n["id"] == "b")["caused_by"] == "a"

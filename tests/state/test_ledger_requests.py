@@ -103,8 +103,8 @@ def test_a_version_10_ledger_gets_needs_you_rows_for_its_failed_tasks_and_red_br
         "INSERT INTO attempts (run_id, task_id, started_at_ms, finished_at_ms) VALUES ('r-old', 'bad', 2, 3)"
     )
     conn.execute(
-        "INSERT INTO ci (run_id, branch, task_id, state, conclusion) VALUES ('r-old', 'fleet/ok-1', 'ok', 'red',"
-        " 'failure')"
+        "INSERT INTO ci (run_id, branch, task_id, state, conclusion)"
+        " VALUES ('r-old', 'fleet/ok-1', 'ok', 'red', 'failure')"
     )
     conn.commit()
     conn.close()
