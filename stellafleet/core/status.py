@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Any
 
 
 class RunStatus(StrEnum):
@@ -71,6 +73,7 @@ class AttemptEnd:
     cpu_seconds: float | None = None
     peak_rss_bytes: int | None = None
     claimed_usd: float = 0.0  # what the worker's result says it spent (settled against the ledger's tally)
+    facts: Mapping[str, Any] = field(default_factory=dict)  # what its result file says it learned
 
     @classmethod
     def failed(cls, text: str) -> AttemptEnd:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from stellafleet.core.config import Config
@@ -21,6 +21,9 @@ class PipelineResult:
     input_tokens: int = 0
     output_tokens: int = 0
     steps: int = 0
+    # what the attempt learned (its agent's session id, ...): the ledger's attempt_facts, and STELLA_FACTS
+    # of the task's next attempt
+    facts: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -30,7 +33,9 @@ class PipelineResult:
         """The result a worker wrote, each amount read on its own (one bad field never costs the others)."""
         error = None if data.get("error") is None else without_colour(str(data["error"]))
         summary = without_colour(str(data.get("summary") or ""))
-        return cls(data.get("success") is True, summary, error, *read_amounts(data))
+        facts = data.get("facts")
+        known = {str(key): value for key, value in facts.items()} if isinstance(facts, dict) else {}
+        return cls(data.get("success") is True, summary, error, *read_amounts(data), facts=known)
 
 
 def read_amounts(

@@ -168,6 +168,8 @@ class ClaudeCodePipeline(AgentCliPipeline):
     ) -> PipelineResult:
         if watcher.result is not None:
             result = interpret(watcher.result, tally, max_turns=max_turns)
+            if isinstance(watcher.result.get("session_id"), str):  # a follow-up may go on in it
+                result.facts["session_id"] = watcher.result["session_id"]
             if run.timed_out:  # it reported, then hung on the way out
                 text = f"{timeout_text(CLI, ctx.timeout_s)} after reporting: {result.summary}"
                 return failed(text, **tally.totals())

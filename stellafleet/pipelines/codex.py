@@ -283,7 +283,10 @@ class CodexPipeline(AgentCliPipeline):
         if follower.steps:
             tally.add(0.0, steps=follower.steps)
         # what it left uncommitted, the worker commits (worker/main.py commit_leftovers)
-        return outcome(run, follower, ctx, priced=pricer is not None, model=model)
+        result = outcome(run, follower, ctx, priced=pricer is not None, model=model)
+        if follower.thread_id is not None:  # a follow-up may go on in it (`codex exec resume`)
+            result.facts["session_id"] = follower.thread_id
+        return result
 
 
 def outcome(

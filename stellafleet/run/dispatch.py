@@ -4,6 +4,7 @@ whatever happens in between, the ledger is left consistent and what the steps to
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import time
@@ -27,6 +28,8 @@ from stellafleet.run.steps import (
 )
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.proof import new_token
+
+FACTS_VAR = "STELLA_FACTS"  # the facts of the worker's task (JSON): what its earlier attempts learned
 
 
 class Attempted(NamedTuple):
@@ -104,6 +107,8 @@ class Dispatcher:
             state.spend = self.ledger.attempts.finish(
                 ctx.attempt_id, end, transcript_written=ctx.transcript_path.exists()
             )
+            for key, value in end.facts.items():
+                self.ledger.facts.set(ctx.attempt_id, key, value)
             state.recorded = end
             elapsed = time.monotonic() - started
             self.emit(AttemptEnded(ctx.task_id, ctx.attempt_id, end, elapsed, state.spend))
@@ -210,6 +215,9 @@ class Dispatcher:
         attempt.env = task_env(ctx, self._env)
         for step in self.steps:
             step.before_start(attempt)
+        facts = self.ledger.facts.of_task(self.settings.run_id, attempt.task.id)  # steps' and earlier ones'
+        if facts:
+            attempt.env[FACTS_VAR] = json.dumps(facts)
         ctx = attempt.ctx  # a step may have set where its worktree starts
         for path in (ctx.result_path, ctx.log_path, ctx.plan_out, ctx.prompt_path):
             if path is not None:

@@ -97,6 +97,7 @@ def attempt_end(exit_info: Exit, stop: Stop | None, result: PipelineResult | Non
         "cpu_seconds": round(exit_info.cpu_seconds, 3),
         "peak_rss_bytes": exit_info.peak_rss_bytes or None,
         "claimed_usd": result.spend_usd if result is not None else 0.0,
+        "facts": result.facts if result is not None else {},
     }
     if exit_info.returncode == 0 and result is not None and result.success:
         return AttemptEnd(AttemptOutcome.SUCCEEDED, result.summary or "done", None, **measured)

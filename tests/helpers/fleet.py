@@ -215,3 +215,9 @@ def make_attempt(root: Path, task_id: str = "t1") -> WorkerContext:
             add_run(ledger, RUN, argv=[], root=str(root), pid=1)
         attempt = ledger.attempts.start(RUN, task_id, pipeline="command", token_sha256=digest)
     return worker_context(root, task_id=task_id, attempt_id=attempt, token=token)
+
+
+def attempt_facts(root: Path, attempt_id: int) -> dict[str, Any]:
+    """What the ledger's attempt_facts hold for one attempt."""
+    with Ledger.open(StatePaths(root).fleet_db, readonly=True) as ledger:
+        return ledger.facts.of_attempt(attempt_id)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.fleet import by_id, run_record
+from helpers.fleet import attempt_facts, by_id, run_record
 from helpers.realclis import (
     RUN_TIMEOUT_S,
     bash,
@@ -92,6 +92,8 @@ def test_two_shared_tasks_write_edit_and_commit_through_stella_commit(
         assert commits[task]["attempt_id"] == attempt["id"]
         (result,) = claude_results(git_repo, run_id, task)
         assert result["subtype"] == "success" and result["total_cost_usd"] > 0
+        # its session, as Claude Code named it, is a fact of the attempt (a follow-up may resume it)
+        assert attempt_facts(git_repo, attempt["id"]) == {"session_id": result["session_id"]}
         assert attempt["spend_usd"] == pytest.approx(result["total_cost_usd"], abs=1e-12)
         init = next(m for m in transcript(git_repo, run_id, task) if m.get("subtype") == "init")
         assert init["mcp_servers"] == [] and init["permissionMode"] == "acceptEdits"

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.fleet import by_id, run_record
+from helpers.fleet import attempt_facts, by_id, run_record
 from helpers.realclis import CODEX_MODEL, RUN_TIMEOUT_S, fleet_setup, write_plan
 from helpers.repo import StellaRunner, git
 
@@ -68,6 +68,11 @@ def test_an_isolated_codex_task_commits_on_its_fleet_branch(
     (commit,) = record["commits"]
     assert attempt["outcome"] == "succeeded", attempt["summary"]
     assert attempt["summary"] == "Added hello.txt and committed it."
+    # its thread, as Codex named it on `thread.started`, is a fact of the attempt
+    (session_id,) = attempt_facts(git_repo, attempt["id"]).values()
+    assert session_id and session_id in (git_repo / ".stella/private/transcripts").joinpath(
+        record["run"]["id"], "hello.jsonl"
+    ).read_text()
     branch = commit["branch"]
     assert branch.startswith("fleet/hello-")
     assert git("rev-list", f"{base}..{branch}", cwd=git_repo).split() == [commit["sha"]]
