@@ -1,4 +1,5 @@
-"""Before a run: every check, and every setting resolved, into one frozen Prepared; nothing is written."""
+"""Before a run: every check, and every setting resolved, into one frozen Prepared; nothing is written.
+What is a step's own (its checks, warnings and --dry-run lines) its preflight says (run/steps/)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,12 @@ from typing import Any
 from stellafleet.core.config import Config, load_config
 from stellafleet.core.configsections import ExecutorConfig, WatchConfig
 from stellafleet.core.errors import StellaError
-from stellafleet.core.words import files_named
-from stellafleet.git import gitops, hooks, include, salvage
+from stellafleet.git import gitops
 from stellafleet.plan.model import Plan, load_plan, plan_from_prompts
 from stellafleet.run.governor import Decision, decide
 from stellafleet.run.resume import Resume, load_resume
-from stellafleet.run.steps import workspace_for
-from stellafleet.run.steps.factory import MIXED_PIPELINES
+from stellafleet.run.steps import BeforeRun, factory, workspace_for
+from stellafleet.run.steps.salvage import leftovers, start_points
 
 STATE_DIR = ".stella/"  # stella's own files (the project config among them) are not the user's changes
 
@@ -94,14 +94,15 @@ class Prepared:
     resume: Resume | None = None
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # kind, address: the command line wins
     start_points: Mapping[str, str] = field(default_factory=dict)  # --from-salvage: task id -> commit
-    warnings: tuple[str, ...] = ()  # about the repository (an unresolved merge), said before the run
+    warnings: tuple[str, ...] = ()  # the steps' (an unresolved merge, say), said before the run
     tree: TreeCheck = field(default_factory=TreeCheck)  # the shared tree at the start: notes, changed files
+    previews: Mapping[str, Any] = field(default_factory=dict)  # what the steps add to the --dry-run document
 
     @property
     def run_pipeline(self) -> str:
         """The run's pipeline as recorded and shown: the one every task runs with, or `mixed`."""
         used = {task.pipeline or self.default_pipeline for task in self.plan.tasks}
-        return used.pop() if len(used) == 1 else MIXED_PIPELINES
+        return used.pop() if len(used) == 1 else factory.MIXED_PIPELINES
 
     @property
     def spend_guard(self) -> float | None:
@@ -147,7 +148,7 @@ class Prepared:
             "done": sorted(self.resume.done) if self.resume else [],
             "emitted": [task.id for task in self.resume.emitted] if self.resume else [],
             "tasks": self.task_rows(),
-            "worktree": self.readying(),
+            **self.previews,
             "problems": self.problems,
             "watch_pushes": self.watch_pushes(),
         }
@@ -157,21 +158,6 @@ class Prepared:
         if self.watch is None or all(task.isolation == "isolated" for task in self.plan.tasks):
             return []
         return [f"{self.base_ref} to {self.watch.remote}"]
-
-    def readying(self) -> dict[str, Any] | None:
-        """What readies each new worktree (None: the plan has no isolated task): the setup command and its
-        timeout, and the `.worktreeinclude` files copied in."""
-        if not any(task.isolation == "isolated" for task in self.plan.tasks):
-            return None
-        wt = self.config.worktree
-        files = include.included_files(self.root)
-        size = sum((self.root / path).lstat().st_size for path in files)
-        return {
-            "setup": wt.setup,
-            "setup_timeout": wt.setup_timeout,
-            "include_files": len(files),
-            "include_bytes": size,
-        }
 
 
 def new_run_id() -> str:
@@ -188,29 +174,6 @@ def check_environment(cwd: Path) -> Path:
             "commit (e.g. `git commit --allow-empty -m init`) and run again"
         )
     return root
-
-
-def merge_state_notes(root: Path, plan: Plan) -> tuple[list[str], list[str]]:
-    """(warnings, problems) of a repository with an unresolved merge (a conflicted claim is a problem)."""
-    merging, conflicted = gitops.unresolved_merge(root)
-    if not merging and not conflicted:
-        return [], []
-    listed = ", ".join(conflicted[:5]) + (f" and {len(conflicted) - 5} more" if len(conflicted) > 5 else "")
-    what = "an unfinished merge (MERGE_HEAD)" if merging else "unresolved conflicts"
-    paths = f" with unresolved conflicts in {listed}" if conflicted else ""
-    warnings = [
-        f"the repository is in {what}{paths}: shared-tree tasks work and commit in the middle of it; "
-        "finish it (`git merge --continue`) or abort it (`git merge --abort`) first"
-    ]
-    problems = [
-        f"task {task.id!r} claims {path!r}, which has unresolved merge conflicts: resolve it "
-        "(or run the task isolated) first"
-        for task in plan.tasks
-        if task.isolation != "isolated"
-        for path in task.claims
-        if path in conflicted
-    ]
-    return warnings, problems
 
 
 def build_plan(options: FleetOptions, root: Path) -> Plan:
@@ -271,19 +234,18 @@ def prepare(options: FleetOptions) -> Prepared:
     concurrency = decide(config, options.max_concurrency)
     base_commit = gitops.resolve_commit(root, options.base_ref or "HEAD")
     executor = resolve_executor(options, config)
-    merge_warnings, merge_problems = merge_state_notes(root, plan)
-    problems = [*problems, *merge_problems]
-    if executor.kind == "ray":  # an isolated task's worker runs on a node: its fragment would stay there
-        problems += [
-            f"task {task.id!r}: expands = true needs the task to run on this machine, and isolated tasks "
-            'run on the Ray cluster: make it shared, or run without [executor] kind = "ray"'
-            for task in plan.tasks
-            if task.expands and task.isolation == "isolated"
-        ]
+    tree = shared_tree(root, plan, resume)
+    remote = executor.kind == "ray"  # isolated tasks run on the cluster
+    before = BeforeRun(root, plan, config, tree.changed, remote, options.dry_run, options.allow_dirty)
+    found = [step.preflight(before) for step in factory.STEPS]
+    problems += [problem for step in found for problem in step.problems]
     if problems and not options.dry_run:
         raise NotReady(problems)
     # after the problems: a conflicted claimed path is named as a conflict, not as the user's changes
-    tree = check_tree(root, plan, config, options, resume)
+    check_head(root, plan, config, options)
+    refusal = next((step.refusal for step in found if step.refusal), None)
+    if refusal is not None:
+        raise StellaError(refusal)
     plan_file = Path(options.plan_path).resolve() if options.plan_path else None
     return Prepared(
         root=root,
@@ -304,21 +266,11 @@ def prepare(options: FleetOptions) -> Prepared:
         schedule=options.schedule or config.fleet.schedule,
         resume=resume,
         executor=executor,
-        warnings=tuple(merge_warnings),
-        tree=tree,
-        start_points=salvage_start_points(root, resume, options.from_salvage),
+        warnings=tuple(warning for step in found for warning in step.warnings),
+        tree=TreeCheck(tree.notes + tuple(note for step in found for note in step.notes), tree.changed),
+        previews={key: value for step in found for key, value in step.preview.items()},
+        start_points=start_points(root, resume) if resume and options.from_salvage else {},
     )
-
-
-def salvage_start_points(root: Path, resume: Resume | None, from_salvage: bool) -> dict[str, str]:
-    """--from-salvage: each resumed isolated task's latest salvage commit, by task id."""
-    if not from_salvage:
-        return {}
-    if resume is None:
-        raise StellaError("--from-salvage only goes with --resume RUN")
-    left = [t.id for t in resume.plan.tasks if t.isolation == "isolated" and t.id not in resume.done]
-    latest = {task_id: salvage.latest_salvage(root, resume.run_id, task_id) for task_id in left}
-    return {task_id: found.sha for task_id, found in latest.items() if found is not None}
 
 
 def resume_of(options: FleetOptions, root: Path) -> Resume | None:
@@ -326,6 +278,8 @@ def resume_of(options: FleetOptions, root: Path) -> Resume | None:
     if options.resume is None:
         if options.force:
             raise StellaError("--force only goes with --resume RUN")
+        if options.from_salvage:
+            raise StellaError("--from-salvage only goes with --resume RUN")
         return None
     if options.prompts:
         raise StellaError("--resume runs the earlier run's tasks again: give no prompts with it")
@@ -353,39 +307,20 @@ def resolve_executor(options: FleetOptions, config: Config) -> ExecutorConfig:
     return replace(chosen, kind=kind, address=options.ray_address or chosen.address)
 
 
-# the shared tree at the start of a run: a detached HEAD, the user's changes in claimed files, hooks
-def _owner(path: str, claims: dict[str, str]) -> str | None:
-    for claim, task_id in claims.items():
-        if path == claim or path.startswith(claim.rstrip("/") + "/"):
-            return task_id
-    return None
-
-
-def _leftovers(root: Path, resume: Resume | None, dirty: list[tuple[str, str]]) -> tuple[set[str], list[str]]:
-    """Of the claimed changed files, those a resumed run's failed attempt left as its salvage commit holds
-    them (they are the task's starting state, not the user's), and a note per attempt."""
-    if resume is None:
-        return set(), []
-    left: set[str] = set()
-    notes = []
-    for task_id in sorted({owner for _, owner in dirty if owner not in resume.done}):
-        saved = salvage.latest_salvage(root, resume.run_id, task_id)
-        found = salvage.still_in_tree(root, saved.sha, [p for p, o in dirty if o == task_id]) if saved else []
-        if saved is not None and found:
-            left.update(found)
-            notes.append(
-                f"{', '.join(found)}: left by task {task_id}'s attempt {saved.parts[2]} (salvaged as "
-                f"{saved.ref}); the task starts from {'it' if len(found) == 1 else 'them'}"
-            )
-    return left, notes
-
-
-def check_tree(
-    root: Path, plan: Plan, config: Config, options: FleetOptions, resume: Resume | None = None
-) -> TreeCheck:
-    """StellaError (exit 2) for a detached HEAD or claimed files with the user's changes; else the notes."""
+def shared_tree(root: Path, plan: Plan, resume: Resume | None) -> TreeCheck:
+    """The user's changed files in the shared tree (none when every task is isolated); a resumed task's
+    leftovers are its starting state, not the user's: noted, and not among them."""
     if all(task.isolation == "isolated" for task in plan.tasks):
-        return TreeCheck(_hook_notes(root, config, plan))
+        return TreeCheck()
+    changed = [path for path in gitops.changed_paths(root) if not path.startswith(STATE_DIR)]
+    left, notes = leftovers(root, resume, changed) if resume is not None else (set(), [])
+    return TreeCheck(tuple(notes), tuple(path for path in changed if path not in left))
+
+
+def check_head(root: Path, plan: Plan, config: Config, options: FleetOptions) -> None:
+    """StellaError (exit 2) for a detached HEAD that shared tasks would commit onto, unless allowed."""
+    if all(task.isolation == "isolated" for task in plan.tasks):
+        return
     if gitops.current_branch(root) is None and not (options.allow_detached or config.fleet.allow_detached):
         head = gitops.head_commit(root)[:12]
         raise StellaError(
@@ -393,54 +328,3 @@ def check_tree(
             "their work once you check out a branch; check out a branch first, or pass --allow-detached "
             "to commit onto the detached HEAD anyway"
         )
-    changed = tuple(p for p in gitops.changed_paths(root) if not p.startswith(STATE_DIR))
-    claims = {claim: task.id for task in plan.tasks if task.isolation != "isolated" for claim in task.claims}
-    dirty_claimed = [(path, owner) for path in changed if (owner := _owner(path, claims)) is not None]
-    left, notes = _leftovers(root, resume, dirty_claimed)
-    dirty_claimed = [(path, owner) for path, owner in dirty_claimed if path not in left]
-    changed = tuple(path for path in changed if path not in left)  # the task's own: its commits take them
-    notes += _hook_notes(root, config, plan)
-    if dirty_claimed and not options.allow_dirty:
-        named = ", ".join(f"{path} (task {owner})" for path, owner in dirty_claimed)
-        raise StellaError(
-            f"claimed files have uncommitted changes of yours: {named}; commit or stash them first, or "
-            "pass --allow-dirty (the workers' commits of them then leave your changes out)"
-        )
-    if dirty_claimed:
-        named = ", ".join(path for path, _ in dirty_claimed)
-        notes.append(
-            f"warning: --allow-dirty: {named} {'has' if len(dirty_claimed) == 1 else 'have'} uncommitted "
-            "changes of yours; the workers' commits take only what the workers write, and your changes "
-            "stay uncommitted"
-        )
-    elif changed:
-        notes.append(
-            f"your work tree has uncommitted changes ({files_named(list(changed))}): they stay yours, "
-            "workers' commits leave them out"
-        )
-    return TreeCheck(tuple(notes), changed)
-
-
-def _hook_notes(root: Path, config: Config, plan: Plan) -> tuple[str, ...]:
-    """Which hooks the workers' commits run; a warning when the user's own commits would disturb them."""
-    names = hooks.installed(root)
-    if not names:
-        return ()
-    listed = " and ".join(names)
-    if config.commit.hooks == "skip":
-        return (
-            f'warning: [commit] hooks = "skip": the installed {listed} hooks will not run for the '
-            "workers' commits",
-        )
-    notes = []
-    if any(task.isolation == "isolated" for task in plan.tasks):
-        where = hooks.hooks_dir(root)
-        shown = where.relative_to(root) if where.is_relative_to(root) else where
-        notes.append(f"isolated tasks' commits run the {listed} hooks of {shown}")
-    if hooks.framework_installed(root) and any(task.isolation != "isolated" for task in plan.tasks):
-        notes.append(
-            "warning: the pre-commit framework is installed: your own `git commit` during the run stashes "
-            "the workers' unfinished files while its hooks run (their commits may be refused); commit with "
-            "`stella commit -m MSG PATH...` instead"
-        )
-    return tuple(notes)

@@ -1,5 +1,6 @@
 """The attempt's steps: each feature around one attempt is an AttemptStep in a module of its own.
-dispatch.py calls the hooks in the steps' order, then `released` in reverse, for each step admitted."""
+dispatch.py calls the hooks in the steps' order, then `released` in reverse, for each step admitted;
+prepare.py asks every step's `preflight` before the run, in the same order."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from stellafleet.core.config import Config
 from stellafleet.core.errors import GitError
@@ -16,7 +18,7 @@ from stellafleet.core.status import AttemptEnd, FollowUpReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import hookstash
 from stellafleet.git.worktrees import isolated_name
-from stellafleet.plan.model import PlanTask
+from stellafleet.plan.model import Plan, PlanTask
 from stellafleet.run.executor import Execution
 
 
@@ -87,6 +89,32 @@ class Request:
     follow_up: FollowUp
 
 
+@dataclass(frozen=True)
+class BeforeRun:
+    """What the steps' preflight is told: the run as prepared, nothing written yet."""
+
+    root: Path
+    plan: Plan
+    config: Config
+    changed: tuple[str, ...] = ()  # the user's uncommitted changes in the shared tree (none: all isolated)
+    remote: bool = False  # isolated tasks run on a Ray cluster
+    dry_run: bool = False
+    allow_dirty: bool = False  # --allow-dirty: claimed files may have the user's changes
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What a step finds before a run: `problems` keep it from starting (exit 2; a dry run lists them
+    first), a `refusal` stops even a dry run (exit 2), `warnings` and `notes` are said as it starts, and
+    `preview` is what the step adds to the --dry-run document."""
+
+    problems: tuple[str, ...] = ()
+    refusal: str | None = None
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    preview: Mapping[str, Any] = field(default_factory=dict)
+
+
 @dataclass(eq=False)
 class AttemptState:
     """One attempt as its steps see it; the dispatcher fills it in as the attempt goes."""
@@ -131,6 +159,11 @@ class AttemptFailed(Exception):
 
 class AttemptStep:
     """A feature around each attempt; every hook does nothing unless the step says otherwise."""
+
+    @classmethod
+    def preflight(cls, before: BeforeRun) -> Preflight:
+        """Before the run, nothing written (a class method: steps are built once the run has a ledger)."""
+        return Preflight()
 
     def admit(self, attempt: AttemptState) -> None:
         """Before the attempt is recorded; SkipTask skips the task."""

@@ -1,15 +1,24 @@
-"""Claims: a task's declared paths held for its attempt (state/claims.py), by its worker once it runs."""
+"""Claims: a task's declared paths held for its attempt (state/claims.py), by its worker once it runs.
+Before the run: a claimed path with unresolved merge conflicts, or with the user's uncommitted changes."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from stellafleet.core.errors import StellaError
+from stellafleet.core.words import files_named
+from stellafleet.git import gitops
+from stellafleet.plan.model import Plan
 from stellafleet.run.executor import Execution
-from stellafleet.run.steps import AttemptState, AttemptStep, Workspace
+from stellafleet.run.steps import AttemptState, AttemptStep, BeforeRun, Preflight, Workspace
 from stellafleet.state.claims import ClaimStore, Holder
+
+
+def covered(path: str, claims: Iterable[str]) -> bool:
+    """Whether one of claims is path or a folder holding it."""
+    return any(path == claim or path.startswith(claim.rstrip("/") + "/") for claim in claims)
 
 
 def claim_keys(root: Path, workspace: Workspace, claims: Sequence[str]) -> list[str]:
@@ -21,10 +30,66 @@ def claim_keys(root: Path, workspace: Workspace, claims: Sequence[str]) -> list[
     return [f"{prefix}/{claim}" for claim in claims]
 
 
+def merge_state(root: Path, plan: Plan) -> tuple[list[str], list[str]]:
+    """(warnings, problems) of a repository with an unresolved merge (a conflicted claim is a problem)."""
+    merging, conflicted = gitops.unresolved_merge(root)
+    if not merging and not conflicted:
+        return [], []
+    listed = ", ".join(conflicted[:5]) + (f" and {len(conflicted) - 5} more" if len(conflicted) > 5 else "")
+    what = "an unfinished merge (MERGE_HEAD)" if merging else "unresolved conflicts"
+    paths = f" with unresolved conflicts in {listed}" if conflicted else ""
+    warnings = [
+        f"the repository is in {what}{paths}: shared-tree tasks work and commit in the middle of it; "
+        "finish it (`git merge --continue`) or abort it (`git merge --abort`) first"
+    ]
+    problems = [
+        f"task {task.id!r} claims {path!r}, which has unresolved merge conflicts: resolve it "
+        "(or run the task isolated) first"
+        for task in plan.tasks
+        if task.isolation != "isolated"
+        for path in task.claims
+        if path in conflicted
+    ]
+    return warnings, problems
+
+
 class Claims(AttemptStep):
     def __init__(self, store: ClaimStore, root: Path) -> None:
         self.store = store
         self.root = root
+
+    @classmethod
+    def preflight(cls, before: BeforeRun) -> Preflight:
+        """An unresolved merge; the user's changes in claimed files (refused unless --allow-dirty), and
+        the user's other changes, which the workers' commits leave out."""
+        warnings, problems = merge_state(before.root, before.plan)
+        shared = [task for task in before.plan.tasks if task.isolation != "isolated"]
+        dirty = [
+            (path, owner.id)
+            for path in before.changed
+            if (owner := next((task for task in shared if covered(path, task.claims)), None))
+        ]
+        if dirty and not before.allow_dirty:
+            named = ", ".join(f"{path} (task {owner})" for path, owner in dirty)
+            refusal = (
+                f"claimed files have uncommitted changes of yours: {named}; commit or stash them first, or "
+                "pass --allow-dirty (the workers' commits of them then leave your changes out)"
+            )
+            return Preflight(problems=tuple(problems), refusal=refusal, warnings=tuple(warnings))
+        notes = []
+        if dirty:
+            named = ", ".join(path for path, _ in dirty)
+            warnings.append(
+                f"--allow-dirty: {named} {'has' if len(dirty) == 1 else 'have'} uncommitted changes of "
+                "yours; the workers' commits take only what the workers write, and your changes stay "
+                "uncommitted"
+            )
+        elif before.changed:
+            notes.append(
+                f"your work tree has uncommitted changes ({files_named(list(before.changed))}): they stay "
+                "yours, workers' commits leave them out"
+            )
+        return Preflight(problems=tuple(problems), warnings=tuple(warnings), notes=tuple(notes))
 
     def before_start(self, attempt: AttemptState) -> None:
         """ClaimConflict when a live holder has one of them."""

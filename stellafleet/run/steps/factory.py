@@ -32,6 +32,22 @@ from stellafleet.state.ledger import Ledger
 
 MIXED_PIPELINES = "mixed"  # runs.pipeline of a run whose tasks use more than one pipeline
 
+# the steps in their order (released in the reverse one); prepare asks their preflight in it too
+STEPS: tuple[type[AttemptStep], ...] = (
+    LimitGate,  # released last: after the guard is free
+    SpendGuard,
+    Claims,
+    StartCommit,  # before the worktree: parents that conflict are refused first
+    Workspaces,
+    GitGuard,
+    UnclaimedWrites,
+    Watch,
+    Check,  # after the watchdog forgot the worker; before salvage sees a red check
+    Salvage,  # after the watchdog: a stalled attempt's salvage says so
+    BranchCommits,
+    Expand,
+)
+
 
 def recorded_default_pipeline(run: Mapping[str, object], config: Config) -> str:
     """The pipeline a follow-up of a recorded run runs with: the run's one pipeline, else the config's."""
@@ -53,17 +69,20 @@ def server(
 ) -> Server:
     """The run's request server on its Dispatcher and steps, in their order (released in the reverse one)."""
     steps: list[AttemptStep | None] = [
-        LimitGate(limiter) if limiter is not None else None,  # released last: after the guard is free
+        LimitGate(limiter) if limiter is not None else None,
         SpendGuard(ledger, budget, settings.spend_guard_usd),
         Claims(claims, settings.root),
-        StartCommit(settings, ledger),  # before the worktree: parents that conflict are refused first
+        StartCommit(settings, ledger),
         Workspaces(settings, ledger, emit),
         GitGuard(settings),
         UnclaimedWrites(settings, ledger, claims),
         Watch(watchdog) if watchdog is not None else None,
-        Check(settings, ledger),  # after the watchdog forgot the worker; before salvage sees a red check
-        Salvage(ledger, claims),  # after the watchdog: a stalled attempt's salvage says so
+        Check(settings, ledger),
+        Salvage(ledger, claims),
         BranchCommits(ledger),
         Expand(expansions) if expansions is not None else None,
     ]
-    return Server(Dispatcher(settings, ledger, executor, emit, [step for step in steps if step is not None]))
+    made = [step for step in steps if step is not None]
+    return Server(
+        Dispatcher(settings, ledger, executor, emit, sorted(made, key=lambda s: STEPS.index(type(s))))
+    )

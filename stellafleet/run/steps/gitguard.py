@@ -1,13 +1,14 @@
 """The git guard: a shared-tree worker's `git` is stella's guard (git/guard.py), unless `[fleet] git_guard =
 false`; it refuses what would change other workers' files or the index, or move HEAD. An isolated worker's
-is one when its commit hooks are serialised: its own `git commit` runs them under the hook lock."""
+is one when its commit hooks are serialised: its own `git commit` runs them under the hook lock. Before the
+run: which hooks the workers' commits run."""
 
 from __future__ import annotations
 
 import threading
 
-from stellafleet.git import guard
-from stellafleet.run.steps import AttemptState, AttemptStep, RunSettings
+from stellafleet.git import guard, hooks
+from stellafleet.run.steps import AttemptState, AttemptStep, BeforeRun, Preflight, RunSettings
 
 GUARD_FOLDER = "gitguard"  # in .stella/private/: the one script every shared worker of the repository runs
 ISOLATED_FOLDER = "gitguard-isolated"
@@ -18,6 +19,34 @@ class GitGuard(AttemptStep):
         self.settings = settings
         self._installed: set[str] = set()
         self._lock = threading.Lock()  # attempts start on several threads
+
+    @classmethod
+    def preflight(cls, before: BeforeRun) -> Preflight:
+        """Which hooks the workers' commits run; a warning when the user's own commits would disturb them."""
+        root, tasks = before.root, before.plan.tasks
+        names = hooks.installed(root)
+        if not names:
+            return Preflight()
+        listed = " and ".join(names)
+        if before.config.commit.hooks == "skip":
+            skipped = (
+                f'[commit] hooks = "skip": the installed {listed} hooks will not run for the '
+                "workers' commits"
+            )
+            return Preflight(warnings=(skipped,))
+        notes: list[str] = []
+        warnings: list[str] = []
+        if any(task.isolation == "isolated" for task in tasks):
+            where = hooks.hooks_dir(root)
+            shown = where.relative_to(root) if where.is_relative_to(root) else where
+            notes.append(f"isolated tasks' commits run the {listed} hooks of {shown}")
+        if hooks.framework_installed(root) and any(task.isolation != "isolated" for task in tasks):
+            warnings.append(
+                "the pre-commit framework is installed: your own `git commit` during the run stashes the "
+                "workers' unfinished files while its hooks run (their commits may be refused); commit with "
+                "`stella commit -m MSG PATH...` instead"
+            )
+        return Preflight(warnings=tuple(warnings), notes=tuple(notes))
 
     def before_start(self, attempt: AttemptState) -> None:
         settings = self.settings

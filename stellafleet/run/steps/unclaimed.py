@@ -4,7 +4,7 @@ claims, named in its summary and the ledger (`unclaimed_writes`); `[fleet] stric
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,6 +12,7 @@ from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.core.status import AttemptEnd, AttemptOutcome
 from stellafleet.git import gitops
 from stellafleet.run.steps import AttemptState, AttemptStep, RunSettings
+from stellafleet.run.steps.claims import covered
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
 
@@ -30,10 +31,6 @@ def stamps(root: Path) -> dict[str, Stamp]:
         except OSError:
             found[path] = None
     return found
-
-
-def _covered(path: str, claims: Iterable[str]) -> bool:
-    return any(path == claim or path.startswith(claim.rstrip("/") + "/") for claim in claims)
 
 
 class UnclaimedWrites(AttemptStep):
@@ -57,7 +54,7 @@ class UnclaimedWrites(AttemptStep):
         own = self.store.paths_of_attempt(ctx.run_id, ctx.attempt_id)
         others = [path for path, holder in self.store.claims() if holder.is_alive()]
         claims = [*attempt.task.claims, *own, *others]
-        unclaimed = sorted(path for path in changed if not _covered(path, claims))
+        unclaimed = sorted(path for path in changed if not covered(path, claims))
         self.ledger.attempts.set_unclaimed_writes(ctx.attempt_id, unclaimed)
         if not unclaimed:
             return end

@@ -1,14 +1,15 @@
-"""The workspace: an isolated task's new worktree, its submodules, readied (run/bootstrap.py)."""
+"""The workspace: an isolated task's new worktree, its submodules, readied (run/bootstrap.py). --dry-run
+names what readies each: the `[worktree] setup` command and the `.worktreeinclude` files copied in."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, StopReason
-from stellafleet.git import hooks, submodules, worktrees
+from stellafleet.git import hooks, include, submodules, worktrees
 from stellafleet.run import bootstrap
 from stellafleet.run.events import Emit, SetupStarted
-from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, RunSettings
+from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, BeforeRun, Preflight, RunSettings
 from stellafleet.state.ledger import Ledger
 
 
@@ -19,6 +20,24 @@ class Workspaces(AttemptStep):
         self.emit = emit  # a setup is shown while it runs
         self.indexes = bootstrap.WorktreeIndexes()  # STELLA_WORKTREE_INDEX of the live worktrees
         self.setup_cpu: dict[int, float] = {}  # attempt id -> its setup's CPU seconds, until it ends
+
+    @classmethod
+    def preflight(cls, before: BeforeRun) -> Preflight:
+        """--dry-run's `worktree`: the setup command and its timeout, and the `.worktreeinclude` files
+        copied in (None: the plan has no isolated task)."""
+        if not before.dry_run:
+            return Preflight()
+        if not any(task.isolation == "isolated" for task in before.plan.tasks):
+            return Preflight(preview={"worktree": None})
+        wt, root = before.config.worktree, before.root
+        files = include.included_files(root)
+        readying = {
+            "setup": wt.setup,
+            "setup_timeout": wt.setup_timeout,
+            "include_files": len(files),
+            "include_bytes": sum((root / path).lstat().st_size for path in files),
+        }
+        return Preflight(preview={"worktree": readying})
 
     def admit(self, attempt: AttemptState) -> None:
         """A task whose worktree starts from a salvage commit is told so first."""
