@@ -3,6 +3,7 @@ view (bars as parallel arrays) and one attempt opened."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -235,26 +236,7 @@ def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int
                     {"kind": "quiet", "task": task["id"], "attempt": a["id"], "since_ms": last, "text": ""}
                 )
     needs_you = detail.get("needs_you", ())  # the ledger's needs_you rows, shown in task order
-    waiting = {row["task_id"] for row in needs_you if row["reason"] != FollowUpReason.CI_FIX}
-    failing = [task for task in tasks if task["id"] in waiting]
-    abandoned = [t for t in failing if _last_outcome(t) == AttemptOutcome.ABANDONED]
-    if abandoned:
-        items.append(_abandoned_item(detail["run"], abandoned))
-    for task in failing:
-        if task not in abandoned:
-            ended = task["attempts"][-1] if task["attempts"] else {}
-            # the error with the worker's own words after it (git's message after `exit status 128`)
-            said = outcome_detail(task["status"], ended.get("summary"), ended.get("error"))
-            text = " ".join((said or task.get("reason") or "").split())
-            items.append(
-                {
-                    "kind": "failed",
-                    "task": task["id"],
-                    "attempt": ended.get("id"),
-                    "status": task["status"],
-                    "text": text if len(text) <= 300 else text[:299] + "…",
-                }
-            )
+    items += _waiting_items(detail["run"], tasks, needs_you)
     for task in tasks:
         if task.get("no_commits"):
             last_attempt = task["attempts"][-1]
@@ -279,6 +261,34 @@ def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int
                     "branch": ci["branch"],
                     "pr_url": ci.get("pr_url"),
                     "text": ci.get("conclusion") or ci.get("reason") or "",
+                }
+            )
+    return items
+
+
+def _waiting_items(
+    run: dict[str, Any], tasks: list[dict[str, Any]], needs_you: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The tasks that wait on a person: a killed fleet's once, then each failed one."""
+    items: list[dict[str, Any]] = []
+    waiting = {row["task_id"] for row in needs_you if row["reason"] != FollowUpReason.CI_FIX}
+    failing = [task for task in tasks if task["id"] in waiting]
+    abandoned = [t for t in failing if _last_outcome(t) == AttemptOutcome.ABANDONED]
+    if abandoned:
+        items.append(_abandoned_item(run, abandoned))
+    for task in failing:
+        if task not in abandoned:
+            ended = task["attempts"][-1] if task["attempts"] else {}
+            # the error with the worker's own words after it (git's message after `exit status 128`)
+            said = outcome_detail(task["status"], ended.get("summary"), ended.get("error"))
+            text = " ".join((said or task.get("reason") or "").split())
+            items.append(
+                {
+                    "kind": "failed",
+                    "task": task["id"],
+                    "attempt": ended.get("id"),
+                    "status": task["status"],
+                    "text": text if len(text) <= 300 else text[:299] + "…",
                 }
             )
     return items
