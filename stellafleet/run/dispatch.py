@@ -4,13 +4,13 @@ whatever happens in between, the ledger is left consistent and what the steps to
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+from stellafleet.core import jsontext
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, StopReason
 from stellafleet.core.workercontext import WorkerContext
@@ -217,7 +217,7 @@ class Dispatcher:
             step.before_start(attempt)
         facts = self.ledger.facts.of_task(self.settings.run_id, attempt.task.id)  # steps' and earlier ones'
         if facts:
-            attempt.env[FACTS_VAR] = json.dumps(facts)
+            attempt.env[FACTS_VAR] = jsontext.dumps(facts)
         ctx = attempt.ctx  # a step may have set where its worktree starts
         for path in (ctx.result_path, ctx.log_path, ctx.plan_out, ctx.prompt_path):
             if path is not None:

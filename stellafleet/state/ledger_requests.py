@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from stellafleet.core import jsontext
 from stellafleet.core.status import FollowUpReason, RequestState
 from stellafleet.state.ledger_schema import check_choice
 from stellafleet.state.sqlitefile import Table
@@ -111,7 +112,7 @@ class Facts(Table):
             "INSERT INTO attempt_facts (attempt_id, key, value_json, at_ms) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (attempt_id, key) DO UPDATE SET value_json = excluded.value_json,"
             " at_ms = excluded.at_ms",
-            (attempt_id, key, json.dumps(value), self._db.now_ms()),
+            (attempt_id, key, jsontext.dumps(value), self._db.now_ms()),
         )
 
     def of_attempt(self, attempt_id: int) -> dict[str, Any]:

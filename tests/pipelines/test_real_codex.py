@@ -70,9 +70,11 @@ def test_an_isolated_codex_task_commits_on_its_fleet_branch(
     assert attempt["summary"] == "Added hello.txt and committed it."
     # its thread, as Codex named it on `thread.started`, is a fact of the attempt
     (session_id,) = attempt_facts(git_repo, attempt["id"]).values()
-    assert session_id and session_id in (git_repo / ".stella/private/transcripts").joinpath(
-        record["run"]["id"], "hello.jsonl"
-    ).read_text()
+    assert (
+        session_id
+        and session_id
+        in (git_repo / ".stella/private/transcripts").joinpath(record["run"]["id"], "hello.jsonl").read_text()
+    )
     branch = commit["branch"]
     assert branch.startswith("fleet/hello-")
     assert git("rev-list", f"{base}..{branch}", cwd=git_repo).split() == [commit["sha"]]

@@ -15,7 +15,7 @@ from stellafleet.core.status import AttemptEnd
 from stellafleet.plan.model import PlanTask
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.ledger_schema import LEDGER_SCHEMA
-from stellafleet.testing.sample_ledger import StepClock, add_run
+from stellafleet.testing.sample_ledger import StepClock, add_run, leave_for_you
 
 DOC_QUERY = (
     "SELECT a.task_id, a.branch, a.summary FROM attempts a WHERE a.run_id = "
@@ -289,6 +289,7 @@ def test_every_query_in_the_ledger_docs_runs(db: Path) -> None:
         ticks.ms += 1000
         ledger.attempts.finish(attempt, AttemptEnd(outcome="failed", exit_code=1, summary="nope"))
         ledger.tasks.set_status("r-20261130-091500-1a2b", "writer", "skipped", "spend limit reached")
+        leave_for_you(ledger, "r-20261130-091500-1a2b", "writer", "nope", attempt=attempt)
         ledger.runs.finish("r-20261130-091500-1a2b", "failed", exit_code=1)
     docs = (Path(__file__).resolve().parents[2] / "docs" / "ledger.md").read_text()
     queries = [block.split("```")[0] for block in docs.split("```sql\n")[1:]]
