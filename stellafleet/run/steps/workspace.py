@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, StopReason
-from stellafleet.git import hooks, submodules, worktrees
+from stellafleet.git import worktrees
 from stellafleet.run import bootstrap
 from stellafleet.run.events import Emit, SetupStarted
 from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, RunSettings
@@ -51,9 +51,6 @@ class Workspaces(AttemptStep):
         worktrees.worktree_add(settings.root, ctx.workspace, ctx.branch, start)
         if bootstrap.starts_on_salvage(attempt.env, ctx.start_commit):
             worktrees.fold_start_commit(ctx.workspace)
-        if settings.config.fleet.init_submodules:
-            submodules.init_in_worktree(settings.root, ctx.workspace)
-        hooks.share_relative_folder(settings.root, ctx.workspace)
         self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, ctx.branch, str(ctx.workspace))
         if settings.config.worktree.setup is not None:
             self.ledger.attempts.set_setup_started(ctx.attempt_id)
@@ -67,6 +64,7 @@ class Workspaces(AttemptStep):
                 ctx.log_path,
                 attempt.stopping,
                 root=settings.root,
+                init_submodules=settings.config.fleet.init_submodules,
             )
         except bootstrap.SetupFailed as exc:
             if exc.seconds is not None:
