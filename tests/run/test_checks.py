@@ -67,9 +67,7 @@ def test_a_shared_tasks_check_runs_in_a_fresh_bootstrapped_checkout_of_its_last_
     git("add", ".", cwd=git_repo)
     git("commit", "-q", "-m", "the task's commit", cwd=git_repo)
     sha = git("rev-parse", "HEAD", cwd=git_repo).strip()
-    ledger.commits.record(
-        sha=sha, run_id=RUN, task_id="t1", attempt_id=None, branch="main", message="m", committed_at_ms=1
-    )
+    ledger.commits.record([(sha, "m", 1)], run_id=RUN, task_id="t1", attempt_id=None, branch="main")
     (git_repo / ".env").write_text("KEY=1\n")
     (git_repo / "uncommitted.txt").write_text("another worker's edit\n")
     config = Config({"worktree": {"setup": "echo ready > setup.out"}})
@@ -88,9 +86,7 @@ def test_a_check_tree_gets_the_main_trees_submodules_as_init_submodules_says(
 ) -> None:
     add_submodule(git_repo, tmp_path)
     sha = git("rev-parse", "HEAD", cwd=git_repo).strip()
-    ledger.commits.record(
-        sha=sha, run_id=RUN, task_id="t1", attempt_id=None, branch="main", message="m", committed_at_ms=1
-    )
+    ledger.commits.record([(sha, "m", 1)], run_id=RUN, task_id="t1", attempt_id=None, branch="main")
     config = Config({"fleet": {"init_submodules": init}})
     task = PlanTask("t1", "p", "t", check="test -f vendor/lib/lib.c && cat vendor/lib/lib.c")
     assert _ended(git_repo, ledger, task, config) == (None if init else "check failed (exit 1)")
