@@ -215,7 +215,7 @@ class _Queue:
         scratch = Path(tempfile.mkdtemp(prefix="stella-merge-"))
         worktree = scratch / "tree"
         self.journal.note(scratch=str(scratch), worktree=str(worktree))
-        mergeops.scratch_worktree(self.root, worktree, self.tip)
+        worktrees.worktree_add(self.root, worktree, None, self.tip)  # detached: no branch is made
         try:
             for item in self.result.queue:
                 self._step(item, worktree)
@@ -243,9 +243,8 @@ class _Queue:
         self.journal.note(merge_id=None, branch=None, head=None, landing=None)
 
     def _check(self, item: MergeItem, head: str, merge_id: int) -> CheckRun | None:
-        """The task's own check, then --check, on head in a fresh check tree readied as a worktree is
-        (`.worktreeinclude`, submodules, `[worktree] setup`), each a ledger row of the merge step; the first
-        red one (None: all passed, or none to run)."""
+        """The task's own check, then --check, on head in a fresh check tree readied as a worktree is, each a
+        ledger row of the merge step; the first red one (None: all passed, or none to run)."""
         commands = [(c, t) for c, t in ((item.check, item.check_timeout), (self.options.check, None)) if c]
         if not commands:
             return None

@@ -32,6 +32,7 @@ from stellafleet.state.ledger import Ledger
 STOP_GRACE_S = 2.0
 POLL_S = 0.02  # how often a running check is looked at for its end, its timeout or the run's stop
 LOG_KEEP_BYTES = 1_000_000  # a check's log is cut to its last MB once it ends: megabytes of output stay out
+NO_COMMITS = "no commits: the task committed nothing for its check"
 RECORD = "check"  # its journal record: the scratch tree and the check's process, for a killed fleet's repair
 # what a worker is told that a check is not: it cannot commit as the attempt, nor pass for its worker
 _KEPT_STELLA = ("STELLA_ROOT", "STELLA_RUN_ID", "STELLA_TASK_ID", bootstrap.INDEX_VAR)

@@ -117,13 +117,10 @@ class Check(AttemptStep):
         dirty = gitops.changed_paths(ctx.workspace) if in_place and phase == CheckPhase.AFTER else []
         if commit is None or dirty:
             shown = " ".join(dirty[:5]) + (" ..." if len(dirty) > 5 else "")
-            why = (
-                f"uncommitted changes: {shown}"
-                if commit
-                else "no commits: the task committed nothing for its check"
+            why = f"uncommitted changes: {shown}" if dirty else checking.NO_COMMITS
+            return checking.recorded(
+                self.ledger, row, checking.not_run(task.check, why, commit), ctx.log_path
             )
-            unrun = checking.not_run(task.check, why, commit)
-            return checking.recorded(self.ledger, row, unrun, ctx.log_path)
         log = settings.paths.check_log(ctx.run_id, ctx.task_id, ctx.attempt_id, phase)
         fresh = checking.FreshTree(
             settings.config.worktree, settings.config.fleet.init_submodules, attempt.env

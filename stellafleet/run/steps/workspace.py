@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, StopReason
 from stellafleet.git import worktrees
 from stellafleet.run import bootstrap
@@ -73,18 +71,14 @@ class Workspaces(AttemptStep):
                 raise AttemptFailed(
                     AttemptEnd(AttemptOutcome.INTERRUPTED, str(exc), StopReason.INTERRUPTED.value)
                 ) from None
-            failed = replace(AttemptEnd.failed(str(exc)), cpu_seconds=exc.cpu_seconds or None)
-            raise AttemptFailed(failed) from None
+            raise AttemptFailed(AttemptEnd.failed(str(exc)).plus_cpu(exc.cpu_seconds)) from None
         if setup is not None:
             self.ledger.attempts.set_setup(ctx.attempt_id, setup.seconds)
             self.setup_cpu[ctx.attempt_id] = setup.cpu_seconds
 
     def ended(self, attempt: AttemptState, end: AttemptEnd) -> AttemptEnd:
         """The setup's CPU counts in the attempt's: it is part of what the attempt cost the machine."""
-        setup_cpu = self.setup_cpu.pop(attempt.ctx.attempt_id, 0.0)
-        if not setup_cpu:
-            return end
-        return replace(end, cpu_seconds=(end.cpu_seconds or 0.0) + setup_cpu)
+        return end.plus_cpu(self.setup_cpu.pop(attempt.ctx.attempt_id, 0.0))
 
     def released(self, attempt: AttemptState) -> None:
         self.indexes.release(attempt.task.id)
