@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         check_timeout=settings.check_timeout,
         check_tail_lines=settings.check_tail_lines,
         worktree=config.worktree,
+        init_submodules=config.fleet.init_submodules,
     )
     progress = None if args.json else print_item
     if args.via_gh:

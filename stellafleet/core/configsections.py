@@ -47,7 +47,7 @@ class FleetConfig:
     max_limit_wait: float = 21600.0  # the longest reset --wait-for-limits waits for (seconds)
     max_emitted_tasks: int = 500  # tasks all expanding tasks of one run may add (plan/fragment.py)
     max_expand_depth: int = 3  # levels of emitted tasks below a plan task
-    init_submodules: bool = True  # isolated worktrees get the main tree's submodules
+    init_submodules: bool = True  # new worktrees and check trees get the main tree's submodules
     allow_detached: bool = False  # shared tasks may commit onto a detached HEAD
     check_log_bytes: int = 8000  # how much of a check's output (its end) the ledger and a round keep
     git_guard: bool = (

@@ -84,6 +84,10 @@ class AttemptEnd:
         """Why the task did not succeed (None: it did)."""
         return None if self.outcome == AttemptOutcome.SUCCEEDED else (self.error or self.summary)
 
+    def plus_cpu(self, seconds: float) -> AttemptEnd:
+        """This end with seconds more CPU (its setup's: part of what the attempt cost the machine)."""
+        return replace(self, cpu_seconds=(self.cpu_seconds or 0.0) + seconds) if seconds else self
+
     def stalled(self, evidence: str) -> AttemptEnd:
         """The end of a worker the watchdog stopped: `stalled`, the evidence as summary and reason."""
         if self.outcome == AttemptOutcome.SUCCEEDED:  # it finished just as it was stopped

@@ -7,7 +7,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from stellafleet.core.errors import GitError, StellaError
 from stellafleet.proc import runner
@@ -287,8 +287,7 @@ def is_ancestor(root: Path, commit: str, of: str) -> bool:
     return git_ok("merge-base", "--is-ancestor", commit, of, cwd=root)
 
 
-@dataclass(frozen=True)
-class CommitInfo:
+class CommitInfo(NamedTuple):  # a tuple: as ledger.commits.record takes each commit
     sha: str
     message: str
     committed_at_ms: int

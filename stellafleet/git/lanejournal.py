@@ -123,14 +123,13 @@ def record(fleet_db: Path, root: Path, pending: Pending) -> None:
         return
     branch = gitops.current_branch(root) or pending.branch or "HEAD"
     with Ledger.open(fleet_db) as ledger:
+        made = (pending.sha, pending.message, wall_ms())
         ledger.commits.record(
-            sha=pending.sha,
+            [made],
             run_id=pending.run_id,
             task_id=pending.task_id,
             attempt_id=pending.attempt_id,
             branch=branch,
-            message=pending.message,
-            committed_at_ms=wall_ms(),
         )
 
 

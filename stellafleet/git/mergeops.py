@@ -22,12 +22,6 @@ class StepResult:
     conflict_diff: str = ""  # the conflicted files with their markers, as `git diff` shows them
 
 
-def scratch_worktree(root: Path, path: Path, commit: str) -> None:
-    """A linked worktree at path on a detached HEAD at commit (no branch is created)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    gitops.git("worktree", "add", "-q", "--detach", str(path), commit, cwd=root)
-
-
 def checkout_detached(path: Path, commit: str) -> None:
     gitops.git("checkout", "-q", "--detach", commit, cwd=path)
 

@@ -24,7 +24,6 @@ from stellafleet.merge.journal import Journal
 from stellafleet.merge.queue import MergeItem, plan_queue
 from stellafleet.merge.resolve import Resolution
 from stellafleet.run import checking
-from stellafleet.run.bootstrap import SetupFailed
 from stellafleet.run.checking import CheckRun
 from stellafleet.state.journal import recover
 from stellafleet.state.ledger import Ledger
@@ -46,6 +45,7 @@ class MergeOptions:
     check_timeout: float = 1800.0
     check_tail_lines: int = 20
     worktree: WorktreeConfig = field(default_factory=WorktreeConfig)  # how each check tree is readied
+    init_submodules: bool = True  # [fleet] init_submodules: each check tree gets the main tree's submodules
 
 
 @dataclass
@@ -215,7 +215,7 @@ class _Queue:
         scratch = Path(tempfile.mkdtemp(prefix="stella-merge-"))
         worktree = scratch / "tree"
         self.journal.note(scratch=str(scratch), worktree=str(worktree))
-        mergeops.scratch_worktree(self.root, worktree, self.tip)
+        worktrees.worktree_add(self.root, worktree, None, self.tip)  # detached: no branch is made
         try:
             for item in self.result.queue:
                 self._step(item, worktree)
@@ -243,8 +243,8 @@ class _Queue:
         self.journal.note(merge_id=None, branch=None, head=None, landing=None)
 
     def _check(self, item: MergeItem, head: str, merge_id: int) -> CheckRun | None:
-        """The task's own check, then --check, on head in a fresh check tree readied as a worktree is
-        (`.worktreeinclude`, `[worktree] setup`); the first red one (None: all passed, or none to run)."""
+        """The task's own check, then --check, on head in a fresh check tree readied as a worktree is, each a
+        ledger row of the merge step; the first red one (None: all passed, or none to run)."""
         commands = [(c, t) for c, t in ((item.check, item.check_timeout), (self.options.check, None)) if c]
         if not commands:
             return None
@@ -255,55 +255,26 @@ class _Queue:
             "STELLA_MERGE_ROOT": str(self.root),  # the user's tree
         }
         log = StatePaths(self.root).private / "logs" / self.result.run_id / f"merge-{merge_id}.log"
-        with checking.tracked(self.root) as record:
-            try:
-                with checking.check_tree(self.root, head, self.options.worktree, env, log, record) as tree:
-                    return self._run_checks(item, (merge_id, log, head), commands, tree, env, record)
-            except SetupFailed as exc:
-                failed = checking.not_run(commands[0][0], str(exc), head)
-                item.check_tail = failed.tail
-                return failed
-
-    def _run_checks(
-        self,
-        item: MergeItem,
-        step: tuple[int, Path, str],
-        commands: list[tuple[str, float | None]],
-        tree: Path,
-        env: dict[str, str],
-        record: checking.Tracked,
-    ) -> CheckRun | None:
-        """Each check in turn in tree, each a ledger row of the merge step; the first red one."""
-        merge_id, log, head = step
-        tails: list[str] = []
-        for command, timeout in commands:
-            run = checking.run_check(
-                command,
-                tree,
-                env=env,
-                timeout=timeout or self.options.check_timeout,
-                log_path=log.with_suffix(f".check-{len(tails) + 1}.log"),
-                tail_bytes=MERGE_TAIL_BYTES,
-                commit=head,
-                on_start=record.started,  # its journal record: a killed merge's check is stopped
+        checks = [
+            checking.Command(
+                command, timeout or self.options.check_timeout, log.with_suffix(f".check-{n}.log")
             )
-            tails.append("\n".join(run.tail.rstrip().splitlines()[-self.options.check_tail_lines :]))
-            item.check_tail = "\n".join(tails)
-            self.ledger.checks.add(
-                run_id=self.result.run_id,
-                task_id=item.task_id,
-                phase=CheckPhase.MERGE,
-                command=command,
-                exit_code=run.exit_code,
-                duration_ms=round(run.seconds * 1000),
-                commit=run.commit,
-                output_tail=run.tail,
-                log_path=str(run.log_path) if run.log_path else None,
-                merge_id=merge_id,
-            )
-            if not run.passed:
-                return run
-        return None
+            for n, (command, timeout) in enumerate(commands, 1)
+        ]
+        runs = checking.run_and_record(
+            self.ledger,
+            checking.CheckRow(self.result.run_id, item.task_id, CheckPhase.MERGE, merge_id=merge_id),
+            checks,
+            head,
+            tree=checking.FreshTree(self.options.worktree, self.options.init_submodules, env),
+            root=self.root,
+            env=env,
+            log_path=log,
+            tail_bytes=MERGE_TAIL_BYTES,
+        )
+        lines = self.options.check_tail_lines
+        item.check_tail = "\n".join("\n".join(run.tail.rstrip().splitlines()[-lines:]) for run in runs)
+        return None if runs[-1].passed else runs[-1]
 
     def _land(self, item: MergeItem, worktree: Path, merge_id: int) -> None:
         assert item.head is not None

@@ -1,5 +1,6 @@
-"""Readying a new isolated worktree (or a Ray node's checkout): `.worktreeinclude`, then `[worktree] setup`;
-a failure is the attempt's reason, and no worker starts."""
+"""Readying a new tree, the one way for all of them (a task's worktree, a check tree, `stella merge`'s check
+tree, a Ray node's checkout): the main tree's submodules, `.worktreeinclude`, then `[worktree] setup`; a
+failure is the attempt's reason, and no worker starts."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from stellafleet.core.configsections import WorktreeConfig
 from stellafleet.core.errors import StellaError
-from stellafleet.git import include
+from stellafleet.git import hooks, include, submodules
 from stellafleet.proc import shell
 
 INDEX_VAR = "STELLA_WORKTREE_INDEX"
@@ -76,13 +77,19 @@ def ready(
     stop: threading.Event | None = None,
     *,
     root: Path | None = None,
+    init_submodules: bool = False,
     packed: tuple[include.Packed, ...] = (),
 ) -> shell.ShellRun | None:
-    """Copy the included files (root's, or the ones packed for a node), then run the setup command (if
-    any) to its end: how it ran (None: no setup); SetupFailed with the reason (also when stop is set)."""
+    """A new worktree of root readied: the submodules root has checked out initialised in it (with
+    init_submodules, `[fleet] init_submodules`), its ignored hooks folder shared, root's included files
+    copied (a Ray node's checkout, with no root: the files packed for it); then the setup command (if any)
+    run to its end: how it ran (None: no setup); SetupFailed with the reason (also when stop is set)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         if root is not None:
+            if init_submodules:
+                submodules.init_in_worktree(root, worktree)
+            hooks.share_relative_folder(root, worktree)
             copied = include.copy_into(root, worktree, _included(root, config))
         else:
             copied = include.unpack(packed, worktree)

@@ -11,7 +11,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,17 +19,20 @@ from typing import Any
 from stellafleet.core.configsections import WorktreeConfig
 from stellafleet.core.errors import GitError
 from stellafleet.core.paths import StatePaths
+from stellafleet.core.status import CheckPhase
 from stellafleet.git import gitops, worktrees
-from stellafleet.proc import runner
+from stellafleet.proc import runner, shell
 from stellafleet.proc.group import stop_group
 from stellafleet.proc.pids import ProcessIdentity
 from stellafleet.proc.subreaper import reaped_argv
 from stellafleet.run import bootstrap
 from stellafleet.state import journal
+from stellafleet.state.ledger import Ledger
 
 STOP_GRACE_S = 2.0
 POLL_S = 0.02  # how often a running check is looked at for its end, its timeout or the run's stop
 LOG_KEEP_BYTES = 1_000_000  # a check's log is cut to its last MB once it ends: megabytes of output stay out
+NO_COMMITS = "no commits: the task committed nothing for its check"
 RECORD = "check"  # its journal record: the scratch tree and the check's process, for a killed fleet's repair
 # what a worker is told that a check is not: it cannot commit as the attempt, nor pass for its worker
 _KEPT_STELLA = ("STELLA_ROOT", "STELLA_RUN_ID", "STELLA_TASK_ID", bootstrap.INDEX_VAR)
@@ -171,28 +174,111 @@ def tracked(root: Path) -> Iterator[Tracked]:
         record.drop()
 
 
-@contextlib.contextmanager
-def check_tree(
-    root: Path,
+@dataclass(frozen=True)
+class CheckRow:
+    """Whose check it is, as its row of the ledger's checks names it: an attempt's, or a merge step's."""
+
+    run_id: str
+    task_id: str
+    phase: CheckPhase
+    attempt_id: int | None = None
+    merge_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Command:
+    """One check command to run: its timeout, and the log it prints into."""
+
+    command: str
+    timeout: float
+    log_path: Path
+
+
+@dataclass(frozen=True)
+class FreshTree:
+    """A fresh check tree, readied as every new worktree is (run/bootstrap.py): `[worktree]`, `[fleet]
+    init_submodules` and the environment its setup runs with."""
+
+    config: WorktreeConfig
+    submodules: bool  # [fleet] init_submodules
+    setup_env: Mapping[str, str]
+
+    def add(self, root: Path, path: Path, commit: str, log_path: Path, stop: threading.Event | None) -> None:
+        """The check tree at path: detached at commit, readied (bootstrap.SetupFailed if it cannot be)."""
+        worktrees.worktree_add(root, path, None, commit)
+        bootstrap.ready(
+            path, self.config, self.setup_env, log_path, stop, root=root, init_submodules=self.submodules
+        )
+
+
+def recorded(ledger: Ledger, row: CheckRow, run: CheckRun, said_in: Path) -> CheckRun:
+    """run as its row of the ledger's checks, and said in a line of said_in (the task's or merge's log)."""
+    how = "passed" if run.passed else run.failure().removeprefix("check ")
+    on = f" on {run.commit[:12]}" if run.commit else ""
+    shell.log_line(said_in, f"check ({row.phase}){on}: {how} in {run.seconds:.1f} s; its log: {run.log_path}")
+    ledger.checks.add(
+        run_id=row.run_id,
+        task_id=row.task_id,
+        attempt_id=row.attempt_id,
+        merge_id=row.merge_id,
+        phase=row.phase,
+        command=run.command,
+        exit_code=run.exit_code,
+        duration_ms=round(run.seconds * 1000),
+        commit=run.commit,
+        output_tail=run.tail,
+        log_path=str(run.log_path) if run.log_path else None,
+    )
+    return run
+
+
+def run_and_record(
+    ledger: Ledger,
+    row: CheckRow,
+    commands: Sequence[Command],
     commit: str,
-    config: WorktreeConfig,
+    *,
+    tree: Path | FreshTree,
+    root: Path,
     env: Mapping[str, str],
     log_path: Path,
-    record: Tracked,
+    tail_bytes: int,
     stop: threading.Event | None = None,
-) -> Iterator[Path]:
-    """A fresh detached worktree at commit, readied as every worktree is (`.worktreeinclude`, then
-    `[worktree] setup`: bootstrap.SetupFailed if it cannot be); removed once the body is done."""
+) -> list[CheckRun]:
+    """Each command in turn on commit, up to the first red one, in tree (one that holds commit) or a fresh
+    detached worktree of root at commit, readied as every worktree is and removed afterwards (one that
+    cannot be readied fails the first command). Each run is recorded: a ledger row, a line of log_path
+    (the task's or the merge's log, where a fresh tree's setup writes too)."""
+    runs: list[CheckRun] = []
+    with tracked(root) as record:
+        where = tree if isinstance(tree, Path) else _scratch(root, record)
+        try:
+            if isinstance(tree, FreshTree):
+                tree.add(root, where, commit, log_path, stop)
+            for check in commands:
+                run = run_check(
+                    check.command, where, env=env, timeout=check.timeout, log_path=check.log_path,
+                    tail_bytes=tail_bytes, commit=commit, stop=stop, on_start=record.started, main_tree=root,
+                )  # fmt: skip
+                runs.append(recorded(ledger, row, run, log_path))
+                if not run.passed:
+                    break
+        except bootstrap.SetupFailed as exc:
+            failed = not_run(commands[0].command, f"its check tree: {exc}", commit)
+            runs.append(recorded(ledger, row, failed, log_path))
+        finally:
+            if isinstance(tree, FreshTree):
+                _remove_tree(root, where)
+    return runs
+
+
+def _scratch(root: Path, record: Tracked) -> Path:
+    """A new folder for a check tree, named in the check's journal record (a killed stella's goes too)."""
     base = StatePaths(root).private / "checks"
     base.mkdir(parents=True, exist_ok=True)
     path = Path(tempfile.mkdtemp(prefix="tree-", dir=base))
     record.note(path=str(path))
-    try:
-        worktrees.worktree_add(root, path, None, commit)
-        bootstrap.ready(path, config, env, log_path, stop, root=root)
-        yield path
-    finally:
-        _remove_tree(root, path)
+    return path
 
 
 def _remove_tree(root: Path, path: Path) -> None:

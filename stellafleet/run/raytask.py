@@ -178,7 +178,7 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
             if not waiter.is_alive():  # its tree has ended: nothing of it left for the reaper to stop
                 root_file.unlink(missing_ok=True)
         steps = ledger.attempts.steps(ctx.attempt_id)
-    end = _with_setup_cpu(box["end"], setup)
+    end = box["end"].plus_cpu(setup.cpu_seconds if setup else 0.0)  # as at home
     saved = _salvage(ctx, end, scratch) if end.outcome != AttemptOutcome.SUCCEEDED else None
     out = scratch / "out.bundle"
     sent = False
@@ -189,13 +189,6 @@ def _attempt(spec: RemoteSpec, scratch: Path) -> Iterator[dict[str, Any]]:
         end = dataclasses.replace(end, outcome=AttemptOutcome.FAILED, summary=end.summary or why, error=why)
     transcript = ctx.transcript_path.read_bytes() if ctx.transcript_path.exists() else None
     yield finished(ctx, end, out.read_bytes() if sent else None, transcript, steps, saved)
-
-
-def _with_setup_cpu(end: AttemptEnd, setup: shell.ShellRun | None) -> AttemptEnd:
-    """The setup's CPU counts in the attempt's, as at home."""
-    if setup is None:
-        return end
-    return dataclasses.replace(end, cpu_seconds=(end.cpu_seconds or 0.0) + setup.cpu_seconds)
 
 
 def _salvage(ctx: WorkerContext, end: AttemptEnd, scratch: Path) -> dict[str, Any] | None:

@@ -66,15 +66,9 @@ def _restack(
     shown = [(part.task_id, part.head) for part in parts if part.head]
     attempt_id = int(str(attempt["id"]))
     ledger.attempts.set_start(attempt_id, start, shown)
-    for commit in gitops.commits_between(root, start, moved):
-        ledger.commits.record(
-            sha=commit.sha,
-            run_id=settings.run_id,
-            task_id=task_id,
-            attempt_id=attempt_id,
-            branch=branch,
-            message=commit.message,
-            committed_at_ms=commit.committed_at_ms,
-        )
+    replayed = gitops.commits_between(root, start, moved)
+    ledger.commits.record(
+        replayed, run_id=settings.run_id, task_id=task_id, attempt_id=attempt_id, branch=branch
+    )
     ledger.tasks.set_stale(settings.run_id, task_id, None)
     return f"restacked {task_id} onto {parent_id}'s new work: {branch} is at {moved[:12]}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from stellafleet.core.status import CheckPhase, CIState, MergeStatus
@@ -18,22 +18,24 @@ class Commits(Table):
 
     def record(
         self,
+        commits: Iterable[tuple[str, str, int]],
         *,
-        sha: str,
         run_id: str,
         task_id: str,
         attempt_id: int | None,
         branch: str | None,
-        message: str,
-        committed_at_ms: int,
-    ) -> bool:
-        """Record one commit of a task; False (and nothing changed) if this run already has it."""
-        cursor = self._db.execute(
-            "INSERT OR IGNORE INTO commits (sha, run_id, task_id, attempt_id, branch, message,"
-            " committed_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (sha, run_id, task_id, attempt_id, branch, message, committed_at_ms),
-        )
-        return cursor.rowcount == 1
+    ) -> int:
+        """Record a task's commits on branch, each (sha, message, committed_at_ms), in one transaction: how
+        many were new (one this run already has is left as it was). The one way commits are recorded."""
+        with self._db.write() as conn:
+            return sum(
+                conn.execute(
+                    "INSERT OR IGNORE INTO commits (sha, run_id, task_id, attempt_id, branch, message,"
+                    " committed_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (sha, run_id, task_id, attempt_id, branch, message, committed_at_ms),
+                ).rowcount
+                for sha, message, committed_at_ms in commits
+            )
 
     def of_run(self, run_id: str, columns: str = "*") -> list[dict[str, Any]]:
         return self._db.rows(f"SELECT {columns} FROM commits WHERE run_id = ? {IN_COMMIT_ORDER}", (run_id,))

@@ -150,8 +150,13 @@ def _settle(ledger: Ledger, live: bool, now_ms: int) -> None:
     )
     isolated = (("store", "5" * 40, "fleet/store-1b2c3d4e5f607182"), ("dashboard", "6" * 40, None))
     for task, sha, branch in isolated:
-        ledger.commits.record(sha=sha, run_id=RUN_ID, task_id=task, attempt_id=None, branch=branch,
-                              message=f"{task}: its module", committed_at_ms=now_ms)  # fmt: skip
+        ledger.commits.record(
+            [(sha, f"{task}: its module", now_ms)],
+            run_id=RUN_ID,
+            task_id=task,
+            attempt_id=None,
+            branch=branch,
+        )
     done = [
         t["id"]
         for t in ledger.tasks.of_run(RUN_ID)
@@ -159,8 +164,13 @@ def _settle(ledger: Ledger, live: bool, now_ms: int) -> None:
     ]
     for number, task in enumerate(done, start=1):  # the shared tasks' commits, made through stella commit
         sha = f"{number:x}".rjust(40, "7")
-        ledger.commits.record(sha=sha, run_id=RUN_ID, task_id=task, attempt_id=None, branch="main",
-                              message=f"{task}: its module", committed_at_ms=now_ms)  # fmt: skip
+        ledger.commits.record(
+            [(sha, f"{task}: its module", now_ms)],
+            run_id=RUN_ID,
+            task_id=task,
+            attempt_id=None,
+            branch="main",
+        )
     ledger.ci.upsert(run_id=RUN_ID, branch="fleet/store-1b2c3d4e5f607182", task_id="store", head_sha="5" * 40,
                      pr_url="https://github.com/example/shop/pull/431", pr_number=431, state=CIState.RED,
                      conclusion="failure", reason="2 checks failed", run_urls=[])  # fmt: skip

@@ -201,13 +201,11 @@ def _succeeded_task(
     )
     clock.advance(seconds)
     ledger.commits.record(
-        sha=f"{n + 1:x}" * 40,
+        [(f"{n + 1:x}" * 40, summary.split(";")[0].rstrip("."), clock.ms)],
         run_id=run_id,
         task_id=task_id,
         attempt_id=attempt,
         branch=branch or "main",
-        message=summary.split(";")[0].rstrip("."),
-        committed_at_ms=clock.ms,
     )
     ledger.attempts.finish(
         attempt,

@@ -97,13 +97,11 @@ class Repo:
                 git("switch", "-q", "main", cwd=self.root)
                 self.shas[task.id] = sha
                 ledger.commits.record(
-                    sha=sha,
+                    [(sha, f"{task.id}: add work", 1)],
                     run_id=run_id,
                     task_id=task.id,
                     attempt_id=attempt,
                     branch=branch,
-                    message=f"{task.id}: add work",
-                    committed_at_ms=1,
                 )
                 ok = task.id not in failed
                 ledger.attempts.finish(

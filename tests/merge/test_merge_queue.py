@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers.merging import RUN_ID, build_run, merges
-from helpers.repo import StellaRunner, git
+from helpers.repo import StellaRunner, add_submodule, git
 
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import CIState
@@ -253,3 +253,18 @@ def test_each_branch_is_checked_in_a_fresh_check_tree_readied_as_a_worktree(
     stored = {r["task_id"]: r["check_tail"] for r in merges(git_repo)}
     assert stored["a"] == "checked a" and stored["d"] == "checked d"  # a passing check's output is kept
     assert not list((StatePaths(git_repo).private / "checks").iterdir())
+
+
+@pytest.mark.parametrize("init", ["true", "false"])
+def test_a_check_tree_gets_the_main_trees_submodules_as_init_submodules_says(
+    git_repo: Path, stella: StellaRunner, tmp_path: Path, init: str
+) -> None:
+    add_submodule(git_repo, tmp_path)
+    build_run(git_repo)
+    (git_repo / ".stella" / "config.toml").write_text(f"[fleet]\ninit_submodules = {init}\n")
+    proc = stella("merge", "--json", "--check", "cat vendor/lib/lib.c", cwd=git_repo, timeout=120)
+    queue = {i["task_id"]: i["status"] for i in json.loads(proc.stdout)["queue"]}
+    landed = "merged" if init == "true" else "check_failed"
+    assert (queue["a"], queue["d"]) == (landed, landed), proc.stdout + proc.stderr
+    stored = {r["task_id"]: r["check_tail"] for r in merges(git_repo)}
+    assert ("int lib;" in stored["a"]) == (init == "true"), stored["a"]

@@ -74,9 +74,12 @@ def big_run(db: Path, *, live: bool = False) -> dict[str, int]:
                 if n == 3:
                     roles["committed"] = attempt
                     ledger.commits.record(
-                        sha="c" * 40, run_id=RUN_ID, task_id="t3", attempt_id=attempt, branch="fleet/t3",
-                        message="Make t3 pass", committed_at_ms=clock(),
-                    )  # fmt: skip
+                        [("c" * 40, "Make t3 pass", clock())],
+                        run_id=RUN_ID,
+                        task_id="t3",
+                        attempt_id=attempt,
+                        branch="fleet/t3",
+                    )
                     ledger.ci.upsert(
                         run_id=RUN_ID, branch="fleet/t3", task_id="t3", head_sha="c" * 40, pr_url=None,
                         pr_number=None, state=CIState.RED, conclusion="failure", reason=None, run_urls=[],

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers.fleet import RUN, worker_context
-from helpers.repo import git
+from helpers.repo import add_submodule, git
 
 from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
@@ -67,9 +67,7 @@ def test_a_shared_tasks_check_runs_in_a_fresh_bootstrapped_checkout_of_its_last_
     git("add", ".", cwd=git_repo)
     git("commit", "-q", "-m", "the task's commit", cwd=git_repo)
     sha = git("rev-parse", "HEAD", cwd=git_repo).strip()
-    ledger.commits.record(
-        sha=sha, run_id=RUN, task_id="t1", attempt_id=None, branch="main", message="m", committed_at_ms=1
-    )
+    ledger.commits.record([(sha, "m", 1)], run_id=RUN, task_id="t1", attempt_id=None, branch="main")
     (git_repo / ".env").write_text("KEY=1\n")
     (git_repo / "uncommitted.txt").write_text("another worker's edit\n")
     config = Config({"worktree": {"setup": "echo ready > setup.out"}})
@@ -80,6 +78,20 @@ def test_a_shared_tasks_check_runs_in_a_fresh_bootstrapped_checkout_of_its_last_
     tree = row["output_tail"].strip()
     assert tree.startswith(str(StatePaths(git_repo).private / "checks")) and not Path(tree).exists()
     assert str(tree) not in git("worktree", "list", cwd=git_repo)
+
+
+@pytest.mark.parametrize("init", [True, False])
+def test_a_check_tree_gets_the_main_trees_submodules_as_init_submodules_says(
+    git_repo: Path, tmp_path: Path, ledger: Ledger, init: bool
+) -> None:
+    add_submodule(git_repo, tmp_path)
+    sha = git("rev-parse", "HEAD", cwd=git_repo).strip()
+    ledger.commits.record([(sha, "m", 1)], run_id=RUN, task_id="t1", attempt_id=None, branch="main")
+    config = Config({"fleet": {"init_submodules": init}})
+    task = PlanTask("t1", "p", "t", check="test -f vendor/lib/lib.c && cat vendor/lib/lib.c")
+    assert _ended(git_repo, ledger, task, config) == (None if init else "check failed (exit 1)")
+    [row] = ledger.checks.of_run(RUN)
+    assert row["passed"] == int(init) and ("int lib;" in row["output_tail"]) == init
 
 
 def test_a_shared_task_that_committed_nothing_fails_its_check(git_repo: Path, ledger: Ledger) -> None:

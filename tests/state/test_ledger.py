@@ -136,14 +136,10 @@ def test_run_lifecycle_and_everything_get_run_returns(db: Path) -> None:
         ledger.attempts.set_pid(attempt, 999)
         ledger.spend.add(attempt, 0.25, input_tokens=100, output_tokens=10, steps=1)
         ledger.spend.add(attempt, 0.5, input_tokens=50, output_tokens=5, steps=2)
-        assert ledger.commits.record(
-            sha="f" * 40, run_id="r-20261130-aaaa", task_id="schema", attempt_id=attempt, branch="main",
-            message="Add receipts", committed_at_ms=ticks.ms,
-        )  # fmt: skip
-        assert not ledger.commits.record(
-            sha="f" * 40, run_id="r-20261130-aaaa", task_id="schema", attempt_id=None, branch="main",
-            message="again", committed_at_ms=ticks.ms,
-        )  # fmt: skip
+        where = {"run_id": "r-20261130-aaaa", "task_id": "schema", "branch": "main"}
+        assert ledger.commits.record([("f" * 40, "Add receipts", ticks.ms)], attempt_id=attempt, **where) == 1
+        # a commit this run already has is left as it was
+        assert ledger.commits.record([("f" * 40, "again", ticks.ms)], attempt_id=None, **where) == 0
         ticks.ms += 1500
         done = AttemptEnd("succeeded", "done", exit_code=0, cpu_seconds=1.5, peak_rss_bytes=1 << 20)
         ledger.attempts.finish(attempt, done)
@@ -283,9 +279,13 @@ def test_every_query_in_the_ledger_docs_runs(db: Path) -> None:
         ledger.tasks.add("r-20261130-091500-1a2b", emitted, {})
         attempt = ledger.attempts.start("r-20261130-091500-1a2b", "writer", pipeline="plain")
         ledger.spend.add(attempt, 0.5, input_tokens=10, output_tokens=2)
-        ledger.commits.record(sha="a" * 40, run_id="r-20261130-091500-1a2b", task_id="writer",
-                             attempt_id=attempt, branch="main", message="m",
-                             committed_at_ms=ticks.ms)  # fmt: skip
+        ledger.commits.record(
+            [("a" * 40, "m", ticks.ms)],
+            run_id="r-20261130-091500-1a2b",
+            task_id="writer",
+            attempt_id=attempt,
+            branch="main",
+        )
         ticks.ms += 1000
         ledger.attempts.finish(attempt, AttemptEnd(outcome="failed", exit_code=1, summary="nope"))
         ledger.tasks.set_status("r-20261130-091500-1a2b", "writer", "skipped", "spend limit reached")
@@ -312,9 +312,8 @@ def test_a_succeeded_task_with_no_commit_is_flagged_shared_or_isolated(db: Path)
             attempt = ledger.attempts.start("r1", task.id, pipeline="command")
             ledger.attempts.finish(attempt, AttemptEnd(outcome="succeeded", exit_code=0, summary="done"))
         ledger.commits.record(
-            sha="a" * 40, run_id="r1", task_id="made-one", attempt_id=None, branch="main", message="m",
-            committed_at_ms=1,
-        )  # fmt: skip
+            [("a" * 40, "m", 1)], run_id="r1", task_id="made-one", attempt_id=None, branch="main"
+        )
         model = run_model(ledger.get_run("r1"), now_ms=0, alive=lambda pid, at: False)
         [row] = ledger.runs.page(limit=1, offset=0)
     assert model["run"]["no_commits"] == ["shared", "iso"] == row["no_commits"]

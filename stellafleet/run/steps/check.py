@@ -5,14 +5,11 @@ attempts (reason `check`). With `check_fails_first` it must fail on the start co
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, CheckPhase, FollowUpReason, Stop, StopReason
 from stellafleet.git import gitops
-from stellafleet.proc import shell
-from stellafleet.run import bootstrap, checking
+from stellafleet.run import checking
 from stellafleet.run.checking import CheckRun
 from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, FollowUp, RunSettings
 from stellafleet.state.ledger import Ledger
@@ -112,73 +109,31 @@ class Check(AttemptStep):
     def _run(
         self, attempt: AttemptState, phase: CheckPhase, commit: str | None, *, in_place: bool
     ) -> CheckRun:
-        """The check on commit, in the task's own worktree (in_place) or a fresh scratch checkout; its row."""
+        """The check on commit, in the task's own worktree (in_place) or a fresh check tree; its row."""
         task, ctx, settings = attempt.task, attempt.ctx, self.settings
         assert task.check is not None
-        log = settings.paths.check_log(ctx.run_id, ctx.task_id, ctx.attempt_id, phase)
-        env = checking.check_env(attempt.env)
-
-        def run_in(tree: Path, record: checking.Tracked) -> CheckRun:  # in a tree that holds commit
-            return checking.run_check(
-                task.check or "",
-                tree,
-                env=env,
-                timeout=task.check_timeout,
-                log_path=log,
-                tail_bytes=settings.config.fleet.check_log_bytes,
-                commit=commit,
-                stop=attempt.stopping,
-                on_start=record.started,
-                main_tree=settings.root,
-            )
-
+        row = checking.CheckRow(ctx.run_id, ctx.task_id, phase, attempt_id=ctx.attempt_id)
         dirty = gitops.changed_paths(ctx.workspace) if in_place and phase == CheckPhase.AFTER else []
-        with checking.tracked(settings.root) as record:
-            if commit is None:
-                run = checking.not_run(task.check, "no commits: the task committed nothing for its check")
-            elif dirty:
-                shown = " ".join(dirty[:5]) + (" ..." if len(dirty) > 5 else "")
-                run = checking.not_run(task.check, f"uncommitted changes: {shown}", commit)
-            elif in_place:
-                run = run_in(ctx.workspace, record)
-            else:
-                run = self._in_scratch(attempt, commit, record, run_in)
-        self._record(attempt, phase, run)
-        return run
-
-    def _in_scratch(
-        self,
-        attempt: AttemptState,
-        commit: str,
-        record: checking.Tracked,
-        run_in: Callable[[Path, checking.Tracked], CheckRun],
-    ) -> CheckRun:
-        """run_in a fresh checkout of commit, readied as a worktree is (its setup's lines in the task log)."""
-        settings, ctx = self.settings, attempt.ctx
-        try:
-            config = settings.config.worktree
-            with checking.check_tree(
-                settings.root, commit, config, attempt.env, ctx.log_path, record, attempt.stopping
-            ) as tree:
-                return run_in(tree, record)
-        except bootstrap.SetupFailed as exc:
-            return checking.not_run(attempt.task.check or "", f"its check tree: {exc}", commit)
-
-    def _record(self, attempt: AttemptState, phase: CheckPhase, run: CheckRun) -> None:
-        ctx = attempt.ctx
-        how = "passed" if run.passed else run.failure().removeprefix("check ")
-        on = f" on {run.commit[:12]}" if run.commit else ""
-        said = f"check ({phase}){on}: {how} in {run.seconds:.1f} s; its log: {run.log_path}"
-        shell.log_line(ctx.log_path, said)
-        self.ledger.checks.add(
-            run_id=ctx.run_id,
-            task_id=ctx.task_id,
-            attempt_id=ctx.attempt_id,
-            phase=phase,
-            command=run.command,
-            exit_code=run.exit_code,
-            duration_ms=round(run.seconds * 1000),
-            commit=run.commit,
-            output_tail=run.tail,
-            log_path=str(run.log_path) if run.log_path else None,
+        if commit is None or dirty:
+            shown = " ".join(dirty[:5]) + (" ..." if len(dirty) > 5 else "")
+            why = f"uncommitted changes: {shown}" if dirty else checking.NO_COMMITS
+            return checking.recorded(
+                self.ledger, row, checking.not_run(task.check, why, commit), ctx.log_path
+            )
+        log = settings.paths.check_log(ctx.run_id, ctx.task_id, ctx.attempt_id, phase)
+        fresh = checking.FreshTree(
+            settings.config.worktree, settings.config.fleet.init_submodules, attempt.env
         )
+        [run] = checking.run_and_record(
+            self.ledger,
+            row,
+            [checking.Command(task.check, task.check_timeout, log)],
+            commit,
+            tree=ctx.workspace if in_place else fresh,  # a fresh one's setup lines go to the task's log
+            root=settings.root,
+            env=checking.check_env(attempt.env),
+            log_path=ctx.log_path,
+            tail_bytes=settings.config.fleet.check_log_bytes,
+            stop=attempt.stopping,
+        )
+        return run

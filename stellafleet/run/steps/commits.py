@@ -20,14 +20,8 @@ class BranchCommits(AttemptStep):
         own_since = (
             ctx.start_commit if attempt.task.base == "parents" and ctx.start_commit else ctx.base_commit
         )
-        for commit in gitops.commits_between(ctx.root, own_since, ctx.branch):
-            self.ledger.commits.record(
-                sha=commit.sha,
-                run_id=ctx.run_id,
-                task_id=ctx.task_id,
-                attempt_id=ctx.attempt_id,
-                branch=ctx.branch,
-                message=commit.message,
-                committed_at_ms=commit.committed_at_ms,
-            )
+        own = gitops.commits_between(ctx.root, own_since, ctx.branch)
+        self.ledger.commits.record(
+            own, run_id=ctx.run_id, task_id=ctx.task_id, attempt_id=ctx.attempt_id, branch=ctx.branch
+        )
         return end

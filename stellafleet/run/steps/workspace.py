@@ -3,10 +3,8 @@ names what readies each: the `[worktree] setup` command and the `.worktreeinclud
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, StopReason
-from stellafleet.git import hooks, include, submodules, worktrees
+from stellafleet.git import include, worktrees
 from stellafleet.run import bootstrap
 from stellafleet.run.events import Emit, SetupStarted
 from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, BeforeRun, Preflight, RunSettings
@@ -71,9 +69,6 @@ class Workspaces(AttemptStep):
         worktrees.worktree_add(settings.root, ctx.workspace, ctx.branch, start)
         if bootstrap.starts_on_salvage(attempt.env, ctx.start_commit):
             worktrees.fold_start_commit(ctx.workspace)
-        if settings.config.fleet.init_submodules:
-            submodules.init_in_worktree(settings.root, ctx.workspace)
-        hooks.share_relative_folder(settings.root, ctx.workspace)
         self.ledger.tasks.set_workspace(ctx.run_id, ctx.task_id, ctx.branch, str(ctx.workspace))
         if settings.config.worktree.setup is not None:
             self.ledger.attempts.set_setup_started(ctx.attempt_id)
@@ -87,6 +82,7 @@ class Workspaces(AttemptStep):
                 ctx.log_path,
                 attempt.stopping,
                 root=settings.root,
+                init_submodules=settings.config.fleet.init_submodules,
             )
         except bootstrap.SetupFailed as exc:
             if exc.seconds is not None:
@@ -95,18 +91,14 @@ class Workspaces(AttemptStep):
                 raise AttemptFailed(
                     AttemptEnd(AttemptOutcome.INTERRUPTED, str(exc), StopReason.INTERRUPTED.value)
                 ) from None
-            failed = replace(AttemptEnd.failed(str(exc)), cpu_seconds=exc.cpu_seconds or None)
-            raise AttemptFailed(failed) from None
+            raise AttemptFailed(AttemptEnd.failed(str(exc)).plus_cpu(exc.cpu_seconds)) from None
         if setup is not None:
             self.ledger.attempts.set_setup(ctx.attempt_id, setup.seconds)
             self.setup_cpu[ctx.attempt_id] = setup.cpu_seconds
 
     def ended(self, attempt: AttemptState, end: AttemptEnd) -> AttemptEnd:
         """The setup's CPU counts in the attempt's: it is part of what the attempt cost the machine."""
-        setup_cpu = self.setup_cpu.pop(attempt.ctx.attempt_id, 0.0)
-        if not setup_cpu:
-            return end
-        return replace(end, cpu_seconds=(end.cpu_seconds or 0.0) + setup_cpu)
+        return end.plus_cpu(self.setup_cpu.pop(attempt.ctx.attempt_id, 0.0))
 
     def released(self, attempt: AttemptState) -> None:
         self.indexes.release(attempt.task.id)
