@@ -220,8 +220,14 @@ _V9 = ("ALTER TABLE attempts ADD COLUMN worktree_index INTEGER",)  # its STELLA_
 
 _V10 = ("ALTER TABLE attempts ADD COLUMN setup_started_ms INTEGER",)  # a setup runs until setup_ms is set
 
+# the worker's start time, so a reused pid is never taken for it (an older row: its attempt's start)
+_V11 = (
+    "ALTER TABLE attempts ADD COLUMN pid_started_ms INTEGER",
+    "UPDATE attempts SET pid_started_ms = started_at_ms WHERE pid IS NOT NULL",
+)
+
 # MIGRATIONS[n] takes a ledger from user_version n to n + 1. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
 
 LEDGER_SCHEMA = Schema(label="fleet ledger", application_id=0x53544C46, migrations=MIGRATIONS)  # "STLF"
 
