@@ -4,7 +4,6 @@ through the run's Dispatcher: an attempt in the ledger, under the run's spend li
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import SpendBudget
 from stellafleet.git import gitops
 from stellafleet.plan.model import PlanTask
+from stellafleet.run.background import run_in_background
 from stellafleet.run.dispatch import Dispatcher, TaskFailed
 from stellafleet.run.events import SkipTask
 from stellafleet.run.executor import LocalExecutor
@@ -27,35 +27,16 @@ CI_FIX_REASON = "ci-fix"
 
 
 def execute_in_background(dispatcher: Dispatcher, task: PlanTask, *, reason: str | None = None) -> str | None:
-    """dispatcher.execute(task) in a thread while this one waits: Ctrl-C here stops the worker and lets
-    the attempt be recorded before it is raised on. Returns why the task failed, or None."""
-    box: dict[str, BaseException] = {}
-    # an Event, not Thread.join: after Ctrl-C interrupted a join, the next join can return while the
-    # thread still runs, and the attempt would go unrecorded
-    finished = threading.Event()
-
-    def work() -> None:
-        try:
-            dispatcher.execute(task, reason=reason)
-        except BaseException as exc:  # handed back to the waiting thread below
-            box["error"] = exc
-        finally:
-            finished.set()
-
-    thread = threading.Thread(target=work, name=f"stella-{task.id}", daemon=True)
-    thread.start()
+    """dispatcher.execute(task) in the background: Ctrl-C here stops the worker and lets the attempt be
+    recorded before it is raised on. Returns why the task failed, or None."""
     try:
-        while not finished.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        dispatcher.stop_workers()
-        finished.wait()
-        raise
-    error = box.get("error")
-    if isinstance(error, TaskFailed | SkipTask):  # SkipTask: too little of the spend limit is left
-        return str(error)
-    if error is not None:
-        raise error
+        run_in_background(
+            lambda: dispatcher.execute(task, reason=reason),
+            on_interrupt=dispatcher.stop_workers,
+            name=f"stella-{task.id}",
+        )
+    except (TaskFailed, SkipTask) as failed:  # SkipTask: too little of the spend limit is left
+        return str(failed)
     return None
 
 
