@@ -82,7 +82,7 @@ def _live_reasons(detail: dict[str, Any], alive: Callable[[int | None, int | Non
         if attempt.get("finished_at_ms") is not None:
             continue
         pid = attempt.get("pid")
-        if pid and alive(pid, attempt.get("started_at_ms")):
+        if pid and alive(pid, attempt.get("pid_started_ms")):
             reasons[attempt["task_id"]] = f"attempt {attempt['id']} is still running (pid {pid})"
         elif not pid and run_live:
             reasons[attempt["task_id"]] = f"attempt {attempt['id']} is starting (fleet pid {run.get('pid')})"

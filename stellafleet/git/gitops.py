@@ -244,15 +244,17 @@ def _git_processes() -> list[int]:
 
 
 def git_processes_in(root: Path, *, started_before: float) -> list[psutil.Process]:
-    """The git processes working in root's work tree that started before a time (time.time())."""
+    """The git processes working in root's work tree that may have started before a time (time.time())."""
     import psutil
+
+    from stellafleet.proc.pids import started_after
 
     top = str(root.resolve())
     found: list[psutil.Process] = []
     for pid in _git_processes():
         try:
             proc = psutil.Process(pid)
-            if proc.create_time() > started_before:
+            if started_after(proc.create_time(), started_before):
                 continue
             cwd = proc.cwd()
         except (psutil.Error, OSError):

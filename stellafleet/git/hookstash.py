@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from stellafleet.git import gitops, hooks
-from stellafleet.git.nodeclone import locked
+from stellafleet.proc.flock import locked
 
 LOCK_NAME = "hooks.lock"  # in the repository's .stella/private/: every worker and fleet of it
 # lint-staged keeps its backup in the stash; a hook script may stash by itself

@@ -17,14 +17,13 @@ import psutil
 from stellafleet.core.errors import GitError
 from stellafleet.git import gitops, index
 from stellafleet.proc.group import live
-from stellafleet.proc.pids import ProcessIdentity, pid_alive_since
+from stellafleet.proc.pids import ProcessIdentity
 
 MARKER = "stella-index-lock"
 LOCK_WAIT_S = 10.0
 LOCK_POLL_S = 0.005
 LINGER_S = 0.1  # the most the lock is held for a git process that may have read the replaced index
 LINGER_POLL_S = 0.002
-CLOCK_TICK_S = 0.02  # process start times are known to a clock tick: a process this close may be older
 ASIDE_PREFIX = ".stella-"
 _serial = itertools.count()
 
@@ -34,8 +33,20 @@ def index_file(root: Path) -> Path:
     return gitops.git_path(root, "--git-path", "index")
 
 
-def _aside(index: Path, pid: int, what: str) -> Path:
-    return index.with_name(f"{index.name}{ASIDE_PREFIX}{what}-{pid}")
+def _aside(index: Path, what: str) -> Path:
+    """A file beside index for this process, named with its pid and start time: `index.stella-new3-PID-MS`."""
+    me = ProcessIdentity.of()
+    assert me is not None
+    return index.with_name(f"{index.name}{ASIDE_PREFIX}{what}-{me.pid}-{round(me.started_at * 1000)}")
+
+
+def _maker(leftover: str) -> ProcessIdentity | None:
+    """The process an aside file's name says made it (git may have added `.lock`); None for an older
+    stella's names (its pid alone, its note `installed`)."""
+    _, *owner = leftover.split(".")[0].split("-")
+    if len(owner) != 2 or not all(part.isdigit() for part in owner):
+        return None
+    return ProcessIdentity(int(owner[0]), int(owner[1]) / 1000)
 
 
 def identity(path: Path) -> str | None:
@@ -68,7 +79,7 @@ def stale_marker(lock: Path) -> int | None:
 
 
 def remove_dead_leftovers(index: Path) -> list[Path]:
-    """index.lock left by a dead stella, and the aside files (`index.stella-*-PID`) of dead stella
+    """index.lock left by a dead stella, and the aside files (`index.stella-*-PID-MS`) of dead stella
     processes; returns what was removed. A live holder's files and git's own lock are left alone."""
     removed: list[Path] = []
     lock = index.with_name(index.name + ".lock")
@@ -77,9 +88,8 @@ def remove_dead_leftovers(index: Path) -> list[Path]:
             lock.unlink()
             removed.append(lock)
     for leftover in index.parent.glob(f"{index.name}{ASIDE_PREFIX}*"):
-        pid_text = leftover.name.rsplit("-", 1)[-1].split(".")[0]
-        dead = not pid_text.isdigit() or not pid_alive_since(int(pid_text), None, tolerance_s=0.0)
-        if dead or leftover.name == f"{index.name}{ASIDE_PREFIX}installed":  # an older stella's note
+        maker = _maker(leftover.name[len(index.name) + len(ASIDE_PREFIX) :])
+        if maker is None or not maker.is_alive():
             with contextlib.suppress(OSError):
                 leftover.unlink()
                 removed.append(leftover)
@@ -116,7 +126,7 @@ def prepare_update(
 ) -> Update:
     """The real index with exactly these entries set (or removed), prepared aside. quick (under the lock):
     only that; else also the stat data refreshed and the cache tree complete, as `git commit` leaves it."""
-    staged = _aside(real, os.getpid(), f"new{next(_serial)}")
+    staged = _aside(real, f"new{next(_serial)}")
     env = index.with_index(staged)
     source = _copy(real, staged)
     if source is None:
@@ -180,7 +190,7 @@ class IndexLock:
         identity = ProcessIdentity.of()
         assert identity is not None
         index = index_file(root) if index is None else index
-        marker = _aside(index, identity.pid, "lock")
+        marker = _aside(index, "lock")
         marker.write_text(f"{MARKER} {identity.pid} {identity.started_at!r}\n")
         lock = cls(root, index, marker)
         try:
@@ -232,7 +242,7 @@ class IndexLock:
         if self._installed_at is None:
             return
         deadline = time.monotonic() + LINGER_S
-        racing = gitops.git_processes_in(self.root, started_before=self._installed_at + CLOCK_TICK_S)
+        racing = gitops.git_processes_in(self.root, started_before=self._installed_at)
         racing = [proc for proc in racing if _may_write(proc, self.index)]
         while racing and time.monotonic() < deadline:
             time.sleep(LINGER_POLL_S)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.git import bundle, gitops
+from stellafleet.proc.flock import locked
 
 CACHE_ENV = "STELLA_NODE_CACHE"
 READY = ".git/stella-clone-ready"  # written last: a clone without it was cut short and is made again
@@ -21,15 +20,6 @@ def cache_dir() -> Path:
         return Path(os.environ[CACHE_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "stella" / "clones"
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """path's flock, held for the body by this process (the kernel drops it when the process dies)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:  # closing it releases the lock
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
 
 
 def base_clone(write_bundle: Callable[[Path], None], base_commit: str, *, cache: Path | None = None) -> Path:

@@ -17,7 +17,7 @@ from stellafleet.core.status import AttemptEnd, AttemptOutcome, MergeStatus, Tas
 from stellafleet.git import gitops, mergeops, worktrees
 from stellafleet.git.clean import uncommitted
 from stellafleet.proc.group import group_exists, stop_group
-from stellafleet.proc.pids import pid_alive, pid_alive_since
+from stellafleet.proc.pids import pid_alive
 from stellafleet.run.salvaging import salvage_attempt
 from stellafleet.state import journal
 from stellafleet.state.ledger import Ledger
@@ -25,7 +25,6 @@ from stellafleet.state.ledger import Ledger
 RECORD = "merge"
 STOP_GRACE_S = 2.0  # for a killed merge's resolve worker
 LOCK_CLOCK_SLACK_S = 2.0  # file times may be coarse: a lock made just after the record may look older
-PROCESS_CLOCK_TICK_S = 0.05  # a process's start time is known to a clock tick (and boot-time rounding)
 
 
 class Journal:
@@ -98,8 +97,8 @@ def _drop_index_lock(root: Path, journal_at: float | None) -> str | None:
             f"{shown} is older than the killed merge's last step, so it may be another git's: if no git "
             "command is running in this repository, remove it and run any stella command again"
         )
-    # only a git started before the lock was made can hold it (start times are known to a clock tick)
-    running = gitops.git_processes_in(root, started_before=made + PROCESS_CLOCK_TICK_S)
+    # only a git started before the lock was made can hold it
+    running = gitops.git_processes_in(root, started_before=made)
     if running:
         raise GitError(
             f"{shown} is there and a git process runs in this repository (pid {running[0].pid}): left "
@@ -151,9 +150,9 @@ def _stop_worker(attempt: dict[str, Any]) -> bool:
     if pid is None:
         return False
     # The leader gone (or a zombie) but its group still there: the worker's own children, which outlived
-    # it (a new process given the same pid would lead a group of that pid, and is alive: pid_alive tells).
-    leftovers = group_exists(int(pid)) and not pid_alive_since(int(pid), None, tolerance_s=0.0)
-    if not (pid_alive(int(pid), attempt.get("started_at_ms")) or leftovers):
+    # it (a new process given the pid since would lead a group of that pid: a live process at the pid).
+    leftovers = group_exists(int(pid)) and not pid_alive(int(pid), None)
+    if not (pid_alive(int(pid), attempt.get("pid_started_ms")) or leftovers):
         return False
     stop_group(int(pid), STOP_GRACE_S)
     return True
@@ -201,7 +200,7 @@ def _finish_resolve(root: Path, ledger: Ledger, noted: dict[str, Any]) -> str:
     """Finish the resolve task a killed `stella merge --resolve` noted: its worker stopped, its work salvaged
     before the worktree goes (kept when it could not be); what was done, in words."""
     run_id, task_id, tip = str(noted["run_id"]), str(noted["task_id"]), noted.get("tip")
-    columns = "id, task_id, outcome, pid, started_at_ms, worktree, branch, salvage_sha"
+    columns = "id, task_id, outcome, pid, pid_started_ms, worktree, branch, salvage_sha"
     attempts = [a for a in ledger.attempts.of_run(run_id, columns) if a["task_id"] == task_id]
     done: list[str] = []
     for attempt in attempts:

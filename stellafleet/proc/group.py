@@ -52,6 +52,8 @@ def carrying(identity: Mapping[str, str], *, born: float = 0.0) -> list[psutil.P
     when it is this process's own; those started before born predate the attempt and are never read."""
     import psutil
 
+    from stellafleet.proc.pids import started_after
+
     if len(identity) < len(IDENTITY_KEYS) or identity_in(os.environ) == identity:
         return []
     me = psutil.Process()
@@ -61,7 +63,7 @@ def carrying(identity: Mapping[str, str], *, born: float = 0.0) -> list[psutil.P
         if proc.pid in ours:
             continue
         with contextlib.suppress(psutil.Error, OSError):
-            if born and proc.create_time() < born - 1.0:
+            if born and started_after(born, proc.create_time()):
                 continue
             environ = proc.environ()
             if all(environ.get(key) == value for key, value in identity.items()):
@@ -89,11 +91,13 @@ def working_in(path: Path) -> list[psutil.Process]:
 
 
 def live(proc: psutil.Process) -> bool:
-    """Whether proc still runs (a zombie has ended: it only waits to be reaped)."""
+    """Whether proc still runs (a zombie has ended: it only waits to be reaped): rule 2 (proc/pids.py)."""
     import psutil
 
+    from stellafleet.proc.pids import ProcessIdentity
+
     try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        return ProcessIdentity(proc.pid, proc.create_time()).is_alive()
     except psutil.Error:
         return False
 

@@ -1,5 +1,7 @@
-"""Is pid P, started at T, still running (where no lock can be held)? One created after T is another program.
-Errs towards "alive": a wrong "alive" keeps a claim a little longer, a wrong "dead" hands out work in use."""
+"""Liveness rule 2, for a recorded process where no lock can be held: its pid plus a moment it is known to
+have run (its start time, or later). A pid is reused only after its process ended, so a process created
+after that moment is another program. Errs towards "alive": a wrong "alive" keeps a claim a little longer,
+a wrong "dead" hands out work in use. (Rule 1, a lock the kernel drops when its owner dies: proc/flock.py.)"""
 
 from __future__ import annotations
 
@@ -8,8 +10,7 @@ from dataclasses import dataclass
 
 import psutil
 
-START_TIME_TOLERANCE_S = 1.0  # psutil's own reading: clock-tick rounding
-LEDGER_SPAWN_GRACE_S = 300.0  # a ledger row's wall time, written before the spawn on a busy machine
+START_TIME_TOLERANCE_S = 1.0  # psutil's start times read up to 1 s early (its boot time is whole seconds)
 
 
 def process_start_time(pid: int) -> float | None:
@@ -20,27 +21,16 @@ def process_start_time(pid: int) -> float | None:
         return None
 
 
-def pid_alive_since(pid: int | None, started_at_s: float | None, *, tolerance_s: float) -> bool:
-    """True when pid is running (not a zombie) and was created no later than started_at_s + tolerance_s
-    (started_at_s None: any process holding pid)."""
-    if not pid or pid <= 0:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        created = proc.create_time()
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:
-        return True
-    return started_at_s is None or created <= started_at_s + tolerance_s
+def started_after(created_s: float, moment_s: float) -> bool:
+    """Whether a process psutil says was created at created_s surely started after moment_s: every start-time
+    comparison takes this one tolerance."""
+    return created_s > moment_s + START_TIME_TOLERANCE_S
 
 
-def pid_alive(pid: int | None, started_at_ms: int | None) -> bool:
-    """True when pid could still be the process a ledger row recorded at started_at_ms (epoch ms)."""
-    started_at_s = None if started_at_ms is None else started_at_ms / 1000
-    return pid_alive_since(pid, started_at_s, tolerance_s=LEDGER_SPAWN_GRACE_S)
+def pid_alive(pid: int | None, known_at_ms: int | None) -> bool:
+    """A ledger row's process: pid, running at known_at_ms (epoch ms; None: any process holding pid)."""
+    known_at_s = float("inf") if known_at_ms is None else known_at_ms / 1000
+    return pid is not None and ProcessIdentity(pid, known_at_s).is_alive()
 
 
 def descends_from(pid: int) -> bool:
@@ -56,13 +46,13 @@ def in_pid_namespace_since(since_ms: int) -> bool:
     """True when this process lives in a PID namespace made at or after since_ms (epoch ms), as in an
     agent CLI's sandbox, where the processes that started it are not visible."""
     init_started = process_start_time(1)
-    # psutil's start times read up to a second early (the boot time is in whole seconds)
-    return init_started is not None and (init_started + START_TIME_TOLERANCE_S) * 1000 >= since_ms
+    return init_started is not None and not started_after(since_ms / 1000, init_started)
 
 
 @dataclass(frozen=True)
 class ProcessIdentity:
-    """A process named so that a reused pid is not mistaken for it: its pid and psutil start time (s)."""
+    """A process named so that a reused pid is not mistaken for it: its pid and a moment it ran (epoch s),
+    its psutil start time when taken with of()."""
 
     pid: int
     started_at: float
@@ -75,5 +65,16 @@ class ProcessIdentity:
         return None if started is None else cls(pid, started)
 
     def is_alive(self) -> bool:
-        """True while this very process runs: the pid is taken by no process started after it."""
-        return pid_alive_since(self.pid, self.started_at, tolerance_s=START_TIME_TOLERANCE_S)
+        """Rule 2: pid is held by a running process (not a zombie) created no later than started_at."""
+        if self.pid <= 0:
+            return False
+        try:
+            proc = psutil.Process(self.pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return False
+            created = proc.create_time()
+        except psutil.NoSuchProcess:
+            return False
+        except psutil.AccessDenied:
+            return True
+        return not started_after(created, self.started_at)

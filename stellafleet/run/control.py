@@ -29,6 +29,7 @@ from stellafleet.core.spend import SpendBudget, overspent
 from stellafleet.core.status import RunStatus, Stop, StopReason, TaskStatus
 from stellafleet.core.words import plural
 from stellafleet.git import dirty, gitops
+from stellafleet.run.background import run_in_background
 from stellafleet.run.events import Emit, Event, EventSink, Notice, RunStarted, TaskSkipped, WaveStarted
 from stellafleet.run.executor import Executor, LocalExecutor
 from stellafleet.run.expand import Expansions
@@ -303,7 +304,7 @@ class FleetRun:
             )
             with interrupts.installed():
                 self._record_start(ledger)
-                _in_background(runner.run)
+                run_in_background(runner.run, on_interrupt=server.stop_workers, name="stella-waves")
         return runner, interrupts.count > 0
 
     def _expansions(self, ledger: Ledger) -> Expansions:
@@ -386,21 +387,3 @@ class FleetRun:
                 p.run_id, status, exit_code=code, reason="watch: a watched branch did not end green"
             )
         return result.to_json(), code
-
-
-def _in_background(work: Callable[[], object]) -> None:
-    """Run the tasks in a thread; the main thread only waits (and takes the signals)."""
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            work()
-        except BaseException as exc:  # handed back to the main thread below
-            errors.append(exc)
-
-    thread = threading.Thread(target=target, name="stella-waves", daemon=True)
-    thread.start()
-    while thread.is_alive():
-        thread.join(0.5)
-    if errors:
-        raise errors[0]

@@ -132,7 +132,7 @@ def finalise_run(ledger: Ledger, store: ClaimStore | None, run_id: str, *, root:
     if run is None or run["status"] != RunStatus.RUNNING:
         return True
     attempts = ledger.attempts.running(run_id)
-    if any(a["pid"] is not None and pid_alive(a["pid"], a["started_at_ms"]) for a in attempts):
+    if any(a["pid"] is not None and pid_alive(a["pid"], a["pid_started_ms"]) for a in attempts):
         return False  # a worker still runs: its claims stay held until it has ended too
     saved = _salvage_open(ledger, store, root, run_id, attempts) if root is not None else 0
     gone = (

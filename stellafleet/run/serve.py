@@ -5,10 +5,9 @@ that failed with nothing left to try, are left `needs_you`: what every view read
 
 from __future__ import annotations
 
-import threading
-
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, FollowUpReason, RequestState
 from stellafleet.plan.model import PlanTask
+from stellafleet.run.background import run_in_background
 from stellafleet.run.dispatch import Dispatcher
 from stellafleet.run.events import SkipTask
 from stellafleet.run.steps import FollowUp, Request
@@ -81,32 +80,12 @@ class Server:
     def serve_waiting(self, request_id: int, task: PlanTask) -> str | None:
         """serve() in a thread while this one waits: Ctrl-C here stops the worker and lets the attempt be
         recorded before it is raised on. Why the task failed (or was skipped), or None."""
-        box: dict[str, BaseException] = {}
-        # an Event, not Thread.join: after Ctrl-C interrupted a join, the next join can return while the
-        # thread still runs, and the attempt would go unrecorded
-        finished = threading.Event()
-
-        def work() -> None:
-            try:
-                self.serve(request_id, task)
-            except BaseException as exc:  # handed back to the waiting thread below
-                box["error"] = exc
-            finally:
-                finished.set()
-
-        threading.Thread(target=work, name=f"stella-{task.id}", daemon=True).start()
         try:
-            while not finished.wait(0.5):
-                pass
-        except KeyboardInterrupt:
-            self.stop_workers()
-            finished.wait()
-            raise
-        error = box.get("error")
-        if isinstance(error, TaskFailed | SkipTask | RequestTaken):  # SkipTask: too little spend is left
-            return str(error)
-        if error is not None:
-            raise error
+            run_in_background(
+                lambda: self.serve(request_id, task), on_interrupt=self.stop_workers, name=f"stella-{task.id}"
+            )
+        except (TaskFailed, SkipTask, RequestTaken) as failed:  # SkipTask: too little spend is left
+            return str(failed)
         return None
 
     def _serve_from(self, task: PlanTask, request: Request | None) -> bool:

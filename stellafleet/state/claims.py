@@ -1,19 +1,21 @@
-"""Cooperative file claims and the commit lane, in `.stella/private/store.db`; a dead holder's claim is
-taken over. All claims SQL lives here."""
+"""Cooperative file claims, in `.stella/private/store.db` (a dead holder's claim is taken over), and the
+commit lane, an flock beside it. All claims SQL lives here."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import logging
+import os
 import posixpath
 import sqlite3
 from collections.abc import Iterator, Sequence
-from dataclasses import astuple, dataclass, fields
+from dataclasses import asdict, astuple, dataclass, fields
 from pathlib import Path
 
 from stellafleet.core.clock import Clock, SystemClock, wall_ms
 from stellafleet.core.errors import ClaimConflict, StellaError
+from stellafleet.proc.flock import try_lock
 from stellafleet.proc.pids import ProcessIdentity
 from stellafleet.state.sqlitefile import Database, Handle, Schema
 
@@ -39,7 +41,7 @@ _V1 = (
     f"""CREATE TABLE commit_lane (
         id INTEGER PRIMARY KEY CHECK (id = 1),{_HOLDER_DDL}
         acquired_at_ms INTEGER NOT NULL
-    )""",
+    )""",  # no longer used: the lane is an flock (commit_lane below)
 )
 
 STORE_SCHEMA = Schema(label="claim store", application_id=0x53544C43, migrations=(_V1,))  # "STLC"
@@ -82,6 +84,13 @@ class Holder:
 
 def _holder(row: sqlite3.Row) -> Holder:
     return Holder(*(row[spec.name] for spec in fields(Holder)))
+
+
+def _lane_file_holder(fd: int) -> Holder | None:
+    """The holder the commit lane's file names, if any."""
+    with contextlib.suppress(ValueError, TypeError):
+        return Holder(**json.loads(os.pread(fd, 4096, 0) or b"null"))
+    return None
 
 
 def normalize_path(path: str) -> str:
@@ -179,52 +188,40 @@ class ClaimStore(Handle):
 
     @contextlib.contextmanager
     def commit_lane(self, holder: Holder, *, timeout: float = 60.0) -> Iterator[None]:
-        """Hold the workspace-wide commit lane for the body; waits up to timeout seconds for it."""
+        """Hold the workspace-wide commit lane for the body; waits up to timeout seconds for it. The lane is
+        an flock (rule 1: a killed holder's goes with it), its file naming the holder while it is held."""
         deadline = self._clock.now() + timeout
-        while True:
-            current = self._try_lane(holder)
-            if current is None:
-                break
+        while (fd := try_lock(self._lane)) is None:
             if self._clock.now() >= deadline:
+                current = self.lane_holder()
                 raise StellaError(
-                    f"the commit lane is still held by {current.describe()} after {timeout:g}s: "
-                    "try the commit again later"
+                    f"the commit lane is still held by {current.describe() if current else 'another process'}"
+                    f" after {timeout:g}s: try the commit again later"
                 )
             self._clock.sleep(LANE_POLL_S)
         try:
+            if (stale := _lane_file_holder(fd)) is not None:  # never cleared: its holder was killed
+                log.warning(
+                    "took over the commit lane from %s: that process is no longer running", stale.describe()
+                )
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(asdict(holder)).encode(), 0)
             yield
         finally:
-            self._db.execute(
-                "DELETE FROM commit_lane WHERE id = 1 AND run_id = ? AND attempt_id = ? AND pid = ?",
-                (holder.run_id, holder.attempt_id, holder.pid),
-            )
+            os.ftruncate(fd, 0)
+            os.close(fd)
 
-    def _try_lane(self, holder: Holder) -> Holder | None:
-        """Take the lane if it is free or its holder is dead; else return the live holder."""
-        stale: Holder | None = None
-        with self._db.write() as conn:
-            row = conn.execute(f"SELECT {_HOLDER_COLUMNS} FROM commit_lane WHERE id = 1").fetchone()
-            if row is not None:
-                current = _holder(row)
-                if current.is_alive():
-                    return current
-                stale = current
-            conn.execute(
-                "INSERT OR REPLACE INTO commit_lane (id, run_id, task_id, task_title, attempt_id, pid,"
-                " pid_started, acquired_at_ms) VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
-                (*astuple(holder), self._db.now_ms()),
-            )
-        if stale is not None:
-            log.warning(
-                "took over the commit lane from %s: that process is no longer running", stale.describe()
-            )
-        return None
+    @property
+    def _lane(self) -> Path:
+        return self.path.with_name("commit-lane.flock")  # not `*.lock`: those beside it are journal owners'
 
     def lane_holder(self) -> Holder | None:
-        """Who holds the commit lane right now (None when free or held by a dead process)."""
-        rows = self._db.read(f"SELECT {_HOLDER_COLUMNS} FROM commit_lane WHERE id = 1")
-        holder = _holder(rows[0]) if rows else None
-        return holder if holder is not None and holder.is_alive() else None
+        """Who holds the commit lane right now (None when free)."""
+        if (fd := try_lock(self._lane)) is not None:
+            os.close(fd)
+            return None
+        with open(self._lane, "rb") as file:
+            return _lane_file_holder(file.fileno())
 
     def release_attempt_if_held(self, run_id: str, attempt_id: int) -> int:
         """release_attempt, without the write lock when the attempt holds nothing (most attempts)."""

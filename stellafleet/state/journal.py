@@ -4,7 +4,6 @@ a killed one left. An owner holds an flock while it has records: "is it alive" i
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import importlib
 import itertools
 import json
@@ -18,6 +17,7 @@ from typing import Any
 
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
+from stellafleet.proc.flock import try_lock
 
 log = logging.getLogger(__name__)
 
@@ -49,23 +49,6 @@ class Record:
         return None
 
 
-def _take(path: Path) -> int | None:
-    """path's flock, held (its descriptor); None while a live process holds it."""
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        try:
-            if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                return fd
-        except FileNotFoundError:
-            pass
-        os.close(fd)  # its releaser removed it meanwhile: lock the file now at that name
-
-
 class Owner:
     """This process in one journal directory: its lock, held while it has a record there."""
 
@@ -84,7 +67,7 @@ class Owner:
         path = self.directory / f"{name}.json"
         if self._fd is None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._fd = _take(self.lock)  # a name no other process uses: never held
+            self._fd = try_lock(self.lock)  # a name no other process uses: never held
         tmp = self.directory / f"{name}.{self.name}.tmp"
         tmp.write_text(json.dumps({"kind": kind, "owner": self.name, "pid": os.getpid(), **fields}))
         if exclusive and name not in self._records:
@@ -172,7 +155,7 @@ def recover(root: Path) -> None:
     held: dict[str, int] = {}
     try:
         for name in sorted(locks):
-            if (fd := _take(directory / f"{name}.lock")) is not None:
+            if (fd := try_lock(directory / f"{name}.lock")) is not None:
                 held[name] = fd
         if not held:
             return  # every owner lives (a record's owner lock only goes after its last record)
@@ -205,7 +188,7 @@ def _dead_records(
         if who not in held and who in locks:
             continue  # its owner is alive
         if who not in held:  # its lock is gone: take it, so that two commands never repair it at once
-            if (fd := _take(directory / f"{who}.lock")) is None:
+            if (fd := try_lock(directory / f"{who}.lock")) is None:
                 continue
             held[who] = fd
         if read(path) == data:  # still there, as read

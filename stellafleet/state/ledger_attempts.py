@@ -60,7 +60,13 @@ class Attempts(Table):
         self._db.execute(f"UPDATE attempts SET {assignments} WHERE id = ?", (*values, attempt_id))
 
     def set_pid(self, attempt_id: int, pid: int) -> None:
-        self._set(attempt_id, "pid = ?", pid)
+        """The worker's pid and start time, read now (the fleet's child keeps its pid until reaped); with no
+        process at pid, now: any process there later is another."""
+        from stellafleet.proc.pids import process_start_time  # the fleet's: a worker loads no psutil
+
+        started = process_start_time(pid)
+        at_ms = self._db.now_ms() if started is None else round(started * 1000)
+        self._set(attempt_id, "pid = ?, pid_started_ms = ?", pid, at_ms)
 
     def set_progress(self, attempt_id: int, at_ms: int | None = None) -> None:
         """The last time the attempt's worker showed progress (CPU time, output or spend; default now)."""
@@ -140,7 +146,9 @@ class Attempts(Table):
 
     def identity(self, attempt_id: int) -> dict[str, Any] | None:
         """What proves a process acts for an attempt: its run, task, outcome, worker pid and token hash."""
-        return self.get(attempt_id, "run_id, task_id, outcome, pid, started_at_ms, token_sha256")
+        return self.get(
+            attempt_id, "run_id, task_id, outcome, pid, pid_started_ms, started_at_ms, token_sha256"
+        )
 
     def files(self, attempt_id: int) -> dict[str, Any] | None:
         """The log and transcript paths the ledger recorded for an attempt (None: no such attempt)."""
@@ -164,7 +172,7 @@ class Attempts(Table):
 
     def running(self, run_id: str) -> list[dict[str, Any]]:
         return self._db.rows(
-            "SELECT id, pid, started_at_ms FROM attempts WHERE run_id = ? AND outcome = ?",
+            "SELECT id, pid, pid_started_ms FROM attempts WHERE run_id = ? AND outcome = ?",
             (run_id, str(AttemptOutcome.RUNNING)),
         )
 

@@ -221,7 +221,8 @@ _V9 = ("ALTER TABLE attempts ADD COLUMN worktree_index INTEGER",)  # its STELLA_
 _V10 = ("ALTER TABLE attempts ADD COLUMN setup_started_ms INTEGER",)  # a setup runs until setup_ms is set
 
 # Follow-ups are requests, what an attempt learns is a fact (docs/ledger.md). A ledger that predates them
-# gets a needs_you request for each task that failed and each branch whose CI ended red.
+# gets a needs_you request for each task that failed and each branch whose CI ended red. And a worker's
+# start time beside its pid.
 _V11 = (
     """CREATE TABLE requests (
         id INTEGER PRIMARY KEY,
@@ -259,6 +260,9 @@ _V11 = (
         SELECT run_id, task_id, branch, 'ci-fix', COALESCE(conclusion, reason, ''), 'needs_you',
                'ledger upgrade', COALESCE(updated_at_ms, 0)
           FROM ci WHERE state = 'red'""",
+    # the worker's start time, so a reused pid is never taken for it (an older row: its attempt's start)
+    "ALTER TABLE attempts ADD COLUMN pid_started_ms INTEGER",
+    "UPDATE attempts SET pid_started_ms = started_at_ms WHERE pid IS NOT NULL",
 )
 
 # MIGRATIONS[n] takes a ledger from user_version n to n + 1. Append, never edit.

@@ -45,5 +45,5 @@ def prove_attempt(ctx: WorkerContext) -> None:
     worker = row["pid"]
     if worker is None or in_pid_namespace_since(row["started_at_ms"]):
         return  # the worker runs elsewhere, or we run in a sandbox made inside the attempt: the secret rules
-    if not (pid_alive(worker, row["started_at_ms"]) and descends_from(worker)):
+    if not (pid_alive(worker, row["pid_started_ms"]) and descends_from(worker)):
         raise _refuse(f"this process was not started by the worker of {named} (pid {worker})")

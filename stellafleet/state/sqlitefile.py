@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import sqlite3
 import tempfile
@@ -15,6 +14,7 @@ from typing import Any, Self
 from urllib.parse import quote
 
 from stellafleet.core.errors import StellaError
+from stellafleet.proc.flock import locked
 
 # Long enough that a busy fleet never surfaces "database is locked"; writers hold the lock for microseconds.
 BUSY_TIMEOUT_S = 30.0
@@ -133,7 +133,7 @@ def open_database(path: Path, schema: Schema, *, readonly: bool = False) -> sqli
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             if not path.exists():  # an empty one (left by `touch`, say): _initialise_empty builds it
-                with _directory_lock(path.parent):
+                with locked(path.parent):  # its directory's flock: one creator at a time, no lock file
                     if not path.exists():
                         _create_atomically(path, schema)
         except OSError as exc:  # a read-only directory, a file where the directory should be, a full disk
@@ -152,17 +152,6 @@ def open_database(path: Path, schema: Schema, *, readonly: bool = False) -> sqli
         conn.close()
         raise
     return conn
-
-
-@contextlib.contextmanager
-def _directory_lock(directory: Path) -> Iterator[None]:
-    """Serialise creating a database among processes: an advisory lock on its directory (no lock file)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 def _create_atomically(path: Path, schema: Schema) -> None:
@@ -323,7 +312,7 @@ def _tune(conn: sqlite3.Connection, path: Path) -> None:
     # Under the directory lock: two connections switching one file to WAL at once can get "database is
     # locked" without SQLite's busy wait (its deadlock guard).
     if not _is_wal(conn):
-        with _directory_lock(path.parent):
+        with locked(path.parent):
             if not _is_wal(conn):
                 conn.execute("PRAGMA journal_mode=WAL")
     # In WAL mode NORMAL loses no committed data on a process crash and spares an fsync per commit.

@@ -24,11 +24,11 @@ def started_and_live(pid: int | None, started_ms: int | None) -> bool:
 
 
 def test_a_live_attempt_is_judged_by_its_pid_and_its_start_time(git_repo: Path) -> None:
-    """The pid alone is not enough (a recycled pid): alive() is asked with the attempt's start time."""
+    """The pid alone is not enough (a recycled pid): alive() is asked with the worker's start time."""
     branch, path = fleet_worktree(git_repo, "running")
     record(git_repo, RUNNING, {"t": (branch, str(path))}, live=True, attempt_pid=LIVE_PID)
     with Ledger.open(StatePaths(git_repo).fleet_db, readonly=True) as ledger:
-        started = ledger.get_run(RUNNING)["attempts"][0]["started_at_ms"]
+        started = ledger.get_run(RUNNING)["attempts"][0]["pid_started_ms"]
     asked: list[tuple[int | None, int | None]] = []
 
     def alive_when_started(pid: int | None, started_ms: int | None) -> bool:

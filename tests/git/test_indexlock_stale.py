@@ -52,3 +52,21 @@ def test_gits_own_lock_or_one_it_cannot_read_is_left_alone(tmp_path: Path, text:
     index, lock = lock_of(tmp_path, text)
     assert indexlock.stale_marker(lock) is None
     assert indexlock.remove_dead_leftovers(index) == [] and lock.exists()
+
+
+def test_aside_files_name_their_maker_and_only_a_dead_or_reused_makers_go(tmp_path: Path) -> None:
+    me = ProcessIdentity.of()
+    assert me is not None
+    index, _ = lock_of(tmp_path, "git's own\n")
+    ms = round(me.started_at * 1000)
+    mine = [tmp_path / f"index.stella-new1-{me.pid}-{ms}", tmp_path / f"index.stella-new1-{me.pid}-{ms}.lock"]
+    gone = [
+        tmp_path / f"index.stella-new2-{dead_pid()}-{ms}",  # its maker has ended
+        tmp_path / f"index.stella-new3-{me.pid}-{ms - 3_600_000}",  # its maker's pid is another's now
+        tmp_path / f"index.stella-new4-{me.pid}",  # an older stella's, named by its pid alone
+        tmp_path / "index.stella-installed",  # an older stella's note
+    ]
+    for path in mine + gone:
+        path.write_text("")
+    assert sorted(indexlock.remove_dead_leftovers(index)) == sorted(gone)
+    assert all(path.exists() for path in mine)

@@ -51,7 +51,7 @@ def killed_resolve(root: Path, pid: int | None, *, started_ms: int | None = None
             ledger.attempts.set_pid(attempt, pid)
         if started_ms is not None:
             with ledger._db.write() as conn:  # a start time the ledger API never rewrites: set by hand
-                conn.execute("UPDATE attempts SET started_at_ms = ? WHERE id = ?", (started_ms, attempt))
+                conn.execute("UPDATE attempts SET pid_started_ms = ? WHERE id = ?", (started_ms, attempt))
     return path, tip
 
 
@@ -96,7 +96,7 @@ def test_a_killed_resolve_has_its_worker_stopped_and_its_work_salvaged_before_th
 def test_a_process_that_reused_the_workers_pid_is_never_signalled(
     git_repo: Path, worker: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The recorded attempt started an hour before the process that has its pid now."""
+    """The recorded worker started an hour before the process that has its pid now."""
     path, tip = killed_resolve(git_repo, worker.pid, started_ms=int((time.time() - 3600) * 1000))
     git("commit", "-q", "--allow-empty", "-m", "resolved part", cwd=path)  # the branch is past the tip
     assert repair(git_repo, tip)

@@ -172,7 +172,7 @@ def test_an_attempt_in_setup_shows_the_phase_its_timer_and_its_logs_last_line(
     log.write_text("[stella] setup: make -j2\ncompiling 3 of 9\n\n")
     clock = StepClock(wall_ms() - 60_000)  # the setup started a minute ago; the page reads the real now
     with Ledger.open(db, now_ms=clock) as ledger:
-        add_run(ledger, RUN_ID)  # owned by this live process: the run is live
+        add_run(ledger, RUN_ID, pid=1)  # owned by pid 1, running since before the row: the run is live
         ledger.tasks.add(RUN_ID, [sample_task("a")], {"a": 1})
         attempt = ledger.attempts.start(RUN_ID, "a", pipeline="command", log_path=str(log))
         ledger.attempts.set_setup_started(attempt)

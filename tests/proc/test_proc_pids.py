@@ -1,4 +1,4 @@
-"""pid liveness with start-time tolerance: live, dead, zombie and recycled pids, and the tolerance edges."""
+"""Liveness rule 2 with its one start-time tolerance: live, dead, zombie and recycled pids, and the edges."""
 
 from __future__ import annotations
 
@@ -16,13 +16,12 @@ from helpers.needs import missing
 
 from stellafleet.core.clock import wall_ms
 from stellafleet.proc.pids import (
-    LEDGER_SPAWN_GRACE_S,
     START_TIME_TOLERANCE_S,
     ProcessIdentity,
     in_pid_namespace_since,
     pid_alive,
-    pid_alive_since,
     process_start_time,
+    started_after,
 )
 
 
@@ -107,13 +106,13 @@ def test_the_start_time_tolerance_edge(sleeper: subprocess.Popen[bytes]) -> None
     started = psutil.Process(sleeper.pid).create_time()
     assert ProcessIdentity(sleeper.pid, started - START_TIME_TOLERANCE_S).is_alive()
     assert not ProcessIdentity(sleeper.pid, started - START_TIME_TOLERANCE_S - 0.01).is_alive()
-    assert pid_alive_since(sleeper.pid, started - 10, tolerance_s=10)
-    assert not pid_alive_since(sleeper.pid, started - 10.01, tolerance_s=10)
+    assert not started_after(started, started - START_TIME_TOLERANCE_S)
+    assert started_after(started, started - START_TIME_TOLERANCE_S - 0.01)
 
 
-def test_the_ledger_spawn_grace_edge(sleeper: subprocess.Popen[bytes]) -> None:
-    # A ledger row holds whole milliseconds: a millisecond inside the grace, then one outside it.
-    edge_ms = (psutil.Process(sleeper.pid).create_time() - LEDGER_SPAWN_GRACE_S) * 1000
+def test_a_ledger_rows_moment_takes_the_same_tolerance(sleeper: subprocess.Popen[bytes]) -> None:
+    # A ledger row holds whole milliseconds: a millisecond inside the tolerance, then one outside it.
+    edge_ms = (psutil.Process(sleeper.pid).create_time() - START_TIME_TOLERANCE_S) * 1000
     assert pid_alive(sleeper.pid, math.ceil(edge_ms) + 1)
     assert not pid_alive(sleeper.pid, math.floor(edge_ms) - 1)
 

@@ -34,7 +34,7 @@ CONTRACT_COLUMNS = {
     " exit_code spend_usd input_tokens output_tokens steps summary error cpu_seconds peak_rss_bytes"
     " pipeline log_path transcript_path node reason token_sha256 last_progress_ms guard_usd"
     " cache_read_tokens cache_write_tokens setup_ms salvage_ref salvage_sha start_commit start_parents_json"
-    " unclaimed_writes worktree_index setup_started_ms",
+    " unclaimed_writes worktree_index setup_started_ms pid_started_ms",
     "commits": "sha run_id task_id attempt_id branch message committed_at_ms",
     "ci": "run_id branch task_id head_sha pr_url pr_number state conclusion reason run_urls_json"
     " updated_at_ms",

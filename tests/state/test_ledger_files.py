@@ -185,7 +185,7 @@ def test_a_version_1_ledger_is_upgraded_in_place_and_keeps_its_rows(tmp_path: Pa
     v1 = Schema(LEDGER_SCHEMA.label, LEDGER_SCHEMA.application_id, MIGRATIONS[:1])
     conn = open_database(db, v1)
     conn.execute("INSERT INTO runs (id, created_at_ms) VALUES ('r-old', 1)")
-    conn.execute("INSERT INTO attempts (run_id, task_id, started_at_ms) VALUES ('r-old', 't', 2)")
+    conn.execute("INSERT INTO attempts (run_id, task_id, started_at_ms, pid) VALUES ('r-old', 't', 2, 7)")
     conn.close()
     with Ledger.open(db) as ledger:
         assert ledger.runs.resolve("latest") == "r-old"
@@ -193,7 +193,8 @@ def test_a_version_1_ledger_is_upgraded_in_place_and_keeps_its_rows(tmp_path: Pa
     assert conn.execute("PRAGMA user_version").fetchone()[0] == LEDGER_SCHEMA.version
     row = conn.execute("SELECT schedule, resumed_from FROM runs WHERE id = 'r-old'").fetchone()
     assert row == (None, None)
-    assert conn.execute("SELECT node, reason FROM attempts").fetchone() == (None, None)
+    # a worker recorded before its start time was: its attempt's start stands in for it
+    assert conn.execute("SELECT node, reason, pid_started_ms FROM attempts").fetchone() == (None, None, 2)
     assert conn.execute("SELECT count(*) FROM merges").fetchone()[0] == 0
     conn.close()
 
