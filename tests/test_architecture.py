@@ -118,6 +118,16 @@ def test_there_are_no_import_cycles() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+# The run's control and the dispatch know little: a feature is a step, a follow-up a request.
+IMPORT_CEILINGS = {"stellafleet.run.control": 18, "stellafleet.run.dispatch": 10}
+
+
+def test_the_control_and_the_dispatch_import_few_stellafleet_modules() -> None:
+    graph = import_graph()
+    for module, ceiling in IMPORT_CEILINGS.items():
+        assert len(graph[module]) <= ceiling, f"{module} imports {sorted(graph[module])}"
+
+
 def test_the_checks_see_a_cycle_and_an_upward_import() -> None:
     """The walkers above must be able to fail: fed a cycle and an upward edge, they report them."""
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]

@@ -6,15 +6,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from stellafleet.ci.watch import FixOutcome, FixRequest
+from stellafleet.ci.watch import FixOutcome, FixRequest, watch_run
 from stellafleet.core.config import Config
+from stellafleet.core.errors import EXIT_OK
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import SpendBudget
-from stellafleet.core.status import FollowUpReason
+from stellafleet.core.status import FollowUpReason, RunStatus
 from stellafleet.git import gitops
 from stellafleet.plan.model import PlanTask
-from stellafleet.run.executor import LocalExecutor
+from stellafleet.run.executor import Executor, LocalExecutor
+from stellafleet.run.prepare import Prepared
 from stellafleet.run.restack import restack_children
 from stellafleet.run.serve import Server
 from stellafleet.run.steps import FollowUp, RunSettings, factory
@@ -81,6 +84,29 @@ class CiFixRounds:
         )
         note = "".join(f"; {line}" for line in restacked)
         return FixOutcome(after, f"fix-up {attempt} committed {after[:12]}; pushed to be watched again{note}")
+
+
+def watch_after_run(
+    p: Prepared, ledger: Ledger, claims: ClaimStore, executor: Executor, status: RunStatus, code: int
+) -> tuple[Any, int]:
+    """`stella fleet --watch` once the run ended: its branches followed through CI (with --fix-ci N, red
+    ones go back to their task on the run's own claims and executor); the watch's document and the exit
+    code, which the watch may turn from 0 to its own."""
+    fixer = None
+    if p.options.fix_ci:  # --fix-ci N: follow-up rounds per red branch (the parser wants --watch)
+        # the fix-ups' guards come out of what the run's workers left of the limit
+        budget = spend_budget(
+            p.spend_limit, p.concurrency.value, p.config, spent=ledger.spend.of_run(p.run_id)
+        )
+        server = factory.server(p.run_settings(), ledger, claims, executor, lambda event: None, budget=budget)
+        fixer = CiFixRounds(server, budget, max_rounds=p.options.fix_ci)
+    result = watch_run(p.root, p.run_id, config=p.config, json_mode=p.options.json_mode, fixer=fixer)
+    if code == EXIT_OK and result.exit_code != EXIT_OK:
+        code = result.exit_code
+        ledger.runs.finish(
+            p.run_id, status, exit_code=code, reason="watch: a watched branch did not end green"
+        )
+    return result.to_json(), code
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from stellafleet.git import gitops
 from stellafleet.plan.model import Plan, load_plan, plan_from_prompts
 from stellafleet.run.governor import Decision, decide
 from stellafleet.run.resume import Resume, load_resume
-from stellafleet.run.steps import BeforeRun, factory, workspace_for
+from stellafleet.run.steps import BeforeRun, RunSettings, factory, workspace_for
 from stellafleet.run.steps.salvage import leftovers, start_points
 
 STATE_DIR = ".stella/"  # stella's own files (the project config among them) are not the user's changes
@@ -108,6 +108,21 @@ class Prepared:
     def spend_guard(self) -> float | None:
         """Each worker's share of the spend limit."""
         return None if self.spend_limit is None else self.spend_limit / self.concurrency.value
+
+    def run_settings(self) -> RunSettings:
+        """What every attempt of the prepared run shares."""
+        return RunSettings(
+            self.root,
+            self.run_id,
+            self.base_commit,
+            default_pipeline=self.default_pipeline,
+            default_model=self.options.model,  # for tasks that name none
+            spend_guard_usd=self.spend_guard,
+            config_file=self.config_file,
+            config=self.config,
+            allow_detached=self.options.allow_detached,
+            start_points=self.start_points,
+        )
 
     def task_rows(self) -> list[dict[str, Any]]:
         rows = []

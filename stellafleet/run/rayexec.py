@@ -22,7 +22,7 @@ from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import bundle
 from stellafleet.proc.tree import Exit
 from stellafleet.run.bootstrap import INDEX_VAR, SALVAGE_START_VAR, SetupFailed, pack_included
-from stellafleet.run.executor import Attempt, Execution, Executor, attempt_end
+from stellafleet.run.executor import Attempt, Execution, Executor, LocalExecutor, attempt_end
 from stellafleet.run.prepare import Prepared, check_ray_installed
 from stellafleet.run.raytask import RemoteSpec, remote_attempt
 from stellafleet.state.ledger import Ledger
@@ -301,3 +301,10 @@ class RayExecution:
             self._ledger.attempts.set_salvage(ctx.attempt_id, str(salvaged["ref"]), str(salvaged["sha"]))
         end: AttemptEnd = event["end"]
         return end
+
+
+def open_executor(p: Prepared) -> Executor:
+    """The run's executor: a fresh local worker per task; with `--executor ray` the isolated tasks go to
+    the cluster and the shared ones stay local."""
+    local = LocalExecutor(stop_grace_s=p.config.fleet.stop_grace)
+    return RayExecutor.open(p, local=local) if p.executor.kind == "ray" else local

@@ -13,6 +13,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 from stellafleet.core import jsontext
 from stellafleet.core.clock import wall_ms
+from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import money
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus, outcome_detail
 from stellafleet.core.terminal import Piece, aligned, last_line, single_line, styled
@@ -29,6 +30,7 @@ from stellafleet.run.events import (
     WaveStarted,
 )
 from stellafleet.run.steps.factory import MIXED_PIPELINES
+from stellafleet.state.ledger import Ledger
 from stellafleet.state.views import run_model
 
 if TYPE_CHECKING:
@@ -455,3 +457,13 @@ def result_document(record: dict[str, Any], watch: Mapping[str, Any] | None = No
         ],
         "watch": dict(watch) if watch is not None else None,
     }
+
+
+def run_reporter(root: Path, run_id: str, *, json_mode: bool, quiet: bool, out: IO[str]) -> EventSink:
+    """The run's display: live (with what its workers spent so far), plain lines, or --json."""
+
+    def probe() -> tuple[Mapping[str, tuple[int, float]], float]:
+        with Ledger.open(StatePaths(root).fleet_db, readonly=True) as ledger:
+            return ledger.attempts.running_progress(run_id), ledger.spend.of_run(run_id)
+
+    return make_reporter(json_mode=json_mode, quiet=quiet, probe=probe, stream=out)
