@@ -12,7 +12,7 @@ from stellafleet.core.errors import GitError
 from stellafleet.core.status import FollowUpReason, RequestState
 from stellafleet.git import gitops, mergeops, stack
 from stellafleet.run.steps import RunSettings
-from stellafleet.run.steps.startcommit import StartCommit
+from stellafleet.run.steps.startcommit import contributions
 from stellafleet.state.ledger import Ledger
 
 
@@ -46,7 +46,7 @@ def _restack(
     """The task's branch replayed onto its parents' work as it is now, recorded; or why it was left."""
     root, task_id, branch = settings.root, str(task["id"]), str(task["branch"])
     left = f"{task_id} is stale ({parent_id} changed after it started) and its branch is left as it was"
-    parts = StartCommit(settings, ledger).contributions(task_id)
+    parts = contributions(settings, ledger, task_id)
     start = stack.build_start(root, settings.base_commit, parts)
     tip = gitops.ref_commit(root, f"refs/heads/{branch}")
     if isinstance(start, stack.Conflict) or tip is None:

@@ -34,7 +34,7 @@ class StartCommit(AttemptStep):
         if attempt.task.base != PARENTS:
             start = salvaged
         else:
-            parts = self.contributions(attempt.task.id)
+            parts = contributions(self.settings, self.ledger, attempt.task.id)
             if salvaged is not None:  # the task's own unfinished work, last, on top of its parents'
                 parts.append(stack.Contribution("its salvaged work", tip=salvaged))
             built = stack.build_start(settings.root, settings.base_commit, parts)
@@ -46,40 +46,6 @@ class StartCommit(AttemptStep):
         if start is not None and start != settings.base_commit:
             attempt.context = dataclasses.replace(ctx, start_commit=start)
             attempt.env.update(attempt.context.to_env())
-
-    def contributions(self, task_id: str) -> list[stack.Contribution]:
-        """Each dependency's work, transitively, dependencies before their dependents, in plan order."""
-        runs = self.ledger.runs.lineage(self.settings.run_id)
-        listed = self.ledger.tasks.of_run(self.settings.run_id, "id, depends_on_json, parent_id")
-        rows = {row["id"]: row for row in listed}
-        results = [
-            (dependency, self.ledger.tasks.succeeded_in(runs, dependency))
-            for dependency in _ancestors(task_id, rows)
-        ]
-        branches = [
-            done["branch"]
-            for _, done in results
-            if done and done["isolation"] == "isolated" and done["branch"]
-        ]
-        tips = gitops.branch_tips(self.settings.root, branches)
-        parts: list[stack.Contribution] = []
-        for dependency, done in results:
-            if done is None:
-                continue  # an emitted task's emitter, say, that made nothing itself
-            if done["isolation"] != "isolated":
-                commits = tuple(self.ledger.commits.of_task(done["run_id"], dependency))
-                parts.append(stack.Contribution(dependency, commits=commits))
-                continue
-            tip = tips.get(done["branch"] or "")
-            if tip is None:
-                raise AttemptFailed(
-                    AttemptEnd.failed(
-                        f"cannot start from its dependencies' work: the branch {done['branch']} of "
-                        f"{dependency} is gone: restore it, or resume the run once it ends to run it again"
-                    )
-                )
-            parts.append(stack.Contribution(dependency, tip=tip))
-        return parts
 
 
 def _ancestors(task_id: str, rows: dict[str, dict[str, Any]]) -> list[str]:
@@ -106,3 +72,36 @@ def _ancestors(task_id: str, rows: dict[str, dict[str, Any]]) -> list[str]:
             seen.add(following)
             walk.append((following, iter(waits_for(following))))
     return order[:-1]  # all but task_id itself, which is finished last
+
+
+def contributions(settings: RunSettings, ledger: Ledger, task_id: str) -> list[stack.Contribution]:
+    """Each dependency's work, transitively, dependencies before their dependents, in plan order: what a
+    stacked task starts from, and what a restack replays it onto."""
+    runs = ledger.runs.lineage(settings.run_id)
+    listed = ledger.tasks.of_run(settings.run_id, "id, depends_on_json, parent_id")
+    rows = {row["id"]: row for row in listed}
+    results = [
+        (dependency, ledger.tasks.succeeded_in(runs, dependency)) for dependency in _ancestors(task_id, rows)
+    ]
+    branches = [
+        done["branch"] for _, done in results if done and done["isolation"] == "isolated" and done["branch"]
+    ]
+    tips = gitops.branch_tips(settings.root, branches)
+    parts: list[stack.Contribution] = []
+    for dependency, done in results:
+        if done is None:
+            continue  # an emitted task's emitter, say, that made nothing itself
+        if done["isolation"] != "isolated":
+            commits = tuple(ledger.commits.of_task(done["run_id"], dependency))
+            parts.append(stack.Contribution(dependency, commits=commits))
+            continue
+        tip = tips.get(done["branch"] or "")
+        if tip is None:
+            raise AttemptFailed(
+                AttemptEnd.failed(
+                    f"cannot start from its dependencies' work: the branch {done['branch']} of "
+                    f"{dependency} is gone: restore it, or resume the run once it ends to run it again"
+                )
+            )
+        parts.append(stack.Contribution(dependency, tip=tip))
+    return parts
