@@ -29,10 +29,9 @@ def restack_children(settings: RunSettings, ledger: Ledger, parent_id: str, old_
         if (parent_id, old_tip) not in held:
             continue
         ledger.tasks.set_stale(settings.run_id, task["id"], f"{parent_id} changed after it started")
-        note = _restack(settings, ledger, task, attempt, parent_id)
+        note, replayed = _restack(settings, ledger, task, attempt, parent_id)
         notes.append(note)
-        still = ledger.tasks.get(settings.run_id, task["id"])
-        if still is not None and still.get("stale"):  # its work no longer replays: a person decides
+        if not replayed:  # its work no longer replays: a person decides
             ledger.requests.ask(
                 settings.run_id, task["id"], FollowUpReason.STALE, note,
                 asked_by="restack", branch=str(task["branch"]), state=RequestState.NEEDS_YOU,
@@ -42,19 +41,19 @@ def restack_children(settings: RunSettings, ledger: Ledger, parent_id: str, old_
 
 def _restack(
     settings: RunSettings, ledger: Ledger, task: dict[str, object], attempt: dict[str, object], parent_id: str
-) -> str:
-    """The task's branch replayed onto its parents' work as it is now, recorded; or why it was left."""
+) -> tuple[str, bool]:
+    """The task's branch replayed onto its parents' work as it is now, recorded (True); or why it was left."""
     root, task_id, branch = settings.root, str(task["id"]), str(task["branch"])
     left = f"{task_id} is stale ({parent_id} changed after it started) and its branch is left as it was"
     parts = contributions(settings, ledger, task_id)
     start = stack.build_start(root, settings.base_commit, parts)
     tip = gitops.ref_commit(root, f"refs/heads/{branch}")
     if isinstance(start, stack.Conflict) or tip is None:
-        return f"{left}: {start if tip else 'its branch is gone'}"
+        return f"{left}: {start if tip else 'its branch is gone'}", False
     own = tuple(commit.sha for commit in gitops.commits_between(root, str(attempt["start_commit"]), tip))
     moved = stack.build_start(root, start, [stack.Contribution(task_id, commits=own)])
     if isinstance(moved, stack.Conflict):
-        return f"{left}: its own work would conflict with the new start on {', '.join(moved.paths)}"
+        return f"{left}: its own work would conflict with the new start on {', '.join(moved.paths)}", False
     worktree = Path(str(task["worktree"])) if task.get("worktree") else None
     try:
         if worktree is not None and worktree.is_dir():  # its checkout follows the branch
@@ -62,7 +61,7 @@ def _restack(
         else:
             gitops.git("update-ref", f"refs/heads/{branch}", moved, tip, cwd=root)
     except GitError as exc:
-        return f"{left}: {exc}"
+        return f"{left}: {exc}", False
     shown = [(part.task_id, part.head) for part in parts if part.head]
     attempt_id = int(str(attempt["id"]))
     ledger.attempts.set_start(attempt_id, start, shown)
@@ -71,4 +70,4 @@ def _restack(
         replayed, run_id=settings.run_id, task_id=task_id, attempt_id=attempt_id, branch=branch
     )
     ledger.tasks.set_stale(settings.run_id, task_id, None)
-    return f"restacked {task_id} onto {parent_id}'s new work: {branch} is at {moved[:12]}"
+    return f"restacked {task_id} onto {parent_id}'s new work: {branch} is at {moved[:12]}", True
