@@ -99,6 +99,11 @@ def test_with_wait_for_limits_a_near_usage_reset_is_waited_for_and_the_run_compl
     assert a_attempts[1]["reason"] == "limit"
     rows = limit_rows(root)
     (usage,) = [row for row in rows if row["kind"] == "usage"]
+    # the wait was a request of the limit gate's, served by the second attempt, held to the reset
+    (request,) = record["requests"]
+    assert (request["reason"], request["state"], request["asked_by"]) == ("limit", "served", "step")
+    assert (request["from_attempt_id"], request["attempt_id"]) == (a_attempts[0]["id"], a_attempts[1]["id"])
+    assert request["not_before_ms"] == usage["reset_at_ms"] and request["why"] == "its attempt succeeded"
     # the fleet waited (on its clock, which started before the run) until the reset 400 s after the limit
     assert clock.sleeps and max(clock.sleeps) < 400 + 10, clock.sleeps
     assert clock.now() * 1000 >= usage["reset_at_ms"]
