@@ -112,6 +112,20 @@ def test_only_what_its_own_check_passes_on_the_committed_result_succeeds(
     assert [bool(row["passed"]) for row in fixed] == [False, True]  # red, then green in its round
     attempts = [a for a in record["attempts"] if a["task_id"] == "fixed"]
     assert [a["reason"] for a in attempts] == [None, "check"]
+    # its round was a request its red check asked for; a red check with no round left waits on a person
+    asked = {(r["task_id"], r["reason"], r["state"]) for r in record["requests"]}
+    assert asked == {
+        ("fixed", "check", "served"),
+        ("liar", "check", "needs_you"),
+        ("uncommitted", "check", "needs_you"),
+        ("nothing", "check", "needs_you"),
+        ("vacuous", "retry", "needs_you"),
+    }
+    (round_asked,) = [r for r in record["requests"] if r["task_id"] == "fixed"]
+    assert round_asked["attempt_id"] == attempts[1]["id"]
+    assert "check round 1 of at most 1" in round_asked["context"]
+    liar_waits = next(r for r in record["requests"] if r["task_id"] == "liar")
+    assert "liar.txt is not right" in liar_waits["context"]
     honest = next(row for row in checks if row["task_id"] == "honest" and row["phase"] == "after")
     assert honest["commit_sha"] == git("rev-parse", tasks["honest"]["branch"], cwd=git_repo).strip()
     assert Path(honest["log_path"]).is_file()
