@@ -143,7 +143,7 @@ class Check(AttemptStep):
             elif in_place:
                 run = run_in(ctx.workspace, record)
             else:
-                run = self._in_scratch(attempt, commit, record, run_in)
+                run = self._in_scratch(attempt, commit, env, record, run_in)
         self._record(attempt, phase, run)
         return run
 
@@ -151,15 +151,17 @@ class Check(AttemptStep):
         self,
         attempt: AttemptState,
         commit: str,
+        env: dict[str, str],
         record: checking.Tracked,
         run_in: Callable[[Path, checking.Tracked], CheckRun],
     ) -> CheckRun:
-        """run_in a fresh checkout of commit, readied as a worktree is (its setup's lines in the task log)."""
+        """run_in a fresh checkout of commit, readied as a worktree is, with the check's env (its setup's
+        lines in the task log)."""
         settings, ctx = self.settings, attempt.ctx
         try:
             config = settings.config.worktree
             with checking.check_tree(
-                settings.root, commit, config, attempt.env, ctx.log_path, record, attempt.stopping
+                settings.root, commit, config, env, ctx.log_path, record, attempt.stopping
             ) as tree:
                 return run_in(tree, record)
         except bootstrap.SetupFailed as exc:
