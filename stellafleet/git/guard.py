@@ -4,6 +4,7 @@ Those it hands to `python -m stellafleet.git.guard`, which refuses them in one l
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shlex
@@ -82,17 +83,13 @@ def guarded_env(env: Mapping[str, str], folder: Path) -> dict[str, str]:
 def _real_git() -> str:
     """The git to hand over to: the first on PATH that is not a guard (exec'ing itself, it would loop)."""
     found = gitops.git_program()
-    try:
-        with open(found, "rb") as program:
-            head = program.read(256)
-    except OSError:
-        return found
-    if _MARK.encode() not in head:
-        return found
-    sys.exit(
-        f"stella: the git guard found only itself as git ({found}): its folder is on PATH but "
-        f"{gitops.GUARD_VAR}, which names it, was dropped from the environment; keep both or neither"
-    )
+    with contextlib.suppress(OSError), open(found, "rb") as program:
+        if _MARK.encode() in program.read(256):
+            sys.exit(
+                f"stella: the git guard found only itself as git ({found}): its folder is on PATH but "
+                f"{gitops.GUARD_VAR}, which names it, was dropped from the environment; keep both or neither"
+            )
+    return found
 
 
 def split(argv: Sequence[str]) -> tuple[list[str], str, list[str]]:

@@ -144,16 +144,11 @@ class ObservatoryServer(ThreadingHTTPServer):
     block_on_close = False
 
     def __init__(
-        self,
-        address: tuple[str, int],
-        ledger_path: Path,
-        *,
-        poll_ms: int = DEFAULT_POLL_MS,
-        alive: views.Alive = pid_alive,
+        self, address: tuple[str, int], ledger_path: Path, *, poll_ms: int = DEFAULT_POLL_MS
     ) -> None:
         self.ledger_path = ledger_path
         self.poll_ms = poll_ms
-        self.alive = alive  # whether a run's fleet still runs: its pid, started no later than the run
+        self.alive: views.Alive = pid_alive  # whether a run's fleet runs: its pid, started no later than it
         self.loopback_only = is_loopback(address[0])
         if ":" in address[0]:
             self.address_family = socket.AF_INET6

@@ -219,8 +219,10 @@ def sample_fleet(git_repo: Path) -> Iterator[str]:
     LEDGER_SPAWN_GRACE_S after its run), so pid 1 counted as gone and the run's quiet attempt unshown."""
     db = StatePaths(git_repo).fleet_db
     build_sample_fleet(db, live_pid=1)
+    server = ObservatoryServer(("127.0.0.1", 0), db)
+    server.alive = lambda pid, _started_at_ms: pid_alive(pid, None)
     with threaded() as serve:
-        yield serve(ObservatoryServer(("127.0.0.1", 0), db, alive=lambda pid, _: pid_alive(pid, None))).url
+        yield serve(server).url
 
 
 def test_sample_fleet_pictures_and_attention(sample_fleet: str, browser: Any) -> None:
