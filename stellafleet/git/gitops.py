@@ -23,12 +23,15 @@ PROGRAM = "git"  # its name on PATH (the guard's script has it too)
 
 
 def unguarded(env: Mapping[str, str]) -> dict[str, str]:
-    """env with the git guard's folder taken off PATH (env itself when it has none)."""
+    """env with no trace of the git guard: its folder off PATH and the variable naming it gone (together,
+    since a guard left on PATH without its variable would find itself as the real git)."""
     folder = env.get(GUARD_VAR)
-    if not folder or "PATH" not in env:
+    if not folder:
         return dict(env)
-    kept = [part for part in env["PATH"].split(os.pathsep) if part != folder]
-    return {**env, "PATH": os.pathsep.join(kept)}
+    kept = {key: value for key, value in env.items() if key != GUARD_VAR}
+    if "PATH" in env:
+        kept["PATH"] = os.pathsep.join(part for part in env["PATH"].split(os.pathsep) if part != folder)
+    return kept
 
 
 def git_program() -> str:

@@ -4,6 +4,7 @@ Those it hands to `python -m stellafleet.git.guard`, which refuses them in one l
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shlex
@@ -24,8 +25,9 @@ ISOLATED = "commit"  # an isolated worker's own commit: its hooks under the hook
 # git's global options that take the next argument as their value
 _VALUED = ("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env")
 
+_MARK = "# stella's git guard"  # in the script's head: how the guard tells itself from the real git
 _SCRIPT = """#!/bin/sh
-# stella's git guard for a shared-tree worker: see docs/claims.md ("The git guard").
+{mark} for a shared-tree worker: see docs/claims.md ("The git guard").
 skip=
 for arg in "$@"; do
   if [ -n "$skip" ]; then skip=; continue; fi
@@ -56,6 +58,7 @@ def install(folder: Path, diverted: str = SHARED) -> Path:
     """The guard script written as folder/git, for this python and the real git, handing the diverted
     subcommands (`a|b`) to this module; returns folder."""
     text = _SCRIPT.format(
+        mark=_MARK,
         valued="|".join(_VALUED),
         diverted=diverted,
         python=shlex.quote(sys.executable),
@@ -75,6 +78,18 @@ def guarded_env(env: Mapping[str, str], folder: Path) -> dict[str, str]:
     """env with the guard's folder first on PATH, and named so stella's own git skips it."""
     path = os.pathsep.join(part for part in (str(folder), env.get("PATH", os.defpath)) if part)
     return {**env, "PATH": path, gitops.GUARD_VAR: str(folder)}
+
+
+def _real_git() -> str:
+    """The git to hand over to: the first on PATH that is not a guard (exec'ing itself, it would loop)."""
+    found = gitops.git_program()
+    with contextlib.suppress(OSError), open(found, "rb") as program:
+        if _MARK.encode() in program.read(256):
+            sys.exit(
+                f"stella: the git guard found only itself as git ({found}): its folder is on PATH but "
+                f"{gitops.GUARD_VAR}, which names it, was dropped from the environment; keep both or neither"
+            )
+    return found
 
 
 def split(argv: Sequence[str]) -> tuple[list[str], str, list[str]]:
@@ -180,7 +195,7 @@ def _claimed(ctx: WorkerContext) -> list[str]:
 
 def _commit_in_turn(ctx: WorkerContext, argv: Sequence[str], env: Mapping[str, str]) -> int:
     """An isolated worker's `git commit`, its hooks under the repository's hook lock, the stash kept."""
-    git = [gitops.git_program(), *argv]
+    git = [_real_git(), *argv]
     if split(argv)[1] != "commit":
         runner.become(git, gitops.unguarded(env))
     with hookstash.guarded(ctx.paths.private / hookstash.LOCK_NAME, ctx.workspace):
@@ -204,7 +219,7 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     except StellaError:  # not in a worker after all: nothing to guard
         why = None
     if why is None:
-        runner.become([gitops.git_program(), *argv], gitops.unguarded(env))
+        runner.become([_real_git(), *argv], gitops.unguarded(env))
     line = f"stella: {why}"
     print(line, file=sys.stderr, flush=True)
     with ctx.log_path.open("a", encoding="utf-8") as log:

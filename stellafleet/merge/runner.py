@@ -249,7 +249,7 @@ class _Queue:
         if not commands:
             return None
         env = {
-            **os.environ,
+            **checking.check_env(os.environ),
             "STELLA_MERGE_BRANCH": item.branch,
             "STELLA_MERGE_TASK": item.task_id,
             "STELLA_MERGE_ROOT": str(self.root),  # the user's tree

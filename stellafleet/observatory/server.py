@@ -23,6 +23,7 @@ from stellafleet.core import jsontext
 from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import EXIT_USAGE, StellaError
 from stellafleet.core.status import AttemptOutcome
+from stellafleet.proc.pids import pid_alive
 from stellafleet.state import dashboard, views
 from stellafleet.state.ledger import Ledger
 
@@ -147,6 +148,7 @@ class ObservatoryServer(ThreadingHTTPServer):
     ) -> None:
         self.ledger_path = ledger_path
         self.poll_ms = poll_ms
+        self.alive: views.Alive = pid_alive  # whether a run's fleet runs: its pid, started no later than it
         self.loopback_only = is_loopback(address[0])
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
@@ -263,7 +265,12 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         offset = self._int_param(query, "offset", 0, 0, 2**62)
         sparks = dashboard.SPARK_POINTS
         page = views.runs_page(
-            self.server.ledger_path, limit=limit, offset=offset, now_ms=wall_ms(), sparks=sparks
+            self.server.ledger_path,
+            limit=limit,
+            offset=offset,
+            now_ms=wall_ms(),
+            alive=self.server.alive,
+            sparks=sparks,
         )
         page["poll_ms"] = self.server.poll_ms
         self._send_json(HTTPStatus.OK, page, head=head)
@@ -272,7 +279,7 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         """GET /api/runs/<ref>: the whole run document; GET /api/runs/<ref>/page: the page's first view."""
         load = dashboard.load_first_view if first_view else dashboard.load_run_page
         try:
-            doc = load(self._ledger(), ref, now_ms=wall_ms())
+            doc = load(self._ledger(), ref, now_ms=wall_ms(), alive=self.server.alive)
         except views.UnknownRun as exc:
             raise _Refusal(HTTPStatus.NOT_FOUND, str(exc)) from None
         doc["poll_ms"] = self.server.poll_ms
@@ -283,7 +290,7 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         attempt_id = whole_number(raw_id)
         if attempt_id is None:
             raise _Refusal(HTTPStatus.NOT_FOUND, f"no such page: /api/attempts/{raw_id[:40]}")
-        found = dashboard.load_attempt(self._ledger(), attempt_id, now_ms=wall_ms())
+        found = dashboard.load_attempt(self._ledger(), attempt_id, now_ms=wall_ms(), alive=self.server.alive)
         if found is None:
             raise _Refusal(HTTPStatus.NOT_FOUND, f"no attempt {attempt_id} in the ledger")
         self._send_json(HTTPStatus.OK, found, head=head)

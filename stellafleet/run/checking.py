@@ -63,8 +63,10 @@ class CheckRun:
 
 
 def check_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The attempt's environment without what only its worker may hold (its token, its prompt)."""
-    return {k: v for k, v in env.items() if not k.startswith("STELLA_") or k in _KEPT_STELLA}
+    """What a check and its tree's setup run with (a task's, `stella merge`'s): env without the git guard (a
+    check's git is the real one) nor what only a worker may hold (its token, its prompt)."""
+    kept = gitops.unguarded(env).items()
+    return {k: v for k, v in kept if not k.startswith("STELLA_") or k in _KEPT_STELLA}
 
 
 def _read_back(log_path: Path, keep: int) -> tuple[str, str]:

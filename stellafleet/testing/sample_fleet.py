@@ -96,7 +96,10 @@ def _log(path: Path, at_ms: int, line: str) -> None:
 
 
 def build_sample_fleet(path: Path, *, live_pid: int | None = None) -> str:
-    """Write the run into the ledger at path (logs beside it, as a fleet does); returns its run id."""
+    """Write the run into the ledger at path (logs beside it, as a fleet does); returns its run id. A live
+    run began over 12 minutes ago: pids.pid_alive takes live_pid for its fleet only if that process started
+    no later than LEDGER_SPAWN_GRACE_S after it, which a young machine's pid 1 did not; a reader that must
+    see the run live passes its own `alive`."""
     live = live_pid is not None
     rng = random.Random(14)
     events = _events(0, live, rng)

@@ -141,3 +141,20 @@ def test_add_rm_and_mv_into_an_index_of_its_own_pass_and_leave_the_users_index_a
     assert git("diff", "--cached", "--name-only", cwd=repo) == ""  # the user's index: nothing staged
     real = {**env, "GIT_INDEX_FILE": str(repo / ".git" / "index")}
     assert subprocess.run(["git", "add", "new.txt"], cwd=repo, env=real, capture_output=True).returncode == 1
+
+
+def test_a_guard_left_on_path_without_its_variable_says_so_in_one_line_instead_of_running_itself(
+    repo: Path,
+) -> None:
+    folder = guard.install(repo.parent / "gitguard")
+    env = guard.guarded_env(os.environ, folder)
+    del env[gitops.GUARD_VAR]  # as a tool that keeps PATH and drops the rest would
+    stash = subprocess.run(
+        ["git", "stash", "list"], cwd=repo, env=env, capture_output=True, text=True, timeout=30
+    )
+    assert (stash.returncode, stash.stdout) == (1, "")
+    assert stash.stderr == (
+        f"stella: the git guard found only itself as git ({folder / 'git'}): its folder is on PATH but "
+        f"{gitops.GUARD_VAR}, which names it, was dropped from the environment; keep both or neither\n"
+    )
+    assert subprocess.run(["git", "status"], cwd=repo, env=env, capture_output=True).returncode == 0

@@ -6,6 +6,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from stellafleet.observatory.server import ObservatoryServer, make_server
@@ -26,18 +27,24 @@ def _fetcher(server: ObservatoryServer) -> Fetch:
     return fetch
 
 
-def serving() -> Iterator[Serve]:
-    """Body of the `serve` fixture: serve(ledger) starts a server on a free port and returns its
-    fetch(path, headers=None); every server started is shut down after the test."""
+@contextmanager
+def threaded() -> Iterator[Callable[[ObservatoryServer], ObservatoryServer]]:
+    """serve(server) runs it on a thread of this process; every server it ran is shut down after."""
     servers: list[ObservatoryServer] = []
 
-    def start(ledger: Path) -> Fetch:
-        server = make_server(ledger, port=0, poll_ms=250)
+    def serve(server: ObservatoryServer) -> ObservatoryServer:
         servers.append(server)
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        return _fetcher(server)
+        return server
 
-    yield start
+    yield serve
     for server in servers:
         server.shutdown()
         server.server_close()
+
+
+def serving() -> Iterator[Serve]:
+    """Body of the `serve` fixture: serve(ledger) starts a server on a free port and returns its
+    fetch(path, headers=None); every server started is shut down after the test."""
+    with threaded() as serve:
+        yield lambda ledger: _fetcher(serve(make_server(ledger, port=0, poll_ms=250)))

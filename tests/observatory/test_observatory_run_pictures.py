@@ -12,12 +12,13 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers.fleet import Scripts, wait_for, write_config
+from helpers.observatory import threaded
 from test_observatory_browser import XSS, assert_inert, browser, css, observatory, text_of, until
 from test_observatory_browser import click as click_real
 from test_observatory_first_view import MARK, big_run
@@ -25,6 +26,8 @@ from test_observatory_first_view import RUN_ID as BIG_RUN_ID
 from test_observatory_first_view import TASKS as BIG_TASKS
 
 from stellafleet.core.paths import StatePaths
+from stellafleet.observatory.server import ObservatoryServer
+from stellafleet.proc.pids import pid_alive
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.sample_fleet import RUN_ID, build_sample_fleet
 
@@ -208,13 +211,23 @@ def _shoot(driver: Any, selector: str, name: str) -> None:
             continue
 
 
-def test_sample_fleet_pictures_and_attention(
-    git_repo: Path, observatory: Callable[[Path], str], browser: Any
-) -> None:
+@pytest.fixture
+def sample_fleet(git_repo: Path) -> Iterator[str]:
+    """The sample fleet's live run served in this process (its URL), its fleet alive while pid 1 runs,
+    whenever pid 1 started. The run began 12 minutes ago: on a machine up for less than about 7, no process
+    can have started it by stella's rule for a reused pid (pid_alive: none started more than
+    LEDGER_SPAWN_GRACE_S after its run), so pid 1 counted as gone and the run's quiet attempt unshown."""
+    db = StatePaths(git_repo).fleet_db
+    build_sample_fleet(db, live_pid=1)
+    server = ObservatoryServer(("127.0.0.1", 0), db)
+    server.alive = lambda pid, _started_at_ms: pid_alive(pid, None)
+    with threaded() as serve:
+        yield serve(server).url
+
+
+def test_sample_fleet_pictures_and_attention(sample_fleet: str, browser: Any) -> None:
     """A mid-sized live run (tests/doc pictures): the quiet attempt, the failure, the red CI branch."""
-    private = StatePaths(git_repo).private
-    build_sample_fleet(private / "fleet.db", live_pid=1)  # pid 1 outlives the run: it stays live
-    url = observatory(git_repo)
+    url = sample_fleet
     browser.set_window_size(1400, 1000)
     browser.get(url + "#/runs/" + RUN_ID)
     until(browser, lambda d: len(bars(d)) == 15, "the sample run's bars")

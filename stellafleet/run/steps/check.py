@@ -121,9 +121,8 @@ class Check(AttemptStep):
                 self.ledger, row, checking.not_run(task.check, why, commit), ctx.log_path
             )
         log = settings.paths.check_log(ctx.run_id, ctx.task_id, ctx.attempt_id, phase)
-        fresh = checking.FreshTree(
-            settings.config.worktree, settings.config.fleet.init_submodules, attempt.env
-        )
+        env = checking.check_env(attempt.env)  # its tree's setup too: the real git, no worker's secrets
+        fresh = checking.FreshTree(settings.config.worktree, settings.config.fleet.init_submodules, env)
         [run] = checking.run_and_record(
             self.ledger,
             row,
@@ -131,7 +130,7 @@ class Check(AttemptStep):
             commit,
             tree=ctx.workspace if in_place else fresh,  # a fresh one's setup lines go to the task's log
             root=settings.root,
-            env=checking.check_env(attempt.env),
+            env=env,
             log_path=ctx.log_path,
             tail_bytes=settings.config.fleet.check_log_bytes,
             stop=attempt.stopping,
