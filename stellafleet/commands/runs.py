@@ -94,14 +94,10 @@ def fmt_duration(ms: int | None) -> str:
     return "-" if ms is None else duration_text(ms / 1000, spaced=True)
 
 
-def fmt_usd(value: float | None) -> str:
-    return money(float(value or 0.0))
-
-
 def fmt_spend(run: dict[str, Any]) -> str:
     limit = run.get("spend_limit_usd")
-    spent = fmt_usd(run.get("spend_usd"))
-    return f"{spent} (no limit)" if limit is None else f"{spent} / {fmt_usd(limit)}"
+    spent = money(run.get("spend_usd"))
+    return f"{spent} (no limit)" if limit is None else f"{spent} / {money(limit)}"
 
 
 def fmt_base(run: dict[str, Any]) -> str:
@@ -312,9 +308,9 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
     for a in task["attempts"]:
         said = {task.get("reason"), a.get("error")}  # a reason is shown once: the task's, else the error
         facts = (
-            f"  {fmt_duration(a['duration_ms'])}  {fmt_usd(a['spend_usd'])}  "
+            f"  {fmt_duration(a['duration_ms'])}  {money(a['spend_usd'])}  "
             f"{a['input_tokens']}/{a['output_tokens']} tokens{cached_text(a)}  {a['steps']} steps"
-            + (f"  guard {fmt_usd(a['guard_usd'])}" if a.get("guard_usd") is not None else "")
+            + (f"  guard {money(a['guard_usd'])}" if a.get("guard_usd") is not None else "")
             + (f"  exit {a['exit_code']}" if a.get("exit_code") is not None else "")
             + (f"  ({single_line(a['reason'])})" if a.get("reason") not in {None, "", *said} else "")
             + (f"  setup {a['setup_ms'] / 1000:.1f} s" if a.get("setup_ms") is not None else "")
