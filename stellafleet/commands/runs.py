@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from stellafleet.core import jsontext
+from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import money
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         raise StellaError(f"--limit must be at least 1, not {args.limit}")
     root = gitops.main_worktree_root(Path.cwd())
     ledger = StatePaths(root).fleet_db
-    now_ms = int(time.time() * 1000)
+    now_ms = wall_ms()
     show: Callable[..., None]
     if args.run_ref is None:
         document, show = views.runs_page(ledger, limit=args.limit, offset=0, now_ms=now_ms), print_runs

@@ -105,8 +105,7 @@ def runs_page(
 
 def timed_attempt(attempt: dict[str, Any], *, now_ms: int, live: bool) -> dict[str, Any]:
     """The attempt with how long it ran (a running one of a live run: until now; of a dead run: unknown),
-    its phase while its setup runs and, when salvaged, the command that applies its work to the checked-out
-    tree, uncommitted."""
+    its phase while its setup runs and, when salvaged, the command that applies its work uncommitted."""
     start, end = attempt.get("started_at_ms"), attempt.get("finished_at_ms")
     if start is None or (end is None and not live):
         duration = None
