@@ -125,9 +125,8 @@ class BranchWatch:
     gh_trouble: str | None = None
     fix_rounds: int = 0  # --fix-ci rounds run for this branch
     fix_note: str | None = None  # why the last round left it red
-    stale: str | None = (
-        None  # its task's branch no longer starts from its parents' work (ledger: tasks.stale)
-    )
+    # its task's branch no longer starts from its parents' work (ledger: tasks.stale)
+    stale: str | None = None
 
     @property
     def branch(self) -> str:

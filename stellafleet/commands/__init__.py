@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from stellafleet.core.errors import EXIT_USAGE
+from stellafleet.core.errors import EXIT_OK, EXIT_USAGE
 
 
 def positive_int(text: str) -> int:
@@ -24,6 +24,12 @@ def usage(parser: argparse.ArgumentParser) -> int:
     """A command group given no subcommand: its help on stderr, exit 2."""
     parser.print_help(sys.stderr)
     return EXIT_USAGE
+
+
+def print_schema(text: str) -> int:
+    """`stella config schema`, `stella plan schema`: a bundled JSON Schema's text, as shipped."""
+    sys.stdout.write(text)
+    return EXIT_OK
 
 
 def config_file_arg(args: argparse.Namespace) -> Path | None:

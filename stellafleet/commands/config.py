@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from typing import Any
 
-from stellafleet.commands import config_file_arg, repository_or_none, usage
+from stellafleet.commands import config_file_arg, print_schema, repository_or_none, usage
 from stellafleet.core import configschema, jsontext
 from stellafleet.core.config import DEFAULT_SOURCE, Config, config_files, load_config
 from stellafleet.core.errors import EXIT_OK
@@ -33,7 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("--json", action="store_true", help="print one JSON document")
     show.set_defaults(func=show_command)
     schema = sub.add_parser("schema", help="print the bundled config JSON Schema")
-    schema.set_defaults(func=schema_command)
+    schema.set_defaults(func=lambda args: print_schema(configschema.BUNDLED.text))
 
 
 def show_command(args: argparse.Namespace) -> int:
@@ -53,11 +52,6 @@ def show_command(args: argparse.Namespace) -> int:
         print(jsontext.dumps(document, indent=2, ensure_ascii=False))
     else:
         print(render(files, leaves))
-    return EXIT_OK
-
-
-def schema_command(args: argparse.Namespace) -> int:
-    sys.stdout.write(configschema.BUNDLED.text)
     return EXIT_OK
 
 

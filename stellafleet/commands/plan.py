@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from stellafleet import pipelines
-from stellafleet.commands import positive_int, usage
+from stellafleet.commands import positive_int, print_schema, usage
 from stellafleet.core import jsontext
 from stellafleet.core.errors import EXIT_OK, EXIT_USAGE, PlanError, StellaError
 from stellafleet.core.terminal import printable, single_line, styled
@@ -57,7 +57,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     info.set_defaults(func=info_command)
 
     schema = sub.add_parser("schema", help="print the bundled plan JSON Schema")
-    schema.set_defaults(func=schema_command)
+    schema.set_defaults(func=lambda args: print_schema(planschema.BUNDLED.text))
 
 
 def check_command(args: argparse.Namespace) -> int:
@@ -130,11 +130,6 @@ def info_command(args: argparse.Namespace) -> int:
     plan = load_plan(args.file)
     plan.task(args.task)  # a clear error with a "did you mean" before doit sees it
     return _doit(plan, ["info", args.task])
-
-
-def schema_command(args: argparse.Namespace) -> int:
-    sys.stdout.write(planschema.BUNDLED.text)
-    return EXIT_OK
 
 
 def _doit(plan: Plan, argv: list[str]) -> int:

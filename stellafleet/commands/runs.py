@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from stellafleet.core import jsontext
+from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import money
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         raise StellaError(f"--limit must be at least 1, not {args.limit}")
     root = gitops.main_worktree_root(Path.cwd())
     ledger = StatePaths(root).fleet_db
-    now_ms = int(time.time() * 1000)
+    now_ms = wall_ms()
     show: Callable[..., None]
     if args.run_ref is None:
         document, show = views.runs_page(ledger, limit=args.limit, offset=0, now_ms=now_ms), print_runs
@@ -94,14 +95,10 @@ def fmt_duration(ms: int | None) -> str:
     return "-" if ms is None else duration_text(ms / 1000, spaced=True)
 
 
-def fmt_usd(value: float | None) -> str:
-    return money(float(value or 0.0))
-
-
 def fmt_spend(run: dict[str, Any]) -> str:
     limit = run.get("spend_limit_usd")
-    spent = fmt_usd(run.get("spend_usd"))
-    return f"{spent} (no limit)" if limit is None else f"{spent} / {fmt_usd(limit)}"
+    spent = money(run.get("spend_usd"))
+    return f"{spent} (no limit)" if limit is None else f"{spent} / {money(limit)}"
 
 
 def fmt_base(run: dict[str, Any]) -> str:
@@ -312,9 +309,9 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
     for a in task["attempts"]:
         said = {task.get("reason"), a.get("error")}  # a reason is shown once: the task's, else the error
         facts = (
-            f"  {fmt_duration(a['duration_ms'])}  {fmt_usd(a['spend_usd'])}  "
+            f"  {fmt_duration(a['duration_ms'])}  {money(a['spend_usd'])}  "
             f"{a['input_tokens']}/{a['output_tokens']} tokens{cached_text(a)}  {a['steps']} steps"
-            + (f"  guard {fmt_usd(a['guard_usd'])}" if a.get("guard_usd") is not None else "")
+            + (f"  guard {money(a['guard_usd'])}" if a.get("guard_usd") is not None else "")
             + (f"  exit {a['exit_code']}" if a.get("exit_code") is not None else "")
             + (f"  ({single_line(a['reason'])})" if a.get("reason") not in {None, "", *said} else "")
             + (f"  setup {a['setup_ms'] / 1000:.1f} s" if a.get("setup_ms") is not None else "")

@@ -50,9 +50,8 @@ class FleetConfig:
     init_submodules: bool = True  # new worktrees and check trees get the main tree's submodules
     allow_detached: bool = False  # shared tasks may commit onto a detached HEAD
     check_log_bytes: int = 8000  # how much of a check's output (its end) the ledger and a round keep
-    git_guard: bool = (
-        True  # shared workers' `git` refuses what would touch other workers' files (git/guard.py)
-    )
+    # shared workers' `git` refuses what would touch other workers' files (git/guard.py)
+    git_guard: bool = True
     strict_claims: bool = False  # a shared attempt that wrote files outside its claims fails
 
 

@@ -32,8 +32,7 @@ def without_colour(text: str) -> str:
 
 
 def printable(text: str) -> str:
-    """text without colour codes, every other control character escaped (`\\x1b`); newlines and tabs
-    are kept."""
+    """text without colour codes, each other control character but newline and tab escaped (`\\x1b`)."""
     return without_colour(text).translate(_TABLE)
 
 

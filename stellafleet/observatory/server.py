@@ -32,6 +32,14 @@ CHUNK_MAX = 1024 * 1024
 KINDS = {"log": "log_path", "transcript": "transcript_path"}
 
 
+class _Refusal(Exception):
+    """A request answered with an error status and one line saying why."""
+
+    def __init__(self, status: int, error: str) -> None:
+        super().__init__(error)
+        self.status = status
+
+
 _CONTINUATION = bytes(range(0x80, 0xC0))
 
 
@@ -53,41 +61,40 @@ def _utf8_window(data: bytes, *, trim_start: bool) -> tuple[int, int]:
 
 def attempt_log(
     ledger_path: Path, attempt_id: int, kind: str, *, offset: int | None, tail: int | None, limit: int
-) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, JSON payload) for GET /api/attempts/<id>/<kind>: bytes [offset, offset + limit) of
-    the file, or its last `tail` bytes, trimmed to whole characters."""
+) -> dict[str, Any]:
+    """GET /api/attempts/<id>/<kind>: bytes [offset, offset + limit) of the file, or its last `tail` bytes,
+    trimmed to whole characters; _Refusal for no such attempt or a file not served."""
     with Ledger.open(ledger_path, readonly=True) as reads:
         attempt = reads.attempts.files(attempt_id)
     if attempt is None:
-        return HTTPStatus.NOT_FOUND, {"error": f"no attempt {attempt_id} in the ledger"}
+        raise _Refusal(HTTPStatus.NOT_FOUND, f"no attempt {attempt_id} in the ledger")
+    recorded = attempt[KINDS[kind]]
     payload: dict[str, Any] = {
         "attempt": attempt_id,
         "kind": kind,
         "running": attempt["outcome"] == AttemptOutcome.RUNNING,
-        "path": attempt[KINDS[kind]],
+        "path": recorded,
         "exists": False,
         "offset": 0,
         "next": 0,
         "size": 0,
         "text": "",
     }
-    if not attempt[KINDS[kind]]:
-        return HTTPStatus.OK, payload  # nothing recorded (a pipeline without a transcript)
-    real = Path(os.path.realpath(attempt[KINDS[kind]]))
+    if not recorded:
+        return payload  # nothing recorded (a pipeline without a transcript)
+    real = Path(os.path.realpath(recorded))
     if not real.is_relative_to(Path(os.path.realpath(ledger_path.parent))):
-        return HTTPStatus.FORBIDDEN, {
-            "error": "the recorded path is outside the ledger's directory; it is not served"
-        }
+        raise _Refusal(
+            HTTPStatus.FORBIDDEN, "the recorded path is outside the ledger's directory; it is not served"
+        )
     try:  # O_NONBLOCK: a FIFO planted at the path must not hang the server; fstat below refuses it
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
-        return HTTPStatus.OK, payload  # not written yet (the worker has not started) or already removed
+        return payload  # not written yet (the worker has not started) or already removed
     try:
         found = os.fstat(fd)
         if not stat.S_ISREG(found.st_mode):
-            return HTTPStatus.FORBIDDEN, {
-                "error": "the recorded path is not a regular file; it is not served"
-            }
+            raise _Refusal(HTTPStatus.FORBIDDEN, "the recorded path is not a regular file; it is not served")
         size = found.st_size
         start = max(0, size - tail) if tail is not None else min(offset or 0, size)
         length = min(tail if tail is not None else limit, size - start)
@@ -97,7 +104,7 @@ def attempt_log(
     skip, keep = _utf8_window(data, trim_start=start > 0)
     text = data[skip:keep].decode("utf-8", errors="replace")
     payload.update(offset=start + skip, next=start + keep, size=size, text=text, exists=True)
-    return HTTPStatus.OK, payload
+    return payload
 
 
 log = logging.getLogger(__name__)
@@ -304,16 +311,8 @@ class ObservatoryHandler(BaseHTTPRequestHandler):
         limit = self._int_param(query, "limit", CHUNK_DEFAULT, 1, CHUNK_MAX)
         offset = self._int_param(query, "offset", 0, 0, 2**62)
         tail = self._int_param(query, "tail", 0, 0, CHUNK_MAX) if "tail" in query else None
-        status, payload = attempt_log(self._ledger(), attempt, kind, offset=offset, tail=tail, limit=limit)
-        self._send_json(status, payload, head=head)
-
-
-class _Refusal(Exception):
-    """A request answered with an error status and one line saying why."""
-
-    def __init__(self, status: int, error: str) -> None:
-        super().__init__(error)
-        self.status = status
+        payload = attempt_log(self._ledger(), attempt, kind, offset=offset, tail=tail, limit=limit)
+        self._send_json(HTTPStatus.OK, payload, head=head)
 
 
 _WHOLE = re.compile(r"-?[0-9]{1,18}")  # ASCII digits ('²'.isdigit() is true), below SQLite's 2**63

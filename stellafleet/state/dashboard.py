@@ -21,12 +21,7 @@ TOP_SPENDERS = 15
 PAGE_OMITS = ("token_sha256", "run_id", "success", "cpu_seconds", "peak_rss_bytes")
 # Task states that stop their dependents (a skip names the first of these it finds upstream).
 FAILING = frozenset(
-    {
-        TaskStatus.FAILED,
-        TaskStatus.INTERRUPTED,
-        AttemptOutcome.STALLED,
-        AttemptOutcome.ABANDONED,
-    }
+    {TaskStatus.FAILED, TaskStatus.INTERRUPTED, AttemptOutcome.STALLED, AttemptOutcome.ABANDONED}
 )
 
 
@@ -273,7 +268,9 @@ def _waiting_items(
     items: list[dict[str, Any]] = []
     waiting = {row["task_id"] for row in needs_you if row["reason"] != FollowUpReason.CI_FIX}
     failing = [task for task in tasks if task["id"] in waiting]
-    abandoned = [t for t in failing if _last_outcome(t) == AttemptOutcome.ABANDONED]
+    abandoned = [
+        t for t in failing if t["attempts"] and t["attempts"][-1]["outcome"] == AttemptOutcome.ABANDONED
+    ]
     if abandoned:
         items.append(_abandoned_item(run, abandoned))
     for task in failing:
@@ -292,10 +289,6 @@ def _waiting_items(
                 }
             )
     return items
-
-
-def _last_outcome(task: dict[str, Any]) -> str | None:
-    return task["attempts"][-1]["outcome"] if task["attempts"] else None
 
 
 def _abandoned_item(run: dict[str, Any], tasks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -361,7 +354,7 @@ def _read_detail(reads: Ledger, run_id: str, *, now_ms: int, alive: views.Alive)
     """views.read_run of the run: whole for a small run, else narrow (with failed tasks' last errors)."""
     if reads.tasks.count(run_id) <= FOLD_TASKS_OVER:
         return views.read_run(reads, run_id, now_ms=now_ms, alive=alive)
-    record = {**reads.first_view_record(run_id), "run": reads.runs.get(run_id)}
+    record = reads.get_run(run_id, first_view=True)
     detail = views.read_run(reads, run_id, now_ms=now_ms, alive=alive, record=record)
     failing = [
         task["attempts"][-1]

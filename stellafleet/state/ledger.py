@@ -37,16 +37,16 @@ class Ledger(Handle):
         """Open the ledger at path, creating it atomically unless readonly; StellaError if it is not one."""
         return cls(Database(Path(path), LEDGER_SCHEMA, readonly=readonly, now_ms=now_ms))
 
-    def get_run(self, run_id: str) -> dict[str, Any]:
-        """Everything recorded about one run; StellaError if the ledger has no such run."""
+    def get_run(self, run_id: str, *, first_view: bool = False) -> dict[str, Any]:
+        """Everything recorded about one run, or with first_view what the run page draws first, narrow (no
+        prompts, summaries, errors or merges); StellaError if the ledger has no such run."""
         run = self.runs.get(run_id)
         if run is None:
             raise StellaError(f"no run {run_id!r} in {self.path}: `stella runs` lists the recorded runs")
-        return {"run": run, **{table: getattr(self, table).of_run(run_id) for table in RUN_TABLES}}
-
-    def first_view_record(self, run_id: str) -> dict[str, Any]:
-        """What the run page draws first, shaped as get_run but narrow (no prompts, summaries or errors)."""
+        if not first_view:
+            return {"run": run, **{table: getattr(self, table).of_run(run_id) for table in RUN_TABLES}}
         return {
+            "run": run,
             "tasks": self.tasks.of_run(run_id, CARD_COLUMNS),
             "attempts": self.attempts.of_run(run_id, BAR_COLUMNS),
             "commits": self.commits.of_run(
@@ -64,11 +64,8 @@ class Ledger(Handle):
         if attempt is None:
             return None
         run_id = attempt["run_id"]
-        task = self.tasks.get(run_id, attempt["task_id"]) or {
-            "id": attempt["task_id"],
-            "title": None,
-            "branch": None,
-        }
+        task_id = attempt["task_id"]
+        task = self.tasks.get(run_id, task_id) or {"id": task_id, "title": None, "branch": None}
         found = (
             self.ci.of_branch(run_id, branch) for branch in (task["branch"], attempt["branch"]) if branch
         )

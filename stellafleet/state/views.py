@@ -105,8 +105,7 @@ def runs_page(
 
 def timed_attempt(attempt: dict[str, Any], *, now_ms: int, live: bool) -> dict[str, Any]:
     """The attempt with how long it ran (a running one of a live run: until now; of a dead run: unknown),
-    its phase while its setup runs and, when salvaged, the command that applies its work to the checked-out
-    tree, uncommitted."""
+    its phase while its setup runs and, when salvaged, the command that applies its work uncommitted."""
     start, end = attempt.get("started_at_ms"), attempt.get("finished_at_ms")
     if start is None or (end is None and not live):
         duration = None
@@ -221,22 +220,22 @@ def under_parents(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _branches(record: dict[str, Any]) -> list[dict[str, Any]]:
     """Every branch a run touched: its tasks' own, those its commits landed on, and those CI watched."""
     branches: dict[str, dict[str, Any]] = {}
+
+    def branch(name: str, isolation: str | None, task_id: str | None) -> dict[str, Any]:
+        entry = branches.setdefault(name, _branch(name, isolation))
+        if task_id and task_id not in entry["tasks"]:
+            entry["tasks"].append(task_id)
+        return entry
+
     for task in record["tasks"]:
         if task.get("branch"):
-            entry = branches.setdefault(task["branch"], _branch(task["branch"], task.get("isolation")))
+            entry = branch(task["branch"], task.get("isolation"), task["id"])
             entry["worktree"] = entry["worktree"] or task.get("worktree")
-            entry["tasks"].append(task["id"])
     for commit in record["commits"]:
         if commit.get("branch"):
-            entry = branches.setdefault(commit["branch"], _branch(commit["branch"], "shared"))
-            entry["commits"] += 1
-            if commit.get("task_id") and commit["task_id"] not in entry["tasks"]:
-                entry["tasks"].append(commit["task_id"])
+            branch(commit["branch"], "shared", commit.get("task_id"))["commits"] += 1
     for ci in record["ci"]:
-        entry = branches.setdefault(ci["branch"], _branch(ci["branch"], None))
-        if ci.get("task_id") and ci["task_id"] not in entry["tasks"]:
-            entry["tasks"].append(ci["task_id"])
-        entry["ci"] = ci
+        branch(ci["branch"], None, ci.get("task_id"))["ci"] = ci
     return list(branches.values())
 
 
@@ -250,11 +249,7 @@ def run_model(record: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) 
         alive=alive,
     )
     argv = [str(arg) for arg in _json_list(raw_run.get("argv"))]
-    run.update(
-        argv=argv,
-        root=raw_run.get("root"),
-        plan_sha256=raw_run.get("plan_sha256"),
-    )
+    run.update(argv=argv, root=raw_run.get("root"), plan_sha256=raw_run.get("plan_sha256"))
     tasks = _tasks(record, now_ms=now_ms, live=run["live"])
     run["no_commits"] = [task["id"] for task in tasks if task["no_commits"]]
     return {
