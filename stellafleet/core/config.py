@@ -171,7 +171,10 @@ def config_files(
 
 
 def load_config(
-    root: Path | None, *, config_file: Path | None = None, env: Mapping[str, str] | None = None
+    root: Path | None,
+    *,
+    config_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Config:
     """The merged, checked config; ConfigError (exit 2) naming every problem of every layer."""
     env = os.environ if env is None else env

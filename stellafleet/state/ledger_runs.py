@@ -134,7 +134,8 @@ class Runs(Table):
     def set_lineage(self, run_id: str, *, schedule: str, resumed_from: str | None = None) -> None:
         """Which schedule the run uses and the run it resumes (`stella fleet --resume`), if any."""
         self._db.execute(
-            "UPDATE runs SET schedule = ?, resumed_from = ? WHERE id = ?", (schedule, resumed_from, run_id)
+            "UPDATE runs SET schedule = ?, resumed_from = ? WHERE id = ?",
+            (schedule, resumed_from, run_id),
         )
 
     def set_executor(self, run_id: str, executor: str) -> None:
@@ -258,7 +259,8 @@ class Tasks(Table):
     def set_fragment(self, run_id: str, task_id: str, fragment_path: str) -> None:
         """The plan fragment an expanding task's worker wrote (its tasks are added with parent_id)."""
         self._db.execute(
-            "UPDATE tasks SET fragment_path = ? WHERE run_id = ? AND id = ?", (fragment_path, run_id, task_id)
+            "UPDATE tasks SET fragment_path = ? WHERE run_id = ? AND id = ?",
+            (fragment_path, run_id, task_id),
         )
 
     def set_status(self, run_id: str, task_id: str, status: TaskStatus, reason: str | None = None) -> None:

@@ -38,7 +38,11 @@ def connect(path: Path, *, readonly: bool, immutable: bool = False) -> sqlite3.C
     mode = "ro" if readonly or immutable else "rw"
     uri = f"file:{quote(str(path.resolve()))}?mode={mode}" + ("&immutable=1" if immutable else "")
     conn = sqlite3.connect(
-        uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        uri,
+        uri=True,
+        timeout=BUSY_TIMEOUT_S,
+        isolation_level=None,
+        check_same_thread=False,
     )
     conn.row_factory = sqlite3.Row
     return conn
