@@ -16,7 +16,7 @@ from stellafleet.core.status import AttemptEnd, AttemptOutcome, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.events import AttemptEnded, AttemptStarted, Emit
-from stellafleet.run.executor import Attempt, Execution, Executor, inherited_env
+from stellafleet.run.executor import FACTS_VAR, Attempt, Execution, Executor, inherited_env
 from stellafleet.run.steps import (
     AttemptFailed,
     AttemptState,
@@ -28,8 +28,6 @@ from stellafleet.run.steps import (
 )
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.proof import new_token
-
-FACTS_VAR = "STELLA_FACTS"  # the facts of the worker's task (JSON): what its earlier attempts learned
 
 
 class Attempted(NamedTuple):

@@ -120,10 +120,11 @@ def test_a_follow_up_no_one_may_serve_without_a_person_waits_on_one(
 
 
 def test_a_failed_task_with_nothing_left_to_try_waits_on_a_person_until_it_succeeds(
-    parts: tuple[Path, Ledger, ClaimStore],
+    parts: tuple[Path, Ledger, ClaimStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root, ledger, _ = parts
-    write_config(root, run="echo 'tests failed: 3 of 40' >&2; exit 1")
+    write_config(root, run=f'printf %s "$STELLA_FACTS" > {tmp_path}/facts; exit 1')
+    monkeypatch.setenv("STELLA_FACTS", '{"from": "the fleet\'s own environment"}')  # a fleet inside a worker
     server, executor = server_for(parts)
     try:
         with pytest.raises(TaskFailed, match="exit status 1"):
@@ -132,6 +133,7 @@ def test_a_failed_task_with_nothing_left_to_try_waits_on_a_person_until_it_succe
         assert (waiting["reason"], waiting["asked_by"]) == ("retry", "fleet")
         assert "exit status 1" in waiting["context"]
         assert waiting["from_attempt_id"] == ledger.get_run(RUN)["attempts"][0]["id"]
+        assert (tmp_path / "facts").read_text() == ""  # a task with no facts is handed none
         write_config(root, run="true")
         assert server.execute(TASK) is True
     finally:
