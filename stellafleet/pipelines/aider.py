@@ -18,7 +18,7 @@ from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.agentcli import AgentCliPipeline, prompt_file, scratch_dir
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
-from stellafleet.pipelines.support import EventLines, complete_lines, crash_text, failed, short, timeout_text
+from stellafleet.pipelines.support import EventLines, FileTail, crash_text, failed, short, timeout_text
 
 CLI = "aider"
 APPLIED = re.compile(r"^Applied edit to (?P<path>.+?)\s*$")
@@ -60,16 +60,12 @@ class AnalyticsFollower(EventLines):
 
     def __init__(self, path: Path, spent: SpendTally) -> None:
         super().__init__()
-        self.path = path
+        self.log = FileTail(path)
         self.spent = spent
-        self.offset = 0
         self.session = RunningTotal()  # aider's running total_cost
 
     def poll(self) -> str | None:
-        try:
-            lines, self.offset = complete_lines(self.path, self.offset)
-        except FileNotFoundError:
-            return None
+        lines = self.log.new_lines()
         if not lines:
             return None  # nothing complete yet: aider may be half-way through a line
         for raw in lines:

@@ -190,7 +190,7 @@ def write_hook_settings(ctx: WorkerContext) -> Path:
     holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
     scratch = scratch_dir(ctx)
     context_file = scratch / "claude-hook.json"
-    HookContext.of(holder, workspace=str(ctx.workspace), store_db=str(ctx.paths.store_db)).write(context_file)
+    HookContext(str(ctx.workspace), str(ctx.paths.store_db), holder).write(context_file)
     settings_file = scratch / "claude-settings.json"
     settings_file.write_text(json.dumps(hook_settings(context_file), indent=2))
     return settings_file

@@ -7,7 +7,6 @@ import json
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,7 +22,7 @@ from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
 from stellafleet.pipelines.support import (
     EventLines,
-    complete_lines,
+    FileTail,
     crash_text,
     failed,
     json_line,
@@ -54,29 +53,22 @@ def codex_home(env: Mapping[str, str]) -> Path:
 TotalHandler = Callable[[dict[str, Any]], str | None]
 
 
-class SessionLog:
+class SessionLog(FileTail):
     """Follows one thread's session log on each poll and hands every `token_count` total on."""
 
     def __init__(self, home: Path, on_total: TotalHandler, thread_id: Callable[[], str | None]) -> None:
+        super().__init__()
         self.home = home
         self.on_total = on_total
         self.thread_id = thread_id  # the thread's id once Codex has said it
-        self.path: Path | None = None
-        self.offset = 0
 
     def __call__(self) -> str | None:
         thread = self.thread_id()
         if self.path is None and thread:
             matches = sorted((self.home / "sessions").glob(f"*/*/*/rollout-*{thread}.jsonl"))
             self.path = matches[-1] if matches else None
-        if self.path is None:
-            return None
-        try:
-            lines, self.offset = complete_lines(self.path, self.offset)
-        except OSError:
-            return None
         reason = None
-        for raw in lines:  # none while Codex is half-way through a line
+        for raw in self.new_lines():  # none while Codex is half-way through a line
             total = token_total(raw)
             if total is not None:
                 reason = self.on_total(total) or reason
@@ -119,39 +111,20 @@ def build_argv(
     return [*argv, *sandbox_args, *HEADLESS, *extra_args, "-"]
 
 
-@dataclass(frozen=True)
-class Usage:
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    output_tokens: int = 0
+# A running total of Codex's usage, as it counts tokens: its input_tokens include the cached ones.
+USAGE_COUNTS = ("input_tokens", "cached_input_tokens", "output_tokens")
+Usage = tuple[int, ...]  # its USAGE_COUNTS
 
-    @classmethod
-    def from_event(cls, value: Any) -> Usage:
-        if not isinstance(value, dict):
-            raise ValueError(f"turn.completed without a usage object: {value!r}")
 
-        def count(key: str) -> int:
-            number = value.get(key, 0)
-            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-                raise ValueError(f"usage.{key} is not a token count: {number!r}")
-            return number
-
-        return cls(count("input_tokens"), count("cached_input_tokens"), count("output_tokens"))
-
-    def at_least(self, earlier: Usage) -> bool:
-        return all(now >= then for now, then in zip(astuple(self), astuple(earlier), strict=True))
-
-    def minus(self, earlier: Usage) -> Usage:
-        """What this running total adds to an earlier one (all of it when the counts went down)."""
-        if not self.at_least(earlier):
-            return self
-        return Usage(*(now - then for now, then in zip(astuple(self), astuple(earlier), strict=True)))
-
-    def tokens(self) -> TokenUsage:
-        # Codex's input_tokens include the cached ones, the convention the price table uses too.
-        return TokenUsage(
-            self.input_tokens, self.output_tokens, min(self.cached_input_tokens, self.input_tokens)
-        )
+def usage_total(value: Any) -> Usage:
+    """A usage object's counts; ValueError when it is not one."""
+    if not isinstance(value, dict):
+        raise ValueError(f"turn.completed without a usage object: {value!r}")
+    counts = tuple(value.get(key, 0) for key in USAGE_COUNTS)
+    for key, number in zip(USAGE_COUNTS, counts, strict=True):
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            raise ValueError(f"usage.{key} is not a token count: {number!r}")
+    return counts
 
 
 class CodexFollower(EventLines):
@@ -163,7 +136,7 @@ class CodexFollower(EventLines):
         super().__init__()
         self.pricer = pricer
         self.spent = spent
-        self.total = Usage()
+        self.total: Usage = (0, 0, 0)
         self.steps = 0  # actions seen, reported once at the end (they cost nothing by themselves)
         self.turns_completed = 0
         self.turn_failed: str | None = None
@@ -191,7 +164,7 @@ class CodexFollower(EventLines):
                 self.steps += 1
         elif kind == "turn.completed":
             self.turns_completed += 1
-            return self._usage(Usage.from_event(event.get("usage")))
+            return self._usage(usage_total(event.get("usage")))
         elif kind == "turn.failed":
             error = event.get("error")
             message = error.get("message") if isinstance(error, dict) else error
@@ -216,16 +189,19 @@ class CodexFollower(EventLines):
         with self._lock:
             self.from_log = True
             try:
-                return self._usage(Usage.from_event(value))
+                return self._usage(usage_total(value))
             except ValueError:
                 return None
 
     def _usage(self, total: Usage) -> str | None:
-        if self.from_log and not total.at_least(self.total):
+        grew = all(now >= then for now, then in zip(total, self.total, strict=True))
+        if self.from_log and not grew:
             return None  # already counted from the session log
-        added = total.minus(self.total)
+        # what this running total adds to the last one (all of it when the counts went down)
+        added = tuple(now - then for now, then in zip(total, self.total, strict=True)) if grew else total
         self.total = total
-        tokens = added.tokens()
+        input_tokens, cached, output_tokens = added
+        tokens = TokenUsage(input_tokens, output_tokens, min(cached, input_tokens))  # the price table's way
         usd = self.pricer.cost(tokens) if self.pricer is not None else 0.0
         self.spent.add(usd, **tokens.to_json())
         return self.spent.guard_reached("priced from its token usage")

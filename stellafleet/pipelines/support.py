@@ -79,15 +79,26 @@ class EventLines:
         raise NotImplementedError
 
 
-def complete_lines(path: Path, offset: int) -> tuple[list[str], int]:
-    """The complete lines a CLI appended to path since offset, and the offset after them."""
-    with path.open("rb") as fh:
-        fh.seek(offset)
-        chunk = fh.read()
-    end = chunk.rfind(b"\n")
-    if end < 0:
-        return [], offset
-    return chunk[: end + 1].decode("utf-8", "replace").splitlines(), offset + end + 1
+class FileTail:
+    """The complete lines a CLI appends to a file (its log), each read once."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self.offset = 0
+
+    def new_lines(self) -> list[str]:
+        """The lines completed since the last call; none while the file is missing or half a line long."""
+        if self.path is None:
+            return []
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read()
+        except OSError:
+            return []
+        end = chunk.rfind(b"\n") + 1
+        self.offset += end
+        return chunk[:end].decode("utf-8", "replace").splitlines()
 
 
 _MAIN_ARGUMENT = ("path", "pattern", "message", "command", "summary")
