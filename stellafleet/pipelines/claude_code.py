@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
-from stellafleet.core.limits import LimitReporter, from_http, limits_of
+from stellafleet.core.limits import from_http, limits_of
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.anthropic import usage_of
@@ -111,7 +111,6 @@ class _ResultWatcher(EventLines):
     """Keeps the last `result` message of the stream, and tells the fleet of each limit Claude Code met."""
 
     result: dict[str, Any] | None = None
-    limits: LimitReporter | None = None
 
     def event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -157,8 +156,7 @@ class ClaudeCodePipeline(AgentCliPipeline):
             extra_args=settings.extra_args,
             allowed=SHARED_COMMANDS if ctx.shared else ISOLATED_COMMANDS,
         )
-        watcher = _ResultWatcher()
-        watcher.limits = limits_of(spend)
+        watcher = _ResultWatcher(limits_of(spend))
         run = run_agent(ctx, argv, on_line=watcher, stdin_path=prompt_file(ctx, agent_prompt(ctx)))
         return self.outcome(run, watcher, ctx, settings.max_turns, tally)
 

@@ -133,7 +133,7 @@ class CodexFollower(EventLines):
     kind = "type"
 
     def __init__(self, pricer: Pricer | None, spent: SpendTally, limits: LimitReporter | None) -> None:
-        super().__init__()
+        super().__init__(limits)
         self.pricer = pricer
         self.spent = spent
         self.total: Usage = (0, 0, 0)
@@ -144,36 +144,33 @@ class CodexFollower(EventLines):
         self.last_message = ""
         self.thread_id: str | None = None
         self.from_log = False  # the session log is being followed: turn totals only top it up
-        self.limits = limits  # where the limits Codex reports go (the fleet)
         self._limits_told: set[str] = set()
         self._lock = threading.Lock()
 
     def event(self, event: dict[str, Any]) -> str | None:
         with self._lock:
-            return self._handle(event["type"], event)
-
-    def _handle(self, kind: str, event: dict[str, Any]) -> str | None:
-        if kind == "thread.started" and isinstance(event.get("thread_id"), str):
-            self.thread_id = event["thread_id"]
-        elif kind == "item.completed" and isinstance(event.get("item"), dict):
-            item = event["item"]
-            item_type = item.get("type") or item.get("item_type")
-            if item_type in MESSAGE_ITEMS and isinstance(item.get("text"), str):
-                self.last_message = item["text"]
-            elif item_type in ACTION_ITEMS:
-                self.steps += 1
-        elif kind == "turn.completed":
-            self.turns_completed += 1
-            return self._usage(usage_total(event.get("usage")))
-        elif kind == "turn.failed":
-            error = event.get("error")
-            message = error.get("message") if isinstance(error, dict) else error
-            self.turn_failed = str(message or "no details")
-            self._limit(self.turn_failed)
-        elif kind == "error":
-            self.errors.append(str(event.get("message") or "no details"))
-            self._limit(self.errors[-1])
-        return None
+            kind = event["type"]
+            if kind == "thread.started" and isinstance(event.get("thread_id"), str):
+                self.thread_id = event["thread_id"]
+            elif kind == "item.completed" and isinstance(event.get("item"), dict):
+                item = event["item"]
+                item_type = item.get("type") or item.get("item_type")
+                if item_type in MESSAGE_ITEMS and isinstance(item.get("text"), str):
+                    self.last_message = item["text"]
+                elif item_type in ACTION_ITEMS:
+                    self.steps += 1
+            elif kind == "turn.completed":
+                self.turns_completed += 1
+                return self._usage(usage_total(event.get("usage")))
+            elif kind == "turn.failed":
+                error = event.get("error")
+                message = error.get("message") if isinstance(error, dict) else error
+                self.turn_failed = str(message or "no details")
+                self._limit(self.turn_failed)
+            elif kind == "error":
+                self.errors.append(str(event.get("message") or "no details"))
+                self._limit(self.errors[-1])
+            return None
 
     def _limit(self, message: str) -> None:
         """Tell the fleet of a rate or usage limit Codex reports (`last status: 429`, `usage limit`), once."""

@@ -85,7 +85,7 @@ class PlainPipeline:
         redact = Redactor([settings.api_key(env), *(env.get(name) for name in DEFAULT_KEY_ENV.values())])
         toolbox = _toolbox(ctx, settings, env, committer=committer, claim=claim)
         transcript = _start_transcript(ctx, settings, redact, priced=pricer is not None)
-        sink = events or ProgressPrinter([sys.stdout])  # a fleet worker's stdout is its log
+        sink = events or ProgressPrinter(sys.stdout)  # a fleet worker's stdout is its log
         client = make_client(settings, clock=clock, redact=redact, env=env, limits=limits_of(spend))
         wall = min(settings.max_wall_seconds, math.inf if ctx.timeout_s is None else ctx.timeout_s)
         engine = Engine(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
+from stellafleet.core.limits import LimitReporter
 from stellafleet.core.spend import money
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun
@@ -41,11 +41,8 @@ def parse_failure(cli: str, detail: str, run: CliRun) -> str:
 
 def json_line(line: str) -> dict[str, Any] | None:
     """The JSON object on one output line, or None when the line is not one."""
-    stripped = line.strip()
-    if not stripped.startswith("{"):
-        return None
     try:
-        value = json.loads(stripped)
+        value = json.loads(line)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
@@ -56,9 +53,10 @@ class EventLines:
 
     kind: ClassVar[str | None] = None
 
-    def __init__(self) -> None:
+    def __init__(self, limits: LimitReporter | None = None) -> None:
         self.bad_line: str | None = None
         self.events = 0
+        self.limits = limits  # where the limits the CLI reports go (the fleet)
 
     def __call__(self, line: str) -> str | None:
         if not line.strip():
@@ -124,32 +122,26 @@ def describe_call(name: str, arguments: str, limit: int = 70) -> str:
 
 
 class ProgressPrinter:
-    """An engine event sink writing one line per step and tool call to each stream."""
+    """An engine event sink writing one line per step and tool call to a stream (a worker's log)."""
 
-    def __init__(self, streams: Sequence[TextIO], *, prefix: str = "  ") -> None:
-        self.streams = list(streams)
-        self.prefix = prefix
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
         self.usd = 0.0
         self.step = 0
-        self.stop: str | None = None
 
     def _line(self, text: str) -> None:
-        for stream in self.streams:
-            stream.write(f"{self.prefix}{text}\n")
-            stream.flush()
+        self.stream.write(f"  step {self.step:>3}  {money(self.usd)}  {text}\n")
+        self.stream.flush()
 
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "step":
             self.step, self.usd = int(data["step"]), float(data["usd"])
             text = " ".join(str(data.get("text") or "").split())
             if text:
-                self._line(f"step {self.step:>3}  {money(self.usd)}  {text[:100]}")
+                self._line(text[:100])
         elif kind == "tool":
-            call = describe_call(str(data["name"]), str(data["arguments"]))
-            line = f"step {self.step:>3}  {money(self.usd)}  {call}"
+            line = describe_call(str(data["name"]), str(data["arguments"]))
             if data.get("is_error"):
                 first = str(data.get("result", "")).splitlines()[0] if data.get("result") else ""
                 line += f"  -> {first[:120]}"
             self._line(line)
-        elif kind == "end":
-            self.stop = str(data.get("stop"))
