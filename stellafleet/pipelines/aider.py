@@ -15,7 +15,7 @@ from stellafleet.core.spend import RunningTotal, SpendReporter, SpendTally, mone
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import indexlock
 from stellafleet.git.lane import commit_paths
-from stellafleet.pipelines.agentcli import AgentCliPipeline, prompt_file, scratch_dir
+from stellafleet.pipelines.agentcli import AgentCliPipeline, CliSettings, prompt_file, scratch_dir
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
 from stellafleet.pipelines.support import EventLines, FileTail, crash_text, failed, short, timeout_text
@@ -25,11 +25,9 @@ APPLIED = re.compile(r"^Applied edit to (?P<path>.+?)\s*$")
 RETRYING = re.compile(r".*Retrying in (\d+(?:\.\d+)?) seconds")
 
 
-def build_argv(
-    binary: str, prompt_path: Path, *, scratch: Path, model: str | None, extra_args: tuple[str, ...]
-) -> list[str]:
+def build_argv(settings: CliSettings, prompt_path: Path, scratch: Path, model: str | None) -> list[str]:
     argv = [
-        binary,
+        settings.binary,
         "--message-file",  # not --message: one argument holds at most 128 KiB
         str(prompt_path),
         "--yes-always",
@@ -50,7 +48,7 @@ def build_argv(
     ]
     if model:
         argv += ["--model", model]
-    return argv + list(extra_args)
+    return argv + list(settings.extra_args)
 
 
 class AnalyticsFollower(EventLines):
@@ -146,13 +144,7 @@ class AiderPipeline(AgentCliPipeline):
         settings = self.settings(config)
         scratch = scratch_dir(ctx)
         follower = AnalyticsFollower(scratch / "aider-analytics.jsonl", SpendTally.for_attempt(ctx, spend))
-        argv = build_argv(
-            settings.binary,
-            prompt_file(ctx, ctx.prompt),
-            scratch=scratch,
-            model=ctx.model or settings.model,
-            extra_args=settings.extra_args,
-        )
+        argv = build_argv(settings, prompt_file(ctx, ctx.prompt), scratch, ctx.model or settings.model)
         own = {"GIT_INDEX_FILE": str(private_index(ctx, scratch))} if ctx.shared else {}
         run = run_agent(ctx, argv, on_line=LimitLines(limits_of(spend)), poll=follower.poll, env=own)
         result = outcome(run, follower, ctx)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,7 +17,7 @@ from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_pric
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops
-from stellafleet.pipelines.agentcli import AgentCliPipeline, agent_env, agent_prompt, prompt_file
+from stellafleet.pipelines.agentcli import AgentCliPipeline, CliSettings, agent_env, agent_prompt, prompt_file
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
 from stellafleet.pipelines.support import (
@@ -96,19 +96,12 @@ MESSAGE_ITEMS = {"agent_message", "assistant_message"}  # the latter is the olde
 HEADLESS = ["-c", 'web_search="disabled"', "--disable", "multi_agent", "-c", "allow_login_shell=false"]
 
 
-def build_argv(
-    binary: str,
-    workspace: str,
-    *,
-    model: str | None,
-    extra_args: tuple[str, ...],
-    sandbox_args: Sequence[str] = (),
-) -> list[str]:
-    argv = [binary, "exec", "--json", "--sandbox", "workspace-write", "-C", workspace]
+def build_argv(settings: CliSettings, workspace: Path, model: str | None) -> list[str]:
+    argv = [settings.binary, "exec", "--json", "--sandbox", "workspace-write", "-C", str(workspace)]
     if model:
         argv += ["--model", model]
     # "-": the prompt is read from stdin (one argument holds at most 128 KiB)
-    return [*argv, *sandbox_args, *HEADLESS, *extra_args, "-"]
+    return [*argv, *writable_roots_arg(workspace), *HEADLESS, *settings.extra_args, "-"]
 
 
 # A running total of Codex's usage, as it counts tokens: its input_tokens include the cached ones.
@@ -244,13 +237,7 @@ class CodexPipeline(AgentCliPipeline):
             return failed(f"codex was not started: {self.no_price(model)}")
         follower = CodexFollower(pricer, tally, limits_of(spend))
         session = SessionLog(codex_home(agent_env(ctx)), follower.log_total, lambda: follower.thread_id)
-        argv = build_argv(
-            settings.binary,
-            str(ctx.workspace),
-            model=model,
-            extra_args=settings.extra_args,
-            sandbox_args=writable_roots_arg(ctx.workspace),
-        )
+        argv = build_argv(settings, ctx.workspace, model)
         prompt = prompt_file(ctx, agent_prompt(ctx))
         run = run_agent(ctx, argv, on_line=follower, poll=session, stdin_path=prompt)
         if follower.steps:
