@@ -180,7 +180,7 @@ def outcome(run: CliRun, f: AnalyticsFollower, ctx: WorkerContext) -> PipelineRe
         )
     calls = f.spent.steps  # one per model call
     if not calls:
-        said = short(" ".join(run.stdout_tail(8)) or run.stderr_text(), 400)
+        said = short(" ".join(run.stdout_lines[-8:]) or run.stderr_text(), 400)
         return failed(f"aider made no model call: {said or 'it printed nothing'}", **totals)
     cost = money(f.spent.usd)
     if edited:

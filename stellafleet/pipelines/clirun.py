@@ -39,9 +39,6 @@ class CliRun:
         text = " | ".join(line.strip() for line in self.stderr_tail if line.strip())
         return text[-limit:]
 
-    def stdout_tail(self, lines: int = TAIL_LINES) -> list[str]:
-        return self.stdout_lines[-lines:]
-
 
 class _Stop:
     def __init__(self) -> None:

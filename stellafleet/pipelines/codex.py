@@ -253,11 +253,6 @@ def outcome(
     run: CliRun, f: CodexFollower, ctx: WorkerContext, *, priced: bool, model: str | None
 ) -> PipelineResult:
     totals = f.spent.totals()
-    unpriced = (
-        ""
-        if priced or not f.turns_completed
-        else f" (spend not priced: no price known for {model or 'its model'})"
-    )
     if run.stopped is not None:
         what = f.last_message and f"; its last message: {short(f.last_message, 200)}"
         return failed(f"codex was stopped: {run.stopped}{what or ''}", **totals)
@@ -267,7 +262,9 @@ def outcome(
         return failed(f"codex turn failed: {short(f.turn_failed)}", **totals)
     if f.turns_completed and (run.returncode or 0) == 0:
         summary = short(f.last_message, 2000) or f"codex finished ({money(f.spent.usd)} spent)"
-        return PipelineResult(success=True, summary=summary + unpriced, **totals)
+        if not priced:
+            summary += f" (spend not priced: no price known for {model or 'its model'})"
+        return PipelineResult(success=True, summary=summary, **totals)
     if f.errors:
         return failed(f"codex reported an error: {short(f.errors[-1])}", **totals)
     if run.start_error or (run.returncode or 0) != 0:

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, TextIO
 from stellafleet.core.limits import LimitReporter
 from stellafleet.core.spend import money
 from stellafleet.pipelines.base import PipelineResult
-from stellafleet.pipelines.clirun import CliRun
+from stellafleet.pipelines.clirun import TAIL_LINES, CliRun
 from stellafleet.proc.runner import signal_description
 
 
@@ -34,7 +34,7 @@ def crash_text(cli: str, run: CliRun) -> str:
 def parse_failure(cli: str, detail: str, run: CliRun) -> str:
     """The message for output we could not understand; the raw tail goes to the worker's log."""
     sys.stderr.write(f"stella: could not parse {cli} output ({detail}); the last lines it printed were:\n")
-    sys.stderr.writelines(f"  | {line}\n" for line in run.stdout_tail())
+    sys.stderr.writelines(f"  | {line}\n" for line in run.stdout_lines[-TAIL_LINES:])
     sys.stderr.flush()
     return f"could not parse {cli} output: {detail}"
 
