@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -47,32 +47,6 @@ def codex_home(env: Mapping[str, str]) -> Path:
     """Where Codex keeps its sessions: $CODEX_HOME, else ~/.codex."""
     home = env.get("CODEX_HOME")
     return Path(home) if home else Path(env.get("HOME") or os.path.expanduser("~")) / ".codex"
-
-
-# Called with each running total from the session log; returns why to stop Codex, or None.
-TotalHandler = Callable[[dict[str, Any]], str | None]
-
-
-class SessionLog(FileTail):
-    """Follows one thread's session log on each poll and hands every `token_count` total on."""
-
-    def __init__(self, home: Path, on_total: TotalHandler, thread_id: Callable[[], str | None]) -> None:
-        super().__init__()
-        self.home = home
-        self.on_total = on_total
-        self.thread_id = thread_id  # the thread's id once Codex has said it
-
-    def __call__(self) -> str | None:
-        thread = self.thread_id()
-        if self.path is None and thread:
-            matches = sorted((self.home / "sessions").glob(f"*/*/*/rollout-*{thread}.jsonl"))
-            self.path = matches[-1] if matches else None
-        reason = None
-        for raw in self.new_lines():  # none while Codex is half-way through a line
-            total = token_total(raw)
-            if total is not None:
-                reason = self.on_total(total) or reason
-        return reason
 
 
 def token_total(raw: str) -> dict[str, Any] | None:
@@ -125,8 +99,11 @@ class CodexFollower(EventLines):
 
     kind = "type"
 
-    def __init__(self, pricer: Pricer | None, spent: SpendTally, limits: LimitReporter | None) -> None:
+    def __init__(
+        self, pricer: Pricer | None, spent: SpendTally, limits: LimitReporter | None, home: Path
+    ) -> None:
         super().__init__(limits)
+        self.home = home  # where Codex keeps its session logs
         self.pricer = pricer
         self.spent = spent
         self.total: Usage = (0, 0, 0)
@@ -136,6 +113,7 @@ class CodexFollower(EventLines):
         self.errors: list[str] = []
         self.last_message = ""
         self.thread_id: str | None = None
+        self.session = FileTail()  # the thread's session log, once Codex has said the thread's id
         self.from_log = False  # the session log is being followed: turn totals only top it up
         self._limits_told: set[str] = set()
         self._lock = threading.Lock()
@@ -173,6 +151,18 @@ class CodexFollower(EventLines):
         if found is not None:
             self._limits_told.add(message)
             self.limits.limit(found)
+
+    def poll(self) -> str | None:
+        """Follow the thread's session log: every `token_count` total in it goes to log_total."""
+        if self.session.path is None and self.thread_id:
+            matches = sorted((self.home / "sessions").glob(f"*/*/*/rollout-*{self.thread_id}.jsonl"))
+            self.session.path = matches[-1] if matches else None
+        reason = None
+        for raw in self.session.new_lines():  # none while Codex is half-way through a line
+            total = token_total(raw)
+            if total is not None:
+                reason = self.log_total(total) or reason
+        return reason
 
     def log_total(self, value: dict[str, Any]) -> str | None:
         """A running total from Codex's session log (after each model call)."""
@@ -235,11 +225,10 @@ class CodexPipeline(AgentCliPipeline):
         tally = SpendTally.for_attempt(ctx, spend)
         if tally.guarded and pricer is None:
             return failed(f"codex was not started: {self.no_price(model)}")
-        follower = CodexFollower(pricer, tally, limits_of(spend))
-        session = SessionLog(codex_home(agent_env(ctx)), follower.log_total, lambda: follower.thread_id)
+        follower = CodexFollower(pricer, tally, limits_of(spend), codex_home(agent_env(ctx)))
         argv = build_argv(settings, ctx.workspace, model)
         prompt = prompt_file(ctx, agent_prompt(ctx))
-        run = run_agent(ctx, argv, on_line=follower, poll=session, stdin_path=prompt)
+        run = run_agent(ctx, argv, on_line=follower, poll=follower.poll, stdin_path=prompt)
         if follower.steps:
             tally.add(0.0, steps=follower.steps)
         # what it left uncommitted, the worker commits (worker/main.py commit_leftovers)

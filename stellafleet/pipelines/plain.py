@@ -20,7 +20,7 @@ from stellafleet.engine.clients import make_client
 from stellafleet.engine.loop import Engine, EngineOutcome, EventSink, system_prompt
 from stellafleet.engine.redact import Redactor, Transcript
 from stellafleet.engine.settings import EngineSettings, load_settings, settings_problems
-from stellafleet.engine.tools import SECRET_ENV, ClaimFn, Committer, Toolbox, Workspace
+from stellafleet.engine.tools import SECRET_ENV, ClaimFn, Toolbox, Workspace
 from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.support import ProgressPrinter
@@ -73,8 +73,6 @@ class PlainPipeline:
         clock: Clock | None = None,
         events: EventSink | None = None,
         env: Mapping[str, str] | None = None,
-        committer: Committer | None = None,
-        claim: ClaimFn | None = None,
     ) -> PipelineResult:
         """Run the engine on ctx's task; a bad config raises StellaError (exit 2) before any model call."""
         env = os.environ if env is None else env
@@ -82,7 +80,7 @@ class PlainPipeline:
         tally = SpendTally.for_attempt(ctx, spend)
         pricer = _pricer(settings, config, needed=tally.guarded)
         redact = Redactor([settings.api_key(env), *(env.get(name) for name in SECRET_ENV)])
-        toolbox = _toolbox(ctx, settings, env, committer=committer, claim=claim)
+        toolbox = _toolbox(ctx, settings, env)
         transcript = _start_transcript(ctx, settings, redact, priced=pricer is not None)
         client = make_client(settings, clock=clock, redact=redact, env=env, limits=limits_of(spend))
         wall = min(settings.max_wall_seconds, math.inf if ctx.timeout_s is None else ctx.timeout_s)
@@ -106,22 +104,11 @@ class PlainPipeline:
         return _result(outcome, redact)
 
 
-def _toolbox(
-    ctx: WorkerContext,
-    settings: EngineSettings,
-    env: Mapping[str, str],
-    *,
-    committer: Committer | None,
-    claim: ClaimFn | None,
-) -> Toolbox:
+def _toolbox(ctx: WorkerContext, settings: EngineSettings, env: Mapping[str, str]) -> Toolbox:
     """The attempt's tools: commits through the lane and, in a shared tree, claims taken on write."""
-    if committer is None:
-        committer = partial(commit_paths, ctx)
-    if claim is None and ctx.shared:
-        claim = _implicit_claims(ctx)
     return Toolbox(
-        Workspace(ctx.workspace, claim=claim),
-        committer=committer,
+        Workspace(ctx.workspace, claim=_implicit_claims(ctx) if ctx.shared else None),
+        committer=partial(commit_paths, ctx),
         shell=settings.shell,
         shell_timeout=settings.shell_timeout,
         env=env,
