@@ -68,9 +68,9 @@ class AnthropicClient(WireClient):
                 wire.append({"role": role, "content": blocks})
         return wire
 
-    def body(
+    def complete(
         self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int
-    ) -> dict[str, Any]:
+    ) -> ModelReply:
         body: dict[str, Any] = {
             "model": self.settings.model,
             "system": system,
@@ -81,7 +81,7 @@ class AnthropicClient(WireClient):
             body["tools"] = [
                 {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
             ]
-        return body
+        return self.send(body, self.reply)
 
     @staticmethod
     def reply(data: dict[str, Any]) -> ModelReply:

@@ -47,9 +47,9 @@ class OpenAIClient(WireClient):
                 )
         return wire
 
-    def body(
+    def complete(
         self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int
-    ) -> dict[str, Any]:
+    ) -> ModelReply:
         # OpenAI's own newer models take max_completion_tokens; compatible servers know max_tokens.
         official = urlsplit(self.settings.base_url).hostname == "api.openai.com"
         body: dict[str, Any] = {
@@ -66,7 +66,7 @@ class OpenAIClient(WireClient):
                 }
                 for t in tools
             ]
-        return body
+        return self.send(body, self.reply)
 
     @staticmethod
     def reply(data: dict[str, Any]) -> ModelReply:

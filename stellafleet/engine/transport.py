@@ -15,7 +15,7 @@ import httpx
 from stellafleet.core.clock import Clock
 from stellafleet.core.limits import LimitKind, LimitReporter, from_http
 from stellafleet.engine.errors import EngineError
-from stellafleet.engine.messages import Message, ModelReply, ToolSpec
+from stellafleet.engine.messages import ModelReply
 from stellafleet.engine.redact import Redactor
 from stellafleet.engine.settings import EngineSettings
 
@@ -170,23 +170,13 @@ class WireClient:
     def headers(api_key: str | None) -> dict[str, str]:
         raise NotImplementedError
 
-    def body(
-        self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int
-    ) -> dict[str, Any]:
-        raise NotImplementedError
-
-    @staticmethod
-    def reply(data: dict[str, Any]) -> ModelReply:
-        """The reply in the provider's JSON; KeyError, TypeError, ... when it is not in its shape."""
-        raise NotImplementedError
-
-    def complete(
-        self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int
-    ) -> ModelReply:
-        data = self.transport.post(self.body(system, messages, tools, max_tokens))
+    def send(self, body: dict[str, Any], reply: Callable[[dict[str, Any]], ModelReply]) -> ModelReply:
+        """POST body and read the answer with reply, whose KeyError, TypeError, ... mean it is not in the
+        provider's shape."""
+        data = self.transport.post(body)
         try:
-            return self.reply(data)
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:  # JSON, but not the provider's
+            return reply(data)
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise self.transport.fail(
                 f"unexpected response shape ({exc!r}): {_excerpt(json.dumps(data))}"
             ) from None
