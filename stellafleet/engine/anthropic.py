@@ -10,7 +10,7 @@ from stellafleet.engine.messages import (
     Message,
     ModelReply,
     ToolCall,
-    ToolResults,
+    ToolResult,
     ToolSpec,
     UserText,
 )
@@ -24,6 +24,24 @@ def _anthropic_url(base_url: str) -> str:
     return base + ("/messages" if base.endswith("/v1") else "/v1/messages")
 
 
+def _tool_use(call: ToolCall) -> dict[str, Any]:
+    try:
+        arguments = call.parsed()
+    except ValueError:
+        arguments = {}
+    arguments = arguments if isinstance(arguments, dict) else {}
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
+
+
+def _tool_result(result: ToolResult) -> dict[str, Any]:
+    return {
+        "type": "tool_result",
+        "tool_use_id": result.call_id,
+        "content": result.content,
+        "is_error": result.is_error,
+    }
+
+
 class AnthropicClient(WireClient):
     label = "anthropic"
     endpoint = staticmethod(_anthropic_url)
@@ -35,47 +53,19 @@ class AnthropicClient(WireClient):
     @staticmethod
     def wire_messages(messages: list[Message]) -> list[dict[str, Any]]:
         wire: list[dict[str, Any]] = []
-
-        def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        for message in messages:
+            if isinstance(message, UserText):
+                role, blocks = "user", [{"type": "text", "text": message.text}]
+            elif isinstance(message, AssistantTurn):
+                said = [{"type": "text", "text": message.text}] if message.text else []
+                role, blocks = "assistant", said + [_tool_use(call) for call in message.tool_calls]
+                blocks = blocks or [{"type": "text", "text": "(no reply)"}]
+            else:
+                role, blocks = "user", [_tool_result(result) for result in message.results]
             if wire and wire[-1]["role"] == role:  # the API wants user and assistant turns to alternate
                 wire[-1]["content"].extend(blocks)
             else:
                 wire.append({"role": role, "content": blocks})
-
-        for message in messages:
-            if isinstance(message, UserText):
-                add("user", [{"type": "text", "text": message.text}])
-            elif isinstance(message, AssistantTurn):
-                blocks: list[dict[str, Any]] = (
-                    [{"type": "text", "text": message.text}] if message.text else []
-                )
-                for call in message.tool_calls:
-                    try:
-                        arguments = call.parsed()
-                    except ValueError:
-                        arguments = {}
-                    blocks.append(
-                        {
-                            "type": "tool_use",
-                            "id": call.id,
-                            "name": call.name,
-                            "input": arguments if isinstance(arguments, dict) else {},
-                        }
-                    )
-                add("assistant", blocks or [{"type": "text", "text": "(no reply)"}])
-            elif isinstance(message, ToolResults):
-                add(
-                    "user",
-                    [
-                        {
-                            "type": "tool_result",
-                            "tool_use_id": r.call_id,
-                            "content": r.content,
-                            "is_error": r.is_error,
-                        }
-                        for r in message.results
-                    ],
-                )
         return wire
 
     def complete(
@@ -91,25 +81,23 @@ class AnthropicClient(WireClient):
             body["tools"] = [
                 {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
             ]
-        data = self.transport.post(body)
-        texts: list[str] = []
-        calls: list[ToolCall] = []
-        try:
-            for i, block in enumerate(data["content"]):
-                if block.get("type") == "text":
-                    texts.append(str(block.get("text") or ""))
-                elif block.get("type") == "tool_use":
-                    calls.append(
-                        ToolCall(
-                            id=str(block.get("id") or f"toolu_{i}"),
-                            name=str(block.get("name") or ""),
-                            arguments=arguments_text(block.get("input")),
-                        )
-                    )
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise self.transport.unexpected_shape(exc, data) from None
+        return self.send(body, self.reply)
+
+    @staticmethod
+    def reply(data: dict[str, Any]) -> ModelReply:
+        blocks = data["content"]
+        texts = [str(block.get("text") or "") for block in blocks if block.get("type") == "text"]
+        calls = tuple(
+            ToolCall(
+                id=str(block.get("id") or f"toolu_{i}"),
+                name=str(block.get("name") or ""),
+                arguments=arguments_text(block.get("input")),
+            )
+            for i, block in enumerate(blocks)
+            if block.get("type") == "tool_use"
+        )
         return ModelReply(
-            turn=AssistantTurn(text="\n".join(t for t in texts if t), tool_calls=tuple(calls)),
+            turn=AssistantTurn(text="\n".join(t for t in texts if t), tool_calls=calls),
             usage=usage_of(data.get("usage")),
             stop_reason=data.get("stop_reason"),
         )

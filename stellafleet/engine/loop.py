@@ -107,7 +107,7 @@ class Engine:
         except EngineError as exc:
             outcome = self._outcome(False, f"the model call failed: {exc}", "model_error", str(exc))
         self.transcript.write("end", **vars(outcome))
-        self.events("end", vars(outcome))
+        self._emit("end", vars(outcome))
         return outcome
 
     def step(self) -> None:
@@ -160,7 +160,7 @@ class Engine:
         return self._known_tokens + math.ceil(extra / CHARS_PER_TOKEN)
 
     def query(self) -> ModelReply:
-        self.events("model_call", {"step": self.steps + 1})
+        self._emit("model_call", {"step": self.steps + 1})
         reply = self.client.complete(self.system, self.messages, self.toolbox.specs, self.max_output_tokens)
         usage = reply.usage
         usd = self.pricer.cost(usage) if self.pricer is not None else 0.0
@@ -178,7 +178,7 @@ class Engine:
             usd=usd,
             stop_reason=reply.stop_reason,
         )
-        self.events("step", {"step": self.steps, "usd": self.spend.usd, "text": reply.turn.text})
+        self._emit("step", {"step": self.steps, "usd": self.spend.usd, "text": reply.turn.text})
         return reply
 
     def execute(self, call: ToolCall) -> ToolResult:
@@ -206,8 +206,13 @@ class Engine:
             content = f"error: {call.name} failed unexpectedly: {type(exc).__name__}: {exc}"
         record = {"step": self.steps, "name": call.name, "arguments": call.arguments, "result": content}
         self.transcript.write("tool", **record, is_error=is_error)
-        self.events("tool", {**record, "is_error": is_error})
+        self._emit("tool", {**record, "is_error": is_error})
         return ToolResult(call.id, content, is_error)
+
+    def _emit(self, kind: str, data: dict[str, Any]) -> None:
+        """Hand an event to the sink, keys masked as in the transcript."""
+        redact = self.transcript.redact
+        self.events(kind, {k: redact(v) if isinstance(v, str) else v for k, v in data.items()})
 
     def _outcome(self, success: bool, summary: str, stop: str, error: str | None) -> EngineOutcome:
         pending = list(self.toolbox.workspace.uncommitted)

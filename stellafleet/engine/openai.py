@@ -6,15 +6,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from stellafleet.core.pricing import TokenUsage
-from stellafleet.engine.messages import (
-    AssistantTurn,
-    Message,
-    ModelReply,
-    ToolCall,
-    ToolResults,
-    ToolSpec,
-    UserText,
-)
+from stellafleet.engine.messages import AssistantTurn, Message, ModelReply, ToolCall, ToolSpec, UserText
 from stellafleet.engine.transport import WireClient, arguments_text, token_count
 
 
@@ -23,6 +15,10 @@ def _openai_url(base_url: str) -> str:
     if urlsplit(base).path in ("", "/"):
         base += "/v1"
     return base + "/chat/completions"
+
+
+def _function_call(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
 
 
 class OpenAIClient(WireClient):
@@ -40,20 +36,12 @@ class OpenAIClient(WireClient):
             if isinstance(message, UserText):
                 wire.append({"role": "user", "content": message.text})
             elif isinstance(message, AssistantTurn):
-                item: dict[str, Any] = {"role": "assistant", "content": message.text or None}
-                if message.tool_calls:
-                    item["tool_calls"] = [
-                        {
-                            "id": c.id,
-                            "type": "function",
-                            "function": {"name": c.name, "arguments": c.arguments},
-                        }
-                        for c in message.tool_calls
-                    ]
-                else:
-                    item["content"] = message.text
+                item: dict[str, Any] = {"role": "assistant", "content": message.text}
+                if message.tool_calls:  # beside tool calls, no text is sent as null
+                    calls = [_function_call(call) for call in message.tool_calls]
+                    item.update(content=message.text or None, tool_calls=calls)
                 wire.append(item)
-            elif isinstance(message, ToolResults):
+            else:
                 wire.extend(
                     {"role": "tool", "tool_call_id": r.call_id, "content": r.content} for r in message.results
                 )
@@ -78,21 +66,21 @@ class OpenAIClient(WireClient):
                 }
                 for t in tools
             ]
-        data = self.transport.post(body)
-        try:
-            choice = data["choices"][0]
-            message = choice["message"]
-            calls = tuple(
-                ToolCall(
-                    id=str(raw.get("id") or f"call_{i}"),
-                    name=str(raw["function"].get("name") or ""),
-                    arguments=arguments_text(raw["function"].get("arguments")),
-                )
-                for i, raw in enumerate(message.get("tool_calls") or [])
+        return self.send(body, self.reply)
+
+    @staticmethod
+    def reply(data: dict[str, Any]) -> ModelReply:
+        choice = data["choices"][0]
+        message = choice["message"]
+        calls = tuple(
+            ToolCall(
+                id=str(raw.get("id") or f"call_{i}"),
+                name=str(raw["function"].get("name") or ""),
+                arguments=arguments_text(raw["function"].get("arguments")),
             )
-            content = message.get("content") or ""
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise self.transport.unexpected_shape(exc, data) from None
+            for i, raw in enumerate(message.get("tool_calls") or [])
+        )
+        content = message.get("content") or ""
         if isinstance(content, list):  # some servers send content parts
             content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
         usage = data.get("usage") or {}

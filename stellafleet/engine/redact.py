@@ -1,5 +1,5 @@
 """Keep API keys out of everything the engine writes: transcripts, logs, error messages; and the JSONL
-transcript of one attempt: every model reply and tool result, keys masked."""
+transcript of one attempt: every model reply and tool result, keys masked (or an agent CLI's output)."""
 
 from __future__ import annotations
 
@@ -37,17 +37,20 @@ class Redactor:
 
 
 class Transcript:
-    def __init__(self, path: Path | None, redact: Redactor) -> None:
+    def __init__(self, path: Path | None, redact: Redactor | None = None) -> None:
         self.path = None if path is None or str(path) == os.devnull else Path(path)
-        self.redact = redact
+        self.redact = redact or Redactor()
         self._lock = threading.Lock()
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, kind: str, **data: Any) -> None:
-        """Append one record; written and flushed at once, so a crash keeps everything before it."""
+        """Append one record, keys masked."""
+        self.append(self.redact(json.dumps({"at_ms": wall_ms(), "type": kind, **data}, default=str)))
+
+    def append(self, line: str) -> None:
+        """Append one line as it is; written and flushed at once, so a crash keeps everything before it."""
         if self.path is None:
             return
-        line = self.redact(json.dumps({"at_ms": wall_ms(), "type": kind, **data}, default=str))
         with self._lock, self.path.open("a", encoding="utf-8") as fh:
             fh.write(line + "\n")

@@ -14,8 +14,10 @@ from pathlib import Path, PureWindowsPath
 from typing import Any, TypeVar
 
 from stellafleet.core.paths import EXCLUDED_DIRS
+from stellafleet.core.schemaerrors import article
 from stellafleet.engine.errors import Finished, FormatError, ToolFailure
 from stellafleet.engine.messages import ToolSpec
+from stellafleet.engine.settings import DEFAULT_KEY_ENV
 from stellafleet.git import gitops
 from stellafleet.proc import runner
 
@@ -126,8 +128,7 @@ def _coerce(tool: str, key: str, kind: str, value: Any) -> Any:
         return [value]
     if kind == "array" and isinstance(value, list) and all(isinstance(v, str) for v in value):
         return value
-    article = "an" if kind[0] in "aio" else "a"
-    raise FormatError(f"{tool}: argument {key!r} must be {article} {kind}, got {_kind(value)}")
+    raise FormatError(f"{tool}: argument {key!r} must be {article(kind)}, got {_kind(value)}")
 
 
 Committer = Callable[[list[str], str], str]  # (paths, message) -> commit SHA
@@ -137,8 +138,7 @@ READ_LINES = 2000
 MAX_MATCHES = 200
 MAX_FILES = 500
 MAX_ENTRIES = 1000
-# Variables a shell command must not see (provider keys).
-SECRET_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+SECRET_ENV = tuple(DEFAULT_KEY_ENV.values())  # variables a shell command must not see (provider keys)
 
 
 ToolMethod = TypeVar("ToolMethod", bound=Callable[..., str])

@@ -15,6 +15,7 @@ import httpx
 from stellafleet.core.clock import Clock
 from stellafleet.core.limits import LimitKind, LimitReporter, from_http
 from stellafleet.engine.errors import EngineError
+from stellafleet.engine.messages import ModelReply
 from stellafleet.engine.redact import Redactor
 from stellafleet.engine.settings import EngineSettings
 
@@ -71,10 +72,6 @@ class HttpTransport:
         return EngineError(
             self.redact(f"{self.label} request to {self.url} failed: {message}"), status=status
         )
-
-    def unexpected_shape(self, problem: Exception, data: dict[str, Any]) -> EngineError:
-        """A reply that is JSON but not the provider's shape (a client's parse failed on it)."""
-        return self.fail(f"unexpected response shape ({problem!r}): {_excerpt(json.dumps(data))}")
 
     def post(self, body: dict[str, Any]) -> dict[str, Any]:
         attempts = self.max_retries + 1
@@ -172,6 +169,17 @@ class WireClient:
     @staticmethod
     def headers(api_key: str | None) -> dict[str, str]:
         raise NotImplementedError
+
+    def send(self, body: dict[str, Any], reply: Callable[[dict[str, Any]], ModelReply]) -> ModelReply:
+        """POST body and read the answer with reply, whose KeyError, TypeError, ... mean it is not in the
+        provider's shape."""
+        data = self.transport.post(body)
+        try:
+            return reply(data)
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise self.transport.fail(
+                f"unexpected response shape ({exc!r}): {_excerpt(json.dumps(data))}"
+            ) from None
 
     def close(self) -> None:
         self.transport.close()

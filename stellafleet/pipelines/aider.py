@@ -15,21 +15,19 @@ from stellafleet.core.spend import RunningTotal, SpendReporter, SpendTally, mone
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import indexlock
 from stellafleet.git.lane import commit_paths
-from stellafleet.pipelines.agentcli import AgentCliPipeline, prompt_file, scratch_dir
+from stellafleet.pipelines.agentcli import AgentCliPipeline, CliSettings, prompt_file, scratch_dir
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
-from stellafleet.pipelines.support import EventLines, complete_lines, crash_text, failed, short, timeout_text
+from stellafleet.pipelines.support import EventLines, FileTail, crash_text, failed, short, timeout_text
 
 CLI = "aider"
 APPLIED = re.compile(r"^Applied edit to (?P<path>.+?)\s*$")
 RETRYING = re.compile(r".*Retrying in (\d+(?:\.\d+)?) seconds")
 
 
-def build_argv(
-    binary: str, prompt_path: Path, *, scratch: Path, model: str | None, extra_args: tuple[str, ...]
-) -> list[str]:
+def build_argv(settings: CliSettings, prompt_path: Path, scratch: Path, model: str | None) -> list[str]:
     argv = [
-        binary,
+        settings.binary,
         "--message-file",  # not --message: one argument holds at most 128 KiB
         str(prompt_path),
         "--yes-always",
@@ -50,7 +48,7 @@ def build_argv(
     ]
     if model:
         argv += ["--model", model]
-    return argv + list(extra_args)
+    return argv + list(settings.extra_args)
 
 
 class AnalyticsFollower(EventLines):
@@ -60,16 +58,12 @@ class AnalyticsFollower(EventLines):
 
     def __init__(self, path: Path, spent: SpendTally) -> None:
         super().__init__()
-        self.path = path
+        self.log = FileTail(path)
         self.spent = spent
-        self.offset = 0
         self.session = RunningTotal()  # aider's running total_cost
 
     def poll(self) -> str | None:
-        try:
-            lines, self.offset = complete_lines(self.path, self.offset)
-        except FileNotFoundError:
-            return None
+        lines = self.log.new_lines()
         if not lines:
             return None  # nothing complete yet: aider may be half-way through a line
         for raw in lines:
@@ -150,13 +144,7 @@ class AiderPipeline(AgentCliPipeline):
         settings = self.settings(config)
         scratch = scratch_dir(ctx)
         follower = AnalyticsFollower(scratch / "aider-analytics.jsonl", SpendTally.for_attempt(ctx, spend))
-        argv = build_argv(
-            settings.binary,
-            prompt_file(ctx, ctx.prompt),
-            scratch=scratch,
-            model=ctx.model or settings.model,
-            extra_args=settings.extra_args,
-        )
+        argv = build_argv(settings, prompt_file(ctx, ctx.prompt), scratch, ctx.model or settings.model)
         own = {"GIT_INDEX_FILE": str(private_index(ctx, scratch))} if ctx.shared else {}
         run = run_agent(ctx, argv, on_line=LimitLines(limits_of(spend)), poll=follower.poll, env=own)
         result = outcome(run, follower, ctx)
@@ -192,7 +180,7 @@ def outcome(run: CliRun, f: AnalyticsFollower, ctx: WorkerContext) -> PipelineRe
         )
     calls = f.spent.steps  # one per model call
     if not calls:
-        said = short(" ".join(run.stdout_tail(8)) or run.stderr_text(), 400)
+        said = short(" ".join(run.stdout_lines[-8:]) or run.stderr_text(), 400)
         return failed(f"aider made no model call: {said or 'it printed nothing'}", **totals)
     cost = money(f.spent.usd)
     if edited:

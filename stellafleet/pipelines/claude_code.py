@@ -7,12 +7,18 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from stellafleet.core.config import Config
-from stellafleet.core.limits import LimitReporter, from_http, limits_of
+from stellafleet.core.limits import from_http, limits_of
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.anthropic import usage_of
 from stellafleet.engine.transport import token_count
-from stellafleet.pipelines.agentcli import AgentCliPipeline, agent_prompt, prompt_file, scratch_dir
+from stellafleet.pipelines.agentcli import (
+    AgentCliPipeline,
+    CliSettings,
+    agent_prompt,
+    prompt_file,
+    scratch_dir,
+)
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.claude_hook import HookContext, edited_path, hook_settings
 from stellafleet.pipelines.clirun import CliRun, run_agent
@@ -27,19 +33,12 @@ SHARED_COMMANDS = ("Bash(stella commit:*)",)
 ISOLATED_COMMANDS = ("Bash(stella commit:*)", "Bash(git add:*)", "Bash(git commit:*)", "Bash(git status:*)")
 
 
-def build_argv(
-    binary: str,
-    *,
-    settings_file: str | None,
-    budget: str | None,
-    max_turns: int | None,
-    model: str | None,
-    extra_args: tuple[str, ...] = (),
-    allowed: tuple[str, ...] = SHARED_COMMANDS,
-) -> list[str]:
+def build_argv(ctx: WorkerContext, settings: CliSettings, budget: str | None) -> list[str]:
+    """The command line; in a shared tree, with the settings that install the file-claiming hook."""
+    allowed = SHARED_COMMANDS if ctx.shared else ISOLATED_COMMANDS
     # No prompt argument: with none, `claude -p` reads the prompt from stdin, which has no size limit.
     argv = [
-        binary,
+        settings.binary,
         "-p",
         "--output-format",
         "stream-json",
@@ -52,15 +51,16 @@ def build_argv(
         "--allowedTools",
         ",".join(allowed),
     ]
-    if settings_file is not None:
-        argv += ["--settings", settings_file]
+    if ctx.shared:
+        argv += ["--settings", str(write_hook_settings(ctx))]
     if budget is not None:
         argv += ["--max-budget-usd", budget]
-    if max_turns is not None:
-        argv += ["--max-turns", str(max_turns)]
+    if settings.max_turns is not None:
+        argv += ["--max-turns", str(settings.max_turns)]
+    model = ctx.model or settings.model
     if model:
         argv += ["--model", model]
-    return argv + list(extra_args)
+    return argv + list(settings.extra_args)
 
 
 def denial_note(result: dict[str, Any]) -> str:
@@ -111,7 +111,6 @@ class _ResultWatcher(EventLines):
     """Keeps the last `result` message of the stream, and tells the fleet of each limit Claude Code met."""
 
     result: dict[str, Any] | None = None
-    limits: LimitReporter | None = None
 
     def event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -147,18 +146,8 @@ class ClaudeCodePipeline(AgentCliPipeline):
     def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult:
         settings = self.settings(config)
         tally = SpendTally.for_attempt(ctx, spend)
-        settings_file = str(write_hook_settings(ctx)) if ctx.shared else None
-        argv = build_argv(
-            settings.binary,
-            settings_file=settings_file,
-            budget=tally.cli_budget(),
-            max_turns=settings.max_turns,
-            model=ctx.model or settings.model,
-            extra_args=settings.extra_args,
-            allowed=SHARED_COMMANDS if ctx.shared else ISOLATED_COMMANDS,
-        )
-        watcher = _ResultWatcher()
-        watcher.limits = limits_of(spend)
+        argv = build_argv(ctx, settings, tally.cli_budget())
+        watcher = _ResultWatcher(limits_of(spend))
         run = run_agent(ctx, argv, on_line=watcher, stdin_path=prompt_file(ctx, agent_prompt(ctx)))
         return self.outcome(run, watcher, ctx, settings.max_turns, tally)
 
@@ -190,7 +179,7 @@ def write_hook_settings(ctx: WorkerContext) -> Path:
     holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
     scratch = scratch_dir(ctx)
     context_file = scratch / "claude-hook.json"
-    HookContext.of(holder, workspace=str(ctx.workspace), store_db=str(ctx.paths.store_db)).write(context_file)
+    HookContext(str(ctx.workspace), str(ctx.paths.store_db), holder).write(context_file)
     settings_file = scratch / "claude-settings.json"
     settings_file.write_text(json.dumps(hook_settings(context_file), indent=2))
     return settings_file

@@ -23,19 +23,7 @@ class HookContext:
 
     workspace: str
     store_db: str
-    run_id: str
-    task_id: str
-    task_title: str
-    attempt_id: int
-    pid: int  # the worker process: the claim lives as long as the attempt, not as long as this hook
-    pid_started: float
-
-    @classmethod
-    def of(cls, holder: Holder, *, workspace: str, store_db: str) -> HookContext:
-        return cls(workspace=workspace, store_db=store_db, **asdict(holder))
-
-    def holder(self) -> Holder:
-        return Holder(**{key: getattr(self, key) for key in Holder.__dataclass_fields__})
+    holder: Holder  # the worker process: the claim lives as long as the attempt, not as long as this hook
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -43,7 +31,8 @@ class HookContext:
     @classmethod
     def read(cls, path: Path) -> HookContext:
         data = json.loads(path.read_text())
-        return cls(**{key: data[key] for key in cls.__dataclass_fields__})
+        holder = Holder(**{key: data["holder"][key] for key in Holder.__dataclass_fields__})
+        return cls(data["workspace"], data["store_db"], holder)
 
 
 def hook_settings(context_file: Path) -> dict[str, Any]:
@@ -96,10 +85,9 @@ def decide(event: dict[str, Any], context: HookContext) -> str | None:
     relative = workspace_relative(path, context.workspace, event.get("cwd"))
     if relative is None:
         return f"{path} is outside this task's workspace ({context.workspace}); edit files inside it only"
-    holder = context.holder()
     try:
         with ClaimStore.open(Path(context.store_db)) as store:
-            store.touch(relative, holder)
+            store.touch(relative, context.holder)
     except ClaimConflict as exc:
         return (
             f"{exc}. Leave {relative} alone: work around it, or say in your final answer that you could not."

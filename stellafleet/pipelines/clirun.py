@@ -10,9 +10,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
 
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.engine.redact import Transcript
 from stellafleet.pipelines.agentcli import agent_env
 from stellafleet.proc import runner
 
@@ -39,9 +39,6 @@ class CliRun:
         text = " | ".join(line.strip() for line in self.stderr_tail if line.strip())
         return text[-limit:]
 
-    def stdout_tail(self, lines: int = TAIL_LINES) -> list[str]:
-        return self.stdout_lines[-lines:]
-
 
 class _Stop:
     def __init__(self) -> None:
@@ -56,31 +53,13 @@ class _Stop:
         self.event.set()
 
 
-class _Transcript:
-    """The attempt's transcript, stdout appended line by line; a write failure is not fatal."""
-
-    def __init__(self, path: Path | None) -> None:
-        self._file: TextIO | None = None
-        try:
-            if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = path.open("a", encoding="utf-8")
-        except OSError as exc:
-            sys.stderr.write(f"stella: cannot write the transcript {path}: {exc.strerror or exc}\n")
-
-    def write(self, text: str) -> None:
-        try:
-            if self._file is not None:
-                self._file.write(text + "\n")
-                self._file.flush()
-        except OSError as exc:  # keep draining the pipe even when the disk is full
-            sys.stderr.write(f"stella: transcript write failed, no longer recording it: {exc}\n")
-            self.close()
-
-    def close(self) -> None:
-        file, self._file = self._file, None
-        if file is not None:
-            file.close()
+def _transcript(path: Path | None) -> Transcript | None:
+    """The attempt's transcript; None (said on stderr) when it cannot be written."""
+    try:
+        return Transcript(path)
+    except OSError as exc:
+        sys.stderr.write(f"stella: cannot write the transcript {path}: {exc.strerror or exc}\n")
+        return None
 
 
 @dataclass
@@ -88,7 +67,7 @@ class _Output:
     run: CliRun
     stop: _Stop
     on_line: LineHandler | None
-    transcript: Path | None
+    transcript: Transcript | None  # None once it cannot be written
 
     def follow(self, text: str) -> None:
         """Hand one stdout line to the wrapper; a reason it returns stops the CLI."""
@@ -101,16 +80,20 @@ class _Output:
         if reason:
             self.stop.request(reason)
 
-    def read_stdout(self, stream: Iterable[str]) -> None:
-        sink = _Transcript(self.transcript)
+    def record(self, text: str) -> None:
         try:
-            for line in stream:
-                text = line.rstrip("\n")
-                self.run.stdout_lines.append(text)
-                sink.write(text)
-                self.follow(text)
-        finally:
-            sink.close()
+            if self.transcript is not None:
+                self.transcript.append(text)
+        except OSError as exc:  # keep draining the pipe even when the disk is full
+            sys.stderr.write(f"stella: transcript write failed, no longer recording it: {exc}\n")
+            self.transcript = None
+
+    def read_stdout(self, stream: Iterable[str]) -> None:
+        for line in stream:
+            text = line.rstrip("\n")
+            self.run.stdout_lines.append(text)
+            self.record(text)
+            self.follow(text)
 
     def read_stderr(self, stream: Iterable[str]) -> None:
         for line in stream:
@@ -181,7 +164,7 @@ def run_agent(
     if proc is None:
         return run
     stop = _Stop()
-    output = _Output(run, stop, on_line, ctx.transcript_path)
+    output = _Output(run, stop, on_line, _transcript(ctx.transcript_path))
     pipes = ((output.read_stdout, proc.stdout), (output.read_stderr, proc.stderr))
     readers = [threading.Thread(target=read, args=(pipe,), daemon=True) for read, pipe in pipes]
     for reader in readers:

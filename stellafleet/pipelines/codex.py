@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import astuple, dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,12 +17,12 @@ from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_pric
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops
-from stellafleet.pipelines.agentcli import AgentCliPipeline, agent_env, agent_prompt, prompt_file
+from stellafleet.pipelines.agentcli import AgentCliPipeline, CliSettings, agent_env, agent_prompt, prompt_file
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
 from stellafleet.pipelines.support import (
     EventLines,
-    complete_lines,
+    FileTail,
     crash_text,
     failed,
     json_line,
@@ -50,39 +49,6 @@ def codex_home(env: Mapping[str, str]) -> Path:
     return Path(home) if home else Path(env.get("HOME") or os.path.expanduser("~")) / ".codex"
 
 
-# Called with each running total from the session log; returns why to stop Codex, or None.
-TotalHandler = Callable[[dict[str, Any]], str | None]
-
-
-class SessionLog:
-    """Follows one thread's session log on each poll and hands every `token_count` total on."""
-
-    def __init__(self, home: Path, on_total: TotalHandler, thread_id: Callable[[], str | None]) -> None:
-        self.home = home
-        self.on_total = on_total
-        self.thread_id = thread_id  # the thread's id once Codex has said it
-        self.path: Path | None = None
-        self.offset = 0
-
-    def __call__(self) -> str | None:
-        thread = self.thread_id()
-        if self.path is None and thread:
-            matches = sorted((self.home / "sessions").glob(f"*/*/*/rollout-*{thread}.jsonl"))
-            self.path = matches[-1] if matches else None
-        if self.path is None:
-            return None
-        try:
-            lines, self.offset = complete_lines(self.path, self.offset)
-        except OSError:
-            return None
-        reason = None
-        for raw in lines:  # none while Codex is half-way through a line
-            total = token_total(raw)
-            if total is not None:
-                reason = self.on_total(total) or reason
-        return reason
-
-
 def token_total(raw: str) -> dict[str, Any] | None:
     """The thread's running usage from one session-log line, when it is a `token_count` event."""
     record = json_line(raw)
@@ -104,54 +70,28 @@ MESSAGE_ITEMS = {"agent_message", "assistant_message"}  # the latter is the olde
 HEADLESS = ["-c", 'web_search="disabled"', "--disable", "multi_agent", "-c", "allow_login_shell=false"]
 
 
-def build_argv(
-    binary: str,
-    workspace: str,
-    *,
-    model: str | None,
-    extra_args: tuple[str, ...],
-    sandbox_args: Sequence[str] = (),
-) -> list[str]:
-    argv = [binary, "exec", "--json", "--sandbox", "workspace-write", "-C", workspace]
+def build_argv(settings: CliSettings, workspace: Path, model: str | None) -> list[str]:
+    argv = [settings.binary, "exec", "--json", "--sandbox", "workspace-write", "-C", str(workspace)]
     if model:
         argv += ["--model", model]
     # "-": the prompt is read from stdin (one argument holds at most 128 KiB)
-    return [*argv, *sandbox_args, *HEADLESS, *extra_args, "-"]
+    return [*argv, *writable_roots_arg(workspace), *HEADLESS, *settings.extra_args, "-"]
 
 
-@dataclass(frozen=True)
-class Usage:
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    output_tokens: int = 0
+# A running total of Codex's usage, as it counts tokens: its input_tokens include the cached ones.
+USAGE_COUNTS = ("input_tokens", "cached_input_tokens", "output_tokens")
+Usage = tuple[int, ...]  # its USAGE_COUNTS
 
-    @classmethod
-    def from_event(cls, value: Any) -> Usage:
-        if not isinstance(value, dict):
-            raise ValueError(f"turn.completed without a usage object: {value!r}")
 
-        def count(key: str) -> int:
-            number = value.get(key, 0)
-            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-                raise ValueError(f"usage.{key} is not a token count: {number!r}")
-            return number
-
-        return cls(count("input_tokens"), count("cached_input_tokens"), count("output_tokens"))
-
-    def at_least(self, earlier: Usage) -> bool:
-        return all(now >= then for now, then in zip(astuple(self), astuple(earlier), strict=True))
-
-    def minus(self, earlier: Usage) -> Usage:
-        """What this running total adds to an earlier one (all of it when the counts went down)."""
-        if not self.at_least(earlier):
-            return self
-        return Usage(*(now - then for now, then in zip(astuple(self), astuple(earlier), strict=True)))
-
-    def tokens(self) -> TokenUsage:
-        # Codex's input_tokens include the cached ones, the convention the price table uses too.
-        return TokenUsage(
-            self.input_tokens, self.output_tokens, min(self.cached_input_tokens, self.input_tokens)
-        )
+def usage_total(value: Any) -> Usage:
+    """A usage object's counts; ValueError when it is not one."""
+    if not isinstance(value, dict):
+        raise ValueError(f"turn.completed without a usage object: {value!r}")
+    counts = tuple(value.get(key, 0) for key in USAGE_COUNTS)
+    for key, number in zip(USAGE_COUNTS, counts, strict=True):
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            raise ValueError(f"usage.{key} is not a token count: {number!r}")
+    return counts
 
 
 class CodexFollower(EventLines):
@@ -159,48 +99,49 @@ class CodexFollower(EventLines):
 
     kind = "type"
 
-    def __init__(self, pricer: Pricer | None, spent: SpendTally, limits: LimitReporter | None) -> None:
-        super().__init__()
+    def __init__(
+        self, pricer: Pricer | None, spent: SpendTally, limits: LimitReporter | None, home: Path
+    ) -> None:
+        super().__init__(limits)
+        self.home = home  # where Codex keeps its session logs
         self.pricer = pricer
         self.spent = spent
-        self.total = Usage()
+        self.total: Usage = (0, 0, 0)
         self.steps = 0  # actions seen, reported once at the end (they cost nothing by themselves)
         self.turns_completed = 0
         self.turn_failed: str | None = None
         self.errors: list[str] = []
         self.last_message = ""
         self.thread_id: str | None = None
+        self.session = FileTail()  # the thread's session log, once Codex has said the thread's id
         self.from_log = False  # the session log is being followed: turn totals only top it up
-        self.limits = limits  # where the limits Codex reports go (the fleet)
         self._limits_told: set[str] = set()
         self._lock = threading.Lock()
 
     def event(self, event: dict[str, Any]) -> str | None:
         with self._lock:
-            return self._handle(event["type"], event)
-
-    def _handle(self, kind: str, event: dict[str, Any]) -> str | None:
-        if kind == "thread.started" and isinstance(event.get("thread_id"), str):
-            self.thread_id = event["thread_id"]
-        elif kind == "item.completed" and isinstance(event.get("item"), dict):
-            item = event["item"]
-            item_type = item.get("type") or item.get("item_type")
-            if item_type in MESSAGE_ITEMS and isinstance(item.get("text"), str):
-                self.last_message = item["text"]
-            elif item_type in ACTION_ITEMS:
-                self.steps += 1
-        elif kind == "turn.completed":
-            self.turns_completed += 1
-            return self._usage(Usage.from_event(event.get("usage")))
-        elif kind == "turn.failed":
-            error = event.get("error")
-            message = error.get("message") if isinstance(error, dict) else error
-            self.turn_failed = str(message or "no details")
-            self._limit(self.turn_failed)
-        elif kind == "error":
-            self.errors.append(str(event.get("message") or "no details"))
-            self._limit(self.errors[-1])
-        return None
+            kind = event["type"]
+            if kind == "thread.started" and isinstance(event.get("thread_id"), str):
+                self.thread_id = event["thread_id"]
+            elif kind == "item.completed" and isinstance(event.get("item"), dict):
+                item = event["item"]
+                item_type = item.get("type") or item.get("item_type")
+                if item_type in MESSAGE_ITEMS and isinstance(item.get("text"), str):
+                    self.last_message = item["text"]
+                elif item_type in ACTION_ITEMS:
+                    self.steps += 1
+            elif kind == "turn.completed":
+                self.turns_completed += 1
+                return self._usage(usage_total(event.get("usage")))
+            elif kind == "turn.failed":
+                error = event.get("error")
+                message = error.get("message") if isinstance(error, dict) else error
+                self.turn_failed = str(message or "no details")
+                self._limit(self.turn_failed)
+            elif kind == "error":
+                self.errors.append(str(event.get("message") or "no details"))
+                self._limit(self.errors[-1])
+            return None
 
     def _limit(self, message: str) -> None:
         """Tell the fleet of a rate or usage limit Codex reports (`last status: 429`, `usage limit`), once."""
@@ -211,21 +152,36 @@ class CodexFollower(EventLines):
             self._limits_told.add(message)
             self.limits.limit(found)
 
+    def poll(self) -> str | None:
+        """Follow the thread's session log: every `token_count` total in it goes to log_total."""
+        if self.session.path is None and self.thread_id:
+            matches = sorted((self.home / "sessions").glob(f"*/*/*/rollout-*{self.thread_id}.jsonl"))
+            self.session.path = matches[-1] if matches else None
+        reason = None
+        for raw in self.session.new_lines():  # none while Codex is half-way through a line
+            total = token_total(raw)
+            if total is not None:
+                reason = self.log_total(total) or reason
+        return reason
+
     def log_total(self, value: dict[str, Any]) -> str | None:
         """A running total from Codex's session log (after each model call)."""
         with self._lock:
             self.from_log = True
             try:
-                return self._usage(Usage.from_event(value))
+                return self._usage(usage_total(value))
             except ValueError:
                 return None
 
     def _usage(self, total: Usage) -> str | None:
-        if self.from_log and not total.at_least(self.total):
+        grew = all(now >= then for now, then in zip(total, self.total, strict=True))
+        if self.from_log and not grew:
             return None  # already counted from the session log
-        added = total.minus(self.total)
+        # what this running total adds to the last one (all of it when the counts went down)
+        added = tuple(now - then for now, then in zip(total, self.total, strict=True)) if grew else total
         self.total = total
-        tokens = added.tokens()
+        input_tokens, cached, output_tokens = added
+        tokens = TokenUsage(input_tokens, output_tokens, min(cached, input_tokens))  # the price table's way
         usd = self.pricer.cost(tokens) if self.pricer is not None else 0.0
         self.spent.add(usd, **tokens.to_json())
         return self.spent.guard_reached("priced from its token usage")
@@ -269,17 +225,10 @@ class CodexPipeline(AgentCliPipeline):
         tally = SpendTally.for_attempt(ctx, spend)
         if tally.guarded and pricer is None:
             return failed(f"codex was not started: {self.no_price(model)}")
-        follower = CodexFollower(pricer, tally, limits_of(spend))
-        session = SessionLog(codex_home(agent_env(ctx)), follower.log_total, lambda: follower.thread_id)
-        argv = build_argv(
-            settings.binary,
-            str(ctx.workspace),
-            model=model,
-            extra_args=settings.extra_args,
-            sandbox_args=writable_roots_arg(ctx.workspace),
-        )
+        follower = CodexFollower(pricer, tally, limits_of(spend), codex_home(agent_env(ctx)))
+        argv = build_argv(settings, ctx.workspace, model)
         prompt = prompt_file(ctx, agent_prompt(ctx))
-        run = run_agent(ctx, argv, on_line=follower, poll=session, stdin_path=prompt)
+        run = run_agent(ctx, argv, on_line=follower, poll=follower.poll, stdin_path=prompt)
         if follower.steps:
             tally.add(0.0, steps=follower.steps)
         # what it left uncommitted, the worker commits (worker/main.py commit_leftovers)
@@ -293,11 +242,6 @@ def outcome(
     run: CliRun, f: CodexFollower, ctx: WorkerContext, *, priced: bool, model: str | None
 ) -> PipelineResult:
     totals = f.spent.totals()
-    unpriced = (
-        ""
-        if priced or not f.turns_completed
-        else f" (spend not priced: no price known for {model or 'its model'})"
-    )
     if run.stopped is not None:
         what = f.last_message and f"; its last message: {short(f.last_message, 200)}"
         return failed(f"codex was stopped: {run.stopped}{what or ''}", **totals)
@@ -307,7 +251,9 @@ def outcome(
         return failed(f"codex turn failed: {short(f.turn_failed)}", **totals)
     if f.turns_completed and (run.returncode or 0) == 0:
         summary = short(f.last_message, 2000) or f"codex finished ({money(f.spent.usd)} spent)"
-        return PipelineResult(success=True, summary=summary + unpriced, **totals)
+        if not priced:
+            summary += f" (spend not priced: no price known for {model or 'its model'})"
+        return PipelineResult(success=True, summary=summary, **totals)
     if f.errors:
         return failed(f"codex reported an error: {short(f.errors[-1])}", **totals)
     if run.start_error or (run.returncode or 0) != 0:

@@ -7,7 +7,6 @@ import os
 import sys
 from collections.abc import Mapping
 from functools import partial
-from typing import Any
 
 from stellafleet import __version__
 from stellafleet.core.clock import Clock, SystemClock
@@ -20,8 +19,8 @@ from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.clients import make_client
 from stellafleet.engine.loop import Engine, EngineOutcome, EventSink, system_prompt
 from stellafleet.engine.redact import Redactor, Transcript
-from stellafleet.engine.settings import DEFAULT_KEY_ENV, EngineSettings, load_settings, settings_problems
-from stellafleet.engine.tools import ClaimFn, Committer, Toolbox, Workspace
+from stellafleet.engine.settings import EngineSettings, load_settings, settings_problems
+from stellafleet.engine.tools import SECRET_ENV, ClaimFn, Toolbox, Workspace
 from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.support import ProgressPrinter
@@ -74,18 +73,15 @@ class PlainPipeline:
         clock: Clock | None = None,
         events: EventSink | None = None,
         env: Mapping[str, str] | None = None,
-        committer: Committer | None = None,
-        claim: ClaimFn | None = None,
     ) -> PipelineResult:
         """Run the engine on ctx's task; a bad config raises StellaError (exit 2) before any model call."""
         env = os.environ if env is None else env
         settings = load_settings(config, model=ctx.model, env=env)
         tally = SpendTally.for_attempt(ctx, spend)
         pricer = _pricer(settings, config, needed=tally.guarded)
-        redact = Redactor([settings.api_key(env), *(env.get(name) for name in DEFAULT_KEY_ENV.values())])
-        toolbox = _toolbox(ctx, settings, env, committer=committer, claim=claim)
+        redact = Redactor([settings.api_key(env), *(env.get(name) for name in SECRET_ENV)])
+        toolbox = _toolbox(ctx, settings, env)
         transcript = _start_transcript(ctx, settings, redact, priced=pricer is not None)
-        sink = events or ProgressPrinter([sys.stdout])  # a fleet worker's stdout is its log
         client = make_client(settings, clock=clock, redact=redact, env=env, limits=limits_of(spend))
         wall = min(settings.max_wall_seconds, math.inf if ctx.timeout_s is None else ctx.timeout_s)
         engine = Engine(
@@ -99,7 +95,7 @@ class PlainPipeline:
             spend=tally,
             transcript=transcript,
             clock=clock or SystemClock(),
-            events=_redacting(sink, redact),
+            events=events or ProgressPrinter(sys.stdout),  # a fleet worker's stdout is its log
         )
         try:
             outcome = engine.run(ctx.prompt)
@@ -108,26 +104,15 @@ class PlainPipeline:
         return _result(outcome, redact)
 
 
-def _toolbox(
-    ctx: WorkerContext,
-    settings: EngineSettings,
-    env: Mapping[str, str],
-    *,
-    committer: Committer | None,
-    claim: ClaimFn | None,
-) -> Toolbox:
+def _toolbox(ctx: WorkerContext, settings: EngineSettings, env: Mapping[str, str]) -> Toolbox:
     """The attempt's tools: commits through the lane and, in a shared tree, claims taken on write."""
-    if committer is None:
-        committer = partial(commit_paths, ctx)
-    if claim is None and ctx.shared:
-        claim = _implicit_claims(ctx)
     return Toolbox(
-        Workspace(ctx.workspace, claim=claim),
-        committer=committer,
+        Workspace(ctx.workspace, claim=_implicit_claims(ctx) if ctx.shared else None),
+        committer=partial(commit_paths, ctx),
         shell=settings.shell,
         shell_timeout=settings.shell_timeout,
         env=env,
-        secret_env=tuple({settings.api_key_env, *DEFAULT_KEY_ENV.values()} - {""}),
+        secret_env=(settings.api_key_env, *SECRET_ENV),
         plan_out=ctx.plan_out,
     )
 
@@ -144,13 +129,6 @@ def _start_transcript(
         transcript.write("warning", message=note)
         print(f"stella: {note}", file=sys.stderr, flush=True)
     return transcript
-
-
-def _redacting(events: EventSink, redact: Redactor) -> EventSink:
-    def sink(kind: str, data: dict[str, Any]) -> None:
-        events(kind, {k: redact(v) if isinstance(v, str) else v for k, v in data.items()})
-
-    return sink
 
 
 def _result(outcome: EngineOutcome, redact: Redactor) -> PipelineResult:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
+from stellafleet.core.limits import LimitReporter
 from stellafleet.core.spend import money
 from stellafleet.pipelines.base import PipelineResult
-from stellafleet.pipelines.clirun import CliRun
+from stellafleet.pipelines.clirun import TAIL_LINES, CliRun
 from stellafleet.proc.runner import signal_description
 
 
@@ -34,18 +34,15 @@ def crash_text(cli: str, run: CliRun) -> str:
 def parse_failure(cli: str, detail: str, run: CliRun) -> str:
     """The message for output we could not understand; the raw tail goes to the worker's log."""
     sys.stderr.write(f"stella: could not parse {cli} output ({detail}); the last lines it printed were:\n")
-    sys.stderr.writelines(f"  | {line}\n" for line in run.stdout_tail())
+    sys.stderr.writelines(f"  | {line}\n" for line in run.stdout_lines[-TAIL_LINES:])
     sys.stderr.flush()
     return f"could not parse {cli} output: {detail}"
 
 
 def json_line(line: str) -> dict[str, Any] | None:
     """The JSON object on one output line, or None when the line is not one."""
-    stripped = line.strip()
-    if not stripped.startswith("{"):
-        return None
     try:
-        value = json.loads(stripped)
+        value = json.loads(line)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
@@ -56,9 +53,10 @@ class EventLines:
 
     kind: ClassVar[str | None] = None
 
-    def __init__(self) -> None:
+    def __init__(self, limits: LimitReporter | None = None) -> None:
         self.bad_line: str | None = None
         self.events = 0
+        self.limits = limits  # where the limits the CLI reports go (the fleet)
 
     def __call__(self, line: str) -> str | None:
         if not line.strip():
@@ -79,15 +77,26 @@ class EventLines:
         raise NotImplementedError
 
 
-def complete_lines(path: Path, offset: int) -> tuple[list[str], int]:
-    """The complete lines a CLI appended to path since offset, and the offset after them."""
-    with path.open("rb") as fh:
-        fh.seek(offset)
-        chunk = fh.read()
-    end = chunk.rfind(b"\n")
-    if end < 0:
-        return [], offset
-    return chunk[: end + 1].decode("utf-8", "replace").splitlines(), offset + end + 1
+class FileTail:
+    """The complete lines a CLI appends to a file (its log), each read once."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self.offset = 0
+
+    def new_lines(self) -> list[str]:
+        """The lines completed since the last call; none while the file is missing or half a line long."""
+        if self.path is None:
+            return []
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read()
+        except OSError:
+            return []
+        end = chunk.rfind(b"\n") + 1
+        self.offset += end
+        return chunk[:end].decode("utf-8", "replace").splitlines()
 
 
 _MAIN_ARGUMENT = ("path", "pattern", "message", "command", "summary")
@@ -113,32 +122,26 @@ def describe_call(name: str, arguments: str, limit: int = 70) -> str:
 
 
 class ProgressPrinter:
-    """An engine event sink writing one line per step and tool call to each stream."""
+    """An engine event sink writing one line per step and tool call to a stream (a worker's log)."""
 
-    def __init__(self, streams: Sequence[TextIO], *, prefix: str = "  ") -> None:
-        self.streams = list(streams)
-        self.prefix = prefix
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
         self.usd = 0.0
         self.step = 0
-        self.stop: str | None = None
 
     def _line(self, text: str) -> None:
-        for stream in self.streams:
-            stream.write(f"{self.prefix}{text}\n")
-            stream.flush()
+        self.stream.write(f"  step {self.step:>3}  {money(self.usd)}  {text}\n")
+        self.stream.flush()
 
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "step":
             self.step, self.usd = int(data["step"]), float(data["usd"])
             text = " ".join(str(data.get("text") or "").split())
             if text:
-                self._line(f"step {self.step:>3}  {money(self.usd)}  {text[:100]}")
+                self._line(text[:100])
         elif kind == "tool":
-            call = describe_call(str(data["name"]), str(data["arguments"]))
-            line = f"step {self.step:>3}  {money(self.usd)}  {call}"
+            line = describe_call(str(data["name"]), str(data["arguments"]))
             if data.get("is_error"):
                 first = str(data.get("result", "")).splitlines()[0] if data.get("result") else ""
                 line += f"  -> {first[:120]}"
             self._line(line)
-        elif kind == "end":
-            self.stop = str(data.get("stop"))

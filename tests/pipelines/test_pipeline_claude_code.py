@@ -229,22 +229,11 @@ def test_same_attempt_edits_its_own_claimed_file(git_repo: Path, fakes: FakeAgen
 
 
 def hook_context(root: Path, tmp_path: Path) -> Path:
-    import os
-
     from stellafleet.state.claims import Holder
 
     holder = Holder.current("r-1", "t1", "title", 1)
     path = tmp_path / "hook.json"
-    HookContext(
-        str(root),
-        str(root / ".stella/private/store.db"),
-        "r-1",
-        "t1",
-        "title",
-        1,
-        os.getpid(),
-        holder.pid_started,
-    ).write(path)
+    HookContext(str(root), str(root / ".stella/private/store.db"), holder).write(path)
     return path
 
 
