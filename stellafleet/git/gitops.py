@@ -86,6 +86,16 @@ def git(
     return out
 
 
+def identity(name: str) -> dict[str, str]:
+    """The environment that makes `name <stella@localhost>` a commit's author and committer."""
+    return {
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": "stella@localhost",
+        "GIT_COMMITTER_NAME": name,
+        "GIT_COMMITTER_EMAIL": "stella@localhost",
+    }
+
+
 def git_fields(*args: str, cwd: Path | str, env: Mapping[str, str] | None = None) -> list[str]:
     """The fields of a `-z` listing (NUL-separated; empty fields dropped)."""
     return [field for field in git(*args, cwd=cwd, env=env).split("\0") if field]

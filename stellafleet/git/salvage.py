@@ -15,13 +15,6 @@ from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.git import bundle, gitops, index
 
 SALVAGE_PREFIX = "refs/stella/salvage"
-# commit-tree needs an identity; a repository without one still gets its work kept, under this one.
-_FALLBACK_IDENTITY = {
-    "GIT_AUTHOR_NAME": "stella salvage",
-    "GIT_AUTHOR_EMAIL": "stella@localhost",
-    "GIT_COMMITTER_NAME": "stella salvage",
-    "GIT_COMMITTER_EMAIL": "stella@localhost",
-}
 
 
 @dataclass(frozen=True)
@@ -93,9 +86,9 @@ def salvage(
     if tree == index.tree_of(workspace, head):
         return None
     try:
-        sha = index.commit_tree(workspace, tree, head, message)
-    except GitError:  # most often: no user.name/user.email configured
-        sha = index.commit_tree(workspace, tree, head, message, env=_FALLBACK_IDENTITY)
+        sha = index.commit_tree(workspace, tree, head, message=message)
+    except GitError:  # most often no user.name/user.email: the work is kept all the same, under stella's
+        sha = index.commit_tree(workspace, tree, head, message=message, env=gitops.identity("stella salvage"))
     gitops.git("update-ref", "-m", "stella salvage", ref, sha, "", cwd=workspace)  # create only
     changed = gitops.git_fields(
         "diff-tree", "-r", "-z", "--name-only", "--no-commit-id", head, sha, cwd=workspace
