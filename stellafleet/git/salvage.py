@@ -117,11 +117,8 @@ def salvage_refs(root: Path, run_id: str | None = None) -> list[SalvageRef]:
         "for-each-ref", "--sort=committerdate", "--format=%(refname)%00%(objectname)%00%(committerdate:unix)",
         prefix, cwd=root,
     )  # fmt: skip
-    found = []
-    for line in out.splitlines():
-        ref, sha, when = line.split("\0")
-        found.append(SalvageRef(ref, sha, int(when or 0)))
-    return found
+    listed = (line.split("\0") for line in out.splitlines())
+    return [SalvageRef(ref, sha, int(when or 0)) for ref, sha, when in listed]
 
 
 def latest_salvage(root: Path, run_id: str, task_id: str) -> SalvageRef | None:
@@ -134,13 +131,10 @@ def still_in_tree(root: Path, sha: str, paths: Sequence[str]) -> list[str]:
     """Those of paths whose work-tree file is what salvage commit sha holds: an attempt's leftovers."""
     if not paths:
         return []
-    kept = dict(
-        (entry.split("\t", 1)[1], entry.split()[2])
-        for entry in gitops.git_fields("ls-tree", "-z", sha, "--", *paths, cwd=root)
-    )
+    kept = index.tree_entries(root, sha, paths)
     here = [path for path in paths if path in kept and (root / path).is_file()]
     blobs = gitops.git("hash-object", "--", *here, cwd=root).split() if here else []
-    return [path for path, blob in zip(here, blobs, strict=True) if kept[path] == blob]
+    return [path for path, blob in zip(here, blobs, strict=True) if kept[path][1] == blob]
 
 
 def delete_salvage(root: Path, ref: SalvageRef) -> None:
