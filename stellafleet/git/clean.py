@@ -201,17 +201,13 @@ class Cleaner:
         return True
 
     def _display(self, path: Path) -> str:
-        try:
-            return str(path.relative_to(self.root))
-        except ValueError:
-            return str(path)
+        return str(path.relative_to(self.root) if path.is_relative_to(self.root) else path)
 
     def sweep_worktrees(self, recorded: dict[str, _Owner]) -> None:
         managed = self.paths.worktrees.resolve()
         registered = {wt.path.resolve(): wt for wt in worktrees.worktree_list(self.root)}
         for raw, owner in recorded.items():
-            path = Path(raw) if Path(raw).is_absolute() else self.root / raw
-            path = path.resolve()
+            path = (self.root / raw).resolve()  # an absolute raw stays itself
             if managed not in path.parents:
                 continue  # the shared tree, or anything outside .stella/worktrees/, is never ours to remove
             shown = self._display(path)

@@ -118,14 +118,9 @@ def finish_advance(root: Path, branch: str, old: str, new: str) -> bool:
 
 def _adopt_written(root: Path, old: str, new: str) -> bool:
     """Set to new's the index entries of files old..new changes that already hold new's content."""
-    out = gitops.git("diff-tree", "-r", "-z", "--no-renames", old, new, cwd=root)
-    fields = out.split("\0")
-    wanted: dict[str, tuple[str, str]] = {}
-    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
-        _, mode, _, sha, status = meta.lstrip(":").split(" ")
-        full = root / path
-        if status != "D" and full.is_file() and not full.is_symlink():
-            wanted[path] = (mode, sha)
+    changed = gitops.git_fields("diff-tree", "-r", "-z", "--name-only", "--no-renames", old, new, cwd=root)
+    files = [path for path in changed if (root / path).is_file() and not (root / path).is_symlink()]
+    wanted = index.tree_entries(root, new, files) if files else {}  # a deleted file is in no tree of new
     if not wanted:
         return False
     stdin = "".join(f"{path}\n" for path in wanted)
