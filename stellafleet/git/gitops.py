@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -244,12 +245,9 @@ def _git_processes() -> list[int]:
     found: list[int] = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/comm", "rb") as fh:
-                    if fh.read(3) == b"git":
-                        found.append(int(entry.name))
-            except OSError:
-                continue
+            with contextlib.suppress(OSError), open(f"/proc/{entry.name}/comm", "rb") as fh:
+                if fh.read(3) == b"git":
+                    found.append(int(entry.name))
     return found
 
 
@@ -262,15 +260,12 @@ def git_processes_in(root: Path, *, started_before: float) -> list[psutil.Proces
     top = str(root.resolve())
     found: list[psutil.Process] = []
     for pid in _git_processes():
-        try:
+        with contextlib.suppress(psutil.Error, OSError):
             proc = psutil.Process(pid)
             if started_after(proc.create_time(), started_before):
                 continue
-            cwd = proc.cwd()
-        except (psutil.Error, OSError):
-            continue
-        if cwd == top or cwd.startswith(top + os.sep):
-            found.append(proc)
+            if f"{proc.cwd()}{os.sep}".startswith(top + os.sep):  # root or below it
+                found.append(proc)
     return found
 
 
@@ -280,13 +275,10 @@ def users_commits(root: Path) -> list[psutil.Process]:
 
     found = []
     for proc in git_processes_in(root, started_before=float("inf")):
-        try:
-            argv = proc.cmdline()
-        except psutil.Error:
-            continue
-        words = [arg for arg in argv[1:] if not arg.startswith("-")]
-        if words[:1] == ["commit"]:
-            found.append(proc)
+        with contextlib.suppress(psutil.Error):
+            words = [arg for arg in proc.cmdline()[1:] if not arg.startswith("-")]
+            if words[:1] == ["commit"]:
+                found.append(proc)
     return found
 
 

@@ -189,22 +189,18 @@ class IndexLock:
         lock = cls(root, index, marker)
         try:
             lock._acquire()
-            try:
-                yield lock
-            finally:
-                lock._release()
+            yield lock
         finally:
+            lock._release()  # only a lock that is this marker: never another's, when none was taken
             with contextlib.suppress(OSError):
                 marker.unlink()
 
     def _acquire(self) -> None:
         deadline = time.monotonic() + LOCK_WAIT_S
         while True:
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.link(self._marker, self.lock)  # atomic, and fails when the lock exists: git's O_EXCL
                 return
-            except FileExistsError:
-                pass
             if stale_marker(self.lock) is not None:
                 remove_dead_leftovers(self.index)
                 continue
