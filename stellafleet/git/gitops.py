@@ -6,7 +6,6 @@ import contextlib
 import os
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -324,14 +323,6 @@ def commits_ahead(root: Path, base: str, tip: str) -> int:
 _NON_INTERACTIVE_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
 
 
-@dataclass(frozen=True)
-class PushResult:
-    remote: str
-    branch: str
-    flag: str  # git's porcelain flag: " " fast-forward, "*" new, "+" forced, "=" up to date
-    summary: str
-
-
 def remote_branch_exists(root: Path, remote: str, branch: str) -> bool | None:
     """Whether remote has branch now (None: the remote could not be asked)."""
     code, out, _err = git_status("ls-remote", "--heads", remote, f"refs/heads/{branch}", cwd=root)
@@ -367,18 +358,18 @@ def _push_env() -> dict[str, str]:
     return env
 
 
-def push(root: Path, remote: str, branch: str, *, force: bool = False) -> PushResult:
+def push(root: Path, remote: str, branch: str, *, force: bool = False) -> None:
     """Push branch to the same name on remote, without prompting; GitError with the remote's reason."""
     refspec = f"refs/heads/{branch}:refs/heads/{branch}"
     args = ["push", "--porcelain", *(["--force"] if force else []), remote, refspec]
     retcode, out, err = git_status(*args, cwd=root, env=_push_env())
-    flag, summary = "", ""
+    flag, summary = "", ""  # git's porcelain flag ("!": rejected) and summary of the branch's update
     for line in out.splitlines():
         parts = line.split("\t")
         if len(parts) >= 3 and parts[1].endswith(f":refs/heads/{branch}"):
             flag, summary = parts[0], parts[2]
     if retcode == 0 and flag != "!":
-        return PushResult(remote, branch, flag, summary)
+        return
     # The remote's own words ("remote: ..." lines from a hook) say why; keep them with git's summary.
     err_lines = [line.strip() for line in err.splitlines() if line.strip()]
     remote_lines = [line[len("remote:") :].strip() for line in err_lines if line.startswith("remote:")]
