@@ -42,8 +42,7 @@ def tree_of(root: Path, commit: str) -> str:
 def commit_tree(
     root: Path, tree: str, *parents: str | None, message: str, env: Mapping[str, str] | None = None
 ) -> str:
-    """A commit object for tree on parents (None ones left out), author and committer from the user's git
-    config or env; returns its SHA."""
+    """A commit object for tree on parents (None ones left out), by the user's identity or env's; its SHA."""
     args = ["commit-tree", tree, *(arg for parent in parents if parent for arg in ("-p", parent)), "-F", "-"]
     stdin = message if message.endswith("\n") else message + "\n"
     return gitops.git(*args, cwd=root, env=env, stdin=stdin).strip()

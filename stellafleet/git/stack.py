@@ -33,10 +33,8 @@ class Conflict:
     paths: tuple[str, ...]
 
     def __str__(self) -> str:
-        shown = ", ".join(self.paths[:5]) + (
-            f" and {len(self.paths) - 5} more" if len(self.paths) > 5 else ""
-        )
-        return f"parents {self.left} and {self.right} both change {shown}"
+        more = f" and {len(self.paths) - 5} more" if len(self.paths) > 5 else ""
+        return f"parents {self.left} and {self.right} both change {', '.join(self.paths[:5])}{more}"
 
 
 @dataclass(frozen=True)
