@@ -13,6 +13,7 @@ from stellafleet.core.configsections import WorktreeConfig
 from stellafleet.core.errors import GitError
 from stellafleet.core.paths import EXCLUDED_DIRS, StatePaths
 from stellafleet.core.status import RunStatus
+from stellafleet.core.words import plural
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, mergeops, salvage, worktrees
 from stellafleet.proc import group, shell
@@ -114,10 +115,8 @@ def _collect(
             for table, key in ((worktrees, worktree), (branches, branch)):
                 if not key:
                     continue
-                known = table.get(key)
-                if known is None:
-                    table[key] = owner
-                elif owner.live and not known.live:
+                known = table.setdefault(key, owner)
+                if owner.live and not known.live:
                     known.live = owner.live
     return worktrees, branches
 
@@ -202,17 +201,13 @@ class Cleaner:
         return True
 
     def _display(self, path: Path) -> str:
-        try:
-            return str(path.relative_to(self.root))
-        except ValueError:
-            return str(path)
+        return str(path.relative_to(self.root) if path.is_relative_to(self.root) else path)
 
     def sweep_worktrees(self, recorded: dict[str, _Owner]) -> None:
         managed = self.paths.worktrees.resolve()
         registered = {wt.path.resolve(): wt for wt in worktrees.worktree_list(self.root)}
         for raw, owner in recorded.items():
-            path = Path(raw) if Path(raw).is_absolute() else self.root / raw
-            path = path.resolve()
+            path = (self.root / raw).resolve()  # an absolute raw stays itself
             if managed not in path.parents:
                 continue  # the shared tree, or anything outside .stella/worktrees/, is never ours to remove
             shown = self._display(path)
@@ -260,8 +255,7 @@ class Cleaner:
             )
         if self.report.force:
             return f"uncommitted changes ({len(dirty)}) discarded by --force", False
-        files = "1 file" if len(dirty) == 1 else f"{len(dirty)} files"
-        files += ": " + ", ".join(dirty[:3]) + (", ..." if len(dirty) > 3 else "")
+        files = f"{plural(len(dirty), 'file')}: {', '.join(dirty[:3])}" + (", ..." if len(dirty) > 3 else "")
         return f"has uncommitted changes ({files}): commit or discard them, or rerun with --force", True
 
     def _teardown(self, owner: _Owner, path: Path) -> str:
@@ -328,7 +322,7 @@ class Cleaner:
         if salvage.held_elsewhere(self.root, branch) == 0:
             return "every commit is on another branch or a salvage ref"
         ahead = gitops.commits_ahead(self.root, targets[0], branch)
-        commits = "1 commit" if ahead == 1 else f"{ahead} commits"
+        commits = plural(ahead, "commit")
         if not self.report.force:
             why = f"not merged into {' or '.join(targets)} ({commits} ahead): "
             self._decide(owner, "branch", branch, False, why + "merge it, or rerun with --force to delete it")
@@ -346,7 +340,7 @@ class Cleaner:
                     continue
                 reason = f"salvage of attempt {attempt} removed by --salvage (was {ref.sha[:7]})"
                 alone = salvage.unbranched_ancestors(self.root, ref.sha)
-                commits = "1 commit" if alone == 1 else f"{alone} commits"
+                commits = plural(alone, "commit")
                 if alone and not self.report.force:
                     why = f"holds {commits} no branch holds: `git branch NAME {ref.sha[:12]}^` keeps them"
                     self._decide(owner, "salvage", ref.ref, False, why + ", or rerun with --force")

@@ -94,11 +94,6 @@ def salvage_entries(
     return entries, removed
 
 
-def _is_binary(data: bytes) -> bool:
-    """git's own test (buffer_is_binary): a NUL byte in the first 8000 bytes."""
-    return b"\0" in data[:BINARY_PROBE_BYTES]
-
-
 def _unpack(root: Path, blob: str | None, scratch: Path, name: str) -> Path:
     """A blob's bytes in a file of scratch (empty for None), by git itself, with no text decoding."""
     target = scratch / name
@@ -117,7 +112,7 @@ def _merge(root: Path, path: str, head_blob: str | None, user_blob: str | None) 
         head_file = _unpack(root, head_blob, Path(tmp), "head")
         user_file = _unpack(root, user_blob, Path(tmp), "user")
         versions = (head_file.read_bytes(), user_file.read_bytes(), (root / path).read_bytes())
-        if any(_is_binary(data) for data in versions):
+        if any(b"\0" in data[:BINARY_PROBE_BYTES] for data in versions):  # git's test (buffer_is_binary)
             yours = f"blob {user_blob[:12]}" if user_blob else "the file deleted"
             raise StellaError(
                 f"cannot commit {path} with only the worker's changes: it is a binary file, which git "

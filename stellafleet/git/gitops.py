@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -87,6 +87,16 @@ def git(
     if check and retcode != 0:
         raise GitError(f"git {' '.join(args[:2])}: {last_words(err or out, retcode)}")
     return out
+
+
+def identity(name: str) -> dict[str, str]:
+    """The environment that makes `name <stella@localhost>` a commit's author and committer."""
+    return {
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": "stella@localhost",
+        "GIT_COMMITTER_NAME": name,
+        "GIT_COMMITTER_EMAIL": "stella@localhost",
+    }
 
 
 def git_fields(*args: str, cwd: Path | str, env: Mapping[str, str] | None = None) -> list[str]:
@@ -237,12 +247,9 @@ def _git_processes() -> list[int]:
     found: list[int] = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/comm", "rb") as fh:
-                    if fh.read(3) == b"git":
-                        found.append(int(entry.name))
-            except OSError:
-                continue
+            with contextlib.suppress(OSError), open(f"/proc/{entry.name}/comm", "rb") as fh:
+                if fh.read(3) == b"git":
+                    found.append(int(entry.name))
     return found
 
 
@@ -255,15 +262,12 @@ def git_processes_in(root: Path, *, started_before: float) -> list[psutil.Proces
     top = str(root.resolve())
     found: list[psutil.Process] = []
     for pid in _git_processes():
-        try:
+        with contextlib.suppress(psutil.Error, OSError):
             proc = psutil.Process(pid)
             if started_after(proc.create_time(), started_before):
                 continue
-            cwd = proc.cwd()
-        except (psutil.Error, OSError):
-            continue
-        if cwd == top or cwd.startswith(top + os.sep):
-            found.append(proc)
+            if f"{proc.cwd()}{os.sep}".startswith(top + os.sep):  # root or below it
+                found.append(proc)
     return found
 
 
@@ -273,13 +277,10 @@ def users_commits(root: Path) -> list[psutil.Process]:
 
     found = []
     for proc in git_processes_in(root, started_before=float("inf")):
-        try:
-            argv = proc.cmdline()
-        except psutil.Error:
-            continue
-        words = [arg for arg in argv[1:] if not arg.startswith("-")]
-        if words[:1] == ["commit"]:
-            found.append(proc)
+        with contextlib.suppress(psutil.Error):
+            words = [arg for arg in proc.cmdline()[1:] if not arg.startswith("-")]
+            if words[:1] == ["commit"]:
+                found.append(proc)
     return found
 
 
@@ -325,14 +326,6 @@ def commits_ahead(root: Path, base: str, tip: str) -> int:
 _NON_INTERACTIVE_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
 
 
-@dataclass(frozen=True)
-class PushResult:
-    remote: str
-    branch: str
-    flag: str  # git's porcelain flag: " " fast-forward, "*" new, "+" forced, "=" up to date
-    summary: str
-
-
 def remote_branch_exists(root: Path, remote: str, branch: str) -> bool | None:
     """Whether remote has branch now (None: the remote could not be asked)."""
     code, out, _err = git_status("ls-remote", "--heads", remote, f"refs/heads/{branch}", cwd=root)
@@ -368,18 +361,18 @@ def _push_env() -> dict[str, str]:
     return env
 
 
-def push(root: Path, remote: str, branch: str, *, force: bool = False) -> PushResult:
+def push(root: Path, remote: str, branch: str, *, force: bool = False) -> None:
     """Push branch to the same name on remote, without prompting; GitError with the remote's reason."""
     refspec = f"refs/heads/{branch}:refs/heads/{branch}"
     args = ["push", "--porcelain", *(["--force"] if force else []), remote, refspec]
     retcode, out, err = git_status(*args, cwd=root, env=_push_env())
-    flag, summary = "", ""
+    flag, summary = "", ""  # git's porcelain flag ("!": rejected) and summary of the branch's update
     for line in out.splitlines():
         parts = line.split("\t")
         if len(parts) >= 3 and parts[1].endswith(f":refs/heads/{branch}"):
             flag, summary = parts[0], parts[2]
     if retcode == 0 and flag != "!":
-        return PushResult(remote, branch, flag, summary)
+        return
     # The remote's own words ("remote: ..." lines from a hook) say why; keep them with git's summary.
     err_lines = [line.strip() for line in err.splitlines() if line.strip()]
     remote_lines = [line[len("remote:") :].strip() for line in err_lines if line.startswith("remote:")]

@@ -53,10 +53,7 @@ def installed(root: Path, names: Sequence[str] = ("pre-commit", "commit-msg")) -
 
 def framework_installed(root: Path) -> bool:
     """Whether root's pre-commit hook is the pre-commit framework's."""
-    try:
-        return FRAMEWORK_MARK in (hooks_dir(root) / "pre-commit").read_text(errors="replace")
-    except OSError:
-        return False
+    return _framework_command(hooks_dir(root) / "pre-commit", []) is not None
 
 
 def _framework_command(

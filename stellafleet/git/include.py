@@ -122,21 +122,14 @@ class _Copier:
     def copy(self, src: str, path: str, st: os.stat_result) -> bool:
         """path in the worktree as a copy of src (mode kept); True when it was a clone. FileExistsError
         when path exists."""
-        fout = self.create(path, stat.S_IMODE(st.st_mode))
-        try:
-            fin = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                if self.can_clone:
-                    try:
-                        fcntl.ioctl(fout, _FICLONE, fin)
-                        return True
-                    except OSError:
-                        self.can_clone = False  # this file system cannot: do not ask again
-                self._copy_range(fin, fout, st.st_size)
-            finally:
-                os.close(fin)
-        finally:
-            os.close(fout)
+        with open(self.create(path, stat.S_IMODE(st.st_mode)), "wb") as fout, open(src, "rb") as fin:
+            if self.can_clone:
+                try:
+                    fcntl.ioctl(fout.fileno(), _FICLONE, fin.fileno())
+                    return True
+                except OSError:
+                    self.can_clone = False  # this file system cannot: do not ask again
+            self._copy_range(fin.fileno(), fout.fileno(), st.st_size)
         return False
 
     def _copy_range(self, fin: int, fout: int, size: int) -> None:
@@ -161,23 +154,18 @@ class _Copier:
 
 def copy_into(root: Path, worktree: Path, paths: Sequence[str]) -> Copied:
     """Copy paths from root into worktree at the same place, never overwriting the checkout's files."""
-    copier = _Copier(worktree)
     files = size = cloned = 0
-    try:
+    with contextlib.closing(_Copier(worktree)) as copier:
         for path in paths:
             src = os.path.join(root, path)
             st = os.lstat(src)
-            try:
+            with contextlib.suppress(FileExistsError):  # the checkout's own file: left as it is
                 if stat.S_ISLNK(st.st_mode):
                     copier.symlink(os.readlink(src), path)
                 else:
                     cloned += copier.copy(src, path, st)
                     size += st.st_size
-            except FileExistsError:
-                continue
-            files += 1
-    finally:
-        copier.close()
+                files += 1
     return Copied(files, size, cloned)
 
 
@@ -207,25 +195,15 @@ def pack(root: Path, paths: Sequence[str]) -> tuple[Packed, ...]:
 
 def unpack(files: Sequence[Packed], worktree: Path) -> Copied:
     """Write packed files into worktree at their paths, as copy_into does."""
-    copier = _Copier(worktree)
     count = size = 0
-    try:
+    with contextlib.closing(_Copier(worktree)) as copier:
         for file in files:
-            try:
+            with contextlib.suppress(FileExistsError):
                 if file.link:
                     copier.symlink(os.fsdecode(file.data), file.path)
                 else:
-                    fd = copier.create(file.path, file.mode)
-                    try:
-                        view = memoryview(file.data)
-                        while view:
-                            view = view[os.write(fd, view) :]
-                    finally:
-                        os.close(fd)
+                    with open(copier.create(file.path, file.mode), "wb") as out:
+                        out.write(file.data)
                     size += len(file.data)
-            except FileExistsError:
-                continue
-            count += 1
-    finally:
-        copier.close()
+                count += 1
     return Copied(count, size, 0)

@@ -20,12 +20,15 @@ def read_tree_into(root: Path, index_file: Path, commit: str | None) -> None:
     gitops.git(*args, cwd=root, env=with_index(index_file))
 
 
+def _update_paths(root: Path, index_file: Path, paths: Sequence[str], *options: str) -> None:
+    """`git update-index OPTIONS` on each of paths in index_file."""
+    stdin = "".join(f"{path}\0" for path in paths)
+    gitops.git("update-index", *options, "-z", "--stdin", cwd=root, env=with_index(index_file), stdin=stdin)
+
+
 def stage_paths(root: Path, index_file: Path, paths: Sequence[str]) -> None:
     """Put the work tree's version of each path into index_file; a path missing on disk is removed."""
-    gitops.git(
-        "update-index", "--add", "--remove", "-z", "--stdin",
-        cwd=root, env=with_index(index_file), stdin="".join(f"{p}\0" for p in paths),
-    )  # fmt: skip
+    _update_paths(root, index_file, paths, "--add", "--remove")
 
 
 def write_tree(root: Path, index_file: Path) -> str:
@@ -37,10 +40,10 @@ def tree_of(root: Path, commit: str) -> str:
 
 
 def commit_tree(
-    root: Path, tree: str, parent: str | None, message: str, env: Mapping[str, str] | None = None
+    root: Path, tree: str, *parents: str | None, message: str, env: Mapping[str, str] | None = None
 ) -> str:
-    """A commit object for tree (author and committer from the user's git config or env); returns its SHA."""
-    args = ["commit-tree", tree, *(["-p", parent] if parent else []), "-F", "-"]
+    """A commit object for tree on parents (None ones left out), by the user's identity or env's; its SHA."""
+    args = ["commit-tree", tree, *(arg for parent in parents if parent for arg in ("-p", parent)), "-F", "-"]
     stdin = message if message.endswith("\n") else message + "\n"
     return gitops.git(*args, cwd=root, env=env, stdin=stdin).strip()
 
@@ -86,13 +89,11 @@ def set_entries(
     root: Path, index_file: Path, entries: Mapping[str, tuple[str, str]], removed: Sequence[str]
 ) -> None:
     """Set exactly these entries of index_file (mode, object SHA) and remove the removed paths."""
-    env = with_index(index_file)
     lines = "".join(f"{mode} {sha}\t{path}\0" for path, (mode, sha) in entries.items())
     if lines:
-        gitops.git("update-index", "-z", "--index-info", cwd=root, env=env, stdin=lines)
+        gitops.git("update-index", "-z", "--index-info", cwd=root, env=with_index(index_file), stdin=lines)
     if removed:
-        gone = "".join(f"{path}\0" for path in removed)
-        gitops.git("update-index", "--force-remove", "-z", "--stdin", cwd=root, env=env, stdin=gone)
+        _update_paths(root, index_file, removed, "--force-remove")
 
 
 def file_entries(root: Path, index_file: Path, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
@@ -107,15 +108,4 @@ def hide_others(root: Path, index_file: Path, paths: Sequence[str]) -> None:
     listed = gitops.git_fields("ls-files", "-z", cwd=root, env=with_index(index_file))
     others = [path for path in listed if path not in keep]
     if others:
-        gitops.git(
-            "update-index", "--skip-worktree", "-z", "--stdin",
-            cwd=root, env=with_index(index_file), stdin="".join(f"{p}\0" for p in others),
-        )  # fmt: skip
-
-
-def rebased_tree(root: Path, head: str, commit: str) -> str | None:
-    """The tree of head merged with commit (their merge base commit's parent when head descends from it:
-    the caller checks); None when they conflict."""
-    retcode, out, _ = gitops.git_status("merge-tree", "--write-tree", "--no-messages", head, commit, cwd=root)
-    lines = out.split()
-    return lines[0] if retcode == 0 and lines else None
+        _update_paths(root, index_file, others, "--skip-worktree")

@@ -65,17 +65,11 @@ def head_now(root: Path, index: Path) -> str | None:
 def stale_marker(lock: Path) -> int | None:
     """The pid of a dead stella process that left lock behind; None for a live holder or git's own lock."""
     try:
-        text = lock.read_text(errors="replace")[:200]
-    except OSError:
+        marker, pid, started = lock.read_text(errors="replace")[:200].split()
+        holder = ProcessIdentity(int(pid), float(started))
+    except (OSError, ValueError):  # no lock, or not three words with a pid: not a stella's marker
         return None
-    parts = text.split()
-    if len(parts) != 3 or parts[0] != MARKER:
-        return None
-    try:
-        identity = ProcessIdentity(int(parts[1]), float(parts[2]))
-    except ValueError:
-        return None
-    return None if identity.is_alive() else identity.pid
+    return None if marker != MARKER or holder.is_alive() else holder.pid
 
 
 def remove_dead_leftovers(index: Path) -> list[Path]:
@@ -195,22 +189,18 @@ class IndexLock:
         lock = cls(root, index, marker)
         try:
             lock._acquire()
-            try:
-                yield lock
-            finally:
-                lock._release()
+            yield lock
         finally:
+            lock._release()  # only a lock that is this marker: never another's, when none was taken
             with contextlib.suppress(OSError):
                 marker.unlink()
 
     def _acquire(self) -> None:
         deadline = time.monotonic() + LOCK_WAIT_S
         while True:
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.link(self._marker, self.lock)  # atomic, and fails when the lock exists: git's O_EXCL
                 return
-            except FileExistsError:
-                pass
             if stale_marker(self.lock) is not None:
                 remove_dead_leftovers(self.index)
                 continue

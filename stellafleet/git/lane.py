@@ -16,7 +16,7 @@ import psutil
 from stellafleet.core.errors import GitError, StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import dirty, gitops, hookstash, index, indexlock, lanejournal, submodules
+from stellafleet.git import dirty, gitops, hookstash, index, indexlock, lanejournal, mergeops, submodules
 from stellafleet.git import hooks as hooks_mod
 from stellafleet.git.indexlock import IndexLock
 from stellafleet.git.lanejournal import Pending
@@ -347,10 +347,13 @@ def _rebased(workspace: Path, staged: Staged, ahead: _Ahead, head: str | None) -
     not descend from ahead's parent."""
     if head is None or ahead.old is None:
         return None
-    tree = index.rebased_tree(workspace, head, ahead.new)
+    try:
+        tree, _conflicts = mergeops.merge_tree(workspace, head, ahead.new)
+    except GitError:  # a git before 2.38: prepared again instead
+        return None
     if tree is None or not gitops.is_ancestor(workspace, ahead.old, head):
         return None
-    return _Ahead(head, index.commit_tree(workspace, tree, head, staged.message), ahead.update)
+    return _Ahead(head, index.commit_tree(workspace, tree, head, message=staged.message), ahead.update)
 
 
 def _prepare(workspace: Path, staged: Staged, real: Path) -> _Ahead:
@@ -369,7 +372,7 @@ def _prepare(workspace: Path, staged: Staged, real: Path) -> _Ahead:
                 "workers' commits)"
             )
         raise StellaError(f"nothing to commit: {', '.join(staged.paths)} match HEAD already")
-    new = index.commit_tree(workspace, tree, old, staged.message)
+    new = index.commit_tree(workspace, tree, old, message=staged.message)
     return _Ahead(old, new, indexlock.prepare_update(workspace, staged.entries, staged.gone, real=real))
 
 

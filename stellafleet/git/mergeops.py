@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stellafleet.core.errors import GitError
-from stellafleet.git import gitops
+from stellafleet.git import gitops, index
 
 # Commits made while merging must not stop for an editor (merge messages, rebase's own prompts).
 _NO_EDITOR = {"GIT_EDITOR": "true", "GIT_SEQUENCE_EDITOR": "true", "GIT_MERGE_AUTOEDIT": "no"}
@@ -56,15 +56,6 @@ def merge_commit(path: Path, tip: str, message: str) -> StepResult:
     return _failure(path, ("merge", "-q", "--no-ff", "-m", message, tip), ("merge", "--abort"))
 
 
-# A dry run's simulated merges are commit objects nobody points at; they need no user identity.
-_DRY_RUN_IDENTITY = {
-    "GIT_AUTHOR_NAME": "stella merge --dry-run",
-    "GIT_AUTHOR_EMAIL": "stella@localhost",
-    "GIT_COMMITTER_NAME": "stella merge --dry-run",
-    "GIT_COMMITTER_EMAIL": "stella@localhost",
-}
-
-
 def merge_tree(root: Path, ours: str, theirs: str) -> tuple[str | None, tuple[str, ...]]:
     """`git merge-tree` of two commits: (the merged tree, ()), or (None, the conflicted paths); GitError
     when git cannot tell (before 2.38)."""
@@ -87,9 +78,12 @@ def predict_merge(root: Path, tip: str, head: str) -> tuple[str | None, tuple[st
         return None, None
     if tree is None:
         return None, conflicts
-    commit_args = ("commit-tree", tree, "-p", tip, "-p", head, "-m", "stella merge --dry-run")
-    retcode, out, _ = gitops.git_status(*commit_args, cwd=root, env=_DRY_RUN_IDENTITY)
-    return (out.strip() or None) if retcode == 0 else None, ()
+    # A dry run's simulated merge is a commit object nobody points at; it needs no user identity.
+    dry_run = "stella merge --dry-run"
+    try:
+        return index.commit_tree(root, tree, tip, head, message=dry_run, env=gitops.identity(dry_run)), ()
+    except GitError:
+        return None, ()
 
 
 def advance_branch(root: Path, branch: str, new: str, old: str) -> None:
@@ -124,14 +118,9 @@ def finish_advance(root: Path, branch: str, old: str, new: str) -> bool:
 
 def _adopt_written(root: Path, old: str, new: str) -> bool:
     """Set to new's the index entries of files old..new changes that already hold new's content."""
-    out = gitops.git("diff-tree", "-r", "-z", "--no-renames", old, new, cwd=root)
-    fields = out.split("\0")
-    wanted: dict[str, tuple[str, str]] = {}
-    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
-        _, mode, _, sha, status = meta.lstrip(":").split(" ")
-        full = root / path
-        if status != "D" and full.is_file() and not full.is_symlink():
-            wanted[path] = (mode, sha)
+    changed = gitops.git_fields("diff-tree", "-r", "-z", "--name-only", "--no-renames", old, new, cwd=root)
+    files = [path for path in changed if (root / path).is_file() and not (root / path).is_symlink()]
+    wanted = index.tree_entries(root, new, files) if files else {}  # a deleted file is in no tree of new
     if not wanted:
         return False
     stdin = "".join(f"{path}\n" for path in wanted)

@@ -22,9 +22,9 @@ def cache_dir() -> Path:
     return Path(base) / "stella" / "clones"
 
 
-def base_clone(write_bundle: Callable[[Path], None], base_commit: str, *, cache: Path | None = None) -> Path:
+def base_clone(write_bundle: Callable[[Path], None], base_commit: str) -> Path:
     """The node's clone holding base_commit; the first time, write_bundle(path) writes the bundle."""
-    root = (cache or cache_dir()) / base_commit
+    root = cache_dir() / base_commit
     if (root / READY).exists():  # made before, completely: no git call needed to know it
         return root
     with locked(root.with_suffix(".lock")):

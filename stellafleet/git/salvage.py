@@ -15,13 +15,6 @@ from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.git import bundle, gitops, index
 
 SALVAGE_PREFIX = "refs/stella/salvage"
-# commit-tree needs an identity; a repository without one still gets its work kept, under this one.
-_FALLBACK_IDENTITY = {
-    "GIT_AUTHOR_NAME": "stella salvage",
-    "GIT_AUTHOR_EMAIL": "stella@localhost",
-    "GIT_COMMITTER_NAME": "stella salvage",
-    "GIT_COMMITTER_EMAIL": "stella@localhost",
-}
 
 
 @dataclass(frozen=True)
@@ -93,9 +86,9 @@ def salvage(
     if tree == index.tree_of(workspace, head):
         return None
     try:
-        sha = index.commit_tree(workspace, tree, head, message)
-    except GitError:  # most often: no user.name/user.email configured
-        sha = index.commit_tree(workspace, tree, head, message, env=_FALLBACK_IDENTITY)
+        sha = index.commit_tree(workspace, tree, head, message=message)
+    except GitError:  # most often no user.name/user.email: the work is kept all the same, under stella's
+        sha = index.commit_tree(workspace, tree, head, message=message, env=gitops.identity("stella salvage"))
     gitops.git("update-ref", "-m", "stella salvage", ref, sha, "", cwd=workspace)  # create only
     changed = gitops.git_fields(
         "diff-tree", "-r", "-z", "--name-only", "--no-commit-id", head, sha, cwd=workspace
@@ -124,11 +117,8 @@ def salvage_refs(root: Path, run_id: str | None = None) -> list[SalvageRef]:
         "for-each-ref", "--sort=committerdate", "--format=%(refname)%00%(objectname)%00%(committerdate:unix)",
         prefix, cwd=root,
     )  # fmt: skip
-    found = []
-    for line in out.splitlines():
-        ref, sha, when = line.split("\0")
-        found.append(SalvageRef(ref, sha, int(when or 0)))
-    return found
+    listed = (line.split("\0") for line in out.splitlines())
+    return [SalvageRef(ref, sha, int(when or 0)) for ref, sha, when in listed]
 
 
 def latest_salvage(root: Path, run_id: str, task_id: str) -> SalvageRef | None:
@@ -141,13 +131,10 @@ def still_in_tree(root: Path, sha: str, paths: Sequence[str]) -> list[str]:
     """Those of paths whose work-tree file is what salvage commit sha holds: an attempt's leftovers."""
     if not paths:
         return []
-    kept = dict(
-        (entry.split("\t", 1)[1], entry.split()[2])
-        for entry in gitops.git_fields("ls-tree", "-z", sha, "--", *paths, cwd=root)
-    )
+    kept = index.tree_entries(root, sha, paths)
     here = [path for path in paths if path in kept and (root / path).is_file()]
     blobs = gitops.git("hash-object", "--", *here, cwd=root).split() if here else []
-    return [path for path, blob in zip(here, blobs, strict=True) if kept[path] == blob]
+    return [path for path, blob in zip(here, blobs, strict=True) if kept[path][1] == blob]
 
 
 def delete_salvage(root: Path, ref: SalvageRef) -> None:

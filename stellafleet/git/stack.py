@@ -7,15 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from stellafleet.git import gitops, mergeops
-
-# One identity and dates taken from the inputs: the same work of the same parents is the same commit.
-_IDENTITY = {
-    "GIT_AUTHOR_NAME": "stella",
-    "GIT_AUTHOR_EMAIL": "stella@localhost",
-    "GIT_COMMITTER_NAME": "stella",
-    "GIT_COMMITTER_EMAIL": "stella@localhost",
-}
+from stellafleet.git import gitops, index, mergeops
 
 
 @dataclass(frozen=True)
@@ -41,10 +33,8 @@ class Conflict:
     paths: tuple[str, ...]
 
     def __str__(self) -> str:
-        shown = ", ".join(self.paths[:5]) + (
-            f" and {len(self.paths) - 5} more" if len(self.paths) > 5 else ""
-        )
-        return f"parents {self.left} and {self.right} both change {shown}"
+        more = f" and {len(self.paths) - 5} more" if len(self.paths) > 5 else ""
+        return f"parents {self.left} and {self.right} both change {', '.join(self.paths[:5])}{more}"
 
 
 @dataclass(frozen=True)
@@ -102,10 +92,11 @@ def _apply(
     sha, tree = head
     if picked_onto == sha:
         return commit, info.tree  # the next commit on head: no pick needed
-    env = {**_IDENTITY, "GIT_AUTHOR_DATE": info.date, "GIT_COMMITTER_DATE": info.date}
+    # One identity and dates taken from the inputs: the same work of the same parents is the same commit.
+    env = {**gitops.identity("stella"), "GIT_AUTHOR_DATE": info.date, "GIT_COMMITTER_DATE": info.date}
     ours = sha
     if picked_onto is not None:  # a commit of head's tree on picked_onto: their merge base is picked_onto
-        ours = _commit_tree(root, tree, (picked_onto,), "stella: pick base", env)
+        ours = index.commit_tree(root, tree, picked_onto, message="stella: pick base", env=env)
     merged, conflicts = mergeops.merge_tree(root, ours, commit)
     if merged is None:
         return None, conflicts
@@ -114,14 +105,9 @@ def _apply(
     if picked_onto is None and merged == info.tree and gitops.is_ancestor(root, sha, commit):
         return commit, info.tree  # a fast-forward: head is in it
     if picked_onto is not None:
-        return _commit_tree(root, merged, (sha,), info.message, env), merged
+        return index.commit_tree(root, merged, sha, message=info.message.rstrip("\n"), env=env), merged
     message = f"stella: start with the work of {task_id}"
-    return _commit_tree(root, merged, (sha, commit), message, env), merged
-
-
-def _commit_tree(root: Path, tree: str, parents: Sequence[str], message: str, env: dict[str, str]) -> str:
-    args = ["commit-tree", tree, *(arg for parent in parents for arg in ("-p", parent)), "-F", "-"]
-    return gitops.git(*args, cwd=root, env=env, stdin=message.rstrip("\n") + "\n").strip()
+    return index.commit_tree(root, merged, sha, commit, message=message, env=env), merged
 
 
 def _who_changed(root: Path, base: str, merged: Sequence[Contribution], paths: Sequence[str]) -> str | None:

@@ -33,7 +33,6 @@ def isolated_name(run_id: str, task_id: str) -> str:
 @dataclass(frozen=True)
 class Worktree:
     path: Path
-    head: str | None
     branch: str | None
 
 
@@ -68,18 +67,15 @@ def worktree_list(root: Path) -> list[Worktree]:
     out = gitops.git("worktree", "list", "--porcelain", cwd=root)
     trees: list[Worktree] = []
     path: Path | None = None
-    head: str | None = None
     branch: str | None = None
     for line in [*out.splitlines(), ""]:
         if line.startswith("worktree "):
             path = Path(line[len("worktree ") :])
-        elif line.startswith("HEAD "):
-            head = line[len("HEAD ") :]
         elif line.startswith("branch "):
             branch = line[len("branch ") :].removeprefix("refs/heads/")
         elif not line and path is not None:
-            trees.append(Worktree(path, head, branch))
-            path, head, branch = None, None, None
+            trees.append(Worktree(path, branch))
+            path, branch = None, None
     return trees
 
 

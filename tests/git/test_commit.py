@@ -161,7 +161,7 @@ def test_head_moving_under_the_commit_is_a_clear_error(repo: Path, monkeypatch: 
     real_commit_tree = index.commit_tree
 
     def commit_tree_then_someone_else_commits(root: Path, tree: str, parent: str | None, message: str) -> str:
-        made = real_commit_tree(root, tree, parent, message)
+        made = real_commit_tree(root, tree, parent, message=message)
         # outside the lane and without the index lock (a `git commit` now waits for the lane's commit)
         other = sh("git", "commit-tree", "HEAD^{tree}", "-p", "HEAD", "-m", "someone else", cwd=repo).strip()
         sh("git", "update-ref", "HEAD", other, cwd=repo)
