@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 
 from stellafleet.core.configsections import WorktreeConfig
+from stellafleet.core.status import CheckPhase
 from stellafleet.run import checking
+from stellafleet.state.ledger import Ledger
 
 
 def make_repo(root: Path, files: int) -> str:
@@ -37,16 +39,16 @@ def make_repo(root: Path, files: int) -> str:
     ).stdout.strip()
 
 
-def once(root: Path, commit: str, *, scratch: bool) -> float:
+def once(root: Path, commit: str, ledger: Ledger, *, scratch: bool) -> float:
     env = {"PATH": "/usr/bin:/bin"}
     log = root / ".stella" / "private" / "logs" / "bench.log"
+    row = checking.CheckRow("r-bench", "t1", CheckPhase.AFTER)
+    tree = checking.FreshTree(WorktreeConfig(), False, env) if scratch else root
     started = time.monotonic()
-    with checking.tracked(root) as record:
-        if scratch:
-            with checking.check_tree(root, commit, WorktreeConfig(), env, log, record) as tree:
-                run = checking.run_check("true", tree, env=env, timeout=60, log_path=log, tail_bytes=8000)
-        else:
-            run = checking.run_check("true", root, env=env, timeout=60, log_path=log, tail_bytes=8000)
+    [run] = checking.run_and_record(
+        ledger, row, [checking.Command("true", 60, log)], commit,
+        tree=tree, root=root, env=env, log_path=log, tail_bytes=8000,
+    )  # fmt: skip
     assert run.passed, run
     return time.monotonic() - started
 
@@ -61,8 +63,10 @@ def main() -> None:
         root = Path(scratch) / "repo"
         commit = make_repo(root, args.files)
         (root / ".git" / "info" / "exclude").write_text(".stella/\n")
-        alone = [once(root, commit, scratch=False) for _ in range(args.rounds)]
-        tree = [once(root, commit, scratch=True) for _ in range(args.rounds)]
+        (root / ".stella" / "private").mkdir(parents=True, exist_ok=True)
+        with Ledger.open(root / ".stella" / "private" / "fleet.db") as ledger:  # each check is a row
+            alone = [once(root, commit, ledger, scratch=False) for _ in range(args.rounds)]
+            tree = [once(root, commit, ledger, scratch=True) for _ in range(args.rounds)]
         started = time.monotonic()
         subprocess.run(
             ["git", "worktree", "add", "-q", "--detach", str(root.parent / "plain"), commit], cwd=root

@@ -27,7 +27,7 @@ from benchrepo import commit_all, new_repo
 from stellafleet.core.paths import StatePaths
 from stellafleet.git import stack
 from stellafleet.run.steps import RunSettings
-from stellafleet.run.steps.startcommit import StartCommit
+from stellafleet.run.steps.startcommit import contributions
 from stellafleet.state.ledger import Ledger
 
 STELLA = [sys.executable, "-m", "stellafleet"]
@@ -70,11 +70,10 @@ def rebuild(
 ) -> tuple[float, str]:
     """The median seconds to build task_id's start again as dispatch does, and the commit built."""
     settings = RunSettings(root, str(run["id"]), str(run["base_commit"]), default_pipeline="command")
-    step = StartCommit(settings, ledger)
     times, built = [], ""
     for _ in range(repeat):
         started = time.perf_counter()
-        result = stack.build_start(root, settings.base_commit, step.contributions(task_id))
+        result = stack.build_start(root, settings.base_commit, contributions(settings, ledger, task_id))
         times.append(time.perf_counter() - started)
         assert isinstance(result, str), result
         built = result
