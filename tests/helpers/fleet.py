@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import sqlite3
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.git import gitops
+from stellafleet.plan.model import PlanTask
 from stellafleet.proc.tree import Exit, ProcessTree
+from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.proof import new_token
 from stellafleet.testing.sample_ledger import add_run
@@ -221,3 +225,16 @@ def attempt_facts(root: Path, attempt_id: int) -> dict[str, Any]:
     """What the ledger's attempt_facts hold for one attempt."""
     with Ledger.open(StatePaths(root).fleet_db, readonly=True) as ledger:
         return ledger.facts.of_attempt(attempt_id)
+
+
+@contextlib.contextmanager
+def run_of_one_task(root: Path, task: PlanTask) -> Iterator[tuple[Path, Ledger, ClaimStore]]:
+    """The repository's ledger and claim store, holding run RUN (based on HEAD) with task in its first
+    wave: what a Dispatcher built by hand runs attempts against."""
+    paths = StatePaths(root)
+    paths.private.mkdir(parents=True, exist_ok=True)
+    head = gitops.head_commit(root)
+    with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as store:
+        add_run(ledger, RUN, base_commit=head, root=str(root))
+        ledger.tasks.add(RUN, [task], {task.id: 1})
+        yield root, ledger, store

@@ -7,11 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.fleet import RUN, write_config
+from helpers.fleet import RUN, run_of_one_task, write_config
 from helpers.repo import git
 
 from stellafleet.core.config import load_config
-from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd, Stop, StopReason
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.dispatch import Dispatcher
@@ -22,7 +21,6 @@ from stellafleet.run.steps import AttemptState, AttemptStep, RunSettings
 from stellafleet.run.steps.claims import Claims
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
-from stellafleet.testing.sample_ledger import add_run
 
 TASK = PlanTask("t1", "do it", "a task", claims=("x.txt",))
 
@@ -60,13 +58,8 @@ class Recorder(AttemptStep):
 @pytest.fixture
 def parts(git_repo: Path) -> Iterator[tuple[Path, Ledger, ClaimStore]]:
     write_config(git_repo, run="true")
-    paths = StatePaths(git_repo)
-    paths.private.mkdir(parents=True, exist_ok=True)
-    head = git("rev-parse", "HEAD", cwd=git_repo).strip()
-    with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as store:
-        add_run(ledger, RUN, base_commit=head, root=str(git_repo))
-        ledger.tasks.add(RUN, [TASK], {TASK.id: 1})
-        yield git_repo, ledger, store
+    with run_of_one_task(git_repo, TASK) as opened:
+        yield opened
 
 
 def run_task(parts: tuple[Path, Ledger, ClaimStore], *steps: AttemptStep) -> None:

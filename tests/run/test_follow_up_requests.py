@@ -10,11 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.fleet import RUN, write_config
-from helpers.repo import git
+from helpers.fleet import RUN, run_of_one_task, write_config
 
 from stellafleet.core.config import load_config
-from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import FollowUpReason
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.dispatch import Dispatcher
@@ -24,7 +22,6 @@ from stellafleet.run.steps import AttemptState, AttemptStep, FollowUp, RunSettin
 from stellafleet.run.steps.claims import Claims
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
-from stellafleet.testing.sample_ledger import add_run
 
 TASK = PlanTask("t1", "do it", "a task", claims=("x.txt",))
 
@@ -49,16 +46,11 @@ class AskTwice(AttemptStep):
 def parts(git_repo: Path, tmp_path: Path) -> Iterator[tuple[Path, Ledger, ClaimStore]]:
     marks = tmp_path / "marks"
     marks.mkdir()
-    # each attempt leaves its prompt and the facts it was handed, and reports a fact of its own
+    # each attempt leaves the prompt it was given and the facts it was handed
     write_config(git_repo, run=f'printf %s "$STELLA_PROMPT" > {marks}/prompt-$STELLA_ATTEMPT_ID; '
                  f'printf %s "$STELLA_FACTS" > {marks}/facts-$STELLA_ATTEMPT_ID')  # fmt: skip
-    paths = StatePaths(git_repo)
-    paths.private.mkdir(parents=True, exist_ok=True)
-    head = git("rev-parse", "HEAD", cwd=git_repo).strip()
-    with Ledger.open(paths.fleet_db) as ledger, ClaimStore.open(paths.store_db) as store:
-        add_run(ledger, RUN, base_commit=head, root=str(git_repo))
-        ledger.tasks.add(RUN, [TASK], {TASK.id: 1})
-        yield git_repo, ledger, store
+    with run_of_one_task(git_repo, TASK) as opened:
+        yield opened
 
 
 def server_for(parts: tuple[Path, Ledger, ClaimStore], *steps: AttemptStep) -> tuple[Server, LocalExecutor]:
