@@ -46,6 +46,15 @@ def _failure(path: Path, args: tuple[str, ...], abort: tuple[str, ...]) -> StepR
     return StepResult(None, conflicts, gitops.last_words(err or out, retcode).strip(), shown)
 
 
+def rebase_upstream(root: Path, onto: str, head: str, start: str | None = None) -> str:
+    """Where head's own commits begin, for a rebase onto `onto`: a stacked branch's recorded start once onto
+    holds that start's work (its parents landed before it, rebased: their original commits would replay
+    again), else head's merge base with onto."""
+    if start and gitops.is_ancestor(root, start, head) and contains(root, onto, start):
+        return start
+    return merge_base(root, onto, head) or onto
+
+
 def rebase_onto(path: Path, onto: str, upstream: str, tip: str) -> StepResult:
     """Replay upstream..tip onto `onto` on a detached HEAD in path (tip's branch ref is left alone)."""
     return _failure(path, ("rebase", "-q", "--onto", onto, upstream, tip), ("rebase", "--abort"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ class MergeItem:
     check_tail: str = ""
     check: str | None = None  # the task's own check, run again on the integrated tree before it lands
     check_timeout: float = 600.0
+    start: str | None = None  # a stacked task's recorded start: its parents' work, which lands before it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,8 +50,8 @@ class MergeItem:
         }
 
 
-def _not_taken(task: dict[str, Any], ci: dict[str, Any] | None, unwatched: bool) -> str | None:
-    """Why a succeeded task's branch is left out of the queue, or None when it goes in."""
+def _not_taken(ci: dict[str, Any] | None, unwatched: bool, tip: str | None) -> str | None:
+    """Why a succeeded task's branch (at tip, when known) is left out of the queue; None: it goes in."""
     if unwatched:
         return None
     if ci is None:
@@ -57,6 +59,9 @@ def _not_taken(task: dict[str, Any], ci: dict[str, Any] | None, unwatched: bool)
     if ci.get("state") != CIState.GREEN:
         why = f" ({ci['reason']})" if ci.get("reason") else ""
         return f"CI is {ci.get('state')}, not green{why}"
+    passed = ci.get("head_sha") or ""
+    if tip and passed != tip:  # green counts for the commit CI ran on (a restack or a later commit moves it)
+        return f"CI passed on {passed[:7] or 'no recorded commit'}, not on the tip {tip[:7]}: watch it again"
     return None
 
 
@@ -87,8 +92,11 @@ def _depends(tasks: dict[str, dict[str, Any]], task_id: str, wanted: set[str]) -
 CARRIED = "succeeded in run "  # the reason a resumed run records for a task done before it (run/resume.py)
 
 
-def plan_queue(run: dict[str, Any], *, unwatched: bool) -> tuple[list[MergeItem], list[MergeItem]]:
-    """(the queue in merge order, the branches left out with why) for a run record from Ledger.get_run."""
+def plan_queue(
+    run: dict[str, Any], *, unwatched: bool, tips: Mapping[str, str] | None = None
+) -> tuple[list[MergeItem], list[MergeItem]]:
+    """(the queue in merge order, the branches left out with why) for a run record from Ledger.get_run;
+    with tips (branch -> its commit now), a green branch whose tip is not where CI passed is left out."""
     tasks = {task["id"]: task for task in run["tasks"]}
     ci = {entry["branch"]: entry for entry in run["ci"]}
     order = {task_id: index for index, task_id in enumerate(tasks)}
@@ -112,12 +120,13 @@ def plan_queue(run: dict[str, Any], *, unwatched: bool) -> tuple[list[MergeItem]
         why = (
             f"a resolve task's branch: it lands only as the resolution of {resolves} (stella merge --resolve)"
             if resolves
-            else _not_taken(task, ci.get(branch), unwatched)
+            else _not_taken(ci.get(branch), unwatched, (tips or {}).get(branch))
         )
         if why is None:
             chosen.append(task)
         else:
             left_out.append(MergeItem(branch, task["id"], 0, (), MergeStatus.SKIPPED, why))
+    starts = {a["task_id"]: a["start_commit"] for a in run.get("attempts", ()) if a.get("start_commit")}
     wanted = {task["id"] for task in chosen}
     deps = {task["id"]: _depends(tasks, task["id"], wanted) for task in chosen}
     queue: list[MergeItem] = []
@@ -130,5 +139,6 @@ def plan_queue(run: dict[str, Any], *, unwatched: bool) -> tuple[list[MergeItem]
         after = tuple(sorted(deps[ready["id"]], key=order.__getitem__))
         item = MergeItem(ready["branch"], ready["id"], len(queue) + 1, after)
         item.check, item.check_timeout = ready.get("check_command"), ready.get("check_timeout_s") or 600.0
+        item.start = starts.get(ready["id"])
         queue.append(item)
     return queue, left_out

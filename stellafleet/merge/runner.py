@@ -134,7 +134,8 @@ def merge_run(
     with held as journal, Ledger.open(db, readonly=options.dry_run) as ledger:
         run_id = ledger.runs.resolve(options.run_ref)
         run = ledger.get_run(run_id)
-        queue, left_out = plan_queue(run, unwatched=options.unwatched)
+        tips = gitops.branch_tips(root, [task["branch"] for task in run["tasks"] if task.get("branch")])
+        queue, left_out = plan_queue(run, unwatched=options.unwatched, tips=tips)
         tip = gitops.head_commit(root)
         result = MergeResult(run_id, onto, options, tip, tip, queue, left_out)
         resolver = make_resolver(ledger, run_id) if make_resolver and not options.dry_run else None
@@ -280,7 +281,7 @@ class _Queue:
         assert item.head is not None
         mergeops.checkout_detached(worktree, self.tip)
         if self.options.strategy == "rebase":
-            upstream = mergeops.merge_base(self.root, self.tip, item.head) or self.tip
+            upstream = mergeops.rebase_upstream(self.root, self.tip, item.head, item.start)
             step = mergeops.rebase_onto(worktree, self.tip, upstream, item.head)
         else:
             message = f"Merge {item.branch} (task {item.task_id}, run {self.result.run_id})"
