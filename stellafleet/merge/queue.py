@@ -65,6 +65,13 @@ def _not_taken(ci: dict[str, Any] | None, unwatched: bool, tip: str | None) -> s
     return None
 
 
+def _stale(task: dict[str, Any]) -> str | None:
+    """Why a stacked task's branch does not hold its parents' work as it is now (a restack left it)."""
+    if not task.get("stale"):
+        return None
+    return f"stale: {task['stale']}, its branch was not restacked onto that (`stella runs` says why)"
+
+
 def resolved_branch(task: dict[str, Any]) -> str | None:
     """The branch a resolve task was made for (it has no wave: it is not the plan's), else None."""
     if task.get("wave") is not None or not str(task["id"]).startswith("resolve-"):
@@ -120,7 +127,7 @@ def plan_queue(
         why = (
             f"a resolve task's branch: it lands only as the resolution of {resolves} (stella merge --resolve)"
             if resolves
-            else _not_taken(ci.get(branch), unwatched, (tips or {}).get(branch))
+            else _stale(task) or _not_taken(ci.get(branch), unwatched, (tips or {}).get(branch))
         )
         if why is None:
             chosen.append(task)

@@ -27,6 +27,7 @@ REPAIRS = {
     "scratch": "stellafleet.git.lanejournal:repair_scratch",
     "commit": "stellafleet.git.lanejournal:repair",
     "check": "stellafleet.run.checking:repair",  # before a merge's: its check tree goes first
+    "restack": "stellafleet.run.restack:repair",  # before a merge's: a half-restacked child is not taken
     "merge": "stellafleet.merge.journal:repair",
     "fleet": "stellafleet.run.salvaging:repair",
     "clean": "stellafleet.git.clean:repair",

@@ -118,3 +118,21 @@ def test_item6_green_ci_counts_only_for_the_commit_it_names(git_repo: Path) -> N
         ("c3", f"CI passed on {heads['c3'][:7]}, not on the tip {tip[:7]}: watch it again")
     ]
     assert not (git_repo / "later.txt").exists()
+
+
+def test_item5_a_stale_stacked_branch_is_left_out(git_repo: Path) -> None:
+    """A child a restack left stale (its parent moved, its branch did not follow) is not landed."""
+    _chain_run(git_repo)
+    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        ledger.tasks.set_stale(RUN_ID, "c3", "c2 changed after it started")
+
+    result = merge_run(git_repo, MergeOptions(unwatched=True))
+
+    assert [item.task_id for item in result.queue] == ["c1", "c2"]
+    assert [(item.task_id, item.reason) for item in result.left_out] == [
+        (
+            "c3",
+            "stale: c2 changed after it started, its branch was not restacked onto that "
+            "(`stella runs` says why)",
+        )
+    ]
