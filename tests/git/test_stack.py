@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from helpers.repo import git
 
 from stellafleet.git import gitops
@@ -67,3 +68,44 @@ def test_parents_that_change_one_file_differently_are_named_with_the_file(git_re
 
     assert conflict == Conflict("left", "right", ("f.txt",))
     assert str(conflict) == "parents left and right both change f.txt"
+
+
+def test_item18_the_same_parents_give_the_same_commit_whatever_the_clock_or_the_identity(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = gitops.head_commit(git_repo)
+    left = _commit_on(git_repo, base, "left.txt", "left\n", branch="left")
+    right = _commit_on(git_repo, base, "right.txt", "right\n", branch="right")
+    picked = _commit_on(git_repo, base, "shared.txt", "shared\n", branch="shared")
+    parts = [
+        Contribution("left", tip=left),
+        Contribution("right", tip=right),
+        Contribution("s", commits=(picked,)),
+    ]
+    starts = []
+    for when, who in (("1700000000 +0000", "one"), ("1800000000 +0100", "two")):
+        for name in ("GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE"):
+            monkeypatch.setenv(name, when)
+        for name in ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"):
+            monkeypatch.setenv(name, who)
+        starts.append(build_start(git_repo, base, parts))
+
+    assert isinstance(starts[0], str) and starts[0] == starts[1]
+    assert git("ls-tree", "--name-only", starts[0], cwd=git_repo).split() == [
+        "README.md", "left.txt", "right.txt", "shared.txt",
+    ]  # fmt: skip
+
+
+def test_item18_a_conflict_names_the_shared_parent_whose_commit_changed_the_path(git_repo: Path) -> None:
+    base = gitops.head_commit(git_repo)
+    quiet = _commit_on(git_repo, base, "q.txt", "quiet\n", branch="quiet")
+    first = _commit_on(git_repo, base, "s.txt", "shared\n", branch="shared")
+    second = _commit_on(git_repo, first, "f.txt", "shared\n")
+    right = _commit_on(git_repo, base, "f.txt", "right\n", branch="right")
+
+    parts = [
+        Contribution("quiet", tip=quiet),
+        Contribution("shared", commits=(first, second)),
+        Contribution("right", tip=right),
+    ]
+    assert build_start(git_repo, base, parts) == Conflict("shared", "right", ("f.txt",))

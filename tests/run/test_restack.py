@@ -59,12 +59,15 @@ def _commit(tree: Path, name: str, text: str) -> str:
     return git("rev-parse", "HEAD", cwd=tree).strip()
 
 
-def _stack(root: Path, *, grandchild_file: str = "g.txt") -> Stack:
+CHAIN = (("c", "p", "c.txt"), ("g", "c", "g.txt"))  # (task, its parent, the file it writes)
+
+
+def _stack(root: Path, children: tuple[tuple[str, str, str], ...] = CHAIN) -> Stack:
     base = _commit(root, "work.txt", "broken\n")
     tips: dict[str, str] = {}
     starts = {"p": base}
     parents: dict[str, list[tuple[str, str]]] = {"p": []}
-    for task, parent, name in (("p", None, "p.txt"), ("c", "p", "c.txt"), ("g", "c", grandchild_file)):
+    for task, parent, name in (("p", None, "p.txt"), *children):
         start = tips[parent] if parent else base
         if parent:
             starts[task] = start
@@ -75,18 +78,17 @@ def _stack(root: Path, *, grandchild_file: str = "g.txt") -> Stack:
     new_p = _commit(root.parent / "wt-p", "work.txt", "fixed\n")  # the fix-up round's commit
     tasks = [
         sample_task("p", isolation="isolated"),
-        sample_task("c", isolation="isolated", base="parents", depends_on=("p",)),
-        sample_task("g", isolation="isolated", base="parents", depends_on=("c",)),
+        *(sample_task(t, isolation="isolated", base="parents", depends_on=(p,)) for t, p, _ in children),
     ]
     with Ledger.open(StatePaths(root).fleet_db) as ledger:
         add_run(ledger, RUN_ID, base_commit=base, root=str(root))
-        ledger.tasks.add(RUN_ID, tasks, {"p": 1, "c": 2, "g": 3})
-        for task in ("p", "c", "g"):
-            branch = f"fleet/{task}-abcd"
-            ledger.tasks.set_workspace(RUN_ID, task, branch, str(root.parent / f"wt-{task}"))
-            attempt = ledger.attempts.start(RUN_ID, task, pipeline="command", branch=branch)
-            if task != "p":
-                ledger.attempts.set_start(attempt, starts[task], parents[task])
+        ledger.tasks.add(RUN_ID, tasks, {task.id: n for n, task in enumerate(tasks, 1)})
+        for task in tasks:
+            branch = f"fleet/{task.id}-abcd"
+            ledger.tasks.set_workspace(RUN_ID, task.id, branch, str(root.parent / f"wt-{task.id}"))
+            attempt = ledger.attempts.start(RUN_ID, task.id, pipeline="command", branch=branch)
+            if task.id != "p":
+                ledger.attempts.set_start(attempt, starts[task.id], parents[task.id])
             ledger.attempts.finish(attempt, AttemptEnd(AttemptOutcome.SUCCEEDED, "committed"))
     return Stack(root, base, tips["p"], new_p)
 
@@ -139,22 +141,33 @@ def test_item18_a_restack_replays_each_child_and_records_its_start_parents_and_c
     assert _stale_requests(stack) == [("c", "dismissed"), ("g", "dismissed")]
 
 
-def test_item18_a_child_whose_own_work_conflicts_keeps_its_branch_and_a_slip_does_not_stop_the_rest(
+def test_item18_children_that_cannot_be_restacked_keep_their_branches_and_do_not_stop_the_rest(
     git_repo: Path,
 ) -> None:
-    stack = _stack(git_repo, grandchild_file="work.txt")  # g rewrites the file p's fix rewrites
-    old_g = stack.tip("g")
+    """c rewrites the file p's fix rewrites (its own work conflicts), so g's parents' work conflicts (p's
+    new work and c's, unchanged); s, after both in the plan, is restacked all the same."""
+    stack = _stack(git_repo, (("c", "p", "work.txt"), ("g", "c", "g.txt"), ("s", "p", "s.txt")))
+    old = {task: stack.tip(task) for task in ("c", "g")}
     with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
         notes = restack_children(stack.settings(), ledger, "p", stack.old_p)
 
-    assert notes[0].startswith("restacked c onto p's new work")
-    assert notes[1] == (
-        "g is stale (p changed after it started) and its branch is left as it was: its own work would "
-        "conflict with the new start on work.txt"
-    )
-    assert stack.tip("g") == old_g
-    assert _tasks(stack)["g"]["stale"] == "p changed after it started"
-    assert ("g", "needs_you") in _stale_requests(stack)
+    left = "is stale (p changed after it started) and its branch is left as it was"
+    assert notes[:2] == [
+        f"c {left}: its own work would conflict with the new start on work.txt",
+        f"g {left}: parents p and c both change work.txt",
+    ]
+    assert notes[2].startswith("restacked s onto p's new work")
+    assert {task: stack.tip(task) for task in ("c", "g")} == old
+    assert git("merge-base", "--is-ancestor", stack.new_p, stack.tip("s"), cwd=git_repo) == ""
+    stale = {task: row["stale"] for task, row in _tasks(stack).items()}
+    assert stale == {
+        "p": None,
+        "c": "p changed after it started",
+        "g": "p changed after it started",
+        "s": None,
+    }
+    waiting = [task for task, state in _stale_requests(stack) if state == "needs_you"]
+    assert waiting == ["c", "g"]
 
 
 def test_item18_a_restack_of_a_task_with_no_worktree_moves_its_branch_alone(git_repo: Path) -> None:
