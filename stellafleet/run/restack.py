@@ -17,7 +17,7 @@ from stellafleet.core.errors import GitError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import FollowUpReason, RequestState
 from stellafleet.git import gitops, mergeops, stack
-from stellafleet.run.steps import RunSettings
+from stellafleet.run.steps import AttemptFailed, RunSettings
 from stellafleet.run.steps.startcommit import contributions
 from stellafleet.state import journal
 from stellafleet.state.ledger import Ledger
@@ -117,7 +117,10 @@ def _planned(
 ) -> Move | str:
     """Where the task's branch goes: its own commits on a start built from its parents now; or why not."""
     root, task_id, branch = settings.root, str(task["id"]), str(task["branch"])
-    parts = contributions(settings, ledger, task_id)
+    try:
+        parts = contributions(settings, ledger, task_id)
+    except AttemptFailed as exc:  # a parent's branch is gone
+        return str(exc)
     start = stack.build_start(root, settings.base_commit, parts)
     tip = gitops.ref_commit(root, f"refs/heads/{branch}")
     if isinstance(start, stack.Conflict) or tip is None:

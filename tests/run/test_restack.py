@@ -179,6 +179,21 @@ def test_item18_a_restack_of_a_task_with_no_worktree_moves_its_branch_alone(git_
     assert git("show", f"{stack.branch('g')}:work.txt", cwd=git_repo) == "fixed\n"
 
 
+def test_item18_a_restack_names_a_branch_that_is_gone(git_repo: Path) -> None:
+    stack = _stack(git_repo)
+    git("worktree", "remove", "--force", str(stack.worktree("c")), cwd=git_repo)
+    git("branch", "-q", "-D", stack.branch("c"), cwd=git_repo)
+    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        notes = restack_children(stack.settings(), ledger, "p", stack.old_p)
+
+    left = "is stale (p changed after it started) and its branch is left as it was"
+    assert notes == [
+        f"c {left}: its branch is gone",
+        f"g {left}: cannot start from its dependencies' work: the branch fleet/c-abcd of c is gone: restore "
+        "it, or resume the run once it ends to run it again",
+    ]
+
+
 RESTACK = """
 import sys
 from pathlib import Path
