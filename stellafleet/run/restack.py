@@ -51,13 +51,24 @@ def restack_children(settings: RunSettings, ledger: Ledger, parent_id: str, old_
         held = {(p["task"], p["commit"]) for p in json.loads(attempt["start_parents_json"] or "[]")}
         if (parent_id, old_tip) in held:
             affected.append((task, attempt))
-    why = f"{parent_id} changed after it started"
-    for task, _ in affected:  # all of them before any moves: a killed restack leaves none looking current
-        _ask(ledger, settings.run_id, task, f"{task['id']} is stale ({why}): being restacked", why)
+    return _restack_all(settings, ledger, parent_id, affected)
+
+
+def _restack_all(
+    settings: RunSettings,
+    ledger: Ledger,
+    parent_id: str,
+    affected: list[tuple[dict[str, Any], dict[str, Any]]],
+) -> list[str]:
+    """Each affected (task, its attempt with the start) restacked in turn, under one journal record; all
+    marked stale first, so that a restack killed on the way leaves none looking current."""
     if not affected:
         return []
     restack = _Journal(settings, parent_id, [str(task["id"]) for task, _ in affected])
+    why = f"{parent_id} changed after it started"
     try:
+        for task, _ in affected:
+            _ask(ledger, settings.run_id, task, f"{task['id']} is stale ({why}): being restacked", why)
         return [_restack(settings, ledger, task, attempt, why, restack) for task, attempt in affected]
     finally:
         restack.done()
@@ -172,7 +183,7 @@ def repair(root: Path, records: Sequence[journal.Record]) -> bool:
 
 def _finish(root: Path, ledger: Ledger, data: dict[str, Any]) -> str:
     run_id, parent = str(data["run_id"]), str(data["parent"])
-    notes, stuck = [], set()
+    notes, settled = [], set()  # the move in flight, finished or left
     if data.get("moving"):
         move = Move(**{**data["moving"], "shown": tuple(tuple(pair) for pair in data["moving"]["shown"])})
         now = gitops.ref_commit(root, f"refs/heads/{move.branch}")
@@ -181,9 +192,10 @@ def _finish(root: Path, ledger: Ledger, data: dict[str, Any]) -> str:
             if worktree is not None and worktree.is_dir():
                 mergeops.finish_advance(worktree, move.branch, move.old, move.new)
             _record(root, ledger, run_id, move)
+            settled.add(move.task_id)
             notes.append(f"restacked {move.task_id}: {move.branch} is at {move.new[:12]}")
         elif now != move.old:
-            stuck.add(move.task_id)
+            settled.add(move.task_id)
             notes.append(
                 f"{move.task_id} stays stale: {move.branch} is at neither its old nor its new commit"
             )
@@ -191,15 +203,11 @@ def _finish(root: Path, ledger: Ledger, data: dict[str, Any]) -> str:
     settings = RunSettings(root, run_id, str(run["run"]["base_commit"]), default_pipeline="")
     latest = {a["task_id"]: a for a in run["attempts"] if a.get("start_commit")}
     tasks = {str(task["id"]): task for task in run["tasks"]}
+    # a task restacked just before the kill is restacked again: the same inputs give the same commits
     left = [
-        task_id
-        for task_id in data.get("pending", ())
-        if task_id not in stuck and task_id in latest and tasks.get(task_id, {}).get("stale")
+        (tasks[name], latest[name])
+        for name in data.get("pending", ())
+        if name not in settled and name in latest
     ]
-    restack = _Journal(settings, parent, left)
-    try:
-        why = f"{parent} changed after it started"
-        notes += [_restack(settings, ledger, tasks[name], latest[name], why, restack) for name in left]
-    finally:
-        restack.done()
+    notes += _restack_all(settings, ledger, parent, left)
     return "; ".join(notes) or "nothing was left to do"
