@@ -109,3 +109,20 @@ def test_item18_a_conflict_names_the_shared_parent_whose_commit_changed_the_path
         Contribution("right", tip=right),
     ]
     assert build_start(git_repo, base, parts) == Conflict("shared", "right", ("f.txt",))
+
+
+def test_item18_a_chain_of_tips_starts_at_its_last_link_and_a_later_parent_still_counts(
+    git_repo: Path,
+) -> None:
+    base = gitops.head_commit(git_repo)
+    first = _commit_on(git_repo, base, "one.txt", "1\n", branch="one")
+    second = _commit_on(git_repo, first, "two.txt", "2\n")
+    side = _commit_on(git_repo, base, "side.txt", "side\n", branch="side")
+
+    chain = [Contribution("one", tip=first), Contribution("two", tip=second)]
+    assert build_start(git_repo, base, chain) == second
+    start = build_start(git_repo, base, [*chain, Contribution("side", tip=side)])
+    assert isinstance(start, str)
+    assert git("ls-tree", "--name-only", start, cwd=git_repo).split() == [
+        "README.md", "one.txt", "side.txt", "two.txt",
+    ]  # fmt: skip
