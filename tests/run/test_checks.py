@@ -129,7 +129,7 @@ def test_a_hanging_check_is_stopped_at_its_timeout_with_its_whole_group(tmp_path
 
 def test_a_check_that_prints_megabytes_keeps_only_its_tail(tmp_path: Path) -> None:
     run = _run(tmp_path, "echo first; head -c 5000000 /dev/zero | tr '\\0' x; echo; echo last; exit 3")
-    assert run.failure() == "check failed (exit 3): first"
+    assert run.failure() == "check failed (exit 3): last"  # no line says why: its last one
     assert len(run.tail.encode()) == 100 and run.tail.endswith("x\nlast\n")
     assert run.log_path is not None and run.log_path.stat().st_size < checking.LOG_KEEP_BYTES + 200
 
