@@ -240,7 +240,6 @@ def test_a_red_checks_reason_is_the_line_that_says_why_without_colour_codes(tmp_
         ),
         ("ok 1\ncompiling\nsrc/a.ts(3,5): error TS2322: no\ndone\n", "src/a.ts(3,5): error TS2322: no"),
         ("building\nstill building\n\nit stopped here\n\n", "it stopped here"),
-        (b"caf\xe9 \xff broken\n".decode("latin-1"), "café ÿ broken"),
     ],
 )
 def test_the_reason_line_is_the_first_failure_else_the_last_line(
