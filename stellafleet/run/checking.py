@@ -345,7 +345,10 @@ def _guarded_run(
         )
     if was is None:
         return run
-    put = checkedtree.put_back(root, was)
+    try:
+        put = checkedtree.put_back(root, was)
+    except GitError as exc:  # a lock it left, a tree git cannot read: said, and the task fails
+        put = checkedtree.PutBack([f"stella could not put back what the check changed: {exc}"], [])
     if put.removed:
         shown = " ".join(put.removed[:5]) + (
             f" and {len(put.removed) - 5} more" if len(put.removed) > 5 else ""
