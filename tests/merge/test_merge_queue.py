@@ -176,7 +176,8 @@ def test_the_checks_output_is_shown_escaped_never_obeyed(git_repo: Path, stella:
     proc = stella("merge", "--check", check, cwd=git_repo)
     assert proc.returncode == 1, proc.stderr
     assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout, repr(proc.stdout)
-    assert "      | bad \\x1b]0;pwned\\x07 \\x1b[2J" in proc.stdout.splitlines(), proc.stdout
+    # the ledger keeps a check's output without its terminal codes (its log keeps them)
+    assert "      | bad" in [line.rstrip() for line in proc.stdout.splitlines()], proc.stdout
 
 
 def test_a_dependency_whose_branch_is_gone_skips_its_dependent(git_repo: Path, stella: StellaRunner) -> None:
