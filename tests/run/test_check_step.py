@@ -6,40 +6,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from helpers.fleet import RUN, worker_context
+from helpers.fleet import RUN, check_attempt
 from helpers.repo import git
 
 from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, FollowUpReason
 from stellafleet.plan.model import PlanTask
-from stellafleet.run.steps import AttemptFailed, AttemptState, RunSettings
-from stellafleet.run.steps.check import VACUOUS, Check, told
+from stellafleet.run.steps import AttemptFailed
+from stellafleet.run.steps.check import VACUOUS, told
 from stellafleet.state.ledger import Ledger
-from stellafleet.testing.sample_ledger import add_run
 
 DONE = AttemptEnd(AttemptOutcome.SUCCEEDED, "done")
-
-
-@pytest.fixture
-def ledger(git_repo: Path) -> Iterator[Ledger]:
-    with Ledger.open(StatePaths(git_repo).fleet_db) as opened:
-        add_run(opened, RUN, root=str(git_repo))
-        yield opened
-
-
-def _step(
-    root: Path, ledger: Ledger, task: PlanTask, config: Config | None = None, **ctx: object
-) -> tuple[Check, AttemptState]:
-    ledger.tasks.add(RUN, [task], {task.id: 1})
-    attempt_id = ledger.attempts.start(RUN, task.id, pipeline="command")
-    context = worker_context(root, task_id=task.id, attempt_id=attempt_id, **ctx)  # type: ignore[arg-type]
-    attempt = AttemptState(task, threading.Event(), context=context, env=context.to_env(), prompt=task.prompt)
-    return Check(RunSettings(root, RUN, "0" * 40, "command", config=config or Config()), ledger), attempt
 
 
 def _commit(root: Path, name: str) -> str:
@@ -50,7 +32,9 @@ def _commit(root: Path, name: str) -> str:
 
 
 def test_the_check_note_is_added_to_the_prompt_not_put_in_its_place(git_repo: Path, ledger: Ledger) -> None:
-    step, attempt = _step(git_repo, ledger, PlanTask("t1", "write the parser", "t", check="make test"))
+    step, attempt = check_attempt(
+        git_repo, ledger, PlanTask("t1", "write the parser", "t", check="make test")
+    )
     step.admit(attempt)
     assert attempt.prompt == "write the parser" + told("make test", isolated=False)
     assert "the shared branch right after your last commit" in attempt.prompt
@@ -60,7 +44,7 @@ def test_a_shared_task_is_checked_on_its_own_last_commit_not_on_head(git_repo: P
     mine = _commit(git_repo, "mine.txt")
     ledger.commits.record([(mine, "m", 1)], run_id=RUN, task_id="t1", attempt_id=None, branch="main")
     _commit(git_repo, "another.txt")  # another worker's, after it
-    step, attempt = _step(git_repo, ledger, PlanTask("t1", "p", "t", check="test ! -e another.txt"))
+    step, attempt = check_attempt(git_repo, ledger, PlanTask("t1", "p", "t", check="test ! -e another.txt"))
     assert step.ended(attempt, DONE).reason is None
     [row] = ledger.checks.of_run(RUN)
     assert row["commit_sha"] == mine
@@ -73,7 +57,9 @@ def test_a_run_stopped_mid_check_interrupts_the_attempt(
         [(_commit(git_repo, "a.txt"), "m", 1)], run_id=RUN, task_id="t1", attempt_id=None, branch="main"
     )
     started = tmp_path / "started"
-    step, attempt = _step(git_repo, ledger, PlanTask("t1", "p", "t", check=f"touch {started}; sleep 60"))
+    step, attempt = check_attempt(
+        git_repo, ledger, PlanTask("t1", "p", "t", check=f"touch {started}; sleep 60")
+    )
 
     def stop_once_started() -> None:
         while not started.exists():
@@ -95,7 +81,7 @@ def test_check_rounds_caps_the_rounds_then_it_waits_on_a_person(git_repo: Path, 
         [(_commit(git_repo, "a.txt"), "m", 1)], run_id=RUN, task_id="t1", attempt_id=None, branch="main"
     )
     task = PlanTask("t1", "p", "t", check="echo 'FAIL parser'; exit 1", check_rounds=2)
-    step, attempt = _step(git_repo, ledger, task)
+    step, attempt = check_attempt(git_repo, ledger, task)
     rounds = []
     for _ in range(3):
         assert step.ended(attempt, DONE).reason == "check failed (exit 1): FAIL parser"
@@ -117,13 +103,12 @@ def test_check_fails_first_runs_in_an_isolated_tasks_own_worktree(
 ) -> None:
     tree = tmp_path / "wt"
     git("worktree", "add", "-q", "-b", "fleet/t1", str(tree), cwd=git_repo)
-    task = PlanTask("t1", "p", "t", isolation="isolated", check='test "$(pwd)" != "' + str(tree) + '"')
-    step, attempt = _step(git_repo, ledger, task, workspace=tree, isolation="isolated", branch="fleet/t1")
-    step.before_start(attempt)  # red in its own worktree: the worker starts
-    same = PlanTask(
-        "t2", "p", "t", isolation="isolated", check=f'test "$(pwd)" = "{tree}"', check_fails_first=True
-    )
-    step, attempt = _step(git_repo, ledger, same, workspace=tree, isolation="isolated", branch="fleet/t1")
+    elsewhere = PlanTask("t1", "p", "t", isolation="isolated", check=f'test "$(pwd)" != "{tree}"')
+    here = PlanTask("t2", "p", "t", isolation="isolated", check=f'test "$(pwd)" = "{tree}"')
+    on_branch = {"workspace": tree, "isolation": "isolated", "branch": "fleet/t1"}
+    step, attempt = check_attempt(git_repo, ledger, replace(elsewhere, check_fails_first=True), **on_branch)
+    step.before_start(attempt)  # red in its own worktree, by its verdict: the worker starts
+    step, attempt = check_attempt(git_repo, ledger, replace(here, check_fails_first=True), **on_branch)
     with pytest.raises(AttemptFailed) as failed:
         step.before_start(attempt)
     assert failed.value.end.reason == VACUOUS
@@ -136,7 +121,7 @@ def test_a_check_tree_whose_setup_fails_fails_the_check_and_goes(git_repo: Path,
         [(_commit(git_repo, "a.txt"), "m", 1)], run_id=RUN, task_id="t1", attempt_id=None, branch="main"
     )
     config = Config({"worktree": {"setup": "echo cannot install; exit 3"}})
-    step, attempt = _step(git_repo, ledger, PlanTask("t1", "p", "t", check="true"), config)
+    step, attempt = check_attempt(git_repo, ledger, PlanTask("t1", "p", "t", check="true"), config)
     reason = step.ended(attempt, DONE).reason
     assert reason is not None and reason.startswith("check failed: its check tree: "), reason
     [row] = ledger.checks.of_run(RUN)

@@ -5,32 +5,18 @@ a stash it makes does not stay in the user's stash (issue 49 item 3)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.fleet import RUN, worker_context
+from helpers.fleet import RUN, check_attempt
 from helpers.repo import git
 
-from stellafleet.core.config import Config
-from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd, AttemptOutcome
 from stellafleet.plan.model import PlanTask
-from stellafleet.run.steps import AttemptState, RunSettings
-from stellafleet.run.steps.check import Check
 from stellafleet.state.ledger import Ledger
-from stellafleet.testing.sample_ledger import add_run
 
 DONE = AttemptEnd(AttemptOutcome.SUCCEEDED, "done")
 BRANCH = "fleet/t1"
-
-
-@pytest.fixture
-def ledger(git_repo: Path) -> Iterator[Ledger]:
-    with Ledger.open(StatePaths(git_repo).fleet_db) as opened:
-        add_run(opened, RUN, root=str(git_repo))
-        yield opened
 
 
 @pytest.fixture
@@ -52,14 +38,8 @@ def worktree(git_repo: Path, tmp_path: Path) -> Path:
 def _ended(root: Path, ledger: Ledger, tree: Path, check: str) -> str | None:
     """The end reason the Check step gives the succeeded attempt whose worktree is tree (None: passed)."""
     task = PlanTask("t1", "p", "t", isolation="isolated", check=check)
-    ledger.tasks.add(RUN, [task], {task.id: 1})
-    attempt_id = ledger.attempts.start(RUN, task.id, pipeline="command")
-    context = worker_context(
-        root, task_id=task.id, attempt_id=attempt_id, workspace=tree, isolation="isolated", branch=BRANCH
-    )
-    attempt = AttemptState(task, threading.Event(), context=context, env=context.to_env())
-    settings = RunSettings(root, RUN, "0" * 40, "command", config=Config())
-    return Check(settings, ledger).ended(attempt, DONE).reason
+    step, attempt = check_attempt(root, ledger, task, workspace=tree, isolation="isolated", branch=BRANCH)
+    return step.ended(attempt, DONE).reason
 
 
 def _tip(root: Path) -> str:

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-from helpers.fleet import RUN, worker_context
+from helpers.fleet import RUN, check_attempt
 from helpers.repo import add_submodule, git
 
 from stellafleet.core.config import Config
@@ -21,45 +20,25 @@ from stellafleet.core.status import AttemptEnd, AttemptOutcome
 from stellafleet.plan.model import PlanTask
 from stellafleet.proc.pids import ProcessIdentity
 from stellafleet.run import checking
-from stellafleet.run.steps import AttemptFailed, AttemptState, RunSettings
-from stellafleet.run.steps.check import Check
+from stellafleet.run.steps import AttemptFailed
 from stellafleet.state import journal
 from stellafleet.state.ledger import Ledger
-from stellafleet.testing.sample_ledger import add_run
 
 DONE = AttemptEnd(AttemptOutcome.SUCCEEDED, "done")
-
-
-@pytest.fixture
-def ledger(git_repo: Path) -> Iterator[Ledger]:
-    with Ledger.open(StatePaths(git_repo).fleet_db) as opened:
-        add_run(opened, RUN, root=str(git_repo))
-        yield opened
-
-
-def _attempt(
-    root: Path, ledger: Ledger, task: PlanTask, config: Config | None, **ctx: object
-) -> tuple[Check, AttemptState]:
-    ledger.tasks.add(RUN, [task], {task.id: 1})
-    attempt_id = ledger.attempts.start(RUN, task.id, pipeline="command")
-    context = worker_context(root, task_id=task.id, attempt_id=attempt_id, **ctx)  # type: ignore[arg-type]
-    attempt = AttemptState(task, threading.Event(), context=context, env=context.to_env())
-    settings = RunSettings(root, RUN, "0" * 40, "command", config=config or Config())
-    return Check(settings, ledger), attempt
 
 
 def _ended(
     root: Path, ledger: Ledger, task: PlanTask, config: Config | None = None, **ctx: object
 ) -> str | None:
     """The end reason the Check step gives a succeeded attempt of task (None: it passed)."""
-    step, attempt = _attempt(root, ledger, task, config, **ctx)
+    step, attempt = check_attempt(root, ledger, task, config, **ctx)
     return step.ended(attempt, DONE).reason
 
 
 def _before(root: Path, ledger: Ledger, check: str, config: Config | None = None) -> str | None:
     """Why check_fails_first fails a shared task before its worker starts (None: it starts)."""
     task = PlanTask("t1", "p", "t", check=check, check_fails_first=True)
-    step, attempt = _attempt(root, ledger, task, config)
+    step, attempt = check_attempt(root, ledger, task, config)
     try:
         step.before_start(attempt)
     except AttemptFailed as failed:
@@ -275,11 +254,7 @@ def test_a_main_tree_change_during_a_check_is_said_as_maybe_anothers_and_old_dir
 
 def test_a_check_runs_with_the_real_git_and_none_of_the_workers_secrets() -> None:
     guard = "/state/gitguard"
-    env = {
-        "PATH": f"{guard}:/usr/bin:/bin",
-        "STELLA_GIT_GUARD": guard,
-        "STELLA_TOKEN": "secret",
-        "STELLA_PROMPT": "the worker's prompt",
+    kept = {
         "STELLA_ROOT": "/repo",
         "STELLA_RUN_ID": "r-1",
         "STELLA_TASK_ID": "t1",
@@ -287,15 +262,10 @@ def test_a_check_runs_with_the_real_git_and_none_of_the_workers_secrets() -> Non
         "HOME": "/home/u",
         "NODE_OPTIONS": "--max-old-space-size=4096",
     }
-    assert checking.check_env(env) == {
-        "PATH": "/usr/bin:/bin",  # the guard off PATH with its variable: a check's git is the real one
-        "STELLA_ROOT": "/repo",
-        "STELLA_RUN_ID": "r-1",
-        "STELLA_TASK_ID": "t1",
-        "STELLA_WORKTREE_INDEX": "3",
-        "HOME": "/home/u",
-        "NODE_OPTIONS": "--max-old-space-size=4096",
-    }
+    secrets = {"STELLA_TOKEN": "secret", "STELLA_PROMPT": "the worker's prompt"}
+    env = {**kept, **secrets, "PATH": f"{guard}:/usr/bin:/bin", "STELLA_GIT_GUARD": guard}
+    # the guard off PATH with its variable: a check's git is the real one
+    assert checking.check_env(env) == {**kept, "PATH": "/usr/bin:/bin"}
 
 
 def test_a_check_whose_shell_cannot_start_fails_by_name(tmp_path: Path) -> None:
