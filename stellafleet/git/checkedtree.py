@@ -32,7 +32,8 @@ class PutBack:
     removed: list[str]
 
 
-def _untracked(tree: Path) -> set[str]:
+def untracked_files(tree: Path) -> set[str]:
+    """tree's untracked files that are not ignored."""
     return set(gitops.git_fields("ls-files", "-z", "--others", "--exclude-standard", cwd=tree))
 
 
@@ -44,7 +45,9 @@ def _tracked_changes(tree: Path) -> set[str]:
 
 def state_of(tree: Path) -> TreeState:
     branch, commit = gitops.current_branch(tree), gitops.head_commit(tree)
-    return TreeState(tree, branch, commit, frozenset(_tracked_changes(tree)), frozenset(_untracked(tree)))
+    return TreeState(
+        tree, branch, commit, frozenset(_tracked_changes(tree)), frozenset(untracked_files(tree))
+    )
 
 
 def _short(commit: str | None) -> str:
@@ -108,7 +111,7 @@ def put_back(root: Path, was: TreeState) -> PutBack:
         else:
             gitops.git("update-ref", "--no-deref", "HEAD", was.commit, cwd=tree)
         gitops.git("reset", "-q", "--hard", was.commit, cwd=tree)
-    left = sorted(_untracked(tree) - was.untracked)
+    left = sorted(untracked_files(tree) - was.untracked)
     _remove(tree, left)
     return PutBack(changed, left)
 

@@ -331,6 +331,8 @@ def _guarded_run(
     """check run in where, the stash kept as it was; a task's own worktree (in_place, not a fresh tree) also
     put back as the check found it: a change to it fails the check by name (git/checkedtree.py)."""
     was = checkedtree.state_of(where) if in_place else None
+    if was is not None:  # a killed fleet's repair puts it back too
+        record.note(tree=str(where), branch=was.branch, commit=was.commit)
     lock = StatePaths(root).private / hookstash.LOCK_NAME
     stash = checkedtree.stash_list(root, lock)
     run = run_check(
@@ -376,8 +378,24 @@ def _remove_tree(root: Path, path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _worktree_put_back(root: Path, data: dict[str, Any]) -> list[str]:
+    """The task's worktree a killed check ran in, as the check found it (what it left untracked stays:
+    which files were there before is not known)."""
+    tree, commit, branch = data.get("tree"), data.get("commit"), data.get("branch")
+    if not isinstance(tree, str) or not isinstance(commit, str):
+        return []
+    try:
+        left = checkedtree.untracked_files(Path(tree)) if (Path(tree) / ".git").exists() else set()
+        was = checkedtree.TreeState(Path(tree), branch, commit, frozenset(), frozenset(left))
+        changed = checkedtree.put_back(root, was).changed
+    except GitError as exc:
+        return [f"its worktree {tree} could not be put back: {exc}"]
+    return [f"{'; '.join(changed)}: put back"] if changed else []
+
+
 def repair(root: Path, records: list[journal.Record]) -> bool:
-    """A killed fleet's or merge's check: its process stopped, its scratch tree removed."""
+    """A killed fleet's or merge's check: its process stopped, its scratch tree removed, the task's worktree
+    it ran in put back."""
     for record in records:
         check, path, said = record.data.get("check"), record.data.get("path"), []
         if check:
@@ -388,6 +406,7 @@ def repair(root: Path, records: list[journal.Record]) -> bool:
         if isinstance(path, str) and Path(path).is_absolute():
             _remove_tree(root, Path(path))
             said.append(f"its check tree {path} removed")
+        said += _worktree_put_back(root, record.data)
         if said:
             print(
                 f"stella: a killed stella process (pid {record.data.get('pid')}): {'; '.join(said)}",

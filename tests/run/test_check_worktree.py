@@ -13,6 +13,8 @@ from helpers.repo import git
 
 from stellafleet.core.status import AttemptEnd, AttemptOutcome
 from stellafleet.plan.model import PlanTask
+from stellafleet.run import checking
+from stellafleet.state import journal
 from stellafleet.state.ledger import Ledger
 
 DONE = AttemptEnd(AttemptOutcome.SUCCEEDED, "done")
@@ -139,3 +141,15 @@ def test_a_check_that_deletes_its_worktree_fails_by_name(
     assert reason == f"check failed: the check deleted its worktree {worktree}"
     assert _tip(git_repo) == tip  # the task's work is on its branch still
     assert git("status", "--porcelain", "--untracked-files=no", cwd=git_repo) == ""  # nothing ran there
+
+
+def test_a_killed_fleets_check_has_the_worktree_it_ran_in_put_back(
+    git_repo: Path, worktree: Path, tmp_path: Path
+) -> None:
+    tip = _tip(git_repo)
+    git("reset", "-q", "--hard", "HEAD~1", cwd=worktree)  # what the check did before the fleet was killed
+    (worktree / "dist.js").write_text("its build output\n")
+    data = {"pid": 1, "tree": str(worktree), "branch": BRANCH, "commit": tip}
+    assert checking.repair(git_repo, [journal.Record(tmp_path / "check-1.json", data)])
+    assert _tip(git_repo) == tip and git("rev-parse", "HEAD", cwd=worktree).strip() == tip
+    assert (worktree / "work.txt").exists() and (worktree / "dist.js").exists()  # not known to be its
