@@ -37,9 +37,9 @@ def worktree(git_repo: Path, tmp_path: Path) -> Path:
     return tree
 
 
-def _ended(root: Path, ledger: Ledger, tree: Path, check: str) -> str | None:
+def _ended(root: Path, ledger: Ledger, tree: Path, check: str, task_id: str = "t1") -> str | None:
     """The end reason the Check step gives the succeeded attempt whose worktree is tree (None: passed)."""
-    task = PlanTask("t1", "p", "t", isolation="isolated", check=check)
+    task = PlanTask(task_id, "p", "t", isolation="isolated", check=check)
     step, attempt = check_attempt(root, ledger, task, workspace=tree, isolation="isolated", branch=BRANCH)
     return step.ended(attempt, DONE).reason
 
@@ -107,28 +107,23 @@ def test_a_checks_stash_does_not_stay_in_the_users_stash(
     assert "the check changed the stash list" in row["output_tail"]
 
 
-@pytest.mark.parametrize(
-    ("check", "said"),
-    [
+def test_each_change_a_check_makes_to_its_worktree_is_named_and_put_back(
+    git_repo: Path, worktree: Path, ledger: Ledger
+) -> None:
+    tip = _tip(git_repo)
+    cases = [
         ("git checkout -q --detach", "the check detached HEAD"),
         ("git checkout -q -b elsewhere", "the check checked out elsewhere"),
         ("echo changed >> work.txt", "the check changed tracked files: work.txt"),
         ("git rm -q work.txt", "the check changed tracked files: work.txt"),
-        ("rm .git", "the check removed {tree}/.git (repaired)"),
-    ],
-)
-def test_a_check_that_changes_its_worktree_is_named_and_put_back(
-    git_repo: Path, worktree: Path, ledger: Ledger, check: str, said: str
-) -> None:
-    tip = _tip(git_repo)
-
-    reason = _ended(git_repo, ledger, worktree, check)
-
-    assert reason == "check failed: " + said.format(tree=worktree)
-    assert git("symbolic-ref", "--short", "HEAD", cwd=worktree).strip() == BRANCH
-    assert git("rev-parse", "HEAD", cwd=worktree).strip() == tip == _tip(git_repo)
-    assert git("status", "--porcelain", "--untracked-files=all", cwd=worktree) == ""
-    assert (worktree / "work.txt").read_text() == "the task's work\n"
+        ("rm .git", f"the check removed {worktree}/.git (repaired)"),
+    ]
+    for number, (check, said) in enumerate(cases):  # each in the worktree the one before put back
+        assert _ended(git_repo, ledger, worktree, check, f"t{number}") == f"check failed: {said}"
+        assert git("symbolic-ref", "--short", "HEAD", cwd=worktree).strip() == BRANCH, check
+        assert git("rev-parse", "HEAD", cwd=worktree).strip() == tip == _tip(git_repo), check
+        assert git("status", "--porcelain", "--untracked-files=all", cwd=worktree) == "", check
+        assert (worktree / "work.txt").read_text() == "the task's work\n", check
 
 
 def test_a_check_that_deletes_its_worktree_fails_by_name(
