@@ -177,8 +177,8 @@ def _noted(run: CheckRun, text: str) -> CheckRun:
     """run with a line of stella's own at the end of its log and of its tail (its ledger row's)."""
     if run.log_path is not None:
         _say(run.log_path, text)
-    ended = not run.tail or run.tail.endswith("\n")
-    return replace(run, tail=f"{run.tail}{'' if ended else chr(10)}[stella] {text}\n")
+    newline = "" if not run.tail or run.tail.endswith("\n") else "\n"
+    return replace(run, tail=f"{run.tail}{newline}[stella] {text}\n")
 
 
 def not_run(command: str, problem: str, commit: str | None = None) -> CheckRun:

@@ -18,7 +18,7 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, FollowUpReason
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.steps import AttemptFailed
-from stellafleet.run.steps.check import VACUOUS, told
+from stellafleet.run.steps.check import VACUOUS, runs_changed, told
 from stellafleet.state.ledger import Ledger
 
 DONE = AttemptEnd(AttemptOutcome.SUCCEEDED, "done")
@@ -128,3 +128,35 @@ def test_a_check_tree_whose_setup_fails_fails_the_check_and_goes(git_repo: Path,
     assert row["exit_code"] is None and row["passed"] == 0
     assert not list((StatePaths(git_repo).private / "checks").iterdir())
     assert git("worktree", "list", "--porcelain", cwd=git_repo).count("worktree ") == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "changed", "named"),
+    [
+        ("sh ./test.sh", ["a.py", "test.sh"], "test.sh"),
+        ("pytest -q tests/test_p.py::test_nested", ["tests/test_p.py"], "tests/test_p.py"),
+        ("node --test-file=spec/a.js", ["spec/a.js", "spec/b.js"], "spec/a.js"),
+        ("pytest tests", ["tests/test_new.py"], None),  # a folder: adding tests there is the task's job
+        ("make 'test", ["test"], None),  # no closing quote: read word by word, and `'test` names no file
+    ],
+)
+def test_a_file_the_check_command_names_is_the_one_named(
+    command: str, changed: list[str], named: str | None
+) -> None:
+    said = runs_changed(command, changed)
+    assert said == (None if named is None else f"the task changed {named}, which its check runs")
+
+
+def test_an_isolated_task_that_changes_its_checks_script_is_named(
+    git_repo: Path, tmp_path: Path, ledger: Ledger
+) -> None:
+    start = git("rev-parse", "HEAD", cwd=git_repo).strip()
+    tree = tmp_path / "wt"
+    git("worktree", "add", "-q", "-b", "fleet/t1", str(tree), cwd=git_repo)
+    _commit(tree, "check.sh")  # `check.sh\n` as a script: it runs the command `check.sh`, not found
+    task = PlanTask("t1", "p", "t", isolation="isolated", check="sh check.sh || true")
+    on_branch = {"workspace": tree, "isolation": "isolated", "branch": "fleet/t1", "base_commit": start}
+    step, attempt = check_attempt(git_repo, ledger, task, **on_branch)
+    assert step.ended(attempt, DONE).reason is None
+    [row] = ledger.checks.of_run(RUN)
+    assert row["output_tail"].endswith("[stella] the task changed check.sh, which its check runs\n")

@@ -27,7 +27,7 @@ def no_verdict(run: CheckRun, codes: Sequence[int]) -> str | None:
     None when it is: a crash, a missing command, a timeout prove nothing either."""
     if run.exit_code in codes and run.problem is None:
         return None
-    if run.exit_code is None:
+    if run.problem is not None or run.exit_code is None:
         got = run.problem or "it gave no exit code"
     else:
         got = f"it exited {run.exit_code}"
@@ -41,14 +41,16 @@ def no_verdict(run: CheckRun, codes: Sequence[int]) -> str | None:
 
 
 def runs_changed(command: str, changed: Sequence[str]) -> str | None:
-    """The note that the task changed a file its check command names (the test it runs), or None."""
+    """The note that the task changed a file its check command names (the test it runs: `sh test.sh`,
+    `--file=t.sh`, `pytest tests/t.py::test_a`), or None. A folder it names is not counted: a task that
+    adds tests below it does what it should."""
     try:
         words = shlex.split(command)
     except ValueError:
         words = command.split()
     named = {word.partition("=")[2] if word.startswith("-") else word for word in words}
-    named = {word.removeprefix("./").rstrip("/") for word in named} - {"", ".", ".."}
-    hit = [path for path in changed if any(path == word or path.startswith(f"{word}/") for word in named)]
+    files = {word.partition("::")[0].removeprefix("./") for word in named}
+    hit = [path for path in changed if path in files]
     return f"the task changed {', '.join(hit)}, which its check runs" if hit else None
 
 
@@ -180,7 +182,7 @@ class Check(AttemptStep):
         ctx, root = attempt.ctx, self.settings.root
         if ctx.branch is None:
             return gitops.files_of_commits(root, self.ledger.commits.of_task(ctx.run_id, ctx.task_id))
-        stacked = attempt.task.base == "parents" and ctx.start_commit  # its parents' work is not its own
+        stacked = attempt.task.base == "parents"  # its parents' work is not its own
         since = ctx.start_commit if stacked and ctx.start_commit else ctx.base_commit
         try:
             own = [info.sha for info in gitops.commits_between(root, since, commit)]
