@@ -50,6 +50,8 @@ class FleetConfig:
     init_submodules: bool = True  # new worktrees and check trees get the main tree's submodules
     allow_detached: bool = False  # shared tasks may commit onto a detached HEAD
     check_log_bytes: int = 8000  # how much of a check's output (its end) the ledger and a round keep
+    # the exits that are a check's own red verdict (check_fails_first): not a crash, not command not found
+    check_fail_codes: tuple[int, ...] = field(default_factory=lambda: (1,))
     # shared workers' `git` refuses what would touch other workers' files (git/guard.py)
     git_guard: bool = True
     strict_claims: bool = False  # a shared attempt that wrote files outside its claims fails
@@ -190,6 +192,7 @@ _CONVERT: dict[str, Any] = {
     "float": float,
     "int": int,
     "tuple[str, ...]": lambda value: tuple(shlex.split(value) if isinstance(value, str) else value),
+    "tuple[int, ...]": tuple,
 }
 
 

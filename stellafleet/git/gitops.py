@@ -305,6 +305,16 @@ def commits_between(root: Path, base: str, tip: str) -> list[CommitInfo]:
     return [CommitInfo(sha, subject, int(ctime) * 1000) for sha, ctime, subject in fields]
 
 
+def files_of_commits(root: Path, shas: Sequence[str]) -> list[str]:
+    """The files those commits change (each against its first parent; a rename as both its paths)."""
+    if not shas:
+        return []
+    listed = git_fields(
+        "log", "--no-walk=unsorted", "-z", "--name-only", "--no-renames", "--format=", *shas, cwd=root
+    )
+    return list(dict.fromkeys(listed))
+
+
 def commit_subject(root: Path, sha: str) -> str | None:
     """The subject line of commit sha in root's repository (None: no such commit)."""
     retcode, out, _ = git_status("log", "-1", "--format=%s", f"{sha}^{{commit}}", "--", cwd=root)

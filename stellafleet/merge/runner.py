@@ -191,10 +191,10 @@ class _Queue:
         return True
 
     def preview(self) -> None:
-        check = f" and run `{self.options.check}`" if self.options.check else " (no check command)"
         for item in self.result.queue:
             if not self._skipped(item):
-                self._predict(item, check)
+                checks = " then ".join(f"`{c}`" for c in (item.check, self.options.check) if c)
+                self._predict(item, f" and run {checks}" if checks else " (no check command)")
             self.progress(item)
 
     def _predict(self, item: MergeItem, check: str) -> None:

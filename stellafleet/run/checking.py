@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from stellafleet.core.configsections import WorktreeConfig
 from stellafleet.core.errors import GitError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import CheckPhase
-from stellafleet.git import gitops, worktrees
+from stellafleet.git import checkedtree, gitops, hookstash, worktrees
 from stellafleet.proc import runner, shell
 from stellafleet.proc.group import stop_group
 from stellafleet.proc.pids import ProcessIdentity
@@ -36,6 +37,16 @@ NO_COMMITS = "no commits: the task committed nothing for its check"
 RECORD = "check"  # its journal record: the scratch tree and the check's process, for a killed fleet's repair
 # what a worker is told that a check is not: it cannot commit as the attempt, nor pass for its worker
 _KEPT_STELLA = ("STELLA_ROOT", "STELLA_RUN_ID", "STELLA_TASK_ID", bootstrap.INDEX_VAR)
+# terminal colour and cursor codes (CSI), and titles and links (OSC): kept in the log, out of the ledger
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+# a line that says a test or a build failed: its marker first (jest/vitest FAIL, ×, pytest's E, go's
+# --- FAIL, an `Error:`, `error[E0308]:`), else those words anywhere in it
+_FAILURE_START = re.compile(
+    r"^(?:FAIL(?:ED)?\b|--- FAIL\b|[×✗✕✘]|not ok\b|E\s|\w*(?:Error|Exception)\b|error\b"
+    r"|Traceback\b|fatal\b|panic)"
+)
+_FAILURE_WORD = re.compile(r"\b(?:fail(?:s|ed|ure|ing)?|errors?|panicked)\b", re.IGNORECASE)
+HEAD_BYTES = 64_000  # of a long output, where the line that says why it failed is looked for too
 
 
 @dataclass(frozen=True)
@@ -49,7 +60,7 @@ class CheckRun:
     tail: str  # the end of its output (with stella's own line when it did not end by itself)
     log_path: Path | None
     problem: str | None = None  # why it ran to no exit code, or did not run: the reason the task fails
-    first_line: str = ""  # of its output
+    reason_line: str = ""  # the line of its output that says why it failed (or its last one)
 
     @property
     def passed(self) -> bool:
@@ -59,7 +70,7 @@ class CheckRun:
         """The task's reason when it is red: `check failed (exit 1): FIRST LINE`."""
         if self.problem is not None:
             return f"check failed: {self.problem}"
-        return f"check failed (exit {self.exit_code})" + (f": {self.first_line}" if self.first_line else "")
+        return f"check failed (exit {self.exit_code})" + (f": {self.reason_line}" if self.reason_line else "")
 
 
 def check_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -69,19 +80,36 @@ def check_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in kept if not k.startswith("STELLA_") or k in _KEPT_STELLA}
 
 
+def plain(text: str) -> str:
+    """text without terminal colour codes."""
+    return _ANSI.sub("", text)
+
+
+def reason_line(output: str) -> str:
+    """The line of a check's output that says why it failed: the first that starts as a failure does, else
+    the first that names one, else the last non-empty line."""
+    lines = [line.strip() for line in plain(output).splitlines() if line.strip()]
+    for looks_failed in (_FAILURE_START.match, _FAILURE_WORD.search):
+        found = next((line for line in lines if looks_failed(line)), None)
+        if found is not None:
+            return found
+    return lines[-1] if lines else ""
+
+
 def _read_back(log_path: Path, keep: int) -> tuple[str, str]:
-    """(the first line, the last keep bytes) of the log as text; the log itself cut to its last
-    LOG_KEEP_BYTES."""
+    """(the line that says why it failed, the last keep bytes) of the log as text without colour codes; the
+    log itself cut to its last LOG_KEEP_BYTES."""
     size = log_path.stat().st_size
     with log_path.open("rb") as log:
-        head = log.read(1000)
+        head = log.read(HEAD_BYTES) if size > LOG_KEEP_BYTES else b""
         log.seek(max(0, size - max(keep, LOG_KEEP_BYTES)))
         end = log.read()
     if size > LOG_KEEP_BYTES:
         cut = f"[stella] the check printed {size} bytes: its first {size - len(end)} were cut\n"
         log_path.write_bytes(cut.encode() + end)
-    first = next((line.strip() for line in head.decode("utf-8", "replace").splitlines() if line.strip()), "")
-    return first, end[-keep:].decode("utf-8", "replace")
+    said = (head + b"\n" + end).decode("utf-8", "replace")
+    said = "\n".join(line for line in said.splitlines() if not line.startswith("[stella] "))
+    return reason_line(said), plain(end[-keep:].decode("utf-8", "replace"))
 
 
 def run_check(
@@ -128,9 +156,13 @@ def run_check(
         _say(log_path, problem)
     if main_tree is not None and (wrote := set(gitops.status_porcelain(main_tree)) - before):
         shown = " ".join(sorted(line[3:] for line in wrote)[:5])
-        _say(log_path, f"warning: the main tree changed while the check ran (it runs in {cwd}): {shown}")
-    first, tail = _read_back(log_path, tail_bytes)
-    return CheckRun(command, code, seconds, commit, tail, log_path, problem, first)
+        _say(
+            log_path,
+            f"warning: the main tree changed while the check ran (by it or by another process; it runs in "
+            f"{cwd}): {shown}",
+        )
+    reason, tail = _read_back(log_path, tail_bytes)
+    return CheckRun(command, code, seconds, commit, tail, log_path, problem, reason)
 
 
 def _say(log_path: Path, text: str) -> None:
@@ -139,6 +171,14 @@ def _say(log_path: Path, text: str) -> None:
         log.seek(max(log_path.stat().st_size - 1, 0))
         ended = log.read(1) in (b"", b"\n")
         log.write(("" if ended else "\n").encode() + f"[stella] {text}\n".encode())
+
+
+def _noted(run: CheckRun, text: str) -> CheckRun:
+    """run with a line of stella's own at the end of its log and of its tail (its ledger row's)."""
+    if run.log_path is not None:
+        _say(run.log_path, text)
+    newline = "" if not run.tail or run.tail.endswith("\n") else "\n"
+    return replace(run, tail=f"{run.tail}{newline}[stella] {text}\n")
 
 
 def not_run(command: str, problem: str, commit: str | None = None) -> CheckRun:
@@ -194,6 +234,7 @@ class Command:
     command: str
     timeout: float
     log_path: Path
+    notes: Sequence[str] = field(default_factory=tuple)  # lines of stella's own its record ends with
 
 
 @dataclass(frozen=True)
@@ -230,6 +271,7 @@ def recorded(ledger: Ledger, row: CheckRow, run: CheckRun, said_in: Path) -> Che
         commit=run.commit,
         output_tail=run.tail,
         log_path=str(run.log_path) if run.log_path else None,
+        passed=run.passed,
     )
     return run
 
@@ -258,9 +300,9 @@ def run_and_record(
             if isinstance(tree, FreshTree):
                 tree.add(root, where, commit, log_path, stop)
             for check in commands:
-                run = run_check(
-                    check.command, where, env=env, timeout=check.timeout, log_path=check.log_path,
-                    tail_bytes=tail_bytes, commit=commit, stop=stop, on_start=record.started, main_tree=root,
+                run = _guarded_run(
+                    check, where, root, env=env, tail_bytes=tail_bytes, commit=commit, stop=stop,
+                    record=record, in_place=isinstance(tree, Path),
                 )  # fmt: skip
                 runs.append(recorded(ledger, row, run, log_path))
                 if not run.passed:
@@ -272,6 +314,53 @@ def run_and_record(
             if isinstance(tree, FreshTree):
                 _remove_tree(root, where)
     return runs
+
+
+def _guarded_run(
+    check: Command,
+    where: Path,
+    root: Path,
+    *,
+    env: Mapping[str, str],
+    tail_bytes: int,
+    commit: str,
+    stop: threading.Event | None,
+    record: Tracked,
+    in_place: bool,
+) -> CheckRun:
+    """check run in where, the stash kept as it was; a task's own worktree (in_place, not a fresh tree) also
+    put back as the check found it: a change to it fails the check by name (git/checkedtree.py)."""
+    was = checkedtree.state_of(where) if in_place else None
+    if was is not None:  # a killed fleet's repair puts it back too
+        record.note(tree=str(where), branch=was.branch, commit=was.commit)
+    lock = StatePaths(root).private / hookstash.LOCK_NAME
+    stash = checkedtree.stash_list(root, lock)
+    run = run_check(
+        check.command, where, env=env, timeout=check.timeout, log_path=check.log_path,
+        tail_bytes=tail_bytes, commit=commit, stop=stop, on_start=record.started, main_tree=root,
+    )  # fmt: skip
+    for note in check.notes:
+        run = _noted(run, note)
+    if checkedtree.stash_put_back(root, lock, stash):
+        run = _noted(
+            run, "the check changed the stash list (every worktree's, yours too): put back as it was"
+        )
+    if was is None:
+        return run
+    try:
+        put = checkedtree.put_back(root, was)
+    except GitError as exc:  # a lock it left, a tree git cannot read: said, and the task fails
+        put = checkedtree.PutBack([f"stella could not put back what the check changed: {exc}"], [])
+    if put.removed:
+        shown = " ".join(put.removed[:5]) + (
+            f" and {len(put.removed) - 5} more" if len(put.removed) > 5 else ""
+        )
+        run = _noted(run, f"removed what the check left untracked: {shown}")
+    if not put.changed:
+        return run
+    named = "; ".join(put.changed)
+    run = _noted(run, f"{named}: put back")
+    return replace(run, problem=named if run.problem is None else f"{named}; {run.problem}")
 
 
 def _scratch(root: Path, record: Tracked) -> Path:
@@ -289,8 +378,24 @@ def _remove_tree(root: Path, path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _worktree_put_back(root: Path, data: dict[str, Any]) -> list[str]:
+    """The task's worktree a killed check ran in, as the check found it (what it left untracked stays:
+    which files were there before is not known)."""
+    tree, commit, branch = data.get("tree"), data.get("commit"), data.get("branch")
+    if not isinstance(tree, str) or not isinstance(commit, str):
+        return []
+    try:
+        left = checkedtree.untracked_files(Path(tree)) if (Path(tree) / ".git").exists() else set()
+        was = checkedtree.TreeState(Path(tree), branch, commit, frozenset(), frozenset(left))
+        changed = checkedtree.put_back(root, was).changed
+    except GitError as exc:
+        return [f"its worktree {tree} could not be put back: {exc}"]
+    return [f"{'; '.join(changed)}: put back"] if changed else []
+
+
 def repair(root: Path, records: list[journal.Record]) -> bool:
-    """A killed fleet's or merge's check: its process stopped, its scratch tree removed."""
+    """A killed fleet's or merge's check: its process stopped, its scratch tree removed, the task's worktree
+    it ran in put back."""
     for record in records:
         check, path, said = record.data.get("check"), record.data.get("path"), []
         if check:
@@ -301,6 +406,7 @@ def repair(root: Path, records: list[journal.Record]) -> bool:
         if isinstance(path, str) and Path(path).is_absolute():
             _remove_tree(root, Path(path))
             said.append(f"its check tree {path} removed")
+        said += _worktree_put_back(root, record.data)
         if said:
             print(
                 f"stella: a killed stella process (pid {record.data.get('pid')}): {'; '.join(said)}",

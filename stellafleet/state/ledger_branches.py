@@ -79,10 +79,13 @@ class Checks(Table):
         log_path: str | None,
         attempt_id: int | None = None,
         merge_id: int | None = None,
+        passed: bool | None = None,
     ) -> int:
-        """One check run (exit_code None: it never finished, or never ran); its row id."""
+        """One check run (exit_code None: it never finished, or never ran; passed None: exit_code 0 passes,
+        False: it exited 0 and still failed, as a check that moved its branch does); its row id."""
         stored = check_choice("check phase", phase, CheckPhase)
-        ran = (exit_code, int(exit_code == 0), duration_ms, commit, output_tail, log_path, self._db.now_ms())
+        green = exit_code == 0 if passed is None else passed
+        ran = (exit_code, int(green), duration_ms, commit, output_tail, log_path, self._db.now_ms())
         return self._db.insert(
             "INSERT INTO checks (run_id, task_id, attempt_id, merge_id, phase, command, exit_code, passed,"
             " duration_ms, commit_sha, output_tail, log_path, at_ms)"

@@ -8,16 +8,20 @@ import os
 import shlex
 import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops
 from stellafleet.plan.model import PlanTask
 from stellafleet.proc.tree import Exit, ProcessTree
+from stellafleet.run.steps import AttemptState, RunSettings
+from stellafleet.run.steps.check import Check
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.proof import new_token
@@ -238,3 +242,15 @@ def run_of_one_task(root: Path, task: PlanTask) -> Iterator[tuple[Path, Ledger, 
         add_run(ledger, RUN, base_commit=head, root=str(root))
         ledger.tasks.add(RUN, [task], {task.id: 1})
         yield root, ledger, store
+
+
+def check_attempt(
+    root: Path, ledger: Ledger, task: PlanTask, config: Config | None = None, **ctx: Any
+) -> tuple[Check, AttemptState]:
+    """The Check step of run RUN (already in ledger) and an opened attempt of task, its worker context
+    built from ctx (worker_context's options): for the in-process tests of a task's check."""
+    ledger.tasks.add(RUN, [task], {task.id: 1})
+    attempt_id = ledger.attempts.start(RUN, task.id, pipeline="command")
+    context = worker_context(root, task_id=task.id, attempt_id=attempt_id, **ctx)
+    attempt = AttemptState(task, threading.Event(), context=context, env=context.to_env(), prompt=task.prompt)
+    return Check(RunSettings(root, RUN, "0" * 40, "command", config=config or Config()), ledger), attempt

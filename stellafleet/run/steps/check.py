@@ -4,9 +4,13 @@ attempts (reason `check`). With `check_fails_first` it must fail on the start co
 
 from __future__ import annotations
 
+import shlex
+import signal
 import threading
+from collections.abc import Sequence
 from dataclasses import replace
 
+from stellafleet.core.errors import GitError
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, CheckPhase, FollowUpReason, Stop, StopReason
 from stellafleet.git import gitops
 from stellafleet.run import checking
@@ -15,6 +19,39 @@ from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, Foll
 from stellafleet.state.ledger import Ledger
 
 VACUOUS = "check passes before the change: it proves nothing"
+_EXITS = {126: "its command cannot run", 127: "its command was not found"}
+
+
+def no_verdict(run: CheckRun, codes: Sequence[int]) -> str | None:
+    """Why a red check at the start commit is not the check's own verdict (`[fleet] check_fail_codes`), or
+    None when it is: a crash, a missing command, a timeout prove nothing either."""
+    if run.exit_code in codes and run.problem is None:
+        return None
+    if run.problem is not None or run.exit_code is None:
+        got = run.problem or "it gave no exit code"
+    else:
+        got = f"it exited {run.exit_code}"
+        if run.exit_code in _EXITS:
+            got += f" ({_EXITS[run.exit_code]})"
+        elif run.exit_code > 128 and run.exit_code - 128 in signal.valid_signals():
+            got += f" ({signal.Signals(run.exit_code - 128).name})"
+        got += f": {run.reason_line}" if run.reason_line else ""
+    wanted = " or ".join(str(code) for code in codes)
+    return f"check_fails_first: the check must fail on the start commit by its verdict (exit {wanted}); {got}"
+
+
+def runs_changed(command: str, changed: Sequence[str]) -> str | None:
+    """The note that the task changed a file its check command names (the test it runs: `sh test.sh`,
+    `--file=t.sh`, `pytest tests/t.py::test_a`), or None. A folder it names is not counted: a task that
+    adds tests below it does what it should."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    named = {word.partition("=")[2] if word.startswith("-") else word for word in words}
+    files = {word.partition("::")[0].removeprefix("./") for word in named}
+    hit = [path for path in changed if path in files]
+    return f"the task changed {', '.join(hit)}, which its check runs" if hit else None
 
 
 def told(command: str, isolated: bool) -> str:
@@ -68,6 +105,8 @@ class Check(AttemptStep):
             raise AttemptFailed(AttemptEnd(AttemptOutcome.INTERRUPTED, text, StopReason.INTERRUPTED.value))
         if run.passed:
             raise AttemptFailed(AttemptEnd.failed(VACUOUS))
+        if why := no_verdict(run, self.settings.config.fleet.check_fail_codes):
+            raise AttemptFailed(AttemptEnd.failed(why))
 
     def ended(self, attempt: AttemptState, end: AttemptEnd) -> AttemptEnd:
         """A succeeded worker's result checked: the end unchanged when it passes, failed when it is red."""
@@ -121,12 +160,13 @@ class Check(AttemptStep):
                 self.ledger, row, checking.not_run(task.check, why, commit), ctx.log_path
             )
         log = settings.paths.check_log(ctx.run_id, ctx.task_id, ctx.attempt_id, phase)
+        note = runs_changed(task.check, self._changed(attempt, commit)) if phase == CheckPhase.AFTER else None
         env = checking.check_env(attempt.env)  # its tree's setup too: the real git, no worker's secrets
         fresh = checking.FreshTree(settings.config.worktree, settings.config.fleet.init_submodules, env)
         [run] = checking.run_and_record(
             self.ledger,
             row,
-            [checking.Command(task.check, task.check_timeout, log)],
+            [checking.Command(task.check, task.check_timeout, log, notes=(note,) if note else ())],
             commit,
             tree=ctx.workspace if in_place else fresh,  # a fresh one's setup lines go to the task's log
             root=settings.root,
@@ -136,3 +176,16 @@ class Check(AttemptStep):
             stop=attempt.stopping,
         )
         return run
+
+    def _changed(self, attempt: AttemptState, commit: str) -> list[str]:
+        """The files the task's commits up to commit change: its branch's own, or its shared commits."""
+        ctx, root = attempt.ctx, self.settings.root
+        if ctx.branch is None:
+            return gitops.files_of_commits(root, self.ledger.commits.of_task(ctx.run_id, ctx.task_id))
+        stacked = attempt.task.base == "parents"  # its parents' work is not its own
+        since = ctx.start_commit if stacked and ctx.start_commit else ctx.base_commit
+        try:
+            own = [info.sha for info in gitops.commits_between(root, since, commit)]
+        except GitError:  # a start git no longer knows: nothing to name
+            return []
+        return gitops.files_of_commits(root, own)
