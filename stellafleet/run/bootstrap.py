@@ -38,7 +38,7 @@ def task_leases(
         return
     with LeaseStore.open() as store:
         holder = LeaseHolder.here(secrets.token_hex(8), root, run_id, task_id)
-        if not store.take_locks(locks, holder, clock=SystemClock(), stop=stop or threading.Event()):
+        if store.take(locks, holder, clock=SystemClock(), stop=stop or threading.Event()) is None:
             raise StellaError(f"stopped while waiting for the locks of task {task_id}: {', '.join(locks)}")
         try:
             yield port_env(ports)

@@ -104,6 +104,15 @@ class Blocked:
     waiting: bool = False  # holder does not hold it yet: it waits for it, and waited longer
 
 
+@dataclass(frozen=True)
+class PortAsk:
+    """Ports an attempt asks for: count of them from span; a worktree's are its own for its life."""
+
+    count: int
+    span: tuple[int, int]
+    worktree: Path | None = None
+
+
 def parse_range(text: str) -> tuple[int, int]:
     """`20000-29999` as (20000, 29999); ValueError with the reason."""
     low, sep, high = text.partition("-")
@@ -143,8 +152,11 @@ class LeaseStore(Handle):
 
     @classmethod
     def open(cls, path: Path | None = None) -> LeaseStore:
-        """Open (creating atomically) the host's lease store (default: in the host state directory)."""
-        return cls(Database(path or store_path(), LEASES_SCHEMA, readonly=False, now_ms=wall_ms))
+        """Open (creating atomically) the host's lease store (default: in the host state directory), and
+        free what holders that died left: every command that opens it reclaims them."""
+        store = cls(Database(path or store_path(), LEASES_SCHEMA, readonly=False, now_ms=wall_ms))
+        store.reclaim()
+        return store
 
     @classmethod
     def if_any(cls) -> LeaseStore | None:
@@ -154,61 +166,84 @@ class LeaseStore(Handle):
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         with locked(self._guard), self._db.write() as conn:
-            self._reclaim(conn)
             yield conn
 
     def _reclaim(self, conn: sqlite3.Connection) -> None:
-        """The leases of holders that died go, but a port whose worktree still exists (never given away)."""
+        """The leases of every holder that died go (but a port whose worktree still exists)."""
         who = conn.execute(
             "SELECT DISTINCT pid, pid_started FROM locks UNION SELECT pid, pid_started FROM lock_waits"
             " UNION SELECT pid, pid_started FROM ports"
         ).fetchall()
         for pid, started in who:
-            if ProcessIdentity(pid, started).is_alive():
-                continue
-            conn.execute("DELETE FROM locks WHERE pid = ? AND pid_started = ?", (pid, started))
-            conn.execute("DELETE FROM lock_waits WHERE pid = ? AND pid_started = ?", (pid, started))
-            for port, worktree in conn.execute(
-                "SELECT port, worktree FROM ports WHERE pid = ? AND pid_started = ?", (pid, started)
-            ).fetchall():
-                if worktree is None or not Path(worktree).exists():
-                    conn.execute("DELETE FROM ports WHERE port = ?", (port,))
+            if not ProcessIdentity(pid, started).is_alive():
+                self._forget(conn, pid, started)
+
+    def _forget(self, conn: sqlite3.Connection, pid: int, started: float) -> None:
+        """A dead holder's leases, but a port whose worktree still exists: it is never given away."""
+        conn.execute("DELETE FROM locks WHERE pid = ? AND pid_started = ?", (pid, started))
+        conn.execute("DELETE FROM lock_waits WHERE pid = ? AND pid_started = ?", (pid, started))
+        for port, worktree in conn.execute(
+            "SELECT port, worktree FROM ports WHERE pid = ? AND pid_started = ?", (pid, started)
+        ).fetchall():
+            if worktree is None or not Path(worktree).exists():
+                conn.execute("DELETE FROM ports WHERE port = ?", (port,))
 
     def reclaim(self) -> None:
-        """What dead holders left, freed now (`stella leases` does this first)."""
-        with self._write():
-            pass
+        """What dead holders left, freed now (opening the store does this first)."""
+        with self._write() as conn:
+            self._reclaim(conn)
 
     # --- locks ---
 
-    def try_locks(self, names: Sequence[str], holder: LeaseHolder) -> Blocked | None:
-        """Take every lock in names for holder, or none: None when taken; else what blocks them (holder then
-        waits in line: no one who asks later takes a lock it wants first)."""
+    def try_take(
+        self, names: Sequence[str], holder: LeaseHolder, ports: PortAsk | None = None
+    ) -> Blocked | list[int]:
+        """Every lock in names for holder (or none), then its ports, in one transaction: the ports leased
+        (none asked: []); else what blocks the locks (holder then waits in line: no one who asks later
+        takes a lock it wants first). StellaError when the range has too few free ports."""
         wanted = sorted(set(names))
         with self._write() as conn:
-            held = conn.execute(
-                f"SELECT name, {_COLUMNS} FROM locks WHERE name IN (SELECT value FROM json_each(?))"
-                " AND token != ? ORDER BY name",
-                (json.dumps(wanted), holder.token),
-            ).fetchone()
-            if held is not None:
+            blocked = self._blocker(conn, wanted, holder) if wanted else None
+            if blocked is not None:
                 self._wait(conn, wanted, holder)
-                return Blocked(held["name"], _holder(held))
-            mine = conn.execute("SELECT id FROM lock_waits WHERE token = ?", (holder.token,)).fetchone()
-            for row in conn.execute(
-                f"SELECT names_json, {_COLUMNS} FROM lock_waits WHERE id < ? ORDER BY id",
-                (mine[0] if mine else 2**62,),
-            ):
-                common = sorted(set(json.loads(row["names_json"])) & set(wanted))
-                if common:
-                    self._wait(conn, wanted, holder)
-                    return Blocked(common[0], _holder(row), waiting=True)
+                return blocked
             now = self._db.now_ms()
             conn.executemany(
                 f"INSERT OR REPLACE INTO locks (name, {_COLUMNS}, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [(name, *holder.values(), now) for name in wanted],
             )
             conn.execute("DELETE FROM lock_waits WHERE token = ?", (holder.token,))
+            return self._lease(conn, ports, holder) if ports is not None and ports.count else []
+
+    def try_locks(self, names: Sequence[str], holder: LeaseHolder) -> Blocked | None:
+        """Every lock in names for holder, or none: None when taken, else what blocks them."""
+        taken = self.try_take(names, holder)
+        return taken if isinstance(taken, Blocked) else None
+
+    def _blocker(self, conn: sqlite3.Connection, wanted: list[str], holder: LeaseHolder) -> Blocked | None:
+        """A live holder of one of wanted, or a live waiter for one that asked before holder; a dead one
+        met on the way is forgotten (only the holders in the way are asked whether they live)."""
+        while True:
+            found = conn.execute(
+                f"SELECT name, {_COLUMNS} FROM locks WHERE name IN (SELECT value FROM json_each(?))"
+                " AND token != ? ORDER BY name",
+                (json.dumps(wanted), holder.token),
+            ).fetchone()
+            if found is None:
+                break
+            if _holder(found).is_alive():
+                return Blocked(found["name"], _holder(found))
+            self._forget(conn, found["pid"], found["pid_started"])
+        mine = conn.execute("SELECT id FROM lock_waits WHERE token = ?", (holder.token,)).fetchone()
+        for row in conn.execute(
+            f"SELECT names_json, {_COLUMNS} FROM lock_waits WHERE id < ? ORDER BY id",
+            (mine[0] if mine else 2**62,),
+        ).fetchall():
+            common = sorted(set(json.loads(row["names_json"])) & set(wanted))
+            if common and _holder(row).is_alive():
+                return Blocked(common[0], _holder(row), waiting=True)
+            if common:
+                self._forget(conn, row["pid"], row["pid_started"])
         return None
 
     def _wait(self, conn: sqlite3.Connection, names: list[str], holder: LeaseHolder) -> None:
@@ -218,65 +253,74 @@ class LeaseStore(Handle):
             (json.dumps(names), *holder.values(), self._db.now_ms()),
         )
 
-    def take_locks(
+    def take(
         self,
         names: Sequence[str],
         holder: LeaseHolder,
+        ports: PortAsk | None = None,
         *,
         clock: Clock,
         stop: threading.Event,
         on_wait: Callable[[Blocked], None] | None = None,
-    ) -> bool:
-        """Every lock in names for holder, waiting (polling on clock) while others hold them; False when
-        stop was set first (then it holds none and waits no more)."""
+    ) -> list[int] | None:
+        """try_take until the locks are free (polling on clock; on_wait told of each new blocker): the
+        ports leased; None when stop was set first (then it holds none and waits no more)."""
         said: tuple[str, str] | None = None
-        while (blocked := self.try_locks(names, holder)) is not None:
+        while isinstance(taken := self.try_take(names, holder, ports), Blocked):
             if stop.is_set():
                 self.release(holder.token)
-                return False
-            if on_wait is not None and said != (blocked.lock, blocked.holder.token):
-                said = (blocked.lock, blocked.holder.token)
-                on_wait(blocked)
+                return None
+            if on_wait is not None and said != (taken.lock, taken.holder.token):
+                said = (taken.lock, taken.holder.token)
+                on_wait(taken)
             clock.sleep(LOCK_POLL_S)
-        return True
+        return taken
 
     # --- ports ---
 
     def lease_ports(
         self, count: int, port_range: tuple[int, int], holder: LeaseHolder, worktree: Path | None = None
     ) -> list[int]:
-        """count ports for holder, in one transaction, each found free by binding it: a worktree's own
-        ones again if it has them (then held by holder); StellaError when the range has too few free."""
-        first, last = port_range
-        place = None if worktree is None else str(worktree.resolve())
-        with self._write() as conn:
-            if place is not None:
-                mine = [
-                    int(row[0])
-                    for row in conn.execute(
-                        "SELECT port FROM ports WHERE worktree = ? ORDER BY at_ms, port", (place,)
-                    )
-                ]
-                if len(mine) >= count:
-                    conn.execute(
-                        "UPDATE ports SET token = ?, repo = ?, run_id = ?, task_id = ?, pid = ?,"
-                        " pid_started = ? WHERE worktree = ?",
-                        (*holder.values(), place),
-                    )
-                    return mine[:count]
-                conn.execute("DELETE FROM ports WHERE worktree = ?", (place,))
-            used = {int(row[0]) for row in conn.execute("SELECT port FROM ports")}
-            picked = _free_ports(count, first, last, used)
-            if len(picked) < count:
-                raise StellaError(
-                    f"no {count} free ports in {first}-{last} ({len(used)} leased on this machine): widen "
-                    "[resources] port_range, or run `stella clean` to release finished worktrees' ports"
+        """count ports for holder, as try_take leases them."""
+        taken = self.try_take([], holder, PortAsk(count, port_range, worktree))
+        assert not isinstance(taken, Blocked), "no lock asked"
+        return taken
+
+    def _lease(self, conn: sqlite3.Connection, ask: PortAsk, holder: LeaseHolder) -> list[int]:
+        """ask.count ports for holder, each found free by binding it: a worktree's own ones again if it has
+        them (then held by holder)."""
+        (first, last), count = ask.span, ask.count
+        place = None if ask.worktree is None else str(ask.worktree.resolve())
+        if place is not None:
+            mine = [
+                int(row[0])
+                for row in conn.execute(
+                    "SELECT port FROM ports WHERE worktree = ? ORDER BY at_ms, port", (place,)
                 )
-            now = self._db.now_ms()
-            conn.executemany(
-                f"INSERT INTO ports (port, {_COLUMNS}, worktree, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(port, *holder.values(), place, now) for port in picked],
+            ]
+            if len(mine) >= count:
+                conn.execute(
+                    "UPDATE ports SET token = ?, repo = ?, run_id = ?, task_id = ?, pid = ?,"
+                    " pid_started = ? WHERE worktree = ?",
+                    (*holder.values(), place),
+                )
+                return mine[:count]
+            conn.execute("DELETE FROM ports WHERE worktree = ?", (place,))
+        picked = _free_ports(conn, count, first, last)
+        if len(picked) < count:  # what dead holders left first, then anew
+            self._reclaim(conn)
+            picked = _free_ports(conn, count, first, last)
+        if len(picked) < count:
+            leased = conn.execute("SELECT COUNT(*) FROM ports").fetchone()[0]
+            raise StellaError(
+                f"no {count} free ports in {first}-{last} ({leased} leased on this machine): widen "
+                "[resources] port_range, or run `stella clean` to release finished worktrees' ports"
             )
+        now = self._db.now_ms()
+        conn.executemany(
+            f"INSERT INTO ports (port, {_COLUMNS}, worktree, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(port, *holder.values(), place, now) for port in picked],
+        )
         return picked
 
     def release(self, token: str) -> None:
@@ -309,13 +353,14 @@ class LeaseStore(Handle):
         }
 
 
-def _free_ports(count: int, first: int, last: int, used: set[int]) -> list[int]:
-    """count ports of first..last that are not in used and bind, from a random place (so a port just
+def _free_ports(conn: sqlite3.Connection, count: int, first: int, last: int) -> list[int]:
+    """count ports of first..last that no one leased and that bind, from a random place (so a port just
     released, maybe in TIME_WAIT, is not the next one handed out)."""
     start = random.randint(first, last)
     picked: list[int] = []
     for port in itertools.chain(range(start, last + 1), range(first, start)):
-        if port not in used and bindable(port):
+        leased = conn.execute("SELECT 1 FROM ports WHERE port = ?", (port,)).fetchone() is not None
+        if not leased and bindable(port):
             picked.append(port)
             if len(picked) == count:
                 break

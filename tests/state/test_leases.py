@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from stellafleet.proc.pids import ProcessIdentity
-from stellafleet.state.leases import LeaseHolder, LeaseStore, parse_range
+from stellafleet.state.leases import LeaseHolder, LeaseStore, PortAsk, parse_range
 
 
 @pytest.fixture
@@ -70,15 +70,13 @@ def test_a_waiting_task_polls_on_the_clock_until_the_lock_is_free_or_the_run_sto
                 store.release("token-a")
 
     clock = ReleasingClock()
-    taken = store.take_locks(
-        ["db:test"], holder("b"), clock=clock, stop=threading.Event(), on_wait=said.append
-    )
-    assert taken and clock.sleeps == 3
+    taken = store.take(["db:test"], holder("b"), clock=clock, stop=threading.Event(), on_wait=said.append)
+    assert taken == [] and clock.sleeps == 3
     assert [(b.lock, b.holder.task_id) for b in said] == [("db:test", "a")]  # said once, not per poll
 
     stop = threading.Event()
     stop.set()
-    assert not store.take_locks(["db:test"], holder("c"), clock=clock, stop=stop)
+    assert store.take(["db:test"], holder("c"), PortAsk(1, (30000, 30999)), clock=clock, stop=stop) is None
     assert store.held()["waiting"] == []  # a stopped waiter leaves the line
 
 

@@ -18,7 +18,7 @@ from stellafleet.core.status import AttemptEnd, AttemptOutcome, StopReason
 from stellafleet.run.bootstrap import LOCKS_FACT, PORTS_FACT, port_env
 from stellafleet.run.events import Emit, LockWaiting
 from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, BeforeRun, Preflight, RunSettings
-from stellafleet.state.leases import Blocked, LeaseHolder, LeaseStore, parse_range
+from stellafleet.state.leases import Blocked, LeaseHolder, LeaseStore, PortAsk, parse_range
 from stellafleet.state.ledger import Ledger
 
 
@@ -78,23 +78,23 @@ class Leases(AttemptStep):
         token = secrets.token_hex(8)
         self._tokens[ctx.attempt_id] = token
         holder = LeaseHolder.here(token, self.settings.root, ctx.run_id, ctx.task_id)
+        worktree = ctx.workspace if ctx.branch is not None and not attempt.remote else None
+        span = parse_range(self.settings.config.resources.port_range)
+        ask = PortAsk(count, span, worktree) if count else None
+        ports = self.store().take(
+            task.locks,
+            holder,
+            ask,
+            clock=self.clock,
+            stop=attempt.stopping,
+            on_wait=self._waiting(ctx.task_id),
+        )
+        if ports is None:
+            stop = "interrupted while waiting for its locks"
+            raise AttemptFailed(AttemptEnd(AttemptOutcome.INTERRUPTED, stop, StopReason.INTERRUPTED.value))
         if task.locks:
-            if not self.store().take_locks(
-                task.locks,
-                holder,
-                clock=self.clock,
-                stop=attempt.stopping,
-                on_wait=self._waiting(ctx.task_id),
-            ):
-                stop = "interrupted while waiting for its locks"
-                raise AttemptFailed(
-                    AttemptEnd(AttemptOutcome.INTERRUPTED, stop, StopReason.INTERRUPTED.value)
-                )
             self.ledger.facts.set(ctx.attempt_id, LOCKS_FACT, list(task.locks))
-        if count:
-            worktree = ctx.workspace if ctx.branch is not None and not attempt.remote else None
-            span = parse_range(self.settings.config.resources.port_range)
-            ports = self.store().lease_ports(count, span, holder, worktree)
+        if ports:
             attempt.env.update(port_env(ports))
             self.ledger.facts.set(ctx.attempt_id, PORTS_FACT, ports)
 
