@@ -12,8 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers.engine import make_repo
 from helpers.fleet import Scripts, by_id, run_record, wait_until, write_config
-from helpers.repo import GIT_EMAIL, GIT_NAME, StellaRunner, git
+from helpers.repo import StellaRunner
 
 from stellafleet.core.paths import StatePaths
 from stellafleet.state.ledger import Ledger
@@ -32,17 +33,6 @@ marks = Path(os.environ["MARKS"])
 (marks / f"{os.environ['STELLA_TASK_ID']}.{sys.argv[1]}").write_text(f"{port} {start} {time.time()}")
 """
 PORTS = 16  # isolated tasks in each of the two fleets
-
-
-def _repo(path: Path) -> Path:
-    path.mkdir()
-    git("init", "-q", "-b", "main", cwd=path)
-    git("config", "user.name", GIT_NAME, cwd=path)
-    git("config", "user.email", GIT_EMAIL, cwd=path)
-    (path / "README.md").write_text("# test repository\n")
-    git("add", "README.md", cwd=path)
-    git("commit", "-q", "-m", "initial commit", cwd=path)
-    return path
 
 
 def _fleet(root: Path, plan: Path, marks: Path, *extra: str) -> subprocess.Popen[str]:
@@ -77,7 +67,7 @@ def test_two_repositories_fleets_binding_their_leased_ports_at_once_never_collid
     )
     fleets = []
     for name in ("one", "two"):
-        root, marks = _repo(tmp_path / name), tmp_path / f"marks-{name}"
+        root, marks = make_repo(tmp_path / name, {"README.md": "# test\n"}), tmp_path / f"marks-{name}"
         marks.mkdir()
         write_config(root, run=f"{bind} worker")
         fleets.append((root, marks, _fleet(root, plan, marks, "--max-concurrency", str(PORTS))))
