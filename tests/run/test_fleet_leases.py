@@ -85,7 +85,7 @@ def test_two_repositories_fleets_binding_their_leased_ports_at_once_never_collid
 
 
 LOCKED = """\
-import os, time
+import os, sqlite3, time
 from pathlib import Path
 marks, task = Path(os.environ["MARKS"]), os.environ["STELLA_TASK_ID"]
 start = time.time()
@@ -94,8 +94,14 @@ if task in ("free1", "free2"):  # these two meet: each waits until the other has
     other = marks / ("free2.started" if task == "free1" else "free1.started")
     while not other.exists() and time.time() - start < 20:
         time.sleep(0.01)
-else:
-    time.sleep(0.2)
+else:  # holding db:test: until the other one is seen waiting for it in the host's store (or has run)
+    store = Path(os.environ["XDG_STATE_HOME"]) / "stella" / "leases.db"
+    other = marks / ("db2.worker" if task == "db1" else "db1.worker")
+    while time.time() - start < 20 and not other.exists():
+        with sqlite3.connect(store) as db:
+            if db.execute("SELECT COUNT(*) FROM lock_waits").fetchone()[0]:
+                break
+        time.sleep(0.02)
 (marks / f"{task}.worker").write_text(f"{start} {time.time()}")
 """
 CHECK = 'python3 -c "import time; time.sleep(0.1)"; date +%s.%N >> "$MARKS/$STELLA_TASK_ID.check-end"'
