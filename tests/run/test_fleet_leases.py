@@ -89,6 +89,7 @@ import os, sqlite3, time
 from pathlib import Path
 marks, task = Path(os.environ["MARKS"]), os.environ["STELLA_TASK_ID"]
 start = time.time()
+(marks / f"{task}.tmp").write_text(f"{os.environ['TMPDIR']} {os.path.isdir(os.environ['TMPDIR'])}")
 if task in ("free1", "free2"):  # these two meet: each waits until the other has started
     (marks / f"{task}.started").write_text("")
     other = marks / ("free2.started" if task == "free1" else "free1.started")
@@ -165,7 +166,11 @@ def test_tasks_with_a_lock_in_common_never_overlap_while_the_others_do(
     assert "locks" not in tasks["free1"]["attempts"][0]["facts"]
     assert "locks db:test" in stella_main("runs", record["run"]["id"], cwd=git_repo).stdout
     assert attempts["db1"]["success"] == 1
-    assert not list((StatePaths(git_repo).private / "tmp").iterdir())  # each attempt's TMPDIR went with it
+    tmpdirs = {(marks / f"{task}.tmp").read_text() for task in ("db1", "db2", "free1", "free2")}
+    private = StatePaths(git_repo).private / "tmp"
+    assert {Path(text.split()[0]).parent for text in tmpdirs} == {private} and len(tmpdirs) == 4
+    assert all(text.endswith(" True") for text in tmpdirs)  # each attempt had its own, made for it
+    assert not list(private.iterdir())  # and it went with the attempt
 
 
 HOLD = 'touch "$MARKS/holding.$STELLA_PORT"; while [ ! -e "$MARKS/go" ]; do sleep 0.05; done'

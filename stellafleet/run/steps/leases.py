@@ -10,10 +10,12 @@ from __future__ import annotations
 import secrets
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from stellafleet.core.clock import Clock, SystemClock
+from stellafleet.core.errors import StellaError
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, StopReason
 from stellafleet.run.bootstrap import LOCKS_FACT, PORTS_FACT, port_env
 from stellafleet.run.events import Emit, LockWaiting
@@ -69,9 +71,10 @@ class Leases(AttemptStep):
         """A private TMPDIR; the task's locks (waiting for them: AttemptFailed when the run stops first);
         its ports."""
         ctx, task = attempt.ctx, attempt.task
-        tmp = self._tmpdir(ctx.attempt_id)
-        tmp.mkdir(parents=True, exist_ok=True)
-        attempt.env["TMPDIR"] = str(tmp)
+        if not attempt.remote:  # a node's worker has a temporary directory of its own there
+            tmp = self._tmpdir(ctx.attempt_id)
+            tmp.mkdir(parents=True, exist_ok=True)
+            attempt.env["TMPDIR"] = str(tmp)
         count = task.ports if task.ports is not None else self.settings.config.resources.ports
         if not task.locks and not count:
             return
@@ -79,8 +82,7 @@ class Leases(AttemptStep):
         self._tokens[ctx.attempt_id] = token
         holder = LeaseHolder.here(token, self.settings.root, ctx.run_id, ctx.task_id)
         worktree = ctx.workspace if ctx.branch is not None and not attempt.remote else None
-        span = parse_range(self.settings.config.resources.port_range)
-        ask = PortAsk(count, span, worktree) if count else None
+        ask = PortAsk(count, self._span(), worktree) if count else None
         ports = self.store().take(
             task.locks,
             holder,
@@ -98,7 +100,13 @@ class Leases(AttemptStep):
             attempt.env.update(port_env(ports))
             self.ledger.facts.set(ctx.attempt_id, PORTS_FACT, ports)
 
-    def _waiting(self, task_id: str) -> Any:
+    def _span(self) -> tuple[int, int]:
+        try:
+            return parse_range(self.settings.config.resources.port_range)
+        except ValueError as exc:
+            raise StellaError(f"config: resources: {exc}") from None
+
+    def _waiting(self, task_id: str) -> Callable[[Blocked], None]:
         def said(blocked: Blocked) -> None:
             if self.emit is not None:
                 who = blocked.holder.describe(self.settings.root, self.settings.run_id)
