@@ -10,6 +10,7 @@ import contextlib
 import errno
 import itertools
 import json
+import os
 import random
 import socket
 import sqlite3
@@ -22,7 +23,7 @@ from typing import Any
 from stellafleet.core.clock import Clock, wall_ms
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import host_state_dir
-from stellafleet.proc.flock import locked
+from stellafleet.proc.flock import try_lock
 from stellafleet.proc.pids import ProcessIdentity
 from stellafleet.state.sqlitefile import Database, Handle, Schema
 
@@ -165,8 +166,13 @@ class LeaseStore(Handle):
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        with locked(self._guard), self._db.write() as conn:
-            yield conn
+        fd = try_lock(self._guard, wait=True)  # made beside the database, whose directory exists
+        try:
+            with self._db.write() as conn:
+                yield conn
+        finally:
+            if fd is not None:
+                os.close(fd)
 
     def _reclaim(self, conn: sqlite3.Connection) -> None:
         """The leases of every holder that died go (but a port whose worktree still exists)."""
@@ -202,6 +208,10 @@ class LeaseStore(Handle):
         (none asked: []); else what blocks the locks (holder then waits in line: no one who asks later
         takes a lock it wants first). StellaError when the range has too few free ports."""
         wanted = sorted(set(names))
+        asked = ports if ports is not None and ports.count else None
+        # bound before the transaction, which keeps only those no one leased: the store's lock is held for
+        # no socket calls unless these run short
+        probed = _probe(asked.count + 2, *asked.span) if asked is not None else []
         with self._write() as conn:
             blocked = self._blocker(conn, wanted, holder) if wanted else None
             if blocked is not None:
@@ -213,7 +223,7 @@ class LeaseStore(Handle):
                 [(name, *holder.values(), now) for name in wanted],
             )
             conn.execute("DELETE FROM lock_waits WHERE token = ?", (holder.token,))
-            return self._lease(conn, ports, holder) if ports is not None and ports.count else []
+            return self._lease(conn, asked, holder, probed) if asked is not None else []
 
     def try_locks(self, names: Sequence[str], holder: LeaseHolder) -> Blocked | None:
         """Every lock in names for holder, or none: None when taken, else what blocks them."""
@@ -234,10 +244,10 @@ class LeaseStore(Handle):
             if _holder(found).is_alive():
                 return Blocked(found["name"], _holder(found))
             self._forget(conn, found["pid"], found["pid_started"])
-        mine = conn.execute("SELECT id FROM lock_waits WHERE token = ?", (holder.token,)).fetchone()
         for row in conn.execute(
-            f"SELECT names_json, {_COLUMNS} FROM lock_waits WHERE id < ? ORDER BY id",
-            (mine[0] if mine else 2**62,),
+            f"SELECT names_json, {_COLUMNS} FROM lock_waits"
+            " WHERE id < COALESCE((SELECT id FROM lock_waits WHERE token = ?), 1 << 62) ORDER BY id",
+            (holder.token,),
         ).fetchall():
             common = sorted(set(json.loads(row["names_json"])) & set(wanted))
             if common and _holder(row).is_alive():
@@ -286,9 +296,11 @@ class LeaseStore(Handle):
         assert not isinstance(taken, Blocked), "no lock asked"
         return taken
 
-    def _lease(self, conn: sqlite3.Connection, ask: PortAsk, holder: LeaseHolder) -> list[int]:
-        """ask.count ports for holder, each found free by binding it: a worktree's own ones again if it has
-        them (then held by holder)."""
+    def _lease(
+        self, conn: sqlite3.Connection, ask: PortAsk, holder: LeaseHolder, probed: Sequence[int]
+    ) -> list[int]:
+        """ask.count ports for holder, each found free by binding it (probed: just now): a worktree's own
+        ones again if it has them (then held by holder)."""
         (first, last), count = ask.span, ask.count
         place = None if ask.worktree is None else str(ask.worktree.resolve())
         if place is not None:
@@ -306,7 +318,7 @@ class LeaseStore(Handle):
                 )
                 return mine[:count]
             conn.execute("DELETE FROM ports WHERE worktree = ?", (place,))
-        picked = _free_ports(conn, count, first, last)
+        picked = _free_ports(conn, count, first, last, probed)
         if len(picked) < count:  # what dead holders left first, then anew
             self._reclaim(conn)
             picked = _free_ports(conn, count, first, last)
@@ -353,14 +365,24 @@ class LeaseStore(Handle):
         }
 
 
-def _free_ports(conn: sqlite3.Connection, count: int, first: int, last: int) -> list[int]:
-    """count ports of first..last that no one leased and that bind, from a random place (so a port just
-    released, maybe in TIME_WAIT, is not the next one handed out)."""
+def _probe(count: int, first: int, last: int) -> list[int]:
+    """Up to count random ports of first..last that bind now."""
+    return [
+        port for port in random.sample(range(first, last + 1), min(count, last - first + 1)) if bindable(port)
+    ]
+
+
+def _free_ports(
+    conn: sqlite3.Connection, count: int, first: int, last: int, probed: Sequence[int] = ()
+) -> list[int]:
+    """count ports of first..last that no one leased and that bind: those of probed (bound just now) first,
+    then from a random place (so a port just released, maybe in TIME_WAIT, is not the next one handed
+    out)."""
     start = random.randint(first, last)
     picked: list[int] = []
-    for port in itertools.chain(range(start, last + 1), range(first, start)):
+    for port in itertools.chain(probed, range(start, last + 1), range(first, start)):
         leased = conn.execute("SELECT 1 FROM ports WHERE port = ?", (port,)).fetchone() is not None
-        if not leased and bindable(port):
+        if not leased and port not in picked and (port in probed or bindable(port)):
             picked.append(port)
             if len(picked) == count:
                 break
