@@ -307,7 +307,7 @@ class LeaseStore(Handle):
             mine = [
                 int(row[0])
                 for row in conn.execute(
-                    "SELECT port FROM ports WHERE worktree = ? ORDER BY at_ms, port", (place,)
+                    "SELECT port FROM ports WHERE worktree = ? ORDER BY port", (place,)
                 )
             ]
             if len(mine) >= count:
@@ -333,7 +333,7 @@ class LeaseStore(Handle):
             f"INSERT INTO ports (port, {_COLUMNS}, worktree, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(port, *holder.values(), place, now) for port in picked],
         )
-        return picked
+        return sorted(picked)  # in the order a worktree's are read back: STELLA_PORT stays its first
 
     def release(self, token: str) -> None:
         """An attempt's locks (and its place in line), and its ports unless a worktree holds them."""
@@ -345,7 +345,7 @@ class LeaseStore(Handle):
     def ports_of(self, worktree: Path) -> list[int]:
         """The ports leased to a worktree (its teardown sees them)."""
         place = str(worktree.resolve())
-        rows = self._db.read("SELECT port FROM ports WHERE worktree = ? ORDER BY at_ms, port", (place,))
+        rows = self._db.read("SELECT port FROM ports WHERE worktree = ? ORDER BY port", (place,))
         return [int(row[0]) for row in rows]
 
     def release_worktree(self, worktree: Path) -> list[int]:
