@@ -306,9 +306,7 @@ class LeaseStore(Handle):
         if place is not None:
             mine = [
                 int(row[0])
-                for row in conn.execute(
-                    "SELECT port FROM ports WHERE worktree = ? ORDER BY port", (place,)
-                )
+                for row in conn.execute("SELECT port FROM ports WHERE worktree = ? ORDER BY port", (place,))
             ]
             if len(mine) >= count:
                 conn.execute(
