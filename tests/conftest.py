@@ -60,11 +60,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """HOME (and XDG config) in tmp_path, no system git config, no STELLA_* variables from outside."""
+    """HOME (and XDG config and state) in tmp_path, no system git config, no STELLA_* variables from
+    outside."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / ".local" / "state"))  # the host's leases: this test's
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
     for key in list(os.environ):

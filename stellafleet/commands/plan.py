@@ -86,6 +86,12 @@ def check_command(args: argparse.Namespace) -> int:
                 f"{'starts' if one else 'start'} from the pinned base, without their work: "
                 'set base = "parents" to start from it'
             )
+        if claimed := plan.isolated_claims():
+            print(
+                f"hint: {name}: claims of isolated tasks ({', '.join(claimed)}) do nothing: each works in a "
+                "worktree of its own; to keep tasks from running at once, give them a common lock: "
+                'locks = ["db:test"]'
+            )
     return code
 
 
@@ -145,6 +151,8 @@ def _details(plan: Plan, task: PlanTask) -> list[tuple[str, str]]:
     rows = [
         ("depends on", ", ".join(task.depends_on) or "-"),
         ("claims", ", ".join(task.claims) or "-"),
+        *([("locks", ", ".join(task.locks))] if task.locks else []),
+        *([("ports", str(task.ports))] if task.ports else []),
         ("isolation", task.isolation + (f" (starts at {start})" if start else "")),
     ]
     if task.expands:
@@ -173,7 +181,7 @@ def _show_rich(plan: Plan, waves: list[list[str]], heading: str) -> None:
     from rich.table import Table
 
     table = Table(title=heading, title_justify="left")
-    for column in ("wave", "task", "title", "depends on", "claims", "isolation"):
+    for column in ("wave", "task", "title", "depends on", "claims", "locks", "isolation"):
         table.add_column(column, overflow="fold")
     for number, wave in enumerate(waves, start=1):
         for position, task_id in enumerate(wave):
@@ -184,6 +192,7 @@ def _show_rich(plan: Plan, waves: list[list[str]], heading: str) -> None:
                 styled(single_line(task.title) + (f" {EXPANDS_NOTE}" if task.expands else "")),
                 ", ".join(task.depends_on) or "-",
                 "\n".join(task.claims) or "-",
+                "\n".join(task.locks) or "-",
                 task.isolation + (f"\n{start}" if (start := plan.start_of(task)) else ""),
                 end_section=position == len(wave) - 1,
             )
@@ -204,6 +213,8 @@ def _document(plan: Plan, limit: int | None, waves: list[list[str]]) -> dict[str
                 "prompt": task.prompt,
                 "depends_on": list(task.depends_on),
                 "claims": list(task.claims),
+                "locks": list(task.locks),
+                "ports": task.ports,
                 "isolation": task.isolation,
                 "base": task.base,
                 "starts_at": plan.start_of(task),

@@ -87,6 +87,14 @@ def _console() -> Console:
     return Console(highlight=False, no_color=True, width=10_000, soft_wrap=True, force_terminal=False)
 
 
+def _leases_text(facts: dict[str, Any]) -> str:
+    """An attempt's locks and leased ports, as its line says them."""
+    locks, ports = facts.get("locks") or [], facts.get("ports") or []
+    return (f"  locks {', '.join(map(str, locks))}" if locks else "") + (
+        f"  ports {' '.join(map(str, ports))}" if ports else ""
+    )
+
+
 def fmt_time(ms: int | None) -> str:
     return "-" if ms is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
 
@@ -315,6 +323,7 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
             + (f"  exit {a['exit_code']}" if a.get("exit_code") is not None else "")
             + (f"  ({single_line(a['reason'])})" if a.get("reason") not in {None, "", *said} else "")
             + (f"  setup {a['setup_ms'] / 1000:.1f} s" if a.get("setup_ms") is not None else "")
+            + _leases_text(a.get("facts") or {})
         )
         out(styled(f"    attempt {a['number']} ", in_colour(str(a["outcome"]), str(a["outcome"])), facts))
         if a.get("start_commit"):

@@ -20,6 +20,7 @@ from stellafleet.core.configsections import (
     GovernorConfig,
     MergeConfig,
     NotifyConfig,
+    ResourcesConfig,
     WatchConfig,
     WorktreeConfig,
     build,
@@ -109,6 +110,7 @@ class Config:
     commit = Section(CommitConfig)
     merge = Section(MergeConfig)
     worktree = Section(WorktreeConfig)
+    resources = Section(ResourcesConfig)
     prices = Section(build_prices)
     pipelines = Section(build_pipelines)
 

@@ -133,6 +133,15 @@ class WorktreeConfig:
 
 
 @dataclass(frozen=True)
+class ResourcesConfig:
+    """`[resources]`: free TCP ports leased to each isolated task's worktree and each shared task's attempt
+    (docs/bootstrap.md#ports-and-locks), from port_range (`FIRST-LAST`)."""
+
+    ports: int = 0
+    port_range: str = "20000-29999"
+
+
+@dataclass(frozen=True)
 class NotifyConfig:
     """`[notify]`: a shell command told (JSON on stdin) when a run ends, a task fails or stalls, or the
     spend limit is reached; None: no notifications."""

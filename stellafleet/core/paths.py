@@ -88,3 +88,16 @@ class StatePaths:
     def fragment_file(self, run_id: str, task_id: str, attempt_id: int) -> Path:
         """Where an expanding task's worker writes its plan fragment ($STELLA_PLAN_OUT)."""
         return self.private / "fragments" / run_id / f"{task_id}-{attempt_id}.plan"
+
+
+HOST_STATE_VAR = "STELLA_HOST_STATE"  # where the host-wide state lives (tests point it into tmp_path)
+
+
+def host_state_dir(env: dict[str, str] | None = None) -> Path:
+    """What every repository's stella shares on this machine (the leases of ports and locks):
+    $STELLA_HOST_STATE, else the user's state directory ($XDG_STATE_HOME or ~/.local/state) /stella."""
+    env = dict(os.environ) if env is None else env
+    if env.get(HOST_STATE_VAR):
+        return Path(env[HOST_STATE_VAR])
+    base = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local" / "state")
+    return Path(base) / "stella"

@@ -19,6 +19,7 @@ from stellafleet.git import gitops, mergeops, salvage, worktrees
 from stellafleet.proc import group, shell
 from stellafleet.proc.pids import pid_alive
 from stellafleet.state.journal import Record
+from stellafleet.state.leases import LeaseStore, port_env
 from stellafleet.state.ledger import Ledger
 
 BRANCH_PREFIX = "fleet/"
@@ -142,6 +143,10 @@ def teardown_env(root: Path, owner: _Owner, path: Path) -> dict[str, str]:
         "STELLA_BRANCH": owner.branch,
         "STELLA_WORKTREE_INDEX": None if owner.worktree_index is None else str(owner.worktree_index),
     }
+    store = LeaseStore.if_any()
+    if store is not None:  # the ports its setup and worker had (still its: released once it is removed)
+        with store:
+            named |= port_env(store.ports_of(path))
     return env | {key: value for key, value in named.items() if value is not None}
 
 
@@ -182,7 +187,7 @@ class Cleaner:
         self.paths = StatePaths(root)
         self.report = CleanReport(dry_run=dry_run, force=force)
         self.alive = alive
-        self._gone_worktrees: set[Path] = set()
+        self.gone_worktrees: set[Path] = set()
         self.merged_by_stella: dict[str, str] = {}  # branch -> where `stella merge` landed it
 
     def _decide(self, owner: _Owner, kind: str, target: str, remove: bool, reason: str) -> None:
@@ -230,7 +235,7 @@ class Cleaner:
                 worktrees.worktree_remove, self.root, path, force=bool(dirty) or not path.exists()
             )
             if self._remove(owner, "worktree", shown, reason, remove):
-                self._gone_worktrees.add(path)
+                self.gone_worktrees.add(path)
 
     def _why_removable(self, owner: _Owner, path: Path, dirty: list[str]) -> tuple[str, bool]:
         """Why the (not live) worktree at path may go, or why it is kept: (the reason, whether kept)."""
@@ -300,7 +305,7 @@ class Cleaner:
                 self._decide(owner, "branch", branch, False, f"{owner.live}; never removed while live")
                 continue
             where = checked_out.get(branch)
-            if where is not None and where not in self._gone_worktrees:
+            if where is not None and where not in self.gone_worktrees:
                 self._decide(owner, "branch", branch, False, f"checked out in {self._display(where)}")
                 continue
             reason = self._branch_reason(owner, branch)
@@ -381,9 +386,19 @@ def clean(
         cleaner.sweep_worktrees(worktrees)
         cleaner.sweep_branches(branches)
         if not dry_run:
+            release_ports(cleaner.gone_worktrees)
             for item in cleaner.report.items:
                 ledger.cleanups.record(**asdict(item))
     return cleaner.report
+
+
+def release_ports(gone: Iterable[Path]) -> None:
+    """The ports of the worktrees removed go back to the host's lease store."""
+    store = LeaseStore.if_any()
+    if store is not None:
+        with store:
+            for path in gone:
+                store.release_worktree(path)
 
 
 def repair(root: Path, records: Sequence[Record]) -> bool:

@@ -177,6 +177,8 @@ class PlanTask:
     check_timeout: float = 600.0
     check_rounds: int = 0  # follow-up attempts when the check is red
     check_fails_first: bool = False  # the check must fail on the start commit too
+    locks: tuple[str, ...] = ()  # host-wide named locks held while it runs (run/steps/leases.py)
+    ports: int | None = None  # ports leased to it (None: [resources] ports)
     parent: str | None = None  # the task that emitted this one (None: a task of the plan file)
 
 
@@ -226,6 +228,11 @@ class Plan:
             for task in self.tasks
             if task.isolation == "isolated" and task.depends_on and task.base != "parents"
         ]
+
+    def isolated_claims(self) -> list[str]:
+        """The isolated tasks with claims (`plan check`'s hint: claims hold files of the task's own worktree,
+        which no other task shares, so they keep no two tasks apart there)."""
+        return [task.id for task in self.tasks if task.isolation == "isolated" and task.claims]
 
     @cached_property
     def _by_id(self) -> dict[str, PlanTask]:
@@ -482,4 +489,6 @@ def _build_task(raw: dict[str, Any], defaults: dict[str, Any], claims: tuple[str
         check_timeout=float(values.get("check_timeout", 600.0)),
         check_rounds=int(values.get("check_rounds", 0)),
         check_fails_first=values.get("check_fails_first") is True,
+        locks=tuple(values.get("locks", ())),
+        ports=int(values["ports"]) if values.get("ports") is not None else None,
     )

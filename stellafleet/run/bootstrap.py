@@ -4,17 +4,46 @@ failure is the attempt's reason, and no worker starts."""
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from stellafleet.core.clock import SystemClock
 from stellafleet.core.configsections import WorktreeConfig
 from stellafleet.core.errors import StellaError
 from stellafleet.git import hooks, include, submodules
 from stellafleet.proc import shell
+from stellafleet.state.leases import PORT_VARS, LeaseHolder, LeaseStore, port_env
+
+__all__ = ["PORT_VARS", "port_env"]  # what every tree's readying hands on
+from stellafleet.state.ledger import Ledger
 
 INDEX_VAR = "STELLA_WORKTREE_INDEX"
 SALVAGE_START_VAR = "STELLA_SALVAGE_START"  # the salvage commit an isolated worktree starts from
+LOCKS_FACT, PORTS_FACT = "locks", "ports"  # the attempt facts of its leases (run/steps/leases.py)
+
+
+@contextlib.contextmanager
+def task_leases(
+    ledger: Ledger, run_id: str, task_id: str, root: Path, stop: threading.Event | None
+) -> Iterator[dict[str, str]]:
+    """What a check of a task's work outside its attempt (`stella merge`'s) runs with: the task's ports
+    (its worktree's) in the environment yielded, its locks held (waited for) meanwhile."""
+    facts = ledger.facts.of_task(run_id, task_id)
+    locks, ports = facts.get(LOCKS_FACT) or [], facts.get(PORTS_FACT) or []
+    if not locks:
+        yield port_env(ports)
+        return
+    with LeaseStore.open() as store:
+        holder = LeaseHolder.here(secrets.token_hex(8), root, run_id, task_id)
+        if store.take(locks, holder, clock=SystemClock(), stop=stop or threading.Event()) is None:
+            raise StellaError(f"stopped while waiting for the locks of task {task_id}: {', '.join(locks)}")
+        try:
+            yield port_env(ports)
+        finally:
+            store.release(holder.token)
 
 
 def starts_on_salvage(env: Mapping[str, str], start_commit: str | None) -> bool:

@@ -36,7 +36,7 @@ LOG_KEEP_BYTES = 1_000_000  # a check's log is cut to its last MB once it ends: 
 NO_COMMITS = "no commits: the task committed nothing for its check"
 RECORD = "check"  # its journal record: the scratch tree and the check's process, for a killed fleet's repair
 # what a worker is told that a check is not: it cannot commit as the attempt, nor pass for its worker
-_KEPT_STELLA = ("STELLA_ROOT", "STELLA_RUN_ID", "STELLA_TASK_ID", bootstrap.INDEX_VAR)
+_KEPT_STELLA = ("STELLA_ROOT", "STELLA_RUN_ID", "STELLA_TASK_ID", bootstrap.INDEX_VAR, *bootstrap.PORT_VARS)
 # terminal colour and cursor codes (CSI), and titles and links (OSC): kept in the log, out of the ledger
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 # a line that says a test or a build failed: its marker first (jest/vitest FAIL, ×, pytest's E, go's
@@ -294,7 +294,12 @@ def run_and_record(
     cannot be readied fails the first command). Each run is recorded: a ledger row, a line of log_path
     (the task's or the merge's log, where a fresh tree's setup writes too)."""
     runs: list[CheckRun] = []
-    with tracked(root) as record:
+    # a merge's check holds its task's locks and sees its ports, as the task's own check did in its attempt
+    leases = bootstrap.task_leases(ledger, row.run_id, row.task_id, root, stop) if row.merge_id else None
+    with tracked(root) as record, leases or contextlib.nullcontext({}) as leased:
+        env = {**env, **leased}
+        if isinstance(tree, FreshTree):
+            tree = replace(tree, setup_env={**tree.setup_env, **leased})
         where = tree if isinstance(tree, Path) else _scratch(root, record)
         try:
             if isinstance(tree, FreshTree):

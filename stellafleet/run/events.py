@@ -114,6 +114,20 @@ class SetupStarted:
 
 
 @dataclass(frozen=True)
+class LockWaiting:
+    """A task waits for a named lock another task holds (or waits for first); it starts once it has them."""
+
+    task: str
+    lock: str
+    held_by: str  # the other task, as the live view names it
+    waiting: bool = False  # held_by does not hold it yet: it waited longer and goes first
+
+    def describe(self) -> str:
+        how = "first in line" if self.waiting else "held by"
+        return f"waiting for lock {self.lock} ({how} {self.held_by})"
+
+
+@dataclass(frozen=True)
 class Notice:
     """Something the user should know now (an interrupt was heard)."""
 
@@ -131,6 +145,7 @@ Event: TypeAlias = (
     | AttemptStarted
     | AttemptEnded
     | SetupStarted
+    | LockWaiting
     | Notice
 )
 Emit = Callable[[Event], None]

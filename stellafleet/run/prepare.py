@@ -140,6 +140,8 @@ class Prepared:
                     "pipeline": task.pipeline or self.default_pipeline,
                     "depends_on": list(task.depends_on),
                     "claims": list(task.claims),
+                    "locks": list(task.locks),
+                    "ports": task.ports if task.ports is not None else self.config.resources.ports,
                     "expands": task.expands,
                     "worktree": str(ws.path.relative_to(self.root)) if ws.isolated else None,
                     "branch": ws.branch,

@@ -22,6 +22,7 @@ from stellafleet.run.events import (
     AttemptEnded,
     AttemptStarted,
     EventSink,
+    LockWaiting,
     Notice,
     RunStarted,
     SetupStarted,
@@ -137,6 +138,9 @@ class PlainReporter(EventSink):
             always=end.outcome != AttemptOutcome.SUCCEEDED,
         )
 
+    def on_lock_waiting(self, event: LockWaiting) -> None:
+        self._say(f"  {event.task} {event.describe()}")
+
     def on_task_skipped(self, event: TaskSkipped) -> None:
         self._say("  ", ("skipped", "yellow"), f" {event.task}: {event.reason}", always=True)
 
@@ -196,6 +200,7 @@ class LiveReporter(PlainReporter):
         self._waves = 0
         self._schedule = "starting"
         self._setups: dict[str, tuple[float, Path]] = {}  # task -> when its setup started, its log
+        self._waits: dict[str, tuple[float, str]] = {}  # task -> since when it waits for a lock, for which
         self._grown = False
         self._progress: Mapping[str, tuple[int, float]] = {}
         self._spent = 0.0  # the whole run's, all waves so far, as the ledger last said
@@ -226,7 +231,7 @@ class LiveReporter(PlainReporter):
         grid = Table.grid(padding=(0, 2))
         # No reporter lock here: this runs under Live's own lock, and handlers print under it too.
         running = dict(self._running)
-        setups = dict(self._setups)
+        setups, waits = dict(self._setups), dict(self._waits)
         # the run's total, not only what the running tasks spent: it must not go back down between waves
         running_spend = sum(spend for task, (_, spend) in self._progress.items() if task in running)
         spent = max(self._spent, self._ended_spend + running_spend)
@@ -234,9 +239,12 @@ class LiveReporter(PlainReporter):
         waves = "?" if self._grown else self._waves  # emitted tasks run in waves the plan did not have
         where = f"wave {self._wave}/{waves or '?'}" if self._wave else self._schedule  # before wave 1 too
         busy = f"{len(running)} running" + (f", {len(setups)} in setup" if setups else "")
+        busy += f", {len(waits)} waiting for locks" if waits else ""
         grid.add_row(styled((where, "bold")), busy, "", total, "")
         for task, (started, log_path) in setups.items():  # the setup's timer and the last line of its log
             grid.add_row(f"  {task}", duration_text(now - started), "setup", "", styled(last_line(log_path)))
+        for task, (since, what) in waits.items():
+            grid.add_row(f"  {task}", duration_text(now - since), "waiting", "", styled(what))
         for task, (started, title) in running.items():
             steps, spend = self._progress.get(task, (0, 0.0))
             grid.add_row(
@@ -257,6 +265,11 @@ class LiveReporter(PlainReporter):
     def on_setup_started(self, event: SetupStarted) -> None:
         with self._live._lock:
             self._setups[event.task] = (time.monotonic(), event.log_path)
+            self._waits.pop(event.task, None)
+
+    def on_lock_waiting(self, event: LockWaiting) -> None:
+        with self._live._lock:
+            self._waits[event.task] = (time.monotonic(), event.describe())
 
     def on_wave_started(self, event: WaveStarted) -> None:
         self._wave = event.wave
@@ -270,11 +283,13 @@ class LiveReporter(PlainReporter):
         with self._live._lock:  # the view is drawn from Live's thread: change what it shows under its lock
             self._running[event.task] = (time.monotonic(), one_line(event.title, 50))
             self._setups.pop(event.task, None)
+            self._waits.pop(event.task, None)
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         with self._live._lock:
             self._running.pop(event.task, None)
             self._setups.pop(event.task, None)  # a setup that failed: no worker started
+            self._waits.pop(event.task, None)
             self._ended_spend += event.spend_usd
         super().on_attempt_ended(event)
 
@@ -377,6 +392,8 @@ def print_dry_run(doc: Mapping[str, Any], *, json_mode: bool, stream: IO[str]) -
             )
             deps = f"; after {', '.join(task['depends_on'])}" if task["depends_on"] else ""
             claims = f"; claims {', '.join(task['claims'])}" if task["claims"] else ""
+            claims += f"; locks {', '.join(task['locks'])}" if task.get("locks") else ""
+            claims += f"; {plural(task['ports'], 'port')}" if task.get("ports") else ""
             grows = (
                 "; expands at run time (what it emits runs before its dependents)" if task["expands"] else ""
             )
@@ -418,6 +435,7 @@ ATTEMPT_KEYS = (
     "worktree",
     "log_path",
     "checks",  # each run of the task's check on this attempt (state/views.py: check_view)
+    "facts",  # what it learned or held: its session id, its locks, its leased ports
 )
 RUN_KEYS = ("status", "exit_code", "reason", "base_ref", "base_commit", "max_concurrency")
 RUN_KEYS_AFTER_SPEND = ("spend_limit_usd", "created_at_ms", "finished_at_ms", "schedule", "resumed_from")

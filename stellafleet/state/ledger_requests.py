@@ -119,6 +119,18 @@ class Facts(Table):
         rows = self._db.read("SELECT key, value_json FROM attempt_facts WHERE attempt_id = ?", (attempt_id,))
         return {str(key): json.loads(value) for key, value in rows}
 
+    def of_run(self, run_id: str) -> list[dict[str, Any]]:
+        """Every fact of the run's attempts: attempt_id, key, value (decoded)."""
+        rows = self._db.read(
+            "SELECT f.attempt_id, f.key, f.value_json FROM attempt_facts f"
+            " JOIN attempts a ON a.id = f.attempt_id WHERE a.run_id = ? ORDER BY f.attempt_id, f.key",
+            (run_id,),
+        )
+        return [
+            {"attempt_id": attempt, "key": str(key), "value": json.loads(value)}
+            for attempt, key, value in rows
+        ]
+
     def of_task(self, run_id: str, task_id: str) -> dict[str, Any]:
         """Each key's value from the task's latest attempt that set it (what its next attempt is handed)."""
         rows = self._db.read(

@@ -180,10 +180,17 @@ def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str,
     for row in record.get("checks", []):
         checks.setdefault(row["attempt_id"], []).append(check_view(row))
     ci_by_branch = {entry["branch"]: entry for entry in record["ci"]}
+    facts: dict[int, dict[str, Any]] = {}  # what each attempt learned or held (its leased ports, its locks)
+    for fact in record.get("facts", []):
+        facts.setdefault(fact["attempt_id"], {})[fact["key"]] = fact["value"]
     tasks = []
     for task in record["tasks"]:
         attempts = [
-            {**timed_attempt(a, now_ms=now_ms, live=live), "checks": checks.get(a["id"], [])}
+            {
+                **timed_attempt(a, now_ms=now_ms, live=live),
+                "checks": checks.get(a["id"], []),
+                "facts": facts.get(a["id"], {}),
+            }
             for a in attempts_by_task.get(task["id"], [])
         ]
         for number, attempt in enumerate(attempts, start=1):  # the task's own count; `id` is the ledger's

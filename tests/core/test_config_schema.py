@@ -111,6 +111,7 @@ def schema_default(section: str, key: str) -> Any:
         ("watch", configsections.WatchConfig),
         ("merge", configsections.MergeConfig),
         ("worktree", configsections.WorktreeConfig),
+        ("resources", configsections.ResourcesConfig),
     ],
 )
 def test_typed_sections_have_the_schemas_keys_and_defaults(section: str, kind: type) -> None:
@@ -131,6 +132,7 @@ SECTIONS: dict[str, type] = {
     "commit": configsections.CommitConfig,
     "merge": configsections.MergeConfig,
     "worktree": configsections.WorktreeConfig,
+    "resources": configsections.ResourcesConfig,
 }
 
 

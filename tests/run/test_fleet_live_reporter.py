@@ -13,6 +13,7 @@ from stellafleet.core.status import AttemptEnd, AttemptOutcome
 from stellafleet.run.events import (
     AttemptEnded,
     AttemptStarted,
+    LockWaiting,
     Notice,
     RunStarted,
     SetupStarted,
@@ -221,3 +222,21 @@ def _cells(reporter: LiveReporter) -> list[str]:
 
     last = [list(col.cells)[-1] for col in reporter._render().columns]
     return [cell.plain if isinstance(cell, Text) else str(cell) for cell in last]
+
+
+def test_a_task_waiting_for_a_lock_says_for_which_and_whom_until_it_starts() -> None:
+    reporter = LiveReporter(stream=io.StringIO(), probe=lambda: ({}, 0.0))
+    reporter.handle(
+        RunStarted("r-1", "max concurrency 2", "main", "0" * 40, ("a", "b"), (("a", "b"),), None, None)
+    )
+    try:
+        reporter.handle(WaveStarted(1, ("a", "b")))
+        reporter.handle(started("a"))
+        reporter.handle(LockWaiting("b", "port:5199", "a"))
+        assert rows_of(reporter)[0][1] == "1 running, 1 waiting for locks"
+        said = [getattr(cell, "plain", cell) for cell in reporter._render().columns[4].cells]
+        assert "waiting for lock port:5199 (held by a)" in said
+        reporter.handle(started("b"))
+        assert [row[0] for row in rows_of(reporter)[1:]] == ["a", "b"]  # its wait is over
+    finally:
+        reporter.abort()

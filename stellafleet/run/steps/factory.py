@@ -19,6 +19,7 @@ from stellafleet.run.steps.claims import Claims
 from stellafleet.run.steps.commits import BranchCommits
 from stellafleet.run.steps.expansions import Expand
 from stellafleet.run.steps.gitguard import GitGuard
+from stellafleet.run.steps.leases import Leases
 from stellafleet.run.steps.limits import LimitGate
 from stellafleet.run.steps.salvage import Salvage
 from stellafleet.run.steps.spend import SpendGuard
@@ -38,6 +39,7 @@ STEPS: tuple[type[AttemptStep], ...] = (
     SpendGuard,
     Claims,
     StartCommit,  # before the worktree: parents that conflict are refused first
+    Leases,  # before the worktree: its setup sees the ports; no worktree is made while its locks are awaited
     Workspaces,
     GitGuard,
     UnclaimedWrites,
@@ -73,6 +75,7 @@ def server(
         SpendGuard(ledger, budget, settings.spend_guard_usd),
         Claims(claims, settings.root),
         StartCommit(settings, ledger),
+        Leases(settings, ledger, emit),
         Workspaces(settings, ledger, emit),
         GitGuard(settings),
         UnclaimedWrites(settings, ledger, claims),
