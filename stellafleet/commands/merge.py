@@ -55,6 +55,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="hand a conflicting branch to a worker as a task whose prompt carries the conflict "
         "(under the spend limit); its result is checked like any other",
     )
+    parser.add_argument(
+        "--serial",
+        action="store_true",
+        help="land one branch at a time (a train window of 1) instead of batches of disjoint branches",
+    )
+    parser.add_argument(
+        "--fix",
+        type=int,
+        metavar="N",
+        help="hand an evicted branch back to its task's worker up to N times, then try it again "
+        "(default: [merge] fix_rounds); also serves the evictions an earlier merge left waiting",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document with each branch's step")
     parser.set_defaults(func=run)
 
@@ -63,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     root = gitops.main_worktree_root(Path.cwd())
     config = load_config(root, config_file=config_file_arg(args))
     settings = config.merge
+    window = 1 if args.serial else settings.window
     options = MergeOptions(
         run_ref=args.run_ref,
         dry_run=args.dry_run,
@@ -73,6 +86,12 @@ def run(args: argparse.Namespace) -> int:
         check_tail_lines=settings.check_tail_lines,
         worktree=config.worktree,
         init_submodules=config.fleet.init_submodules,
+        window=window,
+        max_window=1 if args.serial else settings.max_window,
+        parallel_checks=settings.parallel_checks,
+        check_retries=settings.check_retries,
+        retry_on=settings.retry_on,
+        fix_rounds=args.fix if args.fix is not None else settings.fix_rounds,
     )
     progress = None if args.json else print_item
     if args.via_gh:
@@ -93,7 +112,17 @@ def run(args: argparse.Namespace) -> int:
                 Resolver, root, config=config, spend_limit=args.spend_limit, config_file=config_file_arg(args)
             )
 
-        result = merge_run(root, options, progress=progress, make_resolver=make_resolver)
+        make_fixer = None
+        if options.fix_rounds:
+            from stellafleet.merge.evicted import Fixer
+
+            make_fixer = partial(
+                Fixer, root, config=config, spend_limit=args.spend_limit, config_file=config_file_arg(args)
+            )
+        say = None if args.json else print_line
+        result = merge_run(
+            root, options, progress=progress, make_resolver=make_resolver, make_fixer=make_fixer, say=say
+        )
     if args.json:
         print(jsontext.dumps(result.to_json(), indent=2))
     else:
@@ -109,6 +138,10 @@ MARK = {
     MergeStatus.SKIPPED: "skipped",
     MergeStatus.ERROR: "ERROR",
 }
+
+
+def print_line(line: str) -> None:
+    print(f"    {printable(line)}", flush=True)
 
 
 def print_item(item: MergeItem) -> None:

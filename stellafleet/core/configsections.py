@@ -117,6 +117,12 @@ class MergeConfig:
     check: str | None = None
     check_timeout: float = 1800.0
     check_tail_lines: int = 20
+    window: int = 8  # the train's first batch size (docs/merge.md#the-train)
+    max_window: int = 32
+    parallel_checks: int = 1
+    check_retries: int = 1
+    retry_on: tuple[str, ...] = ()
+    fix_rounds: int = 0
 
 
 @dataclass(frozen=True)

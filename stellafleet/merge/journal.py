@@ -23,6 +23,7 @@ from stellafleet.state import journal
 from stellafleet.state.ledger import Ledger
 
 RECORD = "merge"
+STOPPED = "stella merge was stopped before this branch landed (killed or interrupted)"
 STOP_GRACE_S = 2.0  # for a killed merge's resolve worker
 LOCK_CLOCK_SLACK_S = 2.0  # file times may be coarse: a lock made just after the record may look older
 
@@ -111,25 +112,28 @@ def _drop_index_lock(root: Path, journal_at: float | None) -> str | None:
 def _finish(root: Path, data: dict[str, Any], journal_at: float | None = None) -> str:
     done: list[str] = []  # its check, if any, is stopped by its own record (run/checking.py)
     landing = data.get("landing")
-    status, after = MergeStatus.ERROR, None
-    reason = "stella merge was stopped before this branch landed (killed or interrupted)"
+    after, reason = None, STOPPED
     if landing:
         onto, old, new = landing["onto"], landing["old"], landing["new"]
         if (said := _drop_index_lock(root, journal_at)) is not None:
             done.append(said)
         if mergeops.finish_advance(root, onto, old, new):
             done.append(f"{onto} at {new[:12]} got its index and files")
-            if mergeops.contains(root, new, data.get("head") or new):
-                status, after = MergeStatus.MERGED, new
-                reason = f"landed on {onto} at {new[:12]} (finished after stella merge was killed)"
-    merge_id, resolving = data.get("merge_id"), data.get("resolving")
-    if merge_id is not None or resolving:
+            after = new
+            reason = f"landed on {onto} at {new[:12]} (finished after stella merge was killed)"
+    members = [(data["merge_id"], data.get("branch"), data.get("head"))] if data.get("merge_id") else []
+    members += [tuple(member) for member in data.get("members") or []]  # a batch's not settled yet
+    resolving = data.get("resolving")
+    if members or resolving:
         with Ledger.open(StatePaths(root).fleet_db) as ledger:
             if resolving:  # its worker first: it may still write in the worktree that goes
                 done.append(_finish_resolve(root, ledger, resolving))
-            if merge_id is not None:
-                ledger.merges.finish(int(merge_id), status, after_sha=after, reason=reason)
-                done.append(f"{data.get('branch') or 'its branch'} recorded {status}")
+            for merge_id, branch, head in members:
+                landed = after is not None and mergeops.contains(root, after, head or after)
+                status = MergeStatus.MERGED if landed else MergeStatus.ERROR
+                ledger.merges.finish(int(merge_id), status, after_sha=after if landed else None,
+                                     reason=reason if landed else STOPPED)  # fmt: skip
+                done.append(f"{branch or 'its branch'} recorded {status}")
     worktree, scratch = data.get("worktree"), data.get("scratch")
     if worktree:
         with contextlib.suppress(GitError):

@@ -31,6 +31,9 @@ class MergeItem:
     check_tail: str = ""
     check: str | None = None  # the task's own check, run again on the integrated tree before it lands
     check_timeout: float = 600.0
+    claims: tuple[str, ...] = ()  # the plan's claims: a batch takes only branches disjoint in these too
+    batch: int | None = None  # the number of the train's batch it landed or was evicted in
+    merge_id: int | None = None  # its row of the ledger's merges in the current batch
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,6 +48,7 @@ class MergeItem:
             "after_sha": self.after_sha,
             "files": list(self.files),
             "check_tail": self.check_tail,
+            "batch": self.batch,
         }
 
 
@@ -130,5 +134,6 @@ def plan_queue(run: dict[str, Any], *, unwatched: bool) -> tuple[list[MergeItem]
         after = tuple(sorted(deps[ready["id"]], key=order.__getitem__))
         item = MergeItem(ready["branch"], ready["id"], len(queue) + 1, after)
         item.check, item.check_timeout = ready.get("check_command"), ready.get("check_timeout_s") or 600.0
+        item.claims = tuple(ready.get("claims") or ())
         queue.append(item)
     return queue, left_out

@@ -27,7 +27,7 @@ def start_merge(root: Path, env: dict[str, str], *args: str) -> subprocess.Popen
     """`stella merge` in a session of its own, so the whole command (its git children too) can be killed
     at once, as a terminal's kill of the job would."""
     return subprocess.Popen(
-        [sys.executable, "-m", "stellafleet", "merge", *args],
+        [sys.executable, "-m", "stellafleet", "merge", "--serial", *args],
         cwd=root,
         env={**os.environ, **env},
         stdin=subprocess.DEVNULL,

@@ -38,7 +38,7 @@ def test_green_branches_land_in_dependency_order_and_head_only_moves_to_checked_
 ) -> None:
     build_run(git_repo)
     start = git("rev-parse", "main", cwd=git_repo).strip()
-    proc = stella("merge", "--check", CHECK, cwd=git_repo, env=check_env)
+    proc = stella("merge", "--serial", "--check", CHECK, cwd=git_repo, env=check_env)
     assert proc.returncode == 1, proc.stderr
     out = proc.stdout
     lines = [line for line in out.splitlines() if line.strip()[:2].rstrip(".").isdigit()]
@@ -80,7 +80,7 @@ def test_green_branches_land_in_dependency_order_and_head_only_moves_to_checked_
     assert "merges" in shown.stdout and "conflict" in shown.stdout and "README.md" in shown.stdout
 
     # a second pass finds a and b already in and tries c and d again
-    again = stella("merge", "--check", CHECK, "--json", cwd=git_repo, env=check_env)
+    again = stella("merge", "--serial", "--check", CHECK, "--json", cwd=git_repo, env=check_env)
     doc = json.loads(again.stdout)
     assert [(i["task_id"], i["status"]) for i in doc["queue"]] == [
         ("a", "skipped"),
@@ -245,7 +245,7 @@ def test_each_branch_is_checked_in_a_fresh_check_tree_readied_as_a_worktree(
     (git_repo / ".stella" / "config.toml").write_text(
         f'[worktree]\nsetup = "touch set-up"\n\n[merge]\ncheck = "{check}"\n'
     )
-    proc = stella("merge", "--json", cwd=git_repo, timeout=120)
+    proc = stella("merge", "--serial", "--json", cwd=git_repo, timeout=120)
     queue = {i["task_id"]: i for i in json.loads(proc.stdout)["queue"]}
     assert {t: queue[t]["status"] for t in "abcd"} == {
         "a": "merged", "b": "merged", "c": "conflict", "d": "merged"
