@@ -1,0 +1,130 @@
+"""The merge train: batches of disjoint branches, one check per batch, a red batch bisected (the culprit
+confirmed on the tip before it is evicted, the later of a pair red together), a check that did not decide
+run again, the window adapting; on real repositories, in-process (merge_run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers.merging import RUN_ID, build_disjoint_run, merges
+from helpers.repo import git
+
+from stellafleet.core.paths import StatePaths
+from stellafleet.merge.queue import MergeItem
+from stellafleet.merge.runner import MergeOptions, merge_run
+from stellafleet.merge.train import Window, narrow, probes, take_batch, undecided
+from stellafleet.state.ledger import Ledger
+
+# Red only when both c.txt and e.txt are there; each run appends a line to $CHECK_LOG.
+TOGETHER = 'echo run >> "$CHECK_LOG"; ! { test -e c.txt && test -e e.txt; }'
+
+
+def items(*names: str, after: dict[str, tuple[str, ...]] | None = None) -> list[MergeItem]:
+    return [MergeItem(f"fleet/{n}", n, i, (after or {}).get(n, ())) for i, n in enumerate(names, 1)]
+
+
+def test_a_batch_takes_disjoint_branches_in_queue_order_and_waits_for_dependencies() -> None:
+    queue = items("a", "b", "c", "d", "e", "f", after={"d": ("a",), "f": ("c",)})
+    footprint = {
+        "a": ("src/api.py",), "b": ("src/api.py", "b.txt"), "c": ("docs/**",), "d": ("d.txt",),
+        "e": ("docs/guide.md",), "f": ("f.txt",),
+    }  # fmt: skip
+    landed: set[str] = set()
+
+    def waiting(item: MergeItem) -> list[str]:
+        return [dep for dep in item.after if dep not in landed]
+
+    first = take_batch(queue, 8, footprint, waiting)
+    # b shares a file with a, e falls under c's claim; d's dependency a is earlier in the batch
+    assert [i.task_id for i in first] == ["a", "c", "d", "f"]
+    assert take_batch(queue, 8, footprint, waiting) == first  # the same queue, the same batch
+    assert [i.task_id for i in take_batch(queue, 2, footprint, waiting)] == ["a", "c"]
+    rest = [i for i in queue if i not in first]
+    assert [i.task_id for i in take_batch(rest, 8, footprint, waiting)] == ["b", "e"]
+    # a dependency neither landed nor in the batch: the dependent waits
+    assert [i.task_id for i in take_batch(queue[3:], 8, footprint, waiting)] == ["d", "e"]
+
+
+def test_the_window_grows_by_one_halves_on_red_and_never_drops_below_one() -> None:
+    window = Window(8, 10)
+    window.landed(), window.landed(), window.landed()
+    assert window.size == 10
+    window.red()
+    assert window.size == 5
+    for _ in range(5):
+        window.red()
+    assert window.size == 1
+
+
+def bisect(red_from: int, size: int, parallel: int) -> tuple[int, list[int]]:
+    """The culprit (1-based) a bisection finds when every prefix of red_from or more members is red, and
+    the prefixes it checked."""
+    lo, hi, checked = 0, size, []
+    while hi - lo > 1:
+        points = probes(lo, hi, parallel)
+        checked += points
+        lo, hi = narrow(lo, hi, {p: p < red_from for p in points})
+    return hi, checked
+
+
+def test_a_bisection_finds_the_first_red_prefix_and_never_retests_the_last_member() -> None:
+    assert bisect(8, 8, 1) == (8, [4, 6, 7])  # the last is the culprit once all others passed
+    assert bisect(3, 8, 1) == (3, [4, 2, 3])
+    culprit, checked = bisect(5, 8, 3)
+    assert culprit == 5 and len(checked) <= 6 and 8 not in checked
+    assert probes(3, 4, 2) == [] and probes(0, 2, 4) == [1]
+
+
+def test_a_check_that_did_not_decide_is_told_from_a_red_one() -> None:
+    assert undecided(None, "stopped after 5 s: check_timeout is 5 s", "", ()) is True  # its timeout
+    assert undecided(-15, None, "", ()) is True  # a signal
+    assert undecided(1, None, "ECONNRESET while fetching", (r"ECONNRESET",)) is True
+    assert undecided(1, None, "1 failed", (r"ECONNRESET",)) is False
+
+
+def test_a_red_batch_is_bisected_its_green_prefix_lands_and_the_later_of_a_pair_red_together_is_evicted(
+    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build_disjoint_run(git_repo, {t: {f"{t}.txt": f"{t}\n"} for t in "abcde"})
+    log = tmp_path / "checks.log"
+    monkeypatch.setenv("CHECK_LOG", str(log))  # the check's own environment comes from stella's
+    lines: list[str] = []
+    result = merge_run(git_repo, MergeOptions(unwatched=True, check=TOGETHER), say=lines.append)
+    status = {item.task_id: str(item.status) for item in result.queue}
+    assert status == {"a": "merged", "b": "merged", "c": "merged", "d": "merged", "e": "check_failed"}
+    # the batch, then prefixes 2, 3 and 4 (never 5), then e confirmed alone on the new tip: 5 runs, not 9
+    assert len(log.read_text().splitlines()) == result.check_runs == 5
+    assert lines[0] == "batch 1: 5 branches: " + ", ".join(f"fleet/{t}-abcd" for t in "abcde")
+    assert any(line.startswith("batch 1: bisect: checking the first 2 of 5") for line in lines)
+    assert any(line.startswith("evicted: fleet/e-abcd [e]: check `") for line in lines), lines
+    assert {f for f in "abcde" if (git_repo / f"{f}.txt").exists()} == set("abcd")
+    rows = merges(git_repo)
+    assert {r["batch_id"] for r in rows} == {1} and len(rows) == 5
+    with Ledger.open(StatePaths(git_repo).fleet_db, readonly=True) as ledger:
+        [batch] = ledger.merge_batches.of_run(RUN_ID)
+        [request] = ledger.requests.needing_you(RUN_ID)
+    assert batch["outcome"] == "bisected" and batch["members"] == [f"fleet/{t}-abcd" for t in "abcde"]
+    assert [s["step"] for s in batch["steps"]].count("check") == 5
+    # the eviction goes back to e's task: the landed commits it fails with, the new tip
+    assert (request["task_id"], request["reason"]) == ("e", "evicted")
+    tip = git("rev-parse", "main", cwd=git_repo).strip()
+    assert tip in request["context"] and "fleet/c-abcd: work" in request["context"]
+
+
+def test_disjoint_branches_land_with_one_check_and_a_check_that_did_not_decide_runs_again(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    build_disjoint_run(git_repo, {t: {f"{t}.txt": f"{t}\n"} for t in "abcd"})
+    marker = tmp_path / "flaked"
+    flaky = f'if [ ! -e {marker} ]; then touch {marker}; echo "ECONNRESET"; exit 1; fi'
+    options = MergeOptions(unwatched=True, check=flaky, retry_on=("ECONNRESET",), window=2, max_window=3)
+    result = merge_run(git_repo, options)
+    assert all(str(item.status) == "merged" for item in result.queue)
+    # batch 1 (a, b): red without deciding, then green; the window grew to 3: batch 2 (c, d)
+    assert result.check_runs == 3
+    assert [b["members"] for b in result.batches] == [
+        ["fleet/a-abcd", "fleet/b-abcd"],
+        ["fleet/c-abcd", "fleet/d-abcd"],
+    ]
+    assert [s["step"] for s in result.batches[0]["steps"]] == ["retry", "check", "land"]
