@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -17,12 +18,13 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import CheckPhase, MergeStatus
 from stellafleet.core.words import files_named, plural
 from stellafleet.git import gitops, mergeops, worktrees
+from stellafleet.git.keptree import KeptTree
 from stellafleet.merge import journal as merge_journal
 from stellafleet.merge.batch import Fixing, Train
 from stellafleet.merge.journal import Journal
 from stellafleet.merge.options import MergeOptions, MergeResult, Progress, Resolving, Say
 from stellafleet.merge.queue import MergeItem, plan_queue
-from stellafleet.run import checking
+from stellafleet.run import bootstrap, checking
 from stellafleet.run.checking import CheckRun
 from stellafleet.state.journal import recover
 from stellafleet.state.ledger import Ledger
@@ -110,6 +112,9 @@ class _Queue:
         self.progress = progress
         self.tip = result.start_sha
         self.not_landed: set[str] = set()
+        self.slots: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for slot in range(1, self.options.parallel_checks + 1):
+            self.slots.put(slot)
 
     def _skipped(self, item: MergeItem) -> bool:
         """Whether item cannot be tried at all (gone, its dependency did not land, already in): SKIPPED."""
@@ -168,9 +173,9 @@ class _Queue:
             self.result.end_sha = self.tip
 
     def _check(self, members: Sequence[MergeItem], head: str, merge_id: int) -> CheckRun | None:
-        """Each member task's own check (each command once), then --check, on head in a fresh check tree
-        readied as a worktree is, each a ledger row of the merge step; the first red one (None: all passed,
-        or none to run)."""
+        """Each member task's own check (each command once), then --check, on head in a kept check tree
+        (git/keptree.py), each a ledger row of the merge step; the first red one (None: all passed, or none
+        to run)."""
         own = dict.fromkeys((item.check, item.check_timeout) for item in members if item.check)
         commands = [(c, t) for c, t in (*own, (self.options.check, None)) if c]
         if not commands:
@@ -190,22 +195,41 @@ class _Queue:
             )
             for n, (command, timeout) in enumerate(commands, 1)
         ]
-        runs = checking.run_and_record(
-            self.ledger,
-            checking.CheckRow(self.result.run_id, item.task_id, CheckPhase.MERGE, merge_id=merge_id),
-            checks,
-            head,
-            tree=checking.FreshTree(self.options.worktree, self.options.init_submodules, env),
-            root=self.root,
-            env=env,
-            log_path=log,
-            tail_bytes=MERGE_TAIL_BYTES,
-        )
+        row = checking.CheckRow(self.result.run_id, item.task_id, CheckPhase.MERGE, merge_id=merge_id)
+        slot = self.slots.get()  # one kept tree per check running at once
+        try:
+            kept = self._kept_tree(slot, env, log)
+            with kept.held():
+                try:
+                    kept.move_to(head)
+                except bootstrap.SetupFailed as exc:
+                    failed = checking.not_run(checks[0].command, f"its check tree: {exc}", head)
+                    runs = [checking.recorded(self.ledger, row, failed, log)]
+                else:
+                    runs = checking.run_and_record(
+                        self.ledger, row, checks, head, tree=kept.path, root=self.root, env=env,
+                        log_path=log, tail_bytes=MERGE_TAIL_BYTES,
+                    )  # fmt: skip
+        finally:
+            self.slots.put(slot)
         lines = self.options.check_tail_lines
         tail = "\n".join("\n".join(run.tail.rstrip().splitlines()[-lines:]) for run in runs)
         for member in members:  # each lands (or not) with the output of the check it was in
             member.check_tail = tail
         return None if runs[-1].passed else runs[-1]
+
+    def _kept_tree(self, slot: int, env: dict[str, str], log: Path) -> KeptTree:
+        """The check tree of one slot, kept between checks and merges: moved with one checkout, readied
+        as every new worktree is when made (and when a `[worktree] setup_inputs` file changed)."""
+        config = self.options.worktree
+
+        def ready(path: Path) -> None:
+            bootstrap.ready(
+                path, config, env, log, None, root=self.root, init_submodules=self.options.init_submodules
+            )
+
+        path = StatePaths(self.root).private / "merge-trees" / f"check-{slot}"
+        return KeptTree(self.root, path, ready=ready, setup_inputs=config.setup_inputs or ())
 
     def _apply(self, item: MergeItem, worktree: Path, onto: str) -> mergeops.StepResult:
         """One branch rebased (or merged) onto `onto` in the batch's tree: the new head, or its conflict."""

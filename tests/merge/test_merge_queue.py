@@ -74,7 +74,9 @@ def test_green_branches_land_in_dependency_order_and_head_only_moves_to_checked_
     assert rows[2]["files"] == ["README.md"]
     assert "bad.txt: forbidden file" in str(rows[3]["check_tail"])
     assert not list(tmp_path.glob("stella-merge-*"))
-    assert len(git("worktree", "list", "--porcelain", cwd=git_repo).split("worktree ")) == 2
+    assert (
+        len(git("worktree", "list", "--porcelain", cwd=git_repo).split("worktree ")) == 3
+    )  # + the check tree
 
     shown = stella("runs", RUN_ID, cwd=git_repo)
     assert "merges" in shown.stdout and "conflict" in shown.stdout and "README.md" in shown.stdout
@@ -230,10 +232,10 @@ def test_merge_and_clean_name_the_pull_requests_and_remote_branches_they_leave_o
     assert note in cleaned.stdout.splitlines(), cleaned.stdout
 
 
-def test_each_branch_is_checked_in_a_fresh_check_tree_readied_as_a_worktree(
+def test_each_branch_is_checked_in_a_kept_check_tree_readied_as_a_worktree_and_cleaned_between_checks(
     git_repo: Path, stella: StellaRunner
 ) -> None:
-    (git_repo / ".gitignore").write_text("node_modules/\n")
+    (git_repo / ".gitignore").write_text("node_modules/\nset-up\n")
     (git_repo / ".worktreeinclude").write_text("node_modules/\n")
     git("add", ".gitignore", ".worktreeinclude", cwd=git_repo)
     git("commit", "-qm", "ignore node_modules", cwd=git_repo)
@@ -252,7 +254,7 @@ def test_each_branch_is_checked_in_a_fresh_check_tree_readied_as_a_worktree(
     }  # fmt: skip
     stored = {r["task_id"]: r["check_tail"] for r in merges(git_repo)}
     assert stored["a"] == "checked a" and stored["d"] == "checked d"  # a passing check's output is kept
-    assert not list((StatePaths(git_repo).private / "checks").iterdir())
+    assert (StatePaths(git_repo).private / "merge-trees" / "check-1" / "set-up").exists()  # ignored: kept
 
 
 @pytest.mark.parametrize("init", ["true", "false"])
