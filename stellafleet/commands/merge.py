@@ -13,6 +13,7 @@ from stellafleet.core.config import load_config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.status import MergeStatus
 from stellafleet.core.terminal import printable, single_line
+from stellafleet.core.words import plural
 from stellafleet.git import gitops
 from stellafleet.merge.queue import MergeItem
 from stellafleet.merge.runner import STRATEGIES, MergeOptions, MergeResult, merge_run
@@ -93,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
         retry_on=settings.retry_on,
         fix_rounds=args.fix if args.fix is not None else settings.fix_rounds,
     )
-    progress = None if args.json else print_item
+    quiet = getattr(args, "quiet", False)  # stella fleet --land --json: its own document is stdout
+    progress = None if args.json or quiet else print_item
     if args.via_gh:
         from stellafleet.merge.viagh import merge_via_gh
 
@@ -119,15 +121,36 @@ def run(args: argparse.Namespace) -> int:
             make_fixer = partial(
                 Fixer, root, config=config, spend_limit=args.spend_limit, config_file=config_file_arg(args)
             )
-        say = None if args.json else print_line
+        say = None if args.json or quiet else print_line
         result = merge_run(
             root, options, progress=progress, make_resolver=make_resolver, make_fixer=make_fixer, say=say
         )
     if args.json:
         print(jsontext.dumps(result.to_json(), indent=2))
-    else:
+    elif not quiet:
         print_summary(result)
+    if getattr(args, "land", False):  # stella fleet --land: every task's work landed, or not
+        print(land_summary(result), file=sys.stderr if quiet else sys.stdout)
+        landed = all(item.status in (MergeStatus.MERGED, MergeStatus.SKIPPED) for item in result.queue)
+        return result.exit_code or (0 if landed and not result.left_out else 1)
     return result.exit_code
+
+
+def land_summary(result: MergeResult) -> str:
+    """stella fleet --land's last word: what landed, what was evicted and why, what waits on you."""
+    landed = [item.branch for item in result.queue if item.status == MergeStatus.MERGED]
+    out = [item for item in result.queue if item.status not in (MergeStatus.MERGED, MergeStatus.SKIPPED)]
+    lines = [f"land: {len(landed)} of {len(result.queue)} branch(es) landed on {result.onto}"]
+    lines += [f"  evicted: {item.branch} [{item.task_id}]: {single_line(item.reason)}" for item in out]
+    lines += [
+        f"  not taken: {item.branch or item.task_id}: {single_line(item.reason)}" for item in result.left_out
+    ]
+    if out:
+        lines.append(
+            f"  waiting on you: {plural(len(out), 'eviction')} (`stella merge --fix N` hands them back to their "
+            "tasks; `stella runs` shows each request)"
+        )
+    return "\n".join(lines)
 
 
 MARK = {

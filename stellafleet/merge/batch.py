@@ -312,7 +312,6 @@ class Train:
         self.q._advance(members, built[upto - 1].head)
         for item in members:
             self.landed.add(item.task_id)
-            self.say(f"landed: {item.branch} [{item.task_id}] at {self.q.tip[:12]}")
             self.q.progress(item)
         record.steps.append(
             {"step": "land", "upto": upto, "tip": self.q.tip, "branches": [m.branch for m in members]}
