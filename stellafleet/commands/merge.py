@@ -147,8 +147,8 @@ def land_summary(result: MergeResult) -> str:
     ]
     if out:
         lines.append(
-            f"  waiting on you: {plural(len(out), 'eviction')} (`stella merge --fix N` hands them back to their "
-            "tasks; `stella runs` shows each request)"
+            f"  waiting on you: {plural(len(out), 'eviction')} (`stella merge --fix N` hands them back to "
+            "their tasks; `stella runs` shows each request)"
         )
     return "\n".join(lines)
 
