@@ -50,19 +50,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="with --watch: a branch that ends red gets up to N follow-up attempts fed its CI failure",
     )
-    parser.add_argument(
-        "--land",
-        action="store_true",
-        help="then land the run's branches with the merge train (`stella merge`, after --watch when given): "
-        "exit 0 only when every task's work landed",
-    )
-    parser.add_argument(
-        "--fix",
-        type=int,
-        metavar="N",
-        help="with --land: an evicted branch goes back to its task's worker up to N times "
-        "(default: [merge] fix_rounds)",
-    )
+    _add_land_arguments(parser)
     parser.add_argument("--dry-run", action="store_true", help="show the waves and workspaces, run nothing")
     parser.add_argument("--json", action="store_true", help="print one JSON result document instead")
     parser.add_argument(
@@ -118,6 +106,22 @@ def _start_options(parser: argparse.ArgumentParser) -> None:
         "--allow-detached",
         action="store_true",
         help="let shared tasks commit onto a detached HEAD (default: refused; [fleet] allow_detached)",
+    )
+
+
+def _add_land_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--land",
+        action="store_true",
+        help="then land the run's branches with the merge train (`stella merge`, after --watch when given): "
+        "exit 0 only when every task's work landed",
+    )
+    parser.add_argument(
+        "--fix",
+        type=int,
+        metavar="N",
+        help="with --land: an evicted branch goes back to its task's worker up to N times "
+        "(default: [merge] fix_rounds)",
     )
 
 

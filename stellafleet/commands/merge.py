@@ -9,7 +9,7 @@ from pathlib import Path
 
 from stellafleet.commands import config_file_arg
 from stellafleet.core import jsontext
-from stellafleet.core.config import load_config
+from stellafleet.core.config import Config, load_config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.status import MergeStatus
 from stellafleet.core.terminal import printable, single_line
@@ -72,12 +72,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    root = gitops.main_worktree_root(Path.cwd())
-    config = load_config(root, config_file=config_file_arg(args))
+def options_from(args: argparse.Namespace, config: Config) -> MergeOptions:
+    """What the command line asks, over `[merge]` (--serial: a window of 1)."""
     settings = config.merge
     window = 1 if args.serial else settings.window
-    options = MergeOptions(
+    return MergeOptions(
         run_ref=args.run_ref,
         dry_run=args.dry_run,
         unwatched=args.unwatched,
@@ -91,9 +90,15 @@ def run(args: argparse.Namespace) -> int:
         max_window=1 if args.serial else settings.max_window,
         parallel_checks=settings.parallel_checks,
         check_retries=settings.check_retries,
-        retry_on=settings.retry_on,
+        retry_on=settings.retry_on or (),
         fix_rounds=args.fix if args.fix is not None else settings.fix_rounds,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    root = gitops.main_worktree_root(Path.cwd())
+    config = load_config(root, config_file=config_file_arg(args))
+    options = options_from(args, config)
     quiet = getattr(args, "quiet", False)  # stella fleet --land --json: its own document is stdout
     progress = None if args.json or quiet else print_item
     if args.via_gh:

@@ -121,7 +121,7 @@ class MergeConfig:
     max_window: int = 32
     parallel_checks: int = 1
     check_retries: int = 1
-    retry_on: tuple[str, ...] = ()
+    retry_on: tuple[str, ...] | None = None  # None: no output marks a check undecided
     fix_rounds: int = 0
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from helpers.merging import RUN_ID, build_disjoint_run, merges
-from helpers.repo import git
+from helpers.repo import StellaRunner, git
 
 from stellafleet.core.paths import StatePaths
 from stellafleet.merge.queue import MergeItem
@@ -84,7 +84,7 @@ def test_a_check_that_did_not_decide_is_told_from_a_red_one() -> None:
 
 
 def test_a_red_batch_is_bisected_its_green_prefix_lands_and_the_later_of_a_pair_red_together_is_evicted(
-    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stella: StellaRunner
 ) -> None:
     build_disjoint_run(git_repo, {t: {f"{t}.txt": f"{t}\n"} for t in "abcde"})
     log = tmp_path / "checks.log"
@@ -110,6 +110,12 @@ def test_a_red_batch_is_bisected_its_green_prefix_lands_and_the_later_of_a_pair_
     assert (request["task_id"], request["reason"]) == ("e", "evicted")
     tip = git("rev-parse", "main", cwd=git_repo).strip()
     assert tip in request["context"] and "fleet/c-abcd: work" in request["context"]
+    shown = stella("runs", RUN_ID, cwd=git_repo).stdout  # the train, as `stella runs RUN` shows it
+    assert "merge train" in shown and "batch 1  window 8  5 branch(es)  bisected" in shown
+    assert (
+        "check 5 failed; bisect 0..5 at 2; check 2 passed; landed 2 at" in shown
+        and "evicted fleet/e-abcd" in shown
+    )
 
 
 def test_disjoint_branches_land_with_one_check_and_a_check_that_did_not_decide_runs_again(
