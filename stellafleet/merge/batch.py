@@ -87,6 +87,7 @@ class Train:
         self.landed: set[str] = set()
         self.evicted: list[tuple[MergeItem, int]] = []  # with the request that hands each back
         self.number = 0
+        self.batch_id: int | None = None  # the merge_batches row of the batch under way
         self.fixing = False  # this round's evictions are served by --fix (else they wait on you)
         self.red: dict[int, str] = {}  # prefix length -> how its last check failed, in the current batch
 
@@ -187,6 +188,7 @@ class Train:
             onto_ref=q.result.onto, before_sha=q.tip,
         )  # fmt: skip
         record = BatchRecord(self.number, self.window.size, names, batch_id)
+        self.batch_id = batch_id
         self.say(
             f"batch {self.number}: {len(batch)} branch{'es' if len(batch) != 1 else ''}: {', '.join(names)}"
         )
@@ -217,13 +219,13 @@ class Train:
             batch_id, outcome=outcome, combined_sha=combined, after_sha=q.tip, steps=record.steps
         )
         q.result.batches.append({**record.__dict__, "outcome": outcome, "combined_sha": combined})
-        q.journal.note(batch=None, members=[])
+        q.journal.note(batch=None, batch_id=None, members=[])
         return back
 
     def _journal(self, members: Sequence[MergeItem]) -> None:
         """The batch's members not settled yet: a killed merge's repair settles exactly these."""
         rows = [[m.merge_id, m.branch, m.head] for m in members if m.status == MergeStatus.PLANNED]
-        self.q.journal.note(batch=self.number, members=rows)
+        self.q.journal.note(batch=self.number, batch_id=self.batch_id, members=rows)
 
     def _build(self, batch: list[MergeItem], worktree: Path, record: BatchRecord) -> list[Built]:
         """Each member rebased onto the ones before it; a conflicting one resolved (--resolve) or evicted."""

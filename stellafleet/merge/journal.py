@@ -124,7 +124,8 @@ def _finish(root: Path, data: dict[str, Any], journal_at: float | None = None) -
     members = [(data["merge_id"], data.get("branch"), data.get("head"))] if data.get("merge_id") else []
     members += [tuple(member) for member in data.get("members") or []]  # a batch's not settled yet
     resolving = data.get("resolving")
-    if members or resolving:
+    batch_id = data.get("batch_id")
+    if members or resolving or batch_id:
         with Ledger.open(StatePaths(root).fleet_db) as ledger:
             if resolving:  # its worker first: it may still write in the worktree that goes
                 done.append(_finish_resolve(root, ledger, resolving))
@@ -134,6 +135,8 @@ def _finish(root: Path, data: dict[str, Any], journal_at: float | None = None) -
                 ledger.merges.finish(int(merge_id), status, after_sha=after if landed else None,
                                      reason=reason if landed else STOPPED)  # fmt: skip
                 done.append(f"{branch or 'its branch'} recorded {status}")
+            if batch_id:
+                ledger.merge_batches.interrupted(int(batch_id))
     worktree, scratch = data.get("worktree"), data.get("scratch")
     if worktree:
         with contextlib.suppress(GitError):

@@ -255,6 +255,14 @@ class MergeBatches(Table):
             (outcome, combined_sha, after_sha, json.dumps(list(steps)), self._db.now_ms(), batch_id),
         )
 
+    def interrupted(self, batch_id: int) -> None:
+        """A killed merge's batch, settled by the next command (its steps so far are not known)."""
+        self._db.execute(
+            "UPDATE merge_batches SET outcome = 'interrupted', finished_at_ms = ?"
+            " WHERE id = ? AND outcome IS NULL",
+            (self._db.now_ms(), batch_id),
+        )
+
     def of_run(self, run_id: str) -> list[dict[str, Any]]:
         rows = self._db.rows("SELECT * FROM merge_batches WHERE run_id = ? ORDER BY id", (run_id,))
         return [

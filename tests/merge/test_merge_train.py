@@ -4,6 +4,8 @@ run again, the window adapting; on real repositories, in-process (merge_run)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,3 +136,27 @@ def test_disjoint_branches_land_with_one_check_and_a_check_that_did_not_decide_r
         ["fleet/c-abcd", "fleet/d-abcd"],
     ]
     assert [s["step"] for s in result.batches[0]["steps"]] == ["retry", "check", "land"]
+
+
+def test_a_merge_killed_during_a_batchs_check_has_every_member_and_the_batch_settled_by_the_next_command(
+    git_repo: Path, stella: StellaRunner, tmp_path: Path
+) -> None:
+    from merge.test_merge_killed import kill_merge, wait_for
+
+    build_disjoint_run(git_repo, {t: {f"{t}.txt": f"{t}\n"} for t in "abc"})
+    start = git("rev-parse", "main", cwd=git_repo).strip()
+    pid_file = tmp_path / "check.pid"
+    check = f"echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; sleep 60"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stellafleet", "merge", "--unwatched", "--check", check],
+        cwd=git_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    wait_for(pid_file, proc=proc)
+    kill_merge(proc)
+    done = stella("runs", cwd=git_repo)
+    assert "a killed stella merge" in done.stderr and "recorded error" in done.stderr, done.stderr
+    assert [r["status"] for r in merges(git_repo)] == ["error", "error", "error"]
+    with Ledger.open(StatePaths(git_repo).fleet_db, readonly=True) as ledger:
+        [batch] = ledger.merge_batches.of_run(RUN_ID)
+    assert batch["outcome"] == "interrupted" and len(batch["members"]) == 3
+    assert git("rev-parse", "main", cwd=git_repo).strip() == start
