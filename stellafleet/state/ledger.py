@@ -56,7 +56,7 @@ class Ledger(Handle):
             ),
             **{
                 table: getattr(self, table).of_run(run_id)
-                for table in ("checks", "ci", "cleanups", "limits", "requests")
+                for table in ("checks", "ci", "cleanups", "limits", "requests", "merge_batches")
             },
         }
 

@@ -12,12 +12,15 @@ import pytest
 from helpers.merging import RUN_ID, build_disjoint_run, merges
 from helpers.repo import StellaRunner, git
 
+from stellafleet.core.clock import wall_ms
 from stellafleet.core.paths import StatePaths
 from stellafleet.merge.queue import MergeItem
 from stellafleet.merge.runner import MergeOptions, merge_run
 from stellafleet.merge.train import Window, narrow, probes, take_batch, undecided
+from stellafleet.state import dashboard
 from stellafleet.state.ledger import Ledger
 
+ALIVE = lambda pid, started: True  # noqa: E731  (the run's processes count as running)
 # Red only when both c.txt and e.txt are there; each run appends a line to $CHECK_LOG.
 TOGETHER = 'echo run >> "$CHECK_LOG"; ! { test -e c.txt && test -e e.txt; }'
 
@@ -112,6 +115,8 @@ def test_a_red_batch_is_bisected_its_green_prefix_lands_and_the_later_of_a_pair_
     assert (request["task_id"], request["reason"]) == ("e", "evicted")
     tip = git("rev-parse", "main", cwd=git_repo).strip()
     assert tip in request["context"] and "fleet/c-abcd: work" in request["context"]
+    page = dashboard.load_first_view(StatePaths(git_repo).fleet_db, RUN_ID, now_ms=wall_ms(), alive=ALIVE)
+    assert [b["outcome"] for b in page["merge_batches"]] == ["bisected"]  # the dashboard's train picture
     shown = stella("runs", RUN_ID, cwd=git_repo).stdout  # the train, as `stella runs RUN` shows it
     assert "merge train" in shown and "batch 1  window 8  5 branch(es)  bisected" in shown
     assert (
