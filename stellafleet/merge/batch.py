@@ -133,6 +133,8 @@ class Train:
             failed = fixer.fix(item, request_id, self.q.tip)
             if failed is not None:
                 self.say(f"fix: {item.task_id}: {failed}")
+                if self.q.ledger.requests.take(request_id):  # never served: ended, not left open
+                    self.q.ledger.requests.finish(request_id, f"not served: {failed}")
                 asked = self.q.ledger.requests.get(request_id) or {}
                 context = f"{asked.get('context', '')}\n(--fix: {failed})"
                 self.q.ledger.requests.ask(
@@ -146,21 +148,41 @@ class Train:
         return back
 
     def run(self, pending: list[MergeItem], worktree: Path) -> None:
-        footprints: dict[str, tuple[str, ...]] = {}
+        """The pending branches landed batch after batch (each looked at once for being gone or in already;
+        then, between batches, only for a dependency that did not land)."""
+        footprints: dict[tuple[str, str | None, tuple[str, ...]], tuple[str, ...]] = {}
+        check = self.q._skipped
         while pending:
             for item in list(pending):
-                if self.q._skipped(item):
+                if check(item):
                     pending.remove(item)
                     self.q._record(item, None)
                     self.q.progress(item)
+            check = self._dependency_failed
             if not pending:
                 return
-            for item in pending:
-                footprints[item.task_id] = self._footprint(item)
-            batch = take_batch(pending, self.window.size, footprints, self._waiting_on)
+            for item in pending:  # the paths a branch changes depend on what it waits for only
+                key = (item.task_id, item.head, tuple(self._waiting_on(item)))
+                if key not in footprints:
+                    footprints[key] = self._footprint(item)
+            shapes = {
+                item.task_id: footprints[item.task_id, item.head, tuple(self._waiting_on(item))]
+                for item in pending
+            }
+            batch = take_batch(pending, self.window.size, shapes, self._waiting_on)
             for item in batch:
                 pending.remove(item)
             pending[:0] = self._land_batch(batch, worktree)
+
+    def _dependency_failed(self, item: MergeItem) -> bool:
+        missing = [dep for dep in item.after if dep in self.q.not_landed]
+        if missing:
+            item.status, item.reason = (
+                MergeStatus.SKIPPED,
+                f"depends on {', '.join(missing)}, which did not land",
+            )
+            self.q.not_landed.add(item.task_id)
+        return bool(missing)
 
     def _waiting_on(self, item: MergeItem) -> list[str]:
         return [dep for dep in item.after if dep not in self.landed]

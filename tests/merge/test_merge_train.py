@@ -165,3 +165,36 @@ def test_a_merge_killed_during_a_batchs_check_has_every_member_and_the_batch_set
         [batch] = ledger.merge_batches.of_run(RUN_ID)
     assert batch["outcome"] == "interrupted" and len(batch["members"]) == 3
     assert git("rev-parse", "main", cwd=git_repo).strip() == start
+
+
+class Unfixed:
+    """A Fixing that records what it was handed and fixes nothing."""
+
+    def __init__(self) -> None:
+        self.handed: list[tuple[str, str]] = []
+
+    def fix(self, item: MergeItem, request_id: int, tip: str) -> str | None:
+        self.handed.append((item.task_id, tip))
+        return "the worker found nothing to change"
+
+
+def test_a_later_merge_with_fix_serves_the_evictions_an_earlier_one_left_waiting(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    build_disjoint_run(git_repo, {t: {f"{t}.txt": f"{t}\n"} for t in "ce"})
+    monkeypatch.setenv("CHECK_LOG", str(tmp_path / "checks.log"))
+    first = merge_run(git_repo, MergeOptions(unwatched=True, check=TOGETHER))
+    assert [str(i.status) for i in first.queue] == ["merged", "check_failed"]
+    fixer = Unfixed()
+    options = MergeOptions(unwatched=True, check=TOGETHER, fix_rounds=1)
+    merge_run(git_repo, options, make_fixer=lambda ledger, run_id: fixer)
+    tip = git("rev-parse", "main", cwd=git_repo).strip()
+    assert fixer.handed[0] == ("e", tip)  # served before the train ran again
+    with Ledger.open(StatePaths(git_repo).fleet_db, readonly=True) as ledger:
+        evicted = [r for r in ledger.requests.of_run(RUN_ID) if r["reason"] == "evicted"]
+    # the waiting one was taken up, and what the fix said waits on you now, with the eviction's context
+    assert [r["state"] for r in evicted][:2] == ["dismissed", "served"]
+    assert evicted[1]["why"] == "not served: the worker found nothing to change"
+    assert (
+        evicted[-1]["state"] == "needs_you" and "the worker found nothing to change" in evicted[-1]["context"]
+    )
