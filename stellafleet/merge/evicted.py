@@ -88,6 +88,7 @@ class Fixer:
             self.run_id,
             tip,
             default_pipeline=factory.recorded_default_pipeline(self.run, self.config),
+            spend_guard_usd=budget.per_worker if budget is not None else None,
             config_file=self.config_file,
             config=self.config,
         )
