@@ -18,6 +18,7 @@ from stellafleet.merge.queue import MergeItem
 from stellafleet.merge.runner import MergeOptions, merge_run
 from stellafleet.merge.train import Window, narrow, probes, take_batch, undecided
 from stellafleet.state import dashboard
+from stellafleet.state.journal import recover
 from stellafleet.state.ledger import Ledger
 
 ALIVE = lambda pid, started: True  # noqa: E731  (the run's processes count as running)
@@ -144,7 +145,7 @@ def test_disjoint_branches_land_with_one_check_and_a_check_that_did_not_decide_r
 
 
 def test_a_merge_killed_during_a_batchs_check_has_every_member_and_the_batch_settled_by_the_next_command(
-    git_repo: Path, stella: StellaRunner, tmp_path: Path
+    git_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from merge.test_merge_killed import kill_merge, wait_for
 
@@ -158,8 +159,9 @@ def test_a_merge_killed_during_a_batchs_check_has_every_member_and_the_batch_set
     )  # fmt: skip
     wait_for(pid_file, proc=proc)
     kill_merge(proc)
-    done = stella("runs", cwd=git_repo)
-    assert "a killed stella merge" in done.stderr and "recorded error" in done.stderr, done.stderr
+    recover(git_repo)  # what the next stella command does first
+    said = capsys.readouterr().err
+    assert "a killed stella merge" in said and "recorded error" in said, said
     assert [r["status"] for r in merges(git_repo)] == ["error", "error", "error"]
     with Ledger.open(StatePaths(git_repo).fleet_db, readonly=True) as ledger:
         [batch] = ledger.merge_batches.of_run(RUN_ID)
