@@ -296,38 +296,44 @@ class Train:
         return red is None
 
     def _check_and_land(self, built: list[Built], record: BatchRecord) -> tuple[str, list[MergeItem]]:
-        if self._check(built, len(built), record, "the batch"):
-            self._land(built, len(built), record)
+        """The batch checked once; a red one checked once more (a flaky red costs one run, not a bisection),
+        then bisected: its green prefix lands, the culprit, confirmed on the tip, is evicted."""
+        size = len(built)
+        if self._check(built, size, record, "the batch") or self._check(
+            built, size, record, "the batch again"
+        ):
+            self._land(built, size, record)
             self.window.landed()
             return "landed", []
         self.window.red()
-        if len(built) == 1:  # checked alone on the current tip: already confirmed
-            self._evict_red(built[0].item, record, 1)
-            return "evicted", []
+        _, hi = self._bisect(built, record)
+        culprit = built[hi - 1]
+        # red twice already when it is the last (its prefix is the batch): else one run on the new tip
+        confirmed = hi == size or not self._check(
+            built, hi, record, f"{culprit.item.branch} alone on the tip"
+        )
+        if confirmed:
+            self._evict_red(culprit.item, record, hi)
+        else:
+            self._land(built, hi, record)  # the red was not its: a flaky check evicts no one
+        return ("evicted" if size == 1 else "bisected"), [b.item for b in built[hi:]]
+
+    def _bisect(self, built: list[Built], record: BatchRecord) -> tuple[int, int]:
+        """Mergify's bisection of a red batch: prefixes checked up to parallel_checks at once, each green one
+        landed; (the longest green prefix, the first red one). The last member is never retested."""
         lo, hi = 0, len(built)
         while hi - lo > 1:
             points = probes(lo, hi, self.q.options.parallel_checks)
             self.say(f"batch {self.number}: bisect: checking the first {', '.join(map(str, points))} of {hi}")
             record.steps.append({"step": "bisect", "lo": lo, "hi": hi, "points": points})
             with ThreadPoolExecutor(max_workers=len(points)) as pool:
-                verdicts = dict(
-                    zip(
-                        points,
-                        pool.map(lambda n: self._check(built, n, record, "bisect"), points),
-                        strict=True,
-                    )
-                )
+                found = pool.map(lambda n: self._check(built, n, record, "bisect"), points)
+                verdicts = dict(zip(points, found, strict=True))
             new_lo, hi = narrow(lo, hi, verdicts)
             if new_lo > lo:
                 self._land(built, new_lo, record)
                 lo = new_lo
-        culprit = built[hi - 1]
-        back = [b.item for b in built[hi:]]
-        if self._check(built, hi, record, f"{culprit.item.branch} alone on the tip"):
-            self._land(built, hi, record)  # the red was not its: a flaky check evicts no one
-        else:
-            self._evict_red(culprit.item, record, hi)
-        return "bisected", back
+        return lo, hi
 
     def _land(self, built: Sequence[Built], upto: int, record: BatchRecord) -> None:
         members = [b.item for b in built[:upto] if b.item.status == MergeStatus.PLANNED]

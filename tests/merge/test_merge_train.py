@@ -121,7 +121,7 @@ def test_a_red_batch_is_bisected_its_green_prefix_lands_and_the_later_of_a_pair_
     shown = stella("runs", RUN_ID, cwd=git_repo).stdout  # the train, as `stella runs RUN` shows it
     assert "merge train" in shown and "batch 1  window 8  5 branch(es)  bisected" in shown
     assert (
-        "check 5 failed; bisect 0..5 at 2; check 2 passed; landed 2 at" in shown
+        "check 5 failed; check 5 failed; bisect 0..5 at 2; check 2 passed; landed 2 at" in shown
         and "evicted fleet/e-abcd" in shown
     )
 
