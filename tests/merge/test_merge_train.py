@@ -200,3 +200,21 @@ def test_a_later_merge_with_fix_serves_the_evictions_an_earlier_one_left_waiting
     assert (
         evicted[-1]["state"] == "needs_you" and "the worker found nothing to change" in evicted[-1]["context"]
     )
+
+
+def test_parallel_checks_bisect_with_several_split_points_at_once_each_in_a_kept_tree_of_its_own(
+    git_repo: Path,
+) -> None:
+    build_disjoint_run(git_repo, {t: {f"{t}.txt": f"{t}\n"} for t in "abcde"})
+    lines: list[str] = []
+    check = "! { test -e b.txt && test -e d.txt; }"
+    result = merge_run(
+        git_repo, MergeOptions(unwatched=True, check=check, parallel_checks=2), say=lines.append
+    )
+    status = {item.task_id: str(item.status) for item in result.queue}
+    assert status == {"a": "merged", "b": "merged", "c": "merged", "d": "check_failed", "e": "merged"}
+    assert "batch 1: bisect: checking the first 1, 3 of 5" in lines, lines
+    # the batch twice, prefixes 1 and 3 at once, then 4, d confirmed on the tip, then e's batch
+    assert result.check_runs == 7
+    kept = StatePaths(git_repo).private / "merge-trees"
+    assert sorted(path.name for path in kept.iterdir() if path.is_dir()) == ["check-1", "check-2"]
