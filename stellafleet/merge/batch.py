@@ -17,6 +17,7 @@ from stellafleet.git import mergeops
 from stellafleet.merge.journal import Journal
 from stellafleet.merge.options import MergeOptions, MergeResult, Progress, Resolving
 from stellafleet.merge.queue import MergeItem
+from stellafleet.merge.resolve import conflict_context
 from stellafleet.merge.train import Window, narrow, probes, take_batch, undecided
 from stellafleet.state.ledger import Ledger
 
@@ -364,11 +365,10 @@ class Train:
         )
         base = mergeops.merge_base(q.root, onto, item.head or onto) or onto
         landed = mergeops.landed_with(q.root, base, onto, step.conflicts)
-        shown = _cut(step.conflict_diff)
         context = (
             f"Your branch {item.branch} conflicts with work already landed on {q.result.onto} (its tip is "
             f"now {q.tip}), in {where}.\nLanded commits it conflicts with:\n{_listed(landed)}\n"
-            f"The conflict, as git shows it:\n```diff\n{shown}\n```\n"
+            + conflict_context(step.conflict_diff)
         )
         self._evict(item, record, context)
 

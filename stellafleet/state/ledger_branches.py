@@ -247,7 +247,7 @@ class MergeBatches(Table):
         after_sha: str | None,
         steps: Sequence[dict[str, Any]],
     ) -> None:
-        """The batch's end: its outcome (landed, bisected, evicted, empty), its combined commit, the tip it
+        """The batch's end: its outcome (landed, bisected, evicted, error), its combined commit, the tip it
         left, and each step (a check run, a bisection split, a landing, an eviction) in order."""
         self._db.execute(
             "UPDATE merge_batches SET outcome = ?, combined_sha = ?, after_sha = ?, steps_json = ?,"
