@@ -131,7 +131,10 @@ class Train:
         back: list[MergeItem] = []
         for item, request_id in evicted:
             self.say(f"fix: {item.branch} goes back to task {item.task_id} (request {request_id})")
+            # a merge killed from here on leaves the worker running: the next stella command stops it
+            self.q.journal.note(fixing={"run_id": self.q.result.run_id, "task_id": item.task_id})
             failed = fixer.fix(item, request_id, self.q.tip)
+            self.q.journal.note(fixing=None)
             if failed is not None:
                 self.say(f"fix: {item.task_id}: {failed}")
                 if self.q.ledger.requests.take(request_id):  # never served: ended, not left open

@@ -123,12 +123,14 @@ def _finish(root: Path, data: dict[str, Any], journal_at: float | None = None) -
             reason = f"landed on {onto} at {new[:12]} (finished after stella merge was killed)"
     members = [(data["merge_id"], data.get("branch"), data.get("head"))] if data.get("merge_id") else []
     members += [tuple(member) for member in data.get("members") or []]  # a batch's not settled yet
-    resolving = data.get("resolving")
+    resolving, fixing = data.get("resolving"), data.get("fixing")
     batch_id = data.get("batch_id")
-    if members or resolving or batch_id:
+    if members or resolving or batch_id or fixing:
         with Ledger.open(StatePaths(root).fleet_db) as ledger:
             if resolving:  # its worker first: it may still write in the worktree that goes
                 done.append(_finish_resolve(root, ledger, resolving))
+            if fixing:
+                done.append(_finish_fix(root, ledger, fixing))
             for merge_id, branch, head in members:
                 landed = after is not None and mergeops.contains(root, after, head or after)
                 status = MergeStatus.MERGED if landed else MergeStatus.ERROR
@@ -148,6 +150,7 @@ def _finish(root: Path, data: dict[str, Any], journal_at: float | None = None) -
 
 
 RESOLVE_REASON = "stella merge --resolve was killed while this resolve task ran: its attempt was abandoned"
+FIX_REASON = "stella merge --fix was killed while this task's fix ran: its attempt was abandoned"
 
 
 def _stop_worker(attempt: dict[str, Any]) -> bool:
@@ -165,7 +168,9 @@ def _stop_worker(attempt: dict[str, Any]) -> bool:
     return True
 
 
-def _abandon(root: Path, ledger: Ledger, run_id: str, task_id: str, attempt: dict[str, Any]) -> list[str]:
+def _abandon(
+    root: Path, ledger: Ledger, run_id: str, task_id: str, attempt: dict[str, Any], why: str = RESOLVE_REASON
+) -> list[str]:
     done = [f"its worker (pid {attempt['pid']}) stopped"] if _stop_worker(attempt) else []
     attempt_id = int(attempt["id"])
     worktree = Path(attempt["worktree"]) if attempt.get("worktree") else None
@@ -181,7 +186,7 @@ def _abandon(root: Path, ledger: Ledger, run_id: str, task_id: str, attempt: dic
     if saved is not None:
         attempt["salvage_sha"] = saved.sha
         done.append(f"its uncommitted work salvaged as {saved.ref}")
-    ledger.attempts.finish(attempt_id, AttemptEnd(AttemptOutcome.ABANDONED, RESOLVE_REASON, RESOLVE_REASON))
+    ledger.attempts.finish(attempt_id, AttemptEnd(AttemptOutcome.ABANDONED, why, why))
     return done
 
 
@@ -201,6 +206,20 @@ def _drop_workspace(root: Path, attempt: dict[str, Any], tip: str | None) -> lis
         gitops.branch_delete(root, branch)
         done.append(f"its empty branch {branch} deleted")
     return done
+
+
+def _finish_fix(root: Path, ledger: Ledger, noted: dict[str, Any]) -> str:
+    """The --fix attempt a killed merge noted: its worker stopped, its attempt abandoned (what it left
+    uncommitted salvaged); the task's own worktree stays, as after any stopped attempt."""
+    run_id, task_id = str(noted["run_id"]), str(noted["task_id"])
+    columns = "id, task_id, outcome, pid, pid_started_ms, worktree, branch, salvage_sha"
+    running = [
+        a
+        for a in ledger.attempts.of_run(run_id, columns)
+        if a["task_id"] == task_id and a["outcome"] == AttemptOutcome.RUNNING
+    ]
+    done = [said for a in running for said in _abandon(root, ledger, run_id, task_id, a, FIX_REASON)]
+    return f"its --fix attempt of task {task_id}: {', '.join(done) or 'had already ended'}"
 
 
 def _finish_resolve(root: Path, ledger: Ledger, noted: dict[str, Any]) -> str:

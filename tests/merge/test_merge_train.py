@@ -14,6 +14,7 @@ from helpers.repo import StellaRunner, git
 
 from stellafleet.core.clock import wall_ms
 from stellafleet.core.paths import StatePaths
+from stellafleet.merge import journal as merge_journal
 from stellafleet.merge.queue import MergeItem
 from stellafleet.merge.runner import MergeOptions, merge_run
 from stellafleet.merge.train import Window, narrow, probes, take_batch, undecided
@@ -218,3 +219,17 @@ def test_parallel_checks_bisect_with_several_split_points_at_once_each_in_a_kept
     assert result.check_runs == 7
     kept = StatePaths(git_repo).private / "merge-trees"
     assert sorted(path.name for path in kept.iterdir() if path.is_dir()) == ["check-1", "check-2"]
+
+
+def test_a_fix_attempt_a_killed_merge_left_running_is_abandoned_by_the_next_command(git_repo: Path) -> None:
+    build_disjoint_run(git_repo, {"a": {"a.txt": "a\n"}})
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a worker pid no process holds any more
+    with Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        attempt = ledger.attempts.start(RUN_ID, "a", pipeline="command")
+        ledger.attempts.set_pid(attempt, gone.pid)
+    said = merge_journal._finish(git_repo, {"fixing": {"run_id": RUN_ID, "task_id": "a"}})
+    assert said.startswith("its --fix attempt of task a: ")
+    with Ledger.open(StatePaths(git_repo).fleet_db, readonly=True) as ledger:
+        [row] = [a for a in ledger.get_run(RUN_ID)["attempts"] if a["id"] == attempt]
+    assert row["outcome"] == "abandoned" and "stella merge --fix was killed" in str(row["summary"])
