@@ -26,10 +26,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="land a run's green fleet/* branches on the current branch, in dependency order",
         description=(
             "Take RUN's fleet/* branches whose CI ended green (all succeeded ones with --unwatched), in "
-            "dependency order, rebase (or merge) each onto the current branch in a scratch worktree, run "
-            "the [merge] check command there, and move the current branch forward only when it passes. "
-            "A conflict or a failing check stops that branch (and those that depend on it); the others "
-            "go on. Nothing is pushed. Refuses a work tree with uncommitted changes (exit 2). Exit 0 when "
+            "dependency order, in batches of branches that change disjoint paths ([merge] window; "
+            "--serial: one at a time): rebase (or merge) a batch onto the current branch in a scratch "
+            "worktree, run the checks once on the result, and move the current branch forward only when "
+            "they pass; a red batch is bisected. A conflicting or failing branch is evicted and goes back "
+            "to its task (--fix N); the others go on. Nothing is pushed. Refuses a work tree with uncommitted changes (exit 2). Exit 0 when "
             "every queued branch landed or was already in, 1 when one conflicted or failed its check."
         ),
     )
