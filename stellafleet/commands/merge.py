@@ -30,8 +30,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "--serial: one at a time): rebase (or merge) a batch onto the current branch in a scratch "
             "worktree, run the checks once on the result, and move the current branch forward only when "
             "they pass; a red batch is bisected. A conflicting or failing branch is evicted and goes back "
-            "to its task (--fix N); the others go on. Nothing is pushed. Refuses a work tree with uncommitted changes (exit 2). Exit 0 when "
-            "every queued branch landed or was already in, 1 when one conflicted or failed its check."
+            "to its task (--fix N); the others go on. Nothing is pushed. Refuses a work tree with "
+            "uncommitted changes (exit 2). Exit 0 when every queued branch landed or was already in, 1 when "
+            "one conflicted or failed its check."
         ),
     )
     parser.add_argument("run_ref", nargs="?", metavar="RUN", help="run id, unique prefix or latest (default)")
