@@ -90,6 +90,7 @@ class Train:
         self.number = 0
         self.batch_id: int | None = None  # the merge_batches row of the batch under way
         self.fixing = False  # this round's evictions are served by --fix (else they wait on you)
+        self.stopped: str | None = None  # why the train stopped (a git step failed: the branch moved)
         self.red: dict[int, str] = {}  # prefix length -> how its last check failed, in the current batch
 
     def run_rounds(self) -> None:
@@ -177,6 +178,11 @@ class Train:
             for item in batch:
                 pending.remove(item)
             pending[:0] = self._land_batch(batch, worktree)
+            if self.stopped is not None:  # the target branch moved, say: nothing more is tried
+                for item in pending:
+                    item.status, item.reason = MergeStatus.ERROR, f"not tried: {self.stopped}"
+                    self._settle(item)
+                pending.clear()
 
     def _dependency_failed(self, item: MergeItem) -> bool:
         missing = [dep for dep in item.after if dep in self.q.not_landed]
@@ -232,7 +238,7 @@ class Train:
             else:
                 outcome = "evicted"
         except GitError as exc:
-            outcome = "error"
+            outcome, self.stopped = "error", exc.message
             for item in batch:
                 if item.status == MergeStatus.PLANNED:
                     item.status, item.reason = MergeStatus.ERROR, exc.message

@@ -233,3 +233,19 @@ def test_a_fix_attempt_a_killed_merge_left_running_is_abandoned_by_the_next_comm
     with Ledger.open(StatePaths(git_repo).fleet_db, readonly=True) as ledger:
         [row] = [a for a in ledger.get_run(RUN_ID)["attempts"] if a["id"] == attempt]
     assert row["outcome"] == "abandoned" and "stella merge --fix was killed" in str(row["summary"])
+
+
+def test_a_branch_moved_under_the_train_stops_it_before_landing_and_nothing_more_is_tried(
+    git_repo: Path,
+) -> None:
+    build_disjoint_run(git_repo, {t: {f"{t}.txt": f"{t}\n"} for t in "abc"})
+    moves = 'git -C "$STELLA_MERGE_ROOT" commit -q --allow-empty -m "someone else lands first"'
+    result = merge_run(git_repo, MergeOptions(unwatched=True, check=moves, window=1))
+    reasons = [(str(item.status), item.reason) for item in result.queue]
+    assert reasons[0] == (
+        "error",
+        "main moved or was switched away from while merging: stopped before landing",
+    )
+    assert reasons[1:] == [("error", f"not tried: {reasons[0][1]}")] * 2
+    assert result.check_runs == 1
+    assert not (git_repo / "a.txt").exists()
