@@ -40,6 +40,11 @@ FLEET_OVERHEAD_TOY = ["--tasks", "4", "--concurrency", "2", "--seconds", "0.2", 
         ("check_overhead.py", ["--files", "50", "--rounds", "1"], "what a check adds per task"),
         ("leases.py", ["--attempts", "8", "--fleets", "2"], "p99 target"),
         (
+            "merge_train.py",
+            ["--branches", "4", "--check-seconds", "0", "--tree-files", "20"],
+            "train wall / serial wall",
+        ),
+        (
             "fleet_limits.py",
             ["--tasks", "2", "--concurrency", "2", "--reads", "2", "--limited", "1", "--retry-after", "0.5"],
             "model calls saved",

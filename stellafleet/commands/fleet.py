@@ -50,6 +50,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="with --watch: a branch that ends red gets up to N follow-up attempts fed its CI failure",
     )
+    _add_land_arguments(parser)
     parser.add_argument("--dry-run", action="store_true", help="show the waves and workspaces, run nothing")
     parser.add_argument("--json", action="store_true", help="print one JSON result document instead")
     parser.add_argument(
@@ -108,12 +109,30 @@ def _start_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_land_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--land",
+        action="store_true",
+        help="then land the run's branches with the merge train (`stella merge`, after --watch when given): "
+        "exit 0 only when every task's work landed",
+    )
+    parser.add_argument(
+        "--fix",
+        type=int,
+        metavar="N",
+        help="with --land: an evicted branch goes back to its task's worker up to N times "
+        "(default: [merge] fix_rounds)",
+    )
+
+
 def options_from(args: argparse.Namespace) -> FleetOptions:
     """The run the command line asks for, typed once (nothing past here sees argparse)."""
     from stellafleet.run.prepare import FleetOptions
 
     if args.fix_ci and not args.watch:
         raise StellaError("--fix-ci needs --watch: it acts on branches whose CI ends red")
+    if args.fix is not None and not args.land:
+        raise StellaError("--fix needs --land: it acts on branches the merge train evicted")
     # the options the command line and FleetOptions call by the same name
     options = {field.name: getattr(args, field.name) for field in fields(FleetOptions) if field.name in args}
     options.update(prompts=tuple(args.prompts), fix_ci=args.fix_ci or 0)
@@ -129,4 +148,17 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
 def run(args: argparse.Namespace) -> int:
     from stellafleet.run.control import run_fleet
 
-    return run_fleet(options_from(args))
+    options = options_from(args)
+    code = run_fleet(options)
+    if not args.land or args.dry_run:
+        return code
+    from stellafleet.commands import merge
+
+    # the merge train on the run just made: watched branches after --watch, else every succeeded one
+    landing = argparse.Namespace(
+        run_ref=None, dry_run=False, unwatched=not args.watch, strategy=None, check=None, via_gh=False,
+        resolve=False, json=False, serial=False, fix=args.fix, spend_limit=args.spend_limit,
+        config=args.config, land=True, quiet=args.json,
+    )  # fmt: skip
+    landed = merge.run(landing)
+    return code or landed

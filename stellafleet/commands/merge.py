@@ -9,10 +9,11 @@ from pathlib import Path
 
 from stellafleet.commands import config_file_arg
 from stellafleet.core import jsontext
-from stellafleet.core.config import load_config
+from stellafleet.core.config import Config, load_config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.status import MergeStatus
 from stellafleet.core.terminal import printable, single_line
+from stellafleet.core.words import plural
 from stellafleet.git import gitops
 from stellafleet.merge.queue import MergeItem
 from stellafleet.merge.runner import STRATEGIES, MergeOptions, MergeResult, merge_run
@@ -25,11 +26,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="land a run's green fleet/* branches on the current branch, in dependency order",
         description=(
             "Take RUN's fleet/* branches whose CI ended green (all succeeded ones with --unwatched), in "
-            "dependency order, rebase (or merge) each onto the current branch in a scratch worktree, run "
-            "the [merge] check command there, and move the current branch forward only when it passes. "
-            "A conflict or a failing check stops that branch (and those that depend on it); the others "
-            "go on. Nothing is pushed. Refuses a work tree with uncommitted changes (exit 2). Exit 0 when "
-            "every queued branch landed or was already in, 1 when one conflicted or failed its check."
+            "dependency order, in batches of branches that change disjoint paths ([merge] window; "
+            "--serial: one at a time): rebase (or merge) a batch onto the current branch in a scratch "
+            "worktree, run the checks once on the result, and move the current branch forward only when "
+            "they pass; a red batch is bisected. A conflicting or failing branch is evicted and goes back "
+            "to its task (--fix N); the others go on. Nothing is pushed. Refuses a work tree with "
+            "uncommitted changes (exit 2). Exit 0 when every queued branch landed or was already in, 1 when "
+            "one conflicted or failed its check."
         ),
     )
     parser.add_argument("run_ref", nargs="?", metavar="RUN", help="run id, unique prefix or latest (default)")
@@ -55,15 +58,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="hand a conflicting branch to a worker as a task whose prompt carries the conflict "
         "(under the spend limit); its result is checked like any other",
     )
+    parser.add_argument(
+        "--serial",
+        action="store_true",
+        help="land one branch at a time (a train window of 1) instead of batches of disjoint branches",
+    )
+    parser.add_argument(
+        "--fix",
+        type=int,
+        metavar="N",
+        help="hand an evicted branch back to its task's worker up to N times, then try it again "
+        "(default: [merge] fix_rounds); also serves the evictions an earlier merge left waiting",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document with each branch's step")
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    root = gitops.main_worktree_root(Path.cwd())
-    config = load_config(root, config_file=config_file_arg(args))
+def options_from(args: argparse.Namespace, config: Config) -> MergeOptions:
+    """What the command line asks, over `[merge]` (--serial: a window of 1)."""
     settings = config.merge
-    options = MergeOptions(
+    window = 1 if args.serial else settings.window
+    return MergeOptions(
         run_ref=args.run_ref,
         dry_run=args.dry_run,
         unwatched=args.unwatched,
@@ -73,8 +88,21 @@ def run(args: argparse.Namespace) -> int:
         check_tail_lines=settings.check_tail_lines,
         worktree=config.worktree,
         init_submodules=config.fleet.init_submodules,
+        window=window,
+        max_window=1 if args.serial else settings.max_window,
+        parallel_checks=settings.parallel_checks,
+        check_retries=settings.check_retries,
+        retry_on=settings.retry_on or (),
+        fix_rounds=args.fix if args.fix is not None else settings.fix_rounds,
     )
-    progress = None if args.json else print_item
+
+
+def run(args: argparse.Namespace) -> int:
+    root = gitops.main_worktree_root(Path.cwd())
+    config = load_config(root, config_file=config_file_arg(args))
+    options = options_from(args, config)
+    quiet = getattr(args, "quiet", False)  # stella fleet --land --json: its own document is stdout
+    progress = None if args.json or quiet else print_item
     if args.via_gh:
         from stellafleet.merge.viagh import merge_via_gh
 
@@ -93,12 +121,43 @@ def run(args: argparse.Namespace) -> int:
                 Resolver, root, config=config, spend_limit=args.spend_limit, config_file=config_file_arg(args)
             )
 
-        result = merge_run(root, options, progress=progress, make_resolver=make_resolver)
+        make_fixer = None
+        if options.fix_rounds:
+            from stellafleet.merge.evicted import Fixer
+
+            make_fixer = partial(
+                Fixer, root, config=config, spend_limit=args.spend_limit, config_file=config_file_arg(args)
+            )
+        say = None if args.json or quiet else print_line
+        result = merge_run(
+            root, options, progress=progress, make_resolver=make_resolver, make_fixer=make_fixer, say=say
+        )
     if args.json:
         print(jsontext.dumps(result.to_json(), indent=2))
-    else:
+    elif not quiet:
         print_summary(result)
+    if getattr(args, "land", False):  # stella fleet --land: every task's work landed, or not
+        print(land_summary(result), file=sys.stderr if quiet else sys.stdout)
+        landed = all(item.status in (MergeStatus.MERGED, MergeStatus.SKIPPED) for item in result.queue)
+        return result.exit_code or (0 if landed and not result.left_out else 1)
     return result.exit_code
+
+
+def land_summary(result: MergeResult) -> str:
+    """stella fleet --land's last word: what landed, what was evicted and why, what waits on you."""
+    landed = [item.branch for item in result.queue if item.status == MergeStatus.MERGED]
+    out = [item for item in result.queue if item.status not in (MergeStatus.MERGED, MergeStatus.SKIPPED)]
+    lines = [f"land: {len(landed)} of {len(result.queue)} branch(es) landed on {result.onto}"]
+    lines += [f"  evicted: {item.branch} [{item.task_id}]: {single_line(item.reason)}" for item in out]
+    lines += [
+        f"  not taken: {item.branch or item.task_id}: {single_line(item.reason)}" for item in result.left_out
+    ]
+    if out:
+        lines.append(
+            f"  waiting on you: {plural(len(out), 'eviction')} (`stella merge --fix N` hands them back to "
+            "their tasks; `stella runs` shows each request)"
+        )
+    return "\n".join(lines)
 
 
 MARK = {
@@ -109,6 +168,10 @@ MARK = {
     MergeStatus.SKIPPED: "skipped",
     MergeStatus.ERROR: "ERROR",
 }
+
+
+def print_line(line: str) -> None:
+    print(f"    {printable(line)}", flush=True)
 
 
 def print_item(item: MergeItem) -> None:

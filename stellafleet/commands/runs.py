@@ -218,6 +218,7 @@ def print_run(detail: dict[str, Any], *, console: Console) -> None:
             ci = f"  CI {_ci_text(b['ci'])}" if b.get("ci") else "  CI not watched"
             out(styled(f"  {b['branch']}{worktree}{tasks}{ci}"))
     _print_merges(console, detail.get("merges") or [])
+    _print_train(console, detail.get("merge_batches") or [])
     _print_limits(console, detail.get("limits") or [])
     if detail["cleanups"]:
         _heading(console, "clean-up")
@@ -269,6 +270,33 @@ def _print_merges(console: Console, merges: list[dict[str, Any]]) -> None:
         if m.get("status") == "check_failed" and m.get("check_tail"):
             for tail in str(m["check_tail"]).splitlines()[-5:]:
                 console.print(styled(f"    | {tail}"))
+
+
+def _train_step(step: dict[str, Any]) -> str:
+    kind = step.get("step")
+    if kind == "check":
+        return f"check {step['upto']} {'passed' if step['passed'] else 'failed'}"
+    if kind == "bisect":
+        return f"bisect {step['lo']}..{step['hi']} at {', '.join(map(str, step['points']))}"
+    if kind == "land":
+        return f"landed {len(step['branches'])} at {str(step['tip'])[:12]}"
+    if kind == "evict":
+        return f"evicted {step['branch']}"
+    return f"retry {step.get('upto')}"
+
+
+def _print_train(console: Console, batches: list[dict[str, Any]]) -> None:
+    """The merge train: each batch, its window and members, what it did (checks, bisection, landings)."""
+    if not batches:
+        return
+    _heading(console, "merge train")
+    for b in batches:
+        head = f"  batch {b['number']}  window {b['window']}  {len(b['members'])} branch(es)  "
+        console.print(styled(head, in_colour(str(b.get("outcome") or "running"), str(b.get("outcome")))))
+        console.print(styled(f"    {single_line(', '.join(b['members']))}"))
+        steps = "; ".join(_train_step(step) for step in b.get("steps") or [])
+        if steps:
+            console.print(styled(f"    {single_line(steps)}"))
 
 
 def _ci_text(ci: dict[str, Any]) -> str:

@@ -119,6 +119,12 @@ class MergeConfig:
     check: str | None = None
     check_timeout: float = 1800.0
     check_tail_lines: int = 20
+    window: int = 8  # the train's first batch size (docs/merge.md#the-train)
+    max_window: int = 32
+    parallel_checks: int = 1
+    check_retries: int = 1
+    retry_on: tuple[str, ...] | None = None  # None: no output marks a check undecided
+    fix_rounds: int = 0
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,8 @@ class WorktreeConfig:
 
     setup: str | None = None
     setup_timeout: float = 600.0
+    # files whose change between two commits makes a kept tree (git/keptree.py) run setup again; None: none
+    setup_inputs: tuple[str, ...] | None = None
     teardown: str | None = None
     teardown_timeout: float = 120.0
     include_max_mb: float = 100.0

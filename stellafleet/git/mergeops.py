@@ -147,3 +147,15 @@ def _adopt_written(root: Path, old: str, new: str) -> bool:
 def contains(root: Path, result: str, head: str) -> bool:
     """Whether a branch at head is in result: an ancestor of it, or every patch there (`git cherry`)."""
     return gitops.is_ancestor(root, head, result) or patches_upstream(root, result, head)
+
+
+def changed_between(root: Path, start: str, tip: str) -> tuple[str, ...]:
+    """The paths start..tip changes (a rename: both names), as the merge train compares branches by."""
+    return tuple(gitops.git_fields("diff", "-z", "--name-only", start, tip, cwd=root))
+
+
+def landed_with(root: Path, base: str, tip: str, paths: tuple[str, ...] = (), limit: int = 10) -> list[str]:
+    """`SHA title` of the newest commits base..tip (touching paths, when given): what an evicted branch
+    conflicts or fails with."""
+    args = ("log", "-z", f"-{limit}", "--format=%h %s", f"{base}..{tip}", "--", *paths)
+    return gitops.git_fields(*args, cwd=root)

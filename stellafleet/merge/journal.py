@@ -23,6 +23,7 @@ from stellafleet.state import journal
 from stellafleet.state.ledger import Ledger
 
 RECORD = "merge"
+STOPPED = "stella merge was stopped before this branch landed (killed or interrupted)"
 STOP_GRACE_S = 2.0  # for a killed merge's resolve worker
 LOCK_CLOCK_SLACK_S = 2.0  # file times may be coarse: a lock made just after the record may look older
 
@@ -111,25 +112,33 @@ def _drop_index_lock(root: Path, journal_at: float | None) -> str | None:
 def _finish(root: Path, data: dict[str, Any], journal_at: float | None = None) -> str:
     done: list[str] = []  # its check, if any, is stopped by its own record (run/checking.py)
     landing = data.get("landing")
-    status, after = MergeStatus.ERROR, None
-    reason = "stella merge was stopped before this branch landed (killed or interrupted)"
+    after, reason = None, STOPPED
     if landing:
         onto, old, new = landing["onto"], landing["old"], landing["new"]
         if (said := _drop_index_lock(root, journal_at)) is not None:
             done.append(said)
         if mergeops.finish_advance(root, onto, old, new):
             done.append(f"{onto} at {new[:12]} got its index and files")
-            if mergeops.contains(root, new, data.get("head") or new):
-                status, after = MergeStatus.MERGED, new
-                reason = f"landed on {onto} at {new[:12]} (finished after stella merge was killed)"
-    merge_id, resolving = data.get("merge_id"), data.get("resolving")
-    if merge_id is not None or resolving:
+            after = new
+            reason = f"landed on {onto} at {new[:12]} (finished after stella merge was killed)"
+    members = [(data["merge_id"], data.get("branch"), data.get("head"))] if data.get("merge_id") else []
+    members += [tuple(member) for member in data.get("members") or []]  # a batch's not settled yet
+    resolving, fixing = data.get("resolving"), data.get("fixing")
+    batch_id = data.get("batch_id")
+    if members or resolving or batch_id or fixing:
         with Ledger.open(StatePaths(root).fleet_db) as ledger:
             if resolving:  # its worker first: it may still write in the worktree that goes
                 done.append(_finish_resolve(root, ledger, resolving))
-            if merge_id is not None:
-                ledger.merges.finish(int(merge_id), status, after_sha=after, reason=reason)
-                done.append(f"{data.get('branch') or 'its branch'} recorded {status}")
+            if fixing:
+                done.append(_finish_fix(root, ledger, fixing))
+            for merge_id, branch, head in members:
+                landed = after is not None and mergeops.contains(root, after, head or after)
+                status = MergeStatus.MERGED if landed else MergeStatus.ERROR
+                ledger.merges.finish(int(merge_id), status, after_sha=after if landed else None,
+                                     reason=reason if landed else STOPPED)  # fmt: skip
+                done.append(f"{branch or 'its branch'} recorded {status}")
+            if batch_id:
+                ledger.merge_batches.interrupted(int(batch_id))
     worktree, scratch = data.get("worktree"), data.get("scratch")
     if worktree:
         with contextlib.suppress(GitError):
@@ -141,6 +150,7 @@ def _finish(root: Path, data: dict[str, Any], journal_at: float | None = None) -
 
 
 RESOLVE_REASON = "stella merge --resolve was killed while this resolve task ran: its attempt was abandoned"
+FIX_REASON = "stella merge --fix was killed while this task's fix ran: its attempt was abandoned"
 
 
 def _stop_worker(attempt: dict[str, Any]) -> bool:
@@ -158,7 +168,9 @@ def _stop_worker(attempt: dict[str, Any]) -> bool:
     return True
 
 
-def _abandon(root: Path, ledger: Ledger, run_id: str, task_id: str, attempt: dict[str, Any]) -> list[str]:
+def _abandon(
+    root: Path, ledger: Ledger, run_id: str, task_id: str, attempt: dict[str, Any], why: str = RESOLVE_REASON
+) -> list[str]:
     done = [f"its worker (pid {attempt['pid']}) stopped"] if _stop_worker(attempt) else []
     attempt_id = int(attempt["id"])
     worktree = Path(attempt["worktree"]) if attempt.get("worktree") else None
@@ -174,7 +186,7 @@ def _abandon(root: Path, ledger: Ledger, run_id: str, task_id: str, attempt: dic
     if saved is not None:
         attempt["salvage_sha"] = saved.sha
         done.append(f"its uncommitted work salvaged as {saved.ref}")
-    ledger.attempts.finish(attempt_id, AttemptEnd(AttemptOutcome.ABANDONED, RESOLVE_REASON, RESOLVE_REASON))
+    ledger.attempts.finish(attempt_id, AttemptEnd(AttemptOutcome.ABANDONED, why, why))
     return done
 
 
@@ -194,6 +206,20 @@ def _drop_workspace(root: Path, attempt: dict[str, Any], tip: str | None) -> lis
         gitops.branch_delete(root, branch)
         done.append(f"its empty branch {branch} deleted")
     return done
+
+
+def _finish_fix(root: Path, ledger: Ledger, noted: dict[str, Any]) -> str:
+    """The --fix attempt a killed merge noted: its worker stopped, its attempt abandoned (what it left
+    uncommitted salvaged); the task's own worktree stays, as after any stopped attempt."""
+    run_id, task_id = str(noted["run_id"]), str(noted["task_id"])
+    columns = "id, task_id, outcome, pid, pid_started_ms, worktree, branch, salvage_sha"
+    running = [
+        a
+        for a in ledger.attempts.of_run(run_id, columns)
+        if a["task_id"] == task_id and a["outcome"] == AttemptOutcome.RUNNING
+    ]
+    done = [said for a in running for said in _abandon(root, ledger, run_id, task_id, a, FIX_REASON)]
+    return f"its --fix attempt of task {task_id}: {', '.join(done) or 'had already ended'}"
 
 
 def _finish_resolve(root: Path, ledger: Ledger, noted: dict[str, Any]) -> str:

@@ -33,6 +33,9 @@ class MergeItem:
     check: str | None = None  # the task's own check, run again on the integrated tree before it lands
     check_timeout: float = 600.0
     start: str | None = None  # a stacked task's recorded start: its parents' work, which lands before it
+    claims: tuple[str, ...] = ()  # the plan's claims: a batch takes only branches disjoint in these too
+    batch: int | None = None  # the number of the train's batch it landed or was evicted in
+    merge_id: int | None = None  # its row of the ledger's merges in the current batch
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +50,7 @@ class MergeItem:
             "after_sha": self.after_sha,
             "files": list(self.files),
             "check_tail": self.check_tail,
+            "batch": self.batch,
         }
 
 
@@ -147,5 +151,6 @@ def plan_queue(
         item = MergeItem(ready["branch"], ready["id"], len(queue) + 1, after)
         item.check, item.check_timeout = ready.get("check_command"), ready.get("check_timeout_s") or 600.0
         item.start = starts.get(ready["id"])
+        item.claims = tuple(ready.get("claims") or ())
         queue.append(item)
     return queue, left_out

@@ -1,88 +1,36 @@
-"""`stella merge`: land a run's green branches on the current branch one at a time (docs/merge.md); each is
-checked in a scratch worktree before the ref moves (compare-and-swap): HEAD never points at unchecked work."""
+"""`stella merge`: land a run's green branches on the current branch as a train of batches (docs/merge.md,
+merge/batch.py); each result is checked in a scratch worktree before the ref moves (compare-and-swap): HEAD
+never points at unchecked work."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import shutil
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol
 
 from stellafleet.ci.openprs import open_pull_requests
-from stellafleet.core.configsections import WorktreeConfig
-from stellafleet.core.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, GitError, StellaError
+from stellafleet.core.errors import EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import CheckPhase, MergeStatus
 from stellafleet.core.words import files_named, plural
 from stellafleet.git import gitops, mergeops, worktrees
+from stellafleet.git.keptree import KeptTree
 from stellafleet.merge import journal as merge_journal
+from stellafleet.merge.batch import Fixing, Train
 from stellafleet.merge.journal import Journal
+from stellafleet.merge.options import MergeOptions, MergeResult, Progress, Resolving, Say
 from stellafleet.merge.queue import MergeItem, plan_queue
-from stellafleet.merge.resolve import Resolution
-from stellafleet.run import checking
+from stellafleet.run import bootstrap, checking
 from stellafleet.run.checking import CheckRun
 from stellafleet.state.journal import recover
 from stellafleet.state.ledger import Ledger
 
 STRATEGIES = ("rebase", "merge")
-FAILED = (MergeStatus.CONFLICT, MergeStatus.CHECK_FAILED, MergeStatus.ERROR)
 MERGE_TAIL_BYTES = 8000  # of each check's output, kept in the ledger
-
-
-@dataclass(frozen=True)
-class MergeOptions:
-    """What `stella merge` was asked to do: the command line over [merge] in the config."""
-
-    run_ref: str | None = None
-    dry_run: bool = False
-    unwatched: bool = False
-    strategy: str = "rebase"
-    check: str | None = None
-    check_timeout: float = 1800.0
-    check_tail_lines: int = 20
-    worktree: WorktreeConfig = field(default_factory=WorktreeConfig)  # how each check tree is readied
-    init_submodules: bool = True  # [fleet] init_submodules: each check tree gets the main tree's submodules
-
-
-@dataclass
-class MergeResult:
-    run_id: str
-    onto: str
-    options: MergeOptions
-    start_sha: str
-    end_sha: str
-    queue: list[MergeItem] = field(default_factory=list)
-    left_out: list[MergeItem] = field(default_factory=list)
-    open_prs: dict[str, int] = field(default_factory=dict)  # branch landed here -> the PR --watch opened
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_TASK_FAILED if any(item.status in FAILED for item in self.queue) else EXIT_OK
-
-    def count(self, status: MergeStatus) -> int:
-        return sum(1 for item in self.queue if item.status == status)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "onto": self.onto,
-            "strategy": self.options.strategy,
-            "check": self.options.check,
-            "dry_run": self.options.dry_run,
-            "start_sha": self.start_sha,
-            "end_sha": self.end_sha,
-            "exit_code": self.exit_code,
-            "queue": [item.to_json() for item in self.queue],
-            "left_out": [item.to_json() for item in self.left_out],
-            "open_prs": [{"branch": branch, "pr_number": n} for branch, n in self.open_prs.items()],
-        }
-
-
-Progress = Callable[[MergeItem], None]
 
 
 def _refuse_unless_ready(root: Path, options: MergeOptions) -> str:
@@ -109,20 +57,14 @@ def _refuse_unless_ready(root: Path, options: MergeOptions) -> str:
     return branch
 
 
-class Resolving(Protocol):
-    """--resolve: hands a conflicting branch to a worker (merge/resolve.py's Resolver)."""
-
-    def resolve(
-        self, item: MergeItem, onto: str, tip: str, files: tuple[str, ...], diff: str, journal: Journal
-    ) -> Resolution: ...
-
-
 def merge_run(
     root: Path,
     options: MergeOptions,
     *,
     progress: Progress | None = None,
     make_resolver: Callable[[Ledger, str], Resolving] | None = None,
+    make_fixer: Callable[[Ledger, str], Fixing] | None = None,
+    say: Say | None = None,
 ) -> MergeResult:
     """Run the merge queue (or, with dry_run, say what it would do) for one run of the ledger."""
     recover(root)  # a killed merge's half-done step first: it decides what is clean
@@ -143,7 +85,8 @@ def merge_run(
         if options.dry_run:
             queue_run.preview()
         else:
-            queue_run.run()
+            fixer = make_fixer(ledger, run_id) if make_fixer and options.fix_rounds else None
+            Train(queue_run, fixer, say or (lambda line: None)).run_rounds()
             landed = [item.branch for item in queue if item.status == MergeStatus.MERGED]
             result.open_prs = open_pull_requests(run, landed)
     return result
@@ -170,6 +113,9 @@ class _Queue:
         self.progress = progress
         self.tip = result.start_sha
         self.not_landed: set[str] = set()
+        self.slots: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for slot in range(1, self.options.parallel_checks + 1):
+            self.slots.put(slot)
 
     def _skipped(self, item: MergeItem) -> bool:
         """Whether item cannot be tried at all (gone, its dependency did not land, already in): SKIPPED."""
@@ -212,43 +158,31 @@ class _Queue:
         item.reason = f"would {self.options.strategy} {commits} onto {onto}{check}"
         self.tip = simulated or self.tip
 
-    def run(self) -> None:
+    @contextlib.contextmanager
+    def scratch_tree(self) -> Iterator[Path]:
+        """The detached worktree each batch is built in, removed at the end whatever happened."""
         scratch = Path(tempfile.mkdtemp(prefix="stella-merge-"))
         worktree = scratch / "tree"
         self.journal.note(scratch=str(scratch), worktree=str(worktree))
         worktrees.worktree_add(self.root, worktree, None, self.tip)  # detached: no branch is made
         try:
-            for item in self.result.queue:
-                self._step(item, worktree)
-                self.progress(item)
+            yield worktree
         finally:
             with contextlib.suppress(GitError):  # the scratch goes below in any case
                 worktrees.worktree_remove(self.root, worktree, force=True)
             shutil.rmtree(scratch, ignore_errors=True)
-        self.result.end_sha = self.tip
+            self.result.end_sha = self.tip
 
-    def _step(self, item: MergeItem, worktree: Path) -> None:
-        item.before_sha = self.tip
-        if self._skipped(item):
-            self._record(item, None)
-            return
-        merge_id = self._start_row(item)
-        self.journal.note(merge_id=merge_id, branch=item.branch, head=item.head)
-        try:
-            self._land(item, worktree, merge_id)
-        except GitError as exc:
-            item.status, item.reason = MergeStatus.ERROR, exc.message
-        if item.status != MergeStatus.MERGED:
-            self.not_landed.add(item.task_id)
-        self._record(item, merge_id)
-        self.journal.note(merge_id=None, branch=None, head=None, landing=None)
-
-    def _check(self, item: MergeItem, head: str, merge_id: int) -> CheckRun | None:
-        """The task's own check, then --check, on head in a fresh check tree readied as a worktree is, each a
-        ledger row of the merge step; the first red one (None: all passed, or none to run)."""
-        commands = [(c, t) for c, t in ((item.check, item.check_timeout), (self.options.check, None)) if c]
+    def _check(self, members: Sequence[MergeItem], head: str, merge_id: int) -> CheckRun | None:
+        """Each member task's own check (each command once), then --check, on head in a kept check tree
+        (git/keptree.py), each a ledger row of the merge step; the first red one (None: all passed, or none
+        to run)."""
+        own = dict.fromkeys((item.check, item.check_timeout) for item in members if item.check)
+        commands = [(c, t) for c, t in (*own, (self.options.check, None)) if c]
         if not commands:
             return None
+        item = members[-1]
+        self.result.check_runs += 1
         env = {
             **checking.check_env(os.environ),
             "STELLA_MERGE_BRANCH": item.branch,
@@ -262,71 +196,77 @@ class _Queue:
             )
             for n, (command, timeout) in enumerate(commands, 1)
         ]
-        runs = checking.run_and_record(
-            self.ledger,
-            checking.CheckRow(self.result.run_id, item.task_id, CheckPhase.MERGE, merge_id=merge_id),
-            checks,
-            head,
-            tree=checking.FreshTree(self.options.worktree, self.options.init_submodules, env),
-            root=self.root,
-            env=env,
-            log_path=log,
-            tail_bytes=MERGE_TAIL_BYTES,
-        )
+        row = checking.CheckRow(self.result.run_id, item.task_id, CheckPhase.MERGE, merge_id=merge_id)
+        slot = self.slots.get()  # one kept tree per check running at once
+        try:
+            kept = self._kept_tree(slot, env, log)
+            with kept.held():
+                try:
+                    kept.move_to(head)
+                except bootstrap.SetupFailed as exc:
+                    failed = checking.not_run(checks[0].command, f"its check tree: {exc}", head)
+                    runs = [checking.recorded(self.ledger, row, failed, log)]
+                else:
+                    runs = checking.run_and_record(
+                        self.ledger, row, checks, head, tree=kept.path, root=self.root, env=env,
+                        log_path=log, tail_bytes=MERGE_TAIL_BYTES,
+                    )  # fmt: skip
+        finally:
+            self.slots.put(slot)
         lines = self.options.check_tail_lines
-        item.check_tail = "\n".join("\n".join(run.tail.rstrip().splitlines()[-lines:]) for run in runs)
+        tail = "\n".join("\n".join(run.tail.rstrip().splitlines()[-lines:]) for run in runs)
+        for member in members:  # each lands (or not) with the output of the check it was in
+            member.check_tail = tail
         return None if runs[-1].passed else runs[-1]
 
-    def _land(self, item: MergeItem, worktree: Path, merge_id: int) -> None:
-        assert item.head is not None
-        mergeops.checkout_detached(worktree, self.tip)
-        if self.options.strategy == "rebase":
-            upstream = mergeops.rebase_upstream(self.root, self.tip, item.head, item.start)
-            step = mergeops.rebase_onto(worktree, self.tip, upstream, item.head)
-        else:
-            message = f"Merge {item.branch} (task {item.task_id}, run {self.result.run_id})"
-            step = mergeops.merge_commit(worktree, item.head, message)
-        head, resolved = step.head, ""
-        if head is None:
-            item.status, item.files = MergeStatus.CONFLICT, list(step.conflicts)
-            where = ", ".join(step.conflicts) if step.conflicts else step.message
-            item.reason = f"conflicts with {self.result.onto} in {where}"
-            if self.resolver is None or not step.conflicts:
-                return
-            fixed = self.resolver.resolve(
-                item, self.result.onto, self.tip, step.conflicts, step.conflict_diff, self.journal
-            )
-            if fixed.head is None:
-                item.reason += f"; {fixed.note}"
-                return
-            head, resolved = fixed.head, fixed.note
-            mergeops.checkout_detached(worktree, head)
-        red = self._check(item, head, merge_id)
-        if red is not None:
-            how = "ran out of time" if red.exit_code is None else f"exited {red.exit_code}"
-            item.status, item.reason = MergeStatus.CHECK_FAILED, f"check `{red.command}` {how}"
-            item.reason += f" ({resolved})" if resolved else ""
-            return
-        self._advance(item, head)
-        item.reason += f"; {resolved}" if resolved else ""
+    def _kept_tree(self, slot: int, env: dict[str, str], log: Path) -> KeptTree:
+        """The check tree of one slot, kept between checks and merges: moved with one checkout, readied
+        as every new worktree is when made (and when a `[worktree] setup_inputs` file changed)."""
+        config = self.options.worktree
 
-    def _advance(self, item: MergeItem, new: str) -> None:
-        """Move the user's branch to new, after making sure nothing changed under us meanwhile."""
+        def ready(path: Path) -> None:
+            bootstrap.ready(
+                path, config, env, log, None, root=self.root, init_submodules=self.options.init_submodules
+            )
+
+        path = StatePaths(self.root).private / "merge-trees" / f"check-{slot}"
+        return KeptTree(self.root, path, ready=ready, setup_inputs=config.setup_inputs or ())
+
+    def _apply(self, item: MergeItem, worktree: Path, onto: str) -> mergeops.StepResult:
+        """One branch rebased (or merged) onto `onto` in the batch's tree: the new head, or its conflict."""
+        assert item.head is not None
+        mergeops.checkout_detached(worktree, onto)
+        if self.options.strategy == "rebase":
+            upstream = mergeops.rebase_upstream(self.root, onto, item.head, item.start)
+            return mergeops.rebase_onto(worktree, onto, upstream, item.head)
+        message = f"Merge {item.branch} (task {item.task_id}, run {self.result.run_id})"
+        return mergeops.merge_commit(worktree, item.head, message)
+
+    def _advance(self, members: Sequence[MergeItem], new: str) -> None:
+        """Move the user's branch to new, after making sure nothing changed under us meanwhile; every member
+        recorded merged in one transaction."""
         onto = self.result.onto
         if gitops.current_branch(self.root) != onto or gitops.ref_commit(self.root, onto) != self.tip:
             raise GitError(f"{onto} moved or was switched away from while merging: stopped before landing")
         if gitops.status_porcelain(self.root, untracked="no"):
             raise GitError("the work tree got uncommitted changes while merging: stopped before landing")
-        assert item.head is not None
-        if not mergeops.contains(self.root, new, item.head):
-            raise GitError(f"the result {new[:12]} does not hold {item.branch}'s commits: not landed")
+        for item in members:
+            assert item.head is not None
+            if not mergeops.contains(self.root, new, item.head):
+                raise GitError(f"the result {new[:12]} does not hold {item.branch}'s commits: not landed")
         self.journal.note(landing={"onto": onto, "old": self.tip, "new": new})
         mergeops.advance_branch(self.root, onto, new, self.tip)
-        self.tip = item.after_sha = new
-        item.status = MergeStatus.MERGED
-        item.reason = f"landed on {onto} at {new[:12]}" + (" (check passed)" if self.options.check else "")
+        self.tip = new
+        checked = " (check passed)" if self.options.check else ""
+        for item in members:
+            item.after_sha, item.status = new, MergeStatus.MERGED
+            item.reason = f"landed on {onto} at {new[:12]}{checked}" + item.reason
+        self.ledger.merges.land(
+            [(m.merge_id or 0, m.reason, m.check_tail or None, m.files) for m in members], new
+        )
+        self.journal.note(landing=None)
 
-    def _start_row(self, item: MergeItem) -> int:
+    def _start_row(self, item: MergeItem, batch_id: int | None = None) -> int:
         return self.ledger.merges.start(
             run_id=self.result.run_id,
             task_id=item.task_id,
@@ -336,6 +276,7 @@ class _Queue:
             onto_ref=self.result.onto,
             before_sha=item.before_sha or self.tip,
             check_command=self.options.check,
+            batch_id=batch_id,
         )
 
     def _record(self, item: MergeItem, merge_id: int | None) -> None:

@@ -392,7 +392,7 @@ def load_first_view(
         "graph": shown["graph"],
         "spend": {"t_ms": [int(p[0]) for p in points], "usd": [p[1] for p in points], **spend},
         "attention": shown["attention"],
-        **{key: detail[key] for key in ("branches", "commits", "cleanups", "limits")},
+        **{key: detail[key] for key in ("branches", "commits", "cleanups", "limits", "merge_batches")},
         "tasks_total": tasks_total,
         "waves": waves,
     }

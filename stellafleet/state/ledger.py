@@ -10,7 +10,7 @@ from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import EXIT_INTERRUPTED, StellaError
 from stellafleet.core.status import AttemptOutcome, FollowUpReason, RequestState, RunStatus, TaskStatus
 from stellafleet.state.ledger_attempts import BAR_COLUMNS, Attempts, History, Limits, Spend
-from stellafleet.state.ledger_branches import CI, Checks, Cleanups, Commits, Merges
+from stellafleet.state.ledger_branches import CI, Checks, Cleanups, Commits, MergeBatches, Merges
 from stellafleet.state.ledger_requests import Facts, Requests
 from stellafleet.state.ledger_runs import CARD_COLUMNS, Runs, Tasks, TaskSpec
 from stellafleet.state.ledger_schema import LEDGER_SCHEMA
@@ -18,9 +18,8 @@ from stellafleet.state.sqlitefile import Database, Handle
 
 __all__ = ["Ledger", "TaskSpec"]
 # The tables holding a run's rows, as get_run names them.
-RUN_TABLES = (
-    "tasks", "attempts", "commits", "checks", "ci", "cleanups", "merges", "limits", "requests", "facts"
-)  # fmt: skip
+RUN_TABLES: tuple[str, ...] = ("tasks", "attempts", "commits", "checks", "ci", "cleanups", "merges")
+RUN_TABLES += ("merge_batches", "limits", "requests", "facts")
 
 
 class Ledger(Handle):
@@ -33,6 +32,7 @@ class Ledger(Handle):
         self.commits, self.ci, self.cleanups, self.merges = Commits(db), CI(db), Cleanups(db), Merges(db)
         self.limits, self.history, self.checks = Limits(db), History(db), Checks(db)
         self.requests, self.facts = Requests(db), Facts(db)
+        self.merge_batches = MergeBatches(db)
 
     @classmethod
     def open(cls, path: Path, *, readonly: bool = False, now_ms: Callable[[], int] = wall_ms) -> Ledger:
@@ -56,7 +56,7 @@ class Ledger(Handle):
             ),
             **{
                 table: getattr(self, table).of_run(run_id)
-                for table in ("checks", "ci", "cleanups", "limits", "requests")
+                for table in ("checks", "ci", "cleanups", "limits", "requests", "merge_batches")
             },
         }
 

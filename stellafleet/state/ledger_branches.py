@@ -1,4 +1,4 @@
-"""The ledger's tables about branches: `commits`, `checks`, `ci`, `cleanups` and `merges`."""
+"""The ledger's tables about branches: `commits`, `checks`, `ci`, `cleanups`, `merges` and `merge_batches`."""
 
 from __future__ import annotations
 
@@ -177,14 +177,27 @@ class Merges(Table):
         onto_ref: str,
         before_sha: str,
         check_command: str | None,
+        batch_id: int | None = None,
     ) -> int:
-        """A `planned` row for one branch's step; returns its id."""
+        """A `planned` row for one branch's step (in batch_id of the train); returns its id."""
         where = (branch, position, strategy, onto_ref, before_sha, str(MergeStatus.PLANNED), check_command)
         return self._db.insert(
             "INSERT INTO merges (run_id, task_id, branch, position, strategy, onto_ref, before_sha,"
-            " status, check_command, started_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run_id, task_id, *where, self._db.now_ms()),
+            " status, check_command, started_at_ms, batch_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, task_id, *where, self._db.now_ms(), batch_id),
         )
+
+    def land(self, landed: Sequence[tuple[int, str, str | None, Sequence[str]]], after_sha: str) -> None:
+        """Every (merge id, reason, check tail, files) of a batch recorded `merged` at after_sha, in one
+        transaction."""
+        merged, now = str(MergeStatus.MERGED), self._db.now_ms()
+        with self._db.write() as conn:
+            for merge_id, reason, tail, files in landed:
+                conn.execute(
+                    "UPDATE merges SET status = ?, after_sha = ?, reason = ?, check_tail = ?, files_json = ?,"
+                    " finished_at_ms = ? WHERE id = ?",
+                    (merged, after_sha, reason, tail, json.dumps(list(files)), now, merge_id),
+                )
 
     def finish(
         self,
@@ -214,3 +227,47 @@ class Merges(Table):
     def of_run(self, run_id: str) -> list[dict[str, Any]]:
         rows = self._db.rows("SELECT * FROM merges WHERE run_id = ? ORDER BY id", (run_id,))
         return [json_column(row, "files_json", "files") for row in rows]
+
+
+class MergeBatches(Table):
+    """The merge_batches table: one row per batch of `stella merge`'s train (docs/merge.md#the-train)."""
+
+    def start(
+        self, *, run_id: str, number: int, window: int, members: Sequence[str], onto_ref: str, before_sha: str
+    ) -> int:
+        return self._db.insert(
+            "INSERT INTO merge_batches (run_id, number, window, members_json, onto_ref, before_sha,"
+            " started_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (run_id, number, window, json.dumps(list(members)), onto_ref, before_sha, self._db.now_ms()),
+        )
+
+    def finish(
+        self,
+        batch_id: int,
+        *,
+        outcome: str,
+        combined_sha: str | None,
+        after_sha: str | None,
+        steps: Sequence[dict[str, Any]],
+    ) -> None:
+        """The batch's end: its outcome (landed, bisected, evicted, error), its combined commit, the tip it
+        left, and each step (a check run, a bisection split, a landing, an eviction) in order."""
+        self._db.execute(
+            "UPDATE merge_batches SET outcome = ?, combined_sha = ?, after_sha = ?, steps_json = ?,"
+            " finished_at_ms = ? WHERE id = ?",
+            (outcome, combined_sha, after_sha, json.dumps(list(steps)), self._db.now_ms(), batch_id),
+        )
+
+    def interrupted(self, batch_id: int) -> None:
+        """A killed merge's batch, settled by the next command (its steps so far are not known)."""
+        self._db.execute(
+            "UPDATE merge_batches SET outcome = 'interrupted', finished_at_ms = ?"
+            " WHERE id = ? AND outcome IS NULL",
+            (self._db.now_ms(), batch_id),
+        )
+
+    def of_run(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self._db.rows("SELECT * FROM merge_batches WHERE run_id = ? ORDER BY id", (run_id,))
+        return [
+            json_column(json_column(row, "members_json", "members"), "steps_json", "steps") for row in rows
+        ]

@@ -265,8 +265,29 @@ _V11 = (
     "UPDATE attempts SET pid_started_ms = started_at_ms WHERE pid IS NOT NULL",
 )
 
+# the merge train (docs/merge.md#the-train): one row per batch, and each merges row names its batch
+_V12 = (
+    """CREATE TABLE merge_batches (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        number INTEGER NOT NULL,
+        window INTEGER NOT NULL,
+        members_json TEXT NOT NULL DEFAULT '[]',
+        onto_ref TEXT,
+        before_sha TEXT,
+        combined_sha TEXT,
+        after_sha TEXT,
+        steps_json TEXT NOT NULL DEFAULT '[]',
+        outcome TEXT,
+        started_at_ms INTEGER NOT NULL,
+        finished_at_ms INTEGER
+    )""",
+    "CREATE INDEX merge_batches_by_run ON merge_batches(run_id, id)",
+    "ALTER TABLE merges ADD COLUMN batch_id INTEGER",
+)
+
 # MIGRATIONS[n] takes a ledger from user_version n to n + 1. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12)
 
 LEDGER_SCHEMA = Schema(label="fleet ledger", application_id=0x53544C46, migrations=MIGRATIONS)  # "STLF"
 

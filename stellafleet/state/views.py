@@ -264,7 +264,7 @@ def run_model(record: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) 
         "tasks": tasks,
         "branches": _branches(record),
         **{key: record[key] for key in ("commits", "ci", "cleanups")},
-        **{key: record.get(key, []) for key in ("merges", "limits")},
+        **{key: record.get(key, []) for key in ("merges", "merge_batches", "limits")},
         "needs_you": needing_you(record.get("requests", [])),
     }
 

@@ -77,3 +77,19 @@ def build_run(root: Path, *, ci: dict[str, CIState] | None = None, prs: bool = F
 def merges(root: Path) -> list[dict[str, Any]]:
     with Ledger.open(StatePaths(root).fleet_db, readonly=True) as ledger:
         return ledger.get_run(RUN_ID)["merges"]
+
+
+def build_disjoint_run(root: Path, files: dict[str, dict[str, str]]) -> dict[str, str]:
+    """A finished run of isolated tasks, each its branch fleet/<task>-abcd off main changing files[task],
+    all green; the heads by task."""
+    base = git("rev-parse", "HEAD", cwd=root).strip()
+    heads = {task: commit_on(root, f"fleet/{task}-abcd", base, changed) for task, changed in files.items()}
+    tasks = [sample_task(t, title=f"task {t}", isolation="isolated") for t in files]
+    with Ledger.open(StatePaths(root).fleet_db) as ledger:
+        add_run(ledger, RUN_ID, base_commit=base, root=str(root))
+        ledger.tasks.add(RUN_ID, tasks, {t.id: 1 for t in tasks})
+        for task in tasks:
+            ledger.tasks.set_workspace(RUN_ID, task.id, f"fleet/{task.id}-abcd", None)
+            ledger.tasks.set_status(RUN_ID, task.id, "succeeded")
+        ledger.runs.finish(RUN_ID, "succeeded", exit_code=0)
+    return heads

@@ -27,7 +27,7 @@ def start_merge(root: Path, env: dict[str, str], *args: str) -> subprocess.Popen
     """`stella merge` in a session of its own, so the whole command (its git children too) can be killed
     at once, as a terminal's kill of the job would."""
     return subprocess.Popen(
-        [sys.executable, "-m", "stellafleet", "merge", *args],
+        [sys.executable, "-m", "stellafleet", "merge", "--serial", *args],
         cwd=root,
         env={**os.environ, **env},
         stdin=subprocess.DEVNULL,
@@ -128,7 +128,8 @@ def test_a_merge_killed_during_its_check_leaves_no_check_worktree_or_planned_row
     assert row["status"] == "error" and "stopped before this branch landed" in row["reason"]
     assert git("rev-parse", "main", cwd=git_repo).strip() == start
     assert git("status", "--porcelain", "--untracked-files=no", cwd=git_repo) == ""
-    assert not scratch.exists() and worktrees(git_repo) == [str(git_repo)]
+    kept = str(StatePaths(git_repo).private / "merge-trees" / "check-1")  # the kept check tree stays
+    assert not scratch.exists() and worktrees(git_repo) == [str(git_repo), kept]
 
 
 def test_a_second_merge_is_refused_while_one_runs(
@@ -163,7 +164,8 @@ def test_a_merge_interrupted_with_ctrl_c_settles_its_row_and_scratch_at_once(
     assert not StatePaths(git_repo).merge_journal.exists()
     [row] = merges(git_repo)
     assert row["status"] == "error" and "stopped before this branch landed" in row["reason"]
-    assert worktrees(git_repo) == [str(git_repo)]
+    kept = str(StatePaths(git_repo).private / "merge-trees" / "check-1")  # the kept check tree stays
+    assert worktrees(git_repo) == [str(git_repo), kept]
     assert stella("runs", cwd=git_repo).stderr == ""  # nothing left for the next command to finish
 
 

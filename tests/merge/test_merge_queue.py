@@ -41,7 +41,7 @@ def test_green_branches_land_in_dependency_order_and_head_only_moves_to_checked_
 ) -> None:
     build_run(git_repo)
     start = git("rev-parse", "main", cwd=git_repo).strip()
-    proc = stella("merge", "--check", CHECK, cwd=git_repo, env=check_env)
+    proc = stella("merge", "--serial", "--check", CHECK, cwd=git_repo, env=check_env)
     assert proc.returncode == 1, proc.stderr
     out = proc.stdout
     lines = [line for line in out.splitlines() if line.strip()[:2].rstrip(".").isdigit()]
@@ -55,7 +55,7 @@ def test_green_branches_land_in_dependency_order_and_head_only_moves_to_checked_
     # main moved twice, each time to a commit whose check passed; the failing result was never HEAD
     log = Path(check_env["CHECK_LOG"])
     passed, failed = checked(log, "PASS"), checked(log, "FAIL")
-    assert len(passed) == 2 and len(failed) == 1
+    assert len(passed) == 2 and len(failed) == 2 and failed[0] == failed[1]  # a red one is confirmed once
     reflog = git("reflog", "show", "--format=%H", "refs/heads/main", cwd=git_repo).split()
     assert reflog[:-1] == list(reversed(passed)) and reflog[-1] == start
     assert git("rev-parse", "HEAD", cwd=git_repo).strip() == passed[-1]
@@ -77,13 +77,15 @@ def test_green_branches_land_in_dependency_order_and_head_only_moves_to_checked_
     assert rows[2]["files"] == ["README.md"]
     assert "bad.txt: forbidden file" in str(rows[3]["check_tail"])
     assert not list(tmp_path.glob("stella-merge-*"))
-    assert len(git("worktree", "list", "--porcelain", cwd=git_repo).split("worktree ")) == 2
+    assert (
+        len(git("worktree", "list", "--porcelain", cwd=git_repo).split("worktree ")) == 3
+    )  # + the check tree
 
     shown = stella("runs", RUN_ID, cwd=git_repo)
     assert "merges" in shown.stdout and "conflict" in shown.stdout and "README.md" in shown.stdout
 
     # a second pass finds a and b already in and tries c and d again
-    again = stella("merge", "--check", CHECK, "--json", cwd=git_repo, env=check_env)
+    again = stella("merge", "--serial", "--check", CHECK, "--json", cwd=git_repo, env=check_env)
     doc = json.loads(again.stdout)
     assert [(i["task_id"], i["status"]) for i in doc["queue"]] == [
         ("a", "skipped"),
@@ -234,10 +236,10 @@ def test_merge_and_clean_name_the_pull_requests_and_remote_branches_they_leave_o
     assert note in cleaned.stdout.splitlines(), cleaned.stdout
 
 
-def test_each_branch_is_checked_in_a_fresh_check_tree_readied_as_a_worktree(
+def test_each_branch_is_checked_in_a_kept_check_tree_readied_as_a_worktree_and_cleaned_between_checks(
     git_repo: Path, stella: StellaRunner
 ) -> None:
-    (git_repo / ".gitignore").write_text("node_modules/\n")
+    (git_repo / ".gitignore").write_text("node_modules/\nset-up\n")
     (git_repo / ".worktreeinclude").write_text("node_modules/\n")
     git("add", ".gitignore", ".worktreeinclude", cwd=git_repo)
     git("commit", "-qm", "ignore node_modules", cwd=git_repo)
@@ -249,14 +251,14 @@ def test_each_branch_is_checked_in_a_fresh_check_tree_readied_as_a_worktree(
     (git_repo / ".stella" / "config.toml").write_text(
         f'[worktree]\nsetup = "touch set-up"\n\n[merge]\ncheck = "{check}"\n'
     )
-    proc = stella("merge", "--json", cwd=git_repo, timeout=120)
+    proc = stella("merge", "--serial", "--json", cwd=git_repo, timeout=120)
     queue = {i["task_id"]: i for i in json.loads(proc.stdout)["queue"]}
     assert {t: queue[t]["status"] for t in "abcd"} == {
         "a": "merged", "b": "merged", "c": "conflict", "d": "merged"
     }  # fmt: skip
     stored = {r["task_id"]: r["check_tail"] for r in merges(git_repo)}
     assert stored["a"] == "checked a" and stored["d"] == "checked d"  # a passing check's output is kept
-    assert not list((StatePaths(git_repo).private / "checks").iterdir())
+    assert (StatePaths(git_repo).private / "merge-trees" / "check-1" / "set-up").exists()  # ignored: kept
 
 
 @pytest.mark.parametrize("init", ["true", "false"])

@@ -38,7 +38,13 @@ def test_a_conflict_goes_to_a_worker_and_its_merge_lands_after_the_check(
     marks = tmp_path / "marks"
     marks.mkdir()
     proc = stella(
-        "merge", "--resolve", "--check", "test ! -e bad.txt", cwd=git_repo, env={"MARKS": str(marks)}
+        "merge",
+        "--serial",
+        "--resolve",
+        "--check",
+        "test ! -e bad.txt",
+        cwd=git_repo,
+        env={"MARKS": str(marks)},
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr  # d still fails its check
     rows = {r["task_id"]: r for r in merges(git_repo)}
@@ -77,7 +83,7 @@ def test_a_resolve_tasks_worktree_is_readied_as_the_fleets_are(
     )
     marks = tmp_path / "marks"
     marks.mkdir()
-    proc = stella("merge", "--resolve", cwd=git_repo, env={"MARKS": str(marks)})
+    proc = stella("merge", "--serial", "--resolve", cwd=git_repo, env={"MARKS": str(marks)})
     assert "conflict resolved by task resolve-c" in proc.stdout, proc.stdout + proc.stderr
     assert (marks / "resolve-c.lib").read_text() == lib
     assert (marks / "setup.log").read_text().split() == ["resolve-c"]
@@ -93,7 +99,9 @@ def test_a_resolve_worker_reads_the_config_file_stella_was_given(
     given = config.rename(tmp_path / "given.toml")
     marks = tmp_path / "marks"
     marks.mkdir()
-    proc = stella("--config", str(given), "merge", "--resolve", cwd=git_repo, env={"MARKS": str(marks)})
+    proc = stella(
+        "--config", str(given), "merge", "--serial", "--resolve", cwd=git_repo, env={"MARKS": str(marks)}
+    )
     assert "conflict resolved by task resolve-c" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -103,9 +111,9 @@ def test_no_resolve_task_once_the_spend_limit_is_reached(git_repo: Path, stella:
         attempt = ledger.attempts.start(RUN_ID, "a", pipeline="command")
         ledger.spend.add(attempt, 1.0)
         ledger.attempts.finish(attempt, AttemptEnd(outcome="succeeded", exit_code=0, summary="earlier work"))
-    proc = stella("--spend-limit", "1", "merge", "--resolve", cwd=git_repo)
+    proc = stella("--spend-limit", "1", "merge", "--serial", "--resolve", cwd=git_repo)
     assert proc.returncode == 1
-    line = next(line for line in proc.stdout.splitlines() if "fleet/c-abcd" in line)
+    line = next(line for line in proc.stdout.splitlines() if re.match(r"\s*\d+\. .*fleet/c-abcd", line))
     assert re.search(
         r"CONFLICT .*conflicts with main in README.md; spend limit reached \(\$1.00 of \$1.00\)", line
     )
@@ -128,7 +136,9 @@ def test_a_resolve_worker_is_guarded_by_what_is_left_of_the_limit(
     )
     marks = tmp_path / "marks"
     marks.mkdir()
-    proc = stella("--spend-limit", "1", "merge", "--resolve", cwd=git_repo, env={"MARKS": str(marks)})
+    proc = stella(
+        "--spend-limit", "1", "merge", "--serial", "--resolve", cwd=git_repo, env={"MARKS": str(marks)}
+    )
     assert "conflict resolved by task resolve-c" in proc.stdout, proc.stdout + proc.stderr
     assert float((marks / "guard").read_text()) == pytest.approx(0.3)
 
@@ -147,12 +157,12 @@ def test_a_resolve_task_that_never_merged_the_branch_is_not_recorded_merged(
 ) -> None:
     heads = build_run(git_repo).heads
     write_config(git_repo, run=Scripts(tmp_path / "scripts").python("resolver", UNRELATED))
-    proc = stella("merge", "--resolve", cwd=git_repo)
+    proc = stella("merge", "--serial", "--resolve", cwd=git_repo)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     rows = {r["task_id"]: r for r in merges(git_repo)}
     assert rows["c"]["status"] == "conflict" and rows["c"]["after_sha"] is None
     assert "never merged fleet/c-abcd" in str(rows["c"]["reason"]), rows["c"]["reason"]
-    line = next(line for line in proc.stdout.splitlines() if "fleet/c-abcd" in line)
+    line = next(line for line in proc.stdout.splitlines() if re.match(r"\s*\d+\. .*fleet/c-abcd", line))
     assert "CONFLICT" in line and "never merged" in line
     # c's commit is not in main, and neither is the resolver's unrelated file
     assert git("merge-base", "--is-ancestor", heads["a"], "main", cwd=git_repo) == ""
@@ -170,7 +180,7 @@ def test_a_resolve_tasks_branch_that_did_not_land_is_never_merged_on_its_own(
     # it was for; with --resolve, one that conflicted got a resolve task of its own (resolve-resolve-c).
     build_run(git_repo)
     write_config(git_repo, run=Scripts(tmp_path / "scripts").python("resolver", UNRELATED))
-    first = stella("merge", "--resolve", "--check", "test ! -e bad.txt", cwd=git_repo)
+    first = stella("merge", "--serial", "--resolve", "--check", "test ! -e bad.txt", cwd=git_repo)
     assert first.returncode == 1, first.stdout + first.stderr
 
     # --unwatched: every succeeded task's branch, whatever CI said (the resolve task's was never watched)

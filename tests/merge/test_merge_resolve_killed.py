@@ -38,7 +38,7 @@ def start_stuck_resolve(root: Path, tmp_path: Path) -> tuple[subprocess.Popen[st
     write_config(root, run=Scripts(tmp_path / "scripts").python("resolver", STUCK))
     marks = tmp_path / "marks"
     marks.mkdir()
-    proc = start_merge(root, {"MARKS": str(marks)}, "--resolve")
+    proc = start_merge(root, {"MARKS": str(marks)}, "--resolve")  # --serial: start_merge
     wait_for(marks / "resolver.json", proc=proc)
     resolver, helper = json.loads((marks / "resolver.json").read_text())
     return proc, int(resolver), int(helper)

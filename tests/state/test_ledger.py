@@ -43,7 +43,9 @@ CONTRACT_COLUMNS = {
     " cache_write_tokens",
     "limit_events": "id run_id attempt_id task_id at_ms source kind status reset_at_ms message concurrency",
     "merges": "id run_id task_id branch position strategy onto_ref before_sha after_sha status reason"
-    " files_json check_command check_tail started_at_ms finished_at_ms",
+    " files_json check_command check_tail started_at_ms finished_at_ms batch_id",
+    "merge_batches": "id run_id number window members_json onto_ref before_sha combined_sha after_sha"
+    " steps_json outcome started_at_ms finished_at_ms",
     "checks": "id run_id task_id attempt_id merge_id phase command exit_code passed duration_ms commit_sha"
     " output_tail log_path at_ms",
     "requests": "id run_id task_id branch reason context state asked_by asked_at_ms from_attempt_id start_at"
@@ -76,7 +78,7 @@ def test_a_new_ledger_has_the_contract_schema_in_wal_mode(db: Path) -> None:
     Ledger.open(db).close()
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == LEDGER_SCHEMA.version == 11
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == LEDGER_SCHEMA.version == 12
     for table, columns in CONTRACT_COLUMNS.items():
         have = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
         assert have == columns.split(), table

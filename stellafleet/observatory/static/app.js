@@ -272,6 +272,7 @@ import { sparkline } from "./spend.js";
     const rest = [wavesSection(run, data), branchesSection(data.branches), commitsSection(data.commits)];
     if (data.cleanups.length) rest.push(cleanupsSection(data.cleanups));
     if (data.limits && data.limits.length) rest.push(limitsSection(data.limits));
+    if (data.merge_batches && data.merge_batches.length) rest.push(trainSection(data.merge_batches));
     layout.rest.replaceChildren(...rest);
     visuals.render(data, Math.max(600, body.clientWidth - 8), attempt);
     performance.mark("run-rendered");
@@ -439,6 +440,33 @@ import { sparkline } from "./spend.js";
         el("td", { text: l.reset_at_ms ? fmtTime(l.reset_at_ms) : "" }),
         el("td", { text: l.concurrency === null || l.concurrency === undefined ? "" : String(l.concurrency) }),
         el("td", { text: l.message || "" })))));
+  }
+
+  // The merge train as a picture: a bar per batch, a cell per branch (landed, evicted, back in the queue),
+  // a bisection's split points as gaps in the bar.
+  function trainSection(batches) {
+    const rows = batches.map((b) => {
+      const steps = b.steps || [];
+      const landed = new Set(steps.filter((s) => s.step === "land").flatMap((s) => s.branches || []));
+      const evicted = new Set(steps.filter((s) => s.step === "evict").map((s) => s.branch));
+      const splits = new Set(steps.filter((s) => s.step === "bisect").flatMap((s) => s.points || []));
+      const cells = (b.members || []).map((branch, i) => {
+        const kind = landed.has(branch) ? "landed" : evicted.has(branch) ? "evicted" : "waiting";
+        const split = splits.has(i) ? " train-split" : "";
+        return el("span", { className: "train-cell train-" + kind + split, title: branch + ": " + kind,
+          text: kind === "evicted" ? "✕" : "" });
+      });
+      const checks = steps.filter((s) => s.step === "check").length;
+      return el("div", { className: "train-row" },
+        el("span", { className: "train-label", text: "batch " + b.number + " · window " + b.window }),
+        el("span", { className: "train-bar" }, cells),
+        el("span", { className: "muted", text: (b.outcome || "running") + " · " + checks + " check" + (checks === 1 ? "" : "s") }));
+    });
+    const legend = el("p", { className: "legend" },
+      [["train-landed", "landed"], ["train-evicted", "evicted"], ["train-waiting", "back in the queue"]].map(([cls, label]) =>
+        el("span", { className: "legend-item" }, el("span", { className: "swatch " + cls }), label)),
+      el("span", { className: "legend-item", text: "a gap: where a red batch was split" }));
+    return el("section", { className: "train" }, el("h3", { text: "Merge train" }), legend, rows);
   }
 
   function cleanupsSection(cleanups) {
