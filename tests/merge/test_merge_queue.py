@@ -257,7 +257,9 @@ def test_each_branch_is_checked_in_a_kept_check_tree_readied_as_a_worktree_and_c
         "a": "merged", "b": "merged", "c": "conflict", "d": "merged"
     }  # fmt: skip
     stored = {r["task_id"]: r["check_tail"] for r in merges(git_repo)}
-    assert stored["a"] == "checked a" and stored["d"] == "checked d"  # a passing check's output is kept
+    # a passing check's output is kept; what it left untracked is removed before the next check, and said
+    assert stored["a"].splitlines()[0] == "checked a" and stored["d"].splitlines()[0] == "checked d"
+    assert "removed what the check left untracked: leftover" in stored["a"]
     assert (StatePaths(git_repo).private / "merge-trees" / "check-1" / "set-up").exists()  # ignored: kept
 
 
