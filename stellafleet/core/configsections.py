@@ -125,6 +125,8 @@ class WorktreeConfig:
 
     setup: str | None = None
     setup_timeout: float = 600.0
+    # files whose change between two commits makes a kept tree (git/keptree.py) run setup again; None: none
+    setup_inputs: tuple[str, ...] | None = None
     teardown: str | None = None
     teardown_timeout: float = 120.0
     include_max_mb: float = 100.0
