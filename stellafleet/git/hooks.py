@@ -134,10 +134,13 @@ def _contents(root: Path, paths: Sequence[str]) -> dict[str, bytes | None]:
     return held
 
 
-def run_pre_commit(root: Path, index_file: Path, paths: Sequence[str]) -> None:
-    """Run the pre-commit hook for a commit of paths staged in index_file; HookFailed when it refuses."""
+def run_pre_commit(root: Path, index_file: Path, paths: Sequence[str], *, others_hidden: bool = True) -> None:
+    """Run the pre-commit hook for a commit of paths staged in index_file; HookFailed when it refuses.
+    others_hidden: every other entry is marked skip-worktree first (in the shared tree, where they are
+    other workers' files; the commit tree holds nothing but the commit)."""
     script = hooks_dir(root) / "pre-commit"
-    index.hide_others(root, index_file, paths)
+    if others_hidden:
+        index.hide_others(root, index_file, paths)
     argv = _framework_command(script, paths) or [str(script)]
     before = _contents(root, paths)
     retcode, output = _run(argv, root, index_file)
