@@ -64,17 +64,18 @@ def run_hooks(
             if "pre-commit" in installed:
                 try:
                     hooks.run_pre_commit(tree, index_file, paths, others_hidden=False)
-                except hooks.HookFailed:
-                    write_back(workspace, _rewritten(tree, worker), worker)
-                    raise
+                except hooks.HookFailed as refused:
+                    said = write_back(workspace, _rewritten(tree, worker), worker)
+                    raise hooks.HookFailed("\n".join([str(refused), *said])) from None
             entries = index.file_entries(tree, index_file, paths)
             unstaged = sorted(_rewritten(tree, entries))
             if unstaged:
-                write_back(workspace, _rewritten(tree, worker), worker)
+                said = write_back(workspace, _rewritten(tree, worker), worker)
                 raise hooks.HookFailed(
                     f"stella: error: pre-commit hook rewrote {', '.join(unstaged)} without staging it; "
                     "nothing was committed. The rewrite is in your tree: commit again to take it (a hook "
                     "that stages what it rewrites, as lint-staged does, puts it in the commit)."
+                    + "".join(f"\n{line}" for line in said)
                 )
             if "commit-msg" in installed:
                 message = hooks.run_commit_msg(tree, index_file, message, scratch, paths)
@@ -119,19 +120,16 @@ def _rewritten(tree: Path, entries: Entries) -> dict[str, bytes]:
     return {path: (tree / path).read_bytes() for path, sha in shas.items() if sha != entries[path][1]}
 
 
-def write_back(workspace: Path, rewrites: Mapping[str, bytes], worker: Entries) -> None:
+def write_back(workspace: Path, rewrites: Mapping[str, bytes], worker: Entries) -> list[str]:
     """Each rewrite written to its file in workspace when that file is still what the worker committed,
-    left alone when the worker changed it since: one line each, either way."""
-    if not rewrites:
-        return
-    now = _file_shas(workspace, list(rewrites))
+    left alone when the worker changed it since: one line each, either way, to say."""
+    said = []
+    now = _file_shas(workspace, list(rewrites)) if rewrites else {}
     for path, content in rewrites.items():
         if now.get(path) == worker[path][1]:
             with open(workspace / path, "wb") as out:  # the file's own mode kept
                 out.write(content)
-            print(f"stella: {path}: the hook's rewrite is in your tree too", file=sys.stderr)
+            said.append(f"stella: {path}: the hook's rewrite is in your tree too")
         else:
-            print(
-                f"stella: {path}: the hook rewrote it, but it changed in your tree since: left alone",
-                file=sys.stderr,
-            )
+            said.append(f"stella: {path}: the hook rewrote it, but it changed in your tree since: left alone")
+    return said

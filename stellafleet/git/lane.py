@@ -134,7 +134,8 @@ def _commit_shared(
                 raise
             record(_pending(ctx, sha, staged))
             lanejournal.clear(journal)
-        committree.write_back(workspace, staged.rewrites, staged.worker)
+        for line in committree.write_back(workspace, staged.rewrites, staged.worker):
+            print(line, file=sys.stderr)
         if not ctx.run_id:  # the user's commit holds its paths only while it commits
             store.release_attempt(ctx.run_id, ctx.attempt_id)
     return sha
