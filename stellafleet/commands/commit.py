@@ -68,8 +68,21 @@ def commit_tree(ctx: WorkerContext) -> KeptTree | None:
     )
 
 
+def _note_refusal(ctx: WorkerContext, reason: str | None) -> None:
+    """A worker's refused commit, as the attempt fact its attempt fails with (run/steps/commitrefusal.py)."""
+    if not ctx.run_id:
+        return
+    from stellafleet.git.hooks import REFUSED_FACT
+    from stellafleet.state.ledger import Ledger
+
+    with Ledger.open(ctx.paths.fleet_db) as ledger:
+        if reason is not None or REFUSED_FACT in ledger.facts.of_attempt(ctx.attempt_id):
+            ledger.facts.set(ctx.attempt_id, REFUSED_FACT, reason)
+
+
 def run(args: argparse.Namespace) -> int:
     from stellafleet.core.workercontext import WorkerContext
+    from stellafleet.git.hooks import HookFailed
     from stellafleet.git.lane import commit_paths, users_context
     from stellafleet.state import journal
     from stellafleet.state.proof import prove_attempt
@@ -82,6 +95,11 @@ def run(args: argparse.Namespace) -> int:
         ctx = users_context(cwd)
     paths = [workspace_relative(ctx.workspace, given, cwd) for given in args.paths]
     with journal.acting(ctx.root, "commit"):  # killed, its lane and scratch are repaired by the next command
-        sha = commit_paths(ctx, paths, args.message, commit_tree=commit_tree(ctx))
+        try:
+            sha = commit_paths(ctx, paths, args.message, commit_tree=commit_tree(ctx))
+        except HookFailed as refused:
+            _note_refusal(ctx, refused.reason)
+            raise
+        _note_refusal(ctx, None)  # a later commit that went through: the refusal is no reason any more
     print(sha)
     return EXIT_OK

@@ -16,6 +16,7 @@ from stellafleet.run.serve import Server
 from stellafleet.run.steps import AttemptStep, RunSettings
 from stellafleet.run.steps.check import Check
 from stellafleet.run.steps.claims import Claims
+from stellafleet.run.steps.commitrefusal import CommitRefusal
 from stellafleet.run.steps.commits import BranchCommits
 from stellafleet.run.steps.expansions import Expand
 from stellafleet.run.steps.gitguard import GitGuard
@@ -40,6 +41,7 @@ STEPS: tuple[type[AttemptStep], ...] = (
     StartCommit,  # before the worktree: parents that conflict are refused first
     Workspaces,
     GitGuard,
+    CommitRefusal,  # before UnclaimedWrites, which adds to the reason
     UnclaimedWrites,
     Watch,
     Check,  # after the watchdog forgot the worker; before salvage sees a red check
@@ -75,6 +77,7 @@ def server(
         StartCommit(settings, ledger),
         Workspaces(settings, ledger, emit),
         GitGuard(settings),
+        CommitRefusal(ledger),
         UnclaimedWrites(settings, ledger, claims),
         Watch(watchdog) if watchdog is not None else None,
         Check(settings, ledger),
