@@ -21,7 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchrepo import commit_all, new_repo, sh
 
 MODES = ("shared-tree", "commit-tree")
