@@ -4,8 +4,9 @@ files whose pre-commit hook does nothing, one commit at a time and --workers com
 
 Each round commits --commits new files one after another, then --workers files at once (one `stella
 commit` process each), in each mode in turn (the same load for both); the commit tree is made and readied
-before the first round (its one-off cost is printed apart). Printed: seconds per commit in each mode, what
-the commit tree adds per commit and the ratio, sequential and concurrent.
+before the first round (its one-off cost is printed apart). Printed: the median seconds per commit in each
+mode (of single commits; of rounds for the concurrent ones, wall time / commits), what the commit tree adds
+per commit and the ratio; and what one move of a kept tree costs on its own.
 
     python bench/commit_tree.py [--files 20000] [--commits 10] [--workers 8] [--rounds 2]
 """
@@ -23,7 +24,24 @@ from pathlib import Path
 
 from benchrepo import commit_all, new_repo, sh
 
+from stellafleet.git.keptree import KeptTree
+
 MODES = ("shared-tree", "commit-tree")
+
+
+def kept_moves(root: Path, repeat: int = 5) -> float:
+    """Median seconds of one move of a kept tree (git/keptree.py) between two commits 40 commits apart."""
+    kept = KeptTree(root, root.parent / "kept", ready=lambda tree: None)
+    head = sh("git", "rev-parse", "HEAD", cwd=root).strip()
+    back = sh("git", "rev-parse", "HEAD~40", cwd=root).strip()
+    times = []
+    with kept.held():
+        kept.move_to(head)  # made once
+        for n in range(repeat * 2):
+            started = time.perf_counter()
+            kept.move_to(back if n % 2 == 0 else head)
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 def make_repo(root: Path, files: int) -> Path:
@@ -58,13 +76,15 @@ def finish(proc: subprocess.Popen[str]) -> None:
         sys.exit(f"stella commit failed: {err.strip()}")
 
 
-def sequential(root: Path, mode: str, commits: int, tag: str) -> float:
-    """Seconds per commit, one after another."""
+def sequential(root: Path, mode: str, commits: int, tag: str) -> list[float]:
+    """Seconds of each commit, one after another."""
     use_mode(root, mode)
-    started = time.perf_counter()
+    times = []
     for n in range(commits):
+        started = time.perf_counter()
         finish(stella_commit(root, f"{tag}-{mode}-{n}.txt"))
-    return (time.perf_counter() - started) / commits
+        times.append(time.perf_counter() - started)
+    return times
 
 
 def concurrent(root: Path, mode: str, workers: int, tag: str) -> float:
@@ -94,9 +114,10 @@ def main() -> None:
         con: dict[str, list[float]] = {mode: [] for mode in MODES}
         for r in range(args.rounds):
             for mode in MODES if r % 2 == 0 else reversed(MODES):
-                seq[mode].append(sequential(root, mode, args.commits, f"r{r}"))
+                seq[mode].extend(sequential(root, mode, args.commits, f"r{r}"))
                 con[mode].append(concurrent(root, mode, args.workers, f"r{r}"))
         made = int(sh("git", "rev-list", "--count", "HEAD", cwd=root))
+        move = kept_moves(root) if made > 40 else None
     print(f"repository: {args.files} files, a pre-commit hook that does nothing; {os.cpu_count()} cores")
     print(f"first commit (commit tree made and readied): {first:.2f} s")
     for label, figures in (("one at a time", seq), (f"{args.workers} at once", con)):
@@ -106,6 +127,8 @@ def main() -> None:
             f"the commit tree adds {tree - base:+.3f} s per commit (ratio {tree / base:.2f})"
         )
     print(f"commits made: {made - 1}")
+    if move is not None:
+        print(f"a kept tree moved 40 commits and back ({args.files} files): {move:.3f} s per move")
 
 
 if __name__ == "__main__":
