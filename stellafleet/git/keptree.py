@@ -81,11 +81,19 @@ class KeptTree:
             self._moving.unlink()
         return Moved(made, readied, redone)
 
+    @property
+    def git_dir(self) -> Path | None:
+        """The tree's own git directory (its index, HEAD), as its `.git` file names it; None: none there."""
+        try:
+            text = (self.path / ".git").read_text()
+        except OSError:
+            return None
+        named = self.path / text.removeprefix("gitdir:").strip()  # relative to the tree, or absolute
+        return named if text.startswith("gitdir:") and (named / "HEAD").is_file() else None
+
     def _usable(self) -> bool:
-        """Whether path is a worktree of root that git can work in."""
-        if not (self.path / ".git").is_file():
-            return False
-        return gitops.git_status("rev-parse", "--git-dir", cwd=self.path)[0] == 0
+        """Whether path is a worktree of root that git can work in (read from files: no git started)."""
+        return self.git_dir is not None
 
     def _make(self, commit: str) -> None:
         """A new detached worktree at path (whatever was left there first removed)."""
@@ -101,8 +109,8 @@ class KeptTree:
     def _checkout(self, commit: str) -> None:
         """commit checked out over whatever the last user left, then every untracked, non-ignored file
         removed; an index.lock left by a killed user (none is alive: we hold the lock) goes first."""
-        index_lock = gitops.git_path(self.path, "--git-path", "index.lock")
-        index_lock.unlink(missing_ok=True)
+        if (git_dir := self.git_dir) is not None:
+            (git_dir / "index.lock").unlink(missing_ok=True)
         gitops.git("checkout", "--force", "--quiet", "--detach", commit, cwd=self.path)
         gitops.git("clean", "-ffdq", cwd=self.path)
 
