@@ -57,8 +57,8 @@ def run_hooks(
                 "stella: the commit tree was left half moved by a killed stella commit: moved again",
                 file=sys.stderr,
             )
-        tree = kept.path
-        index_file = gitops.git_path(tree, "--git-path", "index")
+        tree, git_dir = kept.path, kept.git_dir
+        index_file = git_dir / "index" if git_dir else gitops.git_path(tree, "--git-path", "index")
         _put(tree, index_file, worker, paths)
         with hookstash.guarded(hook_lock, tree):
             if "pre-commit" in installed:
@@ -68,7 +68,10 @@ def run_hooks(
                     said = write_back(workspace, _rewritten(tree, worker), worker)
                     raise hooks.HookFailed("\n".join([str(refused), *said])) from None
             entries = index.file_entries(tree, index_file, paths)
-            unstaged = sorted(_rewritten(tree, entries))
+            now = _file_shas(tree, [path for path, (mode, _sha) in worker.items() if mode.startswith("100")])
+            unstaged = sorted(
+                path for path, sha in now.items() if path in entries and sha != entries[path][1]
+            )
             if unstaged:
                 said = write_back(workspace, _rewritten(tree, worker), worker)
                 raise hooks.HookFailed(
@@ -79,7 +82,8 @@ def run_hooks(
                 )
             if "commit-msg" in installed:
                 message = hooks.run_commit_msg(tree, index_file, message, scratch, paths)
-        return Hooked(entries, message, _rewritten(tree, worker))
+        rewrites = {path: (tree / path).read_bytes() for path, sha in now.items() if sha != worker[path][1]}
+        return Hooked(entries, message, rewrites)
 
 
 def _put(tree: Path, index_file: Path, worker: Entries, paths: Sequence[str]) -> None:
