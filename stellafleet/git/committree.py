@@ -6,6 +6,8 @@ the file there is still what the worker committed."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -131,9 +133,16 @@ def write_back(workspace: Path, rewrites: Mapping[str, bytes], worker: Entries) 
     now = _file_shas(workspace, list(rewrites)) if rewrites else {}
     for path, content in rewrites.items():
         if now.get(path) == worker[path][1]:
-            with open(workspace / path, "wb") as out:  # the file's own mode kept
-                out.write(content)
+            _replace(workspace / path, content)
             said.append(f"stella: {path}: the hook's rewrite is in your tree too")
         else:
             said.append(f"stella: {path}: the hook rewrote it, but it changed in your tree since: left alone")
     return said
+
+
+def _replace(path: Path, content: bytes) -> None:
+    """path's content replaced at once (a kill leaves the old file or the new one), its mode kept."""
+    aside = path.with_name(f".{path.name}.stella-{os.getpid()}")
+    aside.write_bytes(content)
+    shutil.copymode(path, aside)
+    os.replace(aside, path)
