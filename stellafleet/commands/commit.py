@@ -59,7 +59,7 @@ def commit_tree(ctx: WorkerContext) -> KeptTree | None:
         bootstrap.ready,
         config=config.worktree,
         env=checking.check_env(os.environ),
-        log_path=ctx.paths.private / "logs" / "commit-tree.log",
+        log_path=committree.log_path(ctx.root),
         root=ctx.root,
         init_submodules=config.fleet.init_submodules,
     )

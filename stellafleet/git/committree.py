@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.git import gitops, hooks, hookstash, index
 from stellafleet.git.keptree import KeptTree
@@ -25,6 +26,11 @@ def tree_path(root: Path) -> Path:
     """Where root's commit tree is kept (its lock and markers beside it): in stella's private state, which
     git ignores."""
     return StatePaths(root).private / "commit" / "tree"
+
+
+def log_path(root: Path) -> Path:
+    """Where the commit tree's readying (its `[worktree] setup`) writes."""
+    return StatePaths(root).private / "logs" / "commit-tree.log"
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,15 @@ def run_hooks(
     rewrote a committed file without staging it (those rewrites then go back to workspace, to be taken
     by the next commit, as in the shared tree)."""
     with kept.held():
-        if kept.move_to(head).redone:
+        try:
+            moved = kept.move_to(head)
+        except StellaError as exc:  # its setup failed: no hook can run, nothing is committed
+            raise StellaError(
+                f"the commit tree {kept.path} could not be readied ({exc}; its log: {log_path(kept.root)}); "
+                "nothing was committed",
+                exit_code=1,
+            ) from None
+        if moved.redone:
             print(
                 "stella: the commit tree was left half moved by a killed stella commit: moved again",
                 file=sys.stderr,

@@ -155,3 +155,28 @@ def test_a_commit_killed_at_each_step_is_repaired_by_the_next(
     assert git("status", "--porcelain", "--untracked-files=all", cwd=tree) == "A  b.txt\n"
     # the user's index holds both commits' files, as HEAD has them
     assert git("status", "--porcelain", "--untracked-files=no", cwd=git_repo) == ""
+
+
+NEEDS_INSTALL = "#!/bin/sh\n[ -e node_modules/.installed ] || { echo 'error: run pnpm install'; exit 1; }\n"
+
+
+def test_the_commit_tree_is_readied_by_the_setup_and_a_failed_setup_refuses_the_commit(
+    git_repo: Path, stella: StellaRunner
+) -> None:
+    (git_repo / ".gitignore").write_text("node_modules/\n")
+    git("add", ".gitignore", cwd=git_repo)
+    git("commit", "-q", "-m", "ignore node_modules", cwd=git_repo)
+    _hook(git_repo, "pre-commit", NEEDS_INSTALL)
+    config = git_repo / ".stella" / "config.toml"
+    config.parent.mkdir(exist_ok=True)
+    config.write_text('[worktree]\nsetup = "echo no network; exit 3"\n')
+    ctx = make_attempt(git_repo)
+    (git_repo / "a.txt").write_text("a\n")
+    failed = stella("commit", "-m", "Add a", "a.txt", cwd=git_repo, env=ctx.to_env())
+    assert failed.returncode == 1
+    assert "could not be readied (setup failed: exit 3" in failed.stderr
+    assert "commit-tree.log); nothing was committed" in failed.stderr
+    config.write_text('[worktree]\nsetup = "mkdir -p node_modules && echo x >> node_modules/.installed"\n')
+    done = stella("commit", "-m", "Add a", "a.txt", cwd=git_repo, env=ctx.to_env())
+    assert done.returncode == 0, done.stderr  # the failed setup ran again, and the hook found its install
+    assert (committree.tree_path(git_repo) / "node_modules" / ".installed").read_text() == "x\n"
