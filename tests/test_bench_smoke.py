@@ -45,6 +45,11 @@ FLEET_OVERHEAD_TOY = ["--tasks", "4", "--concurrency", "2", "--seconds", "0.2", 
             "train wall / serial wall",
         ),
         (
+            "commit_tree.py",
+            ["--files", "20", "--commits", "1", "--workers", "1", "--rounds", "1"],
+            "the commit tree adds",
+        ),
+        (
             "fleet_limits.py",
             ["--tasks", "2", "--concurrency", "2", "--reads", "2", "--limited", "1", "--retry-after", "0.5"],
             "model calls saved",

@@ -109,6 +109,8 @@ class CommitConfig:
     hooks: str = "run"  # "run" | "skip": the repository's commit hooks
     # "auto" | True | False: stash-using commit hooks run one commit at a time (git/hookstash.py)
     serialize_hooks: str | bool = "auto"
+    # "commit-tree" | "shared-tree": where a shared commit's hooks run (git/committree.py)
+    hooks_in: str = "commit-tree"
 
 
 @dataclass(frozen=True)

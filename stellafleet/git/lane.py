@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -16,9 +16,20 @@ import psutil
 from stellafleet.core.errors import GitError, StellaError
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import dirty, gitops, hookstash, index, indexlock, lanejournal, mergeops, submodules
+from stellafleet.git import (
+    committree,
+    dirty,
+    gitops,
+    hookstash,
+    index,
+    indexlock,
+    lanejournal,
+    mergeops,
+    submodules,
+)
 from stellafleet.git import hooks as hooks_mod
 from stellafleet.git.indexlock import IndexLock
+from stellafleet.git.keptree import KeptTree
 from stellafleet.git.lanejournal import Pending
 from stellafleet.state.claims import ClaimStore, Holder
 
@@ -28,9 +39,15 @@ LOCKLESS_S = 5.0  # catching up without index.lock, at most: past it, under the 
 
 
 def commit_paths(
-    ctx: WorkerContext, paths: Sequence[str], message: str, *, lane_timeout: float = 60.0
+    ctx: WorkerContext,
+    paths: Sequence[str],
+    message: str,
+    *,
+    lane_timeout: float = 60.0,
+    commit_tree: KeptTree | None = None,
 ) -> str:
-    """Commit exactly these workspace paths (deleted ones as deletions) for ctx's attempt; returns the SHA."""
+    """Commit exactly these workspace paths (deleted ones as deletions) for ctx's attempt; returns the SHA.
+    A shared commit's hooks run in commit_tree when given (committree.py), else in the shared tree."""
     if not message.strip():
         raise StellaError("a commit needs a message")
     workspace = Path(ctx.workspace)
@@ -52,6 +69,7 @@ def commit_paths(
             hooks=run_hooks,
             contents=contents,
             hook_lock=hook_lock,
+            commit_tree=commit_tree if ctx.shared else None,
         )
         if not ctx.shared:
             # An isolated worktree has one writer: no lane, no claims.
@@ -116,6 +134,8 @@ def _commit_shared(
                 raise
             record(_pending(ctx, sha, staged))
             lanejournal.clear(journal)
+        for line in committree.write_back(workspace, staged.rewrites, staged.worker):
+            print(line, file=sys.stderr)
         if not ctx.run_id:  # the user's commit holds its paths only while it commits
             store.release_attempt(ctx.run_id, ctx.attempt_id)
     return sha
@@ -218,6 +238,9 @@ class Staged:
     entries: Mapping[str, tuple[str, str]]
     message: str
     users: tuple[str, ...] = ()  # of paths, those the user had changed when the run started (kept out)
+    # in the commit tree: the entries the worker staged, and what the hooks rewrote of them (and staged)
+    worker: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    rewrites: Mapping[str, bytes] = field(default_factory=dict)
 
     @property
     def gone(self) -> list[str]:
@@ -233,10 +256,12 @@ def stage(
     hooks: bool = True,
     contents: Mapping[str, tuple[str, str]] | None = None,
     hook_lock: Path | None = None,
+    commit_tree: KeptTree | None = None,
 ) -> Staged:
     """The paths as the work tree has them (or, for those in contents, those entries), staged in a private
     index on HEAD, and the repository's pre-commit and commit-msg hooks run on them (hooks.py), under
-    hook_lock with the stash kept when they may use the stash (hookstash.py)."""
+    hook_lock with the stash kept when they may use the stash (hookstash.py): in commit_tree, holding
+    HEAD and the staged paths alone, when given (committree.py), else in the work tree."""
     old = gitops.ref_commit(workspace, "HEAD")
     missing = [path for path in paths if not os.path.lexists(workspace / path)]
     known = index.tree_entries(workspace, old, missing) if old and missing else {}
@@ -249,13 +274,21 @@ def stage(
     if contents:
         index.set_entries(workspace, index_file, contents, [])
     installed = hooks_mod.installed(workspace) if hooks else []
+    users = tuple(contents or ())
+    if installed and commit_tree is not None and old is not None:
+        worker = index.file_entries(workspace, index_file, paths)
+        done = committree.run_hooks(
+            commit_tree, old, worker, paths, message, scratch,
+            installed=installed, hook_lock=hook_lock, workspace=workspace,
+        )  # fmt: skip
+        return Staged(tuple(paths), done.entries, done.message, users, worker, done.rewrites)
     with hookstash.guarded(hook_lock if installed else None, workspace):
         if "pre-commit" in installed:
             hooks_mod.run_pre_commit(workspace, index_file, paths)  # HookFailed: nothing committed
         entries = index.file_entries(workspace, index_file, paths)  # a hook may have staged more of them
         if "commit-msg" in installed:
             message = hooks_mod.run_commit_msg(workspace, index_file, message, scratch, paths)
-    return Staged(tuple(paths), entries, message, tuple(contents or ()))
+    return Staged(tuple(paths), entries, message, users)
 
 
 def commit_in_workspace(

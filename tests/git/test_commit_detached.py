@@ -16,7 +16,8 @@ from helpers.repo import StellaRunner, git
 
 from stellafleet.state.ledger import Ledger
 
-DETACHING_HOOK = "#!/bin/sh\nenv -u GIT_INDEX_FILE git checkout -q --detach\n"
+# the user's detach of the shared tree, while the hooks run (in the commit tree)
+DETACHING_HOOK = '#!/bin/sh\nenv -u GIT_INDEX_FILE git -C "$SHARED_TREE" checkout -q --detach\n'
 
 
 def test_a_head_detached_while_the_commit_runs_its_hooks_is_refused_and_nothing_moves(
@@ -29,7 +30,9 @@ def test_a_head_detached_while_the_commit_runs_its_hooks_is_refused_and_nothing_
     before = git("rev-parse", "HEAD", cwd=git_repo).strip()
     (git_repo / "x.txt").write_text("the worker's\n")
 
-    done = stella("commit", "-m", "Add x", "x.txt", cwd=git_repo, env=ctx.to_env())
+    done = stella(
+        "commit", "-m", "Add x", "x.txt", cwd=git_repo, env={**ctx.to_env(), "SHARED_TREE": str(git_repo)}
+    )
 
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stderr.startswith(

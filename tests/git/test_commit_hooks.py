@@ -115,9 +115,12 @@ def test_hooks_skip_commits_without_running_them(git_repo: Path, stella: StellaR
     assert "FIXME-STELLA" in git("show", "HEAD:a.py", cwd=git_repo)
 
 
+@pytest.mark.parametrize("hooks_in", ["commit-tree", "shared-tree"])
 def test_a_plain_hook_script_sees_exactly_the_committed_paths_as_staged(
-    git_repo: Path, stella: StellaRunner
+    git_repo: Path, stella: StellaRunner, hooks_in: str
 ) -> None:
+    (git_repo / ".stella").mkdir(exist_ok=True)
+    (git_repo / ".stella" / "config.toml").write_text(f'[commit]\nhooks_in = "{hooks_in}"\n')
     hook = git_repo / ".git" / "hooks" / "pre-commit"
     hook.write_text('#!/bin/sh\ngit diff --cached --name-only > "$SEEN"\ngit status --porcelain >> "$SEEN"\n')
     hook.chmod(0o755)
@@ -131,10 +134,12 @@ def test_a_plain_hook_script_sees_exactly_the_committed_paths_as_staged(
         "commit", "-m", "Add mine", "mine.txt", cwd=git_repo, env={**ctx.to_env(), "SEEN": str(seen)}
     )
     assert done.returncode == 0, done.stderr
-    # the hook's git sees the commit (mine.txt) staged, none of the user's changes to tracked files (the
-    # user's staged new file is only an untracked file to it, as with `git commit mine.txt`)
+    # the hook's git sees the commit (mine.txt) staged, none of the user's changes to tracked files; in the
+    # shared tree the user's staged new file is an untracked file to it (as with `git commit mine.txt`), in
+    # the commit tree it is not there at all, nor is stella's state
     lines = [line for line in seen.read_text().splitlines() if not line.endswith(".stella/")]
-    assert lines == ["mine.txt", "A  mine.txt", "?? staged.txt"]
+    expected = ["mine.txt", "A  mine.txt"] + (["?? staged.txt"] if hooks_in == "shared-tree" else [])
+    assert lines == expected
     assert git("diff", "--cached", "--name-only", cwd=git_repo).split() == ["staged.txt"]
 
 

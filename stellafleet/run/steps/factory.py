@@ -16,6 +16,7 @@ from stellafleet.run.serve import Server
 from stellafleet.run.steps import AttemptStep, RunSettings
 from stellafleet.run.steps.check import Check
 from stellafleet.run.steps.claims import Claims
+from stellafleet.run.steps.commitrefusal import CommitRefusal
 from stellafleet.run.steps.commits import BranchCommits
 from stellafleet.run.steps.expansions import Expand
 from stellafleet.run.steps.gitguard import GitGuard
@@ -42,6 +43,7 @@ STEPS: tuple[type[AttemptStep], ...] = (
     Leases,  # before the worktree: its setup sees the ports; no worktree is made while its locks are awaited
     Workspaces,
     GitGuard,
+    CommitRefusal,  # before UnclaimedWrites, which adds to the reason
     UnclaimedWrites,
     Watch,
     Check,  # after the watchdog forgot the worker; before salvage sees a red check
@@ -78,6 +80,7 @@ def server(
         Leases(settings, ledger, emit),
         Workspaces(settings, ledger, emit),
         GitGuard(settings),
+        CommitRefusal(ledger),
         UnclaimedWrites(settings, ledger, claims),
         Watch(watchdog) if watchdog is not None else None,
         Check(settings, ledger),

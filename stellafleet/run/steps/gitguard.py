@@ -14,6 +14,21 @@ GUARD_FOLDER = "gitguard"  # in .stella/private/: the one script every shared wo
 ISOLATED_FOLDER = "gitguard-isolated"
 
 
+def users_commits_warning(framework: bool) -> str:
+    """What shared tasks mean for the user's own `git commit` during the run, whose pre-commit hook runs in
+    the shared tree (the workers' commits run theirs in the commit tree)."""
+    if framework:
+        return (
+            "the pre-commit framework is installed: your own `git commit` during the run stashes the "
+            "workers' unfinished files while its hooks run (their commits may be refused); commit with "
+            "`stella commit -m MSG PATH...` instead"
+        )
+    return (
+        "your own `git commit` during the run runs the pre-commit hook in the shared tree, where it sees the "
+        "workers' unfinished files; `stella commit -m MSG PATH...` runs it on exactly your commit"
+    )
+
+
 class GitGuard(AttemptStep):
     def __init__(self, settings: RunSettings) -> None:
         self.settings = settings
@@ -40,12 +55,8 @@ class GitGuard(AttemptStep):
             where = hooks.hooks_dir(root)
             shown = where.relative_to(root) if where.is_relative_to(root) else where
             notes.append(f"isolated tasks' commits run the {listed} hooks of {shown}")
-        if hooks.framework_installed(root) and any(task.isolation != "isolated" for task in tasks):
-            warnings.append(
-                "the pre-commit framework is installed: your own `git commit` during the run stashes the "
-                "workers' unfinished files while its hooks run (their commits may be refused); commit with "
-                "`stella commit -m MSG PATH...` instead"
-            )
+        if "pre-commit" in names and any(task.isolation != "isolated" for task in tasks):
+            warnings.append(users_commits_warning(hooks.framework_installed(root)))
         return Preflight(warnings=tuple(warnings), notes=tuple(notes))
 
     def before_start(self, attempt: AttemptState) -> None:
