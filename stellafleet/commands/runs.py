@@ -320,6 +320,8 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
         if a.get("start_commit"):
             parents = ", ".join(parent["task"] for parent in a.get("start_parents") or ()) or "-"
             out(styled(f"      start {a['start_commit'][:12]} (parents: {parents})"))
+        if a.get("session"):
+            out(styled(f"      session: {session_text(a['session'])}"))
         if a.get("summary"):
             out(styled(f"      summary: {single_line(a['summary'])}"))
         if a.get("error") and a["error"] != task.get("reason"):
@@ -333,3 +335,11 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
         out(styled(f"    commit {c['sha'][:10]} {single_line(c.get('message') or '')}"))
     if task.get("ci"):
         out(styled(f"    CI {_ci_text(task['ci'])}"))
+
+
+def session_text(session: dict[str, Any]) -> str:
+    """An attempt's agent session: how it started (a follow-up's `resumed session ...`), else its id."""
+    started = session.get("start")
+    if started:
+        return str(started)
+    return f"{session.get('id') or '-'} ({session.get('tokens') or 0:,} tokens at the end)"

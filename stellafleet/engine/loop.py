@@ -93,10 +93,16 @@ class Engine:
     _known_upto: int = field(default=0, init=False)  # how many messages that size covers
     _started: float = field(default=0.0, init=False)
 
-    def run(self, task: str) -> EngineOutcome:
+    def run(self, task: str, history: list[Message] | None = None, history_from: str = "") -> EngineOutcome:
+        """The task's conversation from the start; with history (a follow-up's session, replay.py, read
+        from the transcript history_from), that conversation goes on with task, only what is new."""
         self._started = self.clock.now()
-        self.messages = [UserText(f"Task:\n{task}")]
-        self.transcript.write("task", system=self.system, task=task, tools=list(self.toolbox.tools))
+        if history:
+            self.messages = [*history, UserText(task)]
+            self.transcript.write("resume", prompt=task, messages=len(history), **{"from": history_from})
+        else:
+            self.messages = [UserText(f"Task:\n{task}")]
+            self.transcript.write("task", system=self.system, task=task, tools=list(self.toolbox.tools))
         try:
             while True:
                 self.step()

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -22,6 +27,7 @@ from stellafleet.pipelines.agentcli import (
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.claude_hook import HookContext, edited_path, hook_settings
 from stellafleet.pipelines.clirun import CliRun, run_agent
+from stellafleet.pipelines.sessions import Resume, fresh_after_failed_resume, session_fact
 from stellafleet.pipelines.support import EventLines, crash_text, failed, parse_failure, short, timeout_text
 from stellafleet.state.claims import Holder
 
@@ -33,8 +39,11 @@ SHARED_COMMANDS = ("Bash(stella commit:*)",)
 ISOLATED_COMMANDS = ("Bash(stella commit:*)", "Bash(git add:*)", "Bash(git commit:*)", "Bash(git status:*)")
 
 
-def build_argv(ctx: WorkerContext, settings: CliSettings, budget: str | None) -> list[str]:
-    """The command line; in a shared tree, with the settings that install the file-claiming hook."""
+def build_argv(
+    ctx: WorkerContext, settings: CliSettings, budget: str | None, session: tuple[str, str] | None = None
+) -> list[str]:
+    """The command line; in a shared tree, with the settings that install the file-claiming hook;
+    session: ("--session-id", a new id) or ("--resume", the id a follow-up continues)."""
     allowed = SHARED_COMMANDS if ctx.shared else ISOLATED_COMMANDS
     # No prompt argument: with none, `claude -p` reads the prompt from stdin, which has no size limit.
     argv = [
@@ -57,6 +66,8 @@ def build_argv(ctx: WorkerContext, settings: CliSettings, budget: str | None) ->
         argv += ["--max-budget-usd", budget]
     if settings.max_turns is not None:
         argv += ["--max-turns", str(settings.max_turns)]
+    if session is not None:
+        argv += list(session)
     model = ctx.model or settings.model
     if model:
         argv += ["--model", model]
@@ -111,11 +122,17 @@ class _ResultWatcher(EventLines):
     """Keeps the last `result` message of the stream, and tells the fleet of each limit Claude Code met."""
 
     result: dict[str, Any] | None = None
+    context_tokens = 0  # the session's size after its last model call: what a resume would send again
 
     def event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "result":
             self.result = event
+        if kind == "assistant" and isinstance(event.get("message"), dict):
+            usage = event["message"].get("usage")
+            if isinstance(usage, dict):
+                counted = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+                self.context_tokens = sum(token_count(usage.get(key)) for key in (*counted, "output_tokens"))
         if self.limits is None:
             return
         found = None
@@ -146,10 +163,32 @@ class ClaudeCodePipeline(AgentCliPipeline):
     def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult:
         settings = self.settings(config)
         tally = SpendTally.for_attempt(ctx, spend)
-        argv = build_argv(ctx, settings, tally.cli_budget())
+        resume = Resume.of()
+        if resume is None:
+            return self._fresh(ctx, settings, tally, spend)
+        why = "its file is gone"
+        if carry_session(resume, ctx.workspace):
+            watcher = _ResultWatcher(limits_of(spend))
+            argv = build_argv(ctx, settings, tally.cli_budget(), ("--resume", resume.id))
+            run = run_agent(ctx, argv, on_line=watcher, stdin_path=prompt_file(ctx, resume.prompt))
+            if watcher.result is not None or not gone(run):
+                return self.outcome(run, watcher, ctx, settings.max_turns, tally)
+            why = "Claude Code did not find it"
+        fresh = self._fresh(ctx, settings, tally, spend)
+        fresh.facts.update(fresh_after_failed_resume(resume, why))
+        return fresh
+
+    def _fresh(
+        self, ctx: WorkerContext, settings: CliSettings, tally: SpendTally, spend: SpendReporter
+    ) -> PipelineResult:
+        """A new session, given its id up front (a follow-up can resume it even if this one is killed)."""
+        session = str(uuid.uuid4())
+        argv = build_argv(ctx, settings, tally.cli_budget(), ("--session-id", session))
         watcher = _ResultWatcher(limits_of(spend))
         run = run_agent(ctx, argv, on_line=watcher, stdin_path=prompt_file(ctx, agent_prompt(ctx)))
-        return self.outcome(run, watcher, ctx, settings.max_turns, tally)
+        result = self.outcome(run, watcher, ctx, settings.max_turns, tally)
+        result.facts.setdefault("session", session_fact(session, ctx.workspace, watcher.context_tokens))
+        return result
 
     @staticmethod
     def outcome(
@@ -158,7 +197,8 @@ class ClaudeCodePipeline(AgentCliPipeline):
         if watcher.result is not None:
             result = interpret(watcher.result, tally, max_turns=max_turns)
             if isinstance(watcher.result.get("session_id"), str):  # a follow-up may go on in it
-                result.facts["session_id"] = watcher.result["session_id"]
+                session_id = watcher.result["session_id"]
+                result.facts["session"] = session_fact(session_id, ctx.workspace, watcher.context_tokens)
             if run.timed_out:  # it reported, then hung on the way out
                 text = f"{timeout_text(CLI, ctx.timeout_s)} after reporting: {result.summary}"
                 return failed(text, **tally.totals())
@@ -183,3 +223,37 @@ def write_hook_settings(ctx: WorkerContext) -> Path:
     settings_file = scratch / "claude-settings.json"
     settings_file.write_text(json.dumps(hook_settings(context_file), indent=2))
     return settings_file
+
+
+def gone(run: CliRun) -> bool:
+    """Whether `claude --resume` ended because it found no such session."""
+    return "No conversation found" in run.stderr_text(4000) + " ".join(run.stdout_lines[-5:])
+
+
+def project_dir(config_dir: Path, cwd: str) -> Path:
+    """Where Claude Code keeps the sessions made in cwd: its projects folder, the path's every character
+    other than a letter or digit a dash."""
+    return config_dir / "projects" / re.sub(r"[^A-Za-z0-9]", "-", cwd)
+
+
+def claude_config_dir(env: Mapping[str, str]) -> Path:
+    configured = env.get("CLAUDE_CONFIG_DIR")
+    return Path(configured) if configured else Path(env.get("HOME") or Path.home()) / ".claude"
+
+
+def carry_session(resume: Resume, workspace: Path, env: Mapping[str, str] | None = None) -> bool:
+    """Claude Code finds a session only in the folder of the directory it was made in: one made in another
+    directory (an earlier run's worktree) is copied to this one's. False when its file is nowhere."""
+    config_dir = claude_config_dir(os.environ if env is None else env)
+    here = project_dir(config_dir, str(workspace)) / f"{resume.id}.jsonl"
+    if here.exists():
+        return True
+    made = project_dir(config_dir, resume.cwd) / f"{resume.id}.jsonl" if resume.cwd else None
+    found = made if made is not None and made.exists() else None
+    if found is None:
+        found = next(iter(sorted((config_dir / "projects").glob(f"*/{resume.id}.jsonl"))), None)
+    if found is None:
+        return False
+    here.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(found, here)
+    return True

@@ -18,7 +18,9 @@ from stellafleet.state.sqlitefile import Database, Handle
 
 __all__ = ["Ledger", "TaskSpec"]
 # The tables holding a run's rows, as get_run names them.
-RUN_TABLES = ("tasks", "attempts", "commits", "checks", "ci", "cleanups", "merges", "limits", "requests")
+RUN_TABLES = (
+    "tasks", "attempts", "commits", "checks", "ci", "cleanups", "merges", "limits", "requests", "facts"
+)  # fmt: skip
 
 
 class Ledger(Handle):

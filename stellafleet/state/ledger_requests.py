@@ -127,3 +127,26 @@ class Facts(Table):
             (run_id, task_id),
         )
         return {str(key): json.loads(value) for key, value in rows}
+
+    def latest(self, run_ids: list[str], task_id: str, key: str) -> tuple[int, str, Any] | None:
+        """The task's latest attempt that set key, in the first of run_ids that has one (a run, then the
+        runs it resumes): (its attempt id, its pipeline, the value)."""
+        for run_id in run_ids:
+            row = self._db.row(
+                "SELECT a.id, a.pipeline, f.value_json FROM attempt_facts f"
+                " JOIN attempts a ON a.id = f.attempt_id WHERE a.run_id = ? AND a.task_id = ? AND f.key = ?"
+                " ORDER BY a.id DESC LIMIT 1",
+                (run_id, task_id, key),
+            )
+            if row is not None:
+                return int(row["id"]), str(row["pipeline"] or ""), json.loads(row["value_json"])
+        return None
+
+    def of_run(self, run_id: str) -> list[dict[str, Any]]:
+        """Every fact of the run's attempts: attempt_id, key and its value."""
+        rows = self._db.read(
+            "SELECT f.attempt_id, f.key, f.value_json FROM attempt_facts f"
+            " JOIN attempts a ON a.id = f.attempt_id WHERE a.run_id = ? ORDER BY f.attempt_id, f.key",
+            (run_id,),
+        )
+        return [{"attempt_id": int(a), "key": str(k), "value": json.loads(v)} for a, k, v in rows]

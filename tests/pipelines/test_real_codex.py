@@ -69,7 +69,9 @@ def test_an_isolated_codex_task_commits_on_its_fleet_branch(
     assert attempt["outcome"] == "succeeded", attempt["summary"]
     assert attempt["summary"] == "Added hello.txt and committed it."
     # its thread, as Codex named it on `thread.started`, is a fact of the attempt
-    (session_id,) = attempt_facts(git_repo, attempt["id"]).values()
+    (session,) = attempt_facts(git_repo, attempt["id"]).values()
+    session_id = session["id"]
+    assert session["tokens"] > 0 and session["cwd"] == attempt["worktree"]
     assert (
         session_id
         and session_id

@@ -21,6 +21,7 @@ from stellafleet.run.steps.expansions import Expand
 from stellafleet.run.steps.gitguard import GitGuard
 from stellafleet.run.steps.limits import LimitGate
 from stellafleet.run.steps.salvage import Salvage
+from stellafleet.run.steps.sessions import Sessions
 from stellafleet.run.steps.spend import SpendGuard
 from stellafleet.run.steps.startcommit import StartCommit
 from stellafleet.run.steps.unclaimed import UnclaimedWrites
@@ -39,6 +40,7 @@ STEPS: tuple[type[AttemptStep], ...] = (
     Claims,
     StartCommit,  # before the worktree: parents that conflict are refused first
     Workspaces,
+    Sessions,  # a follow-up's session: continued, or new and why
     GitGuard,
     UnclaimedWrites,
     Watch,
@@ -74,6 +76,7 @@ def server(
         Claims(claims, settings.root),
         StartCommit(settings, ledger),
         Workspaces(settings, ledger, emit),
+        Sessions(settings, ledger),
         GitGuard(settings),
         UnclaimedWrites(settings, ledger, claims),
         Watch(watchdog) if watchdog is not None else None,

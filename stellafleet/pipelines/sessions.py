@@ -1,0 +1,61 @@
+"""An agent's session as an attempt fact: what a pipeline reports of the session it ran in (`session`),
+and a follow-up's instruction to continue one (`resume`, set by the fleet's step run/steps/sessions.py),
+read from the worker's STELLA_FACTS."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FACTS_VAR = "STELLA_FACTS"  # what the worker's task learned so far (JSON, the ledger's attempt_facts)
+SESSION = "session"  # fact: {"id", "cwd", "tokens"} of the session an attempt ran in
+RESUME = "resume"  # fact: {"id", "cwd", "tokens", "prompt"} the session this attempt continues (or None)
+SESSION_START = "session_start"  # fact: how its session started, in words (`resumed session ...`)
+
+
+def task_facts(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The facts the fleet handed this worker (STELLA_FACTS); {} when none or unreadable."""
+    raw = (os.environ if env is None else env).get(FACTS_VAR, "")
+    try:
+        facts = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return facts if isinstance(facts, dict) else {}
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A follow-up's instruction: continue session `id` (made in `cwd`) with only `prompt`, what is new."""
+
+    id: str
+    cwd: str
+    tokens: int
+    prompt: str
+
+    @classmethod
+    def of(cls, env: Mapping[str, str] | None = None) -> Resume | None:
+        """The instruction in this worker's facts, or None: a new session with the whole task."""
+        wanted = task_facts(env).get(RESUME)
+        if not isinstance(wanted, dict) or not isinstance(wanted.get("id"), str) or not wanted["id"]:
+            return None
+        tokens = wanted.get("tokens")
+        return cls(
+            wanted["id"],
+            str(wanted.get("cwd") or ""),
+            tokens if isinstance(tokens, int) else 0,
+            str(wanted.get("prompt") or ""),
+        )
+
+
+def session_fact(session_id: str, cwd: Path, tokens: int) -> dict[str, Any]:
+    """The `session` fact a pipeline reports: its agent's session id, where it was made, its context size."""
+    return {"id": session_id, "cwd": str(cwd), "tokens": max(0, int(tokens))}
+
+
+def fresh_after_failed_resume(resume: Resume, why: str) -> dict[str, Any]:
+    """The facts of an attempt whose resume failed at run time and that went on in a new session."""
+    return {SESSION_START: f"new session: session {resume.id[:8]}... could not be resumed ({why})"}
