@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import fields
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stellafleet.commands import positive_int
-from stellafleet.core.errors import StellaError
+from stellafleet.core.errors import EXIT_TASK_FAILED, StellaError
 
 if TYPE_CHECKING:
     from stellafleet.run.prepare import FleetOptions
@@ -127,6 +128,12 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
 
 
 def run(args: argparse.Namespace) -> int:
+    from stellafleet.git import gitops
     from stellafleet.run.control import run_fleet
+    from stellafleet.run.parked import settle_parked
 
-    return run_fleet(options_from(args))
+    options = options_from(args)
+    code = run_fleet(options)
+    if code != EXIT_TASK_FAILED:
+        return code
+    return settle_parked(gitops.main_worktree_root(options.cwd or Path.cwd()), code)

@@ -25,7 +25,7 @@ from stellafleet.engine.settings import EngineSettings, load_settings, settings_
 from stellafleet.engine.tools import SECRET_ENV, ClaimFn, Toolbox, Workspace
 from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.base import PipelineResult
-from stellafleet.pipelines.sessions import Resume, fresh_after_failed_resume, session_fact
+from stellafleet.pipelines.sessions import PARKED, Resume, fresh_after_failed_resume, session_fact
 from stellafleet.pipelines.support import ProgressPrinter
 from stellafleet.state.claims import ClaimStore, Holder
 
@@ -113,6 +113,9 @@ class PlainPipeline:
         result.facts["session"] = session_fact(
             str(ctx.transcript_path), ctx.workspace, engine.context_tokens()
         )
+        if outcome.question is not None:  # it asked a person: the fleet parks it (run/steps/park.py)
+            parked = {"kind": "question", "question": outcome.question, "last_words": outcome.last_words}
+            result.facts[PARKED] = parked
         if resume is not None and not history:
             result.facts.update(fresh_after_failed_resume(resume, "its transcript is gone"))
         return result

@@ -15,6 +15,10 @@ FACTS_VAR = "STELLA_FACTS"  # what the worker's task learned so far (JSON, the l
 SESSION = "session"  # fact: {"id", "cwd", "tokens"} of the session an attempt ran in
 RESUME = "resume"  # fact: {"id", "cwd", "tokens", "prompt"} the session this attempt continues (or None)
 SESSION_START = "session_start"  # fact: how its session started, in words (`resumed session ...`)
+# fact: what a parked attempt waits on: {"kind": "tool" | "question", "tool", "input", "question",
+# "last_words"} from its worker, with "item" (the answer request's id) from the fleet
+PARKED = "parked"
+ALLOWED = "allowed_tools"  # fact: the tool requests a person allowed the task ({"tool", "input"} each)
 
 
 def task_facts(env: Mapping[str, str] | None = None) -> dict[str, Any]:

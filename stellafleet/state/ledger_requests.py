@@ -95,6 +95,51 @@ class Requests(Table):
             (run_id, str(RequestState.NEEDS_YOU)),
         )
 
+    def answer(self, request_id: int, kind: str, text: str, *, by: str) -> bool:
+        """A person's answer to a request that waits on them; False when it no longer waits (answered,
+        taken or dismissed meanwhile): exactly one answer is ever recorded."""
+        cursor = self._db.execute(
+            "UPDATE requests SET state = ?, answer_kind = ?, answer = ?, answered_by = ?, answered_at_ms = ?"
+            " WHERE id = ? AND state = ?",
+            (str(RequestState.ANSWERED), kind, text, by, self._db.now_ms(), request_id,
+             str(RequestState.NEEDS_YOU)),
+        )  # fmt: skip
+        return cursor.rowcount == 1
+
+    def take_answered(self, request_id: int) -> bool:
+        """Take an answered request to serve it (the task goes on with the answer); False: taken elsewhere."""
+        cursor = self._db.execute(
+            "UPDATE requests SET state = ?, taken_at_ms = ? WHERE id = ? AND state = ?",
+            (str(RequestState.SERVED), self._db.now_ms(), request_id, str(RequestState.ANSWERED)),
+        )
+        return cursor.rowcount == 1
+
+    def answered(self, run_ids: list[str], task_id: str) -> list[dict[str, Any]]:
+        """The task's answered requests not yet served, in the runs given, oldest first."""
+        marks = ", ".join("?" * len(run_ids))
+        return self._db.rows(
+            f"SELECT * FROM requests WHERE run_id IN ({marks}) AND task_id = ? AND state = ? ORDER BY id",
+            (*run_ids, task_id, str(RequestState.ANSWERED)),
+        )
+
+    def allowed(self, run_ids: list[str], task_id: str) -> list[Any]:
+        """What a person allowed the task: the `parked` fact of each attempt whose request they answered
+        --allow, in the runs given."""
+        marks = ", ".join("?" * len(run_ids))
+        rows = self._db.read(
+            f"SELECT f.value_json FROM requests r JOIN attempt_facts f ON f.attempt_id = r.from_attempt_id"
+            f" AND f.key = 'parked' WHERE r.run_id IN ({marks}) AND r.task_id = ? AND r.reason = ?"
+            " AND r.answer_kind = 'allow' ORDER BY r.id",
+            (*run_ids, task_id, str(FollowUpReason.ANSWER)),
+        )
+        return [json.loads(row[0]) for row in rows]
+
+    def waiting(self) -> list[dict[str, Any]]:
+        """Every request that waits on a person, across runs, oldest first (`stella inbox`)."""
+        return self._db.rows(
+            "SELECT * FROM requests WHERE state = ? ORDER BY asked_at_ms, id", (str(RequestState.NEEDS_YOU),)
+        )
+
     def count(self, run_id: str, task_id: str, reason: FollowUpReason) -> int:
         """How many follow-ups of this reason the task has been given (its rounds so far)."""
         row = self._db.read(

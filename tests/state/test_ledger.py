@@ -76,7 +76,7 @@ def test_a_new_ledger_has_the_contract_schema_in_wal_mode(db: Path) -> None:
     Ledger.open(db).close()
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == LEDGER_SCHEMA.version == 11
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == LEDGER_SCHEMA.version == 12
     for table, columns in CONTRACT_COLUMNS.items():
         have = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
         assert have == columns.split(), table

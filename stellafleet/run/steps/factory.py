@@ -20,6 +20,7 @@ from stellafleet.run.steps.commits import BranchCommits
 from stellafleet.run.steps.expansions import Expand
 from stellafleet.run.steps.gitguard import GitGuard
 from stellafleet.run.steps.limits import LimitGate
+from stellafleet.run.steps.park import Park
 from stellafleet.run.steps.salvage import Salvage
 from stellafleet.run.steps.sessions import Sessions
 from stellafleet.run.steps.spend import SpendGuard
@@ -45,6 +46,7 @@ STEPS: tuple[type[AttemptStep], ...] = (
     UnclaimedWrites,
     Watch,
     Check,  # after the watchdog forgot the worker; before salvage sees a red check
+    Park,  # a worker waiting on a person ends parked, before salvage keeps what it left
     Salvage,  # after the watchdog: a stalled attempt's salvage says so
     BranchCommits,
     Expand,
@@ -81,6 +83,7 @@ def server(
         UnclaimedWrites(settings, ledger, claims),
         Watch(watchdog) if watchdog is not None else None,
         Check(settings, ledger),
+        Park(settings, ledger),
         Salvage(ledger, claims),
         BranchCommits(ledger),
         Expand(expansions) if expansions is not None else None,
