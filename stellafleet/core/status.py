@@ -14,8 +14,8 @@ class RunStatus(StrEnum):
     FAILED = "failed"
     SPEND_LIMITED = "spend_limited"
     USAGE_LIMITED = "usage_limited"  # a provider's usage limit stopped it (exit 3; --resume goes on)
-    PARKED = "parked"  # only tasks waiting on a person and their dependents were left (exit 5)
     INTERRUPTED = "interrupted"
+    PARKED = "parked"  # only tasks waiting on a person and their dependents were left (exit 5)
 
 
 class TaskStatus(StrEnum):

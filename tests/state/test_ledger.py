@@ -47,7 +47,7 @@ CONTRACT_COLUMNS = {
     "checks": "id run_id task_id attempt_id merge_id phase command exit_code passed duration_ms commit_sha"
     " output_tail log_path at_ms",
     "requests": "id run_id task_id branch reason context state asked_by asked_at_ms from_attempt_id start_at"
-    " not_before_ms taken_at_ms attempt_id ended_at_ms why",
+    " not_before_ms taken_at_ms attempt_id ended_at_ms why answer_kind answer answered_by answered_at_ms",
     "attempt_facts": "attempt_id key value_json at_ms",
 }
 

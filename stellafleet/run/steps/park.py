@@ -5,11 +5,11 @@ attempt: at once while its fleet waits for answers (`[fleet] park_wait`), else b
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from stellafleet.core import jsontext
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, FollowUpReason, RequestState
 from stellafleet.pipelines.sessions import ALLOWED, PARKED
 from stellafleet.run.steps import AttemptState, AttemptStep, FollowUp, Request, RunSettings
@@ -22,7 +22,7 @@ def waits_on(parked: Mapping[str, Any]) -> str:
     """What a parked attempt waits on, in one line: its question, or the tool it wants to run."""
     if parked.get("kind") == "question":
         return f"asks: {parked.get('question') or '?'}"
-    shown = json.dumps(parked.get("input"), ensure_ascii=False)
+    shown = jsontext.dumps(parked.get("input"))
     shown = shown if len(shown) <= INPUT_CHARS else shown[:INPUT_CHARS] + "..."
     return f"wants to use {parked.get('tool') or '?'} {shown}"
 
