@@ -6,8 +6,9 @@ import json
 import os
 import re
 import shutil
+import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,6 +18,7 @@ from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.anthropic import usage_of
 from stellafleet.engine.transport import token_count
+from stellafleet.pipelines import permit
 from stellafleet.pipelines.agentcli import (
     AgentCliPipeline,
     CliSettings,
@@ -27,23 +29,38 @@ from stellafleet.pipelines.agentcli import (
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.claude_hook import HookContext, edited_path, hook_settings
 from stellafleet.pipelines.clirun import CliRun, run_agent
-from stellafleet.pipelines.sessions import Resume, fresh_after_failed_resume, session_fact
+from stellafleet.pipelines.sessions import (
+    ALLOWED,
+    PARKED,
+    Resume,
+    fresh_after_failed_resume,
+    session_fact,
+    task_facts,
+)
 from stellafleet.pipelines.support import EventLines, crash_text, failed, parse_failure, short, timeout_text
 from stellafleet.state.claims import Holder
 
 CLI = "claude"
 CLI_NAME = "claude-code"  # the source of its limit events
-NO_MCP_SERVERS = json.dumps({"mcpServers": {}})
 # Print mode refuses shell commands that need approval: the commit instructions' are allowed up front.
 SHARED_COMMANDS = ("Bash(stella commit:*)",)
 ISOLATED_COMMANDS = ("Bash(stella commit:*)", "Bash(git add:*)", "Bash(git commit:*)", "Bash(git status:*)")
+
+
+def permission_servers(state: Path) -> str:
+    """The only MCP server Claude Code starts: stella's, which decides its permission requests."""
+    argv = ["-m", "stellafleet.pipelines.permit", str(state)]
+    return json.dumps(
+        {"mcpServers": {permit.SERVER: {"type": "stdio", "command": sys.executable, "args": argv}}}
+    )
 
 
 def build_argv(
     ctx: WorkerContext, settings: CliSettings, budget: str | None, session: tuple[str, str] | None = None
 ) -> list[str]:
     """The command line; in a shared tree, with the settings that install the file-claiming hook;
-    session: ("--session-id", a new id) or ("--resume", the id a follow-up continues)."""
+    session: ("--session-id", a new id) or ("--resume", the id a follow-up continues). A tool request
+    outside its allow-list goes to stella's permission server (pipelines/permit.py), which parks it."""
     allowed = SHARED_COMMANDS if ctx.shared else ISOLATED_COMMANDS
     # No prompt argument: with none, `claude -p` reads the prompt from stdin, which has no size limit.
     argv = [
@@ -56,7 +73,9 @@ def build_argv(
         "acceptEdits",
         "--strict-mcp-config",
         "--mcp-config",
-        NO_MCP_SERVERS,
+        permission_servers(scratch_dir(ctx)),
+        "--permission-prompt-tool",
+        permit.PROMPT_TOOL,
         "--allowedTools",
         ",".join(allowed),
     ]
@@ -123,12 +142,16 @@ class _ResultWatcher(EventLines):
 
     result: dict[str, Any] | None = None
     context_tokens = 0  # the session's size after its last model call: what a resume would send again
+    last_words = ""  # the text of its last message
 
     def event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "result":
             self.result = event
         if kind == "assistant" and isinstance(event.get("message"), dict):
+            blocks = event["message"].get("content")
+            said = [b.get("text") for b in blocks or () if isinstance(b, dict) and b.get("type") == "text"]
+            self.last_words = " ".join(str(text) for text in said if text) or self.last_words
             usage = event["message"].get("usage")
             if isinstance(usage, dict):
                 counted = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
@@ -170,9 +193,12 @@ class ClaudeCodePipeline(AgentCliPipeline):
         if carry_session(resume, ctx.workspace):
             watcher = _ResultWatcher(limits_of(spend))
             argv = build_argv(ctx, settings, tally.cli_budget(), ("--resume", resume.id))
-            run = run_agent(ctx, argv, on_line=watcher, stdin_path=prompt_file(ctx, resume.prompt))
+            run = run_agent(
+                ctx, argv, on_line=watcher, poll=parked_poll(ctx), stdin_path=prompt_file(ctx, resume.prompt)
+            )
             if watcher.result is not None or not gone(run):
-                return self.outcome(run, watcher, ctx, settings.max_turns, tally)
+                result = self.outcome(run, watcher, ctx, settings.max_turns, tally)
+                return parked_result(ctx, watcher, result, resume.id)
             why = "Claude Code did not find it"
         fresh = self._fresh(ctx, settings, tally, spend)
         fresh.facts.update(fresh_after_failed_resume(resume, why))
@@ -185,10 +211,11 @@ class ClaudeCodePipeline(AgentCliPipeline):
         session = str(uuid.uuid4())
         argv = build_argv(ctx, settings, tally.cli_budget(), ("--session-id", session))
         watcher = _ResultWatcher(limits_of(spend))
-        run = run_agent(ctx, argv, on_line=watcher, stdin_path=prompt_file(ctx, agent_prompt(ctx)))
+        prompt = prompt_file(ctx, agent_prompt(ctx))
+        run = run_agent(ctx, argv, on_line=watcher, poll=parked_poll(ctx), stdin_path=prompt)
         result = self.outcome(run, watcher, ctx, settings.max_turns, tally)
         result.facts.setdefault("session", session_fact(session, ctx.workspace, watcher.context_tokens))
-        return result
+        return parked_result(ctx, watcher, result, session)
 
     @staticmethod
     def outcome(
@@ -257,3 +284,38 @@ def carry_session(resume: Resume, workspace: Path, env: Mapping[str, str] | None
     here.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(found, here)
     return True
+
+
+def parked_poll(ctx: WorkerContext) -> Callable[[], str | None]:
+    """Hands the permission server what a person allowed the task, then watches for the request that
+    parks it: Claude Code is stopped then (the server never answers it)."""
+    state = scratch_dir(ctx)
+    allowed = task_facts().get(ALLOWED)
+    (state / permit.ALLOWED_FILE).write_text(json.dumps(allowed if isinstance(allowed, list) else []))
+    park_file = state / permit.PARK_FILE
+
+    def poll() -> str | None:
+        return "parked: it asked for a permission outside its allow-list" if park_file.exists() else None
+
+    return poll
+
+
+def parked_result(
+    ctx: WorkerContext, watcher: _ResultWatcher, result: PipelineResult, session: str
+) -> PipelineResult:
+    """The attempt's result, parked (the fleet's Park step ends it so) when it asked for a permission."""
+    try:
+        asked = json.loads((scratch_dir(ctx) / permit.PARK_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return result
+    result.success = False
+    result.summary = result.error = f"parked: it wants to use {asked.get('tool')}"
+    parked = {
+        "kind": "tool",
+        "tool": asked.get("tool"),
+        "input": asked.get("input"),
+        "last_words": watcher.last_words,
+    }
+    result.facts[PARKED] = parked
+    result.facts.setdefault("session", session_fact(session, ctx.workspace, watcher.context_tokens))
+    return result

@@ -39,6 +39,7 @@ VALUE_OPTIONS = {
     "--system-prompt",
     "--session-id",
     "--resume",
+    "--permission-prompt-tool",
 }
 MULTI_OPTIONS = {
     "--mcp-config",

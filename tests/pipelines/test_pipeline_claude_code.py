@@ -62,7 +62,9 @@ def test_success_reports_cost_turns_and_the_agents_summary(git_repo: Path, fakes
     assert argv[argv.index("--output-format") + 1] == "stream-json" and "--verbose" in argv
     assert argv[argv.index("--permission-mode") + 1] == "acceptEdits"
     assert "--strict-mcp-config" in argv
-    assert json.loads(argv[argv.index("--mcp-config") + 1]) == {"mcpServers": {}}
+    (server,) = json.loads(argv[argv.index("--mcp-config") + 1])["mcpServers"].values()  # stella's only
+    assert server["args"][:2] == ["-m", "stellafleet.pipelines.permit"]
+    assert argv[argv.index("--permission-prompt-tool") + 1] == "mcp__stella__permit"
     assert argv[argv.index("--max-budget-usd") + 1] == "0.5000"
     settings = json.loads(Path(argv[argv.index("--settings") + 1]).read_text())
     (group,) = settings["hooks"]["PreToolUse"]
