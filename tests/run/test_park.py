@@ -13,7 +13,9 @@ from helpers.enginefleet import configure
 from helpers.fleet import by_id, run_record
 from helpers.repo import StellaRunner
 
+from stellafleet.core.paths import StatePaths
 from stellafleet.run.parked import only_parked
+from stellafleet.state.ledger import Ledger
 from stellafleet.testing.model_server import ScriptedModelServer
 
 QUESTION = "Which colour should the button be?"
@@ -82,6 +84,9 @@ def test_an_engine_task_that_asks_parks_and_goes_on_in_its_session_once_answered
         told = [e for e in events if e["event"] == "parked"]
         assert len(told) == 1 and told[0]["item"] == item["item"] and told[0]["question"] == QUESTION
 
+        with Ledger.open(StatePaths(root).fleet_db) as ledger:  # as a killed fleet's recovery would
+            ledger.abandon_run(first["run"]["id"], "its fleet was killed")
+        assert json.loads(stella_main("inbox", "--json", cwd=root).stdout)["items"] == [item]  # still parked
         number = str(item["item"])
         for bad, says in (
             (("answer", "999", "blue"), "no item 999"),

@@ -1,10 +1,13 @@
 """Every follow-up continues the task's agent session: the engine (real worker processes against the
 scripted model server) reloads its conversation from its transcript and is sent only what is new; past
-`[fleet] resume_max_tokens` it starts afresh and says why. The choice itself, in process."""
+`[fleet] resume_max_tokens` it starts afresh and says why; under `[fleet] park_wait` a parked task's answer
+resumes it while its run goes on. The choice itself, in process."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from stellafleet.run.dispatch import Dispatcher
 from stellafleet.run.executor import LocalExecutor
 from stellafleet.run.serve import Server
 from stellafleet.run.steps import AttemptState, AttemptStep, FollowUp, RunSettings
+from stellafleet.run.steps.park import Park
 from stellafleet.run.steps.sessions import Sessions, choose
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.model_server import ScriptedModelServer
@@ -138,3 +142,39 @@ def test_the_engine_conversation_comes_back_from_its_transcript(tmp_path: Path) 
     assert messages[4] == UserText(NUDGE)  # what the loop said after a turn without tool calls
     assert isinstance(messages[6], ToolResults) and messages[6].results[0].content == "finished"
     assert messages[-1] == UserText("now fix the check")
+
+
+def test_under_park_wait_an_answer_resumes_the_parked_task_while_its_run_goes_on(
+    opened: tuple[Path, Ledger],
+) -> None:
+    root, ledger = opened
+    ask = {"tool_calls": [{"name": "ask", "arguments": {"question": "red or blue?"}}]}
+    finish = {"tool_calls": [{"name": "finish", "arguments": {"summary": "painted"}}]}
+    with ScriptedModelServer([ask, finish]) as server:
+        configure(root, server, fleet="park_wait = 60")
+        settings = RunSettings(root, RUN, ledger.runs.get(RUN)["base_commit"], default_pipeline="plain",
+                               config=load_config(root))  # fmt: skip
+        steps = [Sessions(settings, ledger), Park(settings, ledger)]
+        server_ = Server(Dispatcher(settings, ledger, LocalExecutor(), lambda event: None, steps))
+        answered: list[bool] = []
+
+        def answer_when_asked() -> None:
+            while not (waiting := ledger.requests.waiting()):
+                time.sleep(0.05)
+            answered.append(ledger.requests.answer(waiting[0]["id"], "text", "blue", by="test"))
+
+        person = threading.Thread(target=answer_when_asked)
+        person.start()
+        assert server_.execute(TASK)  # parked, answered, resumed: in the one call
+        person.join()
+        last = server.requests[-1].body
+    assert answered == [True]
+    parked, resumed = ledger.attempts.of_run(RUN)
+    assert (parked["outcome"], resumed["outcome"], resumed["reason"]) == ("parked", "succeeded", "answer")
+    assert "blue" in json.dumps(last["messages"][-1]) and "red or blue?" in json.dumps(last)
+    (request,) = ledger.requests.of_run(RUN)
+    assert (request["state"], request["attempt_id"], request["answered_by"]) == (
+        "served",
+        resumed["id"],
+        "test",
+    )
