@@ -17,7 +17,7 @@ from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import money
-from stellafleet.core.status import CIState, RunStatus, TaskStatus
+from stellafleet.core.status import CIState, FollowUpReason, RunStatus, TaskStatus
 from stellafleet.core.terminal import aligned, single_line, styled
 from stellafleet.core.words import duration_text
 from stellafleet.git import gitops
@@ -33,6 +33,7 @@ STATUS_STYLE: dict[str, str] = {
     TaskStatus.INTERRUPTED: "yellow",
     TaskStatus.RUNNING: "cyan",
     TaskStatus.PENDING: "cyan",
+    TaskStatus.PARKED: "blue",
 }
 
 
@@ -122,8 +123,13 @@ def fmt_task_counts(tasks: dict[str, int], no_commits: int = 0) -> str:
 
 
 def fmt_needs_you(rows: Sequence[dict[str, Any]]) -> str:
-    """`writer (retry), fleet/store-1b2c (ci-fix)`: the run's requests that wait on a person."""
-    return ", ".join(f"{row['task_id'] or row['branch']} ({row['reason']})" for row in rows)
+    """`writer (retry), fleet/store-1b2c (ci-fix), painter (answer: stella answer 7)`: the run's requests
+    that wait on a person."""
+    return ", ".join(
+        f"{row['task_id'] or row['branch']} ({row['reason']}"
+        + (f": stella answer {row['id']})" if row["reason"] == FollowUpReason.ANSWER else ")")
+        for row in rows
+    )
 
 
 def fmt_status(run: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ from helpers.repo import StellaRunner
 
 from stellafleet.core.paths import StatePaths
 from stellafleet.run.parked import only_parked
+from stellafleet.state.dashboard import load_run_page
 from stellafleet.state.ledger import Ledger
 from stellafleet.testing.model_server import ScriptedModelServer
 
@@ -84,6 +85,12 @@ def test_an_engine_task_that_asks_parks_and_goes_on_in_its_session_once_answered
         told = [e for e in events if e["event"] == "parked"]
         assert len(told) == 1 and told[0]["item"] == item["item"] and told[0]["question"] == QUESTION
 
+        page = load_run_page(StatePaths(root).fleet_db, first["run"]["id"], now_ms=0)
+        (lane, *_rest) = page["attention"]  # the "needs you" lane comes first, with its answer command
+        assert (lane["kind"], lane["task"]) == (
+            "parked",
+            "asker",
+        ) and f"stella answer {item['item']}" in lane["text"]
         with Ledger.open(StatePaths(root).fleet_db) as ledger:  # as a killed fleet's recovery would
             ledger.abandon_run(first["run"]["id"], "its fleet was killed")
         assert json.loads(stella_main("inbox", "--json", cwd=root).stdout)["items"] == [item]  # still parked
