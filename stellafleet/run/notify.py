@@ -50,7 +50,9 @@ class Notifier(EventSink):
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         end = event.end
         if end.outcome == AttemptOutcome.PARKED:
-            self.send_later(parked_event(event))
+            parked = end.facts.get(PARKED)
+            if not (isinstance(parked, dict) and parked.get("again")):  # one event per park
+                self.send_later(parked_event(event))
             return
         if end.outcome not in (AttemptOutcome.FAILED, AttemptOutcome.STALLED):
             return

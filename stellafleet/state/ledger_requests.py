@@ -114,12 +114,14 @@ class Requests(Table):
         )
         return cursor.rowcount == 1
 
-    def answered(self, run_ids: list[str], task_id: str) -> list[dict[str, Any]]:
-        """The task's answered requests not yet served, in the runs given, oldest first."""
+    def answers(self, run_ids: list[str], task_id: str, state: RequestState) -> list[dict[str, Any]]:
+        """The task's `answer` requests in this state (answered: not yet served; needs_you: still
+        waiting), in the runs given, oldest first."""
         marks = ", ".join("?" * len(run_ids))
         return self._db.rows(
-            f"SELECT * FROM requests WHERE run_id IN ({marks}) AND task_id = ? AND state = ? ORDER BY id",
-            (*run_ids, task_id, str(RequestState.ANSWERED)),
+            f"SELECT * FROM requests WHERE run_id IN ({marks}) AND task_id = ? AND reason = ? AND state = ?"
+            " ORDER BY id",
+            (*run_ids, task_id, str(FollowUpReason.ANSWER), str(state)),
         )
 
     def allowed(self, run_ids: list[str], task_id: str) -> list[Any]:

@@ -81,9 +81,6 @@ def test_an_engine_task_that_asks_parks_and_goes_on_in_its_session_once_answered
         (item,) = inbox
         assert item["task_id"] == "asker" and item["parked"]["question"] == QUESTION
         assert item["parked"]["last_words"] == "I need a decision."
-        events = [json.loads(line) for line in heard.read_text().splitlines() if line.strip()]
-        told = [e for e in events if e["event"] == "parked"]
-        assert len(told) == 1 and told[0]["item"] == item["item"] and told[0]["question"] == QUESTION
 
         page = load_run_page(StatePaths(root).fleet_db, first["run"]["id"], now_ms=0)
         (lane, *_rest) = page["attention"]  # the "needs you" lane comes first, with its answer command
@@ -94,6 +91,12 @@ def test_an_engine_task_that_asks_parks_and_goes_on_in_its_session_once_answered
         with Ledger.open(StatePaths(root).fleet_db) as ledger:  # as a killed fleet's recovery would
             ledger.abandon_run(first["run"]["id"], "its fleet was killed")
         assert json.loads(stella_main("inbox", "--json", cwd=root).stdout)["items"] == [item]  # still parked
+        early = stella_main("fleet", "--plan", plan, "--resume", first["run"]["id"], cwd=root)
+        assert early.returncode == 5, early.stdout + early.stderr  # no answer yet: it stays parked
+        still = run_record(root)
+        assert [a["summary"] for a in still["attempts"]] == [
+            f"still parked: asks: {QUESTION} (stella answer {item['item']})"
+        ]
         number = str(item["item"])
         for bad, says in (
             (("answer", "999", "blue"), "no item 999"),
@@ -105,9 +108,12 @@ def test_an_engine_task_that_asks_parks_and_goes_on_in_its_session_once_answered
         again = stella_main("answer", number, "red", cwd=root)
         assert again.returncode == 2 and "already answered" in again.stderr
 
-        resumed = stella_main("fleet", "--plan", plan, "--resume", first["run"]["id"], cwd=root)
+        resumed = stella_main("fleet", "--plan", plan, "--resume", still["run"]["id"], cwd=root)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         answer_call = next(r.body for r in server.requests if "blue, like the sky" in json.dumps(r.body))
+    events = [json.loads(line) for line in heard.read_text().splitlines() if line.strip()]
+    told = [e for e in events if e["event"] == "parked"]  # once, though it was parked in two runs
+    assert len(told) == 1 and told[0]["item"] == item["item"] and told[0]["question"] == QUESTION
     second = run_record(root)
     tasks = by_id(second["tasks"])
     assert tasks["asker"]["status"] == tasks["after"]["status"] == "succeeded"

@@ -12,7 +12,7 @@ from typing import Any
 from stellafleet.core import jsontext
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, FollowUpReason, RequestState
 from stellafleet.pipelines.sessions import ALLOWED, PARKED
-from stellafleet.run.steps import AttemptState, AttemptStep, FollowUp, Request, RunSettings
+from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, FollowUp, Request, RunSettings
 from stellafleet.state.ledger import Ledger
 
 INPUT_CHARS = 300  # how much of a tool request's input the request's text shows
@@ -56,6 +56,16 @@ def answered_follow_up(ledger: Ledger, row: Mapping[str, Any]) -> FollowUp:
     return FollowUp(FollowUpReason.ANSWER, text)
 
 
+def still_parked(ledger: Ledger, row: Mapping[str, Any]) -> AttemptEnd:
+    """The end of an attempt of a task whose answer has not come: parked again, on the same item (its
+    park was told already: `again`)."""
+    source = row.get("from_attempt_id")
+    parked = ledger.facts.of_attempt(int(source)).get(PARKED) if source is not None else None
+    parked = {**(parked if isinstance(parked, dict) else {}), "item": row["id"], "again": True}
+    text = f"still parked: {waits_on(parked)} (stella answer {row['id']})"
+    return AttemptEnd(AttemptOutcome.PARKED, text, text, facts={PARKED: parked})
+
+
 class Park(AttemptStep):
     def __init__(self, settings: RunSettings, ledger: Ledger) -> None:
         self.settings = settings
@@ -67,7 +77,7 @@ class Park(AttemptStep):
         if attempt.request is not None:
             return
         runs = self.ledger.runs.lineage(self.settings.run_id)
-        for row in self.ledger.requests.answered(runs, attempt.task.id):
+        for row in self.ledger.requests.answers(runs, attempt.task.id, RequestState.ANSWERED):
             if self.ledger.requests.take_answered(int(row["id"])):
                 follow_up = answered_follow_up(self.ledger, row)
                 attempt.request = Request(int(row["id"]), follow_up)
@@ -76,8 +86,12 @@ class Park(AttemptStep):
                 return
 
     def before_start(self, attempt: AttemptState) -> None:
-        """What a person allowed the task so far reaches its worker (the permission server reads it)."""
+        """A task still waiting on its answer (`stella fleet --resume` before it came) stays parked; what a
+        person allowed the task so far reaches its worker (the permission server reads it)."""
         runs = self.ledger.runs.lineage(self.settings.run_id)
+        waiting = self.ledger.requests.answers(runs, attempt.task.id, RequestState.NEEDS_YOU)
+        if attempt.request is None and waiting:
+            raise AttemptFailed(still_parked(self.ledger, waiting[-1]))
         allowed = [
             {"tool": p.get("tool"), "input": p.get("input")}
             for p in self.ledger.requests.allowed(runs, attempt.task.id)
