@@ -8,7 +8,7 @@ import re
 import shutil
 import sys
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -186,6 +186,7 @@ class ClaudeCodePipeline(AgentCliPipeline):
     def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult:
         settings = self.settings(config)
         tally = SpendTally.for_attempt(ctx, spend)
+        hand_allowed(ctx)
         resume = Resume.of()
         if resume is None:
             return self._fresh(ctx, settings, tally, spend)
@@ -193,9 +194,7 @@ class ClaudeCodePipeline(AgentCliPipeline):
         if carry_session(resume, ctx.workspace):
             watcher = _ResultWatcher(limits_of(spend))
             argv = build_argv(ctx, settings, tally.cli_budget(), ("--resume", resume.id))
-            run = run_agent(
-                ctx, argv, on_line=watcher, poll=parked_poll(ctx), stdin_path=prompt_file(ctx, resume.prompt)
-            )
+            run = run_agent(ctx, argv, on_line=watcher, stdin_path=prompt_file(ctx, resume.prompt))
             if watcher.result is not None or not gone(run):
                 result = self.outcome(run, watcher, ctx, settings.max_turns, tally)
                 return parked_result(ctx, watcher, result, resume.id)
@@ -212,7 +211,7 @@ class ClaudeCodePipeline(AgentCliPipeline):
         argv = build_argv(ctx, settings, tally.cli_budget(), ("--session-id", session))
         watcher = _ResultWatcher(limits_of(spend))
         prompt = prompt_file(ctx, agent_prompt(ctx))
-        run = run_agent(ctx, argv, on_line=watcher, poll=parked_poll(ctx), stdin_path=prompt)
+        run = run_agent(ctx, argv, on_line=watcher, stdin_path=prompt)
         result = self.outcome(run, watcher, ctx, settings.max_turns, tally)
         result.facts.setdefault("session", session_fact(session, ctx.workspace, watcher.context_tokens))
         return parked_result(ctx, watcher, result, session)
@@ -286,24 +285,19 @@ def carry_session(resume: Resume, workspace: Path, env: Mapping[str, str] | None
     return True
 
 
-def parked_poll(ctx: WorkerContext) -> Callable[[], str | None]:
-    """Hands the permission server what a person allowed the task, then watches for the request that
-    parks it: Claude Code is stopped then (the server never answers it)."""
-    state = scratch_dir(ctx)
+def hand_allowed(ctx: WorkerContext) -> None:
+    """What a person allowed the task, for the permission server to allow (pipelines/permit.py)."""
     allowed = task_facts().get(ALLOWED)
-    (state / permit.ALLOWED_FILE).write_text(json.dumps(allowed if isinstance(allowed, list) else []))
-    park_file = state / permit.PARK_FILE
-
-    def poll() -> str | None:
-        return "parked: it asked for a permission outside its allow-list" if park_file.exists() else None
-
-    return poll
+    (scratch_dir(ctx) / permit.ALLOWED_FILE).write_text(
+        json.dumps(allowed if isinstance(allowed, list) else [])
+    )
 
 
 def parked_result(
     ctx: WorkerContext, watcher: _ResultWatcher, result: PipelineResult, session: str
 ) -> PipelineResult:
-    """The attempt's result, parked (the fleet's Park step ends it so) when it asked for a permission."""
+    """The attempt's result, parked (the fleet's Park step ends it so) when it asked for a permission: the
+    permission server refused it for now and interrupted Claude Code's turn, which ended with its cost."""
     try:
         asked = json.loads((scratch_dir(ctx) / permit.PARK_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):

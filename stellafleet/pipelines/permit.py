@@ -1,8 +1,9 @@
 """Claude Code's permission decisions, served to it as an MCP tool (`--permission-prompt-tool
 mcp__stella__permit`) by this small server, started for each Claude Code worker. A tool request the task
 was allowed (its allow-list, or a person's `stella answer --allow`) is allowed; any other parks the task:
-the request is written to the park file, the call never answers, and the pipeline stops Claude Code and
-reports the attempt parked (its session kept, so the answer continues it).
+the request is written to the park file and refused for now with Claude Code's turn interrupted, so it
+ends with its result and cost, and the pipeline reports the attempt parked (its session kept: the answer
+continues it).
 
     python -m stellafleet.pipelines.permit STATE_DIR
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,15 @@ TOOL = "permit"
 PROMPT_TOOL = f"mcp__{SERVER}__{TOOL}"  # the name Claude Code is given
 ALLOWED_FILE = "allowed.json"
 PARK_FILE = "park.json"
+# what Claude Code is told of a parked request: refused for now, and its turn interrupted (it ends, with
+# its result and cost; the answer comes as the next message of the session)
+PARKED_ANSWER = jsontext.dumps(
+    {
+        "behavior": "deny",
+        "message": "stella: this needs a person's permission; the task is parked until they answer.",
+        "interrupt": True,
+    }
+)
 
 
 def allows(allowed: Sequence[Mapping[str, Any]], tool: str, given: Mapping[str, Any]) -> bool:
@@ -59,12 +68,12 @@ def park(state: Path, tool: str, given: Mapping[str, Any]) -> None:
     os.replace(partial, target)
 
 
-def decide(state: Path, tool: str, given: Mapping[str, Any]) -> str | None:
-    """Claude Code's answer (JSON text) for an allowed request; None: it parks the task."""
+def decide(state: Path, tool: str, given: Mapping[str, Any]) -> str:
+    """Claude Code's answer (JSON text): allowed, or refused for now with the task parked."""
     if allows(read_allowed(state), tool, given):
         return jsontext.dumps({"behavior": "allow", "updatedInput": dict(given)})
     park(state, tool, given)
-    return None
+    return PARKED_ANSWER
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -83,10 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         structured_output=False,
     )
     def permit(tool_name: str, input: dict[str, Any], tool_use_id: str | None = None) -> str:
-        answer = decide(state, tool_name, input)
-        if answer is None:  # parked: never answered; the pipeline stops Claude Code and this server
-            threading.Event().wait()
-        return answer or ""
+        return decide(state, tool_name, input)
 
     server.run("stdio")
     return 0

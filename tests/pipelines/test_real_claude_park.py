@@ -74,6 +74,8 @@ def test_a_permission_and_a_question_park_and_both_go_on_in_their_sessions_once_
         asked = len(server.requests)
         first = run_record(git_repo)
         assert {a["outcome"] for a in first["attempts"]} == {"parked"}
+        # Claude Code's turn was interrupted, not killed: it reported what it spent
+        assert by_id(first["attempts"], "task_id")["build"]["spend_usd"] > 0
         assert not (git_repo / "built.txt").exists()
         items = json.loads(stella("inbox", "--json", cwd=git_repo, env=env).stdout)["items"]
         tool, question = sorted(items, key=lambda found: found["task_id"])  # build, name
