@@ -21,6 +21,7 @@ from stellafleet.core.status import CIState, FollowUpReason, RunStatus, TaskStat
 from stellafleet.core.terminal import aligned, single_line, styled
 from stellafleet.core.words import duration_text
 from stellafleet.git import gitops
+from stellafleet.pipelines.sessions import short_id
 from stellafleet.state import views
 
 STATUS_STYLE: dict[str, str] = {
@@ -348,4 +349,4 @@ def session_text(session: dict[str, Any]) -> str:
     started = session.get("start")
     if started:
         return str(started)
-    return f"{session.get('id') or '-'} ({session.get('tokens') or 0:,} tokens at the end)"
+    return f"{short_id(str(session.get('id') or '-'))} ({session.get('tokens') or 0:,} tokens at the end)"

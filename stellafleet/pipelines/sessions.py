@@ -55,6 +55,12 @@ class Resume:
         )
 
 
+def short_id(session_id: str) -> str:
+    """How a session is named to people: a file's name (aider's history, the engine's transcript), else
+    the first 8 characters of the agent's own id."""
+    return Path(session_id).name if "/" in session_id else f"{session_id[:8]}..."
+
+
 def session_fact(session_id: str, cwd: Path, tokens: int) -> dict[str, Any]:
     """The `session` fact a pipeline reports: its agent's session id, where it was made, its context size."""
     return {"id": session_id, "cwd": str(cwd), "tokens": max(0, int(tokens))}

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from stellafleet.pipelines.sessions import RESUME, SESSION, SESSION_START
+from stellafleet.pipelines.sessions import RESUME, SESSION, SESSION_START, short_id
 from stellafleet.run.steps import AttemptState, AttemptStep, RunSettings
 from stellafleet.state.ledger import Ledger
 
@@ -28,12 +27,6 @@ class Choice:
 
     resume: Mapping[str, Any] | None
     said: str
-
-
-def short_id(session_id: str) -> str:
-    """How a session is named to people: a file's name (aider's history, the engine's transcript), else
-    the first 8 characters of the agent's own id."""
-    return Path(session_id).name if "/" in session_id else f"{session_id[:8]}..."
 
 
 def choose(
