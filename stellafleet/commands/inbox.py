@@ -16,7 +16,8 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import FollowUpReason, RequestState
 from stellafleet.core.terminal import single_line
 from stellafleet.git import gitops
-from stellafleet.pipelines.sessions import PARKED
+from stellafleet.run.steps.park import answer_command as parked_answer
+from stellafleet.run.steps.park import parked_of
 from stellafleet.state.ledger import Ledger
 
 
@@ -42,22 +43,11 @@ def open_ledger(*, readonly: bool) -> Ledger:
     return Ledger.open(db, readonly=readonly)
 
 
-def parked_of(ledger: Ledger, row: Mapping[str, Any]) -> dict[str, Any]:
-    """The `parked` fact of the attempt an answer request came from ({} for other requests)."""
-    source = row.get("from_attempt_id")
-    if row.get("reason") != FollowUpReason.ANSWER or source is None:
-        return {}
-    parked = ledger.facts.of_attempt(int(source)).get(PARKED)
-    return parked if isinstance(parked, dict) else {}
-
-
 def answer_command(row: Mapping[str, Any], parked: Mapping[str, Any]) -> str:
     """The command that answers a waiting request (or goes on with its task)."""
     if row.get("reason") != FollowUpReason.ANSWER:
         return f"stella fleet --resume {row['run_id']}"
-    if parked.get("kind") == "question":
-        return f'stella answer {row["id"]} "your answer"'
-    return f"stella answer {row['id']} --allow  (or --deny)"
+    return parked_answer(row["id"], parked)
 
 
 def items(ledger: Ledger) -> list[dict[str, Any]]:

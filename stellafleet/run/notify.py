@@ -17,6 +17,7 @@ from stellafleet.pipelines.sessions import PARKED
 from stellafleet.proc import runner
 from stellafleet.proc.subreaper import reaped_argv
 from stellafleet.run.events import AttemptEnded, Emit, Event, EventSink
+from stellafleet.run.steps.park import answer_command
 
 STOP_GRACE_S = 1.0
 TAIL_CHARS = 300
@@ -144,11 +145,7 @@ def parked_event(event: AttemptEnded) -> dict[str, Any]:
     parked = event.end.facts.get(PARKED)
     parked = parked if isinstance(parked, dict) else {}
     item = parked.get("item")
-    how = (
-        f'stella answer {item} "your answer"'
-        if parked.get("kind") == "question"
-        else f"stella answer {item} --allow (or --deny)"
-    )
+    how = answer_command(item, parked)
     return {
         "event": "parked",
         "task": event.task,

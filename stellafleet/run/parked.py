@@ -14,6 +14,7 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import RunStatus, StopReason, TaskStatus
 from stellafleet.core.words import plural
 from stellafleet.pipelines.sessions import PARKED
+from stellafleet.run.steps.park import answer_command
 from stellafleet.state.ledger import Ledger
 
 
@@ -49,9 +50,8 @@ def settle_parked(root: Path, code: int, err: IO[str] | None = None) -> int:
             fact = ledger.facts.of_attempt(int(attempt["id"])).get(PARKED)
             if attempt["task_id"] in parked and isinstance(fact, dict) and fact.get("item"):
                 parked.remove(attempt["task_id"])
-                how = '"your answer"' if fact.get("kind") == "question" else "--allow (or --deny)"
                 said = f"  task {attempt['task_id']}: {attempt['summary']}"
-                lines.append(f"{said}\n    stella answer {fact['item']} {how}")
+                lines.append(f"{said}\n    {answer_command(fact['item'], fact)}")
         waits = "waits" if len(lines) == 1 else "wait"
         reason = f"parked: {plural(len(lines), 'task')} {waits} on you"
         ledger.runs.finish(record["run"]["id"], RunStatus.PARKED, exit_code=EXIT_PARKED, reason=reason)

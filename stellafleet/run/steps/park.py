@@ -27,6 +27,12 @@ def waits_on(parked: Mapping[str, Any]) -> str:
     return f"wants to use {parked.get('tool') or '?'} {shown}"
 
 
+def answer_command(item: object, parked: Mapping[str, Any]) -> str:
+    """The command that answers a parked task's request."""
+    how = '"your answer"' if parked.get("kind") == "question" else "--allow  (or --deny)"
+    return f"stella answer {item} {how}"
+
+
 def park_context(parked: Mapping[str, Any]) -> str:
     """The answer request's text: what it waits on and the agent's last words."""
     said = str(parked.get("last_words") or "").strip()
@@ -47,21 +53,25 @@ def answer_prompt(kind: str, answer: str, parked: Mapping[str, Any]) -> str:
     return f"A person answered your question ({parked.get('question') or ''}):\n\n{answer}"
 
 
+def parked_of(ledger: Ledger, row: Mapping[str, Any]) -> dict[str, Any]:
+    """What the attempt an answer request came from waits on (its `parked` fact; {} for another request)."""
+    source = row.get("from_attempt_id")
+    if row.get("reason") != FollowUpReason.ANSWER or source is None:
+        return {}
+    parked = ledger.facts.of_attempt(int(source)).get(PARKED)
+    return parked if isinstance(parked, dict) else {}
+
+
 def answered_follow_up(ledger: Ledger, row: Mapping[str, Any]) -> FollowUp:
     """An answered request as the follow-up that serves it: the answer's prompt."""
-    source = row.get("from_attempt_id")
-    parked = ledger.facts.of_attempt(int(source)).get(PARKED) if source is not None else None
-    parked = parked if isinstance(parked, dict) else {}
-    text = answer_prompt(str(row.get("answer_kind") or "text"), str(row.get("answer") or ""), parked)
-    return FollowUp(FollowUpReason.ANSWER, text)
+    kind, answer = str(row.get("answer_kind") or "text"), str(row.get("answer") or "")
+    return FollowUp(FollowUpReason.ANSWER, answer_prompt(kind, answer, parked_of(ledger, row)))
 
 
 def still_parked(ledger: Ledger, row: Mapping[str, Any]) -> AttemptEnd:
     """The end of an attempt of a task whose answer has not come: parked again, on the same item (its
     park was told already: `again`)."""
-    source = row.get("from_attempt_id")
-    parked = ledger.facts.of_attempt(int(source)).get(PARKED) if source is not None else None
-    parked = {**(parked if isinstance(parked, dict) else {}), "item": row["id"], "again": True}
+    parked = {**parked_of(ledger, row), "item": row["id"], "again": True}
     text = f"still parked: {waits_on(parked)} (stella answer {row['id']})"
     return AttemptEnd(AttemptOutcome.PARKED, text, text, facts={PARKED: parked})
 
