@@ -38,7 +38,6 @@ FLEET_OVERHEAD_TOY = ["--tasks", "4", "--concurrency", "2", "--seconds", "0.2", 
         ),
         ("bootstrap.py", ["--mb", "1", "--worktrees", "2", "--skip-fleet"], "ratio stellafleet / cp -r"),
         ("check_overhead.py", ["--files", "50", "--rounds", "1"], "what a check adds per task"),
-        ("session_resume.py", ["--files", "1", "--kib", "1"], "ratio cold / resumed"),
         (
             "fleet_limits.py",
             ["--tasks", "2", "--concurrency", "2", "--reads", "2", "--limited", "1", "--retry-after", "0.5"],
