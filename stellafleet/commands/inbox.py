@@ -92,7 +92,7 @@ def refusal(row: Mapping[str, Any] | None, item: int) -> str | None:
     if row is None:
         return f"no item {item}: `stella inbox` lists what waits on you"
     state = row["state"]
-    if state == RequestState.ANSWERED:
+    if row.get("answered_by"):  # answered (and perhaps served since)
         return f"item {item} was already answered by {row['answered_by']}: one answer is kept"
     if state == RequestState.NEEDS_YOU and row["reason"] != FollowUpReason.ANSWER:
         go_on = f"stella fleet --resume {row['run_id']}"

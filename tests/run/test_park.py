@@ -130,6 +130,8 @@ def test_an_engine_task_that_asks_parks_and_goes_on_in_its_session_once_answered
     assert answered["state"] == "served" and answered["attempt_id"] == asker["id"]
     assert answered["answer"] == "blue, like the sky" and answered["answered_by"]
     assert stella_main("inbox", cwd=root).stdout.strip() == "nothing waits on you"
+    late = stella_main("answer", number, "green", cwd=root)  # served by now: one line, exit 2
+    assert late.returncode == 2 and "already answered" in late.stderr
 
 
 def test_only_parked_work_left_is_what_exit_5_means() -> None:
