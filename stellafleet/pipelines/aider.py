@@ -158,7 +158,7 @@ class AiderPipeline(AgentCliPipeline):
         settings = self.settings(config)
         scratch = scratch_dir(ctx)
         follower = AnalyticsFollower(scratch / "aider-analytics.jsonl", SpendTally.for_attempt(ctx, spend))
-        resume = Resume.of()
+        resume = Resume.of(ctx.prompt)
         history = chat_history(ctx, resume)
         resumed = resume is not None and Path(resume.id) == history
         prompt = prompt_file(ctx, resume.prompt if resume is not None and resumed else ctx.prompt)

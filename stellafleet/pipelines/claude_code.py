@@ -187,7 +187,7 @@ class ClaudeCodePipeline(AgentCliPipeline):
         settings = self.settings(config)
         tally = SpendTally.for_attempt(ctx, spend)
         hand_allowed(ctx)
-        resume = Resume.of()
+        resume = Resume.of(ctx.prompt)
         if resume is None:
             return self._fresh(ctx, settings, tally, spend)
         why = "its file is gone"

@@ -235,7 +235,7 @@ class CodexPipeline(AgentCliPipeline):
         if tally.guarded and pricer is None:
             return failed(f"codex was not started: {self.no_price(model)}")
         follower = CodexFollower(pricer, tally, limits_of(spend), codex_home(agent_env(ctx)))
-        resume, gone = Resume.of(), {}
+        resume, gone = Resume.of(ctx.prompt), {}
         log = thread_log(follower.home, resume.id) if resume is not None else None
         if resume is not None and log is None:  # a new thread, and the attempt says why
             gone, resume = fresh_after_failed_resume(resume, "its session log is gone"), None

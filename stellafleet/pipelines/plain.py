@@ -100,7 +100,7 @@ class PlainPipeline:
             clock=clock or SystemClock(),
             events=events or ProgressPrinter(sys.stdout),  # a fleet worker's stdout is its log
         )
-        resume = Resume.of(env)
+        resume = Resume.of(ctx.prompt, env)
         history = conversation(Path(resume.id), NUDGE) if resume is not None else []
         try:
             if resume is not None and history:

@@ -13,7 +13,8 @@ from typing import Any
 
 FACTS_VAR = "STELLA_FACTS"  # what the worker's task learned so far (JSON, the ledger's attempt_facts)
 SESSION = "session"  # fact: {"id", "cwd", "tokens"} of the session an attempt ran in
-RESUME = "resume"  # fact: {"id", "cwd", "tokens", "prompt"} the session this attempt continues (or None)
+# fact: {"id", "cwd", "tokens", "prompt" or "tail"} the session this attempt continues (None: a new one)
+RESUME = "resume"
 SESSION_START = "session_start"  # fact: how its session started, in words (`resumed session ...`)
 # fact: what a parked attempt waits on: {"kind": "tool" | "question", "tool", "input", "question",
 # "last_words"} from its worker, with "item" (the answer request's id) from the fleet
@@ -41,17 +42,19 @@ class Resume:
     prompt: str
 
     @classmethod
-    def of(cls, env: Mapping[str, str] | None = None) -> Resume | None:
-        """The instruction in this worker's facts, or None: a new session with the whole task."""
+    def of(cls, task_prompt: str, env: Mapping[str, str] | None = None) -> Resume | None:
+        """The instruction in this worker's facts, or None: a new session with the whole task. What is
+        new is the fact's own `prompt`, or the last `tail` characters of the task's prompt (a follow-up's
+        context, which the fleet puts at its end: a large one never travels in the environment)."""
         wanted = task_facts(env).get(RESUME)
         if not isinstance(wanted, dict) or not isinstance(wanted.get("id"), str) or not wanted["id"]:
             return None
-        tokens = wanted.get("tokens")
+        tokens, tail = wanted.get("tokens"), wanted.get("tail")
+        prompt = str(wanted.get("prompt") or "")
+        if not prompt and isinstance(tail, int) and tail > 0:
+            prompt = task_prompt[-tail:]
         return cls(
-            wanted["id"],
-            str(wanted.get("cwd") or ""),
-            tokens if isinstance(tokens, int) else 0,
-            str(wanted.get("prompt") or ""),
+            wanted["id"], str(wanted.get("cwd") or ""), tokens if isinstance(tokens, int) else 0, prompt
         )
 
 

@@ -6,6 +6,7 @@ resumes it while its run goes on. The choice itself, in process."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from stellafleet.core.status import FollowUpReason
 from stellafleet.engine.loop import NUDGE
 from stellafleet.engine.messages import AssistantTurn, ToolResults, UserText
 from stellafleet.engine.replay import conversation
+from stellafleet.pipelines.sessions import Resume
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.dispatch import Dispatcher
 from stellafleet.run.executor import LocalExecutor
@@ -86,7 +88,7 @@ def test_an_engine_check_round_goes_on_in_its_session_with_only_the_red_check(
     assert sum(TASK.prompt in text for text in user_texts(round_start)) == 1  # the task, once, as it was
     facts = ledger.facts.of_attempt(second)
     transcript = ledger.facts.of_attempt(first)["session"]["id"]
-    assert facts["resume"]["id"] == transcript and facts["resume"]["prompt"] == RED
+    assert facts["resume"]["id"] == transcript and facts["resume"]["tail"] == len(RED)
     assert facts["session_start"].startswith("resumed session t1.jsonl (")
     assert facts["session"]["id"] == transcript  # the same session goes on
 
@@ -106,17 +108,27 @@ def test_a_session_over_resume_max_tokens_starts_afresh_and_says_so(opened: tupl
 
 def test_the_choice_names_why_a_session_is_not_continued() -> None:
     session = {"id": "3f2a9c01-aaaa", "cwd": "/w", "tokens": 41_200}
-    resumed = choose(("claude-code", session), "claude-code", max_tokens=150_000, prompt="red")
+    new = {"tail": 120}
+    resumed = choose(("claude-code", session), "claude-code", max_tokens=150_000, new=new)
     assert resumed.said == "resumed session 3f2a9c01... (41,200 tokens)"
-    assert resumed.resume == {"id": "3f2a9c01-aaaa", "cwd": "/w", "tokens": 41_200, "prompt": "red"}
+    assert resumed.resume == {"id": "3f2a9c01-aaaa", "cwd": "/w", "tokens": 41_200, "tail": 120}
     big = {**session, "tokens": 162_000}
-    over = choose(("claude-code", big), "claude-code", max_tokens=150_000, prompt="red")
+    over = choose(("claude-code", big), "claude-code", max_tokens=150_000, new=new)
     assert (over.resume, over.said) == (None, "new session: the last one is over resume_max_tokens (162,000)")
-    other = choose(("codex", session), "claude-code", max_tokens=150_000, prompt="red")
+    other = choose(("codex", session), "claude-code", max_tokens=150_000, new=new)
     assert other.resume is None and "codex's" in other.said
-    assert (
-        choose(None, "plain", max_tokens=1, prompt="x").said == "new session: the task has no earlier session"
+    assert choose(None, "plain", max_tokens=1, new=new).said == "new session: the task has no earlier session"
+
+
+def test_a_follow_ups_new_words_are_the_end_of_its_prompt_however_large(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = "x" * 300_000  # far past what one environment variable may hold
+    monkeypatch.setenv(
+        "STELLA_FACTS", json.dumps({"resume": {"id": "s1", "cwd": "/w", "tokens": 5, "tail": len(log)}})
     )
+    resume = Resume.of(f"the task\n\n---\n{log}")
+    assert resume is not None and resume.prompt == log and len(os.environ["STELLA_FACTS"]) < 200
 
 
 def test_the_engine_conversation_comes_back_from_its_transcript(tmp_path: Path) -> None:

@@ -30,9 +30,10 @@ class Choice:
 
 
 def choose(
-    earlier: tuple[str, Mapping[str, Any]] | None, pipeline: str, *, max_tokens: int, prompt: str
+    earlier: tuple[str, Mapping[str, Any]] | None, pipeline: str, *, max_tokens: int, new: Mapping[str, Any]
 ) -> Choice:
-    """Continue the earlier session (its pipeline, its `session` fact) or start a new one, and why."""
+    """Continue the earlier session (its pipeline, its `session` fact) or start a new one, and why; new:
+    what the follow-up sends ({"prompt": text}, or {"tail": n}: the prompt's last n characters)."""
     if earlier is None:
         return Choice(None, "new session: the task has no earlier session")
     made_by, session = earlier
@@ -44,7 +45,7 @@ def choose(
         return Choice(None, "new session: the last one left no id")
     if size > max_tokens:
         return Choice(None, f"new session: the last one is over resume_max_tokens ({size:,})")
-    resume = {"id": session_id, "cwd": session.get("cwd") or "", "tokens": size, "prompt": prompt}
+    resume = {"id": session_id, "cwd": session.get("cwd") or "", "tokens": size, **new}
     return Choice(resume, f"resumed session {short_id(session_id)} ({size:,} tokens)")
 
 
@@ -63,12 +64,10 @@ class Sessions(AttemptStep):
         if attempt.request is None and found is None:
             return  # the task's first attempt: a new session, nothing to say
         context = attempt.request.follow_up.context if attempt.request is not None else ""
+        # the context ends the attempt's prompt (the dispatcher puts it there): the worker cuts it off
+        new = {"tail": len(context)} if context.strip() else {"prompt": CONTINUE}
         earlier = (found[1], found[2]) if found is not None and isinstance(found[2], dict) else None
-        choice = choose(
-            earlier,
-            ctx.pipeline,
-            max_tokens=self.settings.config.fleet.resume_max_tokens,
-            prompt=context.strip() or CONTINUE,
-        )
+        max_tokens = self.settings.config.fleet.resume_max_tokens
+        choice = choose(earlier, ctx.pipeline, max_tokens=max_tokens, new=new)
         self.ledger.facts.set(ctx.attempt_id, RESUME, choice.resume)  # None: not the last one's either
         self.ledger.facts.set(ctx.attempt_id, SESSION_START, choice.said)
