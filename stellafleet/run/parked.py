@@ -11,10 +11,11 @@ from typing import IO, Any
 
 from stellafleet.core.errors import EXIT_PARKED, EXIT_TASK_FAILED
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.status import RunStatus, StopReason, TaskStatus
+from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.core.words import plural
 from stellafleet.pipelines.sessions import PARKED
 from stellafleet.run.steps.park import answer_command
+from stellafleet.run.waves import WAITS_ON_PARKED
 from stellafleet.state.ledger import Ledger
 
 
@@ -22,13 +23,12 @@ def only_parked(tasks: Sequence[Mapping[str, Any]]) -> list[str]:
     """The parked tasks' ids when every task that did not succeed is parked or waits on a parked one
     (skipped for it); [] otherwise."""
     parked = [str(t["id"]) for t in tasks if t["status"] == TaskStatus.PARKED]
-    prefix = f"{StopReason.DEPENDENCY_FAILED.value}: "
+    prefix = f"{WAITS_ON_PARKED}: "
     for task in tasks:
         status, reason = task["status"], str(task.get("reason") or "")
         if status in (TaskStatus.SUCCEEDED, TaskStatus.PARKED):
             continue
-        waits = status == TaskStatus.SKIPPED and reason.startswith(prefix)
-        if not waits or any(root not in parked for root in reason[len(prefix) :].split(", ")):
+        if status != TaskStatus.SKIPPED or not reason.startswith(prefix):
             return []
     return parked
 

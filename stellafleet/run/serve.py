@@ -14,7 +14,7 @@ from stellafleet.pipelines.sessions import PARKED
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.background import run_in_background
 from stellafleet.run.dispatch import Dispatcher
-from stellafleet.run.events import SkipTask
+from stellafleet.run.events import SkipTask, TaskParked
 from stellafleet.run.steps import FollowUp, Request
 from stellafleet.run.steps.park import answered_follow_up
 
@@ -23,10 +23,6 @@ ANSWER_POLL_S = 1.0  # how often a parked task's thread looks for its answer und
 
 class TaskFailed(Exception):
     """A task's attempt did not succeed; the message is the reason shown and recorded."""
-
-
-class TaskParked(TaskFailed):
-    """A task's attempt parked and no answer came within `[fleet] park_wait`: it waits on a person."""
 
 
 class RequestTaken(Exception):
@@ -98,7 +94,12 @@ class Server:
             run_in_background(
                 lambda: self.serve(request_id, task), on_interrupt=self.stop_workers, name=f"stella-{task.id}"
             )
-        except (TaskFailed, SkipTask, RequestTaken) as failed:  # SkipTask: too little spend is left
+        except (
+            TaskFailed,
+            TaskParked,
+            SkipTask,
+            RequestTaken,
+        ) as failed:  # SkipTask: too little spend is left
             return str(failed)
         return None
 

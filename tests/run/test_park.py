@@ -74,7 +74,8 @@ def test_an_engine_task_that_asks_parks_and_goes_on_in_its_session_once_answered
         first = run_record(root)
         tasks = by_id(first["tasks"])
         assert (tasks["asker"]["status"], tasks["other"]["status"]) == ("parked", "succeeded")
-        assert tasks["after"]["status"] == "skipped"  # it waits: --resume runs it once the asker is done
+        # it waits: --resume runs it once the asker is done
+        assert (tasks["after"]["status"], tasks["after"]["reason"]) == ("skipped", "waits on parked: asker")
         assert first["run"]["status"] == "parked" and first["run"]["exit_code"] == 5
 
         inbox = json.loads(stella_main("inbox", "--json", cwd=root).stdout)["items"]
@@ -136,7 +137,7 @@ def test_an_engine_task_that_asks_parks_and_goes_on_in_its_session_once_answered
 
 def test_only_parked_work_left_is_what_exit_5_means() -> None:
     parked = {"id": "a", "status": "parked"}
-    waits = {"id": "b", "status": "skipped", "reason": "dependency failed: a"}
+    waits = {"id": "b", "status": "skipped", "reason": "waits on parked: a"}
     assert only_parked([parked, waits, {"id": "c", "status": "succeeded"}]) == ["a"]
     assert only_parked([parked, {"id": "d", "status": "failed"}]) == []
     assert only_parked([parked, {"id": "e", "status": "skipped", "reason": "dependency failed: d"}]) == []
