@@ -38,6 +38,7 @@ MIXED_PIPELINES = "mixed"  # runs.pipeline of a run whose tasks use more than on
 STEPS: tuple[type[AttemptStep], ...] = (
     LimitGate,  # released last: after the guard is free
     SpendGuard,
+    Park,  # a task still waiting on its answer takes nothing; a parked end is told before salvage's
     Claims,
     StartCommit,  # before the worktree: parents that conflict are refused first
     Workspaces,
@@ -46,7 +47,6 @@ STEPS: tuple[type[AttemptStep], ...] = (
     UnclaimedWrites,
     Watch,
     Check,  # after the watchdog forgot the worker; before salvage sees a red check
-    Park,  # a worker waiting on a person ends parked, before salvage keeps what it left
     Salvage,  # after the watchdog: a stalled attempt's salvage says so
     BranchCommits,
     Expand,
@@ -75,6 +75,7 @@ def server(
     steps: list[AttemptStep | None] = [
         LimitGate(limiter) if limiter is not None else None,
         SpendGuard(ledger, budget, settings.spend_guard_usd),
+        Park(settings, ledger),
         Claims(claims, settings.root),
         StartCommit(settings, ledger),
         Workspaces(settings, ledger, emit),
@@ -83,7 +84,6 @@ def server(
         UnclaimedWrites(settings, ledger, claims),
         Watch(watchdog) if watchdog is not None else None,
         Check(settings, ledger),
-        Park(settings, ledger),
         Salvage(ledger, claims),
         BranchCommits(ledger),
         Expand(expansions) if expansions is not None else None,
