@@ -40,7 +40,7 @@ STATUS_STYLE: dict[str, str] = {
 
 # Task counts always shown (succeeded/failed/skipped), then those shown only when there are some.
 SETTLED_STATUSES = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.SKIPPED)
-OTHER_STATUSES = (TaskStatus.RUNNING, TaskStatus.PENDING, TaskStatus.INTERRUPTED)
+OTHER_STATUSES = (TaskStatus.PARKED, TaskStatus.RUNNING, TaskStatus.PENDING, TaskStatus.INTERRUPTED)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
