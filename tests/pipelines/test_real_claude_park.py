@@ -13,11 +13,11 @@ from typing import Any
 
 from helpers.fleet import by_id, run_record
 from helpers.realclis import RUN_TIMEOUT_S, bash, fleet_setup, say, transcript, write_plan
-from helpers.repo import StellaRunner
+from helpers.repo import StellaRunner, git
 
 from stellafleet.testing.model_server import ScriptedModelServer
 
-BUILD = "python3 -c \"open('built.txt', 'w').write('built')\""  # Bash, outside a shared task's allow-list
+BUILD = "python3 -c \"open('built.txt', 'w').write('built')\""  # Bash, outside the task's allow-list
 QUESTION = "Which name should the module have?"
 ENGINE = (
     '[engine]\nprovider = "openai"\nmodel = "scripted"\nbase_url = "{url}"\n'
@@ -55,7 +55,13 @@ def test_a_permission_and_a_question_park_and_both_go_on_in_their_sessions_once_
         plan = write_plan(
             tmp_path,
             [
-                {"id": "build", "prompt": "TASK-PARK: build it", "pipeline": "claude-code"},
+                # isolated: `--resume` gives it a new worktree, where its session must be found
+                {
+                    "id": "build",
+                    "prompt": "TASK-PARK: build it",
+                    "pipeline": "claude-code",
+                    "isolation": "isolated",
+                },
                 {"id": "name", "prompt": "TASK-ASK: name the module", "pipeline": "plain"},
             ],
         )
@@ -76,7 +82,8 @@ def test_a_permission_and_a_question_park_and_both_go_on_in_their_sessions_once_
         assert {a["outcome"] for a in first["attempts"]} == {"parked"}
         # Claude Code's turn was interrupted, not killed: it reported what it spent
         assert by_id(first["attempts"], "task_id")["build"]["spend_usd"] > 0
-        assert not (git_repo / "built.txt").exists()
+        worktree = by_id(first["attempts"], "task_id")["build"]["worktree"]
+        assert not (Path(worktree) / "built.txt").exists()
         items = json.loads(stella("inbox", "--json", cwd=git_repo, env=env).stdout)["items"]
         tool, question = sorted(items, key=lambda found: found["task_id"])  # build, name
         assert tool["parked"]["tool"] == "Bash" and tool["parked"]["input"]["command"] == BUILD
@@ -97,8 +104,9 @@ def test_a_permission_and_a_question_park_and_both_go_on_in_their_sessions_once_
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         bodies = [r.body for r in server.requests[asked:]]
         shown = stella("runs", "latest", cwd=git_repo, env=env).stdout
-    assert (git_repo / "built.txt").exists()  # the call went through
     second = run_record(git_repo)
+    (commit,) = second["commits"]
+    assert git("show", "--name-only", "--format=", commit["sha"], cwd=git_repo).split() == ["built.txt"]
     assert {(a["task_id"], a["outcome"], a["reason"]) for a in second["attempts"]} == {
         ("build", "succeeded", "answer"),
         ("name", "succeeded", "answer"),
@@ -114,6 +122,7 @@ def test_a_permission_and_a_question_park_and_both_go_on_in_their_sessions_once_
     went_on = next(body for body in bodies if "TASK-PARK" in json.dumps(body))
     said = json.dumps(went_on["messages"])
     assert "TASK-PARK" in said and json.dumps(BUILD)[1:-1] in said  # the earlier conversation
-    assert "A person allowed Bash" in json.dumps(went_on["messages"][-1])  # then only the answer
+    last_user = [m for m in went_on["messages"] if m["role"] == "user"][-1]
+    assert "A person allowed Bash" in json.dumps(last_user)  # then only the answer
     answered = next(body for body in bodies if "call it stellar" in json.dumps(body))
     assert QUESTION in json.dumps(answered) and "call it stellar" in json.dumps(answered["messages"][-1])

@@ -11,6 +11,7 @@ from typing import Any
 
 from stellafleet.core import jsontext
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, FollowUpReason, RequestState
+from stellafleet.git import gitops
 from stellafleet.pipelines.sessions import ALLOWED, PARKED
 from stellafleet.run.steps import AttemptFailed, AttemptState, AttemptStep, FollowUp, Request, RunSettings
 from stellafleet.state.ledger import Ledger
@@ -89,11 +90,22 @@ class Park(AttemptStep):
         runs = self.ledger.runs.lineage(self.settings.run_id)
         for row in self.ledger.requests.answers(runs, attempt.task.id, RequestState.ANSWERED):
             if self.ledger.requests.take_answered(int(row["id"])):
-                follow_up = answered_follow_up(self.ledger, row)
+                follow_up = replace(
+                    answered_follow_up(self.ledger, row), start_at=self._start_at(attempt, row)
+                )
                 attempt.request = Request(int(row["id"]), follow_up)
                 attempt.prompt = f"{attempt.prompt.rstrip()}\n\n---\n{follow_up.context}"
                 self._injected[id(attempt)] = int(row["id"])
                 return
+
+    def _start_at(self, attempt: AttemptState, row: Mapping[str, Any]) -> str | None:
+        """Where an isolated task's new worktree starts when it takes up an earlier run's answer (this run
+        made none yet): its salvage with --from-salvage, else where the parked attempt's branch got to."""
+        if attempt.task.isolation != "isolated" or row["run_id"] == self.settings.run_id:
+            return None
+        earlier = self.ledger.tasks.get(str(row["run_id"]), attempt.task.id) or {}
+        tip = gitops.ref_commit(self.settings.root, earlier["branch"]) if earlier.get("branch") else None
+        return self.settings.start_points.get(attempt.task.id) or tip or self.settings.base_commit
 
     def before_start(self, attempt: AttemptState) -> None:
         """A task still waiting on its answer (`stella fleet --resume` before it came) stays parked; what a
