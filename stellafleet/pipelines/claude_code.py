@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -182,6 +183,15 @@ class ClaudeCodePipeline(AgentCliPipeline):
     default_binary: ClassVar[str] = "claude"
     display_name: ClassVar[str] = "Claude Code"
     install_hint: ClassVar[str] = "npm install -g @anthropic-ai/claude-code"
+
+    def preflight(
+        self, config: Config, *, spend_limited: bool = False, model: str | None = None
+    ) -> str | None:
+        """The CLI, and the MCP SDK its permission server is built on (pipelines/permit.py)."""
+        if importlib.util.find_spec("mcp") is None:
+            why = "its permission server needs it"
+            return f"pipeline {self.name}: the mcp package is missing ({why}): pip install mcp"
+        return super().preflight(config, spend_limited=spend_limited, model=model)
 
     def run(self, ctx: WorkerContext, config: Config, spend: SpendReporter) -> PipelineResult:
         settings = self.settings(config)
