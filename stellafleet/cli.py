@@ -31,6 +31,8 @@ COMMAND_MODULES = (
     "pipelines",
     "config",
     "demo",
+    "inbox",
+    "answer",
 )
 
 EXIT_CODES_HELP = """\
@@ -40,6 +42,7 @@ exit codes:
   2    usage error, invalid plan or config, or wrong environment (nothing ran)
   3    the spend limit stopped the fleet before every task ran
   4    --watch: a watched branch ended red, stalled, or never showed CI
+  5    parked: only tasks waiting on a person remain (stella inbox, stella answer)
   130  interrupted
 """
 

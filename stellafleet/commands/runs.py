@@ -17,10 +17,11 @@ from stellafleet.core.clock import wall_ms
 from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import money
-from stellafleet.core.status import CIState, RunStatus, TaskStatus
+from stellafleet.core.status import CIState, FollowUpReason, RunStatus, TaskStatus
 from stellafleet.core.terminal import aligned, single_line, styled
 from stellafleet.core.words import duration_text
 from stellafleet.git import gitops
+from stellafleet.pipelines.sessions import short_id
 from stellafleet.state import views
 
 STATUS_STYLE: dict[str, str] = {
@@ -33,12 +34,13 @@ STATUS_STYLE: dict[str, str] = {
     TaskStatus.INTERRUPTED: "yellow",
     TaskStatus.RUNNING: "cyan",
     TaskStatus.PENDING: "cyan",
+    TaskStatus.PARKED: "blue",
 }
 
 
 # Task counts always shown (succeeded/failed/skipped), then those shown only when there are some.
 SETTLED_STATUSES = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.SKIPPED)
-OTHER_STATUSES = (TaskStatus.RUNNING, TaskStatus.PENDING, TaskStatus.INTERRUPTED)
+OTHER_STATUSES = (TaskStatus.PARKED, TaskStatus.RUNNING, TaskStatus.PENDING, TaskStatus.INTERRUPTED)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -130,8 +132,13 @@ def fmt_task_counts(tasks: dict[str, int], no_commits: int = 0) -> str:
 
 
 def fmt_needs_you(rows: Sequence[dict[str, Any]]) -> str:
-    """`writer (retry), fleet/store-1b2c (ci-fix)`: the run's requests that wait on a person."""
-    return ", ".join(f"{row['task_id'] or row['branch']} ({row['reason']})" for row in rows)
+    """`writer (retry), fleet/store-1b2c (ci-fix), painter (answer: stella answer 7)`: the run's requests
+    that wait on a person."""
+    return ", ".join(
+        f"{row['task_id'] or row['branch']} ({row['reason']}"
+        + (f": stella answer {row['id']})" if row["reason"] == FollowUpReason.ANSWER else ")")
+        for row in rows
+    )
 
 
 def fmt_status(run: dict[str, Any]) -> str:
@@ -357,6 +364,8 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
         if a.get("start_commit"):
             parents = ", ".join(parent["task"] for parent in a.get("start_parents") or ()) or "-"
             out(styled(f"      start {a['start_commit'][:12]} (parents: {parents})"))
+        if a.get("session"):
+            out(styled(f"      session: {session_text(a['session'])}"))
         if a.get("summary"):
             out(styled(f"      summary: {single_line(a['summary'])}"))
         if a.get("error") and a["error"] != task.get("reason"):
@@ -370,3 +379,11 @@ def _print_task(console: Console, task: dict[str, Any]) -> None:
         out(styled(f"    commit {c['sha'][:10]} {single_line(c.get('message') or '')}"))
     if task.get("ci"):
         out(styled(f"    CI {_ci_text(task['ci'])}"))
+
+
+def session_text(session: dict[str, Any]) -> str:
+    """An attempt's agent session: how it started (a follow-up's `resumed session ...`), else its id."""
+    started = session.get("start")
+    if started:
+        return str(started)
+    return f"{short_id(str(session.get('id') or '-'))} ({session.get('tokens') or 0:,} tokens at the end)"

@@ -55,6 +55,8 @@ class FleetConfig:
     # shared workers' `git` refuses what would touch other workers' files (git/guard.py)
     git_guard: bool = True
     strict_claims: bool = False  # a shared attempt that wrote files outside its claims fails
+    resume_max_tokens: int = 150_000  # a follow-up starts a new agent session past this context size
+    park_wait: float = 0.0  # seconds the run waits for answers to parked tasks (-1: without end)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ EXIT_TASK_FAILED = 1
 EXIT_USAGE = 2
 EXIT_SPEND_LIMIT = 3
 EXIT_WATCH_RED = 4
+EXIT_PARKED = 5  # only tasks waiting on a person (and their dependents) remain
 EXIT_INTERRUPTED = 130
 
 

@@ -15,6 +15,7 @@ class RunStatus(StrEnum):
     SPEND_LIMITED = "spend_limited"
     USAGE_LIMITED = "usage_limited"  # a provider's usage limit stopped it (exit 3; --resume goes on)
     INTERRUPTED = "interrupted"
+    PARKED = "parked"  # only tasks waiting on a person and their dependents were left (exit 5)
 
 
 class TaskStatus(StrEnum):
@@ -25,6 +26,7 @@ class TaskStatus(StrEnum):
     SKIPPED = "skipped"
     INTERRUPTED = "interrupted"
     STALLED = "stalled"  # its attempt was stopped by the watchdog (AttemptOutcome.STALLED)
+    PARKED = "parked"  # its attempt waits on a person's answer (AttemptOutcome.PARKED)
 
 
 class AttemptOutcome(StrEnum):
@@ -36,6 +38,9 @@ class AttemptOutcome(StrEnum):
     STALLED = "stalled"
     # Its fleet died; the next stella command that opened the ledger finalised it.
     ABANDONED = "abandoned"
+    # It needs a person (a permission outside the task's allow-list, the engine's `ask`): its worktree and
+    # session are kept, its slot freed, a `needs_you` answer request waits (`stella inbox`, `stella answer`)
+    PARKED = "parked"
 
 
 class StopReason(StrEnum):
@@ -131,6 +136,7 @@ class RequestState(StrEnum):
     OPEN = "open"
     SERVED = "served"
     NEEDS_YOU = "needs_you"
+    ANSWERED = "answered"  # a person answered it (`stella answer`): the task's next attempt takes it
     DISMISSED = "dismissed"
 
 

@@ -22,6 +22,14 @@ class Finished(Exception):
         self.success = success
 
 
+class Parked(Exception):
+    """The model called `ask`: the attempt waits on a person's answer (its session goes on with it)."""
+
+    def __init__(self, question: str) -> None:
+        super().__init__(question)
+        self.question = question
+
+
 class LimitReached(Exception):
     """A limit (steps, wall time, spend guard) stops the attempt before the next model call."""
 

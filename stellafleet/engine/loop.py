@@ -13,8 +13,9 @@ from stellafleet.core.pricing import Pricer
 from stellafleet.core.spend import SpendTally
 from stellafleet.core.words import plural
 from stellafleet.engine.clients import ModelClient
-from stellafleet.engine.errors import EngineError, Finished, FormatError, LimitReached, ToolFailure
+from stellafleet.engine.errors import EngineError, Finished, FormatError, LimitReached, Parked, ToolFailure
 from stellafleet.engine.messages import (
+    AssistantTurn,
     Message,
     ModelReply,
     ToolCall,
@@ -52,13 +53,14 @@ def system_prompt(workspace: str, *, shared: bool, shell: bool) -> str:
         else "There is no shell: use the file, search and git tools."
     )
     return (
-        "You are a coding agent working headless (nobody will answer questions) on one task in a git "
+        "You are a coding agent working headless on one task in a git "
         f"repository.\nWorkspace: {workspace} (all paths are relative to it; nothing outside it can be "
         f"read or written).\n{sharing}\n{shell_rule}\n"
         "Work in small steps: look before you edit, keep changes to what the task needs, commit your "
         "files with the `commit` tool (only files you wrote can be committed), then call `finish` with a "
         "short summary of what you did. If the task cannot be done, call `finish` with success=false and "
-        "say why."
+        "say why. If you cannot go on without a person's decision, call `ask` with one question: the task "
+        "waits for the answer."
     )
 
 
@@ -72,6 +74,8 @@ class EngineOutcome:
     input_tokens: int
     output_tokens: int
     steps: int
+    question: str | None = None  # parked: what it asked a person (`ask`)
+    last_words: str = ""  # what the model said last
 
 
 @dataclass(kw_only=True)
@@ -93,15 +97,25 @@ class Engine:
     _known_upto: int = field(default=0, init=False)  # how many messages that size covers
     _started: float = field(default=0.0, init=False)
 
-    def run(self, task: str) -> EngineOutcome:
+    def run(self, task: str, history: list[Message] | None = None, history_from: str = "") -> EngineOutcome:
+        """The task's conversation from the start; with history (a follow-up's session, replay.py, read
+        from the transcript history_from), that conversation goes on with task, only what is new."""
         self._started = self.clock.now()
-        self.messages = [UserText(f"Task:\n{task}")]
-        self.transcript.write("task", system=self.system, task=task, tools=list(self.toolbox.tools))
+        if history:
+            self.messages = [*history, UserText(task)]
+            self.transcript.write("resume", prompt=task, messages=len(history), **{"from": history_from})
+        else:
+            self.messages = [UserText(f"Task:\n{task}")]
+            self.transcript.write("task", system=self.system, task=task, tools=list(self.toolbox.tools))
         try:
             while True:
                 self.step()
         except Finished as done:
             outcome = self._outcome(done.success, done.summary or "(no summary)", "finished", None)
+        except Parked as asked:
+            text = f"parked: it asks: {asked.question}"
+            outcome = self._outcome(False, text, "parked", text)
+            outcome.question = asked.question
         except LimitReached as limit:
             outcome = self._outcome(False, limit.reason, limit.kind, limit.reason)
         except EngineError as exc:
@@ -198,6 +212,12 @@ class Engine:
                 "tool", step=self.steps, name=call.name, arguments=call.arguments, result="finished"
             )
             raise
+        except Parked:  # the answer comes as the next message when its session goes on
+            said = "asked: the answer comes as the next message"
+            self.transcript.write(
+                "tool", step=self.steps, name=call.name, arguments=call.arguments, result=said
+            )
+            raise
         except (ToolFailure, StellaError) as exc:
             content = f"error: {exc}"
         except OSError as exc:
@@ -227,4 +247,5 @@ class Engine:
             input_tokens=self.spend.input_tokens,
             output_tokens=self.spend.output_tokens,
             steps=self.steps,
+            last_words=next((m.text for m in reversed(self.messages) if isinstance(m, AssistantTurn)), ""),
         )

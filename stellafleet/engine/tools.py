@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.core.schemaerrors import article
-from stellafleet.engine.errors import Finished, FormatError, ToolFailure
+from stellafleet.engine.errors import Finished, FormatError, Parked, ToolFailure
 from stellafleet.engine.messages import ToolSpec
 from stellafleet.engine.settings import DEFAULT_KEY_ENV
 from stellafleet.git import gitops
@@ -417,6 +417,15 @@ class Toolbox:
     )
     def finish(self, args: dict[str, Any]) -> str:
         raise Finished(args["summary"].strip(), bool(args.get("success", True)))
+
+    @tool(
+        "Ask a person one question you cannot go on without (a decision, a missing fact). The task "
+        "waits for the answer, which comes as the next message; ask only what the task cannot settle.",
+        ("question",),
+        question=param("string", "the question, with what the person needs to answer it"),
+    )
+    def ask(self, args: dict[str, Any]) -> str:
+        raise Parked(args["question"].strip())
 
     @tool(
         "Run a shell command in the workspace (no input; output truncated). Its writes take no "

@@ -18,6 +18,7 @@ from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.agentcli import AgentCliPipeline, CliSettings, prompt_file, scratch_dir
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
+from stellafleet.pipelines.sessions import Resume, fresh_after_failed_resume, session_fact
 from stellafleet.pipelines.support import EventLines, FileTail, crash_text, failed, short, timeout_text
 
 CLI = "aider"
@@ -25,7 +26,17 @@ APPLIED = re.compile(r"^Applied edit to (?P<path>.+?)\s*$")
 RETRYING = re.compile(r".*Retrying in (\d+(?:\.\d+)?) seconds")
 
 
-def build_argv(settings: CliSettings, prompt_path: Path, scratch: Path, model: str | None) -> list[str]:
+def build_argv(
+    settings: CliSettings,
+    prompt_path: Path,
+    scratch: Path,
+    model: str | None,
+    history: Path | None = None,
+    *,
+    restore: bool = False,
+) -> list[str]:
+    """aider's command line; history: the task's chat history file, restored for a follow-up."""
+    history = history or scratch / "aider-chat.md"
     argv = [
         settings.binary,
         "--message-file",  # not --message: one argument holds at most 128 KiB
@@ -42,7 +53,8 @@ def build_argv(settings: CliSettings, prompt_path: Path, scratch: Path, model: s
         "--analytics-log",
         str(scratch / "aider-analytics.jsonl"),
         "--chat-history-file",
-        str(scratch / "aider-chat.md"),
+        str(history),
+        *(["--restore-chat-history"] if restore else []),
         "--input-history-file",
         str(scratch / "aider-input.txt"),
     ]
@@ -61,6 +73,7 @@ class AnalyticsFollower(EventLines):
         self.log = FileTail(path)
         self.spent = spent
         self.session = RunningTotal()  # aider's running total_cost
+        self.context_tokens = 0  # the chat's size at its last model call
 
     def poll(self) -> str | None:
         lines = self.log.new_lines()
@@ -79,6 +92,7 @@ class AnalyticsFollower(EventLines):
         prompt_tokens = _count(props.get("prompt_tokens"))
         completion_tokens = _count(props.get("completion_tokens"))
         self.spent.add(usd, input_tokens=prompt_tokens, output_tokens=completion_tokens, steps=1)
+        self.context_tokens = prompt_tokens + completion_tokens
 
 
 def _number(value: Any) -> float | None:
@@ -144,11 +158,27 @@ class AiderPipeline(AgentCliPipeline):
         settings = self.settings(config)
         scratch = scratch_dir(ctx)
         follower = AnalyticsFollower(scratch / "aider-analytics.jsonl", SpendTally.for_attempt(ctx, spend))
-        argv = build_argv(settings, prompt_file(ctx, ctx.prompt), scratch, ctx.model or settings.model)
+        resume = Resume.of(ctx.prompt)
+        history = chat_history(ctx, resume)
+        resumed = resume is not None and Path(resume.id) == history
+        prompt = prompt_file(ctx, resume.prompt if resume is not None and resumed else ctx.prompt)
+        argv = build_argv(settings, prompt, scratch, ctx.model or settings.model, history, restore=resumed)
         own = {"GIT_INDEX_FILE": str(private_index(ctx, scratch))} if ctx.shared else {}
         run = run_agent(ctx, argv, on_line=LimitLines(limits_of(spend)), poll=follower.poll, env=own)
         result = outcome(run, follower, ctx)
+        if history.exists():  # the task's chat so far: a follow-up restores it
+            result.facts["session"] = session_fact(str(history), ctx.workspace, follower.context_tokens)
+        if resume is not None and not resumed:
+            result.facts.update(fresh_after_failed_resume(resume, "its chat history file is gone"))
         return commit_edits(ctx, edited_paths(run), result) if result.success else result
+
+
+def chat_history(ctx: WorkerContext, resume: Resume | None) -> Path:
+    """The task's chat history file: the one a follow-up continues (an earlier run's too), else one per
+    task of this run."""
+    if resume is not None and Path(resume.id).is_file():
+        return Path(resume.id)
+    return ctx.paths.private / "pipelines" / ctx.run_id / f"{ctx.task_id}-aider-chat.md"
 
 
 def private_index(ctx: WorkerContext, scratch: Path) -> Path:

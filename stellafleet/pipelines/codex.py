@@ -16,10 +16,12 @@ from stellafleet.core.limits import LimitReporter, from_text, limits_of
 from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_price_message
 from stellafleet.core.spend import SpendReporter, SpendTally, money
 from stellafleet.core.workercontext import WorkerContext
+from stellafleet.engine.transport import token_count
 from stellafleet.git import gitops
 from stellafleet.pipelines.agentcli import AgentCliPipeline, CliSettings, agent_env, agent_prompt, prompt_file
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
+from stellafleet.pipelines.sessions import Resume, fresh_after_failed_resume, session_fact
 from stellafleet.pipelines.support import (
     EventLines,
     FileTail,
@@ -49,14 +51,15 @@ def codex_home(env: Mapping[str, str]) -> Path:
     return Path(home) if home else Path(env.get("HOME") or os.path.expanduser("~")) / ".codex"
 
 
-def token_total(raw: str) -> dict[str, Any] | None:
-    """The thread's running usage from one session-log line, when it is a `token_count` event."""
+def token_total(raw: str, key: str = "total_token_usage") -> dict[str, Any] | None:
+    """The thread's running usage from one session-log line, when it is a `token_count` event (key
+    `last_token_usage`: its last model call's, whose input is the thread's context then)."""
     record = json_line(raw)
     payload = record.get("payload") if record is not None else None
     if not isinstance(payload, dict) or payload.get("type") != "token_count":
         return None
     info = payload.get("info")
-    total = info.get("total_token_usage") if isinstance(info, dict) else None
+    total = info.get(key) if isinstance(info, dict) else None
     return total if isinstance(total, dict) else None
 
 
@@ -70,12 +73,16 @@ MESSAGE_ITEMS = {"agent_message", "assistant_message"}  # the latter is the olde
 HEADLESS = ["-c", 'web_search="disabled"', "--disable", "multi_agent", "-c", "allow_login_shell=false"]
 
 
-def build_argv(settings: CliSettings, workspace: Path, model: str | None) -> list[str]:
+def build_argv(
+    settings: CliSettings, workspace: Path, model: str | None, resume: str | None = None
+) -> list[str]:
+    """`codex exec`, or with resume `codex exec ... resume <thread id>` (a follow-up in the same thread)."""
     argv = [settings.binary, "exec", "--json", "--sandbox", "workspace-write", "-C", str(workspace)]
     if model:
         argv += ["--model", model]
+    thread = ["resume", resume] if resume is not None else []
     # "-": the prompt is read from stdin (one argument holds at most 128 KiB)
-    return [*argv, *writable_roots_arg(workspace), *HEADLESS, *settings.extra_args, "-"]
+    return [*argv, *writable_roots_arg(workspace), *HEADLESS, *settings.extra_args, *thread, "-"]
 
 
 # A running total of Codex's usage, as it counts tokens: its input_tokens include the cached ones.
@@ -113,6 +120,7 @@ class CodexFollower(EventLines):
         self.errors: list[str] = []
         self.last_message = ""
         self.thread_id: str | None = None
+        self.context_tokens = 0  # the thread's size after its last model call (its session log's)
         self.session = FileTail()  # the thread's session log, once Codex has said the thread's id
         self.from_log = False  # the session log is being followed: turn totals only top it up
         self._limits_told: set[str] = set()
@@ -155,13 +163,14 @@ class CodexFollower(EventLines):
     def poll(self) -> str | None:
         """Follow the thread's session log: every `token_count` total in it goes to log_total."""
         if self.session.path is None and self.thread_id:
-            matches = sorted((self.home / "sessions").glob(f"*/*/*/rollout-*{self.thread_id}.jsonl"))
-            self.session.path = matches[-1] if matches else None
+            self.session.path = thread_log(self.home, self.thread_id)
         reason = None
         for raw in self.session.new_lines():  # none while Codex is half-way through a line
-            total = token_total(raw)
+            total, last = token_total(raw), token_total(raw, "last_token_usage")
             if total is not None:
                 reason = self.log_total(total) or reason
+            if last is not None:
+                self.context_tokens = sum(token_count(last.get(k)) for k in ("input_tokens", "output_tokens"))
         return reason
 
     def log_total(self, value: dict[str, Any]) -> str | None:
@@ -226,16 +235,40 @@ class CodexPipeline(AgentCliPipeline):
         if tally.guarded and pricer is None:
             return failed(f"codex was not started: {self.no_price(model)}")
         follower = CodexFollower(pricer, tally, limits_of(spend), codex_home(agent_env(ctx)))
-        argv = build_argv(settings, ctx.workspace, model)
-        prompt = prompt_file(ctx, agent_prompt(ctx))
+        resume, gone = Resume.of(ctx.prompt), {}
+        log = thread_log(follower.home, resume.id) if resume is not None else None
+        if resume is not None and log is None:  # a new thread, and the attempt says why
+            gone, resume = fresh_after_failed_resume(resume, "its session log is gone"), None
+        if log is not None:  # the thread's usage so far was the earlier attempts' spend
+            follower.total = last_total(log)
+        argv = build_argv(settings, ctx.workspace, model, resume.id if resume else None)
+        prompt = prompt_file(ctx, resume.prompt if resume else agent_prompt(ctx))
         run = run_agent(ctx, argv, on_line=follower, poll=follower.poll, stdin_path=prompt)
         if follower.steps:
             tally.add(0.0, steps=follower.steps)
         # what it left uncommitted, the worker commits (worker/main.py commit_leftovers)
         result = outcome(run, follower, ctx, priced=pricer is not None, model=model)
         if follower.thread_id is not None:  # a follow-up may go on in it (`codex exec resume`)
-            result.facts["session_id"] = follower.thread_id
+            tokens = follower.context_tokens or follower.total[0]
+            result.facts["session"] = session_fact(follower.thread_id, ctx.workspace, tokens)
+        result.facts.update(gone)
         return result
+
+
+def last_total(log: Path) -> Usage:
+    """The thread's running usage as its session log last recorded it."""
+    totals = (token_total(raw) for raw in log.read_text(encoding="utf-8", errors="replace").splitlines())
+    found = [total for total in totals if total is not None]
+    try:
+        return usage_total(found[-1]) if found else (0, 0, 0)
+    except ValueError:
+        return (0, 0, 0)
+
+
+def thread_log(home: Path, thread_id: str) -> Path | None:
+    """The session log Codex keeps of a thread (None: it is gone, so it cannot be resumed)."""
+    matches = sorted((home / "sessions").glob(f"*/*/*/rollout-*{thread_id}.jsonl"))
+    return matches[-1] if matches else None
 
 
 def outcome(

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Mapping
 from functools import partial
+from pathlib import Path
 
 from stellafleet import __version__
 from stellafleet.core.clock import Clock, SystemClock
@@ -17,12 +18,14 @@ from stellafleet.core.pricing import Pricer, price_for, unknown_price_message
 from stellafleet.core.spend import SpendReporter, SpendTally
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.clients import make_client
-from stellafleet.engine.loop import Engine, EngineOutcome, EventSink, system_prompt
+from stellafleet.engine.loop import NUDGE, Engine, EngineOutcome, EventSink, system_prompt
 from stellafleet.engine.redact import Redactor, Transcript
+from stellafleet.engine.replay import conversation
 from stellafleet.engine.settings import EngineSettings, load_settings, settings_problems
 from stellafleet.engine.tools import SECRET_ENV, ClaimFn, Toolbox, Workspace
 from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.base import PipelineResult
+from stellafleet.pipelines.sessions import PARKED, Resume, fresh_after_failed_resume, session_fact
 from stellafleet.pipelines.support import ProgressPrinter
 from stellafleet.state.claims import ClaimStore, Holder
 
@@ -97,11 +100,25 @@ class PlainPipeline:
             clock=clock or SystemClock(),
             events=events or ProgressPrinter(sys.stdout),  # a fleet worker's stdout is its log
         )
+        resume = Resume.of(ctx.prompt, env)
+        history = conversation(Path(resume.id), NUDGE) if resume is not None else []
         try:
-            outcome = engine.run(ctx.prompt)
+            if resume is not None and history:
+                outcome = engine.run(resume.prompt, history, history_from=resume.id)
+            else:
+                outcome = engine.run(ctx.prompt)
         finally:
             client.close()
-        return _result(outcome, redact)
+        result = _result(outcome, redact)
+        result.facts["session"] = session_fact(
+            str(ctx.transcript_path), ctx.workspace, engine.context_tokens()
+        )
+        if outcome.question is not None:  # it asked a person: the fleet parks it (run/steps/park.py)
+            parked = {"kind": "question", "question": outcome.question, "last_words": outcome.last_words}
+            result.facts[PARKED] = parked
+        if resume is not None and not history:
+            result.facts.update(fresh_after_failed_resume(resume, "its transcript is gone"))
+        return result
 
 
 def _toolbox(ctx: WorkerContext, settings: EngineSettings, env: Mapping[str, str]) -> Toolbox:

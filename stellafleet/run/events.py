@@ -13,6 +13,10 @@ from typing import Any, TypeAlias
 from stellafleet.core.status import AttemptEnd, Stop, TaskStatus
 
 
+class TaskParked(Exception):
+    """Raised by a task's action whose attempt parked (it waits on a person): its dependents wait too."""
+
+
 @dataclass(frozen=True)
 class RunStarted:
     """The run and its tasks are recorded; its waves start next."""

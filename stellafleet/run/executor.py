@@ -20,12 +20,12 @@ from stellafleet.core.status import AttemptEnd, AttemptOutcome, Stop, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.command import RESULT_ENV
+from stellafleet.pipelines.sessions import FACTS_VAR  # what the worker's task learned so far
 from stellafleet.proc.tree import POLL_S, Exit, ProcessTree
 
 # -P: the workspace (the cwd) is not put on sys.path, so a repository file can never shadow a module
 WORKER_ARGV = (sys.executable, "-P", "-m", "stellafleet.worker.main")
 # a worker's own variables never leak from the fleet's environment into a worker
-FACTS_VAR = "STELLA_FACTS"  # what the worker's task learned so far (JSON, ledger attempt_facts)
 WORKER_VARIABLES = (*WorkerContext.env_names(), RESULT_ENV, FACTS_VAR)
 # a sample walks every process of the machine per worker: once a second keeps an idle fleet cheap
 SAMPLE_INTERVAL_S = 1.0

@@ -13,9 +13,11 @@ from stellafleet.core import jsontext
 from stellafleet.core.spend import spend_stop_text
 from stellafleet.core.status import AttemptOutcome
 from stellafleet.core.terminal import single_line
+from stellafleet.pipelines.sessions import PARKED
 from stellafleet.proc import runner
 from stellafleet.proc.subreaper import reaped_argv
 from stellafleet.run.events import AttemptEnded, Emit, Event, EventSink
+from stellafleet.run.steps.park import answer_command
 
 STOP_GRACE_S = 1.0
 TAIL_CHARS = 300
@@ -48,6 +50,11 @@ class Notifier(EventSink):
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         end = event.end
+        if end.outcome == AttemptOutcome.PARKED:
+            parked = end.facts.get(PARKED)
+            if not (isinstance(parked, dict) and parked.get("again")):  # one event per park
+                self.send_later(parked_event(event))
+            return
         if end.outcome not in (AttemptOutcome.FAILED, AttemptOutcome.STALLED):
             return
         kind = "task_stalled" if end.outcome == AttemptOutcome.STALLED else "task_failed"
@@ -131,6 +138,27 @@ class Notifier(EventSink):
             threads, self._threads = self._threads, []
         for thread in threads:
             thread.join(self.timeout_s + STOP_GRACE_S + 1.0)
+
+
+def parked_event(event: AttemptEnded) -> dict[str, Any]:
+    """One `parked` event per park: the task, what it waits on and how to answer."""
+    parked = event.end.facts.get(PARKED)
+    parked = parked if isinstance(parked, dict) else {}
+    item = parked.get("item")
+    how = answer_command(item, parked)
+    return {
+        "event": "parked",
+        "task": event.task,
+        "attempt": event.attempt,
+        "item": item,
+        "kind": parked.get("kind"),
+        "question": parked.get("question"),
+        "tool": parked.get("tool"),
+        "input": parked.get("input"),
+        "last_words": parked.get("last_words"),
+        "answer": how,
+        "text": f"task {event.task} {event.end.summary}; answer: {how}",
+    }
 
 
 def notifier_for(command: str | None, timeout_s: float, run_id: str, root: Path) -> Notifier | None:

@@ -5,12 +5,20 @@ that failed with nothing left to try, are left `needs_you`: what every view read
 
 from __future__ import annotations
 
+import math
+import threading
+import time
+
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, FollowUpReason, RequestState
+from stellafleet.pipelines.sessions import PARKED
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.background import run_in_background
 from stellafleet.run.dispatch import Dispatcher
-from stellafleet.run.events import SkipTask
+from stellafleet.run.events import SkipTask, TaskParked
 from stellafleet.run.steps import FollowUp, Request
+from stellafleet.run.steps.park import answered_follow_up
+
+ANSWER_POLL_S = 1.0  # how often a parked task's thread looks for its answer under park_wait
 
 
 class TaskFailed(Exception):
@@ -28,12 +36,14 @@ class Server:
         self.dispatcher = dispatcher
         self.ledger = dispatcher.ledger
         self.run_id = dispatcher.settings.run_id
+        self._stopping = threading.Event()  # set once the run stops: no more waiting for answers
 
     @property
     def running(self) -> list[str]:
         return self.dispatcher.running
 
     def stop_workers(self) -> None:
+        self._stopping.set()
         self.dispatcher.stop_workers()
 
     def ask(
@@ -84,7 +94,12 @@ class Server:
             run_in_background(
                 lambda: self.serve(request_id, task), on_interrupt=self.stop_workers, name=f"stella-{task.id}"
             )
-        except (TaskFailed, SkipTask, RequestTaken) as failed:  # SkipTask: too little spend is left
+        except (
+            TaskFailed,
+            TaskParked,
+            SkipTask,
+            RequestTaken,
+        ) as failed:  # SkipTask: too little spend is left
             return str(failed)
         return None
 
@@ -93,6 +108,12 @@ class Server:
             end, attempt_id, follow_up = self.dispatcher.attempt(task, request)
             if request is not None:
                 self.ledger.requests.finish(request.id, _end_text(end))
+            if end.outcome == AttemptOutcome.PARKED:  # its answer request waits on a person
+                answered = self._answer_of(end)
+                if answered is None:
+                    raise TaskParked(end.reason or "parked")
+                request = answered
+                continue
             if follow_up is None:
                 if end.reason is not None and end.outcome != AttemptOutcome.SUCCEEDED:
                     left = FollowUp(FollowUpReason.RETRY, end.reason, needs_you=True)
@@ -108,6 +129,23 @@ class Server:
             raise TaskFailed(end.reason)
         self.ledger.requests.dismiss(self.run_id, task.id, None, FollowUpReason.RETRY, "it succeeded")
         return True
+
+    def _answer_of(self, end: AttemptEnd) -> Request | None:
+        """The parked attempt's request once answered, taken to serve it, if it is answered within
+        `[fleet] park_wait` seconds (0: not waited for; -1: without end) while the run goes on."""
+        parked = end.facts.get(PARKED)
+        item = parked.get("item") if isinstance(parked, dict) else None
+        wait = self.dispatcher.settings.config.fleet.park_wait
+        if not isinstance(item, int) or wait == 0:
+            return None
+        deadline = math.inf if wait < 0 else time.monotonic() + wait
+        while time.monotonic() < deadline and not self._stopping.wait(ANSWER_POLL_S):
+            row = self.ledger.requests.get(item)
+            if row is None or row["state"] not in (RequestState.NEEDS_YOU, RequestState.ANSWERED):
+                return None  # dismissed, or served by another process
+            if row["state"] == RequestState.ANSWERED and self.ledger.requests.take_answered(item):
+                return Request(item, answered_follow_up(self.ledger, row))
+        return None
 
 
 def _end_text(end: AttemptEnd) -> str:

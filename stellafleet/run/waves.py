@@ -30,6 +30,7 @@ from stellafleet.run.events import (
     Emit,
     SkipTask,
     TaskEnded,
+    TaskParked,
     TasksEmitted,
     TaskSkipped,
     TaskStarted,
@@ -179,6 +180,13 @@ class Stopped(TaskError):
         self.stop = stop
 
 
+class ParkedFail(TaskFailed):
+    """What doit is told of a task whose attempt parked: its dependents wait on it (skipped, saying so)."""
+
+
+WAITS_ON_PARKED = "waits on parked"  # a dependent's skip reason when every failed root of it is parked
+
+
 class DoitReporter(ZeroReporter):
     """Turns what doit tells of each task into the run's events (execute_task runs on a pool thread); a failed
     task's dependents are skipped naming it, an up-to-date task (--resume) succeeded."""
@@ -191,6 +199,7 @@ class DoitReporter(ZeroReporter):
         self.reasons: dict[str, str] = {}  # id -> why it failed or was skipped
         self.steps: dict[str, int] = {}  # id -> the wave it starts in (eager: the how-manieth start)
         self._roots: dict[str, list[str]] = {}  # id -> the failed tasks it did not succeed for
+        self._parked: set[str] = set()  # the tasks whose attempt parked
 
     def execute_task(self, task: Any) -> None:
         self.emit(TaskStarted(task.name, self.steps[task.name]))
@@ -208,8 +217,12 @@ class DoitReporter(ZeroReporter):
         if isinstance(fail, UnmetDependency):
             roots = {root for dep in task.task_dep for root in self._roots.get(dep, ())}
             self._roots[task.name] = sorted(roots, key=self._order.__getitem__)
-            text = "dependency failed: " + ", ".join(self._roots[task.name])
+            waits = roots and roots <= self._parked
+            text = f"{WAITS_ON_PARKED}: " if waits else "dependency failed: "
+            text += ", ".join(self._roots[task.name])
             fail = Stopped(Stop(StopReason.DEPENDENCY_FAILED, text))
+        if isinstance(fail, ParkedFail):
+            self._parked.add(task.name)
         if not isinstance(fail, Stopped):
             self._roots[task.name] = [task.name]
             self.statuses[task.name], self.reasons[task.name] = TaskStatus.FAILED, fail.message
@@ -424,6 +437,8 @@ class PlanRunner(Runner):
         except SkipTask as exc:
             self.request_stop(exc.stop)
             return Stopped(exc.stop)
+        except TaskParked as exc:
+            return ParkedFail(str(exc))
         except Exception as exc:
             return TaskFailed(f"{type(exc).__name__}: {exc}")
         return True if succeeded else TaskFailed("the task reported failure")

@@ -231,6 +231,7 @@ def attention(detail: dict[str, Any], last_spend: dict[int, int], *, now_ms: int
                     {"kind": "quiet", "task": task["id"], "attempt": a["id"], "since_ms": last, "text": ""}
                 )
     needs_you = detail.get("needs_you", ())  # the ledger's needs_you rows, shown in task order
+    items[:0] = parked_items(needs_you)  # the "needs you" lane: questions and permissions first
     items += _waiting_items(detail["run"], tasks, needs_you)
     for task in tasks:
         if task.get("no_commits"):
@@ -266,7 +267,11 @@ def _waiting_items(
 ) -> list[dict[str, Any]]:
     """The tasks that wait on a person: a killed fleet's once, then each failed one."""
     items: list[dict[str, Any]] = []
-    waiting = {row["task_id"] for row in needs_you if row["reason"] != FollowUpReason.CI_FIX}
+    waiting = {
+        row["task_id"]
+        for row in needs_you
+        if row["reason"] not in (FollowUpReason.CI_FIX, FollowUpReason.ANSWER)
+    }
     failing = [task for task in tasks if task["id"] in waiting]
     abandoned = [
         t for t in failing if t["attempts"] and t["attempts"][-1]["outcome"] == AttemptOutcome.ABANDONED
@@ -289,6 +294,22 @@ def _waiting_items(
                 }
             )
     return items
+
+
+def parked_items(needs_you: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each parked task's question or tool request, with the command that answers it."""
+    return [
+        {
+            "kind": "parked",
+            "task": row["task_id"],
+            "attempt": row["from_attempt_id"],
+            "status": TaskStatus.PARKED,
+            "item": row["id"],
+            "text": " ".join(str(row["context"] or "").split())[:300] + f" (stella answer {row['id']})",
+        }
+        for row in needs_you
+        if row["reason"] == FollowUpReason.ANSWER
+    ]
 
 
 def _abandoned_item(run: dict[str, Any], tasks: list[dict[str, Any]]) -> dict[str, Any]:

@@ -95,6 +95,53 @@ class Requests(Table):
             (run_id, str(RequestState.NEEDS_YOU)),
         )
 
+    def answer(self, request_id: int, kind: str, text: str, *, by: str) -> bool:
+        """A person's answer to a request that waits on them; False when it no longer waits (answered,
+        taken or dismissed meanwhile): exactly one answer is ever recorded."""
+        cursor = self._db.execute(
+            "UPDATE requests SET state = ?, answer_kind = ?, answer = ?, answered_by = ?, answered_at_ms = ?"
+            " WHERE id = ? AND state = ?",
+            (str(RequestState.ANSWERED), kind, text, by, self._db.now_ms(), request_id,
+             str(RequestState.NEEDS_YOU)),
+        )  # fmt: skip
+        return cursor.rowcount == 1
+
+    def take_answered(self, request_id: int) -> bool:
+        """Take an answered request to serve it (the task goes on with the answer); False: taken elsewhere."""
+        cursor = self._db.execute(
+            "UPDATE requests SET state = ?, taken_at_ms = ? WHERE id = ? AND state = ?",
+            (str(RequestState.SERVED), self._db.now_ms(), request_id, str(RequestState.ANSWERED)),
+        )
+        return cursor.rowcount == 1
+
+    def answers(self, run_ids: list[str], task_id: str, state: RequestState) -> list[dict[str, Any]]:
+        """The task's `answer` requests in this state (answered: not yet served; needs_you: still
+        waiting), in the runs given, oldest first."""
+        marks = ", ".join("?" * len(run_ids))
+        return self._db.rows(
+            f"SELECT * FROM requests WHERE run_id IN ({marks}) AND task_id = ? AND reason = ? AND state = ?"
+            " ORDER BY id",
+            (*run_ids, task_id, str(FollowUpReason.ANSWER), str(state)),
+        )
+
+    def allowed(self, run_ids: list[str], task_id: str) -> list[Any]:
+        """What a person allowed the task: the `parked` fact of each attempt whose request they answered
+        --allow, in the runs given."""
+        marks = ", ".join("?" * len(run_ids))
+        rows = self._db.read(
+            f"SELECT f.value_json FROM requests r JOIN attempt_facts f ON f.attempt_id = r.from_attempt_id"
+            f" AND f.key = 'parked' WHERE r.run_id IN ({marks}) AND r.task_id = ? AND r.reason = ?"
+            " AND r.answer_kind = 'allow' ORDER BY r.id",
+            (*run_ids, task_id, str(FollowUpReason.ANSWER)),
+        )
+        return [json.loads(row[0]) for row in rows]
+
+    def waiting(self) -> list[dict[str, Any]]:
+        """Every request that waits on a person, across runs, oldest first (`stella inbox`)."""
+        return self._db.rows(
+            "SELECT * FROM requests WHERE state = ? ORDER BY asked_at_ms, id", (str(RequestState.NEEDS_YOU),)
+        )
+
     def count(self, run_id: str, task_id: str, reason: FollowUpReason) -> int:
         """How many follow-ups of this reason the task has been given (its rounds so far)."""
         row = self._db.read(
@@ -139,3 +186,17 @@ class Facts(Table):
             (run_id, task_id),
         )
         return {str(key): json.loads(value) for key, value in rows}
+
+    def latest(self, run_ids: list[str], task_id: str, key: str) -> tuple[int, str, Any] | None:
+        """The task's latest attempt that set key, in the first of run_ids that has one (a run, then the
+        runs it resumes): (its attempt id, its pipeline, the value)."""
+        for run_id in run_ids:
+            row = self._db.row(
+                "SELECT a.id, a.pipeline, f.value_json FROM attempt_facts f"
+                " JOIN attempts a ON a.id = f.attempt_id WHERE a.run_id = ? AND a.task_id = ? AND f.key = ?"
+                " ORDER BY a.id DESC LIMIT 1",
+                (run_id, task_id, key),
+            )
+            if row is not None:
+                return int(row["id"]), str(row["pipeline"] or ""), json.loads(row["value_json"])
+        return None

@@ -144,6 +144,13 @@ class Runs(Table):
     def get(self, run_id: str) -> dict[str, Any] | None:
         return self._db.row("SELECT * FROM runs WHERE id = ?", (run_id,))
 
+    def of_pid(self, pid: int) -> str | None:
+        """The newest run the process pid started (this process's own run, once it ran one)."""
+        row = self._db.row(
+            "SELECT id FROM runs WHERE pid = ? ORDER BY created_at_ms DESC, id DESC LIMIT 1", (pid,)
+        )
+        return str(row["id"]) if row is not None else None
+
     def latest_id(self) -> str | None:
         rows = self._db.read(f"SELECT id FROM runs {NEWEST_FIRST} LIMIT 1")
         return str(rows[0][0]) if rows else None

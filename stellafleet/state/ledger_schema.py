@@ -286,8 +286,30 @@ _V12 = (
     "ALTER TABLE merges ADD COLUMN batch_id INTEGER",
 )
 
+# A person's answer to a parked task's request (`stella answer`): what (allow, deny or text), who, when.
+_V13 = (
+    "ALTER TABLE requests ADD COLUMN answer_kind TEXT",
+    "ALTER TABLE requests ADD COLUMN answer TEXT",
+    "ALTER TABLE requests ADD COLUMN answered_by TEXT",
+    "ALTER TABLE requests ADD COLUMN answered_at_ms INTEGER",
+)
+
 # MIGRATIONS[n] takes a ledger from user_version n to n + 1. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    _V1,
+    _V2,
+    _V3,
+    _V4,
+    _V5,
+    _V6,
+    _V7,
+    _V8,
+    _V9,
+    _V10,
+    _V11,
+    _V12,
+    _V13,
+)
 
 LEDGER_SCHEMA = Schema(label="fleet ledger", application_id=0x53544C46, migrations=MIGRATIONS)  # "STLF"
 

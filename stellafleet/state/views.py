@@ -165,6 +165,18 @@ def check_view(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def attempt_sessions(facts: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Attempt id -> its agent's session: id, tokens (its context at the end) and how it started."""
+    sessions: dict[int, dict[str, Any]] = {}
+    for fact in facts:
+        key, value = fact["key"], fact["value"]
+        if key == "session" and isinstance(value, dict):
+            sessions.setdefault(fact["attempt_id"], {}).update(id=value.get("id"), tokens=value.get("tokens"))
+        elif key == "session_start" and isinstance(value, str):
+            sessions.setdefault(fact["attempt_id"], {})["start"] = value
+    return sessions
+
+
 def _by_task(rows: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]]]:
     grouped: dict[str | None, list[dict[str, Any]]] = {}
     for row in rows:
@@ -183,6 +195,7 @@ def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str,
     facts: dict[int, dict[str, Any]] = {}  # what each attempt learned or held (its leased ports, its locks)
     for fact in record.get("facts", []):
         facts.setdefault(fact["attempt_id"], {})[fact["key"]] = fact["value"]
+    sessions = attempt_sessions(record.get("facts", []))
     tasks = []
     for task in record["tasks"]:
         attempts = [
@@ -190,6 +203,7 @@ def _tasks(record: dict[str, Any], *, now_ms: int, live: bool) -> list[dict[str,
                 **timed_attempt(a, now_ms=now_ms, live=live),
                 "checks": checks.get(a["id"], []),
                 "facts": facts.get(a["id"], {}),
+                "session": sessions.get(a["id"]),
             }
             for a in attempts_by_task.get(task["id"], [])
         ]

@@ -37,6 +37,9 @@ VALUE_OPTIONS = {
     "--model",
     "--append-system-prompt",
     "--system-prompt",
+    "--session-id",
+    "--resume",
+    "--permission-prompt-tool",
 }
 MULTI_OPTIONS = {
     "--mcp-config",
@@ -94,7 +97,8 @@ class Session:
         self.script = script
         self.cwd = cwd
         self.stream = options.get("--output-format") == "stream-json"
-        self.session_id = str(uuid.uuid4())
+        # the session it was given (a new one's id, or the one it resumes), as the real CLI keeps it
+        self.session_id = str(options.get("--resume") or options.get("--session-id") or uuid.uuid4())
         self.denials: list[dict[str, Any]] = []
         self.tool_id = 0
         self.started = time.monotonic()

@@ -89,6 +89,25 @@ class UsageLimit:
         }
 
 
+CHARS_PER_TOKEN = 4  # the cache accounting's estimate
+PROMPT_KEYS = ("system", "instructions", "tools", "messages", "input")  # what a prompt is, in its order
+
+
+def prompt_text(body: Any) -> str:
+    """A request's prompt as the provider would cache it: its system text, tools and conversation."""
+    if not isinstance(body, dict):
+        return ""
+    return json.dumps([body[key] for key in PROMPT_KEYS if key in body])
+
+
+def common_prefix(one: str, other: str) -> int:
+    size = min(len(one), len(other))
+    for at in range(size):
+        if one[at] != other[at]:
+            return at
+    return size
+
+
 class ScriptError(ValueError):
     """A script that cannot be played; the message says which step and what is wrong."""
 
@@ -248,6 +267,15 @@ class ScriptedModelServer:
                 # Lets a test order two clients: this answer waits for the other one's request.
                 self._lock.wait_for(lambda: any(after in text for text in self._texts), AFTER_TIMEOUT_S)
             return served + 1, steps[served]
+
+    def uncached_tokens(self, index: int) -> int:
+        """The input tokens request `index` sends that are not in the prompt cache: a provider caches
+        the prompts it was sent and serves the longest prefix of an earlier one (CHARS_PER_TOKEN
+        characters a token), so only what comes after that prefix is uncached."""
+        with self._lock:
+            texts = [prompt_text(request.body) for request in self.requests[: index + 1]]
+        cached = max((common_prefix(texts[-1], earlier) for earlier in texts[:-1]), default=0)
+        return -(-(len(texts[-1]) - cached) // CHARS_PER_TOKEN)
 
     def record_unknown(self, request: RecordedRequest) -> None:
         with self._lock:

@@ -172,7 +172,7 @@ def test_no_whole_tree_git_tool_and_the_shell_is_off_by_default(repo: Path) -> N
     names = set(toolbox(repo).tools)
     assert names == {
         "read_file", "write_file", "edit_file", "list_dir", "glob", "grep",
-        "git_status", "git_diff", "commit", "finish",
+        "git_status", "git_diff", "commit", "finish", "ask",
     }  # fmt: skip
     with pytest.raises(FormatError, match="unknown tool 'shell'"):
         toolbox(repo).call("shell", {"command": "echo hi"})

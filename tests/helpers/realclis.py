@@ -119,3 +119,13 @@ def bash(command: str, usage: tuple[int, int] = (2500, 40), **step: Any) -> dict
 
 def say(text: str, usage: tuple[int, int] = (3000, 30), **step: Any) -> dict[str, Any]:
     return {"text": text, "usage": {"input_tokens": usage[0], "output_tokens": usage[1]}, **step}
+
+
+def codex_shell(cmd: str, tokens: tuple[int, int] = (3000, 80), **step: Any) -> dict[str, Any]:
+    """A Codex step running a command through its exec_command tool."""
+    call = {"name": "exec_command", "arguments": {"cmd": cmd}}
+    return {"tool_calls": [call], "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1]}, **step}
+
+
+def codex_say(text: str, tokens: tuple[int, int] = (4000, 20)) -> dict[str, Any]:
+    return {"text": text, "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1]}}

@@ -7,6 +7,7 @@ across several calls.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from pathlib import Path
@@ -146,3 +147,19 @@ def test_guard_stops_aider_between_calls(git_repo: Path, fakes: FakeAgents) -> N
     assert fakes.log("terminated", "aider")
     assert time.monotonic() - started < 1.5 * 2 + 1.5
     assert spend.usd == pytest.approx(0.08)
+
+
+def test_a_follow_up_restores_the_tasks_chat_history_and_sends_only_what_is_new(
+    git_repo: Path, fakes: FakeAgents, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = git_repo / ".stella/private/pipelines" / RUN_ID / "t1-aider-chat.md"  # an earlier run's
+    history.parent.mkdir(parents=True)
+    history.write_text("# aider chat started\n\n#### Write the notes\n")
+    resume = {"id": str(history), "cwd": str(git_repo), "tokens": 900, "prompt": "the check is red: fix it"}
+    monkeypatch.setenv("STELLA_FACTS", json.dumps({"resume": resume}))
+    fakes.script({"calls": [{"prompt_tokens": 1000, "completion_tokens": 50, "cost": 0.001}]})
+    _spend, result = run(git_repo)
+    argv = fakes.argv("aider")
+    assert argv[argv.index("--chat-history-file") + 1] == str(history) and "--restore-chat-history" in argv
+    assert fakes.prompt("aider") == "the check is red: fix it"  # what is new, not the task again
+    assert result.facts["session"] == {"id": str(history), "cwd": str(git_repo), "tokens": 1050}

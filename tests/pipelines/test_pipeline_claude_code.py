@@ -25,6 +25,7 @@ from helpers.agents import (
 from helpers.fleet import wait_until
 
 from stellafleet.core.spend import SpendTally
+from stellafleet.pipelines import permit
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.claude_code import ClaudeCodePipeline
 from stellafleet.pipelines.claude_hook import HookContext
@@ -62,7 +63,9 @@ def test_success_reports_cost_turns_and_the_agents_summary(git_repo: Path, fakes
     assert argv[argv.index("--output-format") + 1] == "stream-json" and "--verbose" in argv
     assert argv[argv.index("--permission-mode") + 1] == "acceptEdits"
     assert "--strict-mcp-config" in argv
-    assert json.loads(argv[argv.index("--mcp-config") + 1]) == {"mcpServers": {}}
+    (server,) = json.loads(argv[argv.index("--mcp-config") + 1])["mcpServers"].values()  # stella's only
+    assert server["args"][:2] == ["-m", "stellafleet.pipelines.permit"]
+    assert argv[argv.index("--permission-prompt-tool") + 1] == "mcp__stella__permit"
     assert argv[argv.index("--max-budget-usd") + 1] == "0.5000"
     settings = json.loads(Path(argv[argv.index("--settings") + 1]).read_text())
     (group,) = settings["hooks"]["PreToolUse"]
@@ -265,3 +268,15 @@ def test_hook_denies_paths_outside_the_workspace_and_fails_closed(
     broken = call_hook(monkeypatch, capsys, [str(tmp_path / "missing.json")], inside)
     assert broken is not None
     assert "stella could not check the file claim" in broken["hookSpecificOutput"]["permissionDecisionReason"]  # type: ignore[index]
+
+
+def test_the_permission_server_allows_what_a_person_allowed_and_parks_the_rest(tmp_path: Path) -> None:
+    allowed = [{"tool": "Bash", "input": {"command": "make"}}, {"tool": "WebFetch", "input": {"url": "a"}}]
+    (tmp_path / permit.ALLOWED_FILE).write_text(json.dumps(allowed))
+    assert json.loads(permit.decide(tmp_path, "Bash", {"command": "make"}))["behavior"] == "allow"
+    assert json.loads(permit.decide(tmp_path, "WebFetch", {"url": "b"}))["behavior"] == "allow"  # the tool
+    refused = json.loads(permit.decide(tmp_path, "Bash", {"command": "make clean"}))  # only that command
+    assert refused["behavior"] == "deny" and refused["interrupt"] is True
+    permit.decide(tmp_path, "Bash", {"command": "rm -rf build"})  # the first request parked it
+    parked = json.loads((tmp_path / permit.PARK_FILE).read_text())
+    assert parked == {"tool": "Bash", "input": {"command": "make clean"}}

@@ -93,10 +93,15 @@ def test_two_shared_tasks_write_edit_and_commit_through_stella_commit(
         (result,) = claude_results(git_repo, run_id, task)
         assert result["subtype"] == "success" and result["total_cost_usd"] > 0
         # its session, as Claude Code named it, is a fact of the attempt (a follow-up may resume it)
-        assert attempt_facts(git_repo, attempt["id"]) == {"session_id": result["session_id"]}
+        (session,) = attempt_facts(git_repo, attempt["id"]).values()
+        assert session == {"id": result["session_id"], "cwd": str(git_repo), "tokens": session["tokens"]}
+        assert session["tokens"] > 0  # its context after the last model call
         assert attempt["spend_usd"] == pytest.approx(result["total_cost_usd"], abs=1e-12)
         init = next(m for m in transcript(git_repo, run_id, task) if m.get("subtype") == "init")
-        assert init["mcp_servers"] == [] and init["permissionMode"] == "acceptEdits"
+        # stella's permission server is the only MCP server (not the project's), in acceptEdits mode
+        assert [s["name"] for s in init["mcp_servers"]] == ["stella"] and init[
+            "permissionMode"
+        ] == "acceptEdits"
     assert (git_repo / "alpha.txt").read_text() == "alpha final\n"
     assert record["run"]["spend_usd"] == pytest.approx(sum(a["spend_usd"] for a in record["attempts"]))
     assert not mark.exists(), "Claude Code started the project's MCP server"

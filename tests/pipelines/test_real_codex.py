@@ -7,27 +7,18 @@ a custom model provider; its tools, its sandbox and its session log are the real
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from helpers.fleet import attempt_facts, by_id, run_record
 from helpers.realclis import CODEX_MODEL, RUN_TIMEOUT_S, fleet_setup, write_plan
+from helpers.realclis import codex_say as say
+from helpers.realclis import codex_shell as shell
 from helpers.repo import StellaRunner, git
 
 from stellafleet.core.config import Config
 from stellafleet.core.pricing import TokenUsage, price_for
 from stellafleet.git import gitops
 from stellafleet.testing.model_server import ScriptedModelServer
-
-
-def shell(cmd: str, tokens: tuple[int, int] = (3000, 80), **step: Any) -> dict[str, Any]:
-    """A Codex step running a command through its exec_command tool."""
-    call = {"name": "exec_command", "arguments": {"cmd": cmd}}
-    return {"tool_calls": [call], "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1]}, **step}
-
-
-def say(text: str, tokens: tuple[int, int] = (4000, 20)) -> dict[str, Any]:
-    return {"text": text, "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1]}}
 
 
 def price(input_tokens: int, output_tokens: int) -> float:
@@ -69,7 +60,9 @@ def test_an_isolated_codex_task_commits_on_its_fleet_branch(
     assert attempt["outcome"] == "succeeded", attempt["summary"]
     assert attempt["summary"] == "Added hello.txt and committed it."
     # its thread, as Codex named it on `thread.started`, is a fact of the attempt
-    (session_id,) = attempt_facts(git_repo, attempt["id"]).values()
+    (session,) = attempt_facts(git_repo, attempt["id"]).values()
+    session_id = session["id"]
+    assert session["tokens"] > 0 and session["cwd"] == attempt["worktree"]
     assert (
         session_id
         and session_id

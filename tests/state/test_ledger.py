@@ -49,7 +49,7 @@ CONTRACT_COLUMNS = {
     "checks": "id run_id task_id attempt_id merge_id phase command exit_code passed duration_ms commit_sha"
     " output_tail log_path at_ms",
     "requests": "id run_id task_id branch reason context state asked_by asked_at_ms from_attempt_id start_at"
-    " not_before_ms taken_at_ms attempt_id ended_at_ms why",
+    " not_before_ms taken_at_ms attempt_id ended_at_ms why answer_kind answer answered_by answered_at_ms",
     "attempt_facts": "attempt_id key value_json at_ms",
 }
 
@@ -78,7 +78,7 @@ def test_a_new_ledger_has_the_contract_schema_in_wal_mode(db: Path) -> None:
     Ledger.open(db).close()
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == LEDGER_SCHEMA.version == 12
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == LEDGER_SCHEMA.version == 13
     for table, columns in CONTRACT_COLUMNS.items():
         have = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
         assert have == columns.split(), table

@@ -46,7 +46,7 @@ import { sparkline } from "./spend.js";
     for (const [key, label] of shown) {
       wrap.appendChild(el("span", { className: "count c-" + key, title: key, text: (tasks[key] || 0) + " " + label }));
     }
-    for (const key of ["running", "pending", "interrupted"]) {
+    for (const key of ["parked", "running", "pending", "interrupted"]) {  // parked: waits on you
       if (tasks[key]) wrap.appendChild(el("span", { className: "count c-" + key, text: tasks[key] + " " + key }));
     }
     return wrap;

@@ -5,6 +5,7 @@ const SVG_NS = "http://www.w3.org/2000/svg";
 export const STATUSES = new Set([
   "running", "succeeded", "failed", "skipped", "pending", "interrupted", "spend_limited", "usage_limited",
   "green", "red", "stalled", "abandoned", "no_ci", "error", "removed", "kept", "rate", "usage", "concurrency",
+  "parked",
 ]);
 
 function fill(node, props, children, asAttribute) {

@@ -21,14 +21,14 @@ function barRows(columns) {
   return rows;
 }
 
-const KIND_LABEL = { quiet: "no progress", failed: "failed", no_commits: "no commits", red_ci: "CI red", abandoned: "fleet ended" };
+const KIND_LABEL = { quiet: "no progress", failed: "failed", no_commits: "no commits", red_ci: "CI red", abandoned: "fleet ended", parked: "needs you" };
 
 function attentionItem(item, data, onSelect) {
   let text = item.text || "";
   if (item.kind === "quiet") text = "nothing new for " + fmtDuration(data.now_ms - item.since_ms);
   const node = el("li", { className: "attention-item k-" + item.kind, "data-kind": item.kind, "data-task": item.task, "data-attempt": item.attempt },
     item.kind === "quiet" ? el("span", { className: "badge st-stalled attention-kind", text: "quiet" })
-      : badge(["failed", "no_commits", "abandoned"].includes(item.kind) ? item.status : "red", "attention-kind"),
+      : badge(["failed", "no_commits", "abandoned", "parked"].includes(item.kind) ? item.status : "red", "attention-kind"),
     // a failed task's badge already says how it ended ("failed", "interrupted"): no label repeats it
     item.kind === "failed" ? null : el("span", { className: "attention-label", text: KIND_LABEL[item.kind] }),
     el("span", { className: "mono attention-task", text: item.count > 1 ? item.count + " tasks" : item.task || item.branch || "" }),

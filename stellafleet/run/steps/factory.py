@@ -22,7 +22,9 @@ from stellafleet.run.steps.expansions import Expand
 from stellafleet.run.steps.gitguard import GitGuard
 from stellafleet.run.steps.leases import Leases
 from stellafleet.run.steps.limits import LimitGate
+from stellafleet.run.steps.park import Park
 from stellafleet.run.steps.salvage import Salvage
+from stellafleet.run.steps.sessions import Sessions
 from stellafleet.run.steps.spend import SpendGuard
 from stellafleet.run.steps.startcommit import StartCommit
 from stellafleet.run.steps.unclaimed import UnclaimedWrites
@@ -38,10 +40,12 @@ MIXED_PIPELINES = "mixed"  # runs.pipeline of a run whose tasks use more than on
 STEPS: tuple[type[AttemptStep], ...] = (
     LimitGate,  # released last: after the guard is free
     SpendGuard,
+    Park,  # a task still waiting on its answer takes nothing; a parked end is told before salvage's
     Claims,
     StartCommit,  # before the worktree: parents that conflict are refused first
     Leases,  # before the worktree: its setup sees the ports; no worktree is made while its locks are awaited
     Workspaces,
+    Sessions,  # a follow-up's session: continued, or new and why
     GitGuard,
     CommitRefusal,  # before UnclaimedWrites, which adds to the reason
     UnclaimedWrites,
@@ -75,10 +79,12 @@ def server(
     steps: list[AttemptStep | None] = [
         LimitGate(limiter) if limiter is not None else None,
         SpendGuard(ledger, budget, settings.spend_guard_usd),
+        Park(settings, ledger),
         Claims(claims, settings.root),
         StartCommit(settings, ledger),
         Leases(settings, ledger, emit),
         Workspaces(settings, ledger, emit),
+        Sessions(settings, ledger),
         GitGuard(settings),
         CommitRefusal(ledger),
         UnclaimedWrites(settings, ledger, claims),
