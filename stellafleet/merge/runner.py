@@ -174,14 +174,19 @@ class _Queue:
             self.result.end_sha = self.tip
 
     def _check(self, members: Sequence[MergeItem], head: str, merge_id: int) -> CheckRun | None:
-        """Each member task's own check (each command once), then --check, on head in a kept check tree
+        """Each member task's own check (each command once, recorded as the first member's whose check it
+        is, under that task's leases), then --check (as the last member's), on head in a kept check tree
         (git/keptree.py), each a ledger row of the merge step; the first red one (None: all passed, or none
         to run)."""
-        own = dict.fromkeys((item.check, item.check_timeout) for item in members if item.check)
-        commands = [(c, t) for c, t in (*own, (self.options.check, None)) if c]
-        if not commands:
-            return None
+        owners: dict[tuple[str, float | None], MergeItem] = {}
+        for member in members:
+            if member.check:
+                owners.setdefault((member.check, member.check_timeout), member)
         item = members[-1]
+        planned = [(owner, command, timeout) for (command, timeout), owner in owners.items()]
+        planned += [(item, self.options.check, None)] if self.options.check else []
+        if not planned:
+            return None
         self.result.check_runs += 1
         env = {
             **checking.check_env(os.environ),
@@ -190,27 +195,33 @@ class _Queue:
             "STELLA_MERGE_ROOT": str(self.root),  # the user's tree
         }
         log = StatePaths(self.root).private / "logs" / self.result.run_id / f"merge-{merge_id}.log"
-        checks = [
-            checking.Command(
-                command, timeout or self.options.check_timeout, log.with_suffix(f".check-{n}.log")
-            )
-            for n, (command, timeout) in enumerate(commands, 1)
-        ]
-        row = checking.CheckRow(self.result.run_id, item.task_id, CheckPhase.MERGE, merge_id=merge_id)
+        runs: list[CheckRun] = []
         slot = self.slots.get()  # one kept tree per check running at once
         try:
             kept = self._kept_tree(slot, env, log)
             with kept.held():
-                try:
-                    kept.move_to(head)
-                except bootstrap.SetupFailed as exc:
-                    failed = checking.not_run(checks[0].command, f"its check tree: {exc}", head)
-                    runs = [checking.recorded(self.ledger, row, failed, log)]
-                else:
-                    runs = checking.run_and_record(
-                        self.ledger, row, checks, head, tree=kept.path, root=self.root, env=env,
+                for n, (owner, command, timeout) in enumerate(planned, 1):
+                    check = checking.Command(
+                        command, timeout or self.options.check_timeout, log.with_suffix(f".check-{n}.log")
+                    )
+                    row = checking.CheckRow(
+                        self.result.run_id,
+                        owner.task_id,
+                        CheckPhase.MERGE,
+                        merge_id=owner.merge_id or merge_id,
+                    )
+                    try:
+                        kept.move_to(head)
+                    except bootstrap.SetupFailed as exc:
+                        failed = checking.not_run(command, f"its check tree: {exc}", head)
+                        runs.append(checking.recorded(self.ledger, row, failed, log))
+                        break
+                    runs += checking.run_and_record(
+                        self.ledger, row, [check], head, tree=kept.path, root=self.root, env=env,
                         log_path=log, tail_bytes=MERGE_TAIL_BYTES,
                     )  # fmt: skip
+                    if not runs[-1].passed:
+                        break
         finally:
             self.slots.put(slot)
         lines = self.options.check_tail_lines
