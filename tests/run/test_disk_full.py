@@ -1,0 +1,71 @@
+"""Issue 49 item 8: a full disk during a run is the user's to free, not a bug. A worker fills the
+repository's file system (a real 4 MiB tmpfs, mounted in a mount namespace of the fleet's own); the fleet
+stops, records the run's end in the room it kept, says `disk full at PATH: free space, then stella fleet
+--resume RUN` and exits 2. Nothing fills a real disk: the tmpfs is the whole file system the run sees."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers.fleet import by_id, run_record
+from helpers.needs import missing
+from helpers.repo import GIT_EMAIL, GIT_NAME
+
+import stellafleet
+
+FILL = "dd if=/dev/zero of=big bs=64k 2>/dev/null; echo filled"
+SCRIPT = """
+set -e
+mount -t tmpfs -o size=4m tmpfs "$DISK"
+cd "$DISK" && git init -q -b main repo && cd repo
+git -c user.name="$NAME" -c user.email="$EMAIL" commit -q --allow-empty -m start
+mkdir .stella && printf '[pipelines.command]\\nrun = "%s"\\n' "$FILL" > .stella/config.toml
+set +e
+"$PY" -m stellafleet fleet --pipeline command "fill the disk" "after it" 2> "$OUT/stderr"
+echo $? > "$OUT/rc"
+cp -r .stella "$OUT/state"
+"""
+
+
+def test_a_full_disk_stops_the_run_with_one_line_and_exit_2(tmp_path: Path) -> None:
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        missing("unshare (util-linux) is not installed: no private tmpfs to fill")
+    probe = subprocess.run([unshare, "-rm", "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(tmp_path)])
+    if probe.returncode != 0:
+        missing("cannot mount a tmpfs in a user and mount namespace here (unshare -rm)")
+    disk, out = tmp_path / "disk", tmp_path / "out"
+    disk.mkdir()
+    out.mkdir()
+    env = {
+        "DISK": str(disk), "OUT": str(out), "PY": sys.executable, "FILL": FILL, "NAME": GIT_NAME,
+        "EMAIL": GIT_EMAIL, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+        "PYTHONPATH": str(Path(stellafleet.__file__).parents[1]),
+    }  # fmt: skip
+    subprocess.run([unshare, "-rm", "sh", "-c", SCRIPT], env=env, check=True, timeout=120)
+
+    stderr = (out / "stderr").read_text()
+    assert (out / "rc").read_text().strip() == "2", stderr
+    assert "internal error" not in stderr
+    record = _record(out)
+    run_id = record["run"]["id"]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("stella: error: disk full at ") and last.endswith(
+        f": free space, then stella fleet --resume {run_id}"
+    ), shlex.quote(stderr)
+    assert record["run"]["status"] == "failed" and record["run"]["exit_code"] == 2  # not left running
+    tasks = by_id(record["tasks"])
+    assert tasks["t2"]["status"] == "skipped"  # nothing started after it
+    assert tasks["t1"]["status"] in ("failed", "skipped")
+
+
+def _record(out: Path) -> dict[str, object]:
+    """The run as the ledger copied out of the namespace holds it."""
+    root = out / "root"
+    root.mkdir()
+    (out / "state").rename(root / ".stella")
+    return run_record(root)
