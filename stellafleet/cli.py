@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "watch",
     "merge",
     "clean",
+    "restore",
     "observatory",
     "commit",
     "pipelines",
