@@ -53,6 +53,7 @@ class FleetConfig:
     # shared workers' `git` refuses what would touch other workers' files (git/guard.py)
     git_guard: bool = True
     strict_claims: bool = False  # a shared attempt that wrote files outside its claims fails
+    require_commits: bool = False  # a task that succeeded without a commit fails (run/steps/commits.py)
 
 
 @dataclass(frozen=True)
