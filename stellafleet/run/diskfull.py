@@ -9,7 +9,7 @@ from pathlib import Path
 
 from stellafleet.core.errors import DiskFull, is_disk_full
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.status import RunStatus, Stop, StopReason, TaskStatus
+from stellafleet.core.status import RunStatus, Stop, StopReason
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.background import run_in_background
 from stellafleet.state.ledger import Ledger
@@ -79,13 +79,10 @@ class FullDisk:
         return True
 
     def record(self, ledger: Ledger) -> DiskFull:
-        """What can be recorded: unfinished tasks skipped, the run failed with exit 2; the error to raise."""
+        """What can be recorded (open attempts abandoned, unfinished tasks interrupted and waiting on
+        `--resume`, the run interrupted with exit 2: as a stopped fleet's run is finalised); the error."""
         full = self.seen or DiskFull(self.root, self.run_id)
         with contextlib.suppress(DiskFull):
-            for task in ledger.get_run(self.run_id)["tasks"]:
-                if task["status"] in (TaskStatus.PENDING, TaskStatus.RUNNING):
-                    ledger.tasks.set_status(
-                        self.run_id, task["id"], TaskStatus.SKIPPED, StopReason.DISK_FULL.value
-                    )
-            ledger.runs.finish(self.run_id, RunStatus.FAILED, exit_code=full.exit_code, reason=str(full))
+            ledger.abandon_run(self.run_id, str(full))
+            ledger.runs.finish(self.run_id, RunStatus.INTERRUPTED, exit_code=full.exit_code, reason=str(full))
         return full

@@ -57,10 +57,12 @@ def test_a_full_disk_stops_the_run_with_one_line_and_exit_2(tmp_path: Path) -> N
     assert last.startswith("stella: error: disk full at ") and last.endswith(
         f": free space, then stella fleet --resume {run_id}"
     ), shlex.quote(stderr)
-    assert record["run"]["status"] == "failed" and record["run"]["exit_code"] == 2  # not left running
+    assert record["run"]["status"] == "interrupted" and record["run"]["exit_code"] == 2  # not left running
+    assert record["run"]["reason"] == last.removeprefix("stella: error: ")
     tasks = by_id(record["tasks"])
-    assert tasks["t2"]["status"] == "skipped"  # nothing started after it
-    assert tasks["t1"]["status"] in ("failed", "skipped")
+    assert tasks["t2"]["status"] in ("skipped", "interrupted")  # nothing started after it: --resume runs it
+    assert "disk full at " in tasks["t2"]["reason"]
+    assert all(attempt["outcome"] != "running" for attempt in record["attempts"])
 
 
 def _record(out: Path) -> dict[str, object]:
