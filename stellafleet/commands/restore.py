@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from stellafleet.core import jsontext
+from stellafleet.core.paths import StatePaths
 from stellafleet.core.terminal import printable
 from stellafleet.git import gitops
 from stellafleet.git.salvage import leftovers, leftovers_said, put_back
+from stellafleet.run.steps.claims import covered
+from stellafleet.state.claims import ClaimStore
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -29,9 +33,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def held_by_live_workers(root: Path) -> dict[str, str]:
+    """Claimed path -> its live holder's description: a running task's files are never put back (a task
+    resumed from its leftovers holds exactly what was salvaged)."""
+    db = StatePaths(root).store_db
+    if not db.exists():
+        return {}
+    with ClaimStore.open(db) as store:
+        return {path: holder.describe() for path, holder in store.claims() if holder.is_alive()}
+
+
 def run(args: argparse.Namespace) -> int:
     root = gitops.main_worktree_root(Path.cwd())
     found = leftovers(root, gitops.changed_paths(root))
+    held = held_by_live_workers(root) if found else {}
+    for path in sorted(found):
+        holder = next((who for claim, who in held.items() if covered(path, [claim])), None)
+        if holder is not None:
+            del found[path]
+            print(
+                f"stella restore: kept {printable(path)}: claimed by running {printable(holder)}",
+                file=sys.stderr,
+            )
     if found and not args.dry_run:
         put_back(root, sorted(found))
     if args.json:

@@ -6,12 +6,15 @@ the user's changes; `stella fleet --estimate` runs nothing and does not refuse."
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from helpers.merging import build_run
 from helpers.repo import StellaRunner, git
 
+from stellafleet.core.paths import StatePaths
 from stellafleet.git.salvage import salvage, salvage_ref
+from stellafleet.state.claims import ClaimStore, Holder
 
 REF = salvage_ref("r-20261201-040000-dead", "t1", 3)
 
@@ -98,3 +101,17 @@ def test_a_fleet_names_claimed_leftovers_and_its_estimate_does_not_refuse(
 
     estimate = stella_main("fleet", "--estimate", "--plan", str(plan), cwd=git_repo)
     assert estimate.returncode == 0, estimate.stderr
+
+
+def test_a_running_tasks_claimed_file_is_never_put_back(git_repo: Path, stella_main: StellaRunner) -> None:
+    """A task resumed from its leftovers holds exactly what was salvaged while it runs: it keeps them."""
+    _failed_task_left(git_repo)
+    paths = StatePaths(git_repo)
+    paths.private.mkdir(parents=True, exist_ok=True)
+    with ClaimStore.open(paths.store_db) as store:
+        store.acquire(["README.md"], Holder.current("r-20261201-050000-beef", "t1", "", 7, pid=os.getpid()))
+    proc = stella_main("restore", cwd=git_repo)
+    assert proc.returncode == 0
+    assert 'kept README.md: claimed by running task "t1"' in proc.stderr
+    assert (git_repo / "README.md").read_text() == "# half of the task's edit\n"
+    assert not (git_repo / "new.txt").exists()  # not claimed: put back
