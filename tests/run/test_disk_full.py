@@ -5,8 +5,10 @@ stops, records the run's end in the room it kept, says `disk full at PATH: free 
 
 from __future__ import annotations
 
+import errno
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,7 @@ from helpers.needs import missing
 from helpers.repo import GIT_EMAIL, GIT_NAME
 
 import stellafleet
+from stellafleet.core.errors import DiskFull, GitError, is_disk_full
 
 FILL = "dd if=/dev/zero of=big bs=64k 2>/dev/null; echo filled"
 SCRIPT = """
@@ -71,3 +74,17 @@ def _record(out: Path) -> dict[str, object]:
     root.mkdir()
     (out / "state").rename(root / ".stella")
     return run_record(root)
+
+
+def test_each_kind_of_full_disk_is_one_and_nothing_else_is() -> None:
+    """SQLite's, ENOSPC's and git's words for a full disk (the fleet's, stella commit's and every command's);
+    a locked database, another OSError and another git failure are not."""
+    full = sqlite3.OperationalError("database or disk is full")
+    assert is_disk_full(full) and is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
+    assert is_disk_full(GitError("git commit: error: unable to write: No space left on device"))
+    assert is_disk_full(DiskFull("/repo/.stella/private/fleet.db", "r-1"))
+    assert not is_disk_full(sqlite3.OperationalError("database is locked"))
+    assert not is_disk_full(OSError(errno.EACCES, "Permission denied"))
+    assert not is_disk_full(GitError("git commit: nothing to commit"))
+    assert str(DiskFull("/repo", "r-1")) == "disk full at /repo: free space, then stella fleet --resume r-1"
+    assert str(DiskFull("/repo")) == "disk full at /repo: free space, then run the command again"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -83,11 +83,11 @@ class UnclaimedWrites(AttemptStep):
         window.claims = [*window.claims, *self.store.paths_of_attempt(ctx.run_id, ctx.attempt_id)]
         window.end_ns = time.time_ns()
         changed = {path: stamp for path, stamp in stamps(self.root).items() if before.get(path, ()) != stamp}
+        others = self._others(ctx.run_id, ctx.attempt_id)
         unclaimed = sorted(
             path
             for path, stamp in changed.items()
-            if not covered(path, window.claims)
-            and not self._anothers(ctx.run_id, ctx.attempt_id, path, stamp, window)
+            if not covered(path, window.claims) and not others(path, stamp, window.start_ns)
         )
         self.ledger.attempts.set_unclaimed_writes(ctx.attempt_id, unclaimed)
         if not unclaimed:
@@ -100,20 +100,21 @@ class UnclaimedWrites(AttemptStep):
             )
         return replace(end, summary=f"{end.summary}; {said}" if end.summary else said)
 
-    def _anothers(self, run_id: str, attempt_id: int, path: str, stamp: Stamp, window: Window) -> bool:
-        """Whether another attempt could have made this change: one of this fleet's that claims path and
-        ran when it was made, or a live holder of path's claim elsewhere (another fleet, a user's tool)."""
-        ours = self._windows.items()
-        if any(
-            other.could_have_written(path, stamp, window.start_ns) for i, other in ours if i != attempt_id
-        ):
-            return True
+    def _others(self, run_id: str, attempt_id: int) -> Callable[[str, Stamp, int], bool]:
+        """Whether another attempt could have made a change to a path (its stamp, made after since_ns):
+        one of this fleet's that claims the path and ran when it was made, or a live holder of the path's
+        claim elsewhere (another fleet, a user's tool)."""
+        ours = [window for i, window in list(self._windows.items()) if i != attempt_id]  # threads add theirs
         elsewhere = [
             held
             for held, holder in self.store.claims()
             if not (holder.run_id == run_id and holder.attempt_id in self._windows) and holder.is_alive()
         ]
-        return covered(path, elsewhere)
+
+        def could_have(path: str, stamp: Stamp, since_ns: int) -> bool:
+            return covered(path, elsewhere) or any(w.could_have_written(path, stamp, since_ns) for w in ours)
+
+        return could_have
 
     def released(self, attempt: AttemptState) -> None:
         if attempt.context is not None:
