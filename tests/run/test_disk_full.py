@@ -13,12 +13,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers.fleet import by_id, run_record
 from helpers.needs import missing
 from helpers.repo import GIT_EMAIL, GIT_NAME
 
 import stellafleet
 from stellafleet.core.errors import DiskFull, GitError, is_disk_full
+from stellafleet.core.status import Stop, StopReason
+from stellafleet.plan.model import PlanTask
+from stellafleet.run.diskfull import ROOM_BYTES, FullDisk
+from stellafleet.state.ledger import Ledger
+from stellafleet.testing.sample_ledger import add_run
 
 FILL = "dd if=/dev/zero of=big bs=64k 2>/dev/null; echo filled"
 SCRIPT = """
@@ -88,3 +94,40 @@ def test_each_kind_of_full_disk_is_one_and_nothing_else_is() -> None:
     assert not is_disk_full(GitError("git commit: nothing to commit"))
     assert str(DiskFull("/repo", "r-1")) == "disk full at /repo: free space, then stella fleet --resume r-1"
     assert str(DiskFull("/repo")) == "disk full at /repo: free space, then run the command again"
+
+
+def test_the_first_full_disk_stops_the_run_frees_the_room_and_records_the_run(tmp_path: Path) -> None:
+    """The same decisions in process, at their seam (a task's execution raising SQLite's full disk), for
+    machines where no tmpfs can be mounted."""
+    run_id = "r-20261201-090000-f011"
+    (tmp_path / ".stella" / "private").mkdir(parents=True)
+    full = FullDisk(tmp_path, run_id)
+    full.keep_room()
+    assert full.room.stat().st_size == ROOM_BYTES
+    stops: list[Stop] = []
+    stopped_workers: list[bool] = []
+
+    def execute(task: PlanTask) -> bool:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    guarded = full.guard(execute, stops.append, lambda: stopped_workers.append(True))
+    for task_id in ("a", "b"):
+        with pytest.raises(sqlite3.OperationalError):
+            guarded(PlanTask(task_id, "p", "t"))
+    said = f"disk full at {tmp_path}: free space, then stella fleet --resume {run_id}"
+    assert stops == [Stop(StopReason.DISK_FULL, said)] and stopped_workers == [True]  # the first one only
+    assert not full.room.exists()
+
+    with Ledger.open(tmp_path / "fleet.db") as ledger:
+        add_run(ledger, run_id)
+        ledger.tasks.add(run_id, [PlanTask("a", "p", "t"), PlanTask("b", "p", "t")], {"a": 1, "b": 2})
+        ledger.attempts.start(run_id, "a", pipeline="command")
+        assert str(full.record(ledger)) == said
+        record = ledger.get_run(run_id)
+    assert (record["run"]["status"], record["run"]["exit_code"], record["run"]["reason"]) == (
+        "interrupted",
+        2,
+        said,
+    )
+    assert [a["outcome"] for a in record["attempts"]] == ["abandoned"]
+    assert {t["status"] for t in record["tasks"]} == {"interrupted"}
