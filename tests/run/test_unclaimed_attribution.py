@@ -1,8 +1,10 @@
 """Issue 49 item 7 and item 18's row for run/steps/unclaimed.py: writes are attributed by who could have
 made them. Two shared attempts of one fleet (one UnclaimedWrites step, as a fleet has), each writing only
 its own claimed file, name nothing whichever ends last; an intruder's write into a file another task claims
-is named when the claimant could not have made it (its claim was taken after the write); directory claims,
-deletions, an already-changed file rewritten and `released` with or without `ended` are pinned."""
+is named when the claimant could not have made it (its claim was taken after the write, or it had ended);
+directory claims, implicit claims, deletions, an already-changed file rewritten, `released` with or without
+`ended` and the summaries are pinned. The step's clock is injected and each write's file time set to match,
+so nothing sleeps."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from helpers.fleet import make_attempt
@@ -25,86 +28,148 @@ from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
 
 DONE = AttemptEnd(AttemptOutcome.SUCCEEDED, "done")
+SECOND = 1_000_000_000
+
+
+@dataclass
+class Clock:
+    """The step's clock, in whole seconds from now: each write's file time is set to the same clock."""
+
+    at: int = time.time_ns()
+
+    def now(self) -> int:
+        return self.at
+
+    def tick(self) -> int:
+        self.at += SECOND
+        return self.at
+
+
+@dataclass
+class Fleet:
+    step: UnclaimedWrites
+    store: ClaimStore
+    repo: Path
+    clock: Clock
+
+    def start(self, task_id: str, *claims: str) -> AttemptState:
+        """A shared attempt started now: its claims taken (held by this live process), the step told."""
+        self.clock.tick()
+        ctx = make_attempt(self.repo, task_id)
+        if claims:
+            holder = Holder.current(ctx.run_id, task_id, "", ctx.attempt_id, pid=os.getpid())
+            self.store.acquire(list(claims), holder)
+        attempt = AttemptState(PlanTask(task_id, "p", "t", claims=claims), threading.Event(), context=ctx)
+        self.step.before_start(attempt)
+        return attempt
+
+    def write(self, name: str, text: str = "written\n") -> None:
+        """name written now (its file time the clock's)."""
+        at = self.clock.tick()
+        (self.repo / name).write_text(text)
+        os.utime(self.repo / name, ns=(at, at))
+
+    def end(self, attempt: AttemptState, end: AttemptEnd = DONE) -> AttemptEnd:
+        """Its end as the step sees it now, then its claims released (as the claims step does)."""
+        self.clock.tick()
+        seen = self.step.ended(attempt, end)
+        self.step.released(attempt)
+        self.store.release_attempt(attempt.ctx.run_id, attempt.ctx.attempt_id)
+        return seen
 
 
 @contextmanager
-def _fleet(repo: Path, files: tuple[str, ...]) -> Iterator[tuple[UnclaimedWrites, ClaimStore, Path]]:
+def _fleet(repo: Path, *files: str, strict: bool = True) -> Iterator[Fleet]:
     for name in files:
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text("original\n")
     git("add", ".", cwd=repo)
     git("commit", "-q", "-m", "files", cwd=repo)
     ctx = make_attempt(repo, "setup")
-    settings = RunSettings(
-        repo, ctx.run_id, "0" * 40, "command", config=Config({"fleet": {"strict_claims": True}})
-    )
+    config = Config({"fleet": {"strict_claims": strict}})
+    settings = RunSettings(repo, ctx.run_id, "0" * 40, "command", config=config)
+    clock = Clock()
     with Ledger.open(ctx.paths.fleet_db) as ledger, ClaimStore.open(ctx.paths.store_db) as store:
-        yield UnclaimedWrites(settings, ledger, store), store, repo
+        yield Fleet(UnclaimedWrites(settings, ledger, store, now_ns=clock.now), store, repo, clock)
 
 
-def _start(step: UnclaimedWrites, store: ClaimStore, repo: Path, task_id: str, *claims: str) -> AttemptState:
-    """A shared attempt started: its claims taken in the store (held by this live process), the step told."""
-    ctx = make_attempt(repo, task_id)
-    if claims:
-        store.acquire(list(claims), Holder.current(ctx.run_id, task_id, "", ctx.attempt_id, pid=os.getpid()))
-    attempt = AttemptState(PlanTask(task_id, "p", "t", claims=claims), threading.Event(), context=ctx)
-    step.before_start(attempt)
-    return attempt
-
-
-def _end(step: UnclaimedWrites, store: ClaimStore, attempt: AttemptState) -> AttemptEnd:
-    """Its end as the step sees it, then its claims released (as the claims step does)."""
-    end = step.ended(attempt, DONE)
-    step.released(attempt)
-    store.release_attempt(attempt.ctx.run_id, attempt.ctx.attempt_id)
-    return end
+def _named(*paths: str) -> str:
+    return f"changed files it did not claim: {', '.join(paths)} ([fleet] strict_claims)"
 
 
 def test_two_tasks_each_writing_its_own_claimed_file_name_nothing_whichever_ends_last(git_repo: Path) -> None:
-    with _fleet(git_repo, ("a.txt", "b.txt")) as (step, store, repo):
-        a = _start(step, store, repo, "a", "a.txt")
-        b = _start(step, store, repo, "b", "b.txt")
-        (repo / "a.txt").write_text("a's work\n")
-        (repo / "b.txt").write_text("b's work\n")
-        assert _end(step, store, a) == DONE  # b.txt: b is running and claims it
-        assert _end(step, store, b) == DONE  # a.txt: a made it while it ran, though its claim is gone now
+    with _fleet(git_repo, "a.txt", "b.txt") as fleet:
+        a, b = fleet.start("a", "a.txt"), fleet.start("b", "b.txt")
+        fleet.write("a.txt")
+        fleet.write("b.txt")
+        assert fleet.end(a) == DONE  # b.txt: b is running and claims it
+        assert fleet.end(b) == DONE  # a.txt: a made it while it ran, though its claim is gone now
 
 
 def test_an_intruders_write_into_a_file_claimed_after_it_is_named(git_repo: Path) -> None:
-    with _fleet(git_repo, ("b.txt", "x.txt")) as (step, store, repo):
-        intruder = _start(step, store, repo, "x", "x.txt")
-        (repo / "b.txt").write_text("the intruder's\n")
-        written = time.time_ns() - 1_000_000_000  # a second before the claimant's claim: no sleep needed
-        os.utime(repo / "b.txt", ns=(written, written))
-        claimant = _start(step, store, repo, "b", "b.txt")  # running, its claim live, when x ends
-        end = _end(step, store, intruder)
-        assert end.outcome == AttemptOutcome.FAILED
-        assert end.reason == "changed files it did not claim: b.txt ([fleet] strict_claims)"
-        assert _end(step, store, claimant) == DONE  # b.txt changed before it started: not its
+    with _fleet(git_repo, "b.txt", "x.txt", "stray.txt") as fleet:
+        intruder = fleet.start("x", "x.txt")
+        fleet.write("b.txt")
+        fleet.write("stray.txt")  # nobody claims it
+        claimant = fleet.start("b", "b.txt")  # running, its claim live, when x ends
+        end = fleet.end(intruder)
+        assert end.outcome == AttemptOutcome.FAILED and end.reason == _named("b.txt", "stray.txt")
+        assert end.summary == "done; " + _named("b.txt", "stray.txt")
+        assert fleet.end(claimant) == DONE  # b.txt changed before it started: not its
 
 
-def test_directory_claims_deletions_and_an_already_changed_file_rewritten(git_repo: Path) -> None:
-    with _fleet(git_repo, ("src/app.py", "gone.txt", "old.txt")) as (step, store, repo):
-        (repo / "old.txt").write_text("changed before the attempt\n")
-        attempt = _start(step, store, repo, "t", "src/")
-        (repo / "src" / "app.py").write_text("inside its claimed folder\n")
-        (repo / "src" / "new.py").write_text("a new file in it\n")
-        (repo / "gone.txt").unlink()
-        (repo / "old.txt").write_text("rewritten by the attempt, longer than before\n")
-        end = _end(step, store, attempt)
-        assert end.reason == "changed files it did not claim: gone.txt, old.txt ([fleet] strict_claims)"
+def test_a_write_after_the_claimant_ended_is_the_writers(git_repo: Path) -> None:
+    with _fleet(git_repo, "a.txt", "y.txt") as fleet:
+        later = fleet.start("y", "y.txt")
+        assert fleet.end(fleet.start("a", "a.txt")) == DONE
+        fleet.write("a.txt")
+        fleet.clock.tick()
+        assert fleet.end(later).reason == _named("a.txt")
 
 
 def test_an_attempt_released_without_ending_no_longer_covers_later_writes(git_repo: Path) -> None:
-    with _fleet(git_repo, ("a.txt", "y.txt")) as (step, store, repo):
-        never = _start(step, store, repo, "a", "a.txt")
-        step.released(never)  # its worker never started: no ended()
-        store.release_attempt(never.ctx.run_id, never.ctx.attempt_id)
-        step.released(never)  # released twice is harmless
-        later = _start(step, store, repo, "y", "y.txt")
-        (repo / "a.txt").write_text("later's\n")
-        written = time.time_ns() + 1_000_000_000  # well after the first attempt was released
-        os.utime(repo / "a.txt", ns=(written, written))
+    with _fleet(git_repo, "a.txt", "y.txt") as fleet:
+        never = fleet.start("a", "a.txt")
+        fleet.step.released(never)  # its worker never started: no ended()
+        fleet.store.release_attempt(never.ctx.run_id, never.ctx.attempt_id)
+        fleet.step.released(never)  # released twice is harmless
+        later = fleet.start("y", "y.txt")
+        fleet.write("a.txt")
+        fleet.clock.tick()
+        assert fleet.end(later).reason == _named("a.txt")
+
+
+def test_claims_of_every_kind_deletions_and_an_already_changed_file_rewritten(git_repo: Path) -> None:
+    files = ("src/app.py", "gone.txt", "old.txt", "touched.txt", "theirs.txt")
+    with _fleet(git_repo, *files) as fleet:
+        (git_repo / "old.txt").write_text("changed before the attempt\n")
+        other = fleet.start("other", "theirs.txt")
+        attempt = fleet.start("t", "src/")
+        holder = Holder.current(attempt.ctx.run_id, "t", "", attempt.ctx.attempt_id, pid=os.getpid())
+        fleet.store.touch("touched.txt", holder)  # claimed as it wrote it
+        fleet.write("touched.txt")
+        fleet.write("src/app.py")  # inside its claimed folder
+        fleet.write("src/new.py")
+        (git_repo / "gone.txt").unlink()
+        (git_repo / "theirs.txt").unlink()  # another running task's: it could have
+        fleet.write("old.txt", "rewritten by the attempt\n")
+        assert fleet.end(attempt).reason == _named("gone.txt", "old.txt")
+        # unclaimed changes made while both ran are each's to explain; theirs.txt and t's files are not
+        assert fleet.end(other).reason == _named("gone.txt", "old.txt")
+
+
+def test_an_isolated_attempt_is_not_looked_at_and_a_summary_without_words_is_the_finding(
+    git_repo: Path,
+) -> None:
+    with _fleet(git_repo, "a.txt", strict=False) as fleet:
+        ctx = make_attempt(git_repo, "iso")
+        isolated = AttemptState(
+            PlanTask("iso", "p", "t", isolation="isolated"), threading.Event(), context=ctx
+        )
+        assert fleet.step.ended(isolated, DONE) == DONE  # no before_start for it: nothing to compare
+        attempt = fleet.start("t")
+        fleet.write("a.txt")
+        end = fleet.end(attempt, AttemptEnd(AttemptOutcome.SUCCEEDED, ""))
         assert (
-            _end(step, store, later).reason == "changed files it did not claim: a.txt ([fleet] strict_claims)"
+            end.outcome == AttemptOutcome.SUCCEEDED and end.summary == "changed files it did not claim: a.txt"
         )

@@ -35,12 +35,12 @@ class Window:
     start_ns: int
     end_ns: int | None = None
 
-    def could_have_written(self, path: str, stamp: Stamp, since_ns: int) -> bool:
+    def could_have_written(self, path: str, stamp: Stamp, since_ns: int, now_ns: int) -> bool:
         """Whether this attempt claims path and ran when its last change (stamp; None: a deletion, some
         time after since_ns) was made."""
         if not covered(path, self.claims):
             return False
-        end = (self.end_ns if self.end_ns is not None else time.time_ns()) + EDGE_NS
+        end = (self.end_ns if self.end_ns is not None else now_ns) + EDGE_NS
         if stamp is None:
             return end >= since_ns
         return self.start_ns - EDGE_NS <= stamp[0] <= end
@@ -61,8 +61,16 @@ def stamps(root: Path) -> dict[str, Stamp]:
 
 
 class UnclaimedWrites(AttemptStep):
-    def __init__(self, settings: RunSettings, ledger: Ledger, store: ClaimStore) -> None:
+    def __init__(
+        self,
+        settings: RunSettings,
+        ledger: Ledger,
+        store: ClaimStore,
+        *,
+        now_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
         self.root = settings.root
+        self.now_ns = now_ns  # the file system's clock (file times are compared with it); tests set their own
         self.strict = settings.config.fleet.strict_claims
         self.ledger = ledger
         self.store = store
@@ -71,7 +79,7 @@ class UnclaimedWrites(AttemptStep):
 
     def before_start(self, attempt: AttemptState) -> None:
         if attempt.ctx.shared:
-            self._windows[attempt.ctx.attempt_id] = Window(attempt.task.claims, time.time_ns())
+            self._windows[attempt.ctx.attempt_id] = Window(attempt.task.claims, self.now_ns())
             self._before[attempt.ctx.attempt_id] = stamps(self.root)
 
     def ended(self, attempt: AttemptState, end: AttemptEnd) -> AttemptEnd:
@@ -81,7 +89,7 @@ class UnclaimedWrites(AttemptStep):
             return end
         window = self._windows[ctx.attempt_id]
         window.claims = [*window.claims, *self.store.paths_of_attempt(ctx.run_id, ctx.attempt_id)]
-        window.end_ns = time.time_ns()
+        window.end_ns = self.now_ns()
         changed = {path: stamp for path, stamp in stamps(self.root).items() if before.get(path, ()) != stamp}
         others = self._others(ctx.run_id, ctx.attempt_id)
         unclaimed = sorted(
@@ -105,6 +113,7 @@ class UnclaimedWrites(AttemptStep):
         one of this fleet's that claims the path and ran when it was made, or a live holder of the path's
         claim elsewhere (another fleet, a user's tool)."""
         ours = [window for i, window in list(self._windows.items()) if i != attempt_id]  # threads add theirs
+        now = self.now_ns()
         elsewhere = [
             held
             for held, holder in self.store.claims()
@@ -112,7 +121,9 @@ class UnclaimedWrites(AttemptStep):
         ]
 
         def could_have(path: str, stamp: Stamp, since_ns: int) -> bool:
-            return covered(path, elsewhere) or any(w.could_have_written(path, stamp, since_ns) for w in ours)
+            return covered(path, elsewhere) or any(
+                w.could_have_written(path, stamp, since_ns, now) for w in ours
+            )
 
         return could_have
 
@@ -121,4 +132,4 @@ class UnclaimedWrites(AttemptStep):
             self._before.pop(attempt.ctx.attempt_id, None)
             window = self._windows.get(attempt.ctx.attempt_id)
             if window is not None and window.end_ns is None:  # it never ended (its worker never started)
-                window.end_ns = time.time_ns()
+                window.end_ns = self.now_ns()
