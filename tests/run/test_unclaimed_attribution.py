@@ -23,7 +23,7 @@ from stellafleet.core.config import Config
 from stellafleet.core.status import AttemptEnd, AttemptOutcome
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.steps import AttemptState, RunSettings
-from stellafleet.run.steps.unclaimed import UnclaimedWrites
+from stellafleet.run.steps.unclaimed import EDGE_NS, UnclaimedWrites
 from stellafleet.state.claims import ClaimStore, Holder
 from stellafleet.state.ledger import Ledger
 
@@ -167,9 +167,36 @@ def test_an_isolated_attempt_is_not_looked_at_and_a_summary_without_words_is_the
             PlanTask("iso", "p", "t", isolation="isolated"), threading.Event(), context=ctx
         )
         assert fleet.step.ended(isolated, DONE) == DONE  # no before_start for it: nothing to compare
+        fleet.step.released(isolated)  # nor a window to close
         attempt = fleet.start("t")
         fleet.write("a.txt")
         end = fleet.end(attempt, AttemptEnd(AttemptOutcome.SUCCEEDED, ""))
         assert (
             end.outcome == AttemptOutcome.SUCCEEDED and end.summary == "changed files it did not claim: a.txt"
         )
+
+
+def test_a_claimants_window_reaches_an_edge_past_its_start_and_end(git_repo: Path) -> None:
+    """File times are coarse: a write up to EDGE_NS before a claimant's start or after its end is its own,
+    a write after that is the writer's; a deletion counts for a claimant that ended up to EDGE_NS before
+    the writer started."""
+    with _fleet(git_repo, "early.txt", "late.txt", "later.txt", "w.txt") as fleet:
+        writer = fleet.start("w", "w.txt")
+        claimant = fleet.start("c", "early.txt", "late.txt", "later.txt")
+        started = fleet.clock.now()
+        ended = fleet.clock.now() + SECOND
+        assert fleet.end(claimant) == DONE
+        for name, at in (("early.txt", started - EDGE_NS), ("late.txt", ended + EDGE_NS)):
+            fleet.write(name)
+            os.utime(git_repo / name, ns=(at, at))
+        fleet.write("later.txt")
+        os.utime(git_repo / "later.txt", ns=(ended + EDGE_NS + 1,) * 2)
+        assert fleet.end(writer).reason == _named("later.txt")
+
+    with _fleet(git_repo, "kept.txt", "v.txt") as fleet:
+        claimant = fleet.start("c", "kept.txt")
+        fleet.end(claimant)
+        fleet.clock.at += EDGE_NS - SECOND  # the writer starts EDGE_NS after the claimant ended
+        writer = fleet.start("v", "v.txt")
+        (git_repo / "kept.txt").unlink()
+        assert fleet.end(writer) == DONE
