@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from stellafleet import __version__
-from stellafleet.core.errors import EXIT_INTERRUPTED, EXIT_USAGE, StellaError
+from stellafleet.core.errors import EXIT_INTERRUPTED, EXIT_USAGE, DiskFull, StellaError, is_disk_full
 from stellafleet.core.terminal import printable
 from stellafleet.state.journal import recover_from
 
@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "merge",
     "clean",
     "leases",
+    "restore",
     "observatory",
     "commit",
     "pipelines",
@@ -171,6 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:  # a bug: say so in one line, details only when asked
+        if is_disk_full(exc):  # ENOSPC from a write of ours: the user's to free, not a bug
+            print(f"stella: error: {DiskFull(getattr(exc, 'filename', None) or Path.cwd())}", file=sys.stderr)
+            return EXIT_USAGE
         if args is not None and args.verbose:
             traceback.print_exc()
         print(

@@ -254,6 +254,13 @@ class GitHub:
         if trouble is not None:  # GitHub could not answer: that says nothing of the login
             raise StellaError(f"gh auth status: {result.detail()}: try again once GitHub answers")
         if result.returncode != 0:
+            # gh auth status says "the token is invalid" for any failed call, a 502 too: GitHub's answer to a
+            # plain API call (retried on a 5xx) tells a server in trouble from a login that does not work
+            probe = self._gh("api", "/", repo_flag=False)
+            if probe.returncode == 0:
+                return
+            if github_trouble(probe) is not None:
+                raise StellaError(f"gh api: {probe.detail()}: try again once GitHub answers")
             text = f"{result.stdout}\n{result.stderr}"
             lines = [line.strip(" -X\u2717") for line in text.splitlines() if line.strip()]
             said = next(

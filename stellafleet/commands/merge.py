@@ -186,6 +186,8 @@ def print_item(item: MergeItem) -> None:
 
 
 def print_summary(result: MergeResult) -> None:
+    if result.refusal is not None:
+        print(f"the real merge will refuse (exit 2): {single_line(result.refusal)}")
     for item in result.left_out:
         print(f"    {'left out':<12} {single_line(f'{item.branch} [{item.task_id}]: {item.reason}')}")
     if not result.queue:

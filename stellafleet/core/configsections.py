@@ -57,6 +57,7 @@ class FleetConfig:
     strict_claims: bool = False  # a shared attempt that wrote files outside its claims fails
     resume_max_tokens: int = 150_000  # a follow-up starts a new agent session past this context size
     park_wait: float = 0.0  # seconds the run waits for answers to parked tasks (-1: without end)
+    require_commits: bool = False  # a task that succeeded without a commit fails (run/steps/commits.py)
 
 
 @dataclass(frozen=True)

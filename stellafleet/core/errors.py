@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import sqlite3
+
 EXIT_OK = 0
 EXIT_TASK_FAILED = 1
 EXIT_USAGE = 2
@@ -42,3 +45,26 @@ class ClaimConflict(StellaError):
 
 class GitError(StellaError):
     """A git command failed; the message carries git's own words."""
+
+
+class DiskFull(StellaError):
+    """The file system under a path stella writes is full: the run stops and says so, never a bug."""
+
+    def __init__(self, path: object, run_id: str | None = None) -> None:
+        then = f"stella fleet --resume {run_id}" if run_id else "run the command again"
+        super().__init__(f"disk full at {path}: free space, then {then}")
+        self.path = path
+
+
+SQLITE_FULL = 13
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether exc is a full disk: SQLite's "database or disk is full", ENOSPC, or git's words for it."""
+    if isinstance(exc, DiskFull):
+        return True
+    if isinstance(exc, sqlite3.OperationalError):
+        return getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL or "disk is full" in str(exc)
+    if isinstance(exc, OSError):
+        return exc.errno == errno.ENOSPC
+    return isinstance(exc, GitError) and "No space left on device" in exc.message

@@ -53,6 +53,9 @@ class StopReason(StrEnum):
     USAGE_LIMIT = "usage limit reached"  # a provider's quota, with a far reset (core/limits.py)
     DEPENDENCY_FAILED = "dependency failed"
     NOT_STARTED = "not started"
+    DISK_FULL = (
+        "disk full"  # the run stopped: a write of its ledger, git or a file met ENOSPC (run/diskfull.py)
+    )
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,7 @@ def show_results(out: IO[str], root: Path) -> None:
     for argv in (["log", "--oneline", "main"], ["branch", "--list", "fleet/*"]):
         _say(out, f"$ git {shlex.join(argv)}\n{gitops.git(*argv, cwd=root).rstrip()}")
     _say(out)
-    _say(out, "Which tasks failed in the most recent run, and what the worker said:")
+    _say(out, "Which tasks failed in the most recent run, what the worker said and why it failed:")
     _say(out, f'$ sqlite3 .stella/private/fleet.db "{" ".join(FAILED_IN_LATEST_RUN.split())}"')
     with Ledger.open(StatePaths(root).fleet_db, readonly=True) as ledger:
         failures = ledger.attempts.failed_in_latest_run()

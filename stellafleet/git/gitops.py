@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from stellafleet.core.errors import GitError, StellaError
+from stellafleet.core.errors import DiskFull, GitError, StellaError
 from stellafleet.proc import runner
 
 if TYPE_CHECKING:  # imported where used: a worker never scans for git processes
@@ -85,6 +85,8 @@ def git(
     """Run git in cwd and return stdout; a failure raises GitError with git's own message."""
     retcode, out, err = git_status(*args, cwd=cwd, env=env, stdin=stdin)
     if check and retcode != 0:
+        if "No space left on device" in err:  # a full disk is the user's to free, not a git failure
+            raise DiskFull(Path(cwd))
         raise GitError(f"git {' '.join(args[:2])}: {last_words(err or out, retcode)}")
     return out
 

@@ -186,3 +186,45 @@ def bundle_salvage(workspace: Path, saved: Salvaged, out: Path) -> None:
         bundle.create_ref(workspace, saved.ref, f"{saved.sha}^", out)
     finally:
         gitops.git("update-ref", "-d", saved.ref, saved.sha, cwd=workspace, check=False)
+
+
+def leftovers(root: Path, paths: Sequence[str]) -> dict[str, SalvageRef]:
+    """Of paths (changed in root's work tree), those whose file holds exactly what an unfinished attempt's
+    salvage commit holds: that attempt's leftovers, each by the newest salvage holding it."""
+    here = [path for path in paths if "\n" not in path and (root / path).is_file()]
+    refs = salvage_refs(root)[::-1]  # newest first
+    if not here or not refs:
+        return {}
+    blobs = dict(zip(here, gitops.git("hash-object", "--", *here, cwd=root).split(), strict=True))
+    asked = [(ref, path) for ref in refs for path in here]
+    lines = "".join(f"{ref.sha}:{path}\n" for ref, path in asked)
+    out = gitops.git("cat-file", "--batch-check=%(objectname)", cwd=root, stdin=lines).splitlines()
+    found: dict[str, SalvageRef] = {}
+    for (ref, path), line in zip(asked, out, strict=True):
+        if path not in found and line.split()[0] == blobs[path]:
+            found[path] = ref
+    return found
+
+
+def leftovers_said(found: Mapping[str, SalvageRef]) -> str:
+    """`a.txt, b.txt: left by task t1 of run r-X when its attempt 2 ended unfinished (salvaged as REF)`."""
+    by_ref: dict[SalvageRef, list[str]] = {}
+    for path, ref in sorted(found.items()):
+        by_ref.setdefault(ref, []).append(path)
+    return "; ".join(
+        f"{', '.join(paths)}: left by task {ref.parts[1]} of run {ref.parts[0]} when its attempt "
+        f"{ref.parts[2]} ended unfinished (salvaged as {ref.ref})"
+        for ref, paths in by_ref.items()
+    )
+
+
+def put_back(root: Path, paths: Sequence[str]) -> None:
+    """paths as HEAD has them, in the index and the work tree (a path HEAD lacks: gone from both)."""
+    tracked = set(index.tree_entries(root, "HEAD", paths))
+    tracked.update(gitops.git_fields("--literal-pathspecs", "ls-files", "-z", "--", *paths, cwd=root))
+    if tracked:
+        restore = ("--literal-pathspecs", "restore", "--source=HEAD", "--staged", "--worktree", "--")
+        gitops.git(*restore, *sorted(tracked), cwd=root)
+    for path in paths:
+        if path not in tracked:
+            (root / path).unlink(missing_ok=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stellafleet.core.configsections import WorktreeConfig
-from stellafleet.core.errors import EXIT_OK, EXIT_TASK_FAILED
+from stellafleet.core.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE
 from stellafleet.core.status import MergeStatus
 from stellafleet.merge.journal import Journal
 from stellafleet.merge.queue import MergeItem
@@ -50,9 +50,12 @@ class MergeResult:
     open_prs: dict[str, int] = field(default_factory=dict)  # branch landed here -> the PR --watch opened
     batches: list[dict[str, Any]] = field(default_factory=list)  # the train's, as merge_batches rows say
     check_runs: int = 0  # how many times a check command set ran (each retry and bisection step counts)
+    refusal: str | None = None  # --dry-run: why the real merge will refuse to start
 
     @property
     def exit_code(self) -> int:
+        if self.refusal is not None:
+            return EXIT_USAGE
         return EXIT_TASK_FAILED if any(item.status in FAILED for item in self.queue) else EXIT_OK
 
     def count(self, status: MergeStatus) -> int:
@@ -70,6 +73,7 @@ class MergeResult:
             "exit_code": self.exit_code,
             "queue": [item.to_json() for item in self.queue],
             "left_out": [item.to_json() for item in self.left_out],
+            "refusal": self.refusal,
             "open_prs": [{"branch": branch, "pr_number": n} for branch, n in self.open_prs.items()],
             "batches": self.batches,
             "check_runs": self.check_runs,

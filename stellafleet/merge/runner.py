@@ -17,7 +17,7 @@ from stellafleet.core.errors import EXIT_USAGE, GitError, StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import CheckPhase, MergeStatus
 from stellafleet.core.words import files_named, plural
-from stellafleet.git import gitops, mergeops, worktrees
+from stellafleet.git import gitops, mergeops, salvage, worktrees
 from stellafleet.git.keptree import KeptTree
 from stellafleet.merge import journal as merge_journal
 from stellafleet.merge.batch import Fixing, Train
@@ -46,15 +46,28 @@ def _refuse_unless_ready(root: Path, options: MergeOptions) -> str:
             "check out a branch first",
             exit_code=EXIT_USAGE,
         )
-    dirty = gitops.status_porcelain(root, untracked="no")
-    if dirty and not options.dry_run:
-        raise StellaError(
-            f"your work tree has uncommitted changes ({files_named([line[3:] for line in dirty])}): "
-            "commit or stash them "
-            "before stella merge",
-            exit_code=EXIT_USAGE,
-        )
+    refusal = None if options.dry_run else dirty_refusal(root)  # a dry run says it (MergeResult.refusal)
+    if refusal is not None:
+        raise StellaError(refusal, exit_code=EXIT_USAGE)
     return branch
+
+
+def dirty_refusal(root: Path) -> str | None:
+    """Why stella merge refuses this work tree (its uncommitted changes: the user's, or what a failed
+    task left, which `stella restore` puts back); None: it does not."""
+    dirty = [line[3:] for line in gitops.status_porcelain(root, untracked="no")]
+    left = salvage.leftovers(root, dirty)
+    yours = [path for path in dirty if path not in left]
+    said = []
+    if yours:
+        said.append(f"your work tree has uncommitted changes ({files_named(yours)}): commit or stash them")
+    if left:
+        named = salvage.leftovers_said(left)
+        said.append(
+            f"your work tree holds a failed task's leftovers, not changes of yours ({named}): "
+            "`stella restore` puts them back to HEAD (their salvage refs keep them)"
+        )
+    return "; ".join(said) + " before stella merge" if said else None
 
 
 def merge_run(
@@ -83,6 +96,7 @@ def merge_run(
         resolver = make_resolver(ledger, run_id) if make_resolver and not options.dry_run else None
         queue_run = _Queue(root, ledger, result, progress or (lambda item: None), resolver, journal)
         if options.dry_run:
+            result.refusal = dirty_refusal(root)
             queue_run.preview()
         else:
             fixer = make_fixer(ledger, run_id) if make_fixer and options.fix_rounds else None

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from stellafleet.core.clock import Clock
 from stellafleet.core.status import Stop, StopReason, TaskStatus
 from stellafleet.git import dirty
-from stellafleet.run.background import run_in_background
+from stellafleet.run.diskfull import FullDisk
 from stellafleet.run.events import Emit, Event, EventSink, RunStarted, TaskSkipped, WaveStarted
 from stellafleet.run.executor import Executor
 from stellafleet.run.expand import Expansions
@@ -112,10 +112,11 @@ class WaveDrive:
                 p.run_settings(), ledger, claims, executor, emit,
                 budget=budget, limiter=limiter, expansions=expansions, watchdog=watchdog,
             )  # fmt: skip
+            full = FullDisk(p.root, p.run_id)  # a full disk stops the run (diskfull.py)
             runner = PlanRunner(
                 p.plan,
                 p.concurrency.value,
-                server.execute,
+                full.guard(server.execute, lambda stop: runner.request_stop(stop), server.stop_workers),
                 schedule=p.schedule,
                 durations=durations,
                 before_start=before_start,
@@ -133,7 +134,7 @@ class WaveDrive:
             )
             with interrupts.installed():
                 self.record_start(ledger)
-                run_in_background(runner.run, on_interrupt=server.stop_workers, name="stella-waves")
+                full.run(ledger, runner.run, on_interrupt=server.stop_workers)
         return runner, interrupts.count > 0
 
     def _expansions(self, ledger: Ledger) -> Expansions:

@@ -261,7 +261,7 @@ def prepare(options: FleetOptions) -> Prepared:
     # after the problems: a conflicted claimed path is named as a conflict, not as the user's changes
     check_head(root, plan, config, options)
     refusal = next((step.refusal for step in found if step.refusal), None)
-    if refusal is not None:
+    if refusal is not None and not options.estimate:  # an estimate runs nothing: nothing to refuse
         raise StellaError(refusal)
     plan_file = Path(options.plan_path).resolve() if options.plan_path else None
     return Prepared(

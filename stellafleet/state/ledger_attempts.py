@@ -197,7 +197,7 @@ class Attempts(Table):
 
 
 FAILED_IN_LATEST_RUN = """\
-SELECT a.task_id, a.branch, a.summary
+SELECT a.task_id, a.branch, a.summary, a.error
   FROM attempts a
  WHERE a.run_id = (SELECT id FROM runs ORDER BY created_at_ms DESC LIMIT 1)
    AND a.success = 0;"""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import quote
 
-from stellafleet.core.errors import StellaError
+from stellafleet.core.errors import DiskFull, StellaError, is_disk_full
 from stellafleet.proc.flock import locked
 
 # Long enough that a busy fleet never surfaces "database is locked"; writers hold the lock for microseconds.
@@ -99,8 +99,13 @@ class Database:
     def write(self) -> Iterator[sqlite3.Connection]:
         if self.readonly:
             raise StellaError(f"the {self.label} at {self.path} was opened read-only")
-        with self._lock, write_transaction(self.conn) as conn:
-            yield conn
+        try:
+            with self._lock, write_transaction(self.conn) as conn:
+                yield conn
+        except sqlite3.OperationalError as exc:  # a full disk is the user's to free, not a bug
+            if is_disk_full(exc):
+                raise DiskFull(self.path) from exc
+            raise
 
 
 class Table:

@@ -23,7 +23,7 @@ def test_the_demo_runs_a_real_fleet_and_explains_its_designed_failure(
     assert "stella fleet: max concurrency 4 (--max-concurrency)" in out
     assert re.search(r'claim conflict: CHANGELOG\.md is held by task "(changelog|release-notes)"', out)
     assert "(the fleet exited 1)" in out
-    assert "SELECT a.task_id, a.branch, a.summary FROM attempts a" in out
+    assert "SELECT a.task_id, a.branch, a.summary, a.error FROM attempts a" in out
     failed_rows = [
         line for line in out.splitlines() if re.match(r"(changelog|release-notes)\|\|claim conflict", line)
     ]

@@ -158,7 +158,10 @@ def test_only_what_its_own_check_passes_on_the_committed_result_succeeds(
     assert merged.returncode == 0, merged.stdout + merged.stderr
     with Ledger.open(StatePaths(git_repo).fleet_db, readonly=True) as ledger:
         again = [row for row in ledger.checks.of_run(record["run"]["id"]) if row["phase"] == "merge"]
-    assert {row["task_id"] for row in again} == {"fixed", "honest"} and all(row["passed"] for row in again), (merged.stdout, again)
+    assert {row["task_id"] for row in again} == {"fixed", "honest"} and all(row["passed"] for row in again), (
+        merged.stdout,
+        again,
+    )
 
 
 def tasks_attempt(record: dict[str, object], task_id: str) -> int:

@@ -14,6 +14,25 @@ function clip(text, chars) {
   return text.length > chars ? text.slice(0, chars - 1) + "…" : text;
 }
 
+// An edge from (x1, y1) to (x2, y2). One that skips a column runs through the gap between two rows of
+// every column it passes (never behind a box there, where it would read as the middle task's edge): into
+// the gap nearest both ends in the first gap between columns, along it, out in the last.
+export function edgePath(x1, y1, x2, y2, rowH, nodeH, rows) {
+  const gapW = COL_W - NODE_W;
+  if (x2 - x1 <= gapW + 1) {
+    const mid = (x1 + x2) / 2;
+    return "M" + x1 + "," + y1 + " C" + mid + "," + y1 + " " + mid + "," + y2 + " " + x2 + "," + y2;
+  }
+  let gy = TOP - (rowH - nodeH) / 2;
+  for (let k = 1; k <= rows; k++) {
+    const y = TOP + k * rowH - (rowH - nodeH) / 2;
+    if (Math.abs(y - y1) + Math.abs(y - y2) < Math.abs(gy - y1) + Math.abs(gy - y2)) gy = y;
+  }
+  const h = gapW / 2;
+  return "M" + x1 + "," + y1 + " C" + (x1 + h) + "," + y1 + " " + (x1 + h) + "," + gy + " " + (x1 + gapW) + "," + gy +
+    " L" + (x2 - gapW) + "," + gy + " C" + (x2 - h) + "," + gy + " " + (x2 - h) + "," + y2 + " " + x2 + "," + y2;
+}
+
 export function renderGraph(graph, opts) {
   const rowH = graph.rows > 40 ? 14 : 30;
   const nodeH = rowH - (rowH > 20 ? 8 : 3);
@@ -36,10 +55,8 @@ export function renderGraph(graph, opts) {
   for (const edge of graph.edges) {
     const a = at.get(edge.from);
     const b = at.get(edge.to);
-    const x1 = a.x + NODE_W, y1 = a.y + nodeH / 2, x2 = b.x, y2 = b.y + nodeH / 2;
-    const mid = (x1 + x2) / 2;
     edges.appendChild(svg("path", {
-      d: "M" + x1 + "," + y1 + " C" + mid + "," + y1 + " " + mid + "," + y2 + " " + x2 + "," + y2,
+      d: edgePath(a.x + NODE_W, a.y + nodeH / 2, b.x, b.y + nodeH / 2, rowH, nodeH, graph.rows),
       className: "edge" + (edge.cause ? " cause" : "") + (edge.emitted ? " emitted" : ""),
       "data-from": edge.from, "data-to": edge.to,
     }));

@@ -17,6 +17,17 @@ export function barLabel(task, px) {
   return task.length <= fits ? task : task.slice(0, fits - 1) + "…";
 }
 
+// A wave's label in `px` before the next wave's line: "wave 23", else "23", else nothing.
+export function waveLabel(wave, px) {
+  for (const text of ["wave " + wave, String(wave)]) if (text.length * CHAR_PX <= px) return text;
+  return "";
+}
+
+function nextStart(waves, wave, x, width) {
+  const later = waves.filter((w) => w.start_ms > wave.start_ms).map((w) => x(w.start_ms));
+  return later.length ? Math.min(...later) : width;
+}
+
 export function renderTimeline(tl, opts) {
   const width = Math.max(480, opts.width);
   const lanes = tl.lanes.length;
@@ -47,10 +58,18 @@ export function renderTimeline(tl, opts) {
   chart.appendChild(laneGroup);
 
   const waves = svg("g", { className: "waves" });
+  let free = -Infinity; // where the last label ended: a short wave's label must not run into the next
   for (const wave of tl.waves) {
     const wx = x(wave.start_ms);
-    waves.appendChild(svg("line", { x1: wx, x2: wx, y1: 14, y2: height - 4, className: "wave-line", "data-wave": wave.wave }));
-    waves.appendChild(svg("text", { x: wx + 3, y: 23, className: "wave-label", text: "wave " + wave.wave }));
+    const line = svg("line", { x1: wx, x2: wx, y1: 14, y2: height - 4, className: "wave-line", "data-wave": wave.wave });
+    waves.appendChild(line);
+    const label = waveLabel(wave.wave, wx + 3 >= free ? nextStart(tl.waves, wave, x, width) - wx - 6 : 0);
+    if (label) {
+      waves.appendChild(svg("text", { x: wx + 3, y: 23, className: "wave-label", "data-wave": wave.wave, text: label }));
+      free = wx + 3 + label.length * CHAR_PX + 4;
+    } else {
+      line.appendChild(svg("title", { text: "wave " + wave.wave })); // no room for its label: its line says it
+    }
   }
 
   const bars = svg("g", { className: "bars" });

@@ -10,6 +10,7 @@ from pathlib import Path
 from stellafleet.core.errors import StellaError
 from stellafleet.core.words import files_named
 from stellafleet.git import gitops
+from stellafleet.git.salvage import leftovers, leftovers_said
 from stellafleet.plan.model import Plan
 from stellafleet.run.executor import Execution
 from stellafleet.run.steps import AttemptState, AttemptStep, BeforeRun, Preflight, Workspace
@@ -53,6 +54,24 @@ def merge_state(root: Path, plan: Plan) -> tuple[list[str], list[str]]:
     return warnings, problems
 
 
+def dirty_refusal(root: Path, dirty: Sequence[tuple[str, str]]) -> str:
+    """Why a run refuses claimed files with uncommitted changes: the user's, or a failed task's leftovers."""
+    left = leftovers(root, [path for path, _ in dirty])
+    yours = ", ".join(f"{path} (task {owner})" for path, owner in dirty if path not in left)
+    said = []
+    if yours:
+        said.append(
+            f"claimed files have uncommitted changes of yours: {yours}; commit or stash them first, or "
+            "pass --allow-dirty (the workers' commits of them then leave your changes out)"
+        )
+    if left:
+        said.append(
+            f"claimed files hold a failed task's leftovers, not changes of yours ({leftovers_said(left)}): "
+            "`stella restore` puts them back to HEAD, or `stella fleet --resume RUN` starts from them"
+        )
+    return "; ".join(said)
+
+
 class Claims(AttemptStep):
     def __init__(self, store: ClaimStore, root: Path) -> None:
         self.store = store
@@ -70,12 +89,9 @@ class Claims(AttemptStep):
             if (owner := next((task for task in shared if covered(path, task.claims)), None))
         ]
         if dirty and not before.allow_dirty:
-            named = ", ".join(f"{path} (task {owner})" for path, owner in dirty)
-            refusal = (
-                f"claimed files have uncommitted changes of yours: {named}; commit or stash them first, or "
-                "pass --allow-dirty (the workers' commits of them then leave your changes out)"
+            return Preflight(
+                problems=tuple(problems), refusal=dirty_refusal(before.root, dirty), warnings=tuple(warnings)
             )
-            return Preflight(problems=tuple(problems), refusal=refusal, warnings=tuple(warnings))
         notes = []
         if dirty:
             named = ", ".join(path for path, _ in dirty)

@@ -17,7 +17,7 @@ from stellafleet.run.steps import AttemptStep, RunSettings
 from stellafleet.run.steps.check import Check
 from stellafleet.run.steps.claims import Claims
 from stellafleet.run.steps.commitrefusal import CommitRefusal
-from stellafleet.run.steps.commits import BranchCommits
+from stellafleet.run.steps.commits import BranchCommits, RequiredCommits
 from stellafleet.run.steps.expansions import Expand
 from stellafleet.run.steps.gitguard import GitGuard
 from stellafleet.run.steps.leases import Leases
@@ -51,6 +51,7 @@ STEPS: tuple[type[AttemptStep], ...] = (
     UnclaimedWrites,
     Watch,
     Check,  # after the watchdog forgot the worker; before salvage sees a red check
+    RequiredCommits,  # before salvage sees a task that made no commit
     Salvage,  # after the watchdog: a stalled attempt's salvage says so
     BranchCommits,
     Expand,
@@ -90,6 +91,7 @@ def server(
         UnclaimedWrites(settings, ledger, claims),
         Watch(watchdog) if watchdog is not None else None,
         Check(settings, ledger),
+        RequiredCommits(ledger) if settings.config.fleet.require_commits else None,
         Salvage(ledger, claims),
         BranchCommits(ledger),
         Expand(expansions) if expansions is not None else None,

@@ -1,0 +1,202 @@
+"""Issue 49 item 7 and item 18's row for run/steps/unclaimed.py: writes are attributed by who could have
+made them. Two shared attempts of one fleet (one UnclaimedWrites step, as a fleet has), each writing only
+its own claimed file, name nothing whichever ends last; an intruder's write into a file another task claims
+is named when the claimant could not have made it (its claim was taken after the write, or it had ended);
+directory claims, implicit claims, deletions, an already-changed file rewritten, `released` with or without
+`ended` and the summaries are pinned. The step's clock is injected and each write's file time set to match,
+so nothing sleeps."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from helpers.fleet import make_attempt
+from helpers.repo import git
+
+from stellafleet.core.config import Config
+from stellafleet.core.status import AttemptEnd, AttemptOutcome
+from stellafleet.plan.model import PlanTask
+from stellafleet.run.steps import AttemptState, RunSettings
+from stellafleet.run.steps.unclaimed import EDGE_NS, UnclaimedWrites
+from stellafleet.state.claims import ClaimStore, Holder
+from stellafleet.state.ledger import Ledger
+
+DONE = AttemptEnd(AttemptOutcome.SUCCEEDED, "done")
+SECOND = 1_000_000_000
+
+
+@dataclass
+class Clock:
+    """The step's clock, in whole seconds from now: each write's file time is set to the same clock."""
+
+    at: int = time.time_ns()
+
+    def now(self) -> int:
+        return self.at
+
+    def tick(self) -> int:
+        self.at += SECOND
+        return self.at
+
+
+@dataclass
+class Fleet:
+    step: UnclaimedWrites
+    store: ClaimStore
+    repo: Path
+    clock: Clock
+
+    def start(self, task_id: str, *claims: str) -> AttemptState:
+        """A shared attempt started now: its claims taken (held by this live process), the step told."""
+        self.clock.tick()
+        ctx = make_attempt(self.repo, task_id)
+        if claims:
+            holder = Holder.current(ctx.run_id, task_id, "", ctx.attempt_id, pid=os.getpid())
+            self.store.acquire(list(claims), holder)
+        attempt = AttemptState(PlanTask(task_id, "p", "t", claims=claims), threading.Event(), context=ctx)
+        self.step.before_start(attempt)
+        return attempt
+
+    def write(self, name: str, text: str = "written\n") -> None:
+        """name written now (its file time the clock's)."""
+        at = self.clock.tick()
+        (self.repo / name).write_text(text)
+        os.utime(self.repo / name, ns=(at, at))
+
+    def end(self, attempt: AttemptState, end: AttemptEnd = DONE) -> AttemptEnd:
+        """Its end as the step sees it now, then its claims released (as the claims step does)."""
+        self.clock.tick()
+        seen = self.step.ended(attempt, end)
+        self.step.released(attempt)
+        self.store.release_attempt(attempt.ctx.run_id, attempt.ctx.attempt_id)
+        return seen
+
+
+@contextmanager
+def _fleet(repo: Path, *files: str, strict: bool = True) -> Iterator[Fleet]:
+    for name in files:
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text("original\n")
+    git("add", ".", cwd=repo)
+    git("commit", "-q", "-m", "files", cwd=repo)
+    ctx = make_attempt(repo, "setup")
+    config = Config({"fleet": {"strict_claims": strict}})
+    settings = RunSettings(repo, ctx.run_id, "0" * 40, "command", config=config)
+    clock = Clock()
+    with Ledger.open(ctx.paths.fleet_db) as ledger, ClaimStore.open(ctx.paths.store_db) as store:
+        yield Fleet(UnclaimedWrites(settings, ledger, store, now_ns=clock.now), store, repo, clock)
+
+
+def _named(*paths: str) -> str:
+    return f"changed files it did not claim: {', '.join(paths)} ([fleet] strict_claims)"
+
+
+def test_two_tasks_each_writing_its_own_claimed_file_name_nothing_whichever_ends_last(git_repo: Path) -> None:
+    with _fleet(git_repo, "a.txt", "b.txt") as fleet:
+        a, b = fleet.start("a", "a.txt"), fleet.start("b", "b.txt")
+        fleet.write("a.txt")
+        fleet.write("b.txt")
+        assert fleet.end(a) == DONE  # b.txt: b is running and claims it
+        assert fleet.end(b) == DONE  # a.txt: a made it while it ran, though its claim is gone now
+
+
+def test_an_intruders_write_into_a_file_claimed_after_it_is_named(git_repo: Path) -> None:
+    with _fleet(git_repo, "b.txt", "x.txt", "stray.txt") as fleet:
+        intruder = fleet.start("x", "x.txt")
+        fleet.write("b.txt")
+        fleet.write("stray.txt")  # nobody claims it
+        claimant = fleet.start("b", "b.txt")  # running, its claim live, when x ends
+        end = fleet.end(intruder)
+        assert end.outcome == AttemptOutcome.FAILED and end.reason == _named("b.txt", "stray.txt")
+        assert end.summary == "done; " + _named("b.txt", "stray.txt")
+        assert fleet.end(claimant) == DONE  # b.txt changed before it started: not its
+
+
+def test_a_write_after_the_claimant_ended_is_the_writers(git_repo: Path) -> None:
+    with _fleet(git_repo, "a.txt", "y.txt") as fleet:
+        later = fleet.start("y", "y.txt")
+        assert fleet.end(fleet.start("a", "a.txt")) == DONE
+        fleet.write("a.txt")
+        fleet.clock.tick()
+        assert fleet.end(later).reason == _named("a.txt")
+
+
+def test_an_attempt_released_without_ending_no_longer_covers_later_writes(git_repo: Path) -> None:
+    with _fleet(git_repo, "a.txt", "y.txt") as fleet:
+        never = fleet.start("a", "a.txt")
+        fleet.step.released(never)  # its worker never started: no ended()
+        fleet.store.release_attempt(never.ctx.run_id, never.ctx.attempt_id)
+        fleet.step.released(never)  # released twice is harmless
+        later = fleet.start("y", "y.txt")
+        fleet.write("a.txt")
+        fleet.clock.tick()
+        assert fleet.end(later).reason == _named("a.txt")
+
+
+def test_claims_of_every_kind_deletions_and_an_already_changed_file_rewritten(git_repo: Path) -> None:
+    files = ("src/app.py", "gone.txt", "old.txt", "touched.txt", "theirs.txt")
+    with _fleet(git_repo, *files) as fleet:
+        (git_repo / "old.txt").write_text("changed before the attempt\n")
+        other = fleet.start("other", "theirs.txt")
+        attempt = fleet.start("t", "src/")
+        holder = Holder.current(attempt.ctx.run_id, "t", "", attempt.ctx.attempt_id, pid=os.getpid())
+        fleet.store.touch("touched.txt", holder)  # claimed as it wrote it
+        fleet.write("touched.txt")
+        fleet.write("src/app.py")  # inside its claimed folder
+        fleet.write("src/new.py")
+        (git_repo / "gone.txt").unlink()
+        (git_repo / "theirs.txt").unlink()  # another running task's: it could have
+        fleet.write("old.txt", "rewritten by the attempt\n")
+        assert fleet.end(attempt).reason == _named("gone.txt", "old.txt")
+        # unclaimed changes made while both ran are each's to explain; theirs.txt and t's files are not
+        assert fleet.end(other).reason == _named("gone.txt", "old.txt")
+
+
+def test_an_isolated_attempt_is_not_looked_at_and_a_summary_without_words_is_the_finding(
+    git_repo: Path,
+) -> None:
+    with _fleet(git_repo, "a.txt", strict=False) as fleet:
+        ctx = make_attempt(git_repo, "iso")
+        isolated = AttemptState(
+            PlanTask("iso", "p", "t", isolation="isolated"), threading.Event(), context=ctx
+        )
+        assert fleet.step.ended(isolated, DONE) == DONE  # no before_start for it: nothing to compare
+        fleet.step.released(isolated)  # nor a window to close
+        attempt = fleet.start("t")
+        fleet.write("a.txt")
+        end = fleet.end(attempt, AttemptEnd(AttemptOutcome.SUCCEEDED, ""))
+        assert (
+            end.outcome == AttemptOutcome.SUCCEEDED and end.summary == "changed files it did not claim: a.txt"
+        )
+
+
+def test_a_claimants_window_reaches_an_edge_past_its_start_and_end(git_repo: Path) -> None:
+    """File times are coarse: a write up to EDGE_NS before a claimant's start or after its end is its own,
+    a write after that is the writer's; a deletion counts for a claimant that ended up to EDGE_NS before
+    the writer started."""
+    with _fleet(git_repo, "early.txt", "late.txt", "later.txt", "w.txt") as fleet:
+        writer = fleet.start("w", "w.txt")
+        claimant = fleet.start("c", "early.txt", "late.txt", "later.txt")
+        started = fleet.clock.now()
+        ended = fleet.clock.now() + SECOND
+        assert fleet.end(claimant) == DONE
+        for name, at in (("early.txt", started - EDGE_NS), ("late.txt", ended + EDGE_NS)):
+            fleet.write(name)
+            os.utime(git_repo / name, ns=(at, at))
+        fleet.write("later.txt")
+        os.utime(git_repo / "later.txt", ns=(ended + EDGE_NS + 1,) * 2)
+        assert fleet.end(writer).reason == _named("later.txt")
+
+    with _fleet(git_repo, "kept.txt", "v.txt") as fleet:
+        claimant = fleet.start("c", "kept.txt")
+        fleet.end(claimant)
+        fleet.clock.at += EDGE_NS - SECOND  # the writer starts EDGE_NS after the claimant ended
+        writer = fleet.start("v", "v.txt")
+        (git_repo / "kept.txt").unlink()
+        assert fleet.end(writer) == DONE
