@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stellafleet.commands import positive_int
-from stellafleet.core.errors import EXIT_TASK_FAILED, StellaError
+from stellafleet.core.errors import EXIT_PARKED, StellaError
 
 if TYPE_CHECKING:
     from stellafleet.run.prepare import FleetOptions
@@ -149,12 +149,12 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
 def run(args: argparse.Namespace) -> int:
     from stellafleet.git import gitops
     from stellafleet.run.control import run_fleet
-    from stellafleet.run.parked import settle_parked
+    from stellafleet.run.parked import say_parked
 
     options = options_from(args)
     code = run_fleet(options)
-    if code == EXIT_TASK_FAILED:
-        code = settle_parked(gitops.main_worktree_root(options.cwd or Path.cwd()), code)
+    if code == EXIT_PARKED:
+        say_parked(gitops.main_worktree_root(options.cwd or Path.cwd()), code)
     if not args.land or args.dry_run:
         return code
     from stellafleet.commands import merge

@@ -14,6 +14,7 @@ from stellafleet.core.clock import Clock
 from stellafleet.core.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_PARKED,
     EXIT_SPEND_LIMIT,
     EXIT_TASK_FAILED,
     EXIT_USAGE,
@@ -27,6 +28,7 @@ from stellafleet.run.cifix import watch_after_run
 from stellafleet.run.drive import WaveDrive
 from stellafleet.run.events import EventSink, TaskSkipped
 from stellafleet.run.notify import fan_out, notifier_for
+from stellafleet.run.parked import parked_reason
 from stellafleet.run.prepare import FleetOptions, Prepared, prepare
 from stellafleet.run.rayexec import open_executor
 from stellafleet.run.reporter import print_dry_run, result_document, run_reporter, status_counts
@@ -140,6 +142,9 @@ class FleetRun:
         statuses = self._settle(ledger, seen, interrupted)
         over = overspent(ledger.spend.of_run(p.run_id), p.spend_limit)
         status, code, reason = exit_status(interrupted, stopped, statuses, over)
+        parked = parked_reason(ledger.get_run(p.run_id)["tasks"]) if code == EXIT_TASK_FAILED else None
+        if parked is not None:  # only tasks waiting on a person, and their dependents: --resume after answers
+            status, code, reason = RunStatus.PARKED, EXIT_PARKED, parked
         ledger.runs.finish(p.run_id, status, exit_code=code, reason=reason)
         journal.owner(p.root).drop(f"fleet-{p.run_id}")
         journal.recover(p.root)  # a worker's `stella commit` stopped mid-lane: repaired now

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from stellafleet.core.errors import EXIT_PARKED, EXIT_TASK_FAILED
+from stellafleet.core.errors import EXIT_PARKED
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import RunStatus, TaskStatus
 from stellafleet.core.words import plural
@@ -33,31 +33,36 @@ def only_parked(tasks: Sequence[Mapping[str, Any]]) -> list[str]:
     return parked
 
 
-def settle_parked(root: Path, code: int, err: IO[str] | None = None) -> int:
-    """The exit code of the run this process just ran: 5 instead of 1 when only parked work is left (the
-    run's row says so, and each parked task's answer command is printed)."""
+def parked_reason(tasks: Sequence[Mapping[str, Any]]) -> str | None:
+    """`parked: 2 tasks wait on you` when only parked work is left (see only_parked); None otherwise."""
+    parked = only_parked(tasks)
+    if not parked:
+        return None
+    return f"parked: {plural(len(parked), 'task')} {'waits' if len(parked) == 1 else 'wait'} on you"
+
+
+def say_parked(root: Path, code: int, err: IO[str] | None = None) -> int:
+    """After a run this process ran that ended parked (exit 5): each parked task's answer command."""
     db = StatePaths(root).fleet_db
-    if code != EXIT_TASK_FAILED or not db.exists():
+    if code != EXIT_PARKED or not db.exists():
         return code
-    with Ledger.open(db) as ledger:
+    with Ledger.open(db, readonly=True) as ledger:
         mine = ledger.runs.of_pid(os.getpid())
         record = ledger.get_run(mine) if mine is not None else None
-        parked = only_parked(record["tasks"]) if record is not None else []
-        if record is None or not parked:
+        if record is None or record["run"]["status"] != RunStatus.PARKED:
             return code
-        lines = []
+        parked, lines = only_parked(record["tasks"]), []
         for attempt in reversed(record["attempts"]):
             fact = ledger.facts.of_attempt(int(attempt["id"])).get(PARKED)
             if attempt["task_id"] in parked and isinstance(fact, dict) and fact.get("item"):
                 parked.remove(attempt["task_id"])
                 said = f"  task {attempt['task_id']}: {attempt['summary']}"
                 lines.append(f"{said}\n    {answer_command(fact['item'], fact)}")
-        waits = "waits" if len(lines) == 1 else "wait"
-        reason = f"parked: {plural(len(lines), 'task')} {waits} on you"
-        ledger.runs.finish(record["run"]["id"], RunStatus.PARKED, exit_code=EXIT_PARKED, reason=reason)
     out = err or sys.stderr
     go_on = f"stella fleet --resume {record['run']['id']}"
-    print(f"stella fleet: {reason} (`stella inbox`, `stella answer`, then `{go_on}`)", file=out)
+    print(
+        f"stella fleet: {record['run']['reason']} (`stella inbox`, `stella answer`, then `{go_on}`)", file=out
+    )
     for line in reversed(lines):
         print(line, file=out)
-    return EXIT_PARKED
+    return code

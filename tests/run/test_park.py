@@ -71,6 +71,7 @@ def test_an_engine_task_that_asks_parks_and_goes_on_in_its_session_once_answered
         parked = stella_main("fleet", "--plan", plan, "--max-concurrency", "1", cwd=root)
         assert parked.returncode == 5, parked.stdout + parked.stderr
         assert "parked: 1 task waits on you" in parked.stderr
+        assert "exit 5" in parked.stdout + parked.stderr and "exit 1" not in parked.stdout + parked.stderr
         first = run_record(root)
         tasks = by_id(first["tasks"])
         assert (tasks["asker"]["status"], tasks["other"]["status"]) == ("parked", "succeeded")
@@ -115,6 +116,8 @@ def test_an_engine_task_that_asks_parks_and_goes_on_in_its_session_once_answered
     events = [json.loads(line) for line in heard.read_text().splitlines() if line.strip()]
     told = [e for e in events if e["event"] == "parked"]  # once, though it was parked in two runs
     assert len(told) == 1 and told[0]["item"] == item["item"] and told[0]["question"] == QUESTION
+    ended = [e for e in events if e["event"] == "run_ended"]  # the run's end is said as parked, exit 5
+    assert (ended[0]["status"], ended[0]["exit_code"]) == ("parked", 5), ended
     second = run_record(root)
     tasks = by_id(second["tasks"])
     assert tasks["asker"]["status"] == tasks["after"]["status"] == "succeeded"
