@@ -106,6 +106,18 @@ def test_two_tasks_each_writing_its_own_claimed_file_name_nothing_whichever_ends
         assert fleet.end(b) == DONE  # a.txt: a made it while it ran, though its claim is gone now
 
 
+def test_a_file_a_running_task_claimed_as_it_wrote_it_is_not_another_tasks(git_repo: Path) -> None:
+    """A task with no plan claims whose claim hook (or `stella commit`) claims a file as it writes it; the
+    other task, ending while it still runs, is not taken for that write (a real Claude Code pair did)."""
+    with _fleet(git_repo, "app.py") as fleet:
+        writer, crashed = fleet.start("ok"), fleet.start("boom")
+        holder = Holder.current(writer.ctx.run_id, "ok", "", writer.ctx.attempt_id, pid=os.getpid())
+        fleet.store.acquire(["app.py"], holder)
+        fleet.write("app.py")
+        assert fleet.end(crashed) == DONE
+        assert fleet.end(writer) == DONE
+
+
 def test_an_intruders_write_into_a_file_claimed_after_it_is_named(git_repo: Path) -> None:
     with _fleet(git_repo, "b.txt", "x.txt", "stray.txt") as fleet:
         intruder = fleet.start("x", "x.txt")

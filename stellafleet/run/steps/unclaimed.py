@@ -112,7 +112,14 @@ class UnclaimedWrites(AttemptStep):
         """Whether another attempt could have made a change to a path (its stamp, made after since_ns):
         one of this fleet's that claims the path and ran when it was made, or a live holder of the path's
         claim elsewhere (another fleet, a user's tool)."""
-        ours = [window for i, window in list(self._windows.items()) if i != attempt_id]  # threads add theirs
+        # a running attempt's claims include those it took since it started (its claim hook's, its commits')
+        ours = [
+            window
+            if window.end_ns is not None
+            else replace(window, claims=[*window.claims, *self.store.paths_of_attempt(run_id, i)])
+            for i, window in list(self._windows.items())  # a list: other threads add theirs
+            if i != attempt_id
+        ]
         now = self.now_ns()
         elsewhere = [
             held
