@@ -78,7 +78,7 @@ plans = st.fixed_dictionaries(
 anything = plans | junk
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=anything)
 def test_data_level_loader_raises_only_plan_errors(data: Any) -> None:
     try:
