@@ -249,7 +249,7 @@ def stage(
     if contents:
         index.set_entries(workspace, index_file, contents, [])
     installed = hooks_mod.installed(workspace) if hooks else []
-    with hookstash.guarded(hook_lock if installed else None, workspace):
+    with hookstash.guarded(hook_lock if installed else None, workspace, index_file):
         if "pre-commit" in installed:
             hooks_mod.run_pre_commit(workspace, index_file, paths)  # HookFailed: nothing committed
         entries = index.file_entries(workspace, index_file, paths)  # a hook may have staged more of them
