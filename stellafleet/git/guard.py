@@ -221,13 +221,13 @@ def _pathspec_file(args: Sequence[str], cwd: Path) -> list[str]:
 
 def _reads(sub: str, args: Sequence[str]) -> bool:
     """Whether a command that can read or write (_READ_FORMS) only reads in this form."""
-    first = _words(args, ("-m", "--ref", "--file", "-f", "--blob", "--type", "--default", "--comment"))[:1]
     if sub == "config":
         return _config_reads(args)
     if sub in ("branch", "tag"):
         return _lists_refs(sub, args)
     if sub == "symbolic-ref":
         return not {"-d", "--delete"} & set(args) and len(_words(args, ("-m",))) <= 1
+    first = _words(args, ("-m", "--ref", "-F", "-C", "-c"))[:1]  # notes' valued options; others have none
     if sub == "reflog":
         return first not in (["expire"], ["delete"])
     reading = {"sparse-checkout": ["list"], "notes": ["list", "show"], "worktree": ["list"]}
@@ -256,8 +256,8 @@ _REF_WRITES = {
     "tag": {"-d", "--delete", "-f", "--force", "-a", "--annotate", "-s", "--sign", "-u", "--local-user", "-m"}
     | {"--message", "-F", "--file", "-e", "--edit"},
 }
-_REF_LISTS = {"-l", "--list", "--contains", "--no-contains", "--merged", "--no-merged", "--points-at"}
-_REF_LISTS |= {"-n", "-v", "--verify"}  # tag's: annotation lines; verify a signed tag
+_LISTS = {"-l", "--list", "--contains", "--no-contains", "--merged", "--no-merged", "--points-at"}
+_REF_LISTS = {"branch": _LISTS, "tag": _LISTS | {"-n", "-v", "--verify"}}  # tag's annotation lines, verify
 
 
 def _lists_refs(sub: str, args: Sequence[str]) -> bool:
@@ -265,7 +265,7 @@ def _lists_refs(sub: str, args: Sequence[str]) -> bool:
     options = {arg.partition("=")[0] for arg in args if arg.startswith("-")}
     if options & _REF_WRITES[sub]:
         return False
-    return not _words(args, ("--format", "--sort")) or bool(options & _REF_LISTS)
+    return not _words(args, ("--format", "--sort")) or bool(options & _REF_LISTS[sub])
 
 
 def _unclaimed(sub: str, paths: Sequence[str], cwd: Path, claimed: Sequence[str], top: Path) -> str | None:

@@ -56,7 +56,7 @@ WRITES_REFUSED = {
     "config --unset core.x": "git config", "config --add core.x y": "git config", "config -e": "git config",
     "config set core.x y": "git config", "config --file .git/config core.x y": "git config",
     "branch x": "git branch is refused", "branch -f main HEAD~1": "git branch", "branch -D x": "git branch",
-    "branch -m main x": "git branch", "branch --set-upstream-to=origin/main": "git branch",
+    "branch -m main x": "git branch", "branch -v x": "git branch", "branch --set-upstream-to=origin/main": "git branch",
     "tag v1": "git tag is refused", "tag -d v1": "git tag", "tag -a v1 -m x": "git tag",
     "reflog expire --all": "git reflog is refused", "reflog delete HEAD@{0}": "git reflog",
     "worktree add ../x": "git worktree is refused", "notes add -m x": "git notes is refused",
