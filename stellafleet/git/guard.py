@@ -24,8 +24,9 @@ _REFUSED = (
 )
 _BY_PATH = ("checkout", "restore", "reset", "checkout-index")  # refused by the paths they name
 # refused unless in a form that only reads (_reads)
-_READ_FORMS = ("symbolic-ref", "sparse-checkout", "config", "branch", "tag", "notes", "reflog", "worktree")
-SHARED = "|".join((_REFUSED, *_BY_PATH, *_READ_FORMS))
+_READ_FORMS = ["symbolic-ref", "sparse-checkout", "config", "branch", "tag", "notes", "reflog", "worktree"]
+_READ_FORMS += ["remote", "submodule"]
+SHARED = "|".join((_REFUSED, *_BY_PATH, *_READ_FORMS, "apply"))  # apply: by the paths its patch names
 ISOLATED = "commit"  # an isolated worker's own commit: its hooks under the hook lock (serialize_hooks)
 # git's global options that take the next argument as their value
 _VALUED = ("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env")
@@ -68,6 +69,7 @@ _WHY = {
 }
 # the options of checkout, restore, reset and checkout-index that take the next argument as their value
 _VALUED_BY_PATH = {"-s", "--source", "-b", "-B", "--orphan", "--conflict", "--pathspec-from-file", "--prefix"}
+_UNSEEN_PATCH = f"the guard cannot see its files): save it to a file, git apply FILE, then {COMMIT}"
 _QUIET = {"-q", "--quiet", "--progress", "--no-progress"}  # all a plain `git checkout` may have: it reports
 
 
@@ -139,6 +141,8 @@ def refusal(
         return f"git {sub} is refused in the shared tree except to read ({_WHY.get(sub, MOVES_HEAD)}"
     if sub not in SHARED.split("|") or (private_index and sub in ("add", "rm", "mv")):
         return None
+    if sub == "apply":
+        return _apply_refusal(args, _directory(options, cwd), claimed, top)
     if sub not in _BY_PATH:
         return f"git {sub} is refused in the shared tree ({_WHY.get(sub, MOVES_HEAD)}"
     here = _directory(options, cwd)
@@ -230,7 +234,13 @@ def _reads(sub: str, args: Sequence[str]) -> bool:
     first = _words(args, ("-m", "--ref", "-F", "-C", "-c"))[:1]  # notes' valued options; others have none
     if sub == "reflog":
         return first not in (["expire"], ["delete"])
-    reading = {"sparse-checkout": ["list"], "notes": ["list", "show"], "worktree": ["list"]}
+    reading = {
+        "sparse-checkout": ["list"],
+        "notes": ["list", "show"],
+        "worktree": ["list"],
+        "remote": ["show", "get-url"],
+        "submodule": ["status", "summary"],
+    }
     return not first or first[0] in reading[sub]
 
 
@@ -266,6 +276,39 @@ def _lists_refs(sub: str, args: Sequence[str]) -> bool:
     if options & _REF_WRITES[sub]:
         return False
     return not _words(args, ("--format", "--sort")) or bool(options & _REF_LISTS[sub])
+
+
+_APPLY_VALUED = ("-p", "-C", "--directory", "--include", "--exclude", "--whitespace", "--build-fake-ancestor")
+
+
+def _apply_refusal(args: Sequence[str], cwd: Path, claimed: Sequence[str], top: Path) -> str | None:
+    """`git apply` runs when it only reports (--check, --stat, ...) or patches only claimed files (the patch's
+    paths, as `git apply --numstat` names them, are relative to the top of the tree)."""
+    options = {arg.partition("=")[0] for arg in args if arg.startswith("-")}
+    if options & {"--check", "--stat", "--numstat", "--summary"} and "--apply" not in options:
+        return None
+    if options & {"--index", "--cached", "-3", "--3way"}:
+        return f"git apply to the index is refused in the shared tree ({_WHY['add']}"
+    if not _words(args, _APPLY_VALUED):
+        return f"git apply of a patch on stdin is refused in the shared tree ({_UNSEEN_PATCH}"
+    listed = [arg for arg in args if arg != "--apply"]  # --numstat alone applies nothing
+    code, out, _ = gitops.git_status("apply", "--numstat", "-z", *listed, cwd=cwd)
+    if code != 0:
+        return None  # git itself refuses it
+    return _unclaimed("apply", _numstat_paths(out), top, claimed, top)
+
+
+def _numstat_paths(out: str) -> list[str]:
+    """The paths of `--numstat -z` records: `added TAB deleted TAB path`, or a rename's two paths after it."""
+    fields, paths = out.split("\0"), []
+    while fields:
+        stat = fields.pop(0).split("\t")
+        if len(stat) == 3 and stat[2]:
+            paths.append(stat[2])
+        elif len(stat) == 3:
+            paths += fields[:2]
+            del fields[:2]
+    return paths
 
 
 def _unclaimed(sub: str, paths: Sequence[str], cwd: Path, claimed: Sequence[str], top: Path) -> str | None:

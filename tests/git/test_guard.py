@@ -61,7 +61,12 @@ WRITES_REFUSED = {
     "tag v1": "git tag is refused", "tag -d v1": "git tag", "tag -a v1 -m x": "git tag",
     "reflog expire --all": "git reflog is refused", "reflog delete HEAD@{0}": "git reflog",
     "worktree add ../x": "git worktree is refused", "notes add -m x": "git notes is refused",
-    "replace HEAD HEAD~1": "git replace is refused", "bisect start": "git bisect is refused",
+    "replace HEAD HEAD~1": "git replace is refused", "remote add o /x": "git remote is refused",
+    "remote set-url origin /x": "git remote", "submodule update --init": "git submodule is refused",
+    "apply b.patch": "git apply of b.txt", "apply --index a.patch": "git apply to the index",
+    "apply --cached a.patch": "git apply to the index", "apply": "git apply of a patch on stdin",
+    "apply -p1 --apply --stat b.patch": "git apply of b.txt", "apply ab.patch": "git apply of b.txt",
+    "apply rename.patch": "git apply of z.txt", "bisect start": "git bisect is refused",
     "--no-pager stash": "git stash is refused", "-P stash": "git stash is refused",
     "-C . -C . stash": "git stash is refused", "-C sub -C .. checkout -- b.txt": "git checkout of b.txt",
     "restore -s HEAD b.txt": "git restore of b.txt", "restore --source=HEAD~1 b.txt": "git restore of b.txt",
@@ -80,6 +85,8 @@ WRITES_PASSED = [
     "tag -v v1", "reflog", "reflog show HEAD", "worktree list", "notes", "notes show", "-P log",
     "--no-pager diff",
     "-C sub -C .. status", "restore -s HEAD~1 a.txt", "restore --source HEAD a.txt", "restore -sHEAD a.txt",
+    "remote", "remote -v", "remote get-url origin", "submodule", "submodule status", "apply a.patch",
+    "apply --check b.patch", "apply --stat b.patch", "apply -p 1 a.patch",
     "checkout --conflict merge a.txt", "checkout --conflict=merge -- a.txt", "rm --cached a.txt",
 ]  # fmt: skip
 PASSED = [
@@ -107,6 +114,15 @@ def test_what_would_touch_other_workers_files_or_move_head_is_refused(repo: Path
 
 
 def _path_lists(repo: Path) -> None:
+    """Pathspec lists and patches, of the claimed a.txt and of b.txt."""
+    for name in ("a.txt", "b.txt"):
+        (repo / name).write_text("changed\n")
+        (repo / name.replace(".txt", ".patch")).write_text(git("diff", name, cwd=repo))
+    (repo / "ab.patch").write_text(git("diff", cwd=repo))
+    git("checkout", "--", "a.txt", "b.txt", cwd=repo)
+    git("mv", "a.txt", "z.txt", cwd=repo)
+    (repo / "rename.patch").write_text(git("diff", "--cached", "-M", cwd=repo))
+    git("mv", "z.txt", "a.txt", cwd=repo)
     for name, text in {
         "lista": "a.txt\n",
         "listb": "a.txt\nb.txt\n",
