@@ -140,6 +140,7 @@ def guarded(lock: Path | None, root: Path, index_file: Path | None = None) -> It
             yield
         finally:
             try:
-                put_back(root, before, origin(root, index_file, ran))
+                if entries(root) != before:  # what the hooks ran on is only asked when the stash changed
+                    put_back(root, before, origin(root, index_file, ran))
             except GitError as exc:
                 _say(f"could not tidy the stash after the commit hooks ({exc}); see git stash list")
