@@ -170,11 +170,9 @@ def _words(args: Sequence[str], valued: Collection[str] = ()) -> list[str]:
     """The arguments that are neither options nor the value of one of the valued options."""
     words: list[str] = []
     skip = False
-    for at, arg in enumerate(args):
+    for arg in args:
         if skip:
             skip = False
-        elif arg == "--":
-            return words + list(args[at + 1 :])
         elif arg in valued:
             skip = True
         elif not arg.startswith("-"):
