@@ -116,18 +116,23 @@ def put_back(root: Path, was: TreeState) -> PutBack:
     return PutBack(changed, left)
 
 
-def stash_list(root: Path, lock: Path) -> list[hookstash.Entry]:
-    """The stash list as a check starts (read under the hook lock: no commit hook is mid-stash)."""
+def stash_list(root: Path, lock: Path, tree: Path) -> tuple[list[hookstash.Entry], hookstash.Origin]:
+    """The stash list as a check starts in tree, and what it starts on (read under the hook lock: no commit
+    hook is mid-stash)."""
     with locked(lock):
-        return hookstash.entries(root)
+        return hookstash.entries(root), hookstash.origin(tree, None)
 
 
-def stash_put_back(root: Path, lock: Path, before: list[hookstash.Entry]) -> bool:
-    """The stash list (`refs/stash` is every worktree's, the user's too) as before a check, as commit hooks'
-    is kept (git/hookstash.py); whether the check had changed it. The hook lock is held at either end, not
-    for the check's whole run: checks would run one at a time, and block every serialised commit."""
+def stash_put_back(
+    root: Path, lock: Path, before: tuple[list[hookstash.Entry], hookstash.Origin], tree: Path
+) -> bool:
+    """The stash list (`refs/stash` is every worktree's, the user's too) as before a check: what the check
+    stashed from its tree removed, what it dropped put back, as commit hooks' is kept (git/hookstash.py);
+    whether the check had changed it. The hook lock is held at either end, not for the check's whole run:
+    checks would run one at a time, and block every serialised commit."""
+    entries, started = before
     with locked(lock):
-        if hookstash.entries(root) == before:
+        if hookstash.entries(root) == entries:
             return False
-        hookstash.put_back(root, before)
+        hookstash.put_back(root, entries, hookstash.origin(tree, None, started))
         return True

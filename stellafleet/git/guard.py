@@ -9,7 +9,7 @@ import itertools
 import os
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from stellafleet.core.errors import StellaError
@@ -17,10 +17,16 @@ from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import gitops, hookstash
 from stellafleet.proc import runner
 
-# Every form of these is refused; checkout, restore and reset are refused by what they name.
-_REFUSED = "stash|clean|switch|rebase|merge|pull|cherry-pick|revert|commit|add|rm|mv"
-_BY_PATH = ("checkout", "restore", "reset")
-SHARED = f"{_REFUSED}|{'|'.join(_BY_PATH)}"
+# Every form of these is refused: they write the index, HEAD or refs, or take in every file
+_REFUSED = (
+    "stash|clean|switch|rebase|merge|pull|cherry-pick|revert|commit|add|rm|mv|am|read-tree|update-ref"
+    "|update-index|bisect|filter-branch|replace"
+)
+_BY_PATH = ("checkout", "restore", "reset", "checkout-index")  # refused by the paths they name
+# refused unless in a form that only reads (_reads)
+_READ_FORMS = ["symbolic-ref", "sparse-checkout", "config", "branch", "tag", "notes", "reflog", "worktree"]
+_READ_FORMS += ["remote", "submodule"]
+SHARED = "|".join((_REFUSED, *_BY_PATH, *_READ_FORMS, "apply"))  # apply: by the paths its patch names
 ISOLATED = "commit"  # an isolated worker's own commit: its hooks under the hook lock (serialize_hooks)
 # git's global options that take the next argument as their value
 _VALUED = ("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env")
@@ -43,6 +49,7 @@ exec {git} "$@"
 
 COMMIT = "stella commit -m MSG PATH..."
 MOVES_HEAD = f"it moves HEAD under every worker): commit your files with {COMMIT}"
+_REFS = f"it writes refs every worker shares): commit your files with {COMMIT}"
 _WHY = {
     "stash": f"other workers' edits live here): use {COMMIT}",
     "commit": f"it commits the shared index, with other workers' files): use {COMMIT}",
@@ -51,7 +58,19 @@ _WHY = {
     "mv": f"it stages into the user's own index): use a plain mv, then {COMMIT}",
     "clean": f"it deletes other workers' new files): remove your own files with rm, then {COMMIT}",
     "reset": f"it resets other workers' edits too): restore only your own files by path, then {COMMIT}",
+    "read-tree": f"it rewrites the user's own index): {COMMIT} stages exactly what it commits",
+    "update-index": f"it stages into the user's own index): {COMMIT} stages exactly what it commits",
+    "sparse-checkout": f"it removes tracked files from the shared tree): edit your files, then {COMMIT}",
+    **dict.fromkeys(("update-ref", "branch", "tag", "notes", "reflog", "replace", "worktree"), _REFS),
+    "config": (
+        "it changes the repository's or your git config, for you and every worker, for good): give a "
+        f"setting to one command with git -c NAME=VALUE; commit your files with {COMMIT}"
+    ),
 }
+# the options of checkout, restore, reset and checkout-index that take the next argument as their value
+_VALUED_BY_PATH = {"-s", "--source", "-b", "-B", "--orphan", "--conflict", "--pathspec-from-file", "--prefix"}
+_UNSEEN_PATCH = f"the guard cannot see its files): save it to a file, git apply FILE, then {COMMIT}"
+_QUIET = {"-q", "--quiet", "--progress", "--no-progress"}  # all a plain `git checkout` may have: it reports
 
 
 def install(folder: Path, diverted: str = SHARED) -> Path:
@@ -116,8 +135,14 @@ def refusal(
     """Why this git call is refused in the shared tree (None: it runs). claimed: the task's claims;
     private_index: GIT_INDEX_FILE names an index of its own, where add, rm and mv stage nothing of yours."""
     options, sub, args = split(argv)
+    if sub in _READ_FORMS:
+        if _reads(sub, args):
+            return None
+        return f"git {sub} is refused in the shared tree except to read ({_WHY.get(sub, MOVES_HEAD)}"
     if sub not in SHARED.split("|") or (private_index and sub in ("add", "rm", "mv")):
         return None
+    if sub == "apply":
+        return _apply_refusal(args, _directory(options, cwd), claimed, top)
     if sub not in _BY_PATH:
         return f"git {sub} is refused in the shared tree ({_WHY.get(sub, MOVES_HEAD)}"
     here = _directory(options, cwd)
@@ -128,40 +153,160 @@ def refusal(
     if paths is None:
         return f"git {sub} of a branch or commit is refused in the shared tree ({MOVES_HEAD}"
     if not paths:
-        if sub == "checkout" and not [arg for arg in args if not arg.startswith("-")]:
-            return None  # `git checkout` alone only reports
+        if _only_reports(sub, args):
+            return None
         return f"git {sub} of the whole tree is refused in the shared tree ({_WHY['reset']}"
     return _unclaimed(sub, paths, here, claimed, top)
 
 
-def _paths(sub: str, args: Sequence[str], cwd: Path) -> list[str] | None:
-    """The pathspecs a checkout, restore or reset names; None when it names a branch or commit to move to."""
-    if "--" in args:
-        at = args.index("--")
-        before, after = list(args[:at]), list(args[at + 1 :])
-    else:
-        before, after = list(args), []
-    valued = {"-s", "--source", "-b", "-B", "--orphan", "--conflict", "--pathspec-from-file"}
-    if sub == "checkout" and {"-b", "-B", "--orphan", "--detach"} & set(before):
-        return None
-    positional: list[str] = []
+def _only_reports(sub: str, args: Sequence[str]) -> bool:
+    """A checkout or checkout-index that names no path and writes nothing (`git checkout` alone reports)."""
+    if sub == "checkout":
+        return set(args) <= _QUIET
+    return sub == "checkout-index" and not {"-a", "--all", "--stdin"} & set(args)
+
+
+def _words(args: Sequence[str], valued: Collection[str] = ()) -> list[str]:
+    """The arguments that are neither options nor the value of one of the valued options."""
+    words: list[str] = []
     skip = False
-    for arg in before:
+    for arg in args:
         if skip:
             skip = False
         elif arg in valued:
             skip = True
         elif not arg.startswith("-"):
-            positional.append(arg)
+            words.append(arg)
+    return words
+
+
+def _paths(sub: str, args: Sequence[str], cwd: Path) -> list[str] | None:
+    """The paths a checkout, restore, reset or checkout-index names (with those its --pathspec-from-file
+    lists); None when it names a branch or commit to move to."""
+    before = list(args[: args.index("--")]) if "--" in args else list(args)
+    after = list(args[len(before) + 1 :])
+    if sub == "checkout" and any(_moves_head(arg) for arg in before):
+        return None
+    positional = _words(before, _VALUED_BY_PATH)
+    listed = _pathspec_file(args, cwd)
     if (
-        sub != "restore"
+        sub in ("checkout", "reset")
         and positional
         and gitops.git_ok("rev-parse", "--verify", "-q", f"{positional[0]}^{{commit}}", cwd=cwd)
     ):
         positional = positional[1:]  # the commit the paths come from
-        if not positional and not after:
+        if not positional and not after and not listed:
             return None
-    return positional + after
+    return positional + after + listed
+
+
+def _moves_head(arg: str) -> bool:
+    """A checkout option that makes or moves to a branch, or detaches HEAD (short ones in a cluster too)."""
+    if arg.startswith("--"):
+        return arg.partition("=")[0] in ("--orphan", "--detach")
+    return arg.startswith("-") and any(letter in "bBd" for letter in arg[1:])
+
+
+def _pathspec_file(args: Sequence[str], cwd: Path) -> list[str]:
+    """The paths a --pathspec-from-file names (both forms); none when it cannot be read (stdin too)."""
+    name = next((arg.partition("=")[2] for arg in args if arg.startswith("--pathspec-from-file=")), None)
+    if name is None and "--pathspec-from-file" in args[:-1]:
+        name = args[list(args).index("--pathspec-from-file") + 1]
+    if not name or name == "-":
+        return []
+    try:
+        text = (cwd / name).read_text(errors="replace")
+    except OSError:
+        return []
+    return [path for path in text.split("\0" if "--pathspec-file-nul" in args else "\n") if path]
+
+
+def _reads(sub: str, args: Sequence[str]) -> bool:
+    """Whether a command that can read or write (_READ_FORMS) only reads in this form."""
+    if sub == "config":
+        return _config_reads(args)
+    if sub in ("branch", "tag"):
+        return _lists_refs(sub, args)
+    if sub == "symbolic-ref":
+        return not {"-d", "--delete"} & set(args) and len(_words(args, ("-m",))) <= 1
+    first = _words(args, ("-m", "--ref", "-F", "-C", "-c"))[:1]  # notes' valued options; others have none
+    if sub == "reflog":
+        return first not in (["expire"], ["delete"])
+    reading = {
+        "sparse-checkout": ["list"],
+        "notes": ["list", "show"],
+        "worktree": ["list"],
+        "remote": ["show", "get-url"],
+        "submodule": ["status", "summary"],
+    }
+    return not first or first[0] in reading[sub]
+
+
+_CONFIG_WRITES = {"--add", "--unset", "--unset-all", "--replace-all", "--rename-section", "--remove-section"}
+_CONFIG_READS = {"--get", "--get-all", "--get-regexp", "--get-urlmatch", "-l", "--list", "--get-color"}
+_CONFIG_VALUED = ("-f", "--file", "--blob", "--type", "--default", "--comment", "--value")
+
+
+def _config_reads(args: Sequence[str]) -> bool:
+    """`git config` that reads: a --get form, a list, a `get` or `list`, or a name alone (old and new CLI)."""
+    options = {arg.partition("=")[0] for arg in args if arg.startswith("-")}
+    if options & (_CONFIG_WRITES | {"-e", "--edit"}):
+        return False
+    words = _words(args, _CONFIG_VALUED)
+    if words[:1] in (["get"], ["list"]) or options & (_CONFIG_READS | {"--get-colorbool"}):
+        return True
+    return len(words) <= 1 and words[:1] not in (["edit"], ["set"], ["unset"])
+
+
+_REF_WRITES = {
+    "branch": {"-d", "-D", "--delete", "-m", "-M", "--move", "-c", "-C", "--copy", "-f", "--force", "-u"}
+    | {"--set-upstream-to", "--unset-upstream", "--edit-description"},
+    "tag": {"-d", "--delete", "-f", "--force", "-a", "--annotate", "-s", "--sign", "-u", "--local-user", "-m"}
+    | {"--message", "-F", "--file", "-e", "--edit"},
+}
+_LISTS = {"-l", "--list", "--contains", "--no-contains", "--merged", "--no-merged", "--points-at"}
+_REF_LISTS = {"branch": _LISTS, "tag": _LISTS | {"-n", "-v", "--verify"}}  # tag's annotation lines, verify
+
+
+def _lists_refs(sub: str, args: Sequence[str]) -> bool:
+    """A branch or tag command that lists (or verifies), never one that makes, moves or deletes a ref."""
+    options = {arg.partition("=")[0] for arg in args if arg.startswith("-")}
+    if options & _REF_WRITES[sub]:
+        return False
+    return not _words(args, ("--format", "--sort")) or bool(options & _REF_LISTS[sub])
+
+
+_APPLY_VALUED = ("-p", "-C", "--directory", "--include", "--exclude", "--whitespace", "--build-fake-ancestor")
+
+
+def _apply_refusal(args: Sequence[str], cwd: Path, claimed: Sequence[str], top: Path) -> str | None:
+    """`git apply` runs when it only reports (--check, --stat, ...) or patches only claimed files (the patch's
+    paths, as `git apply --numstat` names them, are relative to the top of the tree)."""
+    options = {arg.partition("=")[0] for arg in args if arg.startswith("-")}
+    if options & {"--check", "--stat", "--numstat", "--summary"} and "--apply" not in options:
+        return None
+    if options & {"--index", "--cached", "-3", "--3way"}:
+        return f"git apply to the index is refused in the shared tree ({_WHY['add']}"
+    if not _words(args, _APPLY_VALUED):
+        return f"git apply of a patch on stdin is refused in the shared tree ({_UNSEEN_PATCH}"
+    listed = [arg for arg in args if arg != "--apply"]  # --numstat alone applies nothing
+    code, out, _ = gitops.git_status("apply", "--numstat", "-z", *listed, cwd=cwd)
+    if code != 0:
+        return None  # git itself refuses it
+    return _unclaimed("apply", _numstat_paths(out), top, claimed, top)
+
+
+def _numstat_paths(out: str) -> list[str]:
+    """The paths of `--numstat -z` records: `added TAB deleted TAB path`, or a rename's two paths after it."""
+    fields, paths = out.split("\0"), []
+    while fields:
+        stat = fields.pop(0).split("\t")
+        if len(stat) == 3 and stat[2]:
+            paths.append(stat[2])
+        elif len(stat) == 3:
+            paths += fields[:2]
+            del fields[:2]
+    return paths
 
 
 def _unclaimed(sub: str, paths: Sequence[str], cwd: Path, claimed: Sequence[str], top: Path) -> str | None:

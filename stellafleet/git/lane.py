@@ -282,7 +282,7 @@ def stage(
             installed=installed, hook_lock=hook_lock, workspace=workspace,
         )  # fmt: skip
         return Staged(tuple(paths), done.entries, done.message, users, worker, done.rewrites)
-    with hookstash.guarded(hook_lock if installed else None, workspace):
+    with hookstash.guarded(hook_lock if installed else None, workspace, index_file):
         if "pre-commit" in installed:
             hooks_mod.run_pre_commit(workspace, index_file, paths)  # HookFailed: nothing committed
         entries = index.file_entries(workspace, index_file, paths)  # a hook may have staged more of them

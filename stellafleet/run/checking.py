@@ -339,14 +339,14 @@ def _guarded_run(
     if was is not None:  # a killed fleet's repair puts it back too
         record.note(tree=str(where), branch=was.branch, commit=was.commit)
     lock = StatePaths(root).private / hookstash.LOCK_NAME
-    stash = checkedtree.stash_list(root, lock)
+    stash = checkedtree.stash_list(root, lock, where)
     run = run_check(
         check.command, where, env=env, timeout=check.timeout, log_path=check.log_path,
         tail_bytes=tail_bytes, commit=commit, stop=stop, on_start=record.started, main_tree=root,
     )  # fmt: skip
     for note in check.notes:
         run = _noted(run, note)
-    if checkedtree.stash_put_back(root, lock, stash):
+    if checkedtree.stash_put_back(root, lock, stash, where):
         run = _noted(
             run, "the check changed the stash list (every worktree's, yours too): put back as it was"
         )

@@ -29,6 +29,71 @@ REFUSED = [
     "checkout -- .", "checkout .", "restore .", "checkout -- b.txt", "restore b.txt", "reset -- b.txt",
     "checkout HEAD -- b.txt", "-C . stash", "-c core.x=y commit -m x",
 ]  # fmt: skip
+# issue 49 item 2: what writes the index, HEAD, refs, unclaimed files or the repository's config; each with
+# the start of its reason
+WRITES_REFUSED = {
+    "checkout -f": "git checkout of the whole tree", "checkout --force": "git checkout of the whole tree",
+    "checkout -qf": "git checkout of the whole tree", "checkout -f b.txt": "git checkout of b.txt",
+    "checkout --force -- b.txt": "git checkout of b.txt", "checkout --detach": "git checkout of a branch",
+    "checkout -d": "git checkout of a branch", "checkout -bx": "git checkout of a branch",
+    "checkout --orphan x": "git checkout of a branch", "checkout -B x HEAD": "git checkout of a branch",
+    "checkout --pathspec-from-file": "git checkout of the whole tree",
+    "checkout -p": "git checkout of the whole tree",
+    "checkout-index -a -f": "git checkout-index of the whole tree",
+    "checkout-index --all": "git checkout-index of the whole tree",
+    "checkout-index --stdin": "git checkout-index of the whole tree",
+    "checkout-index -f b.txt": "git checkout-index of b.txt",
+    "checkout --pathspec-from-file=listb": "git checkout of b.txt",
+    "checkout --pathspec-from-file listb": "git checkout of b.txt",
+    "checkout --pathspec-from-file=-": "git checkout of the whole tree",
+    "checkout --pathspec-from-file=missing": "git checkout of the whole tree",
+    "checkout --pathspec-from-file=nul --pathspec-file-nul": "git checkout of b.txt",
+    "restore --pathspec-from-file=listb": "git restore of b.txt",
+    "read-tree HEAD": "git read-tree is refused", "update-index --add b.txt": "git update-index is refused",
+    "update-ref refs/heads/main HEAD~1": "git update-ref is refused", "am x.patch": "git am is refused",
+    "symbolic-ref HEAD refs/heads/other": "git symbolic-ref is refused in the shared tree except to read",
+    "symbolic-ref -d HEAD": "git symbolic-ref is refused",
+    "sparse-checkout set x": "git sparse-checkout is refused", "sparse-checkout init": "git sparse-checkout",
+    "config core.hooksPath /x": "git config is refused", "config --global user.name X": "git config",
+    "config --unset core.x": "git config", "config --add core.x y": "git config", "config -e": "git config",
+    "config set core.x y": "git config", "config unset core.x": "git config", "config edit": "git config",
+    "config --file .git/config core.x y": "git config",
+    "branch x": "git branch is refused", "branch -f main HEAD~1": "git branch", "branch -D x": "git branch",
+    "branch -m main x": "git branch", "branch -v x": "git branch",
+    "branch --set-upstream-to=origin/main": "git branch",
+    "tag v1": "git tag is refused", "tag -d v1": "git tag", "tag -a v1 -m x": "git tag",
+    "reflog expire --all": "git reflog is refused", "reflog delete HEAD@{0}": "git reflog",
+    "worktree add ../x": "git worktree is refused", "notes add -m x": "git notes is refused",
+    "replace HEAD HEAD~1": "git replace is refused", "remote add o /x": "git remote is refused",
+    "remote set-url origin /x": "git remote", "submodule update --init": "git submodule is refused",
+    "apply b.patch": "git apply of b.txt", "apply --index a.patch": "git apply to the index",
+    "apply --cached a.patch": "git apply to the index", "apply -3 a.patch": "git apply to the index",
+    "apply": "git apply of a patch on stdin",
+    "apply -p1 --apply --stat b.patch": "git apply of b.txt", "apply ab.patch": "git apply of b.txt",
+    "apply rename.patch": "git apply of z.txt", "bisect start": "git bisect is refused",
+    "--no-pager stash": "git stash is refused", "-P stash": "git stash is refused",
+    "-C . -C . stash": "git stash is refused", "-C sub -C .. checkout -- b.txt": "git checkout of b.txt",
+    "restore -s HEAD b.txt": "git restore of b.txt", "restore --source=HEAD~1 b.txt": "git restore of b.txt",
+    "checkout --conflict=merge b.txt": "git checkout of b.txt", "checkout HEAD~1 -- b.txt": "git checkout of",
+}  # fmt: skip
+# what only reads (or writes only claimed paths) runs
+WRITES_PASSED = [
+    "checkout -q", "checkout -f -- a.txt", "checkout --force a.txt", "checkout-index",
+    "checkout-index -f a.txt",
+    "checkout --pathspec-from-file=lista", "checkout --pathspec-from-file lista",
+    "checkout --pathspec-from-file=nula --pathspec-file-nul", "symbolic-ref HEAD",
+    "symbolic-ref --short HEAD",
+    "sparse-checkout list", "config core.hooksPath", "config --get core.x", "config -l", "config get core.x",
+    "config --list --show-origin", "config --get-regexp core", "branch", "branch -a", "branch -vv",
+    "branch --show-current", "branch --list 'f*'", "branch --contains HEAD", "tag", "tag -l", "tag -n",
+    "tag -v v1", "reflog", "reflog show HEAD", "worktree list", "notes", "notes show", "-P log",
+    "--no-pager diff",
+    "-C sub -C .. status", "restore -s HEAD~1 a.txt", "restore --source HEAD a.txt", "restore -sHEAD a.txt",
+    "remote", "remote -v", "remote get-url origin", "submodule", "submodule status", "apply a.patch",
+    "apply --check b.patch", "apply missing.patch", "config list", "config --get-colorbool x",
+    "branch --format %(refname)", "worktree", "apply --stat b.patch", "apply -p 1 a.patch",
+    "checkout --conflict merge a.txt", "checkout --conflict=merge -- a.txt", "rm --cached a.txt",
+]  # fmt: skip
 PASSED = [
     "status", "log --oneline", "diff", "show HEAD", "checkout", "checkout -- a.txt", "checkout HEAD -- a.txt",
     "restore a.txt", "restore --staged a.txt", "reset -- a.txt", "reset HEAD a.txt", "branch", "blame a.txt",
@@ -51,6 +116,61 @@ def test_what_would_touch_other_workers_files_or_move_head_is_refused(repo: Path
     ]
     assert passed == []
     assert [command for command, why in said.items() if "stella commit -m MSG PATH" not in str(why)] == []
+
+
+def _path_lists(repo: Path) -> None:
+    """Pathspec lists and patches, of the claimed a.txt and of b.txt."""
+    for name in ("a.txt", "b.txt"):
+        (repo / name).write_text("changed\n")
+        (repo / name.replace(".txt", ".patch")).write_text(git("diff", name, cwd=repo))
+    (repo / "ab.patch").write_text(git("diff", cwd=repo))
+    git("checkout", "--", "a.txt", "b.txt", cwd=repo)
+    git("mv", "a.txt", "z.txt", cwd=repo)
+    (repo / "rename.patch").write_text(git("diff", "--cached", "-M", cwd=repo))
+    git("mv", "z.txt", "a.txt", cwd=repo)
+    for name, text in {
+        "lista": "a.txt\n",
+        "listb": "a.txt\nb.txt\n",
+        "nula": "a.txt\0",
+        "nul": "b.txt\0",
+    }.items():
+        (repo / name).write_text(text)
+    (repo / "sub").mkdir()
+
+
+def test_what_writes_the_index_head_refs_config_or_unclaimed_files_is_refused(repo: Path) -> None:
+    _path_lists(repo)
+    said = {command: guard.refusal(command.split(), repo, ["a.txt"], repo) for command in WRITES_REFUSED}
+    wrong = {
+        command: why for command, why in said.items() if not (why or "").startswith(WRITES_REFUSED[command])
+    }
+    assert wrong == {}
+    assert [command for command, why in said.items() if "is refused in the shared tree" not in str(why)] == []
+
+
+def test_what_only_reads_or_writes_claimed_files_passes_whatever_its_options(repo: Path) -> None:
+    _path_lists(repo)
+    refused = {
+        command: why
+        for command in WRITES_PASSED
+        if (
+            why := guard.refusal(
+                command.split(), repo, ["a.txt"], repo, private_index=command.startswith("rm")
+            )
+        )
+    }
+    assert refused == {}
+
+
+def test_add_rm_and_mv_pass_only_into_an_index_of_its_own(repo: Path) -> None:
+    commands = ["add b.txt", "rm b.txt", "mv a.txt z.txt", "rm --cached a.txt"]
+    assert [guard.refusal(c.split(), repo, [], repo, private_index=True) for c in commands] == [None] * 4
+    said = [str(guard.refusal(c.split(), repo, [], repo)) for c in commands]
+    assert [
+        why
+        for why in said
+        if "is refused in the shared tree (it stages into the user's own index)" not in why
+    ] == []
 
 
 def test_reads_and_the_tasks_own_claimed_paths_pass(repo: Path) -> None:
@@ -158,3 +278,62 @@ def test_a_guard_left_on_path_without_its_variable_says_so_in_one_line_instead_o
         f"{gitops.GUARD_VAR}, which names it, was dropped from the environment; keep both or neither\n"
     )
     assert subprocess.run(["git", "status"], cwd=repo, env=env, capture_output=True).returncode == 0
+
+
+def test_the_script_refuses_what_would_wipe_edits_rewrite_refs_or_config_and_nothing_changes(
+    repo: Path,
+) -> None:
+    # issue 49 item 2: each of these did damage in a shared tree; through the real script, none does
+    ctx = make_attempt(repo)
+    with ClaimStore.open(ctx.paths.store_db) as store:
+        store.acquire(["a.txt"], Holder.current(ctx.run_id, ctx.task_id, "", ctx.attempt_id))
+    env = guard.guarded_env({**os.environ, **ctx.to_env()}, guard.install(ctx.paths.private / "gitguard"))
+    ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
+    (repo / "b.txt").write_text("another worker's\n")
+    (repo / "new.txt").write_text("the user's new file\n")
+    git("add", "new.txt", cwd=repo)
+    (repo / "listb").write_text("b.txt\n")
+    head, config = git("rev-parse", "HEAD", cwd=repo), (repo / ".git" / "config").read_text()
+    commands = [
+        ["checkout", "-f"], ["checkout", "--force"], ["checkout-index", "-a", "-f"],
+        ["checkout", "--pathspec-from-file=listb"], ["read-tree", "HEAD"],
+        ["update-ref", "refs/heads/main", "HEAD~1"],
+        ["symbolic-ref", "HEAD", "refs/heads/other"], ["sparse-checkout", "set", "x"],
+        ["config", "core.hooksPath", "/x"], ["--no-pager", "stash"], ["-P", "stash"],
+        ["-C", ".", "-C", ".", "stash"],
+    ]  # fmt: skip
+    done = {
+        " ".join(args): subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True)
+        for args in commands
+    }
+    assert {command: (run.returncode, run.stderr[:8]) for command, run in done.items()} == dict.fromkeys(
+        done, (1, "stella: ")
+    )
+    assert (repo / "b.txt").read_text() == "another worker's\n"
+    assert (repo / "new.txt").read_text() == "the user's new file\n"
+    assert git("status", "--porcelain", "--", "b.txt", "new.txt", cwd=repo) == " M b.txt\nA  new.txt\n"
+    assert (git("rev-parse", "HEAD", cwd=repo), git("symbolic-ref", "HEAD", cwd=repo)) == (
+        head,
+        "refs/heads/main\n",
+    )
+    assert (repo / ".git" / "config").read_text() == config
+    assert git("stash", "list", cwd=repo) == ""
+    assert len(ctx.log_path.read_text().splitlines()) == len(commands)
+
+
+def test_the_script_skips_the_value_of_a_global_option_that_looks_like_a_subcommand(repo: Path) -> None:
+    # `-C stash` names a directory: the script runs the real git itself (without the guard's variable, handing
+    # it to python would say "found only itself" and exit 1)
+    (repo / "stash").mkdir()
+    env = guard.guarded_env(os.environ, guard.install(repo.parent / "gitguard"))
+    del env[gitops.GUARD_VAR]
+    for args in (["-C", "stash", "status"], ["-c", "x.y=1", "-C", "stash", "--no-pager", "log", "-1"]):
+        run = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True)
+        assert (run.returncode, run.stderr) == (0, ""), args
+    assert subprocess.run(["git", "-C", ".", "stash"], cwd=repo, env=env, capture_output=True).returncode == 1
+
+
+def test_outside_a_worker_the_guard_runs_the_real_git(repo: Path) -> None:
+    env = guard.guarded_env(os.environ, guard.install(repo.parent / "gitguard"))  # no worker's context
+    run = subprocess.run(["git", "stash", "list"], cwd=repo, env=env, capture_output=True, text=True)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
