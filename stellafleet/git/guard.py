@@ -229,7 +229,7 @@ def _reads(sub: str, args: Sequence[str]) -> bool:
         return _lists_refs(sub, args)
     if sub == "symbolic-ref":
         return not {"-d", "--delete"} & set(args) and len(_words(args, ("-m",))) <= 1
-    first = _words(args, ("-m", "--ref", "-F", "-C", "-c"))[:1]  # notes' valued options; others have none
+    first = _words(args, ("--ref",))[:1]  # notes' option before its verb; the others have none
     if sub == "reflog":
         return first not in (["expire"], ["delete"])
     reading = {
@@ -249,11 +249,11 @@ _CONFIG_VALUED = ("-f", "--file", "--blob", "--type", "--default", "--comment", 
 
 def _config_reads(args: Sequence[str]) -> bool:
     """`git config` that reads: a --get form, a list, a `get` or `list`, or a name alone (old and new CLI)."""
-    options = {arg.partition("=")[0] for arg in args if arg.startswith("-")}
+    options = {arg for arg in args if arg.startswith("-")}
     if options & (_CONFIG_WRITES | {"-e", "--edit"}):
         return False
     words = _words(args, _CONFIG_VALUED)
-    if words[:1] in (["get"], ["list"]) or options & (_CONFIG_READS | {"--get-colorbool"}):
+    if words[:1] == ["get"] or options & (_CONFIG_READS | {"--get-colorbool"}):
         return True
     return len(words) <= 1 and words[:1] not in (["edit"], ["set"], ["unset"])
 
@@ -282,7 +282,7 @@ _APPLY_VALUED = ("-p", "-C", "--directory", "--include", "--exclude", "--whitesp
 def _apply_refusal(args: Sequence[str], cwd: Path, claimed: Sequence[str], top: Path) -> str | None:
     """`git apply` runs when it only reports (--check, --stat, ...) or patches only claimed files (the patch's
     paths, as `git apply --numstat` names them, are relative to the top of the tree)."""
-    options = {arg.partition("=")[0] for arg in args if arg.startswith("-")}
+    options = {arg for arg in args if arg.startswith("-")}
     if options & {"--check", "--stat", "--numstat", "--summary"} and "--apply" not in options:
         return None
     if options & {"--index", "--cached", "-3", "--3way"}:

@@ -36,7 +36,18 @@ WRITES_REFUSED = {
     "checkout -qf": "git checkout of the whole tree", "checkout -f b.txt": "git checkout of b.txt",
     "checkout --force -- b.txt": "git checkout of b.txt", "checkout --detach": "git checkout of a branch",
     "checkout -d": "git checkout of a branch", "checkout -bx": "git checkout of a branch",
-    "checkout --orphan x": "git checkout of a branch", "checkout -B x HEAD": "git checkout of a branch",
+    "checkout --orphan x": "git checkout of a branch", "checkout -B x": "git checkout of a branch",
+    "checkout --orphan=x": "git checkout of a branch", "checkout -- main": "git checkout of main",
+    "checkout --pathspec-from-file=l=b": "git checkout of b.txt",
+    "checkout --pathspec-from-file=binlist": "git checkout of",
+    "checkout --pathspec-from-file listb -q": "git checkout of b.txt",
+    "checkout -- ../outside b.txt": "git checkout of b.txt",
+    "-C sub checkout -- ../b.txt": "git checkout of b.txt", "reset --hard": "git reset --hard is refused",
+    "reset --merge": "git reset --merge is refused", "reset --keep HEAD": "git reset --keep is refused",
+    "symbolic-ref --delete HEAD": "git symbolic-ref", "config set": "git config",
+    "config unset": "git config",
+    "config --edit": "git config", "apply --3way a.patch": "git apply to the index",
+    "apply -p 1": "git apply of a patch on stdin",
     "checkout --pathspec-from-file": "git checkout of the whole tree",
     "checkout -p": "git checkout of the whole tree",
     "checkout-index -a -f": "git checkout-index of the whole tree",
@@ -51,7 +62,9 @@ WRITES_REFUSED = {
     "restore --pathspec-from-file=listb": "git restore of b.txt",
     "read-tree HEAD": "git read-tree is refused", "update-index --add b.txt": "git update-index is refused",
     "update-ref refs/heads/main HEAD~1": "git update-ref is refused", "am x.patch": "git am is refused",
-    "symbolic-ref HEAD refs/heads/other": "git symbolic-ref is refused in the shared tree except to read",
+    "symbolic-ref HEAD refs/heads/other": (
+        "git symbolic-ref is refused in the shared tree except to read (it moves HEAD"
+    ),
     "symbolic-ref -d HEAD": "git symbolic-ref is refused",
     "sparse-checkout set x": "git sparse-checkout is refused", "sparse-checkout init": "git sparse-checkout",
     "config core.hooksPath /x": "git config is refused", "config --global user.name X": "git config",
@@ -90,7 +103,11 @@ WRITES_PASSED = [
     "--no-pager diff",
     "-C sub -C .. status", "restore -s HEAD~1 a.txt", "restore --source HEAD a.txt", "restore -sHEAD a.txt",
     "remote", "remote -v", "remote get-url origin", "submodule", "submodule status", "apply a.patch",
-    "apply --check b.patch", "apply missing.patch", "config list", "config --get-colorbool x",
+    "apply --check b.patch", "apply --numstat b.patch", "apply --summary b.patch", "apply missing.patch",
+    "branch --sort committerdate", "config --file other.cfg core.x", "notes --ref x list", "notes list",
+    "remote show origin", "submodule summary", "checkout -q --quiet --progress --no-progress", "--version",
+    "checkout HEAD --pathspec-from-file=lista", "config --get-colorbool color.diff true", "config list",
+    "config --get-colorbool x",
     "branch --format %(refname)", "worktree", "apply --stat b.patch", "apply -p 1 a.patch",
     "checkout --conflict merge a.txt", "checkout --conflict=merge -- a.txt", "rm --cached a.txt",
 ]  # fmt: skip
@@ -120,6 +137,9 @@ def test_what_would_touch_other_workers_files_or_move_head_is_refused(repo: Path
 
 def _path_lists(repo: Path) -> None:
     """Pathspec lists and patches, of the claimed a.txt and of b.txt."""
+    (repo / "binlist").write_bytes(b"\xff\nb.txt\n")
+    (repo / "-").write_text("a.txt\n")  # `--pathspec-from-file=-` is stdin, not this file
+    (repo / "l=b").write_text("b.txt\n")
     for name in ("a.txt", "b.txt"):
         (repo / name).write_text("changed\n")
         (repo / name.replace(".txt", ".patch")).write_text(git("diff", name, cwd=repo))
@@ -145,6 +165,7 @@ def test_what_writes_the_index_head_refs_config_or_unclaimed_files_is_refused(re
         command: why for command, why in said.items() if not (why or "").startswith(WRITES_REFUSED[command])
     }
     assert wrong == {}
+    assert git("status", "--porcelain", "--", "a.txt", "b.txt", cwd=repo) == ""  # the guard applied nothing
     assert [command for command, why in said.items() if "is refused in the shared tree" not in str(why)] == []
 
 
