@@ -15,7 +15,6 @@ from stellafleet.core.spend import SpendBudget, money
 from stellafleet.git import gitops, mergeops
 from stellafleet.git.clean import uncommitted
 from stellafleet.merge.queue import MergeItem
-from stellafleet.plan.model import PlanTask
 from stellafleet.run.executor import LocalExecutor
 from stellafleet.run.steps import RunSettings, factory
 from stellafleet.run.steps.spend import spend_budget
@@ -92,16 +91,7 @@ class Fixer:
             config_file=self.config_file,
             config=self.config,
         )
-        task = PlanTask(
-            id=row["id"],
-            prompt=row.get("prompt") or "",
-            title=row.get("title") or row["id"],
-            isolation="isolated",
-            pipeline=row.get("pipeline"),
-            model=row.get("model"),
-            timeout=row.get("timeout_s"),
-            check=row.get("check_command"),
-        )
+        task = factory.recorded_task(row)
         executor = LocalExecutor(stop_grace_s=self.config.fleet.stop_grace)
         try:
             with ClaimStore.open(StatePaths(self.root).store_db) as claims:

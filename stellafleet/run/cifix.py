@@ -15,7 +15,6 @@ from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import SpendBudget
 from stellafleet.core.status import FollowUpReason, RunStatus
 from stellafleet.git import gitops
-from stellafleet.plan.model import PlanTask
 from stellafleet.run.executor import Executor, LocalExecutor
 from stellafleet.run.prepare import Prepared
 from stellafleet.run.restack import restack_children
@@ -56,15 +55,7 @@ class CiFixRounds:
         row = next(t for t in self.ledger.get_run(self.run_id)["tasks"] if t["id"] == request.task_id)
         if not row.get("worktree") or not Path(row["worktree"]).is_dir():
             return FixOutcome(None, "the task's worktree is gone (cleaned up?): no fix-up attempt")
-        task = PlanTask(
-            id=row["id"],
-            prompt=row.get("prompt") or "",
-            title=row.get("title") or row["id"],
-            isolation="isolated",
-            pipeline=row.get("pipeline"),
-            model=row.get("model"),
-            timeout=row.get("timeout_s"),
-        )
+        task = factory.recorded_task(row, with_check=False)
         before = gitops.ref_commit(self.root, request.branch)
         follow_up = FollowUp(FollowUpReason.CI_FIX, fix_context(request))
         asked = self.server.ask(task.id, follow_up, asked_by="watch", branch=request.branch)

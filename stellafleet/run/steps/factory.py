@@ -4,9 +4,11 @@ the steps, the Dispatcher on them and the request server on that."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from stellafleet.core.config import Config
 from stellafleet.core.spend import SpendBudget
+from stellafleet.plan.model import PlanTask
 from stellafleet.run.dispatch import Dispatcher
 from stellafleet.run.events import Emit
 from stellafleet.run.executor import Executor
@@ -62,6 +64,21 @@ def recorded_default_pipeline(run: Mapping[str, object], config: Config) -> str:
     """The pipeline a follow-up of a recorded run runs with: the run's one pipeline, else the config's."""
     pipeline = run.get("pipeline")
     return str(pipeline) if pipeline and pipeline != MIXED_PIPELINES else config.fleet.pipeline
+
+
+def recorded_task(row: Mapping[str, Any], *, with_check: bool = True) -> PlanTask:
+    """A recorded task (its ledger row) as a follow-up outside its fleet runs it: in its own worktree, with
+    the plan fields the ledger keeps (its check, unless with_check is False)."""
+    return PlanTask(
+        id=row["id"],
+        prompt=row.get("prompt") or "",
+        title=row.get("title") or row["id"],
+        isolation="isolated",
+        pipeline=row.get("pipeline"),
+        model=row.get("model"),
+        timeout=row.get("timeout_s"),
+        check=row.get("check_command") if with_check else None,
+    )
 
 
 def server(
