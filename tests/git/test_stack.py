@@ -126,3 +126,12 @@ def test_item18_a_chain_of_tips_starts_at_its_last_link_and_a_later_parent_still
     assert git("ls-tree", "--name-only", start, cwd=git_repo).split() == [
         "README.md", "one.txt", "side.txt", "two.txt",
     ]  # fmt: skip
+
+
+def test_a_conflict_names_both_parents_and_at_most_five_paths() -> None:
+    assert str(Conflict("a", "b", ("x.txt",))) == "parents a and b both change x.txt"
+    many = tuple(f"f{n}.txt" for n in range(7))
+    assert str(Conflict("a", "b", many)) == (
+        "parents a and b both change f0.txt, f1.txt, f2.txt, f3.txt, f4.txt and 2 more"
+    )
+    assert str(Conflict("a", "b", many[:5])).endswith("f3.txt, f4.txt")  # five: all named, no "more"
