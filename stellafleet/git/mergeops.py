@@ -95,6 +95,20 @@ def predict_merge(root: Path, tip: str, head: str) -> tuple[str | None, tuple[st
         return None, ()
 
 
+def move_worktree_onto(worktree: Path, tip: str) -> str:
+    """A task's worktree moved onto tip (an evicted branch back to its task): its branch rebased when that is
+    clean, else reset to tip with the branch's work applied and its conflicts left in the files; which of the
+    two, in words."""
+    old = gitops.head_commit(worktree)
+    retcode, _, _ = gitops.git_status("rebase", "-q", tip, cwd=worktree, env={"GIT_EDITOR": "true"})
+    if retcode == 0:
+        return f"rebased onto {tip[:12]}"
+    gitops.git("rebase", "--abort", cwd=worktree, check=False)
+    gitops.git("reset", "-q", "--hard", tip, cwd=worktree)
+    gitops.git("merge", "--squash", "-q", old, cwd=worktree, check=False)  # conflicts stay in the files
+    return f"set on {tip[:12]} with its work {old[:12]} applied and the conflicts left"
+
+
 def advance_branch(root: Path, branch: str, new: str, old: str) -> None:
     """Move the checked-out branch from old to new by compare-and-swap and a two-tree read-tree."""
     ref = f"refs/heads/{branch}"

@@ -22,19 +22,6 @@ from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
 
 
-def onto_tip(worktree: Path, tip: str) -> str:
-    """The task's worktree moved onto tip: its branch rebased when that is clean, else reset to tip with the
-    branch's work applied and its conflicts left in the files; which of the two, in words."""
-    old = gitops.head_commit(worktree)
-    retcode, _, _ = gitops.git_status("rebase", "-q", tip, cwd=worktree, env={"GIT_EDITOR": "true"})
-    if retcode == 0:
-        return f"rebased onto {tip[:12]}"
-    gitops.git("rebase", "--abort", cwd=worktree, check=False)
-    gitops.git("reset", "-q", "--hard", tip, cwd=worktree)
-    gitops.git("merge", "--squash", "-q", old, cwd=worktree, check=False)  # conflicts stay in the files
-    return f"set on {tip[:12]} with its work {old[:12]} applied and the conflicts left"
-
-
 class Fixer:
     """Serves one run's `evicted` requests by the tasks' own workers; opened once per `stella merge --fix`."""
 
@@ -67,7 +54,7 @@ class Fixer:
             return f"the task's worktree {worktree} has uncommitted changes: left waiting on you"
         before = gitops.ref_commit(self.root, item.branch)
         try:
-            onto_tip(worktree, tip)
+            mergeops.move_worktree_onto(worktree, tip)
         except GitError as exc:
             return f"its worktree could not be moved onto the tip: {exc.message}"
         failed = self._serve(row, request_id, tip, budget)
