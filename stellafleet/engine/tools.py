@@ -3,12 +3,14 @@ parameters, and the workspace they may touch: every path confined to it, every s
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import posixpath
 import tomllib
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path, PureWindowsPath
 from typing import Any, TypeVar
@@ -22,12 +24,15 @@ from stellafleet.git import gitops
 from stellafleet.proc import runner
 
 ClaimFn = Callable[[str], None]  # raises ClaimConflict when another live worker holds the path
+SpanFn = Callable[[], AbstractContextManager[object]]  # a write span recorded around its body
+WRITING_TOOLS = frozenset({"write_file", "edit_file", "commit", "shell"})  # the tools that can write the tree
 
 
 @dataclass
 class Workspace:
     root: Path
     claim: ClaimFn | None = None
+    span: SpanFn | None = None  # in a shared tree: when this worker could write it (run/steps/unclaimed.py)
     written: dict[str, None] = field(default_factory=dict)  # every path written, in order
     uncommitted: dict[str, None] = field(default_factory=dict)
 
@@ -193,7 +198,9 @@ class Toolbox:
         tool = self.tools.get(name)
         if tool is None:
             raise FormatError(f"unknown tool {name!r}: the tools are {', '.join(self.tools)}")
-        text = tool.run(tool.check(args))
+        span = self.workspace.span if name in WRITING_TOOLS else None
+        with span() if span is not None else contextlib.nullcontext():
+            text = tool.run(tool.check(args))
         if len(text) > MAX_RESULT_CHARS:
             more = len(text) - MAX_RESULT_CHARS
             text = f"{text[:MAX_RESULT_CHARS]}\n... [output truncated: {more} more characters]"

@@ -39,7 +39,7 @@ from stellafleet.pipelines.sessions import (
     task_facts,
 )
 from stellafleet.pipelines.support import EventLines, crash_text, failed, parse_failure, short, timeout_text
-from stellafleet.state.claims import Holder
+from stellafleet.state.claims import ClaimStore, Holder
 
 CLI = "claude"
 CLI_NAME = "claude-code"  # the source of its limit events
@@ -251,8 +251,11 @@ class ClaudeCodePipeline(AgentCliPipeline):
 
 
 def write_hook_settings(ctx: WorkerContext) -> Path:
-    """Write the hook's context and the settings file that installs it; returns the settings path."""
+    """Write the hook's context and the settings file that installs it; returns the settings path. From
+    here on the attempt's hooks report its write spans."""
     holder = Holder.current(ctx.run_id, ctx.task_id, ctx.task_title, ctx.attempt_id)
+    with ClaimStore.open(ctx.paths.store_db) as store:
+        store.report_spans(ctx.run_id, ctx.attempt_id)
     scratch = scratch_dir(ctx)
     context_file = scratch / "claude-hook.json"
     HookContext(str(ctx.workspace), str(ctx.paths.store_db), holder).write(context_file)

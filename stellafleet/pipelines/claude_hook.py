@@ -1,4 +1,6 @@
-"""The PreToolUse hook that claims each file a Claude Code worker edits in the shared tree (fails closed)."""
+"""The hooks of a Claude Code worker in the shared tree: PreToolUse claims each file it edits (failing
+closed) and opens a write span for every tool that can write the tree; PostToolUse (and
+PostToolUseFailure) closes it. A span never closed (the tool was stopped) lasts to the attempt's end."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +16,8 @@ from typing import Any
 from stellafleet.core.errors import ClaimConflict
 from stellafleet.state.claims import ClaimStore, Holder
 
-HOOK_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"
+HOOK_TOOLS = "Edit|Write|MultiEdit|NotebookEdit|Bash"  # the tools that can write the tree
+SPAN_ENDS = ("PostToolUse", "PostToolUseFailure")  # Claude Code's events after a tool call, ok or failed
 HOOK_TIMEOUT_S = 30
 
 
@@ -36,19 +40,14 @@ class HookContext:
 
 
 def hook_settings(context_file: Path) -> dict[str, Any]:
-    """The `--settings` content that adds the hook for every file-editing tool."""
+    """The `--settings` content that adds the hooks before and after every tool that can write."""
     # Claude Code runs hook commands through a shell
     command = shlex.join([sys.executable, "-m", "stellafleet.pipelines.claude_hook", str(context_file)])
-    return {
-        "hooks": {
-            "PreToolUse": [
-                {
-                    "matcher": HOOK_TOOLS,
-                    "hooks": [{"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S}],
-                }
-            ]
-        }
+    group = {
+        "matcher": HOOK_TOOLS,
+        "hooks": [{"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S}],
     }
+    return {"hooks": {event: [group] for event in ("PreToolUse", *SPAN_ENDS)}}
 
 
 def edited_path(event: dict[str, Any]) -> str | None:
@@ -95,6 +94,21 @@ def decide(event: dict[str, Any], context: HookContext) -> str | None:
     return None
 
 
+def record_span(event: dict[str, Any], context: HookContext) -> None:
+    """Open the tool call's write span (PreToolUse) or close it (after the call). A Bash command left
+    running in the background may write after its call: its span stays open."""
+    tool_input = event.get("tool_input")
+    background = isinstance(tool_input, dict) and tool_input.get("run_in_background") is True
+    name = str(event.get("tool_use_id") or "")
+    holder, now = context.holder, time.time_ns()
+    with ClaimStore.open(Path(context.store_db)) as store:
+        if event.get("hook_event_name") in SPAN_ENDS:
+            if not background:
+                store.close_span(holder.run_id, holder.attempt_id, name, now)
+        else:
+            store.open_span(holder.run_id, holder.attempt_id, name, now)
+
+
 def deny(reason: str) -> dict[str, Any]:
     return {
         "hookSpecificOutput": {
@@ -107,15 +121,24 @@ def deny(reason: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    event: dict[str, Any] = {}
     try:
         if len(args) != 1:
             raise ValueError("usage: python -m stellafleet.pipelines.claude_hook CONTEXT.json")
-        context = HookContext.read(Path(args[0]))
-        event = json.loads(sys.stdin.read() or "{}")
-        if not isinstance(event, dict):
+        loaded = json.loads(sys.stdin.read() or "{}")
+        if not isinstance(loaded, dict):
             raise ValueError("the hook input is not a JSON object")
+        event = loaded
+        context = HookContext.read(Path(args[0]))
+        if event.get("hook_event_name") in SPAN_ENDS:
+            record_span(event, context)
+            return 0
         reason = decide(event, context)
+        if reason is None:
+            record_span(event, context)
     except Exception as exc:  # fail closed: only a deny decision stops the edit
+        if event.get("hook_event_name") in SPAN_ENDS:
+            return 0  # the call is over: its span stays open, which covers it to the attempt's end
         reason = f"stella could not check the file claim for this edit ({type(exc).__name__}: {exc})"
     if reason is not None:
         print(json.dumps(deny(reason)))

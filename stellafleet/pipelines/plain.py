@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 import os
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from functools import partial
 from pathlib import Path
 
@@ -22,7 +25,7 @@ from stellafleet.engine.loop import NUDGE, Engine, EngineOutcome, EventSink, sys
 from stellafleet.engine.redact import Redactor, Transcript
 from stellafleet.engine.replay import conversation
 from stellafleet.engine.settings import EngineSettings, load_settings, settings_problems
-from stellafleet.engine.tools import SECRET_ENV, ClaimFn, Toolbox, Workspace
+from stellafleet.engine.tools import SECRET_ENV, ClaimFn, SpanFn, Toolbox, Workspace
 from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.sessions import PARKED, Resume, fresh_after_failed_resume, session_fact
@@ -122,9 +125,15 @@ class PlainPipeline:
 
 
 def _toolbox(ctx: WorkerContext, settings: EngineSettings, env: Mapping[str, str]) -> Toolbox:
-    """The attempt's tools: commits through the lane and, in a shared tree, claims taken on write."""
+    """The attempt's tools: commits through the lane and, in a shared tree, claims taken on write and
+    write spans recorded."""
+    shared = ctx.shared
     return Toolbox(
-        Workspace(ctx.workspace, claim=_implicit_claims(ctx) if ctx.shared else None),
+        Workspace(
+            ctx.workspace,
+            claim=_implicit_claims(ctx) if shared else None,
+            span=_write_spans(ctx) if shared else None,
+        ),
         committer=partial(commit_paths, ctx),
         shell=settings.shell,
         shell_timeout=settings.shell_timeout,
@@ -168,3 +177,25 @@ def _implicit_claims(ctx: WorkerContext) -> ClaimFn:
             store.touch(rel, holder)
 
     return claim
+
+
+def _write_spans(ctx: WorkerContext) -> SpanFn:
+    """Each call of a tool that can write the tree, recorded as a write span of the attempt (the shared
+    tree's writes are attributed by them, run/steps/unclaimed.py); a call the worker's end cuts off stays
+    open, which counts as lasting to the attempt's end."""
+    with ClaimStore.open(ctx.paths.store_db) as store:
+        store.report_spans(ctx.run_id, ctx.attempt_id)
+    calls = itertools.count(1)
+
+    @contextlib.contextmanager
+    def span() -> Iterator[None]:
+        name = f"engine-{next(calls)}"
+        with ClaimStore.open(ctx.paths.store_db) as store:
+            store.open_span(ctx.run_id, ctx.attempt_id, name, time.time_ns())
+        try:
+            yield
+        finally:
+            with ClaimStore.open(ctx.paths.store_db) as store:
+                store.close_span(ctx.run_id, ctx.attempt_id, name, time.time_ns())
+
+    return span

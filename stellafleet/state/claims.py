@@ -1,5 +1,6 @@
-"""Cooperative file claims, in `.stella/private/store.db` (a dead holder's claim is taken over), and the
-commit lane, an flock beside it. All claims SQL lives here."""
+"""Cooperative file claims, in `.stella/private/store.db` (a dead holder's claim is taken over), the write
+spans of the attempts whose pipelines report them, and the commit lane, an flock beside it. All claims SQL
+lives here."""
 
 from __future__ import annotations
 
@@ -44,7 +45,30 @@ _V1 = (
     )""",  # no longer used: the lane is an flock (commit_lane below)
 )
 
-STORE_SCHEMA = Schema(label="claim store", application_id=0x53544C43, migrations=(_V1,))  # "STLC"
+# When a shared attempt's worker could write the tree: one row per tool call that can write (its pipeline's
+# name for the call; end_ns NULL while it runs, or when its end was never reported). Only the attempts in
+# span_reporters report them; any other could write at every moment of its run.
+_V2 = (
+    """CREATE TABLE span_reporters (
+        run_id TEXT NOT NULL,
+        attempt_id INTEGER NOT NULL,
+        PRIMARY KEY (run_id, attempt_id)
+    )""",
+    """CREATE TABLE write_spans (
+        run_id TEXT NOT NULL,
+        attempt_id INTEGER NOT NULL,
+        span TEXT NOT NULL,
+        start_ns INTEGER NOT NULL,
+        end_ns INTEGER,
+        PRIMARY KEY (run_id, attempt_id, span)
+    )""",
+)
+
+STORE_SCHEMA = Schema(label="claim store", application_id=0x53544C43, migrations=(_V1, _V2))  # "STLC"
+
+Span = tuple[
+    int, int | None
+]  # a write span's start and end (None: still open), nanoseconds of the wall clock
 
 _HOLDER_COLUMNS = "run_id, task_id, task_title, attempt_id, pid, pid_started"
 
@@ -222,6 +246,41 @@ class ClaimStore(Handle):
             return None
         with open(self._lane, "rb") as file:
             return _lane_file_holder(file.fileno())
+
+    def report_spans(self, run_id: str, attempt_id: int) -> None:
+        """Say that this attempt's pipeline records a write span for every tool call that can write."""
+        self._db.execute(
+            "INSERT OR IGNORE INTO span_reporters (run_id, attempt_id) VALUES (?, ?)", (run_id, attempt_id)
+        )
+
+    def open_span(self, run_id: str, attempt_id: int, span: str, start_ns: int) -> None:
+        self._db.execute(
+            "INSERT OR IGNORE INTO write_spans (run_id, attempt_id, span, start_ns) VALUES (?, ?, ?, ?)",
+            (run_id, attempt_id, span, start_ns),
+        )
+
+    def close_span(self, run_id: str, attempt_id: int, span: str, end_ns: int) -> None:
+        self._db.execute(
+            "UPDATE write_spans SET end_ns = ? WHERE run_id = ? AND attempt_id = ? AND span = ?"
+            " AND end_ns IS NULL",
+            (end_ns, run_id, attempt_id, span),
+        )
+
+    def write_spans(self, run_id: str, attempt_id: int) -> list[Span] | None:
+        """The attempt's write spans in order, or None when its pipeline reports none."""
+        key = (run_id, attempt_id)
+        if not self._db.read("SELECT 1 FROM span_reporters WHERE run_id = ? AND attempt_id = ?", key):
+            return None
+        rows = self._db.read(
+            "SELECT start_ns, end_ns FROM write_spans WHERE run_id = ? AND attempt_id = ? ORDER BY start_ns",
+            key,
+        )
+        return [(int(row[0]), None if row[1] is None else int(row[1])) for row in rows]
+
+    def drop_spans(self, run_id: str, attempt_id: int) -> None:
+        with self._db.write() as conn:
+            for table in ("span_reporters", "write_spans"):
+                conn.execute(f"DELETE FROM {table} WHERE run_id = ? AND attempt_id = ?", (run_id, attempt_id))
 
     def release_attempt_if_held(self, run_id: str, attempt_id: int) -> int:
         """release_attempt, without the write lock when the attempt holds nothing (most attempts)."""

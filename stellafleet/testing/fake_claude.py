@@ -1,9 +1,10 @@
 """A fake `claude` for tests: Claude Code's headless mode, driven by a JSON script (see fake_agent).
 
 It prints `--output-format json` (one result object) or `stream-json` (system init, assistant/user
-messages, then the result; needs --verbose like the real one). Before each file edit it runs the
-PreToolUse hooks of the `--settings` file whose matcher matches the tool, and honours a deny (JSON
-`permissionDecision: "deny"` on stdout, or exit code 2 with the reason on stderr).
+messages, then the result; needs --verbose like the real one). Around each file edit and Bash command it
+runs the PreToolUse hooks of the `--settings` file whose matcher matches the tool, and honours a deny (JSON
+`permissionDecision: "deny"` on stdout, or exit code 2 with the reason on stderr), then, once the tool ran,
+the PostToolUse hooks.
 
 Modes: `success` (default), `api_error` (subtype success with is_error), `error`
 (error_during_execution), `max_budget` (error_max_budget_usd; also chosen on its own when the scripted
@@ -59,8 +60,9 @@ def load_settings(value: str | None) -> dict[str, Any]:
 
 
 def run_hooks(settings: dict[str, Any], event: dict[str, Any], cwd: Path) -> str | None:
-    """Run matching PreToolUse hooks like Claude Code does; the deny reason, or None to go ahead."""
-    for group in settings.get("hooks", {}).get("PreToolUse", []):
+    """Run the matching hooks of the event (its hook_event_name) like Claude Code does; the deny reason,
+    or None to go ahead."""
+    for group in settings.get("hooks", {}).get(event["hook_event_name"], []):
         matcher = group.get("matcher") or "*"
         if matcher != "*" and not re.fullmatch(matcher, event["tool_name"]):
             continue
@@ -154,20 +156,24 @@ class Session:
             }
         )
 
-    def edit(self, relative: str, content: str, settings: dict[str, Any]) -> bool:
-        target = self.cwd / relative
-        tool_input = {"file_path": str(target), "content": content}
-        tool_use_id = self.tool("Write", tool_input)
-        event = {
+    def hook_event(self, tool_name: str, tool_input: dict[str, Any], tool_use_id: str) -> dict[str, Any]:
+        """The PreToolUse event of a tool call, as Claude Code hands it to a hook."""
+        return {
             "session_id": self.session_id,
             "transcript_path": str(self.cwd / ".fake-transcript.jsonl"),
             "cwd": str(self.cwd),
             "permission_mode": self.options.get("--permission-mode", "default"),
             "hook_event_name": "PreToolUse",
-            "tool_name": "Write",
+            "tool_name": tool_name,
             "tool_input": tool_input,
             "tool_use_id": tool_use_id,
         }
+
+    def edit(self, relative: str, content: str, settings: dict[str, Any]) -> bool:
+        target = self.cwd / relative
+        tool_input = {"file_path": str(target), "content": content}
+        tool_use_id = self.tool("Write", tool_input)
+        event = self.hook_event("Write", tool_input, tool_use_id)
         reason = run_hooks(settings, event, self.cwd)
         if reason is not None:
             fa.log(CLI, "denied", path=relative, reason=reason)
@@ -177,6 +183,8 @@ class Session:
         fa.write_file(self.cwd, relative, content)
         fa.log(CLI, "edited", path=relative)
         self.tool_result(tool_use_id, f"File created successfully at: {target}")
+        response = {"filePath": str(target), "success": True}
+        run_hooks(settings, {**event, "hook_event_name": "PostToolUse", "tool_response": response}, self.cwd)
         return True
 
     def result(
@@ -234,9 +242,14 @@ def do_work(session: Session) -> list[str]:
     commit = script.get("commit")
     if commit and edited:
         commit_message = fa.commit_message(CLI, commit)
-        tool_use_id = session.tool("Bash", {"command": fa.commit_command(commit_message, edited)})
+        tool_input = {"command": fa.commit_command(commit_message, edited)}
+        tool_use_id = session.tool("Bash", tool_input)
+        event = session.hook_event("Bash", tool_input, tool_use_id)
+        run_hooks(settings, event, session.cwd)  # nothing of stella's denies a Bash command
         done = fa.stella_commit(CLI, commit_message, edited, session.cwd)
         session.tool_result(tool_use_id, done.stdout + done.stderr, error=done.returncode != 0)
+        after = "PostToolUse" if done.returncode == 0 else "PostToolUseFailure"
+        run_hooks(settings, {**event, "hook_event_name": after}, session.cwd)
     return edited
 
 

@@ -30,6 +30,7 @@ from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.claude_code import ClaudeCodePipeline
 from stellafleet.pipelines.claude_hook import HookContext
 from stellafleet.pipelines.claude_hook import main as hook_main
+from stellafleet.run.steps.unclaimed import EDGE_NS
 from stellafleet.state.claims import ClaimStore
 
 
@@ -68,9 +69,16 @@ def test_success_reports_cost_turns_and_the_agents_summary(git_repo: Path, fakes
     assert argv[argv.index("--permission-prompt-tool") + 1] == "mcp__stella__permit"
     assert argv[argv.index("--max-budget-usd") + 1] == "0.5000"
     settings = json.loads(Path(argv[argv.index("--settings") + 1]).read_text())
-    (group,) = settings["hooks"]["PreToolUse"]
-    assert group["matcher"] == "Edit|Write|MultiEdit|NotebookEdit"
-    assert "stellafleet.pipelines.claude_hook" in group["hooks"][0]["command"]
+    # one hook before and after every tool that can write the tree: its claims and its write spans
+    assert list(settings["hooks"]) == ["PreToolUse", "PostToolUse", "PostToolUseFailure"]
+    for (group,) in settings["hooks"].values():
+        assert group["matcher"] == "Edit|Write|MultiEdit|NotebookEdit|Bash"
+        assert "stellafleet.pipelines.claude_hook" in group["hooks"][0]["command"]
+    ctx = make_context(git_repo, pipeline="claude-code")
+    with ClaimStore.open(ctx.paths.store_db) as store:
+        (span,) = store.write_spans(ctx.run_id, ctx.attempt_id) or []  # the Write's, closed after it
+    written = (git_repo / "notes.txt").stat().st_mtime_ns  # the file system's clock is coarse: EDGE_NS
+    assert span[1] is not None and span[0] - EDGE_NS <= written <= span[1]
     # the stream went to the transcript, one JSON message per line, the result last
     transcript = make_context(git_repo, pipeline="claude-code").transcript_path.read_text().splitlines()
     assert json.loads(transcript[0])["subtype"] == "init"

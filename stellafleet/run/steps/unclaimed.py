@@ -1,9 +1,11 @@
 """Writes outside claims: the files a shared attempt changed that neither it nor another running task
 claims, named in its summary and the ledger (`unclaimed_writes`); `[fleet] strict_claims` fails it.
 A write is attributed by who could have made it: a file another shared attempt of this fleet claims is that
-attempt's only when its last write fell while that attempt held the claim (its window, from its start to
-its end), so an attempt that ended first is not taken for a later one's writes, nor a later one for an
-earlier writer's."""
+attempt's only when its last write fell while that attempt could write it: within its write spans when its
+pipeline reports them (the engine's writing tool calls, Claude Code's hooked ones: state/claims.py), else
+from its start to its end. So an attempt that ended first is not taken for a later one's writes, nor a
+later one for an earlier writer's, nor a running claimant for a write made between its tool calls; and the
+claimant is told when its file was last changed so, while another task ran."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from stellafleet.core.status import AttemptEnd, AttemptOutcome
 from stellafleet.git import gitops
 from stellafleet.run.steps import AttemptState, AttemptStep, RunSettings
 from stellafleet.run.steps.claims import covered
-from stellafleet.state.claims import ClaimStore
+from stellafleet.state.claims import ClaimStore, Span
 from stellafleet.state.ledger import Ledger
 
 Stamp = tuple[int, int] | None  # a file's modification time and size (None: no such file)
@@ -29,21 +31,31 @@ EDGE_NS = 50_000_000
 
 @dataclass
 class Window:
-    """One shared attempt of this fleet: what it claims and when it could write (end None: still running)."""
+    """One shared attempt of this fleet: what it claims and when it could write (end None: still running;
+    spans None: its pipeline reports none, so at any moment of its run)."""
 
+    task_id: str
     claims: Sequence[str]
     start_ns: int
     end_ns: int | None = None
+    spans: Sequence[Span] | None = None
 
     def could_have_written(self, path: str, stamp: Stamp, since_ns: int, now_ns: int) -> bool:
-        """Whether this attempt claims path and ran when its last change (stamp; None: a deletion, some
-        time after since_ns) was made."""
-        if not covered(path, self.claims):
-            return False
-        end = (self.end_ns if self.end_ns is not None else now_ns) + EDGE_NS
-        if stamp is None:
-            return end >= since_ns
-        return self.start_ns - EDGE_NS <= stamp[0] <= end
+        """Whether this attempt claims path and could write when its last change (stamp; None: a
+        deletion, some time after since_ns) was made."""
+        return covered(path, self.claims) and self.wrote_at(stamp, since_ns, now_ns)
+
+    def wrote_at(self, stamp: Stamp, since_ns: int, now_ns: int) -> bool:
+        """Whether this attempt could write the tree when a change (stamp, as above) was made."""
+        end = self.end_ns if self.end_ns is not None else now_ns
+        spans = [(self.start_ns, end)] if self.spans is None else self.spans
+        for start, span_end in spans:  # an open span lasts to the attempt's end
+            last = (end if span_end is None else span_end) + EDGE_NS
+            if stamp is None and last >= since_ns:
+                return True
+            if stamp is not None and start - EDGE_NS <= stamp[0] <= last:
+                return True
+        return False
 
 
 def stamps(root: Path) -> dict[str, Stamp]:
@@ -79,7 +91,9 @@ class UnclaimedWrites(AttemptStep):
 
     def before_start(self, attempt: AttemptState) -> None:
         if attempt.ctx.shared:
-            self._windows[attempt.ctx.attempt_id] = Window(attempt.task.claims, self.now_ns())
+            self._windows[attempt.ctx.attempt_id] = Window(
+                attempt.task.id, attempt.task.claims, self.now_ns()
+            )
             self._before[attempt.ctx.attempt_id] = stamps(self.root)
 
     def ended(self, attempt: AttemptState, end: AttemptEnd) -> AttemptEnd:
@@ -90,53 +104,81 @@ class UnclaimedWrites(AttemptStep):
         window = self._windows[ctx.attempt_id]
         window.claims = [*window.claims, *self.store.paths_of_attempt(ctx.run_id, ctx.attempt_id)]
         window.end_ns = self.now_ns()
+        window.spans = self.store.write_spans(ctx.run_id, ctx.attempt_id)
         changed = {path: stamp for path, stamp in stamps(self.root).items() if before.get(path, ()) != stamp}
-        others = self._others(ctx.run_id, ctx.attempt_id)
+        others, now = self._others(ctx.run_id, ctx.attempt_id), self.now_ns()
         unclaimed = sorted(
             path
             for path, stamp in changed.items()
-            if not covered(path, window.claims) and not others(path, stamp, window.start_ns)
+            if not covered(path, window.claims)
+            and not any(other.could_have_written(path, stamp, window.start_ns, now) for other in others)
         )
         self.ledger.attempts.set_unclaimed_writes(ctx.attempt_id, unclaimed)
-        if not unclaimed:
-            return end
-        said = f"changed files it did not claim: {', '.join(unclaimed)}"
-        if self.strict and end.outcome == AttemptOutcome.SUCCEEDED:
-            failed = f"{said} ([fleet] strict_claims)"
-            return replace(
-                end, outcome=AttemptOutcome.FAILED, summary=f"{end.summary}; {failed}", error=failed
-            )
-        return replace(end, summary=f"{end.summary}; {said}" if end.summary else said)
+        if unclaimed:
+            said = f"changed files it did not claim: {', '.join(unclaimed)}"
+            if self.strict and end.outcome == AttemptOutcome.SUCCEEDED:
+                failed = f"{said} ([fleet] strict_claims)"
+                end = replace(
+                    end, outcome=AttemptOutcome.FAILED, summary=f"{end.summary}; {failed}", error=failed
+                )
+            else:
+                end = replace(end, summary=f"{end.summary}; {said}" if end.summary else said)
+        for note in _changed_between_calls(window, changed, others, now):
+            end = replace(end, summary=f"{end.summary}; {note}" if end.summary else note)
+        return end
 
-    def _others(self, run_id: str, attempt_id: int) -> Callable[[str, Stamp, int], bool]:
-        """Whether another attempt could have made a change to a path (its stamp, made after since_ns):
-        one of this fleet's that claims the path and ran when it was made, or a live holder of the path's
-        claim elsewhere (another fleet, a user's tool)."""
-        # a running attempt's claims include those it took since it started (its claim hook's, its commits')
+    def _others(self, run_id: str, attempt_id: int) -> list[Window]:
+        """Who else could have changed a file: this fleet's other shared attempts (a running one's claims
+        and spans as they are now: its claim hook's, its commits') and, as one window that never closes,
+        the live holders of claims elsewhere (another fleet, a user's tool)."""
         ours = [
             window
             if window.end_ns is not None
-            else replace(window, claims=[*window.claims, *self.store.paths_of_attempt(run_id, i)])
+            else replace(
+                window,
+                claims=[*window.claims, *self.store.paths_of_attempt(run_id, i)],
+                spans=self.store.write_spans(run_id, i),
+            )
             for i, window in list(self._windows.items())  # a list: other threads add theirs
             if i != attempt_id
         ]
-        now = self.now_ns()
         elsewhere = [
             held
             for held, holder in self.store.claims()
             if not (holder.run_id == run_id and holder.attempt_id in self._windows) and holder.is_alive()
         ]
-
-        def could_have(path: str, stamp: Stamp, since_ns: int) -> bool:
-            return covered(path, elsewhere) or any(
-                w.could_have_written(path, stamp, since_ns, now) for w in ours
-            )
-
-        return could_have
+        return [*ours, Window("", elsewhere, 0)]
 
     def released(self, attempt: AttemptState) -> None:
         if attempt.context is not None:
-            self._before.pop(attempt.ctx.attempt_id, None)
-            window = self._windows.get(attempt.ctx.attempt_id)
+            ctx = attempt.ctx
+            self._before.pop(ctx.attempt_id, None)
+            window = self._windows.get(ctx.attempt_id)
             if window is not None and window.end_ns is None:  # it never ended (its worker never started)
                 window.end_ns = self.now_ns()
+                window.spans = self.store.write_spans(ctx.run_id, ctx.attempt_id)
+            if window is not None:
+                self.store.drop_spans(ctx.run_id, ctx.attempt_id)  # kept in its window from here on
+
+
+def _changed_between_calls(
+    window: Window, changed: Mapping[str, Stamp], others: Sequence[Window], now_ns: int
+) -> list[str]:
+    """What the claimant is told of its own files last changed outside its write spans while another
+    task of this fleet that does not claim them ran: that change may be that task's, not its own."""
+    if window.spans is None:
+        return []
+    notes = []
+    for path, stamp in sorted(changed.items()):
+        if stamp is None or not covered(path, window.claims) or window.wrote_at(stamp, 0, now_ns):
+            continue
+        ran = [
+            w.task_id
+            for w in others
+            if w.task_id and not covered(path, w.claims) and w.wrote_at(stamp, 0, now_ns)
+        ]
+        if ran:
+            notes.append(
+                f"{path} was last changed outside this task's tool calls (while {', '.join(ran)} ran)"
+            )
+    return notes
