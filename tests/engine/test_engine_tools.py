@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +227,37 @@ def test_git_status_and_diff(tmp_path: Path) -> None:
     assert "+    return 42" in box.call("git_diff", {"path": "src/app.py"})
     assert box.call("git_diff", {"staged": True}) == "no differences"
     assert gitops.status_porcelain(repo) == [" M src/app.py"]
+
+
+def test_every_call_of_a_tool_that_can_write_is_a_write_span_and_no_other(repo: Path) -> None:
+    """A shared tree's writes are attributed by these spans (run/steps/unclaimed.py): each call of
+    write_file, edit_file, commit and shell is one, closed when the call ends, failed or not."""
+    spans: list[str] = []
+
+    @contextlib.contextmanager
+    def span() -> Iterator[None]:
+        spans.append("open")
+        try:
+            yield
+        finally:
+            spans.append("closed")
+
+    box = toolbox(repo, shell=True)
+    box.workspace.span = span
+    box.call("write_file", {"path": "notes.md", "content": "one\n"})
+    box.call("edit_file", {"path": "notes.md", "old_text": "one", "new_text": "two"})
+    box.call("commit", {"message": "notes"})
+    box.call("shell", {"command": "true"})
+    with pytest.raises(ToolFailure):
+        box.call("edit_file", {"path": "notes.md", "old_text": "absent", "new_text": "x"})
+    assert spans == ["open", "closed"] * 5
+    for name, args in (
+        ("read_file", {"path": "notes.md"}),
+        ("list_dir", {}),
+        ("glob", {"pattern": "*.md"}),
+        ("grep", {"pattern": "two"}),
+        ("git_status", {}),
+        ("git_diff", {}),
+    ):
+        box.call(name, args)
+    assert len(spans) == 10  # reading is no span

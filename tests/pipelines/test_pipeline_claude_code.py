@@ -278,6 +278,37 @@ def test_hook_denies_paths_outside_the_workspace_and_fails_closed(
     assert "stella could not check the file claim" in broken["hookSpecificOutput"]["permissionDecisionReason"]  # type: ignore[index]
 
 
+def test_the_hooks_open_a_write_span_before_each_writing_tool_and_close_it_after(
+    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    context = str(hook_context(git_repo, tmp_path))
+    store_db = git_repo / ".stella/private/store.db"
+    with ClaimStore.open(store_db) as store:
+        store.report_spans("r-1", 1)  # as write_hook_settings does
+
+    def hook(event: str, tool_use_id: str, tool: str = "Bash", **tool_input: object) -> None:
+        whole = {"hook_event_name": event, "tool_name": tool, "tool_use_id": tool_use_id}
+        assert call_hook(monkeypatch, capsys, [context], {**whole, "tool_input": tool_input}) is None
+
+    hook("PreToolUse", "toolu_1", command="sed -i s/a/b/ x.txt")
+    hook("PostToolUse", "toolu_1", command="sed -i s/a/b/ x.txt")
+    hook("PreToolUse", "toolu_2", command="false")
+    hook("PostToolUseFailure", "toolu_2", command="false")
+    hook("PreToolUse", "toolu_3", command="make watch", run_in_background=True)
+    hook("PostToolUse", "toolu_3", command="make watch", run_in_background=True)  # it may still write
+    denied = {"hook_event_name": "PreToolUse", "tool_name": "Write", "tool_use_id": "toolu_4"}
+    assert call_hook(monkeypatch, capsys, [context], {**denied, "tool_input": {"file_path": "/etc/x"}})
+    with ClaimStore.open(store_db) as store:
+        spans = store.write_spans("r-1", 1) or []
+    assert [end is None for _, end in spans] == [False, False, True]  # the denied call never ran
+    assert all(end is None or start <= end for start, end in spans)
+    # after the call a broken context denies nothing (the span stays open: covered to the attempt's end)
+    assert (
+        call_hook(monkeypatch, capsys, [str(tmp_path / "gone.json")], {"hook_event_name": "PostToolUse"})
+        is None
+    )
+
+
 def test_the_permission_server_allows_what_a_person_allowed_and_parks_the_rest(tmp_path: Path) -> None:
     allowed = [{"tool": "Bash", "input": {"command": "make"}}, {"tool": "WebFetch", "input": {"url": "a"}}]
     (tmp_path / permit.ALLOWED_FILE).write_text(json.dumps(allowed))

@@ -4,7 +4,12 @@ its own claimed file, name nothing whichever ends last; an intruder's write into
 is named when the claimant could not have made it (its claim was taken after the write, or it had ended);
 directory claims, implicit claims, deletions, an already-changed file rewritten, `released` with or without
 `ended` and the summaries are pinned. The step's clock is injected and each write's file time set to match,
-so nothing sleeps."""
+so nothing sleeps.
+
+A claimant whose pipeline reports write spans (the engine's writing tool calls, Claude Code's hooked ones)
+could write only within them: an intruder writing its file between them while it runs is named, the
+claimant's own write within a span stays its own, a span never closed lasts to its end, and the claimant is
+told when its file was last changed between its calls while another task ran."""
 
 from __future__ import annotations
 
@@ -68,6 +73,18 @@ class Fleet:
         at = self.clock.tick()
         (self.repo / name).write_text(text)
         os.utime(self.repo / name, ns=(at, at))
+
+    def reports_spans(self, attempt: AttemptState) -> None:
+        self.store.report_spans(attempt.ctx.run_id, attempt.ctx.attempt_id)
+
+    def tool_call(self, attempt: AttemptState, *writes: str, closed: bool = True) -> None:
+        """One write span of the attempt around its writes (closed: its end reported)."""
+        ctx, name = attempt.ctx, f"call-{self.clock.at}"
+        self.store.open_span(ctx.run_id, ctx.attempt_id, name, self.clock.tick())
+        for path in writes:
+            self.write(path, f"{attempt.task.id}'s\n")
+        if closed:
+            self.store.close_span(ctx.run_id, ctx.attempt_id, name, self.clock.tick())
 
     def end(self, attempt: AttemptState, end: AttemptEnd = DONE) -> AttemptEnd:
         """Its end as the step sees it now, then its claims released (as the claims step does)."""
@@ -212,3 +229,75 @@ def test_a_claimants_window_reaches_an_edge_past_its_start_and_end(git_repo: Pat
         writer = fleet.start("v", "v.txt")
         (git_repo / "kept.txt").unlink()
         assert fleet.end(writer) == DONE
+
+
+def _outside(path: str, *ran: str) -> str:
+    return f"{path} was last changed outside this task's tool calls (while {', '.join(ran)} ran)"
+
+
+def test_an_intruder_writing_a_running_claimants_file_between_its_tool_calls_is_named(git_repo: Path) -> None:
+    """Item 7: the claimant still runs when the intruder ends; its spans show it could not have written."""
+    with _fleet(git_repo, "c.txt", "x.txt") as fleet:
+        claimant = fleet.start("c", "c.txt")
+        fleet.reports_spans(claimant)
+        intruder = fleet.start("x", "x.txt")  # a command task: no spans, its window is its whole run
+        fleet.tool_call(claimant, "c.txt")
+        fleet.write("c.txt", "the intruder's sed\n")  # a second after the claimant's call closed
+        end = fleet.end(intruder)
+        assert end.outcome == AttemptOutcome.FAILED and end.reason == _named("c.txt")
+        # the claimant is not blamed, and is told its file holds a change it may not have made
+        claimant_end = fleet.end(claimant)
+        assert claimant_end.outcome == AttemptOutcome.SUCCEEDED
+        assert claimant_end.summary == "done; " + _outside("c.txt", "x")
+
+
+def test_a_write_within_the_claimants_tool_call_stays_the_claimants(git_repo: Path) -> None:
+    with _fleet(git_repo, "c.txt", "d.txt", "x.txt") as fleet:
+        claimant = fleet.start("c", "c.txt", "d.txt")
+        fleet.reports_spans(claimant)
+        other = fleet.start("x", "x.txt")
+        fleet.tool_call(claimant, "c.txt")
+        fleet.tool_call(claimant, "d.txt", closed=False)  # never closed (the tool was stopped): to its end
+        fleet.clock.tick()
+        os.utime(git_repo / "d.txt", ns=(fleet.clock.now(),) * 2)  # a write much later in that call
+        assert fleet.end(other) == DONE
+        assert fleet.end(claimant) == DONE  # nothing of its own was changed between its calls
+
+
+def test_a_claimant_that_reports_no_spans_is_covered_for_its_whole_run(git_repo: Path) -> None:
+    with _fleet(git_repo, "c.txt", "x.txt") as fleet:
+        claimant, intruder = fleet.start("c", "c.txt"), fleet.start("x", "x.txt")
+        fleet.write("c.txt")
+        assert fleet.end(intruder) == DONE  # either could have: the intruder is not named
+        assert fleet.end(claimant) == DONE
+
+
+def test_a_span_edges_and_deletions_and_an_ended_claimants_spans(git_repo: Path) -> None:
+    """A write up to EDGE_NS past a span is the claimant's; a deletion is when a span ended after the
+    writer started; an ended claimant keeps its spans (dropped from the store once it is released)."""
+    with _fleet(git_repo, "edge.txt", "past.txt", "gone.txt", "y.txt") as fleet:
+        claimant = fleet.start("c", "edge.txt", "past.txt", "gone.txt")
+        fleet.reports_spans(claimant)
+        writer = fleet.start("y", "y.txt")
+        fleet.tool_call(claimant)
+        (call_end,) = [
+            end for _, end in fleet.store.write_spans(claimant.ctx.run_id, claimant.ctx.attempt_id) or []
+        ]
+        assert call_end is not None
+        for name, at in (("edge.txt", call_end + EDGE_NS), ("past.txt", call_end + EDGE_NS + 1)):
+            fleet.write(name)
+            os.utime(git_repo / name, ns=(at, at))
+        (git_repo / "gone.txt").unlink()  # the writer started before the span ended: the claimant could have
+        assert fleet.end(claimant).summary == "done; " + _outside("past.txt", "y")
+        assert fleet.store.write_spans(claimant.ctx.run_id, claimant.ctx.attempt_id) is None  # released
+        assert fleet.end(writer).reason == _named("past.txt")
+
+    with _fleet(git_repo, "gone.txt", "z.txt") as fleet:
+        claimant = fleet.start("c", "gone.txt")
+        fleet.reports_spans(claimant)
+        fleet.tool_call(claimant)
+        fleet.clock.tick()
+        writer = fleet.start("z", "z.txt")  # after the claimant's only call
+        (git_repo / "gone.txt").unlink()
+        assert fleet.end(writer).reason == _named("gone.txt")
+        assert fleet.end(claimant) == DONE  # a deletion has no time to tell of

@@ -18,6 +18,7 @@ import pytest
 from stellafleet.core.errors import ClaimConflict, StellaError
 from stellafleet.state import claims
 from stellafleet.state.claims import ClaimStore, Holder, normalize_path
+from stellafleet.state.sqlitefile import Database, Schema
 from stellafleet.testing.clock import FakeClock
 
 
@@ -237,3 +238,28 @@ def test_the_store_refuses_a_foreign_file(tmp_path: Path) -> None:
     with pytest.raises(StellaError, match="is not a claim store"):
         ClaimStore.open(path)
     assert path.read_bytes() == b"not sqlite at all"
+
+
+def test_write_spans_are_reported_opened_closed_once_and_dropped(store: ClaimStore) -> None:
+    assert store.write_spans("r-1", 1) is None  # a pipeline that reports none: covered for its whole run
+    store.report_spans("r-1", 1)
+    assert store.write_spans("r-1", 1) == []
+    store.open_span("r-1", 1, "b", 300)
+    store.open_span("r-1", 1, "a", 100)
+    store.open_span("r-1", 1, "a", 999)  # the same call seen twice keeps its start
+    store.close_span("r-1", 1, "a", 200)
+    store.close_span("r-1", 1, "a", 250)  # closed once: a late duplicate changes nothing
+    store.open_span("r-1", 2, "a", 5)  # another attempt's, unreported
+    assert store.write_spans("r-1", 1) == [(100, 200), (300, None)]
+    store.drop_spans("r-1", 1)
+    assert store.write_spans("r-1", 1) is None
+    assert store.write_spans("r-1", 2) is None
+
+
+def test_an_older_store_gains_the_span_tables_when_opened(store_path: Path) -> None:
+    old = Schema("claim store", claims.STORE_SCHEMA.application_id, claims.STORE_SCHEMA.migrations[:1])
+    store_path.parent.mkdir(parents=True)
+    Database(store_path, old, readonly=False, now_ms=lambda: 0).close()
+    with ClaimStore.open(store_path) as store:
+        store.report_spans("r-1", 1)
+        assert store.write_spans("r-1", 1) == []
