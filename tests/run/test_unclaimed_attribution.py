@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers.fleet import make_attempt
@@ -40,7 +40,7 @@ SECOND = 1_000_000_000
 class Clock:
     """The step's clock, in whole seconds from now: each write's file time is set to the same clock."""
 
-    at: int = time.time_ns()
+    at: int = field(default_factory=time.time_ns)  # after the files _fleet wrote
 
     def now(self) -> int:
         return self.at
@@ -301,3 +301,16 @@ def test_a_span_edges_and_deletions_and_an_ended_claimants_spans(git_repo: Path)
         (git_repo / "gone.txt").unlink()
         assert fleet.end(writer).reason == _named("gone.txt")
         assert fleet.end(claimant) == DONE  # a deletion has no time to tell of
+
+
+def test_the_claimant_is_told_of_a_change_between_its_calls_in_a_file_it_committed(git_repo: Path) -> None:
+    with _fleet(git_repo, "c.txt", "x.txt", "untouched.txt") as fleet:
+        claimant = fleet.start("c", "c.txt", "untouched.txt", "gone.txt")
+        fleet.reports_spans(claimant)
+        intruder = fleet.start("x", "x.txt")
+        fleet.tool_call(claimant, "c.txt")
+        fleet.write("c.txt", "the intruder's\n")
+        fleet.end(intruder)
+        fleet.clock.tick()
+        git("commit", "-q", "-m", "the claimant's commit", "c.txt", cwd=git_repo)  # its file equals HEAD now
+        assert fleet.end(claimant).summary == "done; " + _outside("c.txt", "x")

@@ -9,11 +9,13 @@ claimant is told when its file was last changed so, while another task ran."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from stat import S_ISREG
 
 from stellafleet.core.paths import EXCLUDED_DIRS
 from stellafleet.core.status import AttemptEnd, AttemptOutcome
@@ -123,9 +125,20 @@ class UnclaimedWrites(AttemptStep):
                 )
             else:
                 end = replace(end, summary=f"{end.summary}; {said}" if end.summary else said)
-        for note in _changed_between_calls(window, changed, others, now):
+        for note in _changed_between_calls(window, self._own_files(window, changed), others, now):
             end = replace(end, summary=f"{end.summary}; {note}" if end.summary else note)
         return end
+
+    def _own_files(self, window: Window, changed: Mapping[str, Stamp]) -> dict[str, Stamp]:
+        """The files it claims that changed while it ran: those that differ from HEAD, and the files it
+        claimed by name that were changed since it started and are committed now."""
+        own = {path: stamp for path, stamp in changed.items() if covered(path, window.claims)}
+        for path in window.claims:
+            with contextlib.suppress(OSError):
+                stat = os.stat(self.root / path)
+                if path not in own and S_ISREG(stat.st_mode) and stat.st_mtime_ns > window.start_ns:
+                    own[path] = (stat.st_mtime_ns, stat.st_size)
+        return own
 
     def _others(self, run_id: str, attempt_id: int) -> list[Window]:
         """Who else could have changed a file: this fleet's other shared attempts (a running one's claims
@@ -162,15 +175,15 @@ class UnclaimedWrites(AttemptStep):
 
 
 def _changed_between_calls(
-    window: Window, changed: Mapping[str, Stamp], others: Sequence[Window], now_ns: int
+    window: Window, own: Mapping[str, Stamp], others: Sequence[Window], now_ns: int
 ) -> list[str]:
     """What the claimant is told of its own files last changed outside its write spans while another
     task of this fleet that does not claim them ran: that change may be that task's, not its own."""
     if window.spans is None:
         return []
     notes = []
-    for path, stamp in sorted(changed.items()):
-        if stamp is None or not covered(path, window.claims) or window.wrote_at(stamp, 0, now_ns):
+    for path, stamp in sorted(own.items()):
+        if stamp is None or window.wrote_at(stamp, 0, now_ns):
             continue
         ran = [
             w.task_id
