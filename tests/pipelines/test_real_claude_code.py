@@ -6,8 +6,12 @@ tools, its hooks, its cost table, its budget stop) is the real program's.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +28,9 @@ from helpers.realclis import (
 )
 from helpers.repo import StellaRunner, git
 
+from stellafleet.core.paths import StatePaths
 from stellafleet.git import gitops
+from stellafleet.run.steps.unclaimed import EDGE_NS
 from stellafleet.testing.model_server import ScriptedModelServer
 
 
@@ -146,6 +152,44 @@ def test_the_guard_reaches_claude_as_its_budget_and_its_budget_stop_is_recorded(
     assert served == result["num_turns"] < len(steps)  # it stopped calling the model at its budget
 
 
+@contextlib.contextmanager
+def watched_spans(root: Path) -> Iterator[dict[tuple[int, str], tuple[int, int | None]]]:
+    """The write spans the store held while the body ran (they are dropped as each attempt is released),
+    by attempt and Claude Code's tool_use_id, as last seen."""
+    seen: dict[tuple[int, str], tuple[int, int | None]] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.03):
+            with contextlib.suppress(sqlite3.Error):
+                conn = sqlite3.connect(f"file:{StatePaths(root).store_db}?mode=ro", uri=True)
+                try:
+                    rows = conn.execute("SELECT attempt_id, span, start_ns, end_ns FROM write_spans")
+                    for attempt, span, start, end in rows:
+                        seen[attempt, span] = (start, end)
+                finally:
+                    conn.close()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        thread.join()
+
+
+def tool_uses(root: Path, run_id: str, task_id: str) -> dict[str, str]:
+    """Claude Code's tool calls in a task's transcript: tool_use_id -> tool name."""
+    return {
+        block["id"]: block["name"]
+        for m in transcript(root, run_id, task_id)
+        if m.get("type") == "assistant"
+        for block in m["message"]["content"]
+        if block.get("type") == "tool_use"
+    }
+
+
 def test_the_claim_hook_run_by_claude_denies_a_file_another_task_holds(
     git_repo: Path, tmp_path: Path, stella: StellaRunner
 ) -> None:
@@ -172,19 +216,31 @@ def test_the_claim_hook_run_by_claude_denies_a_file_another_task_holds(
                 {"id": "intruder", "title": "Intruder", "prompt": "TASK-INTRUDER", "pipeline": "claude-code"},
             ],
         )
-        proc = stella(
-            "fleet",
-            "--plan",
-            str(plan),
-            "--max-concurrency",
-            "2",
-            cwd=git_repo,
-            env=env,
-            timeout=RUN_TIMEOUT_S,
-        )
+        with watched_spans(git_repo) as spans:
+            proc = stella(
+                "fleet",
+                "--plan",
+                str(plan),
+                "--max-concurrency",
+                "2",
+                cwd=git_repo,
+                env=env,
+                timeout=RUN_TIMEOUT_S,
+            )
         assert proc.returncode == 0, proc.stdout + proc.stderr
     record = run_record(git_repo)
     run_id = record["run"]["id"]
+    # Claude Code ran the hooks before and after each writing tool call (its Write, its Bash): the holder's
+    # write spans, closed by PostToolUse, hold its write; the intruder's refused Write opened none
+    attempts = by_id(record["attempts"], "task_id")
+    holder, intruder = attempts["holder"]["id"], attempts["intruder"]["id"]
+    calls = tool_uses(git_repo, run_id, "holder")
+    assert sorted(calls.values()) == ["Bash", "Write"]
+    written = (git_repo / "shared.txt").stat().st_mtime_ns
+    ((start, end),) = [spans[holder, i] for i, name in calls.items() if name == "Write"]
+    assert end is not None and start - EDGE_NS <= written <= end
+    assert {(holder, i) for i, name in calls.items() if name == "Bash"} <= set(spans)
+    assert not [span for span in spans if span[0] == intruder]
     (denied,) = [
         block
         for m in transcript(git_repo, run_id, "intruder")
@@ -196,7 +252,6 @@ def test_the_claim_hook_run_by_claude_denies_a_file_another_task_holds(
     assert "shared.txt is held by task" in denied["content"] and "holder" in denied["content"]
     (result,) = claude_results(git_repo, run_id, "intruder")
     assert [d["tool_name"] for d in result["permission_denials"]] == ["Write"]
-    attempts = by_id(record["attempts"], "task_id")
     assert "1 tool call(s) refused: Write " + shared in attempts["intruder"]["summary"]
     assert (git_repo / "shared.txt").read_text() == "the holder's\n"
     (commit,) = record["commits"]
