@@ -170,8 +170,8 @@ class UnclaimedWrites(AttemptStep):
             if window is not None and window.end_ns is None:  # it never ended (its worker never started)
                 window.end_ns = self.now_ns()
                 window.spans = self.store.write_spans(ctx.run_id, ctx.attempt_id)
-            if window is not None:
-                self.store.drop_spans(ctx.run_id, ctx.attempt_id)  # kept in its window from here on
+            if window is not None and window.spans is not None:  # kept in its window from here on
+                self.store.drop_spans(ctx.run_id, ctx.attempt_id)
 
 
 def _changed_between_calls(
