@@ -1,5 +1,6 @@
-"""Writes outside claims: the files a shared attempt changed that neither it nor another running task
-claims, named in its summary and the ledger (`unclaimed_writes`); `[fleet] strict_claims` fails it.
+"""Writes outside claims: the files a shared attempt changed that neither it nor another task that could
+have written them claims, named in its summary and the ledger (`unclaimed_writes`); `[fleet] strict_claims`
+fails it.
 A write is attributed by who could have made it: a file another shared attempt of this fleet claims is that
 attempt's only when its last write fell while that attempt could write it: within its write spans when its
 pipeline reports them (the engine's writing tool calls, Claude Code's hooked ones: state/claims.py), else
@@ -45,9 +46,9 @@ class Window:
     def could_have_written(self, path: str, stamp: Stamp, since_ns: int, now_ns: int) -> bool:
         """Whether this attempt claims path and could write when its last change (stamp; None: a
         deletion, some time after since_ns) was made."""
-        return covered(path, self.claims) and self.wrote_at(stamp, since_ns, now_ns)
+        return covered(path, self.claims) and self.could_write_at(stamp, since_ns, now_ns)
 
-    def wrote_at(self, stamp: Stamp, since_ns: int, now_ns: int) -> bool:
+    def could_write_at(self, stamp: Stamp, since_ns: int, now_ns: int) -> bool:
         """Whether this attempt could write the tree when a change (stamp, as above) was made."""
         end = self.end_ns if self.end_ns is not None else now_ns
         spans = [(self.start_ns, end)] if self.spans is None else self.spans
@@ -183,12 +184,12 @@ def _changed_between_calls(
         return []
     notes = []
     for path, stamp in sorted(own.items()):
-        if stamp is None or window.wrote_at(stamp, 0, now_ns):
+        if stamp is None or window.could_write_at(stamp, 0, now_ns):
             continue
         ran = [
             w.task_id
             for w in others
-            if w.task_id and not covered(path, w.claims) and w.wrote_at(stamp, 0, now_ns)
+            if w.task_id and not covered(path, w.claims) and w.could_write_at(stamp, 0, now_ns)
         ]
         if ran:
             notes.append(
