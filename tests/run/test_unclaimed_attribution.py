@@ -273,24 +273,27 @@ def test_a_claimant_that_reports_no_spans_is_covered_for_its_whole_run(git_repo:
 
 
 def test_a_span_edges_and_deletions_and_an_ended_claimants_spans(git_repo: Path) -> None:
-    """A write up to EDGE_NS past a span is the claimant's; a deletion is when a span ended after the
-    writer started; an ended claimant keeps its spans (dropped from the store once it is released)."""
-    with _fleet(git_repo, "edge.txt", "past.txt", "gone.txt", "y.txt") as fleet:
-        claimant = fleet.start("c", "edge.txt", "past.txt", "gone.txt")
+    """A write up to EDGE_NS past either end of a span is the claimant's; a deletion is when a span ended
+    after the writer started; an ended claimant keeps its spans (dropped from the store once released)."""
+    files = ("early.txt", "before.txt", "edge.txt", "past.txt", "gone.txt")
+    with _fleet(git_repo, *files, "y.txt") as fleet:
+        claimant = fleet.start("c", *files)
         fleet.reports_spans(claimant)
         writer = fleet.start("y", "y.txt")
+        fleet.clock.tick()
         fleet.tool_call(claimant)
-        (call_end,) = [
-            end for _, end in fleet.store.write_spans(claimant.ctx.run_id, claimant.ctx.attempt_id) or []
-        ]
-        assert call_end is not None
-        for name, at in (("edge.txt", call_end + EDGE_NS), ("past.txt", call_end + EDGE_NS + 1)):
+        ((start, end),) = fleet.store.write_spans(claimant.ctx.run_id, claimant.ctx.attempt_id) or []
+        assert end is not None
+        edges = {"early.txt": start - EDGE_NS, "before.txt": start - EDGE_NS - 1}
+        edges.update({"edge.txt": end + EDGE_NS, "past.txt": end + EDGE_NS + 1})
+        for name, at in edges.items():
             fleet.write(name)
             os.utime(git_repo / name, ns=(at, at))
         (git_repo / "gone.txt").unlink()  # the writer started before the span ended: the claimant could have
-        assert fleet.end(claimant).summary == "done; " + _outside("past.txt", "y")
+        outside = f"{_outside('before.txt', 'y')}; {_outside('past.txt', 'y')}"
+        assert fleet.end(claimant).summary == f"done; {outside}"
         assert fleet.store.write_spans(claimant.ctx.run_id, claimant.ctx.attempt_id) is None  # released
-        assert fleet.end(writer).reason == _named("past.txt")
+        assert fleet.end(writer).reason == _named("before.txt", "past.txt")
 
     with _fleet(git_repo, "gone.txt", "z.txt") as fleet:
         claimant = fleet.start("c", "gone.txt")
@@ -304,13 +307,18 @@ def test_a_span_edges_and_deletions_and_an_ended_claimants_spans(git_repo: Path)
 
 
 def test_the_claimant_is_told_of_a_change_between_its_calls_in_a_file_it_committed(git_repo: Path) -> None:
-    with _fleet(git_repo, "c.txt", "x.txt", "untouched.txt") as fleet:
-        claimant = fleet.start("c", "c.txt", "untouched.txt", "gone.txt")
+    """Also of a new file in a folder it claims; a claimed file unchanged since it started, one that does
+    not exist and the folder itself are not told of."""
+    with _fleet(git_repo, "c.txt", "x.txt", "untouched.txt", "src/app.py") as fleet:
+        claimant = fleet.start("c", "c.txt", "untouched.txt", "gone.txt", "src/")
         fleet.reports_spans(claimant)
         intruder = fleet.start("x", "x.txt")
         fleet.tool_call(claimant, "c.txt")
         fleet.write("c.txt", "the intruder's\n")
+        fleet.write("src/new.py", "the intruder's\n")
+        os.utime(git_repo / "src", ns=(fleet.clock.now(),) * 2)  # the folder changed then too
         fleet.end(intruder)
         fleet.clock.tick()
         git("commit", "-q", "-m", "the claimant's commit", "c.txt", cwd=git_repo)  # its file equals HEAD now
-        assert fleet.end(claimant).summary == "done; " + _outside("c.txt", "x")
+        end = fleet.end(claimant)
+        assert end.summary == f"done; {_outside('c.txt', 'x')}; {_outside('src/new.py', 'x')}"
