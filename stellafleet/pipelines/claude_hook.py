@@ -99,8 +99,8 @@ def record_span(event: dict[str, Any], context: HookContext) -> None:
     running in the background may write after its call: its span stays open."""
     tool_input = event.get("tool_input")
     background = isinstance(tool_input, dict) and tool_input.get("run_in_background") is True
-    name = str(event.get("tool_use_id") or "")
     holder, now = context.holder, time.time_ns()
+    name = str(event.get("tool_use_id") or f"unnamed-{now}")  # a call without an id: its span stays open
     with ClaimStore.open(Path(context.store_db)) as store:
         if event.get("hook_event_name") in SPAN_ENDS:
             if not background:
