@@ -6,14 +6,15 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from stellafleet.core.config import Config
 from stellafleet.core.configschema import PIPELINE_GROUP
 from stellafleet.core.errors import StellaError
 from stellafleet.core.schemaerrors import suggest
-from stellafleet.pipelines.base import Pipeline
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # not imported at run time: the claim hook, run per tool call, imports this package
     from importlib.metadata import EntryPoint
+
+    from stellafleet.core.config import Config
+    from stellafleet.pipelines.base import Pipeline
 
 # stella's own entry points (pyproject.toml, checked by a test): a worker loads its built-in pipeline without
 # importlib.metadata reading every installed package's metadata
