@@ -120,13 +120,6 @@ def advance_branch(root: Path, branch: str, new: str, old: str) -> None:
         raise
 
 
-def patches_upstream(root: Path, upstream: str, head: str) -> bool:
-    """True when every commit of head not in upstream has an equivalent patch there (`git cherry`)."""
-    out = gitops.git("cherry", upstream, head, cwd=root, check=False)
-    lines = [line for line in out.splitlines() if line.strip()]
-    return bool(lines) and all(line.startswith("-") for line in lines)
-
-
 def finish_advance(root: Path, branch: str, old: str, new: str) -> bool:
     """After a merge killed inside advance_branch: finish it when the ref had moved to new (True)."""
     if gitops.ref_commit(root, f"refs/heads/{branch}") != new:
@@ -159,8 +152,21 @@ def _adopt_written(root: Path, old: str, new: str) -> bool:
 
 
 def contains(root: Path, result: str, head: str) -> bool:
-    """Whether a branch at head is in result: an ancestor of it, or every patch there (`git cherry`)."""
-    return gitops.is_ancestor(root, head, result) or patches_upstream(root, result, head)
+    """Whether a branch at head is in result: an ancestor of it, or its changes are all there."""
+    return gitops.is_ancestor(root, head, result) or changes_held(root, result, head)
+
+
+def changes_held(root: Path, result: str, head: str) -> bool:
+    """Whether result already holds head's changes: merging head into it would change nothing. Unlike patch
+    ids (`git cherry`), this survives a rebase that changed a change's context (another branch's edit within
+    three lines of it); a git before 2.38 falls back to `git cherry`."""
+    try:
+        tree, _ = merge_tree(root, result, head)
+    except GitError:
+        out = gitops.git("cherry", result, head, cwd=root, check=False)
+        lines = [line for line in out.splitlines() if line.strip()]
+        return bool(lines) and all(line.startswith("-") for line in lines)
+    return tree is not None and tree == index.tree_of(root, result)
 
 
 def changed_between(root: Path, start: str, tip: str) -> tuple[str, ...]:

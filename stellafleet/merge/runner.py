@@ -139,9 +139,7 @@ class _Queue:
             item.reason = f"branch {item.branch} no longer exists (cleaned up?)"
         elif missing:
             item.reason = f"depends on {', '.join(missing)}, which did not land"
-        elif gitops.is_ancestor(self.root, item.head, self.tip) or mergeops.patches_upstream(
-            self.root, self.tip, item.head
-        ):
+        elif mergeops.contains(self.root, self.tip, item.head):
             item.status, item.reason = MergeStatus.SKIPPED, f"already in {self.result.onto}"
             return True
         else:
