@@ -55,6 +55,18 @@ def rebase_upstream(root: Path, onto: str, head: str, start: str | None = None) 
     return merge_base(root, onto, head) or onto
 
 
+def landed_as_other_commits(root: Path, onto: str, head: str, start: str | None) -> str | None:
+    """A stacked branch's recorded start when onto holds its parents' work as other commits (they landed
+    rebased), so only start..head is the branch's own to merge; else None."""
+    if (
+        start
+        and not gitops.is_ancestor(root, start, onto)
+        and rebase_upstream(root, onto, head, start) == start
+    ):
+        return start
+    return None
+
+
 def rebase_onto(path: Path, onto: str, upstream: str, tip: str) -> StepResult:
     """Replay upstream..tip onto `onto` on a detached HEAD in path (tip's branch ref is left alone)."""
     return _failure(path, ("rebase", "-q", "--onto", onto, upstream, tip), ("rebase", "--abort"))
@@ -63,6 +75,17 @@ def rebase_onto(path: Path, onto: str, upstream: str, tip: str) -> StepResult:
 def merge_commit(path: Path, tip: str, message: str) -> StepResult:
     """Merge tip into path's detached HEAD with a merge commit (`--no-ff`) carrying message."""
     return _failure(path, ("merge", "-q", "--no-ff", "-m", message, tip), ("merge", "--abort"))
+
+
+def merge_from(path: Path, onto: str, upstream: str, tip: str, message: str) -> StepResult:
+    """A merge commit of tip onto `onto` whose tree is onto with upstream..tip alone: a stacked branch whose
+    parents landed as other (rebased) commits, so their original commits in tip must not merge again."""
+    rebased = rebase_onto(path, onto, upstream, tip)
+    if rebased.head is None:
+        return rebased
+    merged = index.commit_tree(path, index.tree_of(path, rebased.head), onto, tip, message=message)
+    checkout_detached(path, merged)
+    return StepResult(merged)
 
 
 def merge_tree(root: Path, ours: str, theirs: str) -> tuple[str | None, tuple[str, ...]]:
@@ -78,17 +101,24 @@ def merge_tree(root: Path, ours: str, theirs: str) -> tuple[str | None, tuple[st
     return lines[0], ()
 
 
-def predict_merge(root: Path, tip: str, head: str) -> tuple[str | None, tuple[str, ...] | None]:
-    """Whether head merges onto tip: (commit, ()), (None, conflicts), or (None, None) when this git cannot
-    tell (before 2.38)."""
+def predict_merge(
+    root: Path, tip: str, head: str, own_from: str | None = None
+) -> tuple[str | None, tuple[str, ...] | None]:
+    """Whether head (its work from own_from on, when given: landed_as_other_commits) merges onto tip:
+    (commit, ()), (None, conflicts), or (None, None) when this git cannot tell (before 2.38)."""
+    # A dry run's simulated merge is a commit object nobody points at; it needs no user identity.
+    dry_run = "stella merge --dry-run"
     try:
-        tree, conflicts = merge_tree(root, tip, head)
+        ours = tip
+        if own_from is not None:  # tip's tree on own_from: their merge base is where head's own work begins
+            ours = index.commit_tree(
+                root, index.tree_of(root, tip), own_from, message=dry_run, env=gitops.identity(dry_run)
+            )
+        tree, conflicts = merge_tree(root, ours, head)
     except GitError:
         return None, None
     if tree is None:
         return None, conflicts
-    # A dry run's simulated merge is a commit object nobody points at; it needs no user identity.
-    dry_run = "stella merge --dry-run"
     try:
         return index.commit_tree(root, tree, tip, head, message=dry_run, env=gitops.identity(dry_run)), ()
     except GitError:
