@@ -31,17 +31,16 @@ def merge_base(root: Path, a: str, b: str) -> str | None:
     return out or None
 
 
-def _conflicted(path: Path) -> tuple[str, ...]:
-    out = gitops.git("diff", "--name-only", "--diff-filter=U", cwd=path, check=False)
-    return tuple(line for line in out.splitlines() if line)
-
-
 def _failure(path: Path, args: tuple[str, ...], abort: tuple[str, ...]) -> StepResult:
     retcode, out, err = gitops.git_status(*args, cwd=path, env=_NO_EDITOR)
     if retcode == 0:
         return StepResult(gitops.head_commit(path))
-    conflicts = _conflicted(path)
-    shown = gitops.git("diff", "--no-color", "--", *conflicts, cwd=path, check=False) if conflicts else ""
+    conflicts = tuple(gitops.conflicted_paths(path))
+    shown = (
+        gitops.git("--literal-pathspecs", "diff", "--no-color", "--", *conflicts, cwd=path, check=False)
+        if conflicts
+        else ""
+    )
     gitops.git(*abort, cwd=path, check=False)
     return StepResult(None, conflicts, gitops.last_words(err or out, retcode).strip(), shown)
 
@@ -91,9 +90,9 @@ def merge_from(path: Path, onto: str, upstream: str, tip: str, message: str) -> 
 def merge_tree(root: Path, ours: str, theirs: str) -> tuple[str | None, tuple[str, ...]]:
     """`git merge-tree` of two commits: (the merged tree, ()), or (None, the conflicted paths); GitError
     when git cannot tell (before 2.38)."""
-    args = ("merge-tree", "--write-tree", "--name-only", "--no-messages", ours, theirs)
+    args = ("merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", ours, theirs)
     retcode, out, err = gitops.git_status(*args, cwd=root)
-    lines = out.splitlines()
+    lines = [field for field in out.split("\0") if field]  # -z: a path git would quote stays as it is
     if retcode == 1 and lines:
         return None, tuple(dict.fromkeys(line for line in lines[1:] if line))
     if retcode != 0 or not lines:

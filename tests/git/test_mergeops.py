@@ -76,3 +76,24 @@ def test_a_branch_rebased_next_to_anothers_change_is_held_though_its_patch_id_ch
     (git_repo / "f.txt").write_text(LINES.replace("line 10\n", "line 10 by a\n"))
     git("commit", "-q", "-am", "b's edit undone", cwd=git_repo)
     assert not mergeops.contains(git_repo, gitops.head_commit(git_repo), b)  # b's change is gone again
+
+
+def test_conflicted_paths_git_would_quote_come_back_as_they_are_with_their_markers(git_repo: Path) -> None:
+    names = ("two words*.txt", "é.txt")  # in git's (byte) order
+    for name in names:
+        (git_repo / name).write_text("base\n")
+    git("add", ".", cwd=git_repo)
+    git("commit", "-q", "-m", "base", cwd=git_repo)
+    base = gitops.head_commit(git_repo)
+    tips = []
+    for side in ("ours", "theirs"):
+        git("switch", "-q", "-c", side, base, cwd=git_repo)
+        for name in names:
+            (git_repo / name).write_text(f"{side}\n")
+        git("commit", "-q", "-am", side, cwd=git_repo)
+        tips.append(gitops.head_commit(git_repo))
+
+    assert mergeops.merge_tree(git_repo, *tips) == (None, names)
+    step = mergeops.rebase_onto(git_repo, tips[0], base, tips[1])
+    assert step.head is None and step.conflicts == names
+    assert step.conflict_diff.count("<<<<<<<") == 2 and "two words*.txt" in step.conflict_diff
