@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from stellafleet.core import jsontext
-from stellafleet.core.errors import ClaimConflict, StellaError
+from stellafleet.core.errors import ClaimConflict, DiskFull, StellaError
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.plan.model import PlanTask
@@ -200,7 +200,7 @@ class Dispatcher:
             return end
         except AttemptFailed as exc:  # a step could not ready it: no worker started
             return exc.end
-        except ClaimConflict as exc:
+        except (ClaimConflict, DiskFull) as exc:  # their own words say what to do
             return AttemptEnd.failed(str(exc))
         except StellaError as exc:
             return AttemptEnd.failed(f"could not start the worker: {exc}")

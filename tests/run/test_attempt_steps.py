@@ -11,6 +11,7 @@ from helpers.fleet import RUN, run_of_one_task, write_config
 from helpers.repo import git
 
 from stellafleet.core.config import load_config
+from stellafleet.core.errors import DiskFull
 from stellafleet.core.status import AttemptEnd, Stop, StopReason
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.dispatch import Dispatcher
@@ -111,3 +112,20 @@ def test_a_step_refusing_admission_skips_the_task_and_releases_the_steps_before_
     assert calls == ["a.admit", "b.admit", "a.released"]
     _, ledger, _ = parts
     assert ledger.get_run(RUN)["attempts"] == []
+
+
+class FullDiskStep(AttemptStep):
+    def before_start(self, attempt: AttemptState) -> None:
+        raise DiskFull("/repo/.stella/worktrees", RUN)
+
+
+def test_a_step_meeting_a_full_disk_fails_the_attempt_with_the_disk_full_words_alone(
+    parts: tuple[Path, Ledger, ClaimStore],
+) -> None:
+    said = f"disk full at /repo/.stella/worktrees: free space, then stella fleet --resume {RUN}"
+    with pytest.raises(TaskFailed) as failed:
+        run_task(parts, FullDiskStep())
+    assert str(failed.value).endswith(said) and "could not start" not in str(failed.value)
+    [attempt] = parts[1].get_run(RUN)["attempts"]
+    assert attempt["error"] == said
+
