@@ -98,8 +98,9 @@ class Dispatcher:
             for step in self.steps:
                 step.admit(state)
                 admitted.append(step)
-            if request is not None and request.follow_up.context:  # after the task's own words
-                state.prompt = f"{state.prompt.rstrip()}\n\n---\n{request.follow_up.context}"
+            taken = state.request  # the server's, or one a step took up as it admitted the attempt (Park)
+            if taken is not None and taken.follow_up.context:  # after the task's own words
+                state.prompt = f"{state.prompt.rstrip()}\n\n---\n{taken.follow_up.context}"
             ctx = state.context = self._open(state)
             end = self._run(state)
             state.spend = self.ledger.attempts.finish(
