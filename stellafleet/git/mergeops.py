@@ -206,5 +206,5 @@ def changed_between(root: Path, start: str, tip: str) -> tuple[str, ...]:
 def landed_with(root: Path, base: str, tip: str, paths: tuple[str, ...] = (), limit: int = 10) -> list[str]:
     """`SHA title` of the newest commits base..tip (touching paths, when given): what an evicted branch
     conflicts or fails with."""
-    args = ("log", "-z", f"-{limit}", "--format=%h %s", f"{base}..{tip}", "--", *paths)
+    args = ("--literal-pathspecs", "log", "-z", f"-{limit}", "--format=%h %s", f"{base}..{tip}", "--", *paths)
     return gitops.git_fields(*args, cwd=root)

@@ -97,3 +97,8 @@ def test_conflicted_paths_git_would_quote_come_back_as_they_are_with_their_marke
     step = mergeops.rebase_onto(git_repo, tips[0], base, tips[1])
     assert step.head is None and step.conflicts == names
     assert step.conflict_diff.count("<<<<<<<") == 2 and "two words*.txt" in step.conflict_diff
+    (git_repo / "two words and more.txt").write_text("a file the pattern would match\n")
+    git("add", ".", cwd=git_repo)
+    git("commit", "-q", "-m", "lookalike", cwd=git_repo)  # on theirs (detached)
+    landed = mergeops.landed_with(git_repo, base, "HEAD", ("two words*.txt",))
+    assert [line.split(" ", 1)[1] for line in landed] == ["theirs"]  # the commits touching that path alone
