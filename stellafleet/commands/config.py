@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from stellafleet.commands import config_file_arg, print_schema, repository_or_none, usage
@@ -56,16 +57,23 @@ def show_command(args: argparse.Namespace) -> int:
 
 
 def effective(config: Config) -> list[Leaf]:
-    """Every setting the code reads, as set or by default (unset optional keys left out), with its source."""
-    sections: dict[str, Any] = {
-        "engine": dataclasses.asdict(config.engine),
-        "prices": {model: dataclasses.asdict(prices) for model, prices in config.prices.items()},
-        "fleet": dataclasses.asdict(config.fleet),
-        "governor": dataclasses.asdict(config.governor),
-        "watch": dataclasses.asdict(config.watch),
-        "pipelines": _pipelines(config),
-    }
+    """Every setting the code reads, as set or by default (unset optional keys left out), with its source:
+    every section of the schema, in its order."""
+    sections: dict[str, Any] = {}
+    for name in configschema.BUNDLED.data["properties"]:
+        sections[name] = _pipelines(config) if name == "pipelines" else _plain(getattr(config, name))
+    executor = sections["executor"]  # a task's resources as its file says them: [executor.tasks.ID] resources
+    executor["tasks"] = {task: {"resources": wanted} for task, wanted in executor["tasks"].items()}
     return [(path, value, config.origins.get(path, DEFAULT_SOURCE)) for path, value in _leaves(sections)]
+
+
+def _plain(value: Any) -> Any:
+    """A typed section (a dataclass, a mapping of them) as nested dicts."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: _plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
 
 
 def _pipelines(config: Config) -> dict[str, Any]:

@@ -41,6 +41,12 @@ def single_line(text: str) -> str:
     return " ".join(printable(text).split())
 
 
+def one_line(text: str | None, limit: int, *, cut: str = "...") -> str:
+    """single_line(text) in at most limit characters, ending in `cut` when it was cut short."""
+    flat = single_line(text or "")
+    return flat if len(flat) <= limit else flat[: limit - len(cut)] + cut
+
+
 # A piece of a line: its text, or its text and a rich style (shown on a terminal, dropped in plain text).
 Piece = str | tuple[str, str]
 
@@ -71,5 +77,4 @@ def last_line(path: Path, limit: int = 60, tail: int = 4096) -> str:
             lines = log.read().decode("utf-8", errors="replace").splitlines()
     except OSError:
         return ""
-    flat = single_line(next((line for line in reversed(lines) if line.strip()), ""))
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return one_line(next((line for line in reversed(lines) if line.strip()), ""), limit, cut="…")

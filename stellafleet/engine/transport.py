@@ -14,6 +14,7 @@ import httpx
 
 from stellafleet.core.clock import Clock
 from stellafleet.core.limits import LimitKind, LimitReporter, from_http
+from stellafleet.core.terminal import one_line
 from stellafleet.engine.errors import EngineError
 from stellafleet.engine.messages import ModelReply
 from stellafleet.engine.redact import Redactor
@@ -43,9 +44,7 @@ def retry_after_seconds(value: str | None, now_wall: float) -> float | None:
     return max(when.timestamp() - now_wall, 0.0)
 
 
-def _excerpt(text: str, limit: int = 200) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[:limit] + "..."
+EXCERPT = 200  # characters of a response body an error quotes
 
 
 @dataclass(kw_only=True)
@@ -88,7 +87,7 @@ class HttpTransport:
                 if response.status_code < 300:
                     return self._json_object(response)
                 status = response.status_code
-                detail = f"HTTP {status}: {_excerpt(response.text)}"
+                detail = f"HTTP {status}: {one_line(response.text, EXCERPT)}"
                 if status not in RETRY_STATUSES:
                     if status in (401, 403):
                         detail += " (check the API key and engine.api_key_env)"
@@ -122,9 +121,9 @@ class HttpTransport:
         try:
             data = response.json()
         except ValueError:
-            raise self.fail(f"response is not JSON: {_excerpt(response.text)}") from None
+            raise self.fail(f"response is not JSON: {one_line(response.text, EXCERPT)}") from None
         if not isinstance(data, dict):
-            raise self.fail(f"response is not a JSON object: {_excerpt(response.text)}")
+            raise self.fail(f"response is not a JSON object: {one_line(response.text, EXCERPT)}")
         return data
 
     def _asked_wait(self, response: httpx.Response) -> float | None:
@@ -178,7 +177,7 @@ class WireClient:
             return reply(data)
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise self.transport.fail(
-                f"unexpected response shape ({exc!r}): {_excerpt(json.dumps(data))}"
+                f"unexpected response shape ({exc!r}): {one_line(json.dumps(data), EXCERPT)}"
             ) from None
 
     def close(self) -> None:

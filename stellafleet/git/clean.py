@@ -287,11 +287,11 @@ class Cleaner:
         return targets or ["HEAD"]
 
     def _patches_in(self, branch: str, targets: list[str]) -> str | None:
-        """Why a branch that is no ancestor of a target still counts as merged (its patches are there)."""
-        into = next((t for t in targets if mergeops.patches_upstream(self.root, t, branch)), None)
+        """Why a branch that is no ancestor of a target still counts as merged (its changes are there)."""
+        into = next((t for t in targets if mergeops.changes_held(self.root, t, branch)), None)
         if into is None:
             return None
-        how = "rebased onto it by stella merge" if branch in self.merged_by_stella else "same patches"
+        how = "rebased onto it by stella merge" if branch in self.merged_by_stella else "same changes"
         return f"merged into {into} ({how})"
 
     def sweep_branches(self, recorded: dict[str, _Owner]) -> None:

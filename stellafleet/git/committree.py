@@ -51,7 +51,7 @@ def run_hooks(
     message: str,
     scratch: Path,
     *,
-    installed: Sequence[str],
+    installed: hooks.Installed,
     hook_lock: Path | None,
     workspace: Path,
 ) -> Hooked:
@@ -76,10 +76,11 @@ def run_hooks(
         tree, git_dir = kept.path, kept.git_dir
         index_file = git_dir / "index" if git_dir else gitops.git_path(tree, "--git-path", "index")
         _put(tree, index_file, worker, paths)
+        where = installed.in_tree(tree)
         with hookstash.guarded(hook_lock, tree):
             if "pre-commit" in installed:
                 try:
-                    hooks.run_pre_commit(tree, index_file, paths, others_hidden=False)
+                    hooks.run_pre_commit(tree, index_file, paths, where, others_hidden=False)
                 except hooks.HookFailed as refused:
                     said = write_back(workspace, _rewritten(tree, worker), worker)
                     raise hooks.HookFailed("\n".join([str(refused), *said])) from None
@@ -97,7 +98,7 @@ def run_hooks(
                     + "".join(f"\n{line}" for line in said)
                 )
             if "commit-msg" in installed:
-                message = hooks.run_commit_msg(tree, index_file, message, scratch, paths)
+                message = hooks.run_commit_msg(tree, index_file, message, scratch, paths, where)
         rewrites = {path: (tree / path).read_bytes() for path, sha in now.items() if sha != worker[path][1]}
         return Hooked(entries, message, rewrites)
 

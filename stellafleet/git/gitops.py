@@ -236,8 +236,12 @@ def changed_paths(path: Path) -> list[str]:
 def unresolved_merge(root: Path) -> tuple[bool, list[str]]:
     """(a merge is in progress: MERGE_HEAD exists, the paths with unresolved conflicts) of root's tree."""
     merging = git_path(root, "--git-path", "MERGE_HEAD").exists()
-    conflicted = git_fields("diff", "--name-only", "-z", "--diff-filter=U", cwd=root)
-    return merging, conflicted
+    return merging, conflicted_paths(root)
+
+
+def conflicted_paths(root: Path) -> list[str]:
+    """The paths with unresolved conflicts in root's index, unquoted (`-z`)."""
+    return git_fields("diff", "--name-only", "-z", "--diff-filter=U", cwd=root)
 
 
 def _git_processes() -> list[int]:

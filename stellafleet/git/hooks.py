@@ -8,6 +8,7 @@ import re
 import shutil
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from stellafleet.core.errors import StellaError
@@ -36,7 +37,7 @@ class HookFailed(StellaError):
 
 def hooks_dir(root: Path) -> Path:
     """Where git looks for root's hooks (core.hooksPath honoured)."""
-    return gitops.git_path(root, "--git-path", "hooks")
+    return installed(root, ()).where
 
 
 def share_relative_folder(root: Path, worktree: Path) -> Path | None:
@@ -54,15 +55,40 @@ def share_relative_folder(root: Path, worktree: Path) -> Path | None:
     return target
 
 
-def installed(root: Path, names: Sequence[str] = ("pre-commit", "commit-msg")) -> list[str]:
-    """Which of these hooks git would run for a commit in root."""
-    where = hooks_dir(root)
-    return [name for name in names if os.access(where / name, os.X_OK) and (where / name).is_file()]
+@dataclass(frozen=True)
+class Installed:
+    """Where git looks for a tree's hooks (asked once per commit) and which of the hooks asked about are
+    there; true when any is."""
+
+    where: Path
+    names: tuple[str, ...]
+    said: str = ""  # git's answer: relative to the work tree for a relative core.hooksPath (or .git/hooks)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def __bool__(self) -> bool:
+        return bool(self.names)
+
+    def in_tree(self, tree: Path) -> Path:
+        """Where git looks for them in tree, another work tree of the same repository: the same folder,
+        unless a relative core.hooksPath puts it in each work tree (husky's `.husky/_`)."""
+        said = Path(self.said)
+        in_each = self.said and not said.is_absolute() and said.parts[0] != ".git"
+        return (tree / said).resolve() if in_each else self.where
 
 
-def framework_installed(root: Path) -> bool:
-    """Whether root's pre-commit hook is the pre-commit framework's."""
-    return _framework_command(hooks_dir(root) / "pre-commit", []) is not None
+def installed(root: Path, names: Sequence[str] = ("pre-commit", "commit-msg")) -> Installed:
+    """Which of these hooks git would run for a commit in root, and where they are."""
+    said = gitops.git("rev-parse", "--git-path", "hooks", cwd=root).strip()
+    where = Path(said) if Path(said).is_absolute() else (root / said).resolve()
+    found = (name for name in names if os.access(where / name, os.X_OK) and (where / name).is_file())
+    return Installed(where, tuple(found), said)
+
+
+def framework_installed(where: Path) -> bool:
+    """Whether the pre-commit hook in where (a hooks folder) is the pre-commit framework's."""
+    return _framework_command(where / "pre-commit", []) is not None
 
 
 def _framework_command(
@@ -143,11 +169,13 @@ def _contents(root: Path, paths: Sequence[str]) -> dict[str, bytes | None]:
     return held
 
 
-def run_pre_commit(root: Path, index_file: Path, paths: Sequence[str], *, others_hidden: bool = True) -> None:
-    """Run the pre-commit hook for a commit of paths staged in index_file; HookFailed when it refuses.
-    others_hidden: every other entry is marked skip-worktree first (in the shared tree, where they are
-    other workers' files; the commit tree holds nothing but the commit)."""
-    script = hooks_dir(root) / "pre-commit"
+def run_pre_commit(
+    root: Path, index_file: Path, paths: Sequence[str], where: Path, *, others_hidden: bool = True
+) -> None:
+    """Run the pre-commit hook (in where) for a commit of paths staged in index_file; HookFailed when it
+    refuses. others_hidden: every other entry is marked skip-worktree first (in the shared tree, where they
+    are other workers' files; the commit tree holds nothing but the commit)."""
+    script = where / "pre-commit"
     if others_hidden:
         index.hide_others(root, index_file, paths)
     argv = _framework_command(script, paths) or [str(script)]
@@ -158,9 +186,12 @@ def run_pre_commit(root: Path, index_file: Path, paths: Sequence[str], *, others
         raise _failed("pre-commit", retcode, output, [path for path in paths if after[path] != before[path]])
 
 
-def run_commit_msg(root: Path, index_file: Path, message: str, scratch: Path, paths: Sequence[str]) -> str:
-    """Run the commit-msg hook on message (it may edit it); the message to commit, HookFailed on refusal."""
-    script = hooks_dir(root) / "commit-msg"
+def run_commit_msg(
+    root: Path, index_file: Path, message: str, scratch: Path, paths: Sequence[str], where: Path
+) -> str:
+    """Run the commit-msg hook (in where) on message (it may edit it); the message to commit, HookFailed on
+    refusal."""
+    script = where / "commit-msg"
     message_file = scratch / "COMMIT_EDITMSG"
     message_file.write_text(message if message.endswith("\n") else message + "\n")
     named = ("--commit-msg-filename", str(message_file))
@@ -174,9 +205,10 @@ def run_commit_msg(root: Path, index_file: Path, message: str, scratch: Path, pa
     return edited
 
 
-def run_post_commit(root: Path, paths: Sequence[str]) -> None:
-    """Run the post-commit hook (as git does: its exit status changes nothing; its output goes to stderr)."""
-    script = hooks_dir(root) / "post-commit"
+def run_post_commit(root: Path, paths: Sequence[str], where: Path) -> None:
+    """Run the post-commit hook in where (as git does: its exit status changes nothing; its output goes to
+    stderr)."""
+    script = where / "post-commit"
     if not (script.is_file() and os.access(script, os.X_OK)):
         return
     argv = _framework_command(script, paths, "post-commit") or [str(script)]

@@ -97,8 +97,10 @@ def set_entries(
 
 
 def file_entries(root: Path, index_file: Path, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """path -> (mode, object SHA) of those of paths index_file holds (stage 0)."""
-    out = gitops.git_fields("ls-files", "-s", "-z", "--", *paths, cwd=root, env=with_index(index_file))
+    """path -> (mode, object SHA) of those of paths index_file holds (stage 0): paths, not patterns (`a*.txt`
+    is that file, not ab.txt too)."""
+    args = ("--literal-pathspecs", "ls-files", "-s", "-z", "--", *paths)
+    out = gitops.git_fields(*args, cwd=root, env=with_index(index_file))
     return {path: (mode, sha) for (mode, sha, stage), path in _records(out) if stage == "0"}
 
 

@@ -54,7 +54,8 @@ def commit_paths(
     relpaths = confine_paths(workspace, paths)
     submodules.refuse_inside(workspace, relpaths)
     reflog = f"stella: task {ctx.task_id}"
-    run_hooks = ctx.commit_hooks == "run"
+    # where git looks for the hooks, asked once for the whole commit (None: [commit] hooks = "skip")
+    hooks = hooks_mod.installed(workspace) if ctx.commit_hooks == "run" else None
     hook_lock = ctx.paths.private / hookstash.LOCK_NAME if ctx.serialize_hooks else None
     with lanejournal.scratch_directory("stella-commit-") as tmp:  # locked while we live, swept once gone
         # in the shared tree, a file the user had changed when the run started: the worker's changes only
@@ -66,7 +67,7 @@ def commit_paths(
             relpaths,
             message,
             Path(tmp),
-            hooks=run_hooks,
+            hooks=hooks,
             contents=contents,
             hook_lock=hook_lock,
             commit_tree=commit_tree if ctx.shared else None,
@@ -86,8 +87,8 @@ def commit_paths(
                 if not _after_users_commit(workspace, users_before):
                     raise
                 sha = _commit_shared(ctx, workspace, relpaths, staging, reflog, lane_timeout)
-    if run_hooks:
-        hooks_mod.run_post_commit(workspace, relpaths)
+    if hooks is not None:
+        hooks_mod.run_post_commit(workspace, relpaths, hooks.where)
     return sha
 
 
@@ -253,7 +254,7 @@ def stage(
     message: str,
     scratch: Path,
     *,
-    hooks: bool = True,
+    hooks: hooks_mod.Installed | None = None,
     contents: Mapping[str, tuple[str, str]] | None = None,
     hook_lock: Path | None = None,
     commit_tree: KeptTree | None = None,
@@ -273,21 +274,22 @@ def stage(
     index.stage_paths(workspace, index_file, [p for p in paths if p not in (contents or {})])
     if contents:
         index.set_entries(workspace, index_file, contents, [])
-    installed = hooks_mod.installed(workspace) if hooks else []
     users = tuple(contents or ())
-    if installed and commit_tree is not None and old is not None:
+    if hooks and commit_tree is not None and old is not None:
         worker = index.file_entries(workspace, index_file, paths)
         done = committree.run_hooks(
             commit_tree, old, worker, paths, message, scratch,
-            installed=installed, hook_lock=hook_lock, workspace=workspace,
+            installed=hooks, hook_lock=hook_lock, workspace=workspace,
         )  # fmt: skip
         return Staged(tuple(paths), done.entries, done.message, users, worker, done.rewrites)
-    with hookstash.guarded(hook_lock if installed else None, workspace, index_file):
-        if "pre-commit" in installed:
-            hooks_mod.run_pre_commit(workspace, index_file, paths)  # HookFailed: nothing committed
+    with hookstash.guarded(hook_lock if hooks else None, workspace, index_file):
+        if hooks and "pre-commit" in hooks:
+            hooks_mod.run_pre_commit(
+                workspace, index_file, paths, hooks.where
+            )  # HookFailed: nothing committed
         entries = index.file_entries(workspace, index_file, paths)  # a hook may have staged more of them
-        if "commit-msg" in installed:
-            message = hooks_mod.run_commit_msg(workspace, index_file, message, scratch, paths)
+        if hooks and "commit-msg" in hooks:
+            message = hooks_mod.run_commit_msg(workspace, index_file, message, scratch, paths, hooks.where)
     return Staged(tuple(paths), entries, message, users)
 
 

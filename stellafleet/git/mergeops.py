@@ -31,17 +31,16 @@ def merge_base(root: Path, a: str, b: str) -> str | None:
     return out or None
 
 
-def _conflicted(path: Path) -> tuple[str, ...]:
-    out = gitops.git("diff", "--name-only", "--diff-filter=U", cwd=path, check=False)
-    return tuple(line for line in out.splitlines() if line)
-
-
 def _failure(path: Path, args: tuple[str, ...], abort: tuple[str, ...]) -> StepResult:
     retcode, out, err = gitops.git_status(*args, cwd=path, env=_NO_EDITOR)
     if retcode == 0:
         return StepResult(gitops.head_commit(path))
-    conflicts = _conflicted(path)
-    shown = gitops.git("diff", "--no-color", "--", *conflicts, cwd=path, check=False) if conflicts else ""
+    conflicts = tuple(gitops.conflicted_paths(path))
+    shown = (
+        gitops.git("--literal-pathspecs", "diff", "--no-color", "--", *conflicts, cwd=path, check=False)
+        if conflicts
+        else ""
+    )
     gitops.git(*abort, cwd=path, check=False)
     return StepResult(None, conflicts, gitops.last_words(err or out, retcode).strip(), shown)
 
@@ -55,6 +54,18 @@ def rebase_upstream(root: Path, onto: str, head: str, start: str | None = None) 
     return merge_base(root, onto, head) or onto
 
 
+def landed_as_other_commits(root: Path, onto: str, head: str, start: str | None) -> str | None:
+    """A stacked branch's recorded start when onto holds its parents' work as other commits (they landed
+    rebased), so only start..head is the branch's own to merge; else None."""
+    if (
+        start
+        and not gitops.is_ancestor(root, start, onto)
+        and rebase_upstream(root, onto, head, start) == start
+    ):
+        return start
+    return None
+
+
 def rebase_onto(path: Path, onto: str, upstream: str, tip: str) -> StepResult:
     """Replay upstream..tip onto `onto` on a detached HEAD in path (tip's branch ref is left alone)."""
     return _failure(path, ("rebase", "-q", "--onto", onto, upstream, tip), ("rebase", "--abort"))
@@ -65,12 +76,23 @@ def merge_commit(path: Path, tip: str, message: str) -> StepResult:
     return _failure(path, ("merge", "-q", "--no-ff", "-m", message, tip), ("merge", "--abort"))
 
 
+def merge_from(path: Path, onto: str, upstream: str, tip: str, message: str) -> StepResult:
+    """A merge commit of tip onto `onto` whose tree is onto with upstream..tip alone: a stacked branch whose
+    parents landed as other (rebased) commits, so their original commits in tip must not merge again."""
+    rebased = rebase_onto(path, onto, upstream, tip)
+    if rebased.head is None:
+        return rebased
+    merged = index.commit_tree(path, index.tree_of(path, rebased.head), onto, tip, message=message)
+    checkout_detached(path, merged)
+    return StepResult(merged)
+
+
 def merge_tree(root: Path, ours: str, theirs: str) -> tuple[str | None, tuple[str, ...]]:
     """`git merge-tree` of two commits: (the merged tree, ()), or (None, the conflicted paths); GitError
     when git cannot tell (before 2.38)."""
-    args = ("merge-tree", "--write-tree", "--name-only", "--no-messages", ours, theirs)
+    args = ("merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", ours, theirs)
     retcode, out, err = gitops.git_status(*args, cwd=root)
-    lines = out.splitlines()
+    lines = [field for field in out.split("\0") if field]  # -z: a path git would quote stays as it is
     if retcode == 1 and lines:
         return None, tuple(dict.fromkeys(line for line in lines[1:] if line))
     if retcode != 0 or not lines:
@@ -78,17 +100,24 @@ def merge_tree(root: Path, ours: str, theirs: str) -> tuple[str | None, tuple[st
     return lines[0], ()
 
 
-def predict_merge(root: Path, tip: str, head: str) -> tuple[str | None, tuple[str, ...] | None]:
-    """Whether head merges onto tip: (commit, ()), (None, conflicts), or (None, None) when this git cannot
-    tell (before 2.38)."""
+def predict_merge(
+    root: Path, tip: str, head: str, own_from: str | None = None
+) -> tuple[str | None, tuple[str, ...] | None]:
+    """Whether head (its work from own_from on, when given: landed_as_other_commits) merges onto tip:
+    (commit, ()), (None, conflicts), or (None, None) when this git cannot tell (before 2.38)."""
+    # A dry run's simulated merge is a commit object nobody points at; it needs no user identity.
+    dry_run = "stella merge --dry-run"
     try:
-        tree, conflicts = merge_tree(root, tip, head)
+        ours = tip
+        if own_from is not None:  # tip's tree on own_from: their merge base is where head's own work begins
+            ours = index.commit_tree(
+                root, index.tree_of(root, tip), own_from, message=dry_run, env=gitops.identity(dry_run)
+            )
+        tree, conflicts = merge_tree(root, ours, head)
     except GitError:
         return None, None
     if tree is None:
         return None, conflicts
-    # A dry run's simulated merge is a commit object nobody points at; it needs no user identity.
-    dry_run = "stella merge --dry-run"
     try:
         return index.commit_tree(root, tree, tip, head, message=dry_run, env=gitops.identity(dry_run)), ()
     except GitError:
@@ -118,13 +147,6 @@ def advance_branch(root: Path, branch: str, new: str, old: str) -> None:
     except GitError:
         gitops.git("update-ref", "-m", "stella merge: put back", ref, old, new, cwd=root, check=False)
         raise
-
-
-def patches_upstream(root: Path, upstream: str, head: str) -> bool:
-    """True when every commit of head not in upstream has an equivalent patch there (`git cherry`)."""
-    out = gitops.git("cherry", upstream, head, cwd=root, check=False)
-    lines = [line for line in out.splitlines() if line.strip()]
-    return bool(lines) and all(line.startswith("-") for line in lines)
 
 
 def finish_advance(root: Path, branch: str, old: str, new: str) -> bool:
@@ -159,8 +181,21 @@ def _adopt_written(root: Path, old: str, new: str) -> bool:
 
 
 def contains(root: Path, result: str, head: str) -> bool:
-    """Whether a branch at head is in result: an ancestor of it, or every patch there (`git cherry`)."""
-    return gitops.is_ancestor(root, head, result) or patches_upstream(root, result, head)
+    """Whether a branch at head is in result: an ancestor of it, or its changes are all there."""
+    return gitops.is_ancestor(root, head, result) or changes_held(root, result, head)
+
+
+def changes_held(root: Path, result: str, head: str) -> bool:
+    """Whether result already holds head's changes: merging head into it would change nothing. Unlike patch
+    ids (`git cherry`), this survives a rebase that changed a change's context (another branch's edit within
+    three lines of it); a git before 2.38 falls back to `git cherry`."""
+    try:
+        tree, _ = merge_tree(root, result, head)
+    except GitError:
+        out = gitops.git("cherry", result, head, cwd=root, check=False)
+        lines = [line for line in out.splitlines() if line.strip()]
+        return bool(lines) and all(line.startswith("-") for line in lines)
+    return tree is not None and tree == index.tree_of(root, result)
 
 
 def changed_between(root: Path, start: str, tip: str) -> tuple[str, ...]:
@@ -171,5 +206,5 @@ def changed_between(root: Path, start: str, tip: str) -> tuple[str, ...]:
 def landed_with(root: Path, base: str, tip: str, paths: tuple[str, ...] = (), limit: int = 10) -> list[str]:
     """`SHA title` of the newest commits base..tip (touching paths, when given): what an evicted branch
     conflicts or fails with."""
-    args = ("log", "-z", f"-{limit}", "--format=%h %s", f"{base}..{tip}", "--", *paths)
+    args = ("--literal-pathspecs", "log", "-z", f"-{limit}", "--format=%h %s", f"{base}..{tip}", "--", *paths)
     return gitops.git_fields(*args, cwd=root)

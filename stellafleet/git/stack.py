@@ -117,7 +117,8 @@ def _who_changed(root: Path, base: str, merged: Sequence[Contribution], paths: S
         for commit in commits:
             assert commit is not None
             since = base if part.tip is not None else f"{commit}^"
-            changed = gitops.git("diff", "--name-only", "--no-renames", since, commit, "--", *paths, cwd=root)
+            args = ("--literal-pathspecs", "diff", "--name-only", "--no-renames", since, commit, "--", *paths)
+            changed = gitops.git(*args, cwd=root)  # paths, not patterns: `a*.txt` is that file alone
             if changed.strip():
                 return part.task_id
     return None

@@ -139,9 +139,7 @@ class _Queue:
             item.reason = f"branch {item.branch} no longer exists (cleaned up?)"
         elif missing:
             item.reason = f"depends on {', '.join(missing)}, which did not land"
-        elif gitops.is_ancestor(self.root, item.head, self.tip) or mergeops.patches_upstream(
-            self.root, self.tip, item.head
-        ):
+        elif mergeops.contains(self.root, self.tip, item.head):
             item.status, item.reason = MergeStatus.SKIPPED, f"already in {self.result.onto}"
             return True
         else:
@@ -162,13 +160,14 @@ class _Queue:
         would be done; a clean one is merged in the object store only, for the next to build on."""
         assert item.head is not None
         onto = self.result.onto
-        simulated, files = mergeops.predict_merge(self.root, self.tip, item.head)
+        own_from = mergeops.landed_as_other_commits(self.root, self.tip, item.head, item.start)
+        simulated, files = mergeops.predict_merge(self.root, self.tip, item.head, own_from)
         if files:
             item.files = list(files)
             item.reason = f"would conflict with {onto} in {', '.join(files)}"
             self.not_landed.add(item.task_id)
             return
-        commits = plural(gitops.commits_ahead(self.root, self.tip, item.head), "commit")
+        commits = plural(gitops.commits_ahead(self.root, own_from or self.tip, item.head), "commit")
         item.reason = f"would {self.options.strategy} {commits} onto {onto}{check}"
         self.tip = simulated or self.tip
 
@@ -265,6 +264,9 @@ class _Queue:
             upstream = mergeops.rebase_upstream(self.root, onto, item.head, item.start)
             return mergeops.rebase_onto(worktree, onto, upstream, item.head)
         message = f"Merge {item.branch} (task {item.task_id}, run {self.result.run_id})"
+        own_from = mergeops.landed_as_other_commits(self.root, onto, item.head, item.start)
+        if own_from is not None:
+            return mergeops.merge_from(worktree, onto, own_from, item.head, message)
         return mergeops.merge_commit(worktree, item.head, message)
 
     def _advance(self, members: Sequence[MergeItem], new: str) -> None:

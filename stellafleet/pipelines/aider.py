@@ -12,6 +12,7 @@ from stellafleet.core.config import Config
 from stellafleet.core.errors import StellaError
 from stellafleet.core.limits import LimitKind, LimitReporter, from_http, from_text, limits_of
 from stellafleet.core.spend import RunningTotal, SpendReporter, SpendTally, money
+from stellafleet.core.terminal import one_line
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.git import indexlock
 from stellafleet.git.lane import commit_paths
@@ -19,7 +20,7 @@ from stellafleet.pipelines.agentcli import AgentCliPipeline, CliSettings, prompt
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import CliRun, run_agent
 from stellafleet.pipelines.sessions import Resume, fresh_after_failed_resume, session_fact
-from stellafleet.pipelines.support import EventLines, FileTail, crash_text, failed, short, timeout_text
+from stellafleet.pipelines.support import EventLines, FileTail, crash_text, failed, timeout_text
 
 CLI = "aider"
 APPLIED = re.compile(r"^Applied edit to (?P<path>.+?)\s*$")
@@ -205,12 +206,12 @@ def outcome(run: CliRun, f: AnalyticsFollower, ctx: WorkerContext) -> PipelineRe
         sys.stderr.write(f"stella: aider's analytics log has a line that is not a JSON event: {f.bad_line}\n")
         return failed(
             f"could not parse aider output: its analytics log has a line that is not a JSON event: "
-            f"{short(f.bad_line, 120)!r}",
+            f"{one_line(f.bad_line, 120)!r}",
             **totals,
         )
     calls = f.spent.steps  # one per model call
     if not calls:
-        said = short(" ".join(run.stdout_lines[-8:]) or run.stderr_text(), 400)
+        said = one_line(" ".join(run.stdout_lines[-8:]) or run.stderr_text(), 400)
         return failed(f"aider made no model call: {said or 'it printed nothing'}", **totals)
     cost = money(f.spent.usd)
     if edited:

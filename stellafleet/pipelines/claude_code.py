@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from stellafleet.core.config import Config
 from stellafleet.core.limits import from_http, limits_of
 from stellafleet.core.spend import SpendReporter, SpendTally, money
+from stellafleet.core.terminal import one_line
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.anthropic import usage_of
 from stellafleet.engine.transport import token_count
@@ -38,7 +39,7 @@ from stellafleet.pipelines.sessions import (
     session_fact,
     task_facts,
 )
-from stellafleet.pipelines.support import EventLines, crash_text, failed, parse_failure, short, timeout_text
+from stellafleet.pipelines.support import EventLines, crash_text, failed, parse_failure, timeout_text
 from stellafleet.state.claims import ClaimStore, Holder
 
 CLI = "claude"
@@ -117,11 +118,11 @@ def interpret(result: dict[str, Any], tally: SpendTally, *, max_turns: int | Non
     text = raw_text if isinstance(raw_text, str) else ""
     raw_errors = result.get("errors")
     errors = [str(e) for e in raw_errors if str(e).strip()] if isinstance(raw_errors, list) else []
-    detail = short("; ".join(errors) or text or "") or "no details"
+    detail = one_line("; ".join(errors) or text or "", 300) or "no details"
     note = denial_note(result)
     spent = f"{money(usd)} spent in {turns} turn(s)"
     if subtype == "success" and not result.get("is_error"):
-        summary = short(text, 2000) or f"Claude Code finished ({spent})"
+        summary = one_line(text, 2000) or f"Claude Code finished ({spent})"
         return PipelineResult(success=True, summary=summary + note, **totals)
     if subtype == "success":
         return failed(f"Claude Code reported an error: {detail} ({spent})", **totals)
@@ -246,7 +247,7 @@ class ClaudeCodePipeline(AgentCliPipeline):
         if run.start_error or (run.returncode or 0) != 0:
             return failed(crash_text(CLI, run))
         if watcher.bad_line is not None:
-            return failed(parse_failure(CLI, f"not a JSON line: {short(watcher.bad_line, 120)!r}", run))
+            return failed(parse_failure(CLI, f"not a JSON line: {one_line(watcher.bad_line, 120)!r}", run))
         return failed(parse_failure(CLI, f"no result message among {watcher.events} message(s)", run))
 
 

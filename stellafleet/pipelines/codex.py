@@ -15,6 +15,7 @@ from stellafleet.core.errors import GitError
 from stellafleet.core.limits import LimitReporter, from_text, limits_of
 from stellafleet.core.pricing import Pricer, TokenUsage, price_for, unknown_price_message
 from stellafleet.core.spend import SpendReporter, SpendTally, money
+from stellafleet.core.terminal import one_line
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.engine.transport import token_count
 from stellafleet.git import gitops
@@ -29,7 +30,6 @@ from stellafleet.pipelines.support import (
     failed,
     json_line,
     parse_failure,
-    short,
     timeout_text,
 )
 
@@ -276,21 +276,21 @@ def outcome(
 ) -> PipelineResult:
     totals = f.spent.totals()
     if run.stopped is not None:
-        what = f.last_message and f"; its last message: {short(f.last_message, 200)}"
+        what = f.last_message and f"; its last message: {one_line(f.last_message, 200)}"
         return failed(f"codex was stopped: {run.stopped}{what or ''}", **totals)
     if run.timed_out:
         return failed(timeout_text(CLI, ctx.timeout_s, f.spent.usd), **totals)
     if f.turn_failed is not None:
-        return failed(f"codex turn failed: {short(f.turn_failed)}", **totals)
+        return failed(f"codex turn failed: {one_line(f.turn_failed, 300)}", **totals)
     if f.turns_completed and (run.returncode or 0) == 0:
-        summary = short(f.last_message, 2000) or f"codex finished ({money(f.spent.usd)} spent)"
+        summary = one_line(f.last_message, 2000) or f"codex finished ({money(f.spent.usd)} spent)"
         if not priced:
             summary += f" (spend not priced: no price known for {model or 'its model'})"
         return PipelineResult(success=True, summary=summary, **totals)
     if f.errors:
-        return failed(f"codex reported an error: {short(f.errors[-1])}", **totals)
+        return failed(f"codex reported an error: {one_line(f.errors[-1], 300)}", **totals)
     if run.start_error or (run.returncode or 0) != 0:
         return failed(crash_text(CLI, run), **totals)
     if f.bad_line is not None:
-        return failed(parse_failure(CLI, f"not a JSON event: {short(f.bad_line, 120)!r}", run), **totals)
+        return failed(parse_failure(CLI, f"not a JSON event: {one_line(f.bad_line, 120)!r}", run), **totals)
     return failed(parse_failure(CLI, f"no turn.completed among {f.events} event(s)", run), **totals)

@@ -9,6 +9,7 @@ from typing import Any, ClassVar, TextIO
 
 from stellafleet.core.limits import LimitReporter
 from stellafleet.core.spend import money
+from stellafleet.core.terminal import one_line
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.clirun import TAIL_LINES, CliRun
 from stellafleet.proc.runner import signal_description
@@ -102,12 +103,6 @@ class FileTail:
 _MAIN_ARGUMENT = ("path", "pattern", "message", "command", "summary")
 
 
-def short(text: str, limit: int = 300) -> str:
-    """text on one line, cut to limit characters."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
 def describe_call(name: str, arguments: str, limit: int = 70) -> str:
     """`read_file src/app.py`: the tool and its telling argument, short."""
     try:
@@ -118,7 +113,7 @@ def describe_call(name: str, arguments: str, limit: int = 70) -> str:
         detail = next((args[key] for key in _MAIN_ARGUMENT if isinstance(args.get(key), str)), "")
     else:
         detail = "(malformed arguments)" if arguments else ""
-    return f"{name} {short(detail, limit)}".rstrip()
+    return f"{name} {one_line(detail, limit)}".rstrip()
 
 
 class ProgressPrinter:

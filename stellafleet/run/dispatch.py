@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from stellafleet.core import jsontext
-from stellafleet.core.errors import ClaimConflict, StellaError
+from stellafleet.core.errors import ClaimConflict, DiskFull, StellaError
 from stellafleet.core.status import AttemptEnd, AttemptOutcome, StopReason
 from stellafleet.core.workercontext import WorkerContext
 from stellafleet.plan.model import PlanTask
@@ -98,8 +98,9 @@ class Dispatcher:
             for step in self.steps:
                 step.admit(state)
                 admitted.append(step)
-            if request is not None and request.follow_up.context:  # after the task's own words
-                state.prompt = f"{state.prompt.rstrip()}\n\n---\n{request.follow_up.context}"
+            taken = state.request  # the server's, or one a step took up as it admitted the attempt (Park)
+            if taken is not None and taken.follow_up.context:  # after the task's own words
+                state.prompt = f"{state.prompt.rstrip()}\n\n---\n{taken.follow_up.context}"
             ctx = state.context = self._open(state)
             end = self._run(state)
             state.spend = self.ledger.attempts.finish(
@@ -200,7 +201,7 @@ class Dispatcher:
             return end
         except AttemptFailed as exc:  # a step could not ready it: no worker started
             return exc.end
-        except ClaimConflict as exc:
+        except (ClaimConflict, DiskFull) as exc:  # their own words say what to do
             return AttemptEnd.failed(str(exc))
         except StellaError as exc:
             return AttemptEnd.failed(f"could not start the worker: {exc}")

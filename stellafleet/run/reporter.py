@@ -16,7 +16,7 @@ from stellafleet.core.clock import wall_ms
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.spend import money
 from stellafleet.core.status import AttemptOutcome, RunStatus, TaskStatus, outcome_detail
-from stellafleet.core.terminal import Piece, aligned, last_line, single_line, styled
+from stellafleet.core.terminal import Piece, aligned, last_line, one_line, styled
 from stellafleet.core.words import duration_text, plural, tasks_in_waves
 from stellafleet.run.events import (
     AttemptEnded,
@@ -51,12 +51,6 @@ STATUS_COLORS: dict[str, str] = {
 ATTEMPTED = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.INTERRUPTED)
 
 
-def one_line(text: str | None, limit: int = 100) -> str:
-    """text on one line, its control characters shown escaped (core/terminal.py), cut at limit."""
-    flat = single_line(text or "")
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 def status_counts(statuses: Iterable[str]) -> str:
     """`1 failed, 5 succeeded`: how many tasks ended in each status (empty for none)."""
     return ", ".join(f"{n} {status}" for status, n in sorted(Counter(statuses).items()))
@@ -85,9 +79,9 @@ def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, 
         detail = (
             outcome_detail(status, task.get("summary"), task.get("reason")) if status in ATTEMPTED else ""
         )
-        detail = one_line(detail or task.get("reason"), 80)
+        detail = one_line(detail or task.get("reason"), 80, cut="…")
         if task.get("no_commits"):
-            detail = one_line(f"NO COMMITS: {detail}", 80)
+            detail = one_line(f"NO COMMITS: {detail}", 80, cut="…")
         wave, spend = str(task.get("wave") or "-"), money(task.get("spend_usd") or 0.0)
         rows.append((task["id"], wave, status, spend, detail, task.get("branch") or ""))
     return rows
@@ -134,7 +128,7 @@ class PlainReporter(EventSink):
             "  ",
             (end.outcome, STATUS_COLORS.get(end.outcome, "yellow")),
             f" {event.task} after {duration_text(event.elapsed_s)} ({money(event.spend_usd)}): ",
-            one_line(detail, 160),
+            one_line(detail, 160, cut="…"),
             always=end.outcome != AttemptOutcome.SUCCEEDED,
         )
 
@@ -281,7 +275,7 @@ class LiveReporter(PlainReporter):
 
     def on_attempt_started(self, event: AttemptStarted) -> None:
         with self._live._lock:  # the view is drawn from Live's thread: change what it shows under its lock
-            self._running[event.task] = (time.monotonic(), one_line(event.title, 50))
+            self._running[event.task] = (time.monotonic(), one_line(event.title, 50, cut="…"))
             self._setups.pop(event.task, None)
             self._waits.pop(event.task, None)
 
@@ -318,7 +312,7 @@ class LiveReporter(PlainReporter):
             cells = [styled(cell) for cell in row]
             cells[2] = styled((row[2], color))
             if narrow:
-                cells[text] = styled(one_line(row[text], room))
+                cells[text] = styled(one_line(row[text], room, cut="…"))
             table.add_row(*(cells[i] for i in shown))
         self.console.print(table)
 

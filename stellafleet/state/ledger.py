@@ -41,12 +41,14 @@ class Ledger(Handle):
 
     def get_run(self, run_id: str, *, first_view: bool = False) -> dict[str, Any]:
         """Everything recorded about one run, or with first_view what the run page draws first, narrow (no
-        prompts, summaries, errors or merges); StellaError if the ledger has no such run."""
+        prompts, summaries, errors, merges or requests but those that need you); StellaError if the ledger
+        has no such run. Both hold `needs_you`: the requests that wait on a person."""
         run = self.runs.get(run_id)
         if run is None:
             raise StellaError(f"no run {run_id!r} in {self.path}: `stella runs` lists the recorded runs")
         if not first_view:
-            return {"run": run, **{table: getattr(self, table).of_run(run_id) for table in RUN_TABLES}}
+            tables = {table: getattr(self, table).of_run(run_id) for table in RUN_TABLES}
+            return {"run": run, **tables, "needs_you": self.requests.needing_you(run_id)}
         return {
             "run": run,
             "tasks": self.tasks.of_run(run_id, CARD_COLUMNS),
@@ -56,8 +58,9 @@ class Ledger(Handle):
             ),
             **{
                 table: getattr(self, table).of_run(run_id)
-                for table in ("checks", "ci", "cleanups", "limits", "requests", "merge_batches")
+                for table in ("checks", "ci", "cleanups", "limits", "merge_batches")
             },
+            "needs_you": self.requests.needing_you(run_id),
         }
 
     def attempt_record(self, attempt_id: int) -> dict[str, Any] | None:

@@ -279,14 +279,21 @@ def run_model(record: dict[str, Any], *, now_ms: int, alive: Alive = pid_alive) 
         "branches": _branches(record),
         **{key: record[key] for key in ("commits", "ci", "cleanups")},
         **{key: record.get(key, []) for key in ("merges", "merge_batches", "limits")},
-        "needs_you": needing_you(record.get("requests", [])),
+        "needs_you": [{key: row.get(key) for key in NEEDS_YOU_KEYS} for row in record.get("needs_you", [])],
     }
 
 
-def needing_you(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The run's follow-up requests that wait on a person (the ledger's needs_you rows), oldest first."""
-    keys = ("id", "task_id", "branch", "reason", "context", "asked_by", "asked_at_ms", "from_attempt_id")
-    return [{key: row.get(key) for key in keys} for row in requests if row.get("state") == "needs_you"]
+# What a view shows of a request that waits on a person (the ledger's `needs_you` rows, get_run's)
+NEEDS_YOU_KEYS = (
+    "id",
+    "task_id",
+    "branch",
+    "reason",
+    "context",
+    "asked_by",
+    "asked_at_ms",
+    "from_attempt_id",
+)
 
 
 class UnknownRun(StellaError):

@@ -150,6 +150,35 @@ def test_show_says_where_each_value_came_from(
     assert '[prices."qwen2.5:14b"]' in text.stdout.splitlines()
 
 
+def test_show_shows_every_section_of_the_schema_and_each_sections_own_settings(
+    git_repo: Path, stella_main: StellaRunner
+) -> None:
+    project = write(
+        git_repo / ".stella/config.toml",
+        '[notify]\ncommand = "notify-send"\n[executor]\nresources = {gpu = 1}\n'
+        '[executor.tasks.train]\nresources = {gpu_box = 1}\n[commit]\nhooks = "skip"\n'
+        '[merge]\nwindow = 4\n[worktree]\nsetup = "npm ci"\n[resources]\nports = 2\n'
+        '[pipelines.command]\nrun = "make"\n',
+    )
+    result = stella_main("config", "show", "--json", cwd=git_repo)
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    schema = json.loads((REPO / "stellafleet" / "core" / "config.schema.json").read_text(encoding="utf-8"))
+    assert list(shown["config"]) == [name for name in schema["properties"] if name != "prices"]  # none set
+    config, sources = shown["config"], shown["sources"]
+    assert config["executor"]["tasks"] == {"train": {"resources": {"gpu_box": 1}}}  # as its file says it
+    for key in (
+        "notify.command", "executor.resources.gpu", "executor.tasks.train.resources.gpu_box", "commit.hooks",
+        "merge.window", "worktree.setup", "resources.ports",
+    ):  # fmt: skip
+        assert sources[key] == str(project), key
+    assert (config["merge"]["strategy"], sources["merge.strategy"]) == ("rebase", "default")
+
+    text = stella_main("config", "show", cwd=git_repo).stdout
+    for table in ("[notify]", "[executor]", "[executor.tasks.train.resources]", "[commit]", "[merge]"):
+        assert table in text.splitlines(), table
+
+
 def test_show_reads_the_file_given_with_config_instead_of_the_projects(
     git_repo: Path, tmp_path: Path, stella_main: StellaRunner
 ) -> None:

@@ -130,7 +130,7 @@ def test_each_branch_decision_says_why_and_the_report_lists_them(git_repo: Path)
     record(git_repo, DONE, {t: (b, None) for t, b in [("p", patched), ("h", held), ("a", ahead)]})
     report = clean(git_repo, alive=alive)
     assert decisions(report) == {
-        patched: (REMOVED, f"merged into main (same patches) (was {patched_tip[:7]})"),
+        patched: (REMOVED, f"merged into main (same changes) (was {patched_tip[:7]})"),
         held: (REMOVED, f"every commit is on another branch or a salvage ref (was {held_tip[:7]})"),
         ahead: (KEPT, "not merged into main (2 commits ahead): merge it, or rerun with --force to delete it"),
     }

@@ -16,7 +16,7 @@ import pytest
 from helpers.fleet import RUN, make_attempt, wait_for
 from helpers.repo import StellaRunner, git, run_stella
 
-from stellafleet.git import committree
+from stellafleet.git import committree, hooks
 from stellafleet.state.ledger import Ledger
 
 # lint-staged's way: format each staged file, then stage the result
@@ -180,3 +180,34 @@ def test_the_commit_tree_is_readied_by_the_setup_and_a_failed_setup_refuses_the_
     done = stella("commit", "-m", "Add a", "a.txt", cwd=git_repo, env=ctx.to_env())
     assert done.returncode == 0, done.stderr  # the failed setup ran again, and the hook found its install
     assert (committree.tree_path(git_repo) / "node_modules" / ".installed").read_text() == "x\n"
+
+
+@pytest.mark.parametrize("hooks_in", ["commit-tree", "shared-tree"])
+def test_a_shared_commit_asks_git_where_the_hooks_are_once(
+    git_repo: Path, stella: StellaRunner, tmp_path: Path, hooks_in: str
+) -> None:
+    for name in ("pre-commit", "commit-msg", "post-commit"):
+        _hook(git_repo, name, "#!/bin/sh\nexit 0\n")
+    (git_repo / ".stella").mkdir(exist_ok=True)
+    (git_repo / ".stella" / "config.toml").write_text(f'[commit]\nhooks_in = "{hooks_in}"\n')
+    ctx = make_attempt(git_repo)
+    (git_repo / "a.txt").write_text("a\n")
+    trace = tmp_path / "git-trace"
+    done = stella(
+        "commit", "-m", "Add a", "a.txt", cwd=git_repo, env={**ctx.to_env(), "GIT_TRACE": str(trace)}
+    )
+    assert done.returncode == 0, done.stderr
+    asked = [line for line in trace.read_text().splitlines() if line.endswith("rev-parse --git-path hooks")]
+    assert len(asked) == 1, asked
+
+
+def test_the_commit_trees_hooks_are_the_same_folder_unless_a_relative_hooks_path_puts_one_in_each_tree(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    tree = tmp_path / "tree"
+    default = hooks.installed(git_repo)
+    assert default.where == (git_repo / ".git" / "hooks").resolve() and default.in_tree(tree) == default.where
+    git("config", "core.hooksPath", ".husky/_", cwd=git_repo)
+    assert hooks.installed(git_repo).in_tree(tree) == (tree / ".husky" / "_").resolve()
+    git("config", "core.hooksPath", str(tmp_path / "shared-hooks"), cwd=git_repo)
+    assert hooks.installed(git_repo).in_tree(tree) == tmp_path / "shared-hooks"

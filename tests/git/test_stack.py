@@ -135,3 +135,17 @@ def test_a_conflict_names_both_parents_and_at_most_five_paths() -> None:
         "parents a and b both change f0.txt, f1.txt, f2.txt, f3.txt, f4.txt and 2 more"
     )
     assert str(Conflict("a", "b", many[:5])).endswith("f3.txt, f4.txt")  # five: all named, no "more"
+
+
+def test_a_conflict_in_a_path_git_would_read_as_a_pattern_names_the_parent_that_changed_it(
+    git_repo: Path,
+) -> None:
+    """`a*.txt` and `é.txt` are paths, not patterns, nor quoted: the parent changing `ab.txt` is not named."""
+    base = gitops.head_commit(git_repo)
+    lookalike = _commit_on(git_repo, base, "ab.txt", "other\n", branch="lookalike")
+    for name in ("a*.txt", "é.txt"):
+        left = _commit_on(git_repo, base, name, "left\n", branch=f"left-{len(name)}")
+        right = _commit_on(git_repo, base, name, "right\n", branch=f"right-{len(name)}")
+        parts = [Contribution("lookalike", tip=lookalike), Contribution("left", tip=left)]
+        found = build_start(git_repo, base, [*parts, Contribution("right", tip=right)])
+        assert found == Conflict("left", "right", (name,))

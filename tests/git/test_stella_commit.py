@@ -84,3 +84,21 @@ def test_paths_outside_the_workspace_are_refused(
     assert proc.returncode == 2 and "inside the workspace" in proc.stderr
     missing = stella("commit", "-m", "nothing", cwd=git_repo, env=ctx.to_env())
     assert missing.returncode == 2 and "PATH" in missing.stderr
+
+
+def test_a_path_with_a_glob_character_is_that_file_alone(git_repo: Path, stella: StellaRunner) -> None:
+    """`a*.txt` is committed as the one file it names: the user's staged ab.txt stays staged, uncommitted."""
+    for name in ("a*.txt", "ab.txt"):
+        (git_repo / name).write_text("old\n")
+    git("add", ".", cwd=git_repo)
+    git("commit", "-q", "-m", "files", cwd=git_repo)
+    (git_repo / "ab.txt").write_text("the user's staged change\n")
+    git("add", "ab.txt", cwd=git_repo)
+    ctx = make_attempt(git_repo)
+    (git_repo / "a*.txt").write_text("the worker's\n")
+
+    done = stella("commit", "-m", "Change a*", "a*.txt", cwd=git_repo, env=ctx.to_env())
+
+    assert done.returncode == 0, done.stderr
+    assert git("show", "--name-only", "--format=", "HEAD", cwd=git_repo).split() == ["a*.txt"]
+    assert git("diff", "--cached", "--name-only", cwd=git_repo).split() == ["ab.txt"]

@@ -136,3 +136,38 @@ def test_item5_a_stale_stacked_branch_is_left_out(git_repo: Path) -> None:
             "(`stella runs` says why)",
         )
     ]
+
+
+def _ci(root: Path, heads: dict[str, str], state: CIState, *tasks: str) -> None:
+    with Ledger.open(StatePaths(root).fleet_db) as ledger:
+        for task in tasks:
+            ledger.ci.upsert(
+                run_id=RUN_ID, branch=f"fleet/{task}-abcd", task_id=task, head_sha=heads[task], pr_url=None,
+                pr_number=None, state=state, conclusion=None, reason=None, run_urls=[],
+            )  # fmt: skip
+
+
+def test_a_stacked_chain_whose_parent_landed_rebased_lands_by_merge_commits(git_repo: Path) -> None:
+    """c1 landed rebased (main had moved) while c2 and c3 waited on CI; `--strategy merge` merges only their
+    own work, not c1's original commit again (which conflicted in chain.txt), and the dry run says so."""
+    heads = _chain_run(git_repo)
+    (git_repo / "other.txt").write_text("unrelated\n")
+    git("add", "other.txt", cwd=git_repo)
+    git("commit", "-qm", "an unrelated commit on main", cwd=git_repo)
+    _ci(git_repo, heads, CIState.PENDING, "c2", "c3")
+    assert [item.task_id for item in merge_run(git_repo, MergeOptions()).queue] == ["c1"]
+    _ci(git_repo, heads, CIState.GREEN, "c2", "c3")
+
+    dry = merge_run(git_repo, MergeOptions(strategy="merge", dry_run=True))
+    assert [item.reason for item in dry.queue][1:] == [
+        "would merge 1 commit onto main (no check command)",
+        "would merge 1 commit onto main (no check command)",
+    ]
+    result = merge_run(git_repo, MergeOptions(strategy="merge"))
+
+    assert [(item.task_id, item.status) for item in result.queue][1:] == [
+        ("c2", MergeStatus.MERGED),
+        ("c3", MergeStatus.MERGED),
+    ], [item.reason for item in result.queue]
+    assert (git_repo / "chain.txt").read_text() == "start\nc1\nc2\nc3\n"
+    assert git("rev-parse", "HEAD^2", cwd=git_repo).strip() == heads["c3"]  # merge commits of the branches

@@ -14,6 +14,7 @@ from helpers.repo import StellaRunner, git
 
 from stellafleet.core.clock import wall_ms
 from stellafleet.core.paths import StatePaths
+from stellafleet.git.clean import REMOVED, clean
 from stellafleet.merge import journal as merge_journal
 from stellafleet.merge.queue import MergeItem
 from stellafleet.merge.runner import MergeOptions, merge_run
@@ -249,3 +250,25 @@ def test_a_branch_moved_under_the_train_stops_it_before_landing_and_nothing_more
     assert reasons[1:] == [("error", f"not tried: {reasons[0][1]}")] * 2
     assert result.check_runs == 1
     assert not (git_repo / "a.txt").exists()
+
+
+def test_branches_editing_lines_within_three_of_each_other_both_land_and_clean_counts_both_merged(
+    git_repo: Path,
+) -> None:
+    """The second is rebased onto the first: its patch id changes (the first's line is in its context), its
+    changes are still all in the result."""
+    lines = "".join(f"line {n}\n" for n in range(1, 21))
+    (git_repo / "f.txt").write_text(lines)
+    git("add", "f.txt", cwd=git_repo)
+    git("commit", "-q", "-m", "f", cwd=git_repo)
+    edits = {
+        t: {"f.txt": lines.replace(f"line {n}\n", f"line {n} by {t}\n")} for t, n in (("a", 10), ("b", 12))
+    }
+    build_disjoint_run(git_repo, edits)
+    result = merge_run(git_repo, MergeOptions(unwatched=True))
+    assert {item.task_id: str(item.status) for item in result.queue} == {"a": "merged", "b": "merged"}
+    assert "line 10 by a\nline 11\nline 12 by b\n" in (git_repo / "f.txt").read_text()
+    report = clean(git_repo, alive=lambda pid, started: False)
+    assert {item.target: item.action for item in report.items if item.kind == "branch"} == {
+        "fleet/a-abcd": REMOVED, "fleet/b-abcd": REMOVED,
+    }  # fmt: skip

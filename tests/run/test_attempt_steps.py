@@ -11,13 +11,14 @@ from helpers.fleet import RUN, run_of_one_task, write_config
 from helpers.repo import git
 
 from stellafleet.core.config import load_config
-from stellafleet.core.status import AttemptEnd, Stop, StopReason
+from stellafleet.core.errors import DiskFull
+from stellafleet.core.status import AttemptEnd, FollowUpReason, Stop, StopReason
 from stellafleet.plan.model import PlanTask
 from stellafleet.run.dispatch import Dispatcher
 from stellafleet.run.events import SkipTask
 from stellafleet.run.executor import Execution, LocalExecutor
 from stellafleet.run.serve import Server, TaskFailed
-from stellafleet.run.steps import AttemptState, AttemptStep, RunSettings
+from stellafleet.run.steps import AttemptState, AttemptStep, FollowUp, Request, RunSettings
 from stellafleet.run.steps.claims import Claims
 from stellafleet.state.claims import ClaimStore
 from stellafleet.state.ledger import Ledger
@@ -111,3 +112,40 @@ def test_a_step_refusing_admission_skips_the_task_and_releases_the_steps_before_
     assert calls == ["a.admit", "b.admit", "a.released"]
     _, ledger, _ = parts
     assert ledger.get_run(RUN)["attempts"] == []
+
+
+class FullDiskStep(AttemptStep):
+    def before_start(self, attempt: AttemptState) -> None:
+        raise DiskFull("/repo/.stella/worktrees", RUN)
+
+
+def test_a_step_meeting_a_full_disk_fails_the_attempt_with_the_disk_full_words_alone(
+    parts: tuple[Path, Ledger, ClaimStore],
+) -> None:
+    said = f"disk full at /repo/.stella/worktrees: free space, then stella fleet --resume {RUN}"
+    with pytest.raises(TaskFailed) as failed:
+        run_task(parts, FullDiskStep())
+    assert str(failed.value).endswith(said) and "could not start" not in str(failed.value)
+    [attempt] = parts[1].get_run(RUN)["attempts"]
+    assert attempt["error"] == said
+
+
+class TakesUpRequest(AttemptStep):
+    """Takes up a request as it admits the attempt (as Park takes up an earlier run's answer)."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def admit(self, attempt: AttemptState) -> None:
+        attempt.request = Request(1, FollowUp(FollowUpReason.ANSWER, "the answer: use sqlite"))
+
+    def before_start(self, attempt: AttemptState) -> None:
+        self.prompts.append(attempt.ctx.prompt)
+
+
+def test_a_request_a_step_took_up_as_it_admitted_the_attempt_ends_the_workers_prompt_once(
+    parts: tuple[Path, Ledger, ClaimStore],
+) -> None:
+    step = TakesUpRequest()
+    run_task(parts, step)
+    assert step.prompts == ["do it\n\n---\nthe answer: use sqlite"]

@@ -13,6 +13,7 @@ from stellafleet.plan.model import PlanTask
 from stellafleet.state.ledger import Ledger
 from stellafleet.state.ledger_schema import LEDGER_SCHEMA, MIGRATIONS
 from stellafleet.state.sqlitefile import Schema, open_database
+from stellafleet.state.views import NEEDS_YOU_KEYS, run_model
 from stellafleet.testing.sample_ledger import add_run
 
 RUN = "r-20261207-000000-aaaa"
@@ -68,6 +69,20 @@ def test_needs_you_replaces_the_tasks_earlier_one_and_is_dismissed_by_name(tmp_p
         assert ledger.requests.get(red)["state"] == "dismissed"
         assert ledger.requests.take(second) is False  # no one takes what waits on a person
         assert [row["id"] for row in ledger.get_run(RUN)["requests"]] == [first, second, red]
+
+
+def test_the_views_needs_you_is_the_ledgers_and_the_first_view_loads_no_other_request(tmp_path: Path) -> None:
+    with _ledger(tmp_path) as ledger:
+        ledger.requests.ask(RUN, "t1", FollowUpReason.CHECK, "round 2", asked_by="step")
+        waiting = ledger.requests.ask(
+            RUN, "t2", FollowUpReason.RETRY, "exit 1", asked_by="fleet", state=RequestState.NEEDS_YOU
+        )
+        first_view = ledger.get_run(RUN, first_view=True)
+        assert "requests" not in first_view
+        for record in (first_view, ledger.get_run(RUN)):
+            shown = run_model(record, now_ms=0, alive=lambda pid, started: False)["needs_you"]
+            assert [(row["id"], row["context"]) for row in shown] == [(waiting, "exit 1")]
+            assert set(shown[0]) == set(NEEDS_YOU_KEYS)
 
 
 def test_facts_are_set_per_attempt_and_a_task_gets_the_latest_of_each(tmp_path: Path) -> None:

@@ -39,10 +39,10 @@ class GitGuard(AttemptStep):
     def preflight(cls, before: BeforeRun) -> Preflight:
         """Which hooks the workers' commits run; a warning when the user's own commits would disturb them."""
         root, tasks = before.root, before.plan.tasks
-        names = hooks.installed(root)
-        if not names:
+        found = hooks.installed(root)
+        if not found:
             return Preflight()
-        listed = " and ".join(names)
+        listed = " and ".join(found.names)
         if before.config.commit.hooks == "skip":
             skipped = (
                 f'[commit] hooks = "skip": the installed {listed} hooks will not run for the '
@@ -52,11 +52,11 @@ class GitGuard(AttemptStep):
         notes: list[str] = []
         warnings: list[str] = []
         if any(task.isolation == "isolated" for task in tasks):
-            where = hooks.hooks_dir(root)
+            where = found.where
             shown = where.relative_to(root) if where.is_relative_to(root) else where
             notes.append(f"isolated tasks' commits run the {listed} hooks of {shown}")
-        if "pre-commit" in names and any(task.isolation != "isolated" for task in tasks):
-            warnings.append(users_commits_warning(hooks.framework_installed(root)))
+        if "pre-commit" in found and any(task.isolation != "isolated" for task in tasks):
+            warnings.append(users_commits_warning(hooks.framework_installed(found.where)))
         return Preflight(warnings=tuple(warnings), notes=tuple(notes))
 
     def before_start(self, attempt: AttemptState) -> None:

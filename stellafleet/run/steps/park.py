@@ -93,8 +93,7 @@ class Park(AttemptStep):
                 follow_up = replace(
                     answered_follow_up(self.ledger, row), start_at=self._start_at(attempt, row)
                 )
-                attempt.request = Request(int(row["id"]), follow_up)
-                attempt.prompt = f"{attempt.prompt.rstrip()}\n\n---\n{follow_up.context}"
+                attempt.request = Request(int(row["id"]), follow_up)  # its context: the dispatcher's to add
                 self._injected[id(attempt)] = int(row["id"])
                 return
 
