@@ -22,9 +22,11 @@ from stellafleet.engine.messages import ToolSpec
 from stellafleet.engine.settings import DEFAULT_KEY_ENV
 from stellafleet.git import gitops
 from stellafleet.proc import runner
+from stellafleet.proc.group import group_exists
 
 ClaimFn = Callable[[str], None]  # raises ClaimConflict when another live worker holds the path
-SpanFn = Callable[[], AbstractContextManager[object]]  # a write span recorded around its body
+LeaveOpen = Callable[[], None]  # called within a span: it is not closed, as what the call started runs on
+SpanFn = Callable[[], AbstractContextManager[LeaveOpen]]  # a write span recorded around its body
 WRITING_TOOLS = frozenset({"write_file", "edit_file", "commit", "shell"})  # the tools that can write the tree
 
 
@@ -180,6 +182,7 @@ class Toolbox:
         self.plan_out = plan_out  # an expanding task's: where emit_tasks writes its plan fragment
         self.committer = committer
         self.shell_timeout = shell_timeout
+        self.left_running = False  # the call's command left processes running, which may write later
         given = os.environ if env is None else env
         self._env = {name: value for name, value in given.items() if name not in secret_env}
         offered = {"shell": shell, "emit_tasks": plan_out is not None}  # the opt-in tools
@@ -199,8 +202,11 @@ class Toolbox:
         if tool is None:
             raise FormatError(f"unknown tool {name!r}: the tools are {', '.join(self.tools)}")
         span = self.workspace.span if name in WRITING_TOOLS else None
-        with span() if span is not None else contextlib.nullcontext():
+        self.left_running = False
+        with span() if span is not None else contextlib.nullcontext(lambda: None) as leave_open:
             text = tool.run(tool.check(args))
+            if self.left_running:
+                leave_open()
         if len(text) > MAX_RESULT_CHARS:
             more = len(text) - MAX_RESULT_CHARS
             text = f"{text[:MAX_RESULT_CHARS]}\n... [output truncated: {more} more characters]"
@@ -443,9 +449,13 @@ class Toolbox:
     def shell(self, args: dict[str, Any]) -> str:
         # Its own process group, stopped at once on the timeout or Ctrl-C: whatever it started, not only sh.
         argv = ["/bin/sh", "-c", args["command"]]
-        done = runner.run(argv, cwd=self.workspace.root, env=self._env, timeout=self.shell_timeout)
+        pids: list[int] = []
+        root, env = self.workspace.root, self._env
+        done = runner.run(argv, cwd=root, env=env, timeout=self.shell_timeout, on_start=pids.append)
         if done.timed_out:
             raise ToolFailure(f"the command ran longer than {self.shell_timeout:g} s and was stopped")
+        # what it left running in the background (`server >log &`) may write the tree after it returns
+        self.left_running = bool(pids) and group_exists(pids[0])
         output = (done.stdout + done.stderr).strip()
         return f"exit status {done.returncode}\n{output}" if output else f"exit status {done.returncode}"
 

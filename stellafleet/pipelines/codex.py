@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,6 +33,7 @@ from stellafleet.pipelines.support import (
     parse_failure,
     timeout_text,
 )
+from stellafleet.state.claims import ClaimStore
 
 
 def writable_roots_arg(workspace: Path) -> list[str]:
@@ -67,6 +69,8 @@ CLI = "codex"
 # Items that are the agent doing something (as opposed to talking or thinking): each counts as a step.
 ACTION_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search"}
 MESSAGE_ITEMS = {"agent_message", "assistant_message"}  # the latter is the older name
+# Items that can write the tree: a command, a patch Codex applies, an MCP server's tool (it may edit files).
+WRITING_ITEMS = {"command_execution", "file_change", "mcp_tool_call"}
 
 
 # Web search and sub-agents off (not priced or counted); no login shell, which would reset PATH.
@@ -101,16 +105,69 @@ def usage_total(value: Any) -> Usage:
     return counts
 
 
+def item_of(event: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """An `item.*` event's item and its type (older Codex said `item_type`); ({}, None) for other events."""
+    item = event.get("item")
+    if not isinstance(item, dict):
+        return {}, None
+    kind = item.get("type") or item.get("item_type")
+    return item, kind if isinstance(kind, str) else None
+
+
+class WriteSpans:
+    """A shared Codex worker's write spans (state/claims.py), from its item events as they are read.
+
+    A writing item's span closes when its `item.completed` is read. It opens not at its own first event but
+    at the last line read before it that no writing item sent: Codex announces a command after starting it
+    (0.169 printed `item.started` of `printf x > c.txt` 40 ms after c.txt was written), and it may run the
+    calls of one model answer together or back to back, each announced late. The other lines
+    (`turn.started`, a message, a reasoning summary) come before the answer's calls run, so calls with no
+    such line between them share one start. An item never completed (a command still running when the
+    worker ended) keeps its span open, which covers it to the attempt's end."""
+
+    def __init__(self, store_db: Path, run_id: str, attempt_id: int, clock: Callable[[], int] = time.time_ns):
+        self.store_db, self.run_id, self.attempt_id = store_db, run_id, attempt_id
+        self.clock = clock
+        self.since_ns = clock()  # until Codex prints a line: from its start
+        self.opened: set[str] = set()
+        with ClaimStore.open(store_db) as store:
+            store.report_spans(run_id, attempt_id)
+
+    def seen(self, event: dict[str, Any]) -> None:
+        """One event, as it is read."""
+        now = self.clock()
+        item, kind = item_of(event)
+        if kind not in WRITING_ITEMS:
+            self.since_ns = now
+            return
+        name = f"codex-{item.get('id') or f'unnamed-{now}'}"  # no id: its span is its own, never matched
+        completed = event.get("type") == "item.completed"
+        if name in self.opened and not completed:
+            return  # an update of a running item
+        with ClaimStore.open(self.store_db) as store:
+            if name not in self.opened:
+                self.opened.add(name)
+                store.open_span(self.run_id, self.attempt_id, name, self.since_ns)
+            if completed:
+                store.close_span(self.run_id, self.attempt_id, name, now)
+
+
 class CodexFollower(EventLines):
     """Reads `codex exec --json` events as they arrive, reports spend, and says when to stop."""
 
     kind = "type"
 
     def __init__(
-        self, pricer: Pricer | None, spent: SpendTally, limits: LimitReporter | None, home: Path
+        self,
+        pricer: Pricer | None,
+        spent: SpendTally,
+        limits: LimitReporter | None,
+        home: Path,
+        spans: WriteSpans | None = None,
     ) -> None:
         super().__init__(limits)
         self.home = home  # where Codex keeps its session logs
+        self.spans = spans  # in the shared tree: when it could write
         self.pricer = pricer
         self.spent = spent
         self.total: Usage = (0, 0, 0)
@@ -128,12 +185,13 @@ class CodexFollower(EventLines):
 
     def event(self, event: dict[str, Any]) -> str | None:
         with self._lock:
+            if self.spans is not None:
+                self.spans.seen(event)
             kind = event["type"]
             if kind == "thread.started" and isinstance(event.get("thread_id"), str):
                 self.thread_id = event["thread_id"]
-            elif kind == "item.completed" and isinstance(event.get("item"), dict):
-                item = event["item"]
-                item_type = item.get("type") or item.get("item_type")
+            elif kind == "item.completed":
+                item, item_type = item_of(event)
                 if item_type in MESSAGE_ITEMS and isinstance(item.get("text"), str):
                     self.last_message = item["text"]
                 elif item_type in ACTION_ITEMS:
@@ -234,7 +292,8 @@ class CodexPipeline(AgentCliPipeline):
         tally = SpendTally.for_attempt(ctx, spend)
         if tally.guarded and pricer is None:
             return failed(f"codex was not started: {self.no_price(model)}")
-        follower = CodexFollower(pricer, tally, limits_of(spend), codex_home(agent_env(ctx)))
+        spans = WriteSpans(ctx.paths.store_db, ctx.run_id, ctx.attempt_id) if ctx.shared else None
+        follower = CodexFollower(pricer, tally, limits_of(spend), codex_home(agent_env(ctx)), spans)
         resume, gone = Resume.of(ctx.prompt), {}
         log = thread_log(follower.home, resume.id) if resume is not None else None
         if resume is not None and log is None:  # a new thread, and the attempt says why

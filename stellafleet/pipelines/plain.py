@@ -25,7 +25,7 @@ from stellafleet.engine.loop import NUDGE, Engine, EngineOutcome, EventSink, sys
 from stellafleet.engine.redact import Redactor, Transcript
 from stellafleet.engine.replay import conversation
 from stellafleet.engine.settings import EngineSettings, load_settings, settings_problems
-from stellafleet.engine.tools import SECRET_ENV, ClaimFn, SpanFn, Toolbox, Workspace
+from stellafleet.engine.tools import SECRET_ENV, ClaimFn, LeaveOpen, SpanFn, Toolbox, Workspace
 from stellafleet.git.lane import commit_paths
 from stellafleet.pipelines.base import PipelineResult
 from stellafleet.pipelines.sessions import PARKED, Resume, fresh_after_failed_resume, session_fact
@@ -181,21 +181,23 @@ def _implicit_claims(ctx: WorkerContext) -> ClaimFn:
 
 def _write_spans(ctx: WorkerContext) -> SpanFn:
     """Each call of a tool that can write the tree, recorded as a write span of the attempt (the shared
-    tree's writes are attributed by them, run/steps/unclaimed.py); a call the worker's end cuts off stays
-    open, which counts as lasting to the attempt's end."""
+    tree's writes are attributed by them, run/steps/unclaimed.py); a call the worker's end cuts off, or
+    one whose command left processes running, stays open, which counts as lasting to the attempt's end."""
     with ClaimStore.open(ctx.paths.store_db) as store:
         store.report_spans(ctx.run_id, ctx.attempt_id)
     calls = itertools.count(1)
 
     @contextlib.contextmanager
-    def span() -> Iterator[None]:
+    def span() -> Iterator[LeaveOpen]:
         name = f"engine-{next(calls)}"
         with ClaimStore.open(ctx.paths.store_db) as store:
             store.open_span(ctx.run_id, ctx.attempt_id, name, time.time_ns())
+        left_open: list[bool] = []
         try:
-            yield
+            yield lambda: left_open.append(True)
         finally:
-            with ClaimStore.open(ctx.paths.store_db) as store:
-                store.close_span(ctx.run_id, ctx.attempt_id, name, time.time_ns())
+            if not left_open:
+                with ClaimStore.open(ctx.paths.store_db) as store:
+                    store.close_span(ctx.run_id, ctx.attempt_id, name, time.time_ns())
 
     return span

@@ -10,11 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.agents import make_context
 from helpers.engine import make_repo
 
 from stellafleet.engine.errors import Finished, FormatError, ToolFailure
-from stellafleet.engine.tools import Toolbox, Workspace
+from stellafleet.engine.tools import LeaveOpen, Toolbox, Workspace
 from stellafleet.git import gitops
+from stellafleet.pipelines.plain import _write_spans
+from stellafleet.state.claims import ClaimStore
 
 
 @pytest.fixture
@@ -235,10 +238,10 @@ def test_every_call_of_a_tool_that_can_write_is_a_write_span_and_no_other(repo: 
     spans: list[str] = []
 
     @contextlib.contextmanager
-    def span() -> Iterator[None]:
+    def span() -> Iterator[LeaveOpen]:
         spans.append("open")
         try:
-            yield
+            yield lambda: spans.append("left open")
         finally:
             spans.append("closed")
 
@@ -261,3 +264,18 @@ def test_every_call_of_a_tool_that_can_write_is_a_write_span_and_no_other(repo: 
     ):
         box.call(name, args)
     assert len(spans) == 10  # reading is no span
+
+
+def test_a_shell_command_that_leaves_a_process_running_leaves_its_span_open(git_repo: Path) -> None:
+    """What a command starts in the background (`server >log &`) may write after the call returned: its
+    span stays open, to the attempt's end; one whose processes all ended is closed."""
+    ctx = make_context(git_repo, pipeline="plain")
+    box = toolbox(git_repo, shell=True)
+    box.workspace.span = _write_spans(ctx)
+    assert (
+        box.call("shell", {"command": "sleep 0.2 >/dev/null 2>&1 & echo started"}) == "exit status 0\nstarted"
+    )
+    assert box.call("shell", {"command": "sleep 0.01; true"}) == "exit status 0"
+    with ClaimStore.open(ctx.paths.store_db) as store:
+        spans = store.write_spans(ctx.run_id, ctx.attempt_id) or []
+    assert [end is None for _, end in spans] == [True, False]

@@ -7,10 +7,13 @@ binary and returns the environment that points each CLI at the scripted model se
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +132,30 @@ def codex_shell(cmd: str, tokens: tuple[int, int] = (3000, 80), **step: Any) -> 
 
 def codex_say(text: str, tokens: tuple[int, int] = (4000, 20)) -> dict[str, Any]:
     return {"text": text, "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1]}}
+
+
+@contextlib.contextmanager
+def watched_spans(root: Path) -> Iterator[dict[tuple[int, str], tuple[int, int | None]]]:
+    """The write spans the store held while the body ran (they are dropped as each attempt is released),
+    by attempt and the span's name (Claude Code's tool_use_id, `codex-` and Codex's item id), as last seen."""
+    seen: dict[tuple[int, str], tuple[int, int | None]] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.03):
+            with contextlib.suppress(sqlite3.Error):
+                conn = sqlite3.connect(f"file:{StatePaths(root).store_db}?mode=ro", uri=True)
+                try:
+                    rows = conn.execute("SELECT attempt_id, span, start_ns, end_ns FROM write_spans")
+                    for attempt, span, start, end in rows:
+                        seen[attempt, span] = (start, end)
+                finally:
+                    conn.close()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        thread.join()

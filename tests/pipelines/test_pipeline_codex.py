@@ -6,6 +6,7 @@ demand: crash, hang, print garbage, fail a turn, emit error events, or report se
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,10 @@ from helpers.agents import (
 from helpers.fleet import wait_until
 
 from stellafleet.core.pricing import TokenUsage, price_for
+from stellafleet.core.spend import SpendTally
 from stellafleet.pipelines.base import PipelineResult
-from stellafleet.pipelines.codex import CodexPipeline
+from stellafleet.pipelines.codex import CodexFollower, CodexPipeline, WriteSpans
+from stellafleet.state.claims import ClaimStore
 
 MODEL = "gpt-5"
 
@@ -175,3 +178,72 @@ def test_hang_past_the_task_timeout(git_repo: Path, fakes: FakeAgents) -> None:
     stopped = "codex did not finish within the task timeout of 3s and was stopped"
     assert result.summary == f"{stopped} ($0.00 spent)"
     assert fakes.log("terminated", "codex")
+
+
+def wire(event: dict[str, Any]) -> str:
+    """An event as Codex prints it (compact JSON, its fields in its order)."""
+    return json.dumps(event, separators=(",", ":"))
+
+
+def item(event: str, item_id: str, kind: str, **fields: Any) -> str:
+    return wire({"type": f"item.{event}", "item": {"id": item_id, "type": kind, **fields}})
+
+
+def command(event: str, item_id: str, cmd: str) -> str:
+    done = event == "completed"
+    status = {"exit_code": 0, "status": "completed"} if done else {"exit_code": None, "status": "in_progress"}
+    return item(
+        event, item_id, "command_execution", command=f"/bin/bash -c {cmd}", aggregated_output="", **status
+    )
+
+
+PATCH = [{"path": "/tmp/cx/ws/a.txt", "kind": "update"}, {"path": "/tmp/cx/ws/b.txt", "kind": "add"}]
+USAGE = {"input_tokens": 400, "cached_input_tokens": 0, "cache_write_input_tokens": 0, "output_tokens": 40}
+# What Codex 0.169 printed (`codex exec --json` against the scripted model server), with the time each line
+# was read: a command, a patch (`apply_patch` through exec_command), a message, a slow command, a command
+# still running when the turn ended; last, a patch as older Codex reported it (`item_type`, once applied).
+CODEX_EVENTS = [
+    (100, wire({"type": "thread.started", "thread_id": "01a24f4f-625a-7d22-b574-91b0758f8432"})),
+    (200, wire({"type": "turn.started"})),
+    (300, command("started", "item_1", "\"printf 'x\\\\n' > c.txt\"")),
+    (310, command("completed", "item_1", "\"printf 'x\\\\n' > c.txt\"")),
+    (400, item("started", "item_2", "file_change", changes=PATCH, status="in_progress")),
+    (480, item("completed", "item_2", "file_change", changes=PATCH, status="completed")),
+    (500, item("completed", "item_3", "agent_message", text="now a slow one")),
+    (600, command("started", "item_4", "'sleep 0.3; printf y > d.txt; sleep 0.3'")),
+    (900, command("completed", "item_4", "'sleep 0.3; printf y > d.txt; sleep 0.3'")),
+    (1000, command("started", "item_5", "'sleep 1.5; printf w > f.txt'")),
+    (1100, item("completed", "item_6", "agent_message", text="done")),
+    (
+        1200,
+        wire({"type": "item.completed", "item": {"id": "itm_7", "item_type": "file_change", "changes": []}}),
+    ),
+    (1300, wire({"type": "turn.completed", "usage": {**USAGE, "reasoning_output_tokens": 0}})),
+]
+
+
+def test_a_shared_codex_workers_write_spans_run_from_the_line_before_its_calls_to_their_end(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "store.db"
+    times = iter([50] + [at for at, _ in CODEX_EVENTS])
+    follower = CodexFollower(
+        None, SpendTally(), None, tmp_path, WriteSpans(db, "r-1", 7, lambda: next(times))
+    )
+    for _, line in CODEX_EVENTS:
+        assert follower(line) is None
+    with ClaimStore.open(db) as store:
+        spans = sorted(store.write_spans("r-1", 7) or [], key=str)
+        assert store.write_spans("r-1", 8) is None  # another attempt reported nothing
+    assert spans == sorted(
+        [
+            (200, 310),  # the command: from turn.started, as Codex printed item.started after it wrote
+            (200, 480),  # the patch, right after it, with no other line between: from the same line
+            (500, 900),  # after the message, a new answer's command: from the message
+            (500, None),  # a command still running at the end: open, to the attempt's end
+            (1100, 1200),  # a patch reported only once applied: from the line before
+        ],
+        key=str,
+    )
+    assert follower.bad_line is None and follower.steps == 4  # the completed commands and patches
+    assert follower.last_message == "done" and follower.turns_completed == 1

@@ -6,12 +6,8 @@ tools, its hooks, its cost table, its budget stop) is the real program's.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sqlite3
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,12 +19,12 @@ from helpers.realclis import (
     fleet_setup,
     say,
     transcript,
+    watched_spans,
     write,
     write_plan,
 )
 from helpers.repo import StellaRunner, git
 
-from stellafleet.core.paths import StatePaths
 from stellafleet.git import gitops
 from stellafleet.run.steps.unclaimed import EDGE_NS
 from stellafleet.testing.model_server import ScriptedModelServer
@@ -150,33 +146,6 @@ def test_the_guard_reaches_claude_as_its_budget_and_its_budget_stop_is_recorded(
     assert attempt["summary"].startswith("Claude Code stopped at its spend guard of $0.25")
     assert attempt["spend_usd"] == pytest.approx(result["total_cost_usd"], abs=1e-12)
     assert served == result["num_turns"] < len(steps)  # it stopped calling the model at its budget
-
-
-@contextlib.contextmanager
-def watched_spans(root: Path) -> Iterator[dict[tuple[int, str], tuple[int, int | None]]]:
-    """The write spans the store held while the body ran (they are dropped as each attempt is released),
-    by attempt and Claude Code's tool_use_id, as last seen."""
-    seen: dict[tuple[int, str], tuple[int, int | None]] = {}
-    stop = threading.Event()
-
-    def watch() -> None:
-        while not stop.wait(0.03):
-            with contextlib.suppress(sqlite3.Error):
-                conn = sqlite3.connect(f"file:{StatePaths(root).store_db}?mode=ro", uri=True)
-                try:
-                    rows = conn.execute("SELECT attempt_id, span, start_ns, end_ns FROM write_spans")
-                    for attempt, span, start, end in rows:
-                        seen[attempt, span] = (start, end)
-                finally:
-                    conn.close()
-
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    try:
-        yield seen
-    finally:
-        stop.set()
-        thread.join()
 
 
 def tool_uses(root: Path, run_id: str, task_id: str) -> dict[str, str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers.fleet import attempt_facts, by_id, run_record
-from helpers.realclis import CODEX_MODEL, RUN_TIMEOUT_S, fleet_setup, write_plan
+from helpers.realclis import CODEX_MODEL, RUN_TIMEOUT_S, fleet_setup, transcript, watched_spans, write_plan
 from helpers.realclis import codex_say as say
 from helpers.realclis import codex_shell as shell
 from helpers.repo import StellaRunner, git
@@ -119,17 +119,20 @@ def test_a_shared_codex_task_commits_through_stella_commit(
     (git_repo / "scratch.txt").write_text("someone else's uncommitted work\n")
     question = {"id": "which", "header": "Which", "question": "Which file?", "options": []}
     ask = {"name": "request_user_input", "arguments": {"questions": [question]}}
+    patch = "apply_patch <<'EOF'\n*** Begin Patch\n*** Add File: notes.txt\n+notes\n*** End Patch\nEOF\n"
     steps = [
         # a headless worker has no one to ask: Codex itself answers that it cannot
         {"tool_calls": [ask], "usage": {"input_tokens": 2000, "output_tokens": 30}},
-        shell("printf 'notes\\n' > notes.txt && stella commit -m 'Write the notes' notes.txt", (3000, 50)),
+        shell(patch, (3000, 50)),  # Codex applies the patch itself: a file_change item
+        shell("stella commit -m 'Write the notes' notes.txt", (1000, 10)),
         say("Wrote notes.txt and committed it with stella commit.", (4000, 20)),
     ]
     with ScriptedModelServer(steps) as server:
         env = fleet_setup(git_repo, server, ["codex"])
         base = gitops.head_commit(git_repo)
         plan = write_plan(tmp_path, [{"id": "notes", "prompt": "Write notes.txt", "pipeline": "codex"}])
-        proc = stella("fleet", "--plan", str(plan), cwd=git_repo, env=env, timeout=RUN_TIMEOUT_S)
+        with watched_spans(git_repo) as spans:
+            proc = stella("fleet", "--plan", str(plan), cwd=git_repo, env=env, timeout=RUN_TIMEOUT_S)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         answer = server.requests[1].body["input"][-1]
     assert answer["type"] == "function_call_output"
@@ -142,7 +145,21 @@ def test_a_shared_codex_task_commits_through_stella_commit(
     assert git("rev-list", f"{base}..HEAD", cwd=git_repo).split() == [commit["sha"]]
     assert files_of(git_repo, commit["sha"]) == ["notes.txt"]
     assert (git_repo / "scratch.txt").exists()  # the other work was neither committed nor touched
-    assert by_id(record["attempts"], "task_id")["notes"]["spend_usd"] == pytest.approx(price(9000, 100))
+    assert by_id(record["attempts"], "task_id")["notes"]["spend_usd"] == pytest.approx(price(10000, 110))
+    # its write spans, from the items Codex printed: the patch's holds its write of notes.txt (without the
+    # 50 ms edge unclaimed.py adds), and the commit's, right after it, closed when the command ended
+    items = {
+        e["item"]["type"]: f"codex-{e['item']['id']}"
+        for e in transcript(git_repo, record["run"]["id"], "notes")
+        if e.get("type") == "item.completed" and e["item"]["type"] in ("file_change", "command_execution")
+    }
+    patched, committed = (
+        spans[attempt["id"], items["file_change"]],
+        spans[attempt["id"], items["command_execution"]],
+    )
+    assert patched[1] is not None and patched[0] <= (git_repo / "notes.txt").stat().st_mtime_ns <= patched[1]
+    assert committed[1] is not None and committed[1] >= patched[1]
+    assert {span for _, span in spans} == set(items.values())
 
 
 def test_what_an_isolated_codex_task_leaves_uncommitted_is_committed_for_it(

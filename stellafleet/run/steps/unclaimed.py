@@ -3,10 +3,11 @@ have written them claims, named in its summary and the ledger (`unclaimed_writes
 fails it.
 A write is attributed by who could have made it: a file another shared attempt of this fleet claims is that
 attempt's only when its last write fell while that attempt could write it: within its write spans when its
-pipeline reports them (the engine's writing tool calls, Claude Code's hooked ones: state/claims.py), else
-from its start to its end. So an attempt that ended first is not taken for a later one's writes, nor a
-later one for an earlier writer's, nor a running claimant for a write made between its tool calls; and the
-claimant is told when its file was last changed so, while another task ran."""
+pipeline reports them (the engine's writing tool calls, Claude Code's hooked ones, Codex's commands and
+patches: state/claims.py), else from its start to its end. So an attempt that ended first is not taken for
+a later one's writes, nor a later one for an earlier writer's, nor a running claimant for a write made
+between its tool calls; and the claimant is told when its file was last changed so, while another task
+ran."""
 
 from __future__ import annotations
 
