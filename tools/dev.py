@@ -278,7 +278,10 @@ def _mutation_report(work: Path, module: Path) -> int:
 
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "mutate":
-        ensure_venv(quiet=True)
+        # an existing .venv is used as it is: mutmut tests a scratch copy, and reinstalling here would
+        # repoint the editable install (another checkout's, a worktree's) at this one
+        if not Path(_bin("python")).exists():
+            ensure_venv(quiet=True)
         return mutate(argv[1:])
     if not argv or argv[0] not in {"demo", "test", "venv", "agents", "gh"}:
         print(__doc__)
