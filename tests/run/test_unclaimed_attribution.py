@@ -322,3 +322,20 @@ def test_the_claimant_is_told_of_a_change_between_its_calls_in_a_file_it_committ
         git("commit", "-q", "-m", "the claimant's commit", "c.txt", cwd=git_repo)  # its file equals HEAD now
         end = fleet.end(claimant)
         assert end.summary == f"done; {_outside('c.txt', 'x')}; {_outside('src/new.py', 'x')}"
+
+
+def test_the_claimant_is_told_every_task_that_ran_then_and_no_task_that_had_ended(git_repo: Path) -> None:
+    """Each task whose window covers the change is named, an earlier ended one is not; a summary without
+    words is the note alone."""
+    with _fleet(git_repo, "c.txt", "a.txt", "x.txt", "y.txt", strict=False) as fleet:
+        claimant = fleet.start("c", "c.txt")
+        fleet.reports_spans(claimant)
+        early = fleet.start("a", "a.txt")
+        fleet.end(early)
+        first, second = fleet.start("x", "x.txt"), fleet.start("y", "y.txt")
+        fleet.tool_call(claimant, "c.txt")
+        fleet.write("c.txt", "one of them\n")
+        fleet.end(first)
+        fleet.end(second)
+        end = fleet.end(claimant, AttemptEnd(AttemptOutcome.SUCCEEDED, ""))
+        assert end.summary == _outside("c.txt", "x", "y")
