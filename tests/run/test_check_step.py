@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,10 +16,11 @@ from helpers.repo import git
 
 from stellafleet.core.config import Config
 from stellafleet.core.paths import StatePaths
-from stellafleet.core.status import AttemptEnd, AttemptOutcome, FollowUpReason
+from stellafleet.core.status import AttemptEnd, AttemptOutcome, FollowUpReason, StopReason
 from stellafleet.plan.model import PlanTask
-from stellafleet.run.steps import AttemptFailed
-from stellafleet.run.steps.check import VACUOUS, runs_changed, told
+from stellafleet.run.checking import CheckRun
+from stellafleet.run.steps import AttemptFailed, FollowUp, Request
+from stellafleet.run.steps.check import VACUOUS, no_verdict, round_context, runs_changed, told
 from stellafleet.state.ledger import Ledger
 
 DONE = AttemptEnd(AttemptOutcome.SUCCEEDED, "done")
@@ -84,7 +86,8 @@ def test_check_rounds_caps_the_rounds_then_it_waits_on_a_person(git_repo: Path, 
     step, attempt = check_attempt(git_repo, ledger, task)
     rounds = []
     for _ in range(3):
-        assert step.ended(attempt, DONE).reason == "check failed (exit 1): FAIL parser"
+        end = step.ended(attempt, DONE)
+        assert end.outcome == AttemptOutcome.FAILED and end.reason == "check failed (exit 1): FAIL parser"
         follow_up = step.released(attempt)
         assert follow_up is not None and follow_up.reason == FollowUpReason.CHECK
         rounds.append(follow_up)
@@ -103,6 +106,7 @@ def test_check_fails_first_runs_in_an_isolated_tasks_own_worktree(
 ) -> None:
     tree = tmp_path / "wt"
     git("worktree", "add", "-q", "-b", "fleet/t1", str(tree), cwd=git_repo)
+    own = _commit(tree, "own.txt")  # its worktree's start is not the main tree's HEAD
     elsewhere = PlanTask("t1", "p", "t", isolation="isolated", check=f'test "$(pwd)" != "{tree}"')
     here = PlanTask("t2", "p", "t", isolation="isolated", check=f'test "$(pwd)" = "{tree}"')
     on_branch = {"workspace": tree, "isolation": "isolated", "branch": "fleet/t1"}
@@ -113,7 +117,7 @@ def test_check_fails_first_runs_in_an_isolated_tasks_own_worktree(
         step.before_start(attempt)
     assert failed.value.end.reason == VACUOUS
     [row] = [row for row in ledger.checks.of_run(RUN) if row["task_id"] == "t2"]
-    assert row["phase"] == "before" and row["commit_sha"] == git("rev-parse", "HEAD", cwd=tree).strip()
+    assert row["phase"] == "before" and row["commit_sha"] == own
 
 
 def test_a_check_tree_whose_setup_fails_fails_the_check_and_goes(git_repo: Path, ledger: Ledger) -> None:
@@ -138,6 +142,8 @@ def test_a_check_tree_whose_setup_fails_fails_the_check_and_goes(git_repo: Path,
         ("node --test-file=spec/a.js", ["spec/a.js", "spec/b.js"], "spec/a.js"),
         ("pytest tests", ["tests/test_new.py"], None),  # a folder: adding tests there is the task's job
         ("make 'test", ["test"], None),  # no closing quote: read word by word, and `'test` names no file
+        ("node --spec=cases=a.js", ["cases=a.js"], "cases=a.js"),  # the option's value is all after its `=`
+        ("sh test.sh lib.sh", ["lib.sh", "test.sh"], "lib.sh, test.sh"),
     ],
 )
 def test_a_file_the_check_command_names_is_the_one_named(
@@ -160,3 +166,177 @@ def test_an_isolated_task_that_changes_its_checks_script_is_named(
     assert step.ended(attempt, DONE).reason is None
     [row] = ledger.checks.of_run(RUN)
     assert row["output_tail"].endswith("[stella] the task changed check.sh, which its check runs\n")
+
+
+def _red(exit_code: int | None, problem: str | None = None, reason_line: str = "") -> CheckRun:
+    return CheckRun("make test", exit_code, 0.1, "a" * 40, "", None, problem, reason_line)
+
+
+FIRST = "check_fails_first: the check must fail on the start commit by its verdict"
+
+
+@pytest.mark.parametrize(
+    ("run", "codes", "said"),
+    [
+        (_red(1, reason_line="FAIL t"), (1,), None),
+        (
+            _red(1, problem="the check moved fleet/t1 from a to b"),
+            (1,),
+            "(exit 1); the check moved fleet/t1 from a to b",
+        ),
+        (_red(None), (1,), "(exit 1); it gave no exit code"),
+        (_red(2), (1,), "(exit 1); it exited 2"),
+        (_red(3, reason_line="E boom"), (1, 2), "(exit 1 or 2); it exited 3: E boom"),
+        (_red(129), (1,), "(exit 1); it exited 129 (SIGHUP)"),
+        (_red(200), (1,), "(exit 1); it exited 200"),  # no signal 72: no name
+    ],
+)
+def test_a_check_that_fails_first_by_no_verdict_of_its_own_is_named_as_it_failed(
+    run: CheckRun, codes: Sequence[int], said: str | None
+) -> None:
+    assert no_verdict(run, codes) == (None if said is None else f"{FIRST} {said}")
+
+
+def test_the_check_note_says_where_the_check_runs(git_repo: Path, ledger: Ledger) -> None:
+    assert "on your committed work (your branch's tip), in a clean checkout: `make`" in told("make", True)
+    shared = "(the shared branch right after your last commit)"
+    assert shared in told("make", False) and shared not in told("make", True)
+    task = PlanTask("t1", "write the parser", "t", isolation="isolated", check="make test")
+    step, attempt = check_attempt(git_repo, ledger, task, isolation="isolated", branch="fleet/t1")
+    step.admit(attempt)
+    assert attempt.prompt == "write the parser" + told("make test", isolated=True)
+
+
+def test_a_check_rounds_prompt_names_the_red_commit_and_what_to_do() -> None:
+    red = replace(_red(1, reason_line="FAIL t"), tail="FAIL t\n")
+    assert round_context(red, 2, 3) == (
+        "stella ran your check `make test` on commit aaaaaaaaaaaa and it is red (check failed (exit 1): "
+        "FAIL t). This is check round 2 of at most 3. Find the cause in its output below, fix it in this "
+        "workspace and commit the fix; the check runs again on your committed work.\n\n"
+        "The check's output (its end):\n```\nFAIL t\n\n```\n"
+    )
+    assert round_context(replace(red, commit=None), 2, 3).startswith(
+        "stella ran your check `make test` and it is red (check failed (exit 1): FAIL t). "
+    )
+
+
+def test_check_fails_first_runs_only_when_asked_and_not_for_a_follow_up(
+    git_repo: Path, ledger: Ledger
+) -> None:
+    red = "echo 'FAIL t'; exit 1"
+    step, attempt = check_attempt(git_repo, ledger, PlanTask("t1", "p", "t", check="true"))
+    step.before_start(attempt)  # it would pass: only check_fails_first runs it here
+    task = PlanTask("t2", "p", "t", check="true", check_fails_first=True)
+    step, attempt = check_attempt(git_repo, ledger, task)
+    attempt.request = Request(1, FollowUp(FollowUpReason.CHECK, "a round"))
+    step.before_start(attempt)  # a check round: the start commit was checked by the first attempt
+    assert ledger.checks.of_run(RUN) == []
+    step, attempt = check_attempt(git_repo, ledger, replace(task, id="t3", check=red))
+    step.before_start(attempt)
+    assert [row["task_id"] for row in ledger.checks.of_run(RUN)] == ["t3"]
+
+
+def test_a_run_stopped_in_check_fails_first_interrupts_the_attempt(git_repo: Path, ledger: Ledger) -> None:
+    task = PlanTask("t1", "p", "t", check="sleep 60", check_fails_first=True)
+    step, attempt = check_attempt(git_repo, ledger, task)
+    attempt.stopping.set()
+    with pytest.raises(AttemptFailed) as failed:
+        step.before_start(attempt)
+    interrupted = AttemptEnd(
+        AttemptOutcome.INTERRUPTED, "interrupted in its check", StopReason.INTERRUPTED.value
+    )
+    assert failed.value.end == interrupted
+
+
+def test_a_remote_tasks_check_runs_on_its_start_and_its_fetched_branch(
+    git_repo: Path, tmp_path: Path, ledger: Ledger
+) -> None:
+    base = git("rev-parse", "HEAD", cwd=git_repo).strip()
+    _commit(git_repo, "later.txt")  # main moved after the run's base: the remote worker starts at the base
+    task = PlanTask("t1", "p", "t", isolation="isolated", check="test -f later.txt", check_fails_first=True)
+    remote = {"workspace": tmp_path / "on-a-node", "isolation": "isolated", "branch": "fleet/t1"}
+    step, attempt = check_attempt(git_repo, ledger, task, base_commit=base, **remote)
+    attempt.remote = True
+    step.before_start(attempt)  # red on its start (no later.txt there): the worker starts
+    git("branch", "fleet/t1", "HEAD", cwd=git_repo)  # its branch, fetched back from the node
+    git("reset", "-q", "--hard", base, cwd=git_repo)
+    assert step.ended(attempt, DONE).reason is None
+    before, after = ledger.checks.of_run(RUN)
+    assert before["commit_sha"] == base and before["passed"] == 0
+    assert after["commit_sha"] == git("rev-parse", "fleet/t1", cwd=git_repo).strip() and after["passed"] == 1
+
+
+def test_a_check_runs_only_on_a_succeeded_attempt_and_is_its_attempts_row(
+    git_repo: Path, ledger: Ledger
+) -> None:
+    ledger.commits.record(
+        [(_commit(git_repo, "a.txt"), "m", 1)], run_id=RUN, task_id="t1", attempt_id=None, branch="main"
+    )
+    step, attempt = check_attempt(git_repo, ledger, PlanTask("t1", "p", "t", check="true"))
+    failed = AttemptEnd.failed("the worker gave up")
+    assert step.ended(attempt, failed) is failed and ledger.checks.of_run(RUN) == []
+    assert step.ended(attempt, DONE) is DONE
+    assert step.released(attempt) is None  # green: no round
+    [row] = ledger.checks.of_run(RUN)
+    ctx = attempt.ctx
+    assert row["attempt_id"] == ctx.attempt_id
+    assert row["log_path"] == str(StatePaths(git_repo).check_log(RUN, "t1", ctx.attempt_id, "after"))
+
+
+@pytest.mark.parametrize(("stray", "shown"), [(5, "f1 f2 f3 f4 f5"), (6, "f1 f2 f3 f4 f5 ...")])
+def test_a_dirty_worktrees_check_names_five_of_its_files_unrun(
+    git_repo: Path, tmp_path: Path, ledger: Ledger, stray: int, shown: str
+) -> None:
+    tree = tmp_path / "wt"
+    git("worktree", "add", "-q", "-b", "fleet/t1", str(tree), cwd=git_repo)
+    for number in range(1, stray + 1):
+        (tree / f"f{number}").write_text("not committed\n")
+    task = PlanTask("t1", "p", "t", isolation="isolated", check="true")
+    step, attempt = check_attempt(
+        git_repo, ledger, task, workspace=tree, isolation="isolated", branch="fleet/t1"
+    )
+    assert step.ended(attempt, DONE).reason == f"check failed: uncommitted changes: {shown}"
+    [row] = ledger.checks.of_run(RUN)
+    assert row["commit_sha"] == git("rev-parse", "HEAD", cwd=tree).strip()
+
+
+def test_the_note_of_a_changed_check_file_is_the_results_not_the_starts(
+    git_repo: Path, ledger: Ledger
+) -> None:
+    (git_repo / "test.sh").write_text("exit 1\n")
+    git("add", "test.sh", cwd=git_repo)
+    git("commit", "-q", "-m", "an earlier attempt's", cwd=git_repo)
+    sha = git("rev-parse", "HEAD", cwd=git_repo).strip()
+    ledger.commits.record([(sha, "m", 1)], run_id=RUN, task_id="t1", attempt_id=None, branch="main")
+    task = PlanTask("t1", "p", "t", check="sh test.sh", check_fails_first=True)
+    step, attempt = check_attempt(git_repo, ledger, task)
+    step.before_start(attempt)
+    [row] = ledger.checks.of_run(RUN)
+    assert row["phase"] == "before" and "[stella]" not in row["output_tail"]
+
+
+def _stacked_branch(root: Path, tree: Path) -> tuple[str, str]:
+    """(the run's base, a parent's commit that changes test.sh) with fleet/t1's worktree at tree on it."""
+    base = git("rev-parse", "HEAD", cwd=root).strip()
+    git("worktree", "add", "-q", "-b", "fleet/t1", str(tree), cwd=root)
+    (tree / "test.sh").write_text("exit 0\n")
+    git("add", "test.sh", cwd=tree)
+    git("commit", "-q", "-m", "the parent's work", cwd=tree)
+    return base, git("rev-parse", "HEAD", cwd=tree).strip()
+
+
+@pytest.mark.parametrize(("base", "named"), [("parents", False), ("pinned", True)])
+def test_a_check_file_changed_before_the_tasks_start_is_named_only_when_that_start_is_its_own(
+    git_repo: Path, tmp_path: Path, ledger: Ledger, base: str, named: bool
+) -> None:
+    """Stacked: its parents' commit is theirs. Pinned with a start of its own (a salvage): the task's."""
+    tree = tmp_path / "wt"
+    pinned, start = _stacked_branch(git_repo, tree)
+    _commit(tree, "work.txt")
+    task = PlanTask("t1", "p", "t", isolation="isolated", check="sh test.sh", base=base)
+    on_branch = {"workspace": tree, "isolation": "isolated", "branch": "fleet/t1", "base_commit": pinned}
+    step, attempt = check_attempt(git_repo, ledger, task, **on_branch)
+    attempt.context = replace(attempt.ctx, start_commit=start)
+    assert step.ended(attempt, DONE).reason is None
+    [row] = ledger.checks.of_run(RUN)
+    assert row["output_tail"].endswith("[stella] the task changed test.sh, which its check runs\n") == named
