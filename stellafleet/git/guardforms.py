@@ -55,9 +55,10 @@ def files_written(sub: str, args: Sequence[str]) -> list[str]:
         return option_value(args, "-o", "--output")
     if sub == "format-patch":
         return [] if "--stdout" in args else option_value(args, "-o", "--output-directory") or ["."]
-    if sub == "bundle":
-        words = words_of(args)
-        return words[1:2] if words[:1] == ["create"] else []
+    if sub == "bundle":  # bundle create FILE ...: `-` is stdout
+        rest = args[args.index("create") + 1 :] if "create" in args else []
+        named = [arg for arg in rest if arg == "-" or not arg.startswith("-")][:1]
+        return [] if named == ["-"] else named
     if sub == "init":
         return words_of(args, _INIT_VALUED)[:1] or ["."]
     words = words_of(args, _CLONE_VALUED)  # clone URL [DIR]: DIR defaults to the URL's last part

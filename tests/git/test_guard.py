@@ -407,7 +407,7 @@ ALLOW_LIST_PASSED = [
     "merge-file a.txt base other", "init {out}", "-C {out} init", "clone /x/y {out}", "archive HEAD",
     "archive -o {out}/a.zip HEAD", "format-patch --stdout -1", "format-patch -o {out} -1",
     "diff --output=a.txt", "log --output={out}/log", "diff -- --output=b.txt", "hash-object -w a.txt",
-    "merge-tree HEAD HEAD", "bundle verify x", "status", "nosuch", "-C sub status",
+    "merge-tree HEAD HEAD", "bundle verify x", "bundle create -q - HEAD", "status", "nosuch", "-C sub status",
 ]  # fmt: skip
 
 
