@@ -241,8 +241,8 @@ def _alias_refusal(
     argv: Sequence[str], cwd: Path, claimed: Sequence[str], top: Path, *, private_index: bool, depth: int
 ) -> str | None:
     """A git command the guard has no rule for is refused; an alias is judged by what it expands to (git
-    config alias.NAME, as the real git reads it), a shell alias (`!...`) refused; anything else is no git
-    command at all, which git itself says."""
+    config alias.NAME, as the real git reads it), a shell alias (`!...`) refused; so is a word that is
+    neither."""
     options, sub, args = split(argv)
     if sub in gitops.git_status("--list-cmds=main,others", cwd=cwd)[1].split():
         return f"git {sub} is refused in the shared tree ({_UNKNOWN}"
@@ -250,8 +250,8 @@ def _alias_refusal(
         *_repository_options(options), "config", "--get", f"alias.{sub}", cwd=cwd
     )
     value = out.strip()
-    if code != 0:
-        return None
+    if code != 0:  # git's help.autocorrect may run its guess of a command instead, unguarded
+        return f"git {sub} is refused in the shared tree (no git command or alias has that name): git help -a"
     if value.startswith("!"):
         return (
             f"git {sub} is refused in the shared tree (it is the shell alias `{value}`, whose commands the "

@@ -397,7 +397,8 @@ ALLOW_LIST_REFUSED = {
     "bundle create b.bundle HEAD": "git bundle writing b.bundle is refused",
     "stage b.txt": "git stage is refused",
     "rerere forget b.txt": "git rerere is refused", "fast-import": "git fast-import is refused",
-    "danger": "git danger is refused",
+    "danger": "git danger is refused", "nosuch": "git nosuch is refused in the shared tree (no git command",
+    "-c help.autocorrect=-1 chekout -f": "git chekout is refused in the shared tree (no git command",
     "credential-store erase": "git credential-store is refused",
 }  # fmt: skip
 ALLOW_LIST_PASSED = [
@@ -407,7 +408,7 @@ ALLOW_LIST_PASSED = [
     "merge-file a.txt base other", "init {out}", "-C {out} init", "clone /x/y {out}", "archive HEAD",
     "archive -o {out}/a.zip HEAD", "format-patch --stdout -1", "format-patch -o {out} -1",
     "diff --output=a.txt", "log --output={out}/log", "diff -- --output=b.txt", "hash-object -w a.txt",
-    "merge-tree HEAD HEAD", "bundle verify x", "bundle create -q - HEAD", "status", "nosuch", "-C sub status",
+    "merge-tree HEAD HEAD", "bundle verify x", "bundle create -q - HEAD", "status", "-C sub status",
 ]  # fmt: skip
 
 
