@@ -34,17 +34,10 @@ _REFUSED |= {"stage", "rm", "mv", "am", "read-tree", "update-ref", "update-index
 _REFUSED |= {"replace", "push", "pack-refs"}
 _PRUNES = ("gc", "prune", "prune-packed", "repack", "maintenance")  # may delete objects still needed
 _BY_PATH = ("checkout", "restore", "reset", "checkout-index")  # refused by the paths they name
-# refused unless in a form that only reads (_reads)
+# refused unless in a form that only reads (guardforms.reads)
 _READ_FORMS = ["symbolic-ref", "sparse-checkout", "config", "branch", "tag", "notes", "reflog", "worktree"]
 _READ_FORMS += ["remote", "submodule", "lfs"]
-_WRITE_FILES = (
-    "merge-file",
-    "archive",
-    "format-patch",
-    "bundle",
-    "init",
-    "clone",
-)  # by what they write  # judged by what they write
+_WRITE_FILES = {"merge-file", "archive", "format-patch", "bundle", "init", "clone"}  # by what they write
 SHARED = "*"  # every subcommand but READ_ONLY goes to Python
 ISOLATED = "commit"  # an isolated worker's own commit: its hooks under the hook lock (serialize_hooks)
 # git's global options that take the next argument as their value
