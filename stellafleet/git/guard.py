@@ -1,6 +1,7 @@
 """The git guard of shared-tree workers: `git` first on their PATH, a small shell script that runs the real
-git for everything but what would change files or the index outside the task's claims, or move HEAD.
-Those it hands to `python -m stellafleet.git.guard`, which refuses them in one line (docs/claims.md)."""
+git itself only for the subcommands that read (READ_ONLY) and hands every other one to `python -m
+stellafleet.git.guard`, which runs it when it writes nothing outside the task's claims and refuses it in one
+line otherwise (docs/claims.md)."""
 
 from __future__ import annotations
 
@@ -9,37 +10,57 @@ import itertools
 import os
 import shlex
 import sys
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from stellafleet.core.errors import StellaError
 from stellafleet.core.workercontext import WorkerContext
-from stellafleet.git import gitops, hookstash
+from stellafleet.git import gitops, guardforms, hookstash
 from stellafleet.proc import runner
 
-# Every form of these is refused: they write the index, HEAD or refs, or take in every file
-_REFUSED = (
-    "stash|clean|switch|rebase|merge|pull|cherry-pick|revert|commit|add|rm|mv|am|read-tree|update-ref"
-    "|update-index|bisect|filter-branch|replace"
+# What the script runs without Python: these read, or write only git objects (hash-object -w, commit-tree,
+# mktree, merge-tree), which no worker's files, index or refs see. `--output=FILE` (diff, log, show, ...) is
+# the one write among their options: the script hands it to Python, which judges FILE as a path.
+READ_ONLY = (
+    "status|diff|diff-files|diff-index|diff-tree|log|show|whatchanged|shortlog|blame|annotate|grep|range-diff"
+    "|ls-files|ls-tree|ls-remote|rev-parse|rev-list|cat-file|describe|name-rev|for-each-ref|show-ref"
+    "|show-branch|merge-base|cherry|check-ignore|check-attr|check-mailmap|check-ref-format|var|version|help"
+    "|count-objects|fsck|verify-commit|verify-tag|verify-pack|show-index|get-tar-commit-id|patch-id"
+    "|stripspace|column|fmt-merge-msg|hash-object|commit-tree|mktree|merge-tree"
 )
+# Every form of these is refused: they write the index, HEAD or refs, or take in every file
+_REFUSED = {"stash", "clean", "switch", "rebase", "merge", "pull", "cherry-pick", "revert", "commit", "add"}
+_REFUSED |= {"stage", "rm", "mv", "am", "read-tree", "update-ref", "update-index", "bisect", "filter-branch"}
+_REFUSED |= {"replace", "push", "pack-refs"}
+_PRUNES = ("gc", "prune", "prune-packed", "repack", "maintenance")  # may delete objects still needed
 _BY_PATH = ("checkout", "restore", "reset", "checkout-index")  # refused by the paths they name
-# refused unless in a form that only reads (_reads)
+# refused unless in a form that only reads (guardforms.reads)
 _READ_FORMS = ["symbolic-ref", "sparse-checkout", "config", "branch", "tag", "notes", "reflog", "worktree"]
-_READ_FORMS += ["remote", "submodule"]
-SHARED = "|".join((_REFUSED, *_BY_PATH, *_READ_FORMS, "apply"))  # apply: by the paths its patch names
+_READ_FORMS += ["remote", "submodule", "lfs"]
+_WRITE_FILES = {"merge-file", "archive", "format-patch", "bundle", "init", "clone"}  # by what they write
+SHARED = "*"  # every subcommand but READ_ONLY goes to Python
 ISOLATED = "commit"  # an isolated worker's own commit: its hooks under the hook lock (serialize_hooks)
 # git's global options that take the next argument as their value
 _VALUED = ("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env")
+_ALIAS_DEPTH = 10  # an alias of an alias ...: git's own loop check stops a loop; this stops the guard's
 
 _MARK = "# stella's git guard"  # in the script's head: how the guard tells itself from the real git
 _SCRIPT = """#!/bin/sh
 {mark} for a shared-tree worker: see docs/claims.md ("The git guard").
-skip=
+skip= reads=
 for arg in "$@"; do
   if [ -n "$skip" ]; then skip=; continue; fi
+  if [ -n "$reads" ]; then
+    case $arg in
+      --) break ;;
+      --output|--output=*) exec {python} -P -m stellafleet.git.guard "$@" ;;
+    esac
+    continue
+  fi
   case $arg in
     {valued}) skip=1 ;;
     -*) ;;
+    {read_only}) reads=1 ;;
     {diverted}) exec {python} -P -m stellafleet.git.guard "$@" ;;
     *) break ;;
   esac
@@ -66,7 +87,29 @@ _WHY = {
         "it changes the repository's or your git config, for you and every worker, for good): give a "
         f"setting to one command with git -c NAME=VALUE; commit your files with {COMMIT}"
     ),
+    "stage": f"it stages into the user's own index): {COMMIT} stages exactly what it commits",
+    "push": f"it writes refs, this repository's or a remote's): commit your files with {COMMIT}",
+    "pack-refs": _REFS,
+    "lfs": f"it rewrites files across the shared tree, or the user's index or config): use {COMMIT}",
 }
+_PRUNED = (
+    "it can delete objects another worker's commit in progress or a salvage needs): run it after the fleet"
+)
+_UNKNOWN = (
+    "the guard runs only what it knows writes nothing beyond the task's claims): read with status, diff, log "
+    f"or show; commit your files with {COMMIT}"
+)
+_UNCLAIMED_FILE = (
+    "this task did not claim it; another worker may be editing it): write outside the shared tree, or to a "
+    "file this task claimed"
+)
+_NESTED = (
+    "a repository in the shared tree shows in every worker's status): make it outside, e.g. under $TMPDIR"
+)
+_FETCH_REF = (
+    "it writes a ref every worker shares): fetch into refs/remotes/ (git fetch REMOTE), or git ls-remote"
+)
+_FETCH_FLAG = "it deletes tags or changes the depth of the history under every worker): fetch without it"
 # the options of checkout, restore, reset and checkout-index that take the next argument as their value
 _VALUED_BY_PATH = {"-s", "--source", "-b", "-B", "--orphan", "--conflict", "--pathspec-from-file", "--prefix"}
 _UNSEEN_PATCH = f"the guard cannot see its files): save it to a file, git apply FILE, then {COMMIT}"
@@ -75,10 +118,11 @@ _QUIET = {"-q", "--quiet", "--progress", "--no-progress"}  # all a plain `git ch
 
 def install(folder: Path, diverted: str = SHARED) -> Path:
     """The guard script written as folder/git, for this python and the real git, handing the diverted
-    subcommands (`a|b`) to this module; returns folder."""
+    subcommands (`a|b`, or `*`: all but READ_ONLY) to this module; returns folder."""
     text = _SCRIPT.format(
         mark=_MARK,
         valued="|".join(_VALUED),
+        read_only=READ_ONLY,
         diverted=diverted,
         python=shlex.quote(sys.executable),
         git=shlex.quote(gitops.git_program()),
@@ -130,22 +174,49 @@ def _directory(options: Sequence[str], cwd: Path) -> Path:
 
 
 def refusal(
-    argv: Sequence[str], cwd: Path, claimed: Sequence[str], top: Path, *, private_index: bool = False
+    argv: Sequence[str],
+    cwd: Path,
+    claimed: Sequence[str],
+    top: Path,
+    *,
+    private_index: bool = False,
+    depth: int = 0,
 ) -> str | None:
     """Why this git call is refused in the shared tree (None: it runs). claimed: the task's claims;
     private_index: GIT_INDEX_FILE names an index of its own, where add, rm and mv stage nothing of yours."""
     options, sub, args = split(argv)
+    here = _directory(options, cwd)
+    if not sub or sub in READ_ONLY.split("|"):
+        return _written(
+            sub, guardforms.option_value(guardforms.before_paths(args), "", "--output"), here, claimed, top
+        )
     if sub in _READ_FORMS:
-        if _reads(sub, args):
+        if guardforms.reads(sub, args):
             return None
         return f"git {sub} is refused in the shared tree except to read ({_WHY.get(sub, MOVES_HEAD)}"
-    if sub not in SHARED.split("|") or (private_index and sub in ("add", "rm", "mv")):
+    if private_index and sub in ("add", "stage", "rm", "mv"):
         return None
     if sub == "apply":
-        return _apply_refusal(args, _directory(options, cwd), claimed, top)
-    if sub not in _BY_PATH:
+        return _apply_refusal(args, here, claimed, top)
+    if sub in _WRITE_FILES:
+        return _written(sub, guardforms.files_written(sub, args), here, claimed, top)
+    if sub == "fetch":
+        return _fetch_refusal(options, args, cwd)
+    if sub in _PRUNES:
+        return f"git {sub} is refused in the shared tree ({_PRUNED}"
+    if sub in _REFUSED:
         return f"git {sub} is refused in the shared tree ({_WHY.get(sub, MOVES_HEAD)}"
-    here = _directory(options, cwd)
+    if sub in _BY_PATH:
+        return _by_path_refusal(sub, args, here, claimed, top)
+    if depth >= _ALIAS_DEPTH:
+        return f"git {sub} is refused in the shared tree (an alias of {depth} aliases: {_UNKNOWN}"
+    return _alias_refusal(argv, cwd, claimed, top, private_index=private_index, depth=depth)
+
+
+def _by_path_refusal(
+    sub: str, args: Sequence[str], here: Path, claimed: Sequence[str], top: Path
+) -> str | None:
+    """A checkout, restore, reset or checkout-index runs when it names only claimed paths, or only reports."""
     hard = [arg for arg in args if arg in ("--hard", "--merge", "--keep")]
     if sub == "reset" and hard:
         return f"git reset {hard[0]} is refused in the shared tree ({_WHY['reset']}"
@@ -159,25 +230,104 @@ def refusal(
     return _unclaimed(sub, paths, here, claimed, top)
 
 
+def _alias_refusal(
+    argv: Sequence[str], cwd: Path, claimed: Sequence[str], top: Path, *, private_index: bool, depth: int
+) -> str | None:
+    """A git command the guard has no rule for is refused; an alias is judged by what it expands to (git
+    config alias.NAME, as the real git reads it), a shell alias (`!...`) refused; so is a word that is
+    neither."""
+    options, sub, args = split(argv)
+    if sub in gitops.git_status("--list-cmds=main,others", cwd=cwd)[1].split():
+        return f"git {sub} is refused in the shared tree ({_UNKNOWN}"
+    code, out, _ = gitops.git_status(
+        *_repository_options(options), "config", "--get", f"alias.{sub}", cwd=cwd
+    )
+    value = out.strip()
+    if code != 0:  # git's help.autocorrect may run its guess of a command instead, unguarded
+        return f"git {sub} is refused in the shared tree (no git command or alias has that name): git help -a"
+    if value.startswith("!"):
+        return (
+            f"git {sub} is refused in the shared tree (it is the shell alias `{value}`, whose commands the "
+            "guard cannot see): run the git commands it stands for"
+        )
+    try:
+        expanded = shlex.split(value)
+    except ValueError:
+        return None  # git cannot split it either: it says so and runs nothing
+    why = refusal(
+        [*options, *expanded, *args], cwd, claimed, top, private_index=private_index, depth=depth + 1
+    )
+    if why is None or depth:
+        return why  # an alias of an alias is named by the first
+    return f"git {sub} is the alias `{value}`: {why}"
+
+
+def _repository_options(options: Sequence[str]) -> list[str]:
+    """The global options that say which repository and config git reads (not --help, --paginate, ...)."""
+    kept: list[str] = []
+    pending = False
+    for option in options:
+        if pending or option.startswith(("--git-dir=", "--work-tree=", "--config-env=")):
+            kept.append(option)
+            pending = False
+        elif option in ("-C", "-c", "--git-dir", "--work-tree", "--config-env"):
+            kept.append(option)
+            pending = True
+    return kept
+
+
+def _written(sub: str, files: Sequence[str], here: Path, claimed: Sequence[str], top: Path) -> str | None:
+    """The refusal naming the first file or folder a command would write in the shared tree that the task
+    did not claim (outside the tree it runs)."""
+    root = top.resolve()
+    for name in files:
+        target = (here / name).resolve()
+        if not target.is_relative_to(root):
+            continue
+        rel = target.relative_to(root).as_posix()
+        if rel in claimed:
+            continue
+        if sub in ("init", "clone"):
+            return f"git {sub} into {rel} is refused in the shared tree ({_NESTED}"
+        return f"git {sub} writing {rel} is refused in the shared tree ({_UNCLAIMED_FILE}"
+    return None
+
+
+_FETCH_VALUED = {"--depth", "--deepen", "--shallow-since", "--shallow-exclude", "--refmap", "-o", "-j"}
+_FETCH_VALUED |= {"--server-option", "--upload-pack", "--jobs", "--negotiation-tip", "--filter"}
+# fetch's options that delete local tags, aim it at a local branch or make the repository shallow
+_FETCH_WRITES = {"--prune-tags", "-P", "--refmap", "--update-head-ok", "-u", "--depth", "--deepen"}
+_FETCH_WRITES |= {"--shallow-since", "--shallow-exclude", "--unshallow", "--update-shallow"}
+
+
+def _fetch_refusal(options: Sequence[str], args: Sequence[str], cwd: Path) -> str | None:
+    """`git fetch` runs when it writes only remote-tracking refs (refs/remotes/), FETCH_HEAD and new tags,
+    which no worker's tree, index or branch reads. A refspec into any other ref (`main:other`, `. HEAD~1:x`),
+    a remote configured to fetch into one (a mirror), and the options that prune tags or make the history
+    shallow are refused."""
+    flags = [arg.partition("=")[0] for arg in args if arg.startswith("-")]
+    writes = [flag for flag in flags if flag in _FETCH_WRITES]
+    if writes:
+        return f"git fetch {writes[0]} is refused in the shared tree ({_FETCH_FLAG}"
+    words = guardforms.words_of(args, _FETCH_VALUED)
+    every = {"--all", "--multiple"} & set(flags) or not words
+    specs = [] if every else words[1:]
+    # what the remote is configured to fetch into counts too (git updates those refs on every fetch of it)
+    asked = ("--get-regexp", r"^remote\..*\.fetch$") if every else ("--get-all", f"remote.{words[0]}.fetch")
+    _, out, _ = gitops.git_status(*_repository_options(options), "config", *asked, cwd=cwd)
+    specs += [line.rpartition(" ")[2] if every else line for line in out.splitlines()]
+    for spec in specs:
+        target = spec.removeprefix("+").partition(":")[2]
+        if target and not spec.startswith("^") and not target.startswith("refs/remotes/"):
+            return f"git fetch into {target} is refused in the shared tree ({_FETCH_REF}"
+    return None
+
+
 def _only_reports(sub: str, args: Sequence[str]) -> bool:
     """A checkout or checkout-index that names no path and writes nothing (`git checkout` alone reports)."""
     if sub == "checkout":
         return set(args) <= _QUIET
     return sub == "checkout-index" and not {"-a", "--all", "--stdin"} & set(args)
-
-
-def _words(args: Sequence[str], valued: Collection[str] = ()) -> list[str]:
-    """The arguments that are neither options nor the value of one of the valued options."""
-    words: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg in valued:
-            skip = True
-        elif not arg.startswith("-"):
-            words.append(arg)
-    return words
 
 
 def _paths(sub: str, args: Sequence[str], cwd: Path) -> list[str] | None:
@@ -187,7 +337,7 @@ def _paths(sub: str, args: Sequence[str], cwd: Path) -> list[str] | None:
     after = list(args[len(before) + 1 :])
     if sub == "checkout" and any(_moves_head(arg) for arg in before):
         return None
-    positional = _words(before, _VALUED_BY_PATH)
+    positional = guardforms.words_of(before, _VALUED_BY_PATH)
     listed = _pathspec_file(args, cwd)
     if (
         sub in ("checkout", "reset")
@@ -221,61 +371,6 @@ def _pathspec_file(args: Sequence[str], cwd: Path) -> list[str]:
     return [path for path in text.split("\0" if "--pathspec-file-nul" in args else "\n") if path]
 
 
-def _reads(sub: str, args: Sequence[str]) -> bool:
-    """Whether a command that can read or write (_READ_FORMS) only reads in this form."""
-    if sub == "config":
-        return _config_reads(args)
-    if sub in ("branch", "tag"):
-        return _lists_refs(sub, args)
-    if sub == "symbolic-ref":
-        return not {"-d", "--delete"} & set(args) and len(_words(args, ("-m",))) <= 1
-    first = _words(args, ("--ref",))[:1]  # notes' option before its verb; the others have none
-    if sub == "reflog":
-        return first not in (["expire"], ["delete"])
-    reading = {
-        "sparse-checkout": ["list"],
-        "notes": ["list", "show"],
-        "worktree": ["list"],
-        "remote": ["show", "get-url"],
-        "submodule": ["status", "summary"],
-    }
-    return not first or first[0] in reading[sub]
-
-
-_CONFIG_WRITES = {"--add", "--unset", "--unset-all", "--replace-all", "--rename-section", "--remove-section"}
-_CONFIG_READS = {"--get", "--get-all", "--get-regexp", "--get-urlmatch", "-l", "--list", "--get-color"}
-_CONFIG_VALUED = ("-f", "--file", "--blob", "--type", "--default", "--comment", "--value")
-
-
-def _config_reads(args: Sequence[str]) -> bool:
-    """`git config` that reads: a --get form, a list, a `get` or `list`, or a name alone (old and new CLI)."""
-    options = {arg for arg in args if arg.startswith("-")}
-    if options & (_CONFIG_WRITES | {"-e", "--edit"}):
-        return False
-    words = _words(args, _CONFIG_VALUED)
-    if words[:1] == ["get"] or options & (_CONFIG_READS | {"--get-colorbool"}):
-        return True
-    return len(words) <= 1 and words[:1] not in (["edit"], ["set"], ["unset"])
-
-
-_REF_WRITES = {
-    "branch": {"-d", "-D", "--delete", "-m", "-M", "--move", "-c", "-C", "--copy", "-f", "--force", "-u"}
-    | {"--set-upstream-to", "--unset-upstream", "--edit-description"},
-    "tag": {"-d", "--delete", "-f", "--force", "-a", "--annotate", "-s", "--sign", "-u", "--local-user", "-m"}
-    | {"--message", "-F", "--file", "-e", "--edit"},
-}
-_LISTS = {"-l", "--list", "--contains", "--no-contains", "--merged", "--no-merged", "--points-at"}
-_REF_LISTS = {"branch": _LISTS, "tag": _LISTS | {"-n", "-v", "--verify"}}  # tag's annotation lines, verify
-
-
-def _lists_refs(sub: str, args: Sequence[str]) -> bool:
-    """A branch or tag command that lists (or verifies), never one that makes, moves or deletes a ref."""
-    options = {arg.partition("=")[0] for arg in args if arg.startswith("-")}
-    if options & _REF_WRITES[sub]:
-        return False
-    return not _words(args, ("--format", "--sort")) or bool(options & _REF_LISTS[sub])
-
-
 _APPLY_VALUED = ("-p", "-C", "--directory", "--include", "--exclude", "--whitespace", "--build-fake-ancestor")
 
 
@@ -287,7 +382,7 @@ def _apply_refusal(args: Sequence[str], cwd: Path, claimed: Sequence[str], top: 
         return None
     if options & {"--index", "--cached", "-3", "--3way"}:
         return f"git apply to the index is refused in the shared tree ({_WHY['add']}"
-    if not _words(args, _APPLY_VALUED):
+    if not guardforms.words_of(args, _APPLY_VALUED):
         return f"git apply of a patch on stdin is refused in the shared tree ({_UNSEEN_PATCH}"
     listed = [arg for arg in args if arg != "--apply"]  # --numstat alone applies nothing
     code, out, _ = gitops.git_status("apply", "--numstat", "-z", *listed, cwd=cwd)

@@ -358,3 +358,150 @@ def test_outside_a_worker_the_guard_runs_the_real_git(repo: Path) -> None:
     env = guard.guarded_env(os.environ, guard.install(repo.parent / "gitguard"))  # no worker's context
     run = subprocess.run(["git", "stash", "list"], cwd=repo, env=env, capture_output=True, text=True)
     assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
+
+
+# The guard is an allow list: what it has no rule for is refused; an alias is judged by what it stands for;
+# fetch runs only into refs/remotes/; what writes a file by name runs only for a claimed file or outside the
+# tree. Each with the start of its reason.
+ALLOW_LIST_REFUSED = {
+    "co -f": "git co is the alias `checkout`: git checkout of the whole tree is refused",
+    "co -- b.txt": "git co is the alias `checkout`: git checkout of b.txt",
+    "--no-pager co --force": "git co is the alias `checkout`: git checkout of the whole tree",
+    "wipe": "git wipe is refused in the shared tree (it is the shell alias `!rm -f b.txt`",
+    "-c alias.zz=reset zz --hard": "git zz is the alias `reset`: git reset --hard is refused",
+    "hard": "git hard is the alias `reset --hard`: git reset --hard",
+    "again -f": "git again is the alias `co`: git checkout of the whole tree",
+    "loop1": "git loop1 is the alias `loop2`: git loop1 is refused",
+    "fetch origin +main:other": "git fetch into other is refused",
+    "fetch . HEAD~1:somebranch": "git fetch into somebranch is refused",
+    "fetch mirror": "git fetch into refs/*",
+    "fetch --all": "git fetch into refs/*", "fetch": "git fetch into refs/*",
+    "fetch --prune-tags origin": "git fetch --prune-tags is refused",
+    "fetch --depth=1 origin": "git fetch --depth",
+    "fetch --unshallow origin": "git fetch --unshallow", "fetch --refmap= origin": "git fetch --refmap",
+    "push . HEAD:main": "git push is refused", "push origin main": "git push is refused",
+    "gc --prune=now": "git gc is refused", "prune": "git prune is refused",
+    "repack -d": "git repack is refused",
+    "prune-packed": "git prune-packed", "maintenance run": "git maintenance is refused",
+    "pack-refs --all": "git pack-refs is refused", "reflog expire --all": "git reflog is refused",
+    "lfs checkout": "git lfs is refused", "lfs pull": "git lfs", "lfs fetch": "git lfs",
+    "lfs track x": "git lfs",
+    "merge-file b.txt base other": "git merge-file writing b.txt is refused",
+    "init": "git init into . is refused", "init sub": "git init into sub", "-C sub init": "git init into sub",
+    "clone /x/y.git": "git clone into y is refused", "clone --depth 1 /x/y sub": "git clone into sub",
+    "archive -o b.zip HEAD": "git archive writing b.zip is refused",
+    "archive --output=b.zip HEAD": "git archive",
+    "format-patch -1": "git format-patch writing . is refused", "format-patch -osub -1": "git format-patch",
+    "diff --output=b.txt": "git diff writing b.txt is refused",
+    "-P log --output=b.txt": "git log writing b.txt",
+    "bundle create b.bundle HEAD": "git bundle writing b.bundle is refused",
+    "stage b.txt": "git stage is refused",
+    "rerere forget b.txt": "git rerere is refused", "fast-import": "git fast-import is refused",
+    "danger": "git danger is refused", "nosuch": "git nosuch is refused in the shared tree (no git command",
+    "-c help.autocorrect=-1 chekout -f": "git chekout is refused in the shared tree (no git command",
+    "credential-store erase": "git credential-store is refused",
+}  # fmt: skip
+ALLOW_LIST_PASSED = [
+    "co -- a.txt", "co --force a.txt", "st", "-c alias.zz=status zz", "lp", "again -- a.txt", "fetch origin",
+    "fetch origin main", "fetch . main", "fetch origin main:refs/remotes/origin/x", "fetch -p origin",
+    "fetch /elsewhere main", "lfs", "lfs ls-files", "lfs status", "merge-file -p b.txt base other",
+    "merge-file a.txt base other", "init {out}", "-C {out} init", "clone /x/y {out}", "archive HEAD",
+    "archive -o {out}/a.zip HEAD", "format-patch --stdout -1", "format-patch -o {out} -1",
+    "diff --output=a.txt", "log --output={out}/log", "diff -- --output=b.txt", "hash-object -w a.txt",
+    "merge-tree HEAD HEAD", "bundle verify x", "bundle create -q - HEAD", "status", "-C sub status",
+]  # fmt: skip
+
+
+@pytest.fixture
+def allow_list(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Aliases a user may have, a remote, a mirror remote, and an external git-danger command on PATH."""
+    aliases = {
+        "co": "checkout",
+        "st": "status",
+        "wipe": "!rm -f b.txt",
+        "lp": "log -P",
+        "hard": "reset --hard",
+    }
+    for name, value in {**aliases, "again": "co", "loop1": "loop2", "loop2": "loop1"}.items():
+        git("config", f"alias.{name}", value, cwd=repo)
+    git("remote", "add", "origin", str(repo), cwd=repo)
+    git("config", "remote.mirror.url", str(repo), cwd=repo)
+    git("config", "remote.mirror.fetch", "+refs/*:refs/*", cwd=repo)
+    (repo / "sub").mkdir()
+    tools = repo.parent / "tools"
+    tools.mkdir()
+    (tools / "git-danger").write_text("#!/bin/sh\nrm -f b.txt\n")
+    (tools / "git-danger").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    return repo.parent / "out"
+
+
+def test_what_the_guard_has_no_rule_for_is_refused_and_an_alias_by_what_it_stands_for(
+    repo: Path, allow_list: Path
+) -> None:
+    said = {c: guard.refusal(c.split(), repo, ["a.txt"], repo) for c in ALLOW_LIST_REFUSED}
+    wrong = {c: why for c, why in said.items() if not (why or "").startswith(ALLOW_LIST_REFUSED[c])}
+    assert wrong == {}
+    assert [c for c, why in said.items() if "is refused in the shared tree" not in str(why)] == []
+    assert (repo / "b.txt").exists()  # judging ran nothing
+
+
+def test_reads_fetches_into_remote_tracking_refs_and_files_written_outside_the_tree_pass(
+    repo: Path, allow_list: Path
+) -> None:
+    commands = [command.format(out=allow_list) for command in ALLOW_LIST_PASSED]
+    refused = {c: why for c in commands if (why := guard.refusal(c.split(), repo, ["a.txt"], repo))}
+    assert refused == {}
+
+
+def test_the_script_runs_what_only_reads_without_python_and_hands_everything_else_to_it(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a read-only command must not start Python: the guard's python here only notes what it was handed
+    handed = repo.parent / "handed"
+    python = repo.parent / "python"
+    python.write_text(f'#!/bin/sh\nshift 3\necho "$@" >> {handed}\nexit 3\n')
+    python.chmod(0o755)
+    monkeypatch.setattr("sys.executable", str(python))
+    env = guard.guarded_env(os.environ, guard.install(repo.parent / "gitguard"))
+    reads = [
+        "status", "log -1", "-C . --no-pager diff HEAD", "-c x.y=1 rev-parse HEAD", "ls-files", "--version",
+        "diff -- --output=x", "blame a.txt", "cat-file -t HEAD",
+    ]  # fmt: skip
+    handed_over = [
+        "co -f", "gc", "fetch", "diff --output=x", "log --output x", "lfs pull", "frobnicate", "stash",
+        "-P config core.x", "-C . checkout -f",
+    ]  # fmt: skip
+    codes = {
+        command: subprocess.run(["git", *command.split()], cwd=repo, env=env, capture_output=True).returncode
+        for command in reads + handed_over
+    }
+    assert codes == {**dict.fromkeys(reads, 0), **dict.fromkeys(handed_over, 3)}
+    assert handed.read_text().splitlines() == handed_over
+
+
+def test_the_script_refuses_a_users_alias_by_what_it_stands_for_and_nothing_changes(repo: Path) -> None:
+    # issue 49 item 2: `git co -f` (co = checkout, the user's alias) wiped another worker's edit
+    ctx = make_attempt(repo)
+    with ClaimStore.open(ctx.paths.store_db) as store:
+        store.acquire(["a.txt"], Holder.current(ctx.run_id, ctx.task_id, "", ctx.attempt_id))
+    env = guard.guarded_env({**os.environ, **ctx.to_env()}, guard.install(ctx.paths.private / "gitguard"))
+    ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
+    git("config", "alias.co", "checkout", cwd=repo)
+    git("config", "alias.wipe", "!rm -f b.txt", cwd=repo)
+    (repo / "a.txt").write_text("mine\n")
+    (repo / "b.txt").write_text("another worker's\n")
+    tips = git("for-each-ref", cwd=repo)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True)
+
+    refused = [["co", "-f"], ["co", "--", "b.txt"], ["wipe"], ["fetch", ".", "HEAD:refs/heads/x"], ["gc"]]
+    said = [run(*args) for args in refused]
+    assert [(done.returncode, done.stderr[:8]) for done in said] == [(1, "stella: ")] * len(refused)
+    assert said[0].stderr.startswith("stella: git co is the alias `checkout`: git checkout of the whole tree")
+    assert (repo / "b.txt").read_text() == "another worker's\n"
+    assert git("for-each-ref", cwd=repo) == tips
+    assert run("co", "--", "a.txt").returncode == 0  # its own claimed file, through the alias
+    assert (repo / "a.txt").read_text() == "a.txt\n"
+    assert len(ctx.log_path.read_text().splitlines()) == len(refused)
