@@ -214,6 +214,19 @@ def test_a_log_of_exactly_the_kept_size_is_not_cut(tmp_path: Path) -> None:
     assert run.passed and (tmp_path / "c.log").stat().st_size == keep
 
 
+def test_a_log_of_at_most_the_kept_size_is_read_whole_not_with_its_head_cut_mid_line(tmp_path: Path) -> None:
+    # the failure line starts 4 bytes before HEAD_BYTES: a head read of this log would end at "FAIL"
+    first = "x" * (checking.HEAD_BYTES - 5) + "\n"
+    reason = "FAIL the whole reason\n"
+    rest = checking.LOG_KEEP_BYTES - len(first) - len(reason)
+    run = checking.run_check(
+        f"printf '%s' '{first}{reason}'; head -c {rest - 1} /dev/zero | tr '\\0' y; echo; exit 1",
+        tmp_path, env=ENV, timeout=60, log_path=tmp_path / "c.log", tail_bytes=10,
+    )  # fmt: skip
+    assert (tmp_path / "c.log").stat().st_size == checking.LOG_KEEP_BYTES
+    assert run.reason_line == "FAIL the whole reason"
+
+
 def test_stellas_own_lines_are_not_the_reason_a_check_failed(git_repo: Path, tmp_path: Path) -> None:
     run = checking.run_check(
         f"echo building; echo oops > {git_repo / 'written.txt'}; exit 1",
@@ -357,3 +370,52 @@ def test_repair_puts_back_a_worktree_whose_git_file_the_killed_check_removed(
         f"the check removed {worktree / '.git'} (repaired); the check moved {BRANCH} from {tip[:7]} to "
         f"{back[:7]}: put back\n"
     )
+
+
+def test_a_check_stopped_by_the_run_says_so_and_how_long_it_ran(tmp_path: Path) -> None:
+    stop = threading.Event()
+    stop.set()  # the run is stopping as the check starts
+    run = checking.run_check(
+        "sleep 30", tmp_path, env=ENV, timeout=30, log_path=tmp_path / "c.log", tail_bytes=400, stop=stop
+    )
+    assert run.exit_code is None and 0 <= run.seconds < 10
+    assert run.problem == f"stopped after {run.seconds:.1f} s: the run is being stopped"
+
+
+def test_what_a_check_changed_in_the_main_tree_is_named_five_at_most(git_repo: Path, ledger: Ledger) -> None:
+    wrote = f"cd {git_repo} && touch m1 m2 m3 m4 m5 m6"  # a check that writes outside its own tree
+    [run] = _checks(git_repo, ledger, [_command(git_repo, wrote)])
+    assert run.passed, run.tail
+    warning = run.tail.splitlines()[-1]
+    assert warning.startswith("[stella] warning: the main tree changed while the check ran (by it or by ")
+    assert warning.endswith("): m1 m2 m3 m4 m5"), warning
+
+
+def test_a_check_gone_before_its_process_is_noted_leaves_none_in_its_record(git_repo: Path) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: its pid names no process
+    with checking.tracked(git_repo) as record:
+        record.started(gone.pid)
+        assert record.fields == {"check": None}
+
+
+def test_repair_leaves_alone_a_worktree_whose_record_names_no_commit(
+    git_repo: Path, worktree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (worktree / "work.txt").write_text("changed since\n")
+    data = {"tree": str(worktree), "branch": BRANCH, "commit": None}  # a tree on a branch with no commit
+    assert checking.repair(git_repo, _record(tmp_path, **data))
+    assert capsys.readouterr().err == ""
+    assert (worktree / "work.txt").read_text() == "changed since\n"
+
+
+def test_a_stash_entry_the_check_made_and_then_committed_is_known_as_its_own(
+    git_repo: Path, ledger: Ledger, worktree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # stella's own directory is no repository: the check's tree is read
+    before = git("stash", "list", cwd=git_repo)
+    # lint-staged's way: a backup stash of what is staged, the stash applied, and the result committed
+    check = "echo more >> work.txt && git add work.txt && git stash -q && git stash apply -q --index"
+    check += " && git commit -qm x"
+    [run] = _checks(git_repo, ledger, [_command(git_repo, check)], worktree)
+    assert git("stash", "list", cwd=git_repo) == before, run.tail

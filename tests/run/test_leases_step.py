@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 from helpers.fleet import make_attempt
 from helpers.repo import StellaRunner
 
+from stellafleet.core.clock import SystemClock
 from stellafleet.core.configsections import WorktreeConfig
+from stellafleet.core.errors import StellaError
 from stellafleet.core.paths import StatePaths
 from stellafleet.core.status import CheckPhase
 from stellafleet.git import clean, gitops
@@ -24,7 +27,7 @@ from stellafleet.state.ledger import Ledger
 PROBE = (
     "import json, os; from stellafleet.state.leases import LeaseStore\n"
     "held = LeaseStore.open().held()['locks']\n"
-    "print(json.dumps([os.environ.get('STELLA_PORTS'), [(r['name'], r['pid']) for r in held]]))\n"
+    "print(json.dumps([os.environ.get('STELLA_PORTS'), [(r['name'], r['pid'], r['repo']) for r in held]]))\n"
 )
 
 
@@ -57,9 +60,45 @@ def test_a_merge_check_holds_its_tasks_locks_and_sees_its_ports(
     assert run.passed, run.tail
     ports, locks = json.loads(run.tail.strip().splitlines()[-1])
     assert ports == "23001 23002" and seen_by_setup.read_text().strip() == "23001"
-    assert [name for name, _ in locks] == ["db:test"]  # held while the check ran ...
+    assert [(name, repo) for name, _, repo in locks] == [("db:test", str(git_repo))]  # held while it ran ...
     with LeaseStore.open() as store:
         assert store.held()["locks"] == []  # ... and released after it
+
+
+def _merge_check(
+    root: Path, ledger: Ledger, row: checking.CheckRow, stop: threading.Event
+) -> list[checking.CheckRun]:
+    log = StatePaths(root).private / "logs" / "merge.log"
+    return checking.run_and_record(
+        ledger, row, [checking.Command("true", 60, log.with_suffix(".check.log"))], gitops.head_commit(root),
+        tree=checking.FreshTree(WorktreeConfig(), False, {}), root=root, env={"PATH": "/usr/bin:/bin"},
+        log_path=log, tail_bytes=4000, stop=stop,
+    )  # fmt: skip
+
+
+def test_an_attempts_own_check_takes_no_lease_a_merge_check_waits_for_them_until_the_run_stops(
+    git_repo: Path, host: Path
+) -> None:
+    ctx = make_attempt(git_repo, "t1")
+    other = LeaseHolder.here("other", git_repo, "r0", "t0")
+    with LeaseStore.open() as store, Ledger.open(StatePaths(git_repo).fleet_db) as ledger:
+        ledger.facts.set(ctx.attempt_id, "locks", ["db:test"])
+        assert store.take(["db:test"], other, clock=SystemClock(), stop=threading.Event()) is not None
+        # in its attempt, the task holds its locks already: its own check waits for none (a wait is stopped)
+        stop = threading.Event()
+        waited = threading.Timer(30, stop.set)
+        waited.start()
+        attempt_row = checking.CheckRow(ctx.run_id, "t1", CheckPhase.AFTER, attempt_id=ctx.attempt_id)
+        [run] = _merge_check(git_repo, ledger, attempt_row, stop)
+        waited.cancel()
+        assert run.passed, run.tail
+        stop = threading.Event()
+        threading.Timer(0.3, stop.set).start()  # the run is stopped while the merge check waits
+        with pytest.raises(StellaError, match=r"^stopped while waiting for the locks of task t1: db:test$"):
+            _merge_check(
+                git_repo, ledger, checking.CheckRow(ctx.run_id, "t1", CheckPhase.MERGE, merge_id=1), stop
+            )
+        store.release("other")
 
 
 def test_clean_gives_a_removed_worktrees_ports_back_after_its_teardown_saw_them(
