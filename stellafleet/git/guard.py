@@ -316,9 +316,9 @@ def _fetch_refusal(options: Sequence[str], args: Sequence[str], cwd: Path) -> st
     asked = ("--get-regexp", r"^remote\..*\.fetch$") if every else ("--get-all", f"remote.{words[0]}.fetch")
     _, out, _ = gitops.git_status(*_repository_options(options), "config", *asked, cwd=cwd)
     specs += [line.rpartition(" ")[2] if every else line for line in out.splitlines()]
-    for spec in specs:
-        target = spec.removeprefix("+").partition(":")[2]
-        if target and not spec.startswith("^") and not target.startswith("refs/remotes/"):
+    for spec in specs:  # [+]SRC:DST (a negative refspec, ^SRC, has no DST)
+        target = spec.partition(":")[2]
+        if target and not target.startswith("refs/remotes/"):
             return f"git fetch into {target} is refused in the shared tree ({_FETCH_REF}"
     return None
 
@@ -385,23 +385,21 @@ def _apply_refusal(args: Sequence[str], cwd: Path, claimed: Sequence[str], top: 
     if not guardforms.words_of(args, _APPLY_VALUED):
         return f"git apply of a patch on stdin is refused in the shared tree ({_UNSEEN_PATCH}"
     listed = [arg for arg in args if arg != "--apply"]  # --numstat alone applies nothing
-    code, out, _ = gitops.git_status("apply", "--numstat", "-z", *listed, cwd=cwd)
-    if code != 0:
-        return None  # git itself refuses it
-    return _unclaimed("apply", _numstat_paths(out), top, claimed, top)
+    at = listed.index("--") if "--" in listed else len(listed)
+    paths: list[str] = []
+    # git apply names a rename by its new path only: read backwards too, the patch names the path it removes
+    for direction in ("--no-reverse", "--reverse"):
+        asked = [*listed[:at], direction, *listed[at:]]
+        code, out, _ = gitops.git_status("apply", "--numstat", "-z", *asked, cwd=cwd)
+        if code != 0:
+            return None  # git itself refuses it
+        paths += _numstat_paths(out)
+    return _unclaimed("apply", paths, top, claimed, top)
 
 
 def _numstat_paths(out: str) -> list[str]:
-    """The paths of `--numstat -z` records: `added TAB deleted TAB path`, or a rename's two paths after it."""
-    fields, paths = out.split("\0"), []
-    while fields:
-        stat = fields.pop(0).split("\t")
-        if len(stat) == 3 and stat[2]:
-            paths.append(stat[2])
-        elif len(stat) == 3:
-            paths += fields[:2]
-            del fields[:2]
-    return paths
+    """The paths of `git apply --numstat -z` records: `added TAB deleted TAB path`."""
+    return [record.split("\t", 2)[2] for record in out.split("\0") if record.count("\t") >= 2]
 
 
 def _unclaimed(sub: str, paths: Sequence[str], cwd: Path, claimed: Sequence[str], top: Path) -> str | None:
