@@ -61,8 +61,9 @@ def files_written(sub: str, args: Sequence[str]) -> list[str]:
         return [] if named == ["-"] else named
     if sub == "init":
         return words_of(args, _INIT_VALUED)[:1] or ["."]
-    words = words_of(args, _CLONE_VALUED)  # clone URL [DIR]: DIR defaults to the URL's last part
-    return words[1:2] or [Path(words[0].rstrip("/")).name.removesuffix(".git") or "."] if words else []
+    # clone URL [DIR]: DIR defaults to the URL's last part (Path's name drops a trailing slash)
+    words = words_of(args, _CLONE_VALUED)
+    return words[1:2] or [Path(words[0]).name.removesuffix(".git") or "."] if words else []
 
 
 def reads(sub: str, args: Sequence[str]) -> bool:

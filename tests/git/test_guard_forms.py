@@ -132,3 +132,31 @@ def test_a_patchs_rename_is_judged_by_the_path_it_removes_too(repo: Path) -> Non
         "None",
     ]
     assert (repo / "a.txt").exists() and not (repo / "z.txt").exists()  # judging applied nothing
+
+
+# guardforms: how the files a command writes are read from its options, and the lfs verbs that only read
+FORMS_REFUSED = {
+    "diff --output=x=b.txt": "git diff writing x=b.txt is refused",  # only the first `=` ends the option
+    "archive -ob.zip HEAD": "git archive writing b.zip is refused",
+    "format-patch --output-directory=sub -1": "git format-patch writing sub is refused",
+    "format-patch --output-directory sub -1": "git format-patch writing sub is refused",
+    "init --template /elsewhere sub": "git init into sub is refused",
+    "clone /": "git clone into . is refused",
+    "clone /x/y.git/": "git clone into y is refused",  # a URL with no last part: named by where it runs
+}
+FORMS_PASSED = [
+    "archive HEAD -o",  # no value: git refuses it, no file is named
+    "merge-file --stdout b.txt base other",
+    "merge-file -L mine -L base -L theirs a.txt base other",
+    "clone",
+    "lfs env",
+    "lfs version",
+    "lfs ext",
+    "lfs locks",
+]
+
+
+def test_the_files_a_command_writes_are_read_from_its_options_and_lfs_reads_run(repo: Path) -> None:
+    said = {c: guard.refusal(c.split(), repo, ["a.txt"], repo) for c in FORMS_REFUSED}
+    assert {c: why for c, why in said.items() if not (why or "").startswith(FORMS_REFUSED[c])} == {}
+    assert {c: why for c in FORMS_PASSED if (why := guard.refusal(c.split(), repo, ["a.txt"], repo))} == {}
