@@ -384,7 +384,8 @@ def _apply_refusal(args: Sequence[str], cwd: Path, claimed: Sequence[str], top: 
         return f"git apply to the index is refused in the shared tree ({_WHY['add']}"
     if not guardforms.words_of(args, _APPLY_VALUED):
         return f"git apply of a patch on stdin is refused in the shared tree ({_UNSEEN_PATCH}"
-    listed = [arg for arg in args if arg != "--apply"]  # --numstat alone applies nothing
+    # --numstat alone applies nothing and checks nothing (--check would fail the patch read backwards)
+    listed = [arg for arg in args if arg not in ("--apply", "--check")]
     at = listed.index("--") if "--" in listed else len(listed)
     paths: list[str] = []
     # git apply names a rename by its new path only: read backwards too, the patch names the path it removes

@@ -160,3 +160,31 @@ def test_the_files_a_command_writes_are_read_from_its_options_and_lfs_reads_run(
     said = {c: guard.refusal(c.split(), repo, ["a.txt"], repo) for c in FORMS_REFUSED}
     assert {c: why for c, why in said.items() if not (why or "").startswith(FORMS_REFUSED[c])} == {}
     assert {c: why for c in FORMS_PASSED if (why := guard.refusal(c.split(), repo, ["a.txt"], repo))} == {}
+
+
+def test_judging_a_patch_applies_nothing_and_names_each_path_whole(repo: Path) -> None:
+    (repo / "b.txt").write_text("changed\n")
+    (repo.parent / "b.patch").write_text(git("diff", "b.txt", cwd=repo))
+    git("checkout", "--", "b.txt", cwd=repo)
+    (repo / "tab\there.txt").write_text("a name with a tab\n")
+    git("add", ".", cwd=repo)
+    (repo.parent / "tab.patch").write_text(git("diff", "--cached", cwd=repo))
+    git("rm", "-q", "--cached", "tab\there.txt", cwd=repo)
+    (repo / "tab\there.txt").unlink()
+    before = (repo / "b.txt").stat()
+    commands = [
+        "apply --check --apply ../b.patch",
+        "apply -p1 --apply --stat ../b.patch",
+        "apply ../tab.patch",
+    ]
+    assert [
+        str(guard.refusal(c.split(), repo, ["a.txt"], repo)).partition(" is refused")[0] for c in commands
+    ] == [
+        "git apply of b.txt",
+        "git apply of b.txt",
+        "git apply of tab\there.txt",
+    ]
+    assert guard.refusal(["apply", "--check", "../b.patch"], repo, ["a.txt"], repo) is None  # it only reports
+    after = (repo / "b.txt").stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)  # nothing applied it
+    assert not (repo / "tab\there.txt").exists()
