@@ -8,6 +8,7 @@ tests put in its place a function that raises Handed with the argv and environme
 from __future__ import annotations
 
 import dataclasses
+import locale
 import os
 import shutil
 import sys
@@ -101,6 +102,22 @@ def test_a_refused_command_says_its_one_line_on_stderr_and_appends_it_to_the_tas
     assert second.startswith("stella: git checkout of b.txt is refused in the shared tree")
     assert worker.ctx.log_path.read_text() == "the worker's earlier output\n" + line + second
     assert git("stash", "list", cwd=worker.repo) == ""
+
+
+def test_a_refusal_is_logged_in_utf8_whatever_the_workers_locale(
+    worker: Worker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    previous = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(
+        locale.LC_CTYPE, "C"
+    )  # a worker whose locale is not UTF-8 (ASCII, where it is not forced)
+    try:
+        assert guard.main(["checkout", "--", "café.txt"], worker.env) == 1
+    finally:
+        locale.setlocale(locale.LC_CTYPE, previous)
+    line = capsys.readouterr().err
+    assert line.startswith("stella: git checkout of café.txt is refused")
+    assert worker.ctx.log_path.read_bytes().decode("utf-8") == line
 
 
 def test_an_allowed_command_is_handed_to_the_real_git_without_the_guard(
