@@ -278,13 +278,14 @@ def test_what_an_in_place_check_left_untracked_is_named_five_at_most(
 
 
 def test_each_change_of_an_in_place_check_is_named_with_its_own_failure(
-    git_repo: Path, ledger: Ledger, worktree: Path
+    git_repo: Path, ledger: Ledger, worktree: Path, tmp_path: Path
 ) -> None:
     stop = threading.Event()
-    check = "echo more >> work.txt && git checkout -q --detach && sleep 30"
+    changed = tmp_path / "changed"  # outside the tree: written once both changes are made
+    check = f"echo more >> work.txt && git checkout -q --detach && touch {changed} && sleep 30"
 
     def stop_once_changed() -> None:
-        while "more" not in (worktree / "work.txt").read_text():
+        while not changed.exists():
             time.sleep(0.01)
         stop.set()
 
