@@ -139,7 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # fail closed: only a deny decision stops the edit
         if event.get("hook_event_name") in SPAN_ENDS:
             return 0  # the call is over: its span stays open, which covers it to the attempt's end
-        reason = f"stella could not check the file claim for this edit ({type(exc).__name__}: {exc})"
+        checked = (
+            "when this command may write"
+            if event.get("tool_name") == "Bash"
+            else "the file claim for this edit"
+        )
+        reason = f"stella could not check {checked} ({type(exc).__name__}: {exc})"
     if reason is not None:
         print(json.dumps(deny(reason)))
     return 0

@@ -276,6 +276,11 @@ def test_hook_denies_paths_outside_the_workspace_and_fails_closed(
     broken = call_hook(monkeypatch, capsys, [str(tmp_path / "missing.json")], inside)
     assert broken is not None
     assert "stella could not check the file claim" in broken["hookSpecificOutput"]["permissionDecisionReason"]  # type: ignore[index]
+    bash = {"tool_name": "Bash", "tool_input": {"command": "make"}}  # no file: its write span is what failed
+    broken = call_hook(monkeypatch, capsys, [str(tmp_path / "missing.json")], bash)
+    assert broken is not None
+    reason = broken["hookSpecificOutput"]["permissionDecisionReason"]  # type: ignore[index]
+    assert reason.startswith("stella could not check when this command may write (FileNotFoundError: ")
 
 
 def test_the_hooks_open_a_write_span_before_each_writing_tool_and_close_it_after(
