@@ -98,12 +98,10 @@ class Check(AttemptStep):
         if task.check is None or not task.check_fails_first or attempt.follow_up:
             return
         here = ctx.branch is not None and not attempt.remote
-        if ctx.branch is None:
-            start = gitops.head_commit(ctx.root)
-        elif attempt.remote:  # its worktree is on another machine; it starts where the node's clone does
+        if ctx.branch is not None and attempt.remote:  # its worktree is on another machine: where it starts
             start = ctx.start_commit or ctx.base_commit
         else:
-            start = gitops.head_commit(ctx.workspace)
+            start = gitops.head_commit(ctx.workspace if here else ctx.root)
         run = self._run(attempt, CheckPhase.BEFORE, start, in_place=here)
         if attempt.stopping.is_set():
             text = "interrupted in its check"
