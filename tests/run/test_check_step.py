@@ -26,8 +26,8 @@ from stellafleet.state.ledger import Ledger
 DONE = AttemptEnd(AttemptOutcome.SUCCEEDED, "done")
 
 
-def _commit(root: Path, name: str) -> str:
-    (root / name).write_text(f"{name}\n")
+def _commit(root: Path, name: str, text: str | None = None) -> str:
+    (root / name).write_text(f"{name}\n" if text is None else text)
     git("add", name, cwd=root)
     git("commit", "-q", "-m", name, cwd=root)
     return git("rev-parse", "HEAD", cwd=root).strip()
@@ -303,10 +303,7 @@ def test_a_dirty_worktrees_check_names_five_of_its_files_unrun(
 def test_the_note_of_a_changed_check_file_is_the_results_not_the_starts(
     git_repo: Path, ledger: Ledger
 ) -> None:
-    (git_repo / "test.sh").write_text("exit 1\n")
-    git("add", "test.sh", cwd=git_repo)
-    git("commit", "-q", "-m", "an earlier attempt's", cwd=git_repo)
-    sha = git("rev-parse", "HEAD", cwd=git_repo).strip()
+    sha = _commit(git_repo, "test.sh", "exit 1\n")  # an earlier attempt's
     ledger.commits.record([(sha, "m", 1)], run_id=RUN, task_id="t1", attempt_id=None, branch="main")
     task = PlanTask("t1", "p", "t", check="sh test.sh", check_fails_first=True)
     step, attempt = check_attempt(git_repo, ledger, task)
